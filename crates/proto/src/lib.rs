@@ -1,0 +1,11 @@
+//! txcast's sans-IO core: wire formats and protocol state machines.
+//!
+//! Nothing in this crate touches a socket, a thread, the OS clock or OS randomness: time comes in
+//! as [`time::Instant`] values and randomness from a seeded [`rng::Rng`] handed down by the caller.
+
+pub mod addr;
+pub mod time;
+pub mod wire;
+
+pub use addr::{Address, TxnId};
+pub use time::Instant;

@@ -1,0 +1,139 @@
+use super::{u16_at, u32_at, u64_at, Records, WireError};
+use crate::addr::TxnId;
+
+pub const DATA_PREFIX_BYTES: usize = 20;
+pub const ACK_PREFIX_BYTES: usize = 16;
+pub const MULTICAST_PREFIX_BYTES: usize = 8;
+pub const NAK_RANGE_BYTES: usize = 12;
+/// Most NAK ranges one ACK may carry.
+pub const NAK_RANGES_MAX: usize = 32;
+
+/// The body of a DATA packet: messages `first_seq, first_seq + 1, ...` on a link, with the
+/// sender's piggybacked acknowledgement and credit for the reverse direction.
+#[derive(Clone, Copy, Debug)]
+pub struct DataBody<'a> {
+    pub first_seq: u64,
+    /// Every message below `ack` from the peer has arrived.
+    pub ack: u64,
+    /// How many messages past `ack` the sender of this packet will accept.
+    pub credit: u32,
+    /// Number of records, validated.
+    pub count: usize,
+    pub records: &'a [u8],
+}
+
+impl<'a> DataBody<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
+        if body.len() < DATA_PREFIX_BYTES {
+            return Err(WireError::BodyTooShort);
+        }
+        let records = &body[DATA_PREFIX_BYTES..];
+        let count = Records::validate(records)?;
+        if count == 0 {
+            return Err(WireError::DataWithoutRecords);
+        }
+        Ok(DataBody {
+            first_seq: u64_at(body, 0),
+            ack: u64_at(body, 8),
+            credit: u32_at(body, 16),
+            count,
+            records,
+        })
+    }
+
+    pub fn records(&self) -> Records<'a> {
+        Records::new(self.records)
+    }
+}
+
+/// A run of missing messages `start .. start + len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NakRange {
+    pub start: u64,
+    pub len: u32,
+}
+
+/// The body of an ACK packet.
+#[derive(Clone, Copy, Debug)]
+pub struct AckBody<'a> {
+    pub ack: u64,
+    pub credit: u32,
+    naks: &'a [u8],
+}
+
+impl<'a> AckBody<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
+        if body.len() < ACK_PREFIX_BYTES {
+            return Err(WireError::BodyTooShort);
+        }
+        let ack = u64_at(body, 0);
+        let credit = u32_at(body, 8);
+        let count = u16_at(body, 12) as usize;
+        if u16_at(body, 14) != 0 {
+            return Err(WireError::ReservedNotZero);
+        }
+        if count > NAK_RANGES_MAX {
+            return Err(WireError::TooManyNakRanges);
+        }
+        let naks = &body[ACK_PREFIX_BYTES..];
+        if naks.len() != count * NAK_RANGE_BYTES {
+            return Err(WireError::NakListLength);
+        }
+        for i in 0..count {
+            let r = nak_at(naks, i);
+            if r.len == 0 || r.start < ack {
+                return Err(WireError::NakRangeInvalid);
+            }
+        }
+        Ok(AckBody { ack, credit, naks })
+    }
+
+    pub fn nak_count(&self) -> usize {
+        self.naks.len() / NAK_RANGE_BYTES
+    }
+
+    pub fn naks(&self) -> impl Iterator<Item = NakRange> + 'a {
+        let naks = self.naks;
+        (0..naks.len() / NAK_RANGE_BYTES).map(move |i| nak_at(naks, i))
+    }
+}
+
+fn nak_at(naks: &[u8], i: usize) -> NakRange {
+    let at = i * NAK_RANGE_BYTES;
+    NakRange {
+        start: u64_at(naks, at),
+        len: u32_at(naks, at + 8),
+    }
+}
+
+/// The body of a MULTICAST packet: messages for a transaction's group.
+#[derive(Clone, Copy, Debug)]
+pub struct MulticastBody<'a> {
+    pub txn: TxnId,
+    pub count: usize,
+    pub records: &'a [u8],
+}
+
+impl<'a> MulticastBody<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
+        if body.len() < MULTICAST_PREFIX_BYTES {
+            return Err(WireError::BodyTooShort);
+        }
+        let records = &body[MULTICAST_PREFIX_BYTES..];
+        let count = Records::validate(records)?;
+        Ok(MulticastBody {
+            txn: TxnId(u64_at(body, 0)),
+            count,
+            records,
+        })
+    }
+
+    pub fn records(&self) -> Records<'a> {
+        Records::new(self.records)
+    }
+}
+
+/// Validates the records of a DATAGRAM body and returns how many there are.
+pub fn parse_datagram(body: &[u8]) -> Result<usize, WireError> {
+    Records::validate(body)
+}

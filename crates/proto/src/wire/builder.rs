@@ -1,0 +1,172 @@
+use super::header::checksum;
+use super::record::write_record;
+use super::{
+    ClusterKey, Fragment, Kind, NakRange, PacketHeader, Record, ACK_PREFIX_BYTES, CHECKSUM_OFFSET,
+    DATA_PREFIX_BYTES, FLAG_MAC, HEADER_BYTES, MAC_BYTES, MULTICAST_PREFIX_BYTES, NAK_RANGES_MAX,
+    NAK_RANGE_BYTES, PACKET_BYTES_MAX,
+};
+use crate::addr::TxnId;
+
+/// Builds one packet in a caller-owned buffer: header, kind prefix, then records until full.
+pub struct PacketWriter<'b, 'k> {
+    buf: &'b mut [u8],
+    header: PacketHeader,
+    key: Option<&'k ClusterKey>,
+    len: usize,
+    cap: usize,
+    records: usize,
+}
+
+impl<'b, 'k> PacketWriter<'b, 'k> {
+    fn new(
+        buf: &'b mut [u8],
+        mut header: PacketHeader,
+        key: Option<&'k ClusterKey>,
+        prefix: usize,
+    ) -> Self {
+        let mac = if key.is_some() { MAC_BYTES } else { 0 };
+        let cap = buf.len().min(PACKET_BYTES_MAX) - mac;
+        assert!(
+            cap >= HEADER_BYTES + prefix,
+            "packet buffer too small for a header"
+        );
+        header.flags = (header.flags & !FLAG_MAC) | if key.is_some() { FLAG_MAC } else { 0 };
+        PacketWriter {
+            buf,
+            header,
+            key,
+            len: HEADER_BYTES + prefix,
+            cap,
+            records: 0,
+        }
+    }
+
+    /// A DATA packet whose first record will carry sequence number `first_seq`.
+    pub fn data(
+        buf: &'b mut [u8],
+        mut header: PacketHeader,
+        key: Option<&'k ClusterKey>,
+        first_seq: u64,
+        ack: u64,
+        credit: u32,
+    ) -> Self {
+        header.kind = Kind::Data;
+        let w = Self::new(buf, header, key, DATA_PREFIX_BYTES);
+        let p = &mut w.buf[HEADER_BYTES..];
+        p[0..8].copy_from_slice(&first_seq.to_le_bytes());
+        p[8..16].copy_from_slice(&ack.to_le_bytes());
+        p[16..20].copy_from_slice(&credit.to_le_bytes());
+        w
+    }
+
+    pub fn datagram(
+        buf: &'b mut [u8],
+        mut header: PacketHeader,
+        key: Option<&'k ClusterKey>,
+    ) -> Self {
+        header.kind = Kind::Datagram;
+        Self::new(buf, header, key, 0)
+    }
+
+    pub fn multicast(
+        buf: &'b mut [u8],
+        mut header: PacketHeader,
+        key: Option<&'k ClusterKey>,
+        txn: TxnId,
+    ) -> Self {
+        header.kind = Kind::Multicast;
+        let w = Self::new(buf, header, key, MULTICAST_PREFIX_BYTES);
+        w.buf[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&txn.0.to_le_bytes());
+        w
+    }
+
+    /// Payload bytes the next whole (unfragmented) record could still carry.
+    pub fn room(&self) -> usize {
+        self.cap
+            .saturating_sub(self.len + super::RECORD_HEADER_BYTES)
+            .min(u16::MAX as usize)
+    }
+
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// Appends a whole message; false (and nothing written) if it does not fit.
+    pub fn push(&mut self, payload: &[u8]) -> bool {
+        self.push_record(payload, None)
+    }
+
+    /// Appends one fragment of a longer message; false if it does not fit.
+    pub fn push_fragment(&mut self, payload: &[u8], fragment: Fragment) -> bool {
+        self.push_record(payload, Some(fragment))
+    }
+
+    fn push_record(&mut self, payload: &[u8], fragment: Option<Fragment>) -> bool {
+        let need = Record::encoded_len(payload.len(), fragment.is_some());
+        if payload.len() > u16::MAX as usize || self.len + need > self.cap {
+            return false;
+        }
+        let n = write_record(&mut self.buf[self.len..], payload, fragment);
+        debug_assert_eq!(n, need);
+        self.len += n;
+        self.records += 1;
+        true
+    }
+
+    /// Writes length, MAC and checksum; returns the packet's length in bytes.
+    pub fn finish(self) -> usize {
+        finish(self.buf, &self.header, self.key, self.len)
+    }
+}
+
+fn finish(
+    buf: &mut [u8],
+    header: &PacketHeader,
+    key: Option<&ClusterKey>,
+    body_end: usize,
+) -> usize {
+    let total = body_end + if key.is_some() { MAC_BYTES } else { 0 };
+    header.write(buf, total);
+    if let Some(k) = key {
+        let mac = k.mac(&buf[..CHECKSUM_OFFSET], &buf[HEADER_BYTES..body_end]);
+        buf[body_end..total].copy_from_slice(&mac);
+    }
+    let sum = checksum(&buf[..total]);
+    buf[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
+    total
+}
+
+/// Builds an ACK packet.
+pub struct AckWriter;
+
+impl AckWriter {
+    /// Writes an ACK with at most [`NAK_RANGES_MAX`] of `naks`; returns the packet's length.
+    pub fn write(
+        buf: &mut [u8],
+        mut header: PacketHeader,
+        key: Option<&ClusterKey>,
+        ack: u64,
+        credit: u32,
+        naks: &[NakRange],
+    ) -> usize {
+        header.kind = Kind::Ack;
+        header.flags = (header.flags & !FLAG_MAC) | if key.is_some() { FLAG_MAC } else { 0 };
+        let naks = &naks[..naks.len().min(NAK_RANGES_MAX)];
+        let p = &mut buf[HEADER_BYTES..];
+        p[0..8].copy_from_slice(&ack.to_le_bytes());
+        p[8..12].copy_from_slice(&credit.to_le_bytes());
+        p[12..14].copy_from_slice(&(naks.len() as u16).to_le_bytes());
+        p[14..16].copy_from_slice(&0u16.to_le_bytes());
+        let mut at = ACK_PREFIX_BYTES;
+        for r in naks {
+            p[at..at + 8].copy_from_slice(&r.start.to_le_bytes());
+            p[at + 8..at + 12].copy_from_slice(&r.len.to_le_bytes());
+            at += NAK_RANGE_BYTES;
+        }
+        finish(buf, &header, key, HEADER_BYTES + at)
+    }
+}

@@ -1,0 +1,187 @@
+use super::{u16_at, u32_at, WireError};
+use crate::addr::Address;
+
+pub const MAGIC: u16 = 0x5854; // "TX" in little-endian byte order
+pub const VERSION: u8 = 1;
+pub const HEADER_BYTES: usize = 36;
+pub const CHECKSUM_OFFSET: usize = 32;
+pub const MAC_BYTES: usize = 16;
+
+/// The packet carries a MAC trailer.
+pub const FLAG_MAC: u8 = 0x01;
+/// The sender asks for an immediate acknowledgement.
+pub const FLAG_ACK_NOW: u8 = 0x02;
+const FLAGS_KNOWN: u8 = FLAG_MAC | FLAG_ACK_NOW;
+
+/// Packet kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Reliable, in-order messages on a link.
+    Data = 1,
+    /// Cumulative acknowledgement, credit and selective negative acknowledgements.
+    Ack = 2,
+    /// Unreliable messages (failure detection and the like).
+    Datagram = 3,
+    /// Transaction multicast: messages for the members of a transaction's group.
+    Multicast = 4,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Result<Kind, WireError> {
+        match v {
+            1 => Ok(Kind::Data),
+            2 => Ok(Kind::Ack),
+            3 => Ok(Kind::Datagram),
+            4 => Ok(Kind::Multicast),
+            k => Err(WireError::UnknownKind(k)),
+        }
+    }
+}
+
+/// A 32-byte cluster key. When set, every packet carries a keyed MAC and packets without a valid
+/// one are dropped.
+#[derive(Clone)]
+pub struct ClusterKey(pub [u8; 32]);
+
+impl core::fmt::Debug for ClusterKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ClusterKey(..)")
+    }
+}
+
+impl ClusterKey {
+    /// The MAC of a packet's header (without its checksum) and body.
+    pub fn mac(&self, header_without_checksum: &[u8], body: &[u8]) -> [u8; MAC_BYTES] {
+        let mut h = blake3::Hasher::new_keyed(&self.0);
+        h.update(header_without_checksum);
+        h.update(body);
+        let full = h.finalize();
+        let mut out = [0u8; MAC_BYTES];
+        out.copy_from_slice(&full.as_bytes()[..MAC_BYTES]);
+        out
+    }
+
+    /// Derives a key from a passphrase (for configuration files).
+    pub fn from_passphrase(s: &str) -> ClusterKey {
+        ClusterKey(blake3::derive_key("txcast cluster key v1", s.as_bytes()))
+    }
+}
+
+/// The fixed header of a packet, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketHeader {
+    pub kind: Kind,
+    pub flags: u8,
+    pub cluster: u16,
+    pub incarnation: u32,
+    pub source: Address,
+    pub destination: Address,
+}
+
+impl PacketHeader {
+    /// Writes the header with `length`; the checksum field is left zero for the writer to fill.
+    pub(crate) fn write(&self, out: &mut [u8], length: usize) {
+        out[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+        out[2] = VERSION;
+        out[3] = self.kind as u8;
+        out[4] = self.flags;
+        out[5] = 0;
+        out[6..8].copy_from_slice(&self.cluster.to_le_bytes());
+        out[8..12].copy_from_slice(&self.incarnation.to_le_bytes());
+        self.source.write_to(&mut out[12..20]);
+        self.destination.write_to(&mut out[20..28]);
+        out[28..30].copy_from_slice(&(length as u16).to_le_bytes());
+        out[30..32].copy_from_slice(&0u16.to_le_bytes());
+        out[32..36].copy_from_slice(&0u32.to_le_bytes());
+    }
+}
+
+/// The CRC-32 of a packet, skipping the checksum field.
+pub(crate) fn checksum(packet: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&packet[..CHECKSUM_OFFSET]);
+    h.update(&packet[HEADER_BYTES..]);
+    h.finalize()
+}
+
+/// A checked view of one packet: the header has been validated, the checksum and (with a key)
+/// the MAC verified, and `body` is exactly the bytes between header and MAC.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet<'a> {
+    pub header: PacketHeader,
+    pub body: &'a [u8],
+}
+
+impl<'a> Packet<'a> {
+    /// Validates `buf` as one packet of cluster `cluster`, verifying its MAC with `key` when set.
+    pub fn parse(
+        buf: &'a [u8],
+        cluster: u16,
+        key: Option<&ClusterKey>,
+    ) -> Result<Packet<'a>, WireError> {
+        if buf.len() < HEADER_BYTES {
+            return Err(WireError::ShorterThanHeader);
+        }
+        if u16_at(buf, 0) != MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        if buf[2] != VERSION {
+            return Err(WireError::UnsupportedVersion(buf[2]));
+        }
+        let kind = Kind::from_u8(buf[3])?;
+        let flags = buf[4];
+        if flags & !FLAGS_KNOWN != 0 {
+            return Err(WireError::UnknownFlags(flags & !FLAGS_KNOWN));
+        }
+        if buf[5] != 0 || u16_at(buf, 30) != 0 {
+            return Err(WireError::ReservedNotZero);
+        }
+        let length = u16_at(buf, 28) as usize;
+        let mac_len = if flags & FLAG_MAC != 0 { MAC_BYTES } else { 0 };
+        if length != buf.len() || length < HEADER_BYTES + mac_len {
+            return Err(WireError::LengthMismatch {
+                field: length,
+                received: buf.len(),
+            });
+        }
+        if checksum(buf) != u32_at(buf, CHECKSUM_OFFSET) {
+            return Err(WireError::ChecksumMismatch);
+        }
+        let found = u16_at(buf, 6);
+        if found != cluster {
+            return Err(WireError::WrongCluster {
+                expected: cluster,
+                found,
+            });
+        }
+        let body_end = length - mac_len;
+        let body = &buf[HEADER_BYTES..body_end];
+        match (key, mac_len != 0) {
+            (Some(_), false) => return Err(WireError::MacMissing),
+            (None, true) => return Err(WireError::MacUnexpected),
+            (Some(k), true) => {
+                let want = k.mac(&buf[..CHECKSUM_OFFSET], body);
+                if !constant_time_eq(&want, &buf[body_end..length]) {
+                    return Err(WireError::MacMismatch);
+                }
+            }
+            (None, false) => {}
+        }
+        Ok(Packet {
+            header: PacketHeader {
+                kind,
+                flags,
+                cluster: found,
+                incarnation: u32_at(buf, 8),
+                source: Address::read_from(&buf[12..20]),
+                destination: Address::read_from(&buf[20..28]),
+            },
+            body,
+        })
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,55 @@
+//! Packet and message formats as checked views over bytes.
+//!
+//! ```text
+//! packet  = header(36) body [mac(16) if FLAG_MAC]
+//! header  = magic u16 | version u8 | kind u8 | flags u8 | reserved u8 | cluster u16
+//!         | incarnation u32 | source Address(8) | destination Address(8)
+//!         | length u16 (whole packet) | reserved u16 | checksum u32
+//! body    = DATA:      first_seq u64 | ack u64 | credit u32 | records
+//!           ACK:       ack u64 | credit u32 | nak_count u16 | reserved u16 | nak_count × (start u64, len u32)
+//!           DATAGRAM:  records
+//!           MULTICAST: txn u64 | records
+//! record  = len u16 | flags u8 | reserved u8 [| msg_id u32 | index u16 | count u16 | total u32 if FRAG] | payload[len]
+//! ```
+//! All integers are little-endian. The checksum is CRC-32 over every byte of the packet but the
+//! checksum field itself. With a cluster key, the MAC is a keyed BLAKE3 hash of header (without
+//! its checksum) and body, truncated to 16 bytes. Every decoder names the rule a packet broke.
+
+mod body;
+mod builder;
+mod error;
+mod header;
+mod record;
+
+pub use body::{
+    parse_datagram, AckBody, DataBody, MulticastBody, NakRange, ACK_PREFIX_BYTES,
+    DATA_PREFIX_BYTES, MULTICAST_PREFIX_BYTES, NAK_RANGES_MAX, NAK_RANGE_BYTES,
+};
+pub use builder::{AckWriter, PacketWriter};
+pub use error::WireError;
+pub use header::{
+    ClusterKey, Kind, Packet, PacketHeader, CHECKSUM_OFFSET, FLAG_ACK_NOW, FLAG_MAC, HEADER_BYTES,
+    MAC_BYTES, MAGIC, VERSION,
+};
+pub use record::{
+    Fragment, Record, Records, FRAG_EXTRA_BYTES, RECORD_FLAG_FRAG, RECORD_HEADER_BYTES,
+};
+
+/// The largest packet txcast ever builds or accepts (a UDP datagram's payload limit).
+pub const PACKET_BYTES_MAX: usize = 65507;
+/// The smallest packet size a configuration may choose: room for a header, the largest body
+/// prefix, a MAC and a fragment record with some payload.
+pub const PACKET_BYTES_MIN: usize = 256;
+
+pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests;
