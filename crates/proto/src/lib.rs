@@ -4,6 +4,9 @@
 //! as [`time::Instant`] values and randomness from a seeded [`rng::Rng`] handed down by the caller.
 
 pub mod addr;
+pub mod link;
+pub mod pack;
+pub mod rng;
 pub mod time;
 pub mod wire;
 

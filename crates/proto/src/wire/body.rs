@@ -1,7 +1,7 @@
 use super::{u16_at, u32_at, u64_at, Records, WireError};
 use crate::addr::TxnId;
 
-pub const DATA_PREFIX_BYTES: usize = 20;
+pub const DATA_PREFIX_BYTES: usize = 28;
 pub const ACK_PREFIX_BYTES: usize = 16;
 pub const MULTICAST_PREFIX_BYTES: usize = 8;
 pub const NAK_RANGE_BYTES: usize = 12;
@@ -13,6 +13,9 @@ pub const NAK_RANGES_MAX: usize = 32;
 #[derive(Clone, Copy, Debug)]
 pub struct DataBody<'a> {
     pub first_seq: u64,
+    /// The oldest message the sender still holds: a receiver with no state for this sender
+    /// starts here.
+    pub base: u64,
     /// Every message below `ack` from the peer has arrived.
     pub ack: u64,
     /// How many messages past `ack` the sender of this packet will accept.
@@ -32,10 +35,14 @@ impl<'a> DataBody<'a> {
         if count == 0 {
             return Err(WireError::DataWithoutRecords);
         }
+        if u64_at(body, 8) > u64_at(body, 0) {
+            return Err(WireError::BaseAboveFirst);
+        }
         Ok(DataBody {
             first_seq: u64_at(body, 0),
-            ack: u64_at(body, 8),
-            credit: u32_at(body, 16),
+            base: u64_at(body, 8),
+            ack: u64_at(body, 16),
+            credit: u32_at(body, 24),
             count,
             records,
         })

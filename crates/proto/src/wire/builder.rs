@@ -47,15 +47,18 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         mut header: PacketHeader,
         key: Option<&'k ClusterKey>,
         first_seq: u64,
+        base: u64,
         ack: u64,
         credit: u32,
     ) -> Self {
         header.kind = Kind::Data;
+        assert!(base <= first_seq, "DATA base above first sequence number");
         let w = Self::new(buf, header, key, DATA_PREFIX_BYTES);
         let p = &mut w.buf[HEADER_BYTES..];
         p[0..8].copy_from_slice(&first_seq.to_le_bytes());
-        p[8..16].copy_from_slice(&ack.to_le_bytes());
-        p[16..20].copy_from_slice(&credit.to_le_bytes());
+        p[8..16].copy_from_slice(&base.to_le_bytes());
+        p[16..24].copy_from_slice(&ack.to_le_bytes());
+        p[24..28].copy_from_slice(&credit.to_le_bytes());
         w
     }
 
@@ -85,6 +88,11 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         self.cap
             .saturating_sub(self.len + super::RECORD_HEADER_BYTES)
             .min(u16::MAX as usize)
+    }
+
+    /// Sets header flags (besides the MAC flag, which follows the key).
+    pub fn set_flags(&mut self, flags: u8) {
+        self.header.flags |= flags & !FLAG_MAC;
     }
 
     pub fn records(&self) -> usize {

@@ -47,6 +47,8 @@ pub enum WireError {
     NakRangeInvalid,
     /// A DATA packet carries no message.
     DataWithoutRecords,
+    /// A DATA packet's base lies above its first sequence number.
+    BaseAboveFirst,
 }
 
 impl fmt::Display for WireError {
@@ -80,6 +82,7 @@ impl fmt::Display for WireError {
             NakListLength => write!(f, "NAK list does not fill the ACK body exactly"),
             NakRangeInvalid => write!(f, "NAK range empty or not below the acknowledgement"),
             DataWithoutRecords => write!(f, "DATA packet without messages"),
+            BaseAboveFirst => write!(f, "DATA base above its first sequence number"),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! header  = magic u16 | version u8 | kind u8 | flags u8 | reserved u8 | cluster u16
 //!         | incarnation u32 | source Address(8) | destination Address(8)
 //!         | length u16 (whole packet) | reserved u16 | checksum u32
-//! body    = DATA:      first_seq u64 | ack u64 | credit u32 | records
+//! body    = DATA:      first_seq u64 | base u64 | ack u64 | credit u32 | records
 //!           ACK:       ack u64 | credit u32 | nak_count u16 | reserved u16 | nak_count × (start u64, len u32)
 //!           DATAGRAM:  records
 //!           MULTICAST: txn u64 | records

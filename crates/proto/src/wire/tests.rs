@@ -14,7 +14,7 @@ fn header() -> PacketHeader {
 
 fn data_packet(key: Option<&ClusterKey>) -> Vec<u8> {
     let mut buf = vec![0u8; 1472];
-    let mut w = PacketWriter::data(&mut buf, header(), key, 10, 99, 64);
+    let mut w = PacketWriter::data(&mut buf, header(), key, 10, 8, 99, 64);
     assert!(w.push(b"hello"));
     assert!(w.push(b""));
     let frag = Fragment {
@@ -36,7 +36,10 @@ fn data_packet_round_trips() {
     let p = Packet::parse(&buf, 7, None).unwrap();
     assert_eq!(p.header, header());
     let d = DataBody::parse(p.body).unwrap();
-    assert_eq!((d.first_seq, d.ack, d.credit, d.count), (10, 99, 64, 3));
+    assert_eq!(
+        (d.first_seq, d.base, d.ack, d.credit, d.count),
+        (10, 8, 99, 64, 3)
+    );
     let recs: Vec<_> = d.records().map(|r| r.unwrap()).collect();
     assert_eq!(recs[0].payload, b"hello");
     assert_eq!(recs[1].payload, b"");

@@ -1,0 +1,386 @@
+//! The reliable link: in-order, exactly-once delivery of messages from one port to another over
+//! an unreliable datagram network (paper 004 "Control Message Layer" is the model).
+//!
+//! A sliding window of sequence-numbered messages; the receiver acknowledges cumulatively (piggy-
+//! backed on its own DATA when it has some), names the gaps it sees with selective negative
+//! acknowledgements, and grants credit from its bounded reorder buffer, which is how back-pressure
+//! reaches a fast sender. The sender retransmits what is NAKed at once and what stays unacked past
+//! its retransmission timeout. Several queued messages go out in one packet (see [`crate::pack`]);
+//! messages longer than a packet travel as fragments, one sequence number each.
+//!
+//! Sans-IO: feed it `handle_packet`, `handle_timeout` and `send`; drain `poll_transmit`,
+//! `poll_delivery` and `poll_timeout`. The caller owns every buffer and the clock.
+
+mod receiver;
+mod sender;
+#[cfg(test)]
+mod tests;
+
+use crate::addr::Address;
+use crate::pack::PackMode;
+use crate::time::Instant;
+use crate::wire::{
+    AckBody, ClusterKey, DataBody, Kind, Packet, PacketHeader, DATA_PREFIX_BYTES, FRAG_EXTRA_BYTES,
+    HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX, PACKET_BYTES_MIN, RECORD_HEADER_BYTES,
+};
+use core::time::Duration;
+use receiver::Receiver;
+use sender::Sender;
+
+/// Bounds and timers of a link.
+#[derive(Clone, Debug)]
+pub struct LinkConfig {
+    /// Largest packet built, in bytes (header, body and MAC).
+    pub packet_bytes_max: usize,
+    /// Largest message accepted by `send`; longer ones are fragmented on the wire.
+    pub message_bytes_max: usize,
+    /// Messages the sender may have in flight (sent, unacknowledged).
+    pub window_msgs: u32,
+    /// Messages the sender holds in all (in flight plus queued); `send` past it is back-pressure.
+    pub send_buffer_msgs: u32,
+    /// The receiver's reorder and delivery buffer, in messages; it bounds the credit granted.
+    pub recv_buffer_msgs: u32,
+    pub rto_initial: Duration,
+    pub rto_min: Duration,
+    pub rto_max: Duration,
+    /// How long a receiver may sit on an acknowledgement hoping to piggyback it.
+    pub ack_delay: Duration,
+    /// Acknowledge at once after this many unacknowledged DATA packets.
+    pub ack_every_packets: u32,
+    /// A gap is NAKed again only after this long.
+    pub nak_interval: Duration,
+    pub pack: PackMode,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            packet_bytes_max: 1472,
+            message_bytes_max: 64 * 1024,
+            window_msgs: 1024,
+            send_buffer_msgs: 4096,
+            recv_buffer_msgs: 1024,
+            rto_initial: Duration::from_millis(20),
+            rto_min: Duration::from_millis(2),
+            rto_max: Duration::from_millis(1000),
+            ack_delay: Duration::from_micros(500),
+            ack_every_packets: 4,
+            nak_interval: Duration::from_millis(2),
+            pack: PackMode::default(),
+        }
+    }
+}
+
+/// A configuration broke one of the relations between bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub &'static str);
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "invalid link configuration: {}", self.0)
+    }
+}
+impl std::error::Error for ConfigError {}
+
+impl LinkConfig {
+    /// Payload bytes of one fragment record in a packet of `packet_bytes_max`.
+    pub fn fragment_payload_max(&self, mac: bool) -> usize {
+        self.packet_bytes_max
+            - HEADER_BYTES
+            - DATA_PREFIX_BYTES
+            - RECORD_HEADER_BYTES
+            - FRAG_EXTRA_BYTES
+            - if mac { MAC_BYTES } else { 0 }
+    }
+
+    /// Payload bytes of a whole message that travels unfragmented.
+    pub fn whole_payload_max(&self, mac: bool) -> usize {
+        self.fragment_payload_max(mac) + FRAG_EXTRA_BYTES
+    }
+
+    /// Most fragments a message of `message_bytes_max` needs.
+    pub fn fragments_max(&self, mac: bool) -> usize {
+        self.message_bytes_max
+            .div_ceil(self.fragment_payload_max(mac))
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(PACKET_BYTES_MIN..=PACKET_BYTES_MAX).contains(&self.packet_bytes_max) {
+            return Err(ConfigError("packet_bytes_max outside 256..=65507"));
+        }
+        if self.window_msgs == 0 || self.send_buffer_msgs < self.window_msgs {
+            return Err(ConfigError("need 0 < window_msgs <= send_buffer_msgs"));
+        }
+        if self.send_buffer_msgs > 1 << 20 || self.recv_buffer_msgs > 1 << 20 {
+            return Err(ConfigError("buffers are bounded to 2^20 messages"));
+        }
+        if self.message_bytes_max == 0 || self.message_bytes_max > u32::MAX as usize {
+            return Err(ConfigError("message_bytes_max outside 1..=u32::MAX"));
+        }
+        let frags = self.fragments_max(true);
+        if frags > u16::MAX as usize {
+            return Err(ConfigError(
+                "message_bytes_max needs more than 65535 fragments",
+            ));
+        }
+        // A whole fragmented message must fit the receiver's buffer, or it could never be
+        // delivered; and the sender must be able to hold it.
+        if frags > self.recv_buffer_msgs as usize || frags > self.send_buffer_msgs as usize {
+            return Err(ConfigError(
+                "a message of message_bytes_max needs more fragments than the buffers hold",
+            ));
+        }
+        if self.rto_min.is_zero()
+            || self.rto_min > self.rto_initial
+            || self.rto_initial > self.rto_max
+        {
+            return Err(ConfigError("need 0 < rto_min <= rto_initial <= rto_max"));
+        }
+        if self.ack_every_packets == 0 {
+            return Err(ConfigError("ack_every_packets must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Why `send` refused a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkSendError {
+    /// The send buffer is full: back-pressure. Try again after acknowledgements arrive.
+    Full,
+    /// The message is longer than `message_bytes_max`.
+    TooLong { len: usize, max: usize },
+}
+
+impl core::fmt::Display for LinkSendError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LinkSendError::Full => write!(f, "send buffer full"),
+            LinkSendError::TooLong { len, max } => {
+                write!(f, "message of {len} bytes exceeds the {max}-byte bound")
+            }
+        }
+    }
+}
+impl std::error::Error for LinkSendError {}
+
+/// What a link has done, for `txcast stat` and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkCounters {
+    pub messages_sent: u64,
+    pub packets_sent: u64,
+    pub data_packets_sent: u64,
+    pub packed_messages: u64,
+    pub retransmitted: u64,
+    pub rto_fired: u64,
+    pub acks_sent: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub messages_delivered: u64,
+    pub duplicates_dropped: u64,
+    pub beyond_window_dropped: u64,
+    pub stale_incarnation_dropped: u64,
+    pub bad_fragments_dropped: u64,
+    pub bogus_acks_dropped: u64,
+    pub peer_restarts: u64,
+    pub send_full: u64,
+}
+
+/// One direction pair between a local port and a remote one.
+pub struct Link {
+    cfg: LinkConfig,
+    header: PacketHeader,
+    key: Option<ClusterKey>,
+    peer_incarnation: Option<u32>,
+    tx: Sender,
+    rx: Receiver,
+    counters: LinkCounters,
+}
+
+impl Link {
+    /// A link from `local` (running as `incarnation`) to `peer`.
+    pub fn new(
+        cfg: LinkConfig,
+        local: Address,
+        peer: Address,
+        cluster: u16,
+        incarnation: u32,
+        key: Option<ClusterKey>,
+    ) -> Result<Link, ConfigError> {
+        cfg.validate()?;
+        let mac = key.is_some();
+        Ok(Link {
+            tx: Sender::new(&cfg, mac),
+            rx: Receiver::new(&cfg),
+            header: PacketHeader {
+                kind: Kind::Data,
+                flags: 0,
+                cluster,
+                incarnation,
+                source: local,
+                destination: peer,
+            },
+            key,
+            peer_incarnation: None,
+            cfg,
+            counters: LinkCounters::default(),
+        })
+    }
+
+    pub fn config(&self) -> &LinkConfig {
+        &self.cfg
+    }
+
+    pub fn peer(&self) -> Address {
+        self.header.destination
+    }
+
+    pub fn counters(&self) -> &LinkCounters {
+        &self.counters
+    }
+
+    pub fn pack_histogram(&self) -> &[u64; crate::pack::PACK_HISTOGRAM_BINS] {
+        self.tx.packer.histogram()
+    }
+
+    /// Queues a message for reliable, in-order delivery.
+    pub fn send(&mut self, now: Instant, msg: &[u8]) -> Result<(), LinkSendError> {
+        let r = self.tx.send(&self.cfg, now, msg);
+        if r == Err(LinkSendError::Full) {
+            self.counters.send_full += 1;
+        }
+        r
+    }
+
+    /// Messages `send` would accept now (ignoring fragmentation).
+    pub fn send_capacity(&self) -> usize {
+        self.tx.capacity(&self.cfg)
+    }
+
+    /// Nothing unacknowledged and nothing queued.
+    pub fn is_idle(&self) -> bool {
+        self.tx.is_empty()
+    }
+
+    /// A DATA or ACK packet from this link's peer, already checked by [`Packet::parse`]. Other
+    /// kinds and packets from elsewhere are the caller's business and are ignored here.
+    pub fn handle_packet(&mut self, now: Instant, pkt: &Packet<'_>) {
+        let h = &pkt.header;
+        if h.source != self.header.destination || h.destination != self.header.source {
+            return;
+        }
+        match self.peer_incarnation {
+            Some(known) if h.incarnation < known => {
+                self.counters.stale_incarnation_dropped += 1;
+                return;
+            }
+            Some(known) if h.incarnation > known => {
+                // The peer restarted: what it held of our stream is gone, and its new stream
+                // starts afresh.
+                self.counters.peer_restarts += 1;
+                self.rx.reset();
+                self.tx.peer_restarted(&self.cfg);
+                self.peer_incarnation = Some(h.incarnation);
+            }
+            Some(_) => {}
+            None => self.peer_incarnation = Some(h.incarnation),
+        }
+        match h.kind {
+            Kind::Data => {
+                // Already validated by the caller's parse of the packet; a body that fails here
+                // was not parsed as DATA by the caller, so it is simply dropped.
+                if let Ok(d) = DataBody::parse(pkt.body) {
+                    self.on_ack(now, d.ack, d.credit, core::iter::empty());
+                    self.rx
+                        .on_data(&self.cfg, now, &d, h.flags, &mut self.counters);
+                }
+            }
+            Kind::Ack => {
+                if let Ok(a) = AckBody::parse(pkt.body) {
+                    self.counters.naks_received += a.nak_count() as u64;
+                    self.on_ack(now, a.ack, a.credit, a.naks());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        ack: u64,
+        credit: u32,
+        naks: impl Iterator<Item = crate::wire::NakRange>,
+    ) {
+        if !self.tx.on_ack(&self.cfg, now, ack, credit, naks) {
+            self.counters.bogus_acks_dropped += 1;
+        }
+    }
+
+    /// Runs timers that are due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.tx.on_timeout(&self.cfg, now) {
+            self.counters.rto_fired += 1;
+        }
+        self.rx.on_timeout(&self.cfg, now);
+    }
+
+    /// The next instant `handle_timeout` has work to do, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.tx.next_timeout(), self.rx.next_timeout(&self.cfg)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Writes the next packet to send into `buf` (at least `packet_bytes_max` long) and returns
+    /// its length. Order: retransmissions, new data (with the acknowledgement piggybacked), then a
+    /// standalone ACK. Call until it returns `None`.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let buf = &mut buf[..self.cfg.packet_bytes_max];
+        let (ack, credit) = (self.rx.ack(), self.rx.credit(&self.cfg));
+        let want_ack_now = self.rx.ack_wanted_now();
+        if let Some(n) = self.tx.poll_data(
+            &self.cfg,
+            now,
+            buf,
+            self.header,
+            self.key.as_ref(),
+            ack,
+            credit,
+            want_ack_now,
+            &mut self.counters,
+        ) {
+            self.rx.ack_sent(now);
+            self.counters.packets_sent += 1;
+            return Some(n);
+        }
+        if let Some(n) = self.rx.poll_ack(
+            &self.cfg,
+            now,
+            buf,
+            self.header,
+            self.key.as_ref(),
+            &mut self.counters,
+        ) {
+            self.counters.packets_sent += 1;
+            return Some(n);
+        }
+        None
+    }
+
+    /// Hands the next in-order message to `f`, then frees its buffer.
+    pub fn poll_delivery<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let r = self.rx.poll_delivery(&mut self.counters, f);
+        if r.is_some() {
+            self.counters.messages_delivered += 1;
+        }
+        r
+    }
+}
+
+/// Upper bound on what one packet may hold, for compile-time relations between bounds.
+const _: () = assert!(
+    PACKET_BYTES_MIN
+        > HEADER_BYTES + DATA_PREFIX_BYTES + RECORD_HEADER_BYTES + FRAG_EXTRA_BYTES + MAC_BYTES
+);

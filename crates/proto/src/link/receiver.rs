@@ -1,0 +1,320 @@
+//! The receiving half of a link: reorder buffer, cumulative ACK, NAKs, credit, reassembly.
+
+use super::{LinkConfig, LinkCounters};
+use crate::time::Instant;
+use crate::wire::{
+    AckWriter, ClusterKey, DataBody, Fragment, NakRange, PacketHeader, FLAG_ACK_NOW, NAK_RANGES_MAX,
+};
+
+struct InMsg {
+    data: Vec<u8>,
+    fragment: Option<Fragment>,
+}
+
+pub(super) struct Receiver {
+    /// Slot `seq % len` holds message `seq` for `handed <= seq < handed + len`.
+    slots: Vec<Option<InMsg>>,
+    /// Next message to hand to the application.
+    handed: u64,
+    /// Every message below this has arrived.
+    expected: u64,
+    /// One past the highest message that arrived.
+    highest: u64,
+    /// No DATA from the current incarnation of the peer yet.
+    fresh: bool,
+    pool: Vec<Vec<u8>>,
+    reassembly: Vec<u8>,
+    ack_due: Option<Instant>,
+    ack_now: bool,
+    packets_since_ack: u32,
+    last_nak_at: Option<Instant>,
+    /// The credit the last acknowledgement granted.
+    advertised_credit: u32,
+}
+
+impl Receiver {
+    pub fn new(cfg: &LinkConfig) -> Self {
+        let n = cfg.recv_buffer_msgs as usize;
+        Receiver {
+            slots: (0..n).map(|_| None).collect(),
+            handed: 0,
+            expected: 0,
+            highest: 0,
+            fresh: true,
+            pool: Vec::new(),
+            reassembly: Vec::new(),
+            ack_due: None,
+            ack_now: false,
+            packets_since_ack: 0,
+            last_nak_at: None,
+            advertised_credit: cfg.recv_buffer_msgs,
+        }
+    }
+
+    /// Forgets everything from the previous incarnation of the peer.
+    pub fn reset(&mut self) {
+        for s in self.slots.iter_mut() {
+            if let Some(m) = s.take() {
+                self.pool.push(m.data);
+            }
+        }
+        self.fresh = true;
+        self.ack_due = None;
+        self.ack_now = false;
+        self.last_nak_at = None;
+    }
+
+    fn len(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    fn slot(&mut self, seq: u64) -> &mut Option<InMsg> {
+        let i = (seq % self.slots.len() as u64) as usize;
+        &mut self.slots[i]
+    }
+
+    pub fn ack(&self) -> u64 {
+        self.expected
+    }
+
+    pub fn credit(&self, _cfg: &LinkConfig) -> u32 {
+        (self.handed + self.len() - self.expected) as u32
+    }
+
+    pub fn ack_wanted_now(&self) -> bool {
+        self.ack_now
+    }
+
+    fn resync(&mut self, base: u64) {
+        for s in self.slots.iter_mut() {
+            if let Some(m) = s.take() {
+                self.pool.push(m.data);
+            }
+        }
+        self.handed = base;
+        self.expected = base;
+        self.highest = base;
+    }
+
+    pub fn on_data(
+        &mut self,
+        cfg: &LinkConfig,
+        now: Instant,
+        d: &DataBody<'_>,
+        flags: u8,
+        counters: &mut LinkCounters,
+    ) {
+        if self.fresh {
+            self.fresh = false;
+            self.resync(d.base);
+        } else if d.base > self.expected {
+            // The sender dropped messages we never acknowledged: only a sender that lost its
+            // state does that. Start again where it stands.
+            counters.stale_incarnation_dropped += 1;
+            self.resync(d.base);
+        }
+        for (i, r) in d.records().enumerate() {
+            let Ok(r) = r else { break };
+            let seq = d.first_seq + i as u64;
+            if seq < self.expected {
+                counters.duplicates_dropped += 1;
+                self.ack_now = true; // our acknowledgement may have been lost
+                continue;
+            }
+            if seq >= self.handed + self.len() {
+                counters.beyond_window_dropped += 1;
+                self.ack_now = true;
+                continue;
+            }
+            if self.slot(seq).is_some() {
+                counters.duplicates_dropped += 1;
+                continue;
+            }
+            let mut data = self.pool.pop().unwrap_or_default();
+            data.clear();
+            data.extend_from_slice(r.payload);
+            *self.slot(seq) = Some(InMsg {
+                data,
+                fragment: r.fragment,
+            });
+            self.highest = self.highest.max(seq + 1);
+        }
+        while self.expected < self.highest && {
+            let e = self.expected;
+            self.slot(e).is_some()
+        } {
+            self.expected += 1;
+        }
+        self.packets_since_ack += 1;
+        if flags & FLAG_ACK_NOW != 0 || self.packets_since_ack >= cfg.ack_every_packets {
+            self.ack_now = true;
+        }
+        if self.ack_due.is_none() {
+            self.ack_due = Some(now + cfg.ack_delay);
+        }
+    }
+
+    fn has_gap(&self) -> bool {
+        self.highest > self.expected
+    }
+
+    fn nak_due(&self, cfg: &LinkConfig, now: Instant) -> bool {
+        self.has_gap() && self.last_nak_at.is_none_or(|t| now >= t + cfg.nak_interval)
+    }
+
+    pub fn ack_sent(&mut self, _now: Instant) {
+        self.ack_due = None;
+        self.ack_now = false;
+        self.packets_since_ack = 0;
+        self.advertised_credit = (self.handed + self.len() - self.expected) as u32;
+    }
+
+    pub fn on_timeout(&mut self, _cfg: &LinkConfig, _now: Instant) {}
+
+    pub fn next_timeout(&self, cfg: &LinkConfig) -> Option<Instant> {
+        let nak = if self.has_gap() {
+            Some(
+                self.last_nak_at
+                    .map_or(Instant::ZERO, |t| t + cfg.nak_interval),
+            )
+        } else {
+            None
+        };
+        match (self.ack_due, nak) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn poll_ack(
+        &mut self,
+        cfg: &LinkConfig,
+        now: Instant,
+        buf: &mut [u8],
+        header: PacketHeader,
+        key: Option<&ClusterKey>,
+        counters: &mut LinkCounters,
+    ) -> Option<usize> {
+        let nak = self.nak_due(cfg, now);
+        let due = self.ack_now || self.ack_due.is_some_and(|t| now >= t);
+        if !(due || nak) {
+            return None;
+        }
+        let mut naks = [NakRange { start: 0, len: 0 }; NAK_RANGES_MAX];
+        let mut n = 0;
+        if self.has_gap() {
+            let mut seq = self.expected;
+            while seq < self.highest && n < NAK_RANGES_MAX {
+                if self.slot(seq).is_none() {
+                    let start = seq;
+                    while seq < self.highest && self.slot(seq).is_none() {
+                        seq += 1;
+                    }
+                    naks[n] = NakRange {
+                        start,
+                        len: (seq - start) as u32,
+                    };
+                    n += 1;
+                } else {
+                    seq += 1;
+                }
+            }
+            self.last_nak_at = Some(now);
+            counters.naks_sent += n as u64;
+        }
+        let credit = (self.handed + self.len() - self.expected) as u32;
+        let len = AckWriter::write(buf, header, key, self.expected, credit, &naks[..n]);
+        self.ack_sent(now);
+        counters.acks_sent += 1;
+        Some(len)
+    }
+
+    pub fn poll_delivery<R>(
+        &mut self,
+        counters: &mut LinkCounters,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        loop {
+            if self.handed >= self.expected {
+                return None;
+            }
+            let h = self.handed;
+            let head = self.slot(h).as_ref().expect("below expected means present");
+            match head.fragment {
+                None => {
+                    let m = self.slot(h).take().expect("present");
+                    self.handed += 1;
+                    let r = f(&m.data);
+                    self.pool.push(m.data);
+                    self.window_opened();
+                    return Some(r);
+                }
+                Some(first) => {
+                    let count = first.count as u64;
+                    if first.index != 0 || count > self.len() {
+                        self.drop_head(counters);
+                        continue;
+                    }
+                    if h + count > self.expected {
+                        return None; // the rest of the message has not arrived yet
+                    }
+                    if !self.assemble(h, first) {
+                        self.drop_head(counters);
+                        continue;
+                    }
+                    for s in h..h + count {
+                        let m = self.slot(s).take().expect("present");
+                        self.pool.push(m.data);
+                    }
+                    self.handed += count;
+                    self.window_opened();
+                    return Some(f(&self.reassembly));
+                }
+            }
+        }
+    }
+
+    /// Concatenates the fragments of the message starting at `h`; false if they disagree.
+    fn assemble(&mut self, h: u64, first: Fragment) -> bool {
+        self.reassembly.clear();
+        for i in 0..first.count as u64 {
+            let i_slot = ((h + i) % self.len()) as usize;
+            let Some(m) = self.slots[i_slot].as_ref() else {
+                return false;
+            };
+            match m.fragment {
+                Some(f)
+                    if f.msg_id == first.msg_id
+                        && f.count == first.count
+                        && f.total_len == first.total_len
+                        && f.index as u64 == i =>
+                {
+                    if self.reassembly.len() + m.data.len() > first.total_len as usize {
+                        return false;
+                    }
+                    self.reassembly.extend_from_slice(&m.data);
+                }
+                _ => return false,
+            }
+        }
+        self.reassembly.len() == first.total_len as usize
+    }
+
+    fn drop_head(&mut self, counters: &mut LinkCounters) {
+        let h = self.handed;
+        if let Some(m) = self.slot(h).take() {
+            self.pool.push(m.data);
+        }
+        self.handed += 1;
+        counters.bad_fragments_dropped += 1;
+    }
+
+    /// After the application takes messages: if the last credit we granted was small and the
+    /// window has opened up, tell the sender at once.
+    fn window_opened(&mut self) {
+        let now_credit = self.handed + self.len() - self.expected;
+        if (self.advertised_credit as u64) < self.len() / 4 && now_credit >= self.len() / 2 {
+            self.ack_now = true;
+        }
+    }
+}

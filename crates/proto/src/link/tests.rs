@@ -1,0 +1,155 @@
+use super::*;
+use crate::wire::Packet;
+
+fn pair(cfg: LinkConfig) -> (Link, Link) {
+    let a = Address::new(0, 0, 1, 0);
+    let b = Address::new(0, 1, 1, 0);
+    (
+        Link::new(cfg.clone(), a, b, 9, 1, None).unwrap(),
+        Link::new(cfg, b, a, 9, 1, None).unwrap(),
+    )
+}
+
+/// Moves every packet from `from` to `to`, dropping those `drop` picks; returns packets moved.
+fn pump(
+    now: Instant,
+    from: &mut Link,
+    to: &mut Link,
+    mut drop: impl FnMut(usize) -> bool,
+) -> usize {
+    let mut buf = vec![0u8; from.config().packet_bytes_max];
+    let mut n = 0;
+    while let Some(len) = from.poll_transmit(now, &mut buf) {
+        if !drop(n) {
+            to.handle_packet(now, &Packet::parse(&buf[..len], 9, None).unwrap());
+        }
+        n += 1;
+    }
+    n
+}
+
+fn drain(l: &mut Link) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(m) = l.poll_delivery(|m| m.to_vec()) {
+        out.push(m);
+    }
+    out
+}
+
+#[test]
+fn oversize_is_rejected_and_full_is_back_pressure() {
+    let cfg = LinkConfig {
+        window_msgs: 4,
+        send_buffer_msgs: 8,
+        recv_buffer_msgs: 64,
+        message_bytes_max: 8000,
+        ..LinkConfig::default()
+    };
+    let (mut a, _b) = pair(cfg);
+    let t = Instant::ZERO;
+    assert_eq!(
+        a.send(t, &[0u8; 8001]),
+        Err(LinkSendError::TooLong {
+            len: 8001,
+            max: 8000
+        })
+    );
+    for _ in 0..8 {
+        a.send(t, b"m").unwrap();
+    }
+    assert_eq!(a.send(t, b"m"), Err(LinkSendError::Full));
+    assert_eq!(a.counters().send_full, 1);
+}
+
+#[test]
+fn packs_waiting_messages_and_fragments_long_ones() {
+    let (mut a, mut b) = pair(LinkConfig::default());
+    let t = Instant::ZERO;
+    for i in 0..10u8 {
+        a.send(t, &[i; 20]).unwrap();
+    }
+    let long: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+    a.send(t, &long).unwrap();
+    let packets = pump(t, &mut a, &mut b, |_| false);
+    assert!(
+        packets < 6,
+        "ten small messages share a packet, took {packets}"
+    );
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 11);
+    assert_eq!(got[3], vec![3u8; 20]);
+    assert_eq!(got[10], long);
+}
+
+#[test]
+fn nak_recovers_a_lost_packet_without_waiting_for_the_timeout() {
+    let cfg = LinkConfig {
+        pack: PackMode::Off,
+        ..LinkConfig::default()
+    };
+    let (mut a, mut b) = pair(cfg);
+    let t = Instant::ZERO;
+    for i in 0..5u8 {
+        a.send(t, &[i]).unwrap();
+    }
+    pump(t, &mut a, &mut b, |n| n == 1); // lose the second
+    assert_eq!(drain(&mut b), vec![vec![0u8]]);
+    pump(t, &mut b, &mut a, |_| false); // the NAK
+    assert_eq!(a.counters().naks_received, 1);
+    pump(t, &mut a, &mut b, |_| false); // the retransmission
+    assert_eq!(a.counters().rto_fired, 0);
+    assert_eq!(drain(&mut b).len(), 4);
+}
+
+#[test]
+fn timeout_recovers_a_lost_tail() {
+    let (mut a, mut b) = pair(LinkConfig::default());
+    let t = Instant::ZERO;
+    a.send(t, b"only").unwrap();
+    pump(t, &mut a, &mut b, |_| true);
+    let due = a.poll_timeout().expect("retransmission timer armed");
+    a.handle_timeout(due);
+    assert_eq!(a.counters().rto_fired, 1);
+    pump(due, &mut a, &mut b, |_| false);
+    assert_eq!(drain(&mut b), vec![b"only".to_vec()]);
+}
+
+#[test]
+fn an_ack_for_messages_never_sent_is_dropped_and_counted() {
+    let (mut a, mut b) = pair(LinkConfig::default());
+    let t = Instant::ZERO;
+    b.send(t, b"x").unwrap();
+    let mut buf = vec![0u8; 1472];
+    let h = PacketHeader {
+        kind: Kind::Ack,
+        flags: 0,
+        cluster: 9,
+        incarnation: 1,
+        source: b.peer(),
+        destination: a.peer(),
+    };
+    let len = crate::wire::AckWriter::write(&mut buf, h, None, 1000, 10, &[]);
+    b.handle_packet(t, &Packet::parse(&buf[..len], 9, None).unwrap());
+    assert_eq!(b.counters().bogus_acks_dropped, 1);
+    assert!(!b.is_idle());
+}
+
+#[test]
+fn a_restarted_receiver_gets_everything_unacknowledged() {
+    let cfg = LinkConfig::default();
+    let (mut a, mut b) = pair(cfg.clone());
+    let t = Instant::ZERO;
+    a.send(t, b"one").unwrap();
+    pump(t, &mut a, &mut b, |_| false);
+    assert_eq!(drain(&mut b).len(), 1);
+    let later = b.poll_timeout().unwrap();
+    pump(later, &mut b, &mut a, |_| false); // the delayed ACK: a knows incarnation 1
+    a.send(t, b"two").unwrap();
+    pump(t, &mut a, &mut b, |_| true); // lost, and then b restarts
+    let mut b2 = Link::new(cfg, b.header.source, a.header.source, 9, 2, None).unwrap();
+    b2.send(t, b"hello from the new incarnation").unwrap();
+    pump(t, &mut b2, &mut a, |_| false);
+    assert_eq!(a.counters().peer_restarts, 1);
+    pump(t, &mut a, &mut b2, |_| false);
+    assert_eq!(drain(&mut b2), vec![b"two".to_vec()]);
+}

@@ -1,0 +1,211 @@
+//! The simulated network: seeded loss, duplication, reordering, delay, capacity, partitions.
+
+use crate::{Digest, NodeId};
+use std::collections::BinaryHeap;
+use txcast_proto::rng::Rng;
+use txcast_proto::time::Instant;
+
+/// The fault mix of one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultConfig {
+    pub loss: f64,
+    pub duplicate: f64,
+    /// Probability that a packet takes an extra random delay (and so overtakes or is overtaken).
+    pub reorder: f64,
+    pub delay_min_ns: u64,
+    pub delay_max_ns: u64,
+    /// Most packets in flight on one path; more are dropped (a full queue).
+    pub path_capacity: usize,
+    /// Probability per step that a partition is cut (or healed when one is in force).
+    pub partition_flip: f64,
+}
+
+impl FaultConfig {
+    /// No faults: every packet arrives once after the minimum delay.
+    pub fn none() -> Self {
+        FaultConfig {
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            delay_min_ns: 10_000,
+            delay_max_ns: 10_000,
+            path_capacity: usize::MAX,
+            partition_flip: 0.0,
+        }
+    }
+
+    /// A fault mix drawn from `rng`: each fault is on or off, and its strength random.
+    pub fn swarm(rng: &mut Rng) -> Self {
+        let pick = |rng: &mut Rng, max: f64| {
+            if rng.chance(0.5) {
+                (rng.below(1000) as f64 / 1000.0) * max
+            } else {
+                0.0
+            }
+        };
+        let delay_min_ns = 1_000 + rng.below(50_000);
+        FaultConfig {
+            loss: pick(rng, 0.3),
+            duplicate: pick(rng, 0.2),
+            reorder: pick(rng, 0.5),
+            delay_min_ns,
+            delay_max_ns: delay_min_ns + rng.below(2_000_000),
+            path_capacity: if rng.chance(0.5) {
+                4 + rng.below(200) as usize
+            } else {
+                usize::MAX
+            },
+            partition_flip: pick(rng, 0.002),
+        }
+    }
+}
+
+#[derive(PartialEq, Eq)]
+struct InFlight {
+    at: Instant,
+    order: u64,
+    from: NodeId,
+    to: NodeId,
+    bytes: Vec<u8>,
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // A min-heap on (time, order).
+        (other.at, other.order).cmp(&(self.at, self.order))
+    }
+}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Counts of what the network did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetCounters {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub over_capacity: u64,
+    pub partitioned: u64,
+}
+
+pub struct Network {
+    pub faults: FaultConfig,
+    rng: Rng,
+    queue: BinaryHeap<InFlight>,
+    order: u64,
+    in_flight: Vec<Vec<usize>>,
+    /// `cut[a]` is the side of node `a` while a partition is in force.
+    side: Vec<bool>,
+    partitioned: bool,
+    pub counters: NetCounters,
+    pub digest: Digest,
+}
+
+impl Network {
+    pub fn new(nodes: usize, faults: FaultConfig, rng: Rng) -> Self {
+        Network {
+            faults,
+            rng,
+            queue: BinaryHeap::new(),
+            order: 0,
+            in_flight: vec![vec![0; nodes]; nodes],
+            side: vec![false; nodes],
+            partitioned: false,
+            counters: NetCounters::default(),
+            digest: Digest::default(),
+        }
+    }
+
+    /// Turns every fault off and heals partitions (the liveness phase).
+    pub fn heal(&mut self) {
+        let delay = self.faults.delay_min_ns;
+        self.faults = FaultConfig {
+            delay_min_ns: delay,
+            delay_max_ns: delay,
+            ..FaultConfig::none()
+        };
+        self.partitioned = false;
+    }
+
+    /// Maybe cuts or heals a partition.
+    pub fn step_partitions(&mut self) {
+        if self.faults.partition_flip > 0.0 && self.rng.chance(self.faults.partition_flip) {
+            self.partitioned = !self.partitioned;
+            if self.partitioned {
+                for s in self.side.iter_mut() {
+                    *s = self.rng.chance(0.5);
+                }
+            }
+        }
+    }
+
+    fn cut(&self, a: NodeId, b: NodeId) -> bool {
+        self.partitioned && self.side[a] != self.side[b]
+    }
+
+    pub fn send(&mut self, now: Instant, from: NodeId, to: NodeId, bytes: &[u8]) {
+        self.counters.sent += 1;
+        self.digest.add_u64(now.as_nanos());
+        self.digest.add_u64((from * 1000 + to) as u64);
+        self.digest.add(bytes);
+        if self.cut(from, to) {
+            self.counters.partitioned += 1;
+            return;
+        }
+        if self.rng.chance(self.faults.loss) {
+            self.counters.lost += 1;
+            return;
+        }
+        let copies = if self.rng.chance(self.faults.duplicate) {
+            self.counters.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            if self.in_flight[from][to] >= self.faults.path_capacity {
+                self.counters.over_capacity += 1;
+                continue;
+            }
+            let f = &self.faults;
+            let mut delay = f.delay_min_ns;
+            if self.rng.chance(f.reorder) {
+                self.counters.reordered += 1;
+                delay += self.rng.below(f.delay_max_ns - f.delay_min_ns + 1);
+            }
+            self.in_flight[from][to] += 1;
+            self.order += 1;
+            self.queue.push(InFlight {
+                at: Instant(now.0 + delay),
+                order: self.order,
+                from,
+                to,
+                bytes: bytes.to_vec(),
+            });
+        }
+    }
+
+    pub fn next_arrival(&self) -> Option<Instant> {
+        self.queue.peek().map(|p| p.at)
+    }
+
+    /// The next packet due at or before `now`: (destination, bytes).
+    pub fn pop_due(&mut self, now: Instant) -> Option<(NodeId, Vec<u8>)> {
+        if self.queue.peek().is_some_and(|p| p.at <= now) {
+            let p = self.queue.pop().expect("peeked");
+            self.in_flight[p.from][p.to] -= 1;
+            if self.cut(p.from, p.to) {
+                self.counters.partitioned += 1;
+                return self.pop_due(now);
+            }
+            self.counters.delivered += 1;
+            return Some((p.to, p.bytes));
+        }
+        None
+    }
+}
