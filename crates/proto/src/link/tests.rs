@@ -116,7 +116,7 @@ fn timeout_recovers_a_lost_tail() {
 
 #[test]
 fn an_ack_for_messages_never_sent_is_dropped_and_counted() {
-    let (mut a, b) = pair(LinkConfig::default());
+    let (a, mut b) = pair(LinkConfig::default());
     let t = Instant::ZERO;
     b.send(t, b"x").unwrap();
     let mut buf = vec![0u8; 1472];
