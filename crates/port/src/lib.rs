@@ -1,1 +1,13 @@
-//! Ports.
+//! txcast ports: one API for local (shared-memory) and remote (UDP) messages, naming by pure
+//! functions, transaction multicast, and the engine that runs the protocol machines.
+
+pub mod engine;
+pub mod mmsg;
+pub mod naming;
+pub mod port;
+pub mod shm;
+
+pub use engine::{Engine, EngineConfig, EngineMode};
+pub use naming::{ClusterConfig, NamingError};
+pub use port::{Port, PortConfig, PortCounters, PortError, Received};
+pub use shm::IdleStrategy;

@@ -308,7 +308,7 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
     for node in nodes.iter_mut() {
         for j in 0..n {
             if j != node.id {
-                add_counters(&mut links, node.link(j).counters());
+                links.add(node.link(j).counters());
             }
         }
     }
@@ -329,24 +329,4 @@ fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, y) => x.or(y),
     }
-}
-
-fn add_counters(sum: &mut LinkCounters, c: &LinkCounters) {
-    sum.messages_sent += c.messages_sent;
-    sum.packets_sent += c.packets_sent;
-    sum.data_packets_sent += c.data_packets_sent;
-    sum.packed_messages += c.packed_messages;
-    sum.retransmitted += c.retransmitted;
-    sum.rto_fired += c.rto_fired;
-    sum.acks_sent += c.acks_sent;
-    sum.naks_sent += c.naks_sent;
-    sum.naks_received += c.naks_received;
-    sum.messages_delivered += c.messages_delivered;
-    sum.duplicates_dropped += c.duplicates_dropped;
-    sum.beyond_window_dropped += c.beyond_window_dropped;
-    sum.stale_incarnation_dropped += c.stale_incarnation_dropped;
-    sum.bad_fragments_dropped += c.bad_fragments_dropped;
-    sum.bogus_acks_dropped += c.bogus_acks_dropped;
-    sum.peer_restarts += c.peer_restarts;
-    sum.send_full += c.send_full;
 }

@@ -186,6 +186,29 @@ pub struct LinkCounters {
     pub send_full: u64,
 }
 
+impl LinkCounters {
+    /// Adds another link's counters (for totals over many links).
+    pub fn add(&mut self, c: &LinkCounters) {
+        self.messages_sent += c.messages_sent;
+        self.packets_sent += c.packets_sent;
+        self.data_packets_sent += c.data_packets_sent;
+        self.packed_messages += c.packed_messages;
+        self.retransmitted += c.retransmitted;
+        self.rto_fired += c.rto_fired;
+        self.acks_sent += c.acks_sent;
+        self.naks_sent += c.naks_sent;
+        self.naks_received += c.naks_received;
+        self.messages_delivered += c.messages_delivered;
+        self.duplicates_dropped += c.duplicates_dropped;
+        self.beyond_window_dropped += c.beyond_window_dropped;
+        self.stale_incarnation_dropped += c.stale_incarnation_dropped;
+        self.bad_fragments_dropped += c.bad_fragments_dropped;
+        self.bogus_acks_dropped += c.bogus_acks_dropped;
+        self.peer_restarts += c.peer_restarts;
+        self.send_full += c.send_full;
+    }
+}
+
 /// One direction pair between a local port and a remote one.
 pub struct Link {
     cfg: LinkConfig,
@@ -270,11 +293,11 @@ impl Link {
             return;
         }
         match self.peer_incarnation {
-            Some(known) if h.incarnation < known => {
+            Some(known) if incarnation_older(h.incarnation, known) => {
                 self.counters.stale_incarnation_dropped += 1;
                 return;
             }
-            Some(known) if h.incarnation > known => {
+            Some(known) if h.incarnation != known => {
                 // The peer restarted: what it held of our stream is gone, and its new stream
                 // starts afresh.
                 self.counters.peer_restarts += 1;
@@ -371,12 +394,25 @@ impl Link {
 
     /// Hands the next in-order message to `f`, then frees its buffer.
     pub fn poll_delivery<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.poll_delivery_if(|m| Some(f(m)))
+    }
+
+    /// Offers the next in-order message to `f`; it is consumed only if `f` returns `Some`.
+    /// A receiver whose own queue is full returns `None` and the message waits here, holding
+    /// the link's credit closed: that is how back-pressure reaches the remote sender.
+    pub fn poll_delivery_if<R>(&mut self, f: impl FnOnce(&[u8]) -> Option<R>) -> Option<R> {
         let r = self.rx.poll_delivery(&mut self.counters, f);
         if r.is_some() {
             self.counters.messages_delivered += 1;
         }
         r
     }
+}
+
+/// Incarnations are serial numbers that may wrap: `a` is older than `b` when it lies less than
+/// half the number space behind.
+pub fn incarnation_older(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// Upper bound on what one packet may hold, for compile-time relations between bounds.

@@ -229,10 +229,12 @@ impl Receiver {
         Some(len)
     }
 
+    /// Offers the next in-order message to `f`; the message is consumed only if `f` returns
+    /// `Some` (so a caller whose own queue is full can leave it here, and credit stays closed).
     pub fn poll_delivery<R>(
         &mut self,
         counters: &mut LinkCounters,
-        f: impl FnOnce(&[u8]) -> R,
+        f: impl FnOnce(&[u8]) -> Option<R>,
     ) -> Option<R> {
         loop {
             if self.handed >= self.expected {
@@ -240,15 +242,8 @@ impl Receiver {
             }
             let h = self.handed;
             let head = self.slot(h).as_ref().expect("below expected means present");
-            match head.fragment {
-                None => {
-                    let m = self.slot(h).take().expect("present");
-                    self.handed += 1;
-                    let r = f(&m.data);
-                    self.pool.push(m.data);
-                    self.window_opened();
-                    return Some(r);
-                }
+            let count = match head.fragment {
+                None => 1,
                 Some(first) => {
                     let count = first.count as u64;
                     if first.index != 0 || count > self.len() {
@@ -262,15 +257,23 @@ impl Receiver {
                         self.drop_head(counters);
                         continue;
                     }
-                    for s in h..h + count {
-                        let m = self.slot(s).take().expect("present");
-                        self.pool.push(m.data);
-                    }
-                    self.handed += count;
-                    self.window_opened();
-                    return Some(f(&self.reassembly));
+                    count
                 }
+            };
+            let r = if count == 1 && self.slot(h).as_ref().is_some_and(|m| m.fragment.is_none()) {
+                let i = (h % self.len()) as usize;
+                f(&self.slots[i].as_ref().expect("present").data)
+            } else {
+                f(&self.reassembly)
+            };
+            r.as_ref()?;
+            for s in h..h + count {
+                let m = self.slot(s).take().expect("present");
+                self.pool.push(m.data);
             }
+            self.handed += count;
+            self.window_opened();
+            return r;
         }
     }
 

@@ -1,0 +1,576 @@
+//! The engine: one loop per process that runs the sans-IO link machines over real UDP sockets,
+//! fires their timers and delivers what arrives into each port's shared-memory ring.
+//!
+//! Two threading modes (Aeron's are the model): `Thread` runs the duty cycle on its own thread
+//! with an idle strategy of spin, then yield, then park in `poll(2)` on the sockets and a wake-up
+//! eventfd; `Invoker` runs no thread, and the application's own `recv` calls drive the duty cycle
+//! (busy-polling, for the lowest latency when the application thread spins anyway).
+//! Applications never call the engine directly: they hold [`crate::Port`]s.
+
+use crate::naming::ClusterConfig;
+use crate::shm::RingSender;
+use std::collections::{BTreeSet, HashMap};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+use txcast_proto::link::{Link, LinkConfig, LinkCounters};
+use txcast_proto::wire::{
+    parse_datagram, ClusterKey, DataBody, Kind, MulticastBody, Packet, Records,
+};
+use txcast_proto::{Address, Instant, TxnId};
+
+/// Bytes each message carries in a ring ahead of its payload: the source address and the
+/// transaction id (zero for point-to-point messages).
+pub const ENVELOPE_BYTES: usize = 16;
+/// Datagrams one duty cycle reads from one socket before moving on.
+pub const RECV_BATCH_MAX: usize = 64;
+/// Longest the engine thread parks before running timers again.
+pub const PARK_MAX: Duration = Duration::from_millis(1);
+/// Links one port keeps to remote peers.
+pub const LINKS_PER_PORT_MAX: usize = 4096;
+
+/// How the engine runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineMode {
+    /// A dedicated engine thread (the default).
+    Thread,
+    /// No thread: the application's `recv` calls run the duty cycle.
+    Invoker,
+}
+
+/// Everything the engine needs to start.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub cluster: ClusterConfig,
+    pub link: LinkConfig,
+    pub mode: EngineMode,
+    /// Empty duty cycles the engine thread spins before it parks.
+    pub idle_spins: u32,
+    /// Fault injection for tests and demos: drop this fraction of outgoing link packets,
+    /// chosen by a generator seeded with `loss_seed`.
+    pub loss_injection: f64,
+    pub loss_seed: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cluster: ClusterConfig::default(),
+            link: LinkConfig::default(),
+            mode: EngineMode::Thread,
+            idle_spins: 2000,
+            loss_injection: 0.0,
+            loss_seed: 1,
+        }
+    }
+}
+
+/// What an endpoint (the network side of a port) has seen.
+#[derive(Debug, Default)]
+pub(crate) struct EndpointCounters {
+    pub packets_received: AtomicU64,
+    pub packets_sent: AtomicU64,
+    pub dropped_bad: AtomicU64,
+    pub dropped_misaddressed: AtomicU64,
+    pub dropped_not_joined: AtomicU64,
+    pub dropped_ring_full: AtomicU64,
+    pub dropped_too_long: AtomicU64,
+    pub dropped_link_limit: AtomicU64,
+    pub datagrams_received: AtomicU64,
+    pub multicast_received: AtomicU64,
+}
+
+pub(crate) struct Links {
+    pub map: HashMap<Address, Link>,
+    pub buf: Vec<u8>,
+}
+
+/// The network side of one port, shared between the port's owner and the engine.
+pub(crate) struct Endpoint {
+    pub addr: Address,
+    pub socket: UdpSocket,
+    pub links: Mutex<Links>,
+    pub ring: RingSender,
+    pub joined: RwLock<BTreeSet<TxnId>>,
+    pub counters: EndpointCounters,
+    pub closed: AtomicBool,
+}
+
+pub(crate) struct Shared {
+    pub cfg: EngineConfig,
+    pub key: Option<ClusterKey>,
+    pub incarnation: u32,
+    origin: std::time::Instant,
+    pub endpoints: RwLock<Vec<Arc<Endpoint>>>,
+    stop: AtomicBool,
+    duty: Mutex<Vec<u8>>,
+    wake_fd: i32,
+    /// Nanoseconds (engine clock) until which the engine thread sleeps; `u64::MAX` while awake.
+    sleeping_until: AtomicU64,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    loss: Mutex<txcast_proto::rng::Rng>,
+    pub injected_losses: AtomicU64,
+}
+
+/// A handle on the engine; cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) shared: Arc<Shared>,
+}
+
+static EMBEDDED: OnceLock<Engine> = OnceLock::new();
+
+impl Engine {
+    /// Starts an engine with `cfg`.
+    pub fn start(cfg: EngineConfig) -> std::io::Result<Engine> {
+        cfg.cluster
+            .validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        cfg.link
+            .validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        // SAFETY: eventfd with valid flags; the result is checked.
+        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if wake_fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let shared = Arc::new(Shared {
+            key: cfg.cluster.key(),
+            incarnation: new_incarnation(),
+            origin: std::time::Instant::now(),
+            endpoints: RwLock::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            duty: Mutex::new(vec![0u8; txcast_proto::wire::PACKET_BYTES_MAX]),
+            wake_fd,
+            sleeping_until: AtomicU64::new(u64::MAX),
+            thread: Mutex::new(None),
+            loss: Mutex::new(txcast_proto::rng::Rng::new(cfg.loss_seed)),
+            injected_losses: AtomicU64::new(0),
+            cfg,
+        });
+        let engine = Engine { shared };
+        if engine.shared.cfg.mode == EngineMode::Thread {
+            let e = engine.clone();
+            let h = std::thread::Builder::new()
+                .name("txcast-engine".into())
+                .spawn(move || e.run())?;
+            *engine.shared.thread.lock().expect("engine lock") = Some(h);
+        }
+        Ok(engine)
+    }
+
+    /// The process's embedded engine with the default configuration (every site on loopback),
+    /// started on first use.
+    pub fn embedded() -> std::io::Result<Engine> {
+        if let Some(e) = EMBEDDED.get() {
+            return Ok(e.clone());
+        }
+        let e = Engine::start(EngineConfig::default())?;
+        Ok(EMBEDDED.get_or_init(|| e).clone())
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.cfg
+    }
+
+    /// This process's incarnation: packets from an earlier run of the same address are refused.
+    pub fn incarnation(&self) -> u32 {
+        self.shared.incarnation
+    }
+
+    /// The engine clock.
+    pub fn now(&self) -> Instant {
+        Instant(self.shared.origin.elapsed().as_nanos() as u64)
+    }
+
+    pub(crate) fn register(&self, ep: Arc<Endpoint>) {
+        self.shared.endpoints.write().expect("engine lock").push(ep);
+        self.wake();
+    }
+
+    pub(crate) fn unregister(&self, addr: Address) {
+        self.shared
+            .endpoints
+            .write()
+            .expect("engine lock")
+            .retain(|e| e.addr != addr);
+    }
+
+    /// Wakes a parked engine thread.
+    pub(crate) fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our own eventfd.
+        unsafe {
+            libc::write(
+                self.shared.wake_fd,
+                &one as *const u64 as *const libc::c_void,
+                8,
+            );
+        }
+    }
+
+    /// Wakes the engine thread if it sleeps past `deadline` (a timer an application call armed).
+    pub(crate) fn wake_for(&self, deadline: Option<Instant>) {
+        if let Some(t) = deadline {
+            if self.shared.sleeping_until.load(Ordering::SeqCst) > t.0
+                && self.shared.sleeping_until.load(Ordering::SeqCst) != u64::MAX
+            {
+                self.wake();
+            }
+        }
+    }
+
+    /// Packets dropped by fault injection so far.
+    pub fn injected_losses(&self) -> u64 {
+        self.shared.injected_losses.load(Ordering::Relaxed)
+    }
+
+    pub fn is_invoker(&self) -> bool {
+        self.shared.cfg.mode == EngineMode::Invoker
+    }
+
+    fn run(&self) {
+        let mut idle = 0u32;
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let work = self.duty_cycle();
+            if work > 0 {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < self.shared.cfg.idle_spins {
+                std::hint::spin_loop();
+            } else if idle < self.shared.cfg.idle_spins + 20 {
+                std::thread::yield_now();
+            } else {
+                self.park();
+                idle = 0;
+            }
+        }
+    }
+
+    /// Sleeps in poll(2) on every socket and the wake-up eventfd until traffic, a wake-up, the
+    /// next link timer, or `PARK_MAX`.
+    fn park(&self) {
+        let now = self.now();
+        let mut deadline = Instant(now.0 + PARK_MAX.as_nanos() as u64);
+        let mut fds = Vec::new();
+        {
+            let eps = self.shared.endpoints.read().expect("engine lock");
+            for ep in eps.iter() {
+                if let Ok(l) = ep.links.try_lock() {
+                    for link in l.map.values() {
+                        if let Some(t) = link.poll_timeout() {
+                            deadline = deadline.min(t);
+                        }
+                    }
+                }
+                fds.push(libc::pollfd {
+                    fd: ep.socket.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+        }
+        fds.push(libc::pollfd {
+            fd: self.shared.wake_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        if deadline <= now {
+            return;
+        }
+        self.shared
+            .sleeping_until
+            .store(deadline.0, Ordering::SeqCst);
+        let ms = (deadline.0 - now.0).div_ceil(1_000_000) as i32;
+        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
+        let mut drain = 0u64;
+        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
+        unsafe {
+            libc::read(
+                self.shared.wake_fd,
+                &mut drain as *mut u64 as *mut libc::c_void,
+                8,
+            );
+        }
+    }
+
+    /// One pass over every port: read datagrams, run links, deliver, transmit. Returns how much
+    /// work it did (zero: idle). Only one caller runs it at a time; others return at once.
+    pub fn duty_cycle(&self) -> usize {
+        let Ok(mut buf) = self.shared.duty.try_lock() else {
+            return 0;
+        };
+        let eps: Vec<Arc<Endpoint>> = self.shared.endpoints.read().expect("engine lock").clone();
+        let mut work = 0;
+        for ep in &eps {
+            work += self.receive(ep, &mut buf);
+            work += self.run_links(ep);
+        }
+        work
+    }
+
+    fn receive(&self, ep: &Endpoint, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < RECV_BATCH_MAX {
+            let (len, from) = match ep.socket.recv_from(buf) {
+                Ok(x) => x,
+                Err(_) => break,
+            };
+            n += 1;
+            ep.counters.packets_received.fetch_add(1, Ordering::Relaxed);
+            self.handle_datagram(ep, &buf[..len], from);
+        }
+        n
+    }
+
+    fn handle_datagram(&self, ep: &Endpoint, bytes: &[u8], from: SocketAddr) {
+        let cfg = &self.shared.cfg;
+        let p = match Packet::parse(bytes, cfg.cluster.cluster, self.shared.key.as_ref()) {
+            Ok(p) => p,
+            Err(_) => {
+                ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let h = p.header;
+        // The source address must map to the socket it came from: no lookup, no spoofing of
+        // another server's name from a different port.
+        let source_ok = cfg.cluster.socket_addr(h.source).is_ok_and(|s| s == from);
+        let dest_ok = match h.kind {
+            Kind::Multicast => {
+                h.destination.instance == ep.addr.instance
+                    && h.destination.server_type == ep.addr.server_type
+            }
+            _ => h.destination == ep.addr,
+        };
+        if !source_ok || !dest_ok {
+            ep.counters
+                .dropped_misaddressed
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match h.kind {
+            Kind::Data | Kind::Ack => {
+                if h.kind == Kind::Data && DataBody::parse(p.body).is_err() {
+                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                let now = self.now();
+                let mut links = ep.links.lock().expect("links lock");
+                let link = match links_entry(&mut links, self, ep.addr, h.source) {
+                    Some(l) => l,
+                    None => {
+                        ep.counters
+                            .dropped_link_limit
+                            .fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                };
+                link.handle_packet(now, &p);
+            }
+            Kind::Datagram => {
+                if parse_datagram(p.body).is_err() {
+                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                for r in Records::new(p.body).flatten() {
+                    if r.fragment.is_none() {
+                        ep.counters
+                            .datagrams_received
+                            .fetch_add(1, Ordering::Relaxed);
+                        deliver(ep, h.source, TxnId(0), r.payload);
+                    }
+                }
+            }
+            Kind::Multicast => {
+                let Ok(m) = MulticastBody::parse(p.body) else {
+                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    return;
+                };
+                if !ep.joined.read().expect("joined lock").contains(&m.txn) {
+                    ep.counters
+                        .dropped_not_joined
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                for r in m.records().flatten() {
+                    ep.counters
+                        .multicast_received
+                        .fetch_add(1, Ordering::Relaxed);
+                    deliver(ep, h.source, m.txn, r.payload);
+                }
+            }
+        }
+    }
+
+    /// Timers, deliveries into the ring, and transmissions for every link of `ep`.
+    fn run_links(&self, ep: &Endpoint) -> usize {
+        let now = self.now();
+        let mut work = 0;
+        let mut guard = ep.links.lock().expect("links lock");
+        let Links { map, buf } = &mut *guard;
+        for link in map.values_mut() {
+            if link.poll_timeout().is_some_and(|t| t <= now) {
+                link.handle_timeout(now);
+            }
+            let peer = link.peer();
+            while link
+                .poll_delivery_if(|m| deliver_reliable(ep, peer, m))
+                .is_some()
+            {
+                work += 1;
+            }
+            work += flush(self, ep, link, buf, now);
+        }
+        work
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: closes the eventfd this struct owns.
+        unsafe { libc::close(self.wake_fd) };
+    }
+}
+
+/// Stops the engine thread (for engines started with [`Engine::start`]).
+impl Engine {
+    pub fn shutdown(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.wake();
+        if let Some(h) = self.shared.thread.lock().expect("engine lock").take() {
+            let _ = h.join();
+        }
+    }
+}
+
+pub(crate) fn links_entry<'a>(
+    links: &'a mut Links,
+    engine: &Engine,
+    local: Address,
+    peer: Address,
+) -> Option<&'a mut Link> {
+    if !links.map.contains_key(&peer) {
+        if links.map.len() >= LINKS_PER_PORT_MAX {
+            return None;
+        }
+        let s = &engine.shared;
+        let link = Link::new(
+            s.cfg.link.clone(),
+            local,
+            peer,
+            s.cfg.cluster.cluster,
+            s.incarnation,
+            s.key.clone(),
+        )
+        .expect("link configuration validated at engine start");
+        links.map.insert(peer, link);
+    }
+    links.map.get_mut(&peer)
+}
+
+/// Sends every packet the link has ready. Returns packets sent.
+pub(crate) fn flush(
+    engine: &Engine,
+    ep: &Endpoint,
+    link: &mut Link,
+    buf: &mut [u8],
+    now: Instant,
+) -> usize {
+    let Ok(to) = engine.shared.cfg.cluster.socket_addr(link.peer()) else {
+        return 0;
+    };
+    let mut n = 0;
+    let loss = engine.shared.cfg.loss_injection;
+    while let Some(len) = link.poll_transmit(now, buf) {
+        if loss > 0.0 && engine.shared.loss.lock().expect("loss lock").chance(loss) {
+            engine
+                .shared
+                .injected_losses
+                .fetch_add(1, Ordering::Relaxed);
+            n += 1;
+            continue;
+        }
+        // Loss here is recovered by the link like loss on the wire.
+        let _ = ep.socket.send_to(&buf[..len], to);
+        n += 1;
+    }
+    ep.counters
+        .packets_sent
+        .fetch_add(n as u64, Ordering::Relaxed);
+    n
+}
+
+/// Writes a message with its envelope into the port's ring; false if the ring is full.
+fn deliver_reliable(ep: &Endpoint, source: Address, msg: &[u8]) -> Option<()> {
+    match ep.ring.claim(ENVELOPE_BYTES + msg.len()) {
+        Ok(mut c) => {
+            write_envelope(&mut c, source, TxnId(0), msg);
+            c.commit();
+            Some(())
+        }
+        Err(crate::shm::SendError::TooLong { .. }) => {
+            // It can never fit this port's slots: drop it rather than wedge the link.
+            ep.counters.dropped_too_long.fetch_add(1, Ordering::Relaxed);
+            Some(())
+        }
+        Err(_) => None,
+    }
+}
+
+fn deliver(ep: &Endpoint, source: Address, txn: TxnId, msg: &[u8]) {
+    match ep.ring.claim(ENVELOPE_BYTES + msg.len()) {
+        Ok(mut c) => {
+            write_envelope(&mut c, source, txn, msg);
+            c.commit();
+        }
+        Err(crate::shm::SendError::TooLong { .. }) => {
+            ep.counters.dropped_too_long.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => {
+            ep.counters
+                .dropped_ring_full
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+pub(crate) fn write_envelope(out: &mut [u8], source: Address, txn: TxnId, msg: &[u8]) {
+    source.write_to(&mut out[0..8]);
+    out[8..16].copy_from_slice(&txn.0.to_le_bytes());
+    out[ENVELOPE_BYTES..ENVELOPE_BYTES + msg.len()].copy_from_slice(msg);
+}
+
+/// Reads an envelope; `None` if the record is too short to hold one.
+pub(crate) fn read_envelope(rec: &[u8]) -> Option<(Address, TxnId, &[u8])> {
+    if rec.len() < ENVELOPE_BYTES {
+        return None;
+    }
+    let source = Address::read_from(&rec[0..8]);
+    let txn = TxnId(u64::from_le_bytes(rec[8..16].try_into().ok()?));
+    Some((source, txn, &rec[ENVELOPE_BYTES..]))
+}
+
+/// A new incarnation number: milliseconds of wall-clock time, as a serial number that wraps.
+fn new_incarnation() -> u32 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    (ms as u32).max(1)
+}
+
+/// Sums link counters over every link of a port.
+pub(crate) fn sum_link_counters(links: &Links) -> LinkCounters {
+    let mut s = LinkCounters::default();
+    for l in links.map.values() {
+        s.add(l.counters());
+    }
+    s
+}

@@ -1,0 +1,278 @@
+//! Naming: pure functions from logical addresses to network addresses (paper 000 §4.1–4.2).
+//!
+//! The site maps to a host through the cluster configuration; `(instance, server_type,
+//! server_instance)` maps to a UDP port and a shared-memory path on that host. A transaction's
+//! multicast group is a function of its id. No lookup protocol on the data path.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use txcast_proto::wire::ClusterKey;
+use txcast_proto::{Address, TxnId};
+
+/// Why a configuration or an address was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamingError {
+    /// The configuration file could not be read or parsed.
+    Config(String),
+    /// The site has no host in the configuration.
+    UnknownSite(u16),
+    /// The address falls outside the ranges the configuration maps to ports.
+    OutOfRange(&'static str),
+}
+
+impl std::fmt::Display for NamingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NamingError::Config(s) => write!(f, "cluster configuration: {s}"),
+            NamingError::UnknownSite(s) => write!(f, "site {s} has no host in the configuration"),
+            NamingError::OutOfRange(s) => write!(f, "address out of range: {s}"),
+        }
+    }
+}
+impl std::error::Error for NamingError {}
+
+/// IP multicast for transaction groups.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MulticastConfig {
+    /// Use IP multicast for transaction groups; otherwise the engine fans out with sendmmsg.
+    pub enabled: bool,
+    /// The first two octets of the administratively scoped groups (239.x.0.0/16).
+    pub group_prefix: [u8; 2],
+    /// UDP port every transaction group uses.
+    pub port: u16,
+    /// Interface address to send and join on.
+    pub interface: Ipv4Addr,
+}
+
+impl Default for MulticastConfig {
+    fn default() -> Self {
+        MulticastConfig {
+            enabled: false,
+            group_prefix: [239, 192],
+            port: 19999,
+            interface: Ipv4Addr::LOCALHOST,
+        }
+    }
+}
+
+/// The cluster: sites to hosts, and the port numbering.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Cluster instance; packets from another cluster are dropped.
+    pub cluster: u16,
+    /// Site number to host address. Sites missing here fall back to `127.0.0.(site+1)` when
+    /// `loopback_default` is set.
+    #[serde(deserialize_with = "sites_from_toml")]
+    pub sites: BTreeMap<u16, IpAddr>,
+    pub loopback_default: bool,
+    /// UDP port of `(instance 0, type 0, server 0)`.
+    pub base_port: u16,
+    /// Server types per instance and servers per type that map to distinct ports.
+    pub server_types_max: u16,
+    pub server_instances_max: u16,
+    /// Directory for shared-memory segments (a private subdirectory is made per user).
+    pub shm_dir: PathBuf,
+    /// Passphrase for the cluster key; when set, every packet carries a keyed MAC.
+    pub key_passphrase: Option<String>,
+    pub multicast: MulticastConfig,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            cluster: 1,
+            sites: BTreeMap::new(),
+            loopback_default: true,
+            base_port: 20000,
+            server_types_max: 16,
+            server_instances_max: 64,
+            shm_dir: PathBuf::from("/dev/shm"),
+            key_passphrase: None,
+            multicast: MulticastConfig::default(),
+        }
+    }
+}
+
+/// TOML table keys are strings: `[sites]` maps `"0" = "10.0.0.1"`.
+fn sites_from_toml<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<u16, IpAddr>, D::Error> {
+    let raw = BTreeMap::<String, IpAddr>::deserialize(d)?;
+    raw.into_iter()
+        .map(|(k, v)| {
+            k.parse::<u16>().map(|site| (site, v)).map_err(|_| {
+                serde::de::Error::custom(format!("site `{k}` is not a number 0..=65535"))
+            })
+        })
+        .collect()
+}
+
+impl ClusterConfig {
+    /// Reads a TOML configuration.
+    pub fn from_toml(text: &str) -> Result<Self, NamingError> {
+        let c: ClusterConfig =
+            toml::from_str(text).map_err(|e| NamingError::Config(e.to_string()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn load(path: &Path) -> Result<Self, NamingError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| NamingError::Config(format!("{}: {e}", path.display())))?;
+        Self::from_toml(&text)
+    }
+
+    pub fn validate(&self) -> Result<(), NamingError> {
+        if self.server_types_max == 0 || self.server_instances_max == 0 {
+            return Err(NamingError::Config(
+                "server_types_max and server_instances_max must be positive".into(),
+            ));
+        }
+        let per_instance = self.server_types_max as u32 * self.server_instances_max as u32;
+        if self.base_port as u32 + per_instance > 65536 {
+            return Err(NamingError::Config(
+                "base_port + server_types_max * server_instances_max exceeds 65535".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn key(&self) -> Option<ClusterKey> {
+        self.key_passphrase
+            .as_deref()
+            .map(ClusterKey::from_passphrase)
+    }
+
+    /// The host of a site.
+    pub fn host(&self, site: u16) -> Result<IpAddr, NamingError> {
+        if let Some(h) = self.sites.get(&site) {
+            return Ok(*h);
+        }
+        if self.loopback_default && site < 254 {
+            return Ok(IpAddr::V4(Ipv4Addr::new(127, 0, 0, site as u8 + 1)));
+        }
+        Err(NamingError::UnknownSite(site))
+    }
+
+    /// The UDP port of an address: `base_port + (instance * types + type) * servers + server`.
+    pub fn udp_port(&self, a: Address) -> Result<u16, NamingError> {
+        if a.server_type >= self.server_types_max {
+            return Err(NamingError::OutOfRange("server_type >= server_types_max"));
+        }
+        if a.server_instance >= self.server_instances_max {
+            return Err(NamingError::OutOfRange(
+                "server_instance >= server_instances_max",
+            ));
+        }
+        let index = (a.instance as u32 * self.server_types_max as u32 + a.server_type as u32)
+            * self.server_instances_max as u32
+            + a.server_instance as u32;
+        let port = self.base_port as u32 + index;
+        u16::try_from(port)
+            .map_err(|_| NamingError::OutOfRange("instance too large for the port range"))
+    }
+
+    /// The socket address of an address.
+    pub fn socket_addr(&self, a: Address) -> Result<SocketAddr, NamingError> {
+        Ok(SocketAddr::new(self.host(a.site)?, self.udp_port(a)?))
+    }
+
+    /// The private directory holding this user's segments of this cluster.
+    pub fn segment_dir(&self) -> PathBuf {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        self.shm_dir
+            .join(format!("txcast-{uid}"))
+            .join(format!("c{}", self.cluster))
+    }
+
+    /// The shared-memory segment of an address's port.
+    pub fn segment_path(&self, a: Address) -> PathBuf {
+        self.segment_dir().join(format!(
+            "{}.{}.{}.{}.ring",
+            a.instance, a.site, a.server_type, a.server_instance
+        ))
+    }
+
+    /// Whether two sites share a host (and so shared memory).
+    pub fn same_host(&self, a: u16, b: u16) -> bool {
+        a == b || matches!((self.host(a), self.host(b)), (Ok(x), Ok(y)) if x == y)
+    }
+
+    /// The IP multicast group of a transaction: a pure function of its id, so every member
+    /// derives it alone.
+    pub fn txn_group(&self, txn: TxnId) -> SocketAddr {
+        let h = txn.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48;
+        let [p0, p1] = self.multicast.group_prefix;
+        let ip = Ipv4Addr::new(p0, p1, (h >> 8) as u8, h as u8);
+        SocketAddr::new(IpAddr::V4(ip), self.multicast.port)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_puts_site_s_on_127_0_0_s_plus_1() {
+        let c = ClusterConfig::default();
+        let a = Address::new(0, 2, 3, 4);
+        assert_eq!(
+            c.socket_addr(a).unwrap(),
+            "127.0.0.3:20196".parse::<SocketAddr>().unwrap()
+        );
+        assert!(!c.same_host(1, 2));
+        assert!(c.same_host(2, 2));
+    }
+
+    #[test]
+    fn ports_are_distinct_within_the_ranges() {
+        let c = ClusterConfig::default();
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..3 {
+            for t in 0..c.server_types_max {
+                for s in 0..c.server_instances_max {
+                    assert!(seen.insert(c.udp_port(Address::new(i, 0, t, s)).unwrap()));
+                }
+            }
+        }
+        assert!(c.udp_port(Address::new(0, 0, 16, 0)).is_err());
+        assert!(c.udp_port(Address::new(60, 0, 0, 0)).is_err());
+    }
+
+    #[test]
+    fn toml_maps_sites_to_hosts_and_rejects_unknown_keys() {
+        let c = ClusterConfig::from_toml(
+            "cluster = 7\nloopback_default = false\nbase_port = 30000\n[sites]\n0 = \"10.0.0.1\"\n1 = \"10.0.0.2\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.cluster, 7);
+        assert_eq!(c.host(1).unwrap(), "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(c.host(5), Err(NamingError::UnknownSite(5)));
+        assert!(ClusterConfig::from_toml("nonsense = 1").is_err());
+        assert!(ClusterConfig::from_toml("base_port = 65000").is_err());
+    }
+
+    #[test]
+    fn txn_group_is_a_pure_function_in_the_scoped_range() {
+        let c = ClusterConfig::default();
+        let g = c.txn_group(TxnId(42));
+        assert_eq!(g, c.txn_group(TxnId(42)));
+        assert_ne!(g, c.txn_group(TxnId(43)));
+        match g.ip() {
+            IpAddr::V4(v4) => assert_eq!(&v4.octets()[..2], &[239, 192]),
+            IpAddr::V6(_) => panic!("v4 expected"),
+        }
+    }
+
+    #[test]
+    fn segment_paths_name_the_address() {
+        let c = ClusterConfig::default();
+        let p = c.segment_path(Address::new(0, 1, 2, 3));
+        assert!(p.ends_with("c1/0.1.2.3.ring"));
+    }
+}

@@ -1,0 +1,605 @@
+//! `Port`: one API for local and remote messages (paper 000 §4.2, Figure 5).
+//!
+//! A port owns a shared-memory receive ring (slot count and length chosen at open). A message to a
+//! port on the same host is written straight into that port's ring by the sender: one copy, no
+//! system call unless the receiver sleeps. A message to another host goes over UDP through a
+//! reliable, in-order link; the engine delivers it into the same ring, so `recv` has one path.
+
+use crate::engine::{
+    flush, links_entry, read_envelope, sum_link_counters, write_envelope, Endpoint,
+    EndpointCounters, Engine, Links, ENVELOPE_BYTES,
+};
+use crate::naming::NamingError;
+use crate::shm::{
+    ensure_private_dir, IdleStrategy, RingConfig, RingReceiver, RingSender, SendError, ShmError,
+};
+use std::collections::{BTreeSet, HashMap};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use txcast_proto::link::{LinkCounters, LinkSendError};
+use txcast_proto::wire::{Kind, PacketHeader, PacketWriter};
+use txcast_proto::{Address, TxnId};
+
+/// Options fixed when a port opens.
+#[derive(Clone, Copy, Debug)]
+pub struct PortConfig {
+    /// Receive slots in the ring (a power of two).
+    pub slot_count: u32,
+    /// Bytes per slot: the longest message this port receives, plus 16 bytes of envelope.
+    pub slot_bytes: u32,
+    /// How `recv` waits.
+    pub idle: IdleStrategy,
+    /// How long a blocking `send` waits for room before `PortError::Timeout`.
+    pub send_timeout: Duration,
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        PortConfig {
+            slot_count: 1024,
+            slot_bytes: 2048,
+            idle: IdleStrategy::SpinThenPark { spins: 20_000 },
+            send_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a port call failed.
+#[derive(Debug)]
+pub enum PortError {
+    Naming(NamingError),
+    Segment(ShmError),
+    Io(std::io::Error),
+    /// The destination's ring or the link's send buffer is full (non-blocking calls).
+    Full,
+    /// A blocking call's deadline passed.
+    Timeout,
+    /// The message is longer than the destination accepts.
+    TooLong {
+        len: usize,
+        max: usize,
+    },
+    /// No port is open at that local address.
+    NoSuchPort(Address),
+    /// The destination port's owner died.
+    OwnerDead(Address),
+    /// The destination port was closed.
+    Closed(Address),
+}
+
+impl std::fmt::Display for PortError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortError::Naming(e) => write!(f, "{e}"),
+            PortError::Segment(e) => write!(f, "{e}"),
+            PortError::Io(e) => write!(f, "{e}"),
+            PortError::Full => write!(f, "destination full (back-pressure)"),
+            PortError::Timeout => write!(f, "timed out"),
+            PortError::TooLong { len, max } => {
+                write!(f, "message of {len} bytes exceeds the {max}-byte bound")
+            }
+            PortError::NoSuchPort(a) => write!(f, "no port open at {a}"),
+            PortError::OwnerDead(a) => write!(f, "the owner of port {a} died"),
+            PortError::Closed(a) => write!(f, "port {a} is closed"),
+        }
+    }
+}
+impl std::error::Error for PortError {}
+
+impl From<NamingError> for PortError {
+    fn from(e: NamingError) -> Self {
+        PortError::Naming(e)
+    }
+}
+impl From<std::io::Error> for PortError {
+    fn from(e: std::io::Error) -> Self {
+        PortError::Io(e)
+    }
+}
+
+/// A message taken from the port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    pub source: Address,
+    /// The transaction of a transaction-multicast message.
+    pub txn: Option<TxnId>,
+    /// Bytes copied into the caller's buffer.
+    pub len: usize,
+}
+
+/// A port's counters.
+#[derive(Clone, Debug, Default)]
+pub struct PortCounters {
+    pub local_sent: u64,
+    pub remote_sent: u64,
+    pub received: u64,
+    pub packets_received: u64,
+    pub packets_sent: u64,
+    pub dropped_bad: u64,
+    pub dropped_misaddressed: u64,
+    pub dropped_not_joined: u64,
+    pub dropped_ring_full: u64,
+    pub dropped_too_long: u64,
+    pub ring_full_rejections: u64,
+    pub reclaimed_dead_owner: bool,
+    pub links: LinkCounters,
+    /// Packets that carried k messages, k = index (the last bin: that many or more).
+    pub pack_histogram: Vec<u64>,
+}
+
+/// A communication endpoint named by a logical address.
+pub struct Port {
+    addr: Address,
+    cfg: PortConfig,
+    engine: Engine,
+    ring: RingReceiver,
+    ep: Arc<Endpoint>,
+    local: HashMap<Address, RingSender>,
+    local_sent: u64,
+    remote_sent: u64,
+    received: u64,
+    scratch: Vec<u8>,
+}
+
+impl Port {
+    /// Opens a port on the process's embedded engine.
+    pub fn open(addr: Address, cfg: PortConfig) -> Result<Port, PortError> {
+        Port::open_on(&Engine::embedded()?, addr, cfg)
+    }
+
+    /// Opens a port on a given engine.
+    pub fn open_on(engine: &Engine, addr: Address, cfg: PortConfig) -> Result<Port, PortError> {
+        let cluster = &engine.config().cluster;
+        let sockaddr = cluster.socket_addr(addr)?;
+        ensure_private_dir(&cluster.segment_dir()).map_err(PortError::Segment)?;
+        let ring = RingReceiver::create(
+            &cluster.segment_path(addr),
+            RingConfig {
+                slot_count: cfg.slot_count,
+                slot_bytes: cfg.slot_bytes,
+            },
+        )
+        .map_err(PortError::Segment)?;
+        let socket = UdpSocket::bind(sockaddr)?;
+        socket.set_nonblocking(true)?;
+        let ep = Arc::new(Endpoint {
+            addr,
+            socket,
+            links: Mutex::new(Links {
+                map: HashMap::new(),
+                buf: vec![0u8; engine.config().link.packet_bytes_max],
+            }),
+            ring: ring.producer(),
+            joined: RwLock::new(BTreeSet::new()),
+            counters: EndpointCounters::default(),
+            closed: AtomicBool::new(false),
+        });
+        engine.register(ep.clone());
+        Ok(Port {
+            addr,
+            cfg,
+            engine: engine.clone(),
+            ring,
+            ep,
+            local: HashMap::new(),
+            local_sent: 0,
+            remote_sent: 0,
+            received: 0,
+            scratch: Vec::new(),
+        })
+    }
+
+    pub fn address(&self) -> Address {
+        self.addr
+    }
+
+    pub fn config(&self) -> PortConfig {
+        self.cfg
+    }
+
+    /// The longest message this port can receive.
+    pub fn message_bytes_max(&self) -> usize {
+        self.cfg.slot_bytes as usize - ENVELOPE_BYTES
+    }
+
+    fn is_local(&self, dest: Address) -> bool {
+        self.engine
+            .config()
+            .cluster
+            .same_host(self.addr.site, dest.site)
+    }
+
+    fn local_sender(&mut self, dest: Address) -> Result<&RingSender, PortError> {
+        if !self.local.contains_key(&dest) {
+            let path = self.engine.config().cluster.segment_path(dest);
+            let s = RingSender::open(&path).map_err(|e| match e {
+                ShmError::NotFound => PortError::NoSuchPort(dest),
+                ShmError::OwnerDead => PortError::OwnerDead(dest),
+                ShmError::Closed => PortError::Closed(dest),
+                e => PortError::Segment(e),
+            })?;
+            self.local.insert(dest, s);
+        }
+        Ok(&self.local[&dest])
+    }
+
+    /// Sends reliably and in order, waiting up to the port's `send_timeout` for room.
+    pub fn send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        self.send_timeout(dest, msg, self.cfg.send_timeout)
+    }
+
+    /// Sends without waiting: `PortError::Full` when the destination has no room.
+    pub fn try_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        if self.is_local(dest) {
+            self.local_try_send(dest, msg)
+        } else {
+            self.remote_send(dest, msg)
+        }
+    }
+
+    /// Sends, waiting up to `timeout` for room.
+    pub fn send_timeout(
+        &mut self,
+        dest: Address,
+        msg: &[u8],
+        timeout: Duration,
+    ) -> Result<(), PortError> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            match self.try_send(dest, msg) {
+                Err(PortError::Full) => {}
+                r => return r,
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(PortError::Timeout);
+            }
+            spins += 1;
+            if spins < 100 {
+                std::hint::spin_loop();
+            } else if spins < 200 {
+                std::thread::yield_now();
+            } else {
+                if self.is_local(dest) {
+                    if let Ok(s) = self.local_sender(dest) {
+                        if !s.owner_alive() {
+                            self.local.remove(&dest);
+                            return Err(PortError::OwnerDead(dest));
+                        }
+                    }
+                } else if self.engine.is_invoker() {
+                    self.engine.duty_cycle();
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    fn local_try_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        let source = self.addr;
+        let s = self.local_sender(dest)?;
+        let r = match s.claim(ENVELOPE_BYTES + msg.len()) {
+            Ok(mut c) => {
+                write_envelope(&mut c, source, TxnId(0), msg);
+                c.commit();
+                Ok(())
+            }
+            Err(e) => Err(map_send_error(e, dest)),
+        };
+        match r {
+            Ok(()) => {
+                self.local_sent += 1;
+                Ok(())
+            }
+            Err(e @ (PortError::OwnerDead(_) | PortError::Closed(_))) => {
+                self.local.remove(&dest);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remote_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        let now = self.engine.now();
+        let mut guard = self.ep.links.lock().expect("links lock");
+        let links = &mut *guard;
+        let mut buf = std::mem::take(&mut links.buf);
+        let link = links_entry(links, &self.engine, self.addr, dest).ok_or(PortError::Full)?;
+        let r = link.send(now, msg);
+        let result = match r {
+            Ok(()) => {
+                flush(&self.engine, &self.ep, link, &mut buf, now);
+                self.engine.wake_for(link.poll_timeout());
+                self.remote_sent += 1;
+                Ok(())
+            }
+            Err(LinkSendError::Full) => Err(PortError::Full),
+            Err(LinkSendError::TooLong { len, max }) => Err(PortError::TooLong { len, max }),
+        };
+        links.buf = buf;
+        result
+    }
+
+    /// Sends one message to several ports (reliably, each over its own link or ring).
+    /// Stops at the first error and reports which destination failed.
+    pub fn send_many(&mut self, dests: &[Address], msg: &[u8]) -> Result<(), (Address, PortError)> {
+        for &d in dests {
+            self.send(d, msg).map_err(|e| (d, e))?;
+        }
+        Ok(())
+    }
+
+    /// Sends an unreliable datagram (failure detection and the like): no retransmission, no
+    /// ordering; dropped if the destination has no room.
+    pub fn send_datagram(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        if self.is_local(dest) {
+            return self.local_try_send(dest, msg);
+        }
+        let cluster = &self.engine.config().cluster;
+        let to = cluster.socket_addr(dest)?;
+        let header = self.header(dest);
+        let key = self.engine.shared.key.clone();
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.resize(self.engine.config().link.packet_bytes_max, 0);
+        let mut w = PacketWriter::datagram(&mut buf, header, key.as_ref());
+        if !w.push(msg) {
+            let max = w.room();
+            self.scratch = buf;
+            return Err(PortError::TooLong {
+                len: msg.len(),
+                max,
+            });
+        }
+        let n = w.finish();
+        let r = self.ep.socket.send_to(&buf[..n], to);
+        self.scratch = buf;
+        r.map(|_| ()).map_err(PortError::Io)
+    }
+
+    fn header(&self, dest: Address) -> PacketHeader {
+        PacketHeader {
+            kind: Kind::Datagram,
+            flags: 0,
+            cluster: self.engine.config().cluster.cluster,
+            incarnation: self.engine.incarnation(),
+            source: self.addr,
+            destination: dest,
+        }
+    }
+
+    /// Joins a transaction's multicast group: from now on this port accepts messages
+    /// multicast to `txn`. No message is sent.
+    pub fn join_txn(&mut self, txn: TxnId) {
+        self.ep.joined.write().expect("joined lock").insert(txn);
+    }
+
+    /// Leaves a transaction's group (at commit or abort).
+    pub fn leave_txn(&mut self, txn: TxnId) {
+        self.ep.joined.write().expect("joined lock").remove(&txn);
+    }
+
+    /// Multicasts `msg` to the ports like `template` (same instance, type and server instance)
+    /// at `sites` that joined `txn`: one packet, built once and handed to the kernel with one
+    /// `sendmmsg` for all destinations. Ports that did not join drop it (counted). Best effort,
+    /// like a datagram. Returns how many destinations the packet was handed to.
+    pub fn multicast(
+        &mut self,
+        txn: TxnId,
+        template: Address,
+        sites: &[u16],
+        msg: &[u8],
+    ) -> Result<usize, PortError> {
+        let cluster = self.engine.config().cluster.clone();
+        let mut header = self.header(template);
+        header.kind = Kind::Multicast;
+        let key = self.engine.shared.key.clone();
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.resize(self.engine.config().link.packet_bytes_max, 0);
+        let mut w = PacketWriter::multicast(&mut buf, header, key.as_ref(), txn);
+        if !w.push(msg) {
+            let max = w.room();
+            self.scratch = buf;
+            return Err(PortError::TooLong {
+                len: msg.len(),
+                max,
+            });
+        }
+        let n = w.finish();
+        // Every member but this port itself gets the packet at its socket, where its engine
+        // checks the join; this port checks its own join set here.
+        let mut to: Vec<SocketAddr> = Vec::with_capacity(sites.len());
+        let mut delivered_here = 0;
+        for &site in sites {
+            let dest = Address { site, ..template };
+            if dest == self.addr {
+                if self.ep.joined.read().expect("joined lock").contains(&txn) {
+                    let mut c = self
+                        .ep
+                        .ring
+                        .claim(ENVELOPE_BYTES + msg.len())
+                        .map_err(|e| map_send_error(e, dest))?;
+                    write_envelope(&mut c, self.addr, txn, msg);
+                    c.commit();
+                    delivered_here = 1;
+                }
+            } else {
+                to.push(cluster.socket_addr(dest)?);
+            }
+        }
+        let sent = crate::mmsg::send_same_to_many(&self.ep.socket, &buf[..n], &to);
+        self.scratch = buf;
+        Ok(delivered_here + sent?)
+    }
+
+    /// Takes the next message if one is waiting.
+    pub fn try_recv(&mut self, buf: &mut [u8]) -> Option<Received> {
+        if self.engine.is_invoker() && !self.ring.has_ready() {
+            self.engine.duty_cycle();
+        }
+        self.take(buf)
+    }
+
+    fn take(&mut self, buf: &mut [u8]) -> Option<Received> {
+        loop {
+            let r = self.ring.try_recv(|rec| {
+                read_envelope(rec).map(|(source, txn, payload)| {
+                    let len = payload.len().min(buf.len());
+                    buf[..len].copy_from_slice(&payload[..len]);
+                    Received {
+                        source,
+                        txn: (txn.0 != 0).then_some(txn),
+                        len,
+                    }
+                })
+            })?;
+            if let Some(r) = r {
+                self.received += 1;
+                return Some(r);
+            }
+            // A record too short for an envelope: written by something that is not txcast.
+        }
+    }
+
+    /// Zero-copy receive: hands the message in place to `f`.
+    pub fn recv_with<R>(
+        &mut self,
+        timeout: Option<Duration>,
+        f: impl FnOnce(Address, Option<TxnId>, &[u8]) -> R,
+    ) -> Result<R, PortError> {
+        if !self.wait(timeout) {
+            return Err(PortError::Timeout);
+        }
+        let mut f = Some(f);
+        loop {
+            let r = self.ring.try_recv(|rec| {
+                read_envelope(rec).map(|(source, txn, payload)| {
+                    (f.take().expect("called once"))(source, (txn.0 != 0).then_some(txn), payload)
+                })
+            });
+            match r {
+                Some(Some(r)) => {
+                    self.received += 1;
+                    return Ok(r);
+                }
+                Some(None) => continue,
+                None => {
+                    if !self.wait(timeout) {
+                        return Err(PortError::Timeout);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for a message (per the port's idle strategy) up to `timeout` (forever if `None`).
+    pub fn recv_timeout(
+        &mut self,
+        buf: &mut [u8],
+        timeout: Option<Duration>,
+    ) -> Result<Received, PortError> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            if let Some(r) = self.try_recv(buf) {
+                return Ok(r);
+            }
+            let left = match deadline {
+                Some(d) => {
+                    let now = std::time::Instant::now();
+                    if now >= d {
+                        return Err(PortError::Timeout);
+                    }
+                    Some(d - now)
+                }
+                None => None,
+            };
+            self.wait(left);
+        }
+    }
+
+    /// Blocking receive.
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<Received, PortError> {
+        self.recv_timeout(buf, None)
+    }
+
+    fn wait(&mut self, timeout: Option<Duration>) -> bool {
+        if self.engine.is_invoker() {
+            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            loop {
+                if self.ring.has_ready() {
+                    return true;
+                }
+                self.engine.duty_cycle();
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    return self.ring.has_ready();
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.ring.wait(self.cfg.idle, timeout)
+    }
+
+    /// Counters of this port, its ring and its links.
+    pub fn counters(&self) -> PortCounters {
+        let c = &self.ep.counters;
+        let ring = self.ring.counters();
+        let links = self.ep.links.lock().expect("links lock");
+        let mut hist = vec![0u64; txcast_proto::pack::PACK_HISTOGRAM_BINS];
+        for l in links.map.values() {
+            for (h, x) in hist.iter_mut().zip(l.pack_histogram()) {
+                *h += x;
+            }
+        }
+        PortCounters {
+            local_sent: self.local_sent,
+            remote_sent: self.remote_sent,
+            received: self.received,
+            packets_received: c.packets_received.load(Ordering::Relaxed),
+            packets_sent: c.packets_sent.load(Ordering::Relaxed),
+            dropped_bad: c.dropped_bad.load(Ordering::Relaxed),
+            dropped_misaddressed: c.dropped_misaddressed.load(Ordering::Relaxed),
+            dropped_not_joined: c.dropped_not_joined.load(Ordering::Relaxed),
+            dropped_ring_full: c.dropped_ring_full.load(Ordering::Relaxed),
+            dropped_too_long: c.dropped_too_long.load(Ordering::Relaxed),
+            ring_full_rejections: ring.full_rejections,
+            reclaimed_dead_owner: self.ring.reclaimed(),
+            links: sum_link_counters(&links),
+            pack_histogram: hist,
+        }
+    }
+
+    /// Whether every remote message sent so far has been acknowledged.
+    pub fn remote_idle(&self) -> bool {
+        self.ep
+            .links
+            .lock()
+            .expect("links lock")
+            .map
+            .values()
+            .all(|l| l.is_idle())
+    }
+
+    /// Closes the port: unregisters it from the engine and removes its segment.
+    pub fn close(self) {}
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        self.ep.closed.store(true, Ordering::SeqCst);
+        self.engine.unregister(self.addr);
+    }
+}
+
+fn map_send_error(e: SendError, dest: Address) -> PortError {
+    match e {
+        SendError::Full => PortError::Full,
+        SendError::Timeout => PortError::Timeout,
+        SendError::TooLong { len, max } => PortError::TooLong {
+            len: len.saturating_sub(ENVELOPE_BYTES),
+            max: max.saturating_sub(ENVELOPE_BYTES),
+        },
+        SendError::OwnerDead => PortError::OwnerDead(dest),
+        SendError::Closed => PortError::Closed(dest),
+    }
+}

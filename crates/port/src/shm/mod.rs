@@ -1,0 +1,202 @@
+//! The local port: a shared-memory receive ring (paper 000, Figure 5; DESIGN.md §3).
+//!
+//! A port owner (the receiving process) creates a [`Segment`](segment) file, normally under
+//! `/dev/shm/<instance>/`, holding a bounded ring of fixed-size receive slots with a length beside
+//! each slot. Local senders — other processes of the same user, and threads of the owner — map the
+//! segment and write messages straight into a slot: one copy, and no system call unless the
+//! receiver is parked on its futex.
+//!
+//! The ring is a lock-free multi-producer single-consumer queue whose atomics live in the shared
+//! memory (per-slot sequence numbers, as in a bounded MPMC queue):
+//!
+//! * a producer reserves position `p` by CAS on `tail` when slot `p % slot_count` carries sequence
+//!   `p`, writes the bytes, the length and the record kind, then publishes sequence `p + 1` with
+//!   Release;
+//! * the consumer reads slot `head % slot_count` when its sequence is `head + 1` (Acquire),
+//!   validates the length and kind, hands the bytes out in place, and releases the slot by storing
+//!   sequence `head + slot_count`.
+//!
+//! Memory layout (all words native-endian; `LINE` = 128 bytes):
+//!
+//! ```text
+//! offset    0  identity: magic, version, header_bytes, slot_count, slot_bytes, slot_stride,
+//!              owner_pid, total_bytes, owner_start_time, closed, owner_uid
+//! offset  128  tail        (producers CAS)
+//! offset  256  head        (consumer; mirror for len())
+//! offset  384  sleeping    (receiver futex word: 1 = about to park / parked)
+//! offset  512  space_seq, space_waiters (back-pressure futex word + waiter count)
+//! offset  640  producer counters: full_rejections, wakeups, sender_waits
+//! offset  768  consumer counters: delivered, dropped_bad, skipped, parks
+//! offset 1024  slot[0] .. slot[slot_count-1], each `slot_stride` bytes (multiple of 64):
+//!              seq: u64, len: u32, kind: u32, data: [u8; slot_bytes], padding
+//! ```
+//!
+//! The memory is untrusted: any process of the same user may scribble on it. Every index is
+//! derived from the configuration copied and validated at open time, every length read from a
+//! slot is checked against `slot_bytes`, and bad records are dropped and counted (`dropped_bad`).
+//! A scribbler can wedge the ring or lose messages, but cannot make this side read or write out
+//! of bounds or panic.
+
+mod futex;
+mod layout;
+mod liveness;
+mod receiver;
+mod reclaim;
+mod segment;
+mod sender;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+pub use layout::{
+    SEGMENT_BYTES_MAX, SLOT_BYTES_MAX, SLOT_BYTES_MIN, SLOT_COUNT_MAX, SLOT_COUNT_MIN,
+};
+pub use liveness::ensure_private_dir;
+pub use receiver::{RingReceiver, RingWaker};
+pub use reclaim::reclaim_dead;
+pub use sender::{Claim, RingSender};
+
+/// Shape of a ring, chosen by the owner at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RingConfig {
+    /// Number of receive slots; a power of two in `SLOT_COUNT_MIN..=SLOT_COUNT_MAX`.
+    pub slot_count: u32,
+    /// Largest message a slot holds, in bytes; in `SLOT_BYTES_MIN..=SLOT_BYTES_MAX`.
+    pub slot_bytes: u32,
+}
+
+impl RingConfig {
+    /// Checks the bounds (including the total segment size bound, `SEGMENT_BYTES_MAX`).
+    pub fn validate(&self) -> Result<(), ShmError> {
+        layout::Layout::compute(self.slot_count, self.slot_bytes)
+            .map(|_| ())
+            .map_err(ShmError::InvalidConfig)
+    }
+
+    /// Total size of a segment with this configuration, in bytes.
+    pub fn segment_bytes(&self) -> Result<usize, ShmError> {
+        layout::Layout::compute(self.slot_count, self.slot_bytes)
+            .map(|l| l.total_bytes)
+            .map_err(ShmError::InvalidConfig)
+    }
+}
+
+/// Errors creating, opening or inspecting a segment.
+#[derive(Debug)]
+pub enum ShmError {
+    /// The requested [`RingConfig`] breaks the named bound.
+    InvalidConfig(&'static str),
+    /// A live owner already holds a segment at this path.
+    InUse,
+    /// No segment at this path.
+    NotFound,
+    /// The segment's contents break the named rule.
+    BadSegment(&'static str),
+    /// File ownership or mode breaks the named rule.
+    Permission(&'static str),
+    /// The process that created the segment is gone.
+    OwnerDead,
+    /// The owner closed the segment.
+    Closed,
+    /// Any other operating-system error.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for ShmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShmError::InvalidConfig(rule) => write!(f, "invalid ring configuration: {rule}"),
+            ShmError::InUse => f.write_str("segment in use by a live owner"),
+            ShmError::NotFound => f.write_str("segment not found"),
+            ShmError::BadSegment(rule) => write!(f, "bad segment: {rule}"),
+            ShmError::Permission(rule) => write!(f, "segment permission: {rule}"),
+            ShmError::OwnerDead => f.write_str("segment owner is dead"),
+            ShmError::Closed => f.write_str("segment closed by its owner"),
+            ShmError::Io(e) => write!(f, "segment I/O: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ShmError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ShmError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for ShmError {
+    fn from(e: std::io::Error) -> Self {
+        match e.kind() {
+            std::io::ErrorKind::NotFound => ShmError::NotFound,
+            _ => ShmError::Io(e),
+        }
+    }
+}
+
+/// Errors sending into a ring. All are expected conditions, not bugs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// Every slot holds an unconsumed message (back-pressure).
+    Full,
+    /// The message does not fit in a slot.
+    TooLong { len: usize, max: usize },
+    /// The owner process died (detected while waiting for space, or at open).
+    OwnerDead,
+    /// The owner closed the segment.
+    Closed,
+    /// `send_timeout` reached its deadline with the ring still full.
+    Timeout,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::Full => f.write_str("ring full"),
+            SendError::TooLong { len, max } => {
+                write!(f, "message of {len} bytes exceeds slot of {max} bytes")
+            }
+            SendError::OwnerDead => f.write_str("ring owner is dead"),
+            SendError::Closed => f.write_str("ring closed"),
+            SendError::Timeout => f.write_str("timed out waiting for ring space"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// How [`RingReceiver::wait`] idles while the ring is empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleStrategy {
+    /// Busy-poll until a message arrives or the timeout passes.
+    Spin,
+    /// Busy-poll `spins` times, then park on the futex.
+    SpinThenPark { spins: u32 },
+    /// Park on the futex at once.
+    Park,
+}
+
+/// Counters of a ring, read from the segment header (so they include every sender's work).
+/// They live in untrusted memory: good for statistics, not for decisions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingCounters {
+    /// Messages handed to the receiver.
+    pub delivered: u64,
+    /// `try_send` calls that found the ring full, and `send_timeout` calls that timed out.
+    pub full_rejections: u64,
+    /// Futex wake-ups issued by senders to a parked receiver.
+    pub wakeups: u64,
+    /// Times the receiver parked on its futex.
+    pub parks: u64,
+    /// Times a sender slept on the back-pressure futex.
+    pub sender_waits: u64,
+    /// Records dropped because their length or kind broke a rule.
+    pub dropped_bad: u64,
+    /// Skip records (claims dropped without commit) discarded.
+    pub skipped: u64,
+    /// Dead owners' segments this receiver reclaimed at its path when it was created.
+    pub reclaimed: u64,
+}

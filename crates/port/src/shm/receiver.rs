@@ -1,0 +1,411 @@
+//! The owner side: create (or reclaim) a segment, consume messages in place, park, close.
+
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::futex;
+use super::layout::{Layout, HEADER_BYTES, KIND_MESSAGE, KIND_SKIP, MAGIC, VERSION};
+use super::liveness::ProcessIdentity;
+use super::reclaim::{self, Verdict};
+use super::segment::Segment;
+use super::sender::{self, Claim, RingSender};
+use super::{IdleStrategy, RingConfig, RingCounters, SendError, ShmError};
+
+/// Attempts at `O_EXCL` creation when the path is taken by dead owners' segments (each attempt
+/// reclaims one); past this, another creator is racing us and we report `InUse`.
+const CREATE_ATTEMPTS: u32 = 4;
+/// Spins between deadline checks in [`IdleStrategy::Spin`].
+const SPINS_PER_CLOCK_READ: u32 = 128;
+
+/// The receiving end of a local port: the only consumer of its ring. `Send` and `Sync` (all
+/// `&self` methods are thread-safe); consuming needs `&mut self`.
+pub struct RingReceiver {
+    seg: Arc<Segment>,
+    /// Next position to consume; authoritative here, mirrored to the header for `len()`.
+    head: u64,
+    path: PathBuf,
+    /// (dev, ino) of the file we created, so close never unlinks a successor's file.
+    file_id: (u64, u64),
+    me: ProcessIdentity,
+    reclaimed: u64,
+}
+
+impl RingReceiver {
+    /// Creates the segment at `path` (`O_CREAT|O_EXCL`, mode 0600; the parent directory must
+    /// exist, see [`ensure_private_dir`](super::ensure_private_dir)). If a segment is already
+    /// there and its owner is dead (or it was closed), it is unlinked and recreated, and
+    /// [`reclaimed`](Self::reclaimed) reports it; a live owner's segment gives `InUse`.
+    pub fn create(path: &Path, cfg: RingConfig) -> Result<RingReceiver, ShmError> {
+        let layout =
+            Layout::compute(cfg.slot_count, cfg.slot_bytes).map_err(ShmError::InvalidConfig)?;
+        let me = ProcessIdentity::current().map_err(ShmError::Io)?;
+        let mut reclaimed = 0;
+        for _ in 0..CREATE_ATTEMPTS {
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path);
+            match opened {
+                Ok(file) => return Self::initialize(path, &file, layout, me, reclaimed),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    match reclaim::reclaim_if_dead(path)? {
+                        Verdict::Alive => return Err(ShmError::InUse),
+                        Verdict::Reclaimed => reclaimed += 1,
+                        Verdict::Gone => {}
+                    }
+                }
+                Err(e) => return Err(ShmError::from(e)),
+            }
+        }
+        Err(ShmError::InUse)
+    }
+
+    fn initialize(
+        path: &Path,
+        file: &File,
+        layout: Layout,
+        me: ProcessIdentity,
+        reclaimed: u64,
+    ) -> Result<RingReceiver, ShmError> {
+        let mapped = (|| {
+            // fchmod: the mode must be exactly 0600 whatever the umask.
+            file.set_permissions(Permissions::from_mode(0o600))?;
+            file.set_len(layout.total_bytes as u64)?;
+            let meta = file.metadata()?;
+            let seg = Segment::map(file, layout.total_bytes, layout)?;
+            Ok::<_, io::Error>((seg, (meta.dev(), meta.ino())))
+        })();
+        let (seg, file_id) = match mapped {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = fs::remove_file(path);
+                return Err(ShmError::Io(e));
+            }
+        };
+        for pos in 0..layout.slot_count as u64 {
+            let slot = seg.slot(pos);
+            slot.len.store(0, Ordering::Relaxed);
+            slot.kind.store(0, Ordering::Relaxed);
+            slot.seq.store(pos, Ordering::Relaxed);
+        }
+        let id = &seg.header().id.0;
+        id.version.store(VERSION, Ordering::Relaxed);
+        id.header_bytes
+            .store(HEADER_BYTES as u32, Ordering::Relaxed);
+        id.slot_count.store(layout.slot_count, Ordering::Relaxed);
+        id.slot_bytes.store(layout.slot_bytes, Ordering::Relaxed);
+        id.slot_stride
+            .store(layout.slot_stride as u32, Ordering::Relaxed);
+        id.owner_pid.store(me.pid, Ordering::Relaxed);
+        id.total_bytes
+            .store(layout.total_bytes as u64, Ordering::Relaxed);
+        id.owner_start_time.store(me.start_time, Ordering::Relaxed);
+        id.closed.store(0, Ordering::Relaxed);
+        // SAFETY: geteuid has no preconditions.
+        id.owner_uid
+            .store(unsafe { libc::geteuid() }, Ordering::Relaxed);
+        // Last, with Release: an opener that sees the magic sees everything above.
+        id.magic.store(MAGIC, Ordering::Release);
+        Ok(RingReceiver {
+            seg: Arc::new(seg),
+            head: 0,
+            path: path.to_path_buf(),
+            file_id,
+            me,
+            reclaimed,
+        })
+    }
+
+    /// True when creation replaced a dead owner's segment at the same path.
+    pub fn reclaimed(&self) -> bool {
+        self.reclaimed > 0
+    }
+
+    /// Path of the segment file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Calls `f` on the next message in place (zero-copy), then releases its slot. Skip
+    /// records are discarded and bad records (length beyond the slot, unknown kind) are
+    /// dropped and counted, up to one ring's worth per call. `None` when nothing is ready.
+    pub fn try_recv<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let seg = &*self.seg;
+        let slot_bytes = seg.slot_bytes();
+        let consumer = &seg.header().consumer.0;
+        for _ in 0..seg.layout.slot_count {
+            let pos = self.head;
+            let slot = seg.slot(pos);
+            if slot.seq.load(Ordering::Acquire) != pos.wrapping_add(1) {
+                return None;
+            }
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            let kind = slot.kind.load(Ordering::Relaxed);
+            if kind == KIND_MESSAGE && len <= slot_bytes {
+                let release = SlotRelease {
+                    seg,
+                    head: &mut self.head,
+                };
+                // SAFETY: the slot at `pos` is ready and ours until released (by `release`,
+                // also if `f` panics); `len <= slot_bytes` keeps the slice inside the slot. The
+                // higher-ranked `f` cannot keep the slice past the call.
+                let bytes = unsafe { std::slice::from_raw_parts(seg.slot_data(pos), len) };
+                let r = f(bytes);
+                drop(release);
+                bump(&consumer.delivered);
+                return Some(r);
+            }
+            if kind == KIND_SKIP {
+                bump(&consumer.skipped);
+            } else {
+                bump(&consumer.dropped_bad);
+            }
+            drop(SlotRelease {
+                seg,
+                head: &mut self.head,
+            });
+        }
+        None
+    }
+
+    /// Copies the next message into `buf` and returns its length. A message longer than `buf`
+    /// is truncated to `buf.len()` bytes (the returned length tells); a buffer of
+    /// `slot_bytes` never truncates.
+    pub fn recv_into(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.try_recv(|msg| {
+            let n = msg.len().min(buf.len());
+            buf[..n].copy_from_slice(&msg[..n]);
+            msg.len()
+        })
+    }
+
+    /// True when the slot at the head is ready (a message, or a skip/bad record that
+    /// `try_recv` will discard).
+    pub fn has_ready(&self) -> bool {
+        self.seg.slot(self.head).seq.load(Ordering::Acquire) == self.head.wrapping_add(1)
+    }
+
+    /// Idles until a record is ready (true), the timeout passes, or a [`RingWaker`] interrupts
+    /// (false when nothing is ready). `timeout: None` waits indefinitely. After `true`,
+    /// `try_recv` may still return `None` if the ready record was a skip or bad record.
+    pub fn wait(&mut self, strategy: IdleStrategy, timeout: Option<Duration>) -> bool {
+        if self.has_ready() {
+            return true;
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        match strategy {
+            IdleStrategy::Spin => self.spin(None, deadline).unwrap_or(false),
+            IdleStrategy::SpinThenPark { spins } => match self.spin(Some(spins), deadline) {
+                Some(ready) => ready,
+                None => self.park(deadline),
+            },
+            IdleStrategy::Park => self.park(deadline),
+        }
+    }
+
+    /// Busy-polls up to `limit` times (forever when `None`). `Some(answer)` when done,
+    /// `None` when the spins ran out.
+    fn spin(&mut self, limit: Option<u32>, deadline: Option<Instant>) -> Option<bool> {
+        let mut spins: u32 = 0;
+        loop {
+            if self.has_ready() {
+                return Some(true);
+            }
+            if self.seg.interrupt.swap(false, Ordering::SeqCst) {
+                return Some(self.has_ready());
+            }
+            if limit.is_some_and(|l| spins >= l) {
+                return None;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(SPINS_PER_CLOCK_READ)
+                && deadline.is_some_and(|d| Instant::now() >= d)
+            {
+                return Some(self.has_ready());
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Announce, re-check, sleep (Dekker pairing with `Segment::wake_receiver`): we store
+    /// `sleeping = 1`, fence, re-check the ring and the interrupt flag, then FUTEX_WAIT while
+    /// the word is still 1. A producer publishes, fences, and if it sees 1 swaps it to 0 and
+    /// wakes us; either we see its message or it sees our flag, so no wake-up is lost.
+    fn park(&mut self, deadline: Option<Instant>) -> bool {
+        let header = self.seg.header();
+        let sleeping = &header.sleeping.0;
+        loop {
+            let remaining = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return self.has_ready();
+                    }
+                    Some(d - now)
+                }
+                None => None,
+            };
+            sleeping.store(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if self.has_ready() {
+                sleeping.store(0, Ordering::Relaxed);
+                return true;
+            }
+            if self.seg.interrupt.swap(false, Ordering::SeqCst) {
+                sleeping.store(0, Ordering::Relaxed);
+                return self.has_ready();
+            }
+            bump(&header.consumer.0.parks);
+            futex::wait(sleeping, 1, remaining);
+            sleeping.store(0, Ordering::Relaxed);
+            if self.has_ready() {
+                return true;
+            }
+            if self.seg.interrupt.swap(false, Ordering::SeqCst) {
+                return self.has_ready();
+            }
+        }
+    }
+
+    /// Wakes this receiver if it is parked (or makes its next park return at once).
+    pub fn wake(&self) {
+        wake_segment(&self.seg);
+    }
+
+    /// A handle other threads can use to wake this receiver.
+    pub fn waker(&self) -> RingWaker {
+        RingWaker {
+            seg: Arc::clone(&self.seg),
+        }
+    }
+
+    /// An in-process producer over the same mapping (e.g. for an engine thread delivering
+    /// remote messages into this port). It gets `Closed` once the receiver is closed.
+    pub fn producer(&self) -> RingSender {
+        RingSender::from_segment(Arc::clone(&self.seg), self.me)
+    }
+
+    /// In-process non-blocking send into this ring (same as `producer().try_send`).
+    pub fn try_push(&self, msg: &[u8]) -> Result<(), SendError> {
+        let r = self.seg.try_send(msg);
+        if r == Err(SendError::Full) {
+            self.seg.count_full();
+        }
+        r
+    }
+
+    /// In-process claim (same as `producer().claim`).
+    pub fn claim(&self, len: usize) -> Result<Claim<'_>, SendError> {
+        sender::claim_on(&self.seg, len)
+    }
+
+    /// Active records: reserved or published but not yet consumed.
+    pub fn len(&self) -> usize {
+        let tail = self.seg.header().tail.0.load(Ordering::Acquire);
+        tail.wrapping_sub(self.head)
+            .min(self.seg.layout.slot_count as u64) as usize
+    }
+
+    /// True when no record is active.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The ring's shape.
+    pub fn config(&self) -> RingConfig {
+        RingConfig {
+            slot_count: self.seg.layout.slot_count,
+            slot_bytes: self.seg.layout.slot_bytes,
+        }
+    }
+
+    /// Counters from the segment header, plus this receiver's reclaim count.
+    pub fn counters(&self) -> RingCounters {
+        let h = self.seg.header();
+        let (p, c) = (&h.producer.0, &h.consumer.0);
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RingCounters {
+            delivered: get(&c.delivered),
+            full_rejections: get(&p.full_rejections),
+            wakeups: get(&p.wakeups),
+            parks: get(&c.parks),
+            sender_waits: get(&p.sender_waits),
+            dropped_bad: get(&c.dropped_bad),
+            skipped: get(&c.skipped),
+            reclaimed: self.reclaimed,
+        }
+    }
+
+    /// Marks the ring closed (senders get `Closed`, blocked senders wake), and unlinks the
+    /// file. Dropping the receiver does the same.
+    pub fn close(self) {}
+
+    #[cfg(test)]
+    pub(crate) fn segment(&self) -> &Segment {
+        &self.seg
+    }
+}
+
+impl Drop for RingReceiver {
+    fn drop(&mut self) {
+        self.seg.header().id.0.closed.store(1, Ordering::Release);
+        self.seg.wake_senders();
+        let _ = reclaim::unlink_if_same(&self.path, self.file_id);
+    }
+}
+
+/// Wakes a parked [`RingReceiver`] from another thread of the owner process.
+#[derive(Clone)]
+pub struct RingWaker {
+    seg: Arc<Segment>,
+}
+
+impl RingWaker {
+    /// Wakes the receiver if parked; otherwise its next `wait` returns at once.
+    pub fn wake(&self) {
+        wake_segment(&self.seg);
+    }
+}
+
+fn wake_segment(seg: &Segment) {
+    seg.interrupt.store(true, Ordering::SeqCst);
+    seg.wake_receiver();
+}
+
+/// Consumer-only counter: a plain load and store (no locked instruction).
+fn bump(counter: &AtomicU64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+}
+
+/// Releases the slot at `*head` to producers (also on unwind out of a `try_recv` callback)
+/// and advances the head.
+struct SlotRelease<'a> {
+    seg: &'a Segment,
+    head: &'a mut u64,
+}
+
+impl Drop for SlotRelease<'_> {
+    fn drop(&mut self) {
+        let pos = *self.head;
+        let next_lap = pos.wrapping_add(self.seg.layout.slot_count as u64);
+        self.seg.slot(pos).seq.store(next_lap, Ordering::Release);
+        *self.head = pos.wrapping_add(1);
+        self.seg
+            .header()
+            .head
+            .0
+            .store(*self.head, Ordering::Release);
+        self.seg.wake_senders();
+    }
+}

@@ -1,0 +1,106 @@
+//! Inspecting existing segments and unlinking those whose owner died.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use super::layout::{IdentityValues, HEADER_BYTES, IDENTITY_BYTES};
+use super::liveness::ProcessIdentity;
+use super::ShmError;
+
+/// What [`reclaim_if_dead`] found.
+pub(crate) enum Verdict {
+    /// The owner is alive and the segment open: left alone.
+    Alive,
+    /// The owner was dead (or the segment closed): unlinked.
+    Reclaimed,
+    /// The file vanished or was replaced while we looked.
+    Gone,
+}
+
+/// Reads and validates the identity of the segment at `path` without mapping it. Returns the
+/// identity and the file's (dev, ino).
+fn inspect(path: &Path) -> Result<(IdentityValues, (u64, u64)), ShmError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => ShmError::Permission("segment path must not be a symlink"),
+            Some(libc::EACCES) => ShmError::Permission("segment must be readable by us"),
+            _ => ShmError::from(e),
+        })?;
+    let meta = file.metadata().map_err(ShmError::Io)?;
+    if !meta.file_type().is_file() {
+        return Err(ShmError::BadSegment("segment must be a regular file"));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if meta.uid() != unsafe { libc::geteuid() } {
+        return Err(ShmError::Permission(
+            "segment must be owned by our effective uid",
+        ));
+    }
+    if meta.len() < HEADER_BYTES as u64 {
+        return Err(ShmError::BadSegment(
+            "file must be at least one header long (or is still being created)",
+        ));
+    }
+    let mut bytes = [0u8; IDENTITY_BYTES];
+    file.read_exact_at(&mut bytes, 0).map_err(ShmError::from)?;
+    let values = IdentityValues::from_bytes(&bytes);
+    values.validate(meta.len()).map_err(ShmError::BadSegment)?;
+    Ok((values, (meta.dev(), meta.ino())))
+}
+
+/// Unlinks the segment at `path` if it is valid and its owner is dead or it was closed.
+/// A segment that does not validate is left alone and reported (it might be mid-creation).
+pub(crate) fn reclaim_if_dead(path: &Path) -> Result<Verdict, ShmError> {
+    let (values, file_id) = match inspect(path) {
+        Ok(found) => found,
+        Err(ShmError::NotFound) => return Ok(Verdict::Gone),
+        Err(e) => return Err(e),
+    };
+    let owner = ProcessIdentity {
+        pid: values.owner_pid,
+        start_time: values.owner_start_time,
+    };
+    if values.closed == 0 && owner.alive() {
+        return Ok(Verdict::Alive);
+    }
+    match unlink_if_same(path, file_id).map_err(ShmError::Io)? {
+        true => Ok(Verdict::Reclaimed),
+        false => Ok(Verdict::Gone),
+    }
+}
+
+/// Unlinks `path` only if it still names the file `(dev, ino)`; true when it did.
+pub(crate) fn unlink_if_same(path: &Path, file_id: (u64, u64)) -> io::Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if (m.dev(), m.ino()) == file_id => match fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        },
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Scans `dir` and unlinks every segment whose owner is dead (or that was closed but not
+/// removed). Files that are not valid segments of ours are left alone. Returns how many
+/// segments were unlinked.
+pub fn reclaim_dead(dir: &Path) -> io::Result<usize> {
+    let mut reclaimed = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        if let Ok(Verdict::Reclaimed) = reclaim_if_dead(&entry.path()) {
+            reclaimed += 1;
+        }
+    }
+    Ok(reclaimed)
+}

@@ -1,0 +1,190 @@
+//! A mapped segment: the mapping itself, typed access to the header and slots, and the producer
+//! half of the ring (reserve, publish, wake the receiver), shared by remote senders and the
+//! owner's in-process producers.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+
+use super::futex;
+use super::layout::{Header, Layout, SlotHeader, HEADER_BYTES, KIND_MESSAGE, SLOT_HEADER_BYTES};
+use super::SendError;
+
+/// One `mmap` of a whole segment file, with the geometry validated when it was mapped.
+pub(crate) struct Segment {
+    base: NonNull<u8>,
+    map_bytes: usize,
+    pub layout: Layout,
+    /// Process-local: set by [`RingWaker::wake`](super::RingWaker) so a parked receiver returns.
+    pub interrupt: AtomicBool,
+}
+
+// SAFETY: the mapping is plain shared memory; all access to the shared words goes through
+// atomics, and payload bytes are only touched by the holder of a reserved or ready slot.
+unsafe impl Send for Segment {}
+// SAFETY: as above; `&Segment` only exposes atomic operations and slot access governed by the
+// ring protocol.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// Maps `map_bytes` of `file` read-write and shared. `layout` must describe at most
+    /// `map_bytes` bytes.
+    pub fn map(file: &File, map_bytes: usize, layout: Layout) -> io::Result<Segment> {
+        assert!(map_bytes >= HEADER_BYTES && layout.total_bytes <= map_bytes);
+        // SAFETY: mapping a file descriptor we own; the kernel picks the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null");
+        Ok(Segment {
+            base,
+            map_bytes,
+            layout,
+            interrupt: AtomicBool::new(false),
+        })
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY: the mapping is page-aligned and at least HEADER_BYTES long; Header consists of
+        // atomics, valid for any bit pattern.
+        unsafe { &*self.base.as_ptr().cast::<Header>() }
+    }
+
+    /// The record header of the slot holding position `pos`.
+    pub fn slot(&self, pos: u64) -> &SlotHeader {
+        let offset = self.layout.slot_offset((pos & self.layout.mask) as usize);
+        // SAFETY: offset + stride <= total_bytes <= map_bytes by the layout; the offset is a
+        // multiple of 64, so the SlotHeader atomics are aligned.
+        unsafe { &*self.base.as_ptr().add(offset).cast::<SlotHeader>() }
+    }
+
+    /// Start of the payload of the slot holding position `pos`; `slot_bytes` bytes are valid.
+    pub fn slot_data(&self, pos: u64) -> *mut u8 {
+        let offset = self.layout.slot_offset((pos & self.layout.mask) as usize);
+        // SAFETY: offset + SLOT_HEADER_BYTES + slot_bytes <= offset + stride <= map_bytes.
+        unsafe { self.base.as_ptr().add(offset + SLOT_HEADER_BYTES) }
+    }
+
+    pub fn slot_bytes(&self) -> usize {
+        self.layout.slot_bytes as usize
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.header().id.0.closed.load(Ordering::Acquire) != 0
+    }
+
+    /// Reserves the next position for a producer: `Full` when the slot there still holds an
+    /// unconsumed message from the previous lap.
+    pub fn reserve(&self) -> Result<u64, SendError> {
+        if self.is_closed() {
+            return Err(SendError::Closed);
+        }
+        let tail = &self.header().tail.0;
+        let mut pos = tail.load(Ordering::Relaxed);
+        loop {
+            let seq = self.slot(pos).seq.load(Ordering::Acquire);
+            let dif = seq.wrapping_sub(pos) as i64;
+            if dif == 0 {
+                match tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return Ok(pos),
+                    Err(current) => pos = current,
+                }
+            } else if dif < 0 {
+                return Err(SendError::Full);
+            } else {
+                // Another producer took `pos`; its publish (which we just acquired) follows its
+                // CAS, so the tail has moved on. If it has not, the slot's sequence was
+                // scribbled on: report Full rather than spin forever.
+                let current = tail.load(Ordering::Relaxed);
+                if current == pos {
+                    return Err(SendError::Full);
+                }
+                pos = current;
+            }
+        }
+    }
+
+    /// Publishes the record at the reserved position `pos` and wakes a parked receiver.
+    pub fn publish(&self, pos: u64, len: usize, kind: u32) {
+        debug_assert!(len <= self.slot_bytes());
+        let slot = self.slot(pos);
+        slot.len.store(len as u32, Ordering::Relaxed);
+        slot.kind.store(kind, Ordering::Relaxed);
+        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+        self.wake_receiver();
+    }
+
+    /// Dekker pairing with [`RingReceiver::park`](super::RingReceiver): the publish (or the
+    /// interrupt flag) is ordered before the read of `sleeping` by a SeqCst fence, and the
+    /// receiver orders its store of `sleeping` before its re-check of the ring the same way, so
+    /// at least one side sees the other.
+    pub fn wake_receiver(&self) {
+        fence(Ordering::SeqCst);
+        let header = self.header();
+        let sleeping = &header.sleeping.0;
+        if sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+            header.producer.0.wakeups.fetch_add(1, Ordering::Relaxed);
+            futex::wake(sleeping, 1);
+        }
+    }
+
+    /// Wakes every sender blocked on a full ring (after the consumer freed a slot or on close),
+    /// but only when someone is waiting. Dekker pairing with `RingSender::wait_for_space`.
+    pub fn wake_senders(&self) {
+        fence(Ordering::SeqCst);
+        let space = &self.header().space.0;
+        if space.waiters.load(Ordering::Relaxed) != 0 {
+            space.seq.fetch_add(1, Ordering::SeqCst);
+            futex::wake(&space.seq, i32::MAX);
+        }
+    }
+
+    /// Non-blocking send of one message (one copy, no system call unless the receiver parks).
+    pub fn try_send(&self, msg: &[u8]) -> Result<(), SendError> {
+        let max = self.slot_bytes();
+        if msg.len() > max {
+            return Err(SendError::TooLong {
+                len: msg.len(),
+                max,
+            });
+        }
+        let pos = self.reserve()?;
+        // SAFETY: the reserved slot's payload is ours until publish; it has slot_bytes >= len
+        // bytes, and the source is a distinct Rust slice.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.slot_data(pos), msg.len()) };
+        self.publish(pos, msg.len(), KIND_MESSAGE);
+        Ok(())
+    }
+
+    pub fn count_full(&self) {
+        self.header()
+            .producer
+            .0
+            .full_rejections
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `map` mapped; no references outlive `self`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_bytes) };
+    }
+}

@@ -1,0 +1,288 @@
+//! The producer side: open and validate a segment, send, block for space, claim/commit.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::futex;
+use super::layout::{IdentityValues, Layout, HEADER_BYTES, KIND_MESSAGE, KIND_SKIP};
+use super::liveness::ProcessIdentity;
+use super::segment::Segment;
+use super::{SendError, ShmError, SEGMENT_BYTES_MAX};
+
+/// Busy retries of a full ring before a sender sleeps on the back-pressure futex.
+const SEND_SPINS: u32 = 256;
+/// Longest single sleep of a blocked sender; between sleeps it checks the owner is alive.
+const SEND_PARK_SLICE: Duration = Duration::from_millis(20);
+
+/// A producer handle on a ring. Many senders (processes and threads) may send concurrently;
+/// a `RingSender` is `Send + Sync` and cheap to clone.
+#[derive(Clone)]
+pub struct RingSender {
+    seg: Arc<Segment>,
+    owner: ProcessIdentity,
+}
+
+impl RingSender {
+    pub(crate) fn from_segment(seg: Arc<Segment>, owner: ProcessIdentity) -> RingSender {
+        RingSender { seg, owner }
+    }
+
+    /// Opens the segment at `path` and validates it: a regular file owned by our effective uid
+    /// with mode exactly 0600, the magic and version, a configuration in bounds and a size
+    /// consistent with the header; then that it is open and its owner alive.
+    pub fn open(path: &Path) -> Result<RingSender, ShmError> {
+        let file = open_segment_file(path)?;
+        let meta = file.metadata().map_err(ShmError::Io)?;
+        if !meta.file_type().is_file() {
+            return Err(ShmError::BadSegment("segment must be a regular file"));
+        }
+        check_owner_and_mode(&meta)?;
+        let file_bytes = meta.len();
+        if file_bytes < HEADER_BYTES as u64 {
+            return Err(ShmError::BadSegment(
+                "file must be at least one header long",
+            ));
+        }
+        if file_bytes > SEGMENT_BYTES_MAX as u64 {
+            return Err(ShmError::BadSegment("file must be at most 1 GiB"));
+        }
+        // Map only the header first: the geometry is not trusted until validated.
+        let probe = Layout {
+            slot_count: 0,
+            slot_bytes: 0,
+            slot_stride: 0,
+            total_bytes: HEADER_BYTES,
+            mask: 0,
+        };
+        let values = {
+            let head = Segment::map(&file, HEADER_BYTES, probe).map_err(ShmError::Io)?;
+            IdentityValues::load(&head.header().id.0)
+        };
+        let layout = values.validate(file_bytes).map_err(ShmError::BadSegment)?;
+        let seg = Segment::map(&file, layout.total_bytes, layout).map_err(ShmError::Io)?;
+        // Re-read through the full mapping: the words must not have changed under us.
+        if IdentityValues::load(&seg.header().id.0).validate(file_bytes) != Ok(layout) {
+            return Err(ShmError::BadSegment("header changed while opening"));
+        }
+        if values.closed != 0 {
+            return Err(ShmError::Closed);
+        }
+        let owner = ProcessIdentity {
+            pid: values.owner_pid,
+            start_time: values.owner_start_time,
+        };
+        if !owner.alive() {
+            return Err(ShmError::OwnerDead);
+        }
+        Ok(RingSender {
+            seg: Arc::new(seg),
+            owner,
+        })
+    }
+
+    /// Non-blocking send: `Full` when every slot holds an unconsumed message.
+    pub fn try_send(&self, msg: &[u8]) -> Result<(), SendError> {
+        let r = self.seg.try_send(msg);
+        if r == Err(SendError::Full) {
+            self.seg.count_full();
+        }
+        r
+    }
+
+    /// Sends, blocking while the ring is full (spin briefly, then sleep on the back-pressure
+    /// futex). `Timeout` at the deadline; `OwnerDead` if the owner dies while we wait.
+    pub fn send_timeout(&self, msg: &[u8], timeout: Duration) -> Result<(), SendError> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.send_until(msg, deadline)
+    }
+
+    fn send_until(&self, msg: &[u8], deadline: Option<Instant>) -> Result<(), SendError> {
+        for _ in 0..SEND_SPINS {
+            match self.seg.try_send(msg) {
+                Err(SendError::Full) => std::hint::spin_loop(),
+                other => return other,
+            }
+        }
+        let mut last_owner_check = Instant::now();
+        loop {
+            match self.wait_for_space(msg, deadline) {
+                Err(SendError::Full) => {}
+                other => return other,
+            }
+            if last_owner_check.elapsed() >= SEND_PARK_SLICE {
+                if !self.owner.alive() {
+                    return Err(SendError::OwnerDead);
+                }
+                last_owner_check = Instant::now();
+            }
+        }
+    }
+
+    /// One sleep on the back-pressure futex (at most `SEND_PARK_SLICE`), announcing ourselves
+    /// in `waiters` first and re-trying the send after reading `seq`, so a slot freed in
+    /// between is never missed (Dekker pairing with `Segment::wake_senders`).
+    fn wait_for_space(&self, msg: &[u8], deadline: Option<Instant>) -> Result<(), SendError> {
+        let remaining = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    self.seg.count_full();
+                    return Err(SendError::Timeout);
+                }
+                (d - now).min(SEND_PARK_SLICE)
+            }
+            None => SEND_PARK_SLICE,
+        };
+        let header = self.seg.header();
+        let space = &header.space.0;
+        space.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let seen = space.seq.load(Ordering::SeqCst);
+        let r = self.seg.try_send(msg);
+        if r == Err(SendError::Full) {
+            header
+                .producer
+                .0
+                .sender_waits
+                .fetch_add(1, Ordering::Relaxed);
+            futex::wait(&space.seq, seen, Some(remaining));
+        }
+        space.waiters.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+
+    /// Reserves a slot and lends its first `len` bytes for building a message in place.
+    /// [`Claim::commit`] publishes it; dropping the claim publishes a skip record instead.
+    pub fn claim(&self, len: usize) -> Result<Claim<'_>, SendError> {
+        claim_on(&self.seg, len)
+    }
+
+    /// Largest message a slot holds.
+    pub fn slot_bytes(&self) -> usize {
+        self.seg.slot_bytes()
+    }
+
+    /// True while the owner process is alive (a system call and a `/proc` read: not for the
+    /// per-message path).
+    pub fn owner_alive(&self) -> bool {
+        self.owner.alive()
+    }
+
+    /// True once the owner has closed the ring.
+    pub fn is_closed(&self) -> bool {
+        self.seg.is_closed()
+    }
+}
+
+pub(crate) fn claim_on(seg: &Segment, len: usize) -> Result<Claim<'_>, SendError> {
+    let max = seg.slot_bytes();
+    if len > max {
+        return Err(SendError::TooLong { len, max });
+    }
+    match seg.reserve() {
+        Ok(pos) => Ok(Claim {
+            seg,
+            pos,
+            len,
+            published: false,
+        }),
+        Err(e) => {
+            if e == SendError::Full {
+                seg.count_full();
+            }
+            Err(e)
+        }
+    }
+}
+
+fn open_segment_file(path: &Path) -> Result<File, ShmError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => ShmError::NotFound,
+            io::ErrorKind::PermissionDenied => {
+                ShmError::Permission("segment must be readable and writable by us")
+            }
+            _ if e.raw_os_error() == Some(libc::ELOOP) => {
+                ShmError::Permission("segment path must not be a symlink")
+            }
+            _ => ShmError::Io(e),
+        })
+}
+
+pub(crate) fn check_owner_and_mode(meta: &std::fs::Metadata) -> Result<(), ShmError> {
+    // SAFETY: geteuid has no preconditions.
+    if meta.uid() != unsafe { libc::geteuid() } {
+        return Err(ShmError::Permission(
+            "segment must be owned by our effective uid",
+        ));
+    }
+    if meta.mode() & 0o7777 != 0o600 {
+        return Err(ShmError::Permission("segment mode must be exactly 0600"));
+    }
+    Ok(())
+}
+
+/// A reserved slot being built in place. Derefs to the first `len` bytes of the slot (their
+/// prior contents are unspecified). Publish with [`commit`](Claim::commit) or
+/// [`commit_len`](Claim::commit_len); dropping it unpublished releases the slot as a skip
+/// record the receiver discards, so the ring never wedges.
+pub struct Claim<'a> {
+    seg: &'a Segment,
+    pos: u64,
+    len: usize,
+    published: bool,
+}
+
+impl Claim<'_> {
+    /// Publishes all `len` claimed bytes.
+    pub fn commit(self) {
+        let len = self.len;
+        self.commit_len(len);
+    }
+
+    /// Publishes only the first `n` bytes. Panics if `n` exceeds the claimed length (a bug).
+    pub fn commit_len(mut self, n: usize) {
+        assert!(n <= self.len, "commit_len({n}) beyond claimed {}", self.len);
+        self.published = true;
+        self.seg.publish(self.pos, n, KIND_MESSAGE);
+    }
+
+    /// Claimed length.
+    pub fn capacity(&self) -> usize {
+        self.len
+    }
+}
+
+impl Deref for Claim<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the slot at `pos` is reserved by this claim until published; its payload has
+        // slot_bytes >= len valid bytes inside the mapping, which `seg` keeps alive.
+        unsafe { std::slice::from_raw_parts(self.seg.slot_data(self.pos), self.len) }
+    }
+}
+
+impl DerefMut for Claim<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference into the slot.
+        unsafe { std::slice::from_raw_parts_mut(self.seg.slot_data(self.pos), self.len) }
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.published {
+            self.seg.publish(self.pos, 0, KIND_SKIP);
+        }
+    }
+}

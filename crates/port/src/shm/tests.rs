@@ -1,0 +1,182 @@
+//! Unit tests that need the internals: scribbling on the shared memory.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::layout::{IdentityValues, Layout, HEADER_BYTES, IDENTITY_BYTES, KIND_MESSAGE};
+use super::*;
+
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+/// A private directory under /dev/shm, removed on drop.
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new() -> TestDir {
+        let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+        let dir = PathBuf::from(format!("/dev/shm/txcast-unit-{}-{n}", std::process::id()));
+        ensure_private_dir(&dir).expect("private dir");
+        TestDir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn ring(dir: &TestDir, slot_count: u32, slot_bytes: u32) -> RingReceiver {
+    RingReceiver::create(
+        &dir.path("ring"),
+        RingConfig {
+            slot_count,
+            slot_bytes,
+        },
+    )
+    .expect("create")
+}
+
+fn recv_vec(rx: &mut RingReceiver) -> Option<Vec<u8>> {
+    rx.try_recv(|m| m.to_vec())
+}
+
+#[test]
+fn layout_bounds() {
+    assert!(Layout::compute(1, 64).is_err());
+    assert!(Layout::compute(3, 64).is_err());
+    assert!(Layout::compute(1 << 21, 64).is_err());
+    assert!(Layout::compute(4, 15).is_err());
+    assert!(Layout::compute(4, (1 << 20) + 1).is_err());
+    // 2^20 slots of 2^20 bytes is far past the segment bound.
+    assert_eq!(
+        Layout::compute(1 << 20, 1 << 20),
+        Err("segment size must be at most 1 GiB")
+    );
+    let l = Layout::compute(8, 100).expect("valid");
+    assert_eq!(l.slot_stride, 128);
+    assert_eq!(l.total_bytes, HEADER_BYTES + 8 * 128);
+    assert_eq!(l.mask, 7);
+}
+
+#[test]
+fn identity_bytes_match_mapped_words() {
+    let dir = TestDir::new();
+    let rx = ring(&dir, 4, 64);
+    let mapped = IdentityValues::load(&rx.segment().header().id.0);
+    let bytes = std::fs::read(rx.path()).expect("read segment");
+    let mut head = [0u8; IDENTITY_BYTES];
+    head.copy_from_slice(&bytes[..IDENTITY_BYTES]);
+    assert_eq!(IdentityValues::from_bytes(&head), mapped);
+    assert_eq!(mapped.validate(bytes.len() as u64), Ok(rx.segment().layout));
+}
+
+#[test]
+fn corrupted_length_is_dropped_and_counted() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 4, 32);
+    rx.try_push(b"first").expect("push");
+    rx.try_push(b"second").expect("push");
+    // A scribbler rewrites the first record's length beyond the slot.
+    rx.segment().slot(0).len.store(33, Ordering::Relaxed);
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"second"[..]));
+    assert_eq!(recv_vec(&mut rx), None);
+    let c = rx.counters();
+    assert_eq!(c.dropped_bad, 1);
+    assert_eq!(c.delivered, 1);
+    // The ring keeps working after the bad record.
+    rx.try_push(b"third").expect("push");
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"third"[..]));
+}
+
+#[test]
+fn huge_length_and_unknown_kind_are_dropped() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 4, 32);
+    rx.try_push(b"a").expect("push");
+    rx.try_push(b"b").expect("push");
+    rx.try_push(b"c").expect("push");
+    rx.segment().slot(0).len.store(u32::MAX, Ordering::Relaxed);
+    rx.segment()
+        .slot(1)
+        .kind
+        .store(0xdead_beef, Ordering::Relaxed);
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"c"[..]));
+    assert_eq!(rx.counters().dropped_bad, 2);
+    let mut buf = [0u8; 32];
+    assert_eq!(rx.recv_into(&mut buf), None);
+}
+
+#[test]
+fn scribbled_sequence_wedges_without_spinning_or_panicking() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 4, 32);
+    let tx = rx.producer();
+    // Slot 0 claims to be far ahead of the tail: producers must not spin forever.
+    rx.segment().slot(0).seq.store(1_000_000, Ordering::Relaxed);
+    assert_eq!(tx.try_send(b"x"), Err(SendError::Full));
+    assert_eq!(recv_vec(&mut rx), None);
+    // A sequence that looks published for the consumer but with garbage length.
+    rx.segment().slot(0).seq.store(1, Ordering::Relaxed);
+    rx.segment().slot(0).len.store(4096, Ordering::Relaxed);
+    rx.segment()
+        .slot(0)
+        .kind
+        .store(KIND_MESSAGE, Ordering::Relaxed);
+    assert_eq!(recv_vec(&mut rx), None);
+    assert_eq!(rx.counters().dropped_bad, 1);
+    // Head and tail now disagree (the scribble invented a record): the ring may stay wedged,
+    // but every call returns.
+    let _ = tx.try_send(b"y");
+    let _ = recv_vec(&mut rx);
+    assert!(rx.len() <= 4);
+}
+
+#[test]
+fn scribbled_header_geometry_is_ignored_after_open() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 4, 32);
+    let tx = RingSender::open(rx.path()).expect("open");
+    let id = &rx.segment().header().id.0;
+    id.slot_count.store(1 << 20, Ordering::Relaxed);
+    id.slot_bytes.store(1 << 20, Ordering::Relaxed);
+    assert_eq!(tx.slot_bytes(), 32);
+    for i in 0..10u8 {
+        tx.try_send(&[i; 32]).expect("send");
+        assert_eq!(recv_vec(&mut rx), Some(vec![i; 32]));
+    }
+    // New openers see the scribbled header and refuse it.
+    assert!(matches!(
+        RingSender::open(rx.path()),
+        Err(ShmError::BadSegment(_))
+    ));
+}
+
+#[test]
+fn claim_dropped_is_skipped() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 4, 32);
+    drop(rx.claim(8).expect("claim"));
+    rx.try_push(b"after").expect("push");
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"after"[..]));
+    assert_eq!(rx.counters().skipped, 1);
+    assert_eq!(rx.counters().dropped_bad, 0);
+}
+
+#[test]
+fn panicking_callback_releases_the_slot() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 2, 16);
+    rx.try_push(b"boom").expect("push");
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rx.try_recv(|_| panic!("callback panics"));
+    }));
+    assert!(caught.is_err());
+    rx.try_push(b"1").expect("slot freed");
+    rx.try_push(b"2").expect("slot freed");
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"1"[..]));
+}

@@ -1,0 +1,298 @@
+//! Ports through the public API: local (shared memory) and remote (UDP over loopback) delivery,
+//! ordering, loss recovery, back-pressure, oversize, malformed packets, dead owners, and
+//! transaction multicast.
+//!
+//! Every test uses its own `instance` number so that tests running in parallel never share a
+//! port. Sites 0, 1, 2 sit on 127.0.0.1, .2, .3 in the embedded default: different "hosts", so
+//! traffic between sites goes over UDP.
+
+use std::time::Duration;
+use txcast_port::{
+    ClusterConfig, Engine, EngineConfig, EngineMode, IdleStrategy, Port, PortConfig, PortError,
+};
+use txcast_proto::{Address, TxnId};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+
+fn addr(instance: u16, site: u16, server_type: u16, server: u16) -> Address {
+    Address::new(instance, site, server_type, server)
+}
+
+fn cfg() -> PortConfig {
+    PortConfig {
+        idle: IdleStrategy::SpinThenPark { spins: 1000 },
+        ..PortConfig::default()
+    }
+}
+
+#[test]
+fn local_delivery_through_shared_memory() {
+    let mut a = Port::open(addr(1, 0, 1, 0), cfg()).unwrap();
+    let mut b = Port::open(addr(1, 0, 2, 0), cfg()).unwrap();
+    a.send(b.address(), b"hello local").unwrap();
+    let mut buf = [0u8; 64];
+    let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"hello local");
+    assert_eq!(r.source, a.address());
+    assert_eq!(r.txn, None);
+    assert_eq!(a.counters().local_sent, 1);
+    assert_eq!(a.counters().remote_sent, 0);
+    assert_eq!(b.counters().packets_received, 0, "no network involved");
+}
+
+#[test]
+fn remote_delivery_over_udp_in_order() {
+    let mut a = Port::open(addr(2, 0, 1, 0), cfg()).unwrap();
+    let mut b = Port::open(addr(2, 1, 1, 0), cfg()).unwrap();
+    let n = 5000u32;
+    let sender = std::thread::spawn(move || {
+        for i in 0..n {
+            a.send(addr(2, 1, 1, 0), &i.to_le_bytes()).unwrap();
+        }
+        a
+    });
+    let mut buf = [0u8; 64];
+    for i in 0..n {
+        let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+        assert_eq!(r.source, addr(2, 0, 1, 0));
+        assert_eq!(
+            u32::from_le_bytes(buf[..4].try_into().unwrap()),
+            i,
+            "in order"
+        );
+    }
+    let a = sender.join().unwrap();
+    assert_eq!(a.counters().remote_sent, n as u64);
+    assert!(b.counters().packets_received > 0);
+    assert!(b.try_recv(&mut buf).is_none(), "nothing extra");
+}
+
+#[test]
+fn loss_is_recovered_over_real_sockets() {
+    let engine = Engine::start(EngineConfig {
+        loss_injection: 0.2,
+        loss_seed: 7,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let mut a = Port::open_on(&engine, addr(3, 0, 1, 0), cfg()).unwrap();
+    let mut b = Port::open_on(&engine, addr(3, 1, 1, 0), cfg()).unwrap();
+    let n = 2000u32;
+    let mut buf = [0u8; 2000];
+    for i in 0..n {
+        let len = if i % 10 == 0 { 1500 } else { 8 };
+        let mut m = vec![(i % 251) as u8; len];
+        m[..4].copy_from_slice(&i.to_le_bytes());
+        a.send(b.address(), &m).unwrap();
+    }
+    for i in 0..n {
+        let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+        assert_eq!(u32::from_le_bytes(buf[..4].try_into().unwrap()), i);
+        assert_eq!(r.len, if i % 10 == 0 { 1500 } else { 8 });
+    }
+    assert!(
+        engine.injected_losses() > 50,
+        "the injector dropped packets"
+    );
+    assert!(a.counters().links.retransmitted > 0);
+    drop((a, b));
+    engine.shutdown();
+}
+
+#[test]
+fn full_ring_is_back_pressure() {
+    let small = PortConfig {
+        slot_count: 4,
+        ..cfg()
+    };
+    let mut a = Port::open(addr(4, 0, 1, 0), cfg()).unwrap();
+    let mut b = Port::open(addr(4, 0, 2, 0), small).unwrap();
+    for i in 0..4u8 {
+        a.try_send(b.address(), &[i]).unwrap();
+    }
+    assert!(matches!(
+        a.try_send(b.address(), b"x"),
+        Err(PortError::Full)
+    ));
+    assert!(matches!(
+        a.send_timeout(b.address(), b"x", Duration::from_millis(50)),
+        Err(PortError::Timeout)
+    ));
+    let mut buf = [0u8; 8];
+    b.recv_timeout(&mut buf, WAIT).unwrap();
+    a.try_send(b.address(), b"y").unwrap();
+    assert!(b.counters().ring_full_rejections >= 1);
+}
+
+#[test]
+fn remote_back_pressure_holds_the_sender_until_the_receiver_drains() {
+    let small = PortConfig {
+        slot_count: 8,
+        ..cfg()
+    };
+    let mut a = Port::open(addr(5, 0, 1, 0), cfg()).unwrap();
+    let mut b = Port::open(addr(5, 1, 1, 0), small).unwrap();
+    // The receiver does not read: its ring (8) and the link's buffers fill, then the sender's
+    // non-blocking sends are refused.
+    let mut accepted = 0u32;
+    let mut refused = false;
+    for i in 0..100_000u32 {
+        match a.try_send(b.address(), &i.to_le_bytes()) {
+            Ok(()) => accepted += 1,
+            Err(PortError::Full) => {
+                refused = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(refused, "a bounded path must push back");
+    let mut buf = [0u8; 8];
+    for i in 0..accepted {
+        b.recv_timeout(&mut buf, WAIT).unwrap();
+        assert_eq!(u32::from_le_bytes(buf[..4].try_into().unwrap()), i);
+    }
+}
+
+#[test]
+fn oversize_messages_are_rejected() {
+    let mut a = Port::open(addr(6, 0, 1, 0), cfg()).unwrap();
+    let b = Port::open(addr(6, 0, 2, 0), cfg()).unwrap();
+    let big = vec![0u8; b.message_bytes_max() + 1];
+    assert!(matches!(
+        a.try_send(b.address(), &big),
+        Err(PortError::TooLong { .. })
+    ));
+    let huge = vec![0u8; 70 * 1024];
+    assert!(matches!(
+        a.try_send(addr(6, 1, 1, 0), &huge),
+        Err(PortError::TooLong { .. })
+    ));
+}
+
+#[test]
+fn malformed_packets_are_dropped_and_counted() {
+    let mut b = Port::open(addr(7, 1, 1, 0), cfg()).unwrap();
+    let cluster = ClusterConfig::default();
+    let to = cluster.socket_addr(b.address()).unwrap();
+    let raw = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    raw.send_to(b"definitely not a txcast packet, long enough to pass", to)
+        .unwrap();
+    raw.send_to(&[0u8; 3], to).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b.counters().dropped_bad < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(b.counters().dropped_bad, 2);
+    let mut buf = [0u8; 8];
+    assert!(b.try_recv(&mut buf).is_none());
+}
+
+#[test]
+fn sending_to_a_port_nobody_opened_is_a_typed_error() {
+    let mut a = Port::open(addr(8, 0, 1, 0), cfg()).unwrap();
+    assert!(matches!(
+        a.try_send(addr(8, 0, 9, 9), b"x"),
+        Err(PortError::NoSuchPort(_))
+    ));
+    assert!(matches!(
+        Port::open(addr(8, 0, 1, 0), cfg()),
+        Err(PortError::Segment(_))
+    ));
+}
+
+#[test]
+fn transaction_multicast_reaches_exactly_the_members_that_joined() {
+    let t = addr(9, 0, 3, 0);
+    let mut coordinator = Port::open(addr(9, 0, 1, 0), cfg()).unwrap();
+    let mut m1 = Port::open(Address { site: 1, ..t }, cfg()).unwrap();
+    let mut m2 = Port::open(Address { site: 2, ..t }, cfg()).unwrap();
+    let mut outsider = Port::open(Address { site: 3, ..t }, cfg()).unwrap();
+    let txn = TxnId(0xfeed);
+    m1.join_txn(txn);
+    m2.join_txn(txn);
+    let handed = coordinator
+        .multicast(txn, t, &[1, 2, 3], b"prepare")
+        .unwrap();
+    assert_eq!(handed, 3);
+    let mut buf = [0u8; 64];
+    for m in [&mut m1, &mut m2] {
+        let r = m.recv_timeout(&mut buf, WAIT).unwrap();
+        assert_eq!(&buf[..r.len], b"prepare");
+        assert_eq!(r.txn, Some(txn));
+        assert_eq!(r.source, coordinator.address());
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while outsider.counters().dropped_not_joined < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(outsider.counters().dropped_not_joined, 1);
+    assert!(outsider.try_recv(&mut buf).is_none());
+    // After leaving, a member no longer gets the transaction's messages.
+    m1.leave_txn(txn);
+    coordinator.multicast(txn, t, &[1, 2], b"commit").unwrap();
+    let r = m2.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"commit");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while m1.counters().dropped_not_joined < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(m1.try_recv(&mut buf).is_none());
+}
+
+#[test]
+fn datagrams_arrive_unreliably_but_intact() {
+    let mut a = Port::open(addr(10, 0, 1, 0), cfg()).unwrap();
+    let mut b = Port::open(addr(10, 1, 1, 0), cfg()).unwrap();
+    a.send_datagram(b.address(), b"heartbeat").unwrap();
+    let mut buf = [0u8; 64];
+    let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"heartbeat");
+}
+
+#[test]
+fn invoker_mode_delivers_without_an_engine_thread() {
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let spin = PortConfig {
+        idle: IdleStrategy::Spin,
+        ..cfg()
+    };
+    let mut a = Port::open_on(&engine, addr(11, 0, 1, 0), spin).unwrap();
+    let mut b = Port::open_on(&engine, addr(11, 1, 1, 0), spin).unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..100u32 {
+        a.send(b.address(), &i.to_le_bytes()).unwrap();
+        let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+        assert_eq!(u32::from_le_bytes(buf[..4].try_into().unwrap()), i);
+        assert_eq!(r.len, 4);
+    }
+}
+
+/// A child process opens a port and dies without closing it; the next owner reclaims it.
+#[test]
+fn a_dead_owners_port_is_reclaimed() {
+    let a = addr(12, 0, 1, 0);
+    if std::env::var("TXCAST_TEST_CHILD").as_deref() == Ok("dead-owner") {
+        let p = Port::open(a, cfg()).unwrap();
+        std::mem::forget(p);
+        // SAFETY: ends the child at once, as a crash would, without running destructors.
+        unsafe { libc::_exit(0) };
+    }
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_dead_owners_port_is_reclaimed", "--nocapture"])
+        .env("TXCAST_TEST_CHILD", "dead-owner")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut sender = Port::open(addr(12, 0, 2, 0), cfg()).unwrap();
+    assert!(matches!(
+        sender.try_send(a, b"x"),
+        Err(PortError::OwnerDead(_))
+    ));
+    let p = Port::open(a, cfg()).unwrap();
+    assert!(p.counters().reclaimed_dead_owner);
+}
