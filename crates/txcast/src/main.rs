@@ -1,1 +1,45 @@
-fn main() {}
+//! The `txcast` command: demo, benchmarks, simulator runs.
+
+mod bench;
+mod demo;
+mod sim_cmd;
+
+const USAGE: &str = "\
+txcast: a communication facility for distributed transaction processing
+
+usage:
+  txcast demo [--txns N] [--pings N]     start a 3-site cluster on loopback and exchange local,
+                                         remote and transaction-multicast traffic
+  txcast bench <rtt|multicast|throughput> [options]
+                                         benchmarks with their baselines (see `txcast bench --help`)
+  txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
+  txcast help                            this text
+";
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let code = match args.get(1).map(String::as_str) {
+        Some("demo") => demo::run(&args[2..]),
+        Some("bench") => bench::run(&args[2..]),
+        Some("sim") => sim_cmd::run(&args[2..]),
+        Some("__bench-child") => bench::child(&args[2..]),
+        Some("__demo-site") => demo::site(&args[2..]),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            print!("{USAGE}");
+            0
+        }
+        Some(other) => {
+            eprintln!("txcast: unknown command `{other}`\n\n{USAGE}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+/// The value after `key` in `args`, parsed; `None` if absent or unparsable.
+pub fn opt<T: std::str::FromStr>(args: &[String], key: &str) -> Option<T> {
+    args.iter()
+        .position(|a| a == key)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+}

@@ -1,0 +1,269 @@
+//! Benchmarks (DESIGN.md §7 item 9): programs that print a human table and JSON lines, with
+//! medians, p99 and the baseline measured in the same run.
+//!
+//! `txcast bench <what> [options]` lands in [`run`]; the partner process of a two-process
+//! benchmark is the same executable re-run as `txcast __bench-child <what> ...`, which lands in
+//! [`child`]. [`spawn_child`] and [`wait_child`] do the re-executing; [`Options`] parses
+//! `--key value` options.
+
+pub mod rtt;
+pub mod stats;
+
+use std::io;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Hidden subcommand under which the partner process of a benchmark runs.
+pub const CHILD_SUBCOMMAND: &str = "__bench-child";
+
+/// Exit code for a bad command line or a benchmark that does not exist yet.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code for a benchmark that failed while running.
+pub const EXIT_FAILED: i32 = 1;
+
+const USAGE: &str = "\
+usage: txcast bench <what> [options]
+
+  rtt         round-trip latency between two processes, per transport
+              [--iterations N] [--warmup N] [--bytes 64,1000] [--cases a,b,c] [--json]
+              cases: raw-udp-blocking raw-udp-busypoll unix-dgram pipe raw-shm-spin raw-shm-futex
+  multicast   (not built yet)
+  throughput  (not built yet)
+
+  --json      JSON lines on stdout, the human table on stderr
+";
+
+/// `txcast bench <args>`: runs one benchmark, returns the process exit code.
+pub fn run(args: &[String]) -> i32 {
+    let Some(what) = args.first() else {
+        eprint!("{USAGE}");
+        return EXIT_USAGE;
+    };
+    match what.as_str() {
+        "rtt" => rtt::run(&args[1..]),
+        "multicast" | "throughput" => {
+            eprintln!("txcast bench {what}: not built yet");
+            EXIT_USAGE
+        }
+        "-h" | "--help" | "help" => {
+            print!("{USAGE}");
+            0
+        }
+        other => {
+            eprintln!("txcast bench: unknown benchmark {other:?}");
+            eprint!("{USAGE}");
+            EXIT_USAGE
+        }
+    }
+}
+
+/// `txcast __bench-child <args>`: the partner side of a two-process benchmark.
+pub fn child(args: &[String]) -> i32 {
+    let result = match args.first().map(String::as_str) {
+        Some("rtt") => rtt::child(&args[1..]),
+        other => {
+            eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
+            return EXIT_USAGE;
+        }
+    };
+    match result {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("txcast {CHILD_SUBCOMMAND} {}: {error}", args.join(" "));
+            EXIT_FAILED
+        }
+    }
+}
+
+/// Starts the partner process: this executable re-run as `__bench-child <args>`. Its stdin is
+/// closed; stdout and stderr are inherited so its complaints reach the terminal.
+pub fn spawn_child(args: &[String]) -> io::Result<Child> {
+    let exe = std::env::current_exe()?;
+    Command::new(exe)
+        .arg(CHILD_SUBCOMMAND)
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+}
+
+/// Waits up to `timeout` for the partner to exit; kills it past the timeout. A non-zero exit
+/// status is an error.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return check_status(status);
+        }
+        if Instant::now() >= deadline {
+            // The kill can fail only if the child already exited; the wait reaps it either way.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("partner process did not exit within {timeout:?}; killed"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Kills and reaps a partner that is no longer wanted (after an error on our side).
+pub fn kill_child(child: &mut Child) {
+    // Both fail only if the child is already gone, which is what we want anyway.
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn check_status(status: ExitStatus) -> io::Result<()> {
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "partner process failed: {status}"
+        )))
+    }
+}
+
+/// Command-line options of a benchmark: positional words, `--key value` pairs and bare
+/// `--flag`s. Which keys are bare flags must be declared, so `--bytes 64` and `--json` parse
+/// unambiguously; `--key=value` is accepted too.
+#[derive(Debug, Default, Clone)]
+pub struct Options {
+    pub positional: Vec<String>,
+    values: Vec<(String, String)>,
+    flags: Vec<String>,
+}
+
+impl Options {
+    /// Parses `args`; `valued` are the keys that take a value, `flags` the bare flags (names
+    /// without the leading `--`). Anything else starting with `--` is an error.
+    pub fn parse(args: &[String], valued: &[&str], flags: &[&str]) -> Result<Options, String> {
+        let mut options = Options::default();
+        let mut words = args.iter();
+        while let Some(word) = words.next() {
+            let Some(key) = word.strip_prefix("--") else {
+                options.positional.push(word.clone());
+                continue;
+            };
+            if let Some((key, value)) = key.split_once('=') {
+                if !valued.contains(&key) {
+                    return Err(format!("unknown option --{key}"));
+                }
+                options.values.push((key.to_string(), value.to_string()));
+            } else if flags.contains(&key) {
+                options.flags.push(key.to_string());
+            } else if valued.contains(&key) {
+                let value = words
+                    .next()
+                    .ok_or_else(|| format!("option --{key} needs a value"))?;
+                options.values.push((key.to_string(), value.clone()));
+            } else {
+                return Err(format!("unknown option --{key}"));
+            }
+        }
+        Ok(options)
+    }
+
+    /// The last value given for `key`.
+    pub fn value(&self, key: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn flag(&self, key: &str) -> bool {
+        self.flags.iter().any(|f| f == key)
+    }
+
+    /// The value of `key` as a number, or `default` when absent.
+    pub fn u64_or(&self, key: &str, default: u64) -> Result<u64, String> {
+        match self.value(key) {
+            None => Ok(default),
+            Some(text) => parse_u64(text).map_err(|e| format!("--{key}: {e}")),
+        }
+    }
+
+    /// The comma-separated list given for `key`, or `default` when absent.
+    pub fn list_or(&self, key: &str, default: &[&str]) -> Vec<String> {
+        match self.value(key) {
+            None => default.iter().map(|s| s.to_string()).collect(),
+            Some(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+
+    /// The comma-separated numbers given for `key`, or `default` when absent.
+    pub fn u64_list_or(&self, key: &str, default: &[u64]) -> Result<Vec<u64>, String> {
+        match self.value(key) {
+            None => Ok(default.to_vec()),
+            Some(_) => self
+                .list_or(key, &[])
+                .iter()
+                .map(|s| parse_u64(s).map_err(|e| format!("--{key}: {e}")))
+                .collect(),
+        }
+    }
+}
+
+/// Parses a count, allowing `_` separators and a `k`/`m` suffix (`20k`, `1_000_000`, `2m`).
+pub fn parse_u64(text: &str) -> Result<u64, String> {
+    let cleaned: String = text.chars().filter(|&c| c != '_').collect();
+    let (digits, scale) = match cleaned.strip_suffix(['k', 'K']) {
+        Some(d) => (d, 1_000),
+        None => match cleaned.strip_suffix(['m', 'M']) {
+            Some(d) => (d, 1_000_000),
+            None => (cleaned.as_str(), 1),
+        },
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("not a count: {text:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(words: &[&str]) -> Vec<String> {
+        words.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_parse_values_flags_and_positionals() {
+        let args = strings(&["a", "--bytes", "64,1000", "--json", "--iterations=5k", "b"]);
+        let options = Options::parse(&args, &["bytes", "iterations"], &["json"]).unwrap();
+        assert_eq!(options.positional, strings(&["a", "b"]));
+        assert!(options.flag("json"));
+        assert!(!options.flag("help"));
+        assert_eq!(options.u64_list_or("bytes", &[1]).unwrap(), vec![64, 1000]);
+        assert_eq!(options.u64_or("iterations", 7).unwrap(), 5000);
+        assert_eq!(options.u64_or("warmup", 7).unwrap(), 7);
+        assert_eq!(options.list_or("cases", &["x"]), strings(&["x"]));
+    }
+
+    #[test]
+    fn options_reject_unknown_and_missing_values() {
+        assert!(Options::parse(&strings(&["--nope"]), &[], &[]).is_err());
+        assert!(Options::parse(&strings(&["--bytes"]), &["bytes"], &[]).is_err());
+        assert!(Options::parse(&strings(&["--json=1"]), &[], &["json"]).is_err());
+        let options = Options::parse(&strings(&["--n", "x"]), &["n"], &[]).unwrap();
+        assert!(options.u64_or("n", 0).is_err());
+    }
+
+    #[test]
+    fn counts_parse_with_suffixes() {
+        assert_eq!(parse_u64("20_000"), Ok(20_000));
+        assert_eq!(parse_u64("2m"), Ok(2_000_000));
+        assert!(parse_u64("").is_err());
+        assert!(parse_u64("-1").is_err());
+        assert!(parse_u64("99999999999999999999k").is_err());
+    }
+}

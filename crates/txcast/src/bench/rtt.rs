@@ -1,0 +1,507 @@
+//! `txcast bench rtt`: round-trip latency between two processes, one case per transport.
+//!
+//! The parent process opens its end of the transport ([`Case::listen`]), starts the partner
+//! (`txcast __bench-child rtt <case> <bytes> <round trips> <rendezvous...>`), which opens the
+//! other end ([`Case::connect`]) and echoes every message back ([`Echo::serve`]). The parent
+//! sends warm-up messages, then times each of N round trips ([`PingPong::ping`]) with the
+//! monotonic clock, and checks every echo byte for byte outside the timed region.
+//!
+//! Adding a transport means writing a [`Listener`], a [`PingPong`] and an [`Echo`] and one
+//! [`Case`] entry in [`CASES`].
+
+mod pipe;
+mod shm;
+mod udp;
+mod unix;
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use super::stats::{Report, Samples, Summary};
+use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
+
+/// How long either side waits for the other (hello, an echo, the partner's exit) before
+/// deciding it is gone.
+pub const PARTNER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a busy-polling side spins before it starts yielding the CPU between polls.
+pub const SPIN_YIELD_AFTER: Duration = Duration::from_micros(50);
+
+/// Largest message any case is asked to carry (fits a UDP datagram on loopback).
+pub const MESSAGE_BYTES_MAX: usize = 65_000;
+
+/// Round trips timed per case and size unless `--iterations` says otherwise.
+pub const ITERATIONS_DEFAULT: u64 = 20_000;
+/// Untimed round trips before the timed ones unless `--warmup` says otherwise.
+pub const WARMUP_DEFAULT: u64 = 2_000;
+/// Bound on `--iterations` (the samples are preallocated: 8 bytes each).
+pub const ITERATIONS_MAX: u64 = 50_000_000;
+/// Message sizes measured unless `--bytes` says otherwise.
+pub const BYTES_DEFAULT: &[u64] = &[64, 1000];
+/// Cases every other case is compared with.
+pub const BASELINES: &[&str] = &["raw-udp-blocking", "raw-shm-spin"];
+
+/// Parent side of a connected transport.
+pub trait PingPong {
+    /// Sends `message` to the partner and waits for its echo, written into the front of
+    /// `reply` (at least as long as `message`); returns the echo's length.
+    fn ping(&mut self, message: &[u8], reply: &mut [u8]) -> io::Result<usize>;
+}
+
+/// Partner side of a connected transport.
+pub trait Echo {
+    /// Receives `round_trips` messages, sending each straight back, then returns.
+    fn serve(&mut self, round_trips: u64) -> io::Result<()>;
+}
+
+/// Parent side of a transport before the partner has connected.
+pub trait Listener {
+    /// Words for the partner's command line telling it how to reach us (a port, a path,
+    /// inherited descriptor numbers...); handed to [`Case::connect`] unchanged.
+    fn rendezvous(&self) -> Vec<String>;
+
+    /// Called once the partner process has been started (or failed to start): release what
+    /// was only opened for the partner to inherit. Not called when the partner is a thread
+    /// of this process (tests).
+    fn partner_started(&mut self) {}
+
+    /// Waits (at most [`PARTNER_TIMEOUT`]) for the partner's hello and returns the connected
+    /// parent side.
+    fn accept(self: Box<Self>) -> io::Result<Box<dyn PingPong>>;
+}
+
+/// Opens the parent side of a case for messages of `bytes` bytes.
+pub type Listen = fn(bytes: usize) -> io::Result<Box<dyn Listener>>;
+/// Opens the partner side of a case from the parent's [`Listener::rendezvous`] words.
+pub type Connect = fn(rendezvous: &[String], bytes: usize) -> io::Result<Box<dyn Echo>>;
+
+/// One transport measured by `txcast bench rtt`.
+pub struct Case {
+    /// Name on the command line and in the report.
+    pub name: &'static str,
+    /// Both sides spin on a core while waiting.
+    pub busy_polls: bool,
+    /// Opens the parent side for messages of `bytes` bytes.
+    pub listen: Listen,
+    /// Opens the partner side from the parent's [`Listener::rendezvous`] words.
+    pub connect: Connect,
+}
+
+/// Every case, in the order they run by default.
+pub const CASES: &[Case] = &[
+    Case {
+        name: "raw-udp-blocking",
+        busy_polls: false,
+        listen: udp::listen_blocking,
+        connect: udp::connect_blocking,
+    },
+    Case {
+        name: "raw-udp-busypoll",
+        busy_polls: true,
+        listen: udp::listen_busy_poll,
+        connect: udp::connect_busy_poll,
+    },
+    Case {
+        name: "unix-dgram",
+        busy_polls: false,
+        listen: unix::listen,
+        connect: unix::connect,
+    },
+    Case {
+        name: "pipe",
+        busy_polls: false,
+        listen: pipe::listen,
+        connect: pipe::connect,
+    },
+    Case {
+        name: "raw-shm-spin",
+        busy_polls: true,
+        listen: shm::listen_spin,
+        connect: shm::connect_spin,
+    },
+    Case {
+        name: "raw-shm-futex",
+        busy_polls: false,
+        listen: shm::listen_futex,
+        connect: shm::connect_futex,
+    },
+];
+
+pub fn find_case(name: &str) -> Option<&'static Case> {
+    CASES.iter().find(|case| case.name == name)
+}
+
+/// What one `txcast bench rtt` run measures.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub cases: Vec<&'static Case>,
+    pub bytes: Vec<usize>,
+    pub warmup: u64,
+    pub iterations: u64,
+    pub json: bool,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Case")
+            .field("name", &self.name)
+            .field("busy_polls", &self.busy_polls)
+            .finish()
+    }
+}
+
+fn plan(args: &[String]) -> Result<Option<Plan>, String> {
+    let options = Options::parse(
+        args,
+        &["iterations", "warmup", "bytes", "cases"],
+        &["json", "help"],
+    )?;
+    if options.flag("help") {
+        return Ok(None);
+    }
+    if let Some(word) = options.positional.first() {
+        return Err(format!("unexpected argument {word:?}"));
+    }
+    let iterations = options.u64_or("iterations", ITERATIONS_DEFAULT)?;
+    if !(1..=ITERATIONS_MAX).contains(&iterations) {
+        return Err(format!("--iterations must be 1..={ITERATIONS_MAX}"));
+    }
+    let warmup = options.u64_or("warmup", WARMUP_DEFAULT.min(iterations))?;
+    if warmup > ITERATIONS_MAX {
+        return Err(format!("--warmup must be at most {ITERATIONS_MAX}"));
+    }
+    let mut bytes = Vec::new();
+    for n in options.u64_list_or("bytes", BYTES_DEFAULT)? {
+        match usize::try_from(n) {
+            Ok(n) if (1..=MESSAGE_BYTES_MAX).contains(&n) => bytes.push(n),
+            _ => return Err(format!("--bytes: {n} not in 1..={MESSAGE_BYTES_MAX}")),
+        }
+    }
+    let all: Vec<&str> = CASES.iter().map(|case| case.name).collect();
+    let mut cases = Vec::new();
+    for name in options.list_or("cases", &all) {
+        let case = find_case(&name)
+            .ok_or_else(|| format!("--cases: unknown case {name:?} (known: {})", all.join(" ")))?;
+        cases.push(case);
+    }
+    if cases.is_empty() || bytes.is_empty() {
+        return Err("nothing to measure".to_string());
+    }
+    Ok(Some(Plan {
+        cases,
+        bytes,
+        warmup,
+        iterations,
+        json: options.flag("json"),
+    }))
+}
+
+/// `txcast bench rtt [options]`.
+pub fn run(args: &[String]) -> i32 {
+    let plan = match plan(args) {
+        Ok(Some(plan)) => plan,
+        Ok(None) => {
+            print!("{}", usage());
+            return 0;
+        }
+        Err(message) => {
+            eprintln!("txcast bench rtt: {message}");
+            eprint!("{}", usage());
+            return EXIT_USAGE;
+        }
+    };
+    let load_at_start = load_average();
+    let mut report = Report::new("rtt", BASELINES);
+    let mut failures = 0;
+    let total = plan.cases.len() * plan.bytes.len();
+    let mut index = 0;
+    for &bytes in &plan.bytes {
+        for case in &plan.cases {
+            index += 1;
+            let width = total.to_string().len();
+            eprint!(
+                "rtt [{index:>width$}/{total}] {:<18} {bytes:>5} B: {} + {} round trips ... ",
+                case.name, plan.warmup, plan.iterations
+            );
+            let started = Instant::now();
+            match measure_in_processes(case, bytes, plan.warmup, plan.iterations) {
+                Ok(summary) => {
+                    eprintln!(
+                        "{:.2} s, p50 {:.3} µs, p99 {:.3} µs",
+                        started.elapsed().as_secs_f64(),
+                        summary.p50_ns as f64 / 1000.0,
+                        summary.p99_ns as f64 / 1000.0
+                    );
+                    report.push_latency(case.name, bytes as u64, summary);
+                }
+                Err(error) => {
+                    eprintln!("FAILED: {error}");
+                    failures += 1;
+                }
+            }
+        }
+    }
+    let mut heading = format!(
+        "rtt: round trip between two processes, {} timed after {} warm-up per row \
+         (latencies in µs)\n{}\n",
+        plan.iterations,
+        plan.warmup,
+        machine_note(load_at_start, load_average())
+    );
+    if plan.cases.iter().any(|case| case.busy_polls) && machine_busy(load_at_start) {
+        heading.push_str(
+            "warning: load average + 2 spinning processes > CPUs: busy-polling cases share cores, \
+             so their figures are distorted\n",
+        );
+    }
+    if plan.json {
+        eprint!("{heading}{}", report.table());
+        print!("{}", report.json_lines());
+    } else {
+        print!("{heading}{}", report.table());
+    }
+    if failures > 0 {
+        eprintln!("txcast bench rtt: {failures} of {total} measurements failed");
+        EXIT_FAILED
+    } else {
+        0
+    }
+}
+
+/// The 1-minute load average, if the system tells.
+fn load_average() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A busy-polling pair needs two idle CPUs to itself.
+fn machine_busy(load: Option<f64>) -> bool {
+    load.is_some_and(|load| load + 2.0 > cpus() as f64 + 0.5)
+}
+
+fn machine_note(start: Option<f64>, end: Option<f64>) -> String {
+    let show = |load: Option<f64>| load.map_or("?".to_string(), |l| format!("{l:.2}"));
+    format!(
+        "machine: {} CPUs, 1-minute load average {} at start, {} at end",
+        cpus(),
+        show(start),
+        show(end)
+    )
+}
+
+fn usage() -> String {
+    let names: Vec<&str> = CASES.iter().map(|case| case.name).collect();
+    format!(
+        "usage: txcast bench rtt [--iterations N] [--warmup N] [--bytes 64,1000] \
+         [--cases a,b,c] [--json]\n  defaults: --iterations {ITERATIONS_DEFAULT} --warmup \
+         {WARMUP_DEFAULT} --bytes 64,1000\n  cases: {}\n  baselines: {}\n",
+        names.join(" "),
+        BASELINES.join(" ")
+    )
+}
+
+/// `txcast __bench-child rtt <case> <bytes> <round trips> <rendezvous...>`.
+pub fn child(args: &[String]) -> io::Result<()> {
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
+    let [name, bytes, round_trips, rendezvous @ ..] = args else {
+        return Err(invalid(
+            "usage: rtt <case> <bytes> <round trips> <rendezvous...>",
+        ));
+    };
+    let case = find_case(name).ok_or_else(|| invalid("unknown case"))?;
+    let bytes: usize = bytes.parse().map_err(|_| invalid("bad byte count"))?;
+    let round_trips: u64 = round_trips
+        .parse()
+        .map_err(|_| invalid("bad round-trip count"))?;
+    let mut echo = (case.connect)(rendezvous, bytes)?;
+    echo.serve(round_trips)
+}
+
+/// Measures one case at one size with the partner in a second process.
+pub fn measure_in_processes(
+    case: &Case,
+    bytes: usize,
+    warmup: u64,
+    iterations: u64,
+) -> io::Result<Summary> {
+    let mut listener = (case.listen)(bytes)?;
+    let mut args = vec![
+        "rtt".to_string(),
+        case.name.to_string(),
+        bytes.to_string(),
+        (warmup + iterations).to_string(),
+    ];
+    args.extend(listener.rendezvous());
+    let spawned = spawn_child(&args);
+    listener.partner_started();
+    let mut partner = spawned?;
+    let measured = listener
+        .accept()
+        .and_then(|mut pp| ping_pong(pp.as_mut(), bytes, warmup, iterations));
+    match measured {
+        Ok(mut samples) => {
+            wait_child(&mut partner, PARTNER_TIMEOUT)?;
+            samples
+                .summary()
+                .ok_or_else(|| io::Error::other("no samples"))
+        }
+        Err(error) => {
+            kill_child(&mut partner);
+            Err(error)
+        }
+    }
+}
+
+/// The parent's loop: `warmup` untimed then `iterations` timed round trips of `bytes`-byte
+/// messages. Each message carries its sequence number in its first bytes; every echo is
+/// checked byte for byte after the clock has been read.
+pub fn ping_pong(
+    pp: &mut dyn PingPong,
+    bytes: usize,
+    warmup: u64,
+    iterations: u64,
+) -> io::Result<Samples> {
+    let capacity = usize::try_from(iterations)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many iterations"))?;
+    let mut samples = Samples::with_capacity(capacity);
+    let mut message: Vec<u8> = (0..bytes).map(|i| (i * 31 + 7) as u8).collect();
+    let mut reply = vec![0u8; bytes];
+    for i in 0..warmup + iterations {
+        let stamp = i.to_le_bytes();
+        let stamped = stamp.len().min(bytes);
+        message[..stamped].copy_from_slice(&stamp[..stamped]);
+        let start = Instant::now();
+        let n = pp.ping(&message, &mut reply)?;
+        let elapsed = start.elapsed();
+        if i >= warmup {
+            samples.record(elapsed);
+        }
+        if reply.get(..n) != Some(&message[..]) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("round trip {i}: the echo ({n} bytes) differs from the message"),
+            ));
+        }
+    }
+    Ok(samples)
+}
+
+/// Spins until `ready()` says yes; an error after [`PARTNER_TIMEOUT`]. For the busy-polling
+/// cases. A wait that has already lasted [`SPIN_YIELD_AFTER`] means the partner is not on a
+/// core (the machine is oversubscribed), so from then on each clock check also yields the
+/// CPU, which may be just what the partner needs to run. A reply that comes while spinning
+/// is never delayed by this; only the tail of an oversubscribed run is.
+#[inline]
+pub fn spin_until(mut ready: impl FnMut() -> io::Result<bool>) -> io::Result<()> {
+    const SPINS_PER_CLOCK_CHECK: u32 = 256;
+    let mut started: Option<Instant> = None;
+    loop {
+        for _ in 0..SPINS_PER_CLOCK_CHECK {
+            if ready()? {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        let now = Instant::now();
+        let waited = now - *started.get_or_insert(now);
+        if waited >= PARTNER_TIMEOUT {
+            return Err(partner_gone());
+        }
+        if waited >= SPIN_YIELD_AFTER {
+            std::thread::yield_now();
+        }
+    }
+}
+
+pub fn partner_gone() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no word from the partner for {PARTNER_TIMEOUT:?}"),
+    )
+}
+
+/// Runs `round_trips` echoes with the partner on a second thread of this process (for tests:
+/// it needs no `txcast` binary). Errors on either side are returned.
+#[cfg(test)]
+pub fn measure_in_threads(case: &Case, bytes: usize, round_trips: u64) -> io::Result<Samples> {
+    let listener = (case.listen)(bytes)?;
+    let rendezvous = listener.rendezvous();
+    let connect = case.connect;
+    let partner = std::thread::spawn(move || -> io::Result<()> {
+        connect(&rendezvous, bytes)?.serve(round_trips)
+    });
+    let measured = listener
+        .accept()
+        .and_then(|mut pp| ping_pong(pp.as_mut(), bytes, 0, round_trips));
+    let served = partner
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("partner thread panicked")));
+    let samples = measured?;
+    served?;
+    Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ping-pong tests take turns, so at most two threads spin at a time on a small machine.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn echo_case(name: &str) {
+        let _turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let case = find_case(name).unwrap();
+        for bytes in [1, 7, 64, 1000] {
+            let samples = measure_in_threads(case, bytes, 300)
+                .unwrap_or_else(|e| panic!("{name} {bytes} B: {e}"));
+            assert_eq!(samples.len(), 300);
+        }
+    }
+
+    #[test]
+    fn raw_udp_blocking_echoes_every_byte() {
+        echo_case("raw-udp-blocking");
+    }
+
+    #[test]
+    fn raw_shm_spin_echoes_every_byte() {
+        echo_case("raw-shm-spin");
+    }
+
+    /// The remaining cases.
+    #[test]
+    fn other_cases_echo_every_byte() {
+        for name in ["raw-udp-busypoll", "unix-dgram", "pipe", "raw-shm-futex"] {
+            echo_case(name);
+        }
+    }
+
+    #[test]
+    fn plan_parses_defaults_and_rejects_nonsense() {
+        let strings =
+            |words: &[&str]| -> Vec<String> { words.iter().map(|s| s.to_string()).collect() };
+        let plan = plan(&[]).unwrap().unwrap();
+        assert_eq!(plan.cases.len(), CASES.len());
+        assert_eq!(plan.bytes, vec![64, 1000]);
+        assert_eq!(plan.iterations, ITERATIONS_DEFAULT);
+        let small = super::plan(&strings(&["--iterations", "10", "--cases", "pipe"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (small.iterations, small.warmup, small.cases.len()),
+            (10, 10, 1)
+        );
+        assert!(super::plan(&strings(&["--cases", "carrier-pigeon"])).is_err());
+        assert!(super::plan(&strings(&["--bytes", "0"])).is_err());
+        assert!(super::plan(&strings(&["--bytes", "65001"])).is_err());
+        assert!(super::plan(&strings(&["--iterations", "0"])).is_err());
+        assert!(super::plan(&strings(&["extra"])).is_err());
+        assert!(super::plan(&strings(&["--help"])).unwrap().is_none());
+    }
+}
