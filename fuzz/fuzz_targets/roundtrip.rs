@@ -6,7 +6,7 @@
 //! options u8      bit 0: cluster key; bits 1-2: kind (0 DATA, 1 DATAGRAM, 2 MULTICAST, 3 ACK);
 //!                 bits 3-4: header flags asked for (ACK_NOW, MAC; the writer decides MAC);
 //!                 bit 5: call `set_flags(extra)` on the packet writer
-//! extra u8        flags for `set_flags` (undefined bits make the packet unparseable)
+//! extra u8        flags for `set_flags` (the writer keeps only defined ones)
 //! fill u8         byte the buffer is filled with before writing (the writer must not rely on zeros)
 //! size u16        buffer size selector (72 bytes .. a little over PACKET_BYTES_MAX)
 //! flip_at u16, flip_xor u8
@@ -112,7 +112,7 @@ fuzz_target!(|data: &[u8]| {
     let txn = TxnId(inp.u64());
     let set_flags = options & 32 != 0 && kind != Kind::Ack;
     let expected_flags = (asked_flags & !FLAG_MAC)
-        | if set_flags { extra & !FLAG_MAC } else { 0 }
+        | if set_flags { extra & FLAG_ACK_NOW } else { 0 }
         | if key.is_some() { FLAG_MAC } else { 0 };
     let mac = if key.is_some() { MAC_BYTES } else { 0 };
 

@@ -338,9 +338,16 @@ fn stress(strategy: IdleStrategy, producers: u32, per_producer: u64, slot_count:
     let mut next: HashMap<u32, u64> = HashMap::new();
     let mut received = 0u64;
     while received < total {
+        let ready = rx.wait(strategy, Some(STUCK));
+        // A park that lasts 60 s while producers are busy means a lost wake-up.
+        assert_eq!(
+            rx.counters().park_timeouts,
+            0,
+            "park timed out with {received}/{total} received: lost wake-up"
+        );
         assert!(
-            rx.wait(strategy, Some(STUCK)),
-            "no message for 60 s with {received}/{total} received: lost wake-up"
+            ready,
+            "no message for 60 s with {received}/{total} received"
         );
         while let Some((id, seq)) = rx.try_recv(|m| {
             assert_eq!(m.len(), 12);
@@ -400,10 +407,13 @@ fn cross_process_child_sends_in_order() {
     let mut child = spawn_child("cross_process_child_sends_in_order", "send", &path);
     let mut expected = 0u64;
     while expected < CROSS_PROCESS_MESSAGES {
-        assert!(
-            rx.wait(IdleStrategy::Park, Some(STUCK)),
-            "no message for 60 s after {expected}"
+        let ready = rx.wait(IdleStrategy::Park, Some(STUCK));
+        assert_eq!(
+            rx.counters().park_timeouts,
+            0,
+            "lost wake-up after {expected}"
         );
+        assert!(ready, "no message for 60 s after {expected}");
         while let Some((i, len)) = rx.try_recv(|m| {
             let i = u64::from_le_bytes(m[..8].try_into().expect("8 bytes"));
             (i, m.len())

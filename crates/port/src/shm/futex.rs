@@ -6,7 +6,8 @@ use std::time::Duration;
 
 /// Sleeps while `*word == expected`, for at most `timeout` (forever when `None`). Returns on a
 /// wake-up, a value mismatch, the timeout, or a signal; callers re-check their condition.
-pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+/// Returns true when the timeout expired.
+pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -16,7 +17,7 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a valid, aligned u32 for the duration of the call (it lives in a mapping
     // the caller keeps alive); FUTEX_WAIT only reads it. `ts_ptr` is null or points to `ts`.
-    unsafe {
+    let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -25,8 +26,9 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
             ts_ptr,
             std::ptr::null::<u32>(),
             0u32,
-        );
-    }
+        )
+    };
+    rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
 }
 
 /// Wakes up to `count` waiters on `word`.

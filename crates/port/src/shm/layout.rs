@@ -74,6 +74,7 @@ pub(crate) struct ConsumerCounters {
     pub dropped_bad: AtomicU64,
     pub skipped: AtomicU64,
     pub parks: AtomicU64,
+    pub park_timeouts: AtomicU64,
 }
 
 #[repr(C)]

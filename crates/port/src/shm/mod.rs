@@ -26,7 +26,7 @@
 //! offset  384  sleeping    (receiver futex word: 1 = about to park / parked)
 //! offset  512  space_seq, space_waiters (back-pressure futex word + waiter count)
 //! offset  640  producer counters: full_rejections, wakeups, sender_waits
-//! offset  768  consumer counters: delivered, dropped_bad, skipped, parks
+//! offset  768  consumer counters: delivered, dropped_bad, skipped, parks, park_timeouts
 //! offset 1024  slot[0] .. slot[slot_count-1], each `slot_stride` bytes (multiple of 64):
 //!              seq: u64, len: u32, kind: u32, data: [u8; slot_bytes], padding
 //! ```
@@ -191,6 +191,8 @@ pub struct RingCounters {
     pub wakeups: u64,
     /// Times the receiver parked on its futex.
     pub parks: u64,
+    /// Parks that ended by the futex timeout rather than a wake-up.
+    pub park_timeouts: u64,
     /// Times a sender slept on the back-pressure futex.
     pub sender_waits: u64,
     /// Records dropped because their length or kind broke a rule.

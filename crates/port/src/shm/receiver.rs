@@ -264,7 +264,9 @@ impl RingReceiver {
                 return self.has_ready();
             }
             bump(&header.consumer.0.parks);
-            futex::wait(sleeping, 1, remaining);
+            if futex::wait(sleeping, 1, remaining) {
+                bump(&header.consumer.0.park_timeouts);
+            }
             sleeping.store(0, Ordering::Relaxed);
             if self.has_ready() {
                 return true;
@@ -337,6 +339,7 @@ impl RingReceiver {
             full_rejections: get(&p.full_rejections),
             wakeups: get(&p.wakeups),
             parks: get(&c.parks),
+            park_timeouts: get(&c.park_timeouts),
             sender_waits: get(&p.sender_waits),
             dropped_bad: get(&c.dropped_bad),
             skipped: get(&c.skipped),

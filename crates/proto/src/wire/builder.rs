@@ -83,16 +83,17 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         w
     }
 
-    /// Payload bytes the next whole (unfragmented) record could still carry.
+    /// Payload bytes the next whole (unfragmented) record could still carry. Zero means either
+    /// that only an empty record fits or that none does; `push` is the authority.
     pub fn room(&self) -> usize {
         self.cap
             .saturating_sub(self.len + super::RECORD_HEADER_BYTES)
             .min(u16::MAX as usize)
     }
 
-    /// Sets header flags (besides the MAC flag, which follows the key).
+    /// Sets header flags. Only defined flags are taken; the MAC flag follows the key.
     pub fn set_flags(&mut self, flags: u8) {
-        self.header.flags |= flags & !FLAG_MAC;
+        self.header.flags |= flags & super::FLAG_ACK_NOW;
     }
 
     pub fn records(&self) -> usize {

@@ -15,6 +15,8 @@ pub enum WireError {
     UnknownFlags(u8),
     /// A reserved field is not zero.
     ReservedNotZero,
+    /// Longer than the largest packet txcast accepts (65507 bytes).
+    PacketTooLong(usize),
     /// The length field does not match the bytes received.
     LengthMismatch { field: usize, received: usize },
     /// The CRC-32 over the packet does not match the checksum field.
@@ -43,7 +45,8 @@ pub enum WireError {
     TooManyNakRanges,
     /// An ACK's NAK range list does not fill its body exactly.
     NakListLength,
-    /// A NAK range is empty or lies at or above the acknowledgement it travels with.
+    /// A NAK range is empty or starts below the acknowledgement it travels with (those messages
+    /// have arrived).
     NakRangeInvalid,
     /// A DATA packet carries no message.
     DataWithoutRecords,
@@ -56,6 +59,7 @@ impl fmt::Display for WireError {
         use WireError::*;
         match self {
             ShorterThanHeader => write!(f, "packet shorter than the 36-byte header"),
+            PacketTooLong(n) => write!(f, "packet of {n} bytes exceeds the 65507-byte bound"),
             BadMagic => write!(f, "magic number is not txcast's"),
             UnsupportedVersion(v) => write!(f, "unsupported version {v}"),
             UnknownKind(k) => write!(f, "unknown packet kind {k}"),
@@ -80,7 +84,7 @@ impl fmt::Display for WireError {
             FragmentLongerThanMessage => write!(f, "fragment longer than its whole message"),
             TooManyNakRanges => write!(f, "more NAK ranges than the bound"),
             NakListLength => write!(f, "NAK list does not fill the ACK body exactly"),
-            NakRangeInvalid => write!(f, "NAK range empty or not below the acknowledgement"),
+            NakRangeInvalid => write!(f, "NAK range empty or starting below the acknowledgement"),
             DataWithoutRecords => write!(f, "DATA packet without messages"),
             BaseAboveFirst => write!(f, "DATA base above its first sequence number"),
         }

@@ -123,6 +123,9 @@ impl<'a> Packet<'a> {
         if buf.len() < HEADER_BYTES {
             return Err(WireError::ShorterThanHeader);
         }
+        if buf.len() > super::PACKET_BYTES_MAX {
+            return Err(WireError::PacketTooLong(buf.len()));
+        }
         if u16_at(buf, 0) != MAGIC {
             return Err(WireError::BadMagic);
         }

@@ -217,6 +217,25 @@ fn multicast_carries_the_txn() {
 }
 
 #[test]
+fn oversize_packets_and_undefined_flags_are_refused() {
+    let big = vec![0u8; PACKET_BYTES_MAX + 1];
+    assert_eq!(
+        Packet::parse(&big, 7, None).unwrap_err(),
+        WireError::PacketTooLong(PACKET_BYTES_MAX + 1)
+    );
+    let mut buf = vec![0u8; 256];
+    let mut w = PacketWriter::datagram(&mut buf, header(), None);
+    w.set_flags(0xfe);
+    assert!(w.push(b"x"));
+    let n = w.finish();
+    let p = Packet::parse(&buf[..n], 7, None).unwrap();
+    assert_eq!(
+        p.header.flags, FLAG_ACK_NOW,
+        "only defined flags are written"
+    );
+}
+
+#[test]
 fn garbage_never_panics() {
     let mut state = 0x1234_5678_9abc_def0u64;
     for len in 0..600usize {
