@@ -373,6 +373,7 @@ fn stress(strategy: IdleStrategy, producers: u32, per_producer: u64, slot_count:
         assert_eq!(next.get(&id), Some(&per_producer));
     }
     let c = rx.counters();
+    eprintln!("{strategy:?}: {c:?}");
     assert_eq!(c.delivered, total);
     assert_eq!(c.dropped_bad, 0);
 }

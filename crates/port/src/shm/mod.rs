@@ -1,6 +1,6 @@
 //! The local port: a shared-memory receive ring (paper 000, Figure 5; DESIGN.md §3).
 //!
-//! A port owner (the receiving process) creates a [`Segment`](segment) file, normally under
+//! A port owner (the receiving process) creates a segment file, normally under
 //! `/dev/shm/<instance>/`, holding a bounded ring of fixed-size receive slots with a length beside
 //! each slot. Local senders — other processes of the same user, and threads of the owner — map the
 //! segment and write messages straight into a slot: one copy, and no system call unless the
