@@ -211,6 +211,7 @@ pub fn run(args: &[String]) -> i32 {
         }
     };
     let load_at_start = load_average();
+    let busy_before = cpus_busy(BUSY_SAMPLE);
     let mut report = Report::new("rtt", BASELINES);
     let mut failures = 0;
     let total = plan.cases.len() * plan.bytes.len();
@@ -246,12 +247,12 @@ pub fn run(args: &[String]) -> i32 {
          (latencies in µs)\n{}\n",
         plan.iterations,
         plan.warmup,
-        machine_note(load_at_start, load_average())
+        machine_note(load_at_start, load_average(), busy_before)
     );
-    if plan.cases.iter().any(|case| case.busy_polls) && machine_busy(load_at_start) {
+    if plan.cases.iter().any(|case| case.busy_polls) && machine_busy(busy_before) {
         heading.push_str(
-            "warning: load average + 2 spinning processes > CPUs: busy-polling cases share cores, \
-             so their figures are distorted\n",
+            "warning: the CPUs were not idle before the run: the busy-polling cases may share \
+             cores, and their figures would then be distorted\n",
         );
     }
     if plan.json {
@@ -278,16 +279,46 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// A busy-polling pair needs two idle CPUs to itself.
-fn machine_busy(load: Option<f64>) -> bool {
-    load.is_some_and(|load| load + 2.0 > cpus() as f64 + 0.5)
+/// How long the run watches the CPUs before it starts, to tell whether they are idle.
+const BUSY_SAMPLE: Duration = Duration::from_millis(250);
+
+/// How many CPUs' worth of time was spent not idle over the next `window` (from
+/// `/proc/stat`), if the system tells.
+fn cpus_busy(window: Duration) -> Option<f64> {
+    fn sample() -> Option<(u64, u64)> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = text.lines().find(|line| line.starts_with("cpu "))?;
+        let ticks: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|field| field.parse().unwrap_or(0))
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        let total: u64 = ticks.iter().take(8).sum();
+        let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
+        Some((total, idle))
+    }
+    let (total_before, idle_before) = sample()?;
+    std::thread::sleep(window);
+    let (total_after, idle_after) = sample()?;
+    let total = total_after.checked_sub(total_before)?;
+    let idle = idle_after.checked_sub(idle_before)?;
+    (total > 0).then(|| (total - idle.min(total)) as f64 / total as f64 * cpus() as f64)
 }
 
-fn machine_note(start: Option<f64>, end: Option<f64>) -> String {
+/// A busy-polling pair needs two CPUs to itself.
+fn machine_busy(cpus_busy: Option<f64>) -> bool {
+    cpus_busy.is_some_and(|busy| busy + 2.0 > cpus() as f64 + 0.2)
+}
+
+fn machine_note(start: Option<f64>, end: Option<f64>, busy: Option<f64>) -> String {
     let show = |load: Option<f64>| load.map_or("?".to_string(), |l| format!("{l:.2}"));
     format!(
-        "machine: {} CPUs, 1-minute load average {} at start, {} at end",
+        "machine: {} CPUs, {} of them busy in the {:.2} s before the run; 1-minute load \
+         average {} at start, {} at end",
         cpus(),
+        show(busy),
+        BUSY_SAMPLE.as_secs_f64(),
         show(start),
         show(end)
     )
