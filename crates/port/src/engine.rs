@@ -26,8 +26,8 @@ use txcast_proto::{Address, Instant, TxnId};
 pub const ENVELOPE_BYTES: usize = 16;
 /// Datagrams one duty cycle reads from one socket before moving on.
 pub const RECV_BATCH_MAX: usize = 64;
-/// Longest the engine thread parks before running timers again.
-pub const PARK_MAX: Duration = Duration::from_millis(1);
+/// Longest the engine thread parks when no link timer is pending (new timers wake it early).
+pub const PARK_MAX: Duration = Duration::from_millis(100);
 /// Links one port keeps to remote peers.
 pub const LINKS_PER_PORT_MAX: usize = 4096;
 
@@ -46,8 +46,9 @@ pub struct EngineConfig {
     pub cluster: ClusterConfig,
     pub link: LinkConfig,
     pub mode: EngineMode,
-    /// Empty duty cycles the engine thread spins before it parks.
-    pub idle_spins: u32,
+    /// How long the engine thread keeps polling after its last work before it yields, then
+    /// parks in poll(2).
+    pub idle_spin: Duration,
     /// Fault injection for tests and demos: drop this fraction of outgoing link packets,
     /// chosen by a generator seeded with `loss_seed`.
     pub loss_injection: f64,
@@ -60,7 +61,7 @@ impl Default for EngineConfig {
             cluster: ClusterConfig::default(),
             link: LinkConfig::default(),
             mode: EngineMode::Thread,
-            idle_spins: 2000,
+            idle_spin: Duration::from_micros(50),
             loss_injection: 0.0,
             loss_seed: 1,
         }
@@ -214,9 +215,8 @@ impl Engine {
     /// Wakes the engine thread if it sleeps past `deadline` (a timer an application call armed).
     pub(crate) fn wake_for(&self, deadline: Option<Instant>) {
         if let Some(t) = deadline {
-            if self.shared.sleeping_until.load(Ordering::SeqCst) > t.0
-                && self.shared.sleeping_until.load(Ordering::SeqCst) != u64::MAX
-            {
+            let s = self.shared.sleeping_until.load(Ordering::SeqCst);
+            if s != u64::MAX && s > t.0 {
                 self.wake();
             }
         }
@@ -232,21 +232,25 @@ impl Engine {
     }
 
     fn run(&self) {
-        let mut idle = 0u32;
+        let spin = self.shared.cfg.idle_spin;
+        let mut idle_since: Option<std::time::Instant> = None;
+        let mut yields = 0u32;
         while !self.shared.stop.load(Ordering::Relaxed) {
-            let work = self.duty_cycle();
-            if work > 0 {
-                idle = 0;
+            if self.duty_cycle() > 0 {
+                idle_since = None;
+                yields = 0;
                 continue;
             }
-            idle += 1;
-            if idle < self.shared.cfg.idle_spins {
+            let since = *idle_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() < spin {
                 std::hint::spin_loop();
-            } else if idle < self.shared.cfg.idle_spins + 20 {
+            } else if yields < 10 {
+                yields += 1;
                 std::thread::yield_now();
             } else {
                 self.park();
-                idle = 0;
+                idle_since = None;
+                yields = 0;
             }
         }
     }
@@ -256,15 +260,19 @@ impl Engine {
     fn park(&self) {
         let now = self.now();
         let mut deadline = Instant(now.0 + PARK_MAX.as_nanos() as u64);
+        // Announce the sleep before reading the timers: an application call that arms an
+        // earlier timer after we read them sees this and wakes us (see `wake_for`).
+        self.shared
+            .sleeping_until
+            .store(deadline.0, Ordering::SeqCst);
         let mut fds = Vec::new();
         {
             let eps = self.shared.endpoints.read().expect("engine lock");
             for ep in eps.iter() {
-                if let Ok(l) = ep.links.try_lock() {
-                    for link in l.map.values() {
-                        if let Some(t) = link.poll_timeout() {
-                            deadline = deadline.min(t);
-                        }
+                let l = ep.links.lock().expect("links lock");
+                for link in l.map.values() {
+                    if let Some(t) = link.poll_timeout() {
+                        deadline = deadline.min(t);
                     }
                 }
                 fds.push(libc::pollfd {
@@ -285,9 +293,20 @@ impl Engine {
         self.shared
             .sleeping_until
             .store(deadline.0, Ordering::SeqCst);
-        let ms = (deadline.0 - now.0).div_ceil(1_000_000) as i32;
-        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let wait = Duration::from_nanos(deadline.0 - now.0);
+        let ts = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a valid array of pollfd and `ts` a valid timespec for the call.
+        unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
         self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
         let mut drain = 0u64;
         // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
@@ -306,9 +325,9 @@ impl Engine {
         let Ok(mut buf) = self.shared.duty.try_lock() else {
             return 0;
         };
-        let eps: Vec<Arc<Endpoint>> = self.shared.endpoints.read().expect("engine lock").clone();
+        let eps = self.shared.endpoints.read().expect("engine lock");
         let mut work = 0;
-        for ep in &eps {
+        for ep in eps.iter() {
             work += self.receive(ep, &mut buf);
             work += self.run_links(ep);
         }

@@ -11,6 +11,7 @@
 
 mod pipe;
 mod shm;
+mod txcast;
 mod udp;
 mod unix;
 
@@ -124,6 +125,30 @@ pub const CASES: &[Case] = &[
         busy_polls: false,
         listen: shm::listen_futex,
         connect: shm::connect_futex,
+    },
+    Case {
+        name: "txcast-local-spin",
+        busy_polls: true,
+        listen: txcast::listen_local_spin,
+        connect: txcast::connect,
+    },
+    Case {
+        name: "txcast-local-park",
+        busy_polls: false,
+        listen: txcast::listen_local_park,
+        connect: txcast::connect,
+    },
+    Case {
+        name: "txcast-remote-spin",
+        busy_polls: true,
+        listen: txcast::listen_remote_spin,
+        connect: txcast::connect,
+    },
+    Case {
+        name: "txcast-remote-park",
+        busy_polls: false,
+        listen: txcast::listen_remote_park,
+        connect: txcast::connect,
     },
 ];
 

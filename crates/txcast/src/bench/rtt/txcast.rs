@@ -1,0 +1,207 @@
+//! txcast's own ports as `bench rtt` cases: local (shared-memory ring, across processes) and
+//! remote (UDP over loopback through the reliable link), each spinning and parked.
+//!
+//! Rendezvous: the parent opens its port at `(instance, site 0, type 1, 0)` and passes the
+//! instance; the partner opens `(instance, site, type 2, 0)` — site 0 for local, site 1 (another
+//! loopback address, so another "host") for remote — and sends a hello.
+
+use std::io;
+use std::time::Duration;
+
+use super::{Echo, Listener, PingPong, PARTNER_TIMEOUT};
+use txcast_port::{Engine, EngineConfig, EngineMode, IdleStrategy, Port, PortConfig, PortError};
+use txcast_proto::Address;
+
+/// Instance numbers the bench uses, away from the demo's and the tests'.
+const INSTANCE_BASE: u16 = 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mode {
+    remote: bool,
+    spin: bool,
+}
+
+impl Mode {
+    fn engine(self) -> io::Result<Engine> {
+        // Spinning remote: the application thread drives the engine itself (invoker), so no
+        // third thread competes for the two cores. Otherwise a dedicated engine thread.
+        let mode = if self.remote && self.spin {
+            EngineMode::Invoker
+        } else {
+            EngineMode::Thread
+        };
+        Engine::start(EngineConfig {
+            mode,
+            ..EngineConfig::default()
+        })
+    }
+
+    fn port_config(self) -> PortConfig {
+        PortConfig {
+            idle: if self.spin {
+                IdleStrategy::Spin
+            } else {
+                IdleStrategy::Park
+            },
+            ..PortConfig::default()
+        }
+    }
+
+    fn instance(self) -> u16 {
+        INSTANCE_BASE + u16::from(self.remote) * 2 + u16::from(self.spin)
+    }
+}
+
+fn io_err(e: PortError) -> io::Error {
+    match e {
+        PortError::Io(e) => e,
+        PortError::Timeout => io::Error::new(io::ErrorKind::TimedOut, "txcast: timed out"),
+        e => io::Error::other(e.to_string()),
+    }
+}
+
+struct TxcastListener {
+    mode: Mode,
+    engine: Engine,
+    port: Port,
+}
+
+struct TxcastEnd {
+    engine: Engine,
+    port: Option<Port>,
+    peer: Address,
+    buffer: Vec<u8>,
+}
+
+impl Drop for TxcastEnd {
+    fn drop(&mut self) {
+        // Let the last reply be acknowledged, then stop the engine thread.
+        if let Some(p) = self.port.as_ref() {
+            let deadline = std::time::Instant::now() + Duration::from_millis(500);
+            while !p.remote_idle() && std::time::Instant::now() < deadline {
+                if self.engine.is_invoker() {
+                    self.engine.duty_cycle();
+                }
+                std::thread::yield_now();
+            }
+        }
+        self.port = None;
+        self.engine.shutdown();
+    }
+}
+
+fn listen(mode: Mode) -> io::Result<Box<dyn Listener>> {
+    let engine = mode.engine()?;
+    let port = Port::open_on(
+        &engine,
+        Address::new(mode.instance(), 0, 1, 0),
+        mode.port_config(),
+    )
+    .map_err(io_err)?;
+    Ok(Box::new(TxcastListener { mode, engine, port }))
+}
+
+pub fn listen_local_spin(_bytes: usize) -> io::Result<Box<dyn Listener>> {
+    listen(Mode {
+        remote: false,
+        spin: true,
+    })
+}
+pub fn listen_local_park(_bytes: usize) -> io::Result<Box<dyn Listener>> {
+    listen(Mode {
+        remote: false,
+        spin: false,
+    })
+}
+pub fn listen_remote_spin(_bytes: usize) -> io::Result<Box<dyn Listener>> {
+    listen(Mode {
+        remote: true,
+        spin: true,
+    })
+}
+pub fn listen_remote_park(_bytes: usize) -> io::Result<Box<dyn Listener>> {
+    listen(Mode {
+        remote: true,
+        spin: false,
+    })
+}
+
+impl Listener for TxcastListener {
+    fn rendezvous(&self) -> Vec<String> {
+        vec![
+            u8::from(self.mode.remote).to_string(),
+            u8::from(self.mode.spin).to_string(),
+        ]
+    }
+
+    fn accept(self: Box<Self>) -> io::Result<Box<dyn PingPong>> {
+        let TxcastListener {
+            mode: _,
+            engine,
+            mut port,
+        } = *self;
+        let mut buffer = vec![0u8; port.message_bytes_max()];
+        let hello = port
+            .recv_timeout(&mut buffer, Some(PARTNER_TIMEOUT))
+            .map_err(io_err)?;
+        Ok(Box::new(TxcastEnd {
+            engine,
+            port: Some(port),
+            peer: hello.source,
+            buffer,
+        }))
+    }
+}
+
+impl PingPong for TxcastEnd {
+    fn ping(&mut self, message: &[u8], reply: &mut [u8]) -> io::Result<usize> {
+        let port = self.port.as_mut().expect("open until drop");
+        port.send(self.peer, message).map_err(io_err)?;
+        let r = port
+            .recv_timeout(reply, Some(PARTNER_TIMEOUT))
+            .map_err(io_err)?;
+        Ok(r.len)
+    }
+}
+
+pub fn connect(rendezvous: &[String], _bytes: usize) -> io::Result<Box<dyn Echo>> {
+    let flag = |i: usize| rendezvous.get(i).map(|s| s == "1");
+    let (Some(remote), Some(spin)) = (flag(0), flag(1)) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "rendezvous: <remote 0|1> <spin 0|1>",
+        ));
+    };
+    let mode = Mode { remote, spin };
+    let engine = mode.engine()?;
+    let site = u16::from(remote);
+    let mut port = Port::open_on(
+        &engine,
+        Address::new(mode.instance(), site, 2, 0),
+        mode.port_config(),
+    )
+    .map_err(io_err)?;
+    let peer = Address::new(mode.instance(), 0, 1, 0);
+    port.send(peer, b"hello").map_err(io_err)?;
+    let buffer = vec![0u8; port.message_bytes_max()];
+    Ok(Box::new(TxcastEnd {
+        engine,
+        port: Some(port),
+        peer,
+        buffer,
+    }))
+}
+
+impl Echo for TxcastEnd {
+    fn serve(&mut self, round_trips: u64) -> io::Result<()> {
+        let port = self.port.as_mut().expect("open until drop");
+        for _ in 0..round_trips {
+            let r = port
+                .recv_timeout(&mut self.buffer, Some(PARTNER_TIMEOUT))
+                .map_err(io_err)?;
+            port.send(self.peer, &self.buffer[..r.len])
+                .map_err(io_err)?;
+        }
+        Ok(())
+    }
+}
