@@ -92,6 +92,9 @@ pub(crate) struct Links {
 pub(crate) struct Endpoint {
     pub addr: Address,
     pub socket: UdpSocket,
+    /// Socket joined to the IP multicast groups of this port's transactions (made at the
+    /// first join when the cluster uses IP multicast).
+    pub group_socket: OnceLock<UdpSocket>,
     pub links: Mutex<Links>,
     pub ring: RingSender,
     pub joined: RwLock<BTreeSet<TxnId>>,
@@ -113,7 +116,26 @@ pub(crate) struct Shared {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     loss: Mutex<txcast_proto::rng::Rng>,
     pub injected_losses: AtomicU64,
+    /// Multicasts handed to the engine thread for fan-out.
+    fanout: Mutex<FanoutQueue>,
 }
+
+/// One packet for many destinations, sent by the engine thread with `sendmmsg`.
+pub(crate) struct FanoutJob {
+    pub ep: Arc<Endpoint>,
+    pub packet: Vec<u8>,
+    pub to: Vec<SocketAddr>,
+}
+
+/// Bounded queue of fan-out jobs, with their buffers recycled.
+#[derive(Default)]
+pub(crate) struct FanoutQueue {
+    jobs: std::collections::VecDeque<FanoutJob>,
+    spare: Vec<(Vec<u8>, Vec<SocketAddr>)>,
+}
+
+/// Multicasts queued for the engine thread at most; past it the caller fans out itself.
+pub const FANOUT_QUEUE_MAX: usize = 256;
 
 /// A handle on the engine; cheap to clone.
 #[derive(Clone)]
@@ -149,6 +171,7 @@ impl Engine {
             thread: Mutex::new(None),
             loss: Mutex::new(txcast_proto::rng::Rng::new(cfg.loss_seed)),
             injected_losses: AtomicU64::new(0),
+            fanout: Mutex::new(FanoutQueue::default()),
             cfg,
         });
         let engine = Engine { shared };
@@ -280,6 +303,23 @@ impl Engine {
                     events: libc::POLLIN,
                     revents: 0,
                 });
+                if let Some(g) = ep.group_socket.get() {
+                    fds.push(libc::pollfd {
+                        fd: g.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
+                }
+            }
+            if !self
+                .shared
+                .fanout
+                .lock()
+                .expect("fanout lock")
+                .jobs
+                .is_empty()
+            {
+                deadline = now;
             }
         }
         fds.push(libc::pollfd {
@@ -326,18 +366,82 @@ impl Engine {
             return 0;
         };
         let eps = self.shared.endpoints.read().expect("engine lock");
-        let mut work = 0;
+        let mut work = self.run_fanout();
         for ep in eps.iter() {
-            work += self.receive(ep, &mut buf);
+            work += self.receive(ep, &ep.socket, &mut buf);
+            if let Some(g) = ep.group_socket.get() {
+                work += self.receive(ep, g, &mut buf);
+            }
             work += self.run_links(ep);
         }
         work
     }
 
-    fn receive(&self, ep: &Endpoint, buf: &mut [u8]) -> usize {
+    /// Hands `packet` for `to` to the engine thread; `false` (nothing queued) in invoker mode
+    /// or when the queue is full, and the caller sends it itself.
+    pub(crate) fn queue_fanout(
+        &self,
+        ep: &Arc<Endpoint>,
+        packet: &[u8],
+        to: &[SocketAddr],
+    ) -> bool {
+        if self.is_invoker() {
+            return false;
+        }
+        {
+            let mut q = self.shared.fanout.lock().expect("fanout lock");
+            if q.jobs.len() >= FANOUT_QUEUE_MAX {
+                return false;
+            }
+            let (mut p, mut t) = q.spare.pop().unwrap_or_default();
+            p.clear();
+            p.extend_from_slice(packet);
+            t.clear();
+            t.extend_from_slice(to);
+            q.jobs.push_back(FanoutJob {
+                ep: ep.clone(),
+                packet: p,
+                to: t,
+            });
+        }
+        if self.shared.sleeping_until.load(Ordering::SeqCst) != u64::MAX {
+            self.wake();
+        }
+        true
+    }
+
+    fn run_fanout(&self) -> usize {
         let mut n = 0;
         while n < RECV_BATCH_MAX {
-            let (len, from) = match ep.socket.recv_from(buf) {
+            let Some(job) = self
+                .shared
+                .fanout
+                .lock()
+                .expect("fanout lock")
+                .jobs
+                .pop_front()
+            else {
+                break;
+            };
+            if let Ok(k) = crate::mmsg::send_same_to_many(&job.ep.socket, &job.packet, &job.to) {
+                job.ep
+                    .counters
+                    .packets_sent
+                    .fetch_add(k as u64, Ordering::Relaxed);
+            }
+            let mut q = self.shared.fanout.lock().expect("fanout lock");
+            if q.spare.len() < FANOUT_QUEUE_MAX {
+                q.spare.push((job.packet, job.to));
+            }
+            n += 1;
+        }
+        n
+    }
+
+    fn receive(&self, ep: &Endpoint, socket: &UdpSocket, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < RECV_BATCH_MAX {
+            let (len, from) = match socket.recv_from(buf) {
                 Ok(x) => x,
                 Err(_) => break,
             };

@@ -93,3 +93,64 @@ pub fn send_same_to_many(
     }
     Ok(sent)
 }
+
+/// A socket for a port's transaction groups: bound to the group port on every address, shared
+/// with the other ports of the host (SO_REUSEADDR), receiving only the groups it joined.
+pub fn group_socket(port: u16) -> std::io::Result<UdpSocket> {
+    // SAFETY: plain socket(2); the result is checked and owned by the returned UdpSocket.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket we own.
+    let sock = unsafe { <UdpSocket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    let zero: libc::c_int = 0;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &one)?;
+    setsockopt(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, &zero)?;
+    let (ss, len) = sockaddr_of(&SocketAddr::from(([0, 0, 0, 0], port)));
+    // SAFETY: `ss` holds a valid sockaddr_in of `len` bytes.
+    if unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    sock.set_nonblocking(true)?;
+    Ok(sock)
+}
+
+/// Joins (or leaves) an IPv4 multicast group on the interface with address `interface`.
+pub fn membership(
+    sock: &UdpSocket,
+    group: SocketAddr,
+    interface: std::net::Ipv4Addr,
+    join: bool,
+) -> std::io::Result<()> {
+    let SocketAddr::V4(g) = group else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "IP multicast groups are IPv4",
+        ));
+    };
+    if join {
+        sock.join_multicast_v4(g.ip(), &interface)
+    } else {
+        sock.leave_multicast_v4(g.ip(), &interface)
+    }
+}
+
+fn setsockopt(fd: i32, level: i32, name: i32, v: &libc::c_int) -> std::io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

@@ -171,6 +171,7 @@ impl Port {
                 map: HashMap::new(),
                 buf: vec![0u8; engine.config().link.packet_bytes_max],
             }),
+            group_socket: std::sync::OnceLock::new(),
             ring: ring.producer(),
             joined: RwLock::new(BTreeSet::new()),
             counters: EndpointCounters::default(),
@@ -371,19 +372,63 @@ impl Port {
 
     /// Joins a transaction's multicast group: from now on this port accepts messages
     /// multicast to `txn`. No message is sent.
-    pub fn join_txn(&mut self, txn: TxnId) {
+    /// With IP multicast on, the port's group socket also joins the transaction's group
+    /// address (a pure function of the id).
+    pub fn join_txn(&mut self, txn: TxnId) -> Result<(), PortError> {
+        let cluster = &self.engine.config().cluster;
+        if cluster.multicast.enabled {
+            let group = cluster.txn_group(txn);
+            let sock = match self.ep.group_socket.get() {
+                Some(s) => s,
+                None => {
+                    let s = crate::mmsg::group_socket(group.port())?;
+                    let _ = self.ep.group_socket.set(s);
+                    self.engine.wake();
+                    self.ep.group_socket.get().expect("just set")
+                }
+            };
+            let joined_groups = self
+                .ep
+                .joined
+                .read()
+                .expect("joined lock")
+                .iter()
+                .any(|t| cluster.txn_group(*t) == group);
+            if !joined_groups {
+                crate::mmsg::membership(sock, group, cluster.multicast.interface, true)?;
+            }
+        }
         self.ep.joined.write().expect("joined lock").insert(txn);
+        Ok(())
     }
 
     /// Leaves a transaction's group (at commit or abort).
-    pub fn leave_txn(&mut self, txn: TxnId) {
-        self.ep.joined.write().expect("joined lock").remove(&txn);
+    pub fn leave_txn(&mut self, txn: TxnId) -> Result<(), PortError> {
+        let removed = self.ep.joined.write().expect("joined lock").remove(&txn);
+        let cluster = &self.engine.config().cluster;
+        if removed && cluster.multicast.enabled {
+            let group = cluster.txn_group(txn);
+            let still = self
+                .ep
+                .joined
+                .read()
+                .expect("joined lock")
+                .iter()
+                .any(|t| cluster.txn_group(*t) == group);
+            if let (false, Some(sock)) = (still, self.ep.group_socket.get()) {
+                crate::mmsg::membership(sock, group, cluster.multicast.interface, false)?;
+            }
+        }
+        Ok(())
     }
 
     /// Multicasts `msg` to the ports like `template` (same instance, type and server instance)
-    /// at `sites` that joined `txn`: one packet, built once and handed to the kernel with one
-    /// `sendmmsg` for all destinations. Ports that did not join drop it (counted). Best effort,
-    /// like a datagram. Returns how many destinations the packet was handed to.
+    /// that joined `txn`. With IP multicast on, one datagram goes to the transaction's group
+    /// and `sites` is not needed. Otherwise the packet is built once and fanned out to the
+    /// ports at `sites` with `sendmmsg` — by the engine thread when there is one, so the caller
+    /// pays the same whatever the number of destinations. Ports that did not join drop it
+    /// (counted). Best effort, like a datagram. Returns how many destinations it was handed
+    /// to (1 for an IP multicast group).
     pub fn multicast(
         &mut self,
         txn: TxnId,
@@ -411,6 +456,12 @@ impl Port {
         // checks the join; this port checks its own join set here.
         let mut to: Vec<SocketAddr> = Vec::with_capacity(sites.len());
         let mut delivered_here = 0;
+        if cluster.multicast.enabled {
+            let r = self.ep.socket.send_to(&buf[..n], cluster.txn_group(txn));
+            self.scratch = buf;
+            r?;
+            return Ok(1);
+        }
         for &site in sites {
             let dest = Address { site, ..template };
             if dest == self.addr {
@@ -428,9 +479,14 @@ impl Port {
                 to.push(cluster.socket_addr(dest)?);
             }
         }
-        let sent = crate::mmsg::send_same_to_many(&self.ep.socket, &buf[..n], &to);
+        let handed = to.len();
+        let r = if self.engine.queue_fanout(&self.ep, &buf[..n], &to) {
+            Ok(handed)
+        } else {
+            crate::mmsg::send_same_to_many(&self.ep.socket, &buf[..n], &to)
+        };
         self.scratch = buf;
-        Ok(delivered_here + sent?)
+        Ok(delivered_here + r?)
     }
 
     /// Takes the next message if one is waiting.

@@ -209,8 +209,8 @@ fn transaction_multicast_reaches_exactly_the_members_that_joined() {
     let mut m2 = Port::open(Address { site: 2, ..t }, cfg()).unwrap();
     let mut outsider = Port::open(Address { site: 3, ..t }, cfg()).unwrap();
     let txn = TxnId(0xfeed);
-    m1.join_txn(txn);
-    m2.join_txn(txn);
+    m1.join_txn(txn).unwrap();
+    m2.join_txn(txn).unwrap();
     let handed = coordinator
         .multicast(txn, t, &[1, 2, 3], b"prepare")
         .unwrap();
@@ -229,7 +229,7 @@ fn transaction_multicast_reaches_exactly_the_members_that_joined() {
     assert_eq!(outsider.counters().dropped_not_joined, 1);
     assert!(outsider.try_recv(&mut buf).is_none());
     // After leaving, a member no longer gets the transaction's messages.
-    m1.leave_txn(txn);
+    m1.leave_txn(txn).unwrap();
     coordinator.multicast(txn, t, &[1, 2], b"commit").unwrap();
     let r = m2.recv_timeout(&mut buf, WAIT).unwrap();
     assert_eq!(&buf[..r.len], b"commit");
@@ -238,6 +238,47 @@ fn transaction_multicast_reaches_exactly_the_members_that_joined() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(m1.try_recv(&mut buf).is_none());
+}
+
+#[test]
+fn ip_multicast_reaches_exactly_the_members_that_joined() {
+    let mut cluster = ClusterConfig::default();
+    cluster.multicast.enabled = true;
+    let engine = Engine::start(EngineConfig {
+        cluster,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let t = addr(13, 0, 3, 0);
+    let mut coordinator = Port::open_on(&engine, addr(13, 0, 1, 0), cfg()).unwrap();
+    let mut m1 = Port::open_on(&engine, Address { site: 1, ..t }, cfg()).unwrap();
+    let mut m2 = Port::open_on(&engine, Address { site: 2, ..t }, cfg()).unwrap();
+    let mut outsider = Port::open_on(&engine, Address { site: 3, ..t }, cfg()).unwrap();
+    let txn = TxnId(0x1_0000_beef);
+    m1.join_txn(txn).unwrap();
+    m2.join_txn(txn).unwrap();
+    // Joined to another transaction only: must not get this one's messages.
+    outsider.join_txn(TxnId(0x2_0000_beef)).unwrap();
+    assert_eq!(coordinator.multicast(txn, t, &[], b"prepare").unwrap(), 1);
+    let mut buf = [0u8; 64];
+    for m in [&mut m1, &mut m2] {
+        let r = m.recv_timeout(&mut buf, WAIT).unwrap();
+        assert_eq!(&buf[..r.len], b"prepare");
+        assert_eq!(r.txn, Some(txn));
+        assert_eq!(r.source, coordinator.address());
+    }
+    m1.leave_txn(txn).unwrap();
+    coordinator.multicast(txn, t, &[], b"commit").unwrap();
+    let r = m2.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"commit");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(m1.try_recv(&mut buf).is_none(), "left the group");
+    assert!(
+        outsider.try_recv(&mut buf).is_none(),
+        "never joined this transaction"
+    );
+    drop((coordinator, m1, m2, outsider));
+    engine.shutdown();
 }
 
 #[test]

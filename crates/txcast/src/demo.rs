@@ -70,13 +70,13 @@ fn serve(port: &mut Port) -> Result<(), PortError> {
             Some(&OP_PING) => port.send(r.source, msg)?,
             Some(&OP_READ) if msg.len() >= 9 => {
                 let txn = TxnId(u64::from_le_bytes(msg[1..9].try_into().expect("8 bytes")));
-                port.join_txn(txn); // the participant joins when it first sees the transaction
+                port.join_txn(txn)?; // the participant joins when it first sees the transaction
                 port.send(r.source, msg)?;
             }
             Some(&OP_COMMIT) if r.txn.is_some() => {
                 let txn = r.txn.expect("checked");
                 port.send(r.source, msg)?;
-                port.leave_txn(txn);
+                port.leave_txn(txn)?;
             }
             Some(&OP_QUIT) => return Ok(()),
             _ => {}
