@@ -19,7 +19,7 @@ use txcast_proto::link::{Link, LinkConfig, LinkCounters};
 use txcast_proto::wire::{
     parse_datagram, ClusterKey, DataBody, Kind, MulticastBody, Packet, Records,
 };
-use txcast_proto::{Address, Instant, TxnId};
+use txcast_proto::{Address, AddressHash, Instant, TxnId};
 
 /// Bytes each message carries in a ring ahead of its payload: the source address and the
 /// transaction id (zero for point-to-point messages).
@@ -84,7 +84,7 @@ pub(crate) struct EndpointCounters {
 }
 
 pub(crate) struct Links {
-    pub map: HashMap<Address, Link>,
+    pub map: HashMap<Address, Link, AddressHash>,
     pub buf: Vec<u8>,
 }
 
@@ -579,23 +579,24 @@ pub(crate) fn links_entry<'a>(
     local: Address,
     peer: Address,
 ) -> Option<&'a mut Link> {
-    if !links.map.contains_key(&peer) {
-        if links.map.len() >= LINKS_PER_PORT_MAX {
-            return None;
+    let full = links.map.len() >= LINKS_PER_PORT_MAX;
+    match links.map.entry(peer) {
+        std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+        std::collections::hash_map::Entry::Vacant(_) if full => None,
+        std::collections::hash_map::Entry::Vacant(e) => {
+            let s = &engine.shared;
+            let link = Link::new(
+                s.cfg.link.clone(),
+                local,
+                peer,
+                s.cfg.cluster.cluster,
+                s.incarnation,
+                s.key.clone(),
+            )
+            .expect("link configuration validated at engine start");
+            Some(e.insert(link))
         }
-        let s = &engine.shared;
-        let link = Link::new(
-            s.cfg.link.clone(),
-            local,
-            peer,
-            s.cfg.cluster.cluster,
-            s.incarnation,
-            s.key.clone(),
-        )
-        .expect("link configuration validated at engine start");
-        links.map.insert(peer, link);
     }
-    links.map.get_mut(&peer)
 }
 
 /// Sends every packet the link has ready. Returns packets sent.

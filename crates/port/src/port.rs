@@ -20,7 +20,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{LinkCounters, LinkSendError};
 use txcast_proto::wire::{Kind, PacketHeader, PacketWriter};
-use txcast_proto::{Address, TxnId};
+use txcast_proto::{Address, AddressHash, TxnId};
+
+/// Local destinations one port keeps mapped.
+pub const LOCAL_SENDERS_MAX: usize = 1024;
 
 /// Options fixed when a port opens.
 #[derive(Clone, Copy, Debug)]
@@ -136,7 +139,7 @@ pub struct Port {
     engine: Engine,
     ring: RingReceiver,
     ep: Arc<Endpoint>,
-    local: HashMap<Address, RingSender>,
+    local: HashMap<Address, RingSender, AddressHash>,
     local_sent: u64,
     remote_sent: u64,
     received: u64,
@@ -168,7 +171,7 @@ impl Port {
             addr,
             socket,
             links: Mutex::new(Links {
-                map: HashMap::new(),
+                map: HashMap::default(),
                 buf: vec![0u8; engine.config().link.packet_bytes_max],
             }),
             group_socket: std::sync::OnceLock::new(),
@@ -184,7 +187,7 @@ impl Port {
             engine: engine.clone(),
             ring,
             ep,
-            local: HashMap::new(),
+            local: HashMap::default(),
             local_sent: 0,
             remote_sent: 0,
             received: 0,
@@ -213,22 +216,31 @@ impl Port {
     }
 
     fn local_sender(&mut self, dest: Address) -> Result<&RingSender, PortError> {
-        if !self.local.contains_key(&dest) {
-            let path = self.engine.config().cluster.segment_path(dest);
-            let s = RingSender::open(&path).map_err(|e| match e {
-                ShmError::NotFound => PortError::NoSuchPort(dest),
-                ShmError::OwnerDead => PortError::OwnerDead(dest),
-                ShmError::Closed => PortError::Closed(dest),
-                e => PortError::Segment(e),
-            })?;
-            self.local.insert(dest, s);
+        let full = self.local.len() >= LOCAL_SENDERS_MAX;
+        match self.local.entry(dest) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if full {
+                    return Err(PortError::Full);
+                }
+                let path = self.engine.config().cluster.segment_path(dest);
+                let s = RingSender::open(&path).map_err(|e| match e {
+                    ShmError::NotFound => PortError::NoSuchPort(dest),
+                    ShmError::OwnerDead => PortError::OwnerDead(dest),
+                    ShmError::Closed => PortError::Closed(dest),
+                    e => PortError::Segment(e),
+                })?;
+                Ok(e.insert(s))
+            }
         }
-        Ok(&self.local[&dest])
     }
 
     /// Sends reliably and in order, waiting up to the port's `send_timeout` for room.
     pub fn send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
-        self.send_timeout(dest, msg, self.cfg.send_timeout)
+        match self.try_send(dest, msg) {
+            Err(PortError::Full) => self.send_timeout(dest, msg, self.cfg.send_timeout),
+            r => r,
+        }
     }
 
     /// Sends without waiting: `PortError::Full` when the destination has no room.
@@ -555,22 +567,18 @@ impl Port {
         buf: &mut [u8],
         timeout: Option<Duration>,
     ) -> Result<Received, PortError> {
+        if let Some(r) = self.try_recv(buf) {
+            return Ok(r);
+        }
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
+            let ready = self.wait_until(deadline);
             if let Some(r) = self.try_recv(buf) {
                 return Ok(r);
             }
-            let left = match deadline {
-                Some(d) => {
-                    let now = std::time::Instant::now();
-                    if now >= d {
-                        return Err(PortError::Timeout);
-                    }
-                    Some(d - now)
-                }
-                None => None,
-            };
-            self.wait(left);
+            if !ready && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Err(PortError::Timeout);
+            }
         }
     }
 
@@ -580,20 +588,28 @@ impl Port {
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        self.wait_until(deadline)
+    }
+
+    /// Waits for a ready record until `deadline`; true if one is ready.
+    fn wait_until(&mut self, deadline: Option<std::time::Instant>) -> bool {
         if self.engine.is_invoker() {
-            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            let mut n = 0u32;
             loop {
                 if self.ring.has_ready() {
                     return true;
                 }
                 self.engine.duty_cycle();
-                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                n = n.wrapping_add(1);
+                if n.is_multiple_of(64) && deadline.is_some_and(|d| std::time::Instant::now() >= d)
+                {
                     return self.ring.has_ready();
                 }
                 std::hint::spin_loop();
             }
         }
-        self.ring.wait(self.cfg.idle, timeout)
+        self.ring.wait_until(self.cfg.idle, deadline)
     }
 
     /// Counters of this port, its ring and its links.

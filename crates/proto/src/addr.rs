@@ -79,6 +79,29 @@ impl core::str::FromStr for Address {
     }
 }
 
+/// A hasher for maps keyed by [`Address`]: an address is 8 bytes, so it is its own hash (mixed
+/// once). SipHash would cost more than the lookups it protects, and addresses are not chosen by
+/// an attacker who could flood a map (every map keyed by them is bounded).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AddressHasher(u64);
+
+impl core::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | *b as u64;
+        }
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.0 = (self.0 << 16) | v as u64;
+    }
+}
+
+/// `BuildHasher` for [`AddressHasher`].
+pub type AddressHash = core::hash::BuildHasherDefault<AddressHasher>;
+
 /// A transaction identifier. A transaction's multicast group is a pure function of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct TxnId(pub u64);

@@ -10,5 +10,5 @@ pub mod rng;
 pub mod time;
 pub mod wire;
 
-pub use addr::{Address, TxnId};
+pub use addr::{Address, AddressHash, TxnId};
 pub use time::Instant;

@@ -201,6 +201,15 @@ impl RingReceiver {
             return true;
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        self.wait_until(strategy, deadline)
+    }
+
+    /// [`wait`](Self::wait) with an absolute deadline (`None`: no deadline), for callers that
+    /// already hold one and should not read the clock again.
+    pub fn wait_until(&mut self, strategy: IdleStrategy, deadline: Option<Instant>) -> bool {
+        if self.has_ready() {
+            return true;
+        }
         match strategy {
             IdleStrategy::Spin => self.spin(None, deadline).unwrap_or(false),
             IdleStrategy::SpinThenPark { spins } => match self.spin(Some(spins), deadline) {
@@ -219,7 +228,9 @@ impl RingReceiver {
             if self.has_ready() {
                 return Some(true);
             }
-            if self.seg.interrupt.swap(false, Ordering::SeqCst) {
+            if self.seg.interrupt.load(Ordering::Relaxed)
+                && self.seg.interrupt.swap(false, Ordering::SeqCst)
+            {
                 return Some(self.has_ready());
             }
             if limit.is_some_and(|l| spins >= l) {
