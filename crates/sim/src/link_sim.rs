@@ -43,6 +43,8 @@ impl Default for LinkSimOptions {
 pub struct LinkSimReport {
     pub seed: u64,
     pub faults: FaultConfig,
+    /// Probability that the application refuses a delivery (a slow consumer).
+    pub stall: f64,
     pub delivered: u64,
     pub net: NetCounters,
     pub links: LinkCounters,
@@ -189,6 +191,13 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
         FaultConfig::none()
     };
     let cfg = link_config(&mut rng);
+    // A slow application on some seeds: deliveries are refused at random, so the receive
+    // buffers fill, credit closes, and the window must reopen when the application catches up.
+    let stall = if rng.chance(0.3) {
+        rng.below(900) as f64 / 1000.0
+    } else {
+        0.0
+    };
     let n = opts.nodes;
     let mut net = Network::new(n, faults.clone(), rng.fork());
     let mut nodes: Vec<LinkNode> = (0..n).map(|i| LinkNode::new(i, n, &cfg)).collect();
@@ -219,9 +228,10 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
                 node.handle_timeout(now);
             }
         }
-        // Workload: each node sends to a random peer that still has messages to get.
+        // Workload: each node sends to a random peer that still has messages to get (through
+        // the liveness phase too, so a run slowed by back-pressure still sends everything).
         for i in 0..n {
-            if next_send_at[i] > now || healed {
+            if next_send_at[i] > now {
                 continue;
             }
             let j = (i + 1 + rng.below(n as u64 - 1) as usize) % n;
@@ -248,6 +258,9 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
                     continue;
                 }
                 loop {
+                    if !healed && stall > 0.0 && rng.chance(stall) {
+                        break;
+                    }
                     let want = received[i][j];
                     let got = nodes[j].link(i).poll_delivery(|m| m.to_vec());
                     let Some(got) = got else { break };
@@ -280,7 +293,15 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
             let missing: Vec<String> = (0..n)
                 .flat_map(|i| (0..n).map(move |j| (i, j)))
                 .filter(|&(i, j)| i != j && received[i][j] < sent[i][j])
-                .map(|(i, j)| format!("{i}->{j}: {}/{}", received[i][j], sent[i][j]))
+                .map(|(i, j)| {
+                    format!(
+                        "{i}->{j}: {}/{} (sender {}; receiver {})",
+                        received[i][j],
+                        sent[i][j],
+                        nodes[i].link(j).debug_state(),
+                        nodes[j].link(i).debug_state()
+                    )
+                })
                 .collect();
             return Err(fail(format!(
                 "liveness: not everything delivered after healing: {}",
@@ -292,10 +313,12 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
         for node in &nodes {
             next = min_opt(next, node.poll_timeout());
         }
-        if !healed {
+        if sent.iter().flatten().sum::<u32>() < total as u32 {
             for &t in &next_send_at {
                 next = min_opt(next, Some(t));
             }
+        }
+        if !healed {
             next = min_opt(next, Some(Instant(opts.safety_ns)));
         }
         now = match next {
@@ -316,6 +339,7 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
     Ok(LinkSimReport {
         seed,
         faults,
+        stall,
         delivered,
         net: net.counters.clone(),
         links,

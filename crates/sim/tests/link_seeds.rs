@@ -34,6 +34,21 @@ fn fixed_seeds_under_faults_deliver_exactly_once_in_order() {
     );
 }
 
+/// Seeds that once failed, kept as regressions:
+/// - 1236, 1503: a late (reordered) ACK shrank the sender's window to zero after the receiver
+///   had drained; nothing was in flight, so nothing ever reopened it. Fixed by never moving the
+///   window's right edge back and by a persist probe when credit blocks a queued message.
+/// - 3206: the checker stopped the workload at the end of the safety phase, so a run slowed by
+///   back-pressure could never reach its total (a checker bug, not a link bug).
+#[test]
+fn regression_seeds() {
+    let opts = LinkSimOptions::default();
+    for seed in [1236u64, 1503, 3206] {
+        let r = run_link(seed, &opts).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.delivered, 6 * opts.messages_per_pair as u64);
+    }
+}
+
 #[test]
 fn same_seed_replays_exactly() {
     let opts = LinkSimOptions::default();

@@ -275,6 +275,15 @@ impl Link {
         r
     }
 
+    /// The link's sequence state, for diagnostics.
+    pub fn debug_state(&self) -> String {
+        format!(
+            "tx[{}] rx[{}]",
+            self.tx.debug_state(),
+            self.rx.debug_state()
+        )
+    }
+
     /// Messages `send` would accept now (ignoring fragmentation).
     pub fn send_capacity(&self) -> usize {
         self.tx.capacity(&self.cfg)

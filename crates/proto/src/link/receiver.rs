@@ -64,6 +64,19 @@ impl Receiver {
         self.last_nak_at = None;
     }
 
+    pub fn debug_state(&self) -> String {
+        format!(
+            "handed {} expected {} highest {} fresh {} ack_due {:?} ack_now {} adv_credit {}",
+            self.handed,
+            self.expected,
+            self.highest,
+            self.fresh,
+            self.ack_due,
+            self.ack_now,
+            self.advertised_credit
+        )
+    }
+
     fn len(&self) -> u64 {
         self.slots.len() as u64
     }

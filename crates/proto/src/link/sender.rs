@@ -44,6 +44,9 @@ pub(super) struct Sender {
     rttvar: Duration,
     rto_deadline: Option<Instant>,
     hold_until: Option<Instant>,
+    /// Credit is exhausted with messages queued and none in flight: after a timeout, one
+    /// message goes out anyway as a probe, so a lost window update cannot stall the link.
+    probe: bool,
     fragment_payload: usize,
     whole_payload: usize,
     body_capacity: usize,
@@ -67,6 +70,7 @@ impl Sender {
             rttvar: Duration::ZERO,
             rto_deadline: None,
             hold_until: None,
+            probe: false,
             fragment_payload: cfg.fragment_payload_max(mac),
             whole_payload: cfg.whole_payload_max(mac),
             body_capacity: cfg.packet_bytes_max
@@ -75,6 +79,20 @@ impl Sender {
                 - if mac { MAC_BYTES } else { 0 },
             packer: Packer::new(cfg.pack),
         }
+    }
+
+    pub fn debug_state(&self) -> String {
+        format!(
+            "acked {} unsent {} next {} credit_end {} retx_queue {} rto {:?} deadline {:?} hold {:?}",
+            self.acked,
+            self.unsent,
+            self.next_seq,
+            self.credit_end,
+            self.retransmit.len(),
+            self.rto,
+            self.rto_deadline,
+            self.hold_until
+        )
     }
 
     pub fn is_empty(&self) -> bool {
@@ -169,9 +187,17 @@ impl Sender {
         if let Some(n) = self.poll_retransmit(now, buf, header, key, ack, credit, counters) {
             return Some(n);
         }
-        let limit = self.limit(cfg);
+        let mut limit = self.limit(cfg);
+        if self.probe && self.unsent >= limit {
+            limit = self.unsent + 1;
+        }
+        self.probe = false;
         if self.unsent >= self.next_seq || self.unsent >= limit {
             self.hold_until = None;
+            if self.unsent < self.next_seq && self.rto_deadline.is_none() {
+                // Blocked by credit: arm the persist timer.
+                self.rto_deadline = Some(now + self.rto);
+            }
             return None;
         }
         let oldest = self.buf[(self.unsent - self.acked) as usize].queued_at;
@@ -306,7 +332,9 @@ impl Sender {
             self.rto = self.computed_rto(cfg);
             self.rto_deadline = (self.unsent > self.acked).then(|| now + self.rto);
         }
-        self.credit_end = (ack + credit as u64).max(self.acked);
+        // The receiver's buffer end (`ack + credit`) never moves back, so an older ACK that
+        // arrives late (reordered, duplicated) must not shrink the window.
+        self.credit_end = self.credit_end.max(ack + credit as u64).max(self.acked);
         for r in naks {
             let end = (r.start.saturating_add(r.len as u64)).min(self.unsent);
             for seq in r.start.max(self.acked)..end {
@@ -347,6 +375,13 @@ impl Sender {
                 }
                 self.rto = (self.rto * 2).min(cfg.rto_max);
                 self.rto_deadline = Some(now + self.rto);
+                true
+            }
+            Some(t) if t <= now && self.unsent < self.next_seq => {
+                // Persist timer: nothing in flight, messages queued, no credit.
+                self.probe = true;
+                self.rto = (self.rto * 2).min(cfg.rto_max);
+                self.rto_deadline = None;
                 true
             }
             Some(t) if t <= now => {
