@@ -16,9 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{Link, LinkConfig, LinkCounters};
-use txcast_proto::wire::{
-    parse_datagram, ClusterKey, DataBody, Kind, MulticastBody, Packet, Records,
-};
+use txcast_proto::wire::{parse_datagram, ClusterKey, Kind, MulticastBody, Packet, Records};
 use txcast_proto::{Address, AddressHash, Instant, TxnId};
 
 /// Bytes each message carries in a ring ahead of its payload: the source address and the
@@ -480,10 +478,6 @@ impl Engine {
         }
         match h.kind {
             Kind::Data | Kind::Ack => {
-                if h.kind == Kind::Data && DataBody::parse(p.body).is_err() {
-                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
                 let now = self.now();
                 let mut links = ep.links.lock().expect("links lock");
                 let link = match links_entry(&mut links, self, ep.addr, h.source) {
@@ -495,7 +489,9 @@ impl Engine {
                         return;
                     }
                 };
-                link.handle_packet(now, &p);
+                if link.handle_packet(now, &p).is_err() {
+                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                }
             }
             Kind::Datagram => {
                 if parse_datagram(p.body).is_err() {

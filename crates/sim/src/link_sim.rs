@@ -94,7 +94,11 @@ impl Node for LinkNode {
             Ok(p) => {
                 let from = p.header.source.site as usize;
                 match self.links.get_mut(from).and_then(|l| l.as_mut()) {
-                    Some(l) => l.handle_packet(now, &p),
+                    Some(l) => {
+                        if l.handle_packet(now, &p).is_err() {
+                            self.malformed_dropped += 1;
+                        }
+                    }
                     None => self.malformed_dropped += 1,
                 }
             }

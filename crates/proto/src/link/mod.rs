@@ -20,8 +20,9 @@ use crate::addr::Address;
 use crate::pack::PackMode;
 use crate::time::Instant;
 use crate::wire::{
-    AckBody, ClusterKey, DataBody, Kind, Packet, PacketHeader, DATA_PREFIX_BYTES, FRAG_EXTRA_BYTES,
-    HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX, PACKET_BYTES_MIN, RECORD_HEADER_BYTES,
+    AckBody, ClusterKey, DataBody, Kind, Packet, PacketHeader, WireError, DATA_PREFIX_BYTES,
+    FRAG_EXTRA_BYTES, HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX, PACKET_BYTES_MIN,
+    RECORD_HEADER_BYTES,
 };
 use core::time::Duration;
 use receiver::Receiver;
@@ -209,6 +210,11 @@ impl LinkCounters {
     }
 }
 
+enum Body<'a> {
+    Data(DataBody<'a>),
+    Ack(AckBody<'a>),
+}
+
 /// One direction pair between a local port and a remote one.
 pub struct Link {
     cfg: LinkConfig,
@@ -295,16 +301,23 @@ impl Link {
     }
 
     /// A DATA or ACK packet from this link's peer, already checked by [`Packet::parse`]. Other
-    /// kinds and packets from elsewhere are the caller's business and are ignored here.
-    pub fn handle_packet(&mut self, now: Instant, pkt: &Packet<'_>) {
+    /// kinds and packets from elsewhere are the caller's business and are ignored here. A body
+    /// that breaks its kind's rules changes nothing and comes back as the error.
+    pub fn handle_packet(&mut self, now: Instant, pkt: &Packet<'_>) -> Result<(), WireError> {
         let h = &pkt.header;
         if h.source != self.header.destination || h.destination != self.header.source {
-            return;
+            return Ok(());
         }
+        // Check the whole body before it may change any state.
+        let body = match h.kind {
+            Kind::Data => Body::Data(DataBody::parse(pkt.body)?),
+            Kind::Ack => Body::Ack(AckBody::parse(pkt.body)?),
+            _ => return Ok(()),
+        };
         match self.peer_incarnation {
             Some(known) if incarnation_older(h.incarnation, known) => {
                 self.counters.stale_incarnation_dropped += 1;
-                return;
+                return Ok(());
             }
             Some(known) if h.incarnation != known => {
                 // The peer restarted: what it held of our stream is gone, and its new stream
@@ -317,24 +330,18 @@ impl Link {
             Some(_) => {}
             None => self.peer_incarnation = Some(h.incarnation),
         }
-        match h.kind {
-            Kind::Data => {
-                // Already validated by the caller's parse of the packet; a body that fails here
-                // was not parsed as DATA by the caller, so it is simply dropped.
-                if let Ok(d) = DataBody::parse(pkt.body) {
-                    self.on_ack(now, d.ack, d.credit, core::iter::empty());
-                    self.rx
-                        .on_data(&self.cfg, now, &d, h.flags, &mut self.counters);
-                }
+        match body {
+            Body::Data(d) => {
+                self.on_ack(now, d.ack, d.credit, core::iter::empty());
+                self.rx
+                    .on_data(&self.cfg, now, &d, h.flags, &mut self.counters);
             }
-            Kind::Ack => {
-                if let Ok(a) = AckBody::parse(pkt.body) {
-                    self.counters.naks_received += a.nak_count() as u64;
-                    self.on_ack(now, a.ack, a.credit, a.naks());
-                }
+            Body::Ack(a) => {
+                self.counters.naks_received += a.nak_count() as u64;
+                self.on_ack(now, a.ack, a.credit, a.naks());
             }
-            _ => {}
         }
+        Ok(())
     }
 
     fn on_ack(

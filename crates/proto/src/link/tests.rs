@@ -21,7 +21,8 @@ fn pump(
     let mut n = 0;
     while let Some(len) = from.poll_transmit(now, &mut buf) {
         if !drop(n) {
-            to.handle_packet(now, &Packet::parse(&buf[..len], 9, None).unwrap());
+            to.handle_packet(now, &Packet::parse(&buf[..len], 9, None).unwrap())
+                .unwrap();
         }
         n += 1;
     }
@@ -129,7 +130,8 @@ fn an_ack_for_messages_never_sent_is_dropped_and_counted() {
         destination: a.peer(),
     };
     let len = crate::wire::AckWriter::write(&mut buf, h, None, 1000, 10, &[]);
-    b.handle_packet(t, &Packet::parse(&buf[..len], 9, None).unwrap());
+    b.handle_packet(t, &Packet::parse(&buf[..len], 9, None).unwrap())
+        .unwrap();
     assert_eq!(b.counters().bogus_acks_dropped, 1);
     assert!(!b.is_idle());
 }
@@ -152,4 +154,31 @@ fn a_restarted_receiver_gets_everything_unacknowledged() {
     assert_eq!(a.counters().peer_restarts, 1);
     pump(t, &mut a, &mut b2, |_| false);
     assert_eq!(drain(&mut b2), vec![b"two".to_vec()]);
+}
+
+#[test]
+fn a_malformed_body_changes_nothing_and_is_reported() {
+    let (mut a, mut b) = pair(LinkConfig::default());
+    let t = Instant::ZERO;
+    a.send(t, b"x").unwrap();
+    let mut buf = vec![0u8; 1472];
+    let len = a.poll_transmit(t, &mut buf).unwrap();
+    // A DATA packet whose base lies above its first sequence number, re-checksummed so that
+    // only the body rule is broken; and from a "new incarnation", which must not reset state.
+    let mut bad = buf[..len].to_vec();
+    bad[crate::wire::HEADER_BYTES + 8] = 9;
+    bad[8] = 77;
+    let sum = {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&bad[..32]);
+        h.update(&bad[36..]);
+        h.finalize()
+    };
+    bad[32..36].copy_from_slice(&sum.to_le_bytes());
+    let p = Packet::parse(&bad, 9, None).unwrap();
+    assert_eq!(b.handle_packet(t, &p), Err(WireError::BaseAboveFirst));
+    assert_eq!(b.counters().peer_restarts, 0);
+    b.handle_packet(t, &Packet::parse(&buf[..len], 9, None).unwrap())
+        .unwrap();
+    assert_eq!(drain(&mut b), vec![b"x".to_vec()]);
 }

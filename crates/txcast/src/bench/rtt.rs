@@ -103,6 +103,12 @@ pub const CASES: &[Case] = &[
         connect: udp::connect_busy_poll,
     },
     Case {
+        name: "raw-udp-busypoll-unconnected",
+        busy_polls: true,
+        listen: udp::listen_busy_poll_unconnected,
+        connect: udp::connect_busy_poll_unconnected,
+    },
+    Case {
         name: "unix-dgram",
         busy_polls: false,
         listen: unix::listen,

@@ -16,6 +16,9 @@ const HELLO: &[u8] = b"txcast-rtt-hello";
 enum Wait {
     Blocking,
     BusyPoll,
+    /// Busy-polling with unconnected sockets (`sendto`/`recvfrom`, a route lookup per send),
+    /// as an endpoint that talks to many peers must use them.
+    BusyPollUnconnected,
 }
 
 struct UdpListener {
@@ -27,6 +30,8 @@ struct UdpEndpoint {
     socket: UdpSocket,
     wait: Wait,
     buffer: Vec<u8>,
+    /// Where unconnected sends go.
+    peer: Option<SocketAddr>,
 }
 
 pub fn listen_blocking(bytes: usize) -> io::Result<Box<dyn Listener>> {
@@ -35,6 +40,17 @@ pub fn listen_blocking(bytes: usize) -> io::Result<Box<dyn Listener>> {
 
 pub fn listen_busy_poll(bytes: usize) -> io::Result<Box<dyn Listener>> {
     listen(bytes, Wait::BusyPoll)
+}
+
+pub fn listen_busy_poll_unconnected(bytes: usize) -> io::Result<Box<dyn Listener>> {
+    listen(bytes, Wait::BusyPollUnconnected)
+}
+
+pub fn connect_busy_poll_unconnected(
+    rendezvous: &[String],
+    bytes: usize,
+) -> io::Result<Box<dyn Echo>> {
+    connect(rendezvous, bytes, Wait::BusyPollUnconnected)
 }
 
 pub fn connect_blocking(rendezvous: &[String], bytes: usize) -> io::Result<Box<dyn Echo>> {
@@ -58,9 +74,19 @@ fn connect(rendezvous: &[String], bytes: usize, wait: Wait) -> io::Result<Box<dy
     }
     .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "rendezvous: <udp port>"))?;
     let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
-    socket.connect((Ipv4Addr::LOCALHOST, port))?;
+    let parent = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    if wait == Wait::BusyPollUnconnected {
+        socket.send_to(HELLO, parent)?;
+        return Ok(Box::new(UdpEndpoint::new(
+            socket,
+            wait,
+            bytes,
+            Some(parent),
+        )?));
+    }
+    socket.connect(parent)?;
     socket.send(HELLO)?;
-    Ok(Box::new(UdpEndpoint::new(socket, wait, bytes)?))
+    Ok(Box::new(UdpEndpoint::new(socket, wait, bytes, None)?))
 }
 
 impl Listener for UdpListener {
@@ -78,20 +104,34 @@ impl Listener for UdpListener {
                 "not the partner's hello",
             ));
         }
+        if self.wait == Wait::BusyPollUnconnected {
+            return Ok(Box::new(UdpEndpoint::new(
+                self.socket,
+                self.wait,
+                0,
+                Some(peer),
+            )?));
+        }
         self.socket.connect(peer)?;
-        Ok(Box::new(UdpEndpoint::new(self.socket, self.wait, 0)?))
+        Ok(Box::new(UdpEndpoint::new(self.socket, self.wait, 0, None)?))
     }
 }
 
 impl UdpEndpoint {
-    fn new(socket: UdpSocket, wait: Wait, bytes: usize) -> io::Result<UdpEndpoint> {
+    fn new(
+        socket: UdpSocket,
+        wait: Wait,
+        bytes: usize,
+        peer: Option<SocketAddr>,
+    ) -> io::Result<UdpEndpoint> {
         match wait {
             Wait::Blocking => socket.set_read_timeout(Some(PARTNER_TIMEOUT))?,
-            Wait::BusyPoll => socket.set_nonblocking(true)?,
+            Wait::BusyPoll | Wait::BusyPollUnconnected => socket.set_nonblocking(true)?,
         }
         Ok(UdpEndpoint {
             socket,
             wait,
+            peer,
             // One byte more than expected, so an oversized datagram shows as a wrong length
             // rather than being silently truncated to the right one.
             buffer: vec![0; bytes + 1],
@@ -101,9 +141,13 @@ impl UdpEndpoint {
     fn send(&self, message: &[u8]) -> io::Result<()> {
         let sent = match self.wait {
             Wait::Blocking => self.socket.send(message)?,
-            Wait::BusyPoll => {
+            Wait::BusyPoll | Wait::BusyPollUnconnected => {
                 let mut sent = 0;
-                spin_until(|| match self.socket.send(message) {
+                let send = |m: &[u8]| match self.peer {
+                    Some(p) => self.socket.send_to(m, p),
+                    None => self.socket.send(m),
+                };
+                spin_until(|| match send(message) {
                     Ok(n) => {
                         sent = n;
                         Ok(true)
@@ -123,15 +167,22 @@ impl UdpEndpoint {
     fn recv(socket: &UdpSocket, wait: Wait, into: &mut [u8]) -> io::Result<usize> {
         match wait {
             Wait::Blocking => socket.recv(into),
-            Wait::BusyPoll => {
+            Wait::BusyPoll | Wait::BusyPollUnconnected => {
                 let mut received = 0;
-                spin_until(|| match socket.recv(into) {
-                    Ok(n) => {
-                        received = n;
-                        Ok(true)
+                let unconnected = wait == Wait::BusyPollUnconnected;
+                spin_until(|| {
+                    match if unconnected {
+                        socket.recv_from(into).map(|(n, _)| n)
+                    } else {
+                        socket.recv(into)
+                    } {
+                        Ok(n) => {
+                            received = n;
+                            Ok(true)
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+                        Err(e) => Err(e),
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-                    Err(e) => Err(e),
                 })?;
                 Ok(received)
             }
