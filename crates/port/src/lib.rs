@@ -9,5 +9,5 @@ pub mod shm;
 
 pub use engine::{Engine, EngineConfig, EngineMode};
 pub use naming::{ClusterConfig, NamingError};
-pub use port::{Port, PortConfig, PortCounters, PortError, Received};
+pub use port::{Port, PortClaim, PortConfig, PortCounters, PortError, Received};
 pub use shm::IdleStrategy;

@@ -335,6 +335,41 @@ impl Port {
         result
     }
 
+    /// Reserves room for a message of up to `len` bytes to `dest` and lends it for building in
+    /// place; [`PortClaim::commit`] sends it. To a port on this host the bytes are written
+    /// straight into the destination's ring slot (no copy at all); to a remote port they are
+    /// built in a buffer of this port and sent through the link at commit. Dropping the claim
+    /// sends nothing. Non-blocking: `PortError::Full` when the destination has no room.
+    pub fn claim(&mut self, dest: Address, len: usize) -> Result<PortClaim<'_>, PortError> {
+        if self.is_local(dest) {
+            let source = self.addr;
+            self.local_sender(dest)?;
+            let sender = &self.local[&dest];
+            let mut c = sender
+                .claim(ENVELOPE_BYTES + len)
+                .map_err(|e| map_send_error(e, dest))?;
+            write_envelope(&mut c, source, TxnId(0), &[]);
+            self.local_sent += 1;
+            return Ok(PortClaim {
+                inner: ClaimInner::Local(c),
+            });
+        }
+        let max = self.engine.config().link.message_bytes_max;
+        if len > max {
+            return Err(PortError::TooLong { len, max });
+        }
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.resize(len, 0);
+        Ok(PortClaim {
+            inner: ClaimInner::Remote {
+                port: self,
+                dest,
+                buf,
+            },
+        })
+    }
+
     /// Sends one message to several ports (reliably, each over its own link or ring).
     /// Stops at the first error and reports which destination failed.
     pub fn send_many(&mut self, dests: &[Address], msg: &[u8]) -> Result<(), (Address, PortError)> {
@@ -660,6 +695,68 @@ impl Drop for Port {
     fn drop(&mut self) {
         self.ep.closed.store(true, Ordering::SeqCst);
         self.engine.unregister(self.addr);
+    }
+}
+
+/// A message being built in place; see [`Port::claim`]. Derefs to its payload bytes.
+pub struct PortClaim<'p> {
+    inner: ClaimInner<'p>,
+}
+
+enum ClaimInner<'p> {
+    Local(crate::shm::Claim<'p>),
+    Remote {
+        port: &'p mut Port,
+        dest: Address,
+        buf: Vec<u8>,
+    },
+}
+
+impl PortClaim<'_> {
+    /// Sends the whole claimed length.
+    pub fn commit(self) -> Result<(), PortError> {
+        let n = self.len();
+        self.commit_len(n)
+    }
+
+    /// Sends only the first `n` bytes (`n` beyond the claimed length is a bug and panics).
+    pub fn commit_len(self, n: usize) -> Result<(), PortError> {
+        assert!(n <= self.len(), "commit_len({n}) beyond the claim");
+        match self.inner {
+            ClaimInner::Local(c) => {
+                c.commit_len(ENVELOPE_BYTES + n);
+                Ok(())
+            }
+            ClaimInner::Remote {
+                port,
+                dest,
+                mut buf,
+            } => {
+                buf.truncate(n);
+                let r = port.send(dest, &buf);
+                port.scratch = buf;
+                r
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for PortClaim<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.inner {
+            ClaimInner::Local(c) => &c[ENVELOPE_BYTES..],
+            ClaimInner::Remote { buf, .. } => buf,
+        }
+    }
+}
+
+impl std::ops::DerefMut for PortClaim<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match &mut self.inner {
+            ClaimInner::Local(c) => &mut c[ENVELOPE_BYTES..],
+            ClaimInner::Remote { buf, .. } => buf,
+        }
     }
 }
 

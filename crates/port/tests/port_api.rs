@@ -282,6 +282,38 @@ fn ip_multicast_reaches_exactly_the_members_that_joined() {
 }
 
 #[test]
+fn claim_builds_a_message_in_place_locally_and_remotely() {
+    let mut a = Port::open(addr(14, 0, 1, 0), cfg()).unwrap();
+    let mut local = Port::open(addr(14, 0, 2, 0), cfg()).unwrap();
+    let mut remote = Port::open(addr(14, 1, 2, 0), cfg()).unwrap();
+    let mut buf = [0u8; 128];
+    for dest in [local.address(), remote.address()] {
+        let mut c = a.claim(dest, 100).unwrap();
+        assert_eq!(c.len(), 100);
+        c[..5].copy_from_slice(b"built");
+        c.commit_len(5).unwrap();
+        // A claim dropped without commit sends nothing.
+        let mut dropped = a.claim(dest, 10).unwrap();
+        dropped[0] = b'!';
+        drop(dropped);
+        let mut c = a.claim(dest, 3).unwrap();
+        c.copy_from_slice(b"two");
+        c.commit().unwrap();
+    }
+    for p in [&mut local, &mut remote] {
+        let r = p.recv_timeout(&mut buf, WAIT).unwrap();
+        assert_eq!(&buf[..r.len], b"built");
+        assert_eq!(r.source, a.address());
+        let r = p.recv_timeout(&mut buf, WAIT).unwrap();
+        assert_eq!(&buf[..r.len], b"two");
+    }
+    assert!(matches!(
+        a.claim(local.address(), local.message_bytes_max() + 1),
+        Err(PortError::TooLong { .. })
+    ));
+}
+
+#[test]
 fn datagrams_arrive_unreliably_but_intact() {
     let mut a = Port::open(addr(10, 0, 1, 0), cfg()).unwrap();
     let mut b = Port::open(addr(10, 1, 1, 0), cfg()).unwrap();
@@ -336,4 +368,39 @@ fn a_dead_owners_port_is_reclaimed() {
     ));
     let p = Port::open(a, cfg()).unwrap();
     assert!(p.counters().reclaimed_dead_owner);
+}
+
+/// With a cluster key, packets without a valid MAC are dropped and counted; keyed traffic flows.
+#[test]
+fn a_cluster_key_drops_unsigned_and_wrongly_signed_packets() {
+    let keyed = |pass: &str| {
+        let mut cluster = ClusterConfig::default();
+        cluster.key_passphrase = Some(pass.to_string());
+        Engine::start(EngineConfig {
+            cluster,
+            ..EngineConfig::default()
+        })
+        .unwrap()
+    };
+    let engine = keyed("right");
+    let intruder = keyed("wrong");
+    let mut a = Port::open_on(&engine, addr(15, 0, 1, 0), cfg()).unwrap();
+    let mut b = Port::open_on(&engine, addr(15, 1, 1, 0), cfg()).unwrap();
+    let mut bad = Port::open_on(&intruder, addr(15, 2, 1, 0), cfg()).unwrap();
+    let mut plain = Port::open(addr(15, 3, 1, 0), cfg()).unwrap();
+    a.send(b.address(), b"signed").unwrap();
+    let mut buf = [0u8; 64];
+    let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"signed");
+    bad.send_datagram(b.address(), b"forged").unwrap();
+    plain.send_datagram(b.address(), b"unsigned").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b.counters().dropped_bad < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(b.counters().dropped_bad, 2);
+    assert!(b.try_recv(&mut buf).is_none());
+    drop((a, b, bad));
+    engine.shutdown();
+    intruder.shutdown();
 }
