@@ -374,8 +374,10 @@ fn a_dead_owners_port_is_reclaimed() {
 #[test]
 fn a_cluster_key_drops_unsigned_and_wrongly_signed_packets() {
     let keyed = |pass: &str| {
-        let mut cluster = ClusterConfig::default();
-        cluster.key_passphrase = Some(pass.to_string());
+        let cluster = ClusterConfig {
+            key_passphrase: Some(pass.to_string()),
+            ..ClusterConfig::default()
+        };
         Engine::start(EngineConfig {
             cluster,
             ..EngineConfig::default()
