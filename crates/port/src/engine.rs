@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{Link, LinkConfig, LinkCounters};
+use txcast_proto::timer::TimerWheel;
 use txcast_proto::wire::{parse_datagram, ClusterKey, Kind, MulticastBody, Packet, Records};
 use txcast_proto::{Address, AddressHash, Instant, TxnId};
 
@@ -81,9 +82,69 @@ pub(crate) struct EndpointCounters {
     pub multicast_received: AtomicU64,
 }
 
+/// Timer wheel geometry: 100 µs ticks, 1024 buckets (about 100 ms per round).
+pub const TIMER_TICK_NS: u64 = 100_000;
+pub const TIMER_SLOTS: usize = 1024;
+
+/// The links of one port, with the timer wheel and the list of links that need a look.
 pub(crate) struct Links {
     pub map: HashMap<Address, Link, AddressHash>,
     pub buf: Vec<u8>,
+    timers: TimerWheel<Address>,
+    /// The deadline each link is scheduled at in the wheel (entries at other deadlines are
+    /// stale and ignored when they fire).
+    timer_at: HashMap<Address, Instant, AddressHash>,
+    /// Links touched since the last duty cycle (a packet arrived, a timer fired, a delivery
+    /// was refused by a full ring).
+    dirty: Vec<Address>,
+    dirty_set: std::collections::HashSet<Address, AddressHash>,
+    work: Vec<Address>,
+}
+
+impl Links {
+    pub fn new(packet_bytes_max: usize, now: Instant) -> Links {
+        Links {
+            map: HashMap::default(),
+            buf: vec![0u8; packet_bytes_max],
+            // At most two live entries per link (the scheduled one and one stale one that is
+            // dropped when it fires).
+            timers: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 2 * LINKS_PER_PORT_MAX, now),
+            timer_at: HashMap::default(),
+            dirty: Vec::new(),
+            dirty_set: Default::default(),
+            work: Vec::new(),
+        }
+    }
+
+    /// Asks the next duty cycle to look at `peer`'s link.
+    pub fn mark(&mut self, peer: Address) {
+        if self.dirty_set.insert(peer) {
+            self.dirty.push(peer);
+        }
+    }
+
+    /// Puts `peer`'s next deadline in the wheel if it is earlier than the one scheduled.
+    pub fn settle(&mut self, peer: Address) {
+        let Some(t) = self.map.get(&peer).and_then(|l| l.poll_timeout()) else {
+            return;
+        };
+        if self.timer_at.get(&peer).is_none_or(|&at| t < at) {
+            if self.timers.schedule(t, peer).is_err() {
+                // The wheel is full of stale entries: look at this link every cycle instead.
+                self.mark(peer);
+                return;
+            }
+            self.timer_at.insert(peer, t);
+        }
+    }
+
+    /// When the engine must next run these links (`Instant::ZERO`: at once).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if !self.dirty.is_empty() {
+            return Some(Instant::ZERO);
+        }
+        self.timers.next_deadline()
+    }
 }
 
 /// The network side of one port, shared between the port's owner and the engine.
@@ -290,11 +351,8 @@ impl Engine {
         {
             let eps = self.shared.endpoints.read().expect("engine lock");
             for ep in eps.iter() {
-                let l = ep.links.lock().expect("links lock");
-                for link in l.map.values() {
-                    if let Some(t) = link.poll_timeout() {
-                        deadline = deadline.min(t);
-                    }
+                if let Some(t) = ep.links.lock().expect("links lock").next_deadline() {
+                    deadline = deadline.min(t);
                 }
                 fds.push(libc::pollfd {
                     fd: ep.socket.as_raw_fd(),
@@ -492,6 +550,7 @@ impl Engine {
                 if link.handle_packet(now, &p).is_err() {
                     ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
                 }
+                links.mark(h.source);
             }
             Kind::Datagram => {
                 if parse_datagram(p.body).is_err() {
@@ -528,25 +587,62 @@ impl Engine {
         }
     }
 
-    /// Timers, deliveries into the ring, and transmissions for every link of `ep`.
+    /// Timers that fired, then deliveries into the ring and transmissions for every link that
+    /// needs a look; each link's next deadline goes back into the wheel.
     fn run_links(&self, ep: &Endpoint) -> usize {
         let now = self.now();
         let mut work = 0;
         let mut guard = ep.links.lock().expect("links lock");
-        let Links { map, buf } = &mut *guard;
-        for link in map.values_mut() {
+        let links = &mut *guard;
+        {
+            let Links {
+                timers,
+                timer_at,
+                dirty,
+                dirty_set,
+                ..
+            } = links;
+            work += timers.expire(now, |deadline, peer| {
+                if timer_at.get(&peer) == Some(&deadline) {
+                    timer_at.remove(&peer);
+                    if dirty_set.insert(peer) {
+                        dirty.push(peer);
+                    }
+                }
+            });
+        }
+        let mut list = std::mem::take(&mut links.work);
+        std::mem::swap(&mut list, &mut links.dirty);
+        links.dirty_set.clear();
+        let mut buf = std::mem::take(&mut links.buf);
+        for &peer in &list {
+            let Some(link) = links.map.get_mut(&peer) else {
+                continue;
+            };
             if link.poll_timeout().is_some_and(|t| t <= now) {
                 link.handle_timeout(now);
             }
-            let peer = link.peer();
+            let mut refused = false;
             while link
-                .poll_delivery_if(|m| deliver_reliable(ep, peer, m))
+                .poll_delivery_if(|m| {
+                    let r = deliver_reliable(ep, peer, m);
+                    refused = r.is_none();
+                    r
+                })
                 .is_some()
             {
                 work += 1;
             }
-            work += flush(self, ep, link, buf, now);
+            work += flush(self, ep, link, &mut buf, now);
+            if refused {
+                // The ring is full: try again next cycle (the link's credit stays closed).
+                links.mark(peer);
+            }
+            links.settle(peer);
         }
+        list.clear();
+        links.work = list;
+        links.buf = buf;
         work
     }
 }

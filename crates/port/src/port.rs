@@ -170,10 +170,10 @@ impl Port {
         let ep = Arc::new(Endpoint {
             addr,
             socket,
-            links: Mutex::new(Links {
-                map: HashMap::default(),
-                buf: vec![0u8; engine.config().link.packet_bytes_max],
-            }),
+            links: Mutex::new(Links::new(
+                engine.config().link.packet_bytes_max,
+                engine.now(),
+            )),
             group_socket: std::sync::OnceLock::new(),
             ring: ring.producer(),
             joined: RwLock::new(BTreeSet::new()),
@@ -319,20 +319,24 @@ impl Port {
         let mut guard = self.ep.links.lock().expect("links lock");
         let links = &mut *guard;
         let mut buf = std::mem::take(&mut links.buf);
-        let link = links_entry(links, &self.engine, self.addr, dest).ok_or(PortError::Full)?;
-        let r = link.send(now, msg);
-        let result = match r {
-            Ok(()) => {
-                flush(&self.engine, &self.ep, link, &mut buf, now);
-                self.engine.wake_for(link.poll_timeout());
-                self.remote_sent += 1;
-                Ok(())
-            }
-            Err(LinkSendError::Full) => Err(PortError::Full),
-            Err(LinkSendError::TooLong { len, max }) => Err(PortError::TooLong { len, max }),
+        let result = match links_entry(links, &self.engine, self.addr, dest) {
+            None => Err(PortError::Full),
+            Some(link) => match link.send(now, msg) {
+                Ok(()) => {
+                    flush(&self.engine, &self.ep, link, &mut buf, now);
+                    Ok(link.poll_timeout())
+                }
+                Err(LinkSendError::Full) => Err(PortError::Full),
+                Err(LinkSendError::TooLong { len, max }) => Err(PortError::TooLong { len, max }),
+            },
         };
         links.buf = buf;
-        result
+        let timer = result?;
+        links.settle(dest);
+        drop(guard);
+        self.engine.wake_for(timer);
+        self.remote_sent += 1;
+        Ok(())
     }
 
     /// Reserves room for a message of up to `len` bytes to `dest` and lends it for building in

@@ -8,6 +8,7 @@ pub mod link;
 pub mod pack;
 pub mod rng;
 pub mod time;
+pub mod timer;
 pub mod wire;
 
 pub use addr::{Address, AddressHash, TxnId};
