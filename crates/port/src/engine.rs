@@ -27,6 +27,8 @@ pub const ENVELOPE_BYTES: usize = 16;
 pub const RECV_BATCH_MAX: usize = 64;
 /// Longest the engine thread parks when no link timer is pending (new timers wake it early).
 pub const PARK_MAX: Duration = Duration::from_millis(100);
+/// Times the engine thread yields its core, after spinning and before parking.
+pub const ENGINE_IDLE_YIELDS: u32 = 2;
 /// Links one port keeps to remote peers.
 pub const LINKS_PER_PORT_MAX: usize = 4096;
 
@@ -326,7 +328,7 @@ impl Engine {
             let since = *idle_since.get_or_insert_with(std::time::Instant::now);
             if since.elapsed() < spin {
                 std::hint::spin_loop();
-            } else if yields < 10 {
+            } else if yields < ENGINE_IDLE_YIELDS {
                 yields += 1;
                 std::thread::yield_now();
             } else {

@@ -154,3 +154,25 @@ fn setsockopt(fd: i32, level: i32, name: i32, v: &libc::c_int) -> std::io::Resul
         Ok(())
     }
 }
+
+/// Sends this socket's IP multicast out of the interface with address `interface`.
+pub fn multicast_interface(sock: &UdpSocket, interface: std::net::Ipv4Addr) -> std::io::Result<()> {
+    let addr = libc::in_addr {
+        s_addr: u32::from_ne_bytes(interface.octets()),
+    };
+    // SAFETY: passes a pointer to a live in_addr and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(sock),
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_IF,
+            &addr as *const libc::in_addr as *const libc::c_void,
+            std::mem::size_of::<libc::in_addr>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

@@ -144,6 +144,7 @@ pub struct Port {
     remote_sent: u64,
     received: u64,
     scratch: Vec<u8>,
+    fanout_to: Vec<SocketAddr>,
 }
 
 impl Port {
@@ -167,6 +168,9 @@ impl Port {
         .map_err(PortError::Segment)?;
         let socket = UdpSocket::bind(sockaddr)?;
         socket.set_nonblocking(true)?;
+        if cluster.multicast.enabled {
+            crate::mmsg::multicast_interface(&socket, cluster.multicast.interface)?;
+        }
         let ep = Arc::new(Endpoint {
             addr,
             socket,
@@ -192,6 +196,7 @@ impl Port {
             remote_sent: 0,
             received: 0,
             scratch: Vec::new(),
+            fanout_to: Vec::new(),
         })
     }
 
@@ -487,13 +492,12 @@ impl Port {
         sites: &[u16],
         msg: &[u8],
     ) -> Result<usize, PortError> {
-        let cluster = self.engine.config().cluster.clone();
+        let engine = self.engine.clone();
         let mut header = self.header(template);
         header.kind = Kind::Multicast;
-        let key = self.engine.shared.key.clone();
         let mut buf = std::mem::take(&mut self.scratch);
-        buf.resize(self.engine.config().link.packet_bytes_max, 0);
-        let mut w = PacketWriter::multicast(&mut buf, header, key.as_ref(), txn);
+        buf.resize(engine.config().link.packet_bytes_max, 0);
+        let mut w = PacketWriter::multicast(&mut buf, header, engine.shared.key.as_ref(), txn);
         if !w.push(msg) {
             let max = w.room();
             self.scratch = buf;
@@ -503,40 +507,55 @@ impl Port {
             });
         }
         let n = w.finish();
-        // Every member but this port itself gets the packet at its socket, where its engine
-        // checks the join; this port checks its own join set here.
-        let mut to: Vec<SocketAddr> = Vec::with_capacity(sites.len());
-        let mut delivered_here = 0;
+        let r = self.multicast_packet(&engine, txn, template, sites, msg, &buf[..n]);
+        self.scratch = buf;
+        r
+    }
+
+    fn multicast_packet(
+        &mut self,
+        engine: &Engine,
+        txn: TxnId,
+        template: Address,
+        sites: &[u16],
+        msg: &[u8],
+        packet: &[u8],
+    ) -> Result<usize, PortError> {
+        let cluster = &engine.config().cluster;
         if cluster.multicast.enabled {
-            let r = self.ep.socket.send_to(&buf[..n], cluster.txn_group(txn));
-            self.scratch = buf;
-            r?;
+            self.ep.socket.send_to(packet, cluster.txn_group(txn))?;
             return Ok(1);
         }
+        // Every member but this port itself gets the packet at its socket, where its engine
+        // checks the join; this port checks its own join set here.
+        let mut to = std::mem::take(&mut self.fanout_to);
+        to.clear();
+        let mut delivered_here = 0;
         for &site in sites {
             let dest = Address { site, ..template };
-            if dest == self.addr {
-                if self.ep.joined.read().expect("joined lock").contains(&txn) {
-                    let mut c = self
-                        .ep
-                        .ring
-                        .claim(ENVELOPE_BYTES + msg.len())
-                        .map_err(|e| map_send_error(e, dest))?;
+            if dest != self.addr {
+                match cluster.socket_addr(dest) {
+                    Ok(a) => to.push(a),
+                    Err(e) => {
+                        self.fanout_to = to;
+                        return Err(e.into());
+                    }
+                }
+            } else if self.ep.joined.read().expect("joined lock").contains(&txn) {
+                if let Ok(mut c) = self.ep.ring.claim(ENVELOPE_BYTES + msg.len()) {
                     write_envelope(&mut c, self.addr, txn, msg);
                     c.commit();
                     delivered_here = 1;
                 }
-            } else {
-                to.push(cluster.socket_addr(dest)?);
             }
         }
         let handed = to.len();
-        let r = if self.engine.queue_fanout(&self.ep, &buf[..n], &to) {
+        let r = if engine.queue_fanout(&self.ep, packet, &to) {
             Ok(handed)
         } else {
-            crate::mmsg::send_same_to_many(&self.ep.socket, &buf[..n], &to)
+            crate::mmsg::send_same_to_many(&self.ep.socket, packet, &to)
         };
-        self.scratch = buf;
+        self.fanout_to = to;
         Ok(delivered_here + r?)
     }
 
