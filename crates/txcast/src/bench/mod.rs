@@ -6,8 +6,10 @@
 //! [`child`]. [`spawn_child`] and [`wait_child`] do the re-executing; [`Options`] parses
 //! `--key value` options.
 
+pub mod multicast;
 pub mod rtt;
 pub mod stats;
+pub mod throughput;
 
 use std::io;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -27,8 +29,17 @@ usage: txcast bench <what> [options]
   rtt         round-trip latency between two processes, per transport
               [--iterations N] [--warmup N] [--bytes 64,1000] [--cases a,b,c] [--json]
               cases: raw-udp-blocking raw-udp-busypoll unix-dgram pipe raw-shm-spin raw-shm-futex
-  multicast   (not built yet)
-  throughput  (not built yet)
+  multicast   sender's cost of one message to 1..16 destinations: naive sendto loop,
+              sendmmsg, txcast fan-out (engine thread), IP multicast; CPU per call
+              [--iterations N] [--warmup N] [--bytes 20,1000] [--dests 1,2,4,8,16]
+              [--methods a,b] [--json]
+              methods: naive-sendto sendmmsg-inline txcast-fanout ip-multicast
+                       (opt-in: txcast-fanout-park)
+  throughput  messages/s and one-way latency of a stream of 64-byte messages between two
+              processes: txcast local vs a raw shared-memory ring, remote packing off vs on
+              [--messages N] [--remote-messages N] [--warmup N] [--latency-every K]
+              [--delay-us D] [--remote-idle spin|park] [--repeat R] [--cases a,b,c] [--json]
+              cases: raw-spsc-ring txcast-local txcast-remote-pack-off txcast-remote-pack-on
 
   --json      JSON lines on stdout, the human table on stderr
 ";
@@ -41,10 +52,8 @@ pub fn run(args: &[String]) -> i32 {
     };
     match what.as_str() {
         "rtt" => rtt::run(&args[1..]),
-        "multicast" | "throughput" => {
-            eprintln!("txcast bench {what}: not built yet");
-            EXIT_USAGE
-        }
+        "throughput" => throughput::run(&args[1..]),
+        "multicast" => multicast::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             0
@@ -61,6 +70,8 @@ pub fn run(args: &[String]) -> i32 {
 pub fn child(args: &[String]) -> i32 {
     let result = match args.first().map(String::as_str) {
         Some("rtt") => rtt::child(&args[1..]),
+        Some("multicast") => multicast::child(&args[1..]),
+        Some("throughput") => throughput::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;
