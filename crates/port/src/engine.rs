@@ -170,7 +170,7 @@ pub(crate) struct Shared {
     origin: std::time::Instant,
     pub endpoints: RwLock<Vec<Arc<Endpoint>>>,
     stop: AtomicBool,
-    duty: Mutex<Vec<u8>>,
+    duty: Mutex<crate::mmsg::RecvBatch>,
     wake_fd: i32,
     /// Nanoseconds (engine clock) until which the engine thread sleeps; `u64::MAX` while awake.
     sleeping_until: AtomicU64,
@@ -226,7 +226,10 @@ impl Engine {
             origin: std::time::Instant::now(),
             endpoints: RwLock::new(Vec::new()),
             stop: AtomicBool::new(false),
-            duty: Mutex::new(vec![0u8; txcast_proto::wire::PACKET_BYTES_MAX]),
+            duty: Mutex::new(crate::mmsg::RecvBatch::new(
+                crate::mmsg::RECV_BATCH_SLOTS_MAX,
+                cfg.link.packet_bytes_max,
+            )),
             wake_fd,
             sleeping_until: AtomicU64::new(u64::MAX),
             thread: Mutex::new(None),
@@ -420,15 +423,15 @@ impl Engine {
     /// One pass over every port: read datagrams, run links, deliver, transmit. Returns how much
     /// work it did (zero: idle). Only one caller runs it at a time; others return at once.
     pub fn duty_cycle(&self) -> usize {
-        let Ok(mut buf) = self.shared.duty.try_lock() else {
+        let Ok(mut batch) = self.shared.duty.try_lock() else {
             return 0;
         };
         let eps = self.shared.endpoints.read().expect("engine lock");
         let mut work = self.run_fanout();
         for ep in eps.iter() {
-            work += self.receive(ep, &ep.socket, &mut buf);
+            work += self.receive(ep, &ep.socket, &mut batch);
             if let Some(g) = ep.group_socket.get() {
-                work += self.receive(ep, g, &mut buf);
+                work += self.receive(ep, g, &mut batch);
             }
             work += self.run_links(ep);
         }
@@ -496,16 +499,34 @@ impl Engine {
         n
     }
 
-    fn receive(&self, ep: &Endpoint, socket: &UdpSocket, buf: &mut [u8]) -> usize {
+    fn receive(
+        &self,
+        ep: &Endpoint,
+        socket: &UdpSocket,
+        batch: &mut crate::mmsg::RecvBatch,
+    ) -> usize {
         let mut n = 0;
         while n < RECV_BATCH_MAX {
-            let (len, from) = match socket.recv_from(buf) {
-                Ok(x) => x,
-                Err(_) => break,
+            let got = match batch.recv(socket) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => k,
             };
-            n += 1;
-            ep.counters.packets_received.fetch_add(1, Ordering::Relaxed);
-            self.handle_datagram(ep, &buf[..len], from);
+            n += got;
+            ep.counters
+                .packets_received
+                .fetch_add(got as u64, Ordering::Relaxed);
+            for i in 0..got {
+                match batch.get(i) {
+                    (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from),
+                    _ => {
+                        // Longer than any packet this cluster builds, or from no address.
+                        ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            if got < crate::mmsg::RECV_BATCH_SLOTS_MAX {
+                break;
+            }
         }
         n
     }

@@ -176,3 +176,133 @@ pub fn multicast_interface(sock: &UdpSocket, interface: std::net::Ipv4Addr) -> s
         Ok(())
     }
 }
+
+/// Kernel buffer size asked for each port's socket (the kernel caps it at `rmem_max`/`wmem_max`):
+/// room for a full link window of small packets, so a burst is queued rather than dropped.
+pub const SOCKET_BUFFER_BYTES: libc::c_int = 4 << 20;
+
+/// Asks for large kernel send and receive buffers.
+pub fn size_buffers(sock: &UdpSocket) -> std::io::Result<()> {
+    let fd = sock.as_raw_fd();
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &SOCKET_BUFFER_BYTES)?;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &SOCKET_BUFFER_BYTES)
+}
+
+/// Datagrams taken from a socket with one `recvmmsg(2)`, in buffers allocated once.
+pub struct RecvBatch {
+    slot_bytes: usize,
+    data: Vec<u8>,
+    lens: Vec<usize>,
+    truncated: Vec<bool>,
+    names: Vec<libc::sockaddr_storage>,
+    count: usize,
+}
+
+impl RecvBatch {
+    /// `slots` datagrams of at most `slot_bytes` each per call.
+    pub fn new(slots: usize, slot_bytes: usize) -> Self {
+        RecvBatch {
+            slot_bytes,
+            data: vec![0u8; slots * slot_bytes],
+            lens: vec![0; slots],
+            truncated: vec![false; slots],
+            // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
+            names: vec![unsafe { std::mem::zeroed() }; slots],
+            count: 0,
+        }
+    }
+
+    /// Reads as many waiting datagrams as fit, without blocking. Returns how many.
+    pub fn recv(&mut self, sock: &UdpSocket) -> std::io::Result<usize> {
+        let slots = self.lens.len();
+        let mut iov_store = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; RECV_BATCH_SLOTS_MAX];
+        // SAFETY: mmsghdr is plain old data; all-zero is valid.
+        let mut msgs: [libc::mmsghdr; RECV_BATCH_SLOTS_MAX] = unsafe { std::mem::zeroed() };
+        let n = slots.min(RECV_BATCH_SLOTS_MAX);
+        let base = self.data.as_mut_ptr();
+        for (i, ((iov, m), name)) in iov_store
+            .iter_mut()
+            .zip(msgs.iter_mut())
+            .zip(self.names.iter_mut())
+            .take(n)
+            .enumerate()
+        {
+            *iov = libc::iovec {
+                // SAFETY: slot i lies inside `data` (slots * slot_bytes long).
+                iov_base: unsafe { base.add(i * self.slot_bytes) } as *mut libc::c_void,
+                iov_len: self.slot_bytes,
+            };
+            let h = &mut m.msg_hdr;
+            h.msg_iov = iov;
+            h.msg_iovlen = 1;
+            h.msg_name = name as *mut _ as *mut libc::c_void;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        }
+        // SAFETY: every header points at live buffers owned by `self` or this frame.
+        let got = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            self.count = 0;
+            let e = std::io::Error::last_os_error();
+            return if e.kind() == std::io::ErrorKind::WouldBlock {
+                Ok(0)
+            } else {
+                Err(e)
+            };
+        }
+        self.count = got as usize;
+        for ((len, trunc), m) in self
+            .lens
+            .iter_mut()
+            .zip(self.truncated.iter_mut())
+            .zip(msgs.iter())
+            .take(self.count)
+        {
+            *len = (m.msg_len as usize).min(self.slot_bytes);
+            *trunc = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        }
+        Ok(self.count)
+    }
+
+    /// Datagram `i` of the last `recv`: its bytes, its sender, and whether it was longer than
+    /// a slot (then it is cut and should be dropped).
+    pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>, bool) {
+        let at = i * self.slot_bytes;
+        (
+            &self.data[at..at + self.lens[i]],
+            socket_addr_of(&self.names[i]),
+            self.truncated[i],
+        )
+    }
+}
+
+/// Most datagrams one `recvmmsg` call takes.
+pub const RECV_BATCH_SLOTS_MAX: usize = 32;
+
+fn socket_addr_of(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match ss.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
+        }
+        _ => None,
+    }
+}

@@ -168,6 +168,7 @@ impl Port {
         .map_err(PortError::Segment)?;
         let socket = UdpSocket::bind(sockaddr)?;
         socket.set_nonblocking(true)?;
+        crate::mmsg::size_buffers(&socket)?;
         if cluster.multicast.enabled {
             crate::mmsg::multicast_interface(&socket, cluster.multicast.interface)?;
         }
@@ -265,32 +266,52 @@ impl Port {
         timeout: Duration,
     ) -> Result<(), PortError> {
         let deadline = std::time::Instant::now() + timeout;
-        let mut spins = 0u32;
+        if self.is_local(dest) {
+            return self.local_send_until(dest, msg, deadline);
+        }
+        // Remote: the link's window is full until acknowledgements arrive. Run the engine
+        // here if it is idle (that processes them at once), else let its thread do it.
+        let mut idle_since = std::time::Instant::now();
         loop {
-            match self.try_send(dest, msg) {
+            match self.remote_send(dest, msg) {
                 Err(PortError::Full) => {}
                 r => return r,
             }
-            if std::time::Instant::now() >= deadline {
+            let now = std::time::Instant::now();
+            if now >= deadline {
                 return Err(PortError::Timeout);
             }
-            spins += 1;
-            if spins < 100 {
-                std::hint::spin_loop();
-            } else if spins < 200 {
+            if self.engine.duty_cycle() > 0 {
+                idle_since = now;
+            } else if now - idle_since < Duration::from_micros(200) {
                 std::thread::yield_now();
             } else {
-                if self.is_local(dest) {
-                    if let Ok(s) = self.local_sender(dest) {
-                        if !s.owner_alive() {
-                            self.local.remove(&dest);
-                            return Err(PortError::OwnerDead(dest));
-                        }
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+    }
+
+    fn local_send_until(
+        &mut self,
+        dest: Address,
+        msg: &[u8],
+        deadline: std::time::Instant,
+    ) -> Result<(), PortError> {
+        loop {
+            match self.local_try_send(dest, msg) {
+                Err(PortError::Full) => {}
+                r => return r,
+            }
+            let s = self.local_sender(dest)?;
+            match s.wait_for_room(Some(deadline)) {
+                Ok(()) => {}
+                Err(SendError::Full) => {
+                    if !s.owner_alive() {
+                        self.local.remove(&dest);
+                        return Err(PortError::OwnerDead(dest));
                     }
-                } else if self.engine.is_invoker() {
-                    self.engine.duty_cycle();
                 }
-                std::thread::sleep(Duration::from_micros(50));
+                Err(e) => return Err(map_send_error(e, dest)),
             }
         }
     }
@@ -697,6 +718,32 @@ impl Port {
             links: sum_link_counters(&links),
             pack_histogram: hist,
         }
+    }
+
+    /// Waits until every remote message this port sent has been acknowledged and every
+    /// acknowledgement it owes has gone out, running the engine meanwhile when nothing else
+    /// does (always so in invoker mode, where held packets, retransmissions and delayed ACKs
+    /// only go out while the application drives the engine). Call it before closing a port
+    /// whose last messages matter.
+    pub fn flush(&mut self, timeout: Duration) -> Result<(), PortError> {
+        let deadline = std::time::Instant::now() + timeout;
+        let quiet = |p: &Port| {
+            p.ep.links
+                .lock()
+                .expect("links lock")
+                .map
+                .values()
+                .all(|l| l.is_quiescent())
+        };
+        while !quiet(self) {
+            if std::time::Instant::now() >= deadline {
+                return Err(PortError::Timeout);
+            }
+            if self.engine.duty_cycle() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
     }
 
     /// Whether every remote message sent so far has been acknowledged.

@@ -179,11 +179,13 @@ fn malformed_packets_are_dropped_and_counted() {
     raw.send_to(b"definitely not a txcast packet, long enough to pass", to)
         .unwrap();
     raw.send_to(&[0u8; 3], to).unwrap();
+    // Longer than any packet the cluster builds: cut by the receive batch, then dropped.
+    raw.send_to(&[0x54u8; 5000], to).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while b.counters().dropped_bad < 2 && std::time::Instant::now() < deadline {
+    while b.counters().dropped_bad < 3 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(b.counters().dropped_bad, 2);
+    assert_eq!(b.counters().dropped_bad, 3);
     let mut buf = [0u8; 8];
     assert!(b.try_recv(&mut buf).is_none());
 }
@@ -343,6 +345,15 @@ fn invoker_mode_delivers_without_an_engine_thread() {
         assert_eq!(u32::from_le_bytes(buf[..4].try_into().unwrap()), i);
         assert_eq!(r.len, 4);
     }
+    // The last message's acknowledgement is delayed; with no engine thread it goes out only
+    // while someone drives the engine: flush does, on both sides.
+    let t = std::thread::spawn(move || {
+        b.flush(Duration::from_secs(10)).unwrap();
+        b
+    });
+    a.flush(Duration::from_secs(10)).unwrap();
+    assert!(a.remote_idle());
+    let _b = t.join().unwrap();
 }
 
 /// A child process opens a port and dies without closing it; the next owner reclaims it.

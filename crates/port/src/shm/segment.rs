@@ -85,6 +85,12 @@ impl Segment {
         self.header().id.0.closed.load(Ordering::Acquire) != 0
     }
 
+    /// Whether the slot at the tail is free (a claim would likely succeed now).
+    pub fn has_room(&self) -> bool {
+        let pos = self.header().tail.0.load(Ordering::Relaxed);
+        self.slot(pos).seq.load(Ordering::Acquire) == pos
+    }
+
     /// Reserves the next position for a producer: `Full` when the slot there still holds an
     /// unconsumed message from the previous lap.
     pub fn reserve(&self) -> Result<u64, SendError> {

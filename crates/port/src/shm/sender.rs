@@ -124,6 +124,45 @@ impl RingSender {
         }
     }
 
+    /// Blocks until a slot may be free (the caller retries its claim), the deadline passes
+    /// (`Timeout`), or one `SEND_PARK_SLICE` elapses (`Full`: check the owner, then call again).
+    /// For callers that build messages with [`claim`](Self::claim) rather than `send_timeout`.
+    pub fn wait_for_room(&self, deadline: Option<Instant>) -> Result<(), SendError> {
+        let remaining = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(SendError::Timeout);
+                }
+                (d - now).min(SEND_PARK_SLICE)
+            }
+            None => SEND_PARK_SLICE,
+        };
+        if self.seg.is_closed() {
+            return Err(SendError::Closed);
+        }
+        let header = self.seg.header();
+        let space = &header.space.0;
+        space.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let seen = space.seq.load(Ordering::SeqCst);
+        let room = self.seg.has_room();
+        if !room {
+            header
+                .producer
+                .0
+                .sender_waits
+                .fetch_add(1, Ordering::Relaxed);
+            futex::wait(&space.seq, seen, Some(remaining));
+        }
+        space.waiters.fetch_sub(1, Ordering::SeqCst);
+        if room || self.seg.has_room() {
+            Ok(())
+        } else {
+            Err(SendError::Full)
+        }
+    }
+
     /// One sleep on the back-pressure futex (at most `SEND_PARK_SLICE`), announcing ourselves
     /// in `waiters` first and re-trying the send after reading `seq`, so a slot freed in
     /// between is never missed (Dekker pairing with `Segment::wake_senders`).

@@ -300,6 +300,11 @@ impl Link {
         self.tx.is_empty()
     }
 
+    /// Idle, and no acknowledgement owed to the peer either.
+    pub fn is_quiescent(&self) -> bool {
+        self.tx.is_empty() && !self.rx.ack_owed()
+    }
+
     /// A DATA or ACK packet from this link's peer, already checked by [`Packet::parse`]. Other
     /// kinds and packets from elsewhere are the caller's business and are ignored here. A body
     /// that breaks its kind's rules changes nothing and comes back as the error.

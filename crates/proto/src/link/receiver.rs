@@ -94,6 +94,11 @@ impl Receiver {
         (self.handed + self.len() - self.expected) as u32
     }
 
+    /// An acknowledgement (or NAK) is waiting to be sent.
+    pub fn ack_owed(&self) -> bool {
+        self.ack_now || self.ack_due.is_some() || self.has_gap()
+    }
+
     pub fn ack_wanted_now(&self) -> bool {
         self.ack_now
     }

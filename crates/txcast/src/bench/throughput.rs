@@ -517,6 +517,9 @@ pub fn targets(measured: &[Measured]) -> Vec<Target> {
 pub enum RemoteIdle {
     Spin,
     Park,
+    /// No engine threads: each side's application thread drives its engine and spins
+    /// (two busy threads in all, one per core).
+    Invoker,
 }
 
 impl RemoteIdle {
@@ -524,6 +527,7 @@ impl RemoteIdle {
         match self {
             RemoteIdle::Spin => "spin",
             RemoteIdle::Park => "park",
+            RemoteIdle::Invoker => "invoker",
         }
     }
 
@@ -531,22 +535,23 @@ impl RemoteIdle {
         match name {
             "spin" => Some(RemoteIdle::Spin),
             "park" => Some(RemoteIdle::Park),
+            "invoker" => Some(RemoteIdle::Invoker),
             _ => None,
         }
     }
 
     fn strategy(self) -> IdleStrategy {
         match self {
-            RemoteIdle::Spin => IdleStrategy::Spin,
+            RemoteIdle::Spin | RemoteIdle::Invoker => IdleStrategy::Spin,
             RemoteIdle::Park => IdleStrategy::Park,
         }
     }
 }
 
-/// Default wait of the remote receiving thread: parked. Each process of a remote case already
-/// has an engine thread doing the UDP work; a spinning application thread on top would make
-/// three busy threads on a two-core machine, and the engine threads would lose their cores.
-pub const REMOTE_IDLE_DEFAULT: RemoteIdle = RemoteIdle::Park;
+/// Default for the remote cases: invoker engines, so each process has one busy thread and the
+/// two fit the two cores. `park` (engine threads, parked receiver) and `spin` (engine threads,
+/// spinning receiver) are there to compare; on two cores they pay for the extra threads.
+pub const REMOTE_IDLE_DEFAULT: RemoteIdle = RemoteIdle::Invoker;
 
 /// What one `txcast bench throughput` run measures.
 #[derive(Clone, Debug)]
@@ -649,7 +654,7 @@ fn usage() -> String {
     let names: Vec<&str> = Case::ALL.iter().map(|case| case.name()).collect();
     format!(
         "usage: txcast bench throughput [--messages N] [--remote-messages N] [--warmup N] \
-         [--latency-every K] [--delay-us D] [--remote-idle spin|park] [--repeat R] [--cases a,b,c] \
+         [--latency-every K] [--delay-us D] [--remote-idle spin|park|invoker] [--repeat R] [--cases a,b,c] \
          [--json]\n  \
          defaults: --messages {MESSAGES_DEFAULT} --remote-messages {REMOTE_MESSAGES_DEFAULT} \
          --warmup {WARMUP_DEFAULT} --latency-every {LATENCY_EVERY_LOCAL_DEFAULT} (local), \
@@ -738,14 +743,17 @@ fn heading(plan: &Plan, load_at_start: Option<f64>) -> String {
         "throughput: one sender streaming {MESSAGE_BYTES}-byte messages to a receiver in \
          another process; msg/s from the receipt of the last of {} warm-up messages to the \
          receipt of the last message, median of {} runs; one-way latency (send to receipt, CLOCK_MONOTONIC) of \
-         1 in {} timed messages local, 1 in {} remote\nremote: engine threads on both \
-         sides, receiving thread {}s, packing {} µs at most (pack-on); machine: {} CPUs, \
-         1-minute load average {} at start, {} at end\n",
+         1 in {} timed messages local, 1 in {} remote\nremote: {}, packing {} µs at most \
+         (pack-on); machine: {} CPUs, 1-minute load average {} at start, {} at end\n",
         plan.local.warmup,
         plan.repeat,
         plan.local.latency_every,
         plan.remote.latency_every,
-        plan.remote_idle.name(),
+        match plan.remote_idle {
+            RemoteIdle::Invoker => "no engine threads, each application thread drives its engine (invoker) and spins",
+            RemoteIdle::Spin => "engine threads on both sides, receiving thread spins",
+            RemoteIdle::Park => "engine threads on both sides, receiving thread parks",
+        },
         plan.delay_us,
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         show(load_at_start),

@@ -93,7 +93,11 @@ impl Setup {
             _ => PackMode::Off,
         };
         Engine::start(EngineConfig {
-            mode: EngineMode::Thread,
+            mode: if self.case.remote() && self.remote_idle == super::RemoteIdle::Invoker {
+                EngineMode::Invoker
+            } else {
+                EngineMode::Thread
+            },
             link: LinkConfig {
                 pack,
                 ..LinkConfig::default()
@@ -154,7 +158,10 @@ pub fn send(setup: &Setup, stream: &Stream, mut args: Vec<String>) -> io::Result
                 hello.source
             )));
         }
-        send_stream(stream, |message| port.send(dest, message).map_err(io_err))
+        send_stream(stream, |message| port.send(dest, message).map_err(io_err))?;
+        // Held packets and retransmissions need the engine to run (in invoker mode, this
+        // thread is the engine).
+        port.flush(PARTNER_TIMEOUT).map_err(io_err)
     })?;
     // The receiver has taken every message, so every first transmission has been counted.
     let counters = port.counters();
@@ -191,6 +198,8 @@ pub fn receive(case: Case, stream: &Stream, rendezvous: &[String]) -> io::Result
                 .map_err(io_err)?,
         };
         if tally.on_message(&buffer[..received.len])? {
+            // Send the acknowledgements still owed before the port goes away.
+            port.flush(PARTNER_TIMEOUT).map_err(io_err)?;
             return tally.outcome();
         }
     }
