@@ -27,7 +27,7 @@ const OP_QUIT: u8 = b'Q';
 
 fn port_config() -> PortConfig {
     PortConfig {
-        idle: IdleStrategy::SpinThenPark { spins: 2000 },
+        idle: IdleStrategy::Park,
         ..PortConfig::default()
     }
 }
