@@ -12,7 +12,7 @@ use crate::shm::RingSender;
 use std::collections::{BTreeSet, HashMap};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{Link, LinkConfig, LinkCounters};
@@ -82,6 +82,7 @@ pub(crate) struct EndpointCounters {
     pub dropped_link_limit: AtomicU64,
     pub datagrams_received: AtomicU64,
     pub multicast_received: AtomicU64,
+    pub doorbells: AtomicU64,
 }
 
 /// Timer wheel geometry: 100 µs ticks, 1024 buckets (about 100 ms per round).
@@ -101,6 +102,9 @@ pub(crate) struct Links {
     dirty: Vec<Address>,
     dirty_set: std::collections::HashSet<Address, AddressHash>,
     work: Vec<Address>,
+    /// No timer in the wheel is due before this (a lower bound, kept so that an idle duty
+    /// cycle need not look into the wheel).
+    earliest: Option<Instant>,
 }
 
 impl Links {
@@ -115,6 +119,7 @@ impl Links {
             dirty: Vec::new(),
             dirty_set: Default::default(),
             work: Vec::new(),
+            earliest: None,
         }
     }
 
@@ -137,6 +142,7 @@ impl Links {
                 return;
             }
             self.timer_at.insert(peer, t);
+            self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
         }
     }
 
@@ -161,6 +167,8 @@ pub(crate) struct Endpoint {
     pub joined: RwLock<BTreeSet<TxnId>>,
     pub counters: EndpointCounters,
     pub closed: AtomicBool,
+    /// The last read found more than one datagram waiting: read in batches.
+    pub recv_busy: AtomicBool,
 }
 
 pub(crate) struct Shared {
@@ -179,6 +187,8 @@ pub(crate) struct Shared {
     pub injected_losses: AtomicU64,
     /// Multicasts handed to the engine thread for fan-out.
     fanout: Mutex<FanoutQueue>,
+    /// Jobs in `fanout`, readable without the lock.
+    fanout_jobs: AtomicUsize,
 }
 
 /// One packet for many destinations, sent by the engine thread with `sendmmsg`.
@@ -236,6 +246,7 @@ impl Engine {
             loss: Mutex::new(txcast_proto::rng::Rng::new(cfg.loss_seed)),
             injected_losses: AtomicU64::new(0),
             fanout: Mutex::new(FanoutQueue::default()),
+            fanout_jobs: AtomicUsize::new(0),
             cfg,
         });
         let engine = Engine { shared };
@@ -307,6 +318,39 @@ impl Engine {
                 self.wake();
             }
         }
+    }
+
+    /// For an application thread about to park in invoker mode: every socket the engine reads
+    /// (into `fds`) and the earliest link deadline (`Instant::ZERO` if work is waiting).
+    pub(crate) fn park_plan(&self, fds: &mut Vec<libc::pollfd>) -> Option<Instant> {
+        fds.clear();
+        let mut deadline: Option<Instant> = None;
+        let eps = self.shared.endpoints.read().expect("engine lock");
+        for ep in eps.iter() {
+            if let Some(t) = ep.links.lock().expect("links lock").next_deadline() {
+                deadline = Some(deadline.map_or(t, |d| d.min(t)));
+            }
+            for fd in std::iter::once(ep.socket.as_raw_fd())
+                .chain(ep.group_socket.get().map(|g| g.as_raw_fd()))
+            {
+                fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+        }
+        if !self
+            .shared
+            .fanout
+            .lock()
+            .expect("fanout lock")
+            .jobs
+            .is_empty()
+        {
+            deadline = Some(Instant::ZERO);
+        }
+        deadline
     }
 
     /// Packets dropped by fault injection so far.
@@ -464,6 +508,9 @@ impl Engine {
                 packet: p,
                 to: t,
             });
+            self.shared
+                .fanout_jobs
+                .store(q.jobs.len(), Ordering::SeqCst);
         }
         if self.shared.sleeping_until.load(Ordering::SeqCst) != u64::MAX {
             self.wake();
@@ -472,16 +519,20 @@ impl Engine {
     }
 
     fn run_fanout(&self) -> usize {
+        if self.shared.fanout_jobs.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
         let mut n = 0;
         while n < RECV_BATCH_MAX {
-            let Some(job) = self
-                .shared
-                .fanout
-                .lock()
-                .expect("fanout lock")
-                .jobs
-                .pop_front()
-            else {
+            let job = {
+                let mut q = self.shared.fanout.lock().expect("fanout lock");
+                let job = q.jobs.pop_front();
+                self.shared
+                    .fanout_jobs
+                    .store(q.jobs.len(), Ordering::SeqCst);
+                job
+            };
+            let Some(job) = job else {
                 break;
             };
             if let Ok(k) = crate::mmsg::send_same_to_many(&job.ep.socket, &job.packet, &job.to) {
@@ -499,39 +550,67 @@ impl Engine {
         n
     }
 
+    /// Reads what waits on `socket`: one `recvfrom` first (the cheapest poll of an idle
+    /// socket, and no second system call before a lone packet is handled); when that finds a
+    /// packet and the previous read was busy, whole batches with `recvmmsg`.
     fn receive(
         &self,
         ep: &Endpoint,
         socket: &UdpSocket,
         batch: &mut crate::mmsg::RecvBatch,
     ) -> usize {
-        let mut n = 0;
+        let busy = ep.recv_busy.load(Ordering::Relaxed);
+        let mut n = match batch.recv_one(socket) {
+            Ok(1) => {
+                self.handle_batch(ep, batch, 1);
+                1
+            }
+            _ => {
+                ep.recv_busy.store(false, Ordering::Relaxed);
+                return 0;
+            }
+        };
+        if !busy {
+            // Light traffic: see whether more was waiting next time.
+            ep.recv_busy.store(true, Ordering::Relaxed);
+            return n;
+        }
         while n < RECV_BATCH_MAX {
             let got = match batch.recv(socket) {
                 Ok(0) | Err(_) => break,
                 Ok(k) => k,
             };
             n += got;
-            ep.counters
-                .packets_received
-                .fetch_add(got as u64, Ordering::Relaxed);
-            for i in 0..got {
-                match batch.get(i) {
-                    (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from),
-                    _ => {
-                        // Longer than any packet this cluster builds, or from no address.
-                        ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            if got < crate::mmsg::RECV_BATCH_SLOTS_MAX {
+            self.handle_batch(ep, batch, got);
+            if got < batch.slots() {
                 break;
             }
         }
+        ep.recv_busy.store(n > 1, Ordering::Relaxed);
         n
     }
 
+    fn handle_batch(&self, ep: &Endpoint, batch: &crate::mmsg::RecvBatch, got: usize) {
+        ep.counters
+            .packets_received
+            .fetch_add(got as u64, Ordering::Relaxed);
+        for i in 0..got {
+            match batch.get(i) {
+                (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from),
+                _ => {
+                    // Longer than any packet this cluster builds, or from no address.
+                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
     fn handle_datagram(&self, ep: &Endpoint, bytes: &[u8], from: SocketAddr) {
+        if bytes == crate::shm::DOORBELL {
+            // A local sender woke us from a park on the socket; its message is in the ring.
+            ep.counters.doorbells.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let cfg = &self.shared.cfg;
         let p = match Packet::parse(bytes, cfg.cluster.cluster, self.shared.key.as_ref()) {
             Ok(p) => p,
@@ -617,6 +696,9 @@ impl Engine {
         let mut work = 0;
         let mut guard = ep.links.lock().expect("links lock");
         let links = &mut *guard;
+        if links.dirty.is_empty() && links.earliest.is_none_or(|t| t > now) {
+            return 0;
+        }
         {
             let Links {
                 timers,
@@ -666,6 +748,7 @@ impl Engine {
         list.clear();
         links.work = list;
         links.buf = buf;
+        links.earliest = links.timers.next_deadline();
         work
     }
 }

@@ -188,65 +188,105 @@ pub fn size_buffers(sock: &UdpSocket) -> std::io::Result<()> {
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &SOCKET_BUFFER_BYTES)
 }
 
-/// Datagrams taken from a socket with one `recvmmsg(2)`, in buffers allocated once.
+/// Datagrams taken from a socket with one `recvmmsg(2)` (or one `recvfrom(2)` when traffic
+/// is light), in buffers and message headers set up once.
 pub struct RecvBatch {
     slot_bytes: usize,
     data: Vec<u8>,
     lens: Vec<usize>,
     truncated: Vec<bool>,
     names: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
     count: usize,
 }
 
+// SAFETY: the raw pointers in `iovs` and `msgs` point into this struct's own heap buffers,
+// which move with it; nothing else aliases them.
+unsafe impl Send for RecvBatch {}
+
 impl RecvBatch {
-    /// `slots` datagrams of at most `slot_bytes` each per call.
+    /// `slots` (at most [`RECV_BATCH_SLOTS_MAX`]) datagrams of at most `slot_bytes` each.
     pub fn new(slots: usize, slot_bytes: usize) -> Self {
-        RecvBatch {
+        let slots = slots.clamp(1, RECV_BATCH_SLOTS_MAX);
+        let mut b = RecvBatch {
             slot_bytes,
             data: vec![0u8; slots * slot_bytes],
             lens: vec![0; slots],
             truncated: vec![false; slots],
             // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
             names: vec![unsafe { std::mem::zeroed() }; slots],
+            iovs: Vec::with_capacity(slots),
+            // SAFETY: mmsghdr is plain old data; all-zero is valid.
+            msgs: vec![unsafe { std::mem::zeroed() }; slots],
             count: 0,
+        };
+        let base = b.data.as_mut_ptr();
+        for i in 0..slots {
+            b.iovs.push(libc::iovec {
+                // SAFETY: slot i lies inside `data` (slots * slot_bytes long).
+                iov_base: unsafe { base.add(i * slot_bytes) } as *mut libc::c_void,
+                iov_len: slot_bytes,
+            });
         }
+        for ((m, iov), name) in b
+            .msgs
+            .iter_mut()
+            .zip(b.iovs.iter_mut())
+            .zip(b.names.iter_mut())
+        {
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_name = name as *mut _ as *mut libc::c_void;
+        }
+        b
+    }
+
+    /// Reads one waiting datagram into slot 0 with `recvfrom(2)` (the cheapest poll of an
+    /// idle socket), without blocking. Returns 0 or 1.
+    pub fn recv_one(&mut self, sock: &UdpSocket) -> std::io::Result<usize> {
+        let mut namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: slot 0 and names[0] are live buffers of the sizes given.
+        let n = unsafe {
+            libc::recvfrom(
+                sock.as_raw_fd(),
+                self.data.as_mut_ptr() as *mut libc::c_void,
+                self.slot_bytes,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                &mut self.names[0] as *mut _ as *mut libc::sockaddr,
+                &mut namelen,
+            )
+        };
+        if n < 0 {
+            self.count = 0;
+            let e = std::io::Error::last_os_error();
+            return if e.kind() == std::io::ErrorKind::WouldBlock {
+                Ok(0)
+            } else {
+                Err(e)
+            };
+        }
+        // With MSG_TRUNC the real length comes back even when the slot was too small.
+        self.count = 1;
+        self.truncated[0] = n as usize > self.slot_bytes;
+        self.lens[0] = (n as usize).min(self.slot_bytes);
+        Ok(1)
     }
 
     /// Reads as many waiting datagrams as fit, without blocking. Returns how many.
     pub fn recv(&mut self, sock: &UdpSocket) -> std::io::Result<usize> {
-        let slots = self.lens.len();
-        let mut iov_store = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; RECV_BATCH_SLOTS_MAX];
-        // SAFETY: mmsghdr is plain old data; all-zero is valid.
-        let mut msgs: [libc::mmsghdr; RECV_BATCH_SLOTS_MAX] = unsafe { std::mem::zeroed() };
-        let n = slots.min(RECV_BATCH_SLOTS_MAX);
-        let base = self.data.as_mut_ptr();
-        for (i, ((iov, m), name)) in iov_store
-            .iter_mut()
-            .zip(msgs.iter_mut())
-            .zip(self.names.iter_mut())
-            .take(n)
-            .enumerate()
-        {
-            *iov = libc::iovec {
-                // SAFETY: slot i lies inside `data` (slots * slot_bytes long).
-                iov_base: unsafe { base.add(i * self.slot_bytes) } as *mut libc::c_void,
-                iov_len: self.slot_bytes,
-            };
-            let h = &mut m.msg_hdr;
-            h.msg_iov = iov;
-            h.msg_iovlen = 1;
-            h.msg_name = name as *mut _ as *mut libc::c_void;
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        for m in self.msgs.iter_mut() {
+            m.msg_hdr.msg_namelen =
+                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_hdr.msg_flags = 0;
+            m.msg_len = 0;
         }
-        // SAFETY: every header points at live buffers owned by `self` or this frame.
+        // SAFETY: every header points at live buffers owned by `self`.
         let got = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                n as libc::c_uint,
+                self.msgs.as_mut_ptr(),
+                self.msgs.len() as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
@@ -265,13 +305,18 @@ impl RecvBatch {
             .lens
             .iter_mut()
             .zip(self.truncated.iter_mut())
-            .zip(msgs.iter())
+            .zip(self.msgs.iter())
             .take(self.count)
         {
             *len = (m.msg_len as usize).min(self.slot_bytes);
             *trunc = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         }
         Ok(self.count)
+    }
+
+    /// Slots per `recv`.
+    pub fn slots(&self) -> usize {
+        self.msgs.len()
     }
 
     /// Datagram `i` of the last `recv`: its bytes, its sender, and whether it was longer than

@@ -126,6 +126,8 @@ pub struct PortCounters {
     pub dropped_ring_full: u64,
     pub dropped_too_long: u64,
     pub ring_full_rejections: u64,
+    /// Wake-ups of this port parked on its socket by local senders (invoker mode).
+    pub doorbells: u64,
     pub reclaimed_dead_owner: bool,
     pub links: LinkCounters,
     /// Packets that carried k messages, k = index (the last bin: that many or more).
@@ -172,6 +174,9 @@ impl Port {
         if cluster.multicast.enabled {
             crate::mmsg::multicast_interface(&socket, cluster.multicast.interface)?;
         }
+        // Deliveries by another thread's duty cycle reach a receiver parked on its socket
+        // through the same doorbell as local senders.
+        ring.producer().set_doorbell(sockaddr);
         let ep = Arc::new(Endpoint {
             addr,
             socket,
@@ -184,6 +189,7 @@ impl Port {
             joined: RwLock::new(BTreeSet::new()),
             counters: EndpointCounters::default(),
             closed: AtomicBool::new(false),
+            recv_busy: AtomicBool::new(false),
         });
         engine.register(ep.clone());
         Ok(Port {
@@ -229,13 +235,18 @@ impl Port {
                 if full {
                     return Err(PortError::Full);
                 }
-                let path = self.engine.config().cluster.segment_path(dest);
+                let cluster = &self.engine.config().cluster;
+                let path = cluster.segment_path(dest);
                 let s = RingSender::open(&path).map_err(|e| match e {
                     ShmError::NotFound => PortError::NoSuchPort(dest),
                     ShmError::OwnerDead => PortError::OwnerDead(dest),
                     ShmError::Closed => PortError::Closed(dest),
                     e => PortError::Segment(e),
                 })?;
+                // A receiver that parks on its socket (invoker mode) is woken there.
+                if let Ok(a) = cluster.socket_addr(dest) {
+                    s.set_doorbell(a);
+                }
                 Ok(e.insert(s))
             }
         }
@@ -674,21 +685,54 @@ impl Port {
     /// Waits for a ready record until `deadline`; true if one is ready.
     fn wait_until(&mut self, deadline: Option<std::time::Instant>) -> bool {
         if self.engine.is_invoker() {
-            let mut n = 0u32;
-            loop {
-                if self.ring.has_ready() {
-                    return true;
-                }
-                self.engine.duty_cycle();
-                n = n.wrapping_add(1);
+            return self.invoke_until(deadline);
+        }
+        self.ring.wait_until(self.cfg.idle, deadline)
+    }
+
+    /// Invoker mode: this thread is the engine. Spin on the duty cycle as the idle strategy
+    /// says, then park in poll(2) on the engine's sockets (local senders ring a doorbell there)
+    /// until traffic, the next link timer, or the deadline.
+    fn invoke_until(&mut self, deadline: Option<std::time::Instant>) -> bool {
+        let spins = match self.cfg.idle {
+            IdleStrategy::Spin => u32::MAX,
+            IdleStrategy::SpinThenPark { spins } => spins,
+            IdleStrategy::Park => 0,
+        };
+        let mut n = 0u32;
+        let mut fds = Vec::new();
+        loop {
+            self.engine.duty_cycle();
+            if self.ring.has_ready() {
+                return true;
+            }
+            n = n.saturating_add(1);
+            if n <= spins {
                 if n.is_multiple_of(64) && deadline.is_some_and(|d| std::time::Instant::now() >= d)
                 {
                     return self.ring.has_ready();
                 }
                 std::hint::spin_loop();
+                continue;
+            }
+            let now = std::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return self.ring.has_ready();
+            }
+            let timer = self.engine.park_plan(&mut fds);
+            let mut wait = crate::engine::PARK_MAX;
+            if let Some(d) = deadline {
+                wait = wait.min(d.saturating_duration_since(now));
+            }
+            if let Some(t) = timer {
+                wait = wait.min(Duration::from_nanos(
+                    t.0.saturating_sub(self.engine.now().0),
+                ));
+            }
+            if !wait.is_zero() {
+                self.ring.park_on_sockets(&mut fds, wait);
             }
         }
-        self.ring.wait_until(self.cfg.idle, deadline)
     }
 
     /// Counters of this port, its ring and its links.
@@ -714,6 +758,7 @@ impl Port {
             dropped_ring_full: c.dropped_ring_full.load(Ordering::Relaxed),
             dropped_too_long: c.dropped_too_long.load(Ordering::Relaxed),
             ring_full_rejections: ring.full_rejections,
+            doorbells: c.doorbells.load(Ordering::Relaxed),
             reclaimed_dead_owner: self.ring.reclaimed(),
             links: sum_link_counters(&links),
             pack_histogram: hist,

@@ -417,3 +417,52 @@ fn a_cluster_key_drops_unsigned_and_wrongly_signed_packets() {
     engine.shutdown();
     intruder.shutdown();
 }
+
+/// Invoker mode with a parked receiver: the application thread parks in poll(2) on its socket
+/// and is woken by UDP traffic and, for local messages, by the sender's doorbell.
+#[test]
+fn an_invoker_port_parked_on_its_socket_wakes_for_local_and_remote_messages() {
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let parked = PortConfig {
+        idle: IdleStrategy::Park,
+        ..cfg()
+    };
+    let mut b = Port::open_on(&engine, addr(16, 0, 2, 0), parked).unwrap();
+    let receiver = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        for _ in 0..40 {
+            let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+            got.push(buf[..r.len].to_vec());
+        }
+        b.flush(Duration::from_secs(10)).unwrap();
+        (got, b)
+    });
+    let mut local = Port::open(addr(16, 0, 1, 0), cfg()).unwrap();
+    let mut remote = Port::open(addr(16, 1, 1, 0), cfg()).unwrap();
+    for i in 0..20u8 {
+        // Give the receiver time to park between messages.
+        std::thread::sleep(Duration::from_millis(2));
+        local.send(addr(16, 0, 2, 0), &[b'L', i]).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        remote.send(addr(16, 0, 2, 0), &[b'R', i]).unwrap();
+    }
+    let (got, b) = receiver.join().unwrap();
+    let locals: Vec<u8> = got.iter().filter(|m| m[0] == b'L').map(|m| m[1]).collect();
+    let remotes: Vec<u8> = got.iter().filter(|m| m[0] == b'R').map(|m| m[1]).collect();
+    assert_eq!(locals, (0..20).collect::<Vec<u8>>());
+    assert_eq!(remotes, (0..20).collect::<Vec<u8>>());
+    assert!(
+        b.counters().doorbells > 0,
+        "local senders rang the doorbell"
+    );
+    assert_eq!(
+        b.counters().dropped_bad,
+        0,
+        "doorbells are not counted as bad packets"
+    );
+}

@@ -56,6 +56,7 @@ pub use layout::{
 pub use liveness::ensure_private_dir;
 pub use receiver::{RingReceiver, RingWaker};
 pub use reclaim::reclaim_dead;
+pub use segment::DOORBELL;
 pub use sender::{Claim, RingSender};
 
 /// Shape of a ring, chosen by the owner at creation.

@@ -264,7 +264,7 @@ impl RingReceiver {
                 }
                 None => None,
             };
-            sleeping.store(1, Ordering::SeqCst);
+            sleeping.store(super::segment::SLEEPING_ON_FUTEX, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if self.has_ready() {
                 sleeping.store(0, Ordering::Relaxed);
@@ -286,6 +286,39 @@ impl RingReceiver {
                 return self.has_ready();
             }
         }
+    }
+
+    /// Parks in poll(2) on `fds` (the port's sockets) until one is readable, a local sender
+    /// rings the doorbell, or `timeout` passes; true if a record is ready afterwards. Senders
+    /// see `SLEEPING_ON_SOCKET` and send a [`DOORBELL`](super::DOORBELL) datagram to the
+    /// address they set with [`RingSender::set_doorbell`](super::RingSender::set_doorbell)
+    /// instead of waking the futex. Same Dekker pairing as the futex park.
+    pub fn park_on_sockets(&mut self, fds: &mut [libc::pollfd], timeout: Duration) -> bool {
+        let header = self.seg.header();
+        let sleeping = &header.sleeping.0;
+        sleeping.store(super::segment::SLEEPING_ON_SOCKET, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.has_ready() || self.seg.interrupt.load(Ordering::Relaxed) {
+            sleeping.store(super::segment::SLEEPING_NO, Ordering::Relaxed);
+            self.seg.interrupt.store(false, Ordering::Relaxed);
+            return self.has_ready();
+        }
+        bump(&header.consumer.0.parks);
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a valid pollfd array and `ts` a valid timespec for the call.
+        unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+        sleeping.store(super::segment::SLEEPING_NO, Ordering::SeqCst);
+        self.has_ready()
     }
 
     /// Wakes this receiver if it is parked (or makes its next park return at once).

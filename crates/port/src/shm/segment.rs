@@ -19,6 +19,29 @@ pub(crate) struct Segment {
     pub layout: Layout,
     /// Process-local: set by [`RingWaker::wake`](super::RingWaker) so a parked receiver returns.
     pub interrupt: AtomicBool,
+    /// Process-local: where to ring a receiver that parks in poll(2) on its socket rather than
+    /// on the futex (see [`SLEEPING_ON_SOCKET`]).
+    pub doorbell: std::sync::OnceLock<std::net::SocketAddr>,
+}
+
+/// `sleeping` word values: awake, parked on the futex, parked in poll(2) on a socket.
+pub(crate) const SLEEPING_NO: u32 = 0;
+pub(crate) const SLEEPING_ON_FUTEX: u32 = 1;
+pub(crate) const SLEEPING_ON_SOCKET: u32 = 2;
+
+/// The datagram that wakes a receiver parked on its socket. Not a txcast packet (too short
+/// for a header); receivers recognise and discard it.
+pub const DOORBELL: &[u8; 4] = b"TXDB";
+
+fn doorbell_socket() -> Option<&'static std::net::UdpSocket> {
+    static SOCKET: std::sync::OnceLock<Option<std::net::UdpSocket>> = std::sync::OnceLock::new();
+    SOCKET
+        .get_or_init(|| {
+            let s = std::net::UdpSocket::bind(("0.0.0.0", 0)).ok()?;
+            s.set_nonblocking(true).ok()?;
+            Some(s)
+        })
+        .as_ref()
 }
 
 // SAFETY: the mapping is plain shared memory; all access to the shared words goes through
@@ -53,6 +76,7 @@ impl Segment {
             map_bytes,
             layout,
             interrupt: AtomicBool::new(false),
+            doorbell: std::sync::OnceLock::new(),
         })
     }
 
@@ -145,9 +169,26 @@ impl Segment {
         fence(Ordering::SeqCst);
         let header = self.header();
         let sleeping = &header.sleeping.0;
-        if sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
-            header.producer.0.wakeups.fetch_add(1, Ordering::Relaxed);
-            futex::wake(sleeping, 1);
+        if sleeping.load(Ordering::Relaxed) == SLEEPING_NO {
+            return;
+        }
+        match sleeping.swap(SLEEPING_NO, Ordering::SeqCst) {
+            SLEEPING_NO => {}
+            SLEEPING_ON_SOCKET => {
+                header.producer.0.wakeups.fetch_add(1, Ordering::Relaxed);
+                match (self.doorbell.get(), doorbell_socket()) {
+                    (Some(to), Some(sock)) => {
+                        // Lost only if the socket buffer is full, and then the receiver has
+                        // datagrams to wake it anyway.
+                        let _ = sock.send_to(DOORBELL, to);
+                    }
+                    _ => futex::wake(sleeping, 1),
+                }
+            }
+            _ => {
+                header.producer.0.wakeups.fetch_add(1, Ordering::Relaxed);
+                futex::wake(sleeping, 1);
+            }
         }
     }
 

@@ -202,6 +202,12 @@ impl RingSender {
         claim_on(&self.seg, len)
     }
 
+    /// Where to send the doorbell datagram when the receiver parks on its socket (the
+    /// receiving port's UDP address). Set once; later calls are ignored.
+    pub fn set_doorbell(&self, to: std::net::SocketAddr) {
+        let _ = self.seg.doorbell.set(to);
+    }
+
     /// Largest message a slot holds.
     pub fn slot_bytes(&self) -> usize {
         self.seg.slot_bytes()

@@ -23,9 +23,10 @@ struct Mode {
 
 impl Mode {
     fn engine(self) -> io::Result<Engine> {
-        // Spinning remote: the application thread drives the engine itself (invoker), so no
-        // third thread competes for the two cores. Otherwise a dedicated engine thread.
-        let mode = if self.remote && self.spin {
+        // Remote: the application thread is the engine (invoker): spinning, it busy-polls the
+        // socket; parked, it sleeps in poll(2) on the socket, one wake-up per message as with a
+        // blocking UDP socket. Local: the engine thread has nothing to do and parks.
+        let mode = if self.remote {
             EngineMode::Invoker
         } else {
             EngineMode::Thread
