@@ -220,6 +220,7 @@ impl Port {
         self.cfg.slot_bytes as usize - ENVELOPE_BYTES
     }
 
+    #[inline]
     fn is_local(&self, dest: Address) -> bool {
         self.engine
             .config()
@@ -253,6 +254,7 @@ impl Port {
     }
 
     /// Sends reliably and in order, waiting up to the port's `send_timeout` for room.
+    #[inline]
     pub fn send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
         match self.try_send(dest, msg) {
             Err(PortError::Full) => self.send_timeout(dest, msg, self.cfg.send_timeout),
@@ -261,6 +263,7 @@ impl Port {
     }
 
     /// Sends without waiting: `PortError::Full` when the destination has no room.
+    #[inline]
     pub fn try_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
         if self.is_local(dest) {
             self.local_try_send(dest, msg)
@@ -327,6 +330,7 @@ impl Port {
         }
     }
 
+    #[inline]
     fn local_try_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
         let source = self.addr;
         let s = self.local_sender(dest)?;
