@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
-    black_box((a.ack, a.credit));
+    black_box((a.ack, a.ack_incarnation, a.credit));
     let naks: Vec<NakRange> = a.naks().collect();
     assert_eq!(naks.len(), a.nak_count());
     assert!(
@@ -46,12 +46,22 @@ fuzz_target!(|data: &[u8]| {
         destination: Address::new(5, 6, 7, 8),
     };
     let mut buf = vec![0xeeu8; HEADER_BYTES + data.len() + MAC_BYTES];
-    let n = AckWriter::write(&mut buf, header, None, a.ack, a.credit, &naks);
+    let n = AckWriter::write(
+        &mut buf,
+        header,
+        None,
+        (a.ack, a.ack_incarnation),
+        a.credit,
+        &naks,
+    );
     assert_eq!(n, HEADER_BYTES + data.len());
     assert_eq!(&buf[HEADER_BYTES..n], data, "ACK re-encoding differs");
     let p = Packet::parse(&buf[..n], 3, None).expect("written ACK must parse");
     assert_eq!(p.header, header);
     let b = AckBody::parse(p.body).expect("written ACK body must parse");
-    assert_eq!((b.ack, b.credit), (a.ack, a.credit));
+    assert_eq!(
+        (b.ack, b.ack_incarnation, b.credit),
+        (a.ack, a.ack_incarnation, a.credit)
+    );
     assert!(b.naks().eq(naks.iter().copied()));
 });

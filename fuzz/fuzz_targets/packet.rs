@@ -74,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(p.header.cluster, cluster);
     assert_eq!(
         p.header.incarnation,
-        u32::from_le_bytes(pkt[8..12].try_into().unwrap())
+        u64::from_le_bytes(pkt[8..16].try_into().unwrap())
     );
     assert_eq!(
         key.is_some(),
@@ -82,7 +82,7 @@ fuzz_target!(|data: &[u8]| {
         "MAC presence must match key setting"
     );
     assert_eq!(
-        u16::from_le_bytes([pkt[28], pkt[29]]) as usize,
+        u16::from_le_bytes([pkt[32], pkt[33]]) as usize,
         pkt.len(),
         "length field"
     );
@@ -118,7 +118,7 @@ fuzz_target!(|data: &[u8]| {
             let Ok(d) = DataBody::parse(p.body) else {
                 return;
             };
-            black_box((d.first_seq, d.base, d.ack, d.credit));
+            black_box((d.first_seq, d.base, d.ack, d.ack_incarnation, d.credit));
             assert!(d.count > 0);
             assert!(d.base <= d.first_seq, "DATA base above first_seq accepted");
             let recs = walk_records(d.records(), d.records, d.count);
@@ -129,7 +129,7 @@ fuzz_target!(|data: &[u8]| {
                     key,
                     d.first_seq,
                     d.base,
-                    d.ack,
+                    (d.ack, d.ack_incarnation),
                     d.credit,
                 );
                 push_all(&mut w, &recs);
@@ -173,7 +173,14 @@ fuzz_target!(|data: &[u8]| {
                 assert!(r.len > 0, "empty NAK range accepted");
                 assert!(r.start >= a.ack, "NAK range below the ack accepted");
             }
-            let n = AckWriter::write(&mut buf, p.header, key, a.ack, a.credit, &naks);
+            let n = AckWriter::write(
+                &mut buf,
+                p.header,
+                key,
+                (a.ack, a.ack_incarnation),
+                a.credit,
+                &naks,
+            );
             assert_eq!(&buf[..n], pkt, "ACK re-encoding differs");
         }
     }
@@ -221,7 +228,7 @@ fn repair_packet(buf: &mut [u8], key: Option<&ClusterKey>) {
         return;
     }
     let len = buf.len();
-    buf[28..30].copy_from_slice(&(len as u16).to_le_bytes());
+    buf[32..34].copy_from_slice(&(len as u16).to_le_bytes());
     if let Some(k) = key {
         if buf[4] & FLAG_MAC != 0 && len >= HEADER_BYTES + MAC_BYTES {
             let body_end = len - MAC_BYTES;

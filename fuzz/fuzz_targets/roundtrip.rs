@@ -11,7 +11,8 @@
 //! size u16        buffer size selector (72 bytes .. a little over PACKET_BYTES_MAX)
 //! flip_at u16, flip_xor u8
 //! cluster u16, incarnation u32, source 4×u16, destination 4×u16
-//! first_seq u64, base u64 (swapped with first_seq if above it), ack u64, credit u32, txn u64
+//! first_seq u64, base u64 (swapped with first_seq if above it), ack u64, ack incarnation u64,
+//! credit u32, txn u64 (sequence numbers taken modulo SEQ_MAX + 1)
 //! then chunks: tag u8 | len u16 | [msg_id u32 | index u16 | count u16 | total u32 if tag&1]
 //!              | payload[min(len, rest)]          (DATA, DATAGRAM, MULTICAST)
 //!        or:   start u64 | len u32                 (ACK: NAK ranges)
@@ -24,9 +25,9 @@
 use libfuzzer_sys::fuzz_target;
 use txcast_proto::wire::{
     parse_datagram, AckBody, AckWriter, ClusterKey, DataBody, Fragment, Kind, MulticastBody,
-    NakRange, Packet, PacketHeader, PacketWriter, Records, WireError, DATA_PREFIX_BYTES,
-    FLAG_ACK_NOW, FLAG_MAC, FRAG_EXTRA_BYTES, HEADER_BYTES, MAC_BYTES, NAK_RANGES_MAX,
-    NAK_RANGE_BYTES, PACKET_BYTES_MAX,
+    NakRange, Packet, PacketHeader, PacketWriter, Records, WireError, ACK_PREFIX_BYTES,
+    DATA_PREFIX_BYTES, FLAG_ACK_NOW, FLAG_MAC, FRAG_EXTRA_BYTES, HEADER_BYTES, MAC_BYTES,
+    NAK_RANGES_MAX, NAK_RANGE_BYTES, PACKET_BYTES_MAX, SEQ_MAX,
 };
 use txcast_proto::{Address, TxnId};
 
@@ -99,15 +100,17 @@ fuzz_target!(|data: &[u8]| {
         kind,
         flags: asked_flags,
         cluster: inp.u16(),
-        incarnation: inp.u32(),
+        incarnation: inp.u64(),
         source: inp.addr(),
         destination: inp.addr(),
     };
-    let (mut first_seq, mut base) = (inp.u64(), inp.u64());
+    // Sequence numbers beyond SEQ_MAX are refused by the decoders; stay below it here.
+    let (mut first_seq, mut base) = (inp.u64() % (SEQ_MAX + 1), inp.u64() % (SEQ_MAX + 1));
     if base > first_seq {
         std::mem::swap(&mut first_seq, &mut base);
     }
-    let ack = inp.u64();
+    let ack = inp.u64() % (SEQ_MAX + 1);
+    let ack_incarnation = inp.u64();
     let credit = inp.u32();
     let txn = TxnId(inp.u64());
     let set_flags = options & 32 != 0 && kind != Kind::Ack;
@@ -122,8 +125,12 @@ fuzz_target!(|data: &[u8]| {
     } else {
         PACKET_BYTES_MAX - 150 + (size - 0xf000) as usize % 300
     };
-    let mut buf =
-        vec![fill; buf_len.max(HEADER_BYTES + 16 + NAK_RANGES_MAX * NAK_RANGE_BYTES + MAC_BYTES)];
+    let mut buf = vec![
+        fill;
+        buf_len.max(
+            HEADER_BYTES + ACK_PREFIX_BYTES + NAK_RANGES_MAX * NAK_RANGE_BYTES + MAC_BYTES
+        )
+    ];
 
     let n;
     // What the parser must report: Ok with these contents, or an error.
@@ -136,13 +143,24 @@ fuzz_target!(|data: &[u8]| {
                 len: inp.u32(),
             });
         }
-        n = AckWriter::write(&mut buf, header, key, ack, credit, &naks);
+        n = AckWriter::write(&mut buf, header, key, (ack, ack_incarnation), credit, &naks);
         naks.truncate(NAK_RANGES_MAX);
-        assert_eq!(n, HEADER_BYTES + 16 + naks.len() * NAK_RANGE_BYTES + mac);
+        assert_eq!(
+            n,
+            HEADER_BYTES + ACK_PREFIX_BYTES + naks.len() * NAK_RANGE_BYTES + mac
+        );
     } else {
         let buf = &mut buf[..buf_len];
         let mut w = match kind {
-            Kind::Data => PacketWriter::data(buf, header, key, first_seq, base, ack, credit),
+            Kind::Data => PacketWriter::data(
+                buf,
+                header,
+                key,
+                first_seq,
+                base,
+                (ack, ack_incarnation),
+                credit,
+            ),
             Kind::Datagram => PacketWriter::datagram(buf, header, key),
             _ => PacketWriter::multicast(buf, header, key, txn),
         };
@@ -250,8 +268,8 @@ fuzz_target!(|data: &[u8]| {
                     "malformed DATA accepted"
                 );
                 assert_eq!(
-                    (d.first_seq, d.base, d.ack, d.credit),
-                    (first_seq, base, ack, credit)
+                    (d.first_seq, d.base, d.ack, d.ack_incarnation, d.credit),
+                    (first_seq, base, ack, ack_incarnation, credit)
                 );
                 assert_eq!(d.count, pushed.len());
                 check_records(d.records());
@@ -286,7 +304,10 @@ fuzz_target!(|data: &[u8]| {
             match AckBody::parse(p.body) {
                 Ok(a) => {
                     assert!(valid, "malformed ACK accepted");
-                    assert_eq!((a.ack, a.credit), (ack, credit));
+                    assert_eq!(
+                        (a.ack, a.ack_incarnation, a.credit),
+                        (ack, ack_incarnation, credit)
+                    );
                     assert!(a.naks().eq(naks.iter().copied()));
                 }
                 Err(e) => {

@@ -158,6 +158,8 @@ impl Links {
 /// The network side of one port, shared between the port's owner and the engine.
 pub(crate) struct Endpoint {
     pub addr: Address,
+    /// This port's incarnation: its peers refuse packets from earlier ones.
+    pub incarnation: u64,
     pub socket: UdpSocket,
     /// Socket joined to the IP multicast groups of this port's transactions (made at the
     /// first join when the cluster uses IP multicast).
@@ -174,7 +176,8 @@ pub(crate) struct Endpoint {
 pub(crate) struct Shared {
     pub cfg: EngineConfig,
     pub key: Option<ClusterKey>,
-    pub incarnation: u32,
+    /// The last incarnation handed to a port of this process.
+    last_incarnation: AtomicU64,
     origin: std::time::Instant,
     pub endpoints: RwLock<Vec<Arc<Endpoint>>>,
     stop: AtomicBool,
@@ -232,7 +235,7 @@ impl Engine {
         }
         let shared = Arc::new(Shared {
             key: cfg.cluster.key(),
-            incarnation: new_incarnation(),
+            last_incarnation: AtomicU64::new(0),
             origin: std::time::Instant::now(),
             endpoints: RwLock::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -274,9 +277,27 @@ impl Engine {
         &self.shared.cfg
     }
 
-    /// This process's incarnation: packets from an earlier run of the same address are refused.
-    pub fn incarnation(&self) -> u32 {
-        self.shared.incarnation
+    /// A new incarnation for a port being opened: milliseconds since the Unix epoch, and
+    /// strictly greater than any this process handed out before, so a port closed and opened
+    /// again is a new incarnation to its peers even within one millisecond.
+    pub(crate) fn next_incarnation(&self) -> u64 {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut last = self.shared.last_incarnation.load(Ordering::SeqCst);
+        loop {
+            let next = now_ms.max(last + 1);
+            match self.shared.last_incarnation.compare_exchange(
+                last,
+                next,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
     }
 
     /// The engine clock.
@@ -640,7 +661,7 @@ impl Engine {
             Kind::Data | Kind::Ack => {
                 let now = self.now();
                 let mut links = ep.links.lock().expect("links lock");
-                let link = match links_entry(&mut links, self, ep.addr, h.source) {
+                let link = match links_entry(&mut links, self, ep.addr, ep.incarnation, h.source) {
                     Some(l) => l,
                     None => {
                         ep.counters
@@ -775,6 +796,7 @@ pub(crate) fn links_entry<'a>(
     links: &'a mut Links,
     engine: &Engine,
     local: Address,
+    incarnation: u64,
     peer: Address,
 ) -> Option<&'a mut Link> {
     let full = links.map.len() >= LINKS_PER_PORT_MAX;
@@ -788,7 +810,7 @@ pub(crate) fn links_entry<'a>(
                 local,
                 peer,
                 s.cfg.cluster.cluster,
-                s.incarnation,
+                incarnation,
                 s.key.clone(),
             )
             .expect("link configuration validated at engine start");
@@ -877,15 +899,6 @@ pub(crate) fn read_envelope(rec: &[u8]) -> Option<(Address, TxnId, &[u8])> {
     let source = Address::read_from(&rec[0..8]);
     let txn = TxnId(u64::from_le_bytes(rec[8..16].try_into().ok()?));
     Some((source, txn, &rec[ENVELOPE_BYTES..]))
-}
-
-/// A new incarnation number: milliseconds of wall-clock time, as a serial number that wraps.
-fn new_incarnation() -> u32 {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    (ms as u32).max(1)
 }
 
 /// Sums link counters over every link of a port.

@@ -85,7 +85,10 @@ pub fn send_same_to_many(
                     std::thread::yield_now();
                     continue;
                 }
-                return Err(e);
+                // This destination refused (unreachable, no route...): skip it, go on with
+                // the others.
+                off += 1;
+                continue;
             }
             off += n as usize;
             sent += n as usize;

@@ -179,6 +179,7 @@ impl Port {
         ring.producer().set_doorbell(sockaddr);
         let ep = Arc::new(Endpoint {
             addr,
+            incarnation: engine.next_incarnation(),
             socket,
             links: Mutex::new(Links::new(
                 engine.config().link.packet_bytes_max,
@@ -209,6 +210,12 @@ impl Port {
 
     pub fn address(&self) -> Address {
         self.addr
+    }
+
+    /// This port's incarnation (milliseconds since the Unix epoch when it opened, strictly
+    /// increasing within the process): peers refuse packets from its predecessors.
+    pub fn incarnation(&self) -> u64 {
+        self.ep.incarnation
     }
 
     pub fn config(&self) -> PortConfig {
@@ -360,7 +367,7 @@ impl Port {
         let mut guard = self.ep.links.lock().expect("links lock");
         let links = &mut *guard;
         let mut buf = std::mem::take(&mut links.buf);
-        let result = match links_entry(links, &self.engine, self.addr, dest) {
+        let result = match links_entry(links, &self.engine, self.addr, self.ep.incarnation, dest) {
             None => Err(PortError::Full),
             Some(link) => match link.send(now, msg) {
                 Ok(()) => {
@@ -456,7 +463,7 @@ impl Port {
             kind: Kind::Datagram,
             flags: 0,
             cluster: self.engine.config().cluster.cluster,
-            incarnation: self.engine.incarnation(),
+            incarnation: self.ep.incarnation,
             source: self.addr,
             destination: dest,
         }

@@ -466,3 +466,35 @@ fn an_invoker_port_parked_on_its_socket_wakes_for_local_and_remote_messages() {
         "doorbells are not counted as bad packets"
     );
 }
+
+/// Review finding: a port closed and opened again in the same process reused its incarnation,
+/// so the peer took the new stream's messages for duplicates and acknowledged them unseen.
+#[test]
+fn a_port_opened_again_is_a_new_incarnation_and_loses_nothing() {
+    let (a_addr, b_addr) = (addr(17, 0, 1, 0), addr(17, 1, 1, 0));
+    let mut b = Port::open(b_addr, cfg()).unwrap();
+    let mut buf = [0u8; 64];
+    let first = {
+        let mut a = Port::open(a_addr, cfg()).unwrap();
+        for i in 0..10u8 {
+            a.send(b_addr, &[i]).unwrap();
+        }
+        for _ in 0..10 {
+            b.recv_timeout(&mut buf, WAIT).unwrap();
+        }
+        a.flush(Duration::from_secs(5)).unwrap();
+        a.incarnation()
+    };
+    let mut a = Port::open(a_addr, cfg()).unwrap();
+    assert!(a.incarnation() > first);
+    for i in 0..10u8 {
+        a.send(b_addr, &[100 + i]).unwrap();
+    }
+    a.flush(Duration::from_secs(5)).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+        got.push(buf[r.len - 1]);
+    }
+    assert_eq!(got, (100..110u8).collect::<Vec<_>>());
+}

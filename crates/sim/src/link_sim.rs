@@ -45,6 +45,8 @@ pub struct LinkSimReport {
     pub faults: FaultConfig,
     /// Probability that the application refuses a delivery (a slow consumer).
     pub stall: f64,
+    /// Node crashes and restarts in the run.
+    pub restarts: usize,
     pub delivered: u64,
     pub net: NetCounters,
     pub links: LinkCounters,
@@ -67,11 +69,23 @@ pub struct LinkNode {
 
 impl LinkNode {
     pub fn new(id: NodeId, nodes: usize, cfg: &LinkConfig) -> Self {
+        Self::with_incarnation(id, nodes, cfg, 1)
+    }
+
+    /// A node as it comes back after a crash: no memory of any link, a newer incarnation.
+    pub fn with_incarnation(id: NodeId, nodes: usize, cfg: &LinkConfig, incarnation: u64) -> Self {
         let links = (0..nodes)
             .map(|j| {
                 (j != id).then(|| {
-                    Link::new(cfg.clone(), address(id), address(j), CLUSTER, 1, None)
-                        .expect("valid config")
+                    Link::new(
+                        cfg.clone(),
+                        address(id),
+                        address(j),
+                        CLUSTER,
+                        incarnation,
+                        None,
+                    )
+                    .expect("valid config")
                 })
             })
             .collect();
@@ -85,6 +99,10 @@ impl LinkNode {
 
     pub fn link(&mut self, peer: NodeId) -> &mut Link {
         self.links[peer].as_mut().expect("no link to self")
+    }
+
+    pub fn link_ref(&self, peer: NodeId) -> &Link {
+        self.links[peer].as_ref().expect("no link to self")
     }
 }
 
@@ -139,13 +157,21 @@ impl Node for LinkNode {
 
 /// The bytes of message `counter` from `from` to `to`: a header the checker reads back and a
 /// filler that depends on all three, so any corruption or mix-up is caught.
-fn message(from: NodeId, to: NodeId, counter: u32, len: usize, out: &mut Vec<u8>) {
+fn message(
+    from: NodeId,
+    to: NodeId,
+    incarnation: u32,
+    counter: u32,
+    len: usize,
+    out: &mut Vec<u8>,
+) {
     out.clear();
     out.extend_from_slice(&(from as u16).to_le_bytes());
     out.extend_from_slice(&(to as u16).to_le_bytes());
     out.extend_from_slice(&counter.to_le_bytes());
-    let mut x = (from as u32) << 24 ^ (to as u32) << 16 ^ counter;
-    while out.len() < len.max(8) {
+    out.extend_from_slice(&incarnation.to_le_bytes());
+    let mut x = (from as u32) << 24 ^ (to as u32) << 16 ^ counter ^ incarnation << 8;
+    while out.len() < len.max(12) {
         x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
         out.push((x >> 16) as u8);
     }
@@ -203,10 +229,29 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
         0.0
     };
     let n = opts.nodes;
+    // Crashes and restarts on some seeds: a node loses every link's state and comes back with
+    // a newer incarnation.
+    let mut restarts: Vec<(u64, NodeId)> = Vec::new();
+    if opts.faults && rng.chance(0.3) {
+        for _ in 0..1 + rng.below(3) {
+            restarts.push((rng.below(opts.safety_ns), rng.below(n as u64) as usize));
+        }
+        restarts.sort_unstable();
+    }
+    let restart_count = restarts.len();
+    let mut incarnation = vec![1u32; n];
     let mut net = Network::new(n, faults.clone(), rng.fork());
     let mut nodes: Vec<LinkNode> = (0..n).map(|i| LinkNode::new(i, n, &cfg)).collect();
     let mut sent = vec![vec![0u32; n]; n];
-    let mut received = vec![vec![0u32; n]; n];
+    // The checker's view of each stream i -> j: the sender incarnation last delivered, the
+    // counter due next from it (`None` right after the receiver restarted: a new receiver may
+    // start anywhere), and the counters a crashed receiver may have acknowledged without its
+    // application taking them (below `skip_limit`, a gap is loss by that crash, not a bug).
+    let mut seen_inc = vec![vec![0u32; n]; n];
+    let mut next_expected: Vec<Vec<Option<u32>>> = vec![vec![Some(0); n]; n];
+    let mut skip_limit = vec![vec![0u32; n]; n];
+    // first_sent[i][j][k]: the first counter incarnation k+1 of i sent to j.
+    let mut first_sent: Vec<Vec<Vec<u32>>> = vec![vec![vec![0]; n]; n];
     let mut next_send_at = vec![Instant::ZERO; n];
     let mut digest = Digest::default();
     let mut buf = vec![0u8; cfg.packet_bytes_max];
@@ -223,6 +268,21 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
         }
         if !healed {
             net.step_partitions();
+        }
+        while restarts.first().is_some_and(|&(t, _)| t <= now.0) {
+            let (_, k) = restarts.remove(0);
+            if std::env::var_os("TXCAST_SIM_TRACE").is_some() {
+                eprintln!("t={} restart node {k}; sent {:?}", now.0, sent);
+            }
+            incarnation[k] += 1;
+            nodes[k] = LinkNode::with_incarnation(k, n, &cfg, incarnation[k] as u64);
+            for other in 0..n {
+                next_expected[other][k] = None;
+                seen_inc[other][k] = 0;
+                skip_limit[other][k] = sent[other][k];
+                first_sent[k][other].push(sent[k][other]);
+            }
+            digest.add_u64(now.0 ^ k as u64);
         }
         while let Some((to, bytes)) = net.pop_due(now) {
             nodes[to].handle_datagram(now, &bytes);
@@ -241,7 +301,7 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
             let j = (i + 1 + rng.below(n as u64 - 1) as usize) % n;
             if sent[i][j] < opts.messages_per_pair {
                 let len = message_len(&mut rng);
-                message(i, j, sent[i][j], len, &mut msg);
+                message(i, j, incarnation[i], sent[i][j], len, &mut msg);
                 match nodes[i].link(j).send(now, &msg) {
                     Ok(()) => sent[i][j] += 1,
                     Err(LinkSendError::Full) => {}
@@ -265,45 +325,96 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
                     if !healed && stall > 0.0 && rng.chance(stall) {
                         break;
                     }
-                    let want = received[i][j];
                     let got = nodes[j].link(i).poll_delivery(|m| m.to_vec());
                     let Some(got) = got else { break };
-                    if want >= sent[i][j] {
+                    let word = |at: usize| {
+                        u32::from_le_bytes(
+                            got.get(at..at + 4)
+                                .and_then(|b| b.try_into().ok())
+                                .unwrap_or([0xff; 4]),
+                        )
+                    };
+                    let (counter, inc) = (word(4), word(8));
+                    if counter >= sent[i][j] || inc == 0 || inc > incarnation[i] {
                         return Err(fail(format!(
-                            "node {j} got a message from {i} that was never sent (#{want})"
+                            "node {j} got #{counter} (incarnation {inc}) from {i}, which was never sent"
                         )));
                     }
-                    let counter = u32::from_le_bytes(got[4..8].try_into().unwrap_or([0; 4]));
-                    message(i, j, counter, got.len(), &mut expect);
-                    if counter != want {
-                        return Err(fail(format!(
-                            "node {j} from {i}: got #{counter}, expected #{want} (order/duplicate)"
-                        )));
-                    }
+                    message(i, j, inc, counter, got.len(), &mut expect);
                     if got != expect {
                         return Err(fail(format!("node {j} from {i}: #{counter} corrupted")));
                     }
+                    let seen = seen_inc[i][j];
+                    if inc < seen {
+                        return Err(fail(format!(
+                            "node {j} from {i}: #{counter} of incarnation {inc} after incarnation {seen}"
+                        )));
+                    }
+                    if inc > seen {
+                        // A new stream: it starts at its first message, or later only past
+                        // messages a crashed receiver may have acknowledged.
+                        let first = first_sent[i][j][inc as usize - 1];
+                        let ok =
+                            counter == first || (counter > first && counter - 1 < skip_limit[i][j]);
+                        if !ok {
+                            return Err(fail(format!(
+                                "node {j} from {i}: incarnation {inc} starts at #{counter}, its first message was #{first}"
+                            )));
+                        }
+                    } else if let Some(want) = next_expected[i][j] {
+                        let lost_by_crash = counter > want && counter - 1 < skip_limit[i][j];
+                        if counter != want && !lost_by_crash {
+                            return Err(fail(format!(
+                                "node {j} from {i}: got #{counter}, expected #{want} (order/duplicate/loss)"
+                            )));
+                        }
+                    }
+                    if std::env::var_os("TXCAST_SIM_TRACE").is_some()
+                        && (counter % 50 == 0 || next_expected[i][j] != Some(counter))
+                    {
+                        eprintln!(
+                            "t={} {i}->{j} #{counter} inc {inc} (expected {:?} of inc {seen})",
+                            now.0, next_expected[i][j]
+                        );
+                    }
+                    seen_inc[i][j] = inc;
+                    next_expected[i][j] = Some(counter + 1);
                     digest.add_u64(now.0);
-                    digest.add(&got[..8]);
-                    received[i][j] += 1;
+                    digest.add(&got[..12]);
                     delivered += 1;
                 }
             }
         }
-        if healed && delivered == total {
+        // Done when everything was sent, every sender's link is idle (all acknowledged by
+        // the receiver's current incarnation or a crashed one), and no receiver holds a
+        // message its application has not taken.
+        let all_sent = sent.iter().flatten().sum::<u32>() == total as u32;
+        if healed
+            && all_sent
+            && (0..n).all(|i| {
+                (0..n).all(|j| {
+                    i == j
+                        || (nodes[i].link(j).is_idle() && !nodes[j].link(i).has_pending_delivery())
+                })
+            })
+        {
             break;
         }
         if now.0 > opts.safety_ns + opts.liveness_ns {
             let missing: Vec<String> = (0..n)
                 .flat_map(|i| (0..n).map(move |j| (i, j)))
-                .filter(|&(i, j)| i != j && received[i][j] < sent[i][j])
+                .filter(|&(i, j)| {
+                    i != j
+                        && (!nodes[i].link_ref(j).is_idle()
+                            || nodes[j].link_ref(i).has_pending_delivery())
+                })
                 .map(|(i, j)| {
                     format!(
-                        "{i}->{j}: {}/{} (sender {}; receiver {})",
-                        received[i][j],
+                        "{i}->{j}: next {:?}/{} (sender {}; receiver {})",
+                        next_expected[i][j],
                         sent[i][j],
-                        nodes[i].link(j).debug_state(),
-                        nodes[j].link(i).debug_state()
+                        nodes[i].link_ref(j).debug_state(),
+                        nodes[j].link_ref(i).debug_state()
                     )
                 })
                 .collect();
@@ -317,7 +428,7 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
         for node in &nodes {
             next = min_opt(next, node.poll_timeout());
         }
-        if sent.iter().flatten().sum::<u32>() < total as u32 {
+        if !all_sent {
             for &t in &next_send_at {
                 next = min_opt(next, Some(t));
             }
@@ -344,6 +455,7 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
         seed,
         faults,
         stall,
+        restarts: restart_count,
         delivered,
         net: net.counters.clone(),
         links,

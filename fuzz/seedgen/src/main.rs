@@ -47,7 +47,7 @@ fn packets(key: Option<&ClusterKey>) -> Vec<Vec<u8>> {
         let h = header(PACKET_CLUSTER);
         let n = match kind {
             Kind::Data => {
-                let mut w = PacketWriter::data(&mut buf, h, key, 10, 8, 99, 64);
+                let mut w = PacketWriter::data(&mut buf, h, key, 10, 8, (99, 5), 64);
                 push_some(&mut w);
                 w.finish()
             }
@@ -66,7 +66,7 @@ fn packets(key: Option<&ClusterKey>) -> Vec<Vec<u8>> {
                     NakRange { start: 12, len: 2 },
                     NakRange { start: 20, len: 1 },
                 ];
-                AckWriter::write(&mut buf, h, key, 10, 32, &naks)
+                AckWriter::write(&mut buf, h, key, (10, 5), 32, &naks)
             }
         };
         buf.truncate(n);
@@ -117,8 +117,8 @@ fn main() {
 
     // ack: the ACK body, and one without NAK ranges.
     let ack = plain[3][HEADER_BYTES..].to_vec();
-    let mut bare = ack[..16].to_vec();
-    bare[12] = 0;
+    let mut bare = ack[..24].to_vec();
+    bare[20] = 0;
     write(dir, "ack", &[ack, bare]);
 
     // roundtrip: fixed fields, then chunks (see fuzz_targets/roundtrip.rs).
@@ -130,10 +130,10 @@ fn main() {
             s.extend_from_slice(&40u16.to_le_bytes()); // flip_at
             s.push(0x01); // flip_xor
             s.extend_from_slice(&7u16.to_le_bytes()); // cluster
-            s.extend_from_slice(&3u32.to_le_bytes()); // incarnation
+            s.extend_from_slice(&3u64.to_le_bytes()); // incarnation
             s.extend_from_slice(&[1, 0, 2, 0, 3, 0, 4, 0, 1, 0, 5, 0, 3, 0, 0, 0]);
-            for v in [10u64, 8, 99] {
-                s.extend_from_slice(&v.to_le_bytes()); // first_seq, base, ack
+            for v in [10u64, 8, 99, 5] {
+                s.extend_from_slice(&v.to_le_bytes()); // first_seq, base, ack, ack incarnation
             }
             s.extend_from_slice(&64u32.to_le_bytes()); // credit
             s.extend_from_slice(&0xabcu64.to_le_bytes()); // txn

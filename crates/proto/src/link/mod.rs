@@ -185,6 +185,8 @@ pub struct LinkCounters {
     pub bogus_acks_dropped: u64,
     pub peer_restarts: u64,
     pub send_full: u64,
+    /// Packets that broke the protocol (a DATA base beyond what we acknowledged).
+    pub protocol_violations: u64,
 }
 
 impl LinkCounters {
@@ -207,6 +209,7 @@ impl LinkCounters {
         self.bogus_acks_dropped += c.bogus_acks_dropped;
         self.peer_restarts += c.peer_restarts;
         self.send_full += c.send_full;
+        self.protocol_violations += c.protocol_violations;
     }
 }
 
@@ -220,7 +223,7 @@ pub struct Link {
     cfg: LinkConfig,
     header: PacketHeader,
     key: Option<ClusterKey>,
-    peer_incarnation: Option<u32>,
+    peer_incarnation: Option<u64>,
     tx: Sender,
     rx: Receiver,
     counters: LinkCounters,
@@ -233,7 +236,7 @@ impl Link {
         local: Address,
         peer: Address,
         cluster: u16,
-        incarnation: u32,
+        incarnation: u64,
         key: Option<ClusterKey>,
     ) -> Result<Link, ConfigError> {
         cfg.validate()?;
@@ -300,6 +303,11 @@ impl Link {
         self.tx.is_empty()
     }
 
+    /// A message has arrived that the application has not taken yet.
+    pub fn has_pending_delivery(&self) -> bool {
+        self.rx.has_pending_delivery()
+    }
+
     /// Idle, and no acknowledgement owed to the peer either.
     pub fn is_quiescent(&self) -> bool {
         self.tx.is_empty() && !self.rx.ack_owed()
@@ -328,22 +336,31 @@ impl Link {
                 // The peer restarted: what it held of our stream is gone, and its new stream
                 // starts afresh.
                 self.counters.peer_restarts += 1;
-                self.rx.reset();
+                self.rx.reset(&mut self.counters);
                 self.tx.peer_restarted(&self.cfg);
                 self.peer_incarnation = Some(h.incarnation);
             }
             Some(_) => {}
             None => self.peer_incarnation = Some(h.incarnation),
         }
+        // Acknowledgements count only if they were meant for this incarnation of ours: a peer
+        // that has not yet seen our restart still acknowledges our predecessor's stream.
+        let mine = self.header.incarnation;
         match body {
             Body::Data(d) => {
-                self.on_ack(now, d.ack, d.credit, core::iter::empty());
+                if d.ack_incarnation == mine {
+                    self.on_ack(now, d.ack, d.credit, core::iter::empty());
+                }
                 self.rx
                     .on_data(&self.cfg, now, &d, h.flags, &mut self.counters);
             }
             Body::Ack(a) => {
-                self.counters.naks_received += a.nak_count() as u64;
-                self.on_ack(now, a.ack, a.credit, a.naks());
+                if a.ack_incarnation == mine {
+                    self.counters.naks_received += a.nak_count() as u64;
+                    self.on_ack(now, a.ack, a.credit, a.naks());
+                } else {
+                    self.counters.bogus_acks_dropped += 1;
+                }
             }
         }
         Ok(())
@@ -382,8 +399,8 @@ impl Link {
     /// standalone ACK. Call until it returns `None`.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let buf = &mut buf[..self.cfg.packet_bytes_max];
-        let (ack, credit) = (self.rx.ack(), self.rx.credit(&self.cfg));
-        let want_ack_now = self.rx.ack_wanted_now();
+        let echo = self.peer_incarnation.unwrap_or(0);
+        let (ack, credit) = ((self.rx.ack(), echo), self.rx.credit(&self.cfg));
         if let Some(n) = self.tx.poll_data(
             &self.cfg,
             now,
@@ -392,7 +409,6 @@ impl Link {
             self.key.as_ref(),
             ack,
             credit,
-            want_ack_now,
             &mut self.counters,
         ) {
             self.rx.ack_sent(now);
@@ -405,6 +421,7 @@ impl Link {
             buf,
             self.header,
             self.key.as_ref(),
+            echo,
             &mut self.counters,
         ) {
             self.counters.packets_sent += 1;
@@ -430,10 +447,10 @@ impl Link {
     }
 }
 
-/// Incarnations are serial numbers that may wrap: `a` is older than `b` when it lies less than
-/// half the number space behind.
-pub fn incarnation_older(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
+/// Incarnations are 64-bit milliseconds since the Unix epoch at port open (strictly increasing
+/// within a process): they never wrap, so older is simply smaller.
+pub fn incarnation_older(a: u64, b: u64) -> bool {
+    a < b
 }
 
 /// Upper bound on what one packet may hold, for compile-time relations between bounds.

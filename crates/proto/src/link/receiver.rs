@@ -24,6 +24,9 @@ pub(super) struct Receiver {
     fresh: bool,
     pool: Vec<Vec<u8>>,
     reassembly: Vec<u8>,
+    /// Messages of the peer's previous incarnation that had arrived in order (and so were
+    /// acknowledged) but not yet been taken when the peer restarted: delivered first.
+    backlog: std::collections::VecDeque<Vec<u8>>,
     ack_due: Option<Instant>,
     ack_now: bool,
     packets_since_ack: u32,
@@ -43,6 +46,7 @@ impl Receiver {
             fresh: true,
             pool: Vec::new(),
             reassembly: Vec::new(),
+            backlog: std::collections::VecDeque::new(),
             ack_due: None,
             ack_now: false,
             packets_since_ack: 0,
@@ -51,22 +55,44 @@ impl Receiver {
         }
     }
 
-    /// Forgets everything from the previous incarnation of the peer.
-    pub fn reset(&mut self) {
-        for s in self.slots.iter_mut() {
-            if let Some(m) = s.take() {
-                self.pool.push(m.data);
-            }
-        }
+    /// The peer restarted: keep, for delivery, what of its old stream had arrived in order
+    /// (it was acknowledged, so the old sender counted it delivered), and forget the rest.
+    pub fn reset(&mut self, counters: &mut LinkCounters) {
+        self.keep_in_order(counters);
+        // Nothing of the old stream is pending any more (an incomplete fragmented message at
+        // its end is gone with its sender).
+        let at = self.expected;
+        self.resync(at);
         self.fresh = true;
         self.ack_due = None;
         self.ack_now = false;
         self.last_nak_at = None;
     }
 
+    /// Moves the messages that arrived in order but were not taken into the backlog, so a
+    /// jump of the stream (the peer restarted, or we catch up after our own restart) does not
+    /// lose what was acknowledged.
+    fn keep_in_order(&mut self, counters: &mut LinkCounters) {
+        let mut kept = std::mem::take(&mut self.backlog);
+        while let Some(m) = self.poll_stream(counters, |m| {
+            let mut v = Vec::with_capacity(m.len());
+            v.extend_from_slice(m);
+            Some(v)
+        }) {
+            // Bounded by one receive buffer, however often the peer restarts unread.
+            if kept.len() >= self.slots.len() {
+                counters.stale_incarnation_dropped += 1;
+            } else {
+                kept.push_back(m);
+            }
+        }
+        self.backlog = kept;
+    }
+
     pub fn debug_state(&self) -> String {
         format!(
-            "handed {} expected {} highest {} fresh {} ack_due {:?} ack_now {} adv_credit {}",
+            "backlog {} handed {} expected {} highest {} fresh {} ack_due {:?} ack_now {} adv_credit {}",
+            self.backlog.len(),
             self.handed,
             self.expected,
             self.highest,
@@ -86,21 +112,43 @@ impl Receiver {
         &mut self.slots[i]
     }
 
+    /// The cumulative acknowledgement: nothing (0) while no stream of the peer's current
+    /// incarnation has been seen, so a restarted peer never takes our old position for its.
     pub fn ack(&self) -> u64 {
-        self.expected
+        if self.fresh {
+            0
+        } else {
+            self.expected
+        }
     }
 
     pub fn credit(&self, _cfg: &LinkConfig) -> u32 {
-        (self.handed + self.len() - self.expected) as u32
+        if self.fresh {
+            self.len() as u32
+        } else {
+            (self.handed + self.len() - self.expected) as u32
+        }
+    }
+
+    /// A whole message is ready for the application (an incomplete fragmented message at the
+    /// head is not: its other fragments may never come if its sender died).
+    pub fn has_pending_delivery(&self) -> bool {
+        if !self.backlog.is_empty() {
+            return true;
+        }
+        if self.handed >= self.expected {
+            return false;
+        }
+        let i = (self.handed % self.len()) as usize;
+        match self.slots[i].as_ref().and_then(|m| m.fragment) {
+            None => true,
+            Some(f) => self.handed + f.count as u64 <= self.expected,
+        }
     }
 
     /// An acknowledgement (or NAK) is waiting to be sent.
     pub fn ack_owed(&self) -> bool {
         self.ack_now || self.ack_due.is_some() || self.has_gap()
-    }
-
-    pub fn ack_wanted_now(&self) -> bool {
-        self.ack_now
     }
 
     fn resync(&mut self, base: u64) {
@@ -126,9 +174,17 @@ impl Receiver {
             self.fresh = false;
             self.resync(d.base);
         } else if d.base > self.expected {
-            // The sender dropped messages we never acknowledged: only a sender that lost its
-            // state does that. Start again where it stands.
-            counters.stale_incarnation_dropped += 1;
+            // The sender holds nothing below `base`. That happens legitimately after *we*
+            // restarted and took our starting point from a stale packet: our predecessor had
+            // acknowledged up to `base`, at most one receive buffer beyond. Catch up then. A base
+            // further ahead is forged or corrupt: drop the packet rather than jump the stream
+            // (against forgers proper, set a cluster key).
+            if d.base - self.expected > self.len() {
+                counters.protocol_violations += 1;
+                return;
+            }
+            counters.stale_incarnation_dropped += d.base - self.expected;
+            self.keep_in_order(counters);
             self.resync(d.base);
         }
         for (i, r) in d.records().enumerate() {
@@ -204,6 +260,7 @@ impl Receiver {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn poll_ack(
         &mut self,
         cfg: &LinkConfig,
@@ -211,6 +268,7 @@ impl Receiver {
         buf: &mut [u8],
         header: PacketHeader,
         key: Option<&ClusterKey>,
+        echo: u64,
         counters: &mut LinkCounters,
     ) -> Option<usize> {
         let nak = self.nak_due(cfg, now);
@@ -240,8 +298,8 @@ impl Receiver {
             self.last_nak_at = Some(now);
             counters.naks_sent += n as u64;
         }
-        let credit = (self.handed + self.len() - self.expected) as u32;
-        let len = AckWriter::write(buf, header, key, self.expected, credit, &naks[..n]);
+        let credit = self.credit(cfg);
+        let len = AckWriter::write(buf, header, key, (self.ack(), echo), credit, &naks[..n]);
         self.ack_sent(now);
         counters.acks_sent += 1;
         Some(len)
@@ -250,6 +308,19 @@ impl Receiver {
     /// Offers the next in-order message to `f`; the message is consumed only if `f` returns
     /// `Some` (so a caller whose own queue is full can leave it here, and credit stays closed).
     pub fn poll_delivery<R>(
+        &mut self,
+        counters: &mut LinkCounters,
+        f: impl FnOnce(&[u8]) -> Option<R>,
+    ) -> Option<R> {
+        if let Some(front) = self.backlog.front() {
+            let r = f(front)?;
+            self.backlog.pop_front();
+            return Some(r);
+        }
+        self.poll_stream(counters, f)
+    }
+
+    fn poll_stream<R>(
         &mut self,
         counters: &mut LinkCounters,
         f: impl FnOnce(&[u8]) -> Option<R>,

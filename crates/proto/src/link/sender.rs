@@ -179,9 +179,8 @@ impl Sender {
         buf: &mut [u8],
         header: PacketHeader,
         key: Option<&ClusterKey>,
-        ack: u64,
+        ack: (u64, u64),
         credit: u32,
-        _ack_wanted: bool,
         counters: &mut LinkCounters,
     ) -> Option<usize> {
         if let Some(n) = self.poll_retransmit(now, buf, header, key, ack, credit, counters) {
@@ -256,7 +255,7 @@ impl Sender {
         buf: &mut [u8],
         header: PacketHeader,
         key: Option<&ClusterKey>,
-        ack: u64,
+        ack: (u64, u64),
         credit: u32,
         counters: &mut LinkCounters,
     ) -> Option<usize> {

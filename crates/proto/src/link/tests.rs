@@ -129,7 +129,7 @@ fn an_ack_for_messages_never_sent_is_dropped_and_counted() {
         source: b.peer(),
         destination: a.peer(),
     };
-    let len = crate::wire::AckWriter::write(&mut buf, h, None, 1000, 10, &[]);
+    let len = crate::wire::AckWriter::write(&mut buf, h, None, (1000, 1), 10, &[]);
     b.handle_packet(t, &Packet::parse(&buf[..len], 9, None).unwrap())
         .unwrap();
     assert_eq!(b.counters().bogus_acks_dropped, 1);
@@ -170,11 +170,11 @@ fn a_malformed_body_changes_nothing_and_is_reported() {
     bad[8] = 77;
     let sum = {
         let mut h = crc32fast::Hasher::new();
-        h.update(&bad[..32]);
-        h.update(&bad[36..]);
+        h.update(&bad[..36]);
+        h.update(&bad[40..]);
         h.finalize()
     };
-    bad[32..36].copy_from_slice(&sum.to_le_bytes());
+    bad[36..40].copy_from_slice(&sum.to_le_bytes());
     let p = Packet::parse(&bad, 9, None).unwrap();
     assert_eq!(b.handle_packet(t, &p), Err(WireError::BaseAboveFirst));
     assert_eq!(b.counters().peer_restarts, 0);
@@ -203,4 +203,145 @@ fn traffic_from_an_earlier_incarnation_is_refused_after_a_restart() {
         .unwrap();
     assert_eq!(b.counters().stale_incarnation_dropped, 1);
     assert!(drain(&mut b).is_empty());
+}
+
+#[test]
+fn a_peer_restart_keeps_what_arrived_in_order_and_never_panics_on_a_partial_message() {
+    let cfg = LinkConfig::default();
+    let (mut a, mut b) = pair(cfg.clone());
+    let t = Instant::ZERO;
+    a.send(t, b"acked but not yet taken").unwrap();
+    a.send(t, &vec![7u8; 5000]).unwrap(); // fragmented
+                                          // Deliver the first message and only the first fragment of the second.
+    pump(t, &mut a, &mut b, |n| n >= 2);
+    // The sender restarts before the application took anything.
+    let mut a2 = Link::new(cfg, a.header.source, a.header.destination, 9, 2, None).unwrap();
+    // b learns of the restart from a bare ACK (no DATA to resynchronise on).
+    b.send(t, b"to the new one").unwrap();
+    pump(t, &mut b, &mut a2, |_| false);
+    let later = a2.poll_timeout().unwrap();
+    pump(later, &mut a2, &mut b, |_| false);
+    assert_eq!(b.counters().peer_restarts, 1);
+    assert_eq!(drain(&mut b), vec![b"acked but not yet taken".to_vec()]);
+    a2.send(t, b"new stream").unwrap();
+    pump(later, &mut a2, &mut b, |_| false);
+    assert_eq!(drain(&mut b), vec![b"new stream".to_vec()]);
+}
+
+/// A DATA packet as a forger would write it (valid checksum, chosen fields).
+fn forged_data(from: Address, to: Address, inc: u64, first: u64, base: u64, n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; 1472];
+    let h = PacketHeader {
+        kind: Kind::Data,
+        flags: 0,
+        cluster: 9,
+        incarnation: inc,
+        source: from,
+        destination: to,
+    };
+    let mut w = crate::wire::PacketWriter::data(&mut buf, h, None, first, base, (0, 0), 0);
+    for _ in 0..n {
+        assert!(w.push(b"evil"));
+    }
+    let len = w.finish();
+    buf.truncate(len);
+    buf
+}
+
+/// Runs both links for a while with timers, moving every packet.
+fn converse(mut now: Instant, a: &mut Link, b: &mut Link, rounds: usize) -> Instant {
+    for _ in 0..rounds {
+        now = now + core::time::Duration::from_millis(5);
+        a.handle_timeout(now);
+        b.handle_timeout(now);
+        pump(now, a, b, |_| false);
+        pump(now, b, a, |_| false);
+    }
+    now
+}
+
+/// Review finding: a restarted sender took an acknowledgement meant for its predecessor
+/// (the peer's next DATA still acknowledged the old stream) and lost its own messages.
+#[test]
+fn a_restarted_sender_ignores_acknowledgements_meant_for_its_predecessor() {
+    let cfg = LinkConfig::default();
+    let (mut a, mut b) = pair(cfg.clone());
+    let t = Instant::ZERO;
+    for i in 0..10u8 {
+        a.send(t, &[i]).unwrap();
+    }
+    pump(t, &mut a, &mut b, |_| false);
+    assert_eq!(drain(&mut b).len(), 10);
+    let mut a2 = Link::new(cfg, a.header.source, a.header.destination, 9, 2, None).unwrap();
+    for i in 0..10u8 {
+        a2.send(t, &[100 + i]).unwrap();
+    }
+    pump(t, &mut a2, &mut b, |_| true); // the new stream's first packet is lost
+    b.send(t, b"hi").unwrap(); // carries ack = 10 for incarnation 1
+    pump(t, &mut b, &mut a2, |_| false);
+    assert!(
+        !a2.is_idle(),
+        "an acknowledgement for incarnation 1 freed incarnation 2's messages"
+    );
+    converse(t, &mut a2, &mut b, 100);
+    assert_eq!(
+        drain(&mut b),
+        (100..110u8).map(|i| vec![i]).collect::<Vec<_>>()
+    );
+}
+
+/// Review finding: one forged DATA packet with a base far ahead jumped the receiver's stream,
+/// after which every real packet was a "duplicate" and the link was wedged for good.
+#[test]
+fn a_forged_base_far_ahead_is_dropped_and_the_link_goes_on() {
+    let (mut a, mut b) = pair(LinkConfig::default());
+    let t = Instant::ZERO;
+    a.send(t, b"one").unwrap();
+    pump(t, &mut a, &mut b, |_| false);
+    drain(&mut b);
+    let evil = forged_data(
+        a.header.source,
+        a.header.destination,
+        1,
+        1 << 40,
+        1 << 40,
+        1,
+    );
+    b.handle_packet(t, &Packet::parse(&evil, 9, None).unwrap())
+        .unwrap();
+    assert_eq!(b.counters().protocol_violations, 1);
+    assert!(drain(&mut b).is_empty());
+    for i in 0..50u8 {
+        a.send(t, &[i]).unwrap();
+    }
+    converse(t, &mut a, &mut b, 20);
+    assert_eq!(drain(&mut b).len(), 50);
+}
+
+/// Review finding: sequence numbers near u64::MAX overflowed the receiver's arithmetic.
+#[test]
+fn sequence_numbers_at_the_top_of_the_space_are_refused_not_added() {
+    let (a, mut b) = pair(LinkConfig::default());
+    let evil = forged_data(
+        a.header.source,
+        a.header.destination,
+        1,
+        u64::MAX - 1,
+        u64::MAX - 1,
+        3,
+    );
+    let p = Packet::parse(&evil, 9, None).unwrap();
+    assert_eq!(
+        b.handle_packet(Instant::ZERO, &p),
+        Err(WireError::SequenceOutOfRange)
+    );
+}
+
+/// Review finding: a clock-derived 32-bit incarnation wrapped after 24.8 days, and a peer
+/// restarted after that looked older than its predecessor.
+#[test]
+fn incarnations_a_month_apart_order_correctly() {
+    let start: u64 = 1_700_000_000_000;
+    assert!(!incarnation_older(start + 25 * 86_400_000, start));
+    assert!(incarnation_older(start, start + 25 * 86_400_000));
 }

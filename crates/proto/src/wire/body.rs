@@ -1,8 +1,10 @@
 use super::{u16_at, u32_at, u64_at, Records, WireError};
 use crate::addr::TxnId;
 
-pub const DATA_PREFIX_BYTES: usize = 28;
-pub const ACK_PREFIX_BYTES: usize = 16;
+pub const DATA_PREFIX_BYTES: usize = 36;
+pub const ACK_PREFIX_BYTES: usize = 24;
+/// Sequence numbers stay this far below `u64::MAX`, so no arithmetic on them can overflow.
+pub const SEQ_MAX: u64 = u64::MAX - (1 << 32);
 pub const MULTICAST_PREFIX_BYTES: usize = 8;
 pub const NAK_RANGE_BYTES: usize = 12;
 /// Most NAK ranges one ACK may carry.
@@ -18,6 +20,9 @@ pub struct DataBody<'a> {
     pub base: u64,
     /// Every message below `ack` from the peer has arrived.
     pub ack: u64,
+    /// The incarnation of the peer that `ack` and `credit` refer to: a restarted peer
+    /// ignores acknowledgements meant for its predecessor.
+    pub ack_incarnation: u64,
     /// How many messages past `ack` the sender of this packet will accept.
     pub credit: u32,
     /// Number of records, validated.
@@ -38,11 +43,15 @@ impl<'a> DataBody<'a> {
         if u64_at(body, 8) > u64_at(body, 0) {
             return Err(WireError::BaseAboveFirst);
         }
+        if u64_at(body, 0) > SEQ_MAX || u64_at(body, 16) > SEQ_MAX {
+            return Err(WireError::SequenceOutOfRange);
+        }
         Ok(DataBody {
             first_seq: u64_at(body, 0),
             base: u64_at(body, 8),
             ack: u64_at(body, 16),
-            credit: u32_at(body, 24),
+            ack_incarnation: u64_at(body, 24),
+            credit: u32_at(body, 32),
             count,
             records,
         })
@@ -64,6 +73,8 @@ pub struct NakRange {
 #[derive(Clone, Copy, Debug)]
 pub struct AckBody<'a> {
     pub ack: u64,
+    /// The incarnation of the peer this acknowledgement is for.
+    pub ack_incarnation: u64,
     pub credit: u32,
     naks: &'a [u8],
 }
@@ -74,10 +85,14 @@ impl<'a> AckBody<'a> {
             return Err(WireError::BodyTooShort);
         }
         let ack = u64_at(body, 0);
-        let credit = u32_at(body, 8);
-        let count = u16_at(body, 12) as usize;
-        if u16_at(body, 14) != 0 {
+        let ack_incarnation = u64_at(body, 8);
+        let credit = u32_at(body, 16);
+        let count = u16_at(body, 20) as usize;
+        if u16_at(body, 22) != 0 {
             return Err(WireError::ReservedNotZero);
+        }
+        if ack > SEQ_MAX {
+            return Err(WireError::SequenceOutOfRange);
         }
         if count > NAK_RANGES_MAX {
             return Err(WireError::TooManyNakRanges);
@@ -92,7 +107,12 @@ impl<'a> AckBody<'a> {
                 return Err(WireError::NakRangeInvalid);
             }
         }
-        Ok(AckBody { ack, credit, naks })
+        Ok(AckBody {
+            ack,
+            ack_incarnation,
+            credit,
+            naks,
+        })
     }
 
     pub fn nak_count(&self) -> usize {

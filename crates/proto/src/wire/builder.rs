@@ -48,7 +48,7 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         key: Option<&'k ClusterKey>,
         first_seq: u64,
         base: u64,
-        ack: u64,
+        ack: (u64, u64),
         credit: u32,
     ) -> Self {
         header.kind = Kind::Data;
@@ -57,8 +57,9 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         let p = &mut w.buf[HEADER_BYTES..];
         p[0..8].copy_from_slice(&first_seq.to_le_bytes());
         p[8..16].copy_from_slice(&base.to_le_bytes());
-        p[16..24].copy_from_slice(&ack.to_le_bytes());
-        p[24..28].copy_from_slice(&credit.to_le_bytes());
+        p[16..24].copy_from_slice(&ack.0.to_le_bytes());
+        p[24..32].copy_from_slice(&ack.1.to_le_bytes());
+        p[32..36].copy_from_slice(&credit.to_le_bytes());
         w
     }
 
@@ -154,11 +155,12 @@ pub struct AckWriter;
 
 impl AckWriter {
     /// Writes an ACK with at most [`NAK_RANGES_MAX`] of `naks`; returns the packet's length.
+    /// `ack` is (the cumulative acknowledgement, the incarnation of the peer it is for).
     pub fn write(
         buf: &mut [u8],
         mut header: PacketHeader,
         key: Option<&ClusterKey>,
-        ack: u64,
+        ack: (u64, u64),
         credit: u32,
         naks: &[NakRange],
     ) -> usize {
@@ -166,10 +168,11 @@ impl AckWriter {
         header.flags = (header.flags & !FLAG_MAC) | if key.is_some() { FLAG_MAC } else { 0 };
         let naks = &naks[..naks.len().min(NAK_RANGES_MAX)];
         let p = &mut buf[HEADER_BYTES..];
-        p[0..8].copy_from_slice(&ack.to_le_bytes());
-        p[8..12].copy_from_slice(&credit.to_le_bytes());
-        p[12..14].copy_from_slice(&(naks.len() as u16).to_le_bytes());
-        p[14..16].copy_from_slice(&0u16.to_le_bytes());
+        p[0..8].copy_from_slice(&ack.0.to_le_bytes());
+        p[8..16].copy_from_slice(&ack.1.to_le_bytes());
+        p[16..20].copy_from_slice(&credit.to_le_bytes());
+        p[20..22].copy_from_slice(&(naks.len() as u16).to_le_bytes());
+        p[22..24].copy_from_slice(&0u16.to_le_bytes());
         let mut at = ACK_PREFIX_BYTES;
         for r in naks {
             p[at..at + 8].copy_from_slice(&r.start.to_le_bytes());

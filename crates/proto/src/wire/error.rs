@@ -52,13 +52,15 @@ pub enum WireError {
     DataWithoutRecords,
     /// A DATA packet's base lies above its first sequence number.
     BaseAboveFirst,
+    /// A sequence number or acknowledgement beyond `SEQ_MAX` (2^64 - 2^32).
+    SequenceOutOfRange,
 }
 
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use WireError::*;
         match self {
-            ShorterThanHeader => write!(f, "packet shorter than the 36-byte header"),
+            ShorterThanHeader => write!(f, "packet shorter than the 40-byte header"),
             PacketTooLong(n) => write!(f, "packet of {n} bytes exceeds the 65507-byte bound"),
             BadMagic => write!(f, "magic number is not txcast's"),
             UnsupportedVersion(v) => write!(f, "unsupported version {v}"),
@@ -87,6 +89,7 @@ impl fmt::Display for WireError {
             NakRangeInvalid => write!(f, "NAK range empty or starting below the acknowledgement"),
             DataWithoutRecords => write!(f, "DATA packet without messages"),
             BaseAboveFirst => write!(f, "DATA base above its first sequence number"),
+            SequenceOutOfRange => write!(f, "sequence number beyond 2^64 - 2^32"),
         }
     }
 }

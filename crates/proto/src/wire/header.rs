@@ -1,10 +1,10 @@
-use super::{u16_at, u32_at, WireError};
+use super::{u16_at, u32_at, u64_at, WireError};
 use crate::addr::Address;
 
 pub const MAGIC: u16 = 0x5854; // "TX" in little-endian byte order
 pub const VERSION: u8 = 1;
-pub const HEADER_BYTES: usize = 36;
-pub const CHECKSUM_OFFSET: usize = 32;
+pub const HEADER_BYTES: usize = 40;
+pub const CHECKSUM_OFFSET: usize = 36;
 pub const MAC_BYTES: usize = 16;
 
 /// The packet carries a MAC trailer.
@@ -74,7 +74,9 @@ pub struct PacketHeader {
     pub kind: Kind,
     pub flags: u8,
     pub cluster: u16,
-    pub incarnation: u32,
+    /// The sender's incarnation: milliseconds since the Unix epoch when its port opened (made
+    /// strictly increasing within a process). 64 bits, so it never wraps.
+    pub incarnation: u64,
     pub source: Address,
     pub destination: Address,
 }
@@ -88,12 +90,12 @@ impl PacketHeader {
         out[4] = self.flags;
         out[5] = 0;
         out[6..8].copy_from_slice(&self.cluster.to_le_bytes());
-        out[8..12].copy_from_slice(&self.incarnation.to_le_bytes());
-        self.source.write_to(&mut out[12..20]);
-        self.destination.write_to(&mut out[20..28]);
-        out[28..30].copy_from_slice(&(length as u16).to_le_bytes());
-        out[30..32].copy_from_slice(&0u16.to_le_bytes());
-        out[32..36].copy_from_slice(&0u32.to_le_bytes());
+        out[8..16].copy_from_slice(&self.incarnation.to_le_bytes());
+        self.source.write_to(&mut out[16..24]);
+        self.destination.write_to(&mut out[24..32]);
+        out[32..34].copy_from_slice(&(length as u16).to_le_bytes());
+        out[34..36].copy_from_slice(&0u16.to_le_bytes());
+        out[36..40].copy_from_slice(&0u32.to_le_bytes());
     }
 }
 
@@ -137,10 +139,10 @@ impl<'a> Packet<'a> {
         if flags & !FLAGS_KNOWN != 0 {
             return Err(WireError::UnknownFlags(flags & !FLAGS_KNOWN));
         }
-        if buf[5] != 0 || u16_at(buf, 30) != 0 {
+        if buf[5] != 0 || u16_at(buf, 34) != 0 {
             return Err(WireError::ReservedNotZero);
         }
-        let length = u16_at(buf, 28) as usize;
+        let length = u16_at(buf, 32) as usize;
         let mac_len = if flags & FLAG_MAC != 0 { MAC_BYTES } else { 0 };
         if length != buf.len() || length < HEADER_BYTES + mac_len {
             return Err(WireError::LengthMismatch {
@@ -176,9 +178,9 @@ impl<'a> Packet<'a> {
                 kind,
                 flags,
                 cluster: found,
-                incarnation: u32_at(buf, 8),
-                source: Address::read_from(&buf[12..20]),
-                destination: Address::read_from(&buf[20..28]),
+                incarnation: u64_at(buf, 8),
+                source: Address::read_from(&buf[16..24]),
+                destination: Address::read_from(&buf[24..32]),
             },
             body,
         })

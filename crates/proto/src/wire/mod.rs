@@ -1,12 +1,13 @@
 //! Packet and message formats as checked views over bytes.
 //!
 //! ```text
-//! packet  = header(36) body [mac(16) if FLAG_MAC]
+//! packet  = header(40) body [mac(16) if FLAG_MAC]
 //! header  = magic u16 | version u8 | kind u8 | flags u8 | reserved u8 | cluster u16
-//!         | incarnation u32 | source Address(8) | destination Address(8)
+//!         | incarnation u64 | source Address(8) | destination Address(8)
 //!         | length u16 (whole packet) | reserved u16 | checksum u32
-//! body    = DATA:      first_seq u64 | base u64 | ack u64 | credit u32 | records
-//!           ACK:       ack u64 | credit u32 | nak_count u16 | reserved u16 | nak_count × (start u64, len u32)
+//! body    = DATA:      first_seq u64 | base u64 | ack u64 | ack_incarnation u64 | credit u32 | records
+//!           ACK:       ack u64 | ack_incarnation u64 | credit u32 | nak_count u16 | reserved u16
+//!                      | nak_count × (start u64, len u32)
 //!           DATAGRAM:  records
 //!           MULTICAST: txn u64 | records
 //! record  = len u16 | flags u8 | reserved u8 [| msg_id u32 | index u16 | count u16 | total u32 if FRAG] | payload[len]
@@ -23,7 +24,7 @@ mod record;
 
 pub use body::{
     parse_datagram, AckBody, DataBody, MulticastBody, NakRange, ACK_PREFIX_BYTES,
-    DATA_PREFIX_BYTES, MULTICAST_PREFIX_BYTES, NAK_RANGES_MAX, NAK_RANGE_BYTES,
+    DATA_PREFIX_BYTES, MULTICAST_PREFIX_BYTES, NAK_RANGES_MAX, NAK_RANGE_BYTES, SEQ_MAX,
 };
 pub use builder::{AckWriter, PacketWriter};
 pub use error::WireError;

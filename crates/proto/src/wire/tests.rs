@@ -14,7 +14,7 @@ fn header() -> PacketHeader {
 
 fn data_packet(key: Option<&ClusterKey>) -> Vec<u8> {
     let mut buf = vec![0u8; 1472];
-    let mut w = PacketWriter::data(&mut buf, header(), key, 10, 8, 99, 64);
+    let mut w = PacketWriter::data(&mut buf, header(), key, 10, 8, (99, 5), 64);
     assert!(w.push(b"hello"));
     assert!(w.push(b""));
     let frag = Fragment {
@@ -111,7 +111,7 @@ fn header_rules_are_named() {
         WireError::UnknownKind(77)
     );
     let mut b = buf;
-    b[40] ^= 1;
+    b[44] ^= 1;
     assert_eq!(
         Packet::parse(&b, 7, None).unwrap_err(),
         WireError::ChecksumMismatch
@@ -180,23 +180,23 @@ fn ack_round_trips_and_rejects_bad_nak_lists() {
         NakRange { start: 12, len: 2 },
         NakRange { start: 20, len: 1 },
     ];
-    let n = AckWriter::write(&mut buf, header(), None, 10, 32, &naks);
+    let n = AckWriter::write(&mut buf, header(), None, (10, 4), 32, &naks);
     let p = Packet::parse(&buf[..n], 7, None).unwrap();
     assert_eq!(p.header.kind, Kind::Ack);
     let a = AckBody::parse(p.body).unwrap();
-    assert_eq!((a.ack, a.credit), (10, 32));
+    assert_eq!((a.ack, a.ack_incarnation, a.credit), (10, 4, 32));
     assert_eq!(a.naks().collect::<Vec<_>>(), naks);
 
     let mut body = p.body.to_vec();
-    body[16..24].copy_from_slice(&5u64.to_le_bytes()); // below the ack
+    body[24..32].copy_from_slice(&5u64.to_le_bytes()); // below the ack
     assert_eq!(
         AckBody::parse(&body).unwrap_err(),
         WireError::NakRangeInvalid
     );
     let mut body = p.body.to_vec();
-    body[12..14].copy_from_slice(&3u16.to_le_bytes());
+    body[20..22].copy_from_slice(&3u16.to_le_bytes());
     assert_eq!(AckBody::parse(&body).unwrap_err(), WireError::NakListLength);
-    body[12..14].copy_from_slice(&1000u16.to_le_bytes());
+    body[20..22].copy_from_slice(&1000u16.to_le_bytes());
     assert_eq!(
         AckBody::parse(&body).unwrap_err(),
         WireError::TooManyNakRanges
@@ -214,6 +214,19 @@ fn multicast_carries_the_txn() {
     let m = MulticastBody::parse(p.body).unwrap();
     assert_eq!(m.txn, TxnId(0xabc));
     assert_eq!(m.records().next().unwrap().unwrap().payload, b"prepare");
+}
+
+#[test]
+fn sequence_numbers_near_the_top_of_the_space_are_refused() {
+    let mut buf = vec![0u8; 256];
+    let mut w = PacketWriter::data(&mut buf, header(), None, SEQ_MAX + 1, 0, (0, 0), 1);
+    assert!(w.push(b"x"));
+    let n = w.finish();
+    let p = Packet::parse(&buf[..n], 7, None).unwrap();
+    assert_eq!(
+        DataBody::parse(p.body).unwrap_err(),
+        WireError::SequenceOutOfRange
+    );
 }
 
 #[test]
