@@ -102,6 +102,8 @@ pub(crate) struct Links {
     dirty: Vec<Address>,
     dirty_set: std::collections::HashSet<Address, AddressHash>,
     work: Vec<Address>,
+    /// Links whose delivery the port's full ring refused, waiting for room.
+    blocked: Vec<Address>,
     /// No timer in the wheel is due before this (a lower bound, kept so that an idle duty
     /// cycle need not look into the wheel).
     earliest: Option<Instant>,
@@ -119,6 +121,7 @@ impl Links {
             dirty: Vec::new(),
             dirty_set: Default::default(),
             work: Vec::new(),
+            blocked: Vec::new(),
             earliest: None,
         }
     }
@@ -171,6 +174,9 @@ pub(crate) struct Endpoint {
     pub closed: AtomicBool,
     /// The last read found more than one datagram waiting: read in batches.
     pub recv_busy: AtomicBool,
+    /// The engine holds messages for this port because its ring was full; the application
+    /// clears it (and wakes the engine) when it takes a message.
+    pub ring_blocked: AtomicBool,
 }
 
 pub(crate) struct Shared {
@@ -717,6 +723,12 @@ impl Engine {
         let mut work = 0;
         let mut guard = ep.links.lock().expect("links lock");
         let links = &mut *guard;
+        if !links.blocked.is_empty() && !ep.ring_blocked.load(Ordering::SeqCst) {
+            // The application made room: retry the deliveries that were refused.
+            for peer in std::mem::take(&mut links.blocked) {
+                links.mark(peer);
+            }
+        }
         if links.dirty.is_empty() && links.earliest.is_none_or(|t| t > now) {
             return 0;
         }
@@ -761,8 +773,18 @@ impl Engine {
             }
             work += flush(self, ep, link, &mut buf, now);
             if refused {
-                // The ring is full: try again next cycle (the link's credit stays closed).
-                links.mark(peer);
+                // The ring is full: the link keeps the message (its credit stays closed) until
+                // the application takes something and tells us (`Endpoint::ring_blocked`).
+                if !links.blocked.contains(&peer) {
+                    links.blocked.push(peer);
+                }
+                ep.ring_blocked.store(true, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
+                // Dekker pairing with `Port::room_made`: if the application freed a slot before
+                // it could see the flag, we see the room here.
+                if ep.ring.has_room() {
+                    ep.ring_blocked.store(false, Ordering::SeqCst);
+                }
             }
             links.settle(peer);
         }

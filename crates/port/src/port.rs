@@ -191,6 +191,7 @@ impl Port {
             counters: EndpointCounters::default(),
             closed: AtomicBool::new(false),
             recv_busy: AtomicBool::new(false),
+            ring_blocked: AtomicBool::new(false),
         });
         engine.register(ep.clone());
         Ok(Port {
@@ -625,9 +626,23 @@ impl Port {
             })?;
             if let Some(r) = r {
                 self.received += 1;
+                self.room_made();
                 return Some(r);
             }
             // A record too short for an envelope: written by something that is not txcast.
+        }
+    }
+
+    /// After taking a message: if the engine was holding messages back for lack of room in
+    /// this port's ring, tell it there is room now.
+    #[inline]
+    fn room_made(&self) {
+        // The ring's release of the slot ends with a SeqCst fence, which orders it before this
+        // load (Dekker pairing with the engine's store of the flag and check for room).
+        if self.ep.ring_blocked.load(Ordering::Relaxed)
+            && self.ep.ring_blocked.swap(false, Ordering::SeqCst)
+        {
+            self.engine.wake();
         }
     }
 
@@ -650,6 +665,7 @@ impl Port {
             match r {
                 Some(Some(r)) => {
                     self.received += 1;
+                    self.room_made();
                     return Ok(r);
                 }
                 Some(None) => continue,

@@ -208,6 +208,11 @@ impl RingSender {
         let _ = self.seg.doorbell.set(to);
     }
 
+    /// Whether a claim would likely find a free slot now.
+    pub fn has_room(&self) -> bool {
+        self.seg.has_room()
+    }
+
     /// Largest message a slot holds.
     pub fn slot_bytes(&self) -> usize {
         self.seg.slot_bytes()
