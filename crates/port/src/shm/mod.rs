@@ -40,6 +40,7 @@
 mod futex;
 mod layout;
 mod liveness;
+mod membarrier;
 mod receiver;
 mod reclaim;
 mod segment;
