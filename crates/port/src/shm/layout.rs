@@ -86,9 +86,6 @@ pub(crate) struct Header {
     pub space: Padded<SpaceWait>,
     pub producer: Padded<ProducerCounters>,
     pub consumer: Padded<ConsumerCounters>,
-    /// 1 when the receiver's process registered for asymmetric barriers (see `membarrier`):
-    /// producers may then publish without a fence of their own.
-    pub barrier: Padded<AtomicU32>,
 }
 
 /// Front of every slot; the payload follows.

@@ -40,7 +40,6 @@
 mod futex;
 mod layout;
 mod liveness;
-mod membarrier;
 mod receiver;
 mod reclaim;
 mod segment;

@@ -4,7 +4,7 @@ use std::fs::{self, File, OpenOptions, Permissions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -112,11 +112,6 @@ impl RingReceiver {
         // SAFETY: geteuid has no preconditions.
         id.owner_uid
             .store(unsafe { libc::geteuid() }, Ordering::Relaxed);
-        // Producers may skip their fence only if we park with asymmetric barriers.
-        seg.header().barrier.0.store(
-            u32::from(super::membarrier::registered()),
-            Ordering::Relaxed,
-        );
         // Last, with Release: an opener that sees the magic sees everything above.
         id.magic.store(MAGIC, Ordering::Release);
         Ok(RingReceiver {
@@ -270,7 +265,7 @@ impl RingReceiver {
                 None => None,
             };
             sleeping.store(super::segment::SLEEPING_ON_FUTEX, Ordering::SeqCst);
-            super::membarrier::heavy();
+            fence(Ordering::SeqCst);
             if self.has_ready() {
                 sleeping.store(0, Ordering::Relaxed);
                 return true;
@@ -302,7 +297,7 @@ impl RingReceiver {
         let header = self.seg.header();
         let sleeping = &header.sleeping.0;
         sleeping.store(super::segment::SLEEPING_ON_SOCKET, Ordering::SeqCst);
-        super::membarrier::heavy();
+        fence(Ordering::SeqCst);
         if self.has_ready() || self.seg.interrupt.load(Ordering::Relaxed) {
             sleeping.store(super::segment::SLEEPING_NO, Ordering::Relaxed);
             self.seg.interrupt.store(false, Ordering::Relaxed);

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 use super::futex;
 use super::layout::{Header, Layout, SlotHeader, HEADER_BYTES, KIND_MESSAGE, SLOT_HEADER_BYTES};
@@ -71,8 +71,6 @@ impl Segment {
             return Err(io::Error::last_os_error());
         }
         let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null");
-        // Register before the first use of this mapping, so barriers aimed at us reach us.
-        super::membarrier::registered();
         Ok(Segment {
             base,
             map_bytes,
@@ -80,12 +78,6 @@ impl Segment {
             interrupt: AtomicBool::new(false),
             doorbell: std::sync::OnceLock::new(),
         })
-    }
-
-    /// The ring's receiver parks with asymmetric barriers (set once at creation).
-    #[inline]
-    pub fn peer_registered(&self) -> bool {
-        self.header().barrier.0.load(Ordering::Relaxed) != 0
     }
 
     pub fn header(&self) -> &Header {
@@ -174,7 +166,7 @@ impl Segment {
     /// receiver orders its store of `sleeping` before its re-check of the ring the same way, so
     /// at least one side sees the other.
     pub fn wake_receiver(&self) {
-        super::membarrier::light(self.peer_registered());
+        fence(Ordering::SeqCst);
         let header = self.header();
         let sleeping = &header.sleeping.0;
         if sleeping.load(Ordering::Relaxed) == SLEEPING_NO {
@@ -203,7 +195,7 @@ impl Segment {
     /// Wakes every sender blocked on a full ring (after the consumer freed a slot or on close),
     /// but only when someone is waiting. Dekker pairing with `RingSender::wait_for_space`.
     pub fn wake_senders(&self) {
-        super::membarrier::light(self.peer_registered());
+        fence(Ordering::SeqCst);
         let space = &self.header().space.0;
         if space.waiters.load(Ordering::Relaxed) != 0 {
             space.seq.fetch_add(1, Ordering::SeqCst);

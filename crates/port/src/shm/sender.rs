@@ -5,7 +5,7 @@ use std::io;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -144,7 +144,7 @@ impl RingSender {
         let header = self.seg.header();
         let space = &header.space.0;
         space.waiters.fetch_add(1, Ordering::SeqCst);
-        super::membarrier::heavy();
+        fence(Ordering::SeqCst);
         let seen = space.seq.load(Ordering::SeqCst);
         let room = self.seg.has_room();
         if !room {
@@ -181,7 +181,7 @@ impl RingSender {
         let header = self.seg.header();
         let space = &header.space.0;
         space.waiters.fetch_add(1, Ordering::SeqCst);
-        super::membarrier::heavy();
+        fence(Ordering::SeqCst);
         let seen = space.seq.load(Ordering::SeqCst);
         let r = self.seg.try_send(msg);
         if r == Err(SendError::Full) {
