@@ -498,3 +498,25 @@ fn a_port_opened_again_is_a_new_incarnation_and_loses_nothing() {
     }
     assert_eq!(got, (100..110u8).collect::<Vec<_>>());
 }
+
+/// `survey` (behind `txcast stat`) reads a live port's ring without disturbing it.
+#[test]
+fn survey_reports_open_ports_and_their_queues() {
+    let mut a = Port::open(addr(18, 0, 1, 0), cfg()).unwrap();
+    let mut b = Port::open(addr(18, 0, 2, 0), cfg()).unwrap();
+    for i in 0..3u8 {
+        a.send(b.address(), &[i]).unwrap();
+    }
+    let mut buf = [0u8; 8];
+    b.recv_timeout(&mut buf, WAIT).unwrap();
+    let dir = ClusterConfig::default().segment_dir();
+    let all = txcast_port::shm::survey(&dir).unwrap();
+    let me = all
+        .iter()
+        .find(|s| s.path.ends_with("18.0.2.0.ring"))
+        .expect("the port's segment is listed");
+    assert!(me.owner_alive && !me.closed);
+    assert_eq!(me.owner_pid, std::process::id());
+    assert_eq!((me.queued, me.counters.delivered), (2, 1));
+    assert_eq!(me.slot_count, cfg().slot_count);
+}

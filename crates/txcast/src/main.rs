@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod sim_cmd;
+mod stat;
 
 const USAGE: &str = "\
 txcast: a communication facility for distributed transaction processing
@@ -13,6 +14,7 @@ usage:
   txcast bench <rtt|multicast|throughput> [options]
                                          benchmarks with their baselines (see `txcast bench --help`)
   txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
+  txcast stat [--config FILE] [--json]   the ports open on this host and their ring counters
   txcast help                            this text
 ";
 
@@ -22,6 +24,7 @@ fn main() {
         Some("demo") => demo::run(&args[2..]),
         Some("bench") => bench::run(&args[2..]),
         Some("sim") => sim_cmd::run(&args[2..]),
+        Some("stat") => stat::run(&args[2..]),
         Some("__bench-child") => bench::child(&args[2..]),
         Some("__demo-site") => demo::site(&args[2..]),
         Some("help") | Some("--help") | Some("-h") | None => {

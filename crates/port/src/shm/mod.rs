@@ -55,7 +55,7 @@ pub use layout::{
 };
 pub use liveness::ensure_private_dir;
 pub use receiver::{RingReceiver, RingWaker};
-pub use reclaim::reclaim_dead;
+pub use reclaim::{reclaim_dead, survey, SegmentStatus};
 pub use segment::DOORBELL;
 pub use sender::{Claim, RingSender};
 

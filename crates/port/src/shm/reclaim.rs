@@ -104,3 +104,73 @@ pub fn reclaim_dead(dir: &Path) -> io::Result<usize> {
     }
     Ok(reclaimed)
 }
+
+/// What `survey` reads of one segment, without opening it as a sender.
+#[derive(Clone, Debug)]
+pub struct SegmentStatus {
+    pub path: std::path::PathBuf,
+    pub owner_pid: u32,
+    pub owner_alive: bool,
+    pub closed: bool,
+    pub slot_count: u32,
+    pub slot_bytes: u32,
+    /// Messages written and not yet taken.
+    pub queued: u64,
+    pub counters: super::RingCounters,
+}
+
+/// Reads the header of every segment in `dir` (for `txcast stat`). Files that are not valid
+/// segments of ours are skipped.
+pub fn survey(dir: &Path) -> io::Result<Vec<SegmentStatus>> {
+    use super::layout::{ConsumerCounters, Header, ProducerCounters};
+    use std::mem::offset_of;
+    let mut out = Vec::new();
+    let mut entries: Vec<_> = fs::read_dir(dir)?.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        let Ok((values, _)) = inspect(&path) else {
+            continue;
+        };
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        else {
+            continue;
+        };
+        let mut header = vec![0u8; HEADER_BYTES];
+        if file.read_exact_at(&mut header, 0).is_err() {
+            continue;
+        }
+        let u64_at = |at: usize| u64::from_ne_bytes(header[at..at + 8].try_into().expect("8"));
+        let producer = offset_of!(Header, producer);
+        let consumer = offset_of!(Header, consumer);
+        let tail = u64_at(offset_of!(Header, tail));
+        let head = u64_at(offset_of!(Header, head));
+        let owner = ProcessIdentity {
+            pid: values.owner_pid,
+            start_time: values.owner_start_time,
+        };
+        out.push(SegmentStatus {
+            path,
+            owner_pid: values.owner_pid,
+            owner_alive: owner.alive(),
+            closed: values.closed != 0,
+            slot_count: values.slot_count,
+            slot_bytes: values.slot_bytes,
+            queued: tail.saturating_sub(head),
+            counters: super::RingCounters {
+                delivered: u64_at(consumer + offset_of!(ConsumerCounters, delivered)),
+                full_rejections: u64_at(producer + offset_of!(ProducerCounters, full_rejections)),
+                wakeups: u64_at(producer + offset_of!(ProducerCounters, wakeups)),
+                parks: u64_at(consumer + offset_of!(ConsumerCounters, parks)),
+                park_timeouts: u64_at(consumer + offset_of!(ConsumerCounters, park_timeouts)),
+                sender_waits: u64_at(producer + offset_of!(ProducerCounters, sender_waits)),
+                dropped_bad: u64_at(consumer + offset_of!(ConsumerCounters, dropped_bad)),
+                skipped: u64_at(consumer + offset_of!(ConsumerCounters, skipped)),
+                reclaimed: 0,
+            },
+        });
+    }
+    Ok(out)
+}

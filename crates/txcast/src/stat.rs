@@ -1,0 +1,90 @@
+//! `txcast stat`: the ports open on this host, read from their shared-memory segments.
+
+use crate::opt;
+use txcast_port::shm::survey;
+use txcast_port::ClusterConfig;
+use txcast_proto::Address;
+
+pub fn run(args: &[String]) -> i32 {
+    let cluster = match opt::<String>(args, "--config") {
+        Some(path) => match ClusterConfig::load(std::path::Path::new(&path)) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("txcast stat: {e}");
+                return 2;
+            }
+        },
+        None => ClusterConfig::default(),
+    };
+    let json = args.iter().any(|a| a == "--json");
+    let dir = cluster.segment_dir();
+    let found = match survey(&dir) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            eprintln!("txcast stat: {}: {e}", dir.display());
+            return 1;
+        }
+    };
+    if !json {
+        println!(
+            "ports of cluster {} on this host ({}): {}",
+            cluster.cluster,
+            dir.display(),
+            found.len()
+        );
+        println!(
+            "{:<16} {:>8} {:>6} {:>7} {:>6} {:>7} {:>10} {:>8} {:>8} {:>7} {:>8}",
+            "address",
+            "owner",
+            "state",
+            "slots",
+            "bytes",
+            "queued",
+            "delivered",
+            "full",
+            "wakeups",
+            "parks",
+            "bad"
+        );
+    }
+    for s in &found {
+        let name = s
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".ring"))
+            .and_then(|n| n.parse::<Address>().ok())
+            .map_or_else(|| s.path.display().to_string(), |a| a.to_string());
+        let state = if s.closed {
+            "closed"
+        } else if s.owner_alive {
+            "open"
+        } else {
+            "dead"
+        };
+        let c = &s.counters;
+        if json {
+            println!(
+                "{{\"address\":\"{name}\",\"owner_pid\":{},\"state\":\"{state}\",\"slots\":{},\"slot_bytes\":{},\"queued\":{},\"delivered\":{},\"full_rejections\":{},\"wakeups\":{},\"parks\":{},\"dropped_bad\":{}}}",
+                s.owner_pid, s.slot_count, s.slot_bytes, s.queued, c.delivered, c.full_rejections, c.wakeups, c.parks, c.dropped_bad
+            );
+        } else {
+            println!(
+                "{:<16} {:>8} {:>6} {:>7} {:>6} {:>7} {:>10} {:>8} {:>8} {:>7} {:>8}",
+                name,
+                s.owner_pid,
+                state,
+                s.slot_count,
+                s.slot_bytes,
+                s.queued,
+                c.delivered,
+                c.full_rejections,
+                c.wakeups,
+                c.parks,
+                c.dropped_bad
+            );
+        }
+    }
+    0
+}
