@@ -216,7 +216,7 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
     };
     let mut rng = Rng::new(seed);
     let faults = if opts.faults {
-        FaultConfig::swarm(&mut rng)
+        FaultConfig::swarm(&mut rng).with_clogs(&mut Rng::new(seed ^ 0xc10c_c10c))
     } else {
         FaultConfig::none()
     };
@@ -268,6 +268,7 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
         }
         if !healed {
             net.step_partitions();
+            net.step_clogs(now);
         }
         while restarts.first().is_some_and(|&(t, _)| t <= now.0) {
             let (_, k) = restarts.remove(0);

@@ -18,6 +18,10 @@ pub struct FaultConfig {
     pub path_capacity: usize,
     /// Probability per step that a partition is cut (or healed when one is in force).
     pub partition_flip: f64,
+    /// Probability per step that one path clogs: everything sent on it is held until the clog
+    /// clears (up to `clog_max_ns` later), then arrives in a burst.
+    pub clog: f64,
+    pub clog_max_ns: u64,
 }
 
 impl FaultConfig {
@@ -31,7 +35,18 @@ impl FaultConfig {
             delay_max_ns: 10_000,
             path_capacity: usize::MAX,
             partition_flip: 0.0,
+            clog: 0.0,
+            clog_max_ns: 0,
         }
+    }
+
+    /// Adds path clogging, drawn from its own generator.
+    pub fn with_clogs(mut self, rng: &mut Rng) -> Self {
+        if rng.chance(0.5) {
+            self.clog = (rng.below(1000) as f64 / 1000.0) * 0.002;
+            self.clog_max_ns = 1_000_000 + rng.below(50_000_000);
+        }
+        self
     }
 
     /// A fault mix drawn from `rng`: each fault is on or off, and its strength random.
@@ -56,6 +71,10 @@ impl FaultConfig {
                 usize::MAX
             },
             partition_flip: pick(rng, 0.002),
+            // Drawn separately (`with_clogs`), so adding clogs did not change the other
+            // faults of any existing seed.
+            clog: 0.0,
+            clog_max_ns: 0,
         }
     }
 }
@@ -91,6 +110,7 @@ pub struct NetCounters {
     pub reordered: u64,
     pub over_capacity: u64,
     pub partitioned: u64,
+    pub clogged: u64,
 }
 
 pub struct Network {
@@ -102,6 +122,8 @@ pub struct Network {
     /// `cut[a]` is the side of node `a` while a partition is in force.
     side: Vec<bool>,
     partitioned: bool,
+    /// `clogged_until[a][b]`: the path a -> b holds its packets until then.
+    clogged_until: Vec<Vec<u64>>,
     pub counters: NetCounters,
     pub digest: Digest,
 }
@@ -116,6 +138,7 @@ impl Network {
             in_flight: vec![vec![0; nodes]; nodes],
             side: vec![false; nodes],
             partitioned: false,
+            clogged_until: vec![vec![0; nodes]; nodes],
             counters: NetCounters::default(),
             digest: Digest::default(),
         }
@@ -130,6 +153,22 @@ impl Network {
             ..FaultConfig::none()
         };
         self.partitioned = false;
+        for row in self.clogged_until.iter_mut() {
+            row.iter_mut().for_each(|t| *t = 0);
+        }
+    }
+
+    /// Maybe clogs a path (`now`: the current virtual time).
+    pub fn step_clogs(&mut self, now: Instant) {
+        if self.faults.clog > 0.0 && self.rng.chance(self.faults.clog) {
+            let n = self.side.len() as u64;
+            let a = self.rng.below(n) as usize;
+            let b = self.rng.below(n) as usize;
+            if a != b {
+                let until = now.0 + self.rng.below(self.faults.clog_max_ns + 1);
+                self.clogged_until[a][b] = self.clogged_until[a][b].max(until);
+            }
+        }
     }
 
     /// Maybe cuts or heals a partition.
@@ -178,10 +217,15 @@ impl Network {
                 self.counters.reordered += 1;
                 delay += self.rng.below(f.delay_max_ns - f.delay_min_ns + 1);
             }
+            let mut at = now.0 + delay;
+            if self.clogged_until[from][to] > at {
+                self.counters.clogged += 1;
+                at = self.clogged_until[from][to];
+            }
             self.in_flight[from][to] += 1;
             self.order += 1;
             self.queue.push(InFlight {
-                at: Instant(now.0 + delay),
+                at: Instant(at),
                 order: self.order,
                 from,
                 to,

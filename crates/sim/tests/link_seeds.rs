@@ -18,8 +18,12 @@ fn fixed_seeds_under_faults_deliver_exactly_once_in_order() {
     let opts = LinkSimOptions::default();
     let mut lossy = 0;
     let mut restarted = 0;
+    let mut clogged = 0;
     for seed in 0..40u64 {
         let r = run_link(seed, &opts).unwrap_or_else(|e| panic!("{e}"));
+        if r.net.clogged > 0 {
+            clogged += 1;
+        }
         if r.restarts == 0 {
             assert_eq!(r.delivered, 6 * opts.messages_per_pair as u64);
         } else {
@@ -40,6 +44,10 @@ fn fixed_seeds_under_faults_deliver_exactly_once_in_order() {
     assert!(
         restarted > 3,
         "the swarm should have drawn crashes for several seeds"
+    );
+    assert!(
+        clogged > 3,
+        "the swarm should have clogged paths for several seeds"
     );
 }
 
