@@ -424,35 +424,8 @@ impl Engine {
             .sleeping_until
             .store(deadline.0, Ordering::SeqCst);
         let mut fds = Vec::new();
-        {
-            let eps = self.shared.endpoints.read().expect("engine lock");
-            for ep in eps.iter() {
-                if let Some(t) = ep.links.lock().expect("links lock").next_deadline() {
-                    deadline = deadline.min(t);
-                }
-                fds.push(libc::pollfd {
-                    fd: ep.socket.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-                if let Some(g) = ep.group_socket.get() {
-                    fds.push(libc::pollfd {
-                        fd: g.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    });
-                }
-            }
-            if !self
-                .shared
-                .fanout
-                .lock()
-                .expect("fanout lock")
-                .jobs
-                .is_empty()
-            {
-                deadline = now;
-            }
+        if let Some(t) = self.park_plan(&mut fds) {
+            deadline = deadline.min(t);
         }
         fds.push(libc::pollfd {
             fd: self.shared.wake_fd,
@@ -460,25 +433,13 @@ impl Engine {
             revents: 0,
         });
         if deadline <= now {
+            self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
             return;
         }
         self.shared
             .sleeping_until
             .store(deadline.0, Ordering::SeqCst);
-        let wait = Duration::from_nanos(deadline.0 - now.0);
-        let ts = libc::timespec {
-            tv_sec: wait.as_secs() as libc::time_t,
-            tv_nsec: wait.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: `fds` is a valid array of pollfd and `ts` a valid timespec for the call.
-        unsafe {
-            libc::ppoll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                &ts,
-                std::ptr::null(),
-            )
-        };
+        crate::mmsg::ppoll_for(&mut fds, Duration::from_nanos(deadline.0 - now.0));
         self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
         let mut drain = 0u64;
         // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.

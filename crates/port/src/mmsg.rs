@@ -262,12 +262,7 @@ impl RecvBatch {
         };
         if n < 0 {
             self.count = 0;
-            let e = std::io::Error::last_os_error();
-            return if e.kind() == std::io::ErrorKind::WouldBlock {
-                Ok(0)
-            } else {
-                Err(e)
-            };
+            return nothing_on_would_block(std::io::Error::last_os_error());
         }
         // With MSG_TRUNC the real length comes back even when the slot was too small.
         self.count = 1;
@@ -296,12 +291,7 @@ impl RecvBatch {
         };
         if got < 0 {
             self.count = 0;
-            let e = std::io::Error::last_os_error();
-            return if e.kind() == std::io::ErrorKind::WouldBlock {
-                Ok(0)
-            } else {
-                Err(e)
-            };
+            return nothing_on_would_block(std::io::Error::last_os_error());
         }
         self.count = got as usize;
         for ((len, trunc), m) in self
@@ -352,5 +342,31 @@ fn socket_addr_of(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
             Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
         }
         _ => None,
+    }
+}
+
+/// Waits in `ppoll(2)` until one of `fds` is readable or `timeout` passes.
+pub fn ppoll_for(fds: &mut [libc::pollfd], timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a valid pollfd array and `ts` a valid timespec for the call.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+}
+
+/// The result of a non-blocking receive call: `Ok(0)` for "nothing waiting".
+fn nothing_on_would_block(e: std::io::Error) -> std::io::Result<usize> {
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        Ok(0)
+    } else {
+        Err(e)
     }
 }

@@ -438,13 +438,31 @@ impl Port {
         if self.is_local(dest) {
             return self.local_try_send(dest, msg);
         }
-        let cluster = &self.engine.config().cluster;
-        let to = cluster.socket_addr(dest)?;
+        let to = self.engine.config().cluster.socket_addr(dest)?;
+        let (buf, n) = self.build_one(dest, None, msg)?;
+        let r = self.ep.socket.send_to(&buf[..n], to);
+        self.scratch = buf;
+        r.map(|_| ()).map_err(PortError::Io)
+    }
+
+    /// Builds, in the port's scratch buffer, a DATAGRAM (or, with a transaction, MULTICAST)
+    /// packet holding just `msg`; returns the buffer (give it back to `scratch`) and the
+    /// packet's length.
+    fn build_one(
+        &mut self,
+        dest: Address,
+        txn: Option<TxnId>,
+        msg: &[u8],
+    ) -> Result<(Vec<u8>, usize), PortError> {
+        let engine = self.engine.clone();
         let header = self.header(dest);
-        let key = self.engine.shared.key.clone();
+        let key = engine.shared.key.as_ref();
         let mut buf = std::mem::take(&mut self.scratch);
-        buf.resize(self.engine.config().link.packet_bytes_max, 0);
-        let mut w = PacketWriter::datagram(&mut buf, header, key.as_ref());
+        buf.resize(engine.config().link.packet_bytes_max, 0);
+        let mut w = match txn {
+            None => PacketWriter::datagram(&mut buf, header, key),
+            Some(t) => PacketWriter::multicast(&mut buf, header, key, t),
+        };
         if !w.push(msg) {
             let max = w.room();
             self.scratch = buf;
@@ -454,9 +472,7 @@ impl Port {
             });
         }
         let n = w.finish();
-        let r = self.ep.socket.send_to(&buf[..n], to);
-        self.scratch = buf;
-        r.map(|_| ()).map_err(PortError::Io)
+        Ok((buf, n))
     }
 
     fn header(&self, dest: Address) -> PacketHeader {
@@ -537,20 +553,7 @@ impl Port {
         msg: &[u8],
     ) -> Result<usize, PortError> {
         let engine = self.engine.clone();
-        let mut header = self.header(template);
-        header.kind = Kind::Multicast;
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.resize(engine.config().link.packet_bytes_max, 0);
-        let mut w = PacketWriter::multicast(&mut buf, header, engine.shared.key.as_ref(), txn);
-        if !w.push(msg) {
-            let max = w.room();
-            self.scratch = buf;
-            return Err(PortError::TooLong {
-                len: msg.len(),
-                max,
-            });
-        }
-        let n = w.finish();
+        let (buf, n) = self.build_one(template, Some(txn), msg)?;
         let r = self.multicast_packet(&engine, txn, template, sites, msg, &buf[..n]);
         self.scratch = buf;
         r

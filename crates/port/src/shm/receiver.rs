@@ -304,19 +304,7 @@ impl RingReceiver {
             return self.has_ready();
         }
         bump(&header.consumer.0.parks);
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: `fds` is a valid pollfd array and `ts` a valid timespec for the call.
-        unsafe {
-            libc::ppoll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                &ts,
-                std::ptr::null(),
-            )
-        };
+        crate::mmsg::ppoll_for(fds, timeout);
         sleeping.store(super::segment::SLEEPING_NO, Ordering::SeqCst);
         self.has_ready()
     }

@@ -128,45 +128,36 @@ impl RingSender {
     /// (`Timeout`), or one `SEND_PARK_SLICE` elapses (`Full`: check the owner, then call again).
     /// For callers that build messages with [`claim`](Self::claim) rather than `send_timeout`.
     pub fn wait_for_room(&self, deadline: Option<Instant>) -> Result<(), SendError> {
-        let remaining = match deadline {
-            Some(d) => {
-                let now = Instant::now();
-                if now >= d {
-                    return Err(SendError::Timeout);
-                }
-                (d - now).min(SEND_PARK_SLICE)
-            }
-            None => SEND_PARK_SLICE,
-        };
         if self.seg.is_closed() {
             return Err(SendError::Closed);
         }
-        let header = self.seg.header();
-        let space = &header.space.0;
-        space.waiters.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        let seen = space.seq.load(Ordering::SeqCst);
-        let room = self.seg.has_room();
-        if !room {
-            header
-                .producer
-                .0
-                .sender_waits
-                .fetch_add(1, Ordering::Relaxed);
-            futex::wait(&space.seq, seen, Some(remaining));
-        }
-        space.waiters.fetch_sub(1, Ordering::SeqCst);
-        if room || self.seg.has_room() {
-            Ok(())
-        } else {
-            Err(SendError::Full)
+        let room = || {
+            if self.seg.has_room() {
+                Ok(())
+            } else {
+                Err(SendError::Full)
+            }
+        };
+        match self.sleep_for_space(deadline, room) {
+            Err(SendError::Full) => room(),
+            r => r,
         }
     }
 
-    /// One sleep on the back-pressure futex (at most `SEND_PARK_SLICE`), announcing ourselves
-    /// in `waiters` first and re-trying the send after reading `seq`, so a slot freed in
-    /// between is never missed (Dekker pairing with `Segment::wake_senders`).
+    /// One try of a send after it failed for want of space (the message, retried).
     fn wait_for_space(&self, msg: &[u8], deadline: Option<Instant>) -> Result<(), SendError> {
+        self.sleep_for_space(deadline, || self.seg.try_send(msg))
+    }
+
+    /// One sleep on the back-pressure futex (at most `SEND_PARK_SLICE`): announces us in
+    /// `waiters`, reads `seq`, then runs `attempt`, and sleeps only if it still finds the ring
+    /// full, so a slot freed in between is never missed (Dekker pairing with
+    /// `Segment::wake_senders`).
+    fn sleep_for_space<R>(
+        &self,
+        deadline: Option<Instant>,
+        attempt: impl FnOnce() -> Result<R, SendError>,
+    ) -> Result<R, SendError> {
         let remaining = match deadline {
             Some(d) => {
                 let now = Instant::now();
@@ -183,8 +174,8 @@ impl RingSender {
         space.waiters.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let seen = space.seq.load(Ordering::SeqCst);
-        let r = self.seg.try_send(msg);
-        if r == Err(SendError::Full) {
+        let r = attempt();
+        if matches!(r, Err(SendError::Full)) {
             header
                 .producer
                 .0
