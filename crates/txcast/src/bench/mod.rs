@@ -6,6 +6,7 @@
 //! [`child`]. [`spawn_child`] and [`wait_child`] do the re-executing; [`Options`] parses
 //! `--key value` options.
 
+mod mapping;
 pub mod multicast;
 pub mod rtt;
 pub mod stats;

@@ -21,15 +21,14 @@
 //! Rendezvous: the parent creates the file (mode 0600, exclusive), sizes and maps it, and
 //! passes its path; the partner maps it and sets `ready`; the parent then unlinks it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::super::mapping::Mapping;
 use super::{partner_gone, spin_until, Echo, Listener, PingPong, MESSAGE_BYTES_MAX};
 
 /// Distance between independently written fields: two cache lines, so the adjacent-line
@@ -69,43 +68,12 @@ enum Wait {
     Futex,
 }
 
-/// A shared read-write mapping of the whole file, unmapped on drop.
-struct Mapping {
-    base: NonNull<u8>,
+/// The two mailboxes inside the shared mapping.
+trait Mailboxes {
+    fn mailbox(&self, offset: usize) -> Mailbox;
 }
 
-// SAFETY: the mapping is plain shared memory; every access to it goes through atomics or
-// through copies ordered by them, so it may move between threads.
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    fn of(file: &File) -> io::Result<Mapping> {
-        // SAFETY: a fresh shared mapping of an open file of at least MAPPING_BYTES; no Rust
-        // object aliases it.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                MAPPING_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base =
-            NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
-        Ok(Mapping { base })
-    }
-
-    fn ready(&self) -> &AtomicU32 {
-        // SAFETY: offset 0 lies in the mapping, is page aligned, and is only ever accessed
-        // atomically; the reference lives no longer than the mapping.
-        unsafe { &*self.base.as_ptr().cast::<AtomicU32>() }
-    }
-
+impl Mailboxes for Mapping {
     fn mailbox(&self, offset: usize) -> Mailbox {
         debug_assert!(offset + MAILBOX_BYTES <= MAPPING_BYTES);
         debug_assert_eq!(
@@ -113,17 +81,9 @@ impl Mapping {
             offset,
             "mailbox alignment"
         );
-        // SAFETY: in bounds (asserted above, constants fixed at compile time).
         Mailbox {
-            base: unsafe { self.base.as_ptr().add(offset) },
+            base: self.ptr(offset),
         }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `of` mapped; no references into it outlive `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), MAPPING_BYTES) };
     }
 }
 
@@ -371,7 +331,7 @@ fn listen(_bytes: usize, wait: Wait) -> io::Result<Box<dyn Listener>> {
         wait,
     };
     file.set_len(MAPPING_BYTES as u64)?;
-    listener.mapping = Some(Mapping::of(&file)?);
+    listener.mapping = Some(Mapping::of(&file, MAPPING_BYTES)?);
     Ok(Box::new(listener))
 }
 
@@ -389,7 +349,7 @@ fn connect(rendezvous: &[String], bytes: usize, wait: Wait) -> io::Result<Box<dy
             format!("{path}: not a {MAPPING_BYTES}-byte rtt mapping"),
         ));
     }
-    let mapping = Mapping::of(&file)?;
+    let mapping = Mapping::of(&file, MAPPING_BYTES)?;
     mapping.ready().store(1, Ordering::Release);
     let endpoint = ShmEndpoint::new(mapping, TO_PARENT_OFFSET, TO_PARTNER_OFFSET, wait, bytes);
     Ok(Box::new(endpoint))

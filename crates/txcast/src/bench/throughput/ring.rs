@@ -18,15 +18,14 @@
 //! Rendezvous: the sender creates the file (mode 0600, exclusive), sizes and maps it, passes
 //! its path; the receiver maps it and sets `ready`; the sender then unlinks it and streams.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
+use super::super::mapping::Mapping;
 use super::super::rtt::{partner_gone, spin_until, PARTNER_TIMEOUT};
 use super::{send_stream, with_partner, Outcome, Stream, Tally, MESSAGE_BYTES};
 
@@ -38,7 +37,7 @@ const SLOT_PAYLOAD_OFFSET: usize = 8;
 const SLOT_PAYLOAD_MAX: usize = SLOT_STRIDE - SLOT_PAYLOAD_OFFSET;
 /// Distance between independently written words (adjacent-line prefetch included).
 const SEPARATION: usize = 128;
-const READY_OFFSET: usize = 0;
+// The rendezvous word (`Mapping::ready`) sits at offset 0, before the head.
 const HEAD_OFFSET: usize = SEPARATION;
 const TAIL_OFFSET: usize = 2 * SEPARATION;
 const SLOTS_OFFSET: usize = 3 * SEPARATION;
@@ -51,47 +50,24 @@ const _: () = assert!(SLOT_STRIDE.is_multiple_of(64) && SLOTS_OFFSET.is_multiple
 /// How often the sender looks for the receiver's `ready` during the rendezvous.
 const READY_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// A shared read-write mapping of the whole file, unmapped on drop.
-struct Mapping {
-    base: NonNull<u8>,
+/// The ring's words and slots inside the shared mapping.
+trait RingView {
+    fn head(&self) -> &AtomicU64;
+    fn tail(&self) -> &AtomicU64;
+    fn slot(&self, position: u64) -> *mut u8;
 }
 
-impl Mapping {
-    fn of(file: &File) -> io::Result<Mapping> {
-        // SAFETY: a fresh shared mapping of an open file of at least MAPPING_BYTES; no Rust
-        // object aliases it.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                MAPPING_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base =
-            NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
-        Ok(Mapping { base })
-    }
-
-    fn ready(&self) -> &AtomicU32 {
-        // SAFETY: in the mapping, page aligned, only ever accessed atomically; the reference
-        // lives no longer than the mapping.
-        unsafe { &*self.base.as_ptr().add(READY_OFFSET).cast::<AtomicU32>() }
-    }
-
+// The baseline's hot path uses unchecked offsets, as a hand-written ring would: they are
+// constants (and an index below SLOT_COUNT) inside MAPPING_BYTES.
+impl RingView for Mapping {
     fn head(&self) -> &AtomicU64 {
-        // SAFETY: as `ready`, 128-aligned.
-        unsafe { &*self.base.as_ptr().add(HEAD_OFFSET).cast::<AtomicU64>() }
+        // SAFETY: HEAD_OFFSET + 8 <= MAPPING_BYTES, 128-aligned, only accessed atomically.
+        unsafe { &*self.ptr(0).add(HEAD_OFFSET).cast::<AtomicU64>() }
     }
 
     fn tail(&self) -> &AtomicU64 {
-        // SAFETY: as `ready`, 128-aligned.
-        unsafe { &*self.base.as_ptr().add(TAIL_OFFSET).cast::<AtomicU64>() }
+        // SAFETY: as `head`.
+        unsafe { &*self.ptr(0).add(TAIL_OFFSET).cast::<AtomicU64>() }
     }
 
     /// The slot of position `position`.
@@ -99,14 +75,7 @@ impl Mapping {
     fn slot(&self, position: u64) -> *mut u8 {
         let index = (position & (SLOT_COUNT - 1)) as usize;
         // SAFETY: index < SLOT_COUNT, so the slot lies inside the mapping.
-        unsafe { self.base.as_ptr().add(SLOTS_OFFSET + index * SLOT_STRIDE) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `of` mapped; no references into it outlive `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), MAPPING_BYTES) };
+        unsafe { self.ptr(0).add(SLOTS_OFFSET + index * SLOT_STRIDE) }
     }
 }
 
@@ -232,7 +201,7 @@ pub fn send(stream: &Stream, mut args: Vec<String>) -> io::Result<()> {
         .open(&named.path)?;
     named.unlinked = false;
     file.set_len(MAPPING_BYTES as u64)?;
-    let mapping = Mapping::of(&file)?;
+    let mapping = Mapping::of(&file, MAPPING_BYTES)?;
     drop(file);
     args.push(named.path.to_string_lossy().into_owned());
     with_partner(&args, || {
@@ -268,7 +237,7 @@ pub fn receive(stream: &Stream, rendezvous: &[String]) -> io::Result<Outcome> {
             format!("{path}: not a {MAPPING_BYTES}-byte ring"),
         ));
     }
-    let mapping = Mapping::of(&file)?;
+    let mapping = Mapping::of(&file, MAPPING_BYTES)?;
     drop(file);
     let mut tally = Tally::new(*stream)?;
     mapping.ready().store(1, Ordering::Release);
