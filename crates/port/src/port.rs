@@ -125,6 +125,10 @@ pub struct PortCounters {
     pub dropped_not_joined: u64,
     pub dropped_ring_full: u64,
     pub dropped_too_long: u64,
+    /// Packets from a new peer refused because the port already has `LINKS_PER_PORT_MAX` links.
+    pub dropped_link_limit: u64,
+    pub datagrams_received: u64,
+    pub multicast_received: u64,
     pub ring_full_rejections: u64,
     /// Wake-ups of this port parked on its socket by local senders (invoker mode).
     pub doorbells: u64,
@@ -787,6 +791,9 @@ impl Port {
             dropped_not_joined: c.dropped_not_joined.load(Ordering::Relaxed),
             dropped_ring_full: c.dropped_ring_full.load(Ordering::Relaxed),
             dropped_too_long: c.dropped_too_long.load(Ordering::Relaxed),
+            dropped_link_limit: c.dropped_link_limit.load(Ordering::Relaxed),
+            datagrams_received: c.datagrams_received.load(Ordering::Relaxed),
+            multicast_received: c.multicast_received.load(Ordering::Relaxed),
             ring_full_rejections: ring.full_rejections,
             doorbells: c.doorbells.load(Ordering::Relaxed),
             reclaimed_dead_owner: self.ring.reclaimed(),

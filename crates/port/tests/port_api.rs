@@ -229,6 +229,8 @@ fn transaction_multicast_reaches_exactly_the_members_that_joined() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(outsider.counters().dropped_not_joined, 1);
+    assert_eq!(outsider.counters().multicast_received, 0);
+    assert_eq!(m2.counters().multicast_received, 1);
     assert!(outsider.try_recv(&mut buf).is_none());
     // After leaving, a member no longer gets the transaction's messages.
     m1.leave_txn(txn).unwrap();
@@ -323,6 +325,8 @@ fn datagrams_arrive_unreliably_but_intact() {
     let mut buf = [0u8; 64];
     let r = b.recv_timeout(&mut buf, WAIT).unwrap();
     assert_eq!(&buf[..r.len], b"heartbeat");
+    assert_eq!(b.counters().datagrams_received, 1);
+    assert_eq!(b.counters().links.messages_delivered, 0, "not through a link");
 }
 
 #[test]

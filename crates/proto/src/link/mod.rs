@@ -383,7 +383,7 @@ impl Link {
         if self.tx.on_timeout(&self.cfg, now) {
             self.counters.rto_fired += 1;
         }
-        self.rx.on_timeout(&self.cfg, now);
+        // The receiver's timers (delayed ACK, NAK repeat) act in `poll_transmit`.
     }
 
     /// The next instant `handle_timeout` has work to do, if any.
@@ -411,7 +411,7 @@ impl Link {
             credit,
             &mut self.counters,
         ) {
-            self.rx.ack_sent(now);
+            self.rx.ack_sent();
             self.counters.packets_sent += 1;
             return Some(n);
         }

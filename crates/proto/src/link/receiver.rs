@@ -236,14 +236,12 @@ impl Receiver {
         self.has_gap() && self.last_nak_at.is_none_or(|t| now >= t + cfg.nak_interval)
     }
 
-    pub fn ack_sent(&mut self, _now: Instant) {
+    pub fn ack_sent(&mut self) {
         self.ack_due = None;
         self.ack_now = false;
         self.packets_since_ack = 0;
         self.advertised_credit = (self.handed + self.len() - self.expected) as u32;
     }
-
-    pub fn on_timeout(&mut self, _cfg: &LinkConfig, _now: Instant) {}
 
     pub fn next_timeout(&self, cfg: &LinkConfig) -> Option<Instant> {
         let nak = if self.has_gap() {
@@ -300,7 +298,7 @@ impl Receiver {
         }
         let credit = self.credit(cfg);
         let len = AckWriter::write(buf, header, key, (self.ack(), echo), credit, &naks[..n]);
-        self.ack_sent(now);
+        self.ack_sent();
         counters.acks_sent += 1;
         Some(len)
     }

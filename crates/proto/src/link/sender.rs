@@ -320,7 +320,7 @@ impl Sender {
             let newest = &self.buf[(ack - 1 - self.acked) as usize];
             if newest.transmissions == 1 {
                 if let Some(t) = newest.first_sent_at {
-                    self.rtt_sample(cfg, now - t);
+                    self.rtt_sample(now - t);
                 }
             }
             for _ in self.acked..ack {
@@ -343,7 +343,7 @@ impl Sender {
         true
     }
 
-    fn rtt_sample(&mut self, cfg: &LinkConfig, rtt: Duration) {
+    fn rtt_sample(&mut self, rtt: Duration) {
         match self.srtt {
             None => {
                 self.srtt = Some(rtt);
@@ -355,7 +355,6 @@ impl Sender {
                 self.srtt = Some((s * 7 + rtt) / 8);
             }
         }
-        let _ = cfg;
     }
 
     fn computed_rto(&self, cfg: &LinkConfig) -> Duration {
