@@ -326,7 +326,11 @@ fn datagrams_arrive_unreliably_but_intact() {
     let r = b.recv_timeout(&mut buf, WAIT).unwrap();
     assert_eq!(&buf[..r.len], b"heartbeat");
     assert_eq!(b.counters().datagrams_received, 1);
-    assert_eq!(b.counters().links.messages_delivered, 0, "not through a link");
+    assert_eq!(
+        b.counters().links.messages_delivered,
+        0,
+        "not through a link"
+    );
 }
 
 #[test]

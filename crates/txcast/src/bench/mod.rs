@@ -6,6 +6,7 @@
 //! [`child`]. [`spawn_child`] and [`wait_child`] do the re-executing; [`Options`] parses
 //! `--key value` options.
 
+mod machine;
 mod mapping;
 pub mod multicast;
 pub mod rtt;
@@ -13,6 +14,7 @@ pub mod stats;
 pub mod throughput;
 
 use std::io;
+use std::ops::RangeInclusive;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -126,6 +128,26 @@ pub fn kill_child(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// Ends a partner whose parent side has finished: on success waits up to `timeout` for it
+/// to exit (see [`wait_child`]) and returns `outcome`; on failure kills it ([`kill_child`])
+/// and returns the failure.
+pub fn finish_child<T>(
+    child: &mut Child,
+    outcome: io::Result<T>,
+    timeout: Duration,
+) -> io::Result<T> {
+    match outcome {
+        Ok(value) => {
+            wait_child(child, timeout)?;
+            Ok(value)
+        }
+        Err(error) => {
+            kill_child(child);
+            Err(error)
+        }
+    }
+}
+
 fn check_status(status: ExitStatus) -> io::Result<()> {
     if status.success() {
         Ok(())
@@ -223,6 +245,81 @@ impl Options {
     }
 }
 
+/// The plan of `txcast bench <bench>`, or the exit code when there is nothing to run: 0 after
+/// `--help` (`Ok(None)`; the usage on stdout), [`EXIT_USAGE`] after a bad command line (the
+/// complaint and the usage on stderr).
+pub fn plan_or_exit<P>(
+    bench: &str,
+    planned: Result<Option<P>, String>,
+    usage: impl FnOnce() -> String,
+) -> Result<P, i32> {
+    match planned {
+        Ok(Some(plan)) => Ok(plan),
+        Ok(None) => {
+            print!("{}", usage());
+            Err(0)
+        }
+        Err(message) => {
+            eprintln!("txcast bench {bench}: {message}");
+            eprint!("{}", usage());
+            Err(EXIT_USAGE)
+        }
+    }
+}
+
+/// A benchmark's command line: the `valued` keys, the `--json` and `--help` flags, no
+/// positional words. `None` when `--help` was asked for.
+pub fn bench_options(args: &[String], valued: &[&str]) -> Result<Option<Options>, String> {
+    let options = Options::parse(args, valued, &["json", "help"])?;
+    if options.flag("help") {
+        return Ok(None);
+    }
+    if let Some(word) = options.positional.first() {
+        return Err(format!("unexpected argument {word:?}"));
+    }
+    Ok(Some(options))
+}
+
+/// `--iterations` (1..=`max`, default `iterations_default`) and `--warmup` (at most `max`,
+/// default the lesser of `warmup_default` and the iterations), in that order.
+pub fn iterations_and_warmup(
+    options: &Options,
+    iterations_default: u64,
+    warmup_default: u64,
+    max: u64,
+) -> Result<(u64, u64), String> {
+    let iterations = options.u64_or("iterations", iterations_default)?;
+    if !(1..=max).contains(&iterations) {
+        return Err(format!("--iterations must be 1..={max}"));
+    }
+    let warmup = options.u64_or("warmup", warmup_default.min(iterations))?;
+    if warmup > max {
+        return Err(format!("--warmup must be at most {max}"));
+    }
+    Ok((iterations, warmup))
+}
+
+/// The comma-separated numbers given for `key` (or `default`), each within `range`.
+pub fn usize_list_in(
+    options: &Options,
+    key: &str,
+    default: &[u64],
+    range: RangeInclusive<usize>,
+) -> Result<Vec<usize>, String> {
+    options
+        .u64_list_or(key, default)?
+        .into_iter()
+        .map(|n| match usize::try_from(n) {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(format!(
+                "--{key}: {n} not in {}..={}",
+                range.start(),
+                range.end()
+            )),
+        })
+        .collect()
+}
+
 /// Parses a count, allowing `_` separators and a `k`/`m` suffix (`20k`, `1_000_000`, `2m`).
 pub fn parse_u64(text: &str) -> Result<u64, String> {
     let cleaned: String = text.chars().filter(|&c| c != '_').collect();
@@ -240,13 +337,15 @@ pub fn parse_u64(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("not a count: {text:?}"))
 }
 
+/// Owned copies of `words`, as a command line arrives.
+#[cfg(test)]
+pub fn strings(words: &[&str]) -> Vec<String> {
+    words.iter().map(|s| s.to_string()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(words: &[&str]) -> Vec<String> {
-        words.iter().map(|s| s.to_string()).collect()
-    }
 
     #[test]
     fn options_parse_values_flags_and_positionals() {
@@ -268,6 +367,40 @@ mod tests {
         assert!(Options::parse(&strings(&["--json=1"]), &[], &["json"]).is_err());
         let options = Options::parse(&strings(&["--n", "x"]), &["n"], &[]).unwrap();
         assert!(options.u64_or("n", 0).is_err());
+    }
+
+    #[test]
+    fn bench_options_take_json_and_help_but_no_words() {
+        let options = bench_options(&strings(&["--json", "--n", "3"]), &["n"]).unwrap();
+        assert!(options.unwrap().flag("json"));
+        assert!(bench_options(&strings(&["--help"]), &[]).unwrap().is_none());
+        assert!(bench_options(&strings(&["extra"]), &[]).is_err());
+    }
+
+    #[test]
+    fn iterations_bound_warmup_by_default() {
+        let counts = |words: &[&str]| {
+            let options = Options::parse(&strings(words), &["iterations", "warmup"], &[]).unwrap();
+            iterations_and_warmup(&options, 100, 20, 1000)
+        };
+        assert_eq!(counts(&[]), Ok((100, 20)));
+        assert_eq!(counts(&["--iterations", "5"]), Ok((5, 5)));
+        assert_eq!(
+            counts(&["--iterations", "5", "--warmup", "50"]),
+            Ok((5, 50))
+        );
+        assert!(counts(&["--iterations", "0"]).is_err());
+        assert!(counts(&["--warmup", "1001"]).is_err());
+    }
+
+    #[test]
+    fn usize_lists_stay_in_range() {
+        let options = Options::parse(&strings(&["--dests", "1,17"]), &["dests"], &[]).unwrap();
+        assert_eq!(
+            usize_list_in(&options, "dests", &[], 1..=16),
+            Err("--dests: 17 not in 1..=16".to_string())
+        );
+        assert_eq!(usize_list_in(&options, "bytes", &[8], 8..=9), Ok(vec![8]));
     }
 
     #[test]

@@ -27,8 +27,12 @@ use std::os::fd::AsRawFd;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::stats::{json_string, Report, Samples, Summary};
-use super::{kill_child, wait_child, Options, CHILD_SUBCOMMAND, EXIT_FAILED, EXIT_USAGE};
+use super::machine::{cpus, cpus_busy, load_average, show, BUSY_SAMPLE};
+use super::stats::{json_number, json_string, micros, Report, Samples, Summary, Table};
+use super::{
+    bench_options, finish_child, iterations_and_warmup, plan_or_exit, usize_list_in,
+    CHILD_SUBCOMMAND, EXIT_FAILED,
+};
 use txcast_proto::{Address, TxnId};
 
 pub use partner::serve as child;
@@ -204,43 +208,19 @@ pub struct Plan {
 }
 
 pub fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let options = Options::parse(
-        args,
-        &["iterations", "warmup", "bytes", "dests", "methods"],
-        &["json", "help"],
-    )?;
-    if options.flag("help") {
+    let valued = ["iterations", "warmup", "bytes", "dests", "methods"];
+    let Some(options) = bench_options(args, &valued)? else {
         return Ok(None);
-    }
-    if let Some(word) = options.positional.first() {
-        return Err(format!("unexpected argument {word:?}"));
-    }
-    let iterations = options.u64_or("iterations", ITERATIONS_DEFAULT)?;
-    if !(1..=ITERATIONS_MAX).contains(&iterations) {
-        return Err(format!("--iterations must be 1..={ITERATIONS_MAX}"));
-    }
-    let warmup = options.u64_or("warmup", WARMUP_DEFAULT.min(iterations))?;
-    if warmup > ITERATIONS_MAX {
-        return Err(format!("--warmup must be at most {ITERATIONS_MAX}"));
-    }
-    let mut bytes = Vec::new();
-    for n in options.u64_list_or("bytes", BYTES_DEFAULT)? {
-        match usize::try_from(n) {
-            Ok(n) if (MESSAGE_BYTES_MIN..=MESSAGE_BYTES_MAX).contains(&n) => bytes.push(n),
-            _ => {
-                return Err(format!(
-                    "--bytes: {n} not in {MESSAGE_BYTES_MIN}..={MESSAGE_BYTES_MAX}"
-                ))
-            }
-        }
-    }
-    let mut dests = Vec::new();
-    for n in options.u64_list_or("dests", DESTS_DEFAULT)? {
-        match usize::try_from(n) {
-            Ok(n) if (1..=DESTS_MAX as usize).contains(&n) => dests.push(n),
-            _ => return Err(format!("--dests: {n} not in 1..={DESTS_MAX}")),
-        }
-    }
+    };
+    let (iterations, warmup) =
+        iterations_and_warmup(&options, ITERATIONS_DEFAULT, WARMUP_DEFAULT, ITERATIONS_MAX)?;
+    let bytes = usize_list_in(
+        &options,
+        "bytes",
+        BYTES_DEFAULT,
+        MESSAGE_BYTES_MIN..=MESSAGE_BYTES_MAX,
+    )?;
+    let dests = usize_list_in(&options, "dests", DESTS_DEFAULT, 1..=DESTS_MAX as usize)?;
     let default: Vec<&str> = Method::DEFAULT.iter().map(|m| m.name()).collect();
     let mut methods = Vec::new();
     for name in options.list_or("methods", &default) {
@@ -330,21 +310,13 @@ pub fn case_name(method: Method, dests: usize) -> String {
 
 /// `txcast bench multicast [options]`.
 pub fn run(args: &[String]) -> i32 {
-    let plan = match plan(args) {
-        Ok(Some(plan)) => plan,
-        Ok(None) => {
-            print!("{}", usage());
-            return 0;
-        }
-        Err(message) => {
-            eprintln!("txcast bench multicast: {message}");
-            eprint!("{}", usage());
-            return EXIT_USAGE;
-        }
+    let plan = match plan_or_exit("multicast", plan(args), usage) {
+        Ok(plan) => plan,
+        Err(code) => return code,
     };
     let load_at_start = load_average();
     let placement = Placement::of_this_thread();
-    let busy_before = cpu::cpus_busy();
+    let busy_before = cpus_busy();
     let baselines = [
         case_name(Method::NaiveSendto, 1),
         case_name(Method::TxcastFanout, 1),
@@ -404,9 +376,9 @@ pub fn run(args: &[String]) -> i32 {
          thread parked (as between spaced multicasts) and pay its wake-up\n",
         plan.iterations,
         plan.warmup,
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpus(),
         show(busy_before),
-        cpu::BUSY_SAMPLE.as_secs_f64(),
+        BUSY_SAMPLE.as_secs_f64(),
         show(load_at_start),
         show(load_average()),
         match &placement {
@@ -446,15 +418,6 @@ pub fn run(args: &[String]) -> i32 {
     } else {
         0
     }
-}
-
-fn show(load: Option<f64>) -> String {
-    load.map_or("?".to_string(), |l| format!("{l:.2}"))
-}
-
-fn load_average() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    text.split_whitespace().next()?.parse().ok()
 }
 
 fn losses_text(delivered: u64, expected: u64) -> String {
@@ -538,16 +501,7 @@ pub fn measure_row(spec: RowSpec, placement: Option<&Placement>) -> io::Result<R
         r
     });
     drop(sender);
-    match measured {
-        Ok(row) => {
-            wait_child(&mut partner.child, PARTNER_TIMEOUT)?;
-            Ok(row)
-        }
-        Err(error) => {
-            kill_child(&mut partner.child);
-            Err(error)
-        }
-    }
+    finish_child(&mut partner.child, measured, PARTNER_TIMEOUT)
 }
 
 /// Clock-pair samples taken to calibrate the per-call CPU bracket.
@@ -776,10 +730,6 @@ pub fn scaling(rows: &[RowResult]) -> Vec<Scaling> {
     out
 }
 
-fn micros(ns: f64) -> String {
-    format!("{:.3}", ns / 1000.0)
-}
-
 fn ratio_text(r: f64) -> String {
     if r.is_finite() {
         format!("{r:.2}")
@@ -789,7 +739,7 @@ fn ratio_text(r: f64) -> String {
 }
 
 fn cpu_table(rows: &[RowResult]) -> String {
-    let mut table = Table::new(&[
+    let mut table = Table::new([
         "case",
         "bytes",
         "call cpu µs",
@@ -826,7 +776,7 @@ fn cpu_table(rows: &[RowResult]) -> String {
 }
 
 fn scaling_table(scaling: &[Scaling]) -> String {
-    let mut table = Table::new(&[
+    let mut table = Table::new([
         "method",
         "bytes",
         "dests",
@@ -882,14 +832,6 @@ fn cpu_json(r: &RowResult) -> String {
     )
 }
 
-fn json_ratio(r: f64) -> String {
-    if r.is_finite() {
-        format!("{r:.4}")
-    } else {
-        "null".to_string()
-    }
-}
-
 fn scaling_json(s: &Scaling) -> String {
     format!(
         "{{\"bench\":\"multicast\",\"kind\":\"scaling\",\"method\":{},\"bytes\":{},\
@@ -901,59 +843,12 @@ fn scaling_json(s: &Scaling) -> String {
         s.to_dests,
         s.p50_from_ns,
         s.p50_to_ns,
-        json_ratio(s.ratio_p50),
-        json_ratio(s.ratio_p99),
-        json_ratio(s.ratio_cpu),
+        json_number(s.ratio_p50, 4),
+        json_number(s.ratio_p99, 4),
+        json_number(s.ratio_cpu, 4),
         s.target().map_or("null".to_string(), |t| format!("{t:.1}")),
         s.met().map_or("null".to_string(), |m| m.to_string())
     )
-}
-
-/// Columns aligned to their widest cell: the first left-aligned, the rest right-aligned.
-struct Table {
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new(header: &[&str]) -> Table {
-        Table {
-            header: header.iter().map(|s| s.to_string()).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, cells: Vec<String>) {
-        debug_assert_eq!(cells.len(), self.header.len(), "table row width");
-        self.rows.push(cells);
-    }
-
-    fn render(&self) -> String {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        for line in std::iter::once(&self.header).chain(&self.rows) {
-            let mut text = String::new();
-            for (i, (cell, &w)) in line.iter().zip(&widths).enumerate() {
-                let pad = " ".repeat(w - cell.chars().count());
-                if i == 0 {
-                    text.push_str(cell);
-                    text.push_str(&pad);
-                } else {
-                    text.push_str("  ");
-                    text.push_str(&pad);
-                    text.push_str(cell);
-                }
-            }
-            out.push_str(text.trim_end());
-            out.push('\n');
-        }
-        out
-    }
 }
 
 #[cfg(test)]

@@ -18,8 +18,12 @@ mod unix;
 use std::io;
 use std::time::{Duration, Instant};
 
+use super::machine::{cpus, cpus_busy, load_average, show, BUSY_SAMPLE};
 use super::stats::{Report, Samples, Summary};
-use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
+use super::{
+    bench_options, finish_child, iterations_and_warmup, plan_or_exit, spawn_child, usize_list_in,
+    EXIT_FAILED,
+};
 
 /// How long either side waits for the other (hello, an echo, the partner's exit) before
 /// deciding it is gone.
@@ -182,32 +186,12 @@ impl std::fmt::Debug for Case {
 }
 
 fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let options = Options::parse(
-        args,
-        &["iterations", "warmup", "bytes", "cases"],
-        &["json", "help"],
-    )?;
-    if options.flag("help") {
+    let Some(options) = bench_options(args, &["iterations", "warmup", "bytes", "cases"])? else {
         return Ok(None);
-    }
-    if let Some(word) = options.positional.first() {
-        return Err(format!("unexpected argument {word:?}"));
-    }
-    let iterations = options.u64_or("iterations", ITERATIONS_DEFAULT)?;
-    if !(1..=ITERATIONS_MAX).contains(&iterations) {
-        return Err(format!("--iterations must be 1..={ITERATIONS_MAX}"));
-    }
-    let warmup = options.u64_or("warmup", WARMUP_DEFAULT.min(iterations))?;
-    if warmup > ITERATIONS_MAX {
-        return Err(format!("--warmup must be at most {ITERATIONS_MAX}"));
-    }
-    let mut bytes = Vec::new();
-    for n in options.u64_list_or("bytes", BYTES_DEFAULT)? {
-        match usize::try_from(n) {
-            Ok(n) if (1..=MESSAGE_BYTES_MAX).contains(&n) => bytes.push(n),
-            _ => return Err(format!("--bytes: {n} not in 1..={MESSAGE_BYTES_MAX}")),
-        }
-    }
+    };
+    let (iterations, warmup) =
+        iterations_and_warmup(&options, ITERATIONS_DEFAULT, WARMUP_DEFAULT, ITERATIONS_MAX)?;
+    let bytes = usize_list_in(&options, "bytes", BYTES_DEFAULT, 1..=MESSAGE_BYTES_MAX)?;
     let all: Vec<&str> = CASES.iter().map(|case| case.name).collect();
     let mut cases = Vec::new();
     for name in options.list_or("cases", &all) {
@@ -229,20 +213,12 @@ fn plan(args: &[String]) -> Result<Option<Plan>, String> {
 
 /// `txcast bench rtt [options]`.
 pub fn run(args: &[String]) -> i32 {
-    let plan = match plan(args) {
-        Ok(Some(plan)) => plan,
-        Ok(None) => {
-            print!("{}", usage());
-            return 0;
-        }
-        Err(message) => {
-            eprintln!("txcast bench rtt: {message}");
-            eprint!("{}", usage());
-            return EXIT_USAGE;
-        }
+    let plan = match plan_or_exit("rtt", plan(args), usage) {
+        Ok(plan) => plan,
+        Err(code) => return code,
     };
     let load_at_start = load_average();
-    let busy_before = cpus_busy(BUSY_SAMPLE);
+    let busy_before = cpus_busy();
     let mut report = Report::new("rtt", BASELINES);
     let mut failures = 0;
     let total = plan.cases.len() * plan.bytes.len();
@@ -300,50 +276,12 @@ pub fn run(args: &[String]) -> i32 {
     }
 }
 
-/// The 1-minute load average, if the system tells.
-fn load_average() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    text.split_whitespace().next()?.parse().ok()
-}
-
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// How long the run watches the CPUs before it starts, to tell whether they are idle.
-const BUSY_SAMPLE: Duration = Duration::from_millis(250);
-
-/// How many CPUs' worth of time was spent not idle over the next `window` (from
-/// `/proc/stat`), if the system tells.
-fn cpus_busy(window: Duration) -> Option<f64> {
-    fn sample() -> Option<(u64, u64)> {
-        let text = std::fs::read_to_string("/proc/stat").ok()?;
-        let line = text.lines().find(|line| line.starts_with("cpu "))?;
-        let ticks: Vec<u64> = line
-            .split_whitespace()
-            .skip(1)
-            .map(|field| field.parse().unwrap_or(0))
-            .collect();
-        // user nice system idle iowait irq softirq steal (guest time is inside user).
-        let total: u64 = ticks.iter().take(8).sum();
-        let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
-        Some((total, idle))
-    }
-    let (total_before, idle_before) = sample()?;
-    std::thread::sleep(window);
-    let (total_after, idle_after) = sample()?;
-    let total = total_after.checked_sub(total_before)?;
-    let idle = idle_after.checked_sub(idle_before)?;
-    (total > 0).then(|| (total - idle.min(total)) as f64 / total as f64 * cpus() as f64)
-}
-
 /// A busy-polling pair needs two CPUs to itself.
 fn machine_busy(cpus_busy: Option<f64>) -> bool {
     cpus_busy.is_some_and(|busy| busy + 2.0 > cpus() as f64 + 0.2)
 }
 
 fn machine_note(start: Option<f64>, end: Option<f64>, busy: Option<f64>) -> String {
-    let show = |load: Option<f64>| load.map_or("?".to_string(), |l| format!("{l:.2}"));
     format!(
         "machine: {} CPUs, {} of them busy in the {:.2} s before the run; 1-minute load \
          average {} at start, {} at end",
@@ -404,18 +342,9 @@ pub fn measure_in_processes(
     let measured = listener
         .accept()
         .and_then(|mut pp| ping_pong(pp.as_mut(), bytes, warmup, iterations));
-    match measured {
-        Ok(mut samples) => {
-            wait_child(&mut partner, PARTNER_TIMEOUT)?;
-            samples
-                .summary()
-                .ok_or_else(|| io::Error::other("no samples"))
-        }
-        Err(error) => {
-            kill_child(&mut partner);
-            Err(error)
-        }
-    }
+    finish_child(&mut partner, measured, PARTNER_TIMEOUT)?
+        .summary()
+        .ok_or_else(|| io::Error::other("no samples"))
 }
 
 /// The parent's loop: `warmup` untimed then `iterations` timed round trips of `bytes`-byte
@@ -546,8 +475,7 @@ mod tests {
 
     #[test]
     fn plan_parses_defaults_and_rejects_nonsense() {
-        let strings =
-            |words: &[&str]| -> Vec<String> { words.iter().map(|s| s.to_string()).collect() };
+        use super::super::strings;
         let plan = plan(&[]).unwrap().unwrap();
         assert_eq!(plan.cases.len(), CASES.len());
         assert_eq!(plan.bytes, vec![64, 1000]);

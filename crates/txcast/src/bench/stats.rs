@@ -423,7 +423,7 @@ fn ratio(this: &Measure, base: &Measure) -> Option<Ratio> {
 }
 
 /// Nanoseconds shown as microseconds with three decimals (nanosecond resolution).
-fn micros(ns: f64) -> String {
+pub(crate) fn micros(ns: f64) -> String {
     format!("{:.3}", ns / 1000.0)
 }
 
@@ -443,7 +443,7 @@ fn ratio_text(ratio: f64) -> String {
 }
 
 /// A JSON number with `decimals` decimals, or `null` when not finite (JSON has no NaN).
-fn json_number(value: f64, decimals: usize) -> String {
+pub(crate) fn json_number(value: f64, decimals: usize) -> String {
     if value.is_finite() {
         format!("{value:.decimals$}")
     } else {
@@ -473,25 +473,25 @@ pub fn json_string(text: &str) -> String {
 }
 
 /// Columns aligned to their widest cell: the first column left-aligned, the rest right-aligned.
-struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    fn new(header: Vec<String>) -> Table {
+    pub(crate) fn new(header: impl IntoIterator<Item = impl Into<String>>) -> Table {
         Table {
-            header,
+            header: header.into_iter().map(Into::into).collect(),
             rows: Vec::new(),
         }
     }
 
-    fn push(&mut self, cells: Vec<String>) {
+    pub(crate) fn push(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.header.len(), "table row width");
         self.rows.push(cells);
     }
 
-    fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
             for (width, cell) in widths.iter_mut().zip(row) {

@@ -31,8 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::stats::{json_string, messages_per_second, Report, Samples, Summary};
-use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
+use super::machine::{clock_ns, cpus, load_average, show};
+use super::stats::{json_number, json_string, messages_per_second, Report, Samples, Summary};
+use super::{bench_options, finish_child, plan_or_exit, spawn_child, EXIT_FAILED};
 use txcast_port::IdleStrategy;
 
 /// Bytes per message: sequence number (8), send time (8), filler.
@@ -179,14 +180,7 @@ impl Stream {
 /// `CLOCK_MONOTONIC` in nanoseconds: one clock for both processes of the machine.
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into valid memory; CLOCK_MONOTONIC always
-    // exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// Writes the sequence number and send time (zero: not sampled) into a message.
@@ -576,26 +570,19 @@ impl Plan {
 }
 
 fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let options = Options::parse(
-        args,
-        &[
-            "messages",
-            "remote-messages",
-            "warmup",
-            "latency-every",
-            "delay-us",
-            "remote-idle",
-            "repeat",
-            "cases",
-        ],
-        &["json", "help"],
-    )?;
-    if options.flag("help") {
+    let valued = [
+        "messages",
+        "remote-messages",
+        "warmup",
+        "latency-every",
+        "delay-us",
+        "remote-idle",
+        "repeat",
+        "cases",
+    ];
+    let Some(options) = bench_options(args, &valued)? else {
         return Ok(None);
-    }
-    if let Some(word) = options.positional.first() {
-        return Err(format!("unexpected argument {word:?}"));
-    }
+    };
     let warmup = options.u64_or("warmup", WARMUP_DEFAULT)?;
     let every = options.value("latency-every").is_some();
     let local = Stream {
@@ -668,17 +655,9 @@ fn usage() -> String {
 
 /// `txcast bench throughput [options]`.
 pub fn run(args: &[String]) -> i32 {
-    let plan = match plan(args) {
-        Ok(Some(plan)) => plan,
-        Ok(None) => {
-            print!("{}", usage());
-            return 0;
-        }
-        Err(message) => {
-            eprintln!("txcast bench throughput: {message}");
-            eprint!("{}", usage());
-            return EXIT_USAGE;
-        }
+    let plan = match plan_or_exit("throughput", plan(args), usage) {
+        Ok(plan) => plan,
+        Err(code) => return code,
     };
     let load_at_start = load_average();
     let mut runs: Vec<Vec<Measured>> = vec![Vec::new(); plan.cases.len()];
@@ -738,7 +717,6 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 fn heading(plan: &Plan, load_at_start: Option<f64>) -> String {
-    let show = |load: Option<f64>| load.map_or("?".to_string(), |l| format!("{l:.2}"));
     format!(
         "throughput: one sender streaming {MESSAGE_BYTES}-byte messages to a receiver in \
          another process; msg/s from the receipt of the last of {} warm-up messages to the \
@@ -755,7 +733,7 @@ fn heading(plan: &Plan, load_at_start: Option<f64>) -> String {
             RemoteIdle::Park => "engine threads on both sides, receiving thread parks",
         },
         plan.delay_us,
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpus(),
         show(load_at_start),
         show(load_average())
     )
@@ -837,7 +815,7 @@ fn render(measured: &[Measured]) -> (String, String) {
                 p.data_packets_sent,
                 p.retransmitted,
                 p.send_full,
-                json_float(p.mean_messages_per_packet()),
+                json_number(p.mean_messages_per_packet(), 4),
                 bins.join(",")
             );
         }
@@ -860,26 +838,12 @@ fn render(measured: &[Measured]) -> (String, String) {
             "{{\"bench\":\"throughput\",\"kind\":\"target\",\"name\":{},\"value\":{},\
              \"bound\":{},\"relation\":\"{relation}\",\"met\":{}}}",
             json_string(t.name),
-            t.value.map_or("null".to_string(), json_float),
-            json_float(t.bound),
+            t.value.map_or("null".to_string(), |v| json_number(v, 4)),
+            json_number(t.bound, 4),
             t.met().map_or("null".to_string(), |m| m.to_string())
         );
     }
     (table, json)
-}
-
-fn json_float(value: f64) -> String {
-    if value.is_finite() {
-        format!("{value:.4}")
-    } else {
-        "null".to_string()
-    }
-}
-
-/// The 1-minute load average, if the system tells.
-fn load_average() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    text.split_whitespace().next()?.parse().ok()
 }
 
 /// Runs one case with the receiver in a second process.
@@ -920,16 +884,8 @@ fn measure(case: Case, stream: &Stream, plan: &Plan) -> io::Result<Measured> {
 /// then send), then waits for the partner to finish; kills the partner if the sender fails.
 fn with_partner<T>(args: &[String], sender: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
     let mut partner = spawn_child(args)?;
-    match sender() {
-        Ok(value) => {
-            wait_child(&mut partner, FINISH_TIMEOUT)?;
-            Ok(value)
-        }
-        Err(error) => {
-            kill_child(&mut partner);
-            Err(error)
-        }
-    }
+    let sent = sender();
+    finish_child(&mut partner, sent, FINISH_TIMEOUT)
 }
 
 /// The file the partner writes its [`Outcome`] into; removed on drop.
@@ -1001,11 +957,8 @@ pub fn child(args: &[String]) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::strings;
     use super::*;
-
-    fn strings(words: &[&str]) -> Vec<String> {
-        words.iter().map(|s| s.to_string()).collect()
-    }
 
     #[test]
     fn outcome_round_trips_through_its_line() {

@@ -7,6 +7,8 @@
 
 use std::io;
 
+use super::super::machine::clock_ns;
+
 /// CPU time (user + system) of this process (`libc::RUSAGE_SELF`) or of the calling thread
 /// (`libc::RUSAGE_THREAD`), in nanoseconds.
 pub fn rusage_ns(who: libc::c_int) -> io::Result<u64> {
@@ -23,13 +25,7 @@ pub fn rusage_ns(who: libc::c_int) -> io::Result<u64> {
 /// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
 #[inline]
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes into the live timespec we pass; the clock id is valid on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// The median CPU time the thread clock charges to an empty bracket (two clock reads and the
@@ -86,33 +82,4 @@ pub fn split_cpus(allowed: &[usize]) -> Option<(usize, Vec<usize>)> {
         [first, rest @ ..] if !rest.is_empty() => Some((*first, rest.to_vec())),
         _ => None,
     }
-}
-
-/// How long the run watches the CPUs before it starts, to tell whether they are idle.
-pub const BUSY_SAMPLE: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// How many CPUs' worth of time was spent not idle over the next [`BUSY_SAMPLE`] (from
-/// `/proc/stat`), if the system tells.
-pub fn cpus_busy() -> Option<f64> {
-    let (total_before, idle_before) = stat_ticks(&std::fs::read_to_string("/proc/stat").ok()?)?;
-    std::thread::sleep(BUSY_SAMPLE);
-    let (total_after, idle_after) = stat_ticks(&std::fs::read_to_string("/proc/stat").ok()?)?;
-    let total = total_after.checked_sub(total_before)?;
-    let idle = idle_after.checked_sub(idle_before)?;
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (total > 0).then(|| (total - idle.min(total)) as f64 / total as f64 * cpus as f64)
-}
-
-/// Total and idle (idle + iowait) ticks of the `cpu ` line of `/proc/stat`.
-pub fn stat_ticks(text: &str) -> Option<(u64, u64)> {
-    let line = text.lines().find(|line| line.starts_with("cpu "))?;
-    let ticks: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|field| field.parse().unwrap_or(0))
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest time is inside user).
-    let total = ticks.iter().take(8).sum();
-    let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
-    Some((total, idle))
 }

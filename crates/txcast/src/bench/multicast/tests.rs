@@ -1,9 +1,6 @@
+use super::super::strings;
 use super::*;
 use txcast_port::ClusterConfig;
-
-fn strings(words: &[&str]) -> Vec<String> {
-    words.iter().map(|s| s.to_string()).collect()
-}
 
 #[test]
 fn plan_parses_defaults_and_rejects_nonsense() {
@@ -192,9 +189,4 @@ fn proc_files_parse() {
     );
     assert_eq!(sender::thread_state("1 (odd) name) R 0"), Some('R'));
     assert_eq!(sender::thread_state("garbage"), None);
-    assert_eq!(
-        cpu::stat_ticks("cpu  10 0 5 100 3 0 2 0 0 0\ncpu0 1 2 3 4\n"),
-        Some((120, 103))
-    );
-    assert_eq!(cpu::stat_ticks("intr 1 2"), None);
 }

@@ -21,14 +21,11 @@
 //! Rendezvous: the parent creates the file (mode 0600, exclusive), sizes and maps it, and
 //! passes its path; the partner maps it and sets `ready`; the parent then unlinks it.
 
-use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::super::mapping::Mapping;
+use super::super::mapping::{Mapping, ShmFile};
 use super::{partner_gone, spin_until, Echo, Listener, PingPong, MESSAGE_BYTES_MAX};
 
 /// Distance between independently written fields: two cache lines, so the adjacent-line
@@ -59,8 +56,6 @@ const FUTEX_WORD_OFFSET: usize = 4;
 
 /// How long one FUTEX_WAIT may sleep before the waiter looks at the clock again.
 const FUTEX_WAIT_SLICE: Duration = Duration::from_millis(100);
-/// How often the parent looks for the partner's `ready` during the rendezvous.
-const READY_POLL: Duration = Duration::from_millis(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
@@ -272,27 +267,9 @@ fn futex_wake(word: *mut u32) {
 }
 
 struct ShmListener {
-    path: PathBuf,
+    file: ShmFile,
     mapping: Option<Mapping>,
-    unlinked: bool,
     wait: Wait,
-}
-
-impl ShmListener {
-    fn unlink(&mut self) -> io::Result<()> {
-        if !self.unlinked {
-            self.unlinked = true;
-            std::fs::remove_file(&self.path)?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for ShmListener {
-    fn drop(&mut self) {
-        // Best effort on the error paths; the happy path unlinked already.
-        let _ = self.unlink();
-    }
 }
 
 pub fn listen_spin(bytes: usize) -> io::Result<Box<dyn Listener>> {
@@ -312,44 +289,16 @@ pub fn connect_futex(rendezvous: &[String], bytes: usize) -> io::Result<Box<dyn 
 }
 
 fn listen(_bytes: usize, wait: Wait) -> io::Result<Box<dyn Listener>> {
-    static SEQUENCE: AtomicU32 = AtomicU32::new(0);
-    let path = PathBuf::from(format!(
-        "/dev/shm/txcast-bench-{}-{}",
-        std::process::id(),
-        SEQUENCE.fetch_add(1, Ordering::Relaxed)
-    ));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    let mut listener = ShmListener {
-        path,
-        mapping: None,
-        unlinked: false,
+    let (file, mapping) = ShmFile::create("txcast-bench", MAPPING_BYTES)?;
+    Ok(Box::new(ShmListener {
+        file,
+        mapping: Some(mapping),
         wait,
-    };
-    file.set_len(MAPPING_BYTES as u64)?;
-    listener.mapping = Some(Mapping::of(&file, MAPPING_BYTES)?);
-    Ok(Box::new(listener))
+    }))
 }
 
 fn connect(rendezvous: &[String], bytes: usize, wait: Wait) -> io::Result<Box<dyn Echo>> {
-    let [path] = rendezvous else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "rendezvous: <path>",
-        ));
-    };
-    let file = OpenOptions::new().read(true).write(true).open(path)?;
-    if file.metadata()?.len() != MAPPING_BYTES as u64 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{path}: not a {MAPPING_BYTES}-byte rtt mapping"),
-        ));
-    }
-    let mapping = Mapping::of(&file, MAPPING_BYTES)?;
+    let mapping = Mapping::open_rendezvous(rendezvous, MAPPING_BYTES, "rtt mapping")?;
     mapping.ready().store(1, Ordering::Release);
     let endpoint = ShmEndpoint::new(mapping, TO_PARENT_OFFSET, TO_PARTNER_OFFSET, wait, bytes);
     Ok(Box::new(endpoint))
@@ -357,7 +306,7 @@ fn connect(rendezvous: &[String], bytes: usize, wait: Wait) -> io::Result<Box<dy
 
 impl Listener for ShmListener {
     fn rendezvous(&self) -> Vec<String> {
-        vec![self.path.to_string_lossy().into_owned()]
+        vec![self.file.rendezvous()]
     }
 
     fn accept(mut self: Box<Self>) -> io::Result<Box<dyn PingPong>> {
@@ -365,14 +314,10 @@ impl Listener for ShmListener {
             .mapping
             .take()
             .ok_or_else(|| io::Error::other("no mapping"))?;
-        let deadline = Instant::now() + super::PARTNER_TIMEOUT;
-        while mapping.ready().load(Ordering::Acquire) == 0 {
-            if Instant::now() >= deadline {
-                return Err(partner_gone());
-            }
-            std::thread::sleep(READY_POLL);
+        if !mapping.wait_ready(super::PARTNER_TIMEOUT) {
+            return Err(partner_gone());
         }
-        self.unlink()?;
+        self.file.unlink()?;
         let endpoint = ShmEndpoint::new(mapping, TO_PARTNER_OFFSET, TO_PARENT_OFFSET, self.wait, 0);
         Ok(Box::new(endpoint))
     }

@@ -18,14 +18,10 @@
 //! Rendezvous: the sender creates the file (mode 0600, exclusive), sizes and maps it, passes
 //! its path; the receiver maps it and sets `ready`; the sender then unlinks it and streams.
 
-use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::super::mapping::Mapping;
+use super::super::mapping::{Mapping, ShmFile};
 use super::super::rtt::{partner_gone, spin_until, PARTNER_TIMEOUT};
 use super::{send_stream, with_partner, Outcome, Stream, Tally, MESSAGE_BYTES};
 
@@ -46,9 +42,6 @@ const MAPPING_BYTES: usize = SLOTS_OFFSET + SLOT_COUNT as usize * SLOT_STRIDE;
 const _: () = assert!(SLOT_COUNT.is_power_of_two());
 const _: () = assert!(MESSAGE_BYTES <= SLOT_PAYLOAD_MAX);
 const _: () = assert!(SLOT_STRIDE.is_multiple_of(64) && SLOTS_OFFSET.is_multiple_of(64));
-
-/// How often the sender looks for the receiver's `ready` during the rendezvous.
-const READY_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The ring's words and slots inside the shared mapping.
 trait RingView {
@@ -158,59 +151,14 @@ impl Consumer {
     }
 }
 
-/// The file while it still has a name; unlinked on drop at the latest.
-struct Named {
-    path: PathBuf,
-    unlinked: bool,
-}
-
-impl Named {
-    fn unlink(&mut self) -> io::Result<()> {
-        if !self.unlinked {
-            self.unlinked = true;
-            std::fs::remove_file(&self.path)?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Named {
-    fn drop(&mut self) {
-        // Best effort on error paths; the happy path unlinked already.
-        let _ = self.unlink();
-    }
-}
-
 /// The sender: creates the ring, starts the receiver with `args` plus the ring's path, and
 /// streams once the receiver has mapped it.
 pub fn send(stream: &Stream, mut args: Vec<String>) -> io::Result<()> {
-    static SEQUENCE: AtomicU32 = AtomicU32::new(0);
-    let mut named = Named {
-        path: PathBuf::from(format!(
-            "/dev/shm/txcast-bench-throughput-{}-{}",
-            std::process::id(),
-            SEQUENCE.fetch_add(1, Ordering::Relaxed)
-        )),
-        unlinked: true,
-    };
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&named.path)?;
-    named.unlinked = false;
-    file.set_len(MAPPING_BYTES as u64)?;
-    let mapping = Mapping::of(&file, MAPPING_BYTES)?;
-    drop(file);
-    args.push(named.path.to_string_lossy().into_owned());
+    let (mut named, mapping) = ShmFile::create("txcast-bench-throughput", MAPPING_BYTES)?;
+    args.push(named.rendezvous());
     with_partner(&args, || {
-        let deadline = Instant::now() + PARTNER_TIMEOUT;
-        while mapping.ready().load(Ordering::Acquire) == 0 {
-            if Instant::now() >= deadline {
-                return Err(partner_gone());
-            }
-            std::thread::sleep(READY_POLL);
+        if !mapping.wait_ready(PARTNER_TIMEOUT) {
+            return Err(partner_gone());
         }
         named.unlink()?;
         let mut producer = Producer {
@@ -224,21 +172,7 @@ pub fn send(stream: &Stream, mut args: Vec<String>) -> io::Result<()> {
 
 /// The receiver: maps the ring at `rendezvous[0]`, says ready, takes every message.
 pub fn receive(stream: &Stream, rendezvous: &[String]) -> io::Result<Outcome> {
-    let [path] = rendezvous else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "rendezvous: <path>",
-        ));
-    };
-    let file = OpenOptions::new().read(true).write(true).open(path)?;
-    if file.metadata()?.len() != MAPPING_BYTES as u64 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{path}: not a {MAPPING_BYTES}-byte ring"),
-        ));
-    }
-    let mapping = Mapping::of(&file, MAPPING_BYTES)?;
-    drop(file);
+    let mapping = Mapping::open_rendezvous(rendezvous, MAPPING_BYTES, "ring")?;
     let mut tally = Tally::new(*stream)?;
     mapping.ready().store(1, Ordering::Release);
     let mut consumer = Consumer {
