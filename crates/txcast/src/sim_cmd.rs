@@ -7,7 +7,10 @@ pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
         Some("link") => link(&args[1..]),
         _ => {
-            eprintln!("usage: txcast sim link [--seed S | --seeds N] [--nodes N] [--messages N]");
+            eprintln!(
+                "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
+                 \x20 TXCAST_SIM_TRACE=1 with --seed prints restarts and out-of-sequence deliveries"
+            );
             2
         }
     }
