@@ -146,6 +146,8 @@ pub struct Port {
     ring: RingReceiver,
     ep: Arc<Endpoint>,
     local: HashMap<Address, RingSender, AddressHash>,
+    /// The last local destination, for a send that repeats it.
+    last_local: Option<(Address, RingSender)>,
     local_sent: u64,
     remote_sent: u64,
     received: u64,
@@ -205,6 +207,7 @@ impl Port {
             ring,
             ep,
             local: HashMap::default(),
+            last_local: None,
             local_sent: 0,
             remote_sent: 0,
             received: 0,
@@ -241,6 +244,16 @@ impl Port {
     }
 
     fn local_sender(&mut self, dest: Address) -> Result<&RingSender, PortError> {
+        // Streams to one destination are the common case: skip the map for a repeat.
+        if self.last_local.as_ref().is_some_and(|(a, _)| *a == dest) {
+            return Ok(&self.last_local.as_ref().expect("checked").1);
+        }
+        let s = self.local_sender_slow(dest)?.clone();
+        self.last_local = Some((dest, s));
+        Ok(&self.last_local.as_ref().expect("just set").1)
+    }
+
+    fn local_sender_slow(&mut self, dest: Address) -> Result<&RingSender, PortError> {
         let full = self.local.len() >= LOCAL_SENDERS_MAX;
         match self.local.entry(dest) {
             std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
@@ -333,7 +346,7 @@ impl Port {
                 Ok(()) => {}
                 Err(SendError::Full) => {
                     if !s.owner_alive() {
-                        self.local.remove(&dest);
+                        self.forget_local(dest);
                         return Err(PortError::OwnerDead(dest));
                     }
                 }
@@ -360,10 +373,18 @@ impl Port {
                 Ok(())
             }
             Err(e @ (PortError::OwnerDead(_) | PortError::Closed(_))) => {
-                self.local.remove(&dest);
+                self.forget_local(dest);
                 Err(e)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Drops the mapping of a local destination that died or closed.
+    fn forget_local(&mut self, dest: Address) {
+        self.local.remove(&dest);
+        if self.last_local.as_ref().is_some_and(|(a, _)| *a == dest) {
+            self.last_local = None;
         }
     }
 
