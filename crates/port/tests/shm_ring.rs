@@ -584,3 +584,35 @@ fn private_dir_is_created_0700_and_checked() {
         Err(ShmError::Permission(_))
     ));
 }
+
+/// A sender that dies between reserving a slot and publishing it does not stall the ring for
+/// good: the receiver sees the slot's producer is gone and skips the slot.
+#[test]
+fn a_sender_dying_inside_a_claim_does_not_wedge_the_ring() {
+    if let Some(path) = child_path("claim-and-die") {
+        let tx = RingSender::open(&path).expect("child open");
+        let claim = tx.claim(8).expect("child claim");
+        std::mem::forget(claim);
+        // SAFETY: _exit ends the process at once, as a crash would: the claim is never
+        // committed nor dropped.
+        unsafe { libc::_exit(0) }
+    }
+    let dir = TestDir::new();
+    let path = dir.path("port");
+    let mut rx = RingReceiver::create(&path, cfg(8, 64)).expect("create");
+    let status = spawn_child(
+        "a_sender_dying_inside_a_claim_does_not_wedge_the_ring",
+        "claim-and-die",
+        &path,
+    )
+    .wait()
+    .expect("wait child");
+    assert!(status.success(), "child failed: {status}");
+    let tx = RingSender::open(&path).expect("open");
+    tx.try_send(b"after").expect("send behind the dead slot");
+    assert!(recv_vec(&mut rx).is_none(), "the head is the dead sender's slot");
+    assert!(rx.wait(IdleStrategy::Park, Some(Duration::from_secs(5))));
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"after"[..]));
+    assert_eq!(rx.counters().dead_reservations, 1);
+    assert_eq!(rx.counters().skipped, 1);
+}

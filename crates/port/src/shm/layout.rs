@@ -32,6 +32,9 @@ pub const SEGMENT_BYTES_MAX: usize = 1 << 30;
 pub(crate) const KIND_MESSAGE: u32 = 0x6d73_6701;
 /// Record kind of a claim dropped without commit: the receiver discards it.
 pub(crate) const KIND_SKIP: u32 = 0x6d73_6702;
+/// A producer reserved the slot and has not published yet; `len` holds its pid meanwhile, so
+/// the consumer can tell a producer that died holding the slot from one still writing.
+pub(crate) const KIND_RESERVED: u32 = 0x6d73_6703;
 
 /// A header word on its own pair of cache lines.
 #[repr(C, align(128))]
@@ -71,6 +74,8 @@ pub(crate) struct ProducerCounters {
 #[repr(C)]
 pub(crate) struct ConsumerCounters {
     pub delivered: AtomicU64,
+    /// Slots skipped because their producer died between reserving and publishing.
+    pub dead_reservations: AtomicU64,
     pub dropped_bad: AtomicU64,
     pub skipped: AtomicU64,
     pub parks: AtomicU64,

@@ -186,6 +186,8 @@ pub enum IdleStrategy {
 pub struct RingCounters {
     /// Messages handed to the receiver.
     pub delivered: u64,
+    /// Slots skipped because their producer died between reserving and publishing them.
+    pub dead_reservations: u64,
     /// `try_send` calls that found the ring full, and `send_timeout` calls that timed out.
     pub full_rejections: u64,
     /// Futex wake-ups issued by senders to a parked receiver.

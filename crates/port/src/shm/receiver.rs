@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::futex;
-use super::layout::{Layout, HEADER_BYTES, KIND_MESSAGE, KIND_SKIP, MAGIC, VERSION};
+use super::layout::{Layout, HEADER_BYTES, KIND_MESSAGE, KIND_RESERVED, KIND_SKIP, MAGIC, VERSION};
 use super::liveness::ProcessIdentity;
 use super::reclaim::{self, Verdict};
 use super::segment::Segment;
@@ -33,7 +33,14 @@ pub struct RingReceiver {
     file_id: (u64, u64),
     me: ProcessIdentity,
     reclaimed: u64,
+    /// When the head slot was first seen reserved and unpublished (ns since `born`; 0: not).
+    stall_since_ns: AtomicU64,
+    born: Instant,
 }
+
+/// How long a reserved, unpublished head slot may stay so before the consumer asks whether
+/// its producer is still alive, and how long a park may last while it waits on one.
+const STALL_CHECK: Duration = Duration::from_millis(10);
 
 impl RingReceiver {
     /// Creates the segment at `path` (`O_CREAT|O_EXCL`, mode 0600; the parent directory must
@@ -121,6 +128,8 @@ impl RingReceiver {
             file_id,
             me,
             reclaimed,
+            stall_since_ns: AtomicU64::new(0),
+            born: Instant::now(),
         })
     }
 
@@ -190,7 +199,46 @@ impl RingReceiver {
     /// True when the slot at the head is ready (a message, or a skip/bad record that
     /// `try_recv` will discard).
     pub fn has_ready(&self) -> bool {
-        self.seg.slot(self.head).seq.load(Ordering::Acquire) == self.head.wrapping_add(1)
+        let slot = self.seg.slot(self.head);
+        if slot.seq.load(Ordering::Acquire) == self.head.wrapping_add(1) {
+            return true;
+        }
+        if slot.kind.load(Ordering::Relaxed) == KIND_RESERVED {
+            return self.recover_dead_reservation();
+        }
+        false
+    }
+
+    /// The head slot is reserved but unpublished. Normally its producer is writing it; if it
+    /// stays so for `STALL_CHECK` and the producer's process is gone, publish the slot as a
+    /// skip record so the ring moves on. True if that made the head ready.
+    #[cold]
+    fn recover_dead_reservation(&self) -> bool {
+        let now = (self.born.elapsed().as_nanos() as u64).max(1);
+        let since = self.stall_since_ns.load(Ordering::Relaxed);
+        if since == 0 {
+            self.stall_since_ns.store(now, Ordering::Relaxed);
+            return false;
+        }
+        if now - since < STALL_CHECK.as_nanos() as u64 {
+            return false;
+        }
+        self.stall_since_ns.store(now, Ordering::Relaxed);
+        let pos = self.head;
+        let slot = self.seg.slot(pos);
+        if slot.kind.load(Ordering::Acquire) != KIND_RESERVED {
+            return false;
+        }
+        // Written before the kind (Release), so read after it (Acquire).
+        let pid = slot.len.load(Ordering::Relaxed);
+        if pid_alive(pid) {
+            return false;
+        }
+        slot.len.store(0, Ordering::Relaxed);
+        slot.kind.store(KIND_SKIP, Ordering::Relaxed);
+        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+        bump(&self.seg.header().consumer.0.dead_reservations);
+        true
     }
 
     /// Idles until a record is ready (true), the timeout passes, or a [`RingWaker`] interrupts
@@ -264,6 +312,12 @@ impl RingReceiver {
                 }
                 None => None,
             };
+            // While the head waits on a reserved slot, wake now and then to check its producer.
+            let remaining = if self.head_reserved() {
+                Some(remaining.map_or(STALL_CHECK, |r| r.min(STALL_CHECK)))
+            } else {
+                remaining
+            };
             sleeping.store(super::segment::SLEEPING_ON_FUTEX, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if self.has_ready() {
@@ -288,6 +342,10 @@ impl RingReceiver {
         }
     }
 
+    fn head_reserved(&self) -> bool {
+        self.seg.slot(self.head).kind.load(Ordering::Relaxed) == KIND_RESERVED
+    }
+
     /// Parks in poll(2) on `fds` (the port's sockets) until one is readable, a local sender
     /// rings the doorbell, or `timeout` passes; true if a record is ready afterwards. Senders
     /// see `SLEEPING_ON_SOCKET` and send a [`DOORBELL`](super::DOORBELL) datagram to the
@@ -304,6 +362,11 @@ impl RingReceiver {
             return self.has_ready();
         }
         bump(&header.consumer.0.parks);
+        let timeout = if self.head_reserved() {
+            timeout.min(STALL_CHECK)
+        } else {
+            timeout
+        };
         crate::mmsg::ppoll_for(fds, timeout);
         sleeping.store(super::segment::SLEEPING_NO, Ordering::SeqCst);
         self.has_ready()
@@ -368,6 +431,7 @@ impl RingReceiver {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         RingCounters {
             delivered: get(&c.delivered),
+            dead_reservations: get(&c.dead_reservations),
             full_rejections: get(&p.full_rejections),
             wakeups: get(&p.wakeups),
             parks: get(&c.parks),
@@ -443,4 +507,15 @@ impl Drop for SlotRelease<'_> {
             .store(*self.head, Ordering::Release);
         self.seg.wake_senders();
     }
+}
+
+/// Whether process `pid` exists (a pid reused by another process counts as alive: the stall
+/// then lasts until that one ends, which is safe).
+fn pid_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 performs only the existence and permission check.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }

@@ -161,6 +161,9 @@ pub fn survey(dir: &Path) -> io::Result<Vec<SegmentStatus>> {
             queued: tail.saturating_sub(head),
             counters: super::RingCounters {
                 delivered: u64_at(consumer + offset_of!(ConsumerCounters, delivered)),
+                dead_reservations: u64_at(
+                    consumer + offset_of!(ConsumerCounters, dead_reservations),
+                ),
                 full_rejections: u64_at(producer + offset_of!(ProducerCounters, full_rejections)),
                 wakeups: u64_at(producer + offset_of!(ProducerCounters, wakeups)),
                 parks: u64_at(consumer + offset_of!(ConsumerCounters, parks)),

@@ -9,7 +9,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 use super::futex;
-use super::layout::{Header, Layout, SlotHeader, HEADER_BYTES, KIND_MESSAGE, SLOT_HEADER_BYTES};
+use super::layout::{
+    Header, Layout, SlotHeader, HEADER_BYTES, KIND_MESSAGE, KIND_RESERVED, SLOT_HEADER_BYTES,
+};
 use super::SendError;
 
 /// One `mmap` of a whole segment file, with the geometry validated when it was mapped.
@@ -22,6 +24,8 @@ pub(crate) struct Segment {
     /// Process-local: where to ring a receiver that parks in poll(2) on its socket rather than
     /// on the futex (see [`SLEEPING_ON_SOCKET`]).
     pub doorbell: std::sync::OnceLock<std::net::SocketAddr>,
+    /// This process's pid, written into slots it reserves.
+    pid: u32,
 }
 
 /// `sleeping` word values: awake, parked on the futex, parked in poll(2) on a socket.
@@ -77,6 +81,8 @@ impl Segment {
             layout,
             interrupt: AtomicBool::new(false),
             doorbell: std::sync::OnceLock::new(),
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() } as u32,
         })
     }
 
@@ -133,7 +139,12 @@ impl Segment {
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => return Ok(pos),
+                    Ok(_) => {
+                        let slot = self.slot(pos);
+                        slot.len.store(self.pid, Ordering::Relaxed);
+                        slot.kind.store(KIND_RESERVED, Ordering::Release);
+                        return Ok(pos);
+                    }
                     Err(current) => pos = current,
                 }
             } else if dif < 0 {
