@@ -610,7 +610,10 @@ fn a_sender_dying_inside_a_claim_does_not_wedge_the_ring() {
     assert!(status.success(), "child failed: {status}");
     let tx = RingSender::open(&path).expect("open");
     tx.try_send(b"after").expect("send behind the dead slot");
-    assert!(recv_vec(&mut rx).is_none(), "the head is the dead sender's slot");
+    assert!(
+        recv_vec(&mut rx).is_none(),
+        "the head is the dead sender's slot"
+    );
     assert!(rx.wait(IdleStrategy::Park, Some(Duration::from_secs(5))));
     assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"after"[..]));
     assert_eq!(rx.counters().dead_reservations, 1);
