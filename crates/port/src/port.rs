@@ -528,19 +528,24 @@ impl Port {
                     self.ep.group_socket.get().expect("just set")
                 }
             };
-            let joined_groups = self
-                .ep
-                .joined
-                .read()
-                .expect("joined lock")
-                .iter()
-                .any(|t| cluster.txn_group(*t) == group);
-            if !joined_groups {
+            if !self.in_group(group) {
                 crate::mmsg::membership(sock, group, cluster.multicast.interface, true)?;
             }
         }
         self.ep.joined.write().expect("joined lock").insert(txn);
         Ok(())
+    }
+
+    /// Whether a transaction this port joined maps to IP multicast group `group` (several
+    /// transactions may share one group address).
+    fn in_group(&self, group: SocketAddr) -> bool {
+        let cluster = &self.engine.config().cluster;
+        self.ep
+            .joined
+            .read()
+            .expect("joined lock")
+            .iter()
+            .any(|t| cluster.txn_group(*t) == group)
     }
 
     /// Leaves a transaction's group (at commit or abort).
@@ -549,14 +554,7 @@ impl Port {
         let cluster = &self.engine.config().cluster;
         if removed && cluster.multicast.enabled {
             let group = cluster.txn_group(txn);
-            let still = self
-                .ep
-                .joined
-                .read()
-                .expect("joined lock")
-                .iter()
-                .any(|t| cluster.txn_group(*t) == group);
-            if let (false, Some(sock)) = (still, self.ep.group_socket.get()) {
+            if let (false, Some(sock)) = (self.in_group(group), self.ep.group_socket.get()) {
                 crate::mmsg::membership(sock, group, cluster.multicast.interface, false)?;
             }
         }
