@@ -70,6 +70,10 @@ pub enum PortError {
     OwnerDead(Address),
     /// The destination port was closed.
     Closed(Address),
+    /// The remote destination has acknowledged nothing through the link's
+    /// `unreachable_after_timeouts` retransmission timeouts; messages already accepted are
+    /// still retried, and sends succeed again once it answers.
+    Unreachable(Address),
 }
 
 impl std::fmt::Display for PortError {
@@ -86,6 +90,7 @@ impl std::fmt::Display for PortError {
             PortError::NoSuchPort(a) => write!(f, "no port open at {a}"),
             PortError::OwnerDead(a) => write!(f, "the owner of port {a} died"),
             PortError::Closed(a) => write!(f, "port {a} is closed"),
+            PortError::Unreachable(a) => write!(f, "port {a} is unreachable (no acknowledgement)"),
         }
     }
 }
@@ -395,6 +400,7 @@ impl Port {
         let mut buf = std::mem::take(&mut links.buf);
         let result = match links_entry(links, &self.engine, self.addr, self.ep.incarnation, dest) {
             None => Err(PortError::Full),
+            Some(link) if link.is_unreachable() => Err(PortError::Unreachable(dest)),
             Some(link) => match link.send(now, msg) {
                 Ok(()) => {
                     flush(&self.engine, &self.ep, link, &mut buf, now);

@@ -528,3 +528,62 @@ fn survey_reports_open_ports_and_their_queues() {
     assert_eq!((me.queued, me.counters.delivered), (2, 1));
     assert_eq!(me.slot_count, cfg().slot_count);
 }
+
+/// Sends to a port that never answers fail fast once the link gives up, and work again when
+/// it comes up.
+#[test]
+fn a_silent_destination_becomes_unreachable_then_recovers() {
+    let engine = Engine::start(EngineConfig {
+        link: txcast_proto::link::LinkConfig {
+            rto_initial: Duration::from_millis(2),
+            rto_min: Duration::from_millis(1),
+            rto_max: Duration::from_millis(4),
+            unreachable_after_timeouts: 5,
+            ..txcast_proto::link::LinkConfig::default()
+        },
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let mut a = Port::open_on(&engine, addr(19, 0, 1, 0), cfg()).unwrap();
+    let dest = addr(19, 1, 1, 0); // nobody has opened it yet
+    a.send(dest, b"first").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let verdict = loop {
+        match a.try_send(dest, b"more") {
+            Err(PortError::Unreachable(d)) => break d,
+            Ok(()) | Err(PortError::Full) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never declared unreachable"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(verdict, dest);
+    assert_eq!(a.counters().links.unreachable_declared, 1);
+    // The destination opens: the link's retries reach it, its acknowledgement clears the
+    // verdict, and everything accepted before is delivered in order.
+    let mut b = Port::open_on(&engine, dest, cfg()).unwrap();
+    let mut buf = [0u8; 16];
+    let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"first");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while let Err(e) = a.try_send(dest, b"again") {
+        assert!(
+            matches!(e, PortError::Unreachable(_) | PortError::Full),
+            "{e}"
+        );
+        assert!(std::time::Instant::now() < deadline, "never recovered");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    loop {
+        let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+        if &buf[..r.len] == b"again" {
+            break;
+        }
+        assert_eq!(&buf[..r.len], b"more");
+    }
+    drop((a, b));
+    engine.shutdown();
+}

@@ -51,6 +51,10 @@ pub struct LinkConfig {
     /// A gap is NAKed again only after this long.
     pub nak_interval: Duration,
     pub pack: PackMode,
+    /// Consecutive retransmission timeouts with no acknowledgement at all from the peer after
+    /// which the link reports it unreachable (0: never). Retransmission goes on; the first
+    /// acknowledgement clears the verdict.
+    pub unreachable_after_timeouts: u32,
 }
 
 impl Default for LinkConfig {
@@ -68,6 +72,7 @@ impl Default for LinkConfig {
             ack_every_packets: 4,
             nak_interval: Duration::from_millis(2),
             pack: PackMode::default(),
+            unreachable_after_timeouts: 10,
         }
     }
 }
@@ -187,6 +192,8 @@ pub struct LinkCounters {
     pub send_full: u64,
     /// Packets that broke the protocol (a DATA base beyond what we acknowledged).
     pub protocol_violations: u64,
+    /// Times the link declared its peer unreachable.
+    pub unreachable_declared: u64,
 }
 
 impl LinkCounters {
@@ -210,6 +217,7 @@ impl LinkCounters {
         self.peer_restarts += c.peer_restarts;
         self.send_full += c.send_full;
         self.protocol_violations += c.protocol_violations;
+        self.unreachable_declared += c.unreachable_declared;
     }
 }
 
@@ -298,6 +306,14 @@ impl Link {
         self.tx.capacity(&self.cfg)
     }
 
+    /// The peer has not acknowledged anything through `unreachable_after_timeouts`
+    /// consecutive retransmission timeouts: it is down or cut off. Sends to it should fail
+    /// fast; the link keeps retrying what it holds and recovers on the first acknowledgement.
+    pub fn is_unreachable(&self) -> bool {
+        let limit = self.cfg.unreachable_after_timeouts;
+        limit > 0 && self.tx.silent_timeouts() >= limit
+    }
+
     /// Nothing unacknowledged and nothing queued.
     pub fn is_idle(&self) -> bool {
         self.tx.is_empty()
@@ -380,8 +396,12 @@ impl Link {
 
     /// Runs timers that are due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let was = self.is_unreachable();
         if self.tx.on_timeout(&self.cfg, now) {
             self.counters.rto_fired += 1;
+        }
+        if !was && self.is_unreachable() {
+            self.counters.unreachable_declared += 1;
         }
         // The receiver's timers (delayed ACK, NAK repeat) act in `poll_transmit`.
     }

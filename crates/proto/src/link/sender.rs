@@ -44,6 +44,8 @@ pub(super) struct Sender {
     rttvar: Duration,
     rto_deadline: Option<Instant>,
     hold_until: Option<Instant>,
+    /// Retransmission (or persist) timeouts since the peer last acknowledged anything.
+    silent_timeouts: u32,
     /// Credit is exhausted with messages queued and none in flight: after a timeout, one
     /// message goes out anyway as a probe, so a lost window update cannot stall the link.
     probe: bool,
@@ -71,6 +73,7 @@ impl Sender {
             rto_deadline: None,
             hold_until: None,
             probe: false,
+            silent_timeouts: 0,
             fragment_payload: cfg.fragment_payload_max(mac),
             whole_payload: cfg.whole_payload_max(mac),
             body_capacity: cfg.packet_bytes_max
@@ -93,6 +96,10 @@ impl Sender {
             self.rto_deadline,
             self.hold_until
         )
+    }
+
+    pub fn silent_timeouts(&self) -> u32 {
+        self.silent_timeouts
     }
 
     pub fn is_empty(&self) -> bool {
@@ -316,6 +323,8 @@ impl Sender {
         if ack > self.unsent {
             return false;
         }
+        // Any acknowledgement of ours shows the peer is alive.
+        self.silent_timeouts = 0;
         if ack > self.acked {
             let newest = &self.buf[(ack - 1 - self.acked) as usize];
             if newest.transmissions == 1 {
@@ -373,6 +382,7 @@ impl Sender {
                 }
                 self.rto = (self.rto * 2).min(cfg.rto_max);
                 self.rto_deadline = Some(now + self.rto);
+                self.silent_timeouts = self.silent_timeouts.saturating_add(1);
                 true
             }
             Some(t) if t <= now && self.unsent < self.next_seq => {
@@ -380,6 +390,7 @@ impl Sender {
                 self.probe = true;
                 self.rto = (self.rto * 2).min(cfg.rto_max);
                 self.rto_deadline = None;
+                self.silent_timeouts = self.silent_timeouts.saturating_add(1);
                 true
             }
             Some(t) if t <= now => {

@@ -345,3 +345,31 @@ fn incarnations_a_month_apart_order_correctly() {
     assert!(!incarnation_older(start + 25 * 86_400_000, start));
     assert!(incarnation_older(start, start + 25 * 86_400_000));
 }
+
+#[test]
+fn a_silent_peer_is_declared_unreachable_and_recovers_on_its_first_ack() {
+    let cfg = LinkConfig {
+        unreachable_after_timeouts: 4,
+        ..LinkConfig::default()
+    };
+    let (mut a, mut b) = pair(cfg);
+    let mut now = Instant::ZERO;
+    a.send(now, b"hello?").unwrap();
+    pump(now, &mut a, &mut b, |_| true); // the peer is down: everything is lost
+    for _ in 0..3 {
+        now = a.poll_timeout().unwrap();
+        a.handle_timeout(now);
+        pump(now, &mut a, &mut b, |_| true);
+    }
+    assert!(!a.is_unreachable(), "three timeouts are not yet four");
+    now = a.poll_timeout().unwrap();
+    a.handle_timeout(now);
+    assert!(a.is_unreachable());
+    assert_eq!(a.counters().unreachable_declared, 1);
+    // The peer comes back: the next retransmission gets through and its ACK clears the verdict.
+    pump(now, &mut a, &mut b, |_| false);
+    let later = b.poll_timeout().unwrap();
+    pump(later, &mut b, &mut a, |_| false);
+    assert!(!a.is_unreachable());
+    assert_eq!(drain(&mut b), vec![b"hello?".to_vec()]);
+}
