@@ -18,6 +18,15 @@ fn addr(instance: u16, site: u16, server_type: u16, server: u16) -> Address {
     Address::new(instance, site, server_type, server)
 }
 
+/// An engine with no thread of its own: the application's calls run it.
+fn invoker_engine() -> Engine {
+    Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap()
+}
+
 fn cfg() -> PortConfig {
     PortConfig {
         idle: IdleStrategy::SpinThenPark { spins: 1000 },
@@ -335,11 +344,7 @@ fn datagrams_arrive_unreliably_but_intact() {
 
 #[test]
 fn invoker_mode_delivers_without_an_engine_thread() {
-    let engine = Engine::start(EngineConfig {
-        mode: EngineMode::Invoker,
-        ..EngineConfig::default()
-    })
-    .unwrap();
+    let engine = invoker_engine();
     let spin = PortConfig {
         idle: IdleStrategy::Spin,
         ..cfg()
@@ -430,11 +435,7 @@ fn a_cluster_key_drops_unsigned_and_wrongly_signed_packets() {
 /// and is woken by UDP traffic and, for local messages, by the sender's doorbell.
 #[test]
 fn an_invoker_port_parked_on_its_socket_wakes_for_local_and_remote_messages() {
-    let engine = Engine::start(EngineConfig {
-        mode: EngineMode::Invoker,
-        ..EngineConfig::default()
-    })
-    .unwrap();
+    let engine = invoker_engine();
     let parked = PortConfig {
         idle: IdleStrategy::Park,
         ..cfg()

@@ -221,6 +221,15 @@ impl LinkCounters {
     }
 }
 
+/// What every packet a link sends carries: its header, the cluster key, and the
+/// acknowledgement (with the peer incarnation it is for) and credit of the receiving half.
+pub(crate) struct Stamp<'k> {
+    pub header: PacketHeader,
+    pub key: Option<&'k ClusterKey>,
+    pub ack: (u64, u64),
+    pub credit: u32,
+}
+
 enum Body<'a> {
     Data(DataBody<'a>),
     Ack(AckBody<'a>),
@@ -419,31 +428,24 @@ impl Link {
     /// standalone ACK. Call until it returns `None`.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let buf = &mut buf[..self.cfg.packet_bytes_max];
-        let echo = self.peer_incarnation.unwrap_or(0);
-        let (ack, credit) = ((self.rx.ack(), echo), self.rx.credit(&self.cfg));
-        if let Some(n) = self.tx.poll_data(
-            &self.cfg,
-            now,
-            buf,
-            self.header,
-            self.key.as_ref(),
-            ack,
-            credit,
-            &mut self.counters,
-        ) {
+        let stamp = Stamp {
+            header: self.header,
+            key: self.key.as_ref(),
+            ack: (self.rx.ack(), self.peer_incarnation.unwrap_or(0)),
+            credit: self.rx.credit(&self.cfg),
+        };
+        if let Some(n) = self
+            .tx
+            .poll_data(&self.cfg, now, buf, &stamp, &mut self.counters)
+        {
             self.rx.ack_sent();
             self.counters.packets_sent += 1;
             return Some(n);
         }
-        if let Some(n) = self.rx.poll_ack(
-            &self.cfg,
-            now,
-            buf,
-            self.header,
-            self.key.as_ref(),
-            echo,
-            &mut self.counters,
-        ) {
+        if let Some(n) = self
+            .rx
+            .poll_ack(&self.cfg, now, buf, &stamp, &mut self.counters)
+        {
             self.counters.packets_sent += 1;
             return Some(n);
         }
@@ -478,3 +480,23 @@ const _: () = assert!(
     PACKET_BYTES_MIN
         > HEADER_BYTES + DATA_PREFIX_BYTES + RECORD_HEADER_BYTES + FRAG_EXTRA_BYTES + MAC_BYTES
 );
+
+impl Stamp<'_> {
+    /// A DATA packet writer with this stamp, for messages from `first_seq` on.
+    pub(crate) fn data<'b>(
+        &self,
+        buf: &'b mut [u8],
+        first_seq: u64,
+        base: u64,
+    ) -> crate::wire::PacketWriter<'b, '_> {
+        crate::wire::PacketWriter::data(
+            buf,
+            self.header,
+            self.key,
+            first_seq,
+            base,
+            self.ack,
+            self.credit,
+        )
+    }
+}

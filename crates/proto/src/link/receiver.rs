@@ -1,10 +1,8 @@
 //! The receiving half of a link: reorder buffer, cumulative ACK, NAKs, credit, reassembly.
 
-use super::{LinkConfig, LinkCounters};
+use super::{LinkConfig, LinkCounters, Stamp};
 use crate::time::Instant;
-use crate::wire::{
-    AckWriter, ClusterKey, DataBody, Fragment, NakRange, PacketHeader, FLAG_ACK_NOW, NAK_RANGES_MAX,
-};
+use crate::wire::{AckWriter, DataBody, Fragment, NakRange, FLAG_ACK_NOW, NAK_RANGES_MAX};
 
 struct InMsg {
     data: Vec<u8>,
@@ -258,15 +256,12 @@ impl Receiver {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn poll_ack(
         &mut self,
         cfg: &LinkConfig,
         now: Instant,
         buf: &mut [u8],
-        header: PacketHeader,
-        key: Option<&ClusterKey>,
-        echo: u64,
+        stamp: &Stamp<'_>,
         counters: &mut LinkCounters,
     ) -> Option<usize> {
         let nak = self.nak_due(cfg, now);
@@ -296,8 +291,14 @@ impl Receiver {
             self.last_nak_at = Some(now);
             counters.naks_sent += n as u64;
         }
-        let credit = self.credit(cfg);
-        let len = AckWriter::write(buf, header, key, (self.ack(), echo), credit, &naks[..n]);
+        let len = AckWriter::write(
+            buf,
+            stamp.header,
+            stamp.key,
+            stamp.ack,
+            stamp.credit,
+            &naks[..n],
+        );
         self.ack_sent();
         counters.acks_sent += 1;
         Some(len)

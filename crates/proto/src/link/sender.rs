@@ -1,11 +1,10 @@
 //! The sending half of a link: sequence numbers, window, packing, retransmission.
 
-use super::{LinkConfig, LinkCounters, LinkSendError};
+use super::{LinkConfig, LinkCounters, LinkSendError, Stamp};
 use crate::pack::{PackDecision, Packer};
 use crate::time::Instant;
 use crate::wire::{
-    ClusterKey, Fragment, NakRange, PacketHeader, PacketWriter, Record, DATA_PREFIX_BYTES,
-    FLAG_ACK_NOW, HEADER_BYTES, MAC_BYTES,
+    Fragment, NakRange, Record, DATA_PREFIX_BYTES, FLAG_ACK_NOW, HEADER_BYTES, MAC_BYTES,
 };
 use core::time::Duration;
 use std::collections::VecDeque;
@@ -178,19 +177,15 @@ impl Sender {
         &mut self.buf[(seq - self.acked) as usize]
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn poll_data(
         &mut self,
         cfg: &LinkConfig,
         now: Instant,
         buf: &mut [u8],
-        header: PacketHeader,
-        key: Option<&ClusterKey>,
-        ack: (u64, u64),
-        credit: u32,
+        stamp: &Stamp<'_>,
         counters: &mut LinkCounters,
     ) -> Option<usize> {
-        if let Some(n) = self.poll_retransmit(now, buf, header, key, ack, credit, counters) {
+        if let Some(n) = self.poll_retransmit(now, buf, stamp, counters) {
             return Some(n);
         }
         let mut limit = self.limit(cfg);
@@ -219,7 +214,7 @@ impl Sender {
         self.hold_until = None;
         let first = self.unsent;
         let per_packet = self.packer.messages_per_packet_max();
-        let mut w = PacketWriter::data(buf, header, key, first, self.acked, ack, credit);
+        let mut w = stamp.data(buf, first, self.acked);
         let mut seq = first;
         while seq < self.next_seq && seq < limit && w.records() < per_packet {
             let acked = self.acked;
@@ -255,15 +250,11 @@ impl Sender {
         Some(w.finish())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn poll_retransmit(
         &mut self,
         now: Instant,
         buf: &mut [u8],
-        header: PacketHeader,
-        key: Option<&ClusterKey>,
-        ack: (u64, u64),
-        credit: u32,
+        stamp: &Stamp<'_>,
         counters: &mut LinkCounters,
     ) -> Option<usize> {
         let first = loop {
@@ -272,7 +263,7 @@ impl Sender {
                 break s;
             }
         };
-        let mut w = PacketWriter::data(buf, header, key, first, self.acked, ack, credit);
+        let mut w = stamp.data(buf, first, self.acked);
         w.set_flags(FLAG_ACK_NOW);
         let mut seq = first;
         while seq < self.unsent {
