@@ -189,6 +189,11 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     duty: Mutex<crate::mmsg::RecvBatch>,
     wake_fd: i32,
+    /// An epoll set of every socket the engine reads. Sleepers poll this one descriptor rather
+    /// than the sockets themselves: a poll(2) in progress pins the files it waits on, so a
+    /// port closed during it would keep its address bound until the sleeper woke, while epoll
+    /// holds no reference and forgets a socket the moment it closes.
+    epoll_fd: i32,
     /// Nanoseconds (engine clock) until which the engine thread sleeps; `u64::MAX` while awake.
     sleeping_until: AtomicU64,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -239,6 +244,14 @@ impl Engine {
         if wake_fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // SAFETY: epoll_create1 with a valid flag; the result is checked.
+        let epoll_fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll_fd < 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: closes the eventfd made above, which nothing else owns yet.
+            unsafe { libc::close(wake_fd) };
+            return Err(e);
+        }
         let shared = Arc::new(Shared {
             key: cfg.cluster.key(),
             last_incarnation: AtomicU64::new(0),
@@ -250,6 +263,7 @@ impl Engine {
                 cfg.link.packet_bytes_max,
             )),
             wake_fd,
+            epoll_fd,
             sleeping_until: AtomicU64::new(u64::MAX),
             thread: Mutex::new(None),
             loss: Mutex::new(txcast_proto::rng::Rng::new(cfg.loss_seed)),
@@ -311,17 +325,48 @@ impl Engine {
         Instant(self.shared.origin.elapsed().as_nanos() as u64)
     }
 
-    pub(crate) fn register(&self, ep: Arc<Endpoint>) {
+    pub(crate) fn register(&self, ep: Arc<Endpoint>) -> std::io::Result<()> {
+        let (fd, addr) = (ep.socket.as_raw_fd(), ep.addr);
         self.shared.endpoints.write().expect("engine lock").push(ep);
-        self.wake();
+        self.watch(fd).inspect_err(|_| self.unregister(addr))
     }
 
     pub(crate) fn unregister(&self, addr: Address) {
-        self.shared
-            .endpoints
-            .write()
-            .expect("engine lock")
-            .retain(|e| e.addr != addr);
+        let mut eps = self.shared.endpoints.write().expect("engine lock");
+        for ep in eps.iter().filter(|e| e.addr == addr) {
+            self.unwatch(ep.socket.as_raw_fd());
+            if let Some(g) = ep.group_socket.get() {
+                self.unwatch(g.as_raw_fd());
+            }
+        }
+        eps.retain(|e| e.addr != addr);
+    }
+
+    /// Adds a socket to the set sleepers wait on, and wakes the engine thread to read it.
+    pub(crate) fn watch(&self, fd: i32) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: valid epoll and socket descriptors and a valid event for the call.
+        let rc = unsafe { libc::epoll_ctl(self.shared.epoll_fd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.wake();
+        Ok(())
+    }
+
+    fn unwatch(&self, fd: i32) {
+        // SAFETY: removes `fd` from our epoll set; a null event is allowed for DEL.
+        unsafe {
+            libc::epoll_ctl(
+                self.shared.epoll_fd,
+                libc::EPOLL_CTL_DEL,
+                fd,
+                std::ptr::null_mut(),
+            )
+        };
     }
 
     /// Wakes a parked engine thread.
@@ -347,8 +392,9 @@ impl Engine {
         }
     }
 
-    /// For an application thread about to park in invoker mode: every socket the engine reads
-    /// (into `fds`) and the earliest link deadline (`Instant::ZERO` if work is waiting).
+    /// For an application thread about to park in invoker mode: what to poll for traffic on
+    /// any socket the engine reads (into `fds`) and the earliest link deadline
+    /// (`Instant::ZERO` if work is waiting).
     pub(crate) fn park_plan(&self, fds: &mut Vec<libc::pollfd>) -> Option<Instant> {
         fds.clear();
         let mut deadline: Option<Instant> = None;
@@ -357,16 +403,12 @@ impl Engine {
             if let Some(t) = ep.links.lock().expect("links lock").next_deadline() {
                 deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
-            for fd in std::iter::once(ep.socket.as_raw_fd())
-                .chain(ep.group_socket.get().map(|g| g.as_raw_fd()))
-            {
-                fds.push(libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            }
         }
+        fds.push(libc::pollfd {
+            fd: self.shared.epoll_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
         if !self
             .shared
             .fanout
@@ -759,8 +801,11 @@ impl Engine {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // SAFETY: closes the eventfd this struct owns.
-        unsafe { libc::close(self.wake_fd) };
+        // SAFETY: closes the eventfd and epoll set this struct owns.
+        unsafe {
+            libc::close(self.wake_fd);
+            libc::close(self.epoll_fd);
+        }
     }
 }
 

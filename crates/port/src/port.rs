@@ -15,6 +15,7 @@ use crate::shm::{
 };
 use std::collections::{BTreeSet, HashMap};
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -204,7 +205,7 @@ impl Port {
             recv_busy: AtomicBool::new(false),
             ring_blocked: AtomicBool::new(false),
         });
-        engine.register(ep.clone());
+        engine.register(ep.clone())?;
         Ok(Port {
             addr,
             cfg,
@@ -529,8 +530,9 @@ impl Port {
                 Some(s) => s,
                 None => {
                     let s = crate::mmsg::group_socket(group.port())?;
+                    let fd = s.as_raw_fd();
                     let _ = self.ep.group_socket.set(s);
-                    self.engine.wake();
+                    self.engine.watch(fd)?;
                     self.ep.group_socket.get().expect("just set")
                 }
             };

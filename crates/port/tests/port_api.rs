@@ -588,3 +588,19 @@ fn a_silent_destination_becomes_unreachable_then_recovers() {
     drop((a, b));
     engine.shutdown();
 }
+
+/// A port closed while the engine thread sleeps frees its address at once: the sleeper waits
+/// on an epoll set, which holds no reference to the socket (a poll(2) on the socket itself
+/// kept it bound until the engine woke, and reopening failed with "address in use").
+#[test]
+fn a_port_closed_while_the_engine_sleeps_can_be_opened_again_at_once() {
+    let engine = Engine::start(EngineConfig::default()).unwrap();
+    let a = addr(20, 0, 1, 0);
+    for _ in 0..5 {
+        let p = Port::open_on(&engine, a, cfg()).unwrap();
+        // Long enough for the idle engine thread to spin, yield and park in its poll.
+        std::thread::sleep(Duration::from_millis(20));
+        drop(p);
+    }
+    engine.shutdown();
+}
