@@ -1,0 +1,209 @@
+//! Joins and leaves, as records in the group's total order.
+
+use super::msg::GroupHeader;
+use super::{Control, GroupEvent, Member, State};
+use crate::addr::Address;
+use crate::time::Instant;
+
+impl Member {
+    pub(super) fn on_join_request(&mut self, now: Instant, who: Address) {
+        match self.state {
+            State::Normal if self.seqr.is_some() => self.queue_join(now, who),
+            State::Normal => self.push_control(who, Control::Redirect(self.sequencer)),
+            _ => {}
+        }
+    }
+
+    pub(super) fn on_redirect(&mut self, now: Instant, sequencer: Address) {
+        if self.state != State::Joining {
+            return;
+        }
+        if let Some(j) = self.join.as_mut() {
+            if j.0 != sequencer {
+                j.0 = sequencer;
+                j.2 = now + self.cfg.retransmit_timeout;
+                self.push_control(sequencer, Control::JoinRequest);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_welcome(
+        &mut self,
+        now: Instant,
+        hdr: GroupHeader,
+        join_seq: u64,
+        stable_upto: u64,
+        resilience: u8,
+        sequencer: Address,
+        members: &[Address],
+    ) {
+        if self.state != State::Joining || join_seq == 0 || !members.contains(&self.me) {
+            return;
+        }
+        self.join = None;
+        self.state = State::Normal;
+        self.epoch = hdr.epoch;
+        self.epoch_seen = self.epoch_seen.max(hdr.epoch.number);
+        self.cfg.resilience = resilience;
+        self.members = members.to_vec();
+        self.sequencer = sequencer;
+        self.watch.heard(now);
+        self.history.reset(join_seq);
+        let e = super::history::Entry {
+            sender: sequencer,
+            msg_id: 0,
+            kind: super::RecordKind::Join,
+            payload: Some(super::encode_addr(self.me)),
+            via_bb: false,
+        };
+        assert_eq!(self.history.insert(join_seq, e), Ok(true));
+        self.received_upto = join_seq;
+        self.accepted_upto = join_seq;
+        self.applied_upto = join_seq;
+        self.ordered_seen = join_seq;
+        self.consumed_upto = join_seq - 1;
+        self.stable_upto = stable_upto.min(join_seq - 1);
+        self.start_seq = join_seq - 1;
+        for &m in members {
+            self.last_msg_id.insert(m, 0);
+        }
+        self.ack_due = true;
+        self.events
+            .push_back(GroupEvent::JoinDone { seq: join_seq });
+    }
+
+    pub(super) fn apply_join(&mut self, now: Instant, seq: u64, who: Address) {
+        if !self.members.contains(&who) {
+            self.members.push(who);
+        }
+        self.last_msg_id.insert(who, 0);
+        self.unordered.retain(|(s, _), _| *s != who);
+        let members = self.members.clone();
+        if let Some(s) = self.seqr.as_mut() {
+            s.acks.insert(who, (seq - 1, seq - 1));
+            s.next_msg_id.insert(who, 1);
+            s.watches.insert(who, super::Watch::new(now));
+            s.welcomes.push((who, seq, members.clone()));
+            if s.barrier == Some(seq) {
+                s.barrier = None;
+            }
+            self.push_control(
+                who,
+                Control::Welcome {
+                    join_seq: seq,
+                    members,
+                },
+            );
+            self.order_next(now);
+        }
+    }
+
+    pub(super) fn apply_leave(&mut self, now: Instant, seq: u64, who: Address) {
+        self.members.retain(|&m| m != who);
+        self.unordered.retain(|(s, _), _| *s != who);
+        let was_sequencer = who == self.sequencer;
+        if let Some(s) = self.seqr.as_mut() {
+            if s.barrier == Some(seq) {
+                s.barrier = None;
+            }
+            s.next_msg_id.remove(&who);
+            if who != self.me {
+                // Still watched until it has its leave record (or is found dead).
+                s.departing.push((who, seq));
+            }
+        }
+        if who == self.me {
+            // Report once more so the sequencer knows we have our leave record.
+            self.ack_due = true;
+            if self.seqr.is_some() && !self.members.is_empty() {
+                self.leave_at = None;
+                self.events.push_back(GroupEvent::LeaveDone);
+                self.state = State::Departing;
+                self.depart = Some((seq, now + self.cfg.silence_timeout));
+            } else {
+                self.leave_done();
+            }
+        }
+        if was_sequencer && !self.members.is_empty() {
+            self.sequencer = self.members[0];
+            self.watch.heard(now);
+            if self.sequencer == self.me {
+                self.become_sequencer(now);
+                self.order_next(now);
+            } else {
+                // Submissions in flight went to the old sequencer: send them again.
+                for p in self.pending.iter_mut() {
+                    p.sent_at = None;
+                }
+            }
+        }
+        if self.seqr.is_some() && self.state == State::Normal {
+            self.order_next(now);
+        }
+    }
+
+    pub(super) fn leave_done(&mut self) {
+        self.leave_at = None;
+        self.events.push_back(GroupEvent::LeaveDone);
+        self.state = State::Left;
+        self.seqr = None;
+        self.reset = None;
+        self.blocked_retry_at = None;
+    }
+
+    /// Joining and leaving retries; the departing sequencer's end.
+    pub(super) fn membership_tick(&mut self, now: Instant) {
+        if let Some((contact, attempts, at)) = self.join {
+            if now >= at {
+                if attempts >= self.cfg.join_attempts_max {
+                    self.join = None;
+                    self.state = State::Left;
+                    self.events.push_back(GroupEvent::JoinFailed);
+                } else {
+                    self.join = Some((contact, attempts + 1, now + self.cfg.retransmit_timeout));
+                    self.push_control(contact, Control::JoinRequest);
+                }
+            }
+        }
+        if let Some(at) = self.leave_at {
+            if now >= at {
+                self.leave_at = Some(now + self.cfg.retransmit_timeout);
+                if self.state == State::Normal {
+                    self.push_control(self.sequencer, Control::LeaveRequest);
+                }
+            }
+        }
+        if let Some((leave_seq, until)) = self.depart {
+            // Done when the members have everything up to our leave and the members that
+            // left before us have their leave records.
+            let done = self.seqr.as_ref().is_none_or(|s| {
+                s.departing.is_empty()
+                    && self
+                        .members
+                        .iter()
+                        .all(|m| s.acks.get(m).is_some_and(|a| a.1 >= leave_seq))
+            });
+            if done || now >= until {
+                self.depart = None;
+                self.seqr = None;
+                self.state = State::Left;
+            }
+        }
+    }
+
+    pub(super) fn membership_deadline(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |y: Instant| y.min(x)));
+        if let Some((_, _, x)) = self.join {
+            at(x);
+        }
+        if let Some(x) = self.leave_at {
+            at(x);
+        }
+        if let Some((_, x)) = self.depart {
+            at(x);
+        }
+        t
+    }
+}

@@ -1,0 +1,789 @@
+//! Groups (paper 003): reliable, totally ordered multicast with Amoeba's sequencer protocol.
+//!
+//! A [`Member`] is one process's membership in one group, as a sans-IO state machine:
+//! - input: [`Member::handle_message`] (bytes from another member), [`Member::handle_timeout`],
+//!   and application calls ([`Member::send`], [`Member::leave`], [`Member::reset`]);
+//! - output: [`Member::poll_transmit`] (bytes and a [`Dest`]), [`Member::poll_delivery`] (the
+//!   ordered stream: messages, joins, leaves, rebuilt views), [`Member::poll_event`]
+//!   (completions and failures), [`Member::poll_timeout`].
+//!
+//! The protocol (paper 003 §2–§3.1):
+//! - a sender hands its message to the sequencer (PB: point to point; BB: multicast to all, and
+//!   the sequencer multicasts only a short accept); the sequencer gives it the next sequence
+//!   number and multicasts it, packing several records into one packet under load;
+//! - members detect gaps and send negative acknowledgements; acknowledgements ride on every
+//!   message a member sends to the sequencer; every member keeps a bounded history of records
+//!   until the sequencer reports them stable (received and consumed by every member). When the
+//!   history fills, the sequencer stops ordering and asks every member for its state (sync);
+//! - resilience degree r: records are tentative until the r lowest-ranked members besides the
+//!   sequencer hold them; a send completes when the sender delivers its own message, which is
+//!   after r other members hold it;
+//! - joins, leaves and rebuilt views are records in the same total order;
+//! - a failure detector (heartbeats, then a bounded number of probes) declares a silent member
+//!   or sequencer dead; recovery rebuilds the group from the survivors (see `recovery`).
+
+mod history;
+mod membership;
+pub mod msg;
+mod receive;
+mod recovery;
+mod sequencer;
+mod transmit;
+
+#[cfg(test)]
+mod tests;
+
+use crate::addr::{Address, AddressHash};
+use crate::pack::{PackMode, Packer};
+use crate::time::Instant;
+use core::fmt;
+use core::time::Duration;
+use history::History;
+pub use msg::{Epoch, GroupWireError, RecordKind};
+use std::collections::{HashMap, VecDeque};
+
+/// Identifies a group among the groups of a cluster.
+pub type GroupId = u32;
+
+/// How a sender's message reaches the members (paper 003 §3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// Point to point to the sequencer, which multicasts it with its sequence number.
+    Pb,
+    /// Multicast by the sender; the sequencer multicasts a short accept.
+    Bb,
+    /// BB for payloads of at least `bb_from_bytes`, PB below.
+    BySize { bb_from_bytes: usize },
+}
+
+/// When recovery starts and how many members it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MinMembers {
+    /// At least this many survivors, counting the coordinator.
+    Absolute(usize),
+    /// More than half of the view being rebuilt.
+    Majority,
+}
+
+impl MinMembers {
+    fn of(self, view: usize) -> usize {
+        match self {
+            MinMembers::Absolute(n) => n.max(1),
+            MinMembers::Majority => view / 2 + 1,
+        }
+    }
+}
+
+/// A group's parameters. Every member must use the same `group`, `resilience` (a joiner takes
+/// the group's from its welcome) and compatible bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupConfig {
+    pub group: GroupId,
+    /// Resilience degree r: a send completes only once r members besides the sequencer hold
+    /// the message, so it survives r crashes.
+    pub resilience: u8,
+    pub method: Method,
+    /// Records the sequencer may have ordered beyond the last stable one (its history), and so
+    /// the most each member holds.
+    pub history_max: usize,
+    /// A member's sends in flight to the sequencer at once.
+    pub send_window: usize,
+    /// A member's sends queued (in flight included); past it `send` fails with `Full`.
+    pub send_queue_max: usize,
+    pub message_bytes_max: usize,
+    /// Largest group message this member builds.
+    pub packet_bytes_max: usize,
+    pub pack: PackMode,
+    /// Resend an unordered submission, repeat a NAK, retry a join or leave after this long.
+    pub retransmit_timeout: Duration,
+    /// The sequencer multicasts, and members report to it, at least this often.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a member (or the sequencer) is probed.
+    pub silence_timeout: Duration,
+    pub probe_interval: Duration,
+    /// Unanswered probes (and invitations) before a peer is declared dead.
+    pub probes_max: u32,
+    /// `Some`: recover on a detected failure without waiting for [`Member::reset`].
+    pub auto_reset: Option<MinMembers>,
+    /// A failed recovery (too few survivors) is retried this often.
+    pub reset_retry: Duration,
+    /// Join attempts before a join fails.
+    pub join_attempts_max: u32,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            group: 1,
+            resilience: 0,
+            method: Method::BySize {
+                bb_from_bytes: 2048,
+            },
+            history_max: 4096,
+            send_window: 256,
+            send_queue_max: 4096,
+            message_bytes_max: 16 * 1024,
+            packet_bytes_max: 60_000,
+            pack: PackMode::default(),
+            retransmit_timeout: Duration::from_millis(20),
+            heartbeat_interval: Duration::from_millis(50),
+            silence_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(100),
+            probes_max: 3,
+            auto_reset: Some(MinMembers::Majority),
+            reset_retry: Duration::from_millis(500),
+            join_attempts_max: 50,
+        }
+    }
+}
+
+/// A configuration that cannot work, with the rule it breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub &'static str);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl GroupConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let one_record = msg::GROUP_HEADER_BYTES
+            + msg::ORDER_FIXED_BYTES
+            + msg::order_record_bytes(self.message_bytes_max);
+        if one_record > self.packet_bytes_max {
+            return Err(ConfigError(
+                "packet_bytes_max must hold one order record of message_bytes_max",
+            ));
+        }
+        if self.packet_bytes_max > 65_000 {
+            return Err(ConfigError("packet_bytes_max must fit a UDP datagram"));
+        }
+        if self.history_max < 4 || self.send_window == 0 || self.send_queue_max < self.send_window {
+            return Err(ConfigError(
+                "history_max >= 4, send_window >= 1 and send_queue_max >= send_window",
+            ));
+        }
+        if self.probes_max == 0 || self.silence_timeout <= self.heartbeat_interval {
+            return Err(ConfigError(
+                "probes_max >= 1 and silence_timeout longer than heartbeat_interval",
+            ));
+        }
+        Ok(())
+    }
+
+    fn use_bb(&self, len: usize) -> bool {
+        match self.method {
+            Method::Pb => false,
+            Method::Bb => true,
+            Method::BySize { bb_from_bytes } => len >= bb_from_bytes,
+        }
+    }
+}
+
+/// Where a message goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    To(Address),
+    /// Every other member of the view ([`Member::fanout`]); IP multicast where there is one.
+    All,
+}
+
+/// One record of the ordered stream, as the application sees it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    pub seq: u64,
+    pub sender: Address,
+    pub what: Delivered<'a>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Delivered<'a> {
+    Message {
+        msg_id: u64,
+        payload: &'a [u8],
+    },
+    Joined(Address),
+    Left(Address),
+    /// The group was rebuilt after a failure: its members now, and those it lost.
+    Rebuilt {
+        epoch: Epoch,
+        members: Vec<Address>,
+        removed: Vec<Address>,
+    },
+}
+
+/// Completions and failures, outside the ordered stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupEvent {
+    /// This member's message `msg_id` is delivered here, so it is ordered and held by r
+    /// members besides the sequencer.
+    SendDone {
+        msg_id: u64,
+    },
+    /// This process is a member (its join record is `seq`).
+    JoinDone {
+        seq: u64,
+    },
+    JoinFailed,
+    /// This member's leave record was delivered: it is no longer a member.
+    LeaveDone,
+    /// A member or the sequencer was declared dead; without `auto_reset` the group waits for
+    /// [`Member::reset`].
+    Failure {
+        suspect: Address,
+    },
+    /// Recovery found too few survivors; the group is blocked and will try again.
+    ResetFailed {
+        survivors: usize,
+        needed: usize,
+    },
+    /// A rebuilt view left this member out.
+    Expelled,
+}
+
+/// Where a member is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Joining,
+    Normal,
+    /// A failure was detected and recovery waits for [`Member::reset`].
+    Failed,
+    Recovering,
+    /// Recovery found too few survivors.
+    Blocked,
+    /// The old sequencer after its own leave, serving retransmissions until the others have
+    /// everything up to its leave record.
+    Departing,
+    Left,
+    Expelled,
+}
+
+/// Why an application call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupError {
+    /// The member is not in a state to do this.
+    NotMember(State),
+    /// Resilience r needs r + 1 members; the view has fewer.
+    TooFewMembers {
+        needed: usize,
+        have: usize,
+    },
+    /// The send queue is full (back-pressure).
+    Full,
+    TooLong {
+        len: usize,
+        max: usize,
+    },
+    Config(ConfigError),
+}
+
+impl fmt::Display for GroupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GroupError::NotMember(s) => write!(f, "not a member in a working group ({s:?})"),
+            GroupError::TooFewMembers { needed, have } => {
+                write!(f, "resilience needs {needed} members, the group has {have}")
+            }
+            GroupError::Full => f.write_str("send queue full"),
+            GroupError::TooLong { len, max } => write!(f, "message of {len} bytes > {max}"),
+            GroupError::Config(e) => write!(f, "bad group configuration: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for GroupError {}
+
+/// What a member counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupCounters {
+    pub sent: u64,
+    pub submits_sent: u64,
+    pub submits_resent: u64,
+    pub ordered: u64,
+    pub delivered: u64,
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    pub records_multicast: u64,
+    pub records_retransmitted: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub acks_sent: u64,
+    pub duplicates: u64,
+    pub dropped_bad: u64,
+    pub dropped_other_group: u64,
+    pub dropped_other_epoch: u64,
+    pub dropped_beyond_window: u64,
+    pub dropped_control_full: u64,
+    pub history_full: u64,
+    pub syncs: u64,
+    pub heartbeats: u64,
+    pub probes_sent: u64,
+    pub failures_detected: u64,
+    pub resets_started: u64,
+    pub resets_completed: u64,
+    pub resets_failed: u64,
+}
+
+/// A snapshot for `get_info_group`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupInfo {
+    pub state: State,
+    pub epoch: Epoch,
+    pub members: Vec<Address>,
+    pub sequencer: Address,
+    pub resilience: u8,
+    /// Highest sequence number received contiguously.
+    pub received_upto: u64,
+    /// Highest sequence number delivered to the application.
+    pub consumed_upto: u64,
+    pub stable_upto: u64,
+    pub counters: GroupCounters,
+}
+
+/// A message this member sent and has not yet seen delivered.
+#[derive(Debug)]
+struct Pending {
+    msg_id: u64,
+    payload: Vec<u8>,
+    /// Last transmission (None: not yet sent).
+    sent_at: Option<Instant>,
+}
+
+/// A control message waiting for `poll_transmit`.
+#[derive(Clone, Debug)]
+enum Control {
+    Probe,
+    Ack,
+    JoinRequest,
+    LeaveRequest,
+    Redirect(Address),
+    Welcome {
+        join_seq: u64,
+        members: Vec<Address>,
+    },
+    Invite {
+        epoch: Epoch,
+    },
+    InviteReply {
+        epoch: Epoch,
+    },
+    /// The current view, to a member that is behind (or the coordinator's announcement).
+    NewView,
+}
+
+/// Most control messages queued; more are dropped and counted (their senders retry).
+const CONTROL_QUEUE_MAX: usize = 1024;
+/// Most BB payloads held before their accept arrives.
+const UNORDERED_MAX: usize = 8192;
+/// Most records one NAK asks for.
+const NAK_SPAN_MAX: u64 = 1024;
+
+/// Failure detector state for one watched peer.
+#[derive(Clone, Copy, Debug)]
+struct Watch {
+    last_heard: Instant,
+    probes: u32,
+    next_probe_at: Instant,
+}
+
+/// The sequencer role (present while this member is the sequencer).
+#[derive(Debug)]
+struct Sequencer {
+    next_seq: u64,
+    /// Per member (and departing member): (consumed, received) as last reported.
+    acks: HashMap<Address, (u64, u64), AddressHash>,
+    /// Members whose leave was applied, until they have their leave record.
+    departing: Vec<(Address, u64)>,
+    /// Next msg_id expected from each sender (duplicate suppression, FIFO).
+    next_msg_id: HashMap<Address, u64, AddressHash>,
+    /// Records `multicast_from..next_seq` are ordered but not yet multicast.
+    multicast_from: u64,
+    oldest_unsent: Option<Instant>,
+    /// Retransmissions owed: (member, from, to).
+    retransmit: VecDeque<(Address, u64, u64)>,
+    /// A membership record ordered and not yet applied: nothing is ordered after it.
+    barrier: Option<u64>,
+    joins: VecDeque<Address>,
+    leaves: VecDeque<Address>,
+    /// Joiners admitted, until they acknowledge: (joiner, join seq, members at the join).
+    welcomes: Vec<(Address, u64, Vec<Address>)>,
+    last_multicast_at: Instant,
+    sync_at: Option<Instant>,
+    watches: HashMap<Address, Watch, AddressHash>,
+    /// The accept or stable watermark changed since the last multicast.
+    accept_news: bool,
+    /// Ask every member for an ack in the next multicast (the history is full).
+    sync_due: bool,
+    heartbeat_due: bool,
+}
+
+/// Recovery in progress (see `recovery`).
+#[derive(Debug)]
+struct Reset {
+    epoch: Epoch,
+    coordinator: bool,
+    min_members: usize,
+    old_members: Vec<Address>,
+    replies: HashMap<Address, (u64, u64), AddressHash>,
+    invites_sent: u32,
+    next_at: Instant,
+}
+
+/// One process's membership in one group.
+pub struct Member {
+    cfg: GroupConfig,
+    me: Address,
+    state: State,
+    epoch: Epoch,
+    /// Highest epoch number seen anywhere (a coordinator picks a higher one).
+    epoch_seen: u64,
+    /// The sequence number a rebuilt view started after (its `start_seq`).
+    start_seq: u64,
+    members: Vec<Address>,
+    sequencer: Address,
+    history: History,
+    received_upto: u64,
+    accepted_upto: u64,
+    /// Highest record applied to the protocol state (membership, dedup, completions).
+    applied_upto: u64,
+    /// Highest record the application took.
+    consumed_upto: u64,
+    ordered_seen: u64,
+    stable_upto: u64,
+    next_msg_id: u64,
+    pending: VecDeque<Pending>,
+    /// Last msg_id applied per sender.
+    last_msg_id: HashMap<Address, u64, AddressHash>,
+    unordered: HashMap<(Address, u64), Vec<u8>>,
+    seqr: Option<Sequencer>,
+    /// This member watching the sequencer.
+    watch: Watch,
+    reset: Option<Reset>,
+    control: VecDeque<(Address, Control)>,
+    events: VecDeque<GroupEvent>,
+    ack_due: bool,
+    nak_due: bool,
+    last_ack: (u64, u64),
+    last_to_sequencer: Instant,
+    nak_at: Option<Instant>,
+    /// Joining: the member asked, attempts so far, next attempt.
+    join: Option<(Address, u32, Instant)>,
+    leave_at: Option<Instant>,
+    /// Departing sequencer: serve until everyone has this record, or this deadline.
+    depart: Option<(u64, Instant)>,
+    blocked_retry_at: Option<Instant>,
+    packer: Packer,
+    counters: GroupCounters,
+    /// Submissions not yet transmitted since the oldest was queued (for packing).
+    oldest_unsubmitted: Option<Instant>,
+}
+
+impl Member {
+    /// Creates a group with this process as its only member and sequencer.
+    pub fn create(cfg: GroupConfig, me: Address, now: Instant) -> Result<Member, GroupError> {
+        let mut m = Member::blank(cfg, me, now)?;
+        m.state = State::Normal;
+        m.members = vec![me];
+        m.sequencer = me;
+        m.epoch = Epoch {
+            number: 1,
+            coordinator: me,
+        };
+        m.epoch_seen = 1;
+        m.become_sequencer(now);
+        Ok(m)
+    }
+
+    /// Starts joining the group through `contact`, any member (it redirects to the
+    /// sequencer). [`GroupEvent::JoinDone`] or [`GroupEvent::JoinFailed`] follows.
+    pub fn join(
+        cfg: GroupConfig,
+        me: Address,
+        contact: Address,
+        now: Instant,
+    ) -> Result<Member, GroupError> {
+        let mut m = Member::blank(cfg, me, now)?;
+        m.state = State::Joining;
+        m.join = Some((contact, 1, now + m.cfg.retransmit_timeout));
+        m.push_control(contact, Control::JoinRequest);
+        Ok(m)
+    }
+
+    fn blank(cfg: GroupConfig, me: Address, now: Instant) -> Result<Member, GroupError> {
+        cfg.validate().map_err(GroupError::Config)?;
+        let history = History::new(1, cfg.history_max * 2);
+        let packer = Packer::new(cfg.pack);
+        Ok(Member {
+            cfg,
+            me,
+            state: State::Joining,
+            epoch: Epoch::default(),
+            epoch_seen: 0,
+            start_seq: 0,
+            members: Vec::new(),
+            sequencer: me,
+            history,
+            received_upto: 0,
+            accepted_upto: 0,
+            applied_upto: 0,
+            consumed_upto: 0,
+            ordered_seen: 0,
+            stable_upto: 0,
+            next_msg_id: 1,
+            pending: VecDeque::new(),
+            last_msg_id: HashMap::default(),
+            unordered: HashMap::new(),
+            seqr: None,
+            watch: Watch::new(now),
+            reset: None,
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            ack_due: false,
+            nak_due: false,
+            last_ack: (0, 0),
+            last_to_sequencer: now,
+            nak_at: None,
+            join: None,
+            leave_at: None,
+            depart: None,
+            blocked_retry_at: None,
+            packer,
+            counters: GroupCounters::default(),
+            oldest_unsubmitted: None,
+        })
+    }
+
+    pub fn address(&self) -> Address {
+        self.me
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.cfg
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn is_sequencer(&self) -> bool {
+        self.seqr.is_some()
+    }
+
+    pub fn members(&self) -> &[Address] {
+        &self.members
+    }
+
+    /// Where [`Dest::All`] goes: every member of the view but this one.
+    pub fn fanout(&self) -> impl Iterator<Item = Address> + '_ {
+        self.members.iter().copied().filter(|&a| a != self.me)
+    }
+
+    pub fn counters(&self) -> &GroupCounters {
+        &self.counters
+    }
+
+    pub fn pack_histogram(&self) -> &[u64; crate::pack::PACK_HISTOGRAM_BINS] {
+        self.packer.histogram()
+    }
+
+    pub fn info(&self) -> GroupInfo {
+        GroupInfo {
+            state: self.state,
+            epoch: self.epoch,
+            members: self.members.clone(),
+            sequencer: self.sequencer,
+            resilience: self.cfg.resilience,
+            received_upto: self.received_upto,
+            consumed_upto: self.consumed_upto,
+            stable_upto: self.stable_upto,
+            counters: self.counters.clone(),
+        }
+    }
+
+    /// Messages this member sent that are not yet delivered back to it.
+    pub fn sends_pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Queues a message for the group; returns its `msg_id`. It is complete when
+    /// [`GroupEvent::SendDone`] with that id comes out.
+    pub fn send(&mut self, now: Instant, payload: &[u8]) -> Result<u64, GroupError> {
+        if self.state != State::Normal {
+            return Err(GroupError::NotMember(self.state));
+        }
+        if payload.len() > self.cfg.message_bytes_max {
+            return Err(GroupError::TooLong {
+                len: payload.len(),
+                max: self.cfg.message_bytes_max,
+            });
+        }
+        let needed = self.cfg.resilience as usize + 1;
+        if self.members.len() < needed {
+            return Err(GroupError::TooFewMembers {
+                needed,
+                have: self.members.len(),
+            });
+        }
+        if self.pending.len() >= self.cfg.send_queue_max {
+            return Err(GroupError::Full);
+        }
+        let msg_id = self.next_msg_id;
+        self.next_msg_id += 1;
+        self.pending.push_back(Pending {
+            msg_id,
+            payload: payload.to_vec(),
+            sent_at: None,
+        });
+        self.oldest_unsubmitted.get_or_insert(now);
+        self.counters.sent += 1;
+        if self.seqr.is_some() {
+            self.order_own(now);
+        }
+        Ok(msg_id)
+    }
+
+    /// Asks to leave; [`GroupEvent::LeaveDone`] follows once the leave record is delivered.
+    pub fn leave(&mut self, now: Instant) -> Result<(), GroupError> {
+        if self.state != State::Normal {
+            return Err(GroupError::NotMember(self.state));
+        }
+        if self.seqr.is_some() {
+            self.queue_leave(now, self.me);
+        } else {
+            self.push_control(self.sequencer, Control::LeaveRequest);
+            self.leave_at = Some(now + self.cfg.retransmit_timeout);
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the group from the members that answer (paper 003 `ResetGroup`), needing at
+    /// least `min_members` of them, this one included.
+    pub fn reset(&mut self, now: Instant, min_members: MinMembers) -> Result<(), GroupError> {
+        match self.state {
+            State::Normal | State::Failed | State::Blocked | State::Recovering => {
+                self.start_reset(now, min_members);
+                Ok(())
+            }
+            s => Err(GroupError::NotMember(s)),
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<GroupEvent> {
+        self.events.pop_front()
+    }
+
+    /// Hands the next record of the ordered stream to `f`.
+    pub fn poll_delivery<R>(&mut self, f: impl FnOnce(Delivery<'_>) -> R) -> Option<R> {
+        let seq = self.consumed_upto + 1;
+        if seq > self.applied_upto {
+            return None;
+        }
+        let e = self
+            .history
+            .get(seq)
+            .expect("applied records stay until consumed");
+        let what = match e.kind {
+            RecordKind::Message => Delivered::Message {
+                msg_id: e.msg_id,
+                payload: e.payload.as_deref().expect("applied records are complete"),
+            },
+            RecordKind::Join => Delivered::Joined(addr_payload(e)),
+            RecordKind::Leave => Delivered::Left(addr_payload(e)),
+            RecordKind::View => {
+                let (members, removed) = view_payload(e);
+                Delivered::Rebuilt {
+                    epoch: Epoch {
+                        number: e.msg_id,
+                        coordinator: e.sender,
+                    },
+                    members,
+                    removed,
+                }
+            }
+        };
+        let r = f(Delivery {
+            seq,
+            sender: e.sender,
+            what,
+        });
+        self.consumed_upto = seq;
+        self.counters.delivered += 1;
+        self.note_consumed();
+        Some(r)
+    }
+
+    /// Whether a delivery is waiting.
+    pub fn has_delivery(&self) -> bool {
+        self.consumed_upto < self.applied_upto
+    }
+
+    fn push_control(&mut self, to: Address, c: Control) {
+        if self.control.len() >= CONTROL_QUEUE_MAX {
+            self.counters.dropped_control_full += 1;
+            return;
+        }
+        self.control.push_back((to, c));
+    }
+}
+
+impl Watch {
+    fn new(now: Instant) -> Watch {
+        Watch {
+            last_heard: now,
+            probes: 0,
+            next_probe_at: now,
+        }
+    }
+
+    fn heard(&mut self, now: Instant) {
+        self.last_heard = now;
+        self.probes = 0;
+    }
+}
+
+/// The address a Join or Leave record names.
+fn addr_payload(e: &history::Entry) -> Address {
+    let p = e.payload.as_deref().unwrap_or(&[]);
+    if p.len() >= 8 {
+        Address::read_from(p)
+    } else {
+        e.sender
+    }
+}
+
+/// A View record's payload: `[members count u32][removed count u32][addresses...]`.
+fn view_payload(e: &history::Entry) -> (Vec<Address>, Vec<Address>) {
+    let p = e.payload.as_deref().unwrap_or(&[]);
+    if p.len() < 8 {
+        return (Vec::new(), Vec::new());
+    }
+    let n = u32::from_le_bytes(p[0..4].try_into().expect("4")) as usize;
+    let k = u32::from_le_bytes(p[4..8].try_into().expect("4")) as usize;
+    let addrs: Vec<Address> = p[8..].chunks_exact(8).map(Address::read_from).collect();
+    if addrs.len() != n + k {
+        return (Vec::new(), Vec::new());
+    }
+    (addrs[..n].to_vec(), addrs[n..].to_vec())
+}
+
+fn encode_view(members: &[Address], removed: &[Address]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(8 + 8 * (members.len() + removed.len()));
+    p.extend_from_slice(&(members.len() as u32).to_le_bytes());
+    p.extend_from_slice(&(removed.len() as u32).to_le_bytes());
+    for a in members.iter().chain(removed) {
+        let mut b = [0u8; 8];
+        a.write_to(&mut b);
+        p.extend_from_slice(&b);
+    }
+    p
+}
+
+fn encode_addr(a: Address) -> Vec<u8> {
+    let mut b = vec![0u8; 8];
+    a.write_to(&mut b);
+    b
+}

@@ -1,0 +1,604 @@
+//! Group protocol messages: checked views over bytes and their writers.
+//!
+//! Every message starts with a 32-byte group header:
+//!
+//! ```text
+//!  0 kind u8 | 1 flags u8 | 2 reserved u16 | 4 group u32
+//!  8 epoch number u64 | 16 epoch coordinator (address) | 24 from (address)
+//! ```
+//!
+//! then a fixed part by kind, then (for `Submit` and `Order`) records. All integers are
+//! little-endian. A decoder error names the rule the bytes broke.
+
+use crate::addr::{Address, ADDRESS_BYTES};
+use core::fmt;
+
+pub const GROUP_HEADER_BYTES: usize = 32;
+/// Fixed part of a `Submit` (consumed, received) and of each submitted record header.
+pub const SUBMIT_FIXED_BYTES: usize = 16;
+pub const SUBMIT_RECORD_BYTES: usize = 12;
+/// Fixed part of an `Order` (ordered_upto, accepted_upto, stable_upto) and of each record header.
+pub const ORDER_FIXED_BYTES: usize = 24;
+pub const ORDER_RECORD_BYTES: usize = 32;
+/// Most members a view or welcome lists.
+pub const MEMBERS_MAX: usize = 256;
+
+/// The epoch of a view: a number and the coordinator that made it, compared in that order,
+/// so two coordinators racing with the same number still make distinct, ordered epochs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Epoch {
+    pub number: u64,
+    pub coordinator: Address,
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.number, self.coordinator)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MsgKind {
+    /// Member to sequencer (PB) or to all (BB): messages to be ordered, with the sender's acks.
+    Submit = 1,
+    /// Sequencer to all (or one, for retransmissions): ordered records and the watermarks.
+    Order = 2,
+    /// Member to sequencer: how far it has received and consumed.
+    Ack = 3,
+    /// Member to sequencer: please retransmit `from..=to`.
+    Nak = 4,
+    /// Failure detector: are you alive? (answered by an `Ack` or an empty `Order`)
+    Probe = 5,
+    /// A process asks to join.
+    JoinRequest = 6,
+    /// A member that is not the sequencer tells a joiner where the sequencer is.
+    Redirect = 7,
+    /// The sequencer admits a joiner: the view as of its join record.
+    Welcome = 8,
+    /// A member asks to leave.
+    LeaveRequest = 9,
+    /// Recovery: a coordinator invites the members to a new epoch.
+    Invite = 10,
+    /// Recovery: a member's state, in answer to an invitation.
+    InviteReply = 11,
+    /// Recovery: the new view (also sent to a member still in an older epoch).
+    NewView = 12,
+}
+
+impl MsgKind {
+    fn from_u8(v: u8) -> Result<MsgKind, GroupWireError> {
+        Ok(match v {
+            1 => MsgKind::Submit,
+            2 => MsgKind::Order,
+            3 => MsgKind::Ack,
+            4 => MsgKind::Nak,
+            5 => MsgKind::Probe,
+            6 => MsgKind::JoinRequest,
+            7 => MsgKind::Redirect,
+            8 => MsgKind::Welcome,
+            9 => MsgKind::LeaveRequest,
+            10 => MsgKind::Invite,
+            11 => MsgKind::InviteReply,
+            12 => MsgKind::NewView,
+            k => return Err(GroupWireError::UnknownKind(k)),
+        })
+    }
+}
+
+/// `Submit` flag: the sender multicast this submit to every member (BB method).
+pub const FLAG_BB: u8 = 1;
+/// `Order` flag: the sequencer asks every member for an `Ack` (history filling up).
+pub const FLAG_SYNC: u8 = 2;
+const FLAGS_KNOWN: u8 = FLAG_BB | FLAG_SYNC;
+
+/// What an ordered record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RecordKind {
+    /// An application message.
+    Message = 1,
+    /// A process joined (payload: its address).
+    Join = 2,
+    /// A member left (payload: its address).
+    Leave = 3,
+    /// The group was rebuilt (payload: the members, in rank order).
+    View = 4,
+}
+
+impl RecordKind {
+    fn from_u8(v: u8) -> Result<RecordKind, GroupWireError> {
+        Ok(match v {
+            1 => RecordKind::Message,
+            2 => RecordKind::Join,
+            3 => RecordKind::Leave,
+            4 => RecordKind::View,
+            k => return Err(GroupWireError::UnknownRecordKind(k)),
+        })
+    }
+}
+
+/// Order-record flag: the payload follows (absent: a BB accept naming a submitted message).
+const RECORD_HAS_PAYLOAD: u8 = 1;
+
+/// Why bytes are not a group message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupWireError {
+    /// Fewer bytes than the group header plus the kind's fixed part.
+    TooShort,
+    UnknownKind(u8),
+    UnknownFlags(u8),
+    ReservedNotZero,
+    /// A record header or payload runs past the end.
+    RecordOverrun,
+    UnknownRecordKind(u8),
+    /// A record flag no version defines.
+    UnknownRecordFlags(u8),
+    /// A member list longer than [`MEMBERS_MAX`] or than the bytes.
+    BadMemberList,
+    /// Bytes left over after the last field of a fixed-size message.
+    TrailingBytes,
+    /// A NAK whose range is empty or backwards.
+    BadNakRange,
+    /// A payload longer than the configured message bound.
+    PayloadTooLong(usize),
+}
+
+impl fmt::Display for GroupWireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl std::error::Error for GroupWireError {}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// The group header of a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupHeader {
+    pub kind: MsgKind,
+    pub flags: u8,
+    pub group: u32,
+    pub epoch: Epoch,
+    pub from: Address,
+}
+
+/// A decoded message: the header and the kind's fields; records stay in the bytes.
+#[derive(Clone, Copy, Debug)]
+pub enum Msg<'a> {
+    Submit {
+        consumed: u64,
+        received: u64,
+        records: SubmitRecords<'a>,
+    },
+    Order {
+        ordered_upto: u64,
+        accepted_upto: u64,
+        stable_upto: u64,
+        records: OrderRecords<'a>,
+    },
+    Ack {
+        consumed: u64,
+        received: u64,
+    },
+    Nak {
+        consumed: u64,
+        received: u64,
+        from: u64,
+        to: u64,
+    },
+    Probe,
+    JoinRequest,
+    Redirect {
+        sequencer: Address,
+    },
+    Welcome {
+        join_seq: u64,
+        stable_upto: u64,
+        resilience: u8,
+        sequencer: Address,
+        members: Members<'a>,
+    },
+    LeaveRequest,
+    Invite,
+    InviteReply {
+        consumed: u64,
+        received: u64,
+    },
+    NewView {
+        start_seq: u64,
+        sequencer: Address,
+        members: Members<'a>,
+    },
+}
+
+/// Parses and checks a group message. `payload_max` bounds every payload.
+pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), GroupWireError> {
+    if b.len() < GROUP_HEADER_BYTES {
+        return Err(GroupWireError::TooShort);
+    }
+    let kind = MsgKind::from_u8(b[0])?;
+    let flags = b[1];
+    if flags & !FLAGS_KNOWN != 0 {
+        return Err(GroupWireError::UnknownFlags(flags));
+    }
+    if b[2] != 0 || b[3] != 0 {
+        return Err(GroupWireError::ReservedNotZero);
+    }
+    let hdr = GroupHeader {
+        kind,
+        flags,
+        group: u32_at(b, 4),
+        epoch: Epoch {
+            number: u64_at(b, 8),
+            coordinator: Address::read_from(&b[16..24]),
+        },
+        from: Address::read_from(&b[24..32]),
+    };
+    let body = &b[GROUP_HEADER_BYTES..];
+    let fixed = |n: usize| -> Result<(), GroupWireError> {
+        match body.len().cmp(&n) {
+            core::cmp::Ordering::Less => Err(GroupWireError::TooShort),
+            core::cmp::Ordering::Greater => Err(GroupWireError::TrailingBytes),
+            core::cmp::Ordering::Equal => Ok(()),
+        }
+    };
+    let msg = match kind {
+        MsgKind::Submit => {
+            if body.len() < SUBMIT_FIXED_BYTES {
+                return Err(GroupWireError::TooShort);
+            }
+            let records = SubmitRecords {
+                bytes: &body[SUBMIT_FIXED_BYTES..],
+            };
+            records.validate(payload_max)?;
+            Msg::Submit {
+                consumed: u64_at(body, 0),
+                received: u64_at(body, 8),
+                records,
+            }
+        }
+        MsgKind::Order => {
+            if body.len() < ORDER_FIXED_BYTES {
+                return Err(GroupWireError::TooShort);
+            }
+            let records = OrderRecords {
+                bytes: &body[ORDER_FIXED_BYTES..],
+            };
+            records.validate(payload_max)?;
+            Msg::Order {
+                ordered_upto: u64_at(body, 0),
+                accepted_upto: u64_at(body, 8),
+                stable_upto: u64_at(body, 16),
+                records,
+            }
+        }
+        MsgKind::Ack => {
+            fixed(16)?;
+            Msg::Ack {
+                consumed: u64_at(body, 0),
+                received: u64_at(body, 8),
+            }
+        }
+        MsgKind::Nak => {
+            fixed(32)?;
+            let (from, to) = (u64_at(body, 16), u64_at(body, 24));
+            if from == 0 || to < from {
+                return Err(GroupWireError::BadNakRange);
+            }
+            Msg::Nak {
+                consumed: u64_at(body, 0),
+                received: u64_at(body, 8),
+                from,
+                to,
+            }
+        }
+        MsgKind::Probe => {
+            fixed(0)?;
+            Msg::Probe
+        }
+        MsgKind::JoinRequest => {
+            fixed(0)?;
+            Msg::JoinRequest
+        }
+        MsgKind::Redirect => {
+            fixed(ADDRESS_BYTES)?;
+            Msg::Redirect {
+                sequencer: Address::read_from(body),
+            }
+        }
+        MsgKind::Welcome => {
+            if body.len() < 32 {
+                return Err(GroupWireError::TooShort);
+            }
+            if body[17..24].iter().any(|&x| x != 0) {
+                return Err(GroupWireError::ReservedNotZero);
+            }
+            Msg::Welcome {
+                join_seq: u64_at(body, 0),
+                stable_upto: u64_at(body, 8),
+                resilience: body[16],
+                sequencer: Address::read_from(&body[24..32]),
+                members: Members::parse(&body[32..])?,
+            }
+        }
+        MsgKind::LeaveRequest => {
+            fixed(0)?;
+            Msg::LeaveRequest
+        }
+        MsgKind::Invite => {
+            fixed(0)?;
+            Msg::Invite
+        }
+        MsgKind::InviteReply => {
+            fixed(16)?;
+            Msg::InviteReply {
+                consumed: u64_at(body, 0),
+                received: u64_at(body, 8),
+            }
+        }
+        MsgKind::NewView => {
+            if body.len() < 16 {
+                return Err(GroupWireError::TooShort);
+            }
+            Msg::NewView {
+                start_seq: u64_at(body, 0),
+                sequencer: Address::read_from(&body[8..16]),
+                members: Members::parse(&body[16..])?,
+            }
+        }
+    };
+    Ok((hdr, msg))
+}
+
+/// A checked list of member addresses.
+#[derive(Clone, Copy, Debug)]
+pub struct Members<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Members<'a> {
+    fn parse(b: &'a [u8]) -> Result<Members<'a>, GroupWireError> {
+        if !b.len().is_multiple_of(ADDRESS_BYTES) || b.len() / ADDRESS_BYTES > MEMBERS_MAX {
+            return Err(GroupWireError::BadMemberList);
+        }
+        Ok(Members { bytes: b })
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len() / ADDRESS_BYTES
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Address> + 'a {
+        self.bytes
+            .chunks_exact(ADDRESS_BYTES)
+            .map(Address::read_from)
+    }
+
+    pub fn to_vec(&self) -> Vec<Address> {
+        self.iter().collect()
+    }
+}
+
+/// The records of a `Submit`: `[msg_id u64][len u32][payload]`.
+#[derive(Clone, Copy, Debug)]
+pub struct SubmitRecords<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> SubmitRecords<'a> {
+    fn validate(&self, payload_max: usize) -> Result<(), GroupWireError> {
+        let mut b = self.bytes;
+        while !b.is_empty() {
+            if b.len() < SUBMIT_RECORD_BYTES {
+                return Err(GroupWireError::RecordOverrun);
+            }
+            let len = u32_at(b, 8) as usize;
+            if len > payload_max {
+                return Err(GroupWireError::PayloadTooLong(len));
+            }
+            if b.len() - SUBMIT_RECORD_BYTES < len {
+                return Err(GroupWireError::RecordOverrun);
+            }
+            b = &b[SUBMIT_RECORD_BYTES + len..];
+        }
+        Ok(())
+    }
+
+    /// `(msg_id, payload)` of each record (validated at parse).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
+        let mut b = self.bytes;
+        core::iter::from_fn(move || {
+            if b.is_empty() {
+                return None;
+            }
+            let id = u64_at(b, 0);
+            let len = u32_at(b, 8) as usize;
+            let p = &b[SUBMIT_RECORD_BYTES..SUBMIT_RECORD_BYTES + len];
+            b = &b[SUBMIT_RECORD_BYTES + len..];
+            Some((id, p))
+        })
+    }
+}
+
+/// One ordered record as read from an `Order`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrderRecord<'a> {
+    pub seq: u64,
+    pub sender: Address,
+    pub msg_id: u64,
+    pub kind: RecordKind,
+    /// `None`: a BB accept; the payload travelled in the sender's own multicast.
+    pub payload: Option<&'a [u8]>,
+}
+
+/// The records of an `Order`:
+/// `[seq u64][sender][msg_id u64][kind u8][flags u8][reserved u16][len u32][payload]`.
+#[derive(Clone, Copy, Debug)]
+pub struct OrderRecords<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> OrderRecords<'a> {
+    fn validate(&self, payload_max: usize) -> Result<(), GroupWireError> {
+        let mut b = self.bytes;
+        while !b.is_empty() {
+            if b.len() < ORDER_RECORD_BYTES {
+                return Err(GroupWireError::RecordOverrun);
+            }
+            RecordKind::from_u8(b[24])?;
+            let flags = b[25];
+            if flags & !RECORD_HAS_PAYLOAD != 0 {
+                return Err(GroupWireError::UnknownRecordFlags(flags));
+            }
+            if b[26] != 0 || b[27] != 0 {
+                return Err(GroupWireError::ReservedNotZero);
+            }
+            let len = u32_at(b, 28) as usize;
+            if flags & RECORD_HAS_PAYLOAD == 0 && len != 0 {
+                return Err(GroupWireError::RecordOverrun);
+            }
+            if len > payload_max {
+                return Err(GroupWireError::PayloadTooLong(len));
+            }
+            if b.len() - ORDER_RECORD_BYTES < len {
+                return Err(GroupWireError::RecordOverrun);
+            }
+            b = &b[ORDER_RECORD_BYTES + len..];
+        }
+        Ok(())
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = OrderRecord<'a>> + 'a {
+        let mut b = self.bytes;
+        core::iter::from_fn(move || {
+            if b.is_empty() {
+                return None;
+            }
+            let len = u32_at(b, 28) as usize;
+            let r = OrderRecord {
+                seq: u64_at(b, 0),
+                sender: Address::read_from(&b[8..16]),
+                msg_id: u64_at(b, 16),
+                kind: RecordKind::from_u8(b[24]).expect("validated"),
+                payload: (b[25] & RECORD_HAS_PAYLOAD != 0)
+                    .then(|| &b[ORDER_RECORD_BYTES..ORDER_RECORD_BYTES + len]),
+            };
+            b = &b[ORDER_RECORD_BYTES + len..];
+            Some(r)
+        })
+    }
+}
+
+/// Builds one message in a caller's buffer. Methods that add records return `false` (and
+/// write nothing) when the record does not fit.
+pub struct MsgWriter<'b> {
+    buf: &'b mut [u8],
+    len: usize,
+}
+
+impl<'b> MsgWriter<'b> {
+    /// Starts a message; `None` if `buf` cannot hold the header and `fixed` bytes.
+    pub fn start(
+        buf: &'b mut [u8],
+        kind: MsgKind,
+        flags: u8,
+        group: u32,
+        epoch: Epoch,
+        from: Address,
+    ) -> Option<MsgWriter<'b>> {
+        if buf.len() < GROUP_HEADER_BYTES {
+            return None;
+        }
+        debug_assert_eq!(flags & !FLAGS_KNOWN, 0);
+        buf[0] = kind as u8;
+        buf[1] = flags;
+        buf[2] = 0;
+        buf[3] = 0;
+        buf[4..8].copy_from_slice(&group.to_le_bytes());
+        buf[8..16].copy_from_slice(&epoch.number.to_le_bytes());
+        epoch.coordinator.write_to(&mut buf[16..24]);
+        from.write_to(&mut buf[24..32]);
+        Some(MsgWriter {
+            buf,
+            len: GROUP_HEADER_BYTES,
+        })
+    }
+
+    pub fn room(&self) -> usize {
+        self.buf.len() - self.len
+    }
+
+    pub fn u64(&mut self, v: u64) -> bool {
+        self.bytes(&v.to_le_bytes())
+    }
+
+    pub fn address(&mut self, a: Address) -> bool {
+        let mut b = [0u8; ADDRESS_BYTES];
+        a.write_to(&mut b);
+        self.bytes(&b)
+    }
+
+    pub fn bytes(&mut self, b: &[u8]) -> bool {
+        if self.room() < b.len() {
+            return false;
+        }
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+        true
+    }
+
+    pub fn members(&mut self, m: &[Address]) -> bool {
+        if self.room() < m.len() * ADDRESS_BYTES {
+            return false;
+        }
+        m.iter().all(|&a| self.address(a))
+    }
+
+    pub fn submit_record(&mut self, msg_id: u64, payload: &[u8]) -> bool {
+        if self.room() < SUBMIT_RECORD_BYTES + payload.len() {
+            return false;
+        }
+        self.u64(msg_id);
+        self.bytes(&(payload.len() as u32).to_le_bytes());
+        self.bytes(payload)
+    }
+
+    pub fn order_record(&mut self, r: &OrderRecord<'_>) -> bool {
+        let len = r.payload.map_or(0, |p| p.len());
+        if self.room() < ORDER_RECORD_BYTES + len {
+            return false;
+        }
+        self.u64(r.seq);
+        self.address(r.sender);
+        self.u64(r.msg_id);
+        let flags = if r.payload.is_some() {
+            RECORD_HAS_PAYLOAD
+        } else {
+            0
+        };
+        self.bytes(&[r.kind as u8, flags, 0, 0]);
+        self.bytes(&(len as u32).to_le_bytes());
+        self.bytes(r.payload.unwrap_or(&[]))
+    }
+
+    pub fn finish(self) -> usize {
+        self.len
+    }
+}
+
+/// The bytes a record of `payload` bytes takes in an `Order`.
+pub const fn order_record_bytes(payload: usize) -> usize {
+    ORDER_RECORD_BYTES + payload
+}

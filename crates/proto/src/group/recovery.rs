@@ -1,0 +1,363 @@
+//! Failure detection and group rebuild (paper 003 §2.1, `ResetGroup`).
+//!
+//! Detection: the sequencer multicasts at least every heartbeat interval and members report to
+//! it as often; a peer silent for `silence_timeout` is probed every `probe_interval`, and
+//! declared dead after `probes_max` unanswered probes.
+//!
+//! Rebuild, started by whoever detected the failure (or by the application):
+//! 1. the coordinator picks an epoch above any it has seen and invites every member of the
+//!    old view; a member accepts the highest invitation it has seen, freezes (takes in no more
+//!    records of the old epoch) and replies with how far it has received and consumed;
+//! 2. after every member replied, or after `probes_max` rounds of invitations, the survivors
+//!    are the members that replied. Too few (below the minimum): the reset fails, the group
+//!    blocks and tries again later;
+//! 3. otherwise the new sequencer is decided by rule, with no extra round: the survivor that
+//!    received furthest (the lowest-ranked among equals). Everything up to that point, `H`,
+//!    is accepted: the new sequencer has it all and the others fetch what they miss from it
+//!    by NAK. The coordinator announces the view (epoch, survivors, sequencer, `H`); the new
+//!    sequencer orders a View record at `H + 1`, accepted only once every member of the new
+//!    view holds it, and the group goes on.
+//!
+//! A message whose send completed was held by r + 1 members; if at most r crashed, a
+//! survivor holds it, so `H` covers it. A member that was left out learns so from the view
+//! and stops (`Expelled`).
+
+use super::history::Entry;
+use super::msg::{Epoch, GroupHeader, RecordKind};
+use super::{
+    encode_view, Control, GroupConfig, GroupEvent, Member, MinMembers, Reset, State, Watch,
+};
+use crate::addr::Address;
+use crate::time::Instant;
+use std::collections::HashMap;
+
+pub(super) enum Verdict {
+    Fine,
+    Probe,
+    Dead,
+}
+
+impl GroupConfig {
+    /// The failure detector's judgement of one watched peer, and its probe bookkeeping.
+    pub(super) fn detect(&self, w: &mut Watch, now: Instant) -> Verdict {
+        if now.saturating_since(w.last_heard) < self.silence_timeout || now < w.next_probe_at {
+            return Verdict::Fine;
+        }
+        if w.probes >= self.probes_max {
+            return Verdict::Dead;
+        }
+        w.probes += 1;
+        w.next_probe_at = now + self.probe_interval;
+        Verdict::Probe
+    }
+
+    pub(super) fn next_check(&self, w: &Watch) -> Instant {
+        (w.last_heard + self.silence_timeout).max(w.next_probe_at)
+    }
+}
+
+impl Member {
+    pub(super) fn failure_detected(&mut self, now: Instant, suspect: Address) {
+        self.counters.failures_detected += 1;
+        self.events.push_back(GroupEvent::Failure { suspect });
+        match self.cfg.auto_reset {
+            Some(min) => self.start_reset(now, min),
+            None => self.state = State::Failed,
+        }
+    }
+
+    /// Starts a rebuild with this member as coordinator.
+    pub(super) fn start_reset(&mut self, now: Instant, min: MinMembers) {
+        let old_members = match &self.reset {
+            // A retry keeps the view being rebuilt.
+            Some(r) if r.coordinator => r.old_members.clone(),
+            _ => self.members.clone(),
+        };
+        let epoch = Epoch {
+            number: self.epoch_seen.max(self.epoch.number) + 1,
+            coordinator: self.me,
+        };
+        self.epoch_seen = epoch.number;
+        self.counters.resets_started += 1;
+        let mut replies = HashMap::default();
+        replies.insert(self.me, (self.consumed_upto, self.received_upto));
+        self.reset = Some(Reset {
+            epoch,
+            coordinator: true,
+            min_members: min.of(old_members.len()),
+            old_members,
+            replies,
+            invites_sent: 0,
+            next_at: now,
+        });
+        self.enter_recovering();
+        self.blocked_retry_at = None;
+        self.reset_tick(now);
+    }
+
+    /// Stops taking part in the old epoch: no more ordering, no more records taken in.
+    fn enter_recovering(&mut self) {
+        self.state = State::Recovering;
+        self.blocked_retry_at = None;
+        self.nak_due = false;
+        self.ack_due = false;
+        if let Some(s) = self.seqr.as_mut() {
+            s.retransmit.clear();
+        }
+    }
+
+    pub(super) fn on_invite(&mut self, now: Instant, hdr: GroupHeader) {
+        let e = hdr.epoch;
+        if matches!(self.state, State::Joining | State::Left | State::Expelled) {
+            return;
+        }
+        if e <= self.epoch || (self.state == State::Normal && !self.members.contains(&hdr.from)) {
+            // An inviter that is behind, or not in our view at all: show it the view.
+            if self.state == State::Normal {
+                self.push_control(hdr.from, Control::NewView);
+            }
+            return;
+        }
+        if self.reset.as_ref().is_some_and(|r| e <= r.epoch) {
+            return;
+        }
+        if !self.members.contains(&hdr.from) {
+            return;
+        }
+        self.reset = Some(Reset {
+            epoch: e,
+            coordinator: false,
+            min_members: 0,
+            old_members: Vec::new(),
+            replies: HashMap::default(),
+            invites_sent: 0,
+            // Give the coordinator this long to finish before taking over.
+            next_at: now + self.reset_patience(),
+        });
+        self.enter_recovering();
+        self.push_control(hdr.from, Control::InviteReply { epoch: e });
+    }
+
+    /// How long a participant waits for the coordinator's view.
+    fn reset_patience(&self) -> core::time::Duration {
+        self.cfg.probe_interval * (self.cfg.probes_max + 2)
+    }
+
+    pub(super) fn on_invite_reply(
+        &mut self,
+        now: Instant,
+        hdr: GroupHeader,
+        consumed: u64,
+        received: u64,
+    ) {
+        let Some(r) = self.reset.as_mut() else {
+            return;
+        };
+        if !r.coordinator || hdr.epoch != r.epoch || !r.old_members.contains(&hdr.from) {
+            return;
+        }
+        r.replies.insert(hdr.from, (consumed, received));
+        if r.replies.len() == r.old_members.len() {
+            self.decide_view(now);
+        }
+    }
+
+    /// Coordinator and participant timers of a rebuild; a blocked group's retries.
+    pub(super) fn reset_tick(&mut self, now: Instant) {
+        if let Some(at) = self.blocked_retry_at {
+            if now >= at && self.state == State::Blocked {
+                let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
+                self.start_reset(now, min);
+            }
+            return;
+        }
+        let Some(r) = self.reset.as_mut() else {
+            return;
+        };
+        if now < r.next_at {
+            return;
+        }
+        if !r.coordinator {
+            // The coordinator went quiet: take over.
+            let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
+            self.reset = None;
+            self.start_reset(now, min);
+            return;
+        }
+        if r.invites_sent > self.cfg.probes_max {
+            self.decide_view(now);
+            return;
+        }
+        r.invites_sent += 1;
+        r.next_at = now + self.cfg.probe_interval;
+        let (epoch, missing): (Epoch, Vec<Address>) = (
+            r.epoch,
+            r.old_members
+                .iter()
+                .copied()
+                .filter(|m| !r.replies.contains_key(m))
+                .collect(),
+        );
+        for m in missing {
+            self.push_control(m, Control::Invite { epoch });
+        }
+    }
+
+    /// The coordinator has its answers: make the new view, or fail.
+    fn decide_view(&mut self, now: Instant) {
+        let r = self.reset.as_ref().expect("resetting");
+        let survivors: Vec<Address> = r
+            .old_members
+            .iter()
+            .copied()
+            .filter(|m| r.replies.contains_key(m))
+            .collect();
+        if survivors.len() < r.min_members {
+            self.counters.resets_failed += 1;
+            self.events.push_back(GroupEvent::ResetFailed {
+                survivors: survivors.len(),
+                needed: r.min_members,
+            });
+            self.state = State::Blocked;
+            self.blocked_retry_at = Some(now + self.cfg.reset_retry);
+            return;
+        }
+        // The survivor that received furthest; the lowest-ranked among equals.
+        let mut sequencer = survivors[0];
+        let mut start = r.replies[&sequencer].1;
+        for &m in &survivors[1..] {
+            if r.replies[&m].1 > start {
+                sequencer = m;
+                start = r.replies[&m].1;
+            }
+        }
+        let epoch = r.epoch;
+        for &m in &survivors {
+            if m != self.me {
+                self.push_control(m, Control::NewView);
+            }
+        }
+        self.install_view(now, epoch, start, sequencer, &survivors);
+        // The announcements above go out with the view just installed.
+        self.counters.resets_completed += 1;
+    }
+
+    pub(super) fn on_new_view(
+        &mut self,
+        now: Instant,
+        epoch: Epoch,
+        start_seq: u64,
+        sequencer: Address,
+        members: &[Address],
+    ) {
+        if matches!(self.state, State::Joining | State::Left | State::Expelled) {
+            return;
+        }
+        if epoch == self.epoch && self.leave_at.is_some() && !members.contains(&self.me) {
+            // Our leave was applied, but its record never reached us (the sequencer that
+            // ordered it is gone): the view without us says we are out.
+            self.leave_done();
+            return;
+        }
+        if epoch <= self.epoch {
+            return;
+        }
+        if !members.contains(&self.me) {
+            // Left out of a view that was made: whatever rebuild we take part in is moot.
+            self.state = State::Expelled;
+            self.seqr = None;
+            self.reset = None;
+            self.events.push_back(GroupEvent::Expelled);
+            return;
+        }
+        if self.reset.as_ref().is_some_and(|r| epoch < r.epoch) {
+            // We answered a later invitation with our state frozen; taking in an earlier
+            // view's records now could contradict that answer.
+            return;
+        }
+        self.install_view(now, epoch, start_seq, sequencer, members);
+    }
+
+    /// Enters a rebuilt view: everything up to `start_seq` is accepted and what follows is
+    /// renumbered by the new sequencer.
+    fn install_view(
+        &mut self,
+        now: Instant,
+        epoch: Epoch,
+        start_seq: u64,
+        sequencer: Address,
+        members: &[Address],
+    ) {
+        let removed: Vec<Address> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|m| !members.contains(m))
+            .collect();
+        self.reset = None;
+        self.blocked_retry_at = None;
+        self.state = State::Normal;
+        self.epoch = epoch;
+        self.epoch_seen = self.epoch_seen.max(epoch.number);
+        self.start_seq = start_seq;
+        self.members = members.to_vec();
+        self.sequencer = sequencer;
+        self.seqr = None;
+        self.watch = Watch::new(now);
+        self.history.truncate_after(start_seq);
+        self.received_upto = self.received_upto.min(start_seq);
+        self.ordered_seen = start_seq;
+        self.accepted_upto = start_seq;
+        self.nak_at = None;
+        self.unordered.retain(|(s, _), _| members.contains(s));
+        for p in self.pending.iter_mut() {
+            p.sent_at = None;
+        }
+        if self.received_upto < start_seq {
+            self.nak_if_due(now);
+        }
+        self.apply_ready(now);
+        if sequencer == self.me {
+            debug_assert_eq!(self.received_upto, start_seq);
+            self.become_sequencer(now);
+            self.order_view(now, epoch, &removed);
+        }
+    }
+
+    /// The new sequencer's first record: the rebuilt view.
+    fn order_view(&mut self, now: Instant, epoch: Epoch, removed: &[Address]) {
+        let payload = encode_view(&self.members, removed);
+        let s = self.seqr.as_mut().expect("sequencer");
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        s.barrier = Some(seq);
+        s.oldest_unsent.get_or_insert(now);
+        let e = Entry {
+            sender: epoch.coordinator,
+            msg_id: epoch.number,
+            kind: RecordKind::View,
+            payload: Some(payload),
+            via_bb: false,
+        };
+        assert_eq!(self.history.insert(seq, e), Ok(true));
+        self.received_upto = seq;
+        self.ordered_seen = seq;
+        self.advance_accept(now);
+    }
+
+    pub(super) fn apply_view(&mut self, now: Instant, seq: u64) {
+        if let Some(s) = self.seqr.as_mut() {
+            if s.barrier == Some(seq) {
+                s.barrier = None;
+            }
+            self.order_next(now);
+        }
+    }
+
+    pub(super) fn reset_deadline(&self) -> Option<Instant> {
+        if let Some(t) = self.blocked_retry_at {
+            return Some(t);
+        }
+        self.reset.as_ref().map(|r| r.next_at)
+    }
+}

@@ -1,0 +1,430 @@
+//! The sequencer role: ordering, the accept watermark for resilience r, stability and history
+//! trimming, retransmissions on NAK, sync rounds when the history fills.
+
+use super::history::Entry;
+use super::msg::{RecordKind, SubmitRecords};
+use super::{encode_addr, Member, Sequencer, State, Watch};
+use crate::addr::Address;
+use crate::time::Instant;
+use std::collections::{HashMap, VecDeque};
+
+/// Most retransmission requests queued at the sequencer.
+const RETRANSMIT_QUEUE_MAX: usize = 256;
+/// Most joins and leaves waiting to be ordered.
+const MEMBERSHIP_QUEUE_MAX: usize = 64;
+
+impl Member {
+    /// Takes the sequencer role: the next record is `received_upto + 1`, and every member's
+    /// state is assumed no further than what is known stable until it reports.
+    pub(super) fn become_sequencer(&mut self, now: Instant) {
+        let floor = self.stable_upto;
+        let mut acks = HashMap::default();
+        let mut watches = HashMap::default();
+        let mut next_msg_id = HashMap::default();
+        for &m in &self.members {
+            next_msg_id.insert(m, self.last_msg_id.get(&m).copied().unwrap_or(0) + 1);
+            if m != self.me {
+                acks.insert(m, (floor, floor));
+                watches.insert(m, Watch::new(now));
+            }
+        }
+        let next_seq = self.received_upto + 1;
+        self.sequencer = self.me;
+        self.seqr = Some(Sequencer {
+            next_seq,
+            acks,
+            departing: Vec::new(),
+            next_msg_id,
+            multicast_from: next_seq,
+            oldest_unsent: None,
+            retransmit: VecDeque::new(),
+            barrier: None,
+            joins: VecDeque::new(),
+            leaves: VecDeque::new(),
+            welcomes: Vec::new(),
+            last_multicast_at: now,
+            sync_at: None,
+            watches,
+            accept_news: true,
+            sync_due: false,
+            heartbeat_due: true,
+        });
+    }
+
+    /// Whether the sequencer may order one more record now.
+    fn can_order(&mut self) -> bool {
+        if !matches!(self.state, State::Normal) {
+            return false;
+        }
+        let s = self.seqr.as_ref().expect("sequencer");
+        if s.barrier.is_some() {
+            return false;
+        }
+        let limit = self.stable_upto.min(self.consumed_upto) + self.cfg.history_max as u64;
+        if s.next_seq > limit || s.next_seq - self.history.base() >= self.cfg.history_max as u64 {
+            self.counters.history_full += 1;
+            self.request_sync_round();
+            return false;
+        }
+        true
+    }
+
+    fn request_sync_round(&mut self) {
+        let s = self.seqr.as_mut().expect("sequencer");
+        if !s.sync_due && s.sync_at.is_none() {
+            s.sync_due = true;
+            self.counters.syncs += 1;
+        }
+    }
+
+    /// Gives `payload` the next sequence number.
+    fn order(&mut self, now: Instant, e: Entry) -> u64 {
+        let s = self.seqr.as_mut().expect("sequencer");
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        if matches!(
+            e.kind,
+            RecordKind::Join | RecordKind::Leave | RecordKind::View
+        ) {
+            s.barrier = Some(seq);
+        }
+        s.oldest_unsent.get_or_insert(now);
+        let fresh = self.history.insert(seq, e);
+        assert_eq!(fresh, Ok(true), "the sequencer orders into its own window");
+        self.received_upto = seq;
+        self.ordered_seen = seq;
+        self.counters.ordered += 1;
+        seq
+    }
+
+    /// Orders what waits at the sequencer: joins and leaves first, then its own messages.
+    pub(super) fn order_next(&mut self, now: Instant) {
+        if self.seqr.is_none() {
+            return;
+        }
+        loop {
+            let s = self.seqr.as_mut().expect("sequencer");
+            let (kind, who) = if let Some(&a) = s.leaves.front() {
+                (RecordKind::Leave, a)
+            } else if let Some(&a) = s.joins.front() {
+                (RecordKind::Join, a)
+            } else {
+                break;
+            };
+            if !self.can_order() {
+                return;
+            }
+            let s = self.seqr.as_mut().expect("sequencer");
+            match kind {
+                RecordKind::Leave => s.leaves.pop_front(),
+                _ => s.joins.pop_front(),
+            };
+            self.order(
+                now,
+                Entry {
+                    sender: self.me,
+                    msg_id: 0,
+                    kind,
+                    payload: Some(encode_addr(who)),
+                    via_bb: false,
+                },
+            );
+        }
+        self.order_own(now);
+        self.advance_accept(now);
+    }
+
+    /// Orders the sequencer's own queued messages.
+    pub(super) fn order_own(&mut self, now: Instant) {
+        loop {
+            let s = self.seqr.as_ref().expect("sequencer");
+            let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
+            let Some(p) = self.pending.iter().find(|p| p.msg_id >= next) else {
+                break;
+            };
+            if p.msg_id != next {
+                break;
+            }
+            let payload = p.payload.clone();
+            if !self.can_order() {
+                break;
+            }
+            let s = self.seqr.as_mut().expect("sequencer");
+            s.next_msg_id.insert(self.me, next + 1);
+            self.order(
+                now,
+                Entry {
+                    sender: self.me,
+                    msg_id: next,
+                    kind: RecordKind::Message,
+                    payload: Some(payload),
+                    via_bb: false,
+                },
+            );
+        }
+        self.oldest_unsubmitted = None;
+        self.advance_accept(now);
+    }
+
+    /// A submission reached the sequencer.
+    pub(super) fn sequence_submit(
+        &mut self,
+        now: Instant,
+        from: Address,
+        records: SubmitRecords<'_>,
+        bb: bool,
+    ) {
+        for (msg_id, payload) in records.iter() {
+            let s = self.seqr.as_mut().expect("sequencer");
+            let Some(&expected) = s.next_msg_id.get(&from) else {
+                self.counters.dropped_other_epoch += 1;
+                return;
+            };
+            if msg_id < expected {
+                self.counters.duplicates += 1;
+                continue;
+            }
+            if msg_id > expected || !self.can_order() {
+                // A gap (an earlier submission was lost) or no room: the sender resends in
+                // order after its timeout.
+                return;
+            }
+            let s = self.seqr.as_mut().expect("sequencer");
+            s.next_msg_id.insert(from, expected + 1);
+            self.order(
+                now,
+                Entry {
+                    sender: from,
+                    msg_id,
+                    kind: RecordKind::Message,
+                    payload: Some(payload.to_vec()),
+                    via_bb: bb,
+                },
+            );
+        }
+        self.advance_accept(now);
+    }
+
+    /// A member's report of how far it has received and consumed.
+    pub(super) fn sequencer_note_ack(
+        &mut self,
+        now: Instant,
+        from: Address,
+        consumed: u64,
+        received: u64,
+    ) {
+        let s = self.seqr.as_mut().expect("sequencer");
+        if let Some(w) = s.watches.get_mut(&from) {
+            w.heard(now);
+        }
+        let Some(a) = s.acks.get_mut(&from) else {
+            return;
+        };
+        let cap = s.next_seq - 1;
+        a.0 = a.0.max(consumed.min(cap));
+        a.1 = a.1.max(received.min(cap));
+        let (consumed, received) = *a;
+        if s.departing
+            .iter()
+            .any(|&(d, leave)| d == from && consumed >= leave)
+        {
+            // A departed member has delivered its leave record: it is gone.
+            s.departing.retain(|&(d, _)| d != from);
+            s.watches.remove(&from);
+        }
+        s.welcomes
+            .retain(|(j, seq, _)| *j != from || received < *seq);
+        let members = &self.members;
+        let departing = &s.departing;
+        s.acks
+            .retain(|m, _| members.contains(m) || departing.iter().any(|(d, _)| d == m));
+        self.recompute_stable();
+        self.advance_accept(now);
+        self.order_next(now);
+    }
+
+    /// Stable: the lowest record consumed by every member (and departing member).
+    pub(super) fn recompute_stable(&mut self) {
+        let s = self.seqr.as_mut().expect("sequencer");
+        let stable = s
+            .acks
+            .values()
+            .map(|&(c, _)| c)
+            .chain(std::iter::once(self.consumed_upto))
+            .min()
+            .unwrap_or(self.consumed_upto);
+        if stable > self.stable_upto {
+            self.stable_upto = stable;
+            s.accept_news = true;
+            s.sync_at = None;
+            self.trim_history();
+        }
+    }
+
+    /// Moves the accept watermark: a record is accepted once the r lowest-ranked members
+    /// besides the sequencer hold it (all members, for the record that starts a rebuilt
+    /// view). Accepted records are applied here at once.
+    pub(super) fn advance_accept(&mut self, now: Instant) {
+        let Some(s) = self.seqr.as_ref() else {
+            return;
+        };
+        let ordered = s.next_seq - 1;
+        let r = self.cfg.resilience as usize;
+        let mut cand = ordered;
+        let others = self.members.iter().filter(|&&m| m != self.me);
+        for m in others.clone().take(r) {
+            cand = cand.min(s.acks.get(m).map_or(0, |a| a.1));
+        }
+        if let Some(b) = s.barrier {
+            let is_view = self
+                .history
+                .get(b)
+                .is_some_and(|e| e.kind == RecordKind::View);
+            if is_view && b <= cand {
+                let all = others
+                    .clone()
+                    .all(|m| s.acks.get(m).is_some_and(|a| a.1 >= b));
+                if !all {
+                    cand = b - 1;
+                }
+            }
+        }
+        if cand > self.accepted_upto {
+            self.accepted_upto = cand;
+            self.seqr.as_mut().expect("sequencer").accept_news = true;
+            self.apply_ready(now);
+        }
+    }
+
+    /// A member asked for records again.
+    pub(super) fn queue_retransmit(&mut self, to: Address, from: u64, upto: u64) {
+        let base = self.history.base();
+        let s = self.seqr.as_mut().expect("sequencer");
+        let hi = upto.min(s.next_seq - 1);
+        let lo = from.max(base);
+        if lo > hi {
+            return;
+        }
+        if let Some(r) = s.retransmit.iter_mut().find(|r| r.0 == to) {
+            r.1 = r.1.min(lo);
+            r.2 = r.2.max(hi);
+            return;
+        }
+        if s.retransmit.len() < RETRANSMIT_QUEUE_MAX {
+            s.retransmit.push_back((to, lo, hi));
+        }
+    }
+
+    /// Whether the membership record ordered and not yet applied is about `who`.
+    fn barrier_names(&self, who: Address) -> bool {
+        let s = self.seqr.as_ref().expect("sequencer");
+        s.barrier
+            .and_then(|b| self.history.get(b))
+            .is_some_and(|e| e.kind != RecordKind::View && super::addr_payload(e) == who)
+    }
+
+    pub(super) fn queue_join(&mut self, now: Instant, who: Address) {
+        let s = self.seqr.as_mut().expect("sequencer");
+        if let Some((_, seq, members)) = s.welcomes.iter().find(|w| w.0 == who) {
+            let c = super::Control::Welcome {
+                join_seq: *seq,
+                members: members.clone(),
+            };
+            self.push_control(who, c);
+            return;
+        }
+        if self.members.contains(&who) || s.joins.contains(&who) {
+            return;
+        }
+        if self.barrier_names(who) {
+            return;
+        }
+        let s = self.seqr.as_mut().expect("sequencer");
+        if s.joins.len() < MEMBERSHIP_QUEUE_MAX {
+            s.joins.push_back(who);
+        }
+        self.order_next(now);
+    }
+
+    pub(super) fn queue_leave(&mut self, now: Instant, who: Address) {
+        let s = self.seqr.as_mut().expect("sequencer");
+        if let Some(&(_, leave)) = s.departing.iter().find(|d| d.0 == who) {
+            let from = s.acks.get(&who).map_or(leave, |a| (a.1 + 1).min(leave));
+            self.queue_retransmit(who, from, leave);
+            return;
+        }
+        if !self.members.contains(&who) || s.leaves.contains(&who) || self.state != State::Normal {
+            return;
+        }
+        if self.barrier_names(who) {
+            return;
+        }
+        let s = self.seqr.as_mut().expect("sequencer");
+        if s.leaves.len() < MEMBERSHIP_QUEUE_MAX {
+            s.leaves.push_back(who);
+        }
+        self.order_next(now);
+    }
+
+    /// Sequencer timers: heartbeats, sync retries, the failure detector on every member.
+    pub(super) fn sequencer_tick(&mut self, now: Instant) {
+        let hb = self.cfg.heartbeat_interval;
+        let rto = self.cfg.retransmit_timeout;
+        let s = self.seqr.as_mut().expect("sequencer");
+        if now.saturating_since(s.last_multicast_at) >= hb {
+            s.heartbeat_due = true;
+        }
+        if let Some(t) = s.sync_at {
+            if now.saturating_since(t) >= rto {
+                s.sync_at = None;
+                s.sync_due = true;
+            }
+        }
+        if self.state == State::Departing {
+            return;
+        }
+        let mut dead = None;
+        let watched: Vec<Address> = s.watches.keys().copied().collect();
+        for m in watched {
+            let verdict = {
+                let s = self.seqr.as_mut().expect("sequencer");
+                let w = s.watches.get_mut(&m).expect("watched");
+                self.cfg.detect(w, now)
+            };
+            match verdict {
+                super::recovery::Verdict::Fine => {}
+                super::recovery::Verdict::Probe => {
+                    self.counters.probes_sent += 1;
+                    self.push_control(m, super::Control::Probe);
+                }
+                super::recovery::Verdict::Dead => dead = Some(m),
+            }
+        }
+        if let Some(m) = dead {
+            let s = self.seqr.as_mut().expect("sequencer");
+            s.watches.remove(&m);
+            if s.departing.iter().any(|d| d.0 == m) {
+                // A member that already left: forget it rather than rebuild.
+                s.departing.retain(|d| d.0 != m);
+                s.acks.remove(&m);
+                return;
+            }
+            self.failure_detected(now, m);
+        }
+    }
+
+    /// Earliest sequencer deadline.
+    pub(super) fn sequencer_deadline(&self) -> Option<Instant> {
+        let s = self.seqr.as_ref()?;
+        let mut t = s.last_multicast_at + self.cfg.heartbeat_interval;
+        if let Some(x) = s.sync_at {
+            t = t.min(x + self.cfg.retransmit_timeout);
+        }
+        if self.state != State::Departing {
+            for w in s.watches.values() {
+                t = t.min(self.cfg.next_check(w));
+            }
+        }
+        Some(t)
+    }
+}

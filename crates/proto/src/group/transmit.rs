@@ -1,0 +1,423 @@
+//! Output: control messages, retransmissions, the sequencer's packed multicasts, members'
+//! packed submissions, NAKs and acks, in that order; timers.
+
+use super::msg::{
+    MsgKind, MsgWriter, OrderRecord, FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES, ORDER_FIXED_BYTES,
+};
+use super::{Control, Dest, Member, State};
+use crate::pack::PackDecision;
+use crate::time::Instant;
+
+impl Member {
+    /// The next message to send, written into `buf`: its destination and length.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        let n = buf.len().min(self.cfg.packet_bytes_max);
+        let buf = &mut buf[..n];
+        while let Some((to, c)) = self.control.pop_front() {
+            if let Some(len) = self.write_control(buf, c) {
+                self.counters.packets_sent += 1;
+                if to == self.sequencer {
+                    self.last_to_sequencer = now;
+                }
+                return Some((Dest::To(to), len));
+            }
+        }
+        let out = if self.seqr.is_some() {
+            self.write_retransmit(buf)
+                .or_else(|| self.write_multicast(now, buf))
+        } else {
+            self.write_member(now, buf)
+        };
+        if out.is_some() {
+            self.counters.packets_sent += 1;
+        }
+        out
+    }
+
+    fn write_control(&mut self, buf: &mut [u8], c: Control) -> Option<usize> {
+        let (g, me) = (self.cfg.group, self.me);
+        let mut epoch = self.epoch;
+        let kind = match &c {
+            Control::Probe => MsgKind::Probe,
+            Control::Ack => MsgKind::Ack,
+            Control::JoinRequest => MsgKind::JoinRequest,
+            Control::LeaveRequest => MsgKind::LeaveRequest,
+            Control::Redirect(_) => MsgKind::Redirect,
+            Control::Welcome { .. } => MsgKind::Welcome,
+            Control::Invite { epoch: e } => {
+                epoch = *e;
+                MsgKind::Invite
+            }
+            Control::InviteReply { epoch: e } => {
+                epoch = *e;
+                MsgKind::InviteReply
+            }
+            Control::NewView => MsgKind::NewView,
+        };
+        let mut w = MsgWriter::start(buf, kind, 0, g, epoch, me)?;
+        let ok = match c {
+            Control::Probe
+            | Control::JoinRequest
+            | Control::LeaveRequest
+            | Control::Invite { .. } => true,
+            Control::Ack | Control::InviteReply { .. } => {
+                self.ack_due = false;
+                self.last_ack = (self.consumed_upto, self.received_upto);
+                self.counters.acks_sent += 1;
+                w.u64(self.consumed_upto) && w.u64(self.received_upto)
+            }
+            Control::Redirect(a) => w.address(a),
+            Control::Welcome { join_seq, members } => {
+                w.u64(join_seq)
+                    && w.u64(self.stable_upto)
+                    && w.bytes(&[self.cfg.resilience, 0, 0, 0, 0, 0, 0, 0])
+                    && w.address(self.me)
+                    && w.members(&members)
+            }
+            Control::NewView => {
+                w.u64(self.start_seq) && w.address(self.sequencer) && w.members(&self.members)
+            }
+        };
+        ok.then(|| w.finish())
+    }
+
+    fn order_writer<'b>(&self, buf: &'b mut [u8], flags: u8) -> Option<MsgWriter<'b>> {
+        let s = self.seqr.as_ref().expect("sequencer");
+        let mut w = MsgWriter::start(
+            buf,
+            MsgKind::Order,
+            flags,
+            self.cfg.group,
+            self.epoch,
+            self.me,
+        )?;
+        let ok = w.u64(s.next_seq - 1) && w.u64(self.accepted_upto) && w.u64(self.stable_upto);
+        ok.then_some(w)
+    }
+
+    /// Records owed to one member after its NAK (always with their payloads).
+    fn write_retransmit(&mut self, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        let (to, lo, hi) = self
+            .seqr
+            .as_mut()
+            .expect("sequencer")
+            .retransmit
+            .pop_front()?;
+        let mut w = self.order_writer(buf, 0)?;
+        let mut seq = lo.max(self.history.base());
+        let mut n = 0u64;
+        while seq <= hi {
+            let Some(e) = self.history.get(seq) else {
+                seq += 1;
+                continue;
+            };
+            let r = OrderRecord {
+                seq,
+                sender: e.sender,
+                msg_id: e.msg_id,
+                kind: e.kind,
+                payload: e.payload.as_deref(),
+            };
+            if !w.order_record(&r) {
+                break;
+            }
+            n += 1;
+            seq += 1;
+        }
+        let len = w.finish();
+        if seq <= hi {
+            let s = self.seqr.as_mut().expect("sequencer");
+            s.retransmit.push_front((to, seq, hi));
+        }
+        self.counters.records_retransmitted += n;
+        Some((Dest::To(to), len))
+    }
+
+    /// The sequencer's multicast: newly ordered records, packed, with the watermarks; or an
+    /// empty one as heartbeat, sync request or accept notice.
+    fn write_multicast(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        let s = self.seqr.as_ref().expect("sequencer");
+        let waiting = s.multicast_from < s.next_seq;
+        if self.members.len() <= 1 {
+            let s = self.seqr.as_mut().expect("sequencer");
+            s.multicast_from = s.next_seq;
+            s.oldest_unsent = None;
+            s.heartbeat_due = false;
+            s.accept_news = false;
+            s.sync_due = false;
+            s.last_multicast_at = now;
+            return None;
+        }
+        if waiting {
+            let oldest = s.oldest_unsent.unwrap_or(now);
+            let bytes: usize = (s.multicast_from..s.next_seq)
+                .filter_map(|q| self.history.get(q))
+                .map(|e| 32 + e.payload.as_ref().map_or(0, |p| p.len()))
+                .take(64)
+                .sum();
+            let full = bytes + GROUP_HEADER_BYTES + ORDER_FIXED_BYTES >= buf.len();
+            if let PackDecision::HoldUntil(t) = self.packer.decide(oldest, full, true) {
+                if now < t && !s.sync_due && !s.heartbeat_due {
+                    return None;
+                }
+            }
+        } else if !(s.heartbeat_due || s.accept_news || s.sync_due) {
+            return None;
+        }
+        let sync = s.sync_due;
+        let mut w = self.order_writer(buf, if sync { FLAG_SYNC } else { 0 })?;
+        let s = self.seqr.as_ref().expect("sequencer");
+        let (mut seq, end) = (s.multicast_from, s.next_seq);
+        let cap = self.packer.messages_per_packet_max();
+        let mut n = 0usize;
+        while seq < end && n < cap {
+            let e = self.history.get(seq).expect("ordered records are held");
+            let r = OrderRecord {
+                seq,
+                sender: e.sender,
+                msg_id: e.msg_id,
+                kind: e.kind,
+                payload: if e.via_bb { None } else { e.payload.as_deref() },
+            };
+            if !w.order_record(&r) {
+                break;
+            }
+            n += 1;
+            seq += 1;
+        }
+        let len = w.finish();
+        let s = self.seqr.as_mut().expect("sequencer");
+        s.multicast_from = seq;
+        s.oldest_unsent = (seq < end).then_some(now);
+        if s.heartbeat_due && n == 0 {
+            self.counters.heartbeats += 1;
+        }
+        s.heartbeat_due = false;
+        s.accept_news = false;
+        if sync {
+            s.sync_due = false;
+            s.sync_at = Some(now);
+        }
+        s.last_multicast_at = now;
+        if n > 0 {
+            self.packer.record(n);
+            self.counters.records_multicast += n as u64;
+        }
+        Some((Dest::All, len))
+    }
+
+    /// A member's submissions (packed), then its NAK, then its ack.
+    fn write_member(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        if self.state == State::Normal {
+            if let Some(x) = self.write_submit(now, buf) {
+                return Some(x);
+            }
+            if self.nak_due {
+                self.nak_due = false;
+                if let Some((from, to)) = self.nak_range() {
+                    let mut w = MsgWriter::start(
+                        buf,
+                        MsgKind::Nak,
+                        0,
+                        self.cfg.group,
+                        self.epoch,
+                        self.me,
+                    )?;
+                    let ok = w.u64(self.consumed_upto)
+                        && w.u64(self.received_upto)
+                        && w.u64(from)
+                        && w.u64(to);
+                    if ok {
+                        self.counters.naks_sent += 1;
+                        self.last_to_sequencer = now;
+                        return Some((Dest::To(self.sequencer), w.finish()));
+                    }
+                }
+            }
+        }
+        if self.ack_due && matches!(self.state, State::Normal | State::Left) {
+            let len = self.write_control(buf, Control::Ack)?;
+            self.last_to_sequencer = now;
+            return Some((Dest::To(self.sequencer), len));
+        }
+        None
+    }
+
+    /// Sends (or resends, after the timeout) the oldest unordered messages, packed.
+    fn write_submit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        let ordered = self.last_msg_id.get(&self.me).copied().unwrap_or(0);
+        let rto = self.cfg.retransmit_timeout;
+        let window = self.cfg.send_window;
+        let due = |p: &super::Pending| {
+            p.msg_id > ordered && p.sent_at.is_none_or(|t| now.saturating_since(t) >= rto)
+        };
+        let first = self.pending.iter().take(window).position(due)?;
+        // Resending: everything from the first unordered message goes again, in order, as the
+        // sequencer takes submissions only in order.
+        let bb = self.cfg.use_bb(self.pending[first].payload.len());
+        if let Some(t) = self.oldest_unsubmitted {
+            if self.pending[first].sent_at.is_none() {
+                let hold = self.packer.decide(t, false, true);
+                if let PackDecision::HoldUntil(t) = hold {
+                    if now < t {
+                        return None;
+                    }
+                }
+            }
+        }
+        let mut w = MsgWriter::start(
+            buf,
+            MsgKind::Submit,
+            if bb { FLAG_BB } else { 0 },
+            self.cfg.group,
+            self.epoch,
+            self.me,
+        )?;
+        if !(w.u64(self.consumed_upto) && w.u64(self.received_upto)) {
+            return None;
+        }
+        let cap = self.packer.messages_per_packet_max();
+        let mut n = 0usize;
+        for p in self.pending.iter_mut().take(window).skip(first) {
+            if n >= cap || self.cfg.use_bb(p.payload.len()) != bb {
+                break;
+            }
+            if !w.submit_record(p.msg_id, &p.payload) {
+                break;
+            }
+            if p.sent_at.is_some() {
+                self.counters.submits_resent += 1;
+            }
+            p.sent_at = Some(now);
+            n += 1;
+        }
+        if n == 0 {
+            return None;
+        }
+        self.counters.submits_sent += n as u64;
+        self.packer.record(n);
+        self.oldest_unsubmitted = None;
+        self.ack_due = false;
+        self.last_ack = (self.consumed_upto, self.received_upto);
+        self.last_to_sequencer = now;
+        let dest = if bb {
+            Dest::All
+        } else {
+            Dest::To(self.sequencer)
+        };
+        Some((dest, w.finish()))
+    }
+
+    /// Runs every timer that is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.membership_tick(now);
+        self.reset_tick(now);
+        match self.state {
+            State::Normal if self.seqr.is_some() => {
+                self.sequencer_tick(now);
+                self.resend_view(now);
+            }
+            State::Normal => self.member_tick(now),
+            State::Departing => self.sequencer_tick(now),
+            _ => {}
+        }
+    }
+
+    /// The new sequencer repeats the view to members that have not acknowledged its View
+    /// record, once per heartbeat.
+    fn resend_view(&mut self, now: Instant) {
+        let s = self.seqr.as_ref().expect("sequencer");
+        let Some(b) = s.barrier else {
+            return;
+        };
+        if !s.heartbeat_due
+            || !self
+                .history
+                .get(b)
+                .is_some_and(|e| e.kind == super::RecordKind::View)
+        {
+            return;
+        }
+        let _ = now;
+        let lagging: Vec<_> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|&m| m != self.me && s.acks.get(&m).is_none_or(|a| a.1 < b))
+            .collect();
+        for m in lagging {
+            self.push_control(m, Control::NewView);
+        }
+    }
+
+    /// The timers and queues, for diagnosing a stuck simulation.
+    #[doc(hidden)]
+    pub fn debug_timers(&self) -> String {
+        format!(
+            "seqr {:?} membership {:?} reset {:?} member {:?} pending {:?} ordered_id {:?} recv {} seen {} acc {} applied {} ctl {} ack_due {} nak_due {}",
+            self.seqr.as_ref().map(|s| (self.sequencer_deadline(), s.last_multicast_at, s.sync_at, s.oldest_unsent, s.multicast_from, s.next_seq, s.barrier, s.watches.values().map(|w| self.cfg.next_check(w)).min())),
+            self.membership_deadline(),
+            self.reset_deadline(),
+            self.member_deadline(),
+            self.pending.iter().take(3).map(|p| (p.msg_id, p.sent_at)).collect::<Vec<_>>(),
+            self.last_msg_id.get(&self.me),
+            self.received_upto,
+            self.ordered_seen,
+            self.accepted_upto,
+            self.applied_upto,
+            self.control.len(),
+            self.ack_due,
+            self.nak_due,
+        )
+    }
+
+    /// When [`Member::handle_timeout`] should run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |y: Instant| y.min(x)));
+        if let Some(x) = self.membership_deadline() {
+            at(x);
+        }
+        if let Some(x) = self.reset_deadline() {
+            at(x);
+        }
+        match self.state {
+            State::Normal | State::Departing if self.seqr.is_some() => {
+                if let Some(x) = self.sequencer_deadline() {
+                    at(x);
+                }
+                let s = self.seqr.as_ref().expect("sequencer");
+                if let (Some(o), crate::pack::PackMode::Fixed { delay }) =
+                    (s.oldest_unsent, self.cfg.pack)
+                {
+                    at(o + delay);
+                }
+            }
+            State::Normal => {
+                at(self.member_deadline());
+                let rto = self.cfg.retransmit_timeout;
+                if let Some(x) = self
+                    .pending
+                    .iter()
+                    .take(self.cfg.send_window)
+                    .filter_map(|p| p.sent_at)
+                    .min()
+                {
+                    at(x + rto);
+                }
+                let unsent = self
+                    .pending
+                    .iter()
+                    .take(self.cfg.send_window)
+                    .any(|p| p.sent_at.is_none());
+                if let (Some(o), crate::pack::PackMode::Fixed { delay }, true) =
+                    (self.oldest_unsubmitted, self.cfg.pack, unsent)
+                {
+                    at(o + delay);
+                }
+            }
+            _ => {}
+        }
+        t
+    }
+}

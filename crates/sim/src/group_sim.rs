@@ -1,0 +1,767 @@
+//! Groups under simulated faults, with checkers for the guarantees of paper 003 and DESIGN §5:
+//! total order and agreement (one record per sequence number, wherever it is delivered),
+//! integrity (no duplicates, nothing invented), FIFO per sender without gaps, no loss of a
+//! completed send while at most r members crash, and convergence after the faults heal.
+//!
+//! Processes are slots: a crashed process is gone for good, and a restart is a new process
+//! (a new address) that joins through a live member, as a restarted server would.
+
+use crate::net::{FaultConfig, NetCounters, Network};
+use crate::{Digest, NodeId};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use txcast_proto::group::{
+    Delivered, Dest, GroupConfig, GroupEvent, Member, Method, MinMembers, State,
+};
+use txcast_proto::pack::PackMode;
+use txcast_proto::rng::Rng;
+use txcast_proto::time::Instant;
+use txcast_proto::Address;
+
+/// Knobs of one group simulation.
+#[derive(Clone, Debug)]
+pub struct GroupSimOptions {
+    pub members: usize,
+    /// Virtual time with faults (and crashes) on.
+    pub safety_ns: u64,
+    /// Virtual time, after healing, for the group to converge.
+    pub liveness_ns: u64,
+    /// Draw the fault mix, crash and leave schedule, method, r and packing from the seed.
+    pub faults: bool,
+    /// Messages each process sends at most.
+    pub messages_per_member: u32,
+}
+
+impl Default for GroupSimOptions {
+    fn default() -> Self {
+        GroupSimOptions {
+            members: 4,
+            safety_ns: 3_000_000_000,
+            liveness_ns: 12_000_000_000,
+            faults: true,
+            messages_per_member: 60,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct GroupSimReport {
+    pub seed: u64,
+    pub config: String,
+    pub faults: String,
+    pub net: NetCounters,
+    pub sent: u64,
+    pub completed: u64,
+    pub delivered: u64,
+    pub crashes: u32,
+    pub leaves: u32,
+    pub joins: u32,
+    pub resets: u64,
+    pub final_members: usize,
+    pub highest_seq: u64,
+    pub digest: u64,
+}
+
+/// A broken guarantee, with the seed that shows it.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub seed: u64,
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "seed {}: {}\nreplay: cargo run --release -- sim group --seed {}",
+            self.seed, self.what, self.seed
+        )
+    }
+}
+
+/// What a delivered record is, for comparing deliveries across processes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Rec {
+    Msg(Address, u64, u64),
+    Joined(Address),
+    Left(Address),
+    Rebuilt(u64, Vec<Address>),
+}
+
+struct Proc {
+    addr: Address,
+    m: Option<Member>,
+    /// Sent and not yet complete.
+    sends_left: u32,
+    next_send_at: u64,
+    /// Last seq delivered here, and last msg_id per sender.
+    last_seq: u64,
+    last_id: HashMap<Address, u64>,
+    seen: HashSet<(Address, u64)>,
+    leaving: bool,
+    done: bool,
+    /// Everything delivered here, in order.
+    log: Vec<(u64, Rec)>,
+}
+
+const MAX_SLOTS: usize = 24;
+const STEP_NS: u64 = 1_000_000;
+
+fn hash(p: &[u8]) -> u64 {
+    let mut d = Digest::default();
+    d.add(p);
+    d.0
+}
+
+fn payload_for(addr: Address, k: u64) -> Vec<u8> {
+    let mut v = format!("{addr}#{k}#").into_bytes();
+    // Vary the length so packing and BB-by-size both get exercised.
+    v.resize(v.len() + (k as usize * 37) % 300, b'x');
+    v
+}
+
+struct Sim {
+    seed: u64,
+    opts: GroupSimOptions,
+    cfg: GroupConfig,
+    rng: Rng,
+    net: Network,
+    procs: Vec<Proc>,
+    now: u64,
+    /// seq -> the record delivered there by processes that did not crash (built at the end).
+    global: BTreeMap<u64, Rec>,
+    /// What crashed processes delivered before they crashed.
+    crashed_logs: Vec<(Address, Vec<(u64, Rec)>)>,
+    /// (sender, msg_id) -> payload hash, for everything handed to `send`.
+    sent: HashMap<(Address, u64), u64>,
+    completed: Vec<(Address, u64)>,
+    crashes: u32,
+    leaves: u32,
+    joins: u32,
+    crash_p: f64,
+    leave_p: f64,
+    digest: Digest,
+    buf: Vec<u8>,
+    faults_on: bool,
+    stuck: u32,
+    trace: bool,
+}
+
+/// Runs one seed; `Err` names the first guarantee broken.
+pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Violation> {
+    let mut rng = Rng::new(seed);
+    let mut cfg_rng = rng.fork();
+    let mut fault_rng = rng.fork();
+    let mut cfg = GroupConfig {
+        group: 7,
+        history_max: 64,
+        send_window: 16,
+        send_queue_max: 64,
+        message_bytes_max: 2048,
+        packet_bytes_max: 8192,
+        retransmit_timeout: std::time::Duration::from_millis(10),
+        heartbeat_interval: std::time::Duration::from_millis(20),
+        silence_timeout: std::time::Duration::from_millis(400),
+        probe_interval: std::time::Duration::from_millis(60),
+        probes_max: 3,
+        auto_reset: Some(MinMembers::Majority),
+        reset_retry: std::time::Duration::from_millis(200),
+        ..GroupConfig::default()
+    };
+    let (faults, crash_p, leave_p) = if opts.faults {
+        cfg.resilience = cfg_rng.below(opts.members as u64) as u8;
+        cfg.method = match cfg_rng.below(3) {
+            0 => Method::Pb,
+            1 => Method::Bb,
+            _ => Method::BySize { bb_from_bytes: 150 },
+        };
+        cfg.pack = match cfg_rng.below(3) {
+            0 => PackMode::Off,
+            1 => PackMode::default(),
+            _ => PackMode::Fixed {
+                delay: std::time::Duration::from_micros(500),
+            },
+        };
+        let mut f = FaultConfig::swarm(&mut fault_rng);
+        // No partitions or long clogs yet: this first cut of recovery assumes crash failures
+        // that the detector sees as such (see docs/ARCHITECTURE.md).
+        f.partition_flip = 0.0;
+        f.delay_max_ns = f.delay_max_ns.min(f.delay_min_ns + 2_000_000);
+        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
+        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
+        (f, crash_p, leave_p)
+    } else {
+        (FaultConfig::none(), 0.0, 0.0)
+    };
+    let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
+    let mut sim = Sim {
+        seed,
+        opts: opts.clone(),
+        cfg: cfg.clone(),
+        rng,
+        net,
+        procs: Vec::new(),
+        now: 0,
+        global: BTreeMap::new(),
+        crashed_logs: Vec::new(),
+        sent: HashMap::new(),
+        completed: Vec::new(),
+        crashes: 0,
+        leaves: 0,
+        joins: 0,
+        crash_p,
+        leave_p,
+        digest: Digest::default(),
+        buf: vec![0u8; 65536],
+        faults_on: true,
+        stuck: 0,
+        trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
+    };
+    sim.start()?;
+    let end_safety = opts.safety_ns;
+    while sim.now < end_safety {
+        sim.step()?;
+    }
+    sim.faults_on = false;
+    sim.net.faults = FaultConfig::none();
+    sim.net.heal();
+    let end = end_safety + opts.liveness_ns;
+    while sim.now < end {
+        sim.step()?;
+        if sim.converged() {
+            break;
+        }
+    }
+    sim.check_order()?;
+    sim.check_final()?;
+    Ok(GroupSimReport {
+        seed,
+        config: format!(
+            "r={} method={:?} pack={:?}",
+            cfg.resilience, cfg.method, cfg.pack
+        ),
+        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
+        net: sim.net.counters.clone(),
+        sent: sim.sent.len() as u64,
+        completed: sim.completed.len() as u64,
+        delivered: sim
+            .procs
+            .iter()
+            .filter_map(|p| p.m.as_ref())
+            .map(|m| m.counters().delivered)
+            .sum(),
+        crashes: sim.crashes,
+        leaves: sim.leaves,
+        joins: sim.joins,
+        resets: sim
+            .procs
+            .iter()
+            .filter_map(|p| p.m.as_ref())
+            .map(|m| m.counters().resets_completed)
+            .sum(),
+        final_members: sim.live().count(),
+        highest_seq: sim.global.keys().next_back().copied().unwrap_or(0),
+        digest: sim.digest.0,
+    })
+}
+
+impl Sim {
+    fn fail(&self, what: String) -> Violation {
+        Violation {
+            seed: self.seed,
+            what: format!("at {} ms: {what}", self.now / 1_000_000),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "r={} method={:?} pack={:?} crashes {} leaves {} joins {}",
+            self.cfg.resilience,
+            self.cfg.method,
+            self.cfg.pack,
+            self.crashes,
+            self.leaves,
+            self.joins
+        )
+    }
+
+    fn t(&self) -> Instant {
+        Instant(self.now)
+    }
+
+    fn new_proc(&mut self) -> Option<usize> {
+        if self.procs.len() >= MAX_SLOTS {
+            return None;
+        }
+        let i = self.procs.len();
+        self.procs.push(Proc {
+            addr: Address::new(1, i as u16, 1, 0),
+            m: None,
+            sends_left: self.opts.messages_per_member,
+            next_send_at: self.now + self.rng.below(20_000_000),
+            last_seq: 0,
+            last_id: HashMap::new(),
+            seen: HashSet::new(),
+            leaving: false,
+            done: false,
+            log: Vec::new(),
+        });
+        Some(i)
+    }
+
+    fn start(&mut self) -> Result<(), Violation> {
+        let first = self.new_proc().expect("slot");
+        let a = self.procs[first].addr;
+        let m =
+            Member::create(self.cfg.clone(), a, self.t()).map_err(|e| self.fail(e.to_string()))?;
+        self.procs[first].m = Some(m);
+        for _ in 1..self.opts.members {
+            self.spawn_joiner();
+        }
+        Ok(())
+    }
+
+    /// A new process joins through a live member.
+    fn spawn_joiner(&mut self) {
+        let contacts: Vec<Address> = self.live().map(|i| self.procs[i].addr).collect();
+        if contacts.is_empty() {
+            return;
+        }
+        let Some(i) = self.new_proc() else {
+            return;
+        };
+        let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
+        let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
+            .expect("valid config");
+        self.procs[i].m = Some(m);
+        self.joins += 1;
+    }
+
+    /// Processes that exist and are (or are becoming) members.
+    fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        self.procs.iter().enumerate().filter_map(|(i, p)| {
+            p.m.as_ref()
+                .filter(|m| !matches!(m.state(), State::Left | State::Expelled))
+                .map(|_| i)
+        })
+    }
+
+    fn slot_of(&self, a: Address) -> Option<usize> {
+        let i = a.site as usize;
+        (i < self.procs.len() && self.procs[i].addr == a).then_some(i)
+    }
+
+    fn step(&mut self) -> Result<(), Violation> {
+        // The next thing to happen: a packet, a timer, or a workload tick.
+        let mut next = self.now + STEP_NS;
+        if let Some(t) = self.net.next_arrival() {
+            next = next.min(t.0);
+        }
+        for p in &self.procs {
+            if let Some(t) = p.m.as_ref().and_then(|m| m.poll_timeout()) {
+                next = next.min(t.0);
+            }
+        }
+        if next <= self.now {
+            self.stuck += 1;
+            if self.stuck > 100_000 {
+                for p in &self.procs {
+                    if let Some(m) = p.m.as_ref() {
+                        if m.poll_timeout().is_some_and(|t| t.0 <= self.now) {
+                            eprintln!(
+                                "due at {}: {} {:?} seqr={} {}",
+                                self.now,
+                                p.addr,
+                                m.state(),
+                                m.is_sequencer(),
+                                m.debug_timers()
+                            );
+                        }
+                    }
+                }
+                return Err(self.fail("virtual time stopped: a timer stays due".into()));
+            }
+        } else {
+            self.stuck = 0;
+        }
+        self.now = next.max(self.now);
+        let now = self.t();
+        self.net.step_clogs(now);
+        while let Some((to, bytes)) = self.net.pop_due(now) {
+            self.digest.add_u64(to as u64);
+            self.digest.add(&bytes);
+            if let Some(m) = self.procs.get_mut(to).and_then(|p| p.m.as_mut()) {
+                let _ = m.handle_message(now, &bytes);
+            }
+            self.drain(to)?;
+        }
+        for i in 0..self.procs.len() {
+            let due = self.procs[i]
+                .m
+                .as_ref()
+                .and_then(|m| m.poll_timeout())
+                .is_some_and(|t| t <= now);
+            if due {
+                self.procs[i].m.as_mut().expect("live").handle_timeout(now);
+                self.drain(i)?;
+            }
+        }
+        self.workload()?;
+        Ok(())
+    }
+
+    fn workload(&mut self) -> Result<(), Violation> {
+        let now = self.t();
+        for i in 0..self.procs.len() {
+            let p = &mut self.procs[i];
+            let Some(m) = p.m.as_mut() else {
+                continue;
+            };
+            if m.state() == State::Normal
+                && !p.leaving
+                && p.sends_left > 0
+                && self.now >= p.next_send_at
+            {
+                let k = (self.opts.messages_per_member - p.sends_left + 1) as u64;
+                let payload = payload_for(p.addr, k);
+                // A refused send (queue full, too few members for r) is tried again later.
+                if let Ok(id) = m.send(now, &payload) {
+                    p.sends_left -= 1;
+                    self.sent.insert((p.addr, id), hash(&payload));
+                }
+                p.next_send_at = self.now + self.rng.below(8_000_000);
+                self.drain(i)?;
+            }
+        }
+        if !self.faults_on {
+            return Ok(());
+        }
+        // Crashes: at most a minority of the initial size down at once, so a majority can
+        // always rebuild.
+        let live: Vec<usize> = self
+            .live()
+            .filter(|&i| {
+                self.procs[i]
+                    .m
+                    .as_ref()
+                    .is_some_and(|m| m.state() != State::Joining)
+            })
+            .collect();
+        // The largest current view, and how many of its members are alive: a crash may not
+        // leave it without a majority (the group would block for good, crashed processes never
+        // come back here).
+        let view: Vec<Address> = live
+            .iter()
+            .filter_map(|&i| self.procs[i].m.as_ref())
+            .max_by_key(|m| (m.info().epoch, m.members().len()))
+            .map(|m| m.members().to_vec())
+            .unwrap_or_default();
+        let alive_in_view = view
+            .iter()
+            .filter(|&&a| self.slot_of(a).is_some_and(|j| self.procs[j].m.is_some()))
+            .count();
+        let down_budget = alive_in_view > view.len() / 2 + 1 && live.len() > 2;
+        if down_budget && self.rng.chance(self.crash_p) {
+            let victim = live[self.rng.below(live.len() as u64) as usize];
+            self.procs[victim].m = None;
+            let log = std::mem::take(&mut self.procs[victim].log);
+            self.crashed_logs.push((self.procs[victim].addr, log));
+            if self.trace {
+                eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
+            }
+            self.crashes += 1;
+            self.digest.add_u64(0xdead ^ victim as u64);
+            self.spawn_joiner();
+        } else if down_budget && self.rng.chance(self.leave_p) {
+            let who = live[self.rng.below(live.len() as u64) as usize];
+            let p = &mut self.procs[who];
+            if !p.leaving {
+                if let Some(m) = p.m.as_mut() {
+                    if m.leave(now).is_ok() {
+                        if self.trace {
+                            eprintln!("{:>10} LEAVE {}", self.now, p.addr);
+                        }
+                        p.leaving = true;
+                        self.leaves += 1;
+                        self.drain(who)?;
+                        self.spawn_joiner();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what a process has to send; takes its deliveries and events through the checkers.
+    fn drain(&mut self, i: usize) -> Result<(), Violation> {
+        let now = self.t();
+        loop {
+            let Some(m) = self.procs[i].m.as_mut() else {
+                return Ok(());
+            };
+            let Some((dest, len)) = m.poll_transmit(now, &mut self.buf) else {
+                break;
+            };
+            let targets: Vec<Address> = match dest {
+                Dest::To(a) => vec![a],
+                Dest::All => m.fanout().collect(),
+            };
+            for a in targets {
+                if let Some(j) = self.slot_of(a) {
+                    self.net.send(now, i, j, &self.buf[..len]);
+                }
+            }
+        }
+        loop {
+            let m = self.procs[i].m.as_mut().expect("live");
+            let Some((seq, sender, rec)) = m.poll_delivery(|d| {
+                let rec = match d.what {
+                    Delivered::Message { msg_id, payload } => {
+                        Rec::Msg(d.sender, msg_id, hash(payload))
+                    }
+                    Delivered::Joined(a) => Rec::Joined(a),
+                    Delivered::Left(a) => Rec::Left(a),
+                    Delivered::Rebuilt { epoch, members, .. } => {
+                        Rec::Rebuilt(epoch.number, members)
+                    }
+                };
+                (d.seq, d.sender, rec)
+            }) else {
+                break;
+            };
+            self.check_delivery(i, seq, sender, rec)?;
+        }
+        loop {
+            let m = self.procs[i].m.as_mut().expect("live");
+            let Some(ev) = m.poll_event() else {
+                break;
+            };
+            let addr = self.procs[i].addr;
+            if self.trace {
+                eprintln!(
+                    "{:>10} {addr} event {ev:?} {:?}",
+                    self.now,
+                    self.procs[i].m.as_ref().map(|m| m.info().epoch)
+                );
+            }
+            match ev {
+                GroupEvent::SendDone { msg_id } => self.completed.push((addr, msg_id)),
+                GroupEvent::JoinFailed => {
+                    // Try again through someone else.
+                    self.procs[i].m = None;
+                    self.spawn_joiner();
+                    return Ok(());
+                }
+                GroupEvent::LeaveDone => self.procs[i].done = true,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn check_delivery(
+        &mut self,
+        i: usize,
+        seq: u64,
+        sender: Address,
+        rec: Rec,
+    ) -> Result<(), Violation> {
+        let who = self.procs[i].addr;
+        if self.trace {
+            eprintln!("{:>10} {who} deliver {seq} {rec:?}", self.now);
+        }
+        self.digest.add_u64(seq);
+        let p = &mut self.procs[i];
+        if p.last_seq != 0 && seq != p.last_seq + 1 {
+            return Err(self.fail(format!(
+                "{who} delivered seq {seq} after {}",
+                self.procs[i].last_seq
+            )));
+        }
+        p.last_seq = seq;
+        if let Rec::Msg(s, id, h) = &rec {
+            if !p.seen.insert((*s, *id)) {
+                return Err(self.fail(format!("{who} delivered {s}#{id} twice")));
+            }
+            // The first message seen from a sender may follow ones ordered before this process
+            // joined; after that, each is the next.
+            let prev = p.last_id.insert(*s, *id).unwrap_or(*id - 1);
+            if *id != prev + 1 {
+                return Err(self.fail(format!("{who}: FIFO from {s} broken: {id} after {prev}")));
+            }
+            match self.sent.get(&(*s, *id)) {
+                Some(x) if x == h => {}
+                Some(_) => return Err(self.fail(format!("{who} delivered {s}#{id} altered"))),
+                None => return Err(self.fail(format!("{who} delivered {s}#{id}, never sent"))),
+            }
+            let _ = sender;
+        }
+        self.procs[i].log.push((seq, rec));
+        Ok(())
+    }
+
+    /// Total order and agreement. Processes that did not crash agree on the record at every
+    /// sequence number. With at most r crashes, so do the crashed ones. With more, a crashed
+    /// process may have delivered records no survivor got, and the survivors renumber what
+    /// follows (total order is not uniform beyond r crashes, as in paper 003).
+    fn check_order(&mut self) -> Result<(), Violation> {
+        for p in &self.procs {
+            for (seq, rec) in &p.log {
+                match self.global.get(seq) {
+                    Some(r) if r != rec => {
+                        return Err(self.fail(format!(
+                            "total order: {} delivered {rec:?} at seq {seq}, others {r:?}",
+                            p.addr
+                        )))
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.global.insert(*seq, rec.clone());
+                    }
+                }
+            }
+        }
+        // With at most r crashes, nothing a crashed process delivered was lost or renumbered.
+        let r = self.cfg.resilience as u32;
+        if self.crashes <= r {
+            // The survivors between them delivered everything from the earliest one's join.
+            let covered_from = self
+                .procs
+                .iter()
+                .filter_map(|p| p.log.first().map(|x| x.0))
+                .min()
+                .unwrap_or(u64::MAX);
+            for (who, log) in &self.crashed_logs {
+                for (seq, rec) in log.iter().filter(|x| x.0 >= covered_from) {
+                    if self.global.get(seq) != Some(rec) {
+                        return Err(self.fail(format!(
+                            "crashed {who} delivered {rec:?} at {seq}; the survivors have {:?} ({} crashes, r = {r})",
+                            self.global.get(seq),
+                            self.crashes
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn members_in_normal(&self) -> Vec<usize> {
+        self.live()
+            .filter(|&i| {
+                self.procs[i]
+                    .m
+                    .as_ref()
+                    .is_some_and(|m| m.state() == State::Normal)
+            })
+            .collect()
+    }
+
+    fn converged(&self) -> bool {
+        let live: Vec<usize> = self.live().collect();
+        if live.is_empty() {
+            return true;
+        }
+        let normal = self.members_in_normal();
+        if normal.len() != live.len() {
+            return false;
+        }
+        let first = self.procs[normal[0]].m.as_ref().expect("live");
+        let info = first.info();
+        normal.iter().all(|&i| {
+            let m = self.procs[i].m.as_ref().expect("live");
+            let x = m.info();
+            x.epoch == info.epoch
+                && x.members == info.members
+                && x.consumed_upto == info.consumed_upto
+                && x.received_upto == info.received_upto
+                && m.sends_pending() == 0
+                && !m.has_delivery()
+        }) && info.members.len() == normal.len()
+    }
+
+    fn check_final(&self) -> Result<(), Violation> {
+        if !self.converged() {
+            let states: Vec<String> = self
+                .live()
+                .map(|i| {
+                    let m = self.procs[i].m.as_ref().expect("live");
+                    let x = m.info();
+                    format!(
+                        "{}: {:?} epoch {} members {} seq {} recv {} consumed {} pending {}\n      {}",
+                        self.procs[i].addr,
+                        x.state,
+                        x.epoch,
+                        x.members.len(),
+                        x.sequencer,
+                        x.received_upto,
+                        x.consumed_upto,
+                        m.sends_pending(),
+                        m.debug_timers()
+                    )
+                })
+                .collect();
+            return Err(self.fail(format!(
+                "no convergence after healing ({}):\n  {}",
+                self.describe(),
+                states.join("\n  ")
+            )));
+        }
+        // No loss: a completed send by a process still in the group is delivered everywhere;
+        // with at most r crashes, every completed send is.
+        let r = self.cfg.resilience as u32;
+        let live: HashSet<Address> = self.live().map(|i| self.procs[i].addr).collect();
+        for (s, id) in &self.completed {
+            if self.crashes > r && !live.contains(s) {
+                continue;
+            }
+            let found = self
+                .global
+                .values()
+                .any(|rec| matches!(rec, Rec::Msg(a, x, _) if a == s && x == id));
+            if !found {
+                return Err(self.fail(format!(
+                    "completed send {s}#{id} lost ({} crashes, r = {r})",
+                    self.crashes
+                )));
+            }
+            for i in self.live() {
+                if !self.procs[i].seen.contains(&(*s, *id)) && self.joined_before(i, *s, *id) {
+                    return Err(
+                        self.fail(format!("{} never delivered {s}#{id}", self.procs[i].addr))
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether process `i` was a member when `(s, id)` was ordered (so must deliver it).
+    fn joined_before(&self, i: usize, s: Address, id: u64) -> bool {
+        let a = self.procs[i].addr;
+        let join = self
+            .global
+            .iter()
+            .find(|(_, r)| matches!(r, Rec::Joined(x) if *x == a))
+            .map(|(q, _)| *q)
+            .unwrap_or(0);
+        self.global
+            .iter()
+            .find(|(_, r)| matches!(r, Rec::Msg(x, y, _) if *x == s && *y == id))
+            .is_some_and(|(q, _)| *q > join)
+    }
+}
+
+/// Runs `seeds` seeds from `first`; returns the reports or the first violation.
+pub fn run_group_seeds(
+    first: u64,
+    seeds: u64,
+    opts: &GroupSimOptions,
+) -> Result<Vec<GroupSimReport>, Violation> {
+    (first..first + seeds).map(|s| run_group(s, opts)).collect()
+}
+
+/// For the simulator's `NodeId` users: which slot an address is (the site number).
+pub fn slot(a: Address) -> NodeId {
+    a.site as usize
+}
