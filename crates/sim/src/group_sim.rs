@@ -447,20 +447,31 @@ impl Sim {
                     .is_some_and(|m| m.state() != State::Joining)
             })
             .collect();
-        // The largest current view, and how many of its members are alive: a crash may not
-        // leave it without a majority (the group would block for good, crashed processes never
-        // come back here).
-        let view: Vec<Address> = live
+        // A crash (or leave) may not cost the group its majority: the group would block for
+        // good, as crashed processes never come back here. Counted conservatively: the
+        // largest view any member holds, against the processes in any view that are alive
+        // and not leaving.
+        let view_size = live
             .iter()
             .filter_map(|&i| self.procs[i].m.as_ref())
-            .max_by_key(|m| (m.info().epoch, m.members().len()))
-            .map(|m| m.members().to_vec())
-            .unwrap_or_default();
-        let alive_in_view = view
+            .map(|m| m.members().len())
+            .max()
+            .unwrap_or(0);
+        let mut in_views: Vec<Address> = live
             .iter()
-            .filter(|&&a| self.slot_of(a).is_some_and(|j| self.procs[j].m.is_some()))
+            .filter_map(|&i| self.procs[i].m.as_ref())
+            .flat_map(|m| m.members().to_vec())
+            .collect();
+        in_views.sort();
+        in_views.dedup();
+        let steady = in_views
+            .iter()
+            .filter(|&&a| {
+                self.slot_of(a)
+                    .is_some_and(|j| self.procs[j].m.is_some() && !self.procs[j].leaving)
+            })
             .count();
-        let down_budget = alive_in_view > view.len() / 2 + 1 && live.len() > 2;
+        let down_budget = steady > view_size / 2 + 1 && live.len() > 2;
         if down_budget && self.rng.chance(self.crash_p) {
             let victim = live[self.rng.below(live.len() as u64) as usize];
             self.procs[victim].m = None;

@@ -304,8 +304,10 @@ impl Member {
         self.sequencer = sequencer;
         self.seqr = None;
         self.watch = Watch::new(now);
-        self.history.truncate_after(start_seq);
+        // Keep only what we received in order (and so reported): records held out of order
+        // beyond it may be from an epoch the group has since renumbered.
         self.received_upto = self.received_upto.min(start_seq);
+        self.history.truncate_after(self.received_upto);
         self.ordered_seen = start_seq;
         self.accepted_upto = start_seq;
         self.nak_at = None;
