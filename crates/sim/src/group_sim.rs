@@ -102,6 +102,8 @@ struct Proc {
     done: bool,
     /// Everything delivered here, in order.
     log: Vec<(u64, Rec)>,
+    /// The seq of the join record that made this process a member (0: it created the group).
+    joined_at: u64,
 }
 
 const MAX_SLOTS: usize = 24;
@@ -305,6 +307,7 @@ impl Sim {
             leaving: false,
             done: false,
             log: Vec::new(),
+            joined_at: 0,
         });
         Some(i)
     }
@@ -467,8 +470,10 @@ impl Sim {
         let steady = in_views
             .iter()
             .filter(|&&a| {
-                self.slot_of(a)
-                    .is_some_and(|j| self.procs[j].m.is_some() && !self.procs[j].leaving)
+                self.slot_of(a).is_some_and(|j| {
+                    let p = &self.procs[j];
+                    !p.leaving && p.m.as_ref().is_some_and(|m| m.state() == State::Normal)
+                })
             })
             .count();
         let down_budget = steady > view_size / 2 + 1 && live.len() > 2;
@@ -564,6 +569,11 @@ impl Sim {
                     return Ok(());
                 }
                 GroupEvent::LeaveDone => self.procs[i].done = true,
+                GroupEvent::JoinDone { seq } => self.procs[i].joined_at = seq,
+                GroupEvent::Expelled => {
+                    // Left out of a rebuilt view: start again as a new process.
+                    self.spawn_joiner();
+                }
                 _ => {}
             }
         }
@@ -632,22 +642,16 @@ impl Sim {
                 }
             }
         }
-        // With at most r crashes, nothing a crashed process delivered was lost or renumbered.
+        // With at most r crashes, nothing a crashed process delivered was renumbered: where a
+        // survivor delivered the same sequence number, it delivered the same record. (That
+        // nothing it delivered is lost is the no-loss check on completed sends.)
         let r = self.cfg.resilience as u32;
         if self.crashes <= r {
-            // The survivors between them delivered everything from the earliest one's join.
-            let covered_from = self
-                .procs
-                .iter()
-                .filter_map(|p| p.log.first().map(|x| x.0))
-                .min()
-                .unwrap_or(u64::MAX);
             for (who, log) in &self.crashed_logs {
-                for (seq, rec) in log.iter().filter(|x| x.0 >= covered_from) {
-                    if self.global.get(seq) != Some(rec) {
+                for (seq, rec) in log {
+                    if let Some(other) = self.global.get(seq).filter(|&o| o != rec) {
                         return Err(self.fail(format!(
-                            "crashed {who} delivered {rec:?} at {seq}; the survivors have {:?} ({} crashes, r = {r})",
-                            self.global.get(seq),
+                            "crashed {who} delivered {rec:?} at {seq}; the survivors have {other:?} ({} crashes, r = {r})",
                             self.crashes
                         )));
                     }
@@ -699,11 +703,11 @@ impl Sim {
                     let m = self.procs[i].m.as_ref().expect("live");
                     let x = m.info();
                     format!(
-                        "{}: {:?} epoch {} members {} seq {} recv {} consumed {} pending {}\n      {}",
+                        "{}: {:?} epoch {} members {:?} seq {} recv {} consumed {} pending {}\n      {}",
                         self.procs[i].addr,
                         x.state,
                         x.epoch,
-                        x.members.len(),
+                        x.members.iter().map(|a| a.site).collect::<Vec<_>>(),
                         x.sequencer,
                         x.received_upto,
                         x.consumed_upto,
@@ -749,13 +753,7 @@ impl Sim {
 
     /// Whether process `i` was a member when `(s, id)` was ordered (so must deliver it).
     fn joined_before(&self, i: usize, s: Address, id: u64) -> bool {
-        let a = self.procs[i].addr;
-        let join = self
-            .global
-            .iter()
-            .find(|(_, r)| matches!(r, Rec::Joined(x) if *x == a))
-            .map(|(q, _)| *q)
-            .unwrap_or(0);
+        let join = self.procs[i].joined_at;
         self.global
             .iter()
             .find(|(_, r)| matches!(r, Rec::Msg(x, y, _) if *x == s && *y == id))

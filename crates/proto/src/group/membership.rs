@@ -74,6 +74,10 @@ impl Member {
     }
 
     pub(super) fn apply_join(&mut self, now: Instant, seq: u64, who: Address) {
+        if seq <= self.start_seq {
+            // Caught up after a rebuild: the rebuilt view's member list already says who is in.
+            return;
+        }
         if !self.members.contains(&who) {
             self.members.push(who);
         }
@@ -100,6 +104,9 @@ impl Member {
     }
 
     pub(super) fn apply_leave(&mut self, now: Instant, seq: u64, who: Address) {
+        if seq <= self.start_seq && who != self.me {
+            return;
+        }
         self.members.retain(|&m| m != who);
         self.unordered.retain(|(s, _), _| *s != who);
         let was_sequencer = who == self.sequencer;

@@ -428,7 +428,8 @@ struct Reset {
     coordinator: bool,
     min_members: usize,
     old_members: Vec<Address>,
-    replies: HashMap<Address, (u64, u64), AddressHash>,
+    /// Per member that answered: (consumed, received, oldest record held).
+    replies: HashMap<Address, (u64, u64, u64), AddressHash>,
     invites_sent: u32,
     next_at: Instant,
 }

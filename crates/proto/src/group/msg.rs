@@ -211,6 +211,8 @@ pub enum Msg<'a> {
     InviteReply {
         consumed: u64,
         received: u64,
+        /// The oldest record the member still holds.
+        held_from: u64,
     },
     NewView {
         start_seq: u64,
@@ -338,10 +340,11 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
             Msg::Invite
         }
         MsgKind::InviteReply => {
-            fixed(16)?;
+            fixed(24)?;
             Msg::InviteReply {
                 consumed: u64_at(body, 0),
                 received: u64_at(body, 8),
+                held_from: u64_at(body, 16),
             }
         }
         MsgKind::NewView => {

@@ -53,9 +53,11 @@ impl Member {
                 &members.to_vec(),
             ),
             Msg::Invite => self.on_invite(now, hdr),
-            Msg::InviteReply { consumed, received } => {
-                self.on_invite_reply(now, hdr, consumed, received)
-            }
+            Msg::InviteReply {
+                consumed,
+                received,
+                held_from,
+            } => self.on_invite_reply(now, hdr, consumed, received, held_from),
             Msg::NewView {
                 start_seq,
                 sequencer,

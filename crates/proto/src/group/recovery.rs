@@ -80,7 +80,10 @@ impl Member {
         self.epoch_seen = epoch.number;
         self.counters.resets_started += 1;
         let mut replies = HashMap::default();
-        replies.insert(self.me, (self.consumed_upto, self.received_upto));
+        replies.insert(
+            self.me,
+            (self.consumed_upto, self.received_upto, self.history.base()),
+        );
         self.reset = Some(Reset {
             epoch,
             coordinator: true,
@@ -149,6 +152,7 @@ impl Member {
         hdr: GroupHeader,
         consumed: u64,
         received: u64,
+        held_from: u64,
     ) {
         let Some(r) = self.reset.as_mut() else {
             return;
@@ -156,7 +160,7 @@ impl Member {
         if !r.coordinator || hdr.epoch != r.epoch || !r.old_members.contains(&hdr.from) {
             return;
         }
-        r.replies.insert(hdr.from, (consumed, received));
+        r.replies.insert(hdr.from, (consumed, received, held_from));
         if r.replies.len() == r.old_members.len() {
             self.decide_view(now);
         }
@@ -206,11 +210,27 @@ impl Member {
     /// The coordinator has its answers: make the new view, or fail.
     fn decide_view(&mut self, now: Instant) {
         let r = self.reset.as_ref().expect("resetting");
-        let survivors: Vec<Address> = r
+        let answered: Vec<Address> = r
             .old_members
             .iter()
             .copied()
             .filter(|m| r.replies.contains_key(m))
+            .collect();
+        // The new sequencer: the member that received furthest; among equals the one that
+        // holds the oldest records, then the lowest-ranked.
+        let mut sequencer = answered[0];
+        for &m in &answered[1..] {
+            let (a, b) = (r.replies[&m], r.replies[&sequencer]);
+            if (a.1, core::cmp::Reverse(a.2)) > (b.1, core::cmp::Reverse(b.2)) {
+                sequencer = m;
+            }
+        }
+        let (_, start, held_from) = r.replies[&sequencer];
+        // A member missing records the new sequencer no longer holds cannot be brought up to
+        // date: it is left out (and may join again).
+        let survivors: Vec<Address> = answered
+            .into_iter()
+            .filter(|m| r.replies[m].1 + 1 >= held_from)
             .collect();
         if survivors.len() < r.min_members {
             self.counters.resets_failed += 1;
@@ -222,24 +242,33 @@ impl Member {
             self.blocked_retry_at = Some(now + self.cfg.reset_retry);
             return;
         }
-        // The survivor that received furthest; the lowest-ranked among equals.
-        let mut sequencer = survivors[0];
-        let mut start = r.replies[&sequencer].1;
-        for &m in &survivors[1..] {
-            if r.replies[&m].1 > start {
-                sequencer = m;
-                start = r.replies[&m].1;
-            }
-        }
         let epoch = r.epoch;
-        for &m in &survivors {
-            if m != self.me {
-                self.push_control(m, Control::NewView);
-            }
+        let old: Vec<Address> = r.old_members.clone();
+        let me = self.me;
+        for m in old.into_iter().filter(|&m| m != me) {
+            // Members left out learn it from the view too.
+            self.push_control(m, Control::NewView);
+        }
+        if !survivors.contains(&self.me) {
+            // We cannot be brought up to date ourselves: announce the view, then stop.
+            self.epoch = epoch;
+            self.start_seq = start;
+            self.sequencer = sequencer;
+            self.members = survivors;
+            self.expel();
+            return;
         }
         self.install_view(now, epoch, start, sequencer, &survivors);
         // The announcements above go out with the view just installed.
         self.counters.resets_completed += 1;
+    }
+
+    fn expel(&mut self) {
+        self.state = State::Expelled;
+        self.seqr = None;
+        self.reset = None;
+        self.blocked_retry_at = None;
+        self.events.push_back(GroupEvent::Expelled);
     }
 
     pub(super) fn on_new_view(
@@ -264,10 +293,7 @@ impl Member {
         }
         if !members.contains(&self.me) {
             // Left out of a view that was made: whatever rebuild we take part in is moot.
-            self.state = State::Expelled;
-            self.seqr = None;
-            self.reset = None;
-            self.events.push_back(GroupEvent::Expelled);
+            self.expel();
             return;
         }
         if self.reset.as_ref().is_some_and(|r| epoch < r.epoch) {

@@ -60,11 +60,14 @@ impl Member {
             | Control::JoinRequest
             | Control::LeaveRequest
             | Control::Invite { .. } => true,
-            Control::Ack | Control::InviteReply { .. } => {
+            Control::Ack => {
                 self.ack_due = false;
                 self.last_ack = (self.consumed_upto, self.received_upto);
                 self.counters.acks_sent += 1;
                 w.u64(self.consumed_upto) && w.u64(self.received_upto)
+            }
+            Control::InviteReply { .. } => {
+                w.u64(self.consumed_upto) && w.u64(self.received_upto) && w.u64(self.history.base())
             }
             Control::Redirect(a) => w.address(a),
             Control::Welcome { join_seq, members } => {
@@ -354,7 +357,7 @@ impl Member {
     #[doc(hidden)]
     pub fn debug_timers(&self) -> String {
         format!(
-            "seqr {:?} membership {:?} reset {:?} member {:?} pending {:?} ordered_id {:?} recv {} seen {} acc {} applied {} ctl {} ack_due {} nak_due {}",
+            "seqr {:?} membership {:?} reset {:?} member {:?} pending {:?} ordered_id {:?} recv {} seen {} acc {} applied {} ctl {} ack_due {} nak_due {} base {} stable {} retx {:?}",
             self.seqr.as_ref().map(|s| (self.sequencer_deadline(), s.last_multicast_at, s.sync_at, s.oldest_unsent, s.multicast_from, s.next_seq, s.barrier, s.watches.values().map(|w| self.cfg.next_check(w)).min())),
             self.membership_deadline(),
             self.reset_deadline(),
@@ -368,6 +371,9 @@ impl Member {
             self.control.len(),
             self.ack_due,
             self.nak_due,
+            self.history.base(),
+            self.stable_upto,
+            self.seqr.as_ref().map(|s| s.retransmit.len()),
         )
     }
 
