@@ -722,42 +722,36 @@ impl Sim {
                 states.join("\n  ")
             )));
         }
-        // No loss: a completed send by a process still in the group is delivered everywhere;
-        // with at most r crashes, every completed send is.
+        // No loss: a completed send is delivered by every process still in the group that
+        // was a member when it was ordered, if its sender is still in the group or at most r
+        // processes crashed.
         let r = self.cfg.resilience as u32;
         let live: HashSet<Address> = self.live().map(|i| self.procs[i].addr).collect();
+        let mut ordered_at: HashMap<(Address, u64), u64> = HashMap::new();
+        let crashed = self.crashed_logs.iter().flat_map(|(_, l)| l.iter());
+        for (q, rec) in self.global.iter().chain(crashed.map(|(q, r)| (q, r))) {
+            if let Rec::Msg(a, id, _) = rec {
+                ordered_at.entry((*a, *id)).or_insert(*q);
+            }
+        }
         for (s, id) in &self.completed {
             if self.crashes > r && !live.contains(s) {
                 continue;
             }
-            let found = self
-                .global
-                .values()
-                .any(|rec| matches!(rec, Rec::Msg(a, x, _) if a == s && x == id));
-            if !found {
-                return Err(self.fail(format!(
-                    "completed send {s}#{id} lost ({} crashes, r = {r})",
-                    self.crashes
-                )));
-            }
+            let Some(&q) = ordered_at.get(&(*s, *id)) else {
+                return Err(self.fail(format!("completed send {s}#{id} delivered nowhere")));
+            };
             for i in self.live() {
-                if !self.procs[i].seen.contains(&(*s, *id)) && self.joined_before(i, *s, *id) {
-                    return Err(
-                        self.fail(format!("{} never delivered {s}#{id}", self.procs[i].addr))
-                    );
+                let p = &self.procs[i];
+                if p.joined_at < q && !p.seen.contains(&(*s, *id)) {
+                    return Err(self.fail(format!(
+                        "completed send {s}#{id} (seq {q}) lost: {} never delivered it ({} crashes, r = {r})",
+                        p.addr, self.crashes
+                    )));
                 }
             }
         }
         Ok(())
-    }
-
-    /// Whether process `i` was a member when `(s, id)` was ordered (so must deliver it).
-    fn joined_before(&self, i: usize, s: Address, id: u64) -> bool {
-        let join = self.procs[i].joined_at;
-        self.global
-            .iter()
-            .find(|(_, r)| matches!(r, Rec::Msg(x, y, _) if *x == s && *y == id))
-            .is_some_and(|(q, _)| *q > join)
     }
 }
 

@@ -36,8 +36,9 @@ impl Member {
         stable_upto: u64,
         resilience: u8,
         sequencer: Address,
-        members: &[Address],
+        member_ids: &[(Address, u64)],
     ) {
+        let members: Vec<Address> = member_ids.iter().map(|m| m.0).collect();
         if self.state != State::Joining || join_seq == 0 || !members.contains(&self.me) {
             return;
         }
@@ -46,7 +47,7 @@ impl Member {
         self.epoch = hdr.epoch;
         self.epoch_seen = self.epoch_seen.max(hdr.epoch.number);
         self.cfg.resilience = resilience;
-        self.members = members.to_vec();
+        self.members = members;
         self.sequencer = sequencer;
         self.watch.heard(now);
         self.history.reset(join_seq);
@@ -65,8 +66,8 @@ impl Member {
         self.consumed_upto = join_seq - 1;
         self.stable_upto = stable_upto.min(join_seq - 1);
         self.start_seq = join_seq - 1;
-        for &m in members {
-            self.last_msg_id.insert(m, 0);
+        for &(m, id) in member_ids {
+            self.last_msg_id.insert(m, id);
         }
         self.ack_due = true;
         self.events
@@ -83,7 +84,11 @@ impl Member {
         }
         self.last_msg_id.insert(who, 0);
         self.unordered.retain(|(s, _), _| *s != who);
-        let members = self.members.clone();
+        let members: Vec<(Address, u64)> = self
+            .members
+            .iter()
+            .map(|&m| (m, self.last_msg_id.get(&m).copied().unwrap_or(0)))
+            .collect();
         if let Some(s) = self.seqr.as_mut() {
             s.acks.insert(who, (seq - 1, seq - 1));
             s.next_msg_id.insert(who, 1);

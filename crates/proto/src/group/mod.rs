@@ -363,7 +363,7 @@ enum Control {
     Redirect(Address),
     Welcome {
         join_seq: u64,
-        members: Vec<Address>,
+        members: Vec<(Address, u64)>,
     },
     Invite {
         epoch: Epoch,
@@ -410,7 +410,7 @@ struct Sequencer {
     joins: VecDeque<Address>,
     leaves: VecDeque<Address>,
     /// Joiners admitted, until they acknowledge: (joiner, join seq, members at the join).
-    welcomes: Vec<(Address, u64, Vec<Address>)>,
+    welcomes: Vec<(Address, u64, Vec<(Address, u64)>)>,
     last_multicast_at: Instant,
     sync_at: Option<Instant>,
     watches: HashMap<Address, Watch, AddressHash>,

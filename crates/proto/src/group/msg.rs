@@ -204,7 +204,9 @@ pub enum Msg<'a> {
         stable_upto: u64,
         resilience: u8,
         sequencer: Address,
-        members: Members<'a>,
+        /// Each member and the last msg_id of its ordered before the join (so the joiner,
+        /// should it become sequencer, suppresses duplicates as the others would).
+        members: MemberIds<'a>,
     },
     LeaveRequest,
     Invite,
@@ -328,7 +330,7 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
                 stable_upto: u64_at(body, 8),
                 resilience: body[16],
                 sequencer: Address::read_from(&body[24..32]),
-                members: Members::parse(&body[32..])?,
+                members: MemberIds::parse(&body[32..])?,
             }
         }
         MsgKind::LeaveRequest => {
@@ -391,6 +393,28 @@ impl<'a> Members<'a> {
 
     pub fn to_vec(&self) -> Vec<Address> {
         self.iter().collect()
+    }
+}
+
+/// A checked list of `(member, last msg_id)` pairs.
+#[derive(Clone, Copy, Debug)]
+pub struct MemberIds<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> MemberIds<'a> {
+    fn parse(b: &'a [u8]) -> Result<MemberIds<'a>, GroupWireError> {
+        if !b.len().is_multiple_of(ADDRESS_BYTES + 8) || b.len() / (ADDRESS_BYTES + 8) > MEMBERS_MAX
+        {
+            return Err(GroupWireError::BadMemberList);
+        }
+        Ok(MemberIds { bytes: b })
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (Address, u64)> + 'a {
+        self.bytes
+            .chunks_exact(ADDRESS_BYTES + 8)
+            .map(|c| (Address::read_from(c), u64_at(c, ADDRESS_BYTES)))
     }
 }
 
@@ -567,6 +591,13 @@ impl<'b> MsgWriter<'b> {
             return false;
         }
         m.iter().all(|&a| self.address(a))
+    }
+
+    pub fn member_ids(&mut self, m: &[(Address, u64)]) -> bool {
+        if self.room() < m.len() * (ADDRESS_BYTES + 8) {
+            return false;
+        }
+        m.iter().all(|&(a, id)| self.address(a) && self.u64(id))
     }
 
     pub fn submit_record(&mut self, msg_id: u64, payload: &[u8]) -> bool {

@@ -50,7 +50,7 @@ impl Member {
                 stable_upto,
                 resilience,
                 sequencer,
-                &members.to_vec(),
+                &members.iter().collect::<Vec<_>>(),
             ),
             Msg::Invite => self.on_invite(now, hdr),
             Msg::InviteReply {

@@ -124,9 +124,8 @@ impl Member {
         if self.reset.as_ref().is_some_and(|r| e <= r.epoch) {
             return;
         }
-        if !self.members.contains(&hdr.from) {
-            return;
-        }
+        // Not Normal here: our own view may lag the inviter's (it applied joins we have not),
+        // so any higher invitation is taken.
         self.reset = Some(Reset {
             epoch: e,
             coordinator: false,

@@ -75,7 +75,7 @@ impl Member {
                     && w.u64(self.stable_upto)
                     && w.bytes(&[self.cfg.resilience, 0, 0, 0, 0, 0, 0, 0])
                     && w.address(self.me)
-                    && w.members(&members)
+                    && w.member_ids(&members)
             }
             Control::NewView => {
                 w.u64(self.start_seq) && w.address(self.sequencer) && w.members(&self.members)
