@@ -451,32 +451,23 @@ impl Sim {
             })
             .collect();
         // A crash (or leave) may not cost the group its majority: the group would block for
-        // good, as crashed processes never come back here. Counted conservatively: the
-        // largest view any member holds, against the processes in any view that are alive
-        // and not leaving.
-        let view_size = live
-            .iter()
-            .filter_map(|&i| self.procs[i].m.as_ref())
-            .map(|m| m.members().len())
-            .max()
-            .unwrap_or(0);
-        let mut in_views: Vec<Address> = live
-            .iter()
-            .filter_map(|&i| self.procs[i].m.as_ref())
-            .flat_map(|m| m.members().to_vec())
-            .collect();
-        in_views.sort();
-        in_views.dedup();
-        let steady = in_views
-            .iter()
-            .filter(|&&a| {
-                self.slot_of(a).is_some_and(|j| {
-                    let p = &self.procs[j];
-                    !p.leaving && p.m.as_ref().is_some_and(|m| m.state() == State::Normal)
-                })
+        // good, as crashed processes never come back here. Every member's own view (they
+        // differ while joins and leaves are in flight) must keep a majority of processes that
+        // are members in good standing, not counting one more going down.
+        let steady = |a: Address| {
+            self.slot_of(a).is_some_and(|j| {
+                let p = &self.procs[j];
+                !p.leaving && p.m.as_ref().is_some_and(|m| m.state() == State::Normal)
             })
-            .count();
-        let down_budget = steady > view_size / 2 + 1 && live.len() > 2;
+        };
+        let down_budget = live.len() > 2
+            && live.iter().all(|&i| {
+                let Some(m) = self.procs[i].m.as_ref() else {
+                    return true;
+                };
+                let v = m.members();
+                v.iter().filter(|&&a| steady(a)).count() > v.len() / 2 + 1
+            });
         if down_budget && self.rng.chance(self.crash_p) {
             let victim = live[self.rng.below(live.len() as u64) as usize];
             self.procs[victim].m = None;
