@@ -138,6 +138,7 @@ struct Sim {
     sent: HashMap<(Address, u64), u64>,
     completed: Vec<(Address, u64)>,
     crashes: u32,
+    expulsions: u32,
     leaves: u32,
     joins: u32,
     crash_p: f64,
@@ -209,6 +210,7 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         sent: HashMap::new(),
         completed: Vec::new(),
         crashes: 0,
+        expulsions: 0,
         leaves: 0,
         joins: 0,
         crash_p,
@@ -273,6 +275,11 @@ impl Sim {
             seed: self.seed,
             what: format!("at {} ms: {what}", self.now / 1_000_000),
         }
+    }
+
+    /// Processes the group lost: crashed, or left out of a rebuilt view.
+    fn failures(&self) -> u32 {
+        self.crashes + self.expulsions
     }
 
     fn describe(&self) -> String {
@@ -562,7 +569,11 @@ impl Sim {
                 GroupEvent::LeaveDone => self.procs[i].done = true,
                 GroupEvent::JoinDone { seq } => self.procs[i].joined_at = seq,
                 GroupEvent::Expelled => {
-                    // Left out of a rebuilt view: start again as a new process.
+                    // Left out of a rebuilt view: to the group it failed (what it delivered
+                    // alone may be lost, as for a crash); it starts again as a new process.
+                    let log = std::mem::take(&mut self.procs[i].log);
+                    self.crashed_logs.push((addr, log));
+                    self.expulsions += 1;
                     self.spawn_joiner();
                 }
                 _ => {}
@@ -637,13 +648,13 @@ impl Sim {
         // survivor delivered the same sequence number, it delivered the same record. (That
         // nothing it delivered is lost is the no-loss check on completed sends.)
         let r = self.cfg.resilience as u32;
-        if self.crashes <= r {
+        if self.failures() <= r {
             for (who, log) in &self.crashed_logs {
                 for (seq, rec) in log {
                     if let Some(other) = self.global.get(seq).filter(|&o| o != rec) {
                         return Err(self.fail(format!(
-                            "crashed {who} delivered {rec:?} at {seq}; the survivors have {other:?} ({} crashes, r = {r})",
-                            self.crashes
+                            "failed {who} delivered {rec:?} at {seq}; the survivors have {other:?} ({} failures, r = {r})",
+                            self.failures()
                         )));
                     }
                 }
@@ -726,7 +737,7 @@ impl Sim {
             }
         }
         for (s, id) in &self.completed {
-            if self.crashes > r && !live.contains(s) {
+            if self.failures() > r && !live.contains(s) {
                 continue;
             }
             let Some(&q) = ordered_at.get(&(*s, *id)) else {
@@ -736,8 +747,9 @@ impl Sim {
                 let p = &self.procs[i];
                 if p.joined_at < q && !p.seen.contains(&(*s, *id)) {
                     return Err(self.fail(format!(
-                        "completed send {s}#{id} (seq {q}) lost: {} never delivered it ({} crashes, r = {r})",
-                        p.addr, self.crashes
+                        "completed send {s}#{id} (seq {q}) lost: {} never delivered it ({} failures, r = {r})",
+                        p.addr,
+                        self.failures()
                     )));
                 }
             }

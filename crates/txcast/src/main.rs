@@ -14,6 +14,7 @@ usage:
   txcast bench <rtt|multicast|throughput> [options]
                                          benchmarks with their baselines (see `txcast bench --help`)
   txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
+  txcast sim group [--seed S | --seeds N] run groups (crashes, joins, leaves) in the simulator
   txcast stat [--config FILE] [--json]   the ports open on this host and their ring counters
   txcast help                            this text
 ";

@@ -1,15 +1,18 @@
 //! `txcast sim`: runs protocols in the deterministic simulator.
 
 use crate::opt;
+use txcast_sim::group_sim::{run_group, GroupSimOptions};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
 
 pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
         Some("link") => link(&args[1..]),
+        Some("group") => group(&args[1..]),
         _ => {
             eprintln!(
                 "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
-                 \x20 TXCAST_SIM_TRACE=1 with --seed prints restarts and out-of-sequence deliveries"
+                 \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N]\n\
+                 \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
             );
             2
         }
@@ -64,6 +67,84 @@ fn link(args: &[String]) -> i32 {
     }
     println!(
         "link simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    i32::from(failures > 0)
+}
+
+fn group(args: &[String]) -> i32 {
+    let mut opts = GroupSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--members") {
+        opts.members = n.clamp(2, 12);
+    }
+    if let Some(m) = opt::<u32>(args, "--messages") {
+        opts.messages_per_member = m;
+    }
+    if let Some(seed) = opt::<u64>(args, "--seed") {
+        return match run_group(seed, &opts) {
+            Ok(r) => {
+                println!("seed {seed}: ok");
+                println!("  group:   {}", r.config);
+                println!("  faults:  {}", r.faults);
+                println!("  network: {:?}", r.net);
+                println!(
+                    "  {} sent, {} completed, {} delivered; {} crashes, {} leaves, {} joins, {} rebuilds; {} members at the end, last seq {}; trace digest {:016x}",
+                    r.sent, r.completed, r.delivered, r.crashes, r.leaves, r.joins, r.resets,
+                    r.final_members, r.highest_seq, r.digest
+                );
+                0
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        };
+    }
+    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
+    let first = opt::<u64>(args, "--first").unwrap_or(0);
+    let threads = opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64);
+    let started = std::time::Instant::now();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let failures = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (opts, done, failures) = (&opts, &done, &failures);
+            scope.spawn(move || {
+                let mut seed = first + t;
+                while seed < first + seeds {
+                    let run = std::panic::catch_unwind(|| run_group(seed, opts));
+                    let failed = match run {
+                        Ok(Ok(_)) => false,
+                        Ok(Err(e)) => {
+                            eprintln!("{e}");
+                            true
+                        }
+                        Err(_) => {
+                            eprintln!(
+                                "seed {seed}: panicked (an assertion in the protocol)\nreplay: cargo run --release -- sim group --seed {seed}"
+                            );
+                            true
+                        }
+                    };
+                    if failed {
+                        failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if k % 1000 == 0 {
+                        eprintln!(
+                            "  {k} / {seeds} seeds, {} failures, {:.0} s",
+                            failures.load(std::sync::atomic::Ordering::Relaxed),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                    seed += threads;
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner();
+    println!(
+        "group simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     i32::from(failures > 0)

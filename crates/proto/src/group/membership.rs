@@ -75,15 +75,16 @@ impl Member {
     }
 
     pub(super) fn apply_join(&mut self, now: Instant, seq: u64, who: Address) {
+        self.last_msg_id.insert(who, 0);
+        self.unordered.retain(|(s, _), _| *s != who);
         if seq <= self.start_seq {
-            // Caught up after a rebuild: the rebuilt view's member list already says who is in.
+            // A record from before a rebuild, caught up on: the rebuilt view already counted
+            // it, and its View record settles the member list; nobody is welcomed from here.
             return;
         }
         if !self.members.contains(&who) {
             self.members.push(who);
         }
-        self.last_msg_id.insert(who, 0);
-        self.unordered.retain(|(s, _), _| *s != who);
         let members: Vec<(Address, u64)> = self
             .members
             .iter()
@@ -109,11 +110,16 @@ impl Member {
     }
 
     pub(super) fn apply_leave(&mut self, now: Instant, seq: u64, who: Address) {
-        if seq <= self.start_seq && who != self.me {
+        self.unordered.retain(|(s, _), _| *s != who);
+        if seq <= self.start_seq {
+            // From before a rebuild: the rebuilt view already counted it and named the
+            // sequencer.
+            if who == self.me {
+                self.leave_done();
+            }
             return;
         }
         self.members.retain(|&m| m != who);
-        self.unordered.retain(|(s, _), _| *s != who);
         let was_sequencer = who == self.sequencer;
         if let Some(s) = self.seqr.as_mut() {
             if s.barrier == Some(seq) {

@@ -403,14 +403,12 @@ struct Sequencer {
     /// Records `multicast_from..next_seq` are ordered but not yet multicast.
     multicast_from: u64,
     oldest_unsent: Option<Instant>,
-    /// Retransmissions owed: (member, from, to).
-    retransmit: VecDeque<(Address, u64, u64)>,
     /// A membership record ordered and not yet applied: nothing is ordered after it.
     barrier: Option<u64>,
     joins: VecDeque<Address>,
     leaves: VecDeque<Address>,
     /// Joiners admitted, until they acknowledge: (joiner, join seq, members at the join).
-    welcomes: Vec<(Address, u64, Vec<(Address, u64)>)>,
+    welcomes: Vec<Welcome>,
     last_multicast_at: Instant,
     sync_at: Option<Instant>,
     watches: HashMap<Address, Watch, AddressHash>,
@@ -420,6 +418,10 @@ struct Sequencer {
     sync_due: bool,
     heartbeat_due: bool,
 }
+
+/// A joiner admitted and not yet heard from: its join record and the members as of it, each
+/// with its last ordered msg_id.
+type Welcome = (Address, u64, Vec<(Address, u64)>);
 
 /// Recovery in progress (see `recovery`).
 #[derive(Debug)]
@@ -461,6 +463,12 @@ pub struct Member {
     last_msg_id: HashMap<Address, u64, AddressHash>,
     unordered: HashMap<(Address, u64), Vec<u8>>,
     seqr: Option<Sequencer>,
+    /// Retransmissions owed: (member, from, to).
+    retransmit: VecDeque<(Address, u64, u64)>,
+    /// After a rebuild: each survivor with the oldest record it held and how far it had
+    /// received, to fetch records from.
+    view_donors: Vec<(Address, u64, u64)>,
+    nak_attempts: u32,
     /// This member watching the sequencer.
     watch: Watch,
     reset: Option<Reset>,
@@ -539,6 +547,9 @@ impl Member {
             last_msg_id: HashMap::default(),
             unordered: HashMap::new(),
             seqr: None,
+            retransmit: VecDeque::new(),
+            view_donors: Vec::new(),
+            nak_attempts: 0,
             watch: Watch::new(now),
             reset: None,
             control: VecDeque::new(),

@@ -219,7 +219,10 @@ pub enum Msg<'a> {
     NewView {
         start_seq: u64,
         sequencer: Address,
-        members: Members<'a>,
+        /// The members, each with the oldest record it held and how far it had received at
+        /// the rebuild (zeros when not known), so a member can fetch what it lacks from
+        /// whoever holds it.
+        members: Survivors<'a>,
     },
 }
 
@@ -356,43 +359,37 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
             Msg::NewView {
                 start_seq: u64_at(body, 0),
                 sequencer: Address::read_from(&body[8..16]),
-                members: Members::parse(&body[16..])?,
+                members: Survivors::parse(&body[16..])?,
             }
         }
     };
     Ok((hdr, msg))
 }
 
-/// A checked list of member addresses.
+/// A checked list of `(member, oldest record held, received up to)` triples.
 #[derive(Clone, Copy, Debug)]
-pub struct Members<'a> {
+pub struct Survivors<'a> {
     bytes: &'a [u8],
 }
 
-impl<'a> Members<'a> {
-    fn parse(b: &'a [u8]) -> Result<Members<'a>, GroupWireError> {
-        if !b.len().is_multiple_of(ADDRESS_BYTES) || b.len() / ADDRESS_BYTES > MEMBERS_MAX {
+const SURVIVOR_BYTES: usize = ADDRESS_BYTES + 16;
+
+impl<'a> Survivors<'a> {
+    fn parse(b: &'a [u8]) -> Result<Survivors<'a>, GroupWireError> {
+        if !b.len().is_multiple_of(SURVIVOR_BYTES) || b.len() / SURVIVOR_BYTES > MEMBERS_MAX {
             return Err(GroupWireError::BadMemberList);
         }
-        Ok(Members { bytes: b })
+        Ok(Survivors { bytes: b })
     }
 
-    pub fn len(&self) -> usize {
-        self.bytes.len() / ADDRESS_BYTES
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = Address> + 'a {
-        self.bytes
-            .chunks_exact(ADDRESS_BYTES)
-            .map(Address::read_from)
-    }
-
-    pub fn to_vec(&self) -> Vec<Address> {
-        self.iter().collect()
+    pub fn iter(&self) -> impl Iterator<Item = (Address, u64, u64)> + 'a {
+        self.bytes.chunks_exact(SURVIVOR_BYTES).map(|c| {
+            (
+                Address::read_from(c),
+                u64_at(c, ADDRESS_BYTES),
+                u64_at(c, ADDRESS_BYTES + 8),
+            )
+        })
     }
 }
 
@@ -586,11 +583,12 @@ impl<'b> MsgWriter<'b> {
         true
     }
 
-    pub fn members(&mut self, m: &[Address]) -> bool {
-        if self.room() < m.len() * ADDRESS_BYTES {
+    pub fn survivors(&mut self, m: &[(Address, u64, u64)]) -> bool {
+        if self.room() < m.len() * SURVIVOR_BYTES {
             return false;
         }
-        m.iter().all(|&a| self.address(a))
+        m.iter()
+            .all(|&(a, from, upto)| self.address(a) && self.u64(from) && self.u64(upto))
     }
 
     pub fn member_ids(&mut self, m: &[(Address, u64)]) -> bool {

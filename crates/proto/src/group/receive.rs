@@ -62,7 +62,13 @@ impl Member {
                 start_seq,
                 sequencer,
                 members,
-            } => self.on_new_view(now, hdr.epoch, start_seq, sequencer, &members.to_vec()),
+            } => self.on_new_view(
+                now,
+                hdr.epoch,
+                start_seq,
+                sequencer,
+                &members.iter().collect::<Vec<_>>(),
+            ),
             _ => self.on_epoch_message(now, hdr, m),
         }
         Ok(())
@@ -129,8 +135,10 @@ impl Member {
                 self.counters.naks_received += 1;
                 if self.seqr.is_some() {
                     self.sequencer_note_ack(now, hdr.from, consumed, received);
-                    self.queue_retransmit(hdr.from, from, to.min(from + NAK_SPAN_MAX));
                 }
+                // Any member serves what it holds (after a rebuild, a member may fetch records
+                // from whoever has them).
+                self.queue_retransmit(hdr.from, from, to.min(from + NAK_SPAN_MAX));
             }
             Msg::Probe => {
                 if self.seqr.is_some() {
@@ -254,12 +262,30 @@ impl Member {
         self.nak_due = true;
     }
 
-    /// The NAK range to send now.
-    pub(super) fn nak_range(&self) -> Option<(u64, u64)> {
-        (self.received_upto < self.ordered_seen).then(|| {
-            let from = self.received_upto + 1;
-            (from, self.ordered_seen.min(from + NAK_SPAN_MAX - 1))
-        })
+    /// The NAK range to send now, and to whom: the sequencer, or while catching up on a
+    /// rebuild's records, a member that held them (another one at each attempt).
+    pub(super) fn nak_range(&mut self) -> Option<(Address, u64, u64)> {
+        if self.received_upto >= self.ordered_seen {
+            return None;
+        }
+        let from = self.received_upto + 1;
+        let mut to = self.ordered_seen.min(from + NAK_SPAN_MAX - 1);
+        let mut target = self.sequencer;
+        if from <= self.start_seq {
+            let holders: Vec<(Address, u64)> = self
+                .view_donors
+                .iter()
+                .filter(|&&(a, held_from, upto)| a != self.me && held_from <= from && from <= upto)
+                .map(|&(a, _, upto)| (a, upto))
+                .collect();
+            if !holders.is_empty() {
+                let (a, upto) = holders[self.nak_attempts as usize % holders.len()];
+                target = a;
+                to = to.min(upto);
+            }
+            self.nak_attempts = self.nak_attempts.wrapping_add(1);
+        }
+        Some((target, from, to))
     }
 
     /// Applies accepted, contiguous records in order.

@@ -104,9 +104,7 @@ impl Member {
         self.blocked_retry_at = None;
         self.nak_due = false;
         self.ack_due = false;
-        if let Some(s) = self.seqr.as_mut() {
-            s.retransmit.clear();
-        }
+        self.retransmit.clear();
     }
 
     pub(super) fn on_invite(&mut self, now: Instant, hdr: GroupHeader) {
@@ -215,32 +213,41 @@ impl Member {
             .copied()
             .filter(|m| r.replies.contains_key(m))
             .collect();
-        // The new sequencer: the member that received furthest; among equals the one that
-        // holds the oldest records, then the lowest-ranked.
-        let mut sequencer = answered[0];
-        for &m in &answered[1..] {
-            let (a, b) = (r.replies[&m], r.replies[&sequencer]);
-            if (a.1, core::cmp::Reverse(a.2)) > (b.1, core::cmp::Reverse(b.2)) {
-                sequencer = m;
-            }
-        }
-        let (_, start, held_from) = r.replies[&sequencer];
-        // A member missing records the new sequencer no longer holds cannot be brought up to
-        // date: it is left out (and may join again).
-        let survivors: Vec<Address> = answered
-            .into_iter()
-            .filter(|m| r.replies[m].1 + 1 >= held_from)
-            .collect();
-        if survivors.len() < r.min_members {
+        if answered.len() < r.min_members {
             self.counters.resets_failed += 1;
             self.events.push_back(GroupEvent::ResetFailed {
-                survivors: survivors.len(),
+                survivors: answered.len(),
                 needed: r.min_members,
             });
             self.state = State::Blocked;
             self.blocked_retry_at = Some(now + self.cfg.reset_retry);
             return;
         }
+        // Every member kept must be able to fetch what it lacks, up to where the new
+        // sequencer starts, from kept members that hold it. The new sequencer is the
+        // candidate that keeps the most members, then the one that received furthest (then
+        // the one holding the oldest records, then the lowest-ranked). Members that cannot
+        // be brought up to date took part, so they count for the quorum, but are left out
+        // (they may join again).
+        type Score = (usize, u64, core::cmp::Reverse<u64>);
+        let mut best: Option<(Score, Address, Vec<Address>)> = None;
+        for &c in &answered {
+            let start = r.replies[&c].1;
+            let kept = coverable(&answered, start, &r.replies);
+            if !kept.contains(&c) {
+                continue;
+            }
+            let score = (kept.len(), start, core::cmp::Reverse(r.replies[&c].2));
+            if best.as_ref().is_none_or(|b| score > b.0) {
+                best = Some((score, c, kept));
+            }
+        }
+        let (_, sequencer, survivors) = best.expect("a candidate can always serve itself");
+        let start = r.replies[&sequencer].1;
+        let donors: Vec<(Address, u64, u64)> = survivors
+            .iter()
+            .map(|&m| (m, r.replies[&m].2, r.replies[&m].1))
+            .collect();
         let epoch = r.epoch;
         let old: Vec<Address> = r.old_members.clone();
         let me = self.me;
@@ -254,15 +261,17 @@ impl Member {
             self.start_seq = start;
             self.sequencer = sequencer;
             self.members = survivors;
+            self.view_donors = donors;
             self.expel();
             return;
         }
-        self.install_view(now, epoch, start, sequencer, &survivors);
+        self.install_view(now, epoch, start, sequencer, &donors);
         // The announcements above go out with the view just installed.
         self.counters.resets_completed += 1;
     }
 
     fn expel(&mut self) {
+        self.retransmit.clear();
         self.state = State::Expelled;
         self.seqr = None;
         self.reset = None;
@@ -276,8 +285,9 @@ impl Member {
         epoch: Epoch,
         start_seq: u64,
         sequencer: Address,
-        members: &[Address],
+        survivors: &[(Address, u64, u64)],
     ) {
+        let members: Vec<Address> = survivors.iter().map(|s| s.0).collect();
         if matches!(self.state, State::Joining | State::Left | State::Expelled) {
             return;
         }
@@ -300,7 +310,7 @@ impl Member {
             // view's records now could contradict that answer.
             return;
         }
-        self.install_view(now, epoch, start_seq, sequencer, members);
+        self.install_view(now, epoch, start_seq, sequencer, survivors);
     }
 
     /// Enters a rebuilt view: everything up to `start_seq` is accepted and what follows is
@@ -311,21 +321,17 @@ impl Member {
         epoch: Epoch,
         start_seq: u64,
         sequencer: Address,
-        members: &[Address],
+        donors: &[(Address, u64, u64)],
     ) {
-        let removed: Vec<Address> = self
-            .members
-            .iter()
-            .copied()
-            .filter(|m| !members.contains(m))
-            .collect();
+        let survivors: Vec<Address> = donors.iter().map(|d| d.0).collect();
+        self.view_donors = donors.to_vec();
+        self.nak_attempts = 0;
         self.reset = None;
         self.blocked_retry_at = None;
         self.state = State::Normal;
         self.epoch = epoch;
         self.epoch_seen = self.epoch_seen.max(epoch.number);
         self.start_seq = start_seq;
-        self.members = members.to_vec();
         self.sequencer = sequencer;
         self.seqr = None;
         self.watch = Watch::new(now);
@@ -334,21 +340,56 @@ impl Member {
         self.received_upto = self.received_upto.min(start_seq);
         self.history.truncate_after(self.received_upto);
         self.ordered_seen = start_seq;
-        self.accepted_upto = start_seq;
+        // Records up to the start stay tentative where they were: the new sequencer accepts
+        // them as any other, once r members besides it hold them (the View record after them
+        // once every member does), so a rebuild never delivers what only one member holds.
+        self.accepted_upto = self.accepted_upto.min(start_seq);
         self.nak_at = None;
-        self.unordered.retain(|(s, _), _| members.contains(s));
         for p in self.pending.iter_mut() {
             p.sent_at = None;
         }
         if self.received_upto < start_seq {
             self.nak_if_due(now);
         }
-        self.apply_ready(now);
+        // The member list as of the start (joins and leaves we hold but have not applied
+        // included), less those the rebuild left out. The new sequencer holds everything up
+        // to the start, so its list is the most advanced one, and its View record makes it
+        // everyone's.
+        let before = self.members_through(self.received_upto);
+        self.members = before
+            .iter()
+            .copied()
+            .filter(|m| survivors.contains(m))
+            .collect();
+        let members = self.members.clone();
+        self.unordered.retain(|(s, _), _| members.contains(s));
         if sequencer == self.me {
             debug_assert_eq!(self.received_upto, start_seq);
+            let removed: Vec<Address> = before
+                .into_iter()
+                .filter(|m| !members.contains(m))
+                .collect();
             self.become_sequencer(now);
             self.order_view(now, epoch, &removed);
         }
+    }
+
+    /// The member list after applying the joins and leaves held up to `upto`.
+    fn members_through(&self, upto: u64) -> Vec<Address> {
+        let mut m = self.members.clone();
+        for seq in self.applied_upto + 1..=upto {
+            let Some(e) = self.history.get(seq) else {
+                break;
+            };
+            let who = super::addr_payload(e);
+            match e.kind {
+                RecordKind::Join if !m.contains(&who) => m.push(who),
+                RecordKind::Leave => m.retain(|&x| x != who),
+                RecordKind::View => m = super::view_payload(e).0,
+                _ => {}
+            }
+        }
+        m
     }
 
     /// The new sequencer's first record: the rebuilt view.
@@ -373,6 +414,17 @@ impl Member {
     }
 
     pub(super) fn apply_view(&mut self, now: Instant, seq: u64) {
+        if seq <= self.start_seq {
+            // An earlier rebuild's record, caught up on: the current view already counts it.
+            return;
+        }
+        // The new sequencer's list is the group's from here on.
+        let (members, _) = super::view_payload(self.history.get(seq).expect("applied"));
+        if !members.contains(&self.me) {
+            self.expel();
+            return;
+        }
+        self.members = members;
         if let Some(s) = self.seqr.as_mut() {
             if s.barrier == Some(seq) {
                 s.barrier = None;
@@ -386,5 +438,41 @@ impl Member {
             return Some(t);
         }
         self.reset.as_ref().map(|r| r.next_at)
+    }
+}
+
+/// Whether a member that received up to `from` can get every record up to `to` from members
+/// that hold `(oldest held, received up to)` ranges.
+fn covered(from: u64, to: u64, held: &[(u64, u64)]) -> bool {
+    let mut next = from + 1;
+    while next <= to {
+        let Some(upto) = held
+            .iter()
+            .filter(|&&(oldest, upto)| oldest <= next && next <= upto)
+            .map(|&(_, upto)| upto)
+            .max()
+        else {
+            return false;
+        };
+        next = upto + 1;
+    }
+    true
+}
+
+/// The members (of `answered`) that can be brought up to `start` by fetching from each other;
+/// dropping one may take away records another needed, hence the repetition.
+fn coverable(
+    answered: &[Address],
+    start: u64,
+    replies: &HashMap<Address, (u64, u64, u64), crate::addr::AddressHash>,
+) -> Vec<Address> {
+    let mut kept = answered.to_vec();
+    loop {
+        let held: Vec<(u64, u64)> = kept.iter().map(|m| (replies[m].2, replies[m].1)).collect();
+        let before = kept.len();
+        kept.retain(|m| replies[m].1 <= start && covered(replies[m].1, start, &held));
+        if kept.len() == before {
+            return kept;
+        }
     }
 }

@@ -21,8 +21,19 @@ impl Member {
         let mut acks = HashMap::default();
         let mut watches = HashMap::default();
         let mut next_msg_id = HashMap::default();
+        // What each sender had ordered: applied records, and those held but not yet applied
+        // (a rebuild's tentative ones).
+        let mut last = self.last_msg_id.clone();
+        for seq in self.applied_upto + 1..=self.received_upto {
+            if let Some(e) = self.history.get(seq) {
+                if e.kind == RecordKind::Message {
+                    let l = last.entry(e.sender).or_insert(0);
+                    *l = (*l).max(e.msg_id);
+                }
+            }
+        }
         for &m in &self.members {
-            next_msg_id.insert(m, self.last_msg_id.get(&m).copied().unwrap_or(0) + 1);
+            next_msg_id.insert(m, last.get(&m).copied().unwrap_or(0) + 1);
             if m != self.me {
                 acks.insert(m, (floor, floor));
                 watches.insert(m, Watch::new(now));
@@ -37,7 +48,6 @@ impl Member {
             next_msg_id,
             multicast_from: next_seq,
             oldest_unsent: None,
-            retransmit: VecDeque::new(),
             barrier: None,
             joins: VecDeque::new(),
             leaves: VecDeque::new(),
@@ -254,6 +264,14 @@ impl Member {
             .min()
             .unwrap_or(self.consumed_upto);
         if stable > self.stable_upto {
+            if stable >= s.multicast_from {
+                // Everyone already has these (retransmitted on NAK while a packed multicast
+                // was held back): no need to multicast them.
+                s.multicast_from = stable + 1;
+                if s.multicast_from >= s.next_seq {
+                    s.oldest_unsent = None;
+                }
+            }
             self.stable_upto = stable;
             s.accept_news = true;
             s.sync_at = None;
@@ -296,22 +314,27 @@ impl Member {
         }
     }
 
-    /// A member asked for records again.
+    /// A member asked for records again: queue what this member holds of them.
     pub(super) fn queue_retransmit(&mut self, to: Address, from: u64, upto: u64) {
-        let base = self.history.base();
-        let s = self.seqr.as_mut().expect("sequencer");
-        let hi = upto.min(s.next_seq - 1);
-        let lo = from.max(base);
+        if !matches!(self.state, State::Normal | State::Departing) {
+            return;
+        }
+        let held = match self.seqr.as_ref() {
+            Some(s) => s.next_seq - 1,
+            None => self.received_upto,
+        };
+        let hi = upto.min(held);
+        let lo = from.max(self.history.base());
         if lo > hi {
             return;
         }
-        if let Some(r) = s.retransmit.iter_mut().find(|r| r.0 == to) {
+        if let Some(r) = self.retransmit.iter_mut().find(|r| r.0 == to) {
             r.1 = r.1.min(lo);
             r.2 = r.2.max(hi);
             return;
         }
-        if s.retransmit.len() < RETRANSMIT_QUEUE_MAX {
-            s.retransmit.push_back((to, lo, hi));
+        if self.retransmit.len() < RETRANSMIT_QUEUE_MAX {
+            self.retransmit.push_back((to, lo, hi));
         }
     }
 

@@ -5,6 +5,7 @@ use super::msg::{
     MsgKind, MsgWriter, OrderRecord, FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES, ORDER_FIXED_BYTES,
 };
 use super::{Control, Dest, Member, State};
+use crate::addr::Address;
 use crate::pack::PackDecision;
 use crate::time::Instant;
 
@@ -26,7 +27,8 @@ impl Member {
             self.write_retransmit(buf)
                 .or_else(|| self.write_multicast(now, buf))
         } else {
-            self.write_member(now, buf)
+            self.write_retransmit(buf)
+                .or_else(|| self.write_member(now, buf))
         };
         if out.is_some() {
             self.counters.packets_sent += 1;
@@ -78,14 +80,26 @@ impl Member {
                     && w.member_ids(&members)
             }
             Control::NewView => {
-                w.u64(self.start_seq) && w.address(self.sequencer) && w.members(&self.members)
+                let survivors: Vec<(Address, u64, u64)> = self
+                    .members
+                    .iter()
+                    .map(|&m| {
+                        let d = self.view_donors.iter().find(|d| d.0 == m);
+                        d.copied().unwrap_or((m, 0, 0))
+                    })
+                    .collect();
+                w.u64(self.start_seq) && w.address(self.sequencer) && w.survivors(&survivors)
             }
         };
         ok.then(|| w.finish())
     }
 
     fn order_writer<'b>(&self, buf: &'b mut [u8], flags: u8) -> Option<MsgWriter<'b>> {
-        let s = self.seqr.as_ref().expect("sequencer");
+        // A member serving a retransmission speaks only for what it holds.
+        let ordered = self
+            .seqr
+            .as_ref()
+            .map_or(self.received_upto, |s| s.next_seq - 1);
         let mut w = MsgWriter::start(
             buf,
             MsgKind::Order,
@@ -94,18 +108,14 @@ impl Member {
             self.epoch,
             self.me,
         )?;
-        let ok = w.u64(s.next_seq - 1) && w.u64(self.accepted_upto) && w.u64(self.stable_upto);
+        let accepted = self.accepted_upto.min(ordered);
+        let ok = w.u64(ordered) && w.u64(accepted) && w.u64(self.stable_upto);
         ok.then_some(w)
     }
 
     /// Records owed to one member after its NAK (always with their payloads).
     fn write_retransmit(&mut self, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        let (to, lo, hi) = self
-            .seqr
-            .as_mut()
-            .expect("sequencer")
-            .retransmit
-            .pop_front()?;
+        let (to, lo, hi) = self.retransmit.pop_front()?;
         let mut w = self.order_writer(buf, 0)?;
         let mut seq = lo.max(self.history.base());
         let mut n = 0u64;
@@ -129,8 +139,7 @@ impl Member {
         }
         let len = w.finish();
         if seq <= hi {
-            let s = self.seqr.as_mut().expect("sequencer");
-            s.retransmit.push_front((to, seq, hi));
+            self.retransmit.push_front((to, seq, hi));
         }
         self.counters.records_retransmitted += n;
         Some((Dest::To(to), len))
@@ -174,7 +183,10 @@ impl Member {
         let cap = self.packer.messages_per_packet_max();
         let mut n = 0usize;
         while seq < end && n < cap {
-            let e = self.history.get(seq).expect("ordered records are held");
+            let e = self
+                .history
+                .get(seq)
+                .expect("records not yet multicast are held");
             let r = OrderRecord {
                 seq,
                 sender: e.sender,
@@ -217,7 +229,7 @@ impl Member {
             }
             if self.nak_due {
                 self.nak_due = false;
-                if let Some((from, to)) = self.nak_range() {
+                if let Some((target, from, to)) = self.nak_range() {
                     let mut w = MsgWriter::start(
                         buf,
                         MsgKind::Nak,
@@ -232,8 +244,10 @@ impl Member {
                         && w.u64(to);
                     if ok {
                         self.counters.naks_sent += 1;
-                        self.last_to_sequencer = now;
-                        return Some((Dest::To(self.sequencer), w.finish()));
+                        if target == self.sequencer {
+                            self.last_to_sequencer = now;
+                        }
+                        return Some((Dest::To(target), w.finish()));
                     }
                 }
             }
@@ -357,8 +371,8 @@ impl Member {
     #[doc(hidden)]
     pub fn debug_timers(&self) -> String {
         format!(
-            "seqr {:?} membership {:?} reset {:?} member {:?} pending {:?} ordered_id {:?} recv {} seen {} acc {} applied {} ctl {} ack_due {} nak_due {} base {} stable {} retx {:?}",
-            self.seqr.as_ref().map(|s| (self.sequencer_deadline(), s.last_multicast_at, s.sync_at, s.oldest_unsent, s.multicast_from, s.next_seq, s.barrier, s.watches.values().map(|w| self.cfg.next_check(w)).min())),
+            "seqr {:?} membership {:?} reset {:?} member {:?} pending {:?} ordered_id {:?} recv {} seen {} acc {} applied {} ctl {} ack_due {} nak_due {} base {} stable {} retx {}",
+            self.seqr.as_ref().map(|s| (self.sequencer_deadline(), s.last_multicast_at, s.sync_at, s.oldest_unsent, s.multicast_from, s.next_seq, s.barrier, s.watches.iter().map(|(a, w)| (a.site, self.cfg.next_check(w).0 / 1_000_000)).collect::<Vec<_>>(), s.acks.iter().map(|(a, x)| (a.site, *x)).collect::<Vec<_>>())),
             self.membership_deadline(),
             self.reset_deadline(),
             self.member_deadline(),
@@ -373,7 +387,7 @@ impl Member {
             self.nak_due,
             self.history.base(),
             self.stable_upto,
-            self.seqr.as_ref().map(|s| s.retransmit.len()),
+            self.retransmit.len(),
         )
     }
 
