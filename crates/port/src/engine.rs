@@ -177,6 +177,8 @@ pub(crate) struct Endpoint {
     /// The engine holds messages for this port because its ring was full; the application
     /// clears it (and wakes the engine) when it takes a message.
     pub ring_blocked: AtomicBool,
+    /// The groups this port belongs to (see `group`).
+    pub groups: Mutex<Vec<Arc<crate::group::GroupShared>>>,
 }
 
 pub(crate) struct Shared {
@@ -260,7 +262,9 @@ impl Engine {
             stop: AtomicBool::new(false),
             duty: Mutex::new(crate::mmsg::RecvBatch::new(
                 crate::mmsg::RECV_BATCH_SLOTS_MAX,
-                cfg.link.packet_bytes_max,
+                cfg.link
+                    .packet_bytes_max
+                    .max(crate::group::GROUP_PACKET_BYTES_MAX),
             )),
             wake_fd,
             epoll_fd,
@@ -403,6 +407,11 @@ impl Engine {
             if let Some(t) = ep.links.lock().expect("links lock").next_deadline() {
                 deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
+            for g in ep.groups.lock().expect("groups lock").iter() {
+                if let Some(t) = g.lock().m.poll_timeout() {
+                    deadline = Some(deadline.map_or(t, |d| d.min(t)));
+                }
+            }
         }
         fds.push(libc::pollfd {
             fd: self.shared.epoll_fd,
@@ -508,6 +517,9 @@ impl Engine {
                 work += self.receive(ep, g, &mut batch);
             }
             work += self.run_links(ep);
+            if !ep.groups.lock().expect("groups lock").is_empty() {
+                work += crate::group::run_timers(self, ep).0;
+            }
         }
         work
     }
@@ -654,6 +666,9 @@ impl Engine {
         // another server's name from a different port.
         let source_ok = cfg.cluster.socket_addr(h.source).is_ok_and(|s| s == from);
         let dest_ok = match h.kind {
+            // A multicast goes to every member as one packet: the group message names the
+            // group, and the member checks the sender.
+            Kind::Group => h.destination.instance == ep.addr.instance,
             Kind::Multicast => {
                 h.destination.instance == ep.addr.instance
                     && h.destination.server_type == ep.addr.server_type
@@ -695,6 +710,17 @@ impl Engine {
                             .datagrams_received
                             .fetch_add(1, Ordering::Relaxed);
                         deliver(ep, h.source, TxnId(0), r.payload);
+                    }
+                }
+            }
+            Kind::Group => {
+                if parse_datagram(p.body).is_err() {
+                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                for r in Records::new(p.body).flatten() {
+                    if r.fragment.is_some() || !crate::group::handle(self, ep, r.payload) {
+                        ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }

@@ -2,12 +2,14 @@
 //! functions, transaction multicast, and the engine that runs the protocol machines.
 
 pub mod engine;
+pub mod group;
 pub mod mmsg;
 pub mod naming;
 pub mod port;
 pub mod shm;
 
 pub use engine::{Engine, EngineConfig, EngineMode};
+pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord};
 pub use naming::{ClusterConfig, NamingError};
 pub use port::{Port, PortClaim, PortConfig, PortCounters, PortError, Received};
 pub use shm::IdleStrategy;

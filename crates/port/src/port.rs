@@ -204,6 +204,7 @@ impl Port {
             closed: AtomicBool::new(false),
             recv_busy: AtomicBool::new(false),
             ring_blocked: AtomicBool::new(false),
+            groups: Mutex::new(Vec::new()),
         });
         engine.register(ep.clone())?;
         Ok(Port {
@@ -864,6 +865,36 @@ impl Port {
             .map
             .values()
             .all(|l| l.is_idle())
+    }
+
+    /// `CreateGroup`: a new group with this port as its only member (and sequencer).
+    pub fn create_group(
+        &self,
+        cfg: txcast_proto::group::GroupConfig,
+    ) -> Result<crate::group::Group, crate::group::GroupCallError> {
+        crate::group::Group::start(&self.engine, &self.ep, cfg, None)
+    }
+
+    /// `JoinGroup`: joins the group through `contact` (any member); returns once this port
+    /// is a member. `cfg` must name the same group; the group's resilience degree applies.
+    pub fn join_group(
+        &self,
+        cfg: txcast_proto::group::GroupConfig,
+        contact: Address,
+        timeout: Option<Duration>,
+    ) -> Result<crate::group::Group, crate::group::GroupCallError> {
+        let g = self.join_group_async(cfg, contact)?;
+        g.wait_joined(timeout)?;
+        Ok(g)
+    }
+
+    /// Starts joining and returns at once; [`crate::group::Group::wait_joined`] waits.
+    pub fn join_group_async(
+        &self,
+        cfg: txcast_proto::group::GroupConfig,
+        contact: Address,
+    ) -> Result<crate::group::Group, crate::group::GroupCallError> {
+        crate::group::Group::start(&self.engine, &self.ep, cfg, Some(contact))
     }
 
     /// Closes the port: unregisters it from the engine and removes its segment.

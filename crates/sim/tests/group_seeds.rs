@@ -44,7 +44,9 @@ fn fixed_seeds_pass_every_checker() {
 #[test]
 fn regression_seeds() {
     let opts = GroupSimOptions::default();
-    for seed in [24, 27, 64, 67, 519, 1379, 1590, 1933, 2444, 3387, 4548, 9969] {
+    for seed in [
+        24, 27, 64, 67, 519, 1379, 1590, 1933, 2444, 3387, 4548, 9969,
+    ] {
         if let Err(v) = run_group(seed, &opts) {
             panic!("{v}");
         }

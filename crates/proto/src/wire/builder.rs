@@ -72,6 +72,12 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         Self::new(buf, header, key, 0)
     }
 
+    /// A GROUP packet: records, each one group protocol message.
+    pub fn group(buf: &'b mut [u8], mut header: PacketHeader, key: Option<&'k ClusterKey>) -> Self {
+        header.kind = Kind::Group;
+        Self::new(buf, header, key, 0)
+    }
+
     pub fn multicast(
         buf: &'b mut [u8],
         mut header: PacketHeader,

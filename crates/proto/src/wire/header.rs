@@ -25,6 +25,9 @@ pub enum Kind {
     Datagram = 3,
     /// Transaction multicast: messages for the members of a transaction's group.
     Multicast = 4,
+    /// Group protocol messages (records; each one message of `group::msg`), for whichever
+    /// group of the destination port they name.
+    Group = 5,
 }
 
 impl Kind {
@@ -34,6 +37,7 @@ impl Kind {
             2 => Ok(Kind::Ack),
             3 => Ok(Kind::Datagram),
             4 => Ok(Kind::Multicast),
+            5 => Ok(Kind::Group),
             k => Err(WireError::UnknownKind(k)),
         }
     }

@@ -10,6 +10,7 @@
 //!                      | nak_count × (start u64, len u32)
 //!           DATAGRAM:  records
 //!           MULTICAST: txn u64 | records
+//!           GROUP:     records (each one group protocol message, see `group::msg`)
 //! record  = len u16 | flags u8 | reserved u8 [| msg_id u32 | index u16 | count u16 | total u32 if FRAG] | payload[len]
 //! ```
 //! All integers are little-endian. The checksum is CRC-32 over every byte of the packet but the

@@ -1,0 +1,458 @@
+//! Groups over ports (paper 003 Table 1): the sans-IO [`Member`] of `txcast-proto`, run by the
+//! engine over the port's UDP socket, behind a blocking API in the style of Amoeba's
+//! primitives (`create_group`, `join_group`, `send_to_group`, `receive_from_group`,
+//! `leave_group`, `reset_group`, `get_info_group`), with non-blocking variants.
+//!
+//! Group messages travel in GROUP packets (one group message per record) to the members'
+//! ports: point to point, or, for the sequencer's multicast, one `sendmmsg` to every member.
+//! The engine thread takes them in and runs the members' timers; application calls transmit
+//! what they cause themselves. A group lives as long as its port.
+
+use crate::engine::{Endpoint, Engine};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+use txcast_proto::group::{
+    Delivered, Dest, GroupConfig, GroupError, GroupEvent, GroupId, GroupInfo, Member, MinMembers,
+    State,
+};
+use txcast_proto::wire::{Kind, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES};
+use txcast_proto::Address;
+
+/// Largest GROUP packet the engine receives (its receive buffers are at least this long).
+pub const GROUP_PACKET_BYTES_MAX: usize = 16_448;
+/// Groups one port may belong to at once.
+pub const GROUPS_PER_PORT_MAX: usize = 16;
+/// Completions and failures kept for [`Group::events`]; older ones are dropped.
+const EVENTS_MAX: usize = 256;
+/// Bytes a GROUP packet adds around one group message (header, record header, MAC).
+const PACKET_OVERHEAD: usize = HEADER_BYTES + txcast_proto::wire::RECORD_HEADER_BYTES + MAC_BYTES;
+
+/// Why a group call failed.
+#[derive(Debug)]
+pub enum GroupCallError {
+    /// The protocol refused (not a member, too few members for r, queue full, too long...).
+    Group(GroupError),
+    /// The call did not complete in time (the operation may still complete later).
+    Timeout,
+    /// The join was not answered.
+    JoinFailed,
+    /// This member was left out of a rebuilt group.
+    Expelled,
+    /// The port already belongs to [`GROUPS_PER_PORT_MAX`] groups, or to this one.
+    TooManyGroups,
+    /// The group's packets would not fit the engine's receive buffers.
+    PacketTooLong { max: usize },
+}
+
+impl std::fmt::Display for GroupCallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupCallError::Group(e) => write!(f, "{e}"),
+            GroupCallError::Timeout => f.write_str("timed out"),
+            GroupCallError::JoinFailed => f.write_str("join not answered"),
+            GroupCallError::Expelled => f.write_str("left out of the rebuilt group"),
+            GroupCallError::TooManyGroups => f.write_str("the port is in too many groups"),
+            GroupCallError::PacketTooLong { max } => {
+                write!(f, "group packet_bytes_max must be at most {max}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GroupCallError {}
+
+impl From<GroupError> for GroupCallError {
+    fn from(e: GroupError) -> Self {
+        GroupCallError::Group(e)
+    }
+}
+
+/// One record of the ordered stream, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupDelivery {
+    pub seq: u64,
+    pub sender: Address,
+    pub what: GroupRecord,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupRecord {
+    Message {
+        msg_id: u64,
+        payload: Vec<u8>,
+    },
+    Joined(Address),
+    Left(Address),
+    Rebuilt {
+        members: Vec<Address>,
+        removed: Vec<Address>,
+    },
+}
+
+/// A member's protocol state and what the application waits on.
+pub(crate) struct GroupState {
+    pub m: Member,
+    /// Highest msg_id of ours delivered (sends complete in order).
+    done_upto: u64,
+    events: VecDeque<GroupEvent>,
+    joined: bool,
+    join_failed: bool,
+    left: bool,
+    expelled: bool,
+    buf: Vec<u8>,
+    pkt: Vec<u8>,
+    to: Vec<SocketAddr>,
+}
+
+/// Shared between the application's [`Group`] handle and the engine.
+pub(crate) struct GroupShared {
+    pub id: GroupId,
+    pub state: Mutex<GroupState>,
+    cond: Condvar,
+}
+
+impl GroupShared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, GroupState> {
+        self.state.lock().expect("group lock")
+    }
+}
+
+/// Sends what the member has to send, takes in its completions and failures, wakes waiters.
+pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut GroupState) {
+    let now = engine.now();
+    let cluster = &engine.config().cluster;
+    let key = engine.shared.key.as_ref();
+    while let Some((dest, len)) = st.m.poll_transmit(now, &mut st.buf) {
+        let destination = match dest {
+            Dest::To(a) => a,
+            Dest::All => ep.addr,
+        };
+        let header = PacketHeader {
+            kind: Kind::Group,
+            flags: 0,
+            cluster: cluster.cluster,
+            incarnation: ep.incarnation,
+            source: ep.addr,
+            destination,
+        };
+        let mut w = PacketWriter::group(&mut st.pkt, header, key);
+        if !w.push(&st.buf[..len]) {
+            continue;
+        }
+        let n = w.finish();
+        match dest {
+            Dest::To(a) => {
+                if let Ok(to) = cluster.socket_addr(a) {
+                    let _ = ep.socket.send_to(&st.pkt[..n], to);
+                    ep.counters
+                        .packets_sent
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            Dest::All => {
+                st.to.clear();
+                let fanout: Vec<Address> = st.m.fanout().collect();
+                st.to
+                    .extend(fanout.iter().filter_map(|&a| cluster.socket_addr(a).ok()));
+                if let Ok(k) = crate::mmsg::send_same_to_many(&ep.socket, &st.pkt[..n], &st.to) {
+                    ep.counters
+                        .packets_sent
+                        .fetch_add(k as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    let mut woke = st.m.has_delivery();
+    while let Some(ev) = st.m.poll_event() {
+        woke = true;
+        match &ev {
+            GroupEvent::SendDone { msg_id } => {
+                st.done_upto = st.done_upto.max(*msg_id);
+                continue;
+            }
+            GroupEvent::JoinDone { .. } => st.joined = true,
+            GroupEvent::JoinFailed => st.join_failed = true,
+            GroupEvent::LeaveDone => st.left = true,
+            GroupEvent::Expelled => st.expelled = true,
+            _ => {}
+        }
+        if st.events.len() >= EVENTS_MAX {
+            st.events.pop_front();
+        }
+        st.events.push_back(ev);
+    }
+    if woke {
+        g.cond.notify_all();
+    }
+    engine.wake_for(st.m.poll_timeout());
+}
+
+/// The engine hands a GROUP packet's message to the member of the group it names.
+pub(crate) fn handle(engine: &Engine, ep: &Endpoint, msg: &[u8]) -> bool {
+    if msg.len() < 8 {
+        return false;
+    }
+    let id = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
+    let groups = ep.groups.lock().expect("groups lock");
+    let Some(g) = groups.iter().find(|g| g.id == id).cloned() else {
+        return false;
+    };
+    drop(groups);
+    let mut st = g.lock();
+    let ok = st.m.handle_message(engine.now(), msg).is_ok();
+    flush(engine, ep, &g, &mut st);
+    ok
+}
+
+/// Runs the timers that are due of every group of `ep`; the earliest next one.
+pub(crate) fn run_timers(engine: &Engine, ep: &Endpoint) -> (usize, Option<txcast_proto::Instant>) {
+    let groups: Vec<Arc<GroupShared>> = ep.groups.lock().expect("groups lock").clone();
+    let mut work = 0;
+    let mut next: Option<txcast_proto::Instant> = None;
+    for g in groups {
+        let mut st = g.lock();
+        let now = engine.now();
+        if st.m.poll_timeout().is_some_and(|t| t <= now) {
+            st.m.handle_timeout(now);
+            flush(engine, ep, &g, &mut st);
+            work += 1;
+        }
+        if let Some(t) = st.m.poll_timeout() {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+    }
+    (work, next)
+}
+
+/// A port's membership in a group.
+pub struct Group {
+    shared: Arc<GroupShared>,
+    engine: Engine,
+    ep: Arc<Endpoint>,
+}
+
+impl Group {
+    pub(crate) fn start(
+        engine: &Engine,
+        ep: &Arc<Endpoint>,
+        cfg: GroupConfig,
+        contact: Option<Address>,
+    ) -> Result<Group, GroupCallError> {
+        let max = GROUP_PACKET_BYTES_MAX - PACKET_OVERHEAD;
+        if cfg.packet_bytes_max > max {
+            return Err(GroupCallError::PacketTooLong { max });
+        }
+        let now = engine.now();
+        let id = cfg.group;
+        let buf = vec![0u8; cfg.packet_bytes_max];
+        let m = match contact {
+            None => Member::create(cfg, ep.addr, now)?,
+            Some(c) => Member::join(cfg, ep.addr, c, now)?,
+        };
+        let shared = Arc::new(GroupShared {
+            id,
+            state: Mutex::new(GroupState {
+                m,
+                done_upto: 0,
+                events: VecDeque::new(),
+                joined: contact.is_none(),
+                join_failed: false,
+                left: false,
+                expelled: false,
+                buf,
+                pkt: vec![0u8; GROUP_PACKET_BYTES_MAX],
+                to: Vec::new(),
+            }),
+            cond: Condvar::new(),
+        });
+        {
+            let mut groups = ep.groups.lock().expect("groups lock");
+            if groups.len() >= GROUPS_PER_PORT_MAX || groups.iter().any(|g| g.id == id) {
+                return Err(GroupCallError::TooManyGroups);
+            }
+            groups.push(shared.clone());
+        }
+        let g = Group {
+            shared,
+            engine: engine.clone(),
+            ep: ep.clone(),
+        };
+        {
+            let mut st = g.shared.lock();
+            flush(&g.engine, &g.ep, &g.shared, &mut st);
+        }
+        Ok(g)
+    }
+
+    /// Waits (at most `timeout`) until `done` holds, driving the engine when it has no thread.
+    fn wait_until<R>(
+        &self,
+        timeout: Option<Duration>,
+        mut done: impl FnMut(&mut GroupState) -> Option<R>,
+    ) -> Result<R, GroupCallError> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let invoker = self.engine.is_invoker();
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(r) = done(&mut st) {
+                return Ok(r);
+            }
+            if st.expelled {
+                return Err(GroupCallError::Expelled);
+            }
+            let mut wait = Duration::from_millis(if invoker { 1 } else { 100 });
+            if let Some(d) = deadline {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Err(GroupCallError::Timeout);
+                }
+                wait = wait.min(left);
+            }
+            if invoker {
+                drop(st);
+                self.engine.duty_cycle();
+                st = self.shared.lock();
+                if done(&mut st).is_some() {
+                    continue;
+                }
+            }
+            st = self
+                .shared
+                .cond
+                .wait_timeout(st, wait)
+                .expect("group lock")
+                .0;
+        }
+    }
+
+    /// Waits until this member is in the group (after [`crate::Port::join_group_async`]).
+    pub fn wait_joined(&self, timeout: Option<Duration>) -> Result<(), GroupCallError> {
+        self.wait_until(timeout, |st| {
+            if st.join_failed {
+                return Some(Err(GroupCallError::JoinFailed));
+            }
+            st.joined.then_some(Ok(()))
+        })?
+    }
+
+    /// `SendToGroup`: orders `msg` and returns once this member has delivered it, which is
+    /// after r members besides the sequencer hold it. Returns the message's id.
+    pub fn send(&self, msg: &[u8], timeout: Option<Duration>) -> Result<u64, GroupCallError> {
+        let id = self.send_async(msg)?;
+        self.wait_sent(id, timeout)?;
+        Ok(id)
+    }
+
+    /// Queues `msg` and returns its id at once; [`Group::wait_sent`] waits for it.
+    pub fn send_async(&self, msg: &[u8]) -> Result<u64, GroupCallError> {
+        let mut st = self.shared.lock();
+        let now = self.engine.now();
+        let id = st.m.send(now, msg)?;
+        flush(&self.engine, &self.ep, &self.shared, &mut st);
+        Ok(id)
+    }
+
+    /// Waits until message `msg_id` of ours is delivered here.
+    pub fn wait_sent(&self, msg_id: u64, timeout: Option<Duration>) -> Result<(), GroupCallError> {
+        self.wait_until(timeout, |st| (st.done_upto >= msg_id).then_some(()))
+    }
+
+    /// Messages of ours not yet delivered here.
+    pub fn sends_pending(&self) -> usize {
+        self.shared.lock().m.sends_pending()
+    }
+
+    /// `ReceiveFromGroup`: the next record of the ordered stream (messages, joins, leaves,
+    /// rebuilds), waiting at most `timeout`.
+    pub fn receive(&self, timeout: Option<Duration>) -> Result<GroupDelivery, GroupCallError> {
+        let r = self.wait_until(timeout, |st| {
+            st.m.poll_delivery(|d| GroupDelivery {
+                seq: d.seq,
+                sender: d.sender,
+                what: match d.what {
+                    Delivered::Message { msg_id, payload } => GroupRecord::Message {
+                        msg_id,
+                        payload: payload.to_vec(),
+                    },
+                    Delivered::Joined(a) => GroupRecord::Joined(a),
+                    Delivered::Left(a) => GroupRecord::Left(a),
+                    Delivered::Rebuilt {
+                        members, removed, ..
+                    } => GroupRecord::Rebuilt { members, removed },
+                },
+            })
+        })?;
+        // Consuming may let the member report progress (and the group trim).
+        let mut st = self.shared.lock();
+        flush(&self.engine, &self.ep, &self.shared, &mut st);
+        Ok(r)
+    }
+
+    /// The next record if one is waiting, handed to `f` without copying its payload.
+    pub fn try_receive_with<R>(
+        &self,
+        f: impl FnOnce(txcast_proto::group::Delivery<'_>) -> R,
+    ) -> Option<R> {
+        let mut st = self.shared.lock();
+        let r = st.m.poll_delivery(f);
+        if r.is_some() {
+            flush(&self.engine, &self.ep, &self.shared, &mut st);
+        }
+        r
+    }
+
+    /// `LeaveGroup`: returns once the leave record is delivered here.
+    pub fn leave(&self, timeout: Option<Duration>) -> Result<(), GroupCallError> {
+        {
+            let mut st = self.shared.lock();
+            let now = self.engine.now();
+            st.m.leave(now)?;
+            flush(&self.engine, &self.ep, &self.shared, &mut st);
+        }
+        self.wait_until(timeout, |st| st.left.then_some(()))
+    }
+
+    /// `ResetGroup`: rebuilds the group from the members that answer, needing at least
+    /// `min_members` of them; waits until the group works again (or the timeout).
+    pub fn reset(
+        &self,
+        min_members: MinMembers,
+        timeout: Option<Duration>,
+    ) -> Result<(), GroupCallError> {
+        {
+            let mut st = self.shared.lock();
+            let now = self.engine.now();
+            st.m.reset(now, min_members)?;
+            flush(&self.engine, &self.ep, &self.shared, &mut st);
+        }
+        self.wait_until(timeout, |st| (st.m.state() == State::Normal).then_some(()))
+    }
+
+    /// `GetInfoGroup`: view, members, sequencer, sequence numbers, counters.
+    pub fn info(&self) -> GroupInfo {
+        self.shared.lock().m.info()
+    }
+
+    /// Completions and failures since the last call (joins, leaves, failures detected,
+    /// failed rebuilds, expulsion); at most the last 256.
+    pub fn events(&self) -> Vec<GroupEvent> {
+        self.shared.lock().events.drain(..).collect()
+    }
+
+    pub fn id(&self) -> GroupId {
+        self.shared.id
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let id = self.shared.id;
+        self.ep
+            .groups
+            .lock()
+            .expect("groups lock")
+            .retain(|g| g.id != id);
+    }
+}
