@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod group_cmd;
 mod sim_cmd;
 mod stat;
 
@@ -28,6 +29,7 @@ fn main() {
         Some("stat") => stat::run(&args[2..]),
         Some("__bench-child") => bench::child(&args[2..]),
         Some("__demo-site") => demo::site(&args[2..]),
+        Some("__group-member") => group_cmd::member(&args[2..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             0

@@ -1,0 +1,182 @@
+//! `txcast __group-member`: one member process of a group, for the cross-process tests (and
+//! for trying groups by hand).
+//!
+//! Site 0 creates the group, the others join through it. Once the group has `--members`
+//! members, every process sends `--messages` messages while a reader logs each delivery as a
+//! line `seq kind sender msg_id payload-hash` to `--log`. A process stops once it has
+//! delivered every message of every sender still in the group (and, with `--expect-rebuild`,
+//! a rebuild record), or fails after `--deadline-ms`.
+
+use crate::opt;
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use txcast_port::{Group, GroupRecord, Port, PortConfig};
+use txcast_proto::group::{GroupConfig, Method, MinMembers};
+use txcast_proto::Address;
+
+const GROUP_TYPE: u16 = 2;
+
+fn hash(p: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in p {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+pub fn member(args: &[String]) -> i32 {
+    match run(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("group member: {e}");
+            1
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let instance: u16 = opt(args, "--instance").ok_or("--instance")?;
+    let site: u16 = opt(args, "--site").ok_or("--site")?;
+    let members: usize = opt(args, "--members").unwrap_or(3);
+    let messages: u64 = opt(args, "--messages").unwrap_or(100);
+    let resilience: u8 = opt(args, "--resilience").unwrap_or(1);
+    let deadline = Duration::from_millis(opt(args, "--deadline-ms").unwrap_or(30_000));
+    let log_path: String = opt(args, "--log").ok_or("--log")?;
+    let expect_rebuild = args.iter().any(|a| a == "--expect-rebuild");
+    let pace = Duration::from_micros(opt(args, "--pace-us").unwrap_or(2_000));
+    let started = Instant::now();
+    let me = Address::new(instance, site, GROUP_TYPE, 0);
+    let port = Port::open(me, PortConfig::default()).map_err(|e| e.to_string())?;
+    let cfg = GroupConfig {
+        group: 11,
+        resilience,
+        method: Method::BySize {
+            bb_from_bytes: 1024,
+        },
+        heartbeat_interval: Duration::from_millis(20),
+        silence_timeout: Duration::from_millis(300),
+        probe_interval: Duration::from_millis(50),
+        probes_max: 3,
+        auto_reset: Some(MinMembers::Majority),
+        ..GroupConfig::default()
+    };
+    let group = if site == 0 {
+        port.create_group(cfg).map_err(|e| e.to_string())?
+    } else {
+        let contact = Address::new(instance, 0, GROUP_TYPE, 0);
+        let mut tries = 0;
+        loop {
+            match port.join_group(cfg.clone(), contact, Some(Duration::from_secs(2))) {
+                Ok(g) => break g,
+                Err(e) if tries < 10 => {
+                    tries += 1;
+                    eprintln!("site {site}: join: {e}; again");
+                }
+                Err(e) => return Err(format!("join: {e}")),
+            }
+        }
+    };
+    let mut log = std::io::BufWriter::new(
+        std::fs::File::create(&log_path).map_err(|e| format!("{log_path}: {e}"))?,
+    );
+    // Wait until everyone is in, logging what arrives meanwhile.
+    let mut counts: HashMap<Address, u64> = HashMap::new();
+    let mut rebuilt = false;
+    while group.info().members.len() < members {
+        if started.elapsed() > deadline {
+            return Err("the group never filled".into());
+        }
+        drain(
+            &group,
+            &mut log,
+            &mut counts,
+            &mut rebuilt,
+            Duration::from_millis(5),
+        )?;
+    }
+    let mut sent = 0u64;
+    let mut next_send = Instant::now();
+    loop {
+        if started.elapsed() > deadline {
+            log.flush().ok();
+            return Err(format!(
+                "deadline: sent {sent}, delivered {:?}, members {:?}",
+                counts,
+                group.info().members
+            ));
+        }
+        if sent < messages && Instant::now() >= next_send {
+            let payload = format!("{site}:{sent}");
+            match group.send_async(payload.as_bytes()) {
+                Ok(_) => sent += 1,
+                Err(e) => eprintln!("site {site}: send: {e}"),
+            }
+            next_send = Instant::now() + pace;
+        }
+        drain(
+            &group,
+            &mut log,
+            &mut counts,
+            &mut rebuilt,
+            Duration::from_millis(1),
+        )?;
+        let info = group.info();
+        let done = sent == messages
+            && group.sends_pending() == 0
+            && (!expect_rebuild || rebuilt)
+            && info
+                .members
+                .iter()
+                .all(|m| counts.get(m).copied().unwrap_or(0) >= messages);
+        if done {
+            log.flush().map_err(|e| e.to_string())?;
+            // Stay a little so the others can still fetch from us.
+            let until = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < until {
+                drain(
+                    &group,
+                    &mut log,
+                    &mut counts,
+                    &mut rebuilt,
+                    Duration::from_millis(5),
+                )?;
+            }
+            log.flush().map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+    }
+}
+
+fn drain(
+    group: &Group,
+    log: &mut impl Write,
+    counts: &mut HashMap<Address, u64>,
+    rebuilt: &mut bool,
+    wait: Duration,
+) -> Result<(), String> {
+    let mut wait = wait;
+    loop {
+        let d = match group.receive(Some(wait)) {
+            Ok(d) => d,
+            Err(txcast_port::GroupCallError::Timeout) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
+        wait = Duration::ZERO;
+        let line = match &d.what {
+            GroupRecord::Message { msg_id, payload } => {
+                *counts.entry(d.sender).or_insert(0) += 1;
+                format!("{} M {} {} {:016x}", d.seq, d.sender, msg_id, hash(payload))
+            }
+            GroupRecord::Joined(a) => format!("{} J {a}", d.seq),
+            GroupRecord::Left(a) => format!("{} L {a}", d.seq),
+            GroupRecord::Rebuilt { members, removed } => {
+                *rebuilt = true;
+                format!("{} R {:?} -{:?}", d.seq, members, removed)
+            }
+        };
+        writeln!(log, "{line}").map_err(|e| e.to_string())?;
+        log.flush().map_err(|e| e.to_string())?;
+    }
+}
