@@ -137,13 +137,17 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(&buf[..n], pkt, "DATA re-encoding differs");
             }
         }
-        Kind::Datagram => {
+        Kind::Datagram | Kind::Group => {
             let Ok(count) = parse_datagram(p.body) else {
                 return;
             };
             let recs = walk_records(Records::new(p.body), p.body, count);
             if pkt.len() <= PACKET_BYTES_MAX {
-                let mut w = PacketWriter::datagram(&mut buf, p.header, key);
+                let mut w = if p.header.kind == Kind::Group {
+                    PacketWriter::group(&mut buf, p.header, key)
+                } else {
+                    PacketWriter::datagram(&mut buf, p.header, key)
+                };
                 push_all(&mut w, &recs);
                 let n = w.finish();
                 assert_eq!(&buf[..n], pkt, "DATAGRAM re-encoding differs");

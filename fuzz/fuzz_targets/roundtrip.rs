@@ -3,7 +3,8 @@
 //!
 //! Input layout (short inputs read as zeros past their end):
 //! ```text
-//! options u8      bit 0: cluster key; bits 1-2: kind (0 DATA, 1 DATAGRAM, 2 MULTICAST, 3 ACK);
+//! options u8      bit 0: cluster key; bits 1-2: kind (0 DATA, 1 DATAGRAM, 2 MULTICAST, 3 ACK;
+//!                 a DATAGRAM with bit 6 set is a GROUP packet);
 //!                 bits 3-4: header flags asked for (ACK_NOW, MAC; the writer decides MAC);
 //!                 bit 5: call `set_flags(extra)` on the packet writer
 //! extra u8        flags for `set_flags` (the writer keeps only defined ones)
@@ -90,6 +91,7 @@ fuzz_target!(|data: &[u8]| {
     let key = (options & 1 != 0).then_some(&KEY);
     let kind = match (options >> 1) & 3 {
         0 => Kind::Data,
+        1 if options & 64 != 0 => Kind::Group,
         1 => Kind::Datagram,
         2 => Kind::Multicast,
         _ => Kind::Ack,
@@ -162,6 +164,7 @@ fuzz_target!(|data: &[u8]| {
                 credit,
             ),
             Kind::Datagram => PacketWriter::datagram(buf, header, key),
+            Kind::Group => PacketWriter::group(buf, header, key),
             _ => PacketWriter::multicast(buf, header, key, txn),
         };
         assert!(w.is_empty());
@@ -282,7 +285,7 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         },
-        Kind::Datagram => match parse_datagram(p.body) {
+        Kind::Datagram | Kind::Group => match parse_datagram(p.body) {
             Ok(count) => {
                 assert!(records_valid, "malformed DATAGRAM accepted");
                 assert_eq!(count, pushed.len());

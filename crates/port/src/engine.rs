@@ -26,7 +26,7 @@ pub const ENVELOPE_BYTES: usize = 16;
 /// Datagrams one duty cycle reads from one socket before moving on.
 pub const RECV_BATCH_MAX: usize = 64;
 /// Longest the engine thread parks when no link timer is pending (new timers wake it early).
-pub const PARK_MAX: Duration = Duration::from_millis(100);
+pub const PARK_MAX: Duration = Duration::from_millis(25);
 /// Times the engine thread yields its core, after spinning and before parking.
 pub const ENGINE_IDLE_YIELDS: u32 = 2;
 /// Links one port keeps to remote peers.

@@ -186,8 +186,14 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
     if woke {
         g.cond.notify_all();
     }
-    engine.wake_for(st.m.poll_timeout());
+    // An application call that armed a timer wakes a sleeping engine only if the timer would
+    // otherwise fire more than `TIMER_SLACK` late: the engine never sleeps longer than
+    // `PARK_MAX`, and waking it on every send would cost a context switch per message.
+    engine.wake_for(st.m.poll_timeout().map(|t| t + TIMER_SLACK));
 }
+
+/// How late a group timer armed by an application call may fire (see [`flush`]).
+const TIMER_SLACK: Duration = Duration::from_millis(5);
 
 /// The engine hands a GROUP packet's message to the member of the group it names.
 pub(crate) fn handle(engine: &Engine, ep: &Endpoint, msg: &[u8]) -> bool {
@@ -311,12 +317,22 @@ impl Group {
                 wait = wait.min(left);
             }
             if invoker {
+                // No engine thread: this thread reads the sockets and runs the timers, and
+                // sleeps in poll(2) on them when there is nothing to do.
                 drop(st);
-                self.engine.duty_cycle();
-                st = self.shared.lock();
-                if done(&mut st).is_some() {
-                    continue;
+                if self.engine.duty_cycle() == 0 {
+                    let mut fds = Vec::new();
+                    let timer = self.engine.park_plan(&mut fds);
+                    if let Some(t) = timer {
+                        let now = self.engine.now();
+                        wait = wait.min(Duration::from_nanos(t.0.saturating_sub(now.0)));
+                    }
+                    if !wait.is_zero() {
+                        crate::mmsg::ppoll_for(&mut fds, wait);
+                    }
                 }
+                st = self.shared.lock();
+                continue;
             }
             st = self
                 .shared

@@ -6,6 +6,7 @@
 //! [`child`]. [`spawn_child`] and [`wait_child`] do the re-executing; [`Options`] parses
 //! `--key value` options.
 
+pub mod group;
 mod machine;
 mod mapping;
 pub mod multicast;
@@ -43,6 +44,11 @@ usage: txcast bench <what> [options]
               [--messages N] [--remote-messages N] [--warmup N] [--latency-every K]
               [--delay-us D] [--remote-idle spin|park] [--repeat R] [--cases a,b,c] [--json]
               cases: raw-spsc-ring txcast-local txcast-remote-pack-off txcast-remote-pack-on
+  group       paper 003 §4: send delay vs group size and message size (PB, BB), throughput
+              with every member sending (packing off, on), parallel groups, delay vs r;
+              every member a process; raw UDP round trip as the yardstick
+              [--cases delay,throughput,parallel,resilience] [--sizes 2,3,4,8,16]
+              [--bytes 0,1024,4096,8000] [--methods pb,bb] [--iterations N] [--seconds S]
 
   --json      JSON lines on stdout, the human table on stderr
 ";
@@ -57,6 +63,7 @@ pub fn run(args: &[String]) -> i32 {
         "rtt" => rtt::run(&args[1..]),
         "throughput" => throughput::run(&args[1..]),
         "multicast" => multicast::run(&args[1..]),
+        "group" => group::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             0
@@ -75,6 +82,7 @@ pub fn child(args: &[String]) -> i32 {
         Some("rtt") => rtt::child(&args[1..]),
         Some("multicast") => multicast::child(&args[1..]),
         Some("throughput") => throughput::child(&args[1..]),
+        Some("group") => group::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;

@@ -1,0 +1,668 @@
+//! `txcast bench group`: the experiments of paper 003 §4 on this machine, every member its own
+//! process on loopback, with the raw UDP round trip between two blocking processes measured in
+//! the same run as the yardstick.
+//!
+//! - `delay`: `send` (blocking until delivered back, r = 0) by a member that is not the
+//!   sequencer, against group size and message size, PB and BB (Figures 1 and 3);
+//! - `throughput`: every member sends 64-byte messages as fast as it can; messages delivered
+//!   per second at one member, packing off and on (Figures 4 and 5);
+//! - `parallel`: several groups of 2 at once, every member sending (Figure 6);
+//! - `resilience`: `send` delay against r, with groups of r + 1 (Figure 7).
+
+use super::rtt::{find_case, measure_in_processes};
+use super::stats::{Report, Samples};
+use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
+use std::io;
+use std::process::Child;
+use std::time::{Duration, Instant};
+use txcast_port::{Group, GroupRecord, Port, PortConfig};
+use txcast_proto::group::{GroupConfig, Method};
+use txcast_proto::pack::PackMode;
+use txcast_proto::Address;
+
+const INSTANCE: u16 = 40;
+const TYPE: u16 = 3;
+const QUIT: &[u8] = b"\0QUIT";
+const CHILD_DEADLINE: Duration = Duration::from_secs(300);
+
+const USAGE: &str = "\
+usage: txcast bench group [--cases delay,throughput,parallel,resilience] [--sizes 2,3,4,8,16]
+                          [--bytes 0,1024,4096,8000] [--methods pb,bb] [--iterations N] [--warmup N]
+                          [--seconds S] [--parallel 1,2,4] [--resilience 0,1,2,3] [--json]
+";
+
+fn member_cfg(group: u32, method: Method, r: u8, pack: PackMode) -> GroupConfig {
+    GroupConfig {
+        group,
+        resilience: r,
+        method,
+        pack,
+        history_max: 8192,
+        send_window: 512,
+        send_queue_max: 8192,
+        silence_timeout: Duration::from_secs(2),
+        heartbeat_interval: Duration::from_millis(200),
+        ..GroupConfig::default()
+    }
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Pb => "pb",
+        Method::Bb => "bb",
+        Method::BySize { .. } => "size",
+    }
+}
+
+fn parse_method(s: &str) -> Option<Method> {
+    match s {
+        "pb" => Some(Method::Pb),
+        "bb" => Some(Method::Bb),
+        _ => None,
+    }
+}
+
+fn pack_name(p: PackMode) -> &'static str {
+    match p {
+        PackMode::Off => "off",
+        _ => "on",
+    }
+}
+
+fn parse_pack(s: &str) -> PackMode {
+    if s == "off" {
+        PackMode::Off
+    } else {
+        PackMode::default()
+    }
+}
+
+fn addr(site: u16) -> Address {
+    Address::new(INSTANCE, site, TYPE, 0)
+}
+
+/// Every process of the benchmark runs one engine. By default without a thread of its own
+/// (invoker): the member's application thread, waiting in `send` or `receive`, reads the
+/// socket itself, so a message costs one wake-up per hop as with a blocking socket
+/// (`TXCAST_BENCH_ENGINE=thread` for an engine thread, `TXCAST_BENCH_SPIN_US` for its spin).
+fn open(site: u16) -> io::Result<Port> {
+    static ENGINE: std::sync::OnceLock<txcast_port::Engine> = std::sync::OnceLock::new();
+    let spin = std::env::var("TXCAST_BENCH_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let engine = match ENGINE.get() {
+        Some(e) => e.clone(),
+        None => {
+            let invoker = std::env::var("TXCAST_BENCH_ENGINE").as_deref() != Ok("thread");
+            let e = txcast_port::Engine::start(txcast_port::EngineConfig {
+                idle_spin: Duration::from_micros(spin),
+                mode: if invoker {
+                    txcast_port::EngineMode::Invoker
+                } else {
+                    txcast_port::EngineMode::Thread
+                },
+                ..txcast_port::EngineConfig::default()
+            })?;
+            ENGINE.get_or_init(|| e).clone()
+        }
+    };
+    Port::open_on(&engine, addr(site), PortConfig::default()).map_err(io::Error::other)
+}
+
+/// Members of one experiment: `creator` makes the group, the other children join it; the
+/// parent joins last as `parent_site`.
+struct Cluster {
+    children: Vec<Child>,
+}
+
+impl Cluster {
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        group: u32,
+        first_site: u16,
+        children: usize,
+        method: Method,
+        r: u8,
+        pack: PackMode,
+        role: &str,
+        seconds: f64,
+    ) -> io::Result<Cluster> {
+        let mut out = Vec::new();
+        for k in 0..children {
+            let site = first_site + k as u16;
+            let args: Vec<String> = vec![
+                "group".into(),
+                role.into(),
+                group.to_string(),
+                site.to_string(),
+                first_site.to_string(),
+                method_name(method).into(),
+                r.to_string(),
+                pack_name(pack).into(),
+                seconds.to_string(),
+            ];
+            match spawn_child(&args) {
+                Ok(c) => out.push(c),
+                Err(e) => {
+                    for mut c in out {
+                        kill_child(&mut c);
+                    }
+                    return Err(e);
+                }
+            }
+            if k == 0 {
+                // The creator first, so the others find the group.
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        }
+        Ok(Cluster { children: out })
+    }
+
+    fn finish(mut self, ok: bool) -> io::Result<()> {
+        let mut result = Ok(());
+        for c in &mut self.children {
+            if ok {
+                if let Err(e) = wait_child(c, Duration::from_secs(20)) {
+                    result = Err(e);
+                }
+            } else {
+                kill_child(c);
+            }
+        }
+        self.children.clear();
+        result
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            kill_child(c);
+        }
+    }
+}
+
+fn join(port: &Port, cfg: GroupConfig, contact: Address, members: usize) -> io::Result<Group> {
+    let g = port
+        .join_group(cfg, contact, Some(Duration::from_secs(10)))
+        .map_err(|e| io::Error::other(format!("join: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while g.info().members.len() < members {
+        if Instant::now() > deadline {
+            return Err(io::Error::other("the group never filled"));
+        }
+        let _ = g.receive(Some(Duration::from_millis(5)));
+    }
+    Ok(g)
+}
+
+/// Delay of `send` by the parent (not the sequencer) in a group of `size`.
+#[allow(clippy::too_many_arguments)]
+fn delay(
+    group_id: u32,
+    size: usize,
+    method: Method,
+    r: u8,
+    bytes: &[u64],
+    warmup: u64,
+    iterations: u64,
+    report: &mut Report,
+    case_prefix: &str,
+) -> io::Result<()> {
+    let first = 1u16;
+    let cluster = Cluster::start(
+        group_id,
+        first,
+        size - 1,
+        method,
+        r,
+        PackMode::default(),
+        "receive",
+        0.0,
+    )?;
+    let port = open(0)?;
+    let cfg = member_cfg(group_id, method, r, PackMode::default());
+    let g = join(&port, cfg, addr(first), size)?;
+    let result = (|| {
+        for &b in bytes {
+            let msg = vec![0x5au8; b as usize];
+            let mut samples = Samples::with_capacity(iterations as usize);
+            for i in 0..warmup + iterations {
+                let t = Instant::now();
+                g.send(&msg, Some(Duration::from_secs(5)))
+                    .map_err(|e| io::Error::other(format!("send: {e}")))?;
+                if i >= warmup {
+                    samples.record(t.elapsed());
+                }
+                // Keep our own stream drained so the history stays stable.
+                while g.try_receive_with(|_| ()).is_some() {}
+            }
+            let s = samples
+                .summary()
+                .ok_or_else(|| io::Error::other("no samples"))?;
+            eprintln!(
+                "  {case_prefix} n={size} {b:>5} B: p50 {:.1} µs p99 {:.1} µs",
+                s.p50_ns as f64 / 1e3,
+                s.p99_ns as f64 / 1e3
+            );
+            report.push_latency(&format!("{case_prefix}-n{size}"), b, s);
+        }
+        g.send(QUIT, Some(Duration::from_secs(5)))
+            .map_err(|e| io::Error::other(format!("send: {e}")))?;
+        Ok(())
+    })();
+    let ok = result.is_ok();
+    drop(g);
+    let finished = cluster.finish(ok);
+    result.and(finished)
+}
+
+/// Every member sends for `seconds`; messages/s delivered at the parent.
+fn throughput(
+    group_id: u32,
+    size: usize,
+    pack: PackMode,
+    seconds: f64,
+    report: &mut Report,
+) -> io::Result<()> {
+    let first = 1u16;
+    let cluster = Cluster::start(
+        group_id,
+        first,
+        size - 1,
+        Method::Pb,
+        0,
+        pack,
+        "send",
+        seconds,
+    )?;
+    let port = open(0)?;
+    let g = join(
+        &port,
+        member_cfg(group_id, Method::Pb, 0, pack),
+        addr(first),
+        size,
+    )?;
+    let result = blast(&g, seconds);
+    let ok = result.is_ok();
+    let (delivered, elapsed) = result?;
+    eprintln!(
+        "  throughput n={size} pack {}: {delivered} delivered in {:.2} s = {:.0}/s",
+        pack_name(pack),
+        elapsed.as_secs_f64(),
+        delivered as f64 / elapsed.as_secs_f64()
+    );
+    report.push_throughput(
+        &format!("group-n{size}-pack-{}", pack_name(pack)),
+        64,
+        delivered,
+        elapsed,
+    );
+    drop(g);
+    cluster.finish(ok)
+}
+
+/// Sends 64-byte messages as fast as the group takes them for `seconds` while counting the
+/// messages delivered; then drains until every member's QUIT arrived.
+fn blast(g: &Group, seconds: f64) -> io::Result<(u64, Duration)> {
+    let msg = [0x33u8; 64];
+    let members = g.info().members.len();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
+    let mut delivered = 0u64;
+    let mut counting = true;
+    let mut elapsed = Duration::ZERO;
+    let mut quits = 0usize;
+    let mut sent_quit = false;
+    let deadline = end + Duration::from_secs(30);
+    loop {
+        let now = Instant::now();
+        if now > deadline {
+            return Err(io::Error::other("members did not finish"));
+        }
+        if counting && now >= end {
+            counting = false;
+            elapsed = now - start;
+        }
+        if counting {
+            while g.sends_pending() < 256 {
+                if g.send_async(&msg).is_err() {
+                    break;
+                }
+            }
+        } else if !sent_quit {
+            g.send_async(QUIT)
+                .map_err(|e| io::Error::other(format!("send: {e}")))?;
+            sent_quit = true;
+        }
+        let mut got = 0;
+        while let Some(q) = g.try_receive_with(|d| match d.what {
+            txcast_proto::group::Delivered::Message { payload, .. } => payload == QUIT,
+            _ => false,
+        }) {
+            got += 1;
+            if q {
+                quits += 1;
+            } else if counting {
+                delivered += 1;
+            }
+        }
+        if sent_quit && quits >= members {
+            return Ok((delivered, elapsed));
+        }
+        if got == 0 {
+            let _ = g.receive(Some(Duration::from_micros(200))).map(|d| {
+                if matches!(&d.what, GroupRecord::Message { payload, .. } if payload == QUIT) {
+                    quits += 1;
+                } else if counting && matches!(d.what, GroupRecord::Message { .. }) {
+                    delivered += 1;
+                }
+            });
+        }
+    }
+}
+
+/// `txcast __bench-child group <role> <group> <site> <creator site> <method> <r> <pack>
+/// <seconds>`: one member; `receive` waits for the parent's QUIT, `send` blasts like the
+/// parent.
+pub fn child(args: &[String]) -> io::Result<()> {
+    let bad = |w: &str| io::Error::new(io::ErrorKind::InvalidInput, w.to_string());
+    let [role, group, site, creator, method, r, pack, seconds] = args else {
+        return Err(bad("arguments"));
+    };
+    let group: u32 = group.parse().map_err(|_| bad("group"))?;
+    let site: u16 = site.parse().map_err(|_| bad("site"))?;
+    let creator: u16 = creator.parse().map_err(|_| bad("creator"))?;
+    let method = parse_method(method).ok_or_else(|| bad("method"))?;
+    let r: u8 = r.parse().map_err(|_| bad("r"))?;
+    let pack = parse_pack(pack);
+    let seconds: f64 = seconds.parse().map_err(|_| bad("seconds"))?;
+    let port = open(site)?;
+    let cfg = member_cfg(group, method, r, pack);
+    let g = if site == creator {
+        port.create_group(cfg)
+            .map_err(|e| io::Error::other(format!("create: {e}")))?
+    } else {
+        port.join_group(cfg, addr(creator), Some(Duration::from_secs(10)))
+            .map_err(|e| io::Error::other(format!("join: {e}")))?
+    };
+    let started = Instant::now();
+    match role.as_str() {
+        "receive" => loop {
+            if started.elapsed() > CHILD_DEADLINE {
+                return Err(io::Error::other("no QUIT"));
+            }
+            if let Ok(d) = g.receive(Some(Duration::from_secs(1))) {
+                if matches!(&d.what, GroupRecord::Message { payload, .. } if payload == QUIT) {
+                    // Stay a moment: the others may still need our acknowledgements.
+                    let until = Instant::now() + Duration::from_millis(300);
+                    while Instant::now() < until {
+                        let _ = g.receive(Some(Duration::from_millis(20)));
+                    }
+                    return Ok(());
+                }
+            }
+        },
+        "send" => {
+            // Wait for the parent (the last to join), then go.
+            let members: usize = std::env::var("TXCAST_BENCH_MEMBERS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while g.info().members.len() < members.max(2) {
+                if Instant::now() > deadline {
+                    return Err(io::Error::other("the group never filled"));
+                }
+                let _ = g.receive(Some(Duration::from_millis(5)));
+            }
+            blast(&g, seconds)?;
+            let until = Instant::now() + Duration::from_millis(300);
+            while Instant::now() < until {
+                let _ = g.receive(Some(Duration::from_millis(20)));
+            }
+            Ok(())
+        }
+        _ => Err(bad("role")),
+    }
+}
+
+pub fn run(args: &[String]) -> i32 {
+    let opts = match Options::parse(
+        args,
+        &[
+            "cases",
+            "sizes",
+            "bytes",
+            "methods",
+            "iterations",
+            "warmup",
+            "seconds",
+            "parallel",
+            "resilience",
+        ],
+        &["json", "help"],
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("txcast bench group: {e}\n{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    if opts.flag("help") {
+        print!("{USAGE}");
+        return 0;
+    }
+    let get = || -> Result<_, String> {
+        Ok((
+            opts.list_or("cases", &["delay", "throughput", "parallel", "resilience"]),
+            opts.u64_list_or("sizes", &[2, 3, 4, 8, 16])?,
+            opts.u64_list_or("bytes", &[0, 1024, 4096, 8000])?,
+            opts.list_or("methods", &["pb", "bb"]),
+            opts.u64_or("iterations", 2000)?,
+            opts.u64_or("warmup", 200)?,
+            opts.u64_or("seconds", 2)?,
+            opts.u64_list_or("parallel", &[1, 2, 4])?,
+            opts.u64_list_or("resilience", &[0, 1, 2, 3])?,
+        ))
+    };
+    let (cases, sizes, bytes, methods, iterations, warmup, seconds, parallel, rs) = match get() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("txcast bench group: {e}\n{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    let mut report = Report::new("group", &["raw-udp-blocking"]);
+    let mut failures = 0;
+    let mut group_id = 100u32;
+    let mut next_id = || {
+        group_id += 1;
+        group_id
+    };
+    // The yardstick, at each size.
+    if cases.iter().any(|c| c == "delay" || c == "resilience") {
+        let case = find_case("raw-udp-blocking").expect("case exists");
+        for &b in &bytes {
+            let b = b.max(16) as usize;
+            match measure_in_processes(case, b, warmup, iterations) {
+                Ok(s) => {
+                    eprintln!(
+                        "  raw-udp-blocking {b:>5} B: p50 {:.1} µs p99 {:.1} µs",
+                        s.p50_ns as f64 / 1e3,
+                        s.p99_ns as f64 / 1e3
+                    );
+                    // Recorded under the group's byte count, so ratios line up (0 B → 16 B).
+                    let key = if b == 16 { 0 } else { b as u64 };
+                    report.push_latency("raw-udp-blocking", key, s);
+                }
+                Err(e) => {
+                    eprintln!("  raw-udp-blocking {b} B FAILED: {e}");
+                    failures += 1;
+                }
+            }
+        }
+    }
+    for case in &cases {
+        match case.as_str() {
+            "delay" => {
+                for m in &methods {
+                    let Some(method) = parse_method(m) else {
+                        eprintln!("unknown method {m}");
+                        return EXIT_USAGE;
+                    };
+                    for &n in &sizes {
+                        let r = delay(
+                            next_id(),
+                            n.max(2) as usize,
+                            method,
+                            0,
+                            &bytes,
+                            warmup,
+                            iterations,
+                            &mut report,
+                            &format!("group-{m}"),
+                        );
+                        if let Err(e) = r {
+                            eprintln!("  delay {m} n={n} FAILED: {e}");
+                            failures += 1;
+                        }
+                    }
+                }
+            }
+            "throughput" => {
+                for pack in [PackMode::Off, PackMode::default()] {
+                    std::env::set_var("TXCAST_BENCH_MEMBERS", "3");
+                    if let Err(e) = throughput(next_id(), 3, pack, seconds as f64, &mut report) {
+                        eprintln!("  throughput FAILED: {e}");
+                        failures += 1;
+                    }
+                }
+            }
+            "parallel" => {
+                for &k in &parallel {
+                    match parallel_groups(&mut next_id, k as usize, seconds as f64) {
+                        Ok((delivered, elapsed)) => {
+                            eprintln!(
+                                "  parallel {k} groups of 2: {:.0} deliveries/s in all",
+                                delivered as f64 / elapsed.as_secs_f64()
+                            );
+                            report.push_throughput(
+                                &format!("parallel-{k}x2"),
+                                64,
+                                delivered,
+                                elapsed,
+                            );
+                        }
+                        Err(e) => {
+                            eprintln!("  parallel {k} FAILED: {e}");
+                            failures += 1;
+                        }
+                    }
+                }
+            }
+            "resilience" => {
+                for &r in &rs {
+                    let res = delay(
+                        next_id(),
+                        r as usize + 1,
+                        Method::Pb,
+                        r as u8,
+                        &[0],
+                        warmup,
+                        iterations,
+                        &mut report,
+                        &format!("resilience-r{r}"),
+                    );
+                    if let Err(e) = res {
+                        eprintln!("  resilience r={r} FAILED: {e}");
+                        failures += 1;
+                    }
+                }
+            }
+            other => {
+                eprintln!("txcast bench group: unknown case {other}\n{USAGE}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    let heading = format!(
+        "group: paper 003 §4 on loopback, every member a process; delay = blocking send by a \
+         member that is not the sequencer ({iterations} timed after {warmup}); throughput = \
+         64-byte messages delivered per second at one member while every member sends for \
+         {seconds} s (latencies in µs)\n"
+    );
+    if opts.flag("json") {
+        eprint!("{heading}{}", report.table());
+        print!("{}", report.json_lines());
+    } else {
+        print!("{heading}{}", report.table());
+    }
+    if failures > 0 {
+        EXIT_FAILED
+    } else {
+        0
+    }
+}
+
+/// `k` groups of 2 members each, every member sending: deliveries per second, all groups
+/// together, counted at the parent's member of each group (times two).
+fn parallel_groups(
+    next_id: &mut impl FnMut() -> u32,
+    k: usize,
+    seconds: f64,
+) -> io::Result<(u64, Duration)> {
+    std::env::set_var("TXCAST_BENCH_MEMBERS", "2");
+    let mut clusters = Vec::new();
+    let mut ports = Vec::new();
+    let mut groups = Vec::new();
+    for i in 0..k {
+        let id = next_id();
+        let site = 1 + i as u16;
+        clusters.push(Cluster::start(
+            id,
+            site,
+            1,
+            Method::Pb,
+            0,
+            PackMode::default(),
+            "send",
+            seconds,
+        )?);
+        let port = open(100 + i as u16)?;
+        let g = join(
+            &port,
+            member_cfg(id, Method::Pb, 0, PackMode::default()),
+            addr(site),
+            2,
+        )?;
+        ports.push(port);
+        groups.push(g);
+    }
+    let results: Vec<io::Result<(u64, Duration)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .iter()
+            .map(|g| s.spawn(move || blast(g, seconds)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("panicked")))
+            })
+            .collect()
+    });
+    let mut delivered = 0;
+    let mut longest = Duration::ZERO;
+    for r in results {
+        let (d, e) = r?;
+        delivered += d * 2;
+        longest = longest.max(e);
+    }
+    drop(groups);
+    for c in clusters {
+        c.finish(true)?;
+    }
+    Ok((delivered, longest))
+}
