@@ -111,6 +111,9 @@ pub(crate) struct GroupShared {
     pub id: GroupId,
     pub state: Mutex<GroupState>,
     cond: Condvar,
+    /// Messages were taken in since the last flush: the engine flushes once per batch of
+    /// input, so what one batch causes leaves packed.
+    dirty: std::sync::atomic::AtomicBool,
 }
 
 impl GroupShared {
@@ -208,7 +211,7 @@ pub(crate) fn handle(engine: &Engine, ep: &Endpoint, msg: &[u8]) -> bool {
     drop(groups);
     let mut st = g.lock();
     let ok = st.m.handle_message(engine.now(), msg).is_ok();
-    flush(engine, ep, &g, &mut st);
+    g.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
     ok
 }
 
@@ -220,8 +223,11 @@ pub(crate) fn run_timers(engine: &Engine, ep: &Endpoint) -> (usize, Option<txcas
     for g in groups {
         let mut st = g.lock();
         let now = engine.now();
-        if st.m.poll_timeout().is_some_and(|t| t <= now) {
+        let due = st.m.poll_timeout().is_some_and(|t| t <= now);
+        if due {
             st.m.handle_timeout(now);
+        }
+        if due || g.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
             flush(engine, ep, &g, &mut st);
             work += 1;
         }
@@ -272,6 +278,7 @@ impl Group {
                 to: Vec::new(),
             }),
             cond: Condvar::new(),
+            dirty: std::sync::atomic::AtomicBool::new(false),
         });
         {
             let mut groups = ep.groups.lock().expect("groups lock");

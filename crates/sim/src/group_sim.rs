@@ -180,7 +180,9 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         };
         cfg.pack = match cfg_rng.below(3) {
             0 => PackMode::Off,
-            1 => PackMode::default(),
+            1 => PackMode::Adaptive {
+                delay_max: std::time::Duration::from_micros(700),
+            },
             _ => PackMode::Fixed {
                 delay: std::time::Duration::from_micros(500),
             },

@@ -6,6 +6,9 @@
 use std::fs;
 use std::path::Path;
 
+use txcast_proto::group::msg::{
+    Epoch, MsgKind, MsgWriter, OrderRecord, RecordKind, FLAG_BB, FLAG_SYNC,
+};
 use txcast_proto::wire::{
     AckWriter, ClusterKey, Fragment, Kind, NakRange, PacketHeader, PacketWriter, HEADER_BYTES,
 };
@@ -83,6 +86,151 @@ fn write(dir: &Path, target: &str, seeds: &[Vec<u8>]) {
     }
 }
 
+/// Must match fuzz_targets/group.rs: the group's members, the joiner and its contact.
+const GA: Address = Address::new(0, 1, 1, 0);
+const GB: Address = Address::new(0, 2, 1, 0);
+const GC: Address = Address::new(0, 3, 1, 0);
+const GJ: Address = Address::new(0, 4, 1, 0);
+const GX: Address = Address::new(0, 9, 1, 0);
+/// The group's id (the default configuration's) and epoch.
+const GROUP: u32 = 1;
+const EPOCH1: Epoch = Epoch {
+    number: 1,
+    coordinator: GA,
+};
+
+/// One group message.
+fn group_msg(
+    kind: MsgKind,
+    flags: u8,
+    epoch: Epoch,
+    from: Address,
+    body: impl FnOnce(&mut MsgWriter<'_>) -> bool,
+) -> Vec<u8> {
+    let mut buf = vec![0u8; 4096];
+    let mut w = MsgWriter::start(&mut buf, kind, flags, GROUP, epoch, from).expect("room");
+    assert!(body(&mut w), "seed fits");
+    let n = w.finish();
+    buf.truncate(n);
+    buf
+}
+
+fn order(from: Address, seq: u64, sender: Address, msg_id: u64, payload: Option<&[u8]>) -> Vec<u8> {
+    let r = OrderRecord {
+        seq,
+        sender,
+        msg_id,
+        kind: RecordKind::Message,
+        payload,
+    };
+    group_msg(MsgKind::Order, 0, EPOCH1, from, |w| {
+        w.u64(seq) && w.u64(seq) && w.u64(0) && w.order_record(&r)
+    })
+}
+
+/// Seeds for the group target: a control byte (milliseconds between chunks), then
+/// length-prefixed messages.
+fn group_seeds() -> Vec<Vec<u8>> {
+    let epoch2 = Epoch {
+        number: 2,
+        coordinator: GB,
+    };
+    let welcome = group_msg(MsgKind::Welcome, 0, EPOCH1, GA, |w| {
+        w.u64(3)
+            && w.u64(0)
+            && w.bytes(&[0; 8])
+            && w.address(GA)
+            && w.member_ids(&[(GA, 0), (GB, 0), (GC, 0), (GJ, 0)])
+    });
+    let view = group_msg(MsgKind::NewView, 0, epoch2, GB, |w| {
+        w.u64(2) && w.address(GB) && w.survivors(&[(GB, 1, 2), (GC, 1, 2)])
+    });
+    let sessions: Vec<(u8, Vec<Vec<u8>>)> = vec![
+        (10, vec![order(GA, 3, GB, 1, Some(b"hi"))]),
+        (10, vec![order(GA, 4, GB, 1, Some(b"gap"))]),
+        (10, vec![order(GA, 3, GC, 1, None)]),
+        (
+            10,
+            vec![group_msg(MsgKind::Submit, 0, EPOCH1, GB, |w| {
+                w.u64(2) && w.u64(2) && w.submit_record(1, b"hello") && w.submit_record(2, b"")
+            })],
+        ),
+        (
+            10,
+            vec![group_msg(MsgKind::Submit, FLAG_BB, EPOCH1, GC, |w| {
+                w.u64(2) && w.u64(2) && w.submit_record(1, &[0x42; 40])
+            })],
+        ),
+        (
+            50,
+            vec![group_msg(MsgKind::Order, FLAG_SYNC, EPOCH1, GA, |w| {
+                w.u64(2) && w.u64(2) && w.u64(2)
+            })],
+        ),
+        (
+            10,
+            vec![group_msg(MsgKind::Ack, 0, EPOCH1, GB, |w| {
+                w.u64(2) && w.u64(2)
+            })],
+        ),
+        (
+            10,
+            vec![group_msg(MsgKind::Nak, 0, EPOCH1, GB, |w| {
+                w.u64(0) && w.u64(0) && w.u64(1) && w.u64(2)
+            })],
+        ),
+        (
+            200,
+            vec![group_msg(MsgKind::Probe, 0, EPOCH1, GB, |_| true)],
+        ),
+        (
+            10,
+            vec![group_msg(
+                MsgKind::JoinRequest,
+                0,
+                Epoch::default(),
+                Address::new(0, 5, 1, 0),
+                |_| true,
+            )],
+        ),
+        (
+            10,
+            vec![group_msg(MsgKind::Redirect, 0, EPOCH1, GX, |w| {
+                w.address(GA)
+            })],
+        ),
+        (
+            10,
+            vec![welcome.clone(), order(GA, 4, GA, 1, Some(b"to j"))],
+        ),
+        (
+            10,
+            vec![group_msg(MsgKind::LeaveRequest, 0, EPOCH1, GC, |_| true)],
+        ),
+        (
+            100,
+            vec![
+                group_msg(MsgKind::Invite, 0, epoch2, GB, |_| true),
+                group_msg(MsgKind::InviteReply, 0, epoch2, GC, |w| {
+                    w.u64(2) && w.u64(2) && w.u64(1)
+                }),
+                view,
+            ],
+        ),
+    ];
+    sessions
+        .into_iter()
+        .map(|(ctl, msgs)| {
+            let mut s = vec![ctl];
+            for m in msgs {
+                s.extend_from_slice(&(m.len() as u16).to_le_bytes());
+                s.extend_from_slice(&m);
+            }
+            s
+        })
+        .collect()
+}
+
 fn main() {
     let dir = std::env::args_os()
         .nth(1)
@@ -157,4 +305,6 @@ fn main() {
         }
     }
     write(dir, "roundtrip", &seeds);
+
+    write(dir, "group", &group_seeds());
 }

@@ -151,9 +151,7 @@ impl Member {
                 self.order_next(now);
             } else {
                 // Submissions in flight went to the old sequencer: send them again.
-                for p in self.pending.iter_mut() {
-                    p.sent_at = None;
-                }
+                self.resubmit_all();
             }
         }
         if self.seqr.is_some() && self.state == State::Normal {

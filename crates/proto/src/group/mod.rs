@@ -124,7 +124,9 @@ impl Default for GroupConfig {
             send_queue_max: 4096,
             message_bytes_max: 8 * 1024,
             packet_bytes_max: 16_000,
-            pack: PackMode::default(),
+            pack: PackMode::Adaptive {
+                delay_max: Duration::from_millis(1),
+            },
             retransmit_timeout: Duration::from_millis(20),
             heartbeat_interval: Duration::from_millis(50),
             silence_timeout: Duration::from_millis(500),
@@ -459,6 +461,10 @@ pub struct Member {
     stable_upto: u64,
     next_msg_id: u64,
     pending: VecDeque<Pending>,
+    /// How many of `pending` (from the front) went out at least once.
+    sent_count: usize,
+    /// Bytes of the submission records of `pending` not yet sent.
+    unsent_bytes: usize,
     /// Last msg_id applied per sender.
     last_msg_id: HashMap<Address, u64, AddressHash>,
     unordered: HashMap<(Address, u64), Vec<u8>>,
@@ -544,6 +550,8 @@ impl Member {
             stable_upto: 0,
             next_msg_id: 1,
             pending: VecDeque::new(),
+            sent_count: 0,
+            unsent_bytes: 0,
             last_msg_id: HashMap::default(),
             unordered: HashMap::new(),
             seqr: None,
@@ -650,6 +658,7 @@ impl Member {
             payload: payload.to_vec(),
             sent_at: None,
         });
+        self.unsent_bytes += payload.len() + msg::SUBMIT_RECORD_BYTES;
         self.oldest_unsubmitted.get_or_insert(now);
         self.counters.sent += 1;
         if self.seqr.is_some() {
@@ -731,6 +740,16 @@ impl Member {
     /// Whether a delivery is waiting.
     pub fn has_delivery(&self) -> bool {
         self.consumed_upto < self.applied_upto
+    }
+
+    /// Everything pending goes out again from the start (the sequencer changed).
+    fn resubmit_all(&mut self) {
+        for p in self.pending.iter_mut() {
+            if p.sent_at.take().is_some() {
+                self.unsent_bytes += p.payload.len() + msg::SUBMIT_RECORD_BYTES;
+            }
+        }
+        self.sent_count = 0;
     }
 
     fn push_control(&mut self, to: Address, c: Control) {

@@ -138,7 +138,7 @@ impl Member {
                 }
                 // Any member serves what it holds (after a rebuild, a member may fetch records
                 // from whoever has them).
-                self.queue_retransmit(hdr.from, from, to.min(from + NAK_SPAN_MAX));
+                self.queue_retransmit(hdr.from, from, to.min(from.saturating_add(NAK_SPAN_MAX)));
             }
             Msg::Probe => {
                 if self.seqr.is_some() {
@@ -232,10 +232,10 @@ impl Member {
     /// The payload of a BB message we hold (as its receiver or its sender).
     fn bb_payload(&mut self, sender: Address, msg_id: u64) -> Option<Vec<u8>> {
         if sender == self.me {
-            return self
-                .pending
-                .iter()
-                .find(|p| p.msg_id == msg_id)
+            let first = self.pending.front()?.msg_id;
+            return msg_id
+                .checked_sub(first)
+                .and_then(|i| self.pending.get(i as usize))
                 .map(|p| p.payload.clone());
         }
         self.unordered.remove(&(sender, msg_id))
@@ -311,6 +311,15 @@ impl Member {
         if sender == self.me {
             while self.pending.front().is_some_and(|p| p.msg_id <= msg_id) {
                 let p = self.pending.pop_front().expect("front");
+                if p.sent_at.is_some() {
+                    self.sent_count = self.sent_count.saturating_sub(1);
+                } else {
+                    // Ordered without a submission of ours reaching it (we are, or were, the
+                    // sequencer).
+                    self.unsent_bytes = self
+                        .unsent_bytes
+                        .saturating_sub(p.payload.len() + super::msg::SUBMIT_RECORD_BYTES);
+                }
                 self.events
                     .push_back(GroupEvent::SendDone { msg_id: p.msg_id });
             }

@@ -73,8 +73,10 @@ impl Member {
             Some(r) if r.coordinator => r.old_members.clone(),
             _ => self.members.clone(),
         };
+        // Saturating: any message of the group raises `epoch_seen`, a corrupt one up to the
+        // largest number.
         let epoch = Epoch {
-            number: self.epoch_seen.max(self.epoch.number) + 1,
+            number: self.epoch_seen.max(self.epoch.number).saturating_add(1),
             coordinator: self.me,
         };
         self.epoch_seen = epoch.number;
@@ -310,6 +312,14 @@ impl Member {
             // view's records now could contradict that answer.
             return;
         }
+        if sequencer == self.me
+            && (start_seq > self.received_upto || start_seq.saturating_add(1) < self.history.base())
+        {
+            // A coordinator picks the new sequencer with the start it reported, so this view
+            // was not made from our state (a corrupt or forged message): we could not order
+            // from it (we lack records up to its start, or trimmed those after it).
+            return;
+        }
         self.install_view(now, epoch, start_seq, sequencer, survivors);
     }
 
@@ -345,9 +355,7 @@ impl Member {
         // once every member does), so a rebuild never delivers what only one member holds.
         self.accepted_upto = self.accepted_upto.min(start_seq);
         self.nak_at = None;
-        for p in self.pending.iter_mut() {
-            p.sent_at = None;
-        }
+        self.resubmit_all();
         if self.received_upto < start_seq {
             self.nak_if_due(now);
         }

@@ -149,12 +149,16 @@ impl Member {
         loop {
             let s = self.seqr.as_ref().expect("sequencer");
             let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
-            let Some(p) = self.pending.iter().find(|p| p.msg_id >= next) else {
+            // Our msg_ids in `pending` are consecutive from its front.
+            let Some(first) = self.pending.front().map(|p| p.msg_id) else {
                 break;
             };
-            if p.msg_id != next {
+            let Some(p) = next
+                .checked_sub(first)
+                .and_then(|i| self.pending.get(i as usize))
+            else {
                 break;
-            }
+            };
             let payload = p.payload.clone();
             if !self.can_order() {
                 break;

@@ -1,1 +1,1437 @@
+//! Unit tests of the group protocol: the wire formats (`msg`), then whole members driven through
+//! the public API by a tiny deterministic in-test network.
 
+use super::msg::{
+    parse, Epoch, GroupHeader, GroupWireError, Msg, MsgKind, MsgWriter, OrderRecord, RecordKind,
+    FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES, MEMBERS_MAX,
+};
+use super::*;
+use crate::addr::Address;
+use crate::time::Instant;
+use core::time::Duration;
+use std::collections::VecDeque;
+
+// ---------------------------------------------------------------------------------------------
+// Wire formats
+// ---------------------------------------------------------------------------------------------
+
+const GROUP: u32 = 0xdead_beef;
+const PMAX: usize = 1000;
+
+fn epoch() -> Epoch {
+    Epoch {
+        number: 0x0102_0304_0506_0708,
+        coordinator: Address::new(1, 2, 3, 4),
+    }
+}
+
+fn from() -> Address {
+    Address::new(5, 6, 7, 8)
+}
+
+/// Builds one message the way `transmit.rs` does.
+fn build(kind: MsgKind, flags: u8, body: impl FnOnce(&mut MsgWriter<'_>) -> bool) -> Vec<u8> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut w = MsgWriter::start(&mut buf, kind, flags, GROUP, epoch(), from()).expect("room");
+    assert!(body(&mut w), "the test message fits");
+    let n = w.finish();
+    buf.truncate(n);
+    buf
+}
+
+fn parsed(b: &[u8]) -> (GroupHeader, Msg<'_>) {
+    parse(b, PMAX).unwrap_or_else(|e| panic!("{e:?} parsing {b:?}"))
+}
+
+fn check_header(h: &GroupHeader, kind: MsgKind, flags: u8) {
+    assert_eq!(
+        *h,
+        GroupHeader {
+            kind,
+            flags,
+            group: GROUP,
+            epoch: epoch(),
+            from: from(),
+        }
+    );
+}
+
+fn err(b: &[u8]) -> GroupWireError {
+    match parse(b, PMAX) {
+        Ok((h, m)) => panic!("parsed {h:?} {m:?}, expected an error"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn wire_round_trip_submit() {
+    let b = build(MsgKind::Submit, FLAG_BB, |w| {
+        w.u64(11) && w.u64(12) && w.submit_record(7, b"hello") && w.submit_record(8, b"")
+    });
+    assert_eq!(b.len(), GROUP_HEADER_BYTES + 16 + 12 + 5 + 12);
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Submit, FLAG_BB);
+    let Msg::Submit {
+        consumed,
+        received,
+        records,
+    } = m
+    else {
+        panic!("{m:?}")
+    };
+    assert_eq!((consumed, received), (11, 12));
+    let recs: Vec<(u64, &[u8])> = records.iter().collect();
+    assert_eq!(recs, vec![(7, &b"hello"[..]), (8, &b""[..])]);
+
+    // No records at all is a valid submit too.
+    let b = build(MsgKind::Submit, 0, |w| w.u64(1) && w.u64(2));
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Submit, 0);
+    let Msg::Submit { records, .. } = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(records.iter().count(), 0);
+}
+
+#[test]
+fn wire_round_trip_order() {
+    let a = Address::new(9, 9, 9, 9);
+    let recs = [
+        OrderRecord {
+            seq: 40,
+            sender: a,
+            msg_id: 3,
+            kind: RecordKind::Message,
+            payload: Some(b"payload"),
+        },
+        OrderRecord {
+            seq: 41,
+            sender: a,
+            msg_id: 4,
+            kind: RecordKind::Message,
+            // A BB accept: no payload.
+            payload: None,
+        },
+        OrderRecord {
+            seq: 42,
+            sender: from(),
+            msg_id: 0,
+            kind: RecordKind::Join,
+            payload: Some(&[1, 0, 2, 0, 3, 0, 4, 0]),
+        },
+        OrderRecord {
+            seq: 43,
+            sender: from(),
+            msg_id: 0,
+            kind: RecordKind::Leave,
+            payload: Some(&[1, 0, 2, 0, 3, 0, 4, 0]),
+        },
+        OrderRecord {
+            seq: 44,
+            sender: from(),
+            msg_id: 2,
+            kind: RecordKind::View,
+            payload: Some(&[0; 16]),
+        },
+    ];
+    let b = build(MsgKind::Order, FLAG_SYNC, |w| {
+        w.u64(44) && w.u64(43) && w.u64(39) && recs.iter().all(|r| w.order_record(r))
+    });
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Order, FLAG_SYNC);
+    let Msg::Order {
+        ordered_upto,
+        accepted_upto,
+        stable_upto,
+        records,
+    } = m
+    else {
+        panic!("{m:?}")
+    };
+    assert_eq!((ordered_upto, accepted_upto, stable_upto), (44, 43, 39));
+    assert_eq!(records.iter().collect::<Vec<_>>(), recs.to_vec());
+}
+
+#[test]
+fn wire_round_trip_fixed_kinds() {
+    let b = build(MsgKind::Ack, 0, |w| w.u64(5) && w.u64(6));
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Ack, 0);
+    assert!(
+        matches!(
+            m,
+            Msg::Ack {
+                consumed: 5,
+                received: 6
+            }
+        ),
+        "{m:?}"
+    );
+
+    let b = build(MsgKind::Nak, 0, |w| {
+        w.u64(5) && w.u64(6) && w.u64(7) && w.u64(9)
+    });
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Nak, 0);
+    assert!(
+        matches!(
+            m,
+            Msg::Nak {
+                consumed: 5,
+                received: 6,
+                from: 7,
+                to: 9
+            }
+        ),
+        "{m:?}"
+    );
+
+    for kind in [
+        MsgKind::Probe,
+        MsgKind::JoinRequest,
+        MsgKind::LeaveRequest,
+        MsgKind::Invite,
+    ] {
+        let b = build(kind, 0, |_| true);
+        assert_eq!(b.len(), GROUP_HEADER_BYTES);
+        let (h, m) = parsed(&b);
+        check_header(&h, kind, 0);
+        let ok = match kind {
+            MsgKind::Probe => matches!(m, Msg::Probe),
+            MsgKind::JoinRequest => matches!(m, Msg::JoinRequest),
+            MsgKind::LeaveRequest => matches!(m, Msg::LeaveRequest),
+            MsgKind::Invite => matches!(m, Msg::Invite),
+            _ => unreachable!(),
+        };
+        assert!(ok, "{kind:?} parsed as {m:?}");
+    }
+
+    let seq_addr = Address::new(0, 3, 1, 0);
+    let b = build(MsgKind::Redirect, 0, |w| w.address(seq_addr));
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Redirect, 0);
+    let Msg::Redirect { sequencer } = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(sequencer, seq_addr);
+
+    let b = build(MsgKind::InviteReply, 0, |w| {
+        w.u64(100) && w.u64(101) && w.u64(50)
+    });
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::InviteReply, 0);
+    assert!(
+        matches!(
+            m,
+            Msg::InviteReply {
+                consumed: 100,
+                received: 101,
+                held_from: 50
+            }
+        ),
+        "{m:?}"
+    );
+}
+
+#[test]
+fn wire_round_trip_welcome_and_new_view() {
+    let seqr = Address::new(0, 1, 1, 0);
+    let ids = [(seqr, 17), (Address::new(0, 2, 1, 0), 0), (from(), 3)];
+    let b = build(MsgKind::Welcome, 0, |w| {
+        w.u64(77)
+            && w.u64(70)
+            && w.bytes(&[2, 0, 0, 0, 0, 0, 0, 0])
+            && w.address(seqr)
+            && w.member_ids(&ids)
+    });
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Welcome, 0);
+    let Msg::Welcome {
+        join_seq,
+        stable_upto,
+        resilience,
+        sequencer,
+        members,
+    } = m
+    else {
+        panic!("{m:?}")
+    };
+    assert_eq!(
+        (join_seq, stable_upto, resilience, sequencer),
+        (77, 70, 2, seqr)
+    );
+    assert_eq!(members.iter().collect::<Vec<_>>(), ids.to_vec());
+
+    let survivors = [(seqr, 5, 90), (from(), 1, 88)];
+    let b = build(MsgKind::NewView, 0, |w| {
+        w.u64(90) && w.address(seqr) && w.survivors(&survivors)
+    });
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::NewView, 0);
+    let Msg::NewView {
+        start_seq,
+        sequencer,
+        members,
+    } = m
+    else {
+        panic!("{m:?}")
+    };
+    assert_eq!((start_seq, sequencer), (90, seqr));
+    assert_eq!(members.iter().collect::<Vec<_>>(), survivors.to_vec());
+
+    // An empty member list is well formed (the receiver decides what it means).
+    let b = build(MsgKind::NewView, 0, |w| w.u64(1) && w.address(seqr));
+    let (_, m) = parsed(&b);
+    let Msg::NewView { members, .. } = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(members.iter().count(), 0);
+}
+
+#[test]
+fn wire_writer_refuses_what_does_not_fit() {
+    let mut small = [0u8; GROUP_HEADER_BYTES - 1];
+    assert!(MsgWriter::start(&mut small, MsgKind::Probe, 0, 1, epoch(), from()).is_none());
+    let mut buf = [0u8; GROUP_HEADER_BYTES + 16 + 12 + 3];
+    let mut w = MsgWriter::start(&mut buf, MsgKind::Submit, 0, 1, epoch(), from()).unwrap();
+    assert!(w.u64(0) && w.u64(0));
+    assert!(!w.submit_record(1, b"four"), "one byte too many");
+    assert_eq!(w.room(), 15, "a refused record writes nothing");
+    assert!(w.submit_record(1, b"thr"));
+    assert_eq!(w.room(), 0);
+    let n = w.finish();
+    let (_, m) = parse(&buf[..n], PMAX).unwrap();
+    let Msg::Submit { records, .. } = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(records.iter().collect::<Vec<_>>(), vec![(1, &b"thr"[..])]);
+}
+
+/// An `Order` with one record, and the offset of that record's header in the bytes.
+fn order_with_record(payload: Option<&[u8]>) -> (Vec<u8>, usize) {
+    let (b, at) = order_with_record_unchecked(payload);
+    assert!(parse(&b, PMAX).is_ok());
+    (b, at)
+}
+
+fn order_with_record_unchecked(payload: Option<&[u8]>) -> (Vec<u8>, usize) {
+    let r = OrderRecord {
+        seq: 1,
+        sender: from(),
+        msg_id: 1,
+        kind: RecordKind::Message,
+        payload,
+    };
+    let b = build(MsgKind::Order, 0, |w| {
+        w.u64(1) && w.u64(1) && w.u64(0) && w.order_record(&r)
+    });
+    (b, GROUP_HEADER_BYTES + 24)
+}
+
+fn set_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn set_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+#[test]
+fn wire_error_too_short() {
+    let probe = build(MsgKind::Probe, 0, |_| true);
+    assert_eq!(
+        err(&probe[..GROUP_HEADER_BYTES - 1]),
+        GroupWireError::TooShort
+    );
+    assert_eq!(err(&[]), GroupWireError::TooShort);
+    // Each kind's fixed part one byte short.
+    let ack = build(MsgKind::Ack, 0, |w| w.u64(1) && w.u64(2));
+    assert_eq!(err(&ack[..ack.len() - 1]), GroupWireError::TooShort);
+    let nak = build(MsgKind::Nak, 0, |w| {
+        w.u64(1) && w.u64(2) && w.u64(3) && w.u64(4)
+    });
+    assert_eq!(err(&nak[..nak.len() - 1]), GroupWireError::TooShort);
+    let submit = build(MsgKind::Submit, 0, |w| w.u64(1) && w.u64(2));
+    assert_eq!(err(&submit[..submit.len() - 1]), GroupWireError::TooShort);
+    let order = build(MsgKind::Order, 0, |w| w.u64(1) && w.u64(2) && w.u64(0));
+    assert_eq!(err(&order[..order.len() - 1]), GroupWireError::TooShort);
+    let redirect = build(MsgKind::Redirect, 0, |w| w.address(from()));
+    assert_eq!(
+        err(&redirect[..redirect.len() - 1]),
+        GroupWireError::TooShort
+    );
+    let welcome = build(MsgKind::Welcome, 0, |w| {
+        w.u64(1) && w.u64(0) && w.bytes(&[0; 8]) && w.address(from())
+    });
+    assert!(parse(&welcome, PMAX).is_ok());
+    assert_eq!(err(&welcome[..welcome.len() - 1]), GroupWireError::TooShort);
+    let reply = build(MsgKind::InviteReply, 0, |w| {
+        w.u64(1) && w.u64(2) && w.u64(3)
+    });
+    assert_eq!(err(&reply[..reply.len() - 1]), GroupWireError::TooShort);
+    let view = build(MsgKind::NewView, 0, |w| w.u64(1) && w.address(from()));
+    assert_eq!(err(&view[..view.len() - 1]), GroupWireError::TooShort);
+}
+
+#[test]
+fn wire_error_unknown_kind() {
+    let mut b = build(MsgKind::Probe, 0, |_| true);
+    for k in [0u8, 13, 255] {
+        b[0] = k;
+        assert_eq!(err(&b), GroupWireError::UnknownKind(k));
+    }
+}
+
+#[test]
+fn wire_error_unknown_flags() {
+    let mut b = build(MsgKind::Probe, 0, |_| true);
+    for f in [4u8, 0x80, FLAG_BB | FLAG_SYNC | 8] {
+        b[1] = f;
+        assert_eq!(err(&b), GroupWireError::UnknownFlags(f));
+    }
+    // Both known flags together are fine.
+    b[1] = FLAG_BB | FLAG_SYNC;
+    assert!(parse(&b, PMAX).is_ok());
+}
+
+#[test]
+fn wire_error_reserved_not_zero() {
+    let probe = build(MsgKind::Probe, 0, |_| true);
+    for at in [2, 3] {
+        let mut b = probe.clone();
+        b[at] = 1;
+        assert_eq!(err(&b), GroupWireError::ReservedNotZero);
+    }
+    // The welcome's reserved bytes after the resilience.
+    let welcome = build(MsgKind::Welcome, 0, |w| {
+        w.u64(1) && w.u64(0) && w.bytes(&[1, 0, 0, 0, 0, 0, 0, 0]) && w.address(from())
+    });
+    for at in GROUP_HEADER_BYTES + 17..GROUP_HEADER_BYTES + 24 {
+        let mut b = welcome.clone();
+        b[at] = 0x40;
+        assert_eq!(err(&b), GroupWireError::ReservedNotZero, "byte {at}");
+    }
+    // An order record's reserved u16.
+    let (order, at) = order_with_record(Some(b"x"));
+    for off in [26, 27] {
+        let mut b = order.clone();
+        b[at + off] = 1;
+        assert_eq!(err(&b), GroupWireError::ReservedNotZero);
+    }
+}
+
+#[test]
+fn wire_error_record_overrun() {
+    // A submit record header cut short.
+    let submit = build(MsgKind::Submit, 0, |w| {
+        w.u64(0) && w.u64(0) && w.submit_record(1, b"abc")
+    });
+    assert_eq!(
+        err(&submit[..GROUP_HEADER_BYTES + 16 + 11]),
+        GroupWireError::RecordOverrun
+    );
+    // A submit payload cut short.
+    assert_eq!(
+        err(&submit[..submit.len() - 1]),
+        GroupWireError::RecordOverrun
+    );
+    // An order record header cut short, and its payload.
+    let (order, at) = order_with_record(Some(b"abc"));
+    assert_eq!(err(&order[..at + 31]), GroupWireError::RecordOverrun);
+    assert_eq!(
+        err(&order[..order.len() - 1]),
+        GroupWireError::RecordOverrun
+    );
+    // A BB accept (no payload flag) claiming a length.
+    let (mut accept, at) = order_with_record(None);
+    set_u32(&mut accept, at + 28, 1);
+    accept.push(0);
+    assert_eq!(err(&accept), GroupWireError::RecordOverrun);
+}
+
+#[test]
+fn wire_error_unknown_record_kind() {
+    let (order, at) = order_with_record(Some(b"x"));
+    for k in [0u8, 5, 255] {
+        let mut b = order.clone();
+        b[at + 24] = k;
+        assert_eq!(err(&b), GroupWireError::UnknownRecordKind(k));
+    }
+}
+
+#[test]
+fn wire_error_unknown_record_flags() {
+    let (order, at) = order_with_record(Some(b"x"));
+    for f in [2u8, 3, 0x80] {
+        let mut b = order.clone();
+        b[at + 25] = f;
+        assert_eq!(err(&b), GroupWireError::UnknownRecordFlags(f));
+    }
+}
+
+#[test]
+fn wire_error_bad_member_list() {
+    let welcome = |n: usize| {
+        let ids: Vec<(Address, u64)> = (0..n)
+            .map(|i| (Address::new(0, i as u16, 0, 0), 0))
+            .collect();
+        build(MsgKind::Welcome, 0, |w| {
+            w.u64(1) && w.u64(0) && w.bytes(&[0; 8]) && w.address(from()) && w.member_ids(&ids)
+        })
+    };
+    assert!(parse(&welcome(MEMBERS_MAX), PMAX).is_ok());
+    assert_eq!(
+        err(&welcome(MEMBERS_MAX + 1)),
+        GroupWireError::BadMemberList
+    );
+    let b = welcome(2);
+    assert_eq!(err(&b[..b.len() - 1]), GroupWireError::BadMemberList);
+
+    let view = |n: usize| {
+        let s: Vec<(Address, u64, u64)> = (0..n)
+            .map(|i| (Address::new(0, i as u16, 0, 0), 1, 2))
+            .collect();
+        build(MsgKind::NewView, 0, |w| {
+            w.u64(1) && w.address(from()) && w.survivors(&s)
+        })
+    };
+    assert!(parse(&view(MEMBERS_MAX), PMAX).is_ok());
+    assert_eq!(err(&view(MEMBERS_MAX + 1)), GroupWireError::BadMemberList);
+    let b = view(2);
+    assert_eq!(err(&b[..b.len() - 8]), GroupWireError::BadMemberList);
+}
+
+#[test]
+fn wire_error_trailing_bytes() {
+    let cases: Vec<Vec<u8>> = vec![
+        build(MsgKind::Probe, 0, |_| true),
+        build(MsgKind::JoinRequest, 0, |_| true),
+        build(MsgKind::LeaveRequest, 0, |_| true),
+        build(MsgKind::Invite, 0, |_| true),
+        build(MsgKind::Ack, 0, |w| w.u64(1) && w.u64(2)),
+        build(MsgKind::Nak, 0, |w| {
+            w.u64(1) && w.u64(2) && w.u64(3) && w.u64(4)
+        }),
+        build(MsgKind::Redirect, 0, |w| w.address(from())),
+        build(MsgKind::InviteReply, 0, |w| {
+            w.u64(1) && w.u64(2) && w.u64(3)
+        }),
+    ];
+    for mut b in cases {
+        assert!(parse(&b, PMAX).is_ok());
+        b.push(0);
+        assert_eq!(err(&b), GroupWireError::TrailingBytes, "kind {}", b[0]);
+    }
+}
+
+#[test]
+fn wire_error_bad_nak_range() {
+    let nak = |f: u64, t: u64| {
+        build(MsgKind::Nak, 0, |w| {
+            w.u64(0) && w.u64(0) && w.u64(f) && w.u64(t)
+        })
+    };
+    assert_eq!(err(&nak(0, 5)), GroupWireError::BadNakRange);
+    assert_eq!(err(&nak(0, 0)), GroupWireError::BadNakRange);
+    assert_eq!(err(&nak(6, 5)), GroupWireError::BadNakRange);
+    let mut b = nak(1, 1);
+    assert!(parse(&b, PMAX).is_ok());
+    set_u64(&mut b, GROUP_HEADER_BYTES + 24, 0);
+    assert_eq!(err(&b), GroupWireError::BadNakRange);
+}
+
+#[test]
+fn wire_error_payload_too_long() {
+    let long = vec![7u8; PMAX + 1];
+    let fits = vec![7u8; PMAX];
+    // Submit: checked before the bytes are, so a claimed length alone is enough.
+    let b = build(MsgKind::Submit, 0, |w| {
+        w.u64(0) && w.u64(0) && w.submit_record(1, &fits)
+    });
+    assert!(parse(&b, PMAX).is_ok());
+    let b = build(MsgKind::Submit, 0, |w| {
+        w.u64(0) && w.u64(0) && w.submit_record(1, &long)
+    });
+    assert_eq!(err(&b), GroupWireError::PayloadTooLong(PMAX + 1));
+    let mut b = build(MsgKind::Submit, 0, |w| {
+        w.u64(0) && w.u64(0) && w.submit_record(1, b"")
+    });
+    set_u32(&mut b, GROUP_HEADER_BYTES + 16 + 8, u32::MAX);
+    assert_eq!(err(&b), GroupWireError::PayloadTooLong(u32::MAX as usize));
+    // Order.
+    let (b, _) = order_with_record(Some(&fits));
+    assert!(parse(&b, PMAX).is_ok());
+    let (b, _) = order_with_record_unchecked(Some(&long));
+    assert_eq!(err(&b), GroupWireError::PayloadTooLong(PMAX + 1));
+    // The bound is the caller's.
+    assert!(parse(&b, PMAX + 1).is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// A deterministic network of members
+// ---------------------------------------------------------------------------------------------
+
+/// A delivered record, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Rec {
+    Msg(Address, u64, Vec<u8>),
+    Joined(Address),
+    Left(Address),
+    Rebuilt(Epoch, Vec<Address>, Vec<Address>),
+}
+
+struct Node {
+    m: Member,
+    /// `(seq, record)` in delivery order.
+    delivered: Vec<(u64, Rec)>,
+    events: Vec<GroupEvent>,
+}
+
+/// Members and a FIFO of messages in flight, delivered in order and without loss, except to
+/// or from a crashed member, or to a deaf one.
+struct Net {
+    now: Instant,
+    nodes: Vec<Node>,
+    queue: VecDeque<(Address, Vec<u8>)>,
+    crashed: Vec<Address>,
+    deaf: Vec<Address>,
+    buf: Vec<u8>,
+}
+
+fn addr(site: u16) -> Address {
+    Address::new(0, site, 1, 0)
+}
+
+const A: Address = Address::new(0, 1, 1, 0);
+const B: Address = Address::new(0, 2, 1, 0);
+const C: Address = Address::new(0, 3, 1, 0);
+
+impl Net {
+    /// A group created by `A`.
+    fn new(cfg: &GroupConfig) -> Net {
+        let m = Member::create(cfg.clone(), A, Instant::ZERO).expect("config");
+        Net {
+            now: Instant::ZERO,
+            nodes: vec![Node {
+                m,
+                delivered: Vec::new(),
+                events: Vec::new(),
+            }],
+            queue: VecDeque::new(),
+            crashed: Vec::new(),
+            deaf: Vec::new(),
+            buf: vec![0u8; 65_536],
+        }
+    }
+
+    /// `A` creates, then each of `joiners` joins through the previous member, one at a time.
+    fn with_members(cfg: &GroupConfig, n: u16) -> Net {
+        let mut net = Net::new(cfg);
+        for site in 2..=n {
+            net.join(cfg, addr(site), addr(site - 1));
+            net.flush();
+            assert_eq!(net.m(addr(site)).state(), State::Normal);
+        }
+        net
+    }
+
+    /// Starts a join (nothing is exchanged until the next flush).
+    fn join(&mut self, cfg: &GroupConfig, me: Address, contact: Address) {
+        let m = Member::join(cfg.clone(), me, contact, self.now).expect("config");
+        self.nodes.push(Node {
+            m,
+            delivered: Vec::new(),
+            events: Vec::new(),
+        });
+    }
+
+    fn idx(&self, a: Address) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.m.address() == a)
+            .expect("known member")
+    }
+
+    fn node(&mut self, a: Address) -> &mut Node {
+        let i = self.idx(a);
+        &mut self.nodes[i]
+    }
+
+    fn m(&mut self, a: Address) -> &mut Member {
+        &mut self.node(a).m
+    }
+
+    fn live(&self, i: usize) -> bool {
+        !self.crashed.contains(&self.nodes[i].m.address())
+    }
+
+    /// Takes what node `i` has to send, deliver and report.
+    fn drain(&mut self, i: usize) {
+        if !self.live(i) {
+            return;
+        }
+        let now = self.now;
+        let n = &mut self.nodes[i];
+        while let Some((dest, len)) = n.m.poll_transmit(now, &mut self.buf) {
+            assert!(len >= GROUP_HEADER_BYTES && len <= n.m.config().packet_bytes_max);
+            let to: Vec<Address> = match dest {
+                Dest::To(a) => vec![a],
+                Dest::All => n.m.fanout().collect(),
+            };
+            for a in to {
+                self.queue.push_back((a, self.buf[..len].to_vec()));
+            }
+        }
+        while let Some(d) = n.m.poll_delivery(|d| {
+            let rec = match d.what {
+                Delivered::Message { msg_id, payload } => {
+                    Rec::Msg(d.sender, msg_id, payload.to_vec())
+                }
+                Delivered::Joined(a) => Rec::Joined(a),
+                Delivered::Left(a) => Rec::Left(a),
+                Delivered::Rebuilt {
+                    epoch,
+                    members,
+                    removed,
+                } => Rec::Rebuilt(epoch, members, removed),
+            };
+            (d.seq, rec)
+        }) {
+            n.delivered.push(d);
+        }
+        while let Some(e) = n.m.poll_event() {
+            n.events.push(e);
+        }
+    }
+
+    /// Delivers everything in flight, and what it causes, without advancing time.
+    fn flush(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.drain(i);
+        }
+        let mut steps = 0;
+        while let Some((to, bytes)) = self.queue.pop_front() {
+            steps += 1;
+            assert!(steps < 200_000, "messages never stop");
+            if self.crashed.contains(&to) || self.deaf.contains(&to) {
+                continue;
+            }
+            let Some(j) = self.nodes.iter().position(|n| n.m.address() == to) else {
+                continue;
+            };
+            let now = self.now;
+            self.nodes[j]
+                .m
+                .handle_message(now, &bytes)
+                .expect("members send well-formed messages");
+            self.drain(j);
+        }
+    }
+
+    /// Runs timers (and what they cause) in order until `pred` holds or `limit` has passed;
+    /// returns whether `pred` held.
+    fn run_until(&mut self, limit: Duration, mut pred: impl FnMut(&mut Net) -> bool) -> bool {
+        let end = self.now + limit;
+        self.flush();
+        let mut steps = 0;
+        loop {
+            if pred(self) {
+                return true;
+            }
+            steps += 1;
+            assert!(steps < 100_000, "timers never settle");
+            let next = (0..self.nodes.len())
+                .filter(|&i| self.live(i))
+                .filter_map(|i| self.nodes[i].m.poll_timeout())
+                .min();
+            match next {
+                Some(t) if t <= end => {
+                    self.now = self.now.max(t);
+                    let now = self.now;
+                    for i in 0..self.nodes.len() {
+                        if self.live(i) && self.nodes[i].m.poll_timeout().is_some_and(|t| t <= now)
+                        {
+                            self.nodes[i].m.handle_timeout(now);
+                        }
+                    }
+                    self.flush();
+                }
+                _ => {
+                    self.now = end;
+                    return pred(self);
+                }
+            }
+        }
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        self.run_until(d, |_| false);
+    }
+
+    fn events(&mut self, a: Address) -> Vec<GroupEvent> {
+        self.node(a).events.clone()
+    }
+
+    fn delivered(&mut self, a: Address) -> Vec<(u64, Rec)> {
+        self.node(a).delivered.clone()
+    }
+
+    fn send_dones(&mut self, a: Address) -> Vec<u64> {
+        self.node(a)
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                GroupEvent::SendDone { msg_id } => Some(*msg_id),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn cfg() -> GroupConfig {
+    GroupConfig::default()
+}
+
+#[test]
+fn three_members_deliver_the_same_stream() {
+    let cfg = cfg();
+    let mut net = Net::new(&cfg);
+    // B joins through A (the sequencer), C through B (which redirects it to A).
+    net.join(&cfg, B, A);
+    net.flush();
+    net.join(&cfg, C, B);
+    net.flush();
+    assert_eq!(net.events(B), vec![GroupEvent::JoinDone { seq: 1 }]);
+    assert_eq!(net.events(C), vec![GroupEvent::JoinDone { seq: 2 }]);
+    for a in [A, B, C] {
+        assert_eq!(net.m(a).members(), &[A, B, C]);
+        assert_eq!(net.m(a).state(), State::Normal);
+    }
+    assert!(net.m(A).is_sequencer());
+    assert!(!net.m(B).is_sequencer() && !net.m(C).is_sequencer());
+
+    // Sends from everyone, interleaved, some queued at once.
+    let mut sent = Vec::new();
+    for round in 0..3u8 {
+        for a in [A, B, C] {
+            let p = vec![a.site as u8, round];
+            let now = net.now;
+            let id = net.m(a).send(now, &p).unwrap();
+            assert_eq!(id, round as u64 + 1);
+            sent.push((a, id, p));
+        }
+        if round == 1 {
+            net.flush();
+        }
+    }
+    net.flush();
+
+    let da = net.delivered(A);
+    assert_eq!(da[0], (1, Rec::Joined(B)));
+    assert_eq!(da[1], (2, Rec::Joined(C)));
+    assert_eq!(da.len(), 2 + sent.len());
+    // Same order everywhere: B from its own join on, C from its own.
+    assert_eq!(net.delivered(B), da);
+    assert_eq!(net.delivered(C), da[1..].to_vec());
+    // Contiguous sequence numbers.
+    for (i, (seq, _)) in da.iter().enumerate() {
+        assert_eq!(*seq, i as u64 + 1);
+    }
+    // Every message exactly once, each sender's in FIFO order.
+    let msgs: Vec<(Address, u64, Vec<u8>)> = da[2..]
+        .iter()
+        .map(|(_, r)| match r {
+            Rec::Msg(a, id, p) => (*a, *id, p.clone()),
+            r => panic!("unexpected {r:?}"),
+        })
+        .collect();
+    for a in [A, B, C] {
+        let mine: Vec<_> = msgs.iter().filter(|m| m.0 == a).cloned().collect();
+        let want: Vec<_> = sent.iter().filter(|m| m.0 == a).cloned().collect();
+        assert_eq!(mine, want, "messages of {a}");
+        assert_eq!(net.send_dones(a), vec![1, 2, 3]);
+        assert_eq!(net.m(a).sends_pending(), 0);
+    }
+    // Nothing else is owed: the network is quiet until timers run.
+    assert!(net.queue.is_empty());
+    let now = net.now;
+    for a in [A, B, C] {
+        assert_eq!(net.m(a).info().received_upto, 11);
+        assert_eq!(net.m(a).info().consumed_upto, 11);
+        assert!(net.m(a).poll_transmit(now, &mut [0u8; 2048]).is_none());
+    }
+
+    // After heartbeats and acks, everything is stable.
+    net.run_for(Duration::from_millis(200));
+    for a in [A, B, C] {
+        assert_eq!(net.m(a).info().stable_upto, 11, "{a}");
+        assert_eq!(net.m(a).state(), State::Normal);
+        assert_eq!(net.m(a).info().epoch.number, 1);
+    }
+    assert_eq!(net.delivered(A).len(), 11);
+}
+
+#[test]
+fn bb_messages_are_delivered_in_the_same_order() {
+    let cfg = GroupConfig {
+        method: Method::Bb,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 3);
+    let now = net.now;
+    assert_eq!(net.m(B).send(now, b"from b").unwrap(), 1);
+    assert_eq!(net.m(C).send(now, b"from c").unwrap(), 1);
+    assert_eq!(net.m(A).send(now, b"from a").unwrap(), 1);
+    net.flush();
+    let da = net.delivered(A);
+    assert_eq!(da.len(), 5);
+    let msgs: Vec<&[u8]> = da[2..]
+        .iter()
+        .map(|(_, r)| match r {
+            Rec::Msg(_, 1, p) => &p[..],
+            r => panic!("unexpected {r:?}"),
+        })
+        .collect();
+    assert_eq!(msgs.len(), 3);
+    for p in [&b"from a"[..], b"from b", b"from c"] {
+        assert!(msgs.contains(&p), "{p:?} delivered");
+    }
+    assert_eq!(net.delivered(B), da);
+    assert_eq!(net.delivered(C), da[1..].to_vec());
+    for a in [A, B, C] {
+        assert_eq!(net.send_dones(a), vec![1]);
+    }
+}
+
+#[test]
+fn send_errors() {
+    let cfg = cfg();
+    // Too long.
+    let mut net = Net::new(&cfg);
+    let now = net.now;
+    let big = vec![0u8; cfg.message_bytes_max + 1];
+    assert_eq!(
+        net.m(A).send(now, &big),
+        Err(GroupError::TooLong {
+            len: cfg.message_bytes_max + 1,
+            max: cfg.message_bytes_max
+        })
+    );
+    assert_eq!(net.m(A).send(now, &big[1..]), Ok(1));
+
+    // Not a member before the join completes.
+    net.join(&cfg, B, A);
+    assert_eq!(
+        net.m(B).send(now, b"early"),
+        Err(GroupError::NotMember(State::Joining))
+    );
+    assert_eq!(
+        net.m(B).leave(now),
+        Err(GroupError::NotMember(State::Joining))
+    );
+    net.flush();
+    assert_eq!(net.m(B).state(), State::Normal);
+    assert_eq!(net.m(B).send(now, b"now"), Ok(1));
+    net.flush();
+    assert_eq!(net.send_dones(B), vec![1]);
+    assert_eq!(net.m(A).counters().sent, 1, "failed sends are not counted");
+}
+
+#[test]
+fn send_needs_resilience_plus_one_members() {
+    let cfg = GroupConfig {
+        resilience: 2,
+        ..cfg()
+    };
+    let mut net = Net::new(&cfg);
+    let now = net.now;
+    assert_eq!(
+        net.m(A).send(now, b"x"),
+        Err(GroupError::TooFewMembers { needed: 3, have: 1 })
+    );
+    // The joiner takes the group's resilience from its welcome.
+    net.join(&GroupConfig::default(), B, A);
+    net.flush();
+    assert_eq!(net.m(B).info().resilience, 2);
+    for a in [A, B] {
+        assert_eq!(
+            net.m(a).send(now, b"x"),
+            Err(GroupError::TooFewMembers { needed: 3, have: 2 })
+        );
+    }
+    net.join(&cfg, C, A);
+    net.flush();
+    assert_eq!(net.m(B).send(now, b"x"), Ok(1));
+    net.flush();
+    assert_eq!(net.send_dones(B), vec![1]);
+}
+
+#[test]
+fn send_queue_full() {
+    let cfg = GroupConfig {
+        send_window: 2,
+        send_queue_max: 3,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 2);
+    // The sequencer stops hearing anything: nothing B sends can be ordered.
+    net.deaf.push(A);
+    let now = net.now;
+    for id in 1..=3 {
+        assert_eq!(net.m(B).send(now, &[id as u8]), Ok(id));
+    }
+    net.flush();
+    assert_eq!(net.m(B).sends_pending(), 3);
+    assert_eq!(net.m(B).send(now, b"more"), Err(GroupError::Full));
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.m(B).send(now, b"more"), Err(GroupError::Full));
+    assert!(net.send_dones(B).is_empty());
+    assert!(net.m(B).counters().submits_resent > 0);
+
+    // The sequencer hears again: B's resends get through and the queue drains.
+    net.deaf.clear();
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.send_dones(B), vec![1, 2, 3]);
+    assert_eq!(net.m(B).sends_pending(), 0);
+    let now = net.now;
+    assert_eq!(net.m(B).send(now, b"more"), Ok(4));
+    let msgs: Vec<u64> = net
+        .delivered(A)
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Rec::Msg(s, id, _) if *s == B => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(msgs, vec![1, 2, 3], "ordered once each, in order");
+}
+
+#[test]
+fn resilience_one_completes_only_once_the_acker_holds_the_message() {
+    let cfg = GroupConfig {
+        resilience: 1,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 3);
+    // The acker is the lowest-ranked member besides the sequencer: B.
+    assert_eq!(net.m(A).members(), &[A, B, C]);
+    let joins = net.delivered(A).len();
+    assert_eq!(joins, 2);
+
+    net.deaf.push(B);
+    let now = net.now;
+    assert_eq!(net.m(C).send(now, b"resilient"), Ok(1));
+    net.flush();
+    // Ordered (A has it, C has it), but not complete and not delivered anywhere.
+    assert_eq!(net.m(A).info().received_upto, 3);
+    assert_eq!(net.m(C).info().received_upto, 3);
+    assert_eq!(net.m(B).info().received_upto, 2);
+    net.run_for(Duration::from_millis(150));
+    assert!(net.send_dones(C).is_empty());
+    assert_eq!(net.delivered(A).len(), joins);
+    assert_eq!(net.delivered(C).len(), joins - 1);
+    assert_eq!(net.m(C).sends_pending(), 1);
+
+    // B hears again: it fetches the record, acknowledges it, and the send completes.
+    net.deaf.clear();
+    assert!(net.run_until(Duration::from_millis(200), |n| !n.send_dones(C).is_empty()));
+    assert!(net.m(B).info().received_upto >= 3);
+    assert_eq!(net.send_dones(C), vec![1]);
+    net.flush();
+    let want = (3, Rec::Msg(C, 1, b"resilient".to_vec()));
+    for a in [A, B, C] {
+        assert_eq!(net.delivered(a).last(), Some(&want), "{a}");
+        assert_eq!(net.m(a).state(), State::Normal);
+    }
+}
+
+#[test]
+fn resilience_one_with_the_sequencer_as_sender() {
+    let cfg = GroupConfig {
+        resilience: 1,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 2);
+    net.deaf.push(B);
+    let now = net.now;
+    assert_eq!(net.m(A).send(now, b"x"), Ok(1));
+    net.run_for(Duration::from_millis(60));
+    assert!(net.send_dones(A).is_empty());
+    assert_eq!(net.delivered(A).len(), 1, "only B's join");
+    net.deaf.clear();
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.send_dones(A), vec![1]);
+    assert_eq!(
+        net.delivered(A).last(),
+        Some(&(2, Rec::Msg(A, 1, b"x".to_vec())))
+    );
+    assert_eq!(
+        net.delivered(B).last(),
+        Some(&(2, Rec::Msg(A, 1, b"x".to_vec())))
+    );
+}
+
+#[test]
+fn a_member_leaves() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let now = net.now;
+    net.m(C).leave(now).unwrap();
+    net.flush();
+    // The sequencer applies the leave before multicasting it, so the leaver is no longer in
+    // its fanout: it gets its record when it asks again (one retransmit timeout later).
+    let left = |n: &mut Net| n.events(C).contains(&GroupEvent::LeaveDone);
+    assert!(net.run_until(cfg.retransmit_timeout * 2, left));
+    assert_eq!(net.events(C).last(), Some(&GroupEvent::LeaveDone));
+    assert_eq!(net.m(C).state(), State::Left);
+    for a in [A, B, C] {
+        assert_eq!(net.delivered(a).last(), Some(&(3, Rec::Left(C))), "{a}");
+    }
+    for a in [A, B] {
+        assert_eq!(net.m(a).members(), &[A, B]);
+        assert!(!net.events(a).contains(&GroupEvent::LeaveDone));
+    }
+    let now = net.now;
+    assert_eq!(
+        net.m(C).send(now, b"late"),
+        Err(GroupError::NotMember(State::Left))
+    );
+    // The group goes on without it, and nobody suspects it later.
+    net.crashed.push(C);
+    assert_eq!(net.m(B).send(now, b"after"), Ok(1));
+    net.run_for(Duration::from_secs(3));
+    assert_eq!(
+        net.delivered(A).last(),
+        Some(&(4, Rec::Msg(B, 1, b"after".to_vec())))
+    );
+    assert_eq!(
+        net.delivered(B).last(),
+        Some(&(4, Rec::Msg(B, 1, b"after".to_vec())))
+    );
+    for a in [A, B] {
+        assert_eq!(net.m(a).state(), State::Normal);
+        assert_eq!(net.m(a).counters().failures_detected, 0);
+        assert_eq!(net.m(a).info().epoch.number, 1);
+    }
+}
+
+#[test]
+fn the_sequencer_leaves() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let now = net.now;
+    net.m(A).leave(now).unwrap();
+    net.flush();
+    assert_eq!(net.events(A), vec![GroupEvent::LeaveDone]);
+    for a in [A, B, C] {
+        assert_eq!(net.delivered(a).last(), Some(&(3, Rec::Left(A))), "{a}");
+    }
+    // The next member in rank takes over.
+    assert!(net.m(B).is_sequencer());
+    assert_eq!(net.m(C).info().sequencer, B);
+    assert_eq!(net.m(C).members(), &[B, C]);
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.m(A).state(), State::Left);
+    net.crashed.push(A);
+    let now = net.now;
+    assert_eq!(net.m(C).send(now, b"to b"), Ok(1));
+    net.run_for(Duration::from_secs(2));
+    for a in [B, C] {
+        assert_eq!(
+            net.delivered(a).last(),
+            Some(&(4, Rec::Msg(C, 1, b"to b".to_vec())))
+        );
+        assert_eq!(net.m(a).counters().failures_detected, 0);
+    }
+}
+
+#[test]
+fn a_crashed_member_is_detected_and_the_group_rebuilt() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let now = net.now;
+    assert_eq!(net.m(B).send(now, b"before"), Ok(1));
+    net.flush();
+    net.crashed.push(C);
+    let rebuilt = |n: &mut Net| {
+        [A, B].iter().all(|&a| {
+            n.delivered(a)
+                .iter()
+                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
+        })
+    };
+    // Silence (500 ms), three probes (100 ms apart), then invitations: well within 3 s.
+    assert!(!net.run_until(Duration::from_millis(450), rebuilt));
+    assert!(net.run_until(Duration::from_secs(3), rebuilt));
+    assert_eq!(
+        net.events(A).first(),
+        Some(&GroupEvent::Failure { suspect: C })
+    );
+    assert!(!net
+        .events(B)
+        .iter()
+        .any(|e| matches!(e, GroupEvent::Failure { .. })));
+    let epoch = Epoch {
+        number: 2,
+        coordinator: A,
+    };
+    let view = (4, Rec::Rebuilt(epoch, vec![A, B], vec![C]));
+    for a in [A, B] {
+        let d = net.delivered(a);
+        assert_eq!(d.last(), Some(&view), "{a}");
+        assert_eq!(d[d.len() - 2], (3, Rec::Msg(B, 1, b"before".to_vec())));
+        assert_eq!(net.m(a).members(), &[A, B]);
+        assert_eq!(net.m(a).state(), State::Normal);
+        assert_eq!(net.m(a).info().epoch, epoch);
+    }
+    assert_eq!(net.m(A).counters().resets_completed, 1);
+    // The rebuilt group works.
+    let now = net.now;
+    assert_eq!(net.m(B).send(now, b"after"), Ok(2));
+    net.run_for(Duration::from_millis(100));
+    for a in [A, B] {
+        assert_eq!(
+            net.delivered(a).last(),
+            Some(&(5, Rec::Msg(B, 2, b"after".to_vec())))
+        );
+    }
+    assert_eq!(net.send_dones(B), vec![1, 2]);
+}
+
+#[test]
+fn a_crashed_sequencer_is_replaced() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    net.crashed.push(A);
+    let rebuilt = |n: &mut Net| {
+        [B, C].iter().all(|&a| {
+            n.delivered(a)
+                .iter()
+                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
+        })
+    };
+    assert!(net.run_until(Duration::from_secs(5), rebuilt));
+    let (db, dc) = (net.delivered(B), net.delivered(C));
+    let Some((seq, Rec::Rebuilt(epoch, members, removed))) = db.last().cloned() else {
+        panic!("{db:?}")
+    };
+    assert_eq!(dc.last(), db.last());
+    assert_eq!(seq, 3);
+    assert_eq!(epoch.number, 2);
+    assert_eq!(members, vec![B, C]);
+    assert_eq!(removed, vec![A]);
+    assert!([B, C].contains(&epoch.coordinator));
+    assert!(net
+        .events(epoch.coordinator)
+        .contains(&GroupEvent::Failure { suspect: A }));
+    for a in [B, C] {
+        assert_eq!(net.m(a).members(), &[B, C]);
+        assert_eq!(net.m(a).state(), State::Normal);
+    }
+    assert_eq!(
+        [B, C].iter().filter(|&&a| net.m(a).is_sequencer()).count(),
+        1
+    );
+    let now = net.now;
+    assert_eq!(net.m(C).send(now, b"on"), Ok(1));
+    net.run_for(Duration::from_millis(100));
+    for a in [B, C] {
+        assert_eq!(
+            net.delivered(a).last(),
+            Some(&(4, Rec::Msg(C, 1, b"on".to_vec())))
+        );
+    }
+}
+
+#[test]
+fn a_reset_below_its_minimum_fails_and_blocks() {
+    let cfg = GroupConfig {
+        auto_reset: Some(MinMembers::Absolute(3)),
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 3);
+    net.crashed.push(B);
+    net.crashed.push(C);
+    let failed = |n: &mut Net| {
+        n.events(A)
+            .iter()
+            .any(|e| matches!(e, GroupEvent::ResetFailed { .. }))
+    };
+    assert!(net.run_until(Duration::from_secs(3), failed));
+    let ev = net.events(A);
+    assert!(matches!(ev[0], GroupEvent::Failure { suspect } if suspect == B || suspect == C));
+    assert_eq!(
+        ev.last(),
+        Some(&GroupEvent::ResetFailed {
+            survivors: 1,
+            needed: 3
+        })
+    );
+    assert_eq!(net.m(A).state(), State::Blocked);
+    assert_eq!(net.m(A).counters().resets_failed, 1);
+    let now = net.now;
+    assert_eq!(
+        net.m(A).send(now, b"x"),
+        Err(GroupError::NotMember(State::Blocked))
+    );
+    // The view is unchanged, and nothing was delivered beyond the joins.
+    assert_eq!(net.m(A).members(), &[A, B, C]);
+    assert_eq!(net.delivered(A).len(), 2);
+    // It keeps trying, and keeps failing.
+    net.run_for(Duration::from_secs(2));
+    assert!(net.m(A).counters().resets_failed >= 2);
+    assert!(matches!(
+        net.m(A).state(),
+        State::Blocked | State::Recovering
+    ));
+    assert_eq!(net.delivered(A).len(), 2);
+}
+
+#[test]
+fn a_malformed_message_changes_nothing_but_the_counter() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 2);
+    let now = net.now;
+    assert_eq!(net.m(B).send(now, b"queued"), Ok(1));
+    // Leave B with a submission waiting, deliveries and events taken.
+    let mut bad = build(MsgKind::Ack, 0, |w| w.u64(1) && w.u64(1));
+    bad[4..8].copy_from_slice(&cfg.group.to_le_bytes());
+    bad.push(9);
+    let m = net.m(B);
+    let info = m.info();
+    let timeout = m.poll_timeout();
+    let pending = m.sends_pending();
+    assert_eq!(
+        m.handle_message(now, &bad),
+        Err(GroupWireError::TrailingBytes)
+    );
+    assert_eq!(
+        m.handle_message(now, &[0xff; 40]),
+        Err(GroupWireError::UnknownKind(0xff))
+    );
+    assert_eq!(m.handle_message(now, &[]), Err(GroupWireError::TooShort));
+    assert_eq!(m.counters().dropped_bad, 3);
+    let mut want = info.clone();
+    want.counters.dropped_bad = 3;
+    assert_eq!(m.info(), want);
+    assert_eq!(m.poll_timeout(), timeout);
+    assert_eq!(m.sends_pending(), pending);
+    assert!(m.poll_event().is_none());
+    assert!(!m.has_delivery());
+    // What it had to send is still there, and only that.
+    let mut buf = vec![0u8; 2048];
+    let (dest, len) = m.poll_transmit(now, &mut buf).expect("the submission");
+    assert_eq!(dest, Dest::To(A));
+    let (h, _) = parse(&buf[..len], 1 << 16).unwrap();
+    assert_eq!(h.kind, MsgKind::Submit);
+    assert!(m.poll_transmit(now, &mut buf).is_none());
+}
+
+#[test]
+fn messages_for_another_group_are_dropped() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 2);
+    let mut other = vec![0u8; 512];
+    let w = MsgWriter::start(
+        &mut other,
+        MsgKind::JoinRequest,
+        0,
+        cfg.group + 1,
+        Epoch::default(),
+        C,
+    )
+    .unwrap();
+    let n = w.finish();
+    let now = net.now;
+    let m = net.m(A);
+    let before = m.info();
+    assert_eq!(m.handle_message(now, &other[..n]), Ok(()));
+    assert_eq!(m.counters().dropped_other_group, 1);
+    assert_eq!(m.counters().dropped_bad, 0);
+    assert_eq!(m.members(), before.members.as_slice());
+    assert!(m.poll_transmit(now, &mut [0u8; 2048]).is_none());
+}
+
+/// Found by the `group` fuzz target: a view naming a member as the new sequencer from a start
+/// it never received tripped `install_view`'s assertion (and would have made it order from
+/// records it does not hold); one from a start before records it already trimmed made
+/// `order_view` panic (its View record fell below the history's base).
+#[test]
+fn a_view_making_us_sequencer_from_a_start_we_cannot_order_after_is_ignored() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    // Let records 1 and 2 become stable and be trimmed.
+    net.run_for(Duration::from_millis(200));
+    assert_eq!(net.m(B).info().stable_upto, 2);
+    assert_eq!(net.m(B).history.base(), 3);
+    let epoch2 = Epoch {
+        number: 2,
+        coordinator: B,
+    };
+    let view = |start: u64| {
+        let mut buf = vec![0u8; 512];
+        let mut w = MsgWriter::start(&mut buf, MsgKind::NewView, 0, cfg.group, epoch2, C).unwrap();
+        assert!(w.u64(start) && w.address(B) && w.survivors(&[(B, 1, 2), (C, 1, 2)]));
+        let n = w.finish();
+        buf.truncate(n);
+        buf
+    };
+    let now = net.now;
+    let before = net.m(B).info();
+    assert_eq!(net.m(B).handle_message(now, &view(u64::MAX / 2)), Ok(()));
+    assert_eq!(net.m(B).handle_message(now, &view(3)), Ok(()));
+    assert_eq!(net.m(B).handle_message(now, &view(1)), Ok(()));
+    let mut want = before.clone();
+    want.counters.packets_received += 3;
+    assert_eq!(net.m(B).info(), want);
+    assert!(!net.m(B).is_sequencer());
+    // The same view from where B stands is taken.
+    assert_eq!(net.m(B).handle_message(now, &view(2)), Ok(()));
+    assert!(net.m(B).is_sequencer());
+    assert_eq!(net.m(B).info().epoch, epoch2);
+    assert_eq!(net.m(B).members(), &[B, C]);
+}
+
+/// Found by the `group` fuzz target: a message carrying the largest epoch number made the next
+/// rebuild overflow when picking a higher one.
+#[test]
+fn a_reset_after_the_largest_epoch_number_does_not_overflow() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 2);
+    let huge = Epoch {
+        number: u64::MAX,
+        coordinator: C,
+    };
+    let mut buf = vec![0u8; 64];
+    let w = MsgWriter::start(&mut buf, MsgKind::Probe, 0, cfg.group, huge, C).unwrap();
+    let n = w.finish();
+    let now = net.now;
+    // Another epoch's probe: dropped, but the number is remembered.
+    assert_eq!(net.m(A).handle_message(now, &buf[..n]), Ok(()));
+    assert_eq!(net.m(A).counters().dropped_other_epoch, 1);
+    assert_eq!(net.m(A).reset(now, MinMembers::Absolute(1)), Ok(()));
+    assert_eq!(net.m(A).state(), State::Recovering);
+    assert_eq!(net.m(A).counters().resets_started, 1);
+}
+
+/// Found by the `group` fuzz target: a NAK for the last sequence numbers overflowed when its
+/// range was clipped.
+#[test]
+fn a_nak_at_the_end_of_the_sequence_space_is_harmless() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 2);
+    let epoch = net.m(A).info().epoch;
+    let mut buf = vec![0u8; 128];
+    let mut w = MsgWriter::start(&mut buf, MsgKind::Nak, 0, cfg.group, epoch, B).unwrap();
+    assert!(w.u64(0) && w.u64(0) && w.u64(u64::MAX - 1) && w.u64(u64::MAX));
+    let n = w.finish();
+    let now = net.now;
+    for a in [A, B] {
+        let m = net.m(a);
+        assert_eq!(m.handle_message(now, &buf[..n]), Ok(()));
+    }
+    assert_eq!(net.m(A).counters().naks_received, 1);
+    // Nothing is held there, so nothing is sent.
+    assert!(net.m(A).poll_transmit(now, &mut [0u8; 2048]).is_none());
+    assert_eq!(net.m(A).counters().records_retransmitted, 0);
+}

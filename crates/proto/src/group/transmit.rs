@@ -3,6 +3,7 @@
 
 use super::msg::{
     MsgKind, MsgWriter, OrderRecord, FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES, ORDER_FIXED_BYTES,
+    SUBMIT_RECORD_BYTES,
 };
 use super::{Control, Dest, Member, State};
 use crate::addr::Address;
@@ -168,7 +169,9 @@ impl Member {
                 .take(64)
                 .sum();
             let full = bytes + GROUP_HEADER_BYTES + ORDER_FIXED_BYTES >= buf.len();
-            if let PackDecision::HoldUntil(t) = self.packer.decide(oldest, full, true) {
+            // The sequencer sends what a batch of input ordered at once (adaptive); only a
+            // fixed delay holds it.
+            if let PackDecision::HoldUntil(t) = self.packer.decide(oldest, full, false) {
                 if now < t && !s.sync_due && !s.heartbeat_due {
                     return None;
                 }
@@ -261,21 +264,32 @@ impl Member {
     }
 
     /// Sends (or resends, after the timeout) the oldest unordered messages, packed.
+    ///
+    /// `pending` holds, in msg_id order, our messages not yet delivered back: the first
+    /// `sent_count` went out at least once, the rest not yet. A resend starts from the front,
+    /// as the sequencer takes submissions only in order.
     fn write_submit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        let ordered = self.last_msg_id.get(&self.me).copied().unwrap_or(0);
         let rto = self.cfg.retransmit_timeout;
-        let window = self.cfg.send_window;
-        let due = |p: &super::Pending| {
-            p.msg_id > ordered && p.sent_at.is_none_or(|t| now.saturating_since(t) >= rto)
-        };
-        let first = self.pending.iter().take(window).position(due)?;
-        // Resending: everything from the first unordered message goes again, in order, as the
-        // sequencer takes submissions only in order.
+        let window = self.cfg.send_window.min(self.pending.len());
+        let resend = self
+            .pending
+            .front()
+            .and_then(|p| p.sent_at)
+            .is_some_and(|t| now.saturating_since(t) >= rto);
+        let first = if resend { 0 } else { self.sent_count };
+        if first >= window {
+            return None;
+        }
         let bb = self.cfg.use_bb(self.pending[first].payload.len());
-        if let Some(t) = self.oldest_unsubmitted {
-            if self.pending[first].sent_at.is_none() {
-                let hold = self.packer.decide(t, false, true);
-                if let PackDecision::HoldUntil(t) = hold {
+        if !resend {
+            if let Some(t) = self.oldest_unsubmitted {
+                // Adaptive packing: at once when nothing of ours is in flight, otherwise hold
+                // new messages (at most `delay_max`, or until a packet fills) so they leave
+                // together when the sequencer answers.
+                let room = buf.len().saturating_sub(GROUP_HEADER_BYTES + 16);
+                let full = self.unsent_bytes >= room;
+                if let PackDecision::HoldUntil(t) = self.packer.decide(t, full, self.sent_count > 0)
+                {
                     if now < t {
                         return None;
                     }
@@ -295,7 +309,7 @@ impl Member {
         }
         let cap = self.packer.messages_per_packet_max();
         let mut n = 0usize;
-        for p in self.pending.iter_mut().take(window).skip(first) {
+        for p in self.pending.range_mut(first..window) {
             if n >= cap || self.cfg.use_bb(p.payload.len()) != bb {
                 break;
             }
@@ -304,6 +318,10 @@ impl Member {
             }
             if p.sent_at.is_some() {
                 self.counters.submits_resent += 1;
+            } else {
+                self.unsent_bytes = self
+                    .unsent_bytes
+                    .saturating_sub(p.payload.len() + SUBMIT_RECORD_BYTES);
             }
             p.sent_at = Some(now);
             n += 1;
@@ -311,9 +329,10 @@ impl Member {
         if n == 0 {
             return None;
         }
+        self.sent_count = self.sent_count.max(first + n);
         self.counters.submits_sent += n as u64;
         self.packer.record(n);
-        self.oldest_unsubmitted = None;
+        self.oldest_unsubmitted = (self.sent_count < self.pending.len()).then_some(now);
         self.ack_due = false;
         self.last_ack = (self.consumed_upto, self.received_upto);
         self.last_to_sequencer = now;
@@ -416,23 +435,16 @@ impl Member {
             State::Normal => {
                 at(self.member_deadline());
                 let rto = self.cfg.retransmit_timeout;
-                if let Some(x) = self
-                    .pending
-                    .iter()
-                    .take(self.cfg.send_window)
-                    .filter_map(|p| p.sent_at)
-                    .min()
-                {
+                if let Some(x) = self.pending.front().and_then(|p| p.sent_at) {
                     at(x + rto);
                 }
-                let unsent = self
-                    .pending
-                    .iter()
-                    .take(self.cfg.send_window)
-                    .any(|p| p.sent_at.is_none());
-                if let (Some(o), crate::pack::PackMode::Fixed { delay }, true) =
-                    (self.oldest_unsubmitted, self.cfg.pack, unsent)
-                {
+                let unsent = self.sent_count < self.pending.len().min(self.cfg.send_window);
+                let delay = match self.cfg.pack {
+                    crate::pack::PackMode::Fixed { delay } => Some(delay),
+                    crate::pack::PackMode::Adaptive { delay_max } => Some(delay_max),
+                    crate::pack::PackMode::Off => None,
+                };
+                if let (Some(o), Some(delay), true) = (self.oldest_unsubmitted, delay, unsent) {
                     at(o + delay);
                 }
             }

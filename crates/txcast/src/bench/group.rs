@@ -24,6 +24,10 @@ const INSTANCE: u16 = 40;
 const TYPE: u16 = 3;
 const QUIT: &[u8] = b"\0QUIT";
 const CHILD_DEADLINE: Duration = Duration::from_secs(300);
+/// Packing on: adaptive, holding new messages while earlier ones are in flight, at most 1 ms.
+const PACK_ON: PackMode = PackMode::Adaptive {
+    delay_max: Duration::from_millis(1),
+};
 
 const USAGE: &str = "\
 usage: txcast bench group [--cases delay,throughput,parallel,resilience] [--sizes 2,3,4,8,16]
@@ -73,7 +77,7 @@ fn parse_pack(s: &str) -> PackMode {
     if s == "off" {
         PackMode::Off
     } else {
-        PackMode::default()
+        PACK_ON
     }
 }
 
@@ -217,12 +221,12 @@ fn delay(
         size - 1,
         method,
         r,
-        PackMode::default(),
+        PACK_ON,
         "receive",
         0.0,
     )?;
     let port = open(0)?;
-    let cfg = member_cfg(group_id, method, r, PackMode::default());
+    let cfg = member_cfg(group_id, method, r, PACK_ON);
     let g = join(&port, cfg, addr(first), size)?;
     let result = (|| {
         for &b in bytes {
@@ -532,7 +536,7 @@ pub fn run(args: &[String]) -> i32 {
                 }
             }
             "throughput" => {
-                for pack in [PackMode::Off, PackMode::default()] {
+                for pack in [PackMode::Off, PACK_ON] {
                     std::env::set_var("TXCAST_BENCH_MEMBERS", "3");
                     if let Err(e) = throughput(next_id(), 3, pack, seconds as f64, &mut report) {
                         eprintln!("  throughput FAILED: {e}");
@@ -626,17 +630,12 @@ fn parallel_groups(
             1,
             Method::Pb,
             0,
-            PackMode::default(),
+            PACK_ON,
             "send",
             seconds,
         )?);
         let port = open(100 + i as u16)?;
-        let g = join(
-            &port,
-            member_cfg(id, Method::Pb, 0, PackMode::default()),
-            addr(site),
-            2,
-        )?;
+        let g = join(&port, member_cfg(id, Method::Pb, 0, PACK_ON), addr(site), 2)?;
         ports.push(port);
         groups.push(g);
     }
