@@ -418,6 +418,10 @@ impl Group {
         &self,
         f: impl FnOnce(txcast_proto::group::Delivery<'_>) -> R,
     ) -> Option<R> {
+        if self.engine.is_invoker() {
+            // No engine thread: the caller's polls are what reads the network.
+            self.engine.duty_cycle();
+        }
         let mut st = self.shared.lock();
         let r = st.m.poll_delivery(f);
         if r.is_some() {

@@ -409,6 +409,9 @@ struct Sequencer {
     barrier: Option<u64>,
     joins: VecDeque<Address>,
     leaves: VecDeque<Address>,
+    /// Submissions accepted (in order per sender) that wait for room in the history.
+    waiting: VecDeque<(Address, u64, Vec<u8>, bool)>,
+    waiting_bytes: usize,
     /// Joiners admitted, until they acknowledge: (joiner, join seq, members at the join).
     welcomes: Vec<Welcome>,
     last_multicast_at: Instant,
@@ -662,7 +665,8 @@ impl Member {
         self.oldest_unsubmitted.get_or_insert(now);
         self.counters.sent += 1;
         if self.seqr.is_some() {
-            self.order_own(now);
+            // Through the same queue as everyone's: submissions that waited go first.
+            self.order_next(now);
         }
         Ok(msg_id)
     }

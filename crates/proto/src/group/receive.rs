@@ -329,7 +329,7 @@ impl Member {
     /// The application consumed a record: trim, and report progress now and then.
     pub(super) fn note_consumed(&mut self) {
         self.trim_history();
-        let every = (self.cfg.history_max as u64 / 4).max(1);
+        let every = (self.cfg.history_max as u64 / 8).max(1);
         if self.consumed_upto >= self.last_ack.0 + every {
             self.ack_due = true;
         }

@@ -12,6 +12,9 @@ use std::collections::{HashMap, VecDeque};
 const RETRANSMIT_QUEUE_MAX: usize = 256;
 /// Most joins and leaves waiting to be ordered.
 const MEMBERSHIP_QUEUE_MAX: usize = 64;
+/// Most accepted submissions (and their bytes) waiting for room in the history.
+const WAITING_MAX: usize = 8192;
+const WAITING_BYTES_MAX: usize = 8 << 20;
 
 impl Member {
     /// Takes the sequencer role: the next record is `received_upto + 1`, and every member's
@@ -51,6 +54,8 @@ impl Member {
             barrier: None,
             joins: VecDeque::new(),
             leaves: VecDeque::new(),
+            waiting: VecDeque::new(),
+            waiting_bytes: 0,
             welcomes: Vec::new(),
             last_multicast_at: now,
             sync_at: None,
@@ -140,7 +145,10 @@ impl Member {
                 },
             );
         }
-        self.order_own(now);
+        self.order_waiting(now);
+        if self.seqr.as_ref().expect("sequencer").waiting.is_empty() {
+            self.order_own(now);
+        }
         self.advance_accept(now);
     }
 
@@ -198,25 +206,57 @@ impl Member {
                 self.counters.duplicates += 1;
                 continue;
             }
-            if msg_id > expected || !self.can_order() {
-                // A gap (an earlier submission was lost) or no room: the sender resends in
-                // order after its timeout.
+            if msg_id > expected {
+                // A gap (an earlier submission was lost): the sender resends in order.
                 return;
             }
+            if s.waiting.is_empty() && self.can_order() {
+                let s = self.seqr.as_mut().expect("sequencer");
+                s.next_msg_id.insert(from, expected + 1);
+                self.order(
+                    now,
+                    Entry {
+                        sender: from,
+                        msg_id,
+                        kind: RecordKind::Message,
+                        payload: Some(payload.to_vec()),
+                        via_bb: bb,
+                    },
+                );
+                continue;
+            }
+            // No room in the history: accept it into the bounded waiting queue (in arrival
+            // order, so senders are served fairly) rather than make the sender time out.
             let s = self.seqr.as_mut().expect("sequencer");
+            if s.waiting.len() >= WAITING_MAX || s.waiting_bytes + payload.len() > WAITING_BYTES_MAX
+            {
+                self.counters.history_full += 1;
+                return;
+            }
             s.next_msg_id.insert(from, expected + 1);
+            s.waiting_bytes += payload.len();
+            s.waiting.push_back((from, msg_id, payload.to_vec(), bb));
+        }
+        self.advance_accept(now);
+    }
+
+    /// Orders accepted submissions that waited for room in the history.
+    fn order_waiting(&mut self, now: Instant) {
+        while !self.seqr.as_ref().expect("sequencer").waiting.is_empty() && self.can_order() {
+            let s = self.seqr.as_mut().expect("sequencer");
+            let (from, msg_id, payload, bb) = s.waiting.pop_front().expect("not empty");
+            s.waiting_bytes -= payload.len();
             self.order(
                 now,
                 Entry {
                     sender: from,
                     msg_id,
                     kind: RecordKind::Message,
-                    payload: Some(payload.to_vec()),
+                    payload: Some(payload),
                     via_bb: bb,
                 },
             );
         }
-        self.advance_accept(now);
     }
 
     /// A member's report of how far it has received and consumed.

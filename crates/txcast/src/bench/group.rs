@@ -42,7 +42,7 @@ fn member_cfg(group: u32, method: Method, r: u8, pack: PackMode) -> GroupConfig 
         method,
         pack,
         history_max: 8192,
-        send_window: 512,
+        send_window: 64,
         send_queue_max: 8192,
         silence_timeout: Duration::from_secs(2),
         heartbeat_interval: Duration::from_millis(200),
@@ -289,6 +289,11 @@ fn throughput(
         size,
     )?;
     let result = blast(&g, seconds);
+    let c = g.info().counters;
+    eprintln!(
+        "    at this member: {} packets sent, {} received, {} submissions ({} resent), {} records multicast, {} syncs, {} history full",
+        c.packets_sent, c.packets_received, c.submits_sent, c.submits_resent, c.records_multicast, c.syncs, c.history_full
+    );
     let ok = result.is_ok();
     let (delivered, elapsed) = result?;
     eprintln!(
@@ -422,6 +427,13 @@ pub fn child(args: &[String]) -> io::Result<()> {
                 let _ = g.receive(Some(Duration::from_millis(5)));
             }
             blast(&g, seconds)?;
+            if std::env::var("TXCAST_BENCH_VERBOSE").is_ok() {
+                let c = g.info().counters;
+                eprintln!(
+                    "    site {site}: {} packets sent, {} submissions ({} resent), {} ordered, {} records multicast, {} syncs, {} history full, {} dups",
+                    c.packets_sent, c.submits_sent, c.submits_resent, c.ordered, c.records_multicast, c.syncs, c.history_full, c.duplicates
+                );
+            }
             let until = Instant::now() + Duration::from_millis(300);
             while Instant::now() < until {
                 let _ = g.receive(Some(Duration::from_millis(20)));
