@@ -343,6 +343,12 @@ impl Sim {
             return;
         };
         let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
+        if self.trace {
+            eprintln!(
+                "{:>10} SPAWN {} via {}",
+                self.now, self.procs[i].addr, contact
+            );
+        }
         let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
             .expect("valid config");
         self.procs[i].m = Some(m);

@@ -40,12 +40,23 @@ fn fixed_seeds_pass_every_checker() {
 /// - 3387: a member's own leave, among a rebuild's records, left it in the new view;
 /// - 4548: a rebuild delivered a record only the new sequencer held, which then crashed;
 /// - 64, 67, 27: leaves whose record never reached the leaver (the sequencer dropped it from
-///   its departing list on a tentative ack; a sequencer left first).
+///   its departing list on a tentative ack; a sequencer left first);
+/// - 7754: a leaver's repeated LeaveRequests counted as its reports, so it stopped acking, and
+///   the sequencer (needing it for r) stalled, then declared it dead;
+/// - 3805, 5978: a leaver's last ack, written before its application took the leave record,
+///   held stability back until it was declared dead, the history filled and joiners gave up;
+/// - 187: a survivor an earlier rebuild had left out installed the next view; the new
+///   sequencer's View record, accepted without it, never reached it, and it blocked;
+/// - 6934: a joiner admitted just before a failure never got its Welcome (not repeated while
+///   recovering), so it could not answer the invitations and the rebuild lacked a majority;
+/// - 2865: an ack that applied the sequencer's own leave ended its role in the middle of
+///   handling a submission (it panicked).
 #[test]
 fn regression_seeds() {
     let opts = GroupSimOptions::default();
     for seed in [
-        24, 27, 64, 67, 519, 1379, 1590, 1933, 2444, 3387, 4548, 9969,
+        24, 27, 64, 67, 187, 519, 1379, 1590, 1933, 2444, 3387, 2865, 3805, 4548, 5978, 6934, 7754,
+        9969,
     ] {
         if let Err(v) = run_group(seed, &opts) {
             panic!("{v}");

@@ -7,11 +7,32 @@ use crate::time::Instant;
 
 impl Member {
     pub(super) fn on_join_request(&mut self, now: Instant, who: Address) {
+        if self.resend_welcome(who) {
+            return;
+        }
         match self.state {
             State::Normal if self.seqr.is_some() => self.queue_join(now, who),
             State::Normal => self.push_control(who, Control::Redirect(self.sequencer)),
             _ => {}
         }
+    }
+
+    /// Repeats the Welcome to a joiner this sequencer admitted and has not heard from. Also
+    /// while a rebuild is under way: the joiner is a member of the view being rebuilt, and
+    /// can answer the invitations (and so count among the survivors) only once it knows it.
+    pub(super) fn resend_welcome(&mut self, who: Address) -> bool {
+        let Some(s) = self.seqr.as_ref() else {
+            return false;
+        };
+        let Some((_, seq, members)) = s.welcomes.iter().find(|w| w.0 == who) else {
+            return false;
+        };
+        let c = Control::Welcome {
+            join_seq: *seq,
+            members: members.clone(),
+        };
+        self.push_control(who, c);
+        true
     }
 
     pub(super) fn on_redirect(&mut self, now: Instant, sequencer: Address) {

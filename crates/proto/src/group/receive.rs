@@ -64,6 +64,7 @@ impl Member {
                 members,
             } => self.on_new_view(
                 now,
+                hdr.from,
                 hdr.epoch,
                 start_seq,
                 sequencer,
@@ -116,7 +117,10 @@ impl Member {
                 let bb = hdr.flags & FLAG_BB != 0;
                 if self.seqr.is_some() && self.state == State::Normal {
                     self.sequencer_note_ack(now, hdr.from, consumed, received);
-                    self.sequence_submit(now, hdr.from, records, bb);
+                    // The ack may have applied our own leave (and ended our role).
+                    if self.seqr.is_some() && self.state == State::Normal {
+                        self.sequence_submit(now, hdr.from, records, bb);
+                    }
                 } else if bb {
                     for (id, p) in records.iter() {
                         self.hold_unordered(hdr.from, id, p);

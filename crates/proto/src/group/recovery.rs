@@ -284,6 +284,7 @@ impl Member {
     pub(super) fn on_new_view(
         &mut self,
         now: Instant,
+        from: Address,
         epoch: Epoch,
         start_seq: u64,
         sequencer: Address,
@@ -297,6 +298,19 @@ impl Member {
             // Our leave was applied, but its record never reached us (the sequencer that
             // ordered it is gone): the view without us says we are out.
             self.leave_done();
+            return;
+        }
+        if epoch == self.epoch
+            && from == sequencer
+            && self.state != State::Departing
+            && !members.contains(&self.me)
+        {
+            // The sequencer of our own view leaves us out. Its list is the view's (its View
+            // record settles everyone's, and it orders every join and leave since), so the
+            // rebuild kept us in its announcement but the new sequencer's more advanced list
+            // had already dropped us (an earlier rebuild we never learned of left us out).
+            // Its View record, which says so, is accepted without us and never reaches us.
+            self.expel();
             return;
         }
         if epoch <= self.epoch {
@@ -379,6 +393,13 @@ impl Member {
                 .collect();
             self.become_sequencer(now);
             self.order_view(now, epoch, &removed);
+            // Survivors the coordinator kept but our list had already dropped (an earlier
+            // rebuild left them out, and they never learned it) install this view believing
+            // they are in; our View record, accepted without them, would never reach them.
+            // Tell them they are out.
+            for m in survivors.into_iter().filter(|m| !members.contains(m)) {
+                self.push_control(m, Control::NewView);
+            }
         }
     }
 

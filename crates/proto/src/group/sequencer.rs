@@ -391,15 +391,8 @@ impl Member {
     }
 
     pub(super) fn queue_join(&mut self, now: Instant, who: Address) {
+        // (A joiner already admitted had its Welcome repeated by `on_join_request`.)
         let s = self.seqr.as_mut().expect("sequencer");
-        if let Some((_, seq, members)) = s.welcomes.iter().find(|w| w.0 == who) {
-            let c = super::Control::Welcome {
-                join_seq: *seq,
-                members: members.clone(),
-            };
-            self.push_control(who, c);
-            return;
-        }
         if self.members.contains(&who) || s.joins.contains(&who) {
             return;
         }

@@ -16,9 +16,13 @@ impl Member {
         let n = buf.len().min(self.cfg.packet_bytes_max);
         let buf = &mut buf[..n];
         while let Some((to, c)) = self.control.pop_front() {
+            // Only a message that carries this member's progress counts as its report to the
+            // sequencer: a leaver's repeated LeaveRequests (or probes) must not hold back the
+            // acks the sequencer needs to accept records and to hear that it lives.
+            let report = matches!(c, Control::Ack);
             if let Some(len) = self.write_control(buf, c) {
                 self.counters.packets_sent += 1;
-                if to == self.sequencer {
+                if report && to == self.sequencer {
                     self.last_to_sequencer = now;
                 }
                 return Some((Dest::To(to), len));
@@ -64,10 +68,20 @@ impl Member {
             | Control::LeaveRequest
             | Control::Invite { .. } => true,
             Control::Ack => {
+                // A member whose leave is applied needs nothing more from the group: its last
+                // report counts every record it applied (its leave record included) as
+                // consumed, so the sequencer stops holding stability back for it now, not
+                // once its application happens to have taken those records (which this
+                // report, written before they are handed out, would not say).
+                let consumed = if self.state == State::Left {
+                    self.consumed_upto.max(self.applied_upto)
+                } else {
+                    self.consumed_upto
+                };
                 self.ack_due = false;
-                self.last_ack = (self.consumed_upto, self.received_upto);
+                self.last_ack = (consumed, self.received_upto);
                 self.counters.acks_sent += 1;
-                w.u64(self.consumed_upto) && w.u64(self.received_upto)
+                w.u64(consumed) && w.u64(self.received_upto)
             }
             Control::InviteReply { .. } => {
                 w.u64(self.consumed_upto) && w.u64(self.received_upto) && w.u64(self.history.base())
