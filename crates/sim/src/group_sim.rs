@@ -335,7 +335,22 @@ impl Sim {
 
     /// A new process joins through a live member.
     fn spawn_joiner(&mut self) {
-        let contacts: Vec<Address> = self.live().map(|i| self.procs[i].addr).collect();
+        // A restarted server would be told of a member (by configuration or the oracle), not
+        // of another process still joining: contacts are members in good standing, or, when
+        // there is none right now, anyone live.
+        let mut contacts: Vec<Address> = self
+            .live()
+            .filter(|&i| {
+                self.procs[i]
+                    .m
+                    .as_ref()
+                    .is_some_and(|m| m.state() == State::Normal)
+            })
+            .map(|i| self.procs[i].addr)
+            .collect();
+        if contacts.is_empty() {
+            contacts = self.live().map(|i| self.procs[i].addr).collect();
+        }
         if contacts.is_empty() {
             return;
         }
