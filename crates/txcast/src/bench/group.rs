@@ -580,9 +580,11 @@ pub fn run(args: &[String]) -> i32 {
             }
             "resilience" => {
                 for &r in &rs {
+                    // A group of r + 1 (paper 003 Figure 7); for r = 0 a group of 2, so the
+                    // sender is still not the sequencer.
                     let res = delay(
                         next_id(),
-                        r as usize + 1,
+                        (r as usize + 1).max(2),
                         Method::Pb,
                         r as u8,
                         &[0],
