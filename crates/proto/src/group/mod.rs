@@ -107,7 +107,9 @@ pub struct GroupConfig {
     pub auto_reset: Option<MinMembers>,
     /// A failed recovery (too few survivors) is retried this often.
     pub reset_retry: Duration,
-    /// Join attempts before a join fails.
+    /// Join attempts (one per `retransmit_timeout`) before a join fails. A joiner admitted
+    /// just before a failure is welcomed only after the rebuild, so this should outlast the
+    /// failure detector and a rebuild (see [`GroupConfig::validate`]).
     pub join_attempts_max: u32,
 }
 
@@ -134,7 +136,7 @@ impl Default for GroupConfig {
             probes_max: 3,
             auto_reset: Some(MinMembers::Majority),
             reset_retry: Duration::from_millis(500),
-            join_attempts_max: 50,
+            join_attempts_max: 250,
         }
     }
 }
@@ -167,6 +169,14 @@ impl GroupConfig {
         if self.history_max < 4 || self.send_window == 0 || self.send_queue_max < self.send_window {
             return Err(ConfigError(
                 "history_max >= 4, send_window >= 1 and send_queue_max >= send_window",
+            ));
+        }
+        let detect_and_rebuild = self.silence_timeout
+            + self.probe_interval * (2 * self.probes_max + 4)
+            + self.reset_retry;
+        if self.retransmit_timeout * self.join_attempts_max < detect_and_rebuild {
+            return Err(ConfigError(
+                "join_attempts_max × retransmit_timeout must outlast failure detection and a rebuild",
             ));
         }
         if self.probes_max == 0 || self.silence_timeout <= self.heartbeat_interval {
