@@ -78,7 +78,8 @@ fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
             from,
             to,
         } => w.u64(consumed) && w.u64(received) && w.u64(from) && w.u64(to),
-        Msg::Probe | Msg::JoinRequest | Msg::LeaveRequest | Msg::Invite => true,
+        Msg::JoinRequest { join_id } => w.u64(join_id),
+        Msg::Probe | Msg::LeaveRequest | Msg::Invite => true,
         Msg::Redirect { sequencer } => w.address(sequencer),
         Msg::Welcome {
             join_seq,

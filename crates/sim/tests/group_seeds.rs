@@ -52,13 +52,15 @@ fn fixed_seeds_pass_every_checker() {
 /// - 2865: an ack that applied the sequencer's own leave ended its role in the middle of
 ///   handling a submission (it panicked);
 /// - 27607, 38233: a joiner admitted just before a crash gave up (0.5 s) before the failure was
-///   detected and the group rebuilt, and the half-joined member cost the group its majority.
+///   detected and the group rebuilt, and the half-joined member cost the group its majority;
+/// - 3027: a join request still in flight after its join completed and the joiner left was
+///   taken for a new join (join requests now carry a join id).
 #[test]
 fn regression_seeds() {
     let opts = GroupSimOptions::default();
     for seed in [
-        24, 27, 64, 67, 187, 519, 1379, 1590, 1933, 2444, 3387, 2865, 3805, 4548, 27607, 38233,
-        5978, 6934, 7754, 9969,
+        24, 27, 64, 67, 187, 519, 1379, 1590, 1933, 2444, 3387, 2865, 3805, 3027, 4548, 27607,
+        38233, 5978, 6934, 7754, 9969,
     ] {
         if let Err(v) = run_group(seed, &opts) {
             panic!("{v}");

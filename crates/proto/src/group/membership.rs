@@ -6,12 +6,12 @@ use crate::addr::Address;
 use crate::time::Instant;
 
 impl Member {
-    pub(super) fn on_join_request(&mut self, now: Instant, who: Address) {
+    pub(super) fn on_join_request(&mut self, now: Instant, who: Address, join_id: u64) {
         if self.resend_welcome(who) {
             return;
         }
         match self.state {
-            State::Normal if self.seqr.is_some() => self.queue_join(now, who),
+            State::Normal if self.seqr.is_some() => self.queue_join(now, who, join_id),
             State::Normal => self.push_control(who, Control::Redirect(self.sequencer)),
             _ => {}
         }

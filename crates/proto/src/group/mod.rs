@@ -422,6 +422,8 @@ struct Sequencer {
     /// Submissions accepted (in order per sender) that wait for room in the history.
     waiting: VecDeque<(Address, u64, Vec<u8>, bool)>,
     waiting_bytes: usize,
+    /// Recent joins by (address, join id).
+    join_ids: VecDeque<(Address, u64)>,
     /// Joiners admitted, until they acknowledge: (joiner, join seq, members at the join).
     welcomes: Vec<Welcome>,
     last_multicast_at: Instant,
@@ -500,6 +502,8 @@ pub struct Member {
     nak_at: Option<Instant>,
     /// Joining: the member asked, attempts so far, next attempt.
     join: Option<(Address, u32, Instant)>,
+    /// Names this process's join in its requests.
+    join_id: u64,
     leave_at: Option<Instant>,
     /// Departing sequencer: serve until everyone has this record, or this deadline.
     depart: Option<(u64, Instant)>,
@@ -537,6 +541,7 @@ impl Member {
         let mut m = Member::blank(cfg, me, now)?;
         m.state = State::Joining;
         m.join = Some((contact, 1, now + m.cfg.retransmit_timeout));
+        m.join_id = now.0.wrapping_add(1);
         m.push_control(contact, Control::JoinRequest);
         Ok(m)
     }
@@ -581,6 +586,7 @@ impl Member {
             last_to_sequencer: now,
             nak_at: None,
             join: None,
+            join_id: 0,
             leave_at: None,
             depart: None,
             blocked_retry_at: None,

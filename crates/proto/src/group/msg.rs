@@ -195,7 +195,11 @@ pub enum Msg<'a> {
         to: u64,
     },
     Probe,
-    JoinRequest,
+    /// `join_id` names one join (an address may leave and join again): a request still in
+    /// flight after its join completed is recognised and ignored.
+    JoinRequest {
+        join_id: u64,
+    },
     Redirect {
         sequencer: Address,
     },
@@ -312,8 +316,10 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
             Msg::Probe
         }
         MsgKind::JoinRequest => {
-            fixed(0)?;
-            Msg::JoinRequest
+            fixed(8)?;
+            Msg::JoinRequest {
+                join_id: u64_at(body, 0),
+            }
         }
         MsgKind::Redirect => {
             fixed(ADDRESS_BYTES)?;

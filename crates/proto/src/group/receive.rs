@@ -35,7 +35,7 @@ impl Member {
         }
         self.epoch_seen = self.epoch_seen.max(hdr.epoch.number);
         match m {
-            Msg::JoinRequest => self.on_join_request(now, hdr.from),
+            Msg::JoinRequest { join_id } => self.on_join_request(now, hdr.from, join_id),
             Msg::Redirect { sequencer } => self.on_redirect(now, sequencer),
             Msg::Welcome {
                 join_seq,

@@ -14,6 +14,8 @@ const RETRANSMIT_QUEUE_MAX: usize = 256;
 const MEMBERSHIP_QUEUE_MAX: usize = 64;
 /// Most accepted submissions (and their bytes) waiting for room in the history.
 const WAITING_MAX: usize = 8192;
+/// Joins remembered (address, join id) so a late duplicate request is not a new join.
+const JOIN_IDS_MAX: usize = 256;
 const WAITING_BYTES_MAX: usize = 8 << 20;
 
 impl Member {
@@ -56,6 +58,7 @@ impl Member {
             leaves: VecDeque::new(),
             waiting: VecDeque::new(),
             waiting_bytes: 0,
+            join_ids: VecDeque::new(),
             welcomes: Vec::new(),
             last_multicast_at: now,
             sync_at: None,
@@ -390,10 +393,15 @@ impl Member {
             .is_some_and(|e| e.kind != RecordKind::View && super::addr_payload(e) == who)
     }
 
-    pub(super) fn queue_join(&mut self, now: Instant, who: Address) {
+    pub(super) fn queue_join(&mut self, now: Instant, who: Address, join_id: u64) {
         // (A joiner already admitted had its Welcome repeated by `on_join_request`.)
         let s = self.seqr.as_mut().expect("sequencer");
-        if self.members.contains(&who) || s.joins.contains(&who) {
+        if self.members.contains(&who)
+            || s.joins.contains(&who)
+            || s.join_ids.contains(&(who, join_id))
+        {
+            // A member already, queued, or a request of a join that completed (and perhaps
+            // ended in a leave) still in flight.
             return;
         }
         if self.barrier_names(who) {
@@ -402,6 +410,10 @@ impl Member {
         let s = self.seqr.as_mut().expect("sequencer");
         if s.joins.len() < MEMBERSHIP_QUEUE_MAX {
             s.joins.push_back(who);
+            if s.join_ids.len() >= JOIN_IDS_MAX {
+                s.join_ids.pop_front();
+            }
+            s.join_ids.push_back((who, join_id));
         }
         self.order_next(now);
     }

@@ -186,19 +186,19 @@ fn wire_round_trip_fixed_kinds() {
         "{m:?}"
     );
 
-    for kind in [
-        MsgKind::Probe,
-        MsgKind::JoinRequest,
-        MsgKind::LeaveRequest,
-        MsgKind::Invite,
-    ] {
+    let b = build(MsgKind::JoinRequest, 0, |w| w.u64(77));
+    assert_eq!(b.len(), GROUP_HEADER_BYTES + 8);
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::JoinRequest, 0);
+    assert!(matches!(m, Msg::JoinRequest { join_id: 77 }), "{m:?}");
+
+    for kind in [MsgKind::Probe, MsgKind::LeaveRequest, MsgKind::Invite] {
         let b = build(kind, 0, |_| true);
         assert_eq!(b.len(), GROUP_HEADER_BYTES);
         let (h, m) = parsed(&b);
         check_header(&h, kind, 0);
         let ok = match kind {
             MsgKind::Probe => matches!(m, Msg::Probe),
-            MsgKind::JoinRequest => matches!(m, Msg::JoinRequest),
             MsgKind::LeaveRequest => matches!(m, Msg::LeaveRequest),
             MsgKind::Invite => matches!(m, Msg::Invite),
             _ => unreachable!(),
@@ -505,7 +505,7 @@ fn wire_error_bad_member_list() {
 fn wire_error_trailing_bytes() {
     let cases: Vec<Vec<u8>> = vec![
         build(MsgKind::Probe, 0, |_| true),
-        build(MsgKind::JoinRequest, 0, |_| true),
+        build(MsgKind::JoinRequest, 0, |w| w.u64(1)),
         build(MsgKind::LeaveRequest, 0, |_| true),
         build(MsgKind::Invite, 0, |_| true),
         build(MsgKind::Ack, 0, |w| w.u64(1) && w.u64(2)),
@@ -1332,7 +1332,7 @@ fn messages_for_another_group_are_dropped() {
     let cfg = cfg();
     let mut net = Net::with_members(&cfg, 2);
     let mut other = vec![0u8; 512];
-    let w = MsgWriter::start(
+    let mut w = MsgWriter::start(
         &mut other,
         MsgKind::JoinRequest,
         0,
@@ -1341,6 +1341,7 @@ fn messages_for_another_group_are_dropped() {
         C,
     )
     .unwrap();
+    assert!(w.u64(1));
     let n = w.finish();
     let now = net.now;
     let m = net.m(A);

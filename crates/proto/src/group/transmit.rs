@@ -63,10 +63,8 @@ impl Member {
         };
         let mut w = MsgWriter::start(buf, kind, 0, g, epoch, me)?;
         let ok = match c {
-            Control::Probe
-            | Control::JoinRequest
-            | Control::LeaveRequest
-            | Control::Invite { .. } => true,
+            Control::JoinRequest => w.u64(self.join_id),
+            Control::Probe | Control::LeaveRequest | Control::Invite { .. } => true,
             Control::Ack => {
                 // A member whose leave is applied needs nothing more from the group: its last
                 // report counts every record it applied (its leave record included) as
