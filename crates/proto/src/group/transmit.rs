@@ -5,7 +5,7 @@ use super::msg::{
     MsgKind, MsgWriter, OrderRecord, FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES, ORDER_FIXED_BYTES,
     SUBMIT_RECORD_BYTES,
 };
-use super::{Control, Dest, Member, State};
+use super::{Control, Dest, Member, RecordKind, State};
 use crate::addr::Address;
 use crate::pack::PackDecision;
 use crate::time::Instant;
@@ -181,9 +181,21 @@ impl Member {
                 .take(64)
                 .sum();
             let full = bytes + GROUP_HEADER_BYTES + ORDER_FIXED_BYTES >= buf.len();
-            // The sequencer sends what a batch of input ordered at once (adaptive); only a
-            // fixed delay holds it.
-            if let PackDecision::HoldUntil(t) = self.packer.decide(oldest, full, false) {
+            // The sequencer sends what a batch of input ordered at once. Its own messages come
+            // one call at a time, so under load (a multicast went out less than `delay_max`
+            // ago) they wait for company, as a member's submissions wait while earlier ones
+            // are in flight; a fixed delay holds everything.
+            let own_only = (s.multicast_from..s.next_seq)
+                .take(64)
+                .filter_map(|q| self.history.get(q))
+                .all(|e| e.sender == self.me && e.kind == RecordKind::Message);
+            let busy = match self.cfg.pack {
+                crate::pack::PackMode::Adaptive { delay_max } => {
+                    own_only && now.saturating_since(s.last_multicast_at) < delay_max
+                }
+                _ => false,
+            };
+            if let PackDecision::HoldUntil(t) = self.packer.decide(oldest, full, busy) {
                 if now < t && !s.sync_due && !s.heartbeat_due {
                     return None;
                 }
@@ -438,10 +450,13 @@ impl Member {
                     at(x);
                 }
                 let s = self.seqr.as_ref().expect("sequencer");
-                if let (Some(o), crate::pack::PackMode::Fixed { delay }) =
-                    (s.oldest_unsent, self.cfg.pack)
-                {
-                    at(o + delay);
+                let hold = match self.cfg.pack {
+                    crate::pack::PackMode::Fixed { delay } => Some(delay),
+                    crate::pack::PackMode::Adaptive { delay_max } => Some(delay_max),
+                    crate::pack::PackMode::Off => None,
+                };
+                if let (Some(o), Some(d)) = (s.oldest_unsent, hold) {
+                    at(o + d);
                 }
             }
             State::Normal => {

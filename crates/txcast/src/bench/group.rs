@@ -288,19 +288,20 @@ fn throughput(
         addr(first),
         size,
     )?;
-    let result = blast(&g, seconds);
+    let result = blast_counted(&g, seconds);
     let c = g.info().counters;
     eprintln!(
         "    at this member: {} packets sent, {} received, {} submissions ({} resent), {} records multicast, {} syncs, {} history full",
         c.packets_sent, c.packets_received, c.submits_sent, c.submits_resent, c.records_multicast, c.syncs, c.history_full
     );
     let ok = result.is_ok();
-    let (delivered, elapsed) = result?;
+    let (delivered, elapsed, fewest) = result?;
     eprintln!(
-        "  throughput n={size} pack {}: {delivered} delivered in {:.2} s = {:.0}/s",
+        "  throughput n={size} pack {}: {delivered} delivered in {:.2} s = {:.0}/s; the slowest sender got {:.0}/s through",
         pack_name(pack),
         elapsed.as_secs_f64(),
-        delivered as f64 / elapsed.as_secs_f64()
+        delivered as f64 / elapsed.as_secs_f64(),
+        fewest as f64 / elapsed.as_secs_f64()
     );
     report.push_throughput(
         &format!("group-n{size}-pack-{}", pack_name(pack)),
@@ -308,18 +309,29 @@ fn throughput(
         delivered,
         elapsed,
     );
+    report.push_throughput(
+        &format!("group-n{size}-pack-{}-slowest-sender", pack_name(pack)),
+        64,
+        fewest,
+        elapsed,
+    );
     drop(g);
     cluster.finish(ok)
 }
 
 /// Sends 64-byte messages as fast as the group takes them for `seconds` while counting the
-/// messages delivered; then drains until every member's QUIT arrived.
+/// messages delivered (in all, and from the sender that got the fewest through); then drains
+/// until every member's QUIT arrived.
 fn blast(g: &Group, seconds: f64) -> io::Result<(u64, Duration)> {
+    blast_counted(g, seconds).map(|(d, e, _)| (d, e))
+}
+
+fn blast_counted(g: &Group, seconds: f64) -> io::Result<(u64, Duration, u64)> {
     let msg = [0x33u8; 64];
-    let members = g.info().members.len();
+    let members = g.info().members.clone();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
-    let mut delivered = 0u64;
+    let mut by_sender: std::collections::HashMap<Address, u64> = std::collections::HashMap::new();
     let mut counting = true;
     let mut elapsed = Duration::ZERO;
     let mut quits = 0usize;
@@ -346,28 +358,38 @@ fn blast(g: &Group, seconds: f64) -> io::Result<(u64, Duration)> {
             sent_quit = true;
         }
         let mut got = 0;
-        while let Some(q) = g.try_receive_with(|d| match d.what {
-            txcast_proto::group::Delivered::Message { payload, .. } => payload == QUIT,
-            _ => false,
+        let mut note = |sender: Address, quit: bool, message: bool| {
+            if quit {
+                quits += 1;
+            } else if counting && message {
+                *by_sender.entry(sender).or_insert(0) += 1;
+            }
+        };
+        while let Some((sender, quit, message)) = g.try_receive_with(|d| match d.what {
+            txcast_proto::group::Delivered::Message { payload, .. } => {
+                (d.sender, payload == QUIT, true)
+            }
+            _ => (d.sender, false, false),
         }) {
             got += 1;
-            if q {
-                quits += 1;
-            } else if counting {
-                delivered += 1;
-            }
-        }
-        if sent_quit && quits >= members {
-            return Ok((delivered, elapsed));
+            note(sender, quit, message);
         }
         if got == 0 {
-            let _ = g.receive(Some(Duration::from_micros(200))).map(|d| {
-                if matches!(&d.what, GroupRecord::Message { payload, .. } if payload == QUIT) {
-                    quits += 1;
-                } else if counting && matches!(d.what, GroupRecord::Message { .. }) {
-                    delivered += 1;
-                }
-            });
+            if let Ok(d) = g.receive(Some(Duration::from_micros(200))) {
+                let message = matches!(d.what, GroupRecord::Message { .. });
+                let quit =
+                    matches!(&d.what, GroupRecord::Message { payload, .. } if payload == QUIT);
+                note(d.sender, quit, message);
+            }
+        }
+        if sent_quit && quits >= members.len() {
+            let delivered = by_sender.values().sum();
+            let fewest = members
+                .iter()
+                .map(|m| by_sender.get(m).copied().unwrap_or(0))
+                .min()
+                .unwrap_or(0);
+            return Ok((delivered, elapsed, fewest));
         }
     }
 }
