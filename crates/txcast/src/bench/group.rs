@@ -383,6 +383,9 @@ fn blast_counted(g: &Group, seconds: f64) -> io::Result<(u64, Duration, u64)> {
             }
         }
         if sent_quit && quits >= members.len() {
+            if std::env::var("TXCAST_BENCH_VERBOSE").is_ok() {
+                eprintln!("    delivered by sender: {by_sender:?}");
+            }
             let delivered = by_sender.values().sum();
             let fewest = members
                 .iter()
