@@ -517,9 +517,7 @@ impl Engine {
                 work += self.receive(ep, g, &mut batch);
             }
             work += self.run_links(ep);
-            if !ep.groups.lock().expect("groups lock").is_empty() {
-                work += crate::group::run_timers(self, ep).0;
-            }
+            work += crate::group::run_timers(self, ep);
         }
         work
     }

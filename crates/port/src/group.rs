@@ -215,12 +215,12 @@ pub(crate) fn handle(engine: &Engine, ep: &Endpoint, msg: &[u8]) -> bool {
     ok
 }
 
-/// Runs the timers that are due of every group of `ep`; the earliest next one.
-pub(crate) fn run_timers(engine: &Engine, ep: &Endpoint) -> (usize, Option<txcast_proto::Instant>) {
-    let groups: Vec<Arc<GroupShared>> = ep.groups.lock().expect("groups lock").clone();
+/// Runs the timers that are due of every group of `ep`, and sends what the input taken in
+/// since the last call caused; returns how many groups had work.
+pub(crate) fn run_timers(engine: &Engine, ep: &Endpoint) -> usize {
+    let groups = ep.groups.lock().expect("groups lock");
     let mut work = 0;
-    let mut next: Option<txcast_proto::Instant> = None;
-    for g in groups {
+    for g in groups.iter() {
         let mut st = g.lock();
         let now = engine.now();
         let due = st.m.poll_timeout().is_some_and(|t| t <= now);
@@ -228,14 +228,11 @@ pub(crate) fn run_timers(engine: &Engine, ep: &Endpoint) -> (usize, Option<txcas
             st.m.handle_timeout(now);
         }
         if due || g.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            flush(engine, ep, &g, &mut st);
+            flush(engine, ep, g, &mut st);
             work += 1;
         }
-        if let Some(t) = st.m.poll_timeout() {
-            next = Some(next.map_or(t, |n| n.min(t)));
-        }
     }
-    (work, next)
+    work
 }
 
 /// A port's membership in a group.

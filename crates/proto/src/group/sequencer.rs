@@ -115,6 +115,27 @@ impl Member {
         seq
     }
 
+    /// Gives an application message the next sequence number.
+    fn order_message(
+        &mut self,
+        now: Instant,
+        sender: Address,
+        msg_id: u64,
+        payload: Vec<u8>,
+        via_bb: bool,
+    ) {
+        self.order(
+            now,
+            Entry {
+                sender,
+                msg_id,
+                kind: RecordKind::Message,
+                payload: Some(payload),
+                via_bb,
+            },
+        );
+    }
+
     /// Orders what waits at the sequencer: joins and leaves first, then its own messages.
     pub(super) fn order_next(&mut self, now: Instant) {
         if self.seqr.is_none() {
@@ -176,16 +197,7 @@ impl Member {
             }
             let s = self.seqr.as_mut().expect("sequencer");
             s.next_msg_id.insert(self.me, next + 1);
-            self.order(
-                now,
-                Entry {
-                    sender: self.me,
-                    msg_id: next,
-                    kind: RecordKind::Message,
-                    payload: Some(payload),
-                    via_bb: false,
-                },
-            );
+            self.order_message(now, self.me, next, payload, false);
         }
         self.oldest_unsubmitted = None;
         self.advance_accept(now);
@@ -216,16 +228,7 @@ impl Member {
             if s.waiting.is_empty() && self.can_order() {
                 let s = self.seqr.as_mut().expect("sequencer");
                 s.next_msg_id.insert(from, expected + 1);
-                self.order(
-                    now,
-                    Entry {
-                        sender: from,
-                        msg_id,
-                        kind: RecordKind::Message,
-                        payload: Some(payload.to_vec()),
-                        via_bb: bb,
-                    },
-                );
+                self.order_message(now, from, msg_id, payload.to_vec(), bb);
                 continue;
             }
             // No room in the history: accept it into the bounded waiting queue (in arrival
@@ -249,16 +252,7 @@ impl Member {
             let s = self.seqr.as_mut().expect("sequencer");
             let (from, msg_id, payload, bb) = s.waiting.pop_front().expect("not empty");
             s.waiting_bytes -= payload.len();
-            self.order(
-                now,
-                Entry {
-                    sender: from,
-                    msg_id,
-                    kind: RecordKind::Message,
-                    payload: Some(payload),
-                    via_bb: bb,
-                },
-            );
+            self.order_message(now, from, msg_id, payload, bb);
         }
     }
 
