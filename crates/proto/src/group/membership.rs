@@ -147,12 +147,11 @@ impl Member {
                 s.barrier = None;
             }
             s.next_msg_id.remove(&who);
+        }
+        if self.seqr.is_some() {
             // What it submitted and we had not ordered goes with it.
-            let before = s.waiting.len();
-            s.waiting.retain(|w| w.0 != who);
-            if s.waiting.len() != before {
-                s.waiting_bytes = s.waiting.iter().map(|w| w.2.len()).sum();
-            }
+            self.drop_waiting(who);
+            let s = self.seqr.as_mut().expect("sequencer");
             if who != self.me {
                 // Still watched until it has its leave record (or is found dead).
                 s.departing.push((who, seq));

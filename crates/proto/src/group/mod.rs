@@ -331,6 +331,9 @@ pub struct GroupCounters {
     pub dropped_beyond_window: u64,
     pub dropped_control_full: u64,
     pub history_full: u64,
+    /// Times the sequencer held its own messages back: `send_window` of them were not yet
+    /// received by every member.
+    pub own_window_full: u64,
     pub syncs: u64,
     pub heartbeats: u64,
     pub probes_sent: u64,
@@ -419,8 +422,16 @@ struct Sequencer {
     barrier: Option<u64>,
     joins: VecDeque<Address>,
     leaves: VecDeque<Address>,
-    /// Submissions accepted (in order per sender) that wait for room in the history.
-    waiting: VecDeque<(Address, u64, Vec<u8>, bool)>,
+    /// Submissions accepted (in order per sender) that wait for room in the history:
+    /// (msg_id, payload, via BB) by sender.
+    waiting: HashMap<Address, VecDeque<WaitingSubmit>, AddressHash>,
+    /// Senders with messages waiting (our own address: our application's), in the order
+    /// they are served, one message per turn.
+    turns: VecDeque<Address>,
+    waiting_len: usize,
+    /// Sequence numbers of our own messages that some member has not yet reported received:
+    /// at most `send_window` of them, the same window every other sender has.
+    own_in_flight: VecDeque<u64>,
     waiting_bytes: usize,
     /// Recent joins by (address, join id).
     join_ids: VecDeque<(Address, u64)>,
@@ -431,10 +442,15 @@ struct Sequencer {
     watches: HashMap<Address, Watch, AddressHash>,
     /// The accept or stable watermark changed since the last multicast.
     accept_news: bool,
+    /// The stable watermark as of the last multicast.
+    stable_told: u64,
     /// Ask every member for an ack in the next multicast (the history is full).
     sync_due: bool,
     heartbeat_due: bool,
 }
+
+/// A submission waiting for room in the history: (msg_id, payload, via BB).
+type WaitingSubmit = (u64, Vec<u8>, bool);
 
 /// A joiner admitted and not yet heard from: its join record and the members as of it, each
 /// with its last ordered msg_id.

@@ -188,6 +188,11 @@ impl Member {
             return;
         }
         let before = self.received_upto;
+        if stable_upto > self.stable_upto {
+            // First: records that follow may need the room this frees.
+            self.stable_upto = stable_upto;
+            self.trim_history();
+        }
         for r in records.iter() {
             if r.seq <= self.received_upto {
                 self.counters.duplicates += 1;
@@ -213,11 +218,12 @@ impl Member {
         }
         self.ordered_seen = self.ordered_seen.max(ordered_upto);
         self.accepted_upto = self.accepted_upto.max(accepted_upto.min(self.ordered_seen));
-        if stable_upto > self.stable_upto {
-            self.stable_upto = stable_upto;
-        }
         self.received_upto = self.history.contiguous_from(self.received_upto + 1);
+        // The sequencer lets its own messages run at most `send_window` ahead of what every
+        // member reported received: report often enough that it never waits for a heartbeat.
+        let every = (self.cfg.send_window as u64 / 4).max(1);
         if sync
+            || self.received_upto >= self.last_ack.1 + every
             || (self.received_upto > before
                 && self.is_acker()
                 && self.received_upto > self.accepted_upto)

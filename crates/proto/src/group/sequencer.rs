@@ -56,7 +56,10 @@ impl Member {
             barrier: None,
             joins: VecDeque::new(),
             leaves: VecDeque::new(),
-            waiting: VecDeque::new(),
+            waiting: HashMap::default(),
+            turns: VecDeque::new(),
+            own_in_flight: VecDeque::new(),
+            waiting_len: 0,
             waiting_bytes: 0,
             join_ids: VecDeque::new(),
             welcomes: Vec::new(),
@@ -64,6 +67,7 @@ impl Member {
             sync_at: None,
             watches,
             accept_news: true,
+            stable_told: 0,
             sync_due: false,
             heartbeat_due: true,
         });
@@ -136,7 +140,7 @@ impl Member {
         );
     }
 
-    /// Orders what waits at the sequencer: joins and leaves first, then its own messages.
+    /// Orders what waits at the sequencer: joins and leaves first, then messages.
     pub(super) fn order_next(&mut self, now: Instant) {
         if self.seqr.is_none() {
             return;
@@ -169,38 +173,114 @@ impl Member {
                 },
             );
         }
-        self.order_waiting(now);
-        if self.seqr.as_ref().expect("sequencer").waiting.is_empty() {
-            self.order_own(now);
-        }
+        self.order_turns(now);
+        self.oldest_unsubmitted = None;
         self.advance_accept(now);
     }
 
-    /// Orders the sequencer's own queued messages.
-    pub(super) fn order_own(&mut self, now: Instant) {
+    /// The lowest record every other member has reported received.
+    fn received_by_all(&self) -> u64 {
+        let s = self.seqr.as_ref().expect("sequencer");
+        self.members
+            .iter()
+            .filter(|&&m| m != self.me)
+            .map(|m| s.acks.get(m).map_or(0, |a| a.1))
+            .min()
+            .unwrap_or(s.next_seq - 1)
+    }
+
+    /// Whether the sequencer's own next message may be ordered: one is queued and fewer than
+    /// `send_window` of ours are ahead of what every member has received. A remote sender
+    /// has that many in flight per round trip; without the same bound the sequencer's own
+    /// application would fill the history and starve everyone else.
+    fn own_ready(&mut self) -> bool {
+        let done = self.received_by_all();
+        let window = self.cfg.send_window;
+        let s = self.seqr.as_mut().expect("sequencer");
+        while s.own_in_flight.front().is_some_and(|&q| q <= done) {
+            s.own_in_flight.pop_front();
+        }
+        let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
+        let queued = self.pending.back().is_some_and(|p| p.msg_id >= next);
+        if queued && s.own_in_flight.len() >= window {
+            self.counters.own_window_full += 1;
+            return false;
+        }
+        queued
+    }
+
+    /// Orders the sequencer's own next queued message.
+    fn order_one_own(&mut self, now: Instant) {
+        let s = self.seqr.as_mut().expect("sequencer");
+        let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
+        // Our msg_ids in `pending` are consecutive from its front.
+        let Some(p) = self
+            .pending
+            .front()
+            .and_then(|f| next.checked_sub(f.msg_id))
+            .and_then(|i| self.pending.get(i as usize))
+        else {
+            return;
+        };
+        let payload = p.payload.clone();
+        s.next_msg_id.insert(self.me, next + 1);
+        let seq = s.next_seq;
+        s.own_in_flight.push_back(seq);
+        self.order_message(now, self.me, next, payload, false);
+    }
+
+    /// Orders queued messages while the history has room, one per sender in turn (the
+    /// sequencer's own application is one of the senders), so every sender gets an equal
+    /// share of the history when it is the bottleneck.
+    fn order_turns(&mut self, now: Instant) {
+        if self.own_ready() {
+            let me = self.me;
+            let s = self.seqr.as_mut().expect("sequencer");
+            if !s.turns.contains(&me) {
+                s.turns.push_back(me);
+            }
+        }
         loop {
-            let s = self.seqr.as_ref().expect("sequencer");
-            let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
-            // Our msg_ids in `pending` are consecutive from its front.
-            let Some(first) = self.pending.front().map(|p| p.msg_id) else {
-                break;
-            };
-            let Some(p) = next
-                .checked_sub(first)
-                .and_then(|i| self.pending.get(i as usize))
-            else {
-                break;
-            };
-            let payload = p.payload.clone();
-            if !self.can_order() {
-                break;
+            if self.seqr.as_ref().expect("sequencer").turns.is_empty() || !self.can_order() {
+                return;
             }
             let s = self.seqr.as_mut().expect("sequencer");
-            s.next_msg_id.insert(self.me, next + 1);
-            self.order_message(now, self.me, next, payload, false);
+            let who = s.turns.pop_front().expect("not empty");
+            if who == self.me {
+                if self.own_ready() {
+                    self.order_one_own(now);
+                    if self.own_ready() {
+                        self.seqr.as_mut().expect("sequencer").turns.push_back(who);
+                    }
+                }
+                continue;
+            }
+            let Some(q) = s.waiting.get_mut(&who) else {
+                continue;
+            };
+            let Some((msg_id, payload, bb)) = q.pop_front() else {
+                s.waiting.remove(&who);
+                continue;
+            };
+            if q.is_empty() {
+                s.waiting.remove(&who);
+            } else {
+                s.turns.push_back(who);
+            }
+            s.waiting_len -= 1;
+            s.waiting_bytes -= payload.len();
+            self.order_message(now, who, msg_id, payload, bb);
         }
-        self.oldest_unsubmitted = None;
-        self.advance_accept(now);
+    }
+
+    /// Drops what `who` submitted and we had not ordered (it left).
+    pub(super) fn drop_waiting(&mut self, who: Address) {
+        let s = self.seqr.as_mut().expect("sequencer");
+        if let Some(q) = s.waiting.remove(&who) {
+            s.waiting_len -= q.len();
+            s.waiting_bytes -= q.iter().map(|w| w.1.len()).sum::<usize>();
+        }
+        s.turns.retain(|&a| a != who);
     }
 
     /// A submission reached the sequencer.
@@ -225,35 +305,29 @@ impl Member {
                 // A gap (an earlier submission was lost): the sender resends in order.
                 return;
             }
-            if s.waiting.is_empty() && self.can_order() {
+            if !s.waiting.contains_key(&from) && self.can_order() {
                 let s = self.seqr.as_mut().expect("sequencer");
                 s.next_msg_id.insert(from, expected + 1);
                 self.order_message(now, from, msg_id, payload.to_vec(), bb);
                 continue;
             }
-            // No room in the history: accept it into the bounded waiting queue (in arrival
-            // order, so senders are served fairly) rather than make the sender time out.
+            // No room in the history: accept it into the bounded waiting queue of its sender
+            // (served in turn with the others) rather than make the sender time out.
             let s = self.seqr.as_mut().expect("sequencer");
-            if s.waiting.len() >= WAITING_MAX || s.waiting_bytes + payload.len() > WAITING_BYTES_MAX
-            {
+            if s.waiting_len >= WAITING_MAX || s.waiting_bytes + payload.len() > WAITING_BYTES_MAX {
                 self.counters.history_full += 1;
                 return;
             }
             s.next_msg_id.insert(from, expected + 1);
+            s.waiting_len += 1;
             s.waiting_bytes += payload.len();
-            s.waiting.push_back((from, msg_id, payload.to_vec(), bb));
+            let q = s.waiting.entry(from).or_default();
+            if q.is_empty() {
+                s.turns.push_back(from);
+            }
+            q.push_back((msg_id, payload.to_vec(), bb));
         }
         self.advance_accept(now);
-    }
-
-    /// Orders accepted submissions that waited for room in the history.
-    fn order_waiting(&mut self, now: Instant) {
-        while !self.seqr.as_ref().expect("sequencer").waiting.is_empty() && self.can_order() {
-            let s = self.seqr.as_mut().expect("sequencer");
-            let (from, msg_id, payload, bb) = s.waiting.pop_front().expect("not empty");
-            s.waiting_bytes -= payload.len();
-            self.order_message(now, from, msg_id, payload, bb);
-        }
     }
 
     /// A member's report of how far it has received and consumed.
@@ -314,7 +388,11 @@ impl Member {
                 }
             }
             self.stable_upto = stable;
-            s.accept_news = true;
+            // Members learn it from the next multicast; it needs one of its own only when
+            // their histories would otherwise hold much more than needed while we are idle.
+            if stable >= s.stable_told + self.cfg.history_max as u64 / 2 {
+                s.accept_news = true;
+            }
             s.sync_at = None;
             self.trim_history();
         }

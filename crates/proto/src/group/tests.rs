@@ -1436,3 +1436,83 @@ fn a_nak_at_the_end_of_the_sequence_space_is_harmless() {
     assert!(net.m(A).poll_transmit(now, &mut [0u8; 2048]).is_none());
     assert_eq!(net.m(A).counters().records_retransmitted, 0);
 }
+
+/// Message senders in the order `a` delivered them.
+fn senders(net: &mut Net, a: Address) -> Vec<Address> {
+    net.delivered(a)
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Rec::Msg(s, _, _) => Some(*s),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_sequencers_own_messages_wait_for_the_members_to_receive_them() {
+    let cfg = GroupConfig {
+        send_window: 4,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 3);
+    net.deaf.push(B);
+    let now = net.now;
+    for i in 0..40u8 {
+        net.m(A).send(now, &[i]).expect("queued");
+    }
+    net.flush();
+    assert_eq!(
+        senders(&mut net, A).len(),
+        4,
+        "one window of its own goes out while a member has not received it"
+    );
+    assert!(net.m(A).counters().own_window_full > 0);
+
+    // B hears again: it fetches what it missed, and the rest follows in order.
+    net.deaf.clear();
+    net.run_for(Duration::from_millis(200));
+    for m in [A, B, C] {
+        let ids: Vec<u8> = net
+            .delivered(m)
+            .iter()
+            .filter_map(|(_, r)| match r {
+                Rec::Msg(s, _, p) if *s == A => Some(p[0]),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids, (0..40).collect::<Vec<u8>>(), "at {m:?}");
+    }
+}
+
+#[test]
+fn a_full_history_is_shared_out_one_message_per_sender_in_turn() {
+    let cfg = GroupConfig {
+        history_max: 16,
+        send_window: 8,
+        pack: crate::pack::PackMode::Off,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 3);
+    // Nobody consumes: the history fills, and every sender's messages queue.
+    let now = net.now;
+    for m in [A, B, C] {
+        for i in 0..30u8 {
+            net.m(m).send(now, &[i]).expect("queued");
+        }
+    }
+    net.flush();
+    net.run_for(Duration::from_millis(500));
+    let order = senders(&mut net, A);
+    assert_eq!(order.len(), 90, "every message delivered");
+    assert_eq!(senders(&mut net, B), order);
+    assert_eq!(senders(&mut net, C), order);
+    // The first 16 fill the empty history as they come. Then, while everyone has messages
+    // queued, the room stability frees goes one message per sender in turn: the sequencer's
+    // own application does not get the history for itself, nor wait behind everyone else.
+    let sites: Vec<u16> = order.iter().map(|a| a.site).collect();
+    for w in sites[24..78].windows(3) {
+        let mut w = w.to_vec();
+        w.sort_unstable();
+        assert_eq!(w, [1, 2, 3], "in turn: {sites:?}");
+    }
+}

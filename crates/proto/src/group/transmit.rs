@@ -236,6 +236,7 @@ impl Member {
         }
         s.heartbeat_due = false;
         s.accept_news = false;
+        s.stable_told = self.stable_upto;
         if sync {
             s.sync_due = false;
             s.sync_at = Some(now);

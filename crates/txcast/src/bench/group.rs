@@ -365,12 +365,17 @@ fn blast_counted(g: &Group, seconds: f64) -> io::Result<(u64, Duration, u64)> {
                 *by_sender.entry(sender).or_insert(0) += 1;
             }
         };
-        while let Some((sender, quit, message)) = g.try_receive_with(|d| match d.what {
-            txcast_proto::group::Delivered::Message { payload, .. } => {
-                (d.sender, payload == QUIT, true)
-            }
-            _ => (d.sender, false, false),
-        }) {
+        // A bounded batch, then back to sending: at the sequencer deliveries never run dry
+        // under load, and an application that only drained them would never send.
+        while got < 256 {
+            let Some((sender, quit, message)) = g.try_receive_with(|d| match d.what {
+                txcast_proto::group::Delivered::Message { payload, .. } => {
+                    (d.sender, payload == QUIT, true)
+                }
+                _ => (d.sender, false, false),
+            }) else {
+                break;
+            };
             got += 1;
             note(sender, quit, message);
         }
@@ -455,8 +460,8 @@ pub fn child(args: &[String]) -> io::Result<()> {
             if std::env::var("TXCAST_BENCH_VERBOSE").is_ok() {
                 let c = g.info().counters;
                 eprintln!(
-                    "    site {site}: {} packets sent, {} submissions ({} resent), {} ordered, {} records multicast, {} syncs, {} history full, {} dups",
-                    c.packets_sent, c.submits_sent, c.submits_resent, c.ordered, c.records_multicast, c.syncs, c.history_full, c.duplicates
+                    "    site {site}: {} app sends, {} packets sent, {} submissions ({} resent), {} ordered, {} records multicast, {} syncs, {} history full, {} own window full, {} dups, {} acks, {} naks sent, {} received",
+                    c.sent, c.packets_sent, c.submits_sent, c.submits_resent, c.ordered, c.records_multicast, c.syncs, c.history_full, c.own_window_full, c.duplicates, c.acks_sent, c.naks_sent, c.naks_received
                 );
             }
             let until = Instant::now() + Duration::from_millis(300);
