@@ -79,7 +79,8 @@ fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
             to,
         } => w.u64(consumed) && w.u64(received) && w.u64(from) && w.u64(to),
         Msg::JoinRequest { join_id } => w.u64(join_id),
-        Msg::Probe | Msg::LeaveRequest | Msg::Invite => true,
+        Msg::Probe | Msg::LeaveRequest => true,
+        Msg::Invite { base } => w.epoch(base),
         Msg::Redirect { sequencer } => w.address(sequencer),
         Msg::Welcome {
             join_seq,
@@ -100,7 +101,8 @@ fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
             consumed,
             received,
             held_from,
-        } => w.u64(consumed) && w.u64(received) && w.u64(held_from),
+            view,
+        } => w.u64(consumed) && w.u64(received) && w.u64(held_from) && w.epoch(view),
         Msg::NewView {
             start_seq,
             sequencer,

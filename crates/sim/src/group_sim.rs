@@ -29,6 +29,9 @@ pub struct GroupSimOptions {
     pub faults: bool,
     /// Messages each process sends at most.
     pub messages_per_member: u32,
+    /// With `faults`, let the seed also cut the network in two now and then (drawn from a
+    /// generator of its own, so turning this off replays a seed's other faults unchanged).
+    pub partitions: bool,
 }
 
 impl Default for GroupSimOptions {
@@ -39,6 +42,7 @@ impl Default for GroupSimOptions {
             liveness_ns: 12_000_000_000,
             faults: true,
             messages_per_member: 60,
+            partitions: true,
         }
     }
 }
@@ -56,6 +60,8 @@ pub struct GroupSimReport {
     pub crashes: u32,
     pub leaves: u32,
     pub joins: u32,
+    /// Times the network was cut in two.
+    pub partitions: u32,
     pub resets: u64,
     pub final_members: usize,
     pub highest_seq: u64,
@@ -148,6 +154,15 @@ struct Sim {
     faults_on: bool,
     stuck: u32,
     trace: bool,
+    partitions: Option<Partitions>,
+    cuts: u32,
+}
+
+/// A seed's partition schedule: the next cut or heal.
+struct Partitions {
+    next_at: u64,
+    cut: bool,
+    rng: Rng,
 }
 
 /// Runs one seed; `Err` names the first guarantee broken.
@@ -188,8 +203,7 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
             },
         };
         let mut f = FaultConfig::swarm(&mut fault_rng);
-        // No partitions or long clogs yet: this first cut of recovery assumes crash failures
-        // that the detector sees as such (see docs/ARCHITECTURE.md).
+        // Partitions come from their own schedule (below), in virtual time.
         f.partition_flip = 0.0;
         f.delay_max_ns = f.delay_max_ns.min(f.delay_min_ns + 2_000_000);
         let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
@@ -199,6 +213,14 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         (FaultConfig::none(), 0.0, 0.0)
     };
     let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
+    // Partitions: some seeds cut the network in two at random times, for anything from a
+    // blip the failure detector never notices to longer than a rebuild takes.
+    let mut part_rng = Rng::new(seed ^ 0x7061_7274_6974_696f);
+    let partitions = (opts.faults && opts.partitions && part_rng.chance(0.4)).then(|| Partitions {
+        next_at: part_rng.below(opts.safety_ns / 2),
+        cut: false,
+        rng: part_rng,
+    });
     let mut sim = Sim {
         seed,
         opts: opts.clone(),
@@ -222,6 +244,8 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         faults_on: true,
         stuck: 0,
         trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
+        partitions,
+        cuts: 0,
     };
     sim.start()?;
     let end_safety = opts.safety_ns;
@@ -259,6 +283,7 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         crashes: sim.crashes,
         leaves: sim.leaves,
         joins: sim.joins,
+        partitions: sim.cuts,
         resets: sim
             .procs
             .iter()
@@ -286,13 +311,14 @@ impl Sim {
 
     fn describe(&self) -> String {
         format!(
-            "r={} method={:?} pack={:?} crashes {} leaves {} joins {}",
+            "r={} method={:?} pack={:?} crashes {} leaves {} joins {} partitions {}",
             self.cfg.resilience,
             self.cfg.method,
             self.cfg.pack,
             self.crashes,
             self.leaves,
-            self.joins
+            self.joins,
+            self.cuts
         )
     }
 
@@ -419,6 +445,7 @@ impl Sim {
         }
         self.now = next.max(self.now);
         let now = self.t();
+        self.step_partitions();
         self.net.step_clogs(now);
         while let Some((to, bytes)) = self.net.pop_due(now) {
             self.digest.add_u64(to as u64);
@@ -441,6 +468,36 @@ impl Sim {
         }
         self.workload()?;
         Ok(())
+    }
+
+    /// Cuts or heals the network when the partition schedule says so.
+    fn step_partitions(&mut self) {
+        if !self.faults_on {
+            return;
+        }
+        let Some(p) = self.partitions.as_mut() else {
+            return;
+        };
+        if self.now < p.next_at {
+            return;
+        }
+        if p.cut {
+            p.cut = false;
+            p.next_at = self.now + 100_000_000 + p.rng.below(1_500_000_000);
+            self.net.heal_partition();
+            if self.trace {
+                eprintln!("{:>10} partition healed", self.now);
+            }
+        } else {
+            p.cut = true;
+            p.next_at = self.now + 10_000_000 + p.rng.below(1_500_000_000);
+            let sides: Vec<bool> = (0..MAX_SLOTS).map(|_| p.rng.chance(0.5)).collect();
+            if self.trace {
+                eprintln!("{:>10} partition cut: {sides:?}", self.now);
+            }
+            self.net.cut_partition(|a| sides[a]);
+            self.cuts += 1;
+        }
     }
 
     fn workload(&mut self) -> Result<(), Violation> {

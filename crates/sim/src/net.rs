@@ -171,6 +171,19 @@ impl Network {
         }
     }
 
+    /// Cuts the network in two: `side(a)` says which side node `a` is on.
+    pub fn cut_partition(&mut self, side: impl Fn(NodeId) -> bool) {
+        for (a, s) in self.side.iter_mut().enumerate() {
+            *s = side(a);
+        }
+        self.partitioned = true;
+    }
+
+    /// Heals a partition cut by [`Network::cut_partition`] (other faults stay).
+    pub fn heal_partition(&mut self) {
+        self.partitioned = false;
+    }
+
     /// Maybe cuts or heals a partition.
     pub fn step_partitions(&mut self) {
         if self.faults.partition_flip > 0.0 && self.rng.chance(self.faults.partition_flip) {

@@ -11,7 +11,7 @@ pub fn run(args: &[String]) -> i32 {
         _ => {
             eprintln!(
                 "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
-                 \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N]\n\
+                 \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N] [--no-partitions]\n\
                  \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
             );
             2
@@ -80,6 +80,9 @@ fn group(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--messages") {
         opts.messages_per_member = m;
     }
+    if args.iter().any(|a| a == "--no-partitions") {
+        opts.partitions = false;
+    }
     if let Some(seed) = opt::<u64>(args, "--seed") {
         return match run_group(seed, &opts) {
             Ok(r) => {
@@ -88,8 +91,8 @@ fn group(args: &[String]) -> i32 {
                 println!("  faults:  {}", r.faults);
                 println!("  network: {:?}", r.net);
                 println!(
-                    "  {} sent, {} completed, {} delivered; {} crashes, {} leaves, {} joins, {} rebuilds; {} members at the end, last seq {}; trace digest {:016x}",
-                    r.sent, r.completed, r.delivered, r.crashes, r.leaves, r.joins, r.resets,
+                    "  {} sent, {} completed, {} delivered; {} crashes, {} leaves, {} joins, {} partitions, {} rebuilds; {} members at the end, last seq {}; trace digest {:016x}",
+                    r.sent, r.completed, r.delivered, r.crashes, r.leaves, r.joins, r.partitions, r.resets,
                     r.final_members, r.highest_seq, r.digest
                 );
                 0

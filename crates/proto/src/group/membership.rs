@@ -217,14 +217,14 @@ impl Member {
             }
         }
         if let Some((leave_seq, until)) = self.depart {
-            // Done when the members have everything up to our leave and the members that
-            // left before us have their leave records.
+            // Done when the members have applied our leave (so one of them is the sequencer)
+            // and the members that left before us have their leave records.
             let done = self.seqr.as_ref().is_none_or(|s| {
                 s.departing.is_empty()
                     && self
                         .members
                         .iter()
-                        .all(|m| s.acks.get(m).is_some_and(|a| a.1 >= leave_seq))
+                        .all(|m| s.acks.get(m).is_some_and(|a| a.0 >= leave_seq))
             });
             if done || now >= until {
                 self.depart = None;

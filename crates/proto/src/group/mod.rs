@@ -382,6 +382,7 @@ enum Control {
     },
     Invite {
         epoch: Epoch,
+        base: Epoch,
     },
     InviteReply {
         epoch: Epoch,
@@ -460,6 +461,8 @@ type Welcome = (Address, u64, Vec<(Address, u64)>);
 #[derive(Debug)]
 struct Reset {
     epoch: Epoch,
+    /// The coordinator's: the view being rebuilt (its own).
+    base: Epoch,
     coordinator: bool,
     min_members: usize,
     old_members: Vec<Address>,
@@ -477,6 +480,9 @@ pub struct Member {
     epoch: Epoch,
     /// Highest epoch number seen anywhere (a coordinator picks a higher one).
     epoch_seen: u64,
+    /// The highest rebuild this member answered for another coordinator: it installs no
+    /// view of a lower epoch, since that coordinator may make its view from the answer.
+    promised: Epoch,
     /// The sequence number a rebuilt view started after (its `start_seq`).
     start_seq: u64,
     members: Vec<Address>,
@@ -572,6 +578,7 @@ impl Member {
             state: State::Joining,
             epoch: Epoch::default(),
             epoch_seen: 0,
+            promised: Epoch::default(),
             start_seq: 0,
             members: Vec::new(),
             sequencer: me,

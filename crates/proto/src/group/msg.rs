@@ -213,12 +213,18 @@ pub enum Msg<'a> {
         members: MemberIds<'a>,
     },
     LeaveRequest,
-    Invite,
+    Invite {
+        /// The epoch of the view being rebuilt (the coordinator's own).
+        base: Epoch,
+    },
     InviteReply {
         consumed: u64,
         received: u64,
         /// The oldest record the member still holds.
         held_from: u64,
+        /// The epoch of the view the member is in (its records up to `received` are that
+        /// view's).
+        view: Epoch,
     },
     NewView {
         start_seq: u64,
@@ -247,10 +253,7 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
         kind,
         flags,
         group: u32_at(b, 4),
-        epoch: Epoch {
-            number: u64_at(b, 8),
-            coordinator: Address::read_from(&b[16..24]),
-        },
+        epoch: epoch_at(b, 8),
         from: Address::read_from(&b[24..32]),
     };
     let body = &b[GROUP_HEADER_BYTES..];
@@ -347,15 +350,18 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
             Msg::LeaveRequest
         }
         MsgKind::Invite => {
-            fixed(0)?;
-            Msg::Invite
+            fixed(16)?;
+            Msg::Invite {
+                base: epoch_at(body, 0),
+            }
         }
         MsgKind::InviteReply => {
-            fixed(24)?;
+            fixed(40)?;
             Msg::InviteReply {
                 consumed: u64_at(body, 0),
                 received: u64_at(body, 8),
                 held_from: u64_at(body, 16),
+                view: epoch_at(body, 24),
             }
         }
         MsgKind::NewView => {
@@ -370,6 +376,14 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
         }
     };
     Ok((hdr, msg))
+}
+
+/// An epoch as it is written: its number, then its coordinator.
+fn epoch_at(b: &[u8], at: usize) -> Epoch {
+    Epoch {
+        number: u64_at(b, at),
+        coordinator: Address::read_from(&b[at + 8..at + 16]),
+    }
 }
 
 /// A checked list of `(member, oldest record held, received up to)` triples.
@@ -572,6 +586,10 @@ impl<'b> MsgWriter<'b> {
 
     pub fn u64(&mut self, v: u64) -> bool {
         self.bytes(&v.to_le_bytes())
+    }
+
+    pub fn epoch(&mut self, e: Epoch) -> bool {
+        self.u64(e.number) && self.address(e.coordinator)
     }
 
     pub fn address(&mut self, a: Address) -> bool {

@@ -52,12 +52,13 @@ impl Member {
                 sequencer,
                 &members.iter().collect::<Vec<_>>(),
             ),
-            Msg::Invite => self.on_invite(now, hdr),
+            Msg::Invite { base } => self.on_invite(now, hdr, base),
             Msg::InviteReply {
                 consumed,
                 received,
                 held_from,
-            } => self.on_invite_reply(now, hdr, consumed, received, held_from),
+                view,
+            } => self.on_invite_reply(now, hdr, consumed, received, held_from, view),
             Msg::NewView {
                 start_seq,
                 sequencer,

@@ -68,10 +68,10 @@ impl Member {
 
     /// Starts a rebuild with this member as coordinator.
     pub(super) fn start_reset(&mut self, now: Instant, min: MinMembers) {
-        let old_members = match &self.reset {
+        let (old_members, base) = match &self.reset {
             // A retry keeps the view being rebuilt.
-            Some(r) if r.coordinator => r.old_members.clone(),
-            _ => self.members.clone(),
+            Some(r) if r.coordinator => (r.old_members.clone(), r.base),
+            _ => (self.members_less_leaver(), self.epoch),
         };
         // Saturating: any message of the group raises `epoch_seen`, a corrupt one up to the
         // largest number.
@@ -88,6 +88,7 @@ impl Member {
         );
         self.reset = Some(Reset {
             epoch,
+            base,
             coordinator: true,
             min_members: min.of(old_members.len()),
             old_members,
@@ -109,9 +110,22 @@ impl Member {
         self.retransmit.clear();
     }
 
-    pub(super) fn on_invite(&mut self, now: Instant, hdr: GroupHeader) {
+    pub(super) fn on_invite(&mut self, now: Instant, hdr: GroupHeader, base: Epoch) {
         let e = hdr.epoch;
+        if self.state == State::Left && !self.members.contains(&hdr.from) {
+            // Left, still running: it may be the last the inviter knows of the group (the
+            // others gone too). Our last view, if newer than its own and without it, tells it
+            // it is out; otherwise it ignores it.
+            self.push_control(hdr.from, Control::NewView);
+            return;
+        }
         if matches!(self.state, State::Joining | State::Left | State::Expelled) {
+            return;
+        }
+        if base < self.epoch {
+            // It rebuilds a view we have already left for a newer one, made by a majority of
+            // that same view: answering would let it make a second successor. Show it ours.
+            self.push_control(hdr.from, Control::NewView);
             return;
         }
         if e <= self.epoch || (self.state == State::Normal && !self.members.contains(&hdr.from)) {
@@ -121,13 +135,15 @@ impl Member {
             }
             return;
         }
-        if self.reset.as_ref().is_some_and(|r| e <= r.epoch) {
+        if e <= self.promised || self.reset.as_ref().is_some_and(|r| e <= r.epoch) {
             return;
         }
         // Not Normal here: our own view may lag the inviter's (it applied joins we have not),
         // so any higher invitation is taken.
+        self.promised = e;
         self.reset = Some(Reset {
             epoch: e,
+            base,
             coordinator: false,
             min_members: 0,
             old_members: Vec::new(),
@@ -152,13 +168,27 @@ impl Member {
         consumed: u64,
         received: u64,
         held_from: u64,
+        view: Epoch,
     ) {
         let Some(r) = self.reset.as_mut() else {
             return;
         };
-        if !r.coordinator || hdr.epoch != r.epoch || !r.old_members.contains(&hdr.from) {
+        if !r.coordinator
+            || hdr.epoch != r.epoch
+            || !r.old_members.contains(&hdr.from)
+            || view > r.base
+        {
+            // (A member in a newer view than ours refuses rather than answers.)
             return;
         }
+        // A member of the view being rebuilt that never installed it (its announcement was
+        // lost) is still in the view before, which that rebuild numbered anew after its
+        // start: what it holds beyond the start is not this view's.
+        let received = if view < r.base {
+            received.min(self.start_seq)
+        } else {
+            received
+        };
         r.replies.insert(hdr.from, (consumed, received, held_from));
         if r.replies.len() == r.old_members.len() {
             self.decide_view(now);
@@ -193,8 +223,9 @@ impl Member {
         }
         r.invites_sent += 1;
         r.next_at = now + self.cfg.probe_interval;
-        let (epoch, missing): (Epoch, Vec<Address>) = (
+        let (epoch, base, missing): (Epoch, Epoch, Vec<Address>) = (
             r.epoch,
+            r.base,
             r.old_members
                 .iter()
                 .copied()
@@ -202,7 +233,7 @@ impl Member {
                 .collect(),
         );
         for m in missing {
-            self.push_control(m, Control::Invite { epoch });
+            self.push_control(m, Control::Invite { epoch, base });
         }
     }
 
@@ -245,6 +276,18 @@ impl Member {
             }
         }
         let (_, sequencer, survivors) = best.expect("a candidate can always serve itself");
+        if survivors.len() < r.min_members {
+            // Members that would be left out cannot make up the quorum: one of them, never
+            // told, could count for another rebuild of the same view.
+            self.counters.resets_failed += 1;
+            self.events.push_back(GroupEvent::ResetFailed {
+                survivors: survivors.len(),
+                needed: r.min_members,
+            });
+            self.state = State::Blocked;
+            self.blocked_retry_at = Some(now + self.cfg.reset_retry);
+            return;
+        }
         let start = r.replies[&sequencer].1;
         let donors: Vec<(Address, u64, u64)> = survivors
             .iter()
@@ -321,9 +364,10 @@ impl Member {
             self.expel();
             return;
         }
-        if self.reset.as_ref().is_some_and(|r| epoch < r.epoch) {
+        if epoch < self.promised {
             // We answered a later invitation with our state frozen; taking in an earlier
-            // view's records now could contradict that answer.
+            // view's records now could contradict that answer. (Our own rebuild, still
+            // undecided, is no such promise: a view a member shows us in refusing it wins.)
             return;
         }
         if sequencer == self.me
@@ -360,8 +404,13 @@ impl Member {
         self.seqr = None;
         self.watch = Watch::new(now);
         // Keep only what we received in order (and so reported): records held out of order
-        // beyond it may be from an epoch the group has since renumbered.
-        self.received_upto = self.received_upto.min(start_seq);
+        // beyond it may be from an epoch the group has since renumbered. The coordinator may
+        // have counted less of it (we were a view behind): keep only what it counted.
+        let counted = donors
+            .iter()
+            .find(|d| d.0 == self.me && d.1 > 0)
+            .map_or(u64::MAX, |d| d.2);
+        self.received_upto = self.received_upto.min(start_seq).min(counted);
         self.history.truncate_after(self.received_upto);
         self.ordered_seen = start_seq;
         // Records up to the start stay tentative where they were: the new sequencer accepts
@@ -400,6 +449,27 @@ impl Member {
             for m in survivors.into_iter().filter(|m| !members.contains(m)) {
                 self.push_control(m, Control::NewView);
             }
+        }
+    }
+
+    /// The members, less one whose leave record we hold but have not applied (the first
+    /// membership record after what we applied): it is gone and will not answer. Any majority
+    /// with it and any without it still meet in a member that stays, as for any single change
+    /// of membership; two pending changes would not, so only the first counts.
+    fn members_less_leaver(&self) -> Vec<Address> {
+        let first = (self.applied_upto + 1..=self.received_upto)
+            .filter_map(|q| self.history.get(q))
+            .find(|e| e.kind != RecordKind::Message);
+        match first {
+            Some(e) if e.kind == RecordKind::Leave => {
+                let gone = super::addr_payload(e);
+                self.members
+                    .iter()
+                    .copied()
+                    .filter(|&m| m != gone)
+                    .collect()
+            }
+            _ => self.members.clone(),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::history::Entry;
 use super::msg::{RecordKind, SubmitRecords};
-use super::{encode_addr, Member, Sequencer, State, Watch};
+use super::{addr_payload, encode_addr, Member, Sequencer, State, Watch};
 use crate::addr::Address;
 use crate::time::Instant;
 use std::collections::{HashMap, VecDeque};
@@ -162,6 +162,8 @@ impl Member {
                 RecordKind::Leave => s.leaves.pop_front(),
                 _ => s.joins.pop_front(),
             };
+            // The record waits for a member to hold it (see `advance_accept`): ask for acks.
+            s.sync_due = true;
             self.order(
                 now,
                 Entry {
@@ -412,16 +414,28 @@ impl Member {
         for m in others.clone().take(r) {
             cand = cand.min(s.acks.get(m).map_or(0, |a| a.1));
         }
-        if let Some(b) = s.barrier {
-            let is_view = self
-                .history
-                .get(b)
-                .is_some_and(|e| e.kind == RecordKind::View);
-            if is_view && b <= cand {
-                let all = others
-                    .clone()
-                    .all(|m| s.acks.get(m).is_some_and(|a| a.1 >= b));
-                if !all {
+        if let Some(b) = s.barrier.filter(|&b| b <= cand) {
+            let e = self.history.get(b);
+            let holds = |m: &Address| s.acks.get(m).is_some_and(|a| a.1 >= b);
+            if e.is_some_and(|e| e.kind == RecordKind::View) {
+                if !others.clone().all(holds) {
+                    // A rebuilt view commits when every member holds its View record (and so
+                    // everything before it). Until then nothing more is accepted, not even the
+                    // old records up to the start: a member that alone held them could be cut
+                    // off, and the next rebuild would number other records in their place.
+                    cand = cand.min(self.accepted_upto);
+                }
+            } else if let Some(who) = e
+                .filter(|e| matches!(e.kind, RecordKind::Join | RecordKind::Leave))
+                .map(addr_payload)
+            {
+                // A join or leave, even with r = 0, waits until a member besides us and the
+                // one it names holds it. The joiner's history starts there and the leaver's
+                // ends there; were we alone to hold it and then cut off, a rebuild would
+                // number something else in its place, and the two would disagree with the
+                // group about their own first or last record.
+                let mut holders = others.clone().filter(|&&m| m != who).take(r.max(1));
+                if !holders.all(holds) {
                     cand = b - 1;
                 }
             }

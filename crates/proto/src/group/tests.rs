@@ -192,7 +192,7 @@ fn wire_round_trip_fixed_kinds() {
     check_header(&h, MsgKind::JoinRequest, 0);
     assert!(matches!(m, Msg::JoinRequest { join_id: 77 }), "{m:?}");
 
-    for kind in [MsgKind::Probe, MsgKind::LeaveRequest, MsgKind::Invite] {
+    for kind in [MsgKind::Probe, MsgKind::LeaveRequest] {
         let b = build(kind, 0, |_| true);
         assert_eq!(b.len(), GROUP_HEADER_BYTES);
         let (h, m) = parsed(&b);
@@ -200,11 +200,20 @@ fn wire_round_trip_fixed_kinds() {
         let ok = match kind {
             MsgKind::Probe => matches!(m, Msg::Probe),
             MsgKind::LeaveRequest => matches!(m, Msg::LeaveRequest),
-            MsgKind::Invite => matches!(m, Msg::Invite),
             _ => unreachable!(),
         };
         assert!(ok, "{kind:?} parsed as {m:?}");
     }
+
+    let base = Epoch {
+        number: 41,
+        coordinator: Address::new(0, 9, 1, 0),
+    };
+    let b = build(MsgKind::Invite, 0, |w| w.epoch(base));
+    assert_eq!(b.len(), GROUP_HEADER_BYTES + 16);
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Invite, 0);
+    assert!(matches!(m, Msg::Invite { base: x } if x == base), "{m:?}");
 
     let seq_addr = Address::new(0, 3, 1, 0);
     let b = build(MsgKind::Redirect, 0, |w| w.address(seq_addr));
@@ -216,7 +225,7 @@ fn wire_round_trip_fixed_kinds() {
     assert_eq!(sequencer, seq_addr);
 
     let b = build(MsgKind::InviteReply, 0, |w| {
-        w.u64(100) && w.u64(101) && w.u64(50)
+        w.u64(100) && w.u64(101) && w.u64(50) && w.epoch(base)
     });
     let (h, m) = parsed(&b);
     check_header(&h, MsgKind::InviteReply, 0);
@@ -226,8 +235,9 @@ fn wire_round_trip_fixed_kinds() {
             Msg::InviteReply {
                 consumed: 100,
                 received: 101,
-                held_from: 50
-            }
+                held_from: 50,
+                view,
+            } if view == base
         ),
         "{m:?}"
     );
@@ -366,9 +376,11 @@ fn wire_error_too_short() {
     assert!(parse(&welcome, PMAX).is_ok());
     assert_eq!(err(&welcome[..welcome.len() - 1]), GroupWireError::TooShort);
     let reply = build(MsgKind::InviteReply, 0, |w| {
-        w.u64(1) && w.u64(2) && w.u64(3)
+        w.u64(1) && w.u64(2) && w.u64(3) && w.epoch(epoch())
     });
     assert_eq!(err(&reply[..reply.len() - 1]), GroupWireError::TooShort);
+    let invite = build(MsgKind::Invite, 0, |w| w.epoch(epoch()));
+    assert_eq!(err(&invite[..invite.len() - 1]), GroupWireError::TooShort);
     let view = build(MsgKind::NewView, 0, |w| w.u64(1) && w.address(from()));
     assert_eq!(err(&view[..view.len() - 1]), GroupWireError::TooShort);
 }
@@ -507,14 +519,14 @@ fn wire_error_trailing_bytes() {
         build(MsgKind::Probe, 0, |_| true),
         build(MsgKind::JoinRequest, 0, |w| w.u64(1)),
         build(MsgKind::LeaveRequest, 0, |_| true),
-        build(MsgKind::Invite, 0, |_| true),
+        build(MsgKind::Invite, 0, |w| w.epoch(epoch())),
         build(MsgKind::Ack, 0, |w| w.u64(1) && w.u64(2)),
         build(MsgKind::Nak, 0, |w| {
             w.u64(1) && w.u64(2) && w.u64(3) && w.u64(4)
         }),
         build(MsgKind::Redirect, 0, |w| w.address(from())),
         build(MsgKind::InviteReply, 0, |w| {
-            w.u64(1) && w.u64(2) && w.u64(3)
+            w.u64(1) && w.u64(2) && w.u64(3) && w.epoch(epoch())
         }),
     ];
     for mut b in cases {
@@ -1515,4 +1527,55 @@ fn a_full_history_is_shared_out_one_message_per_sender_in_turn() {
         w.sort_unstable();
         assert_eq!(w, [1, 2, 3], "in turn: {sites:?}");
     }
+}
+
+#[test]
+fn a_member_of_a_newer_view_refuses_to_help_rebuild_the_old_one() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let old = net.m(A).info().epoch;
+    // A is cut off; B and C make a new view without it. Then C is cut off too, and B, alone
+    // of two, cannot rebuild: it blocks.
+    net.crashed.push(A);
+    let rebuilt = |n: &mut Net| n.m(B).info().epoch > old && n.m(C).info().epoch > old;
+    assert!(net.run_until(Duration::from_secs(5), rebuilt));
+    let newer = net.m(B).info().epoch;
+    net.crashed.push(C);
+    assert!(net.run_until(Duration::from_secs(5), |n| n.m(B).state() == State::Blocked));
+
+    // A, still in the old view, tries to rebuild it with a higher epoch. Were B to answer,
+    // A and B would be a majority of the old view and could make a second successor to it.
+    let mut buf = vec![0u8; 256];
+    let proposal = Epoch {
+        number: newer.number + 5,
+        coordinator: A,
+    };
+    let mut w = MsgWriter::start(&mut buf, MsgKind::Invite, 0, cfg.group, proposal, A).unwrap();
+    assert!(w.epoch(old));
+    let n = w.finish();
+    let now = net.now;
+    net.m(B).handle_message(now, &buf[..n]).unwrap();
+    let mut out = vec![0u8; 65_536];
+    let mut answers = Vec::new();
+    let mut shown = None;
+    while let Some((dest, len)) = net.m(B).poll_transmit(now, &mut out) {
+        let (h, m) = parse(&out[..len], 65_536).unwrap();
+        answers.push((dest, h.kind, h.epoch));
+        if let Msg::NewView { members, .. } = m {
+            assert_eq!(members.iter().map(|x| x.0).collect::<Vec<_>>(), vec![B, C]);
+            shown = Some(out[..len].to_vec());
+        }
+    }
+    assert!(
+        answers.contains(&(Dest::To(A), MsgKind::NewView, newer)),
+        "{answers:?}"
+    );
+    assert!(!answers.iter().any(|a| a.1 == MsgKind::InviteReply));
+    assert_eq!(net.m(B).state(), State::Blocked, "B did not answer A");
+    assert_eq!(net.m(B).info().epoch, newer);
+
+    // The view B showed tells A it is out.
+    let now = net.now;
+    net.m(A).handle_message(now, &shown.unwrap()).unwrap();
+    assert_eq!(net.m(A).state(), State::Expelled);
 }

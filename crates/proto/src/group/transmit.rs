@@ -51,7 +51,7 @@ impl Member {
             Control::LeaveRequest => MsgKind::LeaveRequest,
             Control::Redirect(_) => MsgKind::Redirect,
             Control::Welcome { .. } => MsgKind::Welcome,
-            Control::Invite { epoch: e } => {
+            Control::Invite { epoch: e, .. } => {
                 epoch = *e;
                 MsgKind::Invite
             }
@@ -64,7 +64,8 @@ impl Member {
         let mut w = MsgWriter::start(buf, kind, 0, g, epoch, me)?;
         let ok = match c {
             Control::JoinRequest => w.u64(self.join_id),
-            Control::Probe | Control::LeaveRequest | Control::Invite { .. } => true,
+            Control::Probe | Control::LeaveRequest => true,
+            Control::Invite { base, .. } => w.epoch(base),
             Control::Ack => {
                 // A member whose leave is applied needs nothing more from the group: its last
                 // report counts every record it applied (its leave record included) as
@@ -82,7 +83,10 @@ impl Member {
                 w.u64(consumed) && w.u64(self.received_upto)
             }
             Control::InviteReply { .. } => {
-                w.u64(self.consumed_upto) && w.u64(self.received_upto) && w.u64(self.history.base())
+                w.u64(self.consumed_upto)
+                    && w.u64(self.received_upto)
+                    && w.u64(self.history.base())
+                    && w.epoch(self.epoch)
             }
             Control::Redirect(a) => w.address(a),
             Control::Welcome { join_seq, members } => {
