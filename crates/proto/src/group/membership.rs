@@ -40,6 +40,7 @@ impl Member {
             return;
         }
         if let Some(j) = self.join.as_mut() {
+            self.join_via.1 = sequencer;
             if j.0 != sequencer {
                 j.0 = sequencer;
                 j.2 = now + self.cfg.retransmit_timeout;
@@ -196,15 +197,31 @@ impl Member {
 
     /// Joining and leaving retries; the departing sequencer's end.
     pub(super) fn membership_tick(&mut self, now: Instant) {
-        if let Some((contact, attempts, at)) = self.join {
+        if let Some((asked, attempts, at)) = self.join {
             if now >= at {
                 if attempts >= self.cfg.join_attempts_max {
                     self.join = None;
                     self.state = State::Left;
                     self.events.push_back(GroupEvent::JoinFailed);
                 } else {
-                    self.join = Some((contact, attempts + 1, now + self.cfg.retransmit_timeout));
-                    self.push_control(contact, Control::JoinRequest);
+                    // The sequencer we were sent to may have failed since (it never answers)
+                    // and the group rebuilt around another: every few attempts, turn to the
+                    // other address we know. The contact, once in the rebuilt view, names the
+                    // new sequencer; while it cannot answer (rebuilding, or failed too), the
+                    // sequencer gets its turn again (it may have admitted us, and a recovering
+                    // sequencer repeats its Welcome). One at a time, not both at once: a
+                    // sequencer of the old view and one of the new, asked together, could
+                    // both admit us.
+                    let (given, named) = self.join_via;
+                    let to = if attempts % super::JOIN_ASK_TURN != 0 {
+                        asked
+                    } else if asked == named {
+                        given
+                    } else {
+                        named
+                    };
+                    self.join = Some((to, attempts + 1, now + self.cfg.retransmit_timeout));
+                    self.push_control(to, Control::JoinRequest);
                 }
             }
         }

@@ -397,6 +397,8 @@ const CONTROL_QUEUE_MAX: usize = 1024;
 const UNORDERED_MAX: usize = 8192;
 /// Most records one NAK asks for.
 const NAK_SPAN_MAX: u64 = 1024;
+/// Join attempts at one address before a joiner turns to the other it knows.
+const JOIN_ASK_TURN: u32 = 8;
 
 /// Failure detector state for one watched peer.
 #[derive(Clone, Copy, Debug)]
@@ -524,6 +526,9 @@ pub struct Member {
     nak_at: Option<Instant>,
     /// Joining: the member asked, attempts so far, next attempt.
     join: Option<(Address, u32, Instant)>,
+    /// Joining: the contact given to [`Member::join`], and the sequencer last named to us
+    /// (the contact until a redirect), the two addresses asked in turn.
+    join_via: (Address, Address),
     /// Names this process's join in its requests.
     join_id: u64,
     leave_at: Option<Instant>,
@@ -563,6 +568,7 @@ impl Member {
         let mut m = Member::blank(cfg, me, now)?;
         m.state = State::Joining;
         m.join = Some((contact, 1, now + m.cfg.retransmit_timeout));
+        m.join_via = (contact, contact);
         m.join_id = now.0.wrapping_add(1);
         m.push_control(contact, Control::JoinRequest);
         Ok(m)
@@ -610,6 +616,7 @@ impl Member {
             nak_at: None,
             join: None,
             join_id: 0,
+            join_via: (me, me),
             leave_at: None,
             depart: None,
             blocked_retry_at: None,

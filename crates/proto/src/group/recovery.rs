@@ -135,7 +135,19 @@ impl Member {
             }
             return;
         }
-        if e <= self.promised || self.reset.as_ref().is_some_and(|r| e <= r.epoch) {
+        if let Some((taken, coordinator)) = self.reset.as_ref().map(|r| (r.epoch, r.coordinator)) {
+            if e == taken && !coordinator {
+                // The coordinator invites again only the members it has not heard from: our
+                // answer was lost. Without another, it counts us out, and losing one reply
+                // per round can cost every rebuild its majority. (We took nothing in since
+                // the first answer, so this one says the same.)
+                self.push_control(hdr.from, Control::InviteReply { epoch: e });
+            }
+            if e <= taken {
+                return;
+            }
+        }
+        if e <= self.promised {
             return;
         }
         // Not Normal here: our own view may lag the inviter's (it applied joins we have not),
@@ -190,7 +202,9 @@ impl Member {
             received
         };
         r.replies.insert(hdr.from, (consumed, received, held_from));
-        if r.replies.len() == r.old_members.len() {
+        // (Our own answer is among the replies, but we may not be among the members: a
+        // leaving sequencer rebuilds the view it leaves.)
+        if r.old_members.iter().all(|m| r.replies.contains_key(m)) {
             self.decide_view(now);
         }
     }

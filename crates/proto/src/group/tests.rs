@@ -600,13 +600,15 @@ struct Node {
 }
 
 /// Members and a FIFO of messages in flight, delivered in order and without loss, except to
-/// or from a crashed member, or to a deaf one.
+/// or from a crashed member, to a deaf one, or one message picked to be lost.
 struct Net {
     now: Instant,
     nodes: Vec<Node>,
     queue: VecDeque<(Address, Vec<u8>)>,
     crashed: Vec<Address>,
     deaf: Vec<Address>,
+    /// The next message of this kind from this sender is lost (each entry once).
+    lose: Vec<(Address, MsgKind)>,
     buf: Vec<u8>,
 }
 
@@ -632,6 +634,7 @@ impl Net {
             queue: VecDeque::new(),
             crashed: Vec::new(),
             deaf: Vec::new(),
+            lose: Vec::new(),
             buf: vec![0u8; 65_536],
         }
     }
@@ -726,6 +729,11 @@ impl Net {
             steps += 1;
             assert!(steps < 200_000, "messages never stop");
             if self.crashed.contains(&to) || self.deaf.contains(&to) {
+                continue;
+            }
+            let (h, _) = parse(&bytes, usize::MAX).expect("members send well-formed messages");
+            if let Some(k) = self.lose.iter().position(|&l| l == (h.from, h.kind)) {
+                self.lose.remove(k);
                 continue;
             }
             let Some(j) = self.nodes.iter().position(|n| n.m.address() == to) else {
@@ -1253,6 +1261,64 @@ fn a_crashed_sequencer_is_replaced() {
             Some(&(4, Rec::Msg(C, 1, b"on".to_vec())))
         );
     }
+}
+
+#[test]
+fn an_invitation_repeated_after_a_lost_answer_is_answered_again() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 4);
+    net.crashed.push(addr(4));
+    // B's answer to A's invitation is lost. A invites it again; B, already in that epoch,
+    // must answer again, or A counts two survivors of four and the rebuild fails.
+    net.lose.push((B, MsgKind::InviteReply));
+    let rebuilt = |n: &mut Net| {
+        [A, B, C].iter().all(|&a| {
+            n.delivered(a)
+                .iter()
+                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
+        })
+    };
+    assert!(net.run_until(Duration::from_secs(3), rebuilt));
+    assert!(net.lose.is_empty(), "the answer was lost");
+    assert!(!net
+        .events(A)
+        .iter()
+        .any(|e| matches!(e, GroupEvent::ResetFailed { .. })));
+    let epoch = Epoch {
+        number: 2,
+        coordinator: A,
+    };
+    for a in [A, B, C] {
+        assert_eq!(net.m(a).info().epoch, epoch, "{a}");
+        assert_eq!(net.m(a).members(), &[A, B, C]);
+        assert_eq!(net.m(a).state(), State::Normal);
+    }
+}
+
+#[test]
+fn a_joiner_sent_to_a_sequencer_that_failed_finds_the_rebuilt_group() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    // The sequencer fails; before anyone notices, D asks B, which sends it to A.
+    net.crashed.push(A);
+    let d = addr(4);
+    net.join(&cfg, d, B);
+    net.flush();
+    assert_eq!(net.m(d).state(), State::Joining);
+    // B and C rebuild without A (in about a second). D, turning back to B now and then, is
+    // sent on to the new sequencer and admitted, well before its attempts run out (5 s).
+    let joined = |n: &mut Net| n.m(d).state() == State::Normal;
+    assert!(net.run_until(Duration::from_secs(3), joined));
+    assert!(matches!(
+        net.events(d).as_slice(),
+        [GroupEvent::JoinDone { .. }]
+    ));
+    net.run_for(Duration::from_millis(100));
+    for a in [B, C, d] {
+        assert_eq!(net.m(a).members(), &[B, C, d], "{a}");
+        assert_eq!(net.m(a).state(), State::Normal);
+    }
+    assert!(net.delivered(B).contains(&(4, Rec::Joined(d))));
 }
 
 #[test]
