@@ -29,6 +29,15 @@ pub const RECV_BATCH_MAX: usize = 64;
 pub const PARK_MAX: Duration = Duration::from_millis(25);
 /// Times the engine thread yields its core, after spinning and before parking.
 pub const ENGINE_IDLE_YIELDS: u32 = 2;
+/// The epoll token of the wake-up eventfd (sockets are registered under their descriptor).
+const WAKE_TOKEN: u64 = u64::MAX;
+/// The receive timeout of an invoker engine's sockets: the longest an application thread
+/// sleeps in a read of one (the kernel rounds it up to its clock ticks). Short enough that the
+/// next timer is rarely sooner, which would rule the read out.
+pub const BLOCKING_SLEEP: Duration = Duration::from_millis(5);
+/// Longest an application thread of an invoker engine sleeps on the sockets while another
+/// one sleeps there too (see `Engine::invoker_sleep`).
+pub const SHARED_SLEEP_MAX: Duration = Duration::from_millis(1);
 /// Links one port keeps to remote peers.
 pub const LINKS_PER_PORT_MAX: usize = 4096;
 
@@ -39,6 +48,17 @@ pub enum EngineMode {
     Thread,
     /// No thread: the application's `recv` calls run the duty cycle.
     Invoker,
+}
+
+/// Whether a duty cycle reads the sockets (see [`Engine::duty_cycle_after_sleep`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// Poll them (they may well be empty).
+    Poll,
+    /// Their epoll set reported traffic.
+    Ready,
+    /// Leave them alone.
+    No,
 }
 
 /// Everything the engine needs to start.
@@ -179,6 +199,10 @@ pub(crate) struct Endpoint {
     pub ring_blocked: AtomicBool,
     /// The groups this port belongs to (see `group`).
     pub groups: Mutex<Vec<Arc<crate::group::GroupShared>>>,
+    /// Where `socket` is bound.
+    pub sockaddr: SocketAddr,
+    /// The socket blocks (invoker mode) and a read waits at most this long for a datagram.
+    pub blocking_sleep: Option<Duration>,
 }
 
 pub(crate) struct Shared {
@@ -197,7 +221,21 @@ pub(crate) struct Shared {
     /// holds no reference and forgets a socket the moment it closes.
     epoll_fd: i32,
     /// Nanoseconds (engine clock) until which the engine thread sleeps; `u64::MAX` while awake.
+    /// In invoker mode: the earliest wake-up announced by the threads asleep in
+    /// [`Engine::invoker_sleep`] (see `sleepers`).
     sleeping_until: AtomicU64,
+    /// Invoker mode: how many threads sleep in [`Engine::invoker_sleep`], and the earliest
+    /// wake-up they announced (`u64::MAX` with none). One that wakes leaves the earliest as it
+    /// is while others still sleep (they may wake later than it says, which is why a sleep is
+    /// bounded by `PARK_MAX` regardless).
+    sleepers: Mutex<(usize, u64)>,
+    /// Invoker mode: `wake_fd` was written since a duty cycle last drained it. The eventfd is
+    /// then in the epoll set, so it must not stay readable or every sleep would end at once.
+    wake_pending: AtomicBool,
+    /// Invoker mode: a thread sleeps in a read of the socket at `blocked_addr` (see
+    /// `Engine::invoker_sleep`).
+    blocked: AtomicBool,
+    blocked_addr: Mutex<Option<SocketAddr>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     loss: Mutex<txcast_proto::rng::Rng>,
     pub injected_losses: AtomicU64,
@@ -269,6 +307,10 @@ impl Engine {
             wake_fd,
             epoll_fd,
             sleeping_until: AtomicU64::new(u64::MAX),
+            sleepers: Mutex::new((0, u64::MAX)),
+            wake_pending: AtomicBool::new(false),
+            blocked: AtomicBool::new(false),
+            blocked_addr: Mutex::new(None),
             thread: Mutex::new(None),
             loss: Mutex::new(txcast_proto::rng::Rng::new(cfg.loss_seed)),
             injected_losses: AtomicU64::new(0),
@@ -277,6 +319,19 @@ impl Engine {
             cfg,
         });
         let engine = Engine { shared };
+        if engine.shared.cfg.mode == EngineMode::Invoker {
+            // Application threads sleep on the epoll set: the eventfd in it lets a call on
+            // another thread that arms an earlier timer wake them (see `invoker_sleep`).
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: WAKE_TOKEN,
+            };
+            // SAFETY: valid epoll and eventfd descriptors and a valid event for the call.
+            let rc = unsafe { libc::epoll_ctl(epoll_fd, libc::EPOLL_CTL_ADD, wake_fd, &mut ev) };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
         if engine.shared.cfg.mode == EngineMode::Thread {
             let e = engine.clone();
             let h = std::thread::Builder::new()
@@ -373,7 +428,7 @@ impl Engine {
         };
     }
 
-    /// Wakes a parked engine thread.
+    /// Wakes a parked engine thread (in invoker mode: a thread in [`Engine::invoker_sleep`]).
     pub(crate) fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to our own eventfd.
@@ -383,6 +438,46 @@ impl Engine {
                 &one as *const u64 as *const libc::c_void,
                 8,
             );
+        }
+        if self.is_invoker() {
+            // After the write: a duty cycle that sees the flag drains what it wrote.
+            self.shared.wake_pending.store(true, Ordering::SeqCst);
+            if self.shared.blocked.load(Ordering::SeqCst) {
+                // A thread sleeps in a read of its socket: ring there (a datagram the engine
+                // counts and drops).
+                if let Some(to) = *self.shared.blocked_addr.lock().expect("blocked lock") {
+                    crate::shm::send_doorbell(to);
+                }
+            }
+        }
+    }
+
+    /// Invoker mode: drains the eventfd if `wake` wrote it since the last drain.
+    fn take_wake(&self) {
+        if self.shared.wake_pending.load(Ordering::Relaxed)
+            && self.shared.wake_pending.swap(false, Ordering::SeqCst)
+        {
+            self.drain_wake_fd();
+        }
+    }
+
+    fn drain_wake_fd(&self) {
+        let mut drain = 0u64;
+        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
+        unsafe {
+            libc::read(
+                self.shared.wake_fd,
+                &mut drain as *mut u64 as *mut libc::c_void,
+                8,
+            );
+        }
+    }
+
+    /// Invoker mode: wakes the application threads asleep in [`Engine::invoker_sleep`], if
+    /// any (one thread alone never finds any: it is the one calling).
+    pub(crate) fn wake_invoker_sleepers(&self) {
+        if self.is_invoker() && self.shared.sleeping_until.load(Ordering::SeqCst) != u64::MAX {
+            self.wake();
         }
     }
 
@@ -401,6 +496,16 @@ impl Engine {
     /// (`Instant::ZERO` if work is waiting).
     pub(crate) fn park_plan(&self, fds: &mut Vec<libc::pollfd>) -> Option<Instant> {
         fds.clear();
+        fds.push(libc::pollfd {
+            fd: self.shared.epoll_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        self.next_deadline()
+    }
+
+    /// The earliest link or group deadline of any port (`Instant::ZERO` if work is waiting).
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let mut deadline: Option<Instant> = None;
         let eps = self.shared.endpoints.read().expect("engine lock");
         for ep in eps.iter() {
@@ -413,22 +518,112 @@ impl Engine {
                 }
             }
         }
-        fds.push(libc::pollfd {
-            fd: self.shared.epoll_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        if !self
-            .shared
-            .fanout
-            .lock()
-            .expect("fanout lock")
-            .jobs
-            .is_empty()
-        {
+        if self.shared.fanout_jobs.load(Ordering::SeqCst) != 0 {
             deadline = Some(Instant::ZERO);
         }
         deadline
+    }
+
+    /// For an application thread of an invoker engine with nothing to do: sleeps until
+    /// traffic, the earliest timer, or `wait_max` (at most `PARK_MAX`). True if traffic may be
+    /// waiting on a socket.
+    ///
+    /// A thread that sleeps alone, when `own` is the engine's only socket and nothing is due
+    /// before the socket's receive timeout could end the sleep, sleeps in a read of that
+    /// socket and takes in the datagram that wakes it, as a blocking UDP receiver does: one
+    /// system call a hop instead of a wait on the epoll set and then a read. It is woken
+    /// early by a doorbell datagram (see `wake`). Otherwise the thread waits on the epoll set
+    /// of every socket the engine reads.
+    ///
+    /// The sleep is announced first, as the engine thread's `park` does, so that a call on
+    /// another thread that arms an earlier timer wakes it (`wake_for`). That is what lets the
+    /// sleep be long: a timeout sooner than the next scheduler tick has the kernel program the
+    /// timer hardware when the sleep starts and again when traffic ends it early, which on a
+    /// virtual machine costs more than the rest of a hop.
+    ///
+    /// Only a thread that sleeps alone sleeps long. Traffic wakes one of several sleepers on an
+    /// epoll set, and that one may take in what another waits for without it knowing; so with
+    /// others asleep the sleep is short ([`SHARED_SLEEP_MAX`]), and a long sleeper already
+    /// there is woken to go back to sleep on those terms.
+    pub(crate) fn invoker_sleep(&self, wait_max: Duration, own: &Endpoint) -> bool {
+        let now = self.now();
+        let mut until;
+        let alone;
+        let wake_other = {
+            let mut s = self.shared.sleepers.lock().expect("sleepers lock");
+            alone = s.0 == 0;
+            let cap = if alone { PARK_MAX } else { SHARED_SLEEP_MAX };
+            until = now.0.saturating_add(wait_max.min(cap).as_nanos() as u64);
+            let wake_other = s.0 > 0 && s.1 > until;
+            s.0 += 1;
+            s.1 = s.1.min(until);
+            self.shared.sleeping_until.store(s.1, Ordering::SeqCst);
+            wake_other
+        };
+        if wake_other {
+            self.wake();
+        }
+        if let Some(t) = self.next_deadline() {
+            until = until.min(t.0);
+        }
+        let readable = match until.checked_sub(now.0).filter(|&n| n > 0) {
+            None => true,
+            Some(n) if alone && self.sleep_in_read(own, Duration::from_nanos(n)) => false,
+            Some(n) => {
+                use crate::mmsg::EpollWake;
+                match crate::mmsg::epoll_sleep(self.shared.epoll_fd, Duration::from_nanos(n)) {
+                    EpollWake::TimedOut => false,
+                    EpollWake::Event(WAKE_TOKEN) => {
+                        self.take_wake();
+                        false
+                    }
+                    EpollWake::Event(_) => true,
+                    EpollWake::Unknown => {
+                        // Perhaps the eventfd, which nothing would drain otherwise.
+                        self.drain_wake_fd();
+                        true
+                    }
+                }
+            }
+        };
+        let mut s = self.shared.sleepers.lock().expect("sleepers lock");
+        s.0 -= 1;
+        if s.0 == 0 {
+            s.1 = u64::MAX;
+            self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
+        }
+        readable
+    }
+
+    /// The sleep of [`Engine::invoker_sleep`] in a read of `own`'s socket, if it may be taken
+    /// (false, having done nothing, if not): the socket blocks and its timeout ends the read
+    /// within `wait`, `own` is the only socket of the engine, and no wake-up is pending.
+    fn sleep_in_read(&self, own: &Endpoint, wait: Duration) -> bool {
+        if own.blocking_sleep.is_none_or(|t| t > wait) || own.group_socket.get().is_some() {
+            return false;
+        }
+        // The read takes the datagram into the duty cycle's buffer, so the sleep holds the duty
+        // lock: another thread's cycle meanwhile finds it taken and leaves the reading to us,
+        // and another thread going to sleep wakes us first (see above).
+        let Ok(mut batch) = self.shared.duty.try_lock() else {
+            return false;
+        };
+        {
+            let eps = self.shared.endpoints.read().expect("engine lock");
+            if eps.len() != 1 || !std::ptr::eq(Arc::as_ptr(&eps[0]), own) {
+                return false;
+            }
+        }
+        *self.shared.blocked_addr.lock().expect("blocked lock") = Some(own.sockaddr);
+        // Dekker pairing with `wake`: it raises `wake_pending` before it looks at `blocked`.
+        self.shared.blocked.store(true, Ordering::SeqCst);
+        if !self.shared.wake_pending.load(Ordering::SeqCst) {
+            if let Ok(1) = batch.recv_one_waiting(&own.socket) {
+                self.handle_batch(own, &batch, 1);
+            }
+        }
+        self.shared.blocked.store(false, Ordering::SeqCst);
+        true
     }
 
     /// Packets dropped by fault injection so far.
@@ -506,15 +701,34 @@ impl Engine {
     /// One pass over every port: read datagrams, run links, deliver, transmit. Returns how much
     /// work it did (zero: idle). Only one caller runs it at a time; others return at once.
     pub fn duty_cycle(&self) -> usize {
+        self.cycle(Read::Poll)
+    }
+
+    /// A duty cycle for a thread that sleeps on the sockets' epoll set between cycles:
+    /// `readable` says whether the set reported traffic. If not, the sockets are left alone
+    /// (timers, and what earlier input caused, still run): a socket with datagrams waiting
+    /// ends the coming sleep at once, so reading it first would only add a read finding
+    /// nothing.
+    pub(crate) fn duty_cycle_after_sleep(&self, readable: bool) -> usize {
+        self.cycle(if readable { Read::Ready } else { Read::No })
+    }
+
+    fn cycle(&self, read: Read) -> usize {
+        // Before the duty lock: a thread that finds it taken (by one asleep in a read) must
+        // not leave the eventfd readable, or its own sleep on the epoll set would end at once.
+        self.take_wake();
         let Ok(mut batch) = self.shared.duty.try_lock() else {
             return 0;
         };
         let eps = self.shared.endpoints.read().expect("engine lock");
         let mut work = self.run_fanout();
         for ep in eps.iter() {
-            work += self.receive(ep, &ep.socket, &mut batch);
-            if let Some(g) = ep.group_socket.get() {
-                work += self.receive(ep, g, &mut batch);
+            if read != Read::No {
+                let ready = read == Read::Ready;
+                work += self.receive(ep, &ep.socket, &mut batch, ready);
+                if let Some(g) = ep.group_socket.get() {
+                    work += self.receive(ep, g, &mut batch, ready);
+                }
             }
             work += self.run_links(ep);
             work += crate::group::run_timers(self, ep);
@@ -593,27 +807,36 @@ impl Engine {
     /// Reads what waits on `socket`: one `recvfrom` first (the cheapest poll of an idle
     /// socket, and no second system call before a lone packet is handled); when that finds a
     /// packet and the previous read was busy, whole batches with `recvmmsg`.
+    ///
+    /// `ready`: the sockets' epoll set just reported traffic. Then the poll is known to find
+    /// something and `recvmmsg` goes first: one call takes a lone datagram as `recvfrom`
+    /// would, and when it takes fewer than a batch the socket is known to be empty, where
+    /// the guess from the previous read would often cost a second call finding nothing.
     fn receive(
         &self,
         ep: &Endpoint,
         socket: &UdpSocket,
         batch: &mut crate::mmsg::RecvBatch,
+        ready: bool,
     ) -> usize {
-        let busy = ep.recv_busy.load(Ordering::Relaxed);
-        let mut n = match batch.recv_one(socket) {
-            Ok(1) => {
-                self.handle_batch(ep, batch, 1);
-                1
+        let mut n = 0;
+        if !ready {
+            let busy = ep.recv_busy.load(Ordering::Relaxed);
+            match batch.recv_one(socket) {
+                Ok(1) => {
+                    self.handle_batch(ep, batch, 1);
+                    n = 1;
+                }
+                _ => {
+                    ep.recv_busy.store(false, Ordering::Relaxed);
+                    return 0;
+                }
             }
-            _ => {
-                ep.recv_busy.store(false, Ordering::Relaxed);
-                return 0;
+            if !busy {
+                // Light traffic: see whether more was waiting next time.
+                ep.recv_busy.store(true, Ordering::Relaxed);
+                return n;
             }
-        };
-        if !busy {
-            // Light traffic: see whether more was waiting next time.
-            ep.recv_busy.store(true, Ordering::Relaxed);
-            return n;
         }
         while n < RECV_BATCH_MAX {
             let got = match batch.recv(socket) {
@@ -894,7 +1117,7 @@ pub(crate) fn flush(
             continue;
         }
         // Loss here is recovered by the link like loss on the wire.
-        let _ = ep.socket.send_to(&buf[..len], to);
+        let _ = crate::mmsg::send_to(&ep.socket, &buf[..len], &to);
         n += 1;
     }
     ep.counters

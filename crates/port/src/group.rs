@@ -104,6 +104,9 @@ pub(crate) struct GroupState {
     buf: Vec<u8>,
     pkt: Vec<u8>,
     to: Vec<SocketAddr>,
+    /// Threads asleep on the condition variable. Notifying costs a system call even when
+    /// nobody waits (every delivery would pay it, and in invoker mode nobody ever does).
+    sleepers: usize,
 }
 
 /// Shared between the application's [`Group`] handle and the engine.
@@ -148,7 +151,7 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
         match dest {
             Dest::To(a) => {
                 if let Ok(to) = cluster.socket_addr(a) {
-                    let _ = ep.socket.send_to(&st.pkt[..n], to);
+                    let _ = crate::mmsg::send_to(&ep.socket, &st.pkt[..n], &to);
                     ep.counters
                         .packets_sent
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -156,9 +159,8 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
             }
             Dest::All => {
                 st.to.clear();
-                let fanout: Vec<Address> = st.m.fanout().collect();
                 st.to
-                    .extend(fanout.iter().filter_map(|&a| cluster.socket_addr(a).ok()));
+                    .extend(st.m.fanout().filter_map(|a| cluster.socket_addr(a).ok()));
                 if let Ok(k) = crate::mmsg::send_same_to_many(&ep.socket, &st.pkt[..n], &st.to) {
                     ep.counters
                         .packets_sent
@@ -187,7 +189,12 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
         st.events.push_back(ev);
     }
     if woke {
-        g.cond.notify_all();
+        if st.sleepers > 0 {
+            g.cond.notify_all();
+        }
+        // In invoker mode a waiter sleeps on the sockets, where only traffic wakes it: if this
+        // call (from another thread) brought what it waits for, ring.
+        engine.wake_invoker_sleepers();
     }
     // An application call that armed a timer wakes a sleeping engine only if the timer would
     // otherwise fire more than `TIMER_SLACK` late: the engine never sleeps longer than
@@ -273,6 +280,7 @@ impl Group {
                 buf,
                 pkt: vec![0u8; GROUP_PACKET_BYTES_MAX],
                 to: Vec::new(),
+                sleepers: 0,
             }),
             cond: Condvar::new(),
             dirty: std::sync::atomic::AtomicBool::new(false),
@@ -304,6 +312,11 @@ impl Group {
     ) -> Result<R, GroupCallError> {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         let invoker = self.engine.is_invoker();
+        // Invoker mode polls the sockets only when a sleep on their epoll set said one has
+        // traffic: a poll before that would nearly always find nothing (this call was just
+        // made, or what the last read brought was looked at), and the sleep ends at once if
+        // traffic waits. (A sleep in a read of the socket takes the datagram in itself.)
+        let mut readable = false;
         let mut st = self.shared.lock();
         loop {
             if let Some(r) = done(&mut st) {
@@ -312,7 +325,13 @@ impl Group {
             if st.expelled {
                 return Err(GroupCallError::Expelled);
             }
-            let mut wait = Duration::from_millis(if invoker { 1 } else { 100 });
+            // An invoker's sleep is bounded as the engine thread's park is (and is woken
+            // early, as that is, when another thread arms an earlier timer).
+            let mut wait = if invoker {
+                crate::engine::PARK_MAX
+            } else {
+                Duration::from_millis(100)
+            };
             if let Some(d) = deadline {
                 let left = d.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
@@ -322,28 +341,25 @@ impl Group {
             }
             if invoker {
                 // No engine thread: this thread reads the sockets and runs the timers, and
-                // sleeps in poll(2) on them when there is nothing to do.
+                // sleeps on the sockets when there is nothing to do.
                 drop(st);
-                if self.engine.duty_cycle() == 0 {
-                    let mut fds = Vec::new();
-                    let timer = self.engine.park_plan(&mut fds);
-                    if let Some(t) = timer {
-                        let now = self.engine.now();
-                        wait = wait.min(Duration::from_nanos(t.0.saturating_sub(now.0)));
-                    }
-                    if !wait.is_zero() {
-                        crate::mmsg::ppoll_for(&mut fds, wait);
-                    }
+                let work = self
+                    .engine
+                    .duty_cycle_after_sleep(std::mem::take(&mut readable));
+                if work == 0 {
+                    readable = self.engine.invoker_sleep(wait, &self.ep);
                 }
                 st = self.shared.lock();
                 continue;
             }
+            st.sleepers += 1;
             st = self
                 .shared
                 .cond
                 .wait_timeout(st, wait)
                 .expect("group lock")
                 .0;
+            st.sleepers -= 1;
         }
     }
 
@@ -415,11 +431,14 @@ impl Group {
         &self,
         f: impl FnOnce(txcast_proto::group::Delivery<'_>) -> R,
     ) -> Option<R> {
-        if self.engine.is_invoker() {
-            // No engine thread: the caller's polls are what reads the network.
-            self.engine.duty_cycle();
-        }
         let mut st = self.shared.lock();
+        if self.engine.is_invoker() && !st.m.has_delivery() {
+            // No engine thread: the caller's polls are what reads the network (only when
+            // nothing is waiting here already, which saves a read per record drained).
+            drop(st);
+            self.engine.duty_cycle();
+            st = self.shared.lock();
+        }
         let r = st.m.poll_delivery(f);
         if r.is_some() {
             flush(&self.engine, &self.ep, &self.shared, &mut st);

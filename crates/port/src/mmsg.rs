@@ -41,6 +41,28 @@ fn sockaddr_of(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
+/// `sendto(2)` that never waits for room in the socket's buffer, whatever the socket's mode
+/// (a port's socket blocks for an invoker's sleep, see `Engine::invoker_sleep`; nothing else
+/// may wait on it).
+pub fn send_to(socket: &UdpSocket, packet: &[u8], to: &SocketAddr) -> std::io::Result<usize> {
+    let (ss, len) = sockaddr_of(to);
+    // SAFETY: `packet` and `ss` are live buffers of the lengths given.
+    let n = unsafe {
+        libc::sendto(
+            socket.as_raw_fd(),
+            packet.as_ptr() as *const libc::c_void,
+            packet.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            &ss as *const libc::sockaddr_storage as *const libc::sockaddr,
+            len,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Sends `packet` to every address in `to` with as few system calls as the batch bound allows.
 /// Returns how many datagrams the kernel accepted.
 pub fn send_same_to_many(
@@ -50,51 +72,80 @@ pub fn send_same_to_many(
 ) -> std::io::Result<usize> {
     let mut sent = 0;
     for chunk in to.chunks(FANOUT_BATCH_MAX) {
-        let mut addrs: [(libc::sockaddr_storage, libc::socklen_t); FANOUT_BATCH_MAX] =
-            // SAFETY: plain old data, zero is valid.
-            unsafe { std::mem::zeroed() };
-        for (slot, a) in addrs.iter_mut().zip(chunk) {
-            *slot = sockaddr_of(a);
-        }
-        let mut iov = libc::iovec {
-            iov_base: packet.as_ptr() as *mut libc::c_void,
-            iov_len: packet.len(),
+        // Headers for the chunk only: a group's multicast reaches a few members, and building
+        // (zeroing) a full batch of headers would cost more than the few sends.
+        sent += match chunk.len() {
+            1 => send_one(socket, packet, &chunk[0]),
+            n if n <= FANOUT_SMALL => send_chunk::<FANOUT_SMALL>(socket, packet, chunk),
+            _ => send_chunk::<FANOUT_BATCH_MAX>(socket, packet, chunk),
         };
-        // SAFETY: mmsghdr is plain old data, zero is valid.
-        let mut msgs: [libc::mmsghdr; FANOUT_BATCH_MAX] = unsafe { std::mem::zeroed() };
-        for (m, (ss, len)) in msgs.iter_mut().zip(addrs.iter_mut()).take(chunk.len()) {
-            m.msg_hdr.msg_name = ss as *mut _ as *mut libc::c_void;
-            m.msg_hdr.msg_namelen = *len;
-            m.msg_hdr.msg_iov = &mut iov;
-            m.msg_hdr.msg_iovlen = 1;
-        }
-        let mut off = 0;
-        while off < chunk.len() {
-            // SAFETY: msgs[off..chunk.len()] are initialised headers pointing at live buffers.
-            let n = unsafe {
-                libc::sendmmsg(
-                    socket.as_raw_fd(),
-                    msgs.as_mut_ptr().add(off),
-                    (chunk.len() - off) as libc::c_uint,
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::WouldBlock {
-                    std::thread::yield_now();
-                    continue;
-                }
-                // This destination refused (unreachable, no route...): skip it, go on with
-                // the others.
-                off += 1;
-                continue;
-            }
-            off += n as usize;
-            sent += n as usize;
-        }
     }
     Ok(sent)
+}
+
+/// Destinations a multicast to a small group covers with headers on the stack.
+const FANOUT_SMALL: usize = 8;
+
+/// One destination: `sendto` rather than `sendmmsg`, the same retry and skip rules.
+fn send_one(socket: &UdpSocket, packet: &[u8], to: &SocketAddr) -> usize {
+    loop {
+        match send_to(socket, packet, to) {
+            Ok(_) => return 1,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            // Refused (unreachable, no route...): skipped, as in a batch.
+            Err(_) => return 0,
+        }
+    }
+}
+
+/// Sends `packet` to every address of `chunk` (at most `N`); returns how many were accepted.
+fn send_chunk<const N: usize>(socket: &UdpSocket, packet: &[u8], chunk: &[SocketAddr]) -> usize {
+    debug_assert!(chunk.len() <= N);
+    let mut sent = 0;
+    let mut addrs: [(libc::sockaddr_storage, libc::socklen_t); N] =
+        // SAFETY: plain old data, zero is valid.
+        unsafe { std::mem::zeroed() };
+    for (slot, a) in addrs.iter_mut().zip(chunk) {
+        *slot = sockaddr_of(a);
+    }
+    let mut iov = libc::iovec {
+        iov_base: packet.as_ptr() as *mut libc::c_void,
+        iov_len: packet.len(),
+    };
+    // SAFETY: mmsghdr is plain old data, zero is valid.
+    let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
+    for (m, (ss, len)) in msgs.iter_mut().zip(addrs.iter_mut()).take(chunk.len()) {
+        m.msg_hdr.msg_name = ss as *mut _ as *mut libc::c_void;
+        m.msg_hdr.msg_namelen = *len;
+        m.msg_hdr.msg_iov = &mut iov;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let mut off = 0;
+    while off < chunk.len() {
+        // SAFETY: msgs[off..chunk.len()] are initialised headers pointing at live buffers.
+        let n = unsafe {
+            libc::sendmmsg(
+                socket.as_raw_fd(),
+                msgs.as_mut_ptr().add(off),
+                (chunk.len() - off) as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                std::thread::yield_now();
+                continue;
+            }
+            // This destination refused (unreachable, no route...): skip it, go on with
+            // the others.
+            off += 1;
+            continue;
+        }
+        off += n as usize;
+        sent += n as usize;
+    }
+    sent
 }
 
 /// A socket for a port's transaction groups: bound to the group port on every address, shared
@@ -248,6 +299,20 @@ impl RecvBatch {
     /// Reads one waiting datagram into slot 0 with `recvfrom(2)` (the cheapest poll of an
     /// idle socket), without blocking. Returns 0 or 1.
     pub fn recv_one(&mut self, sock: &UdpSocket) -> std::io::Result<usize> {
+        self.recv_one_with(sock, libc::MSG_DONTWAIT)
+    }
+
+    /// Reads one datagram into slot 0, waiting for it as long as the socket's mode and receive
+    /// timeout say (a blocking socket with `SO_RCVTIMEO`). Returns 0 on the timeout or a
+    /// signal, else 1.
+    pub fn recv_one_waiting(&mut self, sock: &UdpSocket) -> std::io::Result<usize> {
+        match self.recv_one_with(sock, 0) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
+            r => r,
+        }
+    }
+
+    fn recv_one_with(&mut self, sock: &UdpSocket, flags: libc::c_int) -> std::io::Result<usize> {
         let mut namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         // SAFETY: slot 0 and names[0] are live buffers of the sizes given.
         let n = unsafe {
@@ -255,7 +320,7 @@ impl RecvBatch {
                 sock.as_raw_fd(),
                 self.data.as_mut_ptr() as *mut libc::c_void,
                 self.slot_bytes,
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                flags | libc::MSG_TRUNC,
                 &mut self.names[0] as *mut _ as *mut libc::sockaddr,
                 &mut namelen,
             )
@@ -362,11 +427,98 @@ pub fn ppoll_for(fds: &mut [libc::pollfd], timeout: std::time::Duration) {
     };
 }
 
+/// How [`epoll_sleep`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpollWake {
+    TimedOut,
+    /// A descriptor is ready: the token it was registered with.
+    Event(u64),
+    /// A descriptor is ready or a signal came, which one unknown.
+    Unknown,
+}
+
+/// Sleeps until a descriptor of the epoll set `epfd` is ready or `timeout` passes.
+///
+/// Waits in `epoll_pwait2` on the set itself rather than in poll(2) on its descriptor: a
+/// socket's wake-up then reaches the sleeper straight from the set's callback, not through a
+/// second wait queue, and the timeout keeps nanosecond precision. Kernels before 5.11 lack
+/// the call; there it falls back to `ppoll` on the set's descriptor.
+pub fn epoll_sleep(epfd: i32, timeout: std::time::Duration) -> EpollWake {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    if !NO_PWAIT2.load(Ordering::Relaxed) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: one writable event, a valid timespec, no signal mask (its size is ignored).
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
+                epfd,
+                &mut ev as *mut libc::epoll_event,
+                1 as libc::c_int,
+                &ts as *const libc::timespec,
+                std::ptr::null::<libc::sigset_t>(),
+                0 as libc::size_t,
+            )
+        };
+        if n > 0 {
+            return EpollWake::Event(ev.u64);
+        }
+        if n == 0 {
+            return EpollWake::TimedOut;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+            return EpollWake::Unknown;
+        }
+        NO_PWAIT2.store(true, Ordering::Relaxed);
+    }
+    let mut fds = [libc::pollfd {
+        fd: epfd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: `fds` is a valid pollfd array and `ts` a valid timespec for the call.
+    match unsafe { libc::ppoll(fds.as_mut_ptr(), 1, &ts, std::ptr::null()) } {
+        0 => EpollWake::TimedOut,
+        _ => EpollWake::Unknown,
+    }
+}
+
 /// The result of a non-blocking receive call: `Ok(0)` for "nothing waiting".
 fn nothing_on_would_block(e: std::io::Error) -> std::io::Result<usize> {
     if e.kind() == std::io::ErrorKind::WouldBlock {
         Ok(0)
     } else {
         Err(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every destination gets the packet once, whatever the list's length: one (a plain
+    /// send), a small group, and more than a batch.
+    #[test]
+    fn send_same_to_many_reaches_every_destination() {
+        let from = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for n in [1usize, 3, FANOUT_SMALL + 1, FANOUT_BATCH_MAX + 3] {
+            let sinks: Vec<UdpSocket> = (0..n)
+                .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+                .collect();
+            let to: Vec<SocketAddr> = sinks.iter().map(|s| s.local_addr().unwrap()).collect();
+            assert_eq!(send_same_to_many(&from, b"fan", &to).unwrap(), n);
+            for s in &sinks {
+                s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                    .unwrap();
+                let mut buf = [0u8; 8];
+                let (len, src) = s.recv_from(&mut buf).unwrap();
+                assert_eq!(&buf[..len], b"fan");
+                assert_eq!(src, from.local_addr().unwrap());
+            }
+        }
     }
 }

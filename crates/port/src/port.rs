@@ -181,7 +181,17 @@ impl Port {
         )
         .map_err(PortError::Segment)?;
         let socket = UdpSocket::bind(sockaddr)?;
-        socket.set_nonblocking(true)?;
+        // Every read and write of the engine says MSG_DONTWAIT. An invoker's socket is left
+        // blocking, with a receive timeout, so that a lone application thread with nothing to
+        // do can sleep in the read itself (see `Engine::invoker_sleep`).
+        let blocking_sleep = if engine.is_invoker() {
+            socket.set_read_timeout(Some(crate::engine::BLOCKING_SLEEP))?;
+            // What the kernel made of it (rounded up to its clock ticks).
+            socket.read_timeout()?
+        } else {
+            socket.set_nonblocking(true)?;
+            None
+        };
         crate::mmsg::size_buffers(&socket)?;
         if cluster.multicast.enabled {
             crate::mmsg::multicast_interface(&socket, cluster.multicast.interface)?;
@@ -205,6 +215,8 @@ impl Port {
             recv_busy: AtomicBool::new(false),
             ring_blocked: AtomicBool::new(false),
             groups: Mutex::new(Vec::new()),
+            sockaddr,
+            blocking_sleep,
         });
         engine.register(ep.clone())?;
         Ok(Port {
@@ -473,7 +485,7 @@ impl Port {
         }
         let to = self.engine.config().cluster.socket_addr(dest)?;
         let (buf, n) = self.build_one(dest, None, msg)?;
-        let r = self.ep.socket.send_to(&buf[..n], to);
+        let r = crate::mmsg::send_to(&self.ep.socket, &buf[..n], &to);
         self.scratch = buf;
         r.map(|_| ()).map_err(PortError::Io)
     }
@@ -602,7 +614,7 @@ impl Port {
     ) -> Result<usize, PortError> {
         let cluster = &engine.config().cluster;
         if cluster.multicast.enabled {
-            self.ep.socket.send_to(packet, cluster.txn_group(txn))?;
+            crate::mmsg::send_to(&self.ep.socket, packet, &cluster.txn_group(txn))?;
             return Ok(1);
         }
         // Every member but this port itself gets the packet at its socket, where its engine

@@ -144,3 +144,97 @@ fn members_see_joins_and_leaves_in_the_stream_and_a_crash_is_rebuilt() {
     assert_eq!(rebuilt.1, vec![ports[0].address()]);
     assert_eq!(b.info().sequencer, c.info().sequencer);
 }
+
+/// Invoker mode (no engine thread): the members are driven only by the application's own
+/// calls, here from a thread per member waiting at once, so that one thread's read often takes
+/// in what another waits for while that one sleeps on the sockets.
+#[test]
+fn invoker_engine_members_on_threads_deliver_one_order_everywhere() {
+    use txcast_port::{Engine, EngineConfig, EngineMode};
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let ports: Vec<Port> = (0..3)
+        .map(|s| Port::open_on(&engine, addr(24, s), PortConfig::default()).unwrap())
+        .collect();
+    let a = ports[0].create_group(cfg(11, 0, Method::Pb)).unwrap();
+    let b = ports[1]
+        .join_group(cfg(11, 0, Method::Pb), ports[0].address(), WAIT)
+        .unwrap();
+    let c = ports[2]
+        .join_group(cfg(11, 0, Method::Pb), ports[0].address(), WAIT)
+        .unwrap();
+    while a.info().members.len() < 3 || b.info().members.len() < 3 {
+        // The joins are in the streams: take them in (this also runs the engine).
+        let _ = a.try_receive_with(|_| ());
+        let _ = b.try_receive_with(|_| ());
+        std::thread::yield_now();
+    }
+    let logs: Vec<Vec<(Address, Vec<u8>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = [&a, &b, &c]
+            .into_iter()
+            .enumerate()
+            .map(|(k, g)| {
+                s.spawn(move || {
+                    for i in 0..30u8 {
+                        g.send(&[k as u8, i], WAIT).unwrap();
+                    }
+                    messages(g, 90)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(logs[0], logs[1]);
+    assert_eq!(logs[0], logs[2]);
+    for k in 0..3u8 {
+        let seq: Vec<u8> = logs[0]
+            .iter()
+            .filter(|m| m.1[0] == k)
+            .map(|m| m.1[1])
+            .collect();
+        assert_eq!(seq, (0..30).collect::<Vec<_>>());
+    }
+    drop((a, b, c));
+    drop(ports);
+    engine.shutdown();
+}
+
+/// Invoker mode with the engine's only port: a thread waiting in `receive` sleeps in a read
+/// of the port's socket, and a delivery that another thread's `send` makes (a group of one
+/// orders it without traffic) must wake it there.
+#[test]
+fn invoker_engine_wakes_a_receiver_asleep_on_its_socket_for_another_threads_send() {
+    use txcast_port::{Engine, EngineConfig, EngineMode};
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let port = Port::open_on(&engine, addr(25, 0), PortConfig::default()).unwrap();
+    let g = port.create_group(cfg(12, 0, Method::Pb)).unwrap();
+    while g.try_receive_with(|_| ()).is_some() {}
+    std::thread::scope(|s| {
+        let (taken, took) = std::sync::mpsc::channel();
+        let g = &g;
+        let receiver = s.spawn(move || {
+            let mut ids = Vec::new();
+            for _ in 0..50 {
+                ids.push(messages(g, 1)[0].1[0]);
+                taken.send(()).unwrap();
+            }
+            ids
+        });
+        for i in 0..50u8 {
+            // One at a time: the receiver is (most likely) asleep again when it is sent.
+            g.send_async(&[i]).unwrap();
+            took.recv().unwrap();
+        }
+        assert_eq!(receiver.join().unwrap(), (0..50).collect::<Vec<_>>());
+    });
+    drop(g);
+    drop(port);
+    engine.shutdown();
+}

@@ -56,6 +56,7 @@ pub use layout::{
 pub use liveness::ensure_private_dir;
 pub use receiver::{RingReceiver, RingWaker};
 pub use reclaim::{reclaim_dead, survey, SegmentStatus};
+pub(crate) use segment::send_doorbell;
 pub use segment::DOORBELL;
 pub use sender::{Claim, RingSender};
 

@@ -37,6 +37,13 @@ pub(crate) const SLEEPING_ON_SOCKET: u32 = 2;
 /// for a header); receivers recognise and discard it.
 pub const DOORBELL: &[u8; 4] = b"TXDB";
 
+/// Sends a doorbell datagram to `to` (a port's socket) from this process's doorbell socket.
+pub(crate) fn send_doorbell(to: std::net::SocketAddr) {
+    if let Some(sock) = doorbell_socket() {
+        let _ = sock.send_to(DOORBELL, to);
+    }
+}
+
 fn doorbell_socket() -> Option<&'static std::net::UdpSocket> {
     static SOCKET: std::sync::OnceLock<Option<std::net::UdpSocket>> = std::sync::OnceLock::new();
     SOCKET
