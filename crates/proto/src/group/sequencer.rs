@@ -434,7 +434,10 @@ impl Member {
                 // ends there; were we alone to hold it and then cut off, a rebuild would
                 // number something else in its place, and the two would disagree with the
                 // group about their own first or last record.
-                let mut holders = others.clone().filter(|&&m| m != who).take(r.max(1));
+                // Our own leave takes one more: we are gone once it is applied, so the r
+                // failures it must survive are all among the others.
+                let needed = if who == self.me { r + 1 } else { r.max(1) };
+                let mut holders = others.clone().filter(|&&m| m != who).take(needed);
                 if !holders.all(holds) {
                     cand = b - 1;
                 }
