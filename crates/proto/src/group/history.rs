@@ -23,6 +23,11 @@ impl Entry {
     pub fn is_complete(&self) -> bool {
         self.payload.is_some()
     }
+
+    /// Roughly what it takes in an Order message: a record header and the payload.
+    pub fn wire_bytes(&self) -> usize {
+        32 + self.payload.as_ref().map_or(0, |p| p.len())
+    }
 }
 
 /// Records `base..base + slots.len()`, each slot empty until its record arrives.

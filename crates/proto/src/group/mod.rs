@@ -420,6 +420,11 @@ struct Sequencer {
     next_msg_id: HashMap<Address, u64, AddressHash>,
     /// Records `multicast_from..next_seq` are ordered but not yet multicast.
     multicast_from: u64,
+    /// Of those: their bytes as records in an Order (see [`Entry::wire_bytes`]), and how many
+    /// are not our own application's messages (kept as records are ordered and sent, so the
+    /// packing decision costs nothing per call).
+    unsent_bytes: usize,
+    unsent_foreign: usize,
     oldest_unsent: Option<Instant>,
     /// A membership record ordered and not yet applied: nothing is ordered after it.
     barrier: Option<u64>,

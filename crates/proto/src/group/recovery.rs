@@ -520,6 +520,7 @@ impl Member {
             payload: Some(payload),
             via_bb: false,
         };
+        s.note_unsent(&e, self.me);
         assert_eq!(self.history.insert(seq, e), Ok(true));
         self.received_upto = seq;
         self.ordered_seen = seq;

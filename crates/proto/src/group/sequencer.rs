@@ -52,6 +52,8 @@ impl Member {
             departing: Vec::new(),
             next_msg_id,
             multicast_from: next_seq,
+            unsent_bytes: 0,
+            unsent_foreign: 0,
             oldest_unsent: None,
             barrier: None,
             joins: VecDeque::new(),
@@ -111,6 +113,7 @@ impl Member {
             s.barrier = Some(seq);
         }
         s.oldest_unsent.get_or_insert(now);
+        s.note_unsent(&e, self.me);
         let fresh = self.history.insert(seq, e);
         assert_eq!(fresh, Ok(true), "the sequencer orders into its own window");
         self.received_upto = seq;
@@ -384,6 +387,11 @@ impl Member {
             if stable >= s.multicast_from {
                 // Everyone already has these (retransmitted on NAK while a packed multicast
                 // was held back): no need to multicast them.
+                for q in s.multicast_from..=stable.min(s.next_seq - 1) {
+                    if let Some(e) = self.history.get(q) {
+                        s.note_sent(e, self.me);
+                    }
+                }
                 s.multicast_from = stable + 1;
                 if s.multicast_from >= s.next_seq {
                     s.oldest_unsent = None;
@@ -587,5 +595,23 @@ impl Member {
             }
         }
         Some(t)
+    }
+}
+
+impl Sequencer {
+    /// A record joins those ordered and not yet multicast.
+    pub(super) fn note_unsent(&mut self, e: &Entry, me: Address) {
+        self.unsent_bytes += e.wire_bytes();
+        if e.sender != me || e.kind != RecordKind::Message {
+            self.unsent_foreign += 1;
+        }
+    }
+
+    /// A record left those ordered and not yet multicast.
+    pub(super) fn note_sent(&mut self, e: &Entry, me: Address) {
+        self.unsent_bytes -= e.wire_bytes();
+        if e.sender != me || e.kind != RecordKind::Message {
+            self.unsent_foreign -= 1;
+        }
     }
 }

@@ -170,6 +170,8 @@ impl Member {
         if self.members.len() <= 1 {
             let s = self.seqr.as_mut().expect("sequencer");
             s.multicast_from = s.next_seq;
+            s.unsent_bytes = 0;
+            s.unsent_foreign = 0;
             s.oldest_unsent = None;
             s.heartbeat_due = false;
             s.accept_news = false;
@@ -179,20 +181,12 @@ impl Member {
         }
         if waiting {
             let oldest = s.oldest_unsent.unwrap_or(now);
-            let bytes: usize = (s.multicast_from..s.next_seq)
-                .filter_map(|q| self.history.get(q))
-                .map(|e| 32 + e.payload.as_ref().map_or(0, |p| p.len()))
-                .take(64)
-                .sum();
-            let full = bytes + GROUP_HEADER_BYTES + ORDER_FIXED_BYTES >= buf.len();
+            let full = s.unsent_bytes + GROUP_HEADER_BYTES + ORDER_FIXED_BYTES >= buf.len();
             // The sequencer sends what a batch of input ordered at once. Its own messages come
             // one call at a time, so under load (a multicast went out less than `delay_max`
             // ago) they wait for company, as a member's submissions wait while earlier ones
             // are in flight; a fixed delay holds everything.
-            let own_only = (s.multicast_from..s.next_seq)
-                .take(64)
-                .filter_map(|q| self.history.get(q))
-                .all(|e| e.sender == self.me && e.kind == RecordKind::Message);
+            let own_only = s.unsent_foreign == 0;
             let busy = match self.cfg.pack {
                 crate::pack::PackMode::Adaptive { delay_max } => {
                     own_only && now.saturating_since(s.last_multicast_at) < delay_max
@@ -213,6 +207,7 @@ impl Member {
         let (mut seq, end) = (s.multicast_from, s.next_seq);
         let cap = self.packer.messages_per_packet_max();
         let mut n = 0usize;
+        let (mut sent_bytes, mut sent_foreign) = (0usize, 0usize);
         while seq < end && n < cap {
             let e = self
                 .history
@@ -228,12 +223,16 @@ impl Member {
             if !w.order_record(&r) {
                 break;
             }
+            sent_bytes += e.wire_bytes();
+            sent_foreign += usize::from(e.sender != self.me || e.kind != RecordKind::Message);
             n += 1;
             seq += 1;
         }
         let len = w.finish();
         let s = self.seqr.as_mut().expect("sequencer");
         s.multicast_from = seq;
+        s.unsent_bytes -= sent_bytes;
+        s.unsent_foreign -= sent_foreign;
         s.oldest_unsent = (seq < end).then_some(now);
         if s.heartbeat_due && n == 0 {
             self.counters.heartbeats += 1;

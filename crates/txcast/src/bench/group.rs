@@ -41,8 +41,16 @@ fn member_cfg(group: u32, method: Method, r: u8, pack: PackMode) -> GroupConfig 
         resilience: r,
         method,
         pack,
-        history_max: 8192,
-        send_window: 64,
+        // The library's defaults unless TXCAST_BENCH_HISTORY / TXCAST_BENCH_WINDOW say
+        // otherwise (a window of 64 capped each sender at 64 messages per round trip).
+        history_max: std::env::var("TXCAST_BENCH_HISTORY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(GroupConfig::default().history_max),
+        send_window: std::env::var("TXCAST_BENCH_WINDOW")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(GroupConfig::default().send_window),
         send_queue_max: 8192,
         silence_timeout: Duration::from_secs(2),
         heartbeat_interval: Duration::from_millis(200),
