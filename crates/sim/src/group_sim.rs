@@ -32,6 +32,12 @@ pub struct GroupSimOptions {
     /// With `faults`, let the seed also cut the network in two now and then (drawn from a
     /// generator of its own, so turning this off replays a seed's other faults unchanged).
     pub partitions: bool,
+    /// With `faults`, let the seed also clog paths between members now and then, one way:
+    /// everything sent on the path is held, for 1 ms up to 0.6 s (longer than the failure
+    /// detector's silence), then arrives in a burst. Drawn from a generator of its own. Off
+    /// by default for now: it finds rebuilds across two pending membership changes that
+    /// split the group (seed 39158, see docs/ARCHITECTURE.md).
+    pub clogs: bool,
 }
 
 impl Default for GroupSimOptions {
@@ -43,6 +49,7 @@ impl Default for GroupSimOptions {
             faults: true,
             messages_per_member: 60,
             partitions: true,
+            clogs: false,
         }
     }
 }
@@ -62,6 +69,8 @@ pub struct GroupSimReport {
     pub joins: u32,
     /// Times the network was cut in two.
     pub partitions: u32,
+    /// Paths clogged.
+    pub clogs: u32,
     pub resets: u64,
     pub final_members: usize,
     pub highest_seq: u64,
@@ -156,6 +165,9 @@ struct Sim {
     trace: bool,
     partitions: Option<Partitions>,
     cuts: u32,
+    /// A seed's clog schedule: when the next path clogs, and the generator.
+    clogs: Option<(u64, Rng)>,
+    clogged: u32,
 }
 
 /// A seed's partition schedule: the next cut or heal.
@@ -246,6 +258,11 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
         partitions,
         cuts: 0,
+        clogs: {
+            let mut r = Rng::new(seed ^ 0xc10c_c10c);
+            (opts.faults && opts.clogs && r.chance(0.4)).then(|| (r.below(300_000_000), r))
+        },
+        clogged: 0,
     };
     sim.start()?;
     let end_safety = opts.safety_ns;
@@ -284,6 +301,7 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         leaves: sim.leaves,
         joins: sim.joins,
         partitions: sim.cuts,
+        clogs: sim.clogged,
         resets: sim
             .procs
             .iter()
@@ -311,14 +329,15 @@ impl Sim {
 
     fn describe(&self) -> String {
         format!(
-            "r={} method={:?} pack={:?} crashes {} leaves {} joins {} partitions {}",
+            "r={} method={:?} pack={:?} crashes {} leaves {} joins {} partitions {} clogs {}",
             self.cfg.resilience,
             self.cfg.method,
             self.cfg.pack,
             self.crashes,
             self.leaves,
             self.joins,
-            self.cuts
+            self.cuts,
+            self.clogged
         )
     }
 
@@ -446,6 +465,7 @@ impl Sim {
         self.now = next.max(self.now);
         let now = self.t();
         self.step_partitions();
+        self.step_clogs();
         self.net.step_clogs(now);
         while let Some((to, bytes)) = self.net.pop_due(now) {
             self.digest.add_u64(to as u64);
@@ -468,6 +488,38 @@ impl Sim {
         }
         self.workload()?;
         Ok(())
+    }
+
+    /// Clogs one path between two running processes when the clog schedule says so.
+    fn step_clogs(&mut self) {
+        if !self.faults_on {
+            return;
+        }
+        let running: Vec<usize> = self.live().collect();
+        let Some((next_at, rng)) = self.clogs.as_mut() else {
+            return;
+        };
+        if self.now < *next_at || running.len() < 2 {
+            return;
+        }
+        *next_at = self.now + 20_000_000 + rng.below(300_000_000);
+        let a = running[rng.below(running.len() as u64) as usize];
+        let b = running[rng.below(running.len() as u64) as usize];
+        if a == b {
+            return;
+        }
+        let until = self.now + 1_000_000 + rng.below(600_000_000);
+        if self.trace {
+            eprintln!(
+                "{:>10} clog {} -> {} for {} ms",
+                self.now,
+                self.procs[a].addr,
+                self.procs[b].addr,
+                (until - self.now) / 1_000_000
+            );
+        }
+        self.net.clog(a, b, Instant(until));
+        self.clogged += 1;
     }
 
     /// Cuts or heals the network when the partition schedule says so.

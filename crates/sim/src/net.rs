@@ -171,6 +171,12 @@ impl Network {
         }
     }
 
+    /// Clogs the path `from -> to` until `until`: what is sent on it meanwhile arrives then.
+    pub fn clog(&mut self, from: NodeId, to: NodeId, until: Instant) {
+        let c = &mut self.clogged_until[from][to];
+        *c = (*c).max(until.0);
+    }
+
     /// Cuts the network in two: `side(a)` says which side node `a` is on.
     pub fn cut_partition(&mut self, side: impl Fn(NodeId) -> bool) {
         for (a, s) in self.side.iter_mut().enumerate() {

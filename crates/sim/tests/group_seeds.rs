@@ -62,9 +62,10 @@ fn fixed_seeds_pass_every_checker() {
 ///   seed's schedule away from that state; two group unit tests reproduce both.)
 #[test]
 fn regression_seeds() {
-    // Found before the simulator cut partitions: replayed as they were.
+    // Found before the simulator cut partitions and clogged paths: replayed as they were.
     let opts = GroupSimOptions {
         partitions: false,
+        clogs: false,
         ..GroupSimOptions::default()
     };
     for seed in [
@@ -95,7 +96,11 @@ fn regression_seeds() {
 ///   the checker now expects that rather than convergence.
 #[test]
 fn partition_regression_seeds() {
-    let opts = GroupSimOptions::default();
+    // Found before the simulator clogged paths: replayed as they were.
+    let opts = GroupSimOptions {
+        clogs: false,
+        ..GroupSimOptions::default()
+    };
     for seed in [
         1024, 2633, 2748, 4019, 10577, 13555, 16715, 18383, 32182, 39921,
     ] {

@@ -261,21 +261,15 @@ impl Member {
             .filter(|m| r.replies.contains_key(m))
             .collect();
         if answered.len() < r.min_members {
-            self.counters.resets_failed += 1;
-            self.events.push_back(GroupEvent::ResetFailed {
-                survivors: answered.len(),
-                needed: r.min_members,
-            });
-            self.state = State::Blocked;
-            self.blocked_retry_at = Some(now + self.cfg.reset_retry);
+            let needed = r.min_members;
+            self.reset_failed(now, answered.len(), needed);
             return;
         }
         // Every member kept must be able to fetch what it lacks, up to where the new
         // sequencer starts, from kept members that hold it. The new sequencer is the
         // candidate that keeps the most members, then the one that received furthest (then
         // the one holding the oldest records, then the lowest-ranked). Members that cannot
-        // be brought up to date took part, so they count for the quorum, but are left out
-        // (they may join again).
+        // be brought up to date are left out (they may join again).
         type Score = (usize, u64, core::cmp::Reverse<u64>);
         let mut best: Option<(Score, Address, Vec<Address>)> = None;
         for &c in &answered {
@@ -293,13 +287,8 @@ impl Member {
         if survivors.len() < r.min_members {
             // Members that would be left out cannot make up the quorum: one of them, never
             // told, could count for another rebuild of the same view.
-            self.counters.resets_failed += 1;
-            self.events.push_back(GroupEvent::ResetFailed {
-                survivors: survivors.len(),
-                needed: r.min_members,
-            });
-            self.state = State::Blocked;
-            self.blocked_retry_at = Some(now + self.cfg.reset_retry);
+            let needed = r.min_members;
+            self.reset_failed(now, survivors.len(), needed);
             return;
         }
         let start = r.replies[&sequencer].1;
@@ -327,6 +316,15 @@ impl Member {
         self.install_view(now, epoch, start, sequencer, &donors);
         // The announcements above go out with the view just installed.
         self.counters.resets_completed += 1;
+    }
+
+    /// Too few for a view: the group blocks, and tries again after `reset_retry`.
+    fn reset_failed(&mut self, now: Instant, survivors: usize, needed: usize) {
+        self.counters.resets_failed += 1;
+        self.events
+            .push_back(GroupEvent::ResetFailed { survivors, needed });
+        self.state = State::Blocked;
+        self.blocked_retry_at = Some(now + self.cfg.reset_retry);
     }
 
     fn expel(&mut self) {

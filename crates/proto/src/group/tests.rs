@@ -1645,3 +1645,35 @@ fn a_member_of_a_newer_view_refuses_to_help_rebuild_the_old_one() {
     net.m(A).handle_message(now, &shown.unwrap()).unwrap();
     assert_eq!(net.m(A).state(), State::Expelled);
 }
+
+#[test]
+fn a_leave_is_accepted_only_once_a_member_that_stays_holds_it() {
+    // r = 0: a message is accepted as soon as it is ordered, but a leave waits for a member
+    // besides the sequencer and the leaver. Were the sequencer then cut off, a rebuild by the
+    // others would number something else where the leaver saw its own leave.
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    net.deaf.push(C);
+    let now = net.now;
+    net.m(B).leave(now).unwrap();
+    net.run_for(Duration::from_millis(100));
+    assert!(!net.events(B).contains(&GroupEvent::LeaveDone));
+    assert!(net
+        .delivered(A)
+        .iter()
+        .all(|(_, r)| !matches!(r, Rec::Left(_))));
+    assert_eq!(
+        net.m(A).members(),
+        &[A, B, C],
+        "not applied at the sequencer"
+    );
+
+    // C hears again, holds the leave record, and the leave completes everywhere.
+    net.deaf.clear();
+    let left = |n: &mut Net| n.events(B).contains(&GroupEvent::LeaveDone);
+    assert!(net.run_until(Duration::from_millis(300), left));
+    for a in [A, B, C] {
+        assert_eq!(net.delivered(a).last(), Some(&(3, Rec::Left(B))), "{a}");
+    }
+    assert_eq!(net.m(A).members(), &[A, C]);
+}
