@@ -80,7 +80,7 @@ fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
         } => w.u64(consumed) && w.u64(received) && w.u64(from) && w.u64(to),
         Msg::JoinRequest { join_id } => w.u64(join_id),
         Msg::Probe | Msg::LeaveRequest => true,
-        Msg::Invite { base } => w.epoch(base),
+        Msg::Invite { base, config_seq } => w.epoch(base) && w.u64(config_seq),
         Msg::Redirect { sequencer } => w.address(sequencer),
         Msg::Welcome {
             join_seq,
@@ -102,7 +102,14 @@ fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
             received,
             held_from,
             view,
-        } => w.u64(consumed) && w.u64(received) && w.u64(held_from) && w.epoch(view),
+            config_seq,
+        } => {
+            w.u64(consumed)
+                && w.u64(received)
+                && w.u64(held_from)
+                && w.epoch(view)
+                && w.u64(config_seq)
+        }
         Msg::NewView {
             start_seq,
             sequencer,

@@ -112,6 +112,24 @@ fn partition_regression_seeds() {
     }
 }
 
+/// Seeds that broke a guarantee once the simulator clogged paths, each kept after its fix:
+/// - 39158: two membership changes in flight, and two coordinators whose member lists differed
+///   by both each found a majority of their own: the group split;
+/// - 26155: a member was left behind at an older record (it converges since the fixes for
+///   39158; not traced further);
+/// - 92706: a member that had left kept a rebuild's timer, due for ever (virtual time stopped).
+#[test]
+fn clog_regression_seeds() {
+    let opts = GroupSimOptions {
+        clogs: true,
+        ..GroupSimOptions::default()
+    };
+    for seed in [26155, 39158, 92706] {
+        let r = run_group(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
+        assert!(r.clogs > 0, "seed {seed} still clogs paths: {r:?}");
+    }
+}
+
 #[test]
 #[ignore]
 fn one_seed_from_env() {

@@ -84,6 +84,7 @@ impl Member {
         self.received_upto = join_seq;
         self.accepted_upto = join_seq;
         self.applied_upto = join_seq;
+        self.config_applied = join_seq;
         self.ordered_seen = join_seq;
         self.consumed_upto = join_seq - 1;
         self.stable_upto = stable_upto.min(join_seq - 1);
@@ -246,6 +247,8 @@ impl Member {
             if done || now >= until {
                 self.depart = None;
                 self.seqr = None;
+                self.reset = None;
+                self.blocked_retry_at = None;
                 self.state = State::Left;
             }
         }

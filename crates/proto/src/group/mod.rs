@@ -341,6 +341,9 @@ pub struct GroupCounters {
     pub resets_started: u64,
     pub resets_completed: u64,
     pub resets_failed: u64,
+    /// Rebuilds this member coordinated and gave up because another member's list of
+    /// members was more recent.
+    pub resets_behind: u64,
 }
 
 /// A snapshot for `get_info_group`.
@@ -470,6 +473,8 @@ struct Reset {
     epoch: Epoch,
     /// The coordinator's: the view being rebuilt (its own).
     base: Epoch,
+    /// The coordinator's: how recent each answer's member list is (see `config_seq`).
+    configs: HashMap<Address, u64, AddressHash>,
     coordinator: bool,
     min_members: usize,
     old_members: Vec<Address>,
@@ -490,6 +495,9 @@ pub struct Member {
     /// The highest rebuild this member answered for another coordinator: it installs no
     /// view of a lower epoch, since that coordinator may make its view from the answer.
     promised: Epoch,
+    /// The sequence number of the last membership record applied (or the join or rebuild
+    /// that gave this member its list).
+    config_applied: u64,
     /// The sequence number a rebuilt view started after (its `start_seq`).
     start_seq: u64,
     members: Vec<Address>,
@@ -590,6 +598,7 @@ impl Member {
             epoch: Epoch::default(),
             epoch_seen: 0,
             promised: Epoch::default(),
+            config_applied: 0,
             start_seq: 0,
             members: Vec::new(),
             sequencer: me,

@@ -216,6 +216,8 @@ pub enum Msg<'a> {
     Invite {
         /// The epoch of the view being rebuilt (the coordinator's own).
         base: Epoch,
+        /// How recent the coordinator's member list is (as in `InviteReply`).
+        config_seq: u64,
     },
     InviteReply {
         consumed: u64,
@@ -225,6 +227,9 @@ pub enum Msg<'a> {
         /// The epoch of the view the member is in (its records up to `received` are that
         /// view's).
         view: Epoch,
+        /// The sequence number of the last membership record (join, leave, view) it holds:
+        /// how recent its member list is.
+        config_seq: u64,
     },
     NewView {
         start_seq: u64,
@@ -350,18 +355,20 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
             Msg::LeaveRequest
         }
         MsgKind::Invite => {
-            fixed(16)?;
+            fixed(24)?;
             Msg::Invite {
                 base: epoch_at(body, 0),
+                config_seq: u64_at(body, 16),
             }
         }
         MsgKind::InviteReply => {
-            fixed(40)?;
+            fixed(48)?;
             Msg::InviteReply {
                 consumed: u64_at(body, 0),
                 received: u64_at(body, 8),
                 held_from: u64_at(body, 16),
                 view: epoch_at(body, 24),
+                config_seq: u64_at(body, 40),
             }
         }
         MsgKind::NewView => {

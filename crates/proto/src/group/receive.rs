@@ -52,13 +52,14 @@ impl Member {
                 sequencer,
                 &members.iter().collect::<Vec<_>>(),
             ),
-            Msg::Invite { base } => self.on_invite(now, hdr, base),
+            Msg::Invite { base, config_seq } => self.on_invite(now, hdr, base, config_seq),
             Msg::InviteReply {
                 consumed,
                 received,
                 held_from,
                 view,
-            } => self.on_invite_reply(now, hdr, consumed, received, held_from, view),
+                config_seq,
+            } => self.on_invite_reply(now, hdr, (consumed, received, held_from), view, config_seq),
             Msg::NewView {
                 start_seq,
                 sequencer,
@@ -307,6 +308,9 @@ impl Member {
             let (kind, sender, msg_id) = (e.kind, e.sender, e.msg_id);
             let named = addr_payload(e);
             self.applied_upto = seq;
+            if kind != RecordKind::Message {
+                self.config_applied = seq;
+            }
             match kind {
                 RecordKind::Message => self.apply_message(sender, msg_id),
                 RecordKind::Join => self.apply_join(now, seq, named),

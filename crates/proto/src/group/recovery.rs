@@ -71,7 +71,7 @@ impl Member {
         let (old_members, base) = match &self.reset {
             // A retry keeps the view being rebuilt.
             Some(r) if r.coordinator => (r.old_members.clone(), r.base),
-            _ => (self.members_less_leaver(), self.epoch),
+            _ => (self.quorum_members(), self.epoch),
         };
         // Saturating: any message of the group raises `epoch_seen`, a corrupt one up to the
         // largest number.
@@ -86,9 +86,12 @@ impl Member {
             self.me,
             (self.consumed_upto, self.received_upto, self.history.base()),
         );
+        let mut configs = HashMap::default();
+        configs.insert(self.me, self.config_seq());
         self.reset = Some(Reset {
             epoch,
             base,
+            configs,
             coordinator: true,
             min_members: min.of(old_members.len()),
             old_members,
@@ -110,7 +113,13 @@ impl Member {
         self.retransmit.clear();
     }
 
-    pub(super) fn on_invite(&mut self, now: Instant, hdr: GroupHeader, base: Epoch) {
+    pub(super) fn on_invite(
+        &mut self,
+        now: Instant,
+        hdr: GroupHeader,
+        base: Epoch,
+        config_seq: u64,
+    ) {
         let e = hdr.epoch;
         if self.state == State::Left && !self.members.contains(&hdr.from) {
             // Left, still running: it may be the last the inviter knows of the group (the
@@ -150,12 +159,23 @@ impl Member {
         if e <= self.promised {
             return;
         }
+        if config_seq < self.config_seq() && base == self.epoch && self.state != State::Departing {
+            // We hold a join or leave the coordinator lacks: it cannot count the quorum (see
+            // `decide_view`), and answering would only keep us waiting on it. Coordinate
+            // ourselves, with a higher epoch; it will answer us.
+            let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
+            self.epoch_seen = self.epoch_seen.max(e.number);
+            self.reset = None;
+            self.start_reset(now, min);
+            return;
+        }
         // Not Normal here: our own view may lag the inviter's (it applied joins we have not),
         // so any higher invitation is taken.
         self.promised = e;
         self.reset = Some(Reset {
             epoch: e,
             base,
+            configs: HashMap::default(),
             coordinator: false,
             min_members: 0,
             old_members: Vec::new(),
@@ -177,10 +197,9 @@ impl Member {
         &mut self,
         now: Instant,
         hdr: GroupHeader,
-        consumed: u64,
-        received: u64,
-        held_from: u64,
+        (consumed, received, held_from): (u64, u64, u64),
         view: Epoch,
+        config_seq: u64,
     ) {
         let Some(r) = self.reset.as_mut() else {
             return;
@@ -196,12 +215,14 @@ impl Member {
         // A member of the view being rebuilt that never installed it (its announcement was
         // lost) is still in the view before, which that rebuild numbered anew after its
         // start: what it holds beyond the start is not this view's.
-        let received = if view < r.base {
-            received.min(self.start_seq)
+        let (received, config_seq) = if view < r.base {
+            // (Its list is the view before's, which the base's own superseded.)
+            (received.min(self.start_seq), 0)
         } else {
-            received
+            (received, config_seq)
         };
         r.replies.insert(hdr.from, (consumed, received, held_from));
+        r.configs.insert(hdr.from, config_seq);
         // (Our own answer is among the replies, but we may not be among the members: a
         // leaving sequencer rebuilds the view it leaves.)
         if r.old_members.iter().all(|m| r.replies.contains_key(m)) {
@@ -211,6 +232,9 @@ impl Member {
 
     /// Coordinator and participant timers of a rebuild; a blocked group's retries.
     pub(super) fn reset_tick(&mut self, now: Instant) {
+        if matches!(self.state, State::Joining | State::Left | State::Expelled) {
+            return;
+        }
         if let Some(at) = self.blocked_retry_at {
             if now >= at && self.state == State::Blocked {
                 let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
@@ -261,6 +285,20 @@ impl Member {
             .filter(|m| r.replies.contains_key(m))
             .collect();
         if answered.len() < r.min_members {
+            let needed = r.min_members;
+            self.reset_failed(now, answered.len(), needed);
+            return;
+        }
+        let ours = r.configs.get(&self.me).copied().unwrap_or(0);
+        if answered
+            .iter()
+            .any(|m| r.configs.get(m).is_some_and(|&c| c > ours))
+        {
+            // A member holds a join or leave we lack: our list, and so our quorum, is out of
+            // date. Two coordinators whose lists differ by two changes could each find a
+            // majority of their own; one that knows every change it hears of cannot. Let a
+            // member that knows more coordinate (it retries as we do).
+            self.counters.resets_behind += 1;
             let needed = r.min_members;
             self.reset_failed(now, answered.len(), needed);
             return;
@@ -464,25 +502,33 @@ impl Member {
         }
     }
 
-    /// The members, less one whose leave record we hold but have not applied (the first
-    /// membership record after what we applied): it is gone and will not answer. Any majority
-    /// with it and any without it still meet in a member that stays, as for any single change
-    /// of membership; two pending changes would not, so only the first counts.
-    fn members_less_leaver(&self) -> Vec<Address> {
-        let first = (self.applied_upto + 1..=self.received_upto)
-            .filter_map(|q| self.history.get(q))
-            .find(|e| e.kind != RecordKind::Message);
-        match first {
-            Some(e) if e.kind == RecordKind::Leave => {
-                let gone = super::addr_payload(e);
-                self.members
-                    .iter()
-                    .copied()
-                    .filter(|&m| m != gone)
-                    .collect()
+    /// The members a rebuild needs a majority of: the list as of the last record we hold,
+    /// leaves included (a leaver is gone and will not answer), less joiners whose join we
+    /// have not applied (not yet told they are in, they cannot answer either).
+    fn quorum_members(&self) -> Vec<Address> {
+        let mut m = self.members_through(self.received_upto);
+        let applied = &self.members;
+        for q in self.applied_upto + 1..=self.received_upto {
+            if let Some(e) = self.history.get(q).filter(|e| e.kind == RecordKind::Join) {
+                let who = super::addr_payload(e);
+                if !applied.contains(&who) {
+                    m.retain(|&x| x != who);
+                }
             }
-            _ => self.members.clone(),
         }
+        m
+    }
+
+    /// The sequence number of the last membership record we hold (applied or not).
+    pub(super) fn config_seq(&self) -> u64 {
+        (self.applied_upto + 1..=self.received_upto)
+            .rev()
+            .find(|&q| {
+                self.history
+                    .get(q)
+                    .is_some_and(|e| e.kind != RecordKind::Message)
+            })
+            .unwrap_or(self.config_applied)
     }
 
     /// The member list after applying the joins and leaves held up to `upto`.
@@ -546,6 +592,9 @@ impl Member {
     }
 
     pub(super) fn reset_deadline(&self) -> Option<Instant> {
+        if matches!(self.state, State::Joining | State::Left | State::Expelled) {
+            return None;
+        }
         if let Some(t) = self.blocked_retry_at {
             return Some(t);
         }

@@ -446,7 +446,16 @@ impl Member {
                 // failures it must survive are all among the others.
                 let needed = if who == self.me { r + 1 } else { r.max(1) };
                 let mut holders = others.clone().filter(|&&m| m != who).take(needed);
-                if !holders.all(holds) {
+                // And a majority of the list it makes must hold it (a joiner counts: it is
+                // told at once), so the next change is ordered only once most of the group
+                // knows this one. A rebuild's coordinator then cannot miss a change that has
+                // a successor (see `decide_view`).
+                let joining = e.is_some_and(|e| e.kind == RecordKind::Join);
+                let after = self.members.len() + usize::from(joining) - usize::from(!joining);
+                let knowing = usize::from(joining)
+                    + usize::from(who != self.me)
+                    + others.clone().filter(|&&m| m != who && holds(&m)).count();
+                if !holders.all(holds) || knowing * 2 <= after {
                     cand = b - 1;
                 }
             }

@@ -209,11 +209,14 @@ fn wire_round_trip_fixed_kinds() {
         number: 41,
         coordinator: Address::new(0, 9, 1, 0),
     };
-    let b = build(MsgKind::Invite, 0, |w| w.epoch(base));
-    assert_eq!(b.len(), GROUP_HEADER_BYTES + 16);
+    let b = build(MsgKind::Invite, 0, |w| w.epoch(base) && w.u64(9));
+    assert_eq!(b.len(), GROUP_HEADER_BYTES + 24);
     let (h, m) = parsed(&b);
     check_header(&h, MsgKind::Invite, 0);
-    assert!(matches!(m, Msg::Invite { base: x } if x == base), "{m:?}");
+    assert!(
+        matches!(m, Msg::Invite { base: x, config_seq: 9 } if x == base),
+        "{m:?}"
+    );
 
     let seq_addr = Address::new(0, 3, 1, 0);
     let b = build(MsgKind::Redirect, 0, |w| w.address(seq_addr));
@@ -225,7 +228,7 @@ fn wire_round_trip_fixed_kinds() {
     assert_eq!(sequencer, seq_addr);
 
     let b = build(MsgKind::InviteReply, 0, |w| {
-        w.u64(100) && w.u64(101) && w.u64(50) && w.epoch(base)
+        w.u64(100) && w.u64(101) && w.u64(50) && w.epoch(base) && w.u64(77)
     });
     let (h, m) = parsed(&b);
     check_header(&h, MsgKind::InviteReply, 0);
@@ -237,6 +240,7 @@ fn wire_round_trip_fixed_kinds() {
                 received: 101,
                 held_from: 50,
                 view,
+                config_seq: 77,
             } if view == base
         ),
         "{m:?}"
@@ -376,10 +380,10 @@ fn wire_error_too_short() {
     assert!(parse(&welcome, PMAX).is_ok());
     assert_eq!(err(&welcome[..welcome.len() - 1]), GroupWireError::TooShort);
     let reply = build(MsgKind::InviteReply, 0, |w| {
-        w.u64(1) && w.u64(2) && w.u64(3) && w.epoch(epoch())
+        w.u64(1) && w.u64(2) && w.u64(3) && w.epoch(epoch()) && w.u64(4)
     });
     assert_eq!(err(&reply[..reply.len() - 1]), GroupWireError::TooShort);
-    let invite = build(MsgKind::Invite, 0, |w| w.epoch(epoch()));
+    let invite = build(MsgKind::Invite, 0, |w| w.epoch(epoch()) && w.u64(1));
     assert_eq!(err(&invite[..invite.len() - 1]), GroupWireError::TooShort);
     let view = build(MsgKind::NewView, 0, |w| w.u64(1) && w.address(from()));
     assert_eq!(err(&view[..view.len() - 1]), GroupWireError::TooShort);
@@ -519,14 +523,14 @@ fn wire_error_trailing_bytes() {
         build(MsgKind::Probe, 0, |_| true),
         build(MsgKind::JoinRequest, 0, |w| w.u64(1)),
         build(MsgKind::LeaveRequest, 0, |_| true),
-        build(MsgKind::Invite, 0, |w| w.epoch(epoch())),
+        build(MsgKind::Invite, 0, |w| w.epoch(epoch()) && w.u64(1)),
         build(MsgKind::Ack, 0, |w| w.u64(1) && w.u64(2)),
         build(MsgKind::Nak, 0, |w| {
             w.u64(1) && w.u64(2) && w.u64(3) && w.u64(4)
         }),
         build(MsgKind::Redirect, 0, |w| w.address(from())),
         build(MsgKind::InviteReply, 0, |w| {
-            w.u64(1) && w.u64(2) && w.u64(3) && w.epoch(epoch())
+            w.u64(1) && w.u64(2) && w.u64(3) && w.epoch(epoch()) && w.u64(4)
         }),
     ];
     for mut b in cases {
@@ -1617,7 +1621,7 @@ fn a_member_of_a_newer_view_refuses_to_help_rebuild_the_old_one() {
         coordinator: A,
     };
     let mut w = MsgWriter::start(&mut buf, MsgKind::Invite, 0, cfg.group, proposal, A).unwrap();
-    assert!(w.epoch(old));
+    assert!(w.epoch(old) && w.u64(0));
     let n = w.finish();
     let now = net.now;
     net.m(B).handle_message(now, &buf[..n]).unwrap();

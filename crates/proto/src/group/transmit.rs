@@ -65,7 +65,7 @@ impl Member {
         let ok = match c {
             Control::JoinRequest => w.u64(self.join_id),
             Control::Probe | Control::LeaveRequest => true,
-            Control::Invite { base, .. } => w.epoch(base),
+            Control::Invite { base, .. } => w.epoch(base) && w.u64(self.config_seq()),
             Control::Ack => {
                 // A member whose leave is applied needs nothing more from the group: its last
                 // report counts every record it applied (its leave record included) as
@@ -87,6 +87,7 @@ impl Member {
                     && w.u64(self.received_upto)
                     && w.u64(self.history.base())
                     && w.epoch(self.epoch)
+                    && w.u64(self.config_seq())
             }
             Control::Redirect(a) => w.address(a),
             Control::Welcome { join_seq, members } => {
