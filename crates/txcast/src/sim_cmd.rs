@@ -11,7 +11,7 @@ pub fn run(args: &[String]) -> i32 {
         _ => {
             eprintln!(
                 "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
-                 \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N] [--no-partitions] [--clogs]\n\
+                 \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N] [--no-partitions] [--no-clogs]\n\
                  \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
             );
             2
@@ -83,8 +83,8 @@ fn group(args: &[String]) -> i32 {
     if args.iter().any(|a| a == "--no-partitions") {
         opts.partitions = false;
     }
-    if args.iter().any(|a| a == "--clogs") {
-        opts.clogs = true;
+    if args.iter().any(|a| a == "--no-clogs") {
+        opts.clogs = false;
     }
     if let Some(seed) = opt::<u64>(args, "--seed") {
         return match run_group(seed, &opts) {

@@ -98,6 +98,18 @@ impl Member {
     }
 
     pub(super) fn apply_join(&mut self, now: Instant, seq: u64, who: Address) {
+        let id = self
+            .history
+            .get(seq)
+            .and_then(|e| e.payload.as_deref())
+            .and_then(|p| p.get(8..16))
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        if let Some(id) = id {
+            if self.join_ids_seen.len() >= super::JOIN_IDS_SEEN_MAX {
+                self.join_ids_seen.pop_front();
+            }
+            self.join_ids_seen.push_back((who, id));
+        }
         self.last_msg_id.insert(who, 0);
         self.unordered.retain(|(s, _), _| *s != who);
         if seq <= self.start_seq {

@@ -400,6 +400,8 @@ const CONTROL_QUEUE_MAX: usize = 1024;
 const UNORDERED_MAX: usize = 8192;
 /// Most records one NAK asks for.
 const NAK_SPAN_MAX: u64 = 1024;
+/// Joins remembered from the join records (see `Member::join_ids_seen`).
+const JOIN_IDS_SEEN_MAX: usize = 256;
 /// Join attempts at one address before a joiner turns to the other it knows.
 const JOIN_ASK_TURN: u32 = 8;
 
@@ -498,6 +500,9 @@ pub struct Member {
     /// The sequence number of the last membership record applied (or the join or rebuild
     /// that gave this member its list).
     config_applied: u64,
+    /// Recent joins (joiner, join id) from the join records applied here, handed to the
+    /// sequencer role when this member takes it.
+    join_ids_seen: VecDeque<(Address, u64)>,
     /// The sequence number a rebuilt view started after (its `start_seq`).
     start_seq: u64,
     members: Vec<Address>,
@@ -599,6 +604,7 @@ impl Member {
             epoch_seen: 0,
             promised: Epoch::default(),
             config_applied: 0,
+            join_ids_seen: VecDeque::new(),
             start_seq: 0,
             members: Vec::new(),
             sequencer: me,

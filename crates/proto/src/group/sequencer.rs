@@ -63,7 +63,10 @@ impl Member {
             own_in_flight: VecDeque::new(),
             waiting_len: 0,
             waiting_bytes: 0,
-            join_ids: VecDeque::new(),
+            // Joins admitted so far, as every member learned them from the join records: a
+            // joiner still asking under an id already admitted (a rebuild may have left it
+            // out since) is not admitted a second time.
+            join_ids: self.join_ids_seen.clone(),
             welcomes: Vec::new(),
             last_multicast_at: now,
             sync_at: None,
@@ -167,13 +170,25 @@ impl Member {
             };
             // The record waits for a member to hold it (see `advance_accept`): ask for acks.
             s.sync_due = true;
+            // A join record names the joiner and its join id.
+            let mut payload = encode_addr(who);
+            if kind == RecordKind::Join {
+                let s = self.seqr.as_ref().expect("sequencer");
+                let id = s
+                    .join_ids
+                    .iter()
+                    .rev()
+                    .find(|j| j.0 == who)
+                    .map_or(0, |j| j.1);
+                payload.extend_from_slice(&id.to_le_bytes());
+            }
             self.order(
                 now,
                 Entry {
                     sender: self.me,
                     msg_id: 0,
                     kind,
-                    payload: Some(encode_addr(who)),
+                    payload: Some(payload),
                     via_bb: false,
                 },
             );
