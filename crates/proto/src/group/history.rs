@@ -24,6 +24,11 @@ impl Entry {
         self.payload.is_some()
     }
 
+    /// Whether it is an application message sent by `who`.
+    pub fn is_message_of(&self, who: Address) -> bool {
+        self.kind == RecordKind::Message && self.sender == who
+    }
+
     /// Roughly what it takes in an Order message: a record header and the payload.
     pub fn wire_bytes(&self) -> usize {
         32 + self.payload.as_ref().map_or(0, |p| p.len())

@@ -433,7 +433,8 @@ struct Sequencer {
     oldest_unsent: Option<Instant>,
     /// A membership record ordered and not yet applied: nothing is ordered after it.
     barrier: Option<u64>,
-    joins: VecDeque<Address>,
+    /// Joiners waiting to be ordered, with their join ids.
+    joins: VecDeque<(Address, u64)>,
     leaves: VecDeque<Address>,
     /// Submissions accepted (in order per sender) that wait for room in the history:
     /// (msg_id, payload, via BB) by sender.

@@ -163,8 +163,8 @@ impl Member {
             // We hold a join or leave the coordinator lacks: it cannot count the quorum (see
             // `decide_view`), and answering would only keep us waiting on it. Coordinate
             // ourselves, with a higher epoch; it will answer us.
+            // (`epoch_seen` already counts the invitation's: the new epoch is above it.)
             let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
-            self.epoch_seen = self.epoch_seen.max(e.number);
             self.reset = None;
             self.start_reset(now, min);
             return;

@@ -153,10 +153,10 @@ impl Member {
         }
         loop {
             let s = self.seqr.as_mut().expect("sequencer");
-            let (kind, who) = if let Some(&a) = s.leaves.front() {
-                (RecordKind::Leave, a)
-            } else if let Some(&a) = s.joins.front() {
-                (RecordKind::Join, a)
+            let (kind, who, join_id) = if let Some(&a) = s.leaves.front() {
+                (RecordKind::Leave, a, None)
+            } else if let Some(&(a, id)) = s.joins.front() {
+                (RecordKind::Join, a, Some(id))
             } else {
                 break;
             };
@@ -164,22 +164,16 @@ impl Member {
                 return;
             }
             let s = self.seqr.as_mut().expect("sequencer");
-            match kind {
-                RecordKind::Leave => s.leaves.pop_front(),
-                _ => s.joins.pop_front(),
-            };
+            if join_id.is_some() {
+                s.joins.pop_front();
+            } else {
+                s.leaves.pop_front();
+            }
             // The record waits for a member to hold it (see `advance_accept`): ask for acks.
             s.sync_due = true;
             // A join record names the joiner and its join id.
             let mut payload = encode_addr(who);
-            if kind == RecordKind::Join {
-                let s = self.seqr.as_ref().expect("sequencer");
-                let id = s
-                    .join_ids
-                    .iter()
-                    .rev()
-                    .find(|j| j.0 == who)
-                    .map_or(0, |j| j.1);
+            if let Some(id) = join_id {
                 payload.extend_from_slice(&id.to_le_bytes());
             }
             self.order(
@@ -267,11 +261,11 @@ impl Member {
             let s = self.seqr.as_mut().expect("sequencer");
             let who = s.turns.pop_front().expect("not empty");
             if who == self.me {
+                // Back in line after its message; dropped at its next turn if by then it has
+                // nothing it may order.
                 if self.own_ready() {
                     self.order_one_own(now);
-                    if self.own_ready() {
-                        self.seqr.as_mut().expect("sequencer").turns.push_back(who);
-                    }
+                    self.seqr.as_mut().expect("sequencer").turns.push_back(who);
                 }
                 continue;
             }
@@ -518,7 +512,7 @@ impl Member {
         // (A joiner already admitted had its Welcome repeated by `on_join_request`.)
         let s = self.seqr.as_mut().expect("sequencer");
         if self.members.contains(&who)
-            || s.joins.contains(&who)
+            || s.joins.iter().any(|j| j.0 == who)
             || s.join_ids.contains(&(who, join_id))
         {
             // A member already, queued, or a request of a join that completed (and perhaps
@@ -530,7 +524,7 @@ impl Member {
         }
         let s = self.seqr.as_mut().expect("sequencer");
         if s.joins.len() < MEMBERSHIP_QUEUE_MAX {
-            s.joins.push_back(who);
+            s.joins.push_back((who, join_id));
             if s.join_ids.len() >= JOIN_IDS_MAX {
                 s.join_ids.pop_front();
             }
@@ -626,16 +620,12 @@ impl Sequencer {
     /// A record joins those ordered and not yet multicast.
     pub(super) fn note_unsent(&mut self, e: &Entry, me: Address) {
         self.unsent_bytes += e.wire_bytes();
-        if e.sender != me || e.kind != RecordKind::Message {
-            self.unsent_foreign += 1;
-        }
+        self.unsent_foreign += usize::from(!e.is_message_of(me));
     }
 
     /// A record left those ordered and not yet multicast.
     pub(super) fn note_sent(&mut self, e: &Entry, me: Address) {
         self.unsent_bytes -= e.wire_bytes();
-        if e.sender != me || e.kind != RecordKind::Message {
-            self.unsent_foreign -= 1;
-        }
+        self.unsent_foreign -= usize::from(!e.is_message_of(me));
     }
 }

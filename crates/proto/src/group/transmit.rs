@@ -5,7 +5,7 @@ use super::msg::{
     MsgKind, MsgWriter, OrderRecord, FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES, ORDER_FIXED_BYTES,
     SUBMIT_RECORD_BYTES,
 };
-use super::{Control, Dest, Member, RecordKind, State};
+use super::{Control, Dest, Member, State};
 use crate::addr::Address;
 use crate::pack::PackDecision;
 use crate::time::Instant;
@@ -225,7 +225,7 @@ impl Member {
                 break;
             }
             sent_bytes += e.wire_bytes();
-            sent_foreign += usize::from(e.sender != self.me || e.kind != RecordKind::Message);
+            sent_foreign += usize::from(!e.is_message_of(self.me));
             n += 1;
             seq += 1;
         }

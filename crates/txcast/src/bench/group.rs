@@ -43,19 +43,21 @@ fn member_cfg(group: u32, method: Method, r: u8, pack: PackMode) -> GroupConfig 
         pack,
         // The library's defaults unless TXCAST_BENCH_HISTORY / TXCAST_BENCH_WINDOW say
         // otherwise (a window of 64 capped each sender at 64 messages per round trip).
-        history_max: std::env::var("TXCAST_BENCH_HISTORY")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(GroupConfig::default().history_max),
-        send_window: std::env::var("TXCAST_BENCH_WINDOW")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(GroupConfig::default().send_window),
+        history_max: env_or("TXCAST_BENCH_HISTORY", GroupConfig::default().history_max),
+        send_window: env_or("TXCAST_BENCH_WINDOW", GroupConfig::default().send_window),
         send_queue_max: 8192,
         silence_timeout: Duration::from_secs(2),
         heartbeat_interval: Duration::from_millis(200),
         ..GroupConfig::default()
     }
+}
+
+/// The value of environment variable `name`, or `default` if unset or unreadable.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn method_name(m: Method) -> &'static str {
@@ -99,10 +101,7 @@ fn addr(site: u16) -> Address {
 /// (`TXCAST_BENCH_ENGINE=thread` for an engine thread, `TXCAST_BENCH_SPIN_US` for its spin).
 fn open(site: u16) -> io::Result<Port> {
     static ENGINE: std::sync::OnceLock<txcast_port::Engine> = std::sync::OnceLock::new();
-    let spin = std::env::var("TXCAST_BENCH_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let spin = env_or("TXCAST_BENCH_SPIN_US", 0);
     let engine = match ENGINE.get() {
         Some(e) => e.clone(),
         None => {
@@ -453,10 +452,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
         },
         "send" => {
             // Wait for the parent (the last to join), then go.
-            let members: usize = std::env::var("TXCAST_BENCH_MEMBERS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
+            let members: usize = env_or("TXCAST_BENCH_MEMBERS", 0);
             let deadline = Instant::now() + Duration::from_secs(20);
             while g.info().members.len() < members.max(2) {
                 if Instant::now() > deadline {
