@@ -111,6 +111,11 @@ impl History {
         s
     }
 
+    /// Whether a slot after `seq` has been filled: a record beyond `seq` has arrived.
+    pub fn holds_after(&self, seq: u64) -> bool {
+        self.base + self.slots.len() as u64 > seq.saturating_add(1)
+    }
+
     /// Drops every record up to and including `seq`.
     pub fn trim_through(&mut self, seq: u64) {
         while self.base <= seq {

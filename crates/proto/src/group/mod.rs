@@ -498,6 +498,8 @@ pub struct Member {
     /// The highest rebuild this member answered for another coordinator: it installs no
     /// view of a lower epoch, since that coordinator may make its view from the answer.
     promised: Epoch,
+    /// The member the last multicast goes to first ([`Member::fanout`]).
+    fanout_first: Option<Address>,
     /// The sequence number of the last membership record applied (or the join or rebuild
     /// that gave this member its list).
     config_applied: u64,
@@ -604,6 +606,7 @@ impl Member {
             epoch: Epoch::default(),
             epoch_seen: 0,
             promised: Epoch::default(),
+            fanout_first: None,
             config_applied: 0,
             join_ids_seen: VecDeque::new(),
             start_seq: 0,
@@ -667,9 +670,20 @@ impl Member {
         &self.members
     }
 
-    /// Where [`Dest::All`] goes: every member of the view but this one.
+    /// Where [`Dest::All`] goes: every member of the view but this one. The sequencer's
+    /// multicast goes first to the sender of the oldest message it carries, whose `send` may
+    /// be waiting on it (with one system call for all, the first copy is on its way while the
+    /// kernel builds the others, and on a busy host that member is woken first).
     pub fn fanout(&self) -> impl Iterator<Item = Address> + '_ {
-        self.members.iter().copied().filter(|&a| a != self.me)
+        let first = self
+            .fanout_first
+            .filter(|&a| a != self.me && self.members.contains(&a));
+        first.into_iter().chain(
+            self.members
+                .iter()
+                .copied()
+                .filter(move |&a| a != self.me && Some(a) != first),
+        )
     }
 
     pub fn counters(&self) -> &GroupCounters {

@@ -233,7 +233,7 @@ impl Member {
             self.ack_due = true;
         }
         if self.received_upto < self.ordered_seen {
-            self.nak_if_due(now);
+            self.gap_seen(now);
         } else {
             self.nak_at = None;
         }
@@ -264,6 +264,19 @@ impl Member {
                 .filter(|&&m| m != self.sequencer)
                 .take(r)
                 .any(|&m| m == self.me)
+    }
+
+    /// A record missing below one we hold, or one of a rebuild's records, is asked for at once.
+    /// Records only announced (the watermark runs ahead of the records received) are usually
+    /// the rest of a packed batch still on its way: they are asked for only if they have not
+    /// come within a retransmission timeout. Asking at once made every multicast that split a
+    /// batch cost a NAK and a retransmission of records already sent.
+    fn gap_seen(&mut self, now: Instant) {
+        if self.received_upto < self.start_seq || self.history.holds_after(self.received_upto) {
+            self.nak_if_due(now);
+        } else if self.nak_at.is_none() {
+            self.nak_at = Some(now + self.cfg.retransmit_timeout);
+        }
     }
 
     pub(super) fn nak_if_due(&mut self, now: Instant) {

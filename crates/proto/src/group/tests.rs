@@ -1718,3 +1718,112 @@ fn a_joiner_a_rebuild_left_out_is_not_admitted_again_under_the_same_join() {
     );
     assert!(!net.m(A).members().contains(&d));
 }
+
+/// NAK ranges `(to, from, upto)` in what `m` has to send now.
+fn naks_now(m: &mut Member, now: Instant) -> Vec<(Dest, u64, u64)> {
+    let mut buf = vec![0u8; 65_536];
+    let mut naks = Vec::new();
+    while let Some((dest, len)) = m.poll_transmit(now, &mut buf) {
+        if let (_, Msg::Nak { from, to, .. }) = parse(&buf[..len], usize::MAX).unwrap() {
+            naks.push((dest, from, to));
+        }
+    }
+    naks
+}
+
+/// The sequencer's watermark announces every record it has ordered, also those still waiting
+/// for the next packet of a batch. A member that has only the first packet must not ask for
+/// the rest at once (under load that cost a NAK and a retransmission per split batch), but does
+/// ask once they are a retransmission timeout late; a record missing below one it holds is a
+/// loss, asked for at once.
+#[test]
+fn announced_records_are_awaited_a_timeout_but_a_hole_is_asked_for_at_once() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let info = net.m(B).info();
+    let (epoch, base) = (info.epoch, info.received_upto);
+    let order = |upto: u64, seqs: &[u64]| {
+        let mut buf = vec![0u8; 4096];
+        let mut w = MsgWriter::start(&mut buf, MsgKind::Order, 0, cfg.group, epoch, A).unwrap();
+        assert!(w.u64(upto) && w.u64(upto) && w.u64(0));
+        for &seq in seqs {
+            assert!(w.order_record(&OrderRecord {
+                seq,
+                sender: C,
+                msg_id: seq - base,
+                kind: RecordKind::Message,
+                payload: Some(b"m"),
+            }));
+        }
+        let n = w.finish();
+        buf.truncate(n);
+        buf
+    };
+    let t0 = net.now;
+    let m = net.m(B);
+    m.handle_message(t0, &order(base + 3, &[base + 1])).unwrap();
+    assert_eq!(m.info().received_upto, base + 1);
+    assert_eq!(naks_now(m, t0), vec![]);
+    let half = t0 + cfg.retransmit_timeout / 2;
+    m.handle_timeout(half);
+    assert_eq!(naks_now(m, half), vec![]);
+    // Still missing a timeout later: asked for, from the sequencer.
+    let late = t0 + cfg.retransmit_timeout;
+    assert!(m.poll_timeout().is_some_and(|t| t <= late));
+    m.handle_timeout(late);
+    assert_eq!(naks_now(m, late), vec![(Dest::To(A), base + 2, base + 3)]);
+    m.handle_message(late, &order(base + 3, &[base + 2, base + 3]))
+        .unwrap();
+    assert_eq!(m.info().received_upto, base + 3);
+
+    // The rest of a batch that comes in time costs nothing.
+    m.handle_message(late, &order(base + 5, &[base + 4]))
+        .unwrap();
+    m.handle_message(late, &order(base + 5, &[base + 5]))
+        .unwrap();
+    let later = late + cfg.retransmit_timeout * 2;
+    m.handle_timeout(later);
+    assert_eq!(naks_now(m, later), vec![]);
+    assert_eq!(m.info().received_upto, base + 5);
+
+    // A hole below a record that arrived: asked for at once.
+    m.handle_message(later, &order(base + 7, &[base + 7]))
+        .unwrap();
+    assert_eq!(naks_now(m, later), vec![(Dest::To(A), base + 6, base + 7)]);
+    assert_eq!(m.counters().naks_sent, 2);
+}
+
+/// The sequencer's multicast goes first to the member whose message it carries (its `send`
+/// waits on it), then to the others in view order.
+#[test]
+fn the_multicast_goes_first_to_the_sender_it_carries() {
+    let cfg = GroupConfig {
+        pack: crate::pack::PackMode::Off,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 3);
+    let mut buf = vec![0u8; 65_536];
+    for sender in [C, B, C] {
+        let now = net.now;
+        net.m(sender).send(now, b"m").unwrap();
+        let (dest, len) = net
+            .m(sender)
+            .poll_transmit(now, &mut buf)
+            .unwrap_or_else(|| panic!("{sender:?} sends nothing"));
+        assert_eq!(dest, Dest::To(A));
+        let submit = buf[..len].to_vec();
+        let a = net.m(A);
+        a.handle_message(now, &submit).unwrap();
+        let (dest, _) = a.poll_transmit(now, &mut buf).unwrap();
+        assert_eq!(dest, Dest::All);
+        let other = if sender == B { C } else { B };
+        assert_eq!(a.fanout().collect::<Vec<_>>(), vec![sender, other]);
+        net.flush();
+    }
+    // A multicast of the sequencer's own message keeps the view's order.
+    let now = net.now;
+    net.m(A).send(now, b"own").unwrap();
+    let (dest, _) = net.m(A).poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(dest, Dest::All);
+    assert_eq!(net.m(A).fanout().collect::<Vec<_>>(), vec![B, C]);
+}

@@ -2,8 +2,8 @@
 //! packed submissions, NAKs and acks, in that order; timers.
 
 use super::msg::{
-    MsgKind, MsgWriter, OrderRecord, FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES, ORDER_FIXED_BYTES,
-    SUBMIT_RECORD_BYTES,
+    MsgKind, MsgWriter, OrderRecord, RecordKind, FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES,
+    ORDER_FIXED_BYTES, SUBMIT_RECORD_BYTES,
 };
 use super::{Control, Dest, Member, State};
 use crate::addr::Address;
@@ -209,6 +209,7 @@ impl Member {
         let cap = self.packer.messages_per_packet_max();
         let mut n = 0usize;
         let (mut sent_bytes, mut sent_foreign) = (0usize, 0usize);
+        let mut first = None;
         while seq < end && n < cap {
             let e = self
                 .history
@@ -225,11 +226,16 @@ impl Member {
                 break;
             }
             sent_bytes += e.wire_bytes();
-            sent_foreign += usize::from(!e.is_message_of(self.me));
+            let foreign = !e.is_message_of(self.me);
+            if foreign && first.is_none() && e.kind == RecordKind::Message {
+                first = Some(e.sender);
+            }
+            sent_foreign += usize::from(foreign);
             n += 1;
             seq += 1;
         }
         let len = w.finish();
+        self.fanout_first = first;
         let s = self.seqr.as_mut().expect("sequencer");
         s.multicast_from = seq;
         s.unsent_bytes -= sent_bytes;
