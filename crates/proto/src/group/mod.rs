@@ -670,14 +670,19 @@ impl Member {
         &self.members
     }
 
-    /// Where [`Dest::All`] goes: every member of the view but this one. The sequencer's
-    /// multicast goes first to the sender of the oldest message it carries, whose `send` may
-    /// be waiting on it (with one system call for all, the first copy is on its way while the
-    /// kernel builds the others, and on a busy host that member is woken first).
+    /// Where [`Dest::All`] goes: every member of the view but this one, the one on the
+    /// critical path first (with one system call for all, the first copy is on its way while
+    /// the kernel builds the others, and on a busy host that member is woken first). The
+    /// sequencer's multicast goes first to the sender of the oldest message it carries, whose
+    /// `send` may be waiting on it; a member's BB multicast goes first to the sequencer,
+    /// which orders it.
     pub fn fanout(&self) -> impl Iterator<Item = Address> + '_ {
-        let first = self
-            .fanout_first
-            .filter(|&a| a != self.me && self.members.contains(&a));
+        let first = if self.seqr.is_some() {
+            self.fanout_first
+        } else {
+            Some(self.sequencer)
+        };
+        let first = first.filter(|&a| a != self.me && self.members.contains(&a));
         first.into_iter().chain(
             self.members
                 .iter()

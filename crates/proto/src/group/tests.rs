@@ -1827,3 +1827,47 @@ fn the_multicast_goes_first_to_the_sender_it_carries() {
     assert_eq!(dest, Dest::All);
     assert_eq!(net.m(A).fanout().collect::<Vec<_>>(), vec![B, C]);
 }
+
+/// A member's BB multicast goes first to the sequencer, which must order it.
+#[test]
+fn a_bb_multicast_goes_first_to_the_sequencer() {
+    let cfg = GroupConfig {
+        method: Method::Bb,
+        pack: crate::pack::PackMode::Off,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 3);
+    let info = net.m(B).info();
+    let (old, start) = (info.epoch, info.received_upto);
+    // A rebuild (C coordinating) makes C the sequencer of [A, B, C]: last in B's list.
+    let round = Epoch {
+        number: old.number + 1,
+        coordinator: C,
+    };
+    let forge = |kind: MsgKind, body: &dyn Fn(&mut MsgWriter<'_>) -> bool| {
+        let mut buf = vec![0u8; 1024];
+        let mut w = MsgWriter::start(&mut buf, kind, 0, cfg.group, round, C).unwrap();
+        assert!(body(&mut w));
+        let n = w.finish();
+        buf.truncate(n);
+        buf
+    };
+    let now = net.now;
+    let m = net.m(B);
+    m.handle_message(
+        now,
+        &forge(MsgKind::Invite, &|w| w.epoch(old) && w.u64(start)),
+    )
+    .unwrap();
+    m.handle_message(
+        now,
+        &forge(MsgKind::NewView, &|w| {
+            w.u64(start)
+                && w.address(C)
+                && w.survivors(&[(A, 1, start), (B, 1, start), (C, 1, start)])
+        }),
+    )
+    .unwrap();
+    assert_eq!((m.info().sequencer, m.members()), (C, &[A, B, C][..]));
+    assert_eq!(m.fanout().collect::<Vec<_>>(), vec![C, A]);
+}
