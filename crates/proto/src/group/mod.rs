@@ -456,6 +456,9 @@ struct Sequencer {
     watches: HashMap<Address, Watch, AddressHash>,
     /// The accept or stable watermark changed since the last multicast.
     accept_news: bool,
+    /// Our own consumption freed history while something waits to be ordered: order it at
+    /// the next timer (the application's `poll_delivery` has no clock).
+    order_due: bool,
     /// The stable watermark as of the last multicast.
     stable_told: u64,
     /// Ask every member for an ack in the next multicast (the history is full).

@@ -363,7 +363,12 @@ impl Member {
         }
         if self.seqr.is_some() {
             // The sequencer's own consumption bounds stability too.
+            let before = self.stable_upto;
             self.recompute_stable();
+            let s = self.seqr.as_mut().expect("sequencer");
+            if self.stable_upto > before && (s.waiting_len > 0 || !self.pending.is_empty()) {
+                s.order_due = true;
+            }
         }
     }
 

@@ -72,6 +72,7 @@ impl Member {
             sync_at: None,
             watches,
             accept_news: true,
+            order_due: false,
             stable_told: 0,
             sync_due: false,
             heartbeat_due: true,
@@ -567,6 +568,10 @@ impl Member {
                 s.sync_due = true;
             }
         }
+        if std::mem::take(&mut s.order_due) && self.state == State::Normal {
+            self.order_next(now);
+        }
+        let s = self.seqr.as_mut().expect("sequencer");
         if self.state == State::Departing {
             return;
         }
@@ -591,9 +596,13 @@ impl Member {
             let s = self.seqr.as_mut().expect("sequencer");
             s.watches.remove(&m);
             if s.departing.iter().any(|d| d.0 == m) {
-                // A member that already left: forget it rather than rebuild.
+                // A member that already left: forget it rather than rebuild. Its last report
+                // may have been all that held stability back, and with the history full
+                // nothing else recomputes it.
                 s.departing.retain(|d| d.0 != m);
                 s.acks.remove(&m);
+                self.recompute_stable();
+                self.order_next(now);
                 return;
             }
             self.failure_detected(now, m);
@@ -603,6 +612,10 @@ impl Member {
     /// Earliest sequencer deadline.
     pub(super) fn sequencer_deadline(&self) -> Option<Instant> {
         let s = self.seqr.as_ref()?;
+        if s.order_due {
+            // At once (any instant already past).
+            return Some(s.last_multicast_at);
+        }
         let mut t = s.last_multicast_at + self.cfg.heartbeat_interval;
         if let Some(x) = s.sync_at {
             t = t.min(x + self.cfg.retransmit_timeout);

@@ -1871,3 +1871,66 @@ fn a_bb_multicast_goes_first_to_the_sequencer() {
     assert_eq!((m.info().sequencer, m.members()), (C, &[A, B, C][..]));
     assert_eq!(m.fanout().collect::<Vec<_>>(), vec![C, A]);
 }
+
+/// A member that left but whose last report was lost holds stability back until the
+/// sequencer forgets it. Forgetting it must recompute stability: with the history full,
+/// nothing else does, and the sequencer, left alone, stalled for good (seed 89742 in a
+/// prototype of the next view change).
+#[test]
+fn forgetting_a_departed_member_frees_the_history_it_held() {
+    let cfg = GroupConfig {
+        history_max: 8,
+        send_window: 4,
+        send_queue_max: 64,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 2);
+    // B leaves; its last report after the leave record is lost, and then it is gone.
+    net.lose.push((B, MsgKind::Ack));
+    let now = net.now;
+    net.m(B).leave(now).unwrap();
+    assert!(net.run_until(Duration::from_secs(1), |n| n.m(B).state() == State::Left));
+    net.crashed.push(B);
+    // A, alone, sends more than its history holds.
+    let now = net.now;
+    for i in 0..20u8 {
+        net.m(A).send(now, &[i]).unwrap();
+    }
+    let all_delivered = |n: &mut Net| {
+        n.delivered(A)
+            .iter()
+            .filter(|(_, r)| matches!(r, Rec::Msg(s, _, _) if *s == A))
+            .count()
+            == 20
+    };
+    assert!(
+        net.run_until(Duration::from_secs(10), all_delivered),
+        "{:?}",
+        net.m(A).info()
+    );
+}
+
+/// A sequencer whose own application is what holds stability back orders what waits as soon
+/// as the application's consumption frees its history, not at the next send or ack (a group
+/// of one had no ack to wait for and stalled).
+#[test]
+fn a_lone_sequencer_orders_what_waits_once_its_consumption_frees_the_history() {
+    let cfg = GroupConfig {
+        history_max: 8,
+        send_window: 4,
+        send_queue_max: 64,
+        ..cfg()
+    };
+    let mut net = Net::new(&cfg);
+    let now = net.now;
+    for i in 0..20u8 {
+        net.m(A).send(now, &[i]).unwrap();
+    }
+    // Only timers due at once: no heartbeat or probe interval passes.
+    let all = |n: &mut Net| n.delivered(A).len() == 20;
+    assert!(
+        net.run_until(cfg.heartbeat_interval / 2, all),
+        "{:?}",
+        net.m(A).info()
+    );
+}
