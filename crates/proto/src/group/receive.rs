@@ -365,9 +365,14 @@ impl Member {
             // The sequencer's own consumption bounds stability too.
             let before = self.stable_upto;
             self.recompute_stable();
-            let s = self.seqr.as_mut().expect("sequencer");
-            if self.stable_upto > before && (s.waiting_len > 0 || !self.pending.is_empty()) {
-                s.order_due = true;
+            if self.stable_upto > before {
+                // Only what still waits to be ordered needs the timer (messages already
+                // ordered and not yet consumed do not).
+                let due = self.own_queued();
+                let s = self.seqr.as_mut().expect("sequencer");
+                if due || s.waiting_len > 0 {
+                    s.order_due = true;
+                }
             }
         }
     }

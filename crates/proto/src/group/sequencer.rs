@@ -215,13 +215,20 @@ impl Member {
         while s.own_in_flight.front().is_some_and(|&q| q <= done) {
             s.own_in_flight.pop_front();
         }
-        let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
-        let queued = self.pending.back().is_some_and(|p| p.msg_id >= next);
+        let queued = self.own_queued();
+        let s = self.seqr.as_ref().expect("sequencer");
         if queued && s.own_in_flight.len() >= window {
             self.counters.own_window_full += 1;
             return false;
         }
         queued
+    }
+
+    /// Whether the sequencer's own application has a message not yet ordered.
+    pub(super) fn own_queued(&self) -> bool {
+        let s = self.seqr.as_ref().expect("sequencer");
+        let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
+        self.pending.back().is_some_and(|p| p.msg_id >= next)
     }
 
     /// Orders the sequencer's own next queued message.
