@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use txcast_proto::group::msg::{
-    parse, GroupHeader, GroupWireError, Msg, MsgWriter, GROUP_HEADER_BYTES, MEMBERS_MAX,
+    parse, GroupHeader, GroupWireError, Msg, MsgWriter, ViewValue, GROUP_HEADER_BYTES, MEMBERS_MAX,
 };
 use txcast_proto::group::{Delivered, Dest, GroupConfig, Member};
 use txcast_proto::{Address, Instant};
@@ -48,6 +48,12 @@ const TIMER_STEPS: usize = 4;
 const CHUNKS_MAX: usize = 16;
 
 /// Writes `hdr` and `m` again; `None` when `m` names something the writer cannot say.
+fn value(w: &mut MsgWriter<'_>, v: &ViewValue<'_>) -> bool {
+    let s: Vec<(Address, u64, u64)> = v.members.iter().collect();
+    assert!(s.len() <= MEMBERS_MAX);
+    w.view_value(v.epoch, v.start_seq, v.sequencer, v.quorum, &s)
+}
+
 fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
     let mut w = MsgWriter::start(out, hdr.kind, hdr.flags, hdr.group, hdr.epoch, hdr.from)?;
     let ok = match *m {
@@ -103,21 +109,31 @@ fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
             held_from,
             view,
             config_seq,
+            accepted,
         } => {
             w.u64(consumed)
                 && w.u64(received)
                 && w.u64(held_from)
                 && w.epoch(view)
                 && w.u64(config_seq)
+                && accepted.is_none_or(|(ballot, v)| w.epoch(ballot) && value(&mut w, &v))
         }
+        Msg::Propose { value: v } => value(&mut w, &v),
+        Msg::Accepted => true,
         Msg::NewView {
             start_seq,
             sequencer,
+            quorum,
+            committed,
             members,
         } => {
             let s: Vec<(Address, u64, u64)> = members.iter().collect();
             assert!(s.len() <= MEMBERS_MAX);
-            w.u64(start_seq) && w.address(sequencer) && w.survivors(&s)
+            w.u64(start_seq)
+                && w.address(sequencer)
+                && w.u64(quorum)
+                && w.u64(u64::from(committed))
+                && w.survivors(&s)
         }
     };
     ok.then(|| w.finish())

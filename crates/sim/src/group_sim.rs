@@ -835,19 +835,29 @@ impl Sim {
         }) && info.members.len() == normal.len()
     }
 
-    /// Whether the group cannot recover: fewer than a majority of its newest view (as the live
-    /// processes know it) are still running. The protocol must then block, not converge. The
-    /// crash schedule avoids this, but a partition can keep a rebuild from finishing between
-    /// two crashes it allowed.
+    /// Whether the group cannot recover: fewer than a majority of its newest committed view
+    /// (as the live processes know it) are still running. The protocol must then block, not
+    /// converge. The crash schedule avoids this, but a partition can keep a rebuild from
+    /// finishing between two crashes it allowed.
+    ///
+    /// Committed, not installed: a rebuild is always a round on the last view its coordinator
+    /// knows committed (its View record applied), and needs a majority of that view's list, as
+    /// in Viewstamped Replication. A newer view that never committed is never rebuilt itself
+    /// (a majority of it need not meet the quorum of a sibling made from the same committed
+    /// view, which split the group in seed 131578), so the group blocks once the committed
+    /// view's majority is gone even if the uncommitted one's survives. The newest committed
+    /// view the live processes know of is the one whose members refuse rounds on older ones;
+    /// of its lists, the most recent counts (a coordinator with an older one gives way, see
+    /// `decide_view`).
     fn majority_lost(&self) -> bool {
         let newest = self
             .live()
             .filter_map(|i| self.procs[i].m.as_ref())
-            .max_by_key(|m| m.info().epoch);
-        let Some(m) = newest else {
+            .map(|m| m.committed_view())
+            .max_by_key(|v| (v.0, v.1));
+        let Some((_, _, view)) = newest else {
             return false;
         };
-        let view = m.members();
         let running = view
             .iter()
             .filter(|&&a| self.live().any(|i| self.procs[i].addr == a))

@@ -30,6 +30,7 @@ impl Member {
         let c = Control::Welcome {
             join_seq: *seq,
             members: members.clone(),
+            epoch: self.epoch,
         };
         self.push_control(who, c);
         true
@@ -89,6 +90,8 @@ impl Member {
         self.consumed_upto = join_seq - 1;
         self.stable_upto = stable_upto.min(join_seq - 1);
         self.start_seq = join_seq - 1;
+        // Joins are ordered only after the view's View record is applied: it committed.
+        self.note_committed();
         for &(m, id) in member_ids {
             self.last_msg_id.insert(m, id);
         }
@@ -112,6 +115,11 @@ impl Member {
         }
         self.last_msg_id.insert(who, 0);
         self.unordered.retain(|(s, _), _| *s != who);
+        self.committed_view_applies(seq, |m| {
+            if !m.contains(&who) {
+                m.push(who);
+            }
+        });
         if seq <= self.start_seq {
             // A record from before a rebuild, caught up on: the rebuilt view already counted
             // it, and its View record settles the member list; nobody is welcomed from here.
@@ -138,14 +146,27 @@ impl Member {
                 Control::Welcome {
                     join_seq: seq,
                     members,
+                    epoch: self.epoch,
                 },
             );
             self.order_next(now);
         }
     }
 
+    /// In a view not known committed, records up to its start (numbered in the last view
+    /// known committed) change that view's list, which the rebuilt view did not: its own list
+    /// already counted them, cut to its survivors (see `install_view`).
+    fn committed_view_applies(&mut self, seq: u64, f: impl FnOnce(&mut Vec<Address>)) {
+        if let Some(k) = self.committed.as_mut() {
+            if seq > k.start {
+                f(&mut k.members);
+            }
+        }
+    }
+
     pub(super) fn apply_leave(&mut self, now: Instant, seq: u64, who: Address) {
         self.unordered.retain(|(s, _), _| *s != who);
+        self.committed_view_applies(seq, |m| m.retain(|&x| x != who));
         if seq <= self.start_seq {
             // From before a rebuild: the rebuilt view already counted it and named the
             // sequencer.

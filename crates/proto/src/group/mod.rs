@@ -382,6 +382,8 @@ enum Control {
     Welcome {
         join_seq: u64,
         members: Vec<(Address, u64)>,
+        /// The view the join was ordered in.
+        epoch: Epoch,
     },
     Invite {
         epoch: Epoch,
@@ -390,6 +392,16 @@ enum Control {
     InviteReply {
         epoch: Epoch,
     },
+    /// The round `epoch` proposes `value` (see `recovery`).
+    Propose {
+        epoch: Epoch,
+        value: ViewNews,
+    },
+    Accepted {
+        epoch: Epoch,
+    },
+    /// A view that committed, not necessarily ours (see `recovery`).
+    Announce(ViewNews),
     /// The current view, to a member that is behind (or the coordinator's announcement).
     NewView,
 }
@@ -477,8 +489,9 @@ type Welcome = (Address, u64, Vec<(Address, u64)>);
 #[derive(Debug)]
 struct Reset {
     epoch: Epoch,
-    /// The coordinator's: the view being rebuilt (its own).
+    /// The coordinator's: the view being rebuilt (its last known committed one), and its start.
     base: Epoch,
+    base_start: u64,
     /// The coordinator's: how recent each answer's member list is (see `config_seq`).
     configs: HashMap<Address, u64, AddressHash>,
     coordinator: bool,
@@ -488,6 +501,57 @@ struct Reset {
     replies: HashMap<Address, (u64, u64, u64), AddressHash>,
     invites_sent: u32,
     next_at: Instant,
+    /// The coordinator's: the highest-ballot successor of the base accepted by a member
+    /// that answered (ourselves included), with its ballot.
+    best: Option<(Epoch, ViewNews)>,
+    /// The coordinator's, in the second phase: the view proposed, and who accepted it.
+    proposal: Option<ViewNews>,
+    accepts: Vec<Address>,
+}
+
+impl ViewNews {
+    fn from_value(v: &msg::ViewValue<'_>, committed: bool) -> ViewNews {
+        let donors: Vec<(Address, u64, u64)> = v.members.iter().collect();
+        // (A quorum outside 1..=members is corrupt; clamped, it is at worst "all".)
+        let quorum = usize::try_from(v.quorum)
+            .unwrap_or(usize::MAX)
+            .clamp(1, donors.len().max(1));
+        ViewNews {
+            epoch: v.epoch,
+            start: v.start_seq,
+            sequencer: v.sequencer,
+            quorum,
+            committed,
+            donors,
+        }
+    }
+}
+
+/// A rebuilt view as its announcement (`NewView`) describes it.
+#[derive(Clone, Debug)]
+struct ViewNews {
+    epoch: Epoch,
+    start: u64,
+    sequencer: Address,
+    /// How many of its members must hold its View record for it to commit.
+    quorum: usize,
+    /// The sender knows it committed.
+    committed: bool,
+    /// Its members as the rebuild announced them (see `Member::view_donors`).
+    donors: Vec<(Address, u64, u64)>,
+}
+
+/// A view known to have committed (see `Member::committed`).
+#[derive(Clone, Debug)]
+struct Committed {
+    epoch: Epoch,
+    start: u64,
+    /// Its member list as applied here (as `Member::members` is): the list it had when it
+    /// was left, and the joins and leaves numbered in it applied since. (The newer view's
+    /// list is cut down to that view's survivors, which do not count for a round on this
+    /// one.)
+    members: Vec<Address>,
+    sequencer: Address,
 }
 
 /// One process's membership in one group.
@@ -511,6 +575,16 @@ pub struct Member {
     join_ids_seen: VecDeque<(Address, u64)>,
     /// The sequence number a rebuilt view started after (its `start_seq`).
     start_seq: u64,
+    /// `Some` while the view this member is in is not known to have committed (its View
+    /// record not yet applied here): the last view it knows committed, which every rebuild
+    /// it takes part in is a round on (see `recovery`). `None`: the current view is known
+    /// committed (applied its View record, or created or joined it).
+    committed: Option<Committed>,
+    /// The successor of the last view known committed that this member accepted in a round
+    /// that proposed one (see `recovery`), with that round's epoch (its ballot).
+    accepted: Option<(Epoch, ViewNews)>,
+    /// The base of the round that made the current view, if this member took part in it.
+    view_base: Epoch,
     members: Vec<Address>,
     sequencer: Address,
     history: History,
@@ -535,8 +609,12 @@ pub struct Member {
     /// Retransmissions owed: (member, from, to).
     retransmit: VecDeque<(Address, u64, u64)>,
     /// After a rebuild: each survivor with the oldest record it held and how far it had
-    /// received, to fetch records from.
+    /// received, to fetch records from. Also the view's members as the rebuild announced
+    /// them, while it is not known committed.
     view_donors: Vec<(Address, u64, u64)>,
+    /// How many members of the current view must hold its View record (its sequencer among
+    /// them) for the view to be chosen.
+    view_quorum: usize,
     nak_attempts: u32,
     /// This member watching the sequencer.
     watch: Watch,
@@ -613,6 +691,9 @@ impl Member {
             config_applied: 0,
             join_ids_seen: VecDeque::new(),
             start_seq: 0,
+            committed: None,
+            accepted: None,
+            view_base: Epoch::default(),
             members: Vec::new(),
             sequencer: me,
             history,
@@ -631,6 +712,7 @@ impl Member {
             seqr: None,
             retransmit: VecDeque::new(),
             view_donors: Vec::new(),
+            view_quorum: 1,
             nak_attempts: 0,
             watch: Watch::new(now),
             reset: None,
@@ -671,6 +753,15 @@ impl Member {
 
     pub fn members(&self) -> &[Address] {
         &self.members
+    }
+
+    /// The last view this member knows to have committed, how recent its list of that view's
+    /// members is (the sequence number of the last membership record it holds), and the
+    /// members a rebuild it coordinates would need a majority of.
+    #[doc(hidden)]
+    pub fn committed_view(&self) -> (Epoch, u64, Vec<Address>) {
+        let (epoch, _, members) = self.rebuild_base();
+        (epoch, self.reported().2, members)
     }
 
     /// Where [`Dest::All`] goes: every member of the view but this one, the one on the

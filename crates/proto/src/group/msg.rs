@@ -58,12 +58,17 @@ pub enum MsgKind {
     Welcome = 8,
     /// A member asks to leave.
     LeaveRequest = 9,
-    /// Recovery: a coordinator invites the members to a new epoch.
+    /// Recovery: a coordinator invites the members to a new epoch (a ballot).
     Invite = 10,
     /// Recovery: a member's state, in answer to an invitation.
     InviteReply = 11,
     /// Recovery: the new view (also sent to a member still in an older epoch).
     NewView = 12,
+    /// Recovery: a coordinator asks the members that answered its round to accept a view
+    /// some of them had accepted in an earlier round (the second phase of Paxos).
+    Propose = 13,
+    /// Recovery: a member accepted the proposal of the round in the header.
+    Accepted = 14,
 }
 
 impl MsgKind {
@@ -81,6 +86,8 @@ impl MsgKind {
             10 => MsgKind::Invite,
             11 => MsgKind::InviteReply,
             12 => MsgKind::NewView,
+            13 => MsgKind::Propose,
+            14 => MsgKind::Accepted,
             k => return Err(GroupWireError::UnknownKind(k)),
         })
     }
@@ -230,15 +237,60 @@ pub enum Msg<'a> {
         /// The sequence number of the last membership record (join, leave, view) it holds:
         /// how recent its member list is.
         config_seq: u64,
+        /// Optional (the rest of the body): the successor of `view` the member accepted in
+        /// the highest round (the ballot) it accepted one in, if any. Holding a rebuilt
+        /// view's View record is accepting that view in the round that made it.
+        accepted: Option<(Epoch, ViewValue<'a>)>,
     },
     NewView {
         start_seq: u64,
         sequencer: Address,
+        /// How many of the members must hold the view's View record for it to commit (see
+        /// `recovery`).
+        quorum: u64,
+        /// Whether the sender knows the view committed (it applied the View record, or learnt
+        /// so): a member of it may then enter it despite having answered a later round on
+        /// the view before, which can never succeed.
+        committed: bool,
         /// The members, each with the oldest record it held and how far it had received at
         /// the rebuild (zeros when not known), so a member can fetch what it lacks from
         /// whoever holds it.
         members: Survivors<'a>,
     },
+    /// The view proposed, in the round of the header's epoch.
+    Propose {
+        value: ViewValue<'a>,
+    },
+    Accepted,
+}
+
+/// A rebuilt view as a value of the view change: `[epoch][start u64][sequencer][quorum u64]`
+/// then its members as in `NewView`.
+#[derive(Clone, Copy, Debug)]
+pub struct ViewValue<'a> {
+    pub epoch: Epoch,
+    pub start_seq: u64,
+    pub sequencer: Address,
+    pub quorum: u64,
+    pub members: Survivors<'a>,
+}
+
+/// The fixed part of a [`ViewValue`].
+const VIEW_VALUE_FIXED: usize = 40;
+
+impl<'a> ViewValue<'a> {
+    fn parse(b: &'a [u8]) -> Result<ViewValue<'a>, GroupWireError> {
+        if b.len() < VIEW_VALUE_FIXED {
+            return Err(GroupWireError::TooShort);
+        }
+        Ok(ViewValue {
+            epoch: epoch_at(b, 0),
+            start_seq: u64_at(b, 16),
+            sequencer: Address::read_from(&b[24..32]),
+            quorum: u64_at(b, 32),
+            members: Survivors::parse(&b[VIEW_VALUE_FIXED..])?,
+        })
+    }
 }
 
 /// Parses and checks a group message. `payload_max` bounds every payload.
@@ -362,23 +414,47 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
             }
         }
         MsgKind::InviteReply => {
-            fixed(48)?;
+            if body.len() < 48 {
+                return Err(GroupWireError::TooShort);
+            }
+            let accepted = if body.len() == 48 {
+                None
+            } else if body.len() < 48 + 16 {
+                return Err(GroupWireError::TooShort);
+            } else {
+                Some((epoch_at(body, 48), ViewValue::parse(&body[64..])?))
+            };
             Msg::InviteReply {
                 consumed: u64_at(body, 0),
                 received: u64_at(body, 8),
                 held_from: u64_at(body, 16),
                 view: epoch_at(body, 24),
                 config_seq: u64_at(body, 40),
+                accepted,
             }
         }
+        MsgKind::Propose => Msg::Propose {
+            value: ViewValue::parse(body)?,
+        },
+        MsgKind::Accepted => {
+            fixed(0)?;
+            Msg::Accepted
+        }
         MsgKind::NewView => {
-            if body.len() < 16 {
+            if body.len() < 32 {
                 return Err(GroupWireError::TooShort);
             }
+            let committed = match u64_at(body, 24) {
+                0 => false,
+                1 => true,
+                _ => return Err(GroupWireError::ReservedNotZero),
+            };
             Msg::NewView {
                 start_seq: u64_at(body, 0),
                 sequencer: Address::read_from(&body[8..16]),
-                members: Survivors::parse(&body[16..])?,
+                quorum: u64_at(body, 16),
+                committed,
+                members: Survivors::parse(&body[32..])?,
             }
         }
     };
@@ -593,6 +669,22 @@ impl<'b> MsgWriter<'b> {
 
     pub fn u64(&mut self, v: u64) -> bool {
         self.bytes(&v.to_le_bytes())
+    }
+
+    /// A [`ViewValue`].
+    pub fn view_value(
+        &mut self,
+        epoch: Epoch,
+        start_seq: u64,
+        sequencer: Address,
+        quorum: u64,
+        members: &[(Address, u64, u64)],
+    ) -> bool {
+        self.epoch(epoch)
+            && self.u64(start_seq)
+            && self.address(sequencer)
+            && self.u64(quorum)
+            && self.survivors(members)
     }
 
     pub fn epoch(&mut self, e: Epoch) -> bool {

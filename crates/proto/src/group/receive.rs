@@ -3,7 +3,9 @@
 
 use super::history::{Entry, Refused};
 use super::msg::{self, GroupHeader, Msg, OrderRecords, RecordKind, FLAG_BB, FLAG_SYNC};
-use super::{addr_payload, Control, GroupEvent, Member, State, NAK_SPAN_MAX, UNORDERED_MAX};
+use super::{
+    addr_payload, Control, GroupEvent, Member, State, ViewNews, NAK_SPAN_MAX, UNORDERED_MAX,
+};
 use crate::addr::Address;
 use crate::time::Instant;
 
@@ -59,19 +61,35 @@ impl Member {
                 held_from,
                 view,
                 config_seq,
-            } => self.on_invite_reply(now, hdr, (consumed, received, held_from), view, config_seq),
+                accepted,
+            } => self.on_invite_reply(
+                now,
+                hdr,
+                (consumed, received, held_from),
+                view,
+                config_seq,
+                accepted.map(|(ballot, v)| (ballot, ViewNews::from_value(&v, false))),
+            ),
+            Msg::Propose { value } => {
+                self.on_propose(now, hdr, ViewNews::from_value(&value, false))
+            }
+            Msg::Accepted => self.on_accepted(now, hdr),
             Msg::NewView {
                 start_seq,
                 sequencer,
+                quorum,
+                committed,
                 members,
-            } => self.on_new_view(
-                now,
-                hdr.from,
-                hdr.epoch,
-                start_seq,
-                sequencer,
-                &members.iter().collect::<Vec<_>>(),
-            ),
+            } => {
+                let v = msg::ViewValue {
+                    epoch: hdr.epoch,
+                    start_seq,
+                    sequencer,
+                    quorum,
+                    members,
+                };
+                self.on_new_view(now, hdr.from, ViewNews::from_value(&v, committed))
+            }
             _ => self.on_epoch_message(now, hdr, m),
         }
         Ok(())

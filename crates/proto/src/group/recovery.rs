@@ -6,7 +6,7 @@
 //!
 //! Rebuild, started by whoever detected the failure (or by the application):
 //! 1. the coordinator picks an epoch above any it has seen and invites every member of the
-//!    old view; a member accepts the highest invitation it has seen, freezes (takes in no more
+//!    last view it knows committed (its *base*); a member accepts the highest invitation it has seen, freezes (takes in no more
 //!    records of the old epoch) and replies with how far it has received and consumed;
 //! 2. after every member replied, or after `probes_max` rounds of invitations, the survivors
 //!    are the members that replied. Too few (below the minimum): the reset fails, the group
@@ -15,8 +15,17 @@
 //!    received furthest (the lowest-ranked among equals). Everything up to that point, `H`,
 //!    is accepted: the new sequencer has it all and the others fetch what they miss from it
 //!    by NAK. The coordinator announces the view (epoch, survivors, sequencer, `H`); the new
-//!    sequencer orders a View record at `H + 1`, accepted only once every member of the new
-//!    view holds it, and the group goes on.
+//!    sequencer orders a View record at `H + 1`, accepted only once a quorum of the new
+//!    view holds it (so that no round on the old view can succeed any more), and the group
+//!    goes on.
+//!
+//! Which view succeeds the base is decided as in Paxos, epochs being ballots: holding a
+//! rebuilt view's View record is accepting that view in the round that made it; answers carry
+//! the highest-ballot view their member accepted; a round whose answers carry one proposes
+//! that view again instead of making a new one (`Propose`, `Accepted`), and a view accepted in
+//! one round by `chosen_quorum` members of the base is the group's. A view that never
+//! committed is never the base of a rebuild: a majority of its own members need not meet the
+//! quorum of a later round on the same base.
 //!
 //! A message whose send completed was held by r + 1 members; if at most r crashed, a
 //! survivor holds it, so `H` covers it. A member that was left out learns so from the view
@@ -25,7 +34,8 @@
 use super::history::Entry;
 use super::msg::{Epoch, GroupHeader, RecordKind};
 use super::{
-    encode_view, Control, GroupConfig, GroupEvent, Member, MinMembers, Reset, State, Watch,
+    encode_view, Committed, Control, GroupConfig, GroupEvent, Member, MinMembers, Reset, State,
+    ViewNews, Watch,
 };
 use crate::addr::Address;
 use crate::time::Instant;
@@ -68,10 +78,14 @@ impl Member {
 
     /// Starts a rebuild with this member as coordinator.
     pub(super) fn start_reset(&mut self, now: Instant, min: MinMembers) {
-        let (old_members, base) = match &self.reset {
+        let (old_members, base, base_start) = match &self.reset {
             // A retry keeps the view being rebuilt.
-            Some(r) if r.coordinator => (r.old_members.clone(), r.base),
-            _ => (self.quorum_members(), self.epoch),
+            Some(r) if r.coordinator => (r.old_members.clone(), r.base, r.base_start),
+            // Only a view known to have committed is rebuilt (see `rebuild_base`).
+            _ => {
+                let (base, start, members) = self.rebuild_base();
+                (members, base, start)
+            }
         };
         // Saturating: any message of the group raises `epoch_seen`, a corrupt one up to the
         // largest number.
@@ -81,16 +95,18 @@ impl Member {
         };
         self.epoch_seen = epoch.number;
         self.counters.resets_started += 1;
+        let (received, _, config_seq) = self.reported();
         let mut replies = HashMap::default();
-        replies.insert(
-            self.me,
-            (self.consumed_upto, self.received_upto, self.history.base()),
-        );
+        replies.insert(self.me, (self.consumed_upto, received, self.history.base()));
         let mut configs = HashMap::default();
-        configs.insert(self.me, self.config_seq());
+        configs.insert(self.me, config_seq);
+        // Our own round binds us as any other: we accept no successor of the base from a
+        // lower one (we count our own answer).
+        self.promised = self.promised.max(epoch);
         self.reset = Some(Reset {
             epoch,
             base,
+            base_start,
             configs,
             coordinator: true,
             min_members: min.of(old_members.len()),
@@ -98,6 +114,9 @@ impl Member {
             replies,
             invites_sent: 0,
             next_at: now,
+            best: self.accepted_value(),
+            proposal: None,
+            accepts: Vec::new(),
         });
         self.enter_recovering();
         self.blocked_retry_at = None;
@@ -121,6 +140,18 @@ impl Member {
         config_seq: u64,
     ) {
         let e = hdr.epoch;
+        if base == self.epoch && self.committed.is_some() {
+            // Only a view its coordinator knows committed is rebuilt: ours has. A round of our
+            // own on the view before is moot (its members that learnt it refuse it).
+            self.note_committed();
+            if self
+                .reset
+                .as_ref()
+                .is_some_and(|r| r.coordinator && r.base < base)
+            {
+                self.reset = None;
+            }
+        }
         if self.state == State::Left && !self.members.contains(&hdr.from) {
             // Left, still running: it may be the last the inviter knows of the group (the
             // others gone too). Our last view, if newer than its own and without it, tells it
@@ -131,13 +162,33 @@ impl Member {
         if matches!(self.state, State::Joining | State::Left | State::Expelled) {
             return;
         }
-        if base < self.epoch {
-            // It rebuilds a view we have already left for a newer one, made by a majority of
-            // that same view: answering would let it make a second successor. Show it ours.
-            self.push_control(hdr.from, Control::NewView);
+        let (k_epoch, k_members) = match &self.committed {
+            Some(k) => (k.epoch, k.members.as_slice()),
+            None => (self.epoch, self.members.as_slice()),
+        };
+        if base < k_epoch {
+            // It rebuilds a view older than the last we know committed, whose successor a
+            // majority of that same view made: answering would let it make a second one.
+            // Show it ours. (A base above it is a view the coordinator knows committed and we
+            // did not learn of; our answer counts from the view before, see
+            // `on_invite_reply`.) Our answer, which names that view as the last we know
+            // committed, does not count for the round: a coordinator in it learns so.
+            let shown = match &self.committed {
+                Some(k) => Control::Announce(ViewNews {
+                    epoch: k.epoch,
+                    start: k.start,
+                    sequencer: k.sequencer,
+                    quorum: 1,
+                    committed: true,
+                    donors: k.members.iter().map(|&m| (m, 0, 0)).collect(),
+                }),
+                None => Control::NewView,
+            };
+            self.push_control(hdr.from, shown);
+            self.push_control(hdr.from, Control::InviteReply { epoch: e });
             return;
         }
-        if e <= self.epoch || (self.state == State::Normal && !self.members.contains(&hdr.from)) {
+        if e <= self.epoch || (self.state == State::Normal && !k_members.contains(&hdr.from)) {
             // An inviter that is behind, or not in our view at all: show it the view.
             if self.state == State::Normal {
                 self.push_control(hdr.from, Control::NewView);
@@ -159,7 +210,7 @@ impl Member {
         if e <= self.promised {
             return;
         }
-        if config_seq < self.config_seq() && base == self.epoch && self.state != State::Departing {
+        if config_seq < self.reported().2 && base == k_epoch && self.state != State::Departing {
             // We hold a join or leave the coordinator lacks: it cannot count the quorum (see
             // `decide_view`), and answering would only keep us waiting on it. Coordinate
             // ourselves, with a higher epoch; it will answer us.
@@ -175,6 +226,7 @@ impl Member {
         self.reset = Some(Reset {
             epoch: e,
             base,
+            base_start: 0,
             configs: HashMap::default(),
             coordinator: false,
             min_members: 0,
@@ -183,6 +235,9 @@ impl Member {
             invites_sent: 0,
             // Give the coordinator this long to finish before taking over.
             next_at: now + self.reset_patience(),
+            best: None,
+            proposal: None,
+            accepts: Vec::new(),
         });
         self.enter_recovering();
         self.push_control(hdr.from, Control::InviteReply { epoch: e });
@@ -200,7 +255,23 @@ impl Member {
         (consumed, received, held_from): (u64, u64, u64),
         view: Epoch,
         config_seq: u64,
+        accepted: Option<(Epoch, ViewNews)>,
     ) {
+        if view == self.epoch
+            && self.committed.is_some()
+            && self
+                .reset
+                .as_ref()
+                .is_some_and(|r| r.coordinator && hdr.epoch == r.epoch && r.base < view)
+        {
+            // A member knows our view committed (it applied its View record): rebuild it, not
+            // the view before.
+            self.note_committed();
+            self.reset = None;
+            let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
+            self.start_reset(now, min);
+            return;
+        }
         let Some(r) = self.reset.as_mut() else {
             return;
         };
@@ -208,6 +279,7 @@ impl Member {
             || hdr.epoch != r.epoch
             || !r.old_members.contains(&hdr.from)
             || view > r.base
+            || r.proposal.is_some()
         {
             // (A member in a newer view than ours refuses rather than answers.)
             return;
@@ -216,17 +288,99 @@ impl Member {
         // lost) is still in the view before, which that rebuild numbered anew after its
         // start: what it holds beyond the start is not this view's.
         let (received, config_seq) = if view < r.base {
+            if consumed > r.base_start {
+                // It delivered records of the view before that the base numbered anew (they
+                // were accepted without the members that made the base): it cannot be part
+                // of the group's order any more. Not counted, it is left out.
+                return;
+            }
             // (Its list is the view before's, which the base's own superseded.)
-            (received.min(self.start_seq), 0)
+            (received.min(r.base_start), 0)
         } else {
             (received, config_seq)
         };
         r.replies.insert(hdr.from, (consumed, received, held_from));
         r.configs.insert(hdr.from, config_seq);
+        if let Some((ballot, v)) = accepted.filter(|a| view == r.base && a.0 < r.epoch) {
+            // (Accepted as a successor of our base, in an earlier round.)
+            if r.best.as_ref().is_none_or(|b| ballot > b.0) {
+                r.best = Some((ballot, v));
+            }
+        }
         // (Our own answer is among the replies, but we may not be among the members: a
         // leaving sequencer rebuilds the view it leaves.)
         if r.old_members.iter().all(|m| r.replies.contains_key(m)) {
             self.decide_view(now);
+        }
+    }
+
+    /// Second phase: a member that answered our round asks to accept `value`.
+    pub(super) fn on_propose(&mut self, now: Instant, hdr: GroupHeader, value: ViewNews) {
+        let e = hdr.epoch;
+        if matches!(self.state, State::Joining | State::Left | State::Expelled) {
+            return;
+        }
+        let known = self.committed.as_ref().map_or(self.epoch, |k| k.epoch);
+        if e < self.promised || value.epoch <= known {
+            // A later round has our promise, or the proposal is no successor of the last view
+            // we know committed.
+            return;
+        }
+        self.promised = e;
+        self.accepted = Some((e, value));
+        let patience = self.reset_patience();
+        if let Some(r) = self
+            .reset
+            .as_mut()
+            .filter(|r| !r.coordinator && r.epoch == e)
+        {
+            // (The coordinator is alive: give it as long again.)
+            r.next_at = now + patience;
+        }
+        self.push_control(hdr.from, Control::Accepted { epoch: e });
+    }
+
+    /// Second phase: a member accepted our proposal.
+    pub(super) fn on_accepted(&mut self, now: Instant, hdr: GroupHeader) {
+        let Some(r) = self.reset.as_mut() else {
+            return;
+        };
+        if !r.coordinator || hdr.epoch != r.epoch || !r.old_members.contains(&hdr.from) {
+            return;
+        }
+        let Some(v) = r.proposal.clone() else {
+            return;
+        };
+        if !r.accepts.contains(&hdr.from) {
+            r.accepts.push(hdr.from);
+        }
+        if r.accepts.len() >= chosen_quorum(r) {
+            self.adopt(now, v);
+        }
+    }
+
+    /// A successor of our base was chosen: it is the group's. Everyone in the round learns it;
+    /// we enter it (or are out of it), and rebuild it at once (its sequencer may be gone, and
+    /// its members froze for our round).
+    fn adopt(&mut self, now: Instant, mut v: ViewNews) {
+        v.committed = true;
+        let old = self.reset.take().map(|r| r.old_members).unwrap_or_default();
+        let me = self.me;
+        for m in old.into_iter().filter(|&m| m != me) {
+            self.push_control(m, Control::Announce(v.clone()));
+        }
+        if !v.donors.iter().any(|d| d.0 == me) {
+            self.expel();
+            return;
+        }
+        let from = v.sequencer;
+        self.on_new_view(now, from, v);
+        if self.committed.is_none() && self.state == State::Normal {
+            let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
+            self.start_reset(now, min);
+        } else if self.reset.is_none() && self.state == State::Recovering {
+            // (We could not enter it: try again later.)
+            self.reset_failed(now, 0, 0);
         }
     }
 
@@ -253,6 +407,34 @@ impl Member {
             let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
             self.reset = None;
             self.start_reset(now, min);
+            return;
+        }
+        if let Some(v) = r.proposal.clone() {
+            // Second phase: ask again whoever answered and has not accepted, a bounded number
+            // of times.
+            if r.invites_sent > self.cfg.probes_max {
+                let (have, needed) = (r.accepts.len(), chosen_quorum(r));
+                self.reset_failed(now, have, needed);
+                return;
+            }
+            r.invites_sent += 1;
+            r.next_at = now + self.cfg.probe_interval;
+            let epoch = r.epoch;
+            let missing: Vec<Address> = r
+                .replies
+                .keys()
+                .copied()
+                .filter(|m| !r.accepts.contains(m))
+                .collect();
+            for m in missing {
+                self.push_control(
+                    m,
+                    Control::Propose {
+                        epoch,
+                        value: v.clone(),
+                    },
+                );
+            }
             return;
         }
         if r.invites_sent > self.cfg.probes_max {
@@ -303,6 +485,27 @@ impl Member {
             self.reset_failed(now, answered.len(), needed);
             return;
         }
+        if let Some((_, v)) = r.best.clone() {
+            // A member that answered accepted a successor of the base in an earlier round: it
+            // may have been chosen (accepted by enough members that every round since meets
+            // one of them), so this round may only propose it again (Paxos). Once enough
+            // members accept it in this round, it is the group's.
+            let me = self.me;
+            let epoch = r.epoch;
+            let r = self.reset.as_mut().expect("resetting");
+            r.proposal = Some(v.clone());
+            r.accepts = vec![me];
+            r.invites_sent = 0;
+            r.next_at = now;
+            let chosen = r.accepts.len() >= chosen_quorum(r);
+            self.accepted = Some((epoch, v.clone()));
+            if chosen {
+                self.adopt(now, v);
+            } else {
+                self.reset_tick(now);
+            }
+            return;
+        }
         // Every member kept must be able to fetch what it lacks, up to where the new
         // sequencer starts, from kept members that hold it. The new sequencer is the
         // candidate that keeps the most members, then the one that received furthest (then
@@ -334,7 +537,13 @@ impl Member {
             .iter()
             .map(|&m| (m, r.replies[&m].2, r.replies[&m].1))
             .collect();
-        let epoch = r.epoch;
+        let (epoch, base) = (r.epoch, r.base);
+        // The new view is chosen once this many of its members hold its View record: every
+        // later round on the base, which needs `min_members` answers, then hears from one of
+        // them (see `chosen_quorum`).
+        let quorum = (r.old_members.len() + 1)
+            .saturating_sub(r.min_members)
+            .clamp(1, survivors.len());
         let old: Vec<Address> = r.old_members.clone();
         let me = self.me;
         for m in old.into_iter().filter(|&m| m != me) {
@@ -343,6 +552,16 @@ impl Member {
         }
         if !survivors.contains(&self.me) {
             // We cannot be brought up to date ourselves: announce the view, then stop.
+            if self.committed.is_none() {
+                // (Our announcement must not say the new view committed.)
+                self.committed = Some(Committed {
+                    epoch: self.epoch,
+                    start: self.start_seq,
+                    members: self.members.clone(),
+                    sequencer: self.sequencer,
+                });
+            }
+            self.view_quorum = quorum;
             self.epoch = epoch;
             self.start_seq = start;
             self.sequencer = sequencer;
@@ -351,8 +570,13 @@ impl Member {
             self.expel();
             return;
         }
-        self.install_view(now, epoch, start, sequencer, &donors);
-        // The announcements above go out with the view just installed.
+        self.install_view(now, epoch, start, sequencer, &donors, quorum);
+        self.view_base = base;
+        // The announcements above go out with the view just installed, and name its members
+        // as our list has them (a survivor an earlier rebuild left out is not among them).
+        let members = &self.members;
+        self.view_donors.retain(|d| members.contains(&d.0));
+        self.view_quorum = self.view_quorum.min(self.view_donors.len()).max(1);
         self.counters.resets_completed += 1;
     }
 
@@ -374,18 +598,26 @@ impl Member {
         self.events.push_back(GroupEvent::Expelled);
     }
 
-    pub(super) fn on_new_view(
-        &mut self,
-        now: Instant,
-        from: Address,
-        epoch: Epoch,
-        start_seq: u64,
-        sequencer: Address,
-        survivors: &[(Address, u64, u64)],
-    ) {
-        let members: Vec<Address> = survivors.iter().map(|s| s.0).collect();
+    pub(super) fn on_new_view(&mut self, now: Instant, from: Address, v: ViewNews) {
+        let members: Vec<Address> = v.donors.iter().map(|s| s.0).collect();
+        let (epoch, start_seq, sequencer) = (v.epoch, v.start, v.sequencer);
         if matches!(self.state, State::Joining | State::Left | State::Expelled) {
             return;
+        }
+        if v.committed && epoch == self.epoch && self.committed.is_some() {
+            // Our view committed, which we had not learnt: a round of ours on the view
+            // before is moot, and one on ours replaces it.
+            self.note_committed();
+            if self
+                .reset
+                .as_ref()
+                .is_some_and(|r| r.coordinator && r.base < epoch)
+            {
+                self.reset = None;
+                let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
+                self.start_reset(now, min);
+                return;
+            }
         }
         if epoch == self.epoch && self.leave_at.is_some() && !members.contains(&self.me) {
             // Our leave was applied, but its record never reached us (the sequencer that
@@ -406,6 +638,30 @@ impl Member {
             self.expel();
             return;
         }
+        if v.committed
+            && epoch == self.view_base
+            && self.committed.as_ref().is_some_and(|k| k.epoch < epoch)
+        {
+            // The view our current one was made from, by a round we took part in, committed
+            // (we never learnt it there): rebuilds are rounds on it from now on.
+            self.committed = Some(Committed {
+                epoch,
+                start: start_seq,
+                members,
+                sequencer,
+            });
+            self.accepted = None;
+            if self
+                .reset
+                .as_ref()
+                .is_some_and(|r| r.coordinator && r.base < epoch)
+            {
+                self.reset = None;
+                let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
+                self.start_reset(now, min);
+            }
+            return;
+        }
         if epoch <= self.epoch {
             return;
         }
@@ -414,10 +670,11 @@ impl Member {
             self.expel();
             return;
         }
-        if epoch < self.promised {
+        if epoch < self.promised && !v.committed {
             // We answered a later invitation with our state frozen; taking in an earlier
             // view's records now could contradict that answer. (Our own rebuild, still
-            // undecided, is no such promise: a view a member shows us in refusing it wins.)
+            // undecided, is no such promise. And a view that committed is the successor of
+            // the one that round is on, which can then never succeed: we enter it.)
             return;
         }
         if sequencer == self.me
@@ -428,7 +685,28 @@ impl Member {
             // from it (we lack records up to its start, or trimmed those after it).
             return;
         }
-        self.install_view(now, epoch, start_seq, sequencer, survivors);
+        let counted = v
+            .donors
+            .iter()
+            .find(|d| d.0 == self.me && d.1 > 0)
+            .map_or(u64::MAX, |d| d.2);
+        if self.applied_upto > start_seq.min(counted) {
+            // We applied (and may have delivered) records the view numbers anew: they were
+            // accepted in a view its base superseded without them (we were cut off with a
+            // sequencer that accepted them alone). We cannot be part of it.
+            self.expel();
+            return;
+        }
+        let base = self
+            .reset
+            .as_ref()
+            .filter(|r| r.epoch == epoch)
+            .map_or(Epoch::default(), |r| r.base);
+        self.install_view(now, epoch, start_seq, sequencer, &v.donors, v.quorum);
+        self.view_base = base;
+        if v.committed {
+            self.note_committed();
+        }
     }
 
     /// Enters a rebuilt view: everything up to `start_seq` is accepted and what follows is
@@ -440,9 +718,29 @@ impl Member {
         start_seq: u64,
         sequencer: Address,
         donors: &[(Address, u64, u64)],
+        quorum: usize,
     ) {
+        if self.committed.is_none() {
+            // Leaving a view known committed: it is the one rebuilds are rounds on until the
+            // new one is known committed too (its list as a rebuild of it would count it).
+            self.committed = Some(Committed {
+                epoch: self.epoch,
+                start: self.start_seq,
+                members: self.members.clone(),
+                sequencer: self.sequencer,
+            });
+        }
+        // The list the new view starts from: the last committed view's, with the records we
+        // hold numbered in it (not the list of a view we leave uncommitted, cut down to its
+        // own survivors, which are no longer the question).
+        let base_list = self
+            .committed
+            .as_ref()
+            .map(|k| k.members.clone())
+            .expect("set above");
         let survivors: Vec<Address> = donors.iter().map(|d| d.0).collect();
         self.view_donors = donors.to_vec();
+        self.view_quorum = quorum;
         self.nak_attempts = 0;
         self.reset = None;
         self.blocked_retry_at = None;
@@ -461,11 +759,18 @@ impl Member {
             .find(|d| d.0 == self.me && d.1 > 0)
             .map_or(u64::MAX, |d| d.2);
         self.received_upto = self.received_upto.min(start_seq).min(counted);
+        // Stability known in a view given up does not hold for this one, which may count a
+        // member that view left out (a round on the last committed view brings it back): no
+        // member is assumed to have consumed beyond what it received (its donor entry) until
+        // it reports, or its records could be trimmed everywhere before it fetches them.
+        let floor = donors.iter().map(|d| d.2).min().unwrap_or(0);
+        self.stable_upto = self.stable_upto.min(floor);
         self.history.truncate_after(self.received_upto);
         self.ordered_seen = start_seq;
         // Records up to the start stay tentative where they were: the new sequencer accepts
         // them as any other, once r members besides it hold them (the View record after them
-        // once every member does), so a rebuild never delivers what only one member holds.
+        // once a quorum of the view does), so a rebuild never delivers what only one member
+        // holds.
         self.accepted_upto = self.accepted_upto.min(start_seq);
         self.nak_at = None;
         self.resubmit_all();
@@ -476,7 +781,7 @@ impl Member {
         // included), less those the rebuild left out. The new sequencer holds everything up
         // to the start, so its list is the most advanced one, and its View record makes it
         // everyone's.
-        let before = self.members_through(self.received_upto);
+        let before = self.members_through_from(&base_list, self.received_upto);
         self.members = before
             .iter()
             .copied()
@@ -502,13 +807,64 @@ impl Member {
         }
     }
 
+    /// The successor of our last committed view we accepted in the highest round, if any:
+    /// holding a rebuilt view's View record is accepting it in the round that made it.
+    pub(super) fn accepted_value(&self) -> Option<(Epoch, ViewNews)> {
+        let holding = (self.committed.is_some() && self.received_upto > self.start_seq)
+            .then(|| (self.epoch, self.view_news()));
+        match (holding, &self.accepted) {
+            (Some(h), Some(a)) if a.0 > h.0 => Some(a.clone()),
+            (Some(h), _) => Some(h),
+            (None, a) => a.clone(),
+        }
+    }
+
+    /// The current view is known committed: it is the base of every rebuild from now on, and
+    /// what was accepted as a successor of the one before no longer matters.
+    pub(super) fn note_committed(&mut self) {
+        self.committed = None;
+        self.accepted = None;
+    }
+
+    /// The current view as a `NewView` announces it. Not known committed, its members are
+    /// those its commit is counted in: the View record's list, if we hold it, or else the
+    /// rebuild's announcement.
+    pub(super) fn view_news(&self) -> ViewNews {
+        let donor = |m: Address| {
+            let d = self.view_donors.iter().find(|d| d.0 == m);
+            d.copied().unwrap_or((m, 0, 0))
+        };
+        let donors = match &self.committed {
+            None => self.members.iter().map(|&m| donor(m)).collect(),
+            Some(_) => match self.history.get(self.start_seq + 1) {
+                Some(e) if self.received_upto > self.start_seq && e.kind == RecordKind::View => {
+                    let (members, _) = super::view_payload(e);
+                    members.into_iter().map(donor).collect()
+                }
+                _ => self.view_donors.clone(),
+            },
+        };
+        ViewNews {
+            epoch: self.epoch,
+            start: self.start_seq,
+            sequencer: self.sequencer,
+            quorum: self.view_quorum,
+            committed: self.committed.is_none(),
+            donors,
+        }
+    }
+
     /// The members a rebuild needs a majority of: the list as of the last record we hold,
     /// leaves included (a leaver is gone and will not answer), less joiners whose join we
     /// have not applied (not yet told they are in, they cannot answer either).
     fn quorum_members(&self) -> Vec<Address> {
-        let mut m = self.members_through(self.received_upto);
-        let applied = &self.members;
-        for q in self.applied_upto + 1..=self.received_upto {
+        self.quorum_members_from(&self.members, self.received_upto)
+    }
+
+    /// `quorum_members` from an applied list `applied`, counting records up to `upto`.
+    fn quorum_members_from(&self, applied: &[Address], upto: u64) -> Vec<Address> {
+        let mut m = self.members_through_from(applied, upto);
+        for q in self.applied_upto + 1..=upto {
             if let Some(e) = self.history.get(q).filter(|e| e.kind == RecordKind::Join) {
                 let who = super::addr_payload(e);
                 if !applied.contains(&who) {
@@ -519,9 +875,44 @@ impl Member {
         m
     }
 
+    /// The view a rebuild this member coordinates is a round on: the last view it knows
+    /// committed (epoch, start, the members whose majority the round needs). A view that has
+    /// not committed is never rebuilt: a majority of it need not meet the quorum of a higher
+    /// round that made a sibling of it from the same committed view (Viewstamped Replication
+    /// rebuilds only committed views for the same reason).
+    pub(super) fn rebuild_base(&self) -> (Epoch, u64, Vec<Address>) {
+        match &self.committed {
+            Some(k) => {
+                let upto = self.received_upto.min(self.start_seq);
+                (k.epoch, k.start, self.quorum_members_from(&k.members, upto))
+            }
+            None => (self.epoch, self.start_seq, self.quorum_members()),
+        }
+    }
+
+    /// What this member reports in a rebuild, in the numbering of its last view known
+    /// committed: how far it received, that view, and how recent its member list is. In a
+    /// view not known committed it holds nothing of that view beyond its View record (the
+    /// record is a barrier, and anything after it comes with the accept that makes this
+    /// member apply it), so it reports up to the view's start.
+    pub(super) fn reported(&self) -> (u64, Epoch, u64) {
+        match &self.committed {
+            None => (self.received_upto, self.epoch, self.config_seq()),
+            Some(k) => {
+                let upto = self.received_upto.min(self.start_seq);
+                (upto, k.epoch, self.config_seq_upto(upto))
+            }
+        }
+    }
+
     /// The sequence number of the last membership record we hold (applied or not).
     pub(super) fn config_seq(&self) -> u64 {
-        (self.applied_upto + 1..=self.received_upto)
+        self.config_seq_upto(self.received_upto)
+    }
+
+    /// The sequence number of the last membership record we hold up to `upto`.
+    fn config_seq_upto(&self, upto: u64) -> u64 {
+        (self.applied_upto + 1..=upto)
             .rev()
             .find(|&q| {
                 self.history
@@ -531,9 +922,10 @@ impl Member {
             .unwrap_or(self.config_applied)
     }
 
-    /// The member list after applying the joins and leaves held up to `upto`.
-    fn members_through(&self, upto: u64) -> Vec<Address> {
-        let mut m = self.members.clone();
+    /// The member list after applying the joins and leaves held up to `upto` to the applied
+    /// list `applied`.
+    fn members_through_from(&self, applied: &[Address], upto: u64) -> Vec<Address> {
+        let mut m = applied.to_vec();
         for seq in self.applied_upto + 1..=upto {
             let Some(e) = self.history.get(seq) else {
                 break;
@@ -583,6 +975,8 @@ impl Member {
             return;
         }
         self.members = members;
+        // Its View record is accepted only once its quorum holds it: the view committed.
+        self.note_committed();
         if let Some(s) = self.seqr.as_mut() {
             if s.barrier == Some(seq) {
                 s.barrier = None;
@@ -600,6 +994,14 @@ impl Member {
         }
         self.reset.as_ref().map(|r| r.next_at)
     }
+}
+
+/// How many members of the base must accept a proposal in one round for it to be chosen: as
+/// many as make every round's `min_members` answers include one of them.
+fn chosen_quorum(r: &Reset) -> usize {
+    (r.old_members.len() + 1)
+        .saturating_sub(r.min_members)
+        .max(1)
 }
 
 /// Whether a member that received up to `from` can get every record up to `to` from members

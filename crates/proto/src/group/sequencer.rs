@@ -435,6 +435,7 @@ impl Member {
         let ordered = s.next_seq - 1;
         let r = self.cfg.resilience as usize;
         let mut cand = ordered;
+        let mut view_committed = false;
         let others = self.members.iter().filter(|&&m| m != self.me);
         for m in others.clone().take(r) {
             cand = cand.min(s.acks.get(m).map_or(0, |a| a.1));
@@ -443,11 +444,17 @@ impl Member {
             let e = self.history.get(b);
             let holds = |m: &Address| s.acks.get(m).is_some_and(|a| a.1 >= b);
             if e.is_some_and(|e| e.kind == RecordKind::View) {
-                if !others.clone().all(holds) {
-                    // A rebuilt view commits when every member holds its View record (and so
-                    // everything before it). Until then nothing more is accepted, not even the
-                    // old records up to the start: a member that alone held them could be cut
-                    // off, and the next rebuild would number other records in their place.
+                let holding = 1 + others.clone().filter(|m| holds(m)).count();
+                // Its quorum holds it: the view is chosen (see `recovery`), whether or not the
+                // r members besides us that acceptance also waits for are among them.
+                view_committed = holding >= self.view_quorum;
+                if !view_committed {
+                    // A rebuilt view commits when its quorum of members (us included) hold its
+                    // View record, and so everything before it: no round on the view before
+                    // can succeed then (see `recovery`). Until then nothing more is accepted,
+                    // not even the old records up to the start: a member that alone held them
+                    // could be cut off, and the next rebuild would number other records in
+                    // their place.
                     cand = cand.min(self.accepted_upto);
                 }
             } else if let Some(who) = e
@@ -476,6 +483,9 @@ impl Member {
                     cand = b - 1;
                 }
             }
+        }
+        if view_committed {
+            self.note_committed();
         }
         if cand > self.accepted_upto {
             self.accepted_upto = cand;

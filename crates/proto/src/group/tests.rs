@@ -230,6 +230,7 @@ fn wire_round_trip_fixed_kinds() {
     let b = build(MsgKind::InviteReply, 0, |w| {
         w.u64(100) && w.u64(101) && w.u64(50) && w.epoch(base) && w.u64(77)
     });
+    assert_eq!(b.len(), GROUP_HEADER_BYTES + 48);
     let (h, m) = parsed(&b);
     check_header(&h, MsgKind::InviteReply, 0);
     assert!(
@@ -241,10 +242,67 @@ fn wire_round_trip_fixed_kinds() {
                 held_from: 50,
                 view,
                 config_seq: 77,
+                accepted: None,
             } if view == base
         ),
         "{m:?}"
     );
+    // With the view it accepted in an earlier round (the ballot, then the view).
+    let ballot = Epoch {
+        number: 44,
+        coordinator: Address::new(0, 8, 1, 0),
+    };
+    let view_epoch = Epoch {
+        number: 43,
+        coordinator: Address::new(0, 7, 1, 0),
+    };
+    let members = [(seq_addr, 5, 90), (from(), 1, 88)];
+    let b = build(MsgKind::InviteReply, 0, |w| {
+        w.u64(100)
+            && w.u64(101)
+            && w.u64(50)
+            && w.epoch(base)
+            && w.u64(77)
+            && w.epoch(ballot)
+            && w.view_value(view_epoch, 90, seq_addr, 2, &members)
+    });
+    assert_eq!(b.len(), GROUP_HEADER_BYTES + 48 + 16 + 40 + 2 * 24);
+    let (_, m) = parsed(&b);
+    let Msg::InviteReply {
+        accepted: Some((got_ballot, v)),
+        ..
+    } = m
+    else {
+        panic!("{m:?}")
+    };
+    assert_eq!(
+        (got_ballot, v.epoch, v.start_seq, v.sequencer, v.quorum),
+        (ballot, view_epoch, 90, seq_addr, 2)
+    );
+    assert_eq!(v.members.iter().collect::<Vec<_>>(), members.to_vec());
+    // A tail too short for a ballot and a view is no InviteReply.
+    for cut in [1, 30, 50] {
+        assert_eq!(
+            parse(&b[..GROUP_HEADER_BYTES + 48 + cut], PMAX).unwrap_err(),
+            GroupWireError::TooShort,
+            "{cut}"
+        );
+    }
+
+    // The second phase: a proposal (the view), and its acceptance (empty).
+    let b = build(MsgKind::Propose, 0, |w| {
+        w.view_value(view_epoch, 90, seq_addr, 2, &members)
+    });
+    let (h, m) = parsed(&b);
+    check_header(&h, MsgKind::Propose, 0);
+    let Msg::Propose { value } = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!((value.epoch, value.quorum), (view_epoch, 2));
+    let b = build(MsgKind::Accepted, 0, |_| true);
+    assert!(matches!(parsed(&b).1, Msg::Accepted));
+    let b = build(MsgKind::Accepted, 0, |w| w.u64(1));
+    assert_eq!(parse(&b, PMAX).unwrap_err(), GroupWireError::TrailingBytes);
 }
 
 #[test]
@@ -278,23 +336,37 @@ fn wire_round_trip_welcome_and_new_view() {
 
     let survivors = [(seqr, 5, 90), (from(), 1, 88)];
     let b = build(MsgKind::NewView, 0, |w| {
-        w.u64(90) && w.address(seqr) && w.survivors(&survivors)
+        w.u64(90) && w.address(seqr) && w.u64(2) && w.u64(1) && w.survivors(&survivors)
     });
     let (h, m) = parsed(&b);
     check_header(&h, MsgKind::NewView, 0);
     let Msg::NewView {
         start_seq,
         sequencer,
+        quorum,
+        committed,
         members,
     } = m
     else {
         panic!("{m:?}")
     };
-    assert_eq!((start_seq, sequencer), (90, seqr));
+    assert_eq!(
+        (start_seq, sequencer, quorum, committed),
+        (90, seqr, 2, true)
+    );
     assert_eq!(members.iter().collect::<Vec<_>>(), survivors.to_vec());
+    // The committed flag is 0 or 1.
+    let mut bad = b.clone();
+    bad[GROUP_HEADER_BYTES + 24] = 2;
+    assert_eq!(
+        parse(&bad, PMAX).unwrap_err(),
+        GroupWireError::ReservedNotZero
+    );
 
     // An empty member list is well formed (the receiver decides what it means).
-    let b = build(MsgKind::NewView, 0, |w| w.u64(1) && w.address(seqr));
+    let b = build(MsgKind::NewView, 0, |w| {
+        w.u64(1) && w.address(seqr) && w.u64(1) && w.u64(0)
+    });
     let (_, m) = parsed(&b);
     let Msg::NewView { members, .. } = m else {
         panic!("{m:?}")
@@ -385,14 +457,16 @@ fn wire_error_too_short() {
     assert_eq!(err(&reply[..reply.len() - 1]), GroupWireError::TooShort);
     let invite = build(MsgKind::Invite, 0, |w| w.epoch(epoch()) && w.u64(1));
     assert_eq!(err(&invite[..invite.len() - 1]), GroupWireError::TooShort);
-    let view = build(MsgKind::NewView, 0, |w| w.u64(1) && w.address(from()));
+    let view = build(MsgKind::NewView, 0, |w| {
+        w.u64(1) && w.address(from()) && w.u64(1) && w.u64(0)
+    });
     assert_eq!(err(&view[..view.len() - 1]), GroupWireError::TooShort);
 }
 
 #[test]
 fn wire_error_unknown_kind() {
     let mut b = build(MsgKind::Probe, 0, |_| true);
-    for k in [0u8, 13, 255] {
+    for k in [0u8, 15, 255] {
         b[0] = k;
         assert_eq!(err(&b), GroupWireError::UnknownKind(k));
     }
@@ -508,7 +582,7 @@ fn wire_error_bad_member_list() {
             .map(|i| (Address::new(0, i as u16, 0, 0), 1, 2))
             .collect();
         build(MsgKind::NewView, 0, |w| {
-            w.u64(1) && w.address(from()) && w.survivors(&s)
+            w.u64(1) && w.address(from()) && w.u64(1) && w.u64(0) && w.survivors(&s)
         })
     };
     assert!(parse(&view(MEMBERS_MAX), PMAX).is_ok());
@@ -529,9 +603,7 @@ fn wire_error_trailing_bytes() {
             w.u64(1) && w.u64(2) && w.u64(3) && w.u64(4)
         }),
         build(MsgKind::Redirect, 0, |w| w.address(from())),
-        build(MsgKind::InviteReply, 0, |w| {
-            w.u64(1) && w.u64(2) && w.u64(3) && w.epoch(epoch()) && w.u64(4)
-        }),
+        build(MsgKind::Accepted, 0, |_| true),
     ];
     for mut b in cases {
         assert!(parse(&b, PMAX).is_ok());
@@ -613,6 +685,8 @@ struct Net {
     deaf: Vec<Address>,
     /// The next message of this kind from this sender is lost (each entry once).
     lose: Vec<(Address, MsgKind)>,
+    /// Every message of this kind to this member is lost (while listed).
+    block: Vec<(Address, MsgKind)>,
     buf: Vec<u8>,
 }
 
@@ -639,6 +713,7 @@ impl Net {
             crashed: Vec::new(),
             deaf: Vec::new(),
             lose: Vec::new(),
+            block: Vec::new(),
             buf: vec![0u8; 65_536],
         }
     }
@@ -738,6 +813,9 @@ impl Net {
             let (h, _) = parse(&bytes, usize::MAX).expect("members send well-formed messages");
             if let Some(k) = self.lose.iter().position(|&l| l == (h.from, h.kind)) {
                 self.lose.remove(k);
+                continue;
+            }
+            if self.block.contains(&(to, h.kind)) {
                 continue;
             }
             let Some(j) = self.nodes.iter().position(|n| n.m.address() == to) else {
@@ -1454,7 +1532,13 @@ fn a_view_making_us_sequencer_from_a_start_we_cannot_order_after_is_ignored() {
     let view = |start: u64| {
         let mut buf = vec![0u8; 512];
         let mut w = MsgWriter::start(&mut buf, MsgKind::NewView, 0, cfg.group, epoch2, C).unwrap();
-        assert!(w.u64(start) && w.address(B) && w.survivors(&[(B, 1, 2), (C, 1, 2)]));
+        assert!(
+            w.u64(start)
+                && w.address(B)
+                && w.u64(2)
+                && w.u64(0)
+                && w.survivors(&[(B, 1, 2), (C, 1, 2)])
+        );
         let n = w.finish();
         buf.truncate(n);
         buf
@@ -1604,10 +1688,17 @@ fn a_member_of_a_newer_view_refuses_to_help_rebuild_the_old_one() {
     let cfg = cfg();
     let mut net = Net::with_members(&cfg, 3);
     let old = net.m(A).info().epoch;
-    // A is cut off; B and C make a new view without it. Then C is cut off too, and B, alone
-    // of two, cannot rebuild: it blocks.
+    // A is cut off; B and C make a new view without it, which commits (both apply its View
+    // record: a view only installed is not yet the one rebuilds are rounds on). Then C is cut
+    // off too, and B, alone of two, cannot rebuild: it blocks.
     net.crashed.push(A);
-    let rebuilt = |n: &mut Net| n.m(B).info().epoch > old && n.m(C).info().epoch > old;
+    let rebuilt = |n: &mut Net| {
+        [B, C].iter().all(|&a| {
+            n.delivered(a)
+                .iter()
+                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
+        })
+    };
     assert!(net.run_until(Duration::from_secs(5), rebuilt));
     let newer = net.m(B).info().epoch;
     net.crashed.push(C);
@@ -1635,12 +1726,16 @@ fn a_member_of_a_newer_view_refuses_to_help_rebuild_the_old_one() {
             assert_eq!(members.iter().map(|x| x.0).collect::<Vec<_>>(), vec![B, C]);
             shown = Some(out[..len].to_vec());
         }
+        if let Msg::InviteReply { view, .. } = m {
+            // Only to say which view B knows committed: an answer naming a view newer than
+            // the one rebuilt does not count for the round.
+            assert!(view > old, "B answered A: {view:?}");
+        }
     }
     assert!(
         answers.contains(&(Dest::To(A), MsgKind::NewView, newer)),
         "{answers:?}"
     );
-    assert!(!answers.iter().any(|a| a.1 == MsgKind::InviteReply));
     assert_eq!(net.m(B).state(), State::Blocked, "B did not answer A");
     assert_eq!(net.m(B).info().epoch, newer);
 
@@ -1864,6 +1959,8 @@ fn a_bb_multicast_goes_first_to_the_sequencer() {
         &forge(MsgKind::NewView, &|w| {
             w.u64(start)
                 && w.address(C)
+                && w.u64(3)
+                && w.u64(0)
                 && w.survivors(&[(A, 1, start), (B, 1, start), (C, 1, start)])
         }),
     )
@@ -1933,4 +2030,274 @@ fn a_lone_sequencer_orders_what_waits_once_its_consumption_frees_the_history() {
         "{:?}",
         net.m(A).info()
     );
+}
+
+/// B installs a view `(5, C)` of A and B that no other member knows of: it never commits (A,
+/// its sequencer, never installs it). Returns that view and what B sent (dropped).
+fn an_uncommitted_view_at_b(net: &mut Net) -> Epoch {
+    let start = net.m(B).info().received_upto;
+    let view = Epoch {
+        number: 5,
+        coordinator: C,
+    };
+    let mut buf = vec![0u8; 256];
+    let mut w = MsgWriter::start(&mut buf, MsgKind::NewView, 0, cfg().group, view, C).unwrap();
+    assert!(
+        w.u64(start)
+            && w.address(A)
+            && w.u64(2)
+            && w.u64(0)
+            && w.survivors(&[(A, 1, start), (B, 1, start)])
+    );
+    let n = w.finish();
+    let now = net.now;
+    net.m(B).handle_message(now, &buf[..n]).unwrap();
+    assert_eq!(net.m(B).info().epoch, view);
+    assert_eq!(net.m(B).state(), State::Normal);
+    let mut out = vec![0u8; 65_536];
+    while net.m(B).poll_transmit(now, &mut out).is_some() {}
+    view
+}
+
+#[test]
+fn a_view_not_known_committed_is_never_rebuilt_the_one_before_is() {
+    // A view that never committed must not be rebuilt: a majority of it need not meet the
+    // quorum of a higher round that made a sibling of it from the same view before (seed
+    // 131578 split the group so). Every rebuild is a round on the last view known committed.
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let committed = net.m(A).info().epoch;
+    let start = net.m(B).info().received_upto;
+    let view = an_uncommitted_view_at_b(&mut net);
+    let (k, _, list) = net.m(B).committed_view();
+    assert_eq!((k, list), (committed, vec![A, B, C]));
+
+    // C invites B to a round on the committed view: B answers (it does not refuse as a member
+    // of a newer view would), in the committed view's numbering.
+    let round = Epoch {
+        number: 10,
+        coordinator: C,
+    };
+    let mut buf = vec![0u8; 256];
+    let mut w = MsgWriter::start(&mut buf, MsgKind::Invite, 0, cfg.group, round, C).unwrap();
+    assert!(w.epoch(committed) && w.u64(start));
+    let n = w.finish();
+    let now = net.now;
+    net.m(B).handle_message(now, &buf[..n]).unwrap();
+    let mut out = vec![0u8; 65_536];
+    let mut answers = Vec::new();
+    while let Some((dest, len)) = net.m(B).poll_transmit(now, &mut out) {
+        let (h, m) = parse(&out[..len], 65_536).unwrap();
+        if let Msg::InviteReply {
+            received, view: v, ..
+        } = m
+        {
+            answers.push((dest, h.epoch, received, v));
+        }
+        assert_ne!(h.kind, MsgKind::NewView, "B refused");
+    }
+    assert_eq!(answers, vec![(Dest::To(C), round, start, committed)]);
+    assert_eq!(net.m(B).state(), State::Recovering);
+
+    // B's own rebuild, from the same uncommitted view, is a round on the committed view: it
+    // invites all three (not just A, the other member of its view), and the three make the
+    // next view.
+    let mut net = Net::with_members(&cfg, 3);
+    let view2 = an_uncommitted_view_at_b(&mut net);
+    assert_eq!(view2, view);
+    let now = net.now;
+    net.m(B).reset(now, MinMembers::Majority).unwrap();
+    let mut invited = Vec::new();
+    while let Some((dest, len)) = net.m(B).poll_transmit(now, &mut out) {
+        let (_, m) = parse(&out[..len], 65_536).unwrap();
+        if let Msg::Invite { base, .. } = m {
+            invited.push((dest, base));
+            net.queue.push_back((
+                match dest {
+                    Dest::To(a) => a,
+                    Dest::All => panic!("invitations go to each member"),
+                },
+                out[..len].to_vec(),
+            ));
+        }
+    }
+    invited.sort_by_key(|i| format!("{:?}", i.0));
+    assert_eq!(
+        invited,
+        vec![(Dest::To(A), committed), (Dest::To(C), committed)]
+    );
+    let rebuilt = |n: &mut Net| {
+        [A, B, C].iter().all(|&a| {
+            n.delivered(a)
+                .iter()
+                .any(|r| matches!(&r.1, Rec::Rebuilt(e, m, _) if e.coordinator == B && m == &vec![A, B, C]))
+        })
+    };
+    assert!(net.run_until(Duration::from_secs(3), rebuilt));
+    let next = net.m(B).info().epoch;
+    assert!(next > view);
+    for a in [A, B, C] {
+        assert_eq!(net.m(a).info().epoch, next);
+        assert_eq!(net.m(a).state(), State::Normal);
+        // Applied: the new view is the committed one now.
+        let (k, _, list) = net.m(a).committed_view();
+        assert_eq!((k, list), (next, vec![A, B, C]));
+    }
+}
+
+const D: Address = Address::new(0, 4, 1, 0);
+const E: Address = Address::new(0, 5, 1, 0);
+
+/// Five members; A, the sequencer, crashes and B, C, D and E rebuild the group. Returns the
+/// new view's sequencer (its View record is ordered, and each member's handling of it up to
+/// what `net.block` lets through is done).
+fn five_lose_their_sequencer(net: &mut Net) -> Address {
+    net.crashed.push(A);
+    let installed = |n: &mut Net| [B, C, D, E].iter().all(|&a| n.m(a).info().epoch.number > 1);
+    assert!(net.run_until(Duration::from_secs(5), installed));
+    let seqr = net.m(B).info().sequencer;
+    assert!([B, C, D, E].contains(&seqr));
+    seqr
+}
+
+#[test]
+fn a_rebuilt_view_commits_once_a_quorum_of_it_holds_its_view_record() {
+    // Four of five survive. A round needs three answers, so once three of the four hold the
+    // View record no round on the old view can succeed: the view commits without the fourth
+    // (with "every member", one member cut off at that moment held up the whole group).
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 5);
+    // E installs the new view but never gets a record of it.
+    net.block.push((E, MsgKind::Order));
+    let seqr = five_lose_their_sequencer(&mut net);
+    assert_ne!(seqr, E, "the test needs E as an ordinary member");
+    net.run_for(Duration::from_millis(100));
+    let view = net.m(seqr).info().epoch;
+    for a in [B, C, D] {
+        assert!(
+            net.delivered(a).iter().any(
+                |r| matches!(&r.1, Rec::Rebuilt(e, m, _) if *e == view && m == &vec![B, C, D, E])
+            ),
+            "{a} did not deliver the view: {:?}",
+            net.delivered(a)
+        );
+    }
+    assert!(!net
+        .delivered(E)
+        .iter()
+        .any(|r| matches!(r.1, Rec::Rebuilt(..))));
+    // The view works: a message is ordered, and its send completes.
+    let now = net.now;
+    let id = net.m(C).send(now, b"after").unwrap();
+    net.run_for(Duration::from_millis(100));
+    assert!(net.send_dones(C).contains(&id));
+    // E catches up once its path is back.
+    net.block.clear();
+    let caught_up = |n: &mut Net| {
+        n.delivered(E)
+            .iter()
+            .any(|r| r.1 == Rec::Msg(C, id, b"after".to_vec()))
+    };
+    assert!(net.run_until(Duration::from_secs(2), caught_up));
+    assert_eq!(net.m(E).info().epoch, view);
+}
+
+#[test]
+fn a_view_whose_sequencer_dies_before_hearing_that_its_view_record_is_held_is_rebuilt() {
+    // The new sequencer orders the View record, every other member takes it in, and the
+    // sequencer crashes before any acknowledgement reaches it: nobody saw the view commit.
+    // The members holding the record (with the sequencer, which always does) are a quorum of
+    // it, so no round on the view before can succeed: the view is the group's, and is
+    // rebuilt. (Counted with "every member", the crashed sequencer's acks were unknowable and
+    // the group blocked for good.)
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 5);
+    for a in [B, C, D, E] {
+        net.block.push((a, MsgKind::Ack));
+    }
+    let first = five_lose_their_sequencer(&mut net);
+    let view = net.m(first).info().epoch;
+    let others: Vec<Address> = [B, C, D, E].into_iter().filter(|&a| a != first).collect();
+    for &a in &others {
+        let i = net.m(a).info();
+        assert_eq!(
+            (i.epoch, i.received_upto),
+            (view, i.consumed_upto + 1),
+            "{a}: {i:?}"
+        );
+    }
+    net.crashed.push(first);
+    net.block.clear();
+    let rebuilt = |n: &mut Net| {
+        others.iter().all(|&a| {
+            let i = n.m(a).info();
+            i.state == State::Normal && i.epoch > view && i.members == others
+        })
+    };
+    assert!(net.run_until(Duration::from_secs(10), rebuilt));
+    let now = net.now;
+    let id = net.m(others[0]).send(now, b"on").unwrap();
+    net.run_for(Duration::from_millis(100));
+    assert!(net.send_dones(others[0]).contains(&id));
+}
+
+#[test]
+fn a_view_some_survivors_accepted_is_proposed_again_and_becomes_the_groups() {
+    // The new view's sequencer and one other member hold its View record; a third member
+    // installed the view but never got the record, and the fourth crashed, unknown whether
+    // it held it. Had it held it and its acknowledgement reached the sequencer, the view
+    // committed there; no survivor can tell. The next round meets members that accepted the
+    // view (hold its record), so it proposes that same view again rather than a new one; once
+    // a quorum accepts it, it is the group's, and is rebuilt from its survivors.
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 5);
+    // Which member orders the new view is decided by rule: the first in the list among
+    // equals. D and E get no records, and no acknowledgement reaches anyone.
+    for a in [D, E] {
+        net.block.push((a, MsgKind::Order));
+    }
+    for a in [B, C, D, E] {
+        net.block.push((a, MsgKind::Ack));
+    }
+    let seqr = five_lose_their_sequencer(&mut net);
+    assert!([B, C].contains(&seqr), "{seqr}");
+    let holder = if seqr == B { C } else { B };
+    let view = net.m(seqr).info().epoch;
+    assert_eq!(
+        net.m(holder).info().received_upto,
+        net.m(holder).info().consumed_upto + 1
+    );
+    assert_eq!(net.m(D).info().epoch, view);
+    assert_eq!(net.m(D).info().received_upto, net.m(D).info().consumed_upto);
+    net.crashed.push(E);
+    // Until a rebuild starts, the paths stay as they are.
+    let recovering = |n: &mut Net| [B, C, D].iter().any(|&a| n.m(a).state() != State::Normal);
+    assert!(net.run_until(Duration::from_secs(5), recovering));
+    net.block.clear();
+    let rebuilt = |n: &mut Net| {
+        [B, C, D].iter().all(|&a| {
+            let i = n.m(a).info();
+            let mut m = i.members.clone();
+            m.sort();
+            i.state == State::Normal && i.epoch > view && m == vec![B, C, D]
+        })
+    };
+    assert!(net.run_until(Duration::from_secs(10), rebuilt));
+    let now = net.now;
+    let id = net.m(D).send(now, b"on").unwrap();
+    net.run_for(Duration::from_millis(100));
+    assert!(net.send_dones(D).contains(&id));
+    // The view was chosen, so every survivor delivered it, then its successor.
+    for a in [B, C, D] {
+        let views: Vec<Epoch> = net
+            .delivered(a)
+            .iter()
+            .filter_map(|r| match &r.1 {
+                Rec::Rebuilt(e, ..) => Some(*e),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(views.len(), 2, "{a}: {views:?}");
+        assert_eq!(views[0], view, "{a}");
+    }
 }

@@ -6,7 +6,6 @@ use super::msg::{
     ORDER_FIXED_BYTES, SUBMIT_RECORD_BYTES,
 };
 use super::{Control, Dest, Member, State};
-use crate::addr::Address;
 use crate::pack::PackDecision;
 use crate::time::Instant;
 
@@ -50,7 +49,10 @@ impl Member {
             Control::JoinRequest => MsgKind::JoinRequest,
             Control::LeaveRequest => MsgKind::LeaveRequest,
             Control::Redirect(_) => MsgKind::Redirect,
-            Control::Welcome { .. } => MsgKind::Welcome,
+            Control::Welcome { epoch: e, .. } => {
+                epoch = *e;
+                MsgKind::Welcome
+            }
             Control::Invite { epoch: e, .. } => {
                 epoch = *e;
                 MsgKind::Invite
@@ -59,13 +61,25 @@ impl Member {
                 epoch = *e;
                 MsgKind::InviteReply
             }
+            Control::Propose { epoch: e, .. } => {
+                epoch = *e;
+                MsgKind::Propose
+            }
+            Control::Accepted { epoch: e } => {
+                epoch = *e;
+                MsgKind::Accepted
+            }
             Control::NewView => MsgKind::NewView,
+            Control::Announce(v) => {
+                epoch = v.epoch;
+                MsgKind::NewView
+            }
         };
         let mut w = MsgWriter::start(buf, kind, 0, g, epoch, me)?;
         let ok = match c {
             Control::JoinRequest => w.u64(self.join_id),
             Control::Probe | Control::LeaveRequest => true,
-            Control::Invite { base, .. } => w.epoch(base) && w.u64(self.config_seq()),
+            Control::Invite { base, .. } => w.epoch(base) && w.u64(self.reported().2),
             Control::Ack => {
                 // A member whose leave is applied needs nothing more from the group: its last
                 // report counts every record it applied (its leave record included) as
@@ -83,30 +97,47 @@ impl Member {
                 w.u64(consumed) && w.u64(self.received_upto)
             }
             Control::InviteReply { .. } => {
+                let (received, view, config_seq) = self.reported();
                 w.u64(self.consumed_upto)
-                    && w.u64(self.received_upto)
+                    && w.u64(received)
                     && w.u64(self.history.base())
-                    && w.epoch(self.epoch)
-                    && w.u64(self.config_seq())
+                    && w.epoch(view)
+                    && w.u64(config_seq)
+                    && self.accepted_value().is_none_or(|(ballot, v)| {
+                        w.epoch(ballot)
+                            && w.view_value(
+                                v.epoch,
+                                v.start,
+                                v.sequencer,
+                                v.quorum as u64,
+                                &v.donors,
+                            )
+                    })
             }
+            Control::Propose { value: v, .. } => {
+                w.view_value(v.epoch, v.start, v.sequencer, v.quorum as u64, &v.donors)
+            }
+            Control::Accepted { .. } => true,
             Control::Redirect(a) => w.address(a),
-            Control::Welcome { join_seq, members } => {
+            Control::Welcome {
+                join_seq, members, ..
+            } => {
                 w.u64(join_seq)
                     && w.u64(self.stable_upto)
                     && w.bytes(&[self.cfg.resilience, 0, 0, 0, 0, 0, 0, 0])
                     && w.address(self.me)
                     && w.member_ids(&members)
             }
-            Control::NewView => {
-                let survivors: Vec<(Address, u64, u64)> = self
-                    .members
-                    .iter()
-                    .map(|&m| {
-                        let d = self.view_donors.iter().find(|d| d.0 == m);
-                        d.copied().unwrap_or((m, 0, 0))
-                    })
-                    .collect();
-                w.u64(self.start_seq) && w.address(self.sequencer) && w.survivors(&survivors)
+            Control::NewView | Control::Announce(_) => {
+                let v = match c {
+                    Control::Announce(v) => v,
+                    _ => self.view_news(),
+                };
+                w.u64(v.start)
+                    && w.address(v.sequencer)
+                    && w.u64(v.quorum as u64)
+                    && w.u64(u64::from(v.committed))
+                    && w.survivors(&v.donors)
             }
         };
         ok.then(|| w.finish())
