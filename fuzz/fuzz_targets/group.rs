@@ -49,9 +49,8 @@ const CHUNKS_MAX: usize = 16;
 
 /// Writes `hdr` and `m` again; `None` when `m` names something the writer cannot say.
 fn value(w: &mut MsgWriter<'_>, v: &ViewValue<'_>) -> bool {
-    let s: Vec<(Address, u64, u64)> = v.members.iter().collect();
-    assert!(s.len() <= MEMBERS_MAX);
-    w.view_value(v.epoch, v.start_seq, v.sequencer, v.quorum, &s)
+    assert!(v.members.iter().count() <= MEMBERS_MAX);
+    w.view_value(v)
 }
 
 fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
@@ -125,6 +124,7 @@ fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
             sequencer,
             quorum,
             committed,
+            base,
             members,
         } => {
             let s: Vec<(Address, u64, u64)> = members.iter().collect();
@@ -133,6 +133,7 @@ fn reencode(hdr: &GroupHeader, m: &Msg<'_>, out: &mut [u8]) -> Option<usize> {
                 && w.address(sequencer)
                 && w.u64(quorum)
                 && w.u64(u64::from(committed))
+                && w.epoch(base)
                 && w.survivors(&s)
         }
     };

@@ -166,6 +166,13 @@ impl GroupConfig {
         if self.packet_bytes_max > 65_000 {
             return Err(ConfigError("packet_bytes_max must fit a UDP datagram"));
         }
+        if self.packet_bytes_max < msg::REBUILD_MSG_MAX {
+            // (A rebuild's answer that did not fit would never be sent: its member could
+            // never count.)
+            return Err(ConfigError(
+                "packet_bytes_max must hold a rebuild's answer naming MEMBERS_MAX members",
+            ));
+        }
         if self.history_max < 4 || self.send_window == 0 || self.send_queue_max < self.send_window {
             return Err(ConfigError(
                 "history_max >= 4, send_window >= 1 and send_queue_max >= send_window",
@@ -391,6 +398,8 @@ enum Control {
     },
     InviteReply {
         epoch: Epoch,
+        /// The invitation's base (the answer carries what we accepted as its successor).
+        base: Epoch,
     },
     /// The round `epoch` proposes `value` (see `recovery`).
     Propose {
@@ -414,6 +423,8 @@ const UNORDERED_MAX: usize = 8192;
 const NAK_SPAN_MAX: u64 = 1024;
 /// Joins remembered from the join records (see `Member::join_ids_seen`).
 const JOIN_IDS_SEEN_MAX: usize = 256;
+/// Bases a member keeps an accepted proposal for.
+const ACCEPTED_MAX: usize = 8;
 /// Join attempts at one address before a joiner turns to the other it knows.
 const JOIN_ASK_TURN: u32 = 8;
 
@@ -522,6 +533,7 @@ impl ViewNews {
             sequencer: v.sequencer,
             quorum,
             committed,
+            base: v.base,
             donors,
         }
     }
@@ -537,6 +549,8 @@ struct ViewNews {
     quorum: usize,
     /// The sender knows it committed.
     committed: bool,
+    /// The view the round that made it was on (it is a successor of that one).
+    base: Epoch,
     /// Its members as the rebuild announced them (see `Member::view_donors`).
     donors: Vec<(Address, u64, u64)>,
 }
@@ -580,9 +594,10 @@ pub struct Member {
     /// it takes part in is a round on (see `recovery`). `None`: the current view is known
     /// committed (applied its View record, or created or joined it).
     committed: Option<Committed>,
-    /// The successor of the last view known committed that this member accepted in a round
-    /// that proposed one (see `recovery`), with that round's epoch (its ballot).
-    accepted: Option<(Epoch, ViewNews)>,
+    /// Views this member accepted in a round that proposed them (see `recovery`), each with
+    /// that round's epoch (its ballot); at most one per base, the highest ballot's, and at
+    /// most `ACCEPTED_MAX`.
+    accepted: Vec<(Epoch, ViewNews)>,
     /// The base of the round that made the current view, if this member took part in it.
     view_base: Epoch,
     members: Vec<Address>,
@@ -692,7 +707,7 @@ impl Member {
             join_ids_seen: VecDeque::new(),
             start_seq: 0,
             committed: None,
-            accepted: None,
+            accepted: Vec::new(),
             view_base: Epoch::default(),
             members: Vec::new(),
             sequencer: me,

@@ -227,6 +227,7 @@ pub enum Msg<'a> {
         config_seq: u64,
     },
     InviteReply {
+        /// How far the member applied the order (what it may have delivered).
         consumed: u64,
         received: u64,
         /// The oldest record the member still holds.
@@ -237,9 +238,9 @@ pub enum Msg<'a> {
         /// The sequence number of the last membership record (join, leave, view) it holds:
         /// how recent its member list is.
         config_seq: u64,
-        /// Optional (the rest of the body): the successor of `view` the member accepted in
-        /// the highest round (the ballot) it accepted one in, if any. Holding a rebuilt
-        /// view's View record is accepting that view in the round that made it.
+        /// Optional (the rest of the body): the successor of the invitation's base the member
+        /// accepted in the highest round (the ballot) it accepted one in, if any. Holding a
+        /// rebuilt view's View record is accepting that view in the round that made it.
         accepted: Option<(Epoch, ViewValue<'a>)>,
     },
     NewView {
@@ -252,6 +253,8 @@ pub enum Msg<'a> {
         /// so): a member of it may then enter it despite having answered a later round on
         /// the view before, which can never succeed.
         committed: bool,
+        /// The view the round that made it was on.
+        base: Epoch,
         /// The members, each with the oldest record it held and how far it had received at
         /// the rebuild (zeros when not known), so a member can fetch what it lacks from
         /// whoever holds it.
@@ -264,19 +267,25 @@ pub enum Msg<'a> {
     Accepted,
 }
 
-/// A rebuilt view as a value of the view change: `[epoch][start u64][sequencer][quorum u64]`
-/// then its members as in `NewView`.
+/// A rebuilt view as a value of the view change:
+/// `[epoch][start u64][sequencer][quorum u64][base]` then its members as in `NewView`.
 #[derive(Clone, Copy, Debug)]
 pub struct ViewValue<'a> {
     pub epoch: Epoch,
     pub start_seq: u64,
     pub sequencer: Address,
     pub quorum: u64,
+    /// The view the round that made it was on: it is a successor of that one.
+    pub base: Epoch,
     pub members: Survivors<'a>,
 }
 
 /// The fixed part of a [`ViewValue`].
-const VIEW_VALUE_FIXED: usize = 40;
+const VIEW_VALUE_FIXED: usize = 56;
+
+/// The longest rebuild message: an `InviteReply` carrying a view of `MEMBERS_MAX` members.
+pub const REBUILD_MSG_MAX: usize =
+    GROUP_HEADER_BYTES + 48 + 16 + VIEW_VALUE_FIXED + MEMBERS_MAX * SURVIVOR_BYTES;
 
 impl<'a> ViewValue<'a> {
     fn parse(b: &'a [u8]) -> Result<ViewValue<'a>, GroupWireError> {
@@ -288,6 +297,7 @@ impl<'a> ViewValue<'a> {
             start_seq: u64_at(b, 16),
             sequencer: Address::read_from(&b[24..32]),
             quorum: u64_at(b, 32),
+            base: epoch_at(b, 40),
             members: Survivors::parse(&b[VIEW_VALUE_FIXED..])?,
         })
     }
@@ -441,7 +451,7 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
             Msg::Accepted
         }
         MsgKind::NewView => {
-            if body.len() < 32 {
+            if body.len() < 48 {
                 return Err(GroupWireError::TooShort);
             }
             let committed = match u64_at(body, 24) {
@@ -454,7 +464,8 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
                 sequencer: Address::read_from(&body[8..16]),
                 quorum: u64_at(body, 16),
                 committed,
-                members: Survivors::parse(&body[32..])?,
+                base: epoch_at(body, 32),
+                members: Survivors::parse(&body[48..])?,
             }
         }
     };
@@ -672,18 +683,33 @@ impl<'b> MsgWriter<'b> {
     }
 
     /// A [`ViewValue`].
-    pub fn view_value(
+    pub fn view_value(&mut self, v: &ViewValue<'_>) -> bool {
+        let members: Vec<(Address, u64, u64)> = v.members.iter().collect();
+        self.view_value_parts(
+            v.epoch,
+            v.start_seq,
+            v.sequencer,
+            v.quorum,
+            v.base,
+            &members,
+        )
+    }
+
+    /// A [`ViewValue`] from its parts.
+    pub fn view_value_parts(
         &mut self,
         epoch: Epoch,
         start_seq: u64,
         sequencer: Address,
         quorum: u64,
+        base: Epoch,
         members: &[(Address, u64, u64)],
     ) -> bool {
         self.epoch(epoch)
             && self.u64(start_seq)
             && self.address(sequencer)
             && self.u64(quorum)
+            && self.epoch(base)
             && self.survivors(members)
     }
 

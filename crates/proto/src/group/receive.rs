@@ -79,6 +79,7 @@ impl Member {
                 sequencer,
                 quorum,
                 committed,
+                base,
                 members,
             } => {
                 let v = msg::ViewValue {
@@ -86,6 +87,7 @@ impl Member {
                     start_seq,
                     sequencer,
                     quorum,
+                    base,
                     members,
                 };
                 self.on_new_view(now, hdr.from, ViewNews::from_value(&v, committed))

@@ -114,7 +114,7 @@ impl Member {
             replies,
             invites_sent: 0,
             next_at: now,
-            best: self.accepted_value(),
+            best: self.accepted_value(base),
             proposal: None,
             accepts: Vec::new(),
         });
@@ -180,12 +180,14 @@ impl Member {
                     sequencer: k.sequencer,
                     quorum: 1,
                     committed: true,
+                    // (Not known here, and of no use for a view known committed.)
+                    base: Epoch::default(),
                     donors: k.members.iter().map(|&m| (m, 0, 0)).collect(),
                 }),
                 None => Control::NewView,
             };
             self.push_control(hdr.from, shown);
-            self.push_control(hdr.from, Control::InviteReply { epoch: e });
+            self.push_control(hdr.from, Control::InviteReply { epoch: e, base });
             return;
         }
         if e <= self.epoch || (self.state == State::Normal && !k_members.contains(&hdr.from)) {
@@ -201,7 +203,7 @@ impl Member {
                 // answer was lost. Without another, it counts us out, and losing one reply
                 // per round can cost every rebuild its majority. (We took nothing in since
                 // the first answer, so this one says the same.)
-                self.push_control(hdr.from, Control::InviteReply { epoch: e });
+                self.push_control(hdr.from, Control::InviteReply { epoch: e, base });
             }
             if e <= taken {
                 return;
@@ -240,7 +242,7 @@ impl Member {
             accepts: Vec::new(),
         });
         self.enter_recovering();
-        self.push_control(hdr.from, Control::InviteReply { epoch: e });
+        self.push_control(hdr.from, Control::InviteReply { epoch: e, base });
     }
 
     /// How long a participant waits for the coordinator's view.
@@ -301,8 +303,10 @@ impl Member {
         };
         r.replies.insert(hdr.from, (consumed, received, held_from));
         r.configs.insert(hdr.from, config_seq);
-        if let Some((ballot, v)) = accepted.filter(|a| view == r.base && a.0 < r.epoch) {
-            // (Accepted as a successor of our base, in an earlier round.)
+        if let Some((ballot, v)) = accepted.filter(|a| a.1.base == r.base && a.0 < r.epoch) {
+            // (Accepted as a successor of our base, in an earlier round; whatever view the
+            // member names as its own, which may be older: it answered that round all the
+            // same.)
             if r.best.as_ref().is_none_or(|b| ballot > b.0) {
                 r.best = Some((ballot, v));
             }
@@ -327,7 +331,7 @@ impl Member {
             return;
         }
         self.promised = e;
-        self.accepted = Some((e, value));
+        self.accept(e, value);
         let patience = self.reset_patience();
         if let Some(r) = self
             .reset
@@ -374,8 +378,16 @@ impl Member {
             return;
         }
         let from = v.sequencer;
+        let epoch = v.epoch;
         self.on_new_view(now, from, v);
-        if self.committed.is_none() && self.state == State::Normal {
+        if self.epoch == epoch && self.committed.is_some() {
+            // (We were in it already, not knowing it committed.)
+            self.note_committed();
+        }
+        if self.committed.is_none()
+            && self.epoch == epoch
+            && matches!(self.state, State::Normal | State::Recovering)
+        {
             let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
             self.start_reset(now, min);
         } else if self.reset.is_none() && self.state == State::Recovering {
@@ -494,11 +506,17 @@ impl Member {
             let epoch = r.epoch;
             let r = self.reset.as_mut().expect("resetting");
             r.proposal = Some(v.clone());
-            r.accepts = vec![me];
+            // (Our own acceptance counts only if we are a member of the base: a leaver
+            // coordinating the view it leaves is none, and counts for no later round.)
+            r.accepts = if r.old_members.contains(&me) {
+                vec![me]
+            } else {
+                Vec::new()
+            };
             r.invites_sent = 0;
             r.next_at = now;
             let chosen = r.accepts.len() >= chosen_quorum(r);
-            self.accepted = Some((epoch, v.clone()));
+            self.accept(epoch, v.clone());
             if chosen {
                 self.adopt(now, v);
             } else {
@@ -562,6 +580,7 @@ impl Member {
                 });
             }
             self.view_quorum = quorum;
+            self.view_base = base;
             self.epoch = epoch;
             self.start_seq = start;
             self.sequencer = sequencer;
@@ -650,7 +669,7 @@ impl Member {
                 members,
                 sequencer,
             });
-            self.accepted = None;
+            self.accepted.retain(|a| a.1.base >= epoch);
             if self
                 .reset
                 .as_ref()
@@ -662,7 +681,14 @@ impl Member {
             }
             return;
         }
-        if epoch <= self.epoch {
+        // A view that committed, older than ours but newer than the view the round that made
+        // ours was on: ours lost (it is no successor of the committed lineage), and we take
+        // this one, or are out.
+        let ours_lost = v.committed
+            && epoch < self.epoch
+            && epoch > self.view_base
+            && self.committed.as_ref().is_some_and(|k| k.epoch < epoch);
+        if epoch <= self.epoch && !ours_lost {
             return;
         }
         if !members.contains(&self.me) {
@@ -677,19 +703,24 @@ impl Member {
             // the one that round is on, which can then never succeed: we enter it.)
             return;
         }
+        let counted = v
+            .donors
+            .iter()
+            .find(|d| d.0 == self.me && d.1 > 0)
+            .map_or(u64::MAX, |d| d.2);
         if sequencer == self.me
-            && (start_seq > self.received_upto || start_seq.saturating_add(1) < self.history.base())
+            && (start_seq > self.received_upto.min(counted)
+                || start_seq.saturating_add(1) < self.history.base())
         {
             // A coordinator picks the new sequencer with the start it reported, so this view
             // was not made from our state (a corrupt or forged message): we could not order
             // from it (we lack records up to its start, or trimmed those after it).
             return;
         }
-        let counted = v
-            .donors
-            .iter()
-            .find(|d| d.0 == self.me && d.1 > 0)
-            .map_or(u64::MAX, |d| d.2);
+        if start_seq == u64::MAX {
+            // (No record could follow it: corrupt.)
+            return;
+        }
         if self.applied_upto > start_seq.min(counted) {
             // We applied (and may have delivered) records the view numbers anew: they were
             // accepted in a view its base superseded without them (we were cut off with a
@@ -697,13 +728,8 @@ impl Member {
             self.expel();
             return;
         }
-        let base = self
-            .reset
-            .as_ref()
-            .filter(|r| r.epoch == epoch)
-            .map_or(Epoch::default(), |r| r.base);
         self.install_view(now, epoch, start_seq, sequencer, &v.donors, v.quorum);
-        self.view_base = base;
+        self.view_base = v.base;
         if v.committed {
             self.note_committed();
         }
@@ -807,23 +833,45 @@ impl Member {
         }
     }
 
-    /// The successor of our last committed view we accepted in the highest round, if any:
-    /// holding a rebuilt view's View record is accepting it in the round that made it.
-    pub(super) fn accepted_value(&self) -> Option<(Epoch, ViewNews)> {
-        let holding = (self.committed.is_some() && self.received_upto > self.start_seq)
+    /// The successor of view `base` we accepted in the highest round, if any: holding a
+    /// rebuilt view's View record is accepting it in the round that made it.
+    pub(super) fn accepted_value(&self, base: Epoch) -> Option<(Epoch, ViewNews)> {
+        let holding = (self.committed.is_some()
+            && self.received_upto > self.start_seq
+            && self.view_base == base)
             .then(|| (self.epoch, self.view_news()));
-        match (holding, &self.accepted) {
-            (Some(h), Some(a)) if a.0 > h.0 => Some(a.clone()),
-            (Some(h), _) => Some(h),
-            (None, a) => a.clone(),
+        let explicit = self
+            .accepted
+            .iter()
+            .filter(|a| a.1.base == base)
+            .max_by_key(|a| a.0)
+            .cloned();
+        match (holding, explicit) {
+            (Some(h), Some(a)) => Some(if a.0 > h.0 { a } else { h }),
+            (h, a) => h.or(a),
         }
     }
 
+    /// Accepts `value` in round `ballot`: it replaces what we accepted for the same base in an
+    /// earlier round.
+    fn accept(&mut self, ballot: Epoch, value: ViewNews) {
+        let base = value.base;
+        self.accepted.retain(|a| a.1.base != base);
+        if self.accepted.len() >= super::ACCEPTED_MAX {
+            // (Bounded: the oldest base goes; a round on it is long stale.)
+            if let Some(i) = (0..self.accepted.len()).min_by_key(|&i| self.accepted[i].1.base) {
+                self.accepted.remove(i);
+            }
+        }
+        self.accepted.push((ballot, value));
+    }
+
     /// The current view is known committed: it is the base of every rebuild from now on, and
-    /// what was accepted as a successor of the one before no longer matters.
+    /// what was accepted as a successor of an older one no longer matters.
     pub(super) fn note_committed(&mut self) {
         self.committed = None;
-        self.accepted = None;
+        let epoch = self.epoch;
+        self.accepted.retain(|a| a.1.base >= epoch);
     }
 
     /// The current view as a `NewView` announces it. Not known committed, its members are
@@ -836,7 +884,7 @@ impl Member {
         };
         let donors = match &self.committed {
             None => self.members.iter().map(|&m| donor(m)).collect(),
-            Some(_) => match self.history.get(self.start_seq + 1) {
+            Some(_) => match self.history.get(self.start_seq.saturating_add(1)) {
                 Some(e) if self.received_upto > self.start_seq && e.kind == RecordKind::View => {
                     let (members, _) = super::view_payload(e);
                     members.into_iter().map(donor).collect()
@@ -850,6 +898,7 @@ impl Member {
             sequencer: self.sequencer,
             quorum: self.view_quorum,
             committed: self.committed.is_none(),
+            base: self.view_base,
             donors,
         }
     }

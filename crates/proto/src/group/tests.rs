@@ -9,7 +9,7 @@ use super::*;
 use crate::addr::Address;
 use crate::time::Instant;
 use core::time::Duration;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 // ---------------------------------------------------------------------------------------------
 // Wire formats
@@ -264,9 +264,9 @@ fn wire_round_trip_fixed_kinds() {
             && w.epoch(base)
             && w.u64(77)
             && w.epoch(ballot)
-            && w.view_value(view_epoch, 90, seq_addr, 2, &members)
+            && w.view_value_parts(view_epoch, 90, seq_addr, 2, base, &members)
     });
-    assert_eq!(b.len(), GROUP_HEADER_BYTES + 48 + 16 + 40 + 2 * 24);
+    assert_eq!(b.len(), GROUP_HEADER_BYTES + 48 + 16 + 56 + 2 * 24);
     let (_, m) = parsed(&b);
     let Msg::InviteReply {
         accepted: Some((got_ballot, v)),
@@ -276,12 +276,19 @@ fn wire_round_trip_fixed_kinds() {
         panic!("{m:?}")
     };
     assert_eq!(
-        (got_ballot, v.epoch, v.start_seq, v.sequencer, v.quorum),
-        (ballot, view_epoch, 90, seq_addr, 2)
+        (
+            got_ballot,
+            v.epoch,
+            v.start_seq,
+            v.sequencer,
+            v.quorum,
+            v.base
+        ),
+        (ballot, view_epoch, 90, seq_addr, 2, base)
     );
     assert_eq!(v.members.iter().collect::<Vec<_>>(), members.to_vec());
     // A tail too short for a ballot and a view is no InviteReply.
-    for cut in [1, 30, 50] {
+    for cut in [1, 30, 70] {
         assert_eq!(
             parse(&b[..GROUP_HEADER_BYTES + 48 + cut], PMAX).unwrap_err(),
             GroupWireError::TooShort,
@@ -291,7 +298,7 @@ fn wire_round_trip_fixed_kinds() {
 
     // The second phase: a proposal (the view), and its acceptance (empty).
     let b = build(MsgKind::Propose, 0, |w| {
-        w.view_value(view_epoch, 90, seq_addr, 2, &members)
+        w.view_value_parts(view_epoch, 90, seq_addr, 2, base, &members)
     });
     let (h, m) = parsed(&b);
     check_header(&h, MsgKind::Propose, 0);
@@ -336,7 +343,12 @@ fn wire_round_trip_welcome_and_new_view() {
 
     let survivors = [(seqr, 5, 90), (from(), 1, 88)];
     let b = build(MsgKind::NewView, 0, |w| {
-        w.u64(90) && w.address(seqr) && w.u64(2) && w.u64(1) && w.survivors(&survivors)
+        w.u64(90)
+            && w.address(seqr)
+            && w.u64(2)
+            && w.u64(1)
+            && w.epoch(epoch())
+            && w.survivors(&survivors)
     });
     let (h, m) = parsed(&b);
     check_header(&h, MsgKind::NewView, 0);
@@ -346,6 +358,7 @@ fn wire_round_trip_welcome_and_new_view() {
         quorum,
         committed,
         members,
+        ..
     } = m
     else {
         panic!("{m:?}")
@@ -365,7 +378,7 @@ fn wire_round_trip_welcome_and_new_view() {
 
     // An empty member list is well formed (the receiver decides what it means).
     let b = build(MsgKind::NewView, 0, |w| {
-        w.u64(1) && w.address(seqr) && w.u64(1) && w.u64(0)
+        w.u64(1) && w.address(seqr) && w.u64(1) && w.u64(0) && w.epoch(epoch())
     });
     let (_, m) = parsed(&b);
     let Msg::NewView { members, .. } = m else {
@@ -458,7 +471,7 @@ fn wire_error_too_short() {
     let invite = build(MsgKind::Invite, 0, |w| w.epoch(epoch()) && w.u64(1));
     assert_eq!(err(&invite[..invite.len() - 1]), GroupWireError::TooShort);
     let view = build(MsgKind::NewView, 0, |w| {
-        w.u64(1) && w.address(from()) && w.u64(1) && w.u64(0)
+        w.u64(1) && w.address(from()) && w.u64(1) && w.u64(0) && w.epoch(epoch())
     });
     assert_eq!(err(&view[..view.len() - 1]), GroupWireError::TooShort);
 }
@@ -582,7 +595,12 @@ fn wire_error_bad_member_list() {
             .map(|i| (Address::new(0, i as u16, 0, 0), 1, 2))
             .collect();
         build(MsgKind::NewView, 0, |w| {
-            w.u64(1) && w.address(from()) && w.u64(1) && w.u64(0) && w.survivors(&s)
+            w.u64(1)
+                && w.address(from())
+                && w.u64(1)
+                && w.u64(0)
+                && w.epoch(epoch())
+                && w.survivors(&s)
         })
     };
     assert!(parse(&view(MEMBERS_MAX), PMAX).is_ok());
@@ -687,6 +705,9 @@ struct Net {
     lose: Vec<(Address, MsgKind)>,
     /// Every message of this kind to this member is lost (while listed).
     block: Vec<(Address, MsgKind)>,
+    /// Loses a message when it says so (recipient address, recipient, message).
+    #[allow(clippy::type_complexity)]
+    drop_if: Option<Box<dyn FnMut(Address, &Member, &GroupHeader, &Msg<'_>) -> bool>>,
     buf: Vec<u8>,
 }
 
@@ -714,6 +735,7 @@ impl Net {
             deaf: Vec::new(),
             lose: Vec::new(),
             block: Vec::new(),
+            drop_if: None,
             buf: vec![0u8; 65_536],
         }
     }
@@ -821,6 +843,12 @@ impl Net {
             let Some(j) = self.nodes.iter().position(|n| n.m.address() == to) else {
                 continue;
             };
+            if let Some(f) = self.drop_if.as_mut() {
+                let (h, m) = parse(&bytes, usize::MAX).expect("well-formed");
+                if f(to, &self.nodes[j].m, &h, &m) {
+                    continue;
+                }
+            }
             let now = self.now;
             self.nodes[j]
                 .m
@@ -1537,6 +1565,7 @@ fn a_view_making_us_sequencer_from_a_start_we_cannot_order_after_is_ignored() {
                 && w.address(B)
                 && w.u64(2)
                 && w.u64(0)
+                && w.epoch(Epoch::default())
                 && w.survivors(&[(B, 1, 2), (C, 1, 2)])
         );
         let n = w.finish();
@@ -1961,6 +1990,7 @@ fn a_bb_multicast_goes_first_to_the_sequencer() {
                 && w.address(C)
                 && w.u64(3)
                 && w.u64(0)
+                && w.epoch(Epoch::default())
                 && w.survivors(&[(A, 1, start), (B, 1, start), (C, 1, start)])
         }),
     )
@@ -2047,6 +2077,7 @@ fn an_uncommitted_view_at_b(net: &mut Net) -> Epoch {
             && w.address(A)
             && w.u64(2)
             && w.u64(0)
+            && w.epoch(Epoch::default())
             && w.survivors(&[(A, 1, start), (B, 1, start)])
     );
     let n = w.finish();
@@ -2299,5 +2330,252 @@ fn a_view_some_survivors_accepted_is_proposed_again_and_becomes_the_groups() {
             .collect();
         assert_eq!(views.len(), 2, "{a}: {views:?}");
         assert_eq!(views[0], view, "{a}");
+    }
+}
+
+/// Every sequence number delivered by more than one of `who` carries the same record.
+fn assert_one_order(net: &mut Net, who: &[Address]) {
+    let mut at: HashMap<u64, (Address, Rec)> = HashMap::new();
+    for &a in who {
+        for (seq, rec) in net.delivered(a) {
+            match at.get(&seq) {
+                Some((b, r)) => assert_eq!(r, &rec, "{a} and {b} disagree at {seq}"),
+                None => {
+                    at.insert(seq, (a, rec));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_acceptance_by_a_member_behind_the_base_is_not_lost() {
+    // Found in review. E missed the announcement of Bv (the base's successor), so it answers
+    // a round on Bv "from the view before". It is kept in the view that round makes (V_e),
+    // holds V_e's View record and is counted in V_e's quorum: V_e is chosen, and its
+    // sequencer delivers it. A later round on Bv that meets E alone of V_e's holders must
+    // hear from E that it accepted V_e (E's answer names the view before as its own): the
+    // acceptance is tied to the base it succeeds, not to the view its member reports.
+    // Otherwise that round makes a second successor of Bv, and both deliver.
+    let cfg = GroupConfig {
+        silence_timeout: Duration::from_secs(60),
+        join_attempts_max: 100_000,
+        ..cfg()
+    };
+    let mut net = Net::with_members(&cfg, 5);
+    let k = net.m(A).info().epoch;
+    // 1. A crashes; B rebuilds K into Bv = {B, C, D, E}. E misses the announcement (and is
+    // paused); C and D hold Bv's View record but never learn it accepted.
+    net.crashed.push(A);
+    net.drop_if = Some(Box::new(|to, m, h, msg| {
+        (to == E && h.kind == MsgKind::NewView)
+            || ((to == C || to == D)
+                && matches!(msg, Msg::Order { accepted_upto, .. }
+                    if h.epoch == m.epoch && m.committed.is_some() && *accepted_upto > m.start_seq))
+    }));
+    let now = net.now;
+    net.m(B).reset(now, MinMembers::Majority).unwrap();
+    net.flush();
+    assert_eq!(net.m(E).state(), State::Recovering);
+    net.crashed.push(E);
+    let bv_committed = |n: &mut Net| {
+        let m = n.m(B);
+        m.epoch.coordinator == B && m.committed.is_none() && m.state == State::Normal
+    };
+    assert!(net.run_until(Duration::from_secs(3), bv_committed));
+    let bv = net.m(B).info().epoch;
+    let s0 = net.m(B).start_seq;
+    for a in [C, D] {
+        let m = net.m(a);
+        assert_eq!(m.epoch, bv);
+        assert!(m.committed.is_some(), "{a} must not know Bv committed");
+        assert_eq!(m.received_upto, s0 + 1, "{a} holds Bv's View record");
+    }
+    assert_eq!(net.m(E).epoch, k);
+    // 2. E is back; C coordinates (a round on K, which B refuses showing Bv committed, so C
+    // rebuilds Bv). B hears nothing of the round on Bv; D gets no record of V_e; E gets no
+    // accept past Bv's start.
+    net.crashed.retain(|&a| a != E);
+    net.drop_if = Some(Box::new(move |to, m, h, msg| {
+        (to == C || to == D)
+            && matches!(msg, Msg::Order { accepted_upto, .. }
+                if h.epoch == bv && m.committed.is_some() && *accepted_upto > m.start_seq)
+            || (to == B && matches!(msg, Msg::Invite { base, .. } if *base == bv))
+            || (to == B && h.kind == MsgKind::NewView && h.epoch.number > bv.number)
+            || (to == D && h.kind == MsgKind::Order && h.epoch.number > bv.number)
+            || (to == E && matches!(msg, Msg::Order { accepted_upto, .. } if *accepted_upto > s0))
+    }));
+    let now = net.now;
+    net.m(C).reset(now, MinMembers::Majority).unwrap();
+    let ve_chosen = |n: &mut Net| {
+        let m = n.m(C);
+        m.epoch.coordinator == C && m.committed.is_none() && m.state == State::Normal
+    };
+    assert!(
+        net.run_until(Duration::from_secs(3), ve_chosen),
+        "{:?}",
+        net.m(C).info()
+    );
+    let ve = net.m(C).info().epoch;
+    assert_eq!(net.m(E).epoch, ve);
+    assert!(
+        net.m(E).received_upto > net.m(E).start_seq,
+        "E holds V_e's View record"
+    );
+    // 3. C is cut off; D coordinates a round on Bv with B and E.
+    net.crashed.push(C);
+    net.drop_if = Some(Box::new(move |to, _m, h, msg| {
+        (to == D && h.kind == MsgKind::Order && h.epoch == ve)
+            || (to == E
+                && matches!(msg, Msg::Order { accepted_upto, .. } if h.epoch == ve && *accepted_upto > s0))
+    }));
+    let now = net.now;
+    net.m(D).reset(now, MinMembers::Majority).unwrap();
+    net.run_for(Duration::from_secs(5));
+    // V_e was proposed again and rebuilt (B, not in it, is out): one order for all, C's
+    // included.
+    assert_one_order(&mut net, &[B, C, D, E]);
+    assert_eq!(net.m(B).state(), State::Expelled);
+    for a in [D, E] {
+        assert!(
+            net.delivered(a)
+                .iter()
+                .any(|r| matches!(&r.1, Rec::Rebuilt(e, ..) if *e == ve)),
+            "{a} did not deliver V_e"
+        );
+    }
+}
+
+#[test]
+fn a_member_in_a_view_that_lost_takes_the_committed_one_or_leaves() {
+    // Found in review. B installed a view (5, C) of A and B that never committed; the view
+    // that did commit, (3, A) of A and C, is older but newer than the view B's was made from.
+    // B's view lost: told of (3, A), B, not in it, is out (it used to ignore the news, for
+    // its own view's epoch was higher, and stay in its dead view for good).
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let start = net.m(B).info().received_upto;
+    let mine = an_uncommitted_view_at_b(&mut net);
+    let base = net.m(B).view_base;
+    let v3 = Epoch {
+        number: 3,
+        coordinator: A,
+    };
+    assert!(v3 < mine && v3 > base, "{v3} {mine} {base}");
+    let mut buf = vec![0u8; 256];
+    let mut w = MsgWriter::start(&mut buf, MsgKind::NewView, 0, cfg.group, v3, A).unwrap();
+    assert!(
+        w.u64(start)
+            && w.address(A)
+            && w.u64(2)
+            && w.u64(1)
+            && w.epoch(base)
+            && w.survivors(&[(A, 1, start), (C, 1, start)])
+    );
+    let n = w.finish();
+    let now = net.now;
+    net.m(B).handle_message(now, &buf[..n]).unwrap();
+    assert_eq!(net.m(B).state(), State::Expelled);
+}
+
+#[test]
+fn random_recovery_messages_never_panic() {
+    // Found in review: a view announced with start u64::MAX overflowed. Well-formed rebuild
+    // messages with arbitrary fields, to arbitrary members, between timer runs.
+    let cfg = cfg();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let kinds = [
+        MsgKind::InviteReply,
+        MsgKind::Propose,
+        MsgKind::Accepted,
+        MsgKind::NewView,
+        MsgKind::Invite,
+    ];
+    for _ in 0..300 {
+        let mut net = Net::with_members(&cfg, 3);
+        let recv = net.m(B).info().received_upto;
+        for _ in 0..50 {
+            let abc = [A, B, C];
+            let kind = kinds[(rnd() % 5) as usize];
+            let from = abc[(rnd() % 3) as usize];
+            let ep = Epoch {
+                number: rnd() % 12,
+                coordinator: abc[(rnd() % 3) as usize],
+            };
+            let pick =
+                |r: u64| [0, 1, recv.saturating_sub(1), recv, recv + 1, u64::MAX][(r % 6) as usize];
+            let members: Vec<(Address, u64, u64)> = (0..rnd() % 4)
+                .map(|_| (abc[(rnd() % 3) as usize], pick(rnd()), pick(rnd())))
+                .collect();
+            let other = Epoch {
+                number: rnd() % 12,
+                coordinator: C,
+            };
+            let mut buf = vec![0u8; 4096];
+            let mut w = MsgWriter::start(&mut buf, kind, 0, cfg.group, ep, from).unwrap();
+            let seqr = abc[(rnd() % 3) as usize];
+            let ok = match kind {
+                MsgKind::InviteReply => {
+                    w.u64(pick(rnd()))
+                        && w.u64(pick(rnd()))
+                        && w.u64(pick(rnd()))
+                        && w.epoch(other)
+                        && w.u64(pick(rnd()))
+                        && (rnd() % 2 == 0
+                            || (w.epoch(ep)
+                                && w.view_value_parts(
+                                    other,
+                                    pick(rnd()),
+                                    seqr,
+                                    rnd() % 5,
+                                    k_of(&mut rnd),
+                                    &members,
+                                )))
+                }
+                MsgKind::Propose => w.view_value_parts(
+                    other,
+                    pick(rnd()),
+                    seqr,
+                    rnd() % 5,
+                    k_of(&mut rnd),
+                    &members,
+                ),
+                MsgKind::Accepted => true,
+                MsgKind::NewView => {
+                    w.u64(pick(rnd()))
+                        && w.address(seqr)
+                        && w.u64(rnd() % 5)
+                        && w.u64(rnd() % 2)
+                        && w.epoch(k_of(&mut rnd))
+                        && w.survivors(&members)
+                }
+                _ => w.epoch(other) && w.u64(pick(rnd())),
+            };
+            assert!(ok);
+            let n = w.finish();
+            let to = abc[(rnd() % 3) as usize];
+            if to == from {
+                continue;
+            }
+            let now = net.now;
+            net.m(to).handle_message(now, &buf[..n]).unwrap();
+            if rnd() % 4 == 0 {
+                net.run_for(Duration::from_millis(rnd() % 300));
+            }
+        }
+    }
+}
+
+/// A small epoch, for random messages.
+fn k_of(rnd: &mut impl FnMut() -> u64) -> Epoch {
+    Epoch {
+        number: rnd() % 4,
+        coordinator: A,
     }
 }

@@ -57,7 +57,7 @@ impl Member {
                 epoch = *e;
                 MsgKind::Invite
             }
-            Control::InviteReply { epoch: e } => {
+            Control::InviteReply { epoch: e, .. } => {
                 epoch = *e;
                 MsgKind::InviteReply
             }
@@ -96,27 +96,20 @@ impl Member {
                 self.counters.acks_sent += 1;
                 w.u64(consumed) && w.u64(self.received_upto)
             }
-            Control::InviteReply { .. } => {
+            Control::InviteReply { base, .. } => {
                 let (received, view, config_seq) = self.reported();
-                w.u64(self.consumed_upto)
+                // (Applied, not only delivered: what we applied is ours whether or not the
+                // application took it yet.)
+                w.u64(self.consumed_upto.max(self.applied_upto))
                     && w.u64(received)
                     && w.u64(self.history.base())
                     && w.epoch(view)
                     && w.u64(config_seq)
-                    && self.accepted_value().is_none_or(|(ballot, v)| {
-                        w.epoch(ballot)
-                            && w.view_value(
-                                v.epoch,
-                                v.start,
-                                v.sequencer,
-                                v.quorum as u64,
-                                &v.donors,
-                            )
-                    })
+                    && self
+                        .accepted_value(base)
+                        .is_none_or(|(ballot, v)| w.epoch(ballot) && write_value(&mut w, &v))
             }
-            Control::Propose { value: v, .. } => {
-                w.view_value(v.epoch, v.start, v.sequencer, v.quorum as u64, &v.donors)
-            }
+            Control::Propose { value: v, .. } => write_value(&mut w, &v),
             Control::Accepted { .. } => true,
             Control::Redirect(a) => w.address(a),
             Control::Welcome {
@@ -137,6 +130,7 @@ impl Member {
                     && w.address(v.sequencer)
                     && w.u64(v.quorum as u64)
                     && w.u64(u64::from(v.committed))
+                    && w.epoch(v.base)
                     && w.survivors(&v.donors)
             }
         };
@@ -521,4 +515,16 @@ impl Member {
         }
         t
     }
+}
+
+/// A view as the value of a proposal or an answer.
+fn write_value(w: &mut MsgWriter<'_>, v: &super::ViewNews) -> bool {
+    w.view_value_parts(
+        v.epoch,
+        v.start,
+        v.sequencer,
+        v.quorum as u64,
+        v.base,
+        &v.donors,
+    )
 }
