@@ -627,14 +627,7 @@ impl Member {
             // Our view committed, which we had not learnt: a round of ours on the view
             // before is moot, and one on ours replaces it.
             self.note_committed();
-            if self
-                .reset
-                .as_ref()
-                .is_some_and(|r| r.coordinator && r.base < epoch)
-            {
-                self.reset = None;
-                let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
-                self.start_reset(now, min);
+            if self.round_on_newer_base(now, epoch) {
                 return;
             }
         }
@@ -670,15 +663,7 @@ impl Member {
                 sequencer,
             });
             self.accepted.retain(|a| a.1.base >= epoch);
-            if self
-                .reset
-                .as_ref()
-                .is_some_and(|r| r.coordinator && r.base < epoch)
-            {
-                self.reset = None;
-                let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
-                self.start_reset(now, min);
-            }
+            self.round_on_newer_base(now, epoch);
             return;
         }
         // A view that committed, older than ours but newer than the view the round that made
@@ -733,6 +718,22 @@ impl Member {
         if v.committed {
             self.note_committed();
         }
+    }
+
+    /// `epoch` is now the last view we know committed: a round we coordinate on an older one
+    /// is moot, and one on it replaces it. Returns whether it did.
+    fn round_on_newer_base(&mut self, now: Instant, epoch: Epoch) -> bool {
+        if !self
+            .reset
+            .as_ref()
+            .is_some_and(|r| r.coordinator && r.base < epoch)
+        {
+            return false;
+        }
+        self.reset = None;
+        let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
+        self.start_reset(now, min);
+        true
     }
 
     /// Enters a rebuilt view: everything up to `start_seq` is accepted and what follows is

@@ -1558,19 +1558,8 @@ fn a_view_making_us_sequencer_from_a_start_we_cannot_order_after_is_ignored() {
         coordinator: B,
     };
     let view = |start: u64| {
-        let mut buf = vec![0u8; 512];
-        let mut w = MsgWriter::start(&mut buf, MsgKind::NewView, 0, cfg.group, epoch2, C).unwrap();
-        assert!(
-            w.u64(start)
-                && w.address(B)
-                && w.u64(2)
-                && w.u64(0)
-                && w.epoch(Epoch::default())
-                && w.survivors(&[(B, 1, 2), (C, 1, 2)])
-        );
-        let n = w.finish();
-        buf.truncate(n);
-        buf
+        let members = [(B, 1, 2), (C, 1, 2)];
+        new_view_msg(epoch2, C, (start, B, 2, false), Epoch::default(), &members)
     };
     let now = net.now;
     let before = net.m(B).info();
@@ -2070,19 +2059,10 @@ fn an_uncommitted_view_at_b(net: &mut Net) -> Epoch {
         number: 5,
         coordinator: C,
     };
-    let mut buf = vec![0u8; 256];
-    let mut w = MsgWriter::start(&mut buf, MsgKind::NewView, 0, cfg().group, view, C).unwrap();
-    assert!(
-        w.u64(start)
-            && w.address(A)
-            && w.u64(2)
-            && w.u64(0)
-            && w.epoch(Epoch::default())
-            && w.survivors(&[(A, 1, start), (B, 1, start)])
-    );
-    let n = w.finish();
+    let members = [(A, 1, start), (B, 1, start)];
+    let msg = new_view_msg(view, C, (start, A, 2, false), Epoch::default(), &members);
     let now = net.now;
-    net.m(B).handle_message(now, &buf[..n]).unwrap();
+    net.m(B).handle_message(now, &msg).unwrap();
     assert_eq!(net.m(B).info().epoch, view);
     assert_eq!(net.m(B).state(), State::Normal);
     let mut out = vec![0u8; 65_536];
@@ -2462,19 +2442,10 @@ fn a_member_in_a_view_that_lost_takes_the_committed_one_or_leaves() {
         coordinator: A,
     };
     assert!(v3 < mine && v3 > base, "{v3} {mine} {base}");
-    let mut buf = vec![0u8; 256];
-    let mut w = MsgWriter::start(&mut buf, MsgKind::NewView, 0, cfg.group, v3, A).unwrap();
-    assert!(
-        w.u64(start)
-            && w.address(A)
-            && w.u64(2)
-            && w.u64(1)
-            && w.epoch(base)
-            && w.survivors(&[(A, 1, start), (C, 1, start)])
-    );
-    let n = w.finish();
+    let members = [(A, 1, start), (C, 1, start)];
+    let msg = new_view_msg(v3, A, (start, A, 2, true), base, &members);
     let now = net.now;
-    net.m(B).handle_message(now, &buf[..n]).unwrap();
+    net.m(B).handle_message(now, &msg).unwrap();
     assert_eq!(net.m(B).state(), State::Expelled);
 }
 
@@ -2578,4 +2549,28 @@ fn k_of(rnd: &mut impl FnMut() -> u64) -> Epoch {
         number: rnd() % 4,
         coordinator: A,
     }
+}
+
+/// A NewView for `view`, from `from`: (start, sequencer, quorum, committed), the base, the
+/// members.
+fn new_view_msg(
+    view: Epoch,
+    from: Address,
+    (start, sequencer, quorum, committed): (u64, Address, u64, bool),
+    base: Epoch,
+    members: &[(Address, u64, u64)],
+) -> Vec<u8> {
+    let mut buf = vec![0u8; 512];
+    let mut w = MsgWriter::start(&mut buf, MsgKind::NewView, 0, cfg().group, view, from).unwrap();
+    assert!(
+        w.u64(start)
+            && w.address(sequencer)
+            && w.u64(quorum)
+            && w.u64(u64::from(committed))
+            && w.epoch(base)
+            && w.survivors(members)
+    );
+    let n = w.finish();
+    buf.truncate(n);
+    buf
 }
