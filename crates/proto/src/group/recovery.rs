@@ -570,15 +570,8 @@ impl Member {
         }
         if !survivors.contains(&self.me) {
             // We cannot be brought up to date ourselves: announce the view, then stop.
-            if self.committed.is_none() {
-                // (Our announcement must not say the new view committed.)
-                self.committed = Some(Committed {
-                    epoch: self.epoch,
-                    start: self.start_seq,
-                    members: self.members.clone(),
-                    sequencer: self.sequencer,
-                });
-            }
+            // (Our announcement must not say the new view committed.)
+            self.keep_committed_view();
             self.view_quorum = quorum;
             self.view_base = base;
             self.epoch = epoch;
@@ -720,6 +713,20 @@ impl Member {
         }
     }
 
+    /// Leaving a view known committed for one that is not: it is the one rebuilds are rounds
+    /// on until the new one is known committed too (its list as a rebuild of it would count
+    /// it).
+    fn keep_committed_view(&mut self) {
+        if self.committed.is_none() {
+            self.committed = Some(Committed {
+                epoch: self.epoch,
+                start: self.start_seq,
+                members: self.members.clone(),
+                sequencer: self.sequencer,
+            });
+        }
+    }
+
     /// `epoch` is now the last view we know committed: a round we coordinate on an older one
     /// is moot, and one on it replaces it. Returns whether it did.
     fn round_on_newer_base(&mut self, now: Instant, epoch: Epoch) -> bool {
@@ -747,16 +754,7 @@ impl Member {
         donors: &[(Address, u64, u64)],
         quorum: usize,
     ) {
-        if self.committed.is_none() {
-            // Leaving a view known committed: it is the one rebuilds are rounds on until the
-            // new one is known committed too (its list as a rebuild of it would count it).
-            self.committed = Some(Committed {
-                epoch: self.epoch,
-                start: self.start_seq,
-                members: self.members.clone(),
-                sequencer: self.sequencer,
-            });
-        }
+        self.keep_committed_view();
         // The list the new view starts from: the last committed view's, with the records we
         // hold numbered in it (not the list of a view we leave uncommitted, cut down to its
         // own survivors, which are no longer the question).
