@@ -77,7 +77,18 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 /// `txcast __bench-child <args>`: the partner side of a two-process benchmark.
+/// `TXCAST_BENCH_CHILD_CPU=N` pins it to CPU N (with `taskset -c M` on the benchmark, the
+/// parent's side runs alone on M: in paper 003 every member had a machine of its own).
 pub fn child(args: &[String]) -> i32 {
+    if let Some(cpu) = std::env::var("TXCAST_BENCH_CHILD_CPU")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if let Err(e) = pin_to_cpu(cpu) {
+            eprintln!("txcast {CHILD_SUBCOMMAND}: cannot pin to CPU {cpu}: {e}");
+            return EXIT_FAILED;
+        }
+    }
     let result = match args.first().map(String::as_str) {
         Some("rtt") => rtt::child(&args[1..]),
         Some("multicast") => multicast::child(&args[1..]),
@@ -95,6 +106,24 @@ pub fn child(args: &[String]) -> i32 {
             EXIT_FAILED
         }
     }
+}
+
+/// Restricts this process to one CPU.
+fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::other("CPU number out of range"));
+    }
+    // SAFETY: `set` is a plain bit set, zeroed and then set through the libc helpers, and
+    // sched_setaffinity reads exactly `size_of::<cpu_set_t>()` bytes of it.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Starts the partner process: this executable re-run as `__bench-child <args>`. Its stdin is
