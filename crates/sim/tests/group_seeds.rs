@@ -146,11 +146,17 @@ fn clog_regression_seeds() {
 ///   only up to the successor's start, and stalled behind what it had delivered (it is now
 ///   left out, and rejoins);
 /// - 92969: the simulator judged "majority lost" on a list without a joiner that another
-///   member's list, the one a rebuild counts, had (it now takes the most recent list).
+///   member's list, the one a rebuild counts, had (it now takes the most recent list);
+/// - 215708, 380231: the sequencer left alone by a leave never accepted the records the
+///   leaver had not acknowledged (nothing accepted on again: no acknowledgement comes to a
+///   lone sequencer), with r = 2 and 3; 305061: a rebuilt view's sequencer whose quorum
+///   shrank to itself (the other survivor had left) waited for an acknowledgement too.
 #[test]
 fn view_change_regression_seeds() {
     let opts = GroupSimOptions::default();
-    for seed in [131578, 2874, 38108, 63541, 114164, 92969] {
+    for seed in [
+        131578, 2874, 38108, 63541, 114164, 92969, 215708, 380231, 305061,
+    ] {
         if let Err(v) = run_group(seed, &opts) {
             panic!("{v}");
         }

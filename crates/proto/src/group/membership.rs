@@ -190,6 +190,9 @@ impl Member {
             if who != self.me {
                 // Still watched until it has its leave record (or is found dead).
                 s.departing.push((who, seq));
+                // Records it had not acknowledged may need it no more: a lone sequencer has
+                // no acknowledgement coming to accept them on.
+                s.order_due = true;
             }
         }
         if who == self.me {

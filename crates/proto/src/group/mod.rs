@@ -479,8 +479,9 @@ struct Sequencer {
     watches: HashMap<Address, Watch, AddressHash>,
     /// The accept or stable watermark changed since the last multicast.
     accept_news: bool,
-    /// Our own consumption freed history while something waits to be ordered: order it at
-    /// the next timer (the application's `poll_delivery` has no clock).
+    /// Our own consumption freed history while something waits to be ordered, or a leave
+    /// changed which members acceptance waits for: accept and order at the next timer (the
+    /// application's `poll_delivery` has no clock, and a leave is applied while accepting).
     order_due: bool,
     /// The stable watermark as of the last multicast.
     stable_told: u64,

@@ -588,7 +588,13 @@ impl Member {
         // as our list has them (a survivor an earlier rebuild left out is not among them).
         let members = &self.members;
         self.view_donors.retain(|d| members.contains(&d.0));
+        // (The survivors our list drops left, or an earlier rebuild left them out: they
+        // answer no round on the base, so the quorum need not count them.)
         self.view_quorum = self.view_quorum.min(self.view_donors.len()).max(1);
+        if self.seqr.is_some() {
+            // As the new sequencer, we may be the whole quorum now.
+            self.advance_accept(now);
+        }
         self.counters.resets_completed += 1;
     }
 

@@ -586,6 +586,7 @@ impl Member {
             }
         }
         if std::mem::take(&mut s.order_due) && self.state == State::Normal {
+            self.advance_accept(now);
             self.order_next(now);
         }
         let s = self.seqr.as_mut().expect("sequencer");
