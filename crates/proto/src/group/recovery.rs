@@ -149,6 +149,12 @@ impl Member {
                 .as_ref()
                 .is_some_and(|r| r.coordinator && r.base < base)
             {
+                if e <= self.promised {
+                    // (Our round raised our promise above this one: we would not answer it,
+                    // and would wait for nothing. Rebuild our view ourselves.)
+                    self.round_on_newer_base(now, base);
+                    return;
+                }
                 self.reset = None;
             }
         }
@@ -676,8 +682,12 @@ impl Member {
             return;
         }
         if !members.contains(&self.me) {
-            // Left out of a view that was made: whatever rebuild we take part in is moot.
-            self.expel();
+            if v.committed {
+                // Left out of a view that was chosen: whatever rebuild we take part in is moot.
+                self.expel();
+            }
+            // (One that was only made may still lose, and we may count for the round that
+            // decides instead: we learn of it when it is chosen, or our own round finds out.)
             return;
         }
         if epoch < self.promised && !v.committed {

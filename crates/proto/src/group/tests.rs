@@ -2574,3 +2574,40 @@ fn new_view_msg(
     buf.truncate(n);
     buf
 }
+
+#[test]
+fn members_left_out_of_a_view_that_never_commits_are_not_expelled() {
+    // Found in review. B rebuilds the five-member group while D and E miss the invitations:
+    // the view it makes (A, B, C; quorum 3) never commits, its sequencer crashing before any
+    // other member gets the View record. D and E got its announcement, which leaves them out;
+    // had they left at once, the three others of the five would be two, and could never
+    // rebuild. That view cannot have been chosen, so D and E stay and count.
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 5);
+    net.drop_if = Some(Box::new(|to, m, h, _msg| {
+        ((to == D || to == E) && h.kind == MsgKind::Invite)
+            || (h.kind == MsgKind::Order
+                && h.epoch.number > 1
+                && h.from != to
+                && m.epoch == h.epoch)
+    }));
+    let now = net.now;
+    net.m(B).reset(now, MinMembers::Majority).unwrap();
+    let made = |n: &mut Net| n.m(B).info().epoch.number > 1;
+    assert!(net.run_until(Duration::from_secs(2), made));
+    let seqr = net.m(B).info().sequencer;
+    let mut m = net.m(B).info().members;
+    m.sort();
+    assert_eq!(m, vec![A, B, C]);
+    net.crashed.push(seqr);
+    net.drop_if = None;
+    for a in [D, E] {
+        assert_ne!(net.m(a).state(), State::Expelled, "{a}");
+    }
+    let live: Vec<Address> = [A, B, C, D, E].into_iter().filter(|&a| a != seqr).collect();
+    let rebuilt = |n: &mut Net| {
+        live.iter()
+            .all(|&a| n.m(a).state() == State::Normal && n.m(a).members().len() == 4)
+    };
+    assert!(net.run_until(Duration::from_secs(20), rebuilt));
+}
