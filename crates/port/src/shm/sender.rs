@@ -35,7 +35,8 @@ impl RingSender {
 
     /// Opens the segment at `path` and validates it: a regular file owned by our effective uid
     /// with mode exactly 0600, the magic and version, a configuration in bounds and a size
-    /// consistent with the header; then that it is open and its owner alive.
+    /// consistent with the header; then that it is open and its owner alive. A segment still
+    /// being created (empty, or its magic not yet written) is `NotFound`, as before it exists.
     pub fn open(path: &Path) -> Result<RingSender, ShmError> {
         let file = open_segment_file(path)?;
         let meta = file.metadata().map_err(ShmError::Io)?;
@@ -44,6 +45,10 @@ impl RingSender {
         }
         check_owner_and_mode(&meta)?;
         let file_bytes = meta.len();
+        if file_bytes == 0 {
+            // Created this moment by the port's owner, not yet sized: no port there yet.
+            return Err(ShmError::NotFound);
+        }
         if file_bytes < HEADER_BYTES as u64 {
             return Err(ShmError::BadSegment(
                 "file must be at least one header long",
@@ -64,6 +69,11 @@ impl RingSender {
             let head = Segment::map(&file, HEADER_BYTES, probe).map_err(ShmError::Io)?;
             IdentityValues::load(&head.header().id.0)
         };
+        if values.magic == 0 {
+            // Sized but its header not yet written (the owner writes the magic last): no
+            // port there yet, as for a path not yet created.
+            return Err(ShmError::NotFound);
+        }
         let layout = values.validate(file_bytes).map_err(ShmError::BadSegment)?;
         let seg = Segment::map(&file, layout.total_bytes, layout).map_err(ShmError::Io)?;
         // Re-read through the full mapping: the words must not have changed under us.

@@ -180,3 +180,28 @@ fn panicking_callback_releases_the_slot() {
     rx.try_push(b"2").expect("slot freed");
     assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"1"[..]));
 }
+
+#[test]
+fn a_segment_still_being_created_is_not_found_yet() {
+    // Its owner creates the file, sizes it, and writes the magic last: an opener in between
+    // sees no port yet (and retries, as for a port not yet opened), not a bad segment.
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = TestDir::new();
+    let path = dir.path("being-created");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .expect("create");
+    assert!(matches!(RingSender::open(&path), Err(ShmError::NotFound)));
+    file.set_len(64 * 1024).expect("size");
+    assert!(matches!(RingSender::open(&path), Err(ShmError::NotFound)));
+    // Any other content is still a bad segment.
+    std::os::unix::fs::FileExt::write_all_at(&file, b"NOTASEGM", 0).expect("write");
+    assert!(matches!(
+        RingSender::open(&path),
+        Err(ShmError::BadSegment(_))
+    ));
+}
