@@ -869,16 +869,17 @@ impl Member {
 
     /// Accepts `value` in round `ballot`: it replaces what we accepted for the same base in an
     /// earlier round.
-    fn accept(&mut self, ballot: Epoch, value: ViewNews) {
+    pub(super) fn accept(&mut self, ballot: Epoch, value: ViewNews) {
         let base = value.base;
         self.accepted.retain(|a| a.1.base != base);
-        if self.accepted.len() >= super::ACCEPTED_MAX {
-            // (Bounded: the oldest base goes; a round on it is long stale.)
+        self.accepted.push((ballot, value));
+        if self.accepted.len() > super::ACCEPTED_MAX {
+            // (Bounded: the oldest base goes, the new one if it is the oldest; a round on it
+            // is long stale.)
             if let Some(i) = (0..self.accepted.len()).min_by_key(|&i| self.accepted[i].1.base) {
                 self.accepted.remove(i);
             }
         }
-        self.accepted.push((ballot, value));
     }
 
     /// The current view is known committed: it is the base of every rebuild from now on, and

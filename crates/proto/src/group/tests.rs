@@ -2611,3 +2611,46 @@ fn members_left_out_of_a_view_that_never_commits_are_not_expelled() {
     };
     assert!(net.run_until(Duration::from_secs(20), rebuilt));
 }
+
+#[test]
+fn acceptances_are_kept_for_the_newest_bases() {
+    // At most ACCEPTED_MAX bases are kept; past it the oldest goes, even when that is the one
+    // just accepted (found in review: a newer base's acceptance was dropped for it).
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let m = net.m(B);
+    let news = |base: u64| ViewNews {
+        epoch: Epoch {
+            number: base + 1,
+            coordinator: C,
+        },
+        start: 1,
+        sequencer: C,
+        quorum: 1,
+        committed: false,
+        base: Epoch {
+            number: base,
+            coordinator: A,
+        },
+        donors: vec![(B, 1, 1), (C, 1, 1)],
+    };
+    let ballot = |n: u64| Epoch {
+        number: n,
+        coordinator: A,
+    };
+    for b in 10..10 + ACCEPTED_MAX as u64 {
+        m.accept(ballot(100 + b), news(b));
+    }
+    // An older base than all of them: not kept.
+    m.accept(ballot(200), news(5));
+    assert!(m.accepted_value(news(5).base).is_none());
+    assert!(m.accepted_value(news(10).base).is_some());
+    // A newer one: kept, and the oldest (10) goes.
+    m.accept(ballot(201), news(50));
+    assert_eq!(
+        m.accepted_value(news(50).base).map(|a| a.0),
+        Some(ballot(201))
+    );
+    assert!(m.accepted_value(news(10).base).is_none());
+    assert_eq!(m.accepted.len(), ACCEPTED_MAX);
+}
