@@ -30,7 +30,6 @@ impl Member {
         let c = Control::Welcome {
             join_seq: *seq,
             members: members.clone(),
-            epoch: self.epoch,
         };
         self.push_control(who, c);
         true
@@ -146,7 +145,6 @@ impl Member {
                 Control::Welcome {
                     join_seq: seq,
                     members,
-                    epoch: self.epoch,
                 },
             );
             self.order_next(now);

@@ -389,8 +389,6 @@ enum Control {
     Welcome {
         join_seq: u64,
         members: Vec<(Address, u64)>,
-        /// The view the join was ordered in.
-        epoch: Epoch,
     },
     Invite {
         epoch: Epoch,

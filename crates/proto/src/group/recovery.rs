@@ -697,11 +697,7 @@ impl Member {
             // the one that round is on, which can then never succeed: we enter it.)
             return;
         }
-        let counted = v
-            .donors
-            .iter()
-            .find(|d| d.0 == self.me && d.1 > 0)
-            .map_or(u64::MAX, |d| d.2);
+        let counted = self.counted_in(&v.donors);
         if sequencer == self.me
             && (start_seq > self.received_upto.min(counted)
                 || start_seq.saturating_add(1) < self.history.base())
@@ -727,6 +723,14 @@ impl Member {
         if v.committed {
             self.note_committed();
         }
+    }
+
+    /// How far a rebuild's announcement counted our history (`u64::MAX` if it does not say).
+    fn counted_in(&self, donors: &[(Address, u64, u64)]) -> u64 {
+        donors
+            .iter()
+            .find(|d| d.0 == self.me && d.1 > 0)
+            .map_or(u64::MAX, |d| d.2)
     }
 
     /// Leaving a view known committed for one that is not: it is the one rebuilds are rounds
@@ -795,10 +799,7 @@ impl Member {
         // Keep only what we received in order (and so reported): records held out of order
         // beyond it may be from an epoch the group has since renumbered. The coordinator may
         // have counted less of it (we were a view behind): keep only what it counted.
-        let counted = donors
-            .iter()
-            .find(|d| d.0 == self.me && d.1 > 0)
-            .map_or(u64::MAX, |d| d.2);
+        let counted = self.counted_in(donors);
         self.received_upto = self.received_upto.min(start_seq).min(counted);
         // Stability known in a view given up does not hold for this one, which may count a
         // member that view left out (a round on the last committed view brings it back): no

@@ -2491,6 +2491,8 @@ fn random_recovery_messages_never_panic() {
             let mut buf = vec![0u8; 4096];
             let mut w = MsgWriter::start(&mut buf, kind, 0, cfg.group, ep, from).unwrap();
             let seqr = abc[(rnd() % 3) as usize];
+            // A view value's parts, for whichever message carries one.
+            let (v_start, v_quorum, v_base) = (pick(rnd()), rnd() % 5, k_of(&mut rnd));
             let ok = match kind {
                 MsgKind::InviteReply => {
                     w.u64(pick(rnd()))
@@ -2501,22 +2503,12 @@ fn random_recovery_messages_never_panic() {
                         && (rnd() % 2 == 0
                             || (w.epoch(ep)
                                 && w.view_value_parts(
-                                    other,
-                                    pick(rnd()),
-                                    seqr,
-                                    rnd() % 5,
-                                    k_of(&mut rnd),
-                                    &members,
+                                    other, v_start, seqr, v_quorum, v_base, &members,
                                 )))
                 }
-                MsgKind::Propose => w.view_value_parts(
-                    other,
-                    pick(rnd()),
-                    seqr,
-                    rnd() % 5,
-                    k_of(&mut rnd),
-                    &members,
-                ),
+                MsgKind::Propose => {
+                    w.view_value_parts(other, v_start, seqr, v_quorum, v_base, &members)
+                }
                 MsgKind::Accepted => true,
                 MsgKind::NewView => {
                     w.u64(pick(rnd()))

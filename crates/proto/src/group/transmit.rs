@@ -49,10 +49,7 @@ impl Member {
             Control::JoinRequest => MsgKind::JoinRequest,
             Control::LeaveRequest => MsgKind::LeaveRequest,
             Control::Redirect(_) => MsgKind::Redirect,
-            Control::Welcome { epoch: e, .. } => {
-                epoch = *e;
-                MsgKind::Welcome
-            }
+            Control::Welcome { .. } => MsgKind::Welcome,
             Control::Invite { epoch: e, .. } => {
                 epoch = *e;
                 MsgKind::Invite
@@ -112,9 +109,7 @@ impl Member {
             Control::Propose { value: v, .. } => write_value(&mut w, &v),
             Control::Accepted { .. } => true,
             Control::Redirect(a) => w.address(a),
-            Control::Welcome {
-                join_seq, members, ..
-            } => {
+            Control::Welcome { join_seq, members } => {
                 w.u64(join_seq)
                     && w.u64(self.stable_upto)
                     && w.bytes(&[self.cfg.resilience, 0, 0, 0, 0, 0, 0, 0])
