@@ -104,6 +104,8 @@ pub(crate) struct GroupState {
     buf: Vec<u8>,
     pkt: Vec<u8>,
     to: Vec<SocketAddr>,
+    /// Datagrams of one flush, sent together.
+    out: crate::mmsg::SendBatch,
     /// Threads asleep on the condition variable. Notifying costs a system call even when
     /// nobody waits (every delivery would pay it, and in invoker mode nobody ever does).
     sleepers: usize,
@@ -148,27 +150,21 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
             continue;
         }
         let n = w.finish();
+        // Every datagram this flush makes leaves in one `sendmmsg` (a lone one by `sendto`),
+        // in the order made: with packing off, one call carries many records.
+        let mut to = std::mem::take(&mut st.to);
+        to.clear();
         match dest {
-            Dest::To(a) => {
-                if let Ok(to) = cluster.socket_addr(a) {
-                    let _ = crate::mmsg::send_to(&ep.socket, &st.pkt[..n], &to);
-                    ep.counters
-                        .packets_sent
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-            Dest::All => {
-                st.to.clear();
-                st.to
-                    .extend(st.m.fanout().filter_map(|a| cluster.socket_addr(a).ok()));
-                if let Ok(k) = crate::mmsg::send_same_to_many(&ep.socket, &st.pkt[..n], &st.to) {
-                    ep.counters
-                        .packets_sent
-                        .fetch_add(k as u64, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
+            Dest::To(a) => to.extend(cluster.socket_addr(a).ok()),
+            Dest::All => to.extend(st.m.fanout().filter_map(|a| cluster.socket_addr(a).ok())),
         }
+        if !st.out.has_room(n, to.len()) {
+            send_out(ep, st);
+        }
+        st.out.push(&st.pkt[..n], to.iter().copied());
+        st.to = to;
     }
+    send_out(ep, st);
     let mut woke = st.m.has_delivery();
     while let Some(ev) = st.m.poll_event() {
         woke = true;
@@ -200,6 +196,16 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
     // otherwise fire more than `TIMER_SLACK` late: the engine never sleeps longer than
     // `PARK_MAX`, and waking it on every send would cost a context switch per message.
     engine.wake_for(st.m.poll_timeout().map(|t| t + TIMER_SLACK));
+}
+
+/// Sends the datagrams [`flush`] gathered.
+fn send_out(ep: &Endpoint, st: &mut GroupState) {
+    if !st.out.is_empty() {
+        let k = st.out.send(&ep.socket);
+        ep.counters
+            .packets_sent
+            .fetch_add(k as u64, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// How late a group timer armed by an application call may fire (see [`flush`]).
@@ -280,6 +286,7 @@ impl Group {
                 buf,
                 pkt: vec![0u8; GROUP_PACKET_BYTES_MAX],
                 to: Vec::new(),
+                out: crate::mmsg::SendBatch::new(),
                 sleepers: 0,
             }),
             cond: Condvar::new(),

@@ -148,6 +148,130 @@ fn send_chunk<const N: usize>(socket: &UdpSocket, packet: &[u8], chunk: &[Socket
     sent
 }
 
+/// Datagrams to send in one `sendmmsg(2)`: packets laid out one after another in one buffer,
+/// each with its destination. A packet for several destinations is one entry per destination
+/// over the same bytes. Bounded: [`SendBatch::has_room`] says whether another packet fits.
+#[derive(Default)]
+pub struct SendBatch {
+    bytes: Vec<u8>,
+    /// (start in `bytes`, length, destination), in sending order.
+    entries: Vec<(usize, usize, SocketAddr)>,
+}
+
+/// Bytes one [`SendBatch`] holds at most (packets of up to 16 KiB: at least eight of them).
+pub const SEND_BATCH_BYTES: usize = 128 * 1024;
+
+impl SendBatch {
+    pub fn new() -> SendBatch {
+        SendBatch::default()
+    }
+
+    /// Whether a packet of `len` bytes to `dests` destinations fits.
+    pub fn has_room(&self, len: usize, dests: usize) -> bool {
+        self.entries.is_empty()
+            || (self.bytes.len() + len <= SEND_BATCH_BYTES
+                && self.entries.len() + dests <= FANOUT_BATCH_MAX)
+    }
+
+    /// Adds `packet` for every address of `to` (in that order). The caller checks
+    /// [`SendBatch::has_room`] first; a packet that does not fit is added anyway (the batch
+    /// is then sent in several calls).
+    pub fn push(&mut self, packet: &[u8], to: impl IntoIterator<Item = SocketAddr>) {
+        let start = self.bytes.len();
+        let before = self.entries.len();
+        self.entries
+            .extend(to.into_iter().map(|a| (start, packet.len(), a)));
+        // A packet for nobody takes no room.
+        if self.entries.len() > before {
+            self.bytes.extend_from_slice(packet);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Sends every datagram, in order, with as few system calls as [`FANOUT_BATCH_MAX`]
+    /// allows (a lone datagram with `sendto`); a destination that refuses is skipped, a full
+    /// socket buffer waited out, as in [`send_same_to_many`]. Empties the batch; returns how
+    /// many datagrams the kernel accepted.
+    pub fn send(&mut self, socket: &UdpSocket) -> usize {
+        let sent = match self.entries.as_slice() {
+            [] => 0,
+            [(start, len, to)] => send_one(socket, &self.bytes[*start..*start + len], to),
+            // Headers for the batch only, as in `send_same_to_many`: zeroing a full batch's
+            // would cost more than a small batch's sends.
+            small if small.len() <= FANOUT_SMALL => {
+                send_entries::<FANOUT_SMALL>(socket, &self.bytes, small)
+            }
+            all => all
+                .chunks(FANOUT_BATCH_MAX)
+                .map(|chunk| send_entries::<FANOUT_BATCH_MAX>(socket, &self.bytes, chunk))
+                .sum(),
+        };
+        self.bytes.clear();
+        self.entries.clear();
+        sent
+    }
+}
+
+/// One `sendmmsg` (more if the kernel takes part of it) for `chunk` (at most `N` entries over
+/// `bytes`).
+fn send_entries<const N: usize>(
+    socket: &UdpSocket,
+    bytes: &[u8],
+    chunk: &[(usize, usize, SocketAddr)],
+) -> usize {
+    debug_assert!(chunk.len() <= N);
+    // SAFETY: plain old data, zero is valid.
+    let mut addrs: [(libc::sockaddr_storage, libc::socklen_t); N] = unsafe { std::mem::zeroed() };
+    // SAFETY: plain old data, zero is valid.
+    let mut iovs: [libc::iovec; N] = unsafe { std::mem::zeroed() };
+    // SAFETY: plain old data, zero is valid.
+    let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
+    for (i, (start, len, to)) in chunk.iter().enumerate() {
+        let packet = &bytes[*start..*start + len];
+        addrs[i] = sockaddr_of(to);
+        iovs[i] = libc::iovec {
+            iov_base: packet.as_ptr() as *mut libc::c_void,
+            iov_len: packet.len(),
+        };
+    }
+    for (i, m) in msgs.iter_mut().enumerate().take(chunk.len()) {
+        m.msg_hdr.msg_name = &mut addrs[i].0 as *mut _ as *mut libc::c_void;
+        m.msg_hdr.msg_namelen = addrs[i].1;
+        m.msg_hdr.msg_iov = &mut iovs[i];
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let mut sent = 0;
+    let mut off = 0;
+    while off < chunk.len() {
+        // SAFETY: msgs[off..chunk.len()] are initialised headers pointing at live buffers
+        // (`addrs`, `iovs` and `bytes` outlive the call).
+        let n = unsafe {
+            libc::sendmmsg(
+                socket.as_raw_fd(),
+                msgs.as_mut_ptr().add(off),
+                (chunk.len() - off) as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                std::thread::yield_now();
+                continue;
+            }
+            // This destination refused: skip it, go on with the others.
+            off += 1;
+            continue;
+        }
+        off += n as usize;
+        sent += n as usize;
+    }
+    sent
+}
+
 /// A socket for a port's transaction groups: bound to the group port on every address, shared
 /// with the other ports of the host (SO_REUSEADDR), receiving only the groups it joined.
 pub fn group_socket(port: u16) -> std::io::Result<UdpSocket> {
@@ -520,5 +644,61 @@ mod tests {
                 assert_eq!(src, from.local_addr().unwrap());
             }
         }
+    }
+
+    /// A batch of different packets, some for several destinations, arrives whole and in
+    /// order at every destination, through a lone `sendto` and through several calls.
+    #[test]
+    fn a_send_batch_delivers_every_packet_in_order() {
+        let from = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sinks: Vec<UdpSocket> = (0..3)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let to: Vec<SocketAddr> = sinks.iter().map(|s| s.local_addr().unwrap()).collect();
+        // One datagram (sendto), a small batch (5), a larger one (9), more than one call.
+        for packets in [1usize, 3, 5, FANOUT_BATCH_MAX] {
+            let mut batch = SendBatch::new();
+            let mut expect: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
+            for k in 0..packets {
+                let packet: Vec<u8> = vec![k as u8; 1 + k % 7];
+                // Every packet to sink 0; odd ones to sinks 1 and 2 as well.
+                let dests: Vec<usize> = if k % 2 == 1 { vec![0, 1, 2] } else { vec![0] };
+                batch.push(&packet, dests.iter().map(|&d| to[d]));
+                for d in dests {
+                    expect[d].push(packet.clone());
+                }
+            }
+            let total: usize = expect.iter().map(Vec::len).sum();
+            assert_eq!(batch.send(&from), total);
+            assert!(batch.is_empty());
+            for (s, want) in sinks.iter().zip(&expect) {
+                s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                    .unwrap();
+                for w in want {
+                    let mut buf = [0u8; 16];
+                    let n = s.recv(&mut buf).unwrap();
+                    assert_eq!(&buf[..n], &w[..]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_send_batch_is_bounded() {
+        let a: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut batch = SendBatch::new();
+        assert!(
+            batch.has_room(SEND_BATCH_BYTES * 2, 1),
+            "an empty batch takes anything"
+        );
+        batch.push(&[0u8; 100], []);
+        assert!(
+            batch.is_empty() && batch.bytes.is_empty(),
+            "a packet for nobody is dropped"
+        );
+        batch.push(&[0u8; 100], [a]);
+        assert!(batch.has_room(100, FANOUT_BATCH_MAX - 1));
+        assert!(!batch.has_room(100, FANOUT_BATCH_MAX));
+        assert!(!batch.has_room(SEND_BATCH_BYTES, 1));
     }
 }
