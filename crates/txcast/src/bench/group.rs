@@ -9,6 +9,8 @@
 //! - `parallel`: several groups of 2 at once, every member sending (Figure 6);
 //! - `resilience`: `send` delay against r, with groups of r + 1 (Figure 7).
 
+mod fanout;
+
 use super::rtt::{find_case, measure_in_processes};
 use super::stats::{Report, Samples};
 use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
@@ -413,6 +415,11 @@ fn blast_counted(g: &Group, seconds: f64) -> io::Result<(u64, Duration, u64)> {
 /// <seconds>`: one member; `receive` waits for the parent's QUIT, `send` blasts like the
 /// parent.
 pub fn child(args: &[String]) -> io::Result<()> {
+    match args.first().map(String::as_str) {
+        Some("fanout-relay") => return fanout::relay(&args[1..]),
+        Some("fanout-receiver") => return fanout::receiver(&args[1..]),
+        _ => {}
+    }
     let bad = |w: &str| io::Error::new(io::ErrorKind::InvalidInput, w.to_string());
     let [role, group, site, creator, method, r, pack, seconds] = args else {
         return Err(bad("arguments"));
@@ -563,9 +570,15 @@ pub fn run(args: &[String]) -> i32 {
                         return EXIT_USAGE;
                     };
                     for &n in &sizes {
+                        let n = n.max(2) as usize;
+                        // The same pattern in raw UDP, at each size, once (not per method).
+                        if m == &methods[0] {
+                            failures +=
+                                fanout_yardstick(n, &bytes, warmup, iterations, &mut report);
+                        }
                         let r = delay(
                             next_id(),
-                            n.max(2) as usize,
+                            n,
                             method,
                             0,
                             &bytes,
@@ -641,21 +654,92 @@ pub fn run(args: &[String]) -> i32 {
     }
     let heading = format!(
         "group: paper 003 §4 on loopback, every member a process; delay = blocking send by a \
-         member that is not the sequencer ({iterations} timed after {warmup}); throughput = \
-         64-byte messages delivered per second at one member while every member sends for \
-         {seconds} s (latencies in µs)\n"
+         member that is not the sequencer ({iterations} timed after {warmup}); \
+         raw-udp-fanout-nN = the same pattern in raw UDP (sender -> relay -> one sendmmsg to \
+         the sender and N - 2 parked receivers), no protocol; throughput = 64-byte messages \
+         delivered per second at one member while every member sends for {seconds} s \
+         (latencies in µs)\n"
     );
+    let fanout_ratios = fanout_ratios(&report);
     if opts.flag("json") {
         eprint!("{heading}{}", report.table());
         print!("{}", report.json_lines());
     } else {
         print!("{heading}{}", report.table());
     }
+    if !fanout_ratios.is_empty() {
+        print!("{fanout_ratios}");
+    }
     if failures > 0 {
         EXIT_FAILED
     } else {
         0
     }
+}
+
+/// Measures `raw-udp-fanout-n{size}` at every byte count; returns how many failed.
+fn fanout_yardstick(
+    size: usize,
+    bytes: &[u64],
+    warmup: u64,
+    iterations: u64,
+    report: &mut Report,
+) -> usize {
+    let mut failures = 0;
+    for &b in bytes {
+        // As the two-process yardstick: at least 16 bytes, recorded under the group's count.
+        match fanout::measure(size, (b as usize).max(16), warmup, iterations) {
+            Ok(mut samples) => match samples.summary() {
+                Some(s) => {
+                    eprintln!(
+                        "  raw-udp-fanout n={size} {b:>5} B: p50 {:.1} µs p99 {:.1} µs",
+                        s.p50_ns as f64 / 1e3,
+                        s.p99_ns as f64 / 1e3
+                    );
+                    report.push_latency(&format!("raw-udp-fanout-n{size}"), b, s);
+                }
+                None => failures += 1,
+            },
+            Err(e) => {
+                eprintln!("  raw-udp-fanout n={size} {b} B FAILED: {e}");
+                failures += 1;
+            }
+        }
+    }
+    failures
+}
+
+/// Lines giving each group delay row against the raw fan-out of its size, same bytes.
+fn fanout_ratios(report: &Report) -> String {
+    let mut out = String::new();
+    for row in &report.rows {
+        let Some(size) = row
+            .case
+            .strip_prefix("group-")
+            .and_then(|c| c.rsplit_once("-n"))
+            .map(|(_, n)| n)
+        else {
+            continue;
+        };
+        let base = format!("raw-udp-fanout-n{size}");
+        let Some(yard) = report
+            .rows
+            .iter()
+            .find(|r| r.case == base && r.bytes == row.bytes)
+        else {
+            continue;
+        };
+        if let (Some(a), Some(b)) = (row.latency(), yard.latency()) {
+            out.push_str(&format!(
+                "{} {} B / {base}: p50 {:.2}, p99 {:.2}\n",
+                row.case,
+                row.bytes,
+                a.p50_ns as f64 / b.p50_ns.max(1) as f64,
+                a.p99_ns as f64 / b.p99_ns.max(1) as f64
+            ));
+        }
+    }
+    out
 }
 
 /// `k` groups of 2 members each, every member sending: deliveries per second, all groups

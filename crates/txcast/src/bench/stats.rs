@@ -140,6 +140,16 @@ pub struct Row {
     pub measure: Measure,
 }
 
+impl Row {
+    /// The latency summary, if this is a latency row.
+    pub fn latency(&self) -> Option<&Summary> {
+        match &self.measure {
+            Measure::Latency(s) => Some(s),
+            Measure::Throughput { .. } => None,
+        }
+    }
+}
+
 /// A row's ratio to one baseline row (same kind, same bytes). For latency `this / baseline`
 /// (above 1 is slower); for throughput `this / baseline` (above 1 is faster).
 #[derive(Debug, Clone, Copy, PartialEq)]
