@@ -8,6 +8,7 @@ pub mod group;
 pub mod link;
 pub mod pack;
 pub mod rng;
+pub mod rpc;
 pub mod time;
 pub mod timer;
 pub mod wire;

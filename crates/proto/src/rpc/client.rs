@@ -1,0 +1,338 @@
+//! The calling side: outstanding calls, their retransmissions, deadlines and completion.
+
+use super::msg::{self, ReplyHeader, RequestHeader, RpcHeader, Status};
+use super::{Completion, End, Outcome, RemoteError, RpcConfig, RpcError};
+use crate::addr::Address;
+use crate::time::Instant;
+use core::cmp::Reverse;
+use core::time::Duration;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+/// A call's id, unique among the calls of one client incarnation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallId(pub u64);
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientCounters {
+    pub calls: u64,
+    pub requests_sent: u64,
+    pub requests_resent: u64,
+    pub replies: u64,
+    /// Replies to a call already finished (late, or a second copy).
+    pub replies_late: u64,
+    /// Replies for another incarnation of this client.
+    pub replies_foreign: u64,
+    /// Replies from a server the call did not go to.
+    pub replies_stranger: u64,
+    pub busy: u64,
+    pub completed: u64,
+    pub timed_out: u64,
+    pub cancelled: u64,
+}
+
+struct Call {
+    request_type: u16,
+    payload: Vec<u8>,
+    destinations: Vec<Address>,
+    answered: Vec<bool>,
+    need: usize,
+    deadline: Instant,
+    next_retry: Instant,
+    retry: Duration,
+    /// Copies of the request queued and not yet taken by `poll_transmit`.
+    queued: usize,
+    replies: Vec<(Address, Result<Vec<u8>, RemoteError>)>,
+}
+
+impl Call {
+    fn due(&self) -> Instant {
+        self.next_retry.min(self.deadline)
+    }
+}
+
+pub struct Client {
+    cfg: RpcConfig,
+    incarnation: u64,
+    next_id: u64,
+    calls: BTreeMap<u64, Call>,
+    /// (call, destination, a retransmission)
+    transmit: VecDeque<(u64, Address, bool)>,
+    /// One live entry per call at its due time; entries of finished calls are skipped.
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    events: VecDeque<(CallId, Outcome)>,
+    pub counters: ClientCounters,
+}
+
+impl Client {
+    /// A client whose calls are told apart from its predecessors' by `incarnation` (a server
+    /// keys what it remembers by the client's address and incarnation).
+    pub fn new(cfg: RpcConfig, incarnation: u64) -> Result<Client, RpcError> {
+        cfg.validate()?;
+        Ok(Client {
+            cfg,
+            incarnation,
+            next_id: 1,
+            calls: BTreeMap::new(),
+            transmit: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            events: VecDeque::new(),
+            counters: ClientCounters::default(),
+        })
+    }
+
+    pub fn config(&self) -> &RpcConfig {
+        &self.cfg
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// Calls outstanding.
+    pub fn outstanding(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Starts a call of `request_type` with `payload` to `destinations`, complete per
+    /// `completion`, ending at `now + deadline` at the latest.
+    pub fn call(
+        &mut self,
+        now: Instant,
+        destinations: &[Address],
+        request_type: u16,
+        payload: &[u8],
+        completion: Completion,
+        deadline: Duration,
+    ) -> Result<CallId, RpcError> {
+        let n = destinations.len();
+        if n == 0 {
+            return Err(RpcError::NoDestinations);
+        }
+        if n > self.cfg.destinations_max {
+            return Err(RpcError::TooManyDestinations {
+                max: self.cfg.destinations_max,
+            });
+        }
+        for (i, a) in destinations.iter().enumerate() {
+            if destinations[..i].contains(a) {
+                return Err(RpcError::DuplicateDestination(*a));
+            }
+        }
+        let need = match completion {
+            Completion::First => 1,
+            Completion::All => n,
+            Completion::Quorum(k) if (1..=n).contains(&k) => k,
+            Completion::Quorum(k) => return Err(RpcError::BadQuorum { k, destinations: n }),
+        };
+        let max = self.cfg.payload_bytes_max();
+        if payload.len() > max {
+            return Err(RpcError::TooLong {
+                len: payload.len(),
+                max,
+            });
+        }
+        if deadline.is_zero()
+            || deadline > self.cfg.deadline_max
+            || deadline < Duration::from_micros(1)
+        {
+            return Err(RpcError::BadDeadline);
+        }
+        if self.calls.len() >= self.cfg.calls_max {
+            return Err(RpcError::TooManyCalls);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let call = Call {
+            request_type,
+            payload: payload.to_vec(),
+            destinations: destinations.to_vec(),
+            answered: vec![false; n],
+            need,
+            deadline: now + deadline,
+            next_retry: now + self.cfg.retry_initial,
+            retry: self.cfg.retry_initial,
+            queued: n,
+            replies: Vec::new(),
+        };
+        for &d in destinations {
+            self.transmit.push_back((id, d, false));
+        }
+        self.push_timer(call.due(), id);
+        self.calls.insert(id, call);
+        self.counters.calls += 1;
+        Ok(CallId(id))
+    }
+
+    fn push_timer(&mut self, at: Instant, id: u64) {
+        self.timers.push(Reverse((at, id)));
+        // Entries of finished calls stay until they surface: rebuild when they pile up.
+        if self.timers.len() > 2 * self.cfg.calls_max + 16 {
+            self.timers = self
+                .calls
+                .iter()
+                .map(|(&id, c)| Reverse((c.due(), id)))
+                .collect();
+        }
+    }
+
+    /// The next request to send: its destination and length in `buf` (at least
+    /// `message_bytes_max` long).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Address, usize)> {
+        let acked_below = self.acked_below();
+        while let Some((id, to, resent)) = self.transmit.pop_front() {
+            let Some(call) = self.calls.get_mut(&id) else {
+                continue;
+            };
+            call.queued = call.queued.saturating_sub(1);
+            let left = call.deadline.saturating_since(now).as_micros();
+            if left == 0 {
+                continue;
+            }
+            let header = RpcHeader::Request(RequestHeader {
+                request_type: call.request_type,
+                deadline_us: left.min(u32::MAX as u128) as u32,
+                incarnation: self.incarnation,
+                call_id: id,
+                acked_below,
+            });
+            let n = msg::encode(&header, &call.payload, buf)?;
+            self.counters.requests_sent += 1;
+            if resent {
+                self.counters.requests_resent += 1;
+            }
+            return Some((to, n));
+        }
+        None
+    }
+
+    /// Every call below this id is finished.
+    fn acked_below(&self) -> u64 {
+        self.calls
+            .first_key_value()
+            .map_or(self.next_id, |(&id, _)| id)
+    }
+
+    /// A reply arrived from `from` (decoded by [`msg::decode`]).
+    pub fn handle_reply(&mut self, from: Address, reply: &ReplyHeader, payload: &[u8]) {
+        let ReplyHeader {
+            status,
+            incarnation,
+            call_id,
+        } = *reply;
+        if incarnation != self.incarnation {
+            self.counters.replies_foreign += 1;
+            return;
+        }
+        let Some(call) = self.calls.get_mut(&call_id) else {
+            self.counters.replies_late += 1;
+            return;
+        };
+        let Some(i) = call.destinations.iter().position(|&d| d == from) else {
+            self.counters.replies_stranger += 1;
+            return;
+        };
+        if call.answered[i] {
+            self.counters.replies_late += 1;
+            return;
+        }
+        let result = match status {
+            Status::Busy => {
+                // Not executed: the next retransmission asks again.
+                self.counters.busy += 1;
+                return;
+            }
+            Status::Ok => Ok(payload.to_vec()),
+            Status::NoHandler => Err(RemoteError::NoHandler),
+            Status::DeadlinePassed => Err(RemoteError::DeadlinePassed),
+            Status::Failed => Err(RemoteError::Failed(
+                String::from_utf8_lossy(payload).into_owned(),
+            )),
+            Status::ReplyTooLong => Err(RemoteError::ReplyTooLong),
+            Status::DeadlineTooLong => Err(RemoteError::DeadlineTooLong),
+        };
+        self.counters.replies += 1;
+        call.answered[i] = true;
+        call.replies.push((from, result));
+        if call.replies.len() >= call.need {
+            self.finish(call_id, End::Complete);
+        }
+    }
+
+    fn finish(&mut self, id: u64, end: End) -> Option<Outcome> {
+        let call = self.calls.remove(&id)?;
+        match end {
+            End::Complete => self.counters.completed += 1,
+            End::DeadlinePassed => self.counters.timed_out += 1,
+            End::Cancelled => self.counters.cancelled += 1,
+        }
+        let missing = call
+            .destinations
+            .iter()
+            .zip(&call.answered)
+            .filter(|(_, &a)| !a)
+            .map(|(&d, _)| d)
+            .collect();
+        let outcome = Outcome {
+            replies: call.replies,
+            missing,
+            end,
+        };
+        if end != End::Cancelled {
+            self.events.push_back((CallId(id), outcome.clone()));
+        }
+        Some(outcome)
+    }
+
+    /// Ends call `id` now; returns what it had.
+    pub fn cancel(&mut self, id: CallId) -> Result<Outcome, RpcError> {
+        self.finish(id.0, End::Cancelled).ok_or(RpcError::Unknown)
+    }
+
+    /// Whether call `id` is still outstanding.
+    pub fn is_outstanding(&self, id: CallId) -> bool {
+        self.calls.contains_key(&id.0)
+    }
+
+    /// A finished call (complete or out of time; not the cancelled ones).
+    pub fn poll_event(&mut self) -> Option<(CallId, Outcome)> {
+        self.events.pop_front()
+    }
+
+    /// When [`Client::handle_timeout`] has work (perhaps none: finished calls' timers).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Retransmits requests not answered in time; ends calls whose deadline passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((t, id))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(call) = self.calls.get_mut(&id) else {
+                continue;
+            };
+            if call.due() != t {
+                // Superseded (the call's timer moved); its live entry is elsewhere.
+                continue;
+            }
+            if call.deadline <= now {
+                self.finish(id, End::DeadlinePassed);
+                continue;
+            }
+            if call.queued == 0 {
+                for (d, &a) in call.destinations.iter().zip(&call.answered) {
+                    if !a {
+                        self.transmit.push_back((id, *d, true));
+                        call.queued += 1;
+                    }
+                }
+            }
+            call.retry = (call.retry * 2).min(self.cfg.retry_max);
+            call.next_retry = now + call.retry;
+            let due = call.due();
+            self.push_timer(due, id);
+        }
+    }
+}

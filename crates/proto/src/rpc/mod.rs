@@ -1,0 +1,238 @@
+//! Remote procedure calls (paper 001 §2.3 "Remote Procedure Calls"): request and reply as
+//! datagrams between ports, with the call's own retransmission and at-most-once execution.
+//!
+//! - [`Client`] makes calls: to one server, or the same request to several at once (multicast
+//!   RPC), complete on the first reply, on k replies, or on all ([`Completion`]). Every call
+//!   has a deadline; it ends with the replies that came and the servers that did not answer
+//!   ([`Outcome`]). Requests not answered are sent again with exponential backoff until the
+//!   deadline.
+//! - [`Server`] decides, for each request that arrives, whether to execute it, answer it from
+//!   its reply cache (a duplicate of a call already executed), or drop it (a duplicate of one
+//!   still running, or of one the client already finished). A request whose deadline passed
+//!   is answered [`Status::DeadlinePassed`] and not executed.
+//!
+//! **At most once.** The server remembers every call it executed, with its reply, until no copy
+//! of the request can arrive any more: until the request's deadline plus
+//! [`RpcConfig::packet_lifetime`] (the longest a datagram may wander in the network). A copy
+//! arriving after that would be out of time and is not executed anyway. The memory is bounded
+//! ([`RpcConfig::replies_max`] calls of at most [`RpcConfig::message_bytes_max`] bytes each,
+//! [`RpcConfig::clients_max`] clients):
+//! when it is full a new call is answered [`Status::Busy`] and not executed (the client tries
+//! again), never by forgetting a call still in its window. Clients say in every request which
+//! of their calls are finished (`acked_below`), so the server forgets those early.
+//!
+//! Both sides are sans-IO: `handle_*` for input, `poll_transmit` / `poll_event` /
+//! `poll_timeout` for output, time passed in.
+
+mod client;
+pub mod msg;
+mod server;
+#[cfg(test)]
+mod tests;
+
+pub use client::{CallId, Client, ClientCounters};
+pub use msg::{ReplyHeader, RequestHeader, RpcHeader, RpcWireError, Status, RPC_HEADER_BYTES};
+pub use server::{Server, ServerCounters, Token, Verdict};
+
+use crate::addr::Address;
+use core::fmt;
+use core::time::Duration;
+
+/// Limits and timers of an RPC endpoint (both sides).
+#[derive(Clone, Copy, Debug)]
+pub struct RpcConfig {
+    /// Calls a client has outstanding at once.
+    pub calls_max: usize,
+    /// Servers one call goes to.
+    pub destinations_max: usize,
+    /// Longest deadline a call may have.
+    pub deadline_max: Duration,
+    /// First retransmission of an unanswered request after this long; then twice as long
+    /// each time, up to `retry_max`.
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    /// Longest message (header included) the transport carries.
+    pub message_bytes_max: usize,
+    /// Calls a server remembers at once (running, or answered and still in their window); with
+    /// their replies at most `replies_max × message_bytes_max` bytes.
+    pub replies_max: usize,
+    /// Clients a server remembers at once.
+    pub clients_max: usize,
+    /// The longest a datagram may be delayed in the network (a server remembers a call this
+    /// long past its deadline).
+    pub packet_lifetime: Duration,
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        RpcConfig {
+            calls_max: 1024,
+            destinations_max: 64,
+            deadline_max: Duration::from_secs(300),
+            retry_initial: Duration::from_millis(20),
+            retry_max: Duration::from_secs(1),
+            message_bytes_max: 1400,
+            replies_max: 4096,
+            clients_max: 1024,
+            packet_lifetime: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RpcConfig {
+    /// Checks the relations between the limits.
+    pub fn validate(&self) -> Result<(), RpcError> {
+        let bad = |what: &'static str| Err(RpcError::BadConfig(what));
+        if self.calls_max == 0 || self.calls_max > CALLS_MAX {
+            return bad("calls_max must be 1..=65536");
+        }
+        if self.destinations_max == 0 || self.destinations_max > DESTINATIONS_MAX {
+            return bad("destinations_max must be 1..=1024");
+        }
+        if self.message_bytes_max <= RPC_HEADER_BYTES {
+            return bad("message_bytes_max must exceed the 32-byte header");
+        }
+        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
+            return bad("retry_initial must be positive and at most retry_max");
+        }
+        if self.deadline_max.is_zero() || self.deadline_max.as_micros() > u32::MAX as u128 {
+            return bad("deadline_max must be positive and below 71 minutes");
+        }
+        if self.replies_max == 0 || self.replies_max > REPLIES_MAX || self.clients_max == 0 {
+            return bad("replies_max must be 1..=1048576 and clients_max positive");
+        }
+        if self.message_bytes_max > MESSAGE_BYTES_MAX {
+            return bad("message_bytes_max must be at most 65507 (a UDP datagram)");
+        }
+        Ok(())
+    }
+
+    /// Longest payload a request or reply carries.
+    pub fn payload_bytes_max(&self) -> usize {
+        self.message_bytes_max - RPC_HEADER_BYTES
+    }
+}
+
+/// Hard bound on [`RpcConfig::calls_max`].
+pub const CALLS_MAX: usize = 1 << 16;
+/// Hard bound on [`RpcConfig::replies_max`].
+pub const REPLIES_MAX: usize = 1 << 20;
+/// Hard bound on [`RpcConfig::message_bytes_max`].
+pub const MESSAGE_BYTES_MAX: usize = 65_507;
+/// Hard bound on [`RpcConfig::destinations_max`].
+pub const DESTINATIONS_MAX: usize = 1024;
+
+/// When a call to several servers is complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// The first answer.
+    First,
+    /// `k` answers (a quorum).
+    Quorum(usize),
+    /// Every server's answer.
+    All,
+}
+
+/// A server's answer that is not a result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoteError {
+    /// The server has no handler for the request type (not executed).
+    NoHandler,
+    /// The deadline passed before the request could run (not executed).
+    DeadlinePassed,
+    /// The handler failed, with its message.
+    Failed(String),
+    /// Executed, but the result was longer than a reply may be.
+    ReplyTooLong,
+    /// The call's deadline is beyond what the server accepts (not executed).
+    DeadlineTooLong,
+}
+
+impl fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemoteError::NoHandler => f.write_str("no handler for the request type"),
+            RemoteError::DeadlinePassed => f.write_str("deadline passed before it could run"),
+            RemoteError::Failed(m) => write!(f, "handler failed: {m}"),
+            RemoteError::ReplyTooLong => f.write_str("the result is longer than a reply may be"),
+            RemoteError::DeadlineTooLong => {
+                f.write_str("the deadline is beyond what the server accepts")
+            }
+        }
+    }
+}
+
+/// How a call ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The answers, in the order they came.
+    pub replies: Vec<(Address, Result<Vec<u8>, RemoteError>)>,
+    /// The servers that had not answered when the call ended.
+    pub missing: Vec<Address>,
+    /// Why it ended.
+    pub end: End,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The completion rule was met.
+    Complete,
+    /// The deadline passed first.
+    DeadlinePassed,
+    /// The caller cancelled it.
+    Cancelled,
+}
+
+/// Why a call or a reply was refused locally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RpcError {
+    BadConfig(&'static str),
+    /// `calls_max` calls are outstanding.
+    TooManyCalls,
+    NoDestinations,
+    TooManyDestinations {
+        max: usize,
+    },
+    /// A destination is listed twice.
+    DuplicateDestination(Address),
+    /// A quorum of 0, or larger than the destinations.
+    BadQuorum {
+        k: usize,
+        destinations: usize,
+    },
+    /// The payload does not fit a message.
+    TooLong {
+        len: usize,
+        max: usize,
+    },
+    /// The deadline is zero or beyond `deadline_max`.
+    BadDeadline,
+    /// No call (or request) with that id is outstanding.
+    Unknown,
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcError::BadConfig(w) => write!(f, "bad rpc configuration: {w}"),
+            RpcError::TooManyCalls => f.write_str("too many calls outstanding"),
+            RpcError::NoDestinations => f.write_str("a call needs at least one destination"),
+            RpcError::TooManyDestinations { max } => {
+                write!(f, "a call goes to at most {max} destinations")
+            }
+            RpcError::DuplicateDestination(a) => write!(f, "destination {a} listed twice"),
+            RpcError::BadQuorum { k, destinations } => {
+                write!(f, "quorum {k} must be 1..={destinations}")
+            }
+            RpcError::TooLong { len, max } => {
+                write!(f, "payload of {len} bytes exceeds the {max}-byte bound")
+            }
+            RpcError::BadDeadline => {
+                f.write_str("deadline must be positive and at most deadline_max")
+            }
+            RpcError::Unknown => f.write_str("no such call outstanding"),
+        }
+    }
+}
+
+impl std::error::Error for RpcError {}

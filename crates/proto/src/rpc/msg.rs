@@ -1,0 +1,226 @@
+//! RPC messages: a checked view over the bytes of one port message, and its writer.
+//!
+//! Every RPC message starts with a 32-byte header, then the payload:
+//!
+//! ```text
+//!  0 magic u8 (0xA7) | 1 kind u8 | 2 code u16 | 4 deadline_us u32
+//!  8 client incarnation u64 | 16 call id u64 | 24 acked_below u64
+//! ```
+//!
+//! - A request's code is its request type; `deadline_us` is the time the call had left when
+//!   this copy was sent (at least 1: a call out of time is not sent); `acked_below` says every
+//!   call of this client with a lower id is finished, so the server may forget their replies.
+//! - A reply's code is its [`Status`]; it echoes the request's incarnation and call id;
+//!   `deadline_us` and `acked_below` are zero.
+//!
+//! All integers are little-endian. A decoder error names the rule the bytes broke.
+
+use core::fmt;
+
+pub const RPC_HEADER_BYTES: usize = 32;
+/// First byte of every RPC message: tells it from other traffic on a port.
+pub const RPC_MAGIC: u8 = 0xA7;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RpcKind {
+    Request = 1,
+    Reply = 2,
+}
+
+/// How a server answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Status {
+    /// Executed; the payload is the result.
+    Ok = 0,
+    /// No handler for the request type: not executed.
+    NoHandler = 1,
+    /// The request's deadline passed before it could run: not executed.
+    DeadlinePassed = 2,
+    /// The handler failed; the payload is its message (UTF-8).
+    Failed = 3,
+    /// The server has no room to remember another call now: not executed; the client retries.
+    Busy = 4,
+    /// Executed, but the result is longer than a reply may be.
+    ReplyTooLong = 5,
+    /// The request's deadline is beyond the server's `deadline_max` (it could not remember the
+    /// call that long): not executed.
+    DeadlineTooLong = 6,
+}
+
+impl Status {
+    fn from_u16(v: u16) -> Result<Status, RpcWireError> {
+        Ok(match v {
+            0 => Status::Ok,
+            1 => Status::NoHandler,
+            2 => Status::DeadlinePassed,
+            3 => Status::Failed,
+            4 => Status::Busy,
+            5 => Status::ReplyTooLong,
+            6 => Status::DeadlineTooLong,
+            other => return Err(RpcWireError::UnknownStatus(other)),
+        })
+    }
+}
+
+/// Why bytes are not an RPC message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RpcWireError {
+    /// Shorter than the header.
+    Short {
+        len: usize,
+    },
+    /// The first byte is not [`RPC_MAGIC`].
+    BadMagic(u8),
+    UnknownKind(u8),
+    UnknownStatus(u16),
+    /// Call ids start at 1.
+    ZeroCallId,
+    /// A request must have time left.
+    ZeroDeadline,
+    /// A reply's deadline and acked_below fields must be zero.
+    ReplyFieldsNotZero,
+}
+
+impl fmt::Display for RpcWireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcWireError::Short { len } => {
+                write!(
+                    f,
+                    "rpc message of {len} bytes is shorter than its {RPC_HEADER_BYTES}-byte header"
+                )
+            }
+            RpcWireError::BadMagic(b) => write!(f, "rpc magic must be 0xa7, is {b:#04x}"),
+            RpcWireError::UnknownKind(k) => write!(f, "rpc kind must be 1 or 2, is {k}"),
+            RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=6, is {s}"),
+            RpcWireError::ZeroCallId => f.write_str("rpc call id must not be 0"),
+            RpcWireError::ZeroDeadline => {
+                f.write_str("rpc request must have time left (deadline_us >= 1)")
+            }
+            RpcWireError::ReplyFieldsNotZero => {
+                f.write_str("rpc reply must have deadline_us and acked_below zero")
+            }
+        }
+    }
+}
+
+/// A decoded RPC header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RpcHeader {
+    Request(RequestHeader),
+    Reply(ReplyHeader),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub request_type: u16,
+    /// Time the call had left when this copy was sent (at least 1).
+    pub deadline_us: u32,
+    pub incarnation: u64,
+    pub call_id: u64,
+    /// Every call of this client below this id is finished.
+    pub acked_below: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyHeader {
+    pub status: Status,
+    pub incarnation: u64,
+    pub call_id: u64,
+}
+
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+/// Whether `bytes` start like an RPC message (a cheap test before [`decode`]).
+pub fn is_rpc(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&RPC_MAGIC)
+}
+
+/// Checks `bytes` and splits them into header and payload.
+pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
+    if bytes.len() < RPC_HEADER_BYTES {
+        return Err(RpcWireError::Short { len: bytes.len() });
+    }
+    if bytes[0] != RPC_MAGIC {
+        return Err(RpcWireError::BadMagic(bytes[0]));
+    }
+    let code = u16_at(bytes, 2);
+    let deadline_us = u32_at(bytes, 4);
+    let incarnation = u64_at(bytes, 8);
+    let call_id = u64_at(bytes, 16);
+    let acked_below = u64_at(bytes, 24);
+    if call_id == 0 {
+        return Err(RpcWireError::ZeroCallId);
+    }
+    let header = match bytes[1] {
+        1 => {
+            if deadline_us == 0 {
+                return Err(RpcWireError::ZeroDeadline);
+            }
+            RpcHeader::Request(RequestHeader {
+                request_type: code,
+                deadline_us,
+                incarnation,
+                call_id,
+                acked_below,
+            })
+        }
+        2 => {
+            if deadline_us != 0 || acked_below != 0 {
+                return Err(RpcWireError::ReplyFieldsNotZero);
+            }
+            RpcHeader::Reply(ReplyHeader {
+                status: Status::from_u16(code)?,
+                incarnation,
+                call_id,
+            })
+        }
+        k => return Err(RpcWireError::UnknownKind(k)),
+    };
+    Ok((header, &bytes[RPC_HEADER_BYTES..]))
+}
+
+/// Writes `header` and `payload` into `buf`; returns the length, or `None` if it does not fit.
+pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usize> {
+    let n = RPC_HEADER_BYTES + payload.len();
+    if buf.len() < n {
+        return None;
+    }
+    let (kind, code, deadline_us, incarnation, call_id, acked_below) = match *header {
+        RpcHeader::Request(r) => (
+            RpcKind::Request,
+            r.request_type,
+            r.deadline_us,
+            r.incarnation,
+            r.call_id,
+            r.acked_below,
+        ),
+        RpcHeader::Reply(r) => (
+            RpcKind::Reply,
+            r.status as u16,
+            0,
+            r.incarnation,
+            r.call_id,
+            0,
+        ),
+    };
+    buf[0] = RPC_MAGIC;
+    buf[1] = kind as u8;
+    buf[2..4].copy_from_slice(&code.to_le_bytes());
+    buf[4..8].copy_from_slice(&deadline_us.to_le_bytes());
+    buf[8..16].copy_from_slice(&incarnation.to_le_bytes());
+    buf[16..24].copy_from_slice(&call_id.to_le_bytes());
+    buf[24..32].copy_from_slice(&acked_below.to_le_bytes());
+    buf[RPC_HEADER_BYTES..n].copy_from_slice(payload);
+    Some(n)
+}

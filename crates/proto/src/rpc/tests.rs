@@ -1,0 +1,730 @@
+use super::msg::{self, ReplyHeader, RequestHeader, RpcHeader, RpcWireError, Status};
+use super::*;
+use crate::rng::Rng;
+use crate::time::Instant;
+use core::time::Duration;
+
+const CLIENT: Address = Address::new(1, 0, 1, 0);
+fn server_addr(i: u16) -> Address {
+    Address::new(1, 1 + i, 2, 0)
+}
+const MS: Duration = Duration::from_millis(1);
+
+fn cfg() -> RpcConfig {
+    RpcConfig {
+        retry_initial: 10 * MS,
+        retry_max: 80 * MS,
+        packet_lifetime: 100 * MS,
+        ..RpcConfig::default()
+    }
+}
+
+/// What a test server does with the calls it is told to execute.
+#[derive(Clone, Copy, PartialEq)]
+enum Behaviour {
+    /// Replies at once with the request's payload reversed.
+    Echo,
+    /// Keeps the calls (the test replies itself).
+    Hold,
+    /// Receives nothing (a dead server).
+    Dead,
+}
+
+/// A client and some servers joined by a network the test controls.
+struct Net {
+    now: Instant,
+    client: Client,
+    servers: Vec<(Server, Behaviour)>,
+    /// Calls each server was told to execute, in order (token, type, payload).
+    executed: Vec<Vec<(Token, u16, Vec<u8>)>>,
+    /// Drop the next `n` replies (from any server).
+    drop_replies: usize,
+    /// Drop the next `n` requests (to any server).
+    drop_requests: usize,
+    buf: Vec<u8>,
+}
+
+impl Net {
+    fn new(behaviours: &[Behaviour]) -> Net {
+        Net::with(cfg(), behaviours)
+    }
+
+    fn with(c: RpcConfig, behaviours: &[Behaviour]) -> Net {
+        Net {
+            now: Instant(1_000_000_000),
+            client: Client::new(c, 77).unwrap(),
+            servers: behaviours
+                .iter()
+                .map(|&b| (Server::new(c).unwrap(), b))
+                .collect(),
+            executed: vec![Vec::new(); behaviours.len()],
+            drop_replies: 0,
+            drop_requests: 0,
+            buf: vec![0; c.message_bytes_max],
+        }
+    }
+
+    fn dests(&self) -> Vec<Address> {
+        (0..self.servers.len() as u16).map(server_addr).collect()
+    }
+
+    /// Moves every message until nothing is in flight.
+    fn pump(&mut self) {
+        loop {
+            let mut moved = false;
+            while let Some((to, n)) = self.client.poll_transmit(self.now, &mut self.buf) {
+                moved = true;
+                let bytes = self.buf[..n].to_vec();
+                if self.drop_requests > 0 {
+                    self.drop_requests -= 1;
+                    continue;
+                }
+                self.deliver_request(to, &bytes);
+            }
+            for i in 0..self.servers.len() {
+                while let Some((to, n)) = self.servers[i].0.poll_transmit(&mut self.buf) {
+                    moved = true;
+                    assert_eq!(to, CLIENT);
+                    if self.drop_replies > 0 {
+                        self.drop_replies -= 1;
+                        continue;
+                    }
+                    let (h, payload) = msg::decode(&self.buf[..n]).expect("valid reply");
+                    let RpcHeader::Reply(r) = h else {
+                        panic!("a server sent a request")
+                    };
+                    let from = server_addr(i as u16);
+                    self.client.handle_reply(from, &r, &payload.to_vec());
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn deliver_request(&mut self, to: Address, bytes: &[u8]) {
+        let i = (0..self.servers.len() as u16)
+            .position(|k| server_addr(k) == to)
+            .expect("a known server");
+        let (h, payload) = msg::decode(bytes).expect("valid request");
+        let RpcHeader::Request(r) = h else {
+            panic!("the client sent a reply")
+        };
+        let (server, behaviour) = &mut self.servers[i];
+        if *behaviour == Behaviour::Dead {
+            return;
+        }
+        if let Verdict::Execute {
+            token,
+            request_type,
+            ..
+        } = server.handle_request(self.now, CLIENT, &r)
+        {
+            self.executed[i].push((token, request_type, payload.to_vec()));
+            if *behaviour == Behaviour::Echo {
+                let mut out = payload.to_vec();
+                out.reverse();
+                assert!(server.reply(token, Status::Ok, &out));
+            }
+        }
+    }
+
+    /// Advances time by `d` in steps of at most 1 ms, running timers and the network.
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.now = (self.now + MS).min(end);
+            self.client.handle_timeout(self.now);
+            for (s, _) in &mut self.servers {
+                s.handle_timeout(self.now);
+            }
+            self.pump();
+        }
+    }
+
+    fn call(&mut self, dests: &[Address], payload: &[u8], c: Completion, d: Duration) -> CallId {
+        let id = self
+            .client
+            .call(self.now, dests, 9, payload, c, d)
+            .expect("call accepted");
+        self.pump();
+        id
+    }
+
+    fn outcome(&mut self, id: CallId) -> Option<Outcome> {
+        let mut found = None;
+        while let Some((i, o)) = self.client.poll_event() {
+            if i == id {
+                found = Some(o);
+            }
+        }
+        found
+    }
+}
+
+#[test]
+fn a_call_is_answered() {
+    let mut n = Net::new(&[Behaviour::Echo]);
+    let id = n.call(&[server_addr(0)], b"abc", Completion::First, 100 * MS);
+    let o = n.outcome(id).expect("finished");
+    assert_eq!(o.end, End::Complete);
+    assert_eq!(o.replies, vec![(server_addr(0), Ok(b"cba".to_vec()))]);
+    assert!(o.missing.is_empty());
+    assert_eq!(n.executed[0].len(), 1);
+    assert_eq!(n.executed[0][0].1, 9, "request type carried");
+    assert_eq!(n.client.outstanding(), 0);
+}
+
+#[test]
+fn a_lost_reply_is_answered_again_from_the_cache_not_executed_twice() {
+    let mut n = Net::new(&[Behaviour::Echo]);
+    n.drop_replies = 2;
+    let id = n.call(&[server_addr(0)], b"x", Completion::First, 500 * MS);
+    assert!(n.outcome(id).is_none());
+    n.run_for(100 * MS);
+    let o = n.outcome(id).expect("finished after retransmissions");
+    assert_eq!(o.replies, vec![(server_addr(0), Ok(b"x".to_vec()))]);
+    assert_eq!(n.executed[0].len(), 1, "executed once");
+    let s = &n.servers[0].0.counters;
+    assert_eq!(s.duplicates_answered, 2);
+    assert!(n.client.counters.requests_resent >= 2);
+}
+
+#[test]
+fn a_lost_request_is_sent_again() {
+    let mut n = Net::new(&[Behaviour::Echo]);
+    n.drop_requests = 1;
+    let id = n.call(&[server_addr(0)], b"x", Completion::First, 500 * MS);
+    n.run_for(30 * MS);
+    assert_eq!(n.outcome(id).expect("finished").end, End::Complete);
+    assert_eq!(n.executed[0].len(), 1);
+}
+
+#[test]
+fn copies_of_a_running_call_are_dropped_and_it_completes_when_it_replies() {
+    let mut n = Net::new(&[Behaviour::Hold]);
+    let id = n.call(&[server_addr(0)], b"slow", Completion::First, 500 * MS);
+    n.run_for(100 * MS);
+    assert!(n.outcome(id).is_none());
+    assert_eq!(n.executed[0].len(), 1, "copies are not executed");
+    assert!(n.servers[0].0.counters.duplicates_running >= 2);
+    let token = n.executed[0][0].0;
+    assert!(n.servers[0].0.reply(token, Status::Ok, b"done"));
+    n.pump();
+    let o = n.outcome(id).expect("finished");
+    assert_eq!(o.replies, vec![(server_addr(0), Ok(b"done".to_vec()))]);
+}
+
+#[test]
+fn retransmissions_back_off_to_the_bound() {
+    let mut n = Net::new(&[Behaviour::Dead]);
+    let id = n.call(&[server_addr(0)], b"x", Completion::First, 400 * MS);
+    n.run_for(399 * MS);
+    // Retries at 10, 30, 70, 150, 230, 310, 390 ms (10, 20, 40, 80, 80...).
+    assert_eq!(n.client.counters.requests_resent, 7);
+    assert!(n.outcome(id).is_none());
+    n.run_for(MS);
+    let o = n.outcome(id).expect("ended by its deadline");
+    assert_eq!(o.end, End::DeadlinePassed);
+    assert!(o.replies.is_empty());
+    assert_eq!(o.missing, vec![server_addr(0)]);
+    assert_eq!(n.client.counters.timed_out, 1);
+}
+
+#[test]
+fn multicast_calls_complete_on_first_quorum_or_all_and_name_who_did_not_answer() {
+    use Behaviour::*;
+    for (completion, end, answers) in [
+        (Completion::First, End::Complete, 1),
+        (Completion::Quorum(2), End::Complete, 2),
+        (Completion::All, End::DeadlinePassed, 2),
+    ] {
+        let mut n = Net::new(&[Echo, Dead, Echo]);
+        let dests = n.dests();
+        let id = n.call(&dests, b"q", completion, 50 * MS);
+        n.run_for(60 * MS);
+        let o = n.outcome(id).expect("ended");
+        assert_eq!(o.end, end, "{completion:?}");
+        assert_eq!(o.replies.len(), answers, "{completion:?}");
+        for (from, r) in &o.replies {
+            assert!(*from == server_addr(0) || *from == server_addr(2));
+            assert_eq!(r.as_deref(), Ok(&b"q"[..]));
+        }
+        assert!(o.missing.contains(&server_addr(1)));
+        assert_eq!(o.missing.len(), 3 - answers);
+    }
+}
+
+#[test]
+fn remote_errors_are_answers() {
+    let mut n = Net::new(&[Behaviour::Hold, Behaviour::Hold, Behaviour::Hold]);
+    let dests = n.dests();
+    let id = n.call(&dests, b"e", Completion::All, 100 * MS);
+    let t: Vec<Token> = (0..3).map(|i| n.executed[i][0].0).collect();
+    assert!(n.servers[0].0.reply(t[0], Status::NoHandler, &[]));
+    assert!(n.servers[1]
+        .0
+        .reply(t[1], Status::Failed, "no such account".as_bytes()));
+    assert!(n.servers[2].0.reply(t[2], Status::DeadlinePassed, &[]));
+    n.pump();
+    let o = n.outcome(id).expect("complete");
+    assert_eq!(o.end, End::Complete);
+    assert_eq!(
+        o.replies,
+        vec![
+            (server_addr(0), Err(RemoteError::NoHandler)),
+            (
+                server_addr(1),
+                Err(RemoteError::Failed("no such account".into()))
+            ),
+            (server_addr(2), Err(RemoteError::DeadlinePassed)),
+        ]
+    );
+    assert_eq!(n.servers[2].0.counters.deadline_passed, 1);
+}
+
+#[test]
+fn a_result_too_long_for_a_reply_is_answered_as_such() {
+    let mut n = Net::new(&[Behaviour::Hold]);
+    let id = n.call(&[server_addr(0)], b"", Completion::First, 100 * MS);
+    let t = n.executed[0][0].0;
+    let long = vec![0u8; cfg().payload_bytes_max() + 1];
+    assert!(n.servers[0].0.reply(t, Status::Ok, &long));
+    n.pump();
+    let o = n.outcome(id).unwrap();
+    assert_eq!(o.replies[0].1, Err(RemoteError::ReplyTooLong));
+}
+
+#[test]
+fn a_full_server_answers_busy_and_executes_the_call_once_room_is_made() {
+    let c = RpcConfig {
+        replies_max: 1,
+        ..cfg()
+    };
+    let mut n = Net::with(c, &[Behaviour::Hold]);
+    let first = n.call(&[server_addr(0)], b"1", Completion::First, 500 * MS);
+    let second = n.call(&[server_addr(0)], b"2", Completion::First, 500 * MS);
+    assert_eq!(n.executed[0].len(), 1, "no room for the second");
+    assert_eq!(n.servers[0].0.counters.busy, 1);
+    assert_eq!(n.client.counters.busy, 1);
+    let t = n.executed[0][0].0;
+    assert!(n.servers[0].0.reply(t, Status::Ok, b"one"));
+    n.pump();
+    assert_eq!(n.outcome(first).unwrap().end, End::Complete);
+    // The second's retransmission says the first is finished: its entry is forgotten and the
+    // second runs.
+    n.run_for(20 * MS);
+    assert_eq!(n.executed[0].len(), 2);
+    assert_eq!(n.executed[0][1].2, b"2");
+    let t = n.executed[0][1].0;
+    assert!(n.servers[0].0.reply(t, Status::Ok, b"two"));
+    n.pump();
+    assert_eq!(
+        n.outcome(second).unwrap().replies,
+        vec![(server_addr(0), Ok(b"two".to_vec()))]
+    );
+}
+
+#[test]
+fn finished_calls_are_forgotten_and_their_late_copies_dropped() {
+    let mut n = Net::new(&[Behaviour::Echo]);
+    let first = n.call(&[server_addr(0)], b"1", Completion::First, 100 * MS);
+    assert!(n.outcome(first).is_some());
+    assert_eq!(n.servers[0].0.remembered(), 1);
+    // The next request says call 1 is finished.
+    let second = n.call(&[server_addr(0)], b"2", Completion::First, 100 * MS);
+    assert!(n.outcome(second).is_some());
+    assert_eq!(
+        n.servers[0].0.remembered(),
+        1,
+        "call 1 forgotten, call 2 kept"
+    );
+    // A copy of call 1 wandering in the network arrives: not executed again.
+    let late = RequestHeader {
+        request_type: 9,
+        deadline_us: 50_000,
+        incarnation: 77,
+        call_id: 1,
+        acked_below: 1,
+    };
+    let v = n.servers[0].0.handle_request(n.now, CLIENT, &late);
+    assert_eq!(v, Verdict::Dropped);
+    assert_eq!(n.servers[0].0.counters.duplicates_finished, 1);
+    assert_eq!(n.executed[0].len(), 2);
+}
+
+#[test]
+fn a_server_remembers_a_call_until_its_deadline_and_the_packet_lifetime_have_passed() {
+    let mut n = Net::new(&[Behaviour::Echo]);
+    let id = n.call(&[server_addr(0)], b"1", Completion::First, 200 * MS);
+    assert!(n.outcome(id).is_some());
+    n.run_for(299 * MS);
+    assert_eq!(
+        n.servers[0].0.remembered(),
+        1,
+        "deadline 200 ms + lifetime 100 ms"
+    );
+    // A copy sent just before the deadline, arriving late, is still answered from memory.
+    let copy = RequestHeader {
+        request_type: 9,
+        deadline_us: 1,
+        incarnation: 77,
+        call_id: 1,
+        acked_below: 1,
+    };
+    assert_eq!(
+        n.servers[0].0.handle_request(n.now, CLIENT, &copy),
+        Verdict::Answered
+    );
+    n.run_for(2 * MS);
+    assert_eq!(n.servers[0].0.remembered(), 0);
+    assert_eq!(n.executed[0].len(), 1);
+}
+
+#[test]
+fn a_deadline_beyond_the_servers_bound_is_refused_not_executed() {
+    let mut n = Net::new(&[Behaviour::Echo]);
+    // The server accepts deadlines up to 1 s; this client asks for 2 s.
+    n.servers[0].0 = Server::new(RpcConfig {
+        deadline_max: Duration::from_secs(1),
+        ..cfg()
+    })
+    .unwrap();
+    let id = n.call(&[server_addr(0)], b"x", Completion::First, 2000 * MS);
+    let o = n.outcome(id).unwrap();
+    assert_eq!(o.replies[0].1, Err(RemoteError::DeadlineTooLong));
+    assert!(n.executed[0].is_empty());
+    assert_eq!(n.servers[0].0.remembered(), 0);
+}
+
+#[test]
+fn a_client_whose_requests_were_all_refused_is_forgotten() {
+    let c = RpcConfig {
+        clients_max: 1,
+        ..cfg()
+    };
+    let mut s = Server::new(c).unwrap();
+    let long = RequestHeader {
+        request_type: 1,
+        deadline_us: u32::MAX,
+        incarnation: 1,
+        call_id: 1,
+        acked_below: 1,
+    };
+    let now = Instant(0);
+    assert_eq!(
+        s.handle_request(now, server_addr(5), &long),
+        Verdict::Refused
+    );
+    let fine = RequestHeader {
+        deadline_us: 1000,
+        ..long
+    };
+    assert_eq!(s.handle_request(now, server_addr(6), &fine), Verdict::Busy);
+    let later = now + c.packet_lifetime;
+    assert!(matches!(
+        s.handle_request(later, server_addr(6), &fine),
+        Verdict::Execute { .. }
+    ));
+}
+
+#[test]
+fn a_new_incarnation_of_a_client_is_a_new_client() {
+    let mut n = Net::new(&[Behaviour::Echo]);
+    let id = n.call(&[server_addr(0)], b"old", Completion::First, 100 * MS);
+    assert!(n.outcome(id).is_some());
+    // The client restarts: same address, call ids from 1 again.
+    n.client = Client::new(cfg(), 78).unwrap();
+    let id = n.call(&[server_addr(0)], b"new", Completion::First, 100 * MS);
+    let o = n.outcome(id).unwrap();
+    assert_eq!(
+        o.replies[0].1.as_deref(),
+        Ok(&b"wen"[..]),
+        "not the old reply"
+    );
+    assert_eq!(n.executed[0].len(), 2);
+}
+
+#[test]
+fn replies_for_another_incarnation_or_from_a_stranger_or_late_are_dropped() {
+    let mut c = Client::new(cfg(), 5).unwrap();
+    let now = Instant(1_000_000);
+    let id = c
+        .call(now, &[server_addr(0)], 1, b"", Completion::First, 100 * MS)
+        .unwrap();
+    let reply = |inc, call| ReplyHeader {
+        status: Status::Ok,
+        incarnation: inc,
+        call_id: call,
+    };
+    c.handle_reply(server_addr(0), &reply(6, id.0), b"");
+    c.handle_reply(server_addr(1), &reply(5, id.0), b"");
+    c.handle_reply(server_addr(0), &reply(5, id.0 + 1), b"");
+    assert!(c.poll_event().is_none());
+    assert_eq!(c.counters.replies_foreign, 1);
+    assert_eq!(c.counters.replies_stranger, 1);
+    assert_eq!(c.counters.replies_late, 1);
+    c.handle_reply(server_addr(0), &reply(5, id.0), b"ok");
+    assert!(c.poll_event().is_some());
+    c.handle_reply(server_addr(0), &reply(5, id.0), b"ok");
+    assert_eq!(c.counters.replies_late, 2);
+}
+
+#[test]
+fn a_cancelled_call_ends_at_once_and_its_reply_is_late() {
+    let mut n = Net::new(&[Behaviour::Hold]);
+    let id = n.call(&[server_addr(0)], b"c", Completion::First, 100 * MS);
+    let o = n.client.cancel(id).unwrap();
+    assert_eq!(o.end, End::Cancelled);
+    assert_eq!(o.missing, vec![server_addr(0)]);
+    assert_eq!(n.client.cancel(id), Err(RpcError::Unknown));
+    let t = n.executed[0][0].0;
+    n.servers[0].0.reply(t, Status::Ok, b"");
+    n.pump();
+    assert!(n.outcome(id).is_none(), "cancelled calls raise no event");
+    assert_eq!(n.client.counters.replies_late, 1);
+}
+
+#[test]
+fn calls_are_checked() {
+    let c = RpcConfig {
+        calls_max: 2,
+        destinations_max: 3,
+        ..cfg()
+    };
+    let mut cl = Client::new(c, 1).unwrap();
+    let now = Instant(0);
+    let a = server_addr(0);
+    let b = server_addr(1);
+    let d = 10 * MS;
+    use Completion::*;
+    assert_eq!(
+        cl.call(now, &[], 0, b"", First, d),
+        Err(RpcError::NoDestinations)
+    );
+    let four: Vec<Address> = (0..4).map(server_addr).collect();
+    assert_eq!(
+        cl.call(now, &four, 0, b"", First, d),
+        Err(RpcError::TooManyDestinations { max: 3 })
+    );
+    assert_eq!(
+        cl.call(now, &[a, b, a], 0, b"", First, d),
+        Err(RpcError::DuplicateDestination(a))
+    );
+    assert_eq!(
+        cl.call(now, &[a, b], 0, b"", Quorum(3), d),
+        Err(RpcError::BadQuorum {
+            k: 3,
+            destinations: 2
+        })
+    );
+    assert_eq!(
+        cl.call(now, &[a, b], 0, b"", Quorum(0), d),
+        Err(RpcError::BadQuorum {
+            k: 0,
+            destinations: 2
+        })
+    );
+    let long = vec![0; c.payload_bytes_max() + 1];
+    assert!(matches!(
+        cl.call(now, &[a], 0, &long, First, d),
+        Err(RpcError::TooLong { .. })
+    ));
+    assert_eq!(
+        cl.call(now, &[a], 0, b"", First, Duration::ZERO),
+        Err(RpcError::BadDeadline)
+    );
+    assert_eq!(
+        cl.call(now, &[a], 0, b"", First, c.deadline_max + MS),
+        Err(RpcError::BadDeadline)
+    );
+    cl.call(now, &[a], 0, b"", First, d).unwrap();
+    cl.call(now, &[a], 0, b"", First, d).unwrap();
+    assert_eq!(
+        cl.call(now, &[a], 0, b"", First, d),
+        Err(RpcError::TooManyCalls)
+    );
+}
+
+#[test]
+fn configurations_are_checked() {
+    assert!(RpcConfig::default().validate().is_ok());
+    for bad in [
+        RpcConfig {
+            calls_max: 0,
+            ..cfg()
+        },
+        RpcConfig {
+            message_bytes_max: RPC_HEADER_BYTES,
+            ..cfg()
+        },
+        RpcConfig {
+            message_bytes_max: 70_000,
+            ..cfg()
+        },
+        RpcConfig {
+            retry_max: MS,
+            retry_initial: 2 * MS,
+            ..cfg()
+        },
+        RpcConfig {
+            replies_max: 0,
+            ..cfg()
+        },
+    ] {
+        assert!(matches!(bad.validate(), Err(RpcError::BadConfig(_))));
+        assert!(Client::new(bad, 0).is_err());
+        assert!(Server::new(bad).is_err());
+    }
+}
+
+#[test]
+fn headers_round_trip() {
+    let mut buf = [0u8; 64];
+    let req = RpcHeader::Request(RequestHeader {
+        request_type: 0xBEEF,
+        deadline_us: 123_456,
+        incarnation: u64::MAX,
+        call_id: 42,
+        acked_below: 40,
+    });
+    let n = msg::encode(&req, b"payload", &mut buf).unwrap();
+    assert_eq!(n, RPC_HEADER_BYTES + 7);
+    assert!(msg::is_rpc(&buf[..n]));
+    assert_eq!(msg::decode(&buf[..n]).unwrap(), (req, &b"payload"[..]));
+    for status in [
+        Status::Ok,
+        Status::NoHandler,
+        Status::DeadlinePassed,
+        Status::Failed,
+        Status::Busy,
+        Status::ReplyTooLong,
+        Status::DeadlineTooLong,
+    ] {
+        let rep = RpcHeader::Reply(ReplyHeader {
+            status,
+            incarnation: 3,
+            call_id: 1,
+        });
+        let n = msg::encode(&rep, b"", &mut buf).unwrap();
+        assert_eq!(msg::decode(&buf[..n]).unwrap(), (rep, &b""[..]));
+    }
+    assert!(
+        msg::encode(&req, &[0; 40], &mut buf).is_none(),
+        "too long for buf"
+    );
+}
+
+#[test]
+fn every_decoder_rule_is_checked() {
+    let mut good = [0u8; 32];
+    let req = RpcHeader::Request(RequestHeader {
+        request_type: 1,
+        deadline_us: 5,
+        incarnation: 1,
+        call_id: 1,
+        acked_below: 1,
+    });
+    msg::encode(&req, b"", &mut good).unwrap();
+    let with = |i: usize, v: u8| {
+        let mut b = good;
+        b[i] = v;
+        msg::decode(&b).map(|_| ()).unwrap_err()
+    };
+    assert_eq!(
+        msg::decode(&good[..31]).unwrap_err(),
+        RpcWireError::Short { len: 31 }
+    );
+    assert_eq!(with(0, 0x00), RpcWireError::BadMagic(0));
+    assert_eq!(with(1, 3), RpcWireError::UnknownKind(3));
+    assert_eq!(with(16, 0), RpcWireError::ZeroCallId);
+    assert_eq!(with(4, 0), RpcWireError::ZeroDeadline);
+    // As a reply: deadline and acked_below must be zero, the status known.
+    let mut rep = good;
+    rep[1] = 2;
+    assert_eq!(
+        msg::decode(&rep).unwrap_err(),
+        RpcWireError::ReplyFieldsNotZero
+    );
+    rep[4] = 0;
+    rep[24] = 0;
+    rep[2] = 9;
+    assert_eq!(
+        msg::decode(&rep).unwrap_err(),
+        RpcWireError::UnknownStatus(9)
+    );
+    for e in [RpcWireError::Short { len: 1 }, RpcWireError::ZeroDeadline] {
+        assert!(!e.to_string().is_empty());
+    }
+}
+
+/// Random bytes and random valid requests never panic either side, and a server's memory
+/// stays within its bounds.
+#[test]
+fn random_input_never_panics_and_memory_stays_bounded() {
+    let c = RpcConfig {
+        replies_max: 16,
+        clients_max: 4,
+        ..cfg()
+    };
+    let mut rng = Rng::new(7);
+    let mut server = Server::new(c).unwrap();
+    let mut client = Client::new(c, 1).unwrap();
+    let mut buf = vec![0u8; c.message_bytes_max];
+    let mut now = Instant(0);
+    for _ in 0..20_000 {
+        now = now + Duration::from_micros(rng.below(3000));
+        let len = if rng.chance(0.8) {
+            RPC_HEADER_BYTES + rng.below(16) as usize
+        } else {
+            rng.below(48) as usize
+        };
+        let mut bytes: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+        if rng.chance(0.7) && bytes.len() >= RPC_HEADER_BYTES {
+            bytes[0] = msg::RPC_MAGIC;
+            bytes[1] = 1 + rng.below(2) as u8;
+            bytes[2] = rng.below(7) as u8;
+            bytes[3] = 0;
+            // Deadlines up to 65 ms, and now and then one beyond deadline_max.
+            if rng.chance(0.99) {
+                bytes[6] = 0;
+                bytes[7] = 0;
+            }
+            for b in &mut bytes[8..16] {
+                *b = 0;
+            }
+            bytes[8] = rng.below(3) as u8;
+            for b in &mut bytes[17..24] {
+                *b = 0;
+            }
+            for b in &mut bytes[25..32] {
+                *b = 0;
+            }
+        }
+        let from = Address::new(1, rng.below(8) as u16, 1, 0);
+        if let Ok((h, payload)) = msg::decode(&bytes) {
+            match h {
+                RpcHeader::Request(r) => {
+                    if let Verdict::Execute { token, .. } = server.handle_request(now, from, &r) {
+                        if rng.chance(0.8) {
+                            server.reply(token, Status::Ok, payload);
+                        }
+                    }
+                }
+                RpcHeader::Reply(r) => client.handle_reply(from, &r, payload),
+            }
+        }
+        server.handle_timeout(now);
+        client.handle_timeout(now);
+        while server.poll_transmit(&mut buf).is_some() {}
+        assert!(server.remembered() <= c.replies_max);
+        assert!(server.clients() <= c.clients_max);
+    }
+    // The input reached every path that matters.
+    let s = &server.counters;
+    assert!(
+        s.executed > 500 && s.busy > 0 && s.forgotten > 0 && s.deadline_too_long > 0,
+        "{s:?}"
+    );
+}
