@@ -70,8 +70,8 @@ pub struct EngineConfig {
     /// How long the engine thread keeps polling after its last work before it yields, then
     /// parks in poll(2).
     pub idle_spin: Duration,
-    /// Fault injection for tests and demos: drop this fraction of outgoing link packets,
-    /// chosen by a generator seeded with `loss_seed`.
+    /// Fault injection for tests and demos: drop this fraction of outgoing remote packets
+    /// (link packets and datagrams), chosen by a generator seeded with `loss_seed`.
     pub loss_injection: f64,
     pub loss_seed: u64,
 }
@@ -626,6 +626,16 @@ impl Engine {
         true
     }
 
+    /// Whether fault injection drops the next outgoing remote packet (and counts it).
+    pub(crate) fn inject_loss(&self) -> bool {
+        let loss = self.shared.cfg.loss_injection;
+        if loss > 0.0 && self.shared.loss.lock().expect("loss lock").chance(loss) {
+            self.shared.injected_losses.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// Packets dropped by fault injection so far.
     pub fn injected_losses(&self) -> u64 {
         self.shared.injected_losses.load(Ordering::Relaxed)
@@ -1106,13 +1116,8 @@ pub(crate) fn flush(
         return 0;
     };
     let mut n = 0;
-    let loss = engine.shared.cfg.loss_injection;
     while let Some(len) = link.poll_transmit(now, buf) {
-        if loss > 0.0 && engine.shared.loss.lock().expect("loss lock").chance(loss) {
-            engine
-                .shared
-                .injected_losses
-                .fetch_add(1, Ordering::Relaxed);
+        if engine.inject_loss() {
             n += 1;
             continue;
         }

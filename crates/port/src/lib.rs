@@ -6,10 +6,13 @@ pub mod group;
 pub mod mmsg;
 pub mod naming;
 pub mod port;
+pub mod rpc;
 pub mod shm;
 
 pub use engine::{Engine, EngineConfig, EngineMode};
 pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord};
 pub use naming::{ClusterConfig, NamingError};
 pub use port::{Port, PortClaim, PortConfig, PortCounters, PortError, Received};
+pub use rpc::{Rpc, RpcCallError, RpcCounters};
 pub use shm::IdleStrategy;
+pub use txcast_proto::rpc::{CallId, Completion, End, Outcome, RemoteError, RpcConfig};

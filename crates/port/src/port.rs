@@ -239,6 +239,11 @@ impl Port {
         self.addr
     }
 
+    /// The engine this port runs on.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// This port's incarnation (milliseconds since the Unix epoch when it opened, strictly
     /// increasing within the process): peers refuse packets from its predecessors.
     pub fn incarnation(&self) -> u64 {
@@ -485,6 +490,11 @@ impl Port {
         }
         let to = self.engine.config().cluster.socket_addr(dest)?;
         let (buf, n) = self.build_one(dest, None, msg)?;
+        if self.engine.inject_loss() {
+            // As if lost on the wire.
+            self.scratch = buf;
+            return Ok(());
+        }
         let r = crate::mmsg::send_to(&self.ep.socket, &buf[..n], &to);
         self.scratch = buf;
         r.map(|_| ()).map_err(PortError::Io)

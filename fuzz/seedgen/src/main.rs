@@ -45,7 +45,13 @@ fn push_some(w: &mut PacketWriter<'_, '_>) {
 /// One packet of each kind, with or without the key.
 fn packets(key: Option<&ClusterKey>) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    for kind in [Kind::Data, Kind::Datagram, Kind::Multicast, Kind::Ack] {
+    for kind in [
+        Kind::Data,
+        Kind::Datagram,
+        Kind::Multicast,
+        Kind::Group,
+        Kind::Ack,
+    ] {
         let mut buf = vec![0u8; 512];
         let h = header(PACKET_CLUSTER);
         let n = match kind {
@@ -62,6 +68,11 @@ fn packets(key: Option<&ClusterKey>) -> Vec<Vec<u8>> {
             Kind::Multicast => {
                 let mut w = PacketWriter::multicast(&mut buf, h, key, TxnId(0xabc));
                 push_some(&mut w);
+                w.finish()
+            }
+            Kind::Group => {
+                let mut w = PacketWriter::group(&mut buf, h, key);
+                assert!(w.push(b"a group message"));
                 w.finish()
             }
             Kind::Ack => {
@@ -264,7 +275,7 @@ fn main() {
     );
 
     // ack: the ACK body, and one without NAK ranges.
-    let ack = plain[3][HEADER_BYTES..].to_vec();
+    let ack = plain[4][HEADER_BYTES..].to_vec();
     let mut bare = ack[..24].to_vec();
     bare[20] = 0;
     write(dir, "ack", &[ack, bare]);
@@ -307,4 +318,62 @@ fn main() {
     write(dir, "roundtrip", &seeds);
 
     write(dir, "group", &group_seeds());
+    write(dir, "rpc", &rpc_seeds());
+}
+
+/// Chunks `[from][len][message]` for fuzz_targets/rpc.rs: requests (new and a copy), and
+/// replies to the target's calls (ids 1..=4, incarnation 1) of every status.
+fn rpc_seeds() -> Vec<Vec<u8>> {
+    use txcast_proto::rpc::msg::encode;
+    use txcast_proto::rpc::{ReplyHeader, RequestHeader, RpcHeader, Status};
+    let message = |h: RpcHeader, payload: &[u8]| {
+        let mut buf = vec![0u8; 256];
+        let n = encode(&h, payload, &mut buf).expect("fits");
+        buf.truncate(n);
+        buf
+    };
+    let chunk = |from: u8, m: Vec<u8>| [vec![from, m.len() as u8], m].concat();
+    let request = |call_id, acked_below| {
+        RpcHeader::Request(RequestHeader {
+            request_type: 3,
+            deadline_us: 20_000,
+            incarnation: 9,
+            call_id,
+            acked_below,
+        })
+    };
+    let reply = |status, call_id| {
+        RpcHeader::Reply(ReplyHeader {
+            status,
+            incarnation: 1,
+            call_id,
+        })
+    };
+    let mut seeds = vec![
+        chunk(0, message(request(1, 1), b"ping")),
+        [
+            chunk(1, message(request(1, 1), b"ping")),
+            chunk(1, message(request(1, 1), b"ping")),
+            chunk(5, message(request(2, 2), b"")),
+        ]
+        .concat(),
+    ];
+    for (i, status) in [
+        Status::Ok,
+        Status::NoHandler,
+        Status::DeadlinePassed,
+        Status::Failed,
+        Status::Busy,
+        Status::ReplyTooLong,
+        Status::DeadlineTooLong,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        seeds.push(chunk(
+            i as u8,
+            message(reply(status, 1 + i as u64 % 4), b"re"),
+        ));
+    }
+    seeds
 }

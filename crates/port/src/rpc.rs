@@ -1,0 +1,377 @@
+//! Remote procedure calls over a port (paper 001 §2.3): the sans-IO [`Client`] and [`Server`]
+//! of `txcast-proto`, run on the calling thread over the port's datagrams, local (the
+//! destination's shared-memory ring) or remote (UDP) the same way.
+//!
+//! An [`Rpc`] owns its port: every message on it is an RPC request or reply (anything else is
+//! dropped and counted). Like a [`Port`], it is driven by the thread that uses it: a call
+//! that waits, [`Rpc::wait`], [`Rpc::poll`] and [`Rpc::serve`] move its traffic, and a
+//! request's handler runs on whichever of those threads takes the request in. A process that
+//! serves on one thread and calls on others opens one `Rpc` (one port) per thread.
+
+use crate::port::{Port, PortError};
+use std::collections::HashMap;
+use std::time::Duration;
+use txcast_proto::rpc::msg::{self, RpcHeader};
+use txcast_proto::rpc::{
+    CallId, Client, ClientCounters, Completion, End, Outcome, RemoteError, RpcConfig, RpcError,
+    Server, ServerCounters, Status, Verdict,
+};
+use txcast_proto::wire::{HEADER_BYTES, MAC_BYTES, RECORD_HEADER_BYTES};
+use txcast_proto::{Address, Instant};
+
+/// A request handler: the caller's address and the request's payload in, the result (or a
+/// failure message for the caller) out.
+pub type Handler = Box<dyn FnMut(Address, &[u8]) -> Result<Vec<u8>, String> + Send>;
+
+/// Why an RPC call failed.
+#[derive(Debug)]
+pub enum RpcCallError {
+    /// Refused before anything was sent (bad arguments, too many calls...).
+    Rpc(RpcError),
+    /// The port failed.
+    Port(PortError),
+    /// The deadline passed without the answers the call needed.
+    DeadlinePassed(Outcome),
+    /// The server answered with an error (a call to one server).
+    Remote(RemoteError),
+    /// A wait's own timeout passed; the call goes on.
+    WaitTimeout,
+    /// No such call outstanding or finished and not yet collected.
+    Unknown,
+}
+
+impl std::fmt::Display for RpcCallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RpcCallError::Rpc(e) => write!(f, "{e}"),
+            RpcCallError::Port(e) => write!(f, "{e}"),
+            RpcCallError::DeadlinePassed(o) => write!(
+                f,
+                "deadline passed with {} answers; no answer from {:?}",
+                o.replies.len(),
+                o.missing
+            ),
+            RpcCallError::Remote(e) => write!(f, "the server answered: {e}"),
+            RpcCallError::WaitTimeout => f.write_str("wait timed out (the call goes on)"),
+            RpcCallError::Unknown => f.write_str("no such call"),
+        }
+    }
+}
+
+impl std::error::Error for RpcCallError {}
+
+impl From<RpcError> for RpcCallError {
+    fn from(e: RpcError) -> Self {
+        RpcCallError::Rpc(e)
+    }
+}
+
+impl From<PortError> for RpcCallError {
+    fn from(e: PortError) -> Self {
+        RpcCallError::Port(e)
+    }
+}
+
+/// Counters of an [`Rpc`] endpoint.
+#[derive(Clone, Debug, Default)]
+pub struct RpcCounters {
+    pub client: ClientCounters,
+    pub server: ServerCounters,
+    /// Messages on the port that are not RPC messages, or malformed ones.
+    pub dropped_bad: u64,
+    /// Sends the port refused (the destination full, gone, unknown...): retried by the call's
+    /// retransmission like a loss.
+    pub send_failures: u64,
+}
+
+/// An RPC endpoint: a port, the calls it makes and the requests it serves.
+pub struct Rpc {
+    port: Port,
+    client: Client,
+    server: Server,
+    handlers: HashMap<u16, Handler>,
+    /// Finished calls not yet collected (at most `calls_max`: a call counts against the limit
+    /// until collected).
+    finished: HashMap<CallId, Outcome>,
+    recv_buf: Vec<u8>,
+    send_buf: Vec<u8>,
+    dropped_bad: u64,
+    send_failures: u64,
+}
+
+impl Rpc {
+    /// Makes `port` an RPC endpoint. `cfg.message_bytes_max` is lowered to what the port can
+    /// carry (its ring slots, and one datagram).
+    pub fn new(port: Port, mut cfg: RpcConfig) -> Result<Rpc, RpcCallError> {
+        let datagram = port.engine().config().link.packet_bytes_max
+            - HEADER_BYTES
+            - RECORD_HEADER_BYTES
+            - MAC_BYTES;
+        cfg.message_bytes_max = cfg
+            .message_bytes_max
+            .min(port.message_bytes_max())
+            .min(datagram);
+        let client = Client::new(cfg, port.incarnation())?;
+        let server = Server::new(cfg)?;
+        Ok(Rpc {
+            recv_buf: vec![0; port.message_bytes_max()],
+            send_buf: vec![0; cfg.message_bytes_max],
+            port,
+            client,
+            server,
+            handlers: HashMap::new(),
+            finished: HashMap::new(),
+            dropped_bad: 0,
+            send_failures: 0,
+        })
+    }
+
+    pub fn address(&self) -> Address {
+        self.port.address()
+    }
+
+    /// The limits in force (after [`Rpc::new`] fitted them to the port).
+    pub fn config(&self) -> &RpcConfig {
+        self.client.config()
+    }
+
+    /// Serves requests of `request_type` with `handler` (replacing any earlier one).
+    pub fn register(
+        &mut self,
+        request_type: u16,
+        handler: impl FnMut(Address, &[u8]) -> Result<Vec<u8>, String> + Send + 'static,
+    ) {
+        self.handlers.insert(request_type, Box::new(handler));
+    }
+
+    /// Calls `dest` and waits for its answer, at most `deadline`.
+    pub fn call(
+        &mut self,
+        dest: Address,
+        request_type: u16,
+        payload: &[u8],
+        deadline: Duration,
+    ) -> Result<Vec<u8>, RpcCallError> {
+        let id = self.call_async(dest, request_type, payload, deadline)?;
+        let mut o = self.wait(id, None)?;
+        match o.end {
+            End::Complete => match o.replies.pop() {
+                Some((_, Ok(bytes))) => Ok(bytes),
+                Some((_, Err(e))) => Err(RpcCallError::Remote(e)),
+                None => Err(RpcCallError::DeadlinePassed(o)),
+            },
+            _ => Err(RpcCallError::DeadlinePassed(o)),
+        }
+    }
+
+    /// Starts a call to `dest`; collect it with [`Rpc::wait`] or [`Rpc::poll`], or end it
+    /// with [`Rpc::cancel`].
+    pub fn call_async(
+        &mut self,
+        dest: Address,
+        request_type: u16,
+        payload: &[u8],
+        deadline: Duration,
+    ) -> Result<CallId, RpcCallError> {
+        self.multicast_async(&[dest], request_type, payload, Completion::First, deadline)
+    }
+
+    /// Calls every server in `dests` at once and waits until `completion` holds or `deadline`
+    /// passes. Returns the answers and the servers that did not answer either way; it is an
+    /// error only if the call could not start.
+    pub fn multicast(
+        &mut self,
+        dests: &[Address],
+        request_type: u16,
+        payload: &[u8],
+        completion: Completion,
+        deadline: Duration,
+    ) -> Result<Outcome, RpcCallError> {
+        let id = self.multicast_async(dests, request_type, payload, completion, deadline)?;
+        self.wait(id, None)
+    }
+
+    /// Starts a multicast call (see [`Rpc::multicast`]).
+    pub fn multicast_async(
+        &mut self,
+        dests: &[Address],
+        request_type: u16,
+        payload: &[u8],
+        completion: Completion,
+        deadline: Duration,
+    ) -> Result<CallId, RpcCallError> {
+        if self.client.outstanding() + self.finished.len() >= self.client.config().calls_max {
+            return Err(RpcError::TooManyCalls.into());
+        }
+        let now = self.now();
+        let id = self
+            .client
+            .call(now, dests, request_type, payload, completion, deadline)?;
+        self.transmit();
+        Ok(id)
+    }
+
+    /// The outcome of call `id` if it has ended (moving this endpoint's traffic once first).
+    pub fn poll(&mut self, id: CallId) -> Result<Option<Outcome>, RpcCallError> {
+        self.known(id)?;
+        self.drive(Some(Duration::ZERO), |r| r.finished.contains_key(&id))?;
+        Ok(self.finished.remove(&id))
+    }
+
+    /// Waits for call `id` to end, at most `timeout` (the call's own deadline ends it anyway).
+    pub fn wait(&mut self, id: CallId, timeout: Option<Duration>) -> Result<Outcome, RpcCallError> {
+        self.known(id)?;
+        self.drive(timeout, |r| r.finished.contains_key(&id))?;
+        self.finished.remove(&id).ok_or(RpcCallError::WaitTimeout)
+    }
+
+    /// Ends call `id` now with what it has (a finished call not yet collected is returned as
+    /// it ended).
+    pub fn cancel(&mut self, id: CallId) -> Result<Outcome, RpcCallError> {
+        if let Some(o) = self.finished.remove(&id) {
+            return Ok(o);
+        }
+        self.client.cancel(id).map_err(|_| RpcCallError::Unknown)
+    }
+
+    fn known(&self, id: CallId) -> Result<(), RpcCallError> {
+        if self.finished.contains_key(&id) || self.client.is_outstanding(id) {
+            Ok(())
+        } else {
+            Err(RpcCallError::Unknown)
+        }
+    }
+
+    /// Serves requests (and moves the traffic of calls of ours) for `timeout`; returns how
+    /// many requests were executed.
+    pub fn serve(&mut self, timeout: Duration) -> Result<u64, RpcCallError> {
+        let before = self.server.counters.executed;
+        self.drive(Some(timeout), |_| false)?;
+        Ok(self.server.counters.executed - before)
+    }
+
+    pub fn counters(&self) -> RpcCounters {
+        RpcCounters {
+            client: self.client.counters.clone(),
+            server: self.server.counters.clone(),
+            dropped_bad: self.dropped_bad,
+            send_failures: self.send_failures,
+        }
+    }
+
+    fn now(&self) -> Instant {
+        self.port.engine().now()
+    }
+
+    /// Moves traffic until `done` holds or `timeout` passes (`None`: until `done`).
+    fn drive(
+        &mut self,
+        timeout: Option<Duration>,
+        mut done: impl FnMut(&Self) -> bool,
+    ) -> Result<(), RpcCallError> {
+        let end = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let now = self.now();
+            if self.client.poll_timeout().is_some_and(|t| t <= now) {
+                self.client.handle_timeout(now);
+            }
+            if self.server.poll_timeout().is_some_and(|t| t <= now) {
+                self.server.handle_timeout(now);
+            }
+            self.transmit();
+            self.collect();
+            if done(self) {
+                return Ok(());
+            }
+            // Wait for traffic until the next timer or the end of this drive.
+            let timer = [self.client.poll_timeout(), self.server.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|t| t.saturating_since(now));
+            let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+            let wait = match (timer, left) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b).unwrap_or(Duration::from_secs(1)),
+            };
+            let mut buf = std::mem::take(&mut self.recv_buf);
+            let r = if wait.is_zero() {
+                self.port.try_recv(&mut buf).ok_or(PortError::Timeout)
+            } else {
+                self.port.recv_timeout(&mut buf, Some(wait))
+            };
+            match r {
+                Ok(m) => self.handle(m.source, &buf[..m.len]),
+                Err(PortError::Timeout) => {
+                    if left.is_some_and(|l| l.is_zero()) {
+                        self.recv_buf = buf;
+                        self.transmit();
+                        self.collect();
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    self.recv_buf = buf;
+                    return Err(e.into());
+                }
+            }
+            self.recv_buf = buf;
+        }
+    }
+
+    fn handle(&mut self, from: Address, bytes: &[u8]) {
+        let Ok((header, payload)) = msg::decode(bytes) else {
+            self.dropped_bad += 1;
+            return;
+        };
+        match header {
+            RpcHeader::Reply(r) => self.client.handle_reply(from, &r, payload),
+            RpcHeader::Request(r) => {
+                let now = self.now();
+                if let Verdict::Execute {
+                    token,
+                    request_type,
+                    deadline,
+                } = self.server.handle_request(now, from, &r)
+                {
+                    let (status, result) = if self.now() > deadline {
+                        (Status::DeadlinePassed, Vec::new())
+                    } else {
+                        match self.handlers.get_mut(&request_type) {
+                            None => (Status::NoHandler, Vec::new()),
+                            Some(h) => match h(from, payload) {
+                                Ok(out) => (Status::Ok, out),
+                                Err(m) => (Status::Failed, m.into_bytes()),
+                            },
+                        }
+                    };
+                    self.server.reply(token, status, &result);
+                }
+            }
+        }
+        self.transmit();
+    }
+
+    /// Sends what the client and the server have to send.
+    fn transmit(&mut self) {
+        let now = self.now();
+        let mut buf = std::mem::take(&mut self.send_buf);
+        while let Some((to, n)) = self.server.poll_transmit(&mut buf) {
+            if self.port.send_datagram(to, &buf[..n]).is_err() {
+                self.send_failures += 1;
+            }
+        }
+        while let Some((to, n)) = self.client.poll_transmit(now, &mut buf) {
+            if self.port.send_datagram(to, &buf[..n]).is_err() {
+                self.send_failures += 1;
+            }
+        }
+        self.send_buf = buf;
+    }
+
+    fn collect(&mut self) {
+        while let Some((id, o)) = self.client.poll_event() {
+            self.finished.insert(id, o);
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! RPC through the public API: local (shared memory) and remote (UDP) calls, asynchronous
+//! calls polled, waited on and cancelled, multicast calls completing on the first, k or all
+//! answers, a server that dies mid-call, at-most-once execution under loss, remote errors,
+//! and malformed input.
+//!
+//! Every test uses its own `instance` number (30 to 36). Sites 0, 1, 2 are different
+//! "hosts" (UDP between them); ports of one site talk through shared memory.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use txcast_port::{
+    Completion, End, Engine, EngineConfig, EngineMode, IdleStrategy, Port, PortConfig, RemoteError,
+    Rpc, RpcCallError, RpcConfig,
+};
+use txcast_proto::Address;
+
+const ECHO: u16 = 1;
+const COUNT: u16 = 2;
+const FAIL: u16 = 3;
+const SLOW: u16 = 4;
+const DIE: u16 = 5;
+
+fn addr(instance: u16, site: u16, server_type: u16) -> Address {
+    Address::new(instance, site, server_type, 0)
+}
+
+fn port_cfg() -> PortConfig {
+    PortConfig {
+        idle: IdleStrategy::SpinThenPark { spins: 1000 },
+        ..PortConfig::default()
+    }
+}
+
+fn rpc_cfg() -> RpcConfig {
+    RpcConfig {
+        retry_initial: Duration::from_millis(5),
+        retry_max: Duration::from_millis(50),
+        ..RpcConfig::default()
+    }
+}
+
+/// A server at `a` on its own thread until `stop`: echoes (reversed), counts executions of
+/// COUNT, fails FAIL, sleeps 300 ms in SLOW, and dies in DIE (its thread unwinds, its port
+/// closes, nothing answers).
+fn spawn_server(
+    engine: Option<&Engine>,
+    a: Address,
+    stop: Arc<AtomicBool>,
+    executed: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<Rpc> {
+    let port = match engine {
+        Some(e) => Port::open_on(e, a, port_cfg()).unwrap(),
+        None => Port::open(a, port_cfg()).unwrap(),
+    };
+    let mut rpc = Rpc::new(port, rpc_cfg()).unwrap();
+    rpc.register(ECHO, |_, p| Ok(p.iter().rev().copied().collect()));
+    rpc.register(COUNT, move |_, p| {
+        executed.fetch_add(1, Ordering::SeqCst);
+        Ok(p.to_vec())
+    });
+    rpc.register(FAIL, |from, _| Err(format!("no account for {from}")));
+    rpc.register(SLOW, |_, _| {
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(b"late".to_vec())
+    });
+    rpc.register(DIE, |_, _| {
+        std::panic::resume_unwind(Box::new("the server dies"))
+    });
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            rpc.serve(Duration::from_millis(20)).unwrap();
+        }
+        rpc
+    })
+}
+
+struct Servers {
+    stop: Arc<AtomicBool>,
+    executed: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<Rpc>>,
+}
+
+impl Servers {
+    fn start(engine: Option<&Engine>, addrs: &[Address]) -> Servers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let executed = Arc::new(AtomicU64::new(0));
+        let threads = addrs
+            .iter()
+            .map(|&a| spawn_server(engine, a, stop.clone(), executed.clone()))
+            .collect();
+        Servers {
+            stop,
+            executed,
+            threads,
+        }
+    }
+
+    fn stop(self) -> Vec<Rpc> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect()
+    }
+}
+
+fn client(engine: Option<&Engine>, a: Address) -> Rpc {
+    let port = match engine {
+        Some(e) => Port::open_on(e, a, port_cfg()).unwrap(),
+        None => Port::open(a, port_cfg()).unwrap(),
+    };
+    Rpc::new(port, rpc_cfg()).unwrap()
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[test]
+fn local_and_remote_calls_are_answered() {
+    let local = addr(30, 0, 2);
+    let remote = addr(30, 1, 2);
+    let servers = Servers::start(None, &[local, remote]);
+    let mut c = client(None, addr(30, 0, 1));
+    for dest in [local, remote] {
+        for i in 0..50u8 {
+            let out = c.call(dest, ECHO, &[1, 2, i], SECOND).unwrap();
+            assert_eq!(out, vec![i, 2, 1], "to {dest}");
+        }
+    }
+    let empty = c.call(remote, ECHO, &[], SECOND).unwrap();
+    assert!(empty.is_empty());
+    let n = c.counters();
+    assert_eq!(n.client.completed, 101);
+    assert_eq!(n.client.timed_out, 0);
+    let rpcs = servers.stop();
+    let served: u64 = rpcs.iter().map(|r| r.counters().server.executed).sum();
+    assert_eq!(served, 101);
+}
+
+#[test]
+fn remote_errors_are_typed() {
+    let s = addr(31, 1, 2);
+    let servers = Servers::start(None, &[s]);
+    let mut c = client(None, addr(31, 0, 1));
+    match c.call(s, FAIL, b"", SECOND) {
+        Err(RpcCallError::Remote(RemoteError::Failed(m))) => {
+            assert_eq!(m, format!("no account for {}", c.address()))
+        }
+        other => panic!("{other:?}"),
+    }
+    match c.call(s, 999, b"", SECOND) {
+        Err(RpcCallError::Remote(RemoteError::NoHandler)) => {}
+        other => panic!("{other:?}"),
+    }
+    let long = vec![0u8; c.config().payload_bytes_max() + 1];
+    assert!(matches!(
+        c.call(s, ECHO, &long, SECOND),
+        Err(RpcCallError::Rpc(
+            txcast_proto::rpc::RpcError::TooLong { .. }
+        ))
+    ));
+    servers.stop();
+}
+
+#[test]
+fn asynchronous_calls_are_polled_waited_on_and_cancelled() {
+    let s = addr(32, 1, 2);
+    let servers = Servers::start(None, &[s]);
+    let mut c = client(None, addr(32, 0, 1));
+    // Several at once, collected out of order.
+    let ids: Vec<_> = (0..10u8)
+        .map(|i| c.call_async(s, ECHO, &[i, 0], SECOND).unwrap())
+        .collect();
+    for (i, id) in ids.iter().enumerate().rev() {
+        let o = c.wait(*id, None).unwrap();
+        assert_eq!(o.end, End::Complete);
+        assert_eq!(o.replies[0].1.as_deref(), Ok(&[0, i as u8][..]));
+    }
+    // Polled until done.
+    let id = c.call_async(s, ECHO, b"ab", SECOND).unwrap();
+    let o = loop {
+        if let Some(o) = c.poll(id).unwrap() {
+            break o;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    assert_eq!(o.replies[0].1.as_deref(), Ok(&b"ba"[..]));
+    assert!(
+        matches!(c.poll(id), Err(RpcCallError::Unknown)),
+        "collected"
+    );
+    // A wait shorter than the call: the call goes on.
+    let id = c.call_async(s, SLOW, b"", SECOND).unwrap();
+    assert!(matches!(
+        c.wait(id, Some(Duration::from_millis(50))),
+        Err(RpcCallError::WaitTimeout)
+    ));
+    let o = c.cancel(id).unwrap();
+    assert_eq!(o.end, End::Cancelled);
+    assert_eq!(o.missing, vec![s]);
+    assert!(matches!(c.wait(id, None), Err(RpcCallError::Unknown)));
+    servers.stop();
+}
+
+#[test]
+fn multicast_calls_complete_on_first_quorum_or_all_and_report_who_did_not_answer() {
+    let up = [addr(33, 0, 2), addr(33, 1, 2), addr(33, 2, 2)];
+    // No port is ever opened here: a server that is down.
+    let down = addr(33, 2, 3);
+    let servers = Servers::start(None, &up);
+    let mut c = client(None, addr(33, 0, 1));
+    let all = [up[0], up[1], up[2], down];
+    let d = Duration::from_millis(300);
+    let o = c
+        .multicast(&all, ECHO, b"xy", Completion::First, d)
+        .unwrap();
+    assert_eq!(o.end, End::Complete);
+    assert_eq!(o.replies.len(), 1);
+    let o = c
+        .multicast(&all, ECHO, b"xy", Completion::Quorum(3), d)
+        .unwrap();
+    assert_eq!(o.end, End::Complete);
+    assert_eq!(o.replies.len(), 3);
+    for (from, r) in &o.replies {
+        assert!(up.contains(from));
+        assert_eq!(r.as_deref(), Ok(&b"yx"[..]));
+    }
+    assert_eq!(o.missing, vec![down]);
+    let t = std::time::Instant::now();
+    let o = c.multicast(&all, ECHO, b"xy", Completion::All, d).unwrap();
+    assert_eq!(o.end, End::DeadlinePassed);
+    assert!(t.elapsed() >= d);
+    assert_eq!(o.replies.len(), 3);
+    assert_eq!(o.missing, vec![down]);
+    servers.stop();
+}
+
+#[test]
+fn a_server_that_dies_mid_call_leaves_the_caller_a_typed_error_by_its_deadline() {
+    for site in [0, 1] {
+        // Local (its ring) and remote (UDP).
+        let s = addr(34, site, 2 + site);
+        let server = spawn_server(None, s, Arc::new(AtomicBool::new(false)), Arc::default());
+        let mut c = client(None, addr(34, 0, 1 + 10 * site));
+        assert_eq!(c.call(s, ECHO, b"ok", SECOND).unwrap(), b"ko");
+        let deadline = Duration::from_millis(400);
+        let t = std::time::Instant::now();
+        let id = c.call_async(s, DIE, b"", deadline).unwrap();
+        assert!(server.join().is_err(), "the server died");
+        match c.wait(id, None) {
+            Ok(o) => {
+                assert_eq!(o.end, End::DeadlinePassed);
+                assert_eq!(o.missing, vec![s]);
+                assert!(o.replies.is_empty());
+            }
+            Err(e) => panic!("{e}"),
+        }
+        let took = t.elapsed();
+        assert!(took >= deadline && took < deadline + SECOND, "{took:?}");
+        // Later calls fail the same way, by their deadline.
+        match c.call(s, ECHO, b"", Duration::from_millis(100)) {
+            Err(RpcCallError::DeadlinePassed(o)) => assert_eq!(o.missing, vec![s]),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn under_loss_every_call_completes_and_runs_exactly_once() {
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        loss_injection: 0.3,
+        loss_seed: 11,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let s = addr(35, 1, 2);
+    let servers = Servers::start(Some(&engine), &[s]);
+    let mut c = client(Some(&engine), addr(35, 0, 1));
+    let calls = 300u64;
+    for i in 0..calls {
+        let out = c.call(s, COUNT, &i.to_le_bytes(), 5 * SECOND).unwrap();
+        assert_eq!(out, i.to_le_bytes());
+    }
+    assert!(
+        engine.injected_losses() > 50,
+        "the injector dropped datagrams"
+    );
+    let n = c.counters().client;
+    assert!(n.requests_resent > 0);
+    assert_eq!(
+        servers.executed.load(Ordering::SeqCst),
+        calls,
+        "each ran once"
+    );
+    let rpcs = servers.stop();
+    let s = rpcs[0].counters().server;
+    assert!(
+        s.duplicates_answered > 0,
+        "lost replies were answered from the cache: {s:?}"
+    );
+    assert_eq!(servers_executed(&rpcs), calls);
+    drop(rpcs);
+    drop(c);
+    engine.shutdown();
+}
+
+fn servers_executed(rpcs: &[Rpc]) -> u64 {
+    rpcs.iter().map(|r| r.counters().server.executed).sum()
+}
+
+#[test]
+fn malformed_and_foreign_messages_are_dropped_and_counted() {
+    let s = addr(36, 0, 2);
+    let servers = Servers::start(None, &[s]);
+    let mut raw = Port::open(addr(36, 0, 3), port_cfg()).unwrap();
+    raw.send(s, b"not an rpc message").unwrap();
+    raw.send(s, &[0xA7; 40]).unwrap();
+    raw.send(s, &[]).unwrap();
+    let mut c = client(None, addr(36, 0, 1));
+    assert_eq!(c.call(s, ECHO, b"12", SECOND).unwrap(), b"21");
+    let rpcs = servers.stop();
+    assert_eq!(rpcs[0].counters().dropped_bad, 3);
+}
