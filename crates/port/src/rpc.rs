@@ -269,7 +269,8 @@ impl Rpc {
         timeout: Option<Duration>,
         mut done: impl FnMut(&Self) -> bool,
     ) -> Result<(), RpcCallError> {
-        let end = timeout.map(|t| std::time::Instant::now() + t);
+        // A timeout too long to represent is no end.
+        let end = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         loop {
             let now = self.now();
             if self.client.poll_timeout().is_some_and(|t| t <= now) {
@@ -300,22 +301,23 @@ impl Rpc {
             } else {
                 self.port.recv_timeout(&mut buf, Some(wait))
             };
-            match r {
-                Ok(m) => self.handle(m.source, &buf[..m.len]),
-                Err(PortError::Timeout) => {
-                    if left.is_some_and(|l| l.is_zero()) {
-                        self.recv_buf = buf;
-                        self.transmit();
-                        self.collect();
-                        return Ok(());
-                    }
+            let r = match r {
+                Ok(m) => {
+                    self.handle(m.source, &buf[..m.len]);
+                    Ok(())
                 }
-                Err(e) => {
-                    self.recv_buf = buf;
-                    return Err(e.into());
-                }
-            }
+                Err(PortError::Timeout) => Ok(()),
+                Err(e) => Err(e),
+            };
             self.recv_buf = buf;
+            r?;
+            // Out of time, even with traffic still coming (a busy server must not keep a
+            // drive of 20 ms going for ever).
+            if end.is_some_and(|e| std::time::Instant::now() >= e) {
+                self.transmit();
+                self.collect();
+                return Ok(());
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! answers, a server that dies mid-call, at-most-once execution under loss, remote errors,
 //! and malformed input.
 //!
-//! Every test uses its own `instance` number (30 to 36). Sites 0, 1, 2 are different
+//! Every test uses its own `instance` number (30 to 37). Sites 0, 1, 2 are different
 //! "hosts" (UDP between them); ports of one site talk through shared memory.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -321,4 +321,52 @@ fn malformed_and_foreign_messages_are_dropped_and_counted() {
     assert_eq!(c.call(s, ECHO, b"12", SECOND).unwrap(), b"21");
     let rpcs = servers.stop();
     assert_eq!(rpcs[0].counters().dropped_bad, 3);
+}
+
+/// Found in review: a serve under steady traffic never returned, and a timeout of
+/// `Duration::MAX` ("for ever") panicked.
+#[test]
+fn serve_returns_in_time_under_steady_traffic_and_long_timeouts_do_not_panic() {
+    let s = addr(37, 1, 2);
+    let port = Port::open(s, port_cfg()).unwrap();
+    let mut server = Rpc::new(port, rpc_cfg()).unwrap();
+    server.register(ECHO, |_, p| Ok(p.to_vec()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let loaders: Vec<_> = (0..2u16)
+        .map(|k| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = client(None, addr(37, 0, 1 + k));
+                let mut ok = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    if c.call(s, ECHO, b"x", SECOND).is_ok() {
+                        ok += 1;
+                    }
+                }
+                // "For ever" is allowed, and ends when the call does.
+                let id = c.call_async(s, ECHO, b"y", SECOND).unwrap();
+                let _ = c.wait(id, Some(Duration::MAX));
+                ok
+            })
+        })
+        .collect();
+    let mut served = 0;
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(600) {
+        let start = std::time::Instant::now();
+        served += server.serve(Duration::from_millis(20)).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "serve(20 ms) took {:?}",
+            start.elapsed()
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    // Serve the loaders' last calls, then let them go.
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        server.serve(Duration::from_millis(20)).unwrap();
+    }
+    let ok: u64 = loaders.into_iter().map(|l| l.join().unwrap()).sum();
+    assert!(served > 100 && ok > 100, "served {served}, answered {ok}");
 }

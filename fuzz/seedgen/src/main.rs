@@ -365,7 +365,6 @@ fn rpc_seeds() -> Vec<Vec<u8>> {
         Status::Failed,
         Status::Busy,
         Status::ReplyTooLong,
-        Status::DeadlineTooLong,
     ]
     .into_iter()
     .enumerate()

@@ -6,7 +6,10 @@ use crate::addr::Address;
 use crate::time::Instant;
 use core::cmp::Reverse;
 use core::time::Duration;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+
+/// Calls to more destinations than this find a replying server by binary search.
+const LINEAR_SEARCH_MAX: usize = 16;
 
 /// A call's id, unique among the calls of one client incarnation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -34,6 +37,8 @@ struct Call {
     request_type: u16,
     payload: Vec<u8>,
     destinations: Vec<Address>,
+    /// (destination, its index), sorted, for calls to many (empty otherwise).
+    sorted: Vec<(Address, usize)>,
     answered: Vec<bool>,
     need: usize,
     deadline: Instant,
@@ -48,6 +53,15 @@ impl Call {
     fn due(&self) -> Instant {
         self.next_retry.min(self.deadline)
     }
+
+    fn index_of(&self, a: Address) -> Option<usize> {
+        if self.sorted.is_empty() {
+            self.destinations.iter().position(|&d| d == a)
+        } else {
+            let i = self.sorted.binary_search_by_key(&a, |&(d, _)| d).ok()?;
+            Some(self.sorted[i].1)
+        }
+    }
 }
 
 pub struct Client {
@@ -55,6 +69,10 @@ pub struct Client {
     incarnation: u64,
     next_id: u64,
     calls: BTreeMap<u64, Call>,
+    /// (destination, call) of every outstanding call: a request tells its server which of
+    /// this client's calls to it are finished (all below the lowest outstanding one), so a
+    /// slow call to one server holds back no other server's memory.
+    by_destination: BTreeSet<(Address, u64)>,
     /// (call, destination, a retransmission)
     transmit: VecDeque<(u64, Address, bool)>,
     /// One live entry per call at its due time; entries of finished calls are skipped.
@@ -73,6 +91,7 @@ impl Client {
             incarnation,
             next_id: 1,
             calls: BTreeMap::new(),
+            by_destination: BTreeSet::new(),
             transmit: VecDeque::new(),
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
@@ -113,9 +132,18 @@ impl Client {
                 max: self.cfg.destinations_max,
             });
         }
-        for (i, a) in destinations.iter().enumerate() {
-            if destinations[..i].contains(a) {
-                return Err(RpcError::DuplicateDestination(*a));
+        let mut sorted = Vec::new();
+        if n <= LINEAR_SEARCH_MAX {
+            for (i, a) in destinations.iter().enumerate() {
+                if destinations[..i].contains(a) {
+                    return Err(RpcError::DuplicateDestination(*a));
+                }
+            }
+        } else {
+            sorted = destinations.iter().copied().zip(0..).collect();
+            sorted.sort_unstable();
+            if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(RpcError::DuplicateDestination(w[0].0));
             }
         }
         let need = match completion {
@@ -146,6 +174,7 @@ impl Client {
             request_type,
             payload: payload.to_vec(),
             destinations: destinations.to_vec(),
+            sorted,
             answered: vec![false; n],
             need,
             deadline: now + deadline,
@@ -156,6 +185,7 @@ impl Client {
         };
         for &d in destinations {
             self.transmit.push_back((id, d, false));
+            self.by_destination.insert((d, id));
         }
         self.push_timer(call.due(), id);
         self.calls.insert(id, call);
@@ -178,8 +208,8 @@ impl Client {
     /// The next request to send: its destination and length in `buf` (at least
     /// `message_bytes_max` long).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Address, usize)> {
-        let acked_below = self.acked_below();
         while let Some((id, to, resent)) = self.transmit.pop_front() {
+            let acked_below = self.acked_below(to);
             let Some(call) = self.calls.get_mut(&id) else {
                 continue;
             };
@@ -205,11 +235,12 @@ impl Client {
         None
     }
 
-    /// Every call below this id is finished.
-    fn acked_below(&self) -> u64 {
-        self.calls
-            .first_key_value()
-            .map_or(self.next_id, |(&id, _)| id)
+    /// Every call to `to` below this id is finished.
+    fn acked_below(&self, to: Address) -> u64 {
+        self.by_destination
+            .range((to, 0)..=(to, u64::MAX))
+            .next()
+            .map_or(self.next_id, |&(_, id)| id)
     }
 
     /// A reply arrived from `from` (decoded by [`msg::decode`]).
@@ -227,7 +258,7 @@ impl Client {
             self.counters.replies_late += 1;
             return;
         };
-        let Some(i) = call.destinations.iter().position(|&d| d == from) else {
+        let Some(i) = call.index_of(from) else {
             self.counters.replies_stranger += 1;
             return;
         };
@@ -248,7 +279,6 @@ impl Client {
                 String::from_utf8_lossy(payload).into_owned(),
             )),
             Status::ReplyTooLong => Err(RemoteError::ReplyTooLong),
-            Status::DeadlineTooLong => Err(RemoteError::DeadlineTooLong),
         };
         self.counters.replies += 1;
         call.answered[i] = true;
@@ -258,8 +288,23 @@ impl Client {
         }
     }
 
+    /// Drops finished calls' timers from the top of the heap, so that [`Client::poll_timeout`]
+    /// names a live one (a caller sleeping until a dead timer wakes for nothing).
+    fn prune_timers(&mut self) {
+        while let Some(&Reverse((t, id))) = self.timers.peek() {
+            if self.calls.get(&id).is_some_and(|c| c.due() == t) {
+                return;
+            }
+            self.timers.pop();
+        }
+    }
+
     fn finish(&mut self, id: u64, end: End) -> Option<Outcome> {
         let call = self.calls.remove(&id)?;
+        for &d in &call.destinations {
+            self.by_destination.remove(&(d, id));
+        }
+        self.prune_timers();
         match end {
             End::Complete => self.counters.completed += 1,
             End::DeadlinePassed => self.counters.timed_out += 1,

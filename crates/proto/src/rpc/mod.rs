@@ -45,7 +45,9 @@ pub struct RpcConfig {
     pub calls_max: usize,
     /// Servers one call goes to.
     pub destinations_max: usize,
-    /// Longest deadline a call may have.
+    /// Longest deadline a call may have (at most 71 minutes: the wire carries microseconds
+    /// in 32 bits). A server remembers a call until its deadline plus `packet_lifetime`,
+    /// whatever its own `deadline_max`.
     pub deadline_max: Duration,
     /// First retransmission of an unanswered request after this long; then twice as long
     /// each time, up to `retry_max`.
@@ -144,8 +146,6 @@ pub enum RemoteError {
     Failed(String),
     /// Executed, but the result was longer than a reply may be.
     ReplyTooLong,
-    /// The call's deadline is beyond what the server accepts (not executed).
-    DeadlineTooLong,
 }
 
 impl fmt::Display for RemoteError {
@@ -155,9 +155,6 @@ impl fmt::Display for RemoteError {
             RemoteError::DeadlinePassed => f.write_str("deadline passed before it could run"),
             RemoteError::Failed(m) => write!(f, "handler failed: {m}"),
             RemoteError::ReplyTooLong => f.write_str("the result is longer than a reply may be"),
-            RemoteError::DeadlineTooLong => {
-                f.write_str("the deadline is beyond what the server accepts")
-            }
         }
     }
 }

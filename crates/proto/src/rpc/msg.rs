@@ -44,9 +44,6 @@ pub enum Status {
     Busy = 4,
     /// Executed, but the result is longer than a reply may be.
     ReplyTooLong = 5,
-    /// The request's deadline is beyond the server's `deadline_max` (it could not remember the
-    /// call that long): not executed.
-    DeadlineTooLong = 6,
 }
 
 impl Status {
@@ -58,7 +55,6 @@ impl Status {
             3 => Status::Failed,
             4 => Status::Busy,
             5 => Status::ReplyTooLong,
-            6 => Status::DeadlineTooLong,
             other => return Err(RpcWireError::UnknownStatus(other)),
         })
     }
@@ -94,7 +90,7 @@ impl fmt::Display for RpcWireError {
             }
             RpcWireError::BadMagic(b) => write!(f, "rpc magic must be 0xa7, is {b:#04x}"),
             RpcWireError::UnknownKind(k) => write!(f, "rpc kind must be 1 or 2, is {k}"),
-            RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=6, is {s}"),
+            RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=5, is {s}"),
             RpcWireError::ZeroCallId => f.write_str("rpc call id must not be 0"),
             RpcWireError::ZeroDeadline => {
                 f.write_str("rpc request must have time left (deadline_us >= 1)")

@@ -33,9 +33,6 @@ pub enum Verdict {
     Dropped,
     /// No room to remember another call or client: answered [`Status::Busy`], not executed.
     Busy,
-    /// A deadline beyond the server's `deadline_max`: answered [`Status::DeadlineTooLong`],
-    /// not executed.
-    Refused,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,7 +47,6 @@ pub struct ServerCounters {
     pub duplicates_finished: u64,
     pub busy: u64,
     pub deadline_passed: u64,
-    pub deadline_too_long: u64,
     pub replies_sent: u64,
     /// Replies for calls no longer remembered (their window closed while they ran).
     pub replies_unknown: u64,
@@ -124,6 +120,9 @@ impl Server {
             acked_below,
         } = *r;
         self.counters.requests += 1;
+        // What is out of its window goes first: nothing below may then remove the record this
+        // request uses.
+        self.expire(now);
         let token = Token {
             client: from,
             incarnation,
@@ -131,14 +130,13 @@ impl Server {
         };
         let key = (from, incarnation);
         if !self.clients.contains_key(&key) {
-            if self.clients.len() >= self.cfg.clients_max {
-                self.expire(now);
-            }
-            if self.clients.len() >= self.cfg.clients_max {
+            if self.clients.len() >= self.cfg.clients_max
+                || self.entries.len() >= self.cfg.replies_max
+            {
+                // A new client whose call could not be remembered takes no place either.
                 return self.busy(token);
             }
-            // Forgotten after a packet lifetime unless a call it makes keeps it longer (a
-            // record whose requests were all refused must not hold its place for ever).
+            // Forgotten after a packet lifetime unless a call it makes keeps it longer.
             let expires = now + self.cfg.packet_lifetime;
             self.clients.insert(
                 key,
@@ -151,7 +149,7 @@ impl Server {
             self.expiries
                 .push(Reverse((expires, Expiry::Client(from, incarnation))));
         }
-        let record = self.clients.get_mut(&key).expect("inserted");
+        let record = self.clients.get_mut(&key).expect("present");
         if acked_below > record.floor {
             record.floor = acked_below;
             let keep = record.calls.split_off(&acked_below);
@@ -165,18 +163,12 @@ impl Server {
                     self.counters.forgotten += 1;
                 }
             }
+            self.prune_expiries();
         }
-        let record = self.clients.get_mut(&key).expect("inserted");
+        let record = self.clients.get(&key).expect("present");
         if call_id < record.floor {
             self.counters.duplicates_finished += 1;
             return Verdict::Dropped;
-        }
-        if Duration::from_micros(deadline_us as u64) > self.cfg.deadline_max {
-            // It could not be remembered for as long as copies may come: refused, every copy
-            // alike, so not executed at all.
-            self.counters.deadline_too_long += 1;
-            self.queue(Out::Bare(token, Status::DeadlineTooLong));
-            return Verdict::Refused;
         }
         if let Some(e) = self.entries.get(&token) {
             return if e.reply.is_some() {
@@ -189,10 +181,7 @@ impl Server {
             };
         }
         if self.entries.len() >= self.cfg.replies_max {
-            self.expire(now);
-            if self.entries.len() >= self.cfg.replies_max {
-                return self.busy(token);
-            }
+            return self.busy(token);
         }
         let deadline = now + Duration::from_micros(deadline_us as u64);
         // No copy of this request can arrive after this (see the module's "At most once").
@@ -204,7 +193,7 @@ impl Server {
                 expires,
             },
         );
-        let record = self.clients.get_mut(&key).expect("inserted");
+        let record = self.clients.get_mut(&key).expect("present");
         record.calls.insert(call_id);
         self.expiries.push(Reverse((expires, Expiry::Call(token))));
         if expires > record.expires {
@@ -306,6 +295,22 @@ impl Server {
     /// Forgets calls and clients whose window closed.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire(now);
+        self.prune_expiries();
+    }
+
+    /// Drops forgotten calls' and clients' expiries from the top of the heap, so that
+    /// [`Server::poll_timeout`] names a live one.
+    fn prune_expiries(&mut self) {
+        while let Some(&Reverse((t, what))) = self.expiries.peek() {
+            let live = match what {
+                Expiry::Call(token) => self.entries.get(&token).is_some_and(|e| e.expires == t),
+                Expiry::Client(a, i) => self.clients.get(&(a, i)).is_some_and(|r| r.expires == t),
+            };
+            if live {
+                return;
+            }
+            self.expiries.pop();
+        }
     }
 
     fn expire(&mut self, now: Instant) {

@@ -383,50 +383,140 @@ fn a_server_remembers_a_call_until_its_deadline_and_the_packet_lifetime_have_pas
 }
 
 #[test]
-fn a_deadline_beyond_the_servers_bound_is_refused_not_executed() {
-    let mut n = Net::new(&[Behaviour::Echo]);
-    // The server accepts deadlines up to 1 s; this client asks for 2 s.
-    n.servers[0].0 = Server::new(RpcConfig {
-        deadline_max: Duration::from_secs(1),
-        ..cfg()
-    })
-    .unwrap();
-    let id = n.call(&[server_addr(0)], b"x", Completion::First, 2000 * MS);
-    let o = n.outcome(id).unwrap();
-    assert_eq!(o.replies[0].1, Err(RemoteError::DeadlineTooLong));
-    assert!(n.executed[0].is_empty());
-    assert_eq!(n.servers[0].0.remembered(), 0);
-}
-
-#[test]
-fn a_client_whose_requests_were_all_refused_is_forgotten() {
+fn a_new_client_answered_busy_takes_no_place() {
     let c = RpcConfig {
-        clients_max: 1,
+        replies_max: 1,
         ..cfg()
     };
     let mut s = Server::new(c).unwrap();
-    let long = RequestHeader {
+    let r = RequestHeader {
         request_type: 1,
-        deadline_us: u32::MAX,
+        deadline_us: 1000,
         incarnation: 1,
         call_id: 1,
         acked_below: 1,
     };
     let now = Instant(0);
-    assert_eq!(
-        s.handle_request(now, server_addr(5), &long),
-        Verdict::Refused
-    );
-    let fine = RequestHeader {
-        deadline_us: 1000,
-        ..long
-    };
-    assert_eq!(s.handle_request(now, server_addr(6), &fine), Verdict::Busy);
-    let later = now + c.packet_lifetime;
     assert!(matches!(
-        s.handle_request(later, server_addr(6), &fine),
+        s.handle_request(now, server_addr(5), &r),
         Verdict::Execute { .. }
     ));
+    assert_eq!(s.handle_request(now, server_addr(6), &r), Verdict::Busy);
+    assert_eq!(s.clients(), 1);
+}
+
+/// Found in review: a full cache made the server forget, in the middle of a request, the
+/// record of the client making it, and then look it up (a panic).
+#[test]
+fn a_request_arriving_after_its_clients_record_expired_on_a_full_server_is_handled() {
+    let c = RpcConfig {
+        replies_max: 1,
+        ..cfg()
+    };
+    let mut s = Server::new(c).unwrap();
+    let t0 = Instant(1_000_000_000);
+    let r1 = RequestHeader {
+        request_type: 9,
+        deadline_us: 1000,
+        incarnation: 77,
+        call_id: 1,
+        acked_below: 1,
+    };
+    let Verdict::Execute { token, .. } = s.handle_request(t0, CLIENT, &r1) else {
+        panic!("executed")
+    };
+    assert!(s.reply(token, Status::Ok, b""));
+    // No handle_timeout in between.
+    let later = t0 + MS + c.packet_lifetime + MS;
+    let r2 = RequestHeader { call_id: 2, ..r1 };
+    assert!(matches!(
+        s.handle_request(later, CLIENT, &r2),
+        Verdict::Execute { .. }
+    ));
+}
+
+/// Found in review: copies of one call carry less and less time; an early copy arriving last
+/// must get the call's answer, whatever the server's own `deadline_max`.
+#[test]
+fn every_copy_of_a_call_gets_the_same_answer_whatever_its_deadline() {
+    let mut s = Server::new(RpcConfig {
+        deadline_max: Duration::from_secs(1),
+        ..cfg()
+    })
+    .unwrap();
+    let mut buf = vec![0u8; 1500];
+    let now = Instant(0);
+    let later = RequestHeader {
+        request_type: 9,
+        deadline_us: 990_000,
+        incarnation: 77,
+        call_id: 1,
+        acked_below: 1,
+    };
+    let earlier = RequestHeader {
+        deadline_us: 1_010_000,
+        ..later
+    };
+    let Verdict::Execute { token, .. } = s.handle_request(now, CLIENT, &later) else {
+        panic!("executed")
+    };
+    s.reply(token, Status::Ok, b"done");
+    while s.poll_transmit(&mut buf).is_some() {}
+    assert_eq!(
+        s.handle_request(now + MS, CLIENT, &earlier),
+        Verdict::Answered
+    );
+}
+
+/// Found in review: one number for all of a client's calls let a slow call to a dead server
+/// keep every other server remembering every later call until its window closed.
+#[test]
+fn a_slow_call_to_one_server_does_not_hold_back_anothers_memory() {
+    let c = RpcConfig {
+        replies_max: 8,
+        ..cfg()
+    };
+    let mut n = Net::with(c, &[Behaviour::Dead, Behaviour::Echo]);
+    let slow = n.call(&[server_addr(0)], b"", Completion::First, 10_000 * MS);
+    for i in 0..50u8 {
+        let id = n.call(&[server_addr(1)], &[i], Completion::First, 1000 * MS);
+        assert_eq!(
+            n.outcome(id).expect("answered").end,
+            End::Complete,
+            "call {i}"
+        );
+    }
+    assert!(n.servers[1].0.remembered() <= 1);
+    assert_eq!(n.servers[1].0.counters.busy, 0);
+    assert!(n.client.is_outstanding(slow));
+}
+
+#[test]
+fn calls_to_many_servers_find_duplicates_and_answers() {
+    let many: Vec<Address> = (0..40).map(server_addr).collect();
+    let mut c = Client::new(cfg(), 1).unwrap();
+    let now = Instant(0);
+    let mut dup = many.clone();
+    dup.push(server_addr(17));
+    assert_eq!(
+        c.call(now, &dup, 0, b"", Completion::All, 10 * MS),
+        Err(RpcError::DuplicateDestination(server_addr(17)))
+    );
+    let id = c
+        .call(now, &many, 0, b"", Completion::All, 10 * MS)
+        .unwrap();
+    for (k, &a) in many.iter().enumerate().rev() {
+        let r = ReplyHeader {
+            status: Status::Ok,
+            incarnation: 1,
+            call_id: id.0,
+        };
+        c.handle_reply(a, &r, &[k as u8]);
+    }
+    let (_, o) = c.poll_event().expect("complete");
+    assert_eq!(o.replies.len(), 40);
+    assert!(o.missing.is_empty());
+    assert_eq!(o.replies[0], (server_addr(39), Ok(vec![39])));
 }
 
 #[test]
@@ -600,7 +690,6 @@ fn headers_round_trip() {
         Status::Failed,
         Status::Busy,
         Status::ReplyTooLong,
-        Status::DeadlineTooLong,
     ] {
         let rep = RpcHeader::Reply(ReplyHeader {
             status,
@@ -686,10 +775,10 @@ fn random_input_never_panics_and_memory_stays_bounded() {
             bytes[1] = 1 + rng.below(2) as u8;
             bytes[2] = rng.below(7) as u8;
             bytes[3] = 0;
-            // Deadlines up to 65 ms, and now and then one beyond deadline_max.
-            if rng.chance(0.99) {
+            // Deadlines up to 65 ms, and now and then one up to 16 s.
+            bytes[7] = 0;
+            if rng.chance(0.998) {
                 bytes[6] = 0;
-                bytes[7] = 0;
             }
             for b in &mut bytes[8..16] {
                 *b = 0;
@@ -723,8 +812,5 @@ fn random_input_never_panics_and_memory_stays_bounded() {
     }
     // The input reached every path that matters.
     let s = &server.counters;
-    assert!(
-        s.executed > 500 && s.busy > 0 && s.forgotten > 0 && s.deadline_too_long > 0,
-        "{s:?}"
-    );
+    assert!(s.executed > 500 && s.busy > 0 && s.forgotten > 0, "{s:?}");
 }
