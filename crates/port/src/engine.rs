@@ -546,6 +546,17 @@ impl Engine {
     /// others asleep the sleep is short ([`SHARED_SLEEP_MAX`]), and a long sleeper already
     /// there is woken to go back to sleep on those terms.
     pub(crate) fn invoker_sleep(&self, wait_max: Duration, own: &Endpoint) -> bool {
+        self.invoker_sleep_then(wait_max, own, || {})
+    }
+
+    /// [`Engine::invoker_sleep`] that calls `woke` right after a sleep in a read of `own`'s
+    /// socket returns, before what it read is delivered.
+    pub(crate) fn invoker_sleep_then(
+        &self,
+        wait_max: Duration,
+        own: &Endpoint,
+        woke: impl FnOnce(),
+    ) -> bool {
         let now = self.now();
         let mut until;
         let alone;
@@ -568,7 +579,7 @@ impl Engine {
         }
         let readable = match until.checked_sub(now.0).filter(|&n| n > 0) {
             None => true,
-            Some(n) if alone && self.sleep_in_read(own, Duration::from_nanos(n)) => false,
+            Some(n) if alone && self.sleep_in_read(own, Duration::from_nanos(n), woke) => false,
             Some(n) => {
                 use crate::mmsg::EpollWake;
                 match crate::mmsg::epoll_sleep(self.shared.epoll_fd, Duration::from_nanos(n)) {
@@ -598,7 +609,7 @@ impl Engine {
     /// The sleep of [`Engine::invoker_sleep`] in a read of `own`'s socket, if it may be taken
     /// (false, having done nothing, if not): the socket blocks and its timeout ends the read
     /// within `wait`, `own` is the only socket of the engine, and no wake-up is pending.
-    fn sleep_in_read(&self, own: &Endpoint, wait: Duration) -> bool {
+    fn sleep_in_read(&self, own: &Endpoint, wait: Duration, woke: impl FnOnce()) -> bool {
         if own.blocking_sleep.is_none_or(|t| t > wait) || own.group_socket.get().is_some() {
             return false;
         }
@@ -618,7 +629,9 @@ impl Engine {
         // Dekker pairing with `wake`: it raises `wake_pending` before it looks at `blocked`.
         self.shared.blocked.store(true, Ordering::SeqCst);
         if !self.shared.wake_pending.load(Ordering::SeqCst) {
-            if let Ok(1) = batch.recv_one_waiting(&own.socket) {
+            let r = batch.recv_one_waiting(&own.socket);
+            woke();
+            if let Ok(1) = r {
                 self.handle_batch(own, &batch, 1);
             }
         }

@@ -741,7 +741,9 @@ impl Port {
         buf: &mut [u8],
         timeout: Option<Duration>,
     ) -> Result<Received, PortError> {
-        if let Some(r) = self.try_recv(buf) {
+        // What the ring holds; the wait below reads the network (an invoker's read here would
+        // nearly always find nothing, and cost a system call per message).
+        if let Some(r) = self.take(buf) {
             return Ok(r);
         }
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
@@ -785,8 +787,16 @@ impl Port {
         };
         let mut n = 0u32;
         let mut fds = Vec::new();
+        // After a sleep: whether traffic may still wait on a socket (a sleep in a read of the
+        // socket took its datagram in already; reading again would find nothing). A parked
+        // receiver does not read before its first sleep either: the sleep ends at once if a
+        // datagram waits, and takes it in.
+        let mut after_sleep: Option<bool> = (spins == 0).then_some(false);
         loop {
-            self.engine.duty_cycle();
+            match after_sleep.take() {
+                None => self.engine.duty_cycle(),
+                Some(readable) => self.engine.duty_cycle_after_sleep(readable),
+            };
             if self.ring.has_ready() {
                 return true;
             }
@@ -814,7 +824,16 @@ impl Port {
                 ));
             }
             if !wait.is_zero() {
-                self.ring.park_on_sockets(&mut fds, wait);
+                // The engine's sleep: in a read of the socket when this thread sleeps alone
+                // (one system call a hop, as a blocking UDP receiver), else on its sockets.
+                let (engine, ep) = (&self.engine, &self.ep);
+                let mut readable = true;
+                // Awake, it says so before it delivers what its read brought into its own
+                // ring (else the delivery would ring its doorbell, a datagram to itself).
+                self.ring.park_with(wait, |t| {
+                    readable = engine.invoker_sleep_then(t, ep, || ep.ring.receiver_awake())
+                });
+                after_sleep = Some(readable);
             }
         }
     }

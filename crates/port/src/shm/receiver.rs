@@ -352,6 +352,13 @@ impl RingReceiver {
     /// address they set with [`RingSender::set_doorbell`](super::RingSender::set_doorbell)
     /// instead of waking the futex. Same Dekker pairing as the futex park.
     pub fn park_on_sockets(&mut self, fds: &mut [libc::pollfd], timeout: Duration) -> bool {
+        self.park_with(timeout, |t| crate::mmsg::ppoll_for(fds, t))
+    }
+
+    /// [`RingReceiver::park_on_sockets`] with the sleep itself left to `sleep` (called with
+    /// how long it may last, unless a message or a wake-up is already there): senders see this
+    /// receiver asleep on its socket for its duration and ring its doorbell.
+    pub fn park_with(&mut self, timeout: Duration, sleep: impl FnOnce(Duration)) -> bool {
         let header = self.seg.header();
         let sleeping = &header.sleeping.0;
         sleeping.store(super::segment::SLEEPING_ON_SOCKET, Ordering::SeqCst);
@@ -367,7 +374,7 @@ impl RingReceiver {
         } else {
             timeout
         };
-        crate::mmsg::ppoll_for(fds, timeout);
+        sleep(timeout);
         sleeping.store(super::segment::SLEEPING_NO, Ordering::SeqCst);
         self.has_ready()
     }

@@ -205,6 +205,17 @@ impl RingSender {
 
     /// Where to send the doorbell datagram when the receiver parks on its socket (the
     /// receiving port's UDP address). Set once; later calls are ignored.
+    /// For the receiver's own thread, awake after sleeping on its socket: clears the
+    /// receiver's "asleep" mark, so that what it delivers into its ring itself rings no
+    /// doorbell. (Any message published after this is seen by the receiver's re-check of the
+    /// ring once its park returns.)
+    pub(crate) fn receiver_awake(&self) {
+        self.seg.header().sleeping.0.store(
+            super::segment::SLEEPING_NO,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+
     pub fn set_doorbell(&self, to: std::net::SocketAddr) {
         let _ = self.seg.doorbell.set(to);
     }
