@@ -10,6 +10,7 @@ pub mod group;
 mod machine;
 mod mapping;
 pub mod multicast;
+pub mod rpc;
 pub mod rtt;
 pub mod stats;
 pub mod throughput;
@@ -49,6 +50,10 @@ usage: txcast bench <what> [options]
               every member a process; raw UDP round trip as the yardstick
               [--cases delay,throughput,parallel,resilience] [--sizes 2,3,4,8,16]
               [--bytes 0,1024,4096,8000] [--methods pb,bb] [--iterations N] [--seconds S]
+  rpc         null RPC round trip local and remote against the raw UDP round trip and
+              txcast's port round trips; multicast RPC to n servers, first / majority / all
+              [--cases null,multicast] [--servers 1,2,4,8,16] [--iterations N]
+              [--multicast-iterations N]
 
   --json      JSON lines on stdout, the human table on stderr
 ";
@@ -64,6 +69,7 @@ pub fn run(args: &[String]) -> i32 {
         "throughput" => throughput::run(&args[1..]),
         "multicast" => multicast::run(&args[1..]),
         "group" => group::run(&args[1..]),
+        "rpc" => rpc::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             0
@@ -94,6 +100,7 @@ pub fn child(args: &[String]) -> i32 {
         Some("multicast") => multicast::child(&args[1..]),
         Some("throughput") => throughput::child(&args[1..]),
         Some("group") => group::child(&args[1..]),
+        Some("rpc") => rpc::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;

@@ -1,0 +1,382 @@
+//! `txcast bench rpc`: null RPC round trips, local (shared memory) and remote (UDP), with the
+//! raw blocking UDP round trip and txcast's own port round trips measured in the same run;
+//! and multicast RPC to 1..16 servers completing on the first answer, a majority, or all.
+//!
+//! Every server is its own process (`__bench-child rpc serve ...`), parked while it waits, as
+//! is the calling parent. A null call carries no payload (a 32-byte RPC header); the raw UDP
+//! yardstick carries 32 bytes each way.
+
+use super::rtt::{find_case, measure_in_processes};
+use super::stats::{Report, Samples};
+use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
+use std::io;
+use std::process::Child;
+use std::time::{Duration, Instant};
+use txcast_port::{
+    Completion, End, Engine, EngineConfig, EngineMode, IdleStrategy, Port, PortConfig, Rpc,
+    RpcCallError, RpcConfig,
+};
+use txcast_proto::Address;
+
+/// Away from the tests' instances and the other benchmarks'.
+const INSTANCE: u16 = 44;
+const CLIENT_TYPE: u16 = 1;
+const SERVER_TYPE: u16 = 2;
+const NULL: u16 = 1;
+const QUIT: u16 = 2;
+const CALL_DEADLINE: Duration = Duration::from_secs(2);
+const SERVER_LIFETIME_MAX: Duration = Duration::from_secs(600);
+
+const USAGE: &str = "\
+usage: txcast bench rpc [--cases null,multicast] [--iterations N] [--warmup N]
+                        [--servers 1,2,4,8,16] [--multicast-iterations N] [--json]
+";
+
+fn addr(site: u16, server_type: u16) -> Address {
+    Address::new(INSTANCE, site, server_type, 0)
+}
+
+/// Remote: no engine thread, the calling thread reads the socket (one wake-up per message, as
+/// a blocking UDP socket). Local: the engine thread has nothing to do and parks; the caller
+/// parks on its ring.
+fn open(a: Address, remote: bool) -> io::Result<Rpc> {
+    let engine = Engine::start(EngineConfig {
+        mode: if remote {
+            EngineMode::Invoker
+        } else {
+            EngineMode::Thread
+        },
+        ..EngineConfig::default()
+    })?;
+    let port = Port::open_on(
+        &engine,
+        a,
+        PortConfig {
+            idle: IdleStrategy::Park,
+            ..PortConfig::default()
+        },
+    )
+    .map_err(|e| io::Error::other(e.to_string()))?;
+    Rpc::new(port, RpcConfig::default()).map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// Server processes, killed when dropped unless they finished.
+struct Servers {
+    children: Vec<Child>,
+    addrs: Vec<Address>,
+}
+
+impl Servers {
+    fn start(sites: &[u16], remote: bool) -> io::Result<Servers> {
+        let mut s = Servers {
+            children: Vec::new(),
+            addrs: Vec::new(),
+        };
+        for &site in sites {
+            s.children.push(spawn_child(&[
+                "rpc".into(),
+                "serve".into(),
+                site.to_string(),
+                if remote { "remote" } else { "local" }.into(),
+            ])?);
+            s.addrs.push(addr(site, SERVER_TYPE));
+        }
+        Ok(s)
+    }
+
+    /// Waits until every server answers.
+    fn ready(&self, rpc: &mut Rpc) -> io::Result<()> {
+        let end = Instant::now() + Duration::from_secs(20);
+        for &a in &self.addrs {
+            loop {
+                match rpc.call(a, NULL, &[], Duration::from_millis(200)) {
+                    Ok(_) => break,
+                    Err(RpcCallError::DeadlinePassed(_)) if Instant::now() < end => {}
+                    Err(e) => return Err(io::Error::other(format!("server {a}: {e}"))),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, rpc: &mut Rpc) -> io::Result<()> {
+        let o = rpc
+            .multicast(
+                &self.addrs,
+                QUIT,
+                &[],
+                Completion::All,
+                Duration::from_secs(5),
+            )
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let mut result = if o.end == End::Complete {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "no QUIT answer from {:?}",
+                o.missing
+            )))
+        };
+        for c in &mut self.children {
+            if let Err(e) = wait_child(c, Duration::from_secs(10)) {
+                result = result.and(Err(e));
+            }
+        }
+        self.children.clear();
+        result
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            kill_child(c);
+        }
+    }
+}
+
+/// Null calls to one server: local (same site) or remote (site 1).
+fn null_calls(remote: bool, warmup: u64, iterations: u64) -> io::Result<Samples> {
+    let site = u16::from(remote);
+    let servers = Servers::start(&[site], remote)?;
+    let mut rpc = open(addr(0, CLIENT_TYPE), remote)?;
+    servers.ready(&mut rpc)?;
+    let dest = servers.addrs[0];
+    let mut samples = Samples::with_capacity(iterations as usize);
+    for i in 0..warmup + iterations {
+        let t = Instant::now();
+        let out = rpc
+            .call(dest, NULL, &[], CALL_DEADLINE)
+            .map_err(|e| io::Error::other(format!("call: {e}")))?;
+        let elapsed = t.elapsed();
+        if !out.is_empty() {
+            return Err(io::Error::other("a null call returned bytes"));
+        }
+        if i >= warmup {
+            samples.record(elapsed);
+        }
+    }
+    servers.finish(&mut rpc)?;
+    Ok(samples)
+}
+
+/// Multicast null calls to `n` remote servers (sites 1..=n), completing per `completion`.
+fn multicast_calls(
+    rpc: &mut Rpc,
+    servers: &Servers,
+    completion: Completion,
+    warmup: u64,
+    iterations: u64,
+) -> io::Result<Samples> {
+    let mut samples = Samples::with_capacity(iterations as usize);
+    for i in 0..warmup + iterations {
+        let t = Instant::now();
+        let o = rpc
+            .multicast(&servers.addrs, NULL, &[], completion, CALL_DEADLINE)
+            .map_err(|e| io::Error::other(format!("multicast: {e}")))?;
+        let elapsed = t.elapsed();
+        if o.end != End::Complete {
+            return Err(io::Error::other(format!("no answer from {:?}", o.missing)));
+        }
+        if i >= warmup {
+            samples.record(elapsed);
+        }
+    }
+    Ok(samples)
+}
+
+fn completion_name(c: Completion) -> &'static str {
+    match c {
+        Completion::First => "first",
+        Completion::Quorum(_) => "majority",
+        Completion::All => "all",
+    }
+}
+
+/// Adds a latency row for `name`, or reports its failure.
+fn record(name: &str, r: io::Result<Samples>, report: &mut Report, failures: &mut usize) {
+    match r.and_then(|mut s| s.summary().ok_or_else(|| io::Error::other("no samples"))) {
+        Ok(s) => {
+            eprintln!(
+                "  {name}: p50 {:.1} µs p99 {:.1} µs",
+                s.p50_ns as f64 / 1e3,
+                s.p99_ns as f64 / 1e3
+            );
+            report.push_latency(name, 0, s);
+        }
+        Err(e) => {
+            eprintln!("  {name} FAILED: {e}");
+            *failures += 1;
+        }
+    }
+}
+
+/// `txcast __bench-child rpc serve <site> <local|remote>`: a null server until QUIT.
+pub fn child(args: &[String]) -> io::Result<()> {
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "rpc serve <site> <local|remote>",
+        )
+    };
+    let [what, site, where_] = args else {
+        return Err(bad());
+    };
+    if what != "serve" {
+        return Err(bad());
+    }
+    let site: u16 = site.parse().map_err(|_| bad())?;
+    let remote = match where_.as_str() {
+        "remote" => true,
+        "local" => false,
+        _ => return Err(bad()),
+    };
+    let mut rpc = open(addr(site, SERVER_TYPE), remote)?;
+    let quit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    rpc.register(NULL, |_, _| Ok(Vec::new()));
+    let q = quit.clone();
+    rpc.register(QUIT, move |_, _| {
+        q.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(Vec::new())
+    });
+    let started = Instant::now();
+    while !quit.load(std::sync::atomic::Ordering::SeqCst) {
+        if started.elapsed() > SERVER_LIFETIME_MAX {
+            return Err(io::Error::other("no QUIT"));
+        }
+        rpc.serve(Duration::from_millis(200))
+            .map_err(|e| io::Error::other(e.to_string()))?;
+    }
+    // Answer copies of the QUIT whose answer was lost.
+    rpc.serve(Duration::from_millis(100))
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(())
+}
+
+pub fn run(args: &[String]) -> i32 {
+    let opts = match Options::parse(
+        args,
+        &[
+            "cases",
+            "iterations",
+            "warmup",
+            "servers",
+            "multicast-iterations",
+        ],
+        &["json", "help"],
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("txcast bench rpc: {e}\n{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    if opts.flag("help") {
+        print!("{USAGE}");
+        return 0;
+    }
+    let get = || -> Result<_, String> {
+        let servers = opts.u64_list_or("servers", &[1, 2, 4, 8, 16])?;
+        if servers.iter().any(|&n| n == 0 || n > 32) {
+            return Err("--servers: each 1..=32".into());
+        }
+        Ok((
+            opts.list_or("cases", &["null", "multicast"]),
+            opts.u64_or("iterations", 20_000)?,
+            opts.u64_or("warmup", 2_000)?,
+            servers,
+            opts.u64_or("multicast-iterations", 2_000)?,
+        ))
+    };
+    let (cases, iterations, warmup, server_counts, mc_iterations) = match get() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("txcast bench rpc: {e}\n{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    if let Some(c) = cases.iter().find(|c| *c != "null" && *c != "multicast") {
+        eprintln!("txcast bench rpc: unknown case {c}\n{USAGE}");
+        return EXIT_USAGE;
+    }
+    let mut report = Report::new("rpc", &["raw-udp-blocking"]);
+    let mut failures = 0;
+    // The yardsticks: raw UDP, and txcast's port round trips under the same RPC.
+    for case in [
+        "raw-udp-blocking",
+        "txcast-local-park",
+        "txcast-remote-park",
+    ] {
+        let c = find_case(case).expect("case exists");
+        match measure_in_processes(c, 32, warmup, iterations) {
+            Ok(s) => {
+                eprintln!("  {case}: p50 {:.1} µs", s.p50_ns as f64 / 1e3);
+                report.push_latency(case, 0, s);
+            }
+            Err(e) => {
+                eprintln!("  {case} FAILED: {e}");
+                failures += 1;
+            }
+        }
+    }
+    if cases.iter().any(|c| c == "null") {
+        record(
+            "rpc-null-local-park",
+            null_calls(false, warmup, iterations),
+            &mut report,
+            &mut failures,
+        );
+        record(
+            "rpc-null-remote-park",
+            null_calls(true, warmup, iterations),
+            &mut report,
+            &mut failures,
+        );
+    }
+    if cases.iter().any(|c| c == "multicast") {
+        for &n in &server_counts {
+            let sites: Vec<u16> = (1..=n as u16).collect();
+            let r = (|| -> io::Result<()> {
+                let servers = Servers::start(&sites, true)?;
+                let mut rpc = open(addr(0, CLIENT_TYPE), true)?;
+                servers.ready(&mut rpc)?;
+                for completion in [
+                    Completion::First,
+                    Completion::Quorum(n as usize / 2 + 1),
+                    Completion::All,
+                ] {
+                    let name = format!("rpc-multicast-{}-n{n}", completion_name(completion));
+                    let s = multicast_calls(
+                        &mut rpc,
+                        &servers,
+                        completion,
+                        mc_iterations / 10,
+                        mc_iterations,
+                    );
+                    record(&name, s, &mut report, &mut failures);
+                }
+                servers.finish(&mut rpc)
+            })();
+            if let Err(e) = r {
+                eprintln!("  multicast n={n} FAILED: {e}");
+                failures += 1;
+            }
+        }
+    }
+    let heading = format!(
+        "rpc: null calls ({iterations} timed after {warmup}), every server a parked process; \
+         local = same site (shared memory), remote = site 1 (UDP); multicast = null calls to \
+         n remote servers ({mc_iterations} each); yardsticks at 32 bytes (latencies in µs)\n"
+    );
+    if opts.flag("json") {
+        eprint!("{heading}{}", report.table());
+        print!("{}", report.json_lines());
+    } else {
+        print!("{heading}{}", report.table());
+    }
+    if failures > 0 {
+        EXIT_FAILED
+    } else {
+        0
+    }
+}
