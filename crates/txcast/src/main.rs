@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod group_cmd;
+mod rpc_cmd;
 mod sim_cmd;
 mod stat;
 
@@ -30,6 +31,7 @@ fn main() {
         Some("__bench-child") => bench::child(&args[2..]),
         Some("__demo-site") => demo::site(&args[2..]),
         Some("__group-member") => group_cmd::member(&args[2..]),
+        Some("__rpc-server") => rpc_cmd::server(&args[2..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{USAGE}");
             0
