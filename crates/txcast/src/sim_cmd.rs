@@ -3,15 +3,18 @@
 use crate::opt;
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
+use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
 
 pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
         Some("link") => link(&args[1..]),
         Some("group") => group(&args[1..]),
+        Some("rpc") => rpc(&args[1..]),
         _ => {
             eprintln!(
                 "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
                  \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N] [--no-partitions] [--no-clogs]\n\
+                 \x20      txcast sim rpc [--seed S | --seeds N [--first F]] [--servers N] [--clients N] [--calls N]\n\
                  \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
             );
             2
@@ -151,6 +154,76 @@ fn group(args: &[String]) -> i32 {
     let failures = failures.into_inner();
     println!(
         "group simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    i32::from(failures > 0)
+}
+
+fn rpc(args: &[String]) -> i32 {
+    let mut opts = RpcSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--servers") {
+        opts.servers = n.clamp(1, 8);
+    }
+    if let Some(n) = opt::<usize>(args, "--clients") {
+        opts.clients = n.clamp(1, 8);
+    }
+    if let Some(n) = opt::<u32>(args, "--calls") {
+        opts.calls_per_client = n;
+    }
+    if let Some(seed) = opt::<u64>(args, "--seed") {
+        return match run_rpc(seed, &opts) {
+            Ok(r) => {
+                println!("seed {seed}: ok");
+                println!("  faults:  {:?}", r.faults);
+                println!("  network: {:?}", r.net);
+                println!("  clients: {:?}", r.client);
+                println!("  servers: {:?}", r.server);
+                println!(
+                    "  {} calls: {} complete, {} out of time; {} executions ({} again after a server restart); {} crashes; virtual end {:.3} s; trace digest {:016x}",
+                    r.calls,
+                    r.complete,
+                    r.timed_out,
+                    r.executions,
+                    r.executed_after_restart,
+                    r.crashes,
+                    r.end_ns as f64 / 1e9,
+                    r.digest
+                );
+                0
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        };
+    }
+    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
+    let first = opt::<u64>(args, "--first").unwrap_or(0);
+    let started = std::time::Instant::now();
+    let mut failures = 0u64;
+    for (k, seed) in (first..first + seeds).enumerate() {
+        let run = std::panic::catch_unwind(|| run_rpc(seed, &opts));
+        let err = match run {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some(format!(
+                "rpc simulation seed {seed}: panicked\n  replay: cargo run --release -- sim rpc --seed {seed}"
+            )),
+        };
+        if let Some(e) = err {
+            failures += 1;
+            eprintln!("{e}");
+        }
+        if (k + 1) % 1000 == 0 {
+            eprintln!(
+                "  {} / {seeds} seeds, {failures} failures, {:.0} s",
+                k + 1,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    println!(
+        "rpc simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     i32::from(failures > 0)

@@ -1,0 +1,580 @@
+//! RPC in the simulator: clients calling servers (one or several at once, complete on the
+//! first, k or all answers) over the seeded network, with crashes and restarts of both, slow
+//! and failing handlers, and small reply caches.
+//!
+//! Safety phase (faults on), then a liveness phase (faults healed, no crashes): each client
+//! calls every live server and must get every answer. Checkers, after every step:
+//! - **at most once**: no server incarnation executes one call (client incarnation, call id)
+//!   twice; executions in a restarted server's new incarnation are counted apart (a server's
+//!   memory does not survive its crash, see docs/ARCHITECTURE.md);
+//! - **integrity**: every result a client gets is the function of the request its server
+//!   computes, from a server the call went to, for a call that server executed; every failure
+//!   is one the server reported;
+//! - **outcomes**: each server answers a call at most once in its outcome; `missing` is
+//!   exactly the servers that did not answer; a call complete has enough answers, one out of
+//!   time has too few and ended at its deadline, not before; no call outlives its deadline.
+
+use crate::net::{FaultConfig, NetCounters, Network};
+use crate::{Digest, NodeId};
+use std::collections::{HashMap, HashSet};
+use txcast_proto::addr::Address;
+use txcast_proto::rng::Rng;
+use txcast_proto::rpc::msg::{self, RpcHeader};
+use txcast_proto::rpc::{
+    CallId, Client, ClientCounters, Completion, End, RemoteError, RpcConfig, Server,
+    ServerCounters, Status, Token, Verdict,
+};
+use txcast_proto::time::Instant;
+
+const MS: u64 = 1_000_000;
+
+#[derive(Clone, Debug)]
+pub struct RpcSimOptions {
+    pub servers: usize,
+    pub clients: usize,
+    /// Calls each client starts in the safety phase.
+    pub calls_per_client: u32,
+    pub safety_ns: u64,
+    pub faults: bool,
+}
+
+impl Default for RpcSimOptions {
+    fn default() -> Self {
+        RpcSimOptions {
+            servers: 3,
+            clients: 3,
+            calls_per_client: 120,
+            safety_ns: 3_000 * MS,
+            faults: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RpcSimReport {
+    pub seed: u64,
+    pub faults: FaultConfig,
+    pub crashes: usize,
+    pub calls: u64,
+    pub complete: u64,
+    pub timed_out: u64,
+    pub executions: u64,
+    /// Calls executed again by a restarted server (its memory lost in the crash).
+    pub executed_after_restart: u64,
+    pub client: ClientCounters,
+    pub server: ServerCounters,
+    pub net: NetCounters,
+    pub end_ns: u64,
+    pub digest: u64,
+}
+
+fn address(node: NodeId) -> Address {
+    Address::new(0, node as u16, 1, 0)
+}
+
+/// What a server answers to `payload`: a digest of it, so the checker can recompute it.
+fn result_of(payload: &[u8]) -> Vec<u8> {
+    let mut d = Digest::default();
+    d.add(payload);
+    d.0.to_le_bytes().to_vec()
+}
+
+/// Whether the handler fails this request (decided by its bytes, so it is checkable).
+fn fails(payload: &[u8]) -> bool {
+    payload.first().is_some_and(|b| b % 7 == 0)
+}
+
+struct SimServer {
+    server: Server,
+    incarnation: u32,
+    /// Calls whose handler is still "running": (reply at, token, deadline, payload).
+    running: Vec<(Instant, Token, Instant, Vec<u8>)>,
+}
+
+/// A call as the checker knows it: destinations, answers needed, start, deadline, payload.
+type CallRecord = (Vec<Address>, usize, Instant, Instant, Vec<u8>);
+
+struct SimClient {
+    client: Client,
+    incarnation: u64,
+    started: u32,
+    next_call_at: Instant,
+    /// Outstanding calls: id -> (destinations, need, start, deadline, payload).
+    calls: HashMap<u64, CallRecord>,
+}
+
+/// Limits drawn per seed. A server remembers at least one call of every client, and every
+/// client: with fewer, a client can be refused (`Busy`) for as long as the others' calls stay
+/// in their windows, past the liveness phase's deadline, as the bounds intend.
+fn rpc_config(rng: &mut Rng, clients: usize) -> RpcConfig {
+    let retry_initial = (1 + rng.below(20)) * MS;
+    RpcConfig {
+        calls_max: 1 + rng.below(8) as usize,
+        destinations_max: 8,
+        retry_initial: std::time::Duration::from_nanos(retry_initial),
+        retry_max: std::time::Duration::from_nanos(retry_initial * (1 + rng.below(8))),
+        replies_max: clients + rng.below(40) as usize,
+        clients_max: clients + rng.below(4) as usize,
+        // Longer than any delay the network can give a packet (delay and clogs): the
+        // assumption at-most-once rests on.
+        packet_lifetime: std::time::Duration::from_millis(100),
+        ..RpcConfig::default()
+    }
+}
+
+pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> {
+    let fail = |what: String| {
+        format!("rpc simulation seed {seed}: {what}\n  replay: cargo run --release -- sim rpc --seed {seed}")
+    };
+    let mut rng = Rng::new(seed);
+    let faults = if opts.faults {
+        FaultConfig::swarm(&mut rng).with_clogs(&mut Rng::new(seed ^ 0xc10c_c10c))
+    } else {
+        FaultConfig::none()
+    };
+    if faults.delay_max_ns + faults.clog_max_ns >= 100 * MS {
+        return Err(fail(
+            "the network's delays exceed the packet lifetime".into(),
+        ));
+    }
+    let cfg = rpc_config(&mut rng, opts.clients);
+    let slow = if rng.chance(0.5) {
+        rng.below(500) as f64 / 1000.0
+    } else {
+        0.0
+    };
+    let (ns, nc) = (opts.servers, opts.clients);
+    let n = ns + nc;
+    let mut net = Network::new(n, faults.clone(), rng.fork());
+    let mut servers: Vec<SimServer> = (0..ns)
+        .map(|_| SimServer {
+            server: Server::new(cfg).expect("config"),
+            incarnation: 1,
+            running: Vec::new(),
+        })
+        .collect();
+    let mut clients: Vec<SimClient> = (0..nc)
+        .map(|_| SimClient {
+            client: Client::new(cfg, 1).expect("config"),
+            incarnation: 1,
+            started: 0,
+            next_call_at: Instant(rng.below(10 * MS)),
+            calls: HashMap::new(),
+        })
+        .collect();
+    // Crashes: (time, node), servers and clients alike.
+    let mut crashes: Vec<(u64, NodeId)> = Vec::new();
+    if opts.faults && rng.chance(0.4) {
+        for _ in 0..1 + rng.below(4) {
+            crashes.push((rng.below(opts.safety_ns), rng.below(n as u64) as usize));
+        }
+        crashes.sort_unstable();
+    }
+    let crash_count = crashes.len();
+    // Checker state.
+    // (server, server incarnation, client address, client incarnation, call id) executed.
+    let mut executed: HashSet<(NodeId, u32, Address, u64, u64)> = HashSet::new();
+    // (server, client address, client incarnation, call id) executed by any incarnation.
+    let mut executed_any: HashSet<(NodeId, Address, u64, u64)> = HashSet::new();
+    let mut executed_after_restart = 0u64;
+    let mut executions = 0u64;
+    let (mut calls, mut complete, mut timed_out) = (0u64, 0u64, 0u64);
+    let mut digest = Digest::default();
+    let mut buf = vec![0u8; cfg.message_bytes_max];
+    let mut now = Instant::ZERO;
+    let mut healed = false;
+    let end_ns = opts.safety_ns + 2_000 * MS;
+    // Liveness: after healing and a quiet spell, each client calls every server once more.
+    let liveness_at = opts.safety_ns + 500 * MS;
+    let mut liveness_calls: HashMap<(usize, u64), ()> = HashMap::new();
+    let mut liveness_started = false;
+    loop {
+        if !healed && now.0 >= opts.safety_ns {
+            net.heal();
+            healed = true;
+        }
+        if !healed {
+            net.step_partitions();
+            net.step_clogs(now);
+        }
+        while crashes.first().is_some_and(|&(t, _)| t <= now.0) {
+            let (_, k) = crashes.remove(0);
+            digest.add_u64(now.0 ^ k as u64);
+            if k < ns {
+                let s = &mut servers[k];
+                s.incarnation += 1;
+                s.server = Server::new(cfg).expect("config");
+                s.running.clear();
+            } else {
+                let c = &mut clients[k - ns];
+                c.incarnation += 1;
+                c.client = Client::new(cfg, c.incarnation).expect("config");
+                c.calls.clear();
+            }
+        }
+        // Arrivals.
+        while let Some((to, bytes)) = net.pop_due(now) {
+            let (from, body) = unstamp(&bytes);
+            let Ok((header, payload)) = msg::decode(body) else {
+                return Err(fail(format!("node {to} got a malformed message")));
+            };
+            match header {
+                RpcHeader::Request(r) => {
+                    if to >= ns {
+                        return Err(fail("a request reached a client".into()));
+                    }
+                    let s = &mut servers[to];
+                    if let Verdict::Execute {
+                        token, deadline, ..
+                    } = s.server.handle_request(now, from, &r)
+                    {
+                        let at = if slow > 0.0 && rng.chance(slow) {
+                            Instant(now.0 + rng.below(30 * MS))
+                        } else {
+                            now
+                        };
+                        s.running.push((at, token, deadline, payload.to_vec()));
+                    }
+                }
+                RpcHeader::Reply(r) => {
+                    if to < ns {
+                        return Err(fail("a reply reached a server".into()));
+                    }
+                    clients[to - ns].client.handle_reply(from, &r, payload);
+                }
+            }
+        }
+        // Handlers that finish now.
+        for (k, s) in servers.iter_mut().enumerate() {
+            let mut i = 0;
+            while i < s.running.len() {
+                if s.running[i].0 > now {
+                    i += 1;
+                    continue;
+                }
+                let (_, token, deadline, payload) = s.running.swap_remove(i);
+                let (status, out) = if now > deadline {
+                    (Status::DeadlinePassed, Vec::new())
+                } else {
+                    let key = (
+                        k,
+                        s.incarnation,
+                        token.client,
+                        token.incarnation,
+                        token.call_id,
+                    );
+                    if !executed.insert(key) {
+                        return Err(fail(format!(
+                            "server {k} (incarnation {}) executed call {} of {} (incarnation {}) twice",
+                            s.incarnation, token.call_id, token.client, token.incarnation
+                        )));
+                    }
+                    executions += 1;
+                    if !executed_any.insert((k, token.client, token.incarnation, token.call_id)) {
+                        executed_after_restart += 1;
+                    }
+                    if fails(&payload) {
+                        (Status::Failed, b"refused".to_vec())
+                    } else {
+                        (Status::Ok, result_of(&payload))
+                    }
+                };
+                s.server.reply(token, status, &out);
+            }
+        }
+        // Timers.
+        for s in servers.iter_mut() {
+            if s.server.poll_timeout().is_some_and(|t| t <= now) {
+                s.server.handle_timeout(now);
+            }
+        }
+        for c in clients.iter_mut() {
+            if c.client.poll_timeout().is_some_and(|t| t <= now) {
+                c.client.handle_timeout(now);
+            }
+        }
+        // New calls.
+        for (k, c) in clients.iter_mut().enumerate() {
+            let me = address(ns + k);
+            if !healed && c.started < opts.calls_per_client && c.next_call_at <= now {
+                c.next_call_at = Instant(now.0 + rng.below(8 * MS));
+                let m = 1 + rng.below(ns as u64) as usize;
+                let mut dests: Vec<Address> = (0..ns).map(address).collect();
+                for i in (1..dests.len()).rev() {
+                    dests.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                dests.truncate(m);
+                let completion = match rng.below(3) {
+                    0 => Completion::First,
+                    1 => Completion::Quorum(1 + rng.below(m as u64) as usize),
+                    _ => Completion::All,
+                };
+                let need = match completion {
+                    Completion::First => 1,
+                    Completion::Quorum(q) => q,
+                    Completion::All => m,
+                };
+                let deadline = (5 + rng.below(200)) * MS;
+                let mut payload = vec![rng.below(256) as u8; 1 + rng.below(40) as usize];
+                payload.extend_from_slice(&me.site.to_le_bytes());
+                if let Ok(id) = c.client.call(
+                    now,
+                    &dests,
+                    rng.below(4) as u16,
+                    &payload,
+                    completion,
+                    std::time::Duration::from_nanos(deadline),
+                ) {
+                    c.started += 1;
+                    calls += 1;
+                    c.calls
+                        .insert(id.0, (dests, need, now, Instant(now.0 + deadline), payload));
+                }
+            }
+            if !liveness_started && now.0 >= liveness_at {
+                let all: Vec<Address> = (0..ns).map(address).collect();
+                let id = c
+                    .client
+                    .call(
+                        now,
+                        &all,
+                        0,
+                        &[1, 2, 3],
+                        Completion::All,
+                        std::time::Duration::from_millis(1000),
+                    )
+                    .map_err(|e| fail(format!("liveness call refused: {e}")))?;
+                c.calls.insert(
+                    id.0,
+                    (all, ns, now, Instant(now.0 + 1000 * MS), vec![1, 2, 3]),
+                );
+                liveness_calls.insert((k, id.0), ());
+                calls += 1;
+            }
+        }
+        if !liveness_started && now.0 >= liveness_at {
+            liveness_started = true;
+        }
+        // Outcomes and the checker.
+        for (k, c) in clients.iter_mut().enumerate() {
+            let me = address(ns + k);
+            while let Some((CallId(id), o)) = c.client.poll_event() {
+                let Some((dests, need, start, deadline, payload)) = c.calls.remove(&id) else {
+                    return Err(fail(format!(
+                        "client {k}: an outcome for unknown call {id}"
+                    )));
+                };
+                let mut answered = HashSet::new();
+                for (from, r) in &o.replies {
+                    let Some(s) = dests.iter().position(|d| d == from) else {
+                        return Err(fail(format!(
+                            "client {k}: call {id} answered by {from}, not asked"
+                        )));
+                    };
+                    if !answered.insert(*from) {
+                        return Err(fail(format!(
+                            "client {k}: call {id} answered twice by {from}"
+                        )));
+                    }
+                    let server = from.site as usize;
+                    debug_assert_eq!(address(server), dests[s]);
+                    let ran = executed_any.contains(&(server, me, c.incarnation, id));
+                    match r {
+                        Ok(bytes) => {
+                            if !ran || fails(&payload) || *bytes != result_of(&payload) {
+                                return Err(fail(format!(
+                                    "client {k}: call {id} got a result from {from} it never computed"
+                                )));
+                            }
+                        }
+                        Err(RemoteError::Failed(m)) => {
+                            if !ran || !fails(&payload) || m != "refused" {
+                                return Err(fail(format!(
+                                    "client {k}: call {id} got a failure from {from} it never reported"
+                                )));
+                            }
+                        }
+                        Err(RemoteError::DeadlinePassed) => {}
+                        Err(e) => {
+                            return Err(fail(format!("client {k}: call {id}: unexpected {e}")));
+                        }
+                    }
+                }
+                let missing: HashSet<Address> = dests
+                    .iter()
+                    .filter(|d| !answered.contains(d))
+                    .copied()
+                    .collect();
+                if o.missing.iter().copied().collect::<HashSet<_>>() != missing
+                    || o.missing.len() != missing.len()
+                {
+                    return Err(fail(format!("client {k}: call {id}: wrong missing list")));
+                }
+                match o.end {
+                    End::Complete => {
+                        complete += 1;
+                        if o.replies.len() < need {
+                            return Err(fail(format!(
+                                "client {k}: call {id} complete with too few answers"
+                            )));
+                        }
+                    }
+                    End::DeadlinePassed => {
+                        timed_out += 1;
+                        if o.replies.len() >= need || now < deadline {
+                            return Err(fail(format!(
+                                "client {k}: call {id} out of time wrongly ({} answers, at {} of {})",
+                                o.replies.len(),
+                                now.0 - start.0,
+                                deadline.0 - start.0
+                            )));
+                        }
+                        if liveness_calls.contains_key(&(k, id)) {
+                            return Err(fail(format!(
+                                "liveness: client {k}'s call to every server got no answer from {:?}",
+                                o.missing
+                            )));
+                        }
+                    }
+                    End::Cancelled => {
+                        return Err(fail("a cancelled call raised an event".into()));
+                    }
+                }
+                liveness_calls.remove(&(k, id));
+                digest.add_u64(id ^ now.0);
+            }
+            if let Some((id, _)) = c.calls.iter().find(|(_, v)| v.3 .0 + MS < now.0) {
+                return Err(fail(format!("client {k}: call {id} outlived its deadline")));
+            }
+        }
+        // Output.
+        for (k, s) in servers.iter_mut().enumerate() {
+            while let Some((to, len)) = s.server.poll_transmit(&mut buf) {
+                let dst = to.site as usize;
+                if dst < ns || dst >= n {
+                    return Err(fail(format!("server {k} answered {to}")));
+                }
+                let m = stamp(&buf[..len], k);
+                net.send(now, k, dst, &m);
+            }
+        }
+        for (k, c) in clients.iter_mut().enumerate() {
+            while let Some((to, len)) = c.client.poll_transmit(now, &mut buf) {
+                let dst = to.site as usize;
+                let m = stamp(&buf[..len], ns + k);
+                net.send(now, ns + k, dst, &m);
+            }
+        }
+        if liveness_started
+            && liveness_calls.is_empty()
+            && clients.iter().all(|c| c.calls.is_empty())
+        {
+            break;
+        }
+        if now.0 > end_ns {
+            return Err(fail(format!(
+                "liveness: {} calls to every server never ended",
+                liveness_calls.len()
+            )));
+        }
+        // Next event.
+        let mut next = net.next_arrival();
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |x: Instant| x.min(t)));
+            }
+        };
+        for s in &servers {
+            consider(s.server.poll_timeout());
+            for r in &s.running {
+                consider(Some(r.0));
+            }
+        }
+        for c in &clients {
+            consider(c.client.poll_timeout());
+            if !healed && c.started < opts.calls_per_client {
+                consider(Some(c.next_call_at));
+            }
+        }
+        if let Some(&(t, _)) = crashes.first() {
+            consider(Some(Instant(t)));
+        }
+        if !healed {
+            consider(Some(Instant(opts.safety_ns)));
+        }
+        if !liveness_started {
+            consider(Some(Instant(liveness_at)));
+        }
+        now = match next {
+            Some(t) if t > now => t,
+            Some(_) => Instant(now.0 + 1),
+            None => Instant(now.0 + MS),
+        };
+    }
+    let mut client = ClientCounters::default();
+    for c in &clients {
+        add_client(&mut client, &c.client.counters);
+    }
+    let mut server = ServerCounters::default();
+    for s in &servers {
+        add_server(&mut server, &s.server.counters);
+    }
+    digest.add_u64(net.digest.0);
+    Ok(RpcSimReport {
+        seed,
+        faults,
+        crashes: crash_count,
+        calls,
+        complete,
+        timed_out,
+        executions,
+        executed_after_restart,
+        client,
+        server,
+        net: net.counters.clone(),
+        end_ns: now.0,
+        digest: digest.0,
+    })
+}
+
+/// The simulated network carries bytes only: the sender's node rides in a trailer the receiving
+/// side strips (a real port knows its datagrams' source from the packet header).
+fn stamp(m: &[u8], from: NodeId) -> Vec<u8> {
+    let mut v = m.to_vec();
+    v.extend_from_slice(&(from as u16).to_le_bytes());
+    v
+}
+
+/// The sender's address and the message, from a stamped datagram.
+fn unstamp(bytes: &[u8]) -> (Address, &[u8]) {
+    let n = bytes.len();
+    let from = u16::from_le_bytes([bytes[n - 2], bytes[n - 1]]) as usize;
+    (address(from), &bytes[..n - 2])
+}
+
+fn add_client(a: &mut ClientCounters, b: &ClientCounters) {
+    a.calls += b.calls;
+    a.requests_sent += b.requests_sent;
+    a.requests_resent += b.requests_resent;
+    a.replies += b.replies;
+    a.replies_late += b.replies_late;
+    a.replies_foreign += b.replies_foreign;
+    a.replies_stranger += b.replies_stranger;
+    a.busy += b.busy;
+    a.completed += b.completed;
+    a.timed_out += b.timed_out;
+    a.cancelled += b.cancelled;
+}
+
+fn add_server(a: &mut ServerCounters, b: &ServerCounters) {
+    a.requests += b.requests;
+    a.executed += b.executed;
+    a.duplicates_answered += b.duplicates_answered;
+    a.duplicates_running += b.duplicates_running;
+    a.duplicates_finished += b.duplicates_finished;
+    a.busy += b.busy;
+    a.deadline_passed += b.deadline_passed;
+    a.replies_sent += b.replies_sent;
+    a.replies_unknown += b.replies_unknown;
+    a.forgotten += b.forgotten;
+}
