@@ -4,6 +4,7 @@
 //! as [`time::Instant`] values and randomness from a seeded [`rng::Rng`] handed down by the caller.
 
 pub mod addr;
+pub mod frag;
 pub mod group;
 pub mod link;
 pub mod pack;

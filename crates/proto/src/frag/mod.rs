@@ -1,0 +1,189 @@
+//! Long messages (paper 001 "LDG"): messages far longer than a datagram, cut into fragments
+//! of a configurable size, sent within a bounded window, acknowledged selectively, and
+//! reassembled with bounded memory.
+//!
+//! - [`Sender`] holds the messages being sent. Each goes as a *transfer*: its fragments leave
+//!   while fewer than the window are unacknowledged. The window is the smaller of the
+//!   receiver's and a congestion window that grows by one fragment per round trip and halves
+//!   on a loss. A lost fragment is sent again, not the message: on a timeout (RTO estimated
+//!   from the acknowledgements), or at once when three later fragments were acknowledged.
+//!   A transfer ends when the receiver acknowledges the last fragment, or fails at its
+//!   deadline.
+//! - [`Receiver`] reassembles. It admits a transfer when its whole length fits the memory
+//!   left (`reassembly_bytes_max`, reassembling and delivered-not-taken together). Until then
+//!   it answers with a window of zero, and the sender probes. It acknowledges every
+//!   `ack_every` fragments, or after `ack_delay`, at once on a gap or at the end, and frees a
+//!   reassembly that gets no fragment for `reassembly_timeout`. Transfers it finished are
+//!   remembered for `completed_memory`, so late copies of their fragments are acknowledged
+//!   again and not delivered twice.
+//!
+//! Both are sans-IO (`handle_*`, `poll_transmit`, `poll_timeout`, time passed in).
+
+pub mod msg;
+mod recv;
+mod send;
+#[cfg(test)]
+mod tests;
+
+pub use recv::{Receiver, ReceiverCounters};
+pub use send::{Sender, SenderCounters, TransferId};
+
+use core::fmt;
+use core::time::Duration;
+
+#[derive(Clone, Copy, Debug)]
+pub struct LdgConfig {
+    /// Bytes of message per fragment (1..=65000); the paper used 8000.
+    pub fragment_bytes: usize,
+    /// Longest message sent or taken.
+    pub message_bytes_max: usize,
+    /// Most fragments of one transfer unacknowledged at once.
+    pub window_fragments_max: usize,
+    /// Outgoing transfers at once.
+    pub transfers_max: usize,
+    /// Bytes of outgoing messages held at once.
+    pub send_bytes_max: usize,
+    /// Incoming transfers reassembling at once.
+    pub reassemblies_max: usize,
+    /// Bytes of incoming messages held at once (reassembling, or delivered and not taken).
+    pub reassembly_bytes_max: usize,
+    /// An incomplete reassembly that gets no fragment for this long is freed.
+    pub reassembly_timeout: Duration,
+    /// How long a finished transfer is remembered (late copies of its fragments).
+    pub completed_memory: Duration,
+    /// Transfers remembered as finished, at most.
+    pub completed_max: usize,
+    pub rto_initial: Duration,
+    pub rto_min: Duration,
+    pub rto_max: Duration,
+    /// Acknowledge after this many fragments...
+    pub ack_every: u32,
+    /// ...or this long after the first unacknowledged one.
+    pub ack_delay: Duration,
+}
+
+impl Default for LdgConfig {
+    fn default() -> Self {
+        LdgConfig {
+            fragment_bytes: 8000,
+            message_bytes_max: 64 << 20,
+            window_fragments_max: 256,
+            transfers_max: 16,
+            send_bytes_max: 256 << 20,
+            reassemblies_max: 64,
+            reassembly_bytes_max: 256 << 20,
+            reassembly_timeout: Duration::from_secs(2),
+            completed_memory: Duration::from_secs(4),
+            completed_max: 1024,
+            rto_initial: Duration::from_millis(20),
+            rto_min: Duration::from_millis(2),
+            rto_max: Duration::from_secs(1),
+            ack_every: 8,
+            ack_delay: Duration::from_micros(500),
+        }
+    }
+}
+
+/// Hard bound on [`LdgConfig::message_bytes_max`].
+pub const MESSAGE_BYTES_MAX: usize = 1 << 30;
+
+impl LdgConfig {
+    pub fn validate(&self) -> Result<(), LdgError> {
+        let bad = |w| Err(LdgError::BadConfig(w));
+        if self.fragment_bytes == 0 || self.fragment_bytes > msg::FRAGMENT_BYTES_MAX {
+            return bad("fragment_bytes must be 1..=65000");
+        }
+        if self.message_bytes_max == 0 || self.message_bytes_max > MESSAGE_BYTES_MAX {
+            return bad("message_bytes_max must be 1..=1 GiB");
+        }
+        if (self.message_bytes_max as u64).div_ceil(self.fragment_bytes as u64) > msg::FRAGMENTS_MAX
+        {
+            return bad("a longest message must be at most 2^24 fragments");
+        }
+        if self.window_fragments_max == 0 || self.window_fragments_max > 1 << 16 {
+            return bad("window_fragments_max must be 1..=65536");
+        }
+        if self.transfers_max == 0 || self.reassemblies_max == 0 || self.completed_max == 0 {
+            return bad("transfers_max, reassemblies_max and completed_max must be positive");
+        }
+        if self.send_bytes_max < self.message_bytes_max
+            || self.reassembly_bytes_max < self.message_bytes_max
+        {
+            return bad("send_bytes_max and reassembly_bytes_max must hold a longest message");
+        }
+        if self.rto_min.is_zero()
+            || self.rto_min > self.rto_initial
+            || self.rto_initial > self.rto_max
+        {
+            return bad("rto_min <= rto_initial <= rto_max, rto_min positive");
+        }
+        if self.ack_every == 0 {
+            return bad("ack_every must be positive");
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LdgError {
+    BadConfig(&'static str),
+    /// The message is longer than `message_bytes_max`.
+    TooLong {
+        len: usize,
+        max: usize,
+    },
+    /// `transfers_max` transfers, or `send_bytes_max` bytes, are outstanding.
+    Full,
+    /// The receiver refused the message as too long for it.
+    RefusedTooLong,
+    /// The deadline passed before the receiver had every fragment.
+    DeadlinePassed,
+    /// No such transfer.
+    Unknown,
+}
+
+impl fmt::Display for LdgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LdgError::BadConfig(w) => write!(f, "bad ldg configuration: {w}"),
+            LdgError::TooLong { len, max } => {
+                write!(f, "message of {len} bytes exceeds the {max}-byte bound")
+            }
+            LdgError::Full => f.write_str("too many long messages outstanding (back-pressure)"),
+            LdgError::RefusedTooLong => f.write_str("the receiver refused the message as too long"),
+            LdgError::DeadlinePassed => {
+                f.write_str("the deadline passed before every fragment was acknowledged")
+            }
+            LdgError::Unknown => f.write_str("no such transfer"),
+        }
+    }
+}
+
+impl std::error::Error for LdgError {}
+
+/// A set of fragment indices.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Bitset {
+    words: Vec<u64>,
+}
+
+impl Bitset {
+    pub(crate) fn new(n: u32) -> Bitset {
+        Bitset {
+            words: vec![0; (n as usize).div_ceil(64)],
+        }
+    }
+    pub(crate) fn get(&self, i: u32) -> bool {
+        self.words
+            .get(i as usize / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+    /// Sets bit `i`; true if it was clear.
+    pub(crate) fn set(&mut self, i: u32) -> bool {
+        let w = &mut self.words[i as usize / 64];
+        let m = 1 << (i % 64);
+        let was = *w & m != 0;
+        *w |= m;
+        !was
+    }
+}

@@ -1,0 +1,330 @@
+//! Long-message (LDG) messages: checked views over the bytes of one port datagram, and writers.
+//!
+//! ```text
+//! DATA   0 magic u8 (0xA8) | 1 kind u8 (1) | 2 reserved u16 | 4 fragment_bytes u32
+//!        8 sender incarnation u64 | 16 transfer u64 | 24 total_len u64
+//!        32 index u32 | 36 reserved u32 | 40 the fragment's bytes
+//! ACK    0 magic | 1 kind (2) | 2 status u16 | 4 window u32
+//!        8 sender incarnation u64 | 16 transfer u64
+//!        24 cumulative u32 | 28 bitmap_bytes u16 | 30 reserved u16 | 32 bitmap
+//! ABORT  0 magic | 1 kind (3) | 2 reserved u16 | 4 reserved u32
+//!        8 sender incarnation u64 | 16 transfer u64
+//! ```
+//!
+//! - A DATA fragment `index` of a message of `total_len` bytes cut into fragments of
+//!   `fragment_bytes` holds bytes `index * fragment_bytes ..` of it: `fragment_bytes` of them,
+//!   or what is left for the last. The decoder checks the count and the length.
+//! - An ACK says fragments below `cumulative` arrived, and bit `k` of the bitmap (LSB first)
+//!   that fragment `cumulative + 1 + k` did; `window` is how many fragments past
+//!   `cumulative` the receiver takes. Its status says whether the message is complete, or
+//!   refused.
+//! - An ABORT, sender to receiver, says the transfer is given up.
+//!
+//! All integers are little-endian. A decoder error names the rule the bytes broke.
+
+use core::fmt;
+
+pub const LDG_MAGIC: u8 = 0xA8;
+pub const DATA_HEADER_BYTES: usize = 40;
+pub const ACK_HEADER_BYTES: usize = 32;
+pub const ABORT_BYTES: usize = 24;
+/// Longest ACK bitmap: the 512 fragments after the cumulative point.
+pub const BITMAP_BYTES_MAX: usize = 64;
+/// Largest fragment (a UDP datagram holds it with the packet's and this header's bytes).
+pub const FRAGMENT_BYTES_MAX: usize = 65_000;
+/// Most fragments in one message.
+pub const FRAGMENTS_MAX: u64 = 1 << 24;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum AckStatus {
+    /// Still arriving.
+    Partial = 0,
+    /// Every fragment arrived; the message is delivered.
+    Complete = 1,
+    /// Longer than the receiver takes: given up.
+    TooLong = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataHeader {
+    pub fragment_bytes: u32,
+    pub incarnation: u64,
+    pub transfer: u64,
+    pub total_len: u64,
+    pub index: u32,
+}
+
+impl DataHeader {
+    /// Fragments in the message.
+    pub fn count(&self) -> u32 {
+        count(self.total_len, self.fragment_bytes)
+    }
+}
+
+/// Fragments a message of `total_len` bytes needs at `fragment_bytes` each (an empty message
+/// is one empty fragment).
+pub fn count(total_len: u64, fragment_bytes: u32) -> u32 {
+    total_len.div_ceil(fragment_bytes.max(1) as u64).max(1) as u32
+}
+
+/// Length of fragment `index`.
+pub fn fragment_len(total_len: u64, fragment_bytes: u32, index: u32) -> usize {
+    let start = index as u64 * fragment_bytes as u64;
+    (total_len.saturating_sub(start)).min(fragment_bytes as u64) as usize
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckHeader<'a> {
+    pub status: AckStatus,
+    pub window: u32,
+    pub incarnation: u64,
+    pub transfer: u64,
+    pub cumulative: u32,
+    pub bitmap: &'a [u8],
+}
+
+impl AckHeader<'_> {
+    /// Whether the ack says fragment `i` arrived.
+    pub fn has(&self, i: u32) -> bool {
+        if i < self.cumulative {
+            return true;
+        }
+        let k = (i - self.cumulative) as usize;
+        k >= 1 && {
+            let bit = k - 1;
+            self.bitmap
+                .get(bit / 8)
+                .is_some_and(|b| b & (1 << (bit % 8)) != 0)
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LdgMsg<'a> {
+    Data(DataHeader, &'a [u8]),
+    Ack(AckHeader<'a>),
+    Abort { incarnation: u64, transfer: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LdgWireError {
+    Short {
+        len: usize,
+        need: usize,
+    },
+    BadMagic(u8),
+    UnknownKind(u8),
+    /// `fragment_bytes` must be 1..=65000.
+    BadFragmentBytes(u32),
+    /// More than 2^24 fragments.
+    TooManyFragments,
+    /// `index` must be below the fragment count.
+    IndexBeyondCount {
+        index: u32,
+        count: u32,
+    },
+    /// The fragment's length must be what its index and the total say.
+    WrongFragmentLength {
+        len: usize,
+        want: usize,
+    },
+    UnknownAckStatus(u16),
+    /// The bitmap must fit the message and `BITMAP_BYTES_MAX`.
+    BadBitmap,
+    /// Reserved fields must be zero.
+    ReservedNotZero,
+}
+
+impl fmt::Display for LdgWireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LdgWireError::Short { len, need } => {
+                write!(
+                    f,
+                    "ldg message of {len} bytes is shorter than its {need}-byte header"
+                )
+            }
+            LdgWireError::BadMagic(b) => write!(f, "ldg magic must be 0xa8, is {b:#04x}"),
+            LdgWireError::UnknownKind(k) => write!(f, "ldg kind must be 1..=3, is {k}"),
+            LdgWireError::BadFragmentBytes(n) => {
+                write!(f, "ldg fragment_bytes must be 1..=65000, is {n}")
+            }
+            LdgWireError::TooManyFragments => {
+                f.write_str("ldg message has more than 2^24 fragments")
+            }
+            LdgWireError::IndexBeyondCount { index, count } => {
+                write!(
+                    f,
+                    "ldg fragment index {index} must be below the count {count}"
+                )
+            }
+            LdgWireError::WrongFragmentLength { len, want } => {
+                write!(
+                    f,
+                    "ldg fragment of {len} bytes, its index and total say {want}"
+                )
+            }
+            LdgWireError::UnknownAckStatus(s) => write!(f, "ldg ack status must be 0..=2, is {s}"),
+            LdgWireError::BadBitmap => {
+                f.write_str("ldg ack bitmap must be at most 64 bytes and fit the message")
+            }
+            LdgWireError::ReservedNotZero => f.write_str("ldg reserved fields must be zero"),
+        }
+    }
+}
+
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+/// Whether `bytes` start like an LDG message.
+pub fn is_ldg(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&LDG_MAGIC)
+}
+
+/// Checks `bytes` as one LDG message.
+pub fn parse(bytes: &[u8]) -> Result<LdgMsg<'_>, LdgWireError> {
+    let short = |need| LdgWireError::Short {
+        len: bytes.len(),
+        need,
+    };
+    if bytes.len() < ABORT_BYTES {
+        return Err(short(ABORT_BYTES));
+    }
+    if bytes[0] != LDG_MAGIC {
+        return Err(LdgWireError::BadMagic(bytes[0]));
+    }
+    let incarnation = u64_at(bytes, 8);
+    let transfer = u64_at(bytes, 16);
+    match bytes[1] {
+        1 => {
+            if bytes.len() < DATA_HEADER_BYTES {
+                return Err(short(DATA_HEADER_BYTES));
+            }
+            if u16_at(bytes, 2) != 0 || u32_at(bytes, 36) != 0 {
+                return Err(LdgWireError::ReservedNotZero);
+            }
+            let fragment_bytes = u32_at(bytes, 4);
+            if fragment_bytes == 0 || fragment_bytes as usize > FRAGMENT_BYTES_MAX {
+                return Err(LdgWireError::BadFragmentBytes(fragment_bytes));
+            }
+            let total_len = u64_at(bytes, 24);
+            if total_len.div_ceil(fragment_bytes as u64) > FRAGMENTS_MAX {
+                return Err(LdgWireError::TooManyFragments);
+            }
+            let h = DataHeader {
+                fragment_bytes,
+                incarnation,
+                transfer,
+                total_len,
+                index: u32_at(bytes, 32),
+            };
+            let count = h.count();
+            if h.index >= count {
+                return Err(LdgWireError::IndexBeyondCount {
+                    index: h.index,
+                    count,
+                });
+            }
+            let payload = &bytes[DATA_HEADER_BYTES..];
+            let want = fragment_len(total_len, fragment_bytes, h.index);
+            if payload.len() != want {
+                return Err(LdgWireError::WrongFragmentLength {
+                    len: payload.len(),
+                    want,
+                });
+            }
+            Ok(LdgMsg::Data(h, payload))
+        }
+        2 => {
+            if bytes.len() < ACK_HEADER_BYTES {
+                return Err(short(ACK_HEADER_BYTES));
+            }
+            let status = match u16_at(bytes, 2) {
+                0 => AckStatus::Partial,
+                1 => AckStatus::Complete,
+                2 => AckStatus::TooLong,
+                s => return Err(LdgWireError::UnknownAckStatus(s)),
+            };
+            if u16_at(bytes, 30) != 0 {
+                return Err(LdgWireError::ReservedNotZero);
+            }
+            let n = u16_at(bytes, 28) as usize;
+            if n > BITMAP_BYTES_MAX || bytes.len() != ACK_HEADER_BYTES + n {
+                return Err(LdgWireError::BadBitmap);
+            }
+            Ok(LdgMsg::Ack(AckHeader {
+                status,
+                window: u32_at(bytes, 4),
+                incarnation,
+                transfer,
+                cumulative: u32_at(bytes, 24),
+                bitmap: &bytes[ACK_HEADER_BYTES..],
+            }))
+        }
+        3 => {
+            if bytes.len() != ABORT_BYTES || u16_at(bytes, 2) != 0 || u32_at(bytes, 4) != 0 {
+                return Err(LdgWireError::ReservedNotZero);
+            }
+            Ok(LdgMsg::Abort {
+                incarnation,
+                transfer,
+            })
+        }
+        k => Err(LdgWireError::UnknownKind(k)),
+    }
+}
+
+/// Writes a DATA message (header and fragment) into `buf`; its length, or `None` if it does
+/// not fit.
+pub fn write_data(h: &DataHeader, fragment: &[u8], buf: &mut [u8]) -> Option<usize> {
+    let n = DATA_HEADER_BYTES + fragment.len();
+    let out = buf.get_mut(..n)?;
+    out[0] = LDG_MAGIC;
+    out[1] = 1;
+    out[2..4].fill(0);
+    out[4..8].copy_from_slice(&h.fragment_bytes.to_le_bytes());
+    out[8..16].copy_from_slice(&h.incarnation.to_le_bytes());
+    out[16..24].copy_from_slice(&h.transfer.to_le_bytes());
+    out[24..32].copy_from_slice(&h.total_len.to_le_bytes());
+    out[32..36].copy_from_slice(&h.index.to_le_bytes());
+    out[36..40].fill(0);
+    out[DATA_HEADER_BYTES..].copy_from_slice(fragment);
+    Some(n)
+}
+
+/// Writes an ACK into `buf`; its length, or `None` if it does not fit.
+pub fn write_ack(a: &AckHeader<'_>, buf: &mut [u8]) -> Option<usize> {
+    let bitmap = &a.bitmap[..a.bitmap.len().min(BITMAP_BYTES_MAX)];
+    let n = ACK_HEADER_BYTES + bitmap.len();
+    let out = buf.get_mut(..n)?;
+    out[0] = LDG_MAGIC;
+    out[1] = 2;
+    out[2..4].copy_from_slice(&(a.status as u16).to_le_bytes());
+    out[4..8].copy_from_slice(&a.window.to_le_bytes());
+    out[8..16].copy_from_slice(&a.incarnation.to_le_bytes());
+    out[16..24].copy_from_slice(&a.transfer.to_le_bytes());
+    out[24..28].copy_from_slice(&a.cumulative.to_le_bytes());
+    out[28..30].copy_from_slice(&(bitmap.len() as u16).to_le_bytes());
+    out[30..32].fill(0);
+    out[ACK_HEADER_BYTES..].copy_from_slice(bitmap);
+    Some(n)
+}
+
+/// Writes an ABORT into `buf`; its length, or `None` if it does not fit.
+pub fn write_abort(incarnation: u64, transfer: u64, buf: &mut [u8]) -> Option<usize> {
+    let out = buf.get_mut(..ABORT_BYTES)?;
+    out[0] = LDG_MAGIC;
+    out[1] = 3;
+    out[2..8].fill(0);
+    out[8..16].copy_from_slice(&incarnation.to_le_bytes());
+    out[16..24].copy_from_slice(&transfer.to_le_bytes());
+    Some(ABORT_BYTES)
+}
