@@ -298,11 +298,11 @@ impl Engine {
             origin: std::time::Instant::now(),
             endpoints: RwLock::new(Vec::new()),
             stop: AtomicBool::new(false),
+            // Every datagram a port may be sent (up to a UDP datagram's 65,507 bytes: long
+            // messages' fragments), whatever the link's packet size.
             duty: Mutex::new(crate::mmsg::RecvBatch::new(
                 crate::mmsg::RECV_BATCH_SLOTS_MAX,
-                cfg.link
-                    .packet_bytes_max
-                    .max(crate::group::GROUP_PACKET_BYTES_MAX),
+                txcast_proto::wire::PACKET_BYTES_MAX,
             )),
             wake_fd,
             epoll_fd,

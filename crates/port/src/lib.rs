@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod group;
+pub mod ldg;
 pub mod mmsg;
 pub mod naming;
 pub mod port;
@@ -11,8 +12,10 @@ pub mod shm;
 
 pub use engine::{Engine, EngineConfig, EngineMode};
 pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord};
+pub use ldg::{Ldg, LdgCallError, LdgCounters};
 pub use naming::{ClusterConfig, NamingError};
 pub use port::{Port, PortClaim, PortConfig, PortCounters, PortError, Received};
 pub use rpc::{Rpc, RpcCallError, RpcCounters};
 pub use shm::IdleStrategy;
+pub use txcast_proto::frag::{LdgConfig, LdgError, TransferId};
 pub use txcast_proto::rpc::{CallId, Completion, End, Outcome, RemoteError, RpcConfig};

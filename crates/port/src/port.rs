@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{LinkCounters, LinkSendError};
-use txcast_proto::wire::{Kind, PacketHeader, PacketWriter};
+use txcast_proto::wire::{
+    Kind, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX,
+    RECORD_HEADER_BYTES,
+};
 use txcast_proto::{Address, AddressHash, TxnId};
 
 /// Local destinations one port keeps mapped.
@@ -513,7 +516,12 @@ impl Port {
         let header = self.header(dest);
         let key = engine.shared.key.as_ref();
         let mut buf = std::mem::take(&mut self.scratch);
-        buf.resize(engine.config().link.packet_bytes_max, 0);
+        // A datagram may be longer than the link's packets, up to a UDP datagram.
+        let need = HEADER_BYTES + RECORD_HEADER_BYTES + MAC_BYTES + msg.len();
+        buf.resize(
+            need.clamp(engine.config().link.packet_bytes_max, PACKET_BYTES_MAX),
+            0,
+        );
         let mut w = match txn {
             None => PacketWriter::datagram(&mut buf, header, key),
             Some(t) => PacketWriter::multicast(&mut buf, header, key, t),

@@ -199,6 +199,11 @@ impl Receiver {
         }
     }
 
+    /// Whether a complete message waits to be taken.
+    pub fn has_message(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// A message complete: its sender and bytes.
     pub fn poll_message(&mut self) -> Option<(Address, Vec<u8>)> {
         let m = self.ready.pop_front()?;
