@@ -68,7 +68,6 @@ pub struct Ldg {
     receiver: Receiver,
     /// Finished transfers not yet collected (at most `transfers_max`).
     finished: HashMap<TransferId, Result<(), LdgError>>,
-    recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
     dropped_bad: u64,
     send_failures: u64,
@@ -114,7 +113,6 @@ impl Ldg {
             sender: Sender::new(cfg, port.incarnation())?,
             receiver: Receiver::new(cfg)?,
             finished: HashMap::new(),
-            recv_buf: vec![0; port.message_bytes_max()],
             send_buf: vec![0; need],
             dropped_bad: 0,
             send_failures: 0,
@@ -236,43 +234,28 @@ impl Ldg {
                 (Some(a), Some(b)) => a.min(b),
                 (a, b) => a.or(b).unwrap_or(Duration::from_secs(1)),
             };
-            let mut buf = std::mem::take(&mut self.recv_buf);
+            // Fragments are taken in place from the ring, straight into their reassembly.
+            let engine = self.port.engine().clone();
+            let (sender, receiver, bad) =
+                (&mut self.sender, &mut self.receiver, &mut self.dropped_bad);
+            let mut handle = |from: Address, _: Option<txcast_proto::TxnId>, bytes: &[u8]| {
+                handle(sender, receiver, bad, engine.now(), from, bytes)
+            };
             let r = if wait.is_zero() {
-                self.port.try_recv(&mut buf).ok_or(PortError::Timeout)
+                Ok(())
             } else {
-                self.port.recv_timeout(&mut buf, Some(wait))
-            };
-            let r = match r {
-                Ok(m) => {
-                    self.handle(m.source, &buf[..m.len]);
-                    // Take in what else is waiting before answering (acks cover more).
-                    while let Some(m) = self.port.try_recv(&mut buf) {
-                        self.handle(m.source, &buf[..m.len]);
-                    }
-                    Ok(())
+                match self.port.recv_with(Some(wait), &mut handle) {
+                    Ok(()) | Err(PortError::Timeout) => Ok(()),
+                    Err(e) => Err(e),
                 }
-                Err(PortError::Timeout) => Ok(()),
-                Err(e) => Err(e),
             };
-            self.recv_buf = buf;
+            // Take in what else is waiting before answering (acks cover more).
+            while self.port.try_take_with(&mut handle).is_some() {}
             r?;
             if end.is_some_and(|e| std::time::Instant::now() >= e) {
                 self.transmit();
                 return Ok(());
             }
-        }
-    }
-
-    fn handle(&mut self, from: Address, bytes: &[u8]) {
-        let now = self.now();
-        match msg::parse(bytes) {
-            Ok(LdgMsg::Data(h, p)) => self.receiver.handle_data(now, from, &h, p),
-            Ok(LdgMsg::Ack(a)) => self.sender.handle_ack(now, from, &a),
-            Ok(LdgMsg::Abort {
-                incarnation,
-                transfer,
-            }) => self.receiver.handle_abort(from, incarnation, transfer),
-            Err(_) => self.dropped_bad += 1,
         }
     }
 
@@ -293,5 +276,25 @@ impl Ldg {
             self.finished.insert(id, r);
         }
         self.send_buf = buf;
+    }
+}
+
+/// One datagram taken in: a fragment, an acknowledgement, an abort, or garbage.
+fn handle(
+    sender: &mut Sender,
+    receiver: &mut Receiver,
+    dropped_bad: &mut u64,
+    now: Instant,
+    from: Address,
+    bytes: &[u8],
+) {
+    match msg::parse(bytes) {
+        Ok(LdgMsg::Data(h, p)) => receiver.handle_data(now, from, &h, p),
+        Ok(LdgMsg::Ack(a)) => sender.handle_ack(now, from, &a),
+        Ok(LdgMsg::Abort {
+            incarnation,
+            transfer,
+        }) => receiver.handle_abort(from, incarnation, transfer),
+        Err(_) => *dropped_bad += 1,
     }
 }

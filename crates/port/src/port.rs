@@ -676,6 +676,27 @@ impl Port {
         self.take(buf)
     }
 
+    /// Zero-copy take of the next message already in this port's ring, if any (the network
+    /// is not read): hands it in place to `f`.
+    pub fn try_take_with<R>(
+        &mut self,
+        f: impl FnOnce(Address, Option<TxnId>, &[u8]) -> R,
+    ) -> Option<R> {
+        let mut f = Some(f);
+        loop {
+            let r = self.ring.try_recv(|rec| {
+                read_envelope(rec).map(|(source, txn, payload)| {
+                    (f.take().expect("called once"))(source, (txn.0 != 0).then_some(txn), payload)
+                })
+            })?;
+            if let Some(r) = r {
+                self.received += 1;
+                self.room_made();
+                return Some(r);
+            }
+        }
+    }
+
     fn take(&mut self, buf: &mut [u8]) -> Option<Received> {
         loop {
             let r = self.ring.try_recv(|rec| {

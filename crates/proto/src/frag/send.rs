@@ -79,8 +79,23 @@ impl Transfer {
     }
 }
 
+/// What the last transfer to a destination learned of the path: the next one starts there
+/// instead of slow-starting again (as a TCP connection keeps its window between writes).
+#[derive(Clone, Copy)]
+struct Path {
+    cwnd: f64,
+    ssthresh: f64,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rto: Duration,
+}
+
+/// Destinations whose path state is remembered, at most.
+const PATHS_MAX: usize = 1024;
+
 pub struct Sender {
     cfg: LdgConfig,
+    paths: HashMap<Address, Path>,
     incarnation: u64,
     next_transfer: u64,
     transfers: HashMap<u64, Transfer>,
@@ -97,6 +112,7 @@ impl Sender {
         cfg.validate()?;
         Ok(Sender {
             cfg,
+            paths: HashMap::new(),
             incarnation,
             next_transfer: 1,
             transfers: HashMap::new(),
@@ -143,6 +159,13 @@ impl Sender {
         let count = msg::count(data.len() as u64, fragment_bytes);
         self.bytes_held += data.len();
         let window = self.cfg.window_fragments_max as f64;
+        let path = self.paths.get(&dest).copied().unwrap_or(Path {
+            cwnd: CWND_INITIAL.min(window),
+            ssthresh: window,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rto: self.cfg.rto_initial,
+        });
         self.transfers.insert(
             id,
             Transfer {
@@ -157,12 +180,12 @@ impl Sender {
                 in_flight: BTreeMap::new(),
                 retransmit: BTreeSet::new(),
                 peer_window: self.cfg.window_fragments_max as u32,
-                cwnd: CWND_INITIAL.min(window),
-                ssthresh: window,
+                cwnd: path.cwnd.min(window),
+                ssthresh: path.ssthresh.min(window),
                 recovery_until: 0,
-                srtt: None,
-                rttvar: Duration::ZERO,
-                rto: self.cfg.rto_initial,
+                srtt: path.srtt,
+                rttvar: path.rttvar,
+                rto: path.rto,
                 rto_at: None,
                 probe_at: None,
                 deadline: now + deadline,
@@ -191,6 +214,22 @@ impl Sender {
         if let Some(t) = self.remove(id) {
             if r.is_ok() {
                 self.counters.completed += 1;
+                if self.paths.len() >= PATHS_MAX && !self.paths.contains_key(&t.dest) {
+                    let any = *self.paths.keys().next().expect("full");
+                    self.paths.remove(&any);
+                }
+                // A window that was never filled is not known to be safe: keep at most what
+                // the transfer had in flight.
+                self.paths.insert(
+                    t.dest,
+                    Path {
+                        cwnd: t.cwnd,
+                        ssthresh: t.ssthresh,
+                        srtt: t.srtt,
+                        rttvar: t.rttvar,
+                        rto: t.rto,
+                    },
+                );
             } else {
                 self.counters.failed += 1;
                 if r != Err(LdgError::RefusedTooLong) {

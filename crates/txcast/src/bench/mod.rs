@@ -7,6 +7,7 @@
 //! `--key value` options.
 
 pub mod group;
+pub mod long;
 mod machine;
 mod mapping;
 pub mod multicast;
@@ -54,6 +55,9 @@ usage: txcast bench <what> [options]
               txcast's port round trips; multicast RPC to n servers, first / majority / all
               [--cases null,multicast] [--servers 1,2,4,8,16] [--iterations N]
               [--multicast-iterations N]
+  long        round trips of long messages, 64 B to 8 MB: txcast local and remote (8,000- and
+              60,000-byte fragments), raw UDP, TCP over loopback (the yardstick)
+              [--bytes 64,...,8000000] [--cases a,b,c] [--iterations-max N]
 
   --json      JSON lines on stdout, the human table on stderr
 ";
@@ -70,6 +74,7 @@ pub fn run(args: &[String]) -> i32 {
         "multicast" => multicast::run(&args[1..]),
         "group" => group::run(&args[1..]),
         "rpc" => rpc::run(&args[1..]),
+        "long" => long::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             0
@@ -101,6 +106,7 @@ pub fn child(args: &[String]) -> i32 {
         Some("throughput") => throughput::child(&args[1..]),
         Some("group") => group::child(&args[1..]),
         Some("rpc") => rpc::child(&args[1..]),
+        Some("long") => long::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;

@@ -1,0 +1,361 @@
+//! `txcast bench long`: round trips of long messages by length (paper 001 Table 1's lengths:
+//! 64 B to 8 MB) between two processes, for txcast's long messages (local and remote, with
+//! 8,000-byte fragments as in the paper and with 60,000-byte ones), raw UDP (where one
+//! datagram holds the message) and TCP over loopback, measured in the same run. TCP is the
+//! yardstick: the target is remote txcast at ≥ 0.8× TCP's throughput at 500 KB and 8 MB.
+//!
+//! The parent sends a message of the length and the partner sends it back; a round trip moves
+//! twice the length. The echo is checked byte for byte outside the timed region.
+
+use super::stats::{Report, Samples};
+use super::{finish_child, spawn_child, Options, EXIT_FAILED, EXIT_USAGE};
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+use txcast_port::{Engine, EngineConfig, EngineMode, Ldg, LdgConfig};
+use txcast_proto::Address;
+
+const INSTANCE: u16 = 41;
+const WAIT: Duration = Duration::from_secs(30);
+const LENGTHS: &[u64] = &[64, 512, 2048, 8192, 32_768, 500_000, 8_000_000];
+/// Bytes each row moves one way, roughly (fewer round trips for longer messages).
+const BYTES_PER_ROW: u64 = 48 << 20;
+
+const USAGE: &str = "\
+usage: txcast bench long [--bytes 64,512,2048,8192,32768,500000,8000000]
+                         [--cases tcp,raw-udp,txcast-local-f8000,txcast-remote-f8000,
+                                  txcast-local-f60000,txcast-remote-f60000]
+                         [--iterations-max N] [--json]
+";
+
+const CASES: &[&str] = &[
+    "tcp",
+    "raw-udp",
+    "txcast-local-f8000",
+    "txcast-remote-f8000",
+    "txcast-local-f60000",
+    "txcast-remote-f60000",
+];
+
+fn message(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29) ^ (i >> 10) as u8)
+        .collect()
+}
+
+/// Round trips for a row of `len`-byte messages (after a tenth as many warm-up ones).
+fn round_trips(len: u64, max: u64) -> u64 {
+    (BYTES_PER_ROW / len.max(1)).clamp(8, max)
+}
+
+fn ldg_config(fragment: usize) -> LdgConfig {
+    LdgConfig {
+        fragment_bytes: fragment,
+        // 64 fragments of 60,000 bytes (3.8 MB) fit the sockets' buffers.
+        window_fragments_max: if fragment > 10_000 { 64 } else { 256 },
+        ..LdgConfig::default()
+    }
+}
+
+/// Remote: no engine thread, the thread that waits reads the socket itself (one wake-up per
+/// datagram, no hand-off); local: the engine thread has nothing to do.
+fn open(a: Address, remote: bool, cfg: LdgConfig) -> io::Result<Ldg> {
+    let mode = if remote && std::env::var("TXCAST_BENCH_ENGINE").as_deref() != Ok("thread") {
+        EngineMode::Invoker
+    } else {
+        EngineMode::Thread
+    };
+    let engine = Engine::start(EngineConfig {
+        mode,
+        ..EngineConfig::default()
+    })?;
+    Ldg::open_on(&engine, a, cfg).map_err(|e| io::Error::other(e.to_string()))
+}
+
+fn parse_case(case: &str) -> Option<(bool, usize)> {
+    let (where_, fragment) = case.strip_prefix("txcast-")?.split_once("-f")?;
+    let remote = match where_ {
+        "local" => false,
+        "remote" => true,
+        _ => return None,
+    };
+    Some((remote, fragment.parse().ok()?))
+}
+
+/// Runs one case over every length with the partner in a second process; a row per length.
+fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Samples)>> {
+    let lens: Vec<String> = lengths.iter().map(u64::to_string).collect();
+    let mut args = vec!["long".to_string(), case.to_string(), max.to_string()];
+    match case {
+        "tcp" => {
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+            args.push(listener.local_addr()?.port().to_string());
+            args.extend(lens);
+            let mut child = spawn_child(&args)?;
+            let r = (|| {
+                let (mut s, _) = listener.accept()?;
+                s.set_nodelay(true)?;
+                s.set_read_timeout(Some(WAIT))?;
+                rows(lengths, max, |m, back| {
+                    s.write_all(m)?;
+                    s.read_exact(back)
+                })
+            })();
+            finish_child(&mut child, r, WAIT)
+        }
+        "raw-udp" => {
+            let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+            txcast_port::mmsg::size_buffers(&sock)?;
+            sock.set_read_timeout(Some(WAIT))?;
+            args.push(sock.local_addr()?.port().to_string());
+            args.extend(lens);
+            let mut child = spawn_child(&args)?;
+            let r = (|| {
+                let mut hello = [0u8; 8];
+                let (_, peer) = sock.recv_from(&mut hello)?;
+                sock.connect(peer)?;
+                rows(lengths, max, |m, back| {
+                    sock.send(m)?;
+                    let n = sock.recv(back)?;
+                    if n != back.len() {
+                        return Err(io::Error::other("short datagram"));
+                    }
+                    Ok(())
+                })
+            })();
+            finish_child(&mut child, r, WAIT)
+        }
+        other => {
+            let (remote, fragment) = parse_case(other)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "unknown case"))?;
+            let cfg = ldg_config(fragment);
+            let me = Address::new(INSTANCE, 0, 1, 0);
+            let peer = Address::new(INSTANCE, u16::from(remote), 2, 0);
+            let mut l = open(me, remote, cfg)?;
+            args.extend(lens);
+            let mut child = spawn_child(&args)?;
+            let r = rows(lengths, max, |m, back| {
+                l.send(peer, m, WAIT)
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+                let (from, got) = l
+                    .recv(Some(WAIT))
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+                if from != peer || got.len() != back.len() {
+                    return Err(io::Error::other("a wrong echo"));
+                }
+                back.copy_from_slice(&got);
+                Ok(())
+            });
+            // Let the partner's last acknowledgements in, then its process go.
+            let _ = l.serve(Duration::from_millis(100));
+            finish_child(&mut child, r, WAIT)
+        }
+    }
+}
+
+/// Times `round_trip` at every length; checks every echo after the clock is read.
+fn rows(
+    lengths: &[u64],
+    max: u64,
+    mut round_trip: impl FnMut(&[u8], &mut [u8]) -> io::Result<()>,
+) -> io::Result<Vec<(u64, Samples)>> {
+    let mut out = Vec::new();
+    for &len in lengths {
+        let m = message(len as usize);
+        let mut back = vec![0u8; len as usize];
+        let n = round_trips(len, max);
+        let mut s = Samples::with_capacity(n as usize);
+        for i in 0..n + n / 10 {
+            back.fill(0);
+            let t = Instant::now();
+            round_trip(&m, &mut back)?;
+            let e = t.elapsed();
+            if back != m {
+                return Err(io::Error::other(format!("echo of {len} bytes differs")));
+            }
+            if i >= n / 10 {
+                s.record(e);
+            }
+        }
+        out.push((len, s));
+    }
+    Ok(out)
+}
+
+/// `txcast __bench-child long <case> <max> [<port>] <lengths...>`: the echoing partner.
+pub fn child(args: &[String]) -> io::Result<()> {
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "long <case> <max> [port] <lengths>",
+        )
+    };
+    let [case, max, rest @ ..] = args else {
+        return Err(bad());
+    };
+    let max: u64 = max.parse().map_err(|_| bad())?;
+    let parse = |v: &[String]| -> io::Result<Vec<u64>> {
+        v.iter().map(|s| s.parse().map_err(|_| bad())).collect()
+    };
+    match case.as_str() {
+        "tcp" => {
+            let [port, lens @ ..] = rest else {
+                return Err(bad());
+            };
+            let port: u16 = port.parse().map_err(|_| bad())?;
+            let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;
+            s.set_nodelay(true)?;
+            s.set_read_timeout(Some(WAIT))?;
+            for len in parse(lens)? {
+                let mut buf = vec![0u8; len as usize];
+                let n = round_trips(len, max);
+                for _ in 0..n + n / 10 {
+                    s.read_exact(&mut buf)?;
+                    s.write_all(&buf)?;
+                }
+            }
+            Ok(())
+        }
+        "raw-udp" => {
+            let [port, lens @ ..] = rest else {
+                return Err(bad());
+            };
+            let port: u16 = port.parse().map_err(|_| bad())?;
+            let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+            txcast_port::mmsg::size_buffers(&sock)?;
+            sock.set_read_timeout(Some(WAIT))?;
+            sock.connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?;
+            sock.send(b"hello")?;
+            let mut buf = vec![0u8; 65_536];
+            for len in parse(lens)? {
+                let n = round_trips(len, max);
+                for _ in 0..n + n / 10 {
+                    let k = sock.recv(&mut buf)?;
+                    sock.send(&buf[..k])?;
+                }
+            }
+            Ok(())
+        }
+        other => {
+            let (remote, fragment) = parse_case(other).ok_or_else(bad)?;
+            let me = Address::new(INSTANCE, u16::from(remote), 2, 0);
+            let mut l = open(me, remote, ldg_config(fragment))?;
+            for len in parse(rest)? {
+                let n = round_trips(len, max);
+                for _ in 0..n + n / 10 {
+                    let (from, m) = l
+                        .recv(Some(WAIT))
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                    l.send(from, &m, WAIT)
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                }
+            }
+            let _ = l.serve(Duration::from_millis(100));
+            Ok(())
+        }
+    }
+}
+
+pub fn run(args: &[String]) -> i32 {
+    let opts = match Options::parse(
+        args,
+        &["bytes", "cases", "iterations-max"],
+        &["json", "help"],
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("txcast bench long: {e}\n{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    if opts.flag("help") {
+        print!("{USAGE}");
+        return 0;
+    }
+    let parsed = (|| -> Result<_, String> {
+        let lengths = opts.u64_list_or("bytes", LENGTHS)?;
+        if lengths.iter().any(|&l| l == 0 || l > 64 << 20) {
+            return Err("--bytes: each 1..=64 MiB".into());
+        }
+        let cases = opts.list_or("cases", CASES);
+        if let Some(c) = cases.iter().find(|c| !CASES.contains(&c.as_str())) {
+            return Err(format!("unknown case {c}"));
+        }
+        Ok((lengths, cases, opts.u64_or("iterations-max", 2000)?.max(1)))
+    })();
+    let (lengths, cases, max) = match parsed {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("txcast bench long: {e}\n{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    let mut report = Report::new("long", &["tcp"]);
+    let mut failures = 0;
+    for case in &cases {
+        // Raw UDP only where one datagram holds the message.
+        let lens: Vec<u64> = if case == "raw-udp" {
+            lengths.iter().copied().filter(|&l| l <= 65_507).collect()
+        } else {
+            lengths.clone()
+        };
+        match measure(case, &lens, max) {
+            Ok(rows) => {
+                for (len, mut s) in rows {
+                    if let Some(s) = s.summary() {
+                        eprintln!(
+                            "  {case} {len:>8} B: p50 {:.1} µs, {:.0} MB/s",
+                            s.p50_ns as f64 / 1e3,
+                            2.0 * len as f64 / s.p50_ns as f64 * 1e3
+                        );
+                        report.push_latency(case, len, s);
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("  {case} FAILED: {e}");
+                failures += 1;
+            }
+        }
+    }
+    let heading = "long: round trips by length between two processes (latencies in µs); \
+         p50/A < 1 is faster than TCP; throughput = 2 × length / p50\n";
+    let mut table = report.table();
+    table.push_str("throughput at p50, MB/s (and against TCP):\n");
+    for &len in &lengths {
+        let p50 = |case: &str| {
+            report
+                .rows
+                .iter()
+                .find(|r| r.case == case && r.bytes == len)
+                .and_then(|r| r.latency())
+                .map(|s| s.p50_ns)
+        };
+        let tcp = p50("tcp");
+        let mut line = format!("  {len:>8} B:");
+        for case in &cases {
+            if let Some(ns) = p50(case) {
+                let mbs = 2.0 * len as f64 / ns as f64 * 1e3;
+                match tcp {
+                    Some(t) => {
+                        line.push_str(&format!("  {case} {mbs:.0} ({:.2}×)", t as f64 / ns as f64))
+                    }
+                    None => line.push_str(&format!("  {case} {mbs:.0}")),
+                }
+            }
+        }
+        table.push_str(&line);
+        table.push('\n');
+    }
+    if opts.flag("json") {
+        eprint!("{heading}{table}");
+        print!("{}", report.json_lines());
+    } else {
+        print!("{heading}{table}");
+    }
+    if failures > 0 {
+        EXIT_FAILED
+    } else {
+        0
+    }
+}
