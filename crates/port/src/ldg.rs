@@ -111,7 +111,7 @@ impl Ldg {
         }
         Ok(Ldg {
             sender: Sender::new(cfg, port.incarnation())?,
-            receiver: Receiver::new(cfg)?,
+            receiver: Receiver::new(cfg, port.incarnation())?,
             finished: HashMap::new(),
             send_buf: vec![0; need],
             dropped_bad: 0,

@@ -6,6 +6,7 @@
 //! mixes. The same seed replays the same run, event for event: every run keeps a digest of its
 //! event trace to prove it.
 
+pub mod frag_sim;
 pub mod group_sim;
 pub mod link_sim;
 pub mod net;

@@ -1,6 +1,7 @@
 //! `txcast sim`: runs protocols in the deterministic simulator.
 
 use crate::opt;
+use txcast_sim::frag_sim::{run_frag, FragSimOptions};
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
@@ -10,11 +11,13 @@ pub fn run(args: &[String]) -> i32 {
         Some("link") => link(&args[1..]),
         Some("group") => group(&args[1..]),
         Some("rpc") => rpc(&args[1..]),
+        Some("frag") => frag(&args[1..]),
         _ => {
             eprintln!(
                 "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
                  \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N] [--no-partitions] [--no-clogs]\n\
                  \x20      txcast sim rpc [--seed S | --seeds N [--first F]] [--servers N] [--clients N] [--calls N]\n\
+                 \x20      txcast sim frag [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
                  \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
             );
             2
@@ -224,6 +227,71 @@ fn rpc(args: &[String]) -> i32 {
     }
     println!(
         "rpc simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    i32::from(failures > 0)
+}
+
+fn frag(args: &[String]) -> i32 {
+    let mut opts = FragSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--nodes") {
+        opts.nodes = n.clamp(2, 8);
+    }
+    if let Some(n) = opt::<u32>(args, "--messages") {
+        opts.messages_per_node = n;
+    }
+    if let Some(seed) = opt::<u64>(args, "--seed") {
+        return match run_frag(seed, &opts) {
+            Ok(r) => {
+                println!("seed {seed}: ok");
+                println!("  faults:   {:?}", r.faults);
+                println!("  network:  {:?}", r.net);
+                println!("  senders:  {:?}", r.sender);
+                println!("  receivers: {:?}", r.receiver);
+                println!(
+                    "  {} messages sent, {} delivered, {} transfers failed; {} crashes; virtual end {:.3} s; trace digest {:016x}",
+                    r.sent,
+                    r.delivered,
+                    r.failed,
+                    r.crashes,
+                    r.end_ns as f64 / 1e9,
+                    r.digest
+                );
+                0
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        };
+    }
+    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
+    let first = opt::<u64>(args, "--first").unwrap_or(0);
+    let started = std::time::Instant::now();
+    let mut failures = 0u64;
+    for (k, seed) in (first..first + seeds).enumerate() {
+        let run = std::panic::catch_unwind(|| run_frag(seed, &opts));
+        let err = match run {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some(format!(
+                "frag simulation seed {seed}: panicked\n  replay: cargo run --release -- sim frag --seed {seed}"
+            )),
+        };
+        if let Some(e) = err {
+            failures += 1;
+            eprintln!("{e}");
+        }
+        if (k + 1) % 1000 == 0 {
+            eprintln!(
+                "  {} / {seeds} seeds, {failures} failures, {:.0} s",
+                k + 1,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    println!(
+        "frag simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     i32::from(failures > 0)

@@ -6,7 +6,8 @@
 //!        32 index u32 | 36 reserved u32 | 40 the fragment's bytes
 //! ACK    0 magic | 1 kind (2) | 2 status u16 | 4 window u32
 //!        8 sender incarnation u64 | 16 transfer u64
-//!        24 cumulative u32 | 28 bitmap_bytes u16 | 30 reserved u16 | 32 bitmap
+//!        24 cumulative u32 | 28 bitmap_bytes u16 | 30 reserved u16
+//!        32 receiver incarnation u64 | 40 reassembly u64 | 48 bitmap
 //! ABORT  0 magic | 1 kind (3) | 2 reserved u16 | 4 reserved u32
 //!        8 sender incarnation u64 | 16 transfer u64
 //! ```
@@ -17,7 +18,9 @@
 //! - An ACK says fragments below `cumulative` arrived, and bit `k` of the bitmap (LSB first)
 //!   that fragment `cumulative + 1 + k` did; `window` is how many fragments past
 //!   `cumulative` the receiver takes. Its status says whether the message is complete, or
-//!   refused.
+//!   refused. The receiver's incarnation and the reassembly's number (a count of the
+//!   reassemblies the receiver began) tell a sender that the receiver forgot what it had
+//!   acknowledged: it restarted, or freed the reassembly and began it again.
 //! - An ABORT, sender to receiver, says the transfer is given up.
 //!
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
@@ -26,7 +29,7 @@ use core::fmt;
 
 pub const LDG_MAGIC: u8 = 0xA8;
 pub const DATA_HEADER_BYTES: usize = 40;
-pub const ACK_HEADER_BYTES: usize = 32;
+pub const ACK_HEADER_BYTES: usize = 48;
 pub const ABORT_BYTES: usize = 24;
 /// Longest ACK bitmap: the 512 fragments after the cumulative point.
 pub const BITMAP_BYTES_MAX: usize = 64;
@@ -78,7 +81,12 @@ pub fn fragment_len(total_len: u64, fragment_bytes: u32, index: u32) -> usize {
 pub struct AckHeader<'a> {
     pub status: AckStatus,
     pub window: u32,
+    /// The sender's incarnation (the transfer's).
     pub incarnation: u64,
+    /// The receiver's.
+    pub receiver_incarnation: u64,
+    /// Which reassembly of the receiver's this is (increasing; 0 when none is).
+    pub reassembly: u64,
     pub transfer: u64,
     pub cumulative: u32,
     pub bitmap: &'a [u8],
@@ -264,6 +272,8 @@ pub fn parse(bytes: &[u8]) -> Result<LdgMsg<'_>, LdgWireError> {
                 status,
                 window: u32_at(bytes, 4),
                 incarnation,
+                receiver_incarnation: u64_at(bytes, 32),
+                reassembly: u64_at(bytes, 40),
                 transfer,
                 cumulative: u32_at(bytes, 24),
                 bitmap: &bytes[ACK_HEADER_BYTES..],
@@ -314,6 +324,8 @@ pub fn write_ack(a: &AckHeader<'_>, buf: &mut [u8]) -> Option<usize> {
     out[24..28].copy_from_slice(&a.cumulative.to_le_bytes());
     out[28..30].copy_from_slice(&(bitmap.len() as u16).to_le_bytes());
     out[30..32].fill(0);
+    out[32..40].copy_from_slice(&a.receiver_incarnation.to_le_bytes());
+    out[40..48].copy_from_slice(&a.reassembly.to_le_bytes());
     out[ACK_HEADER_BYTES..].copy_from_slice(bitmap);
     Some(n)
 }

@@ -27,6 +27,8 @@ pub struct ReceiverCounters {
 type Key = (Address, u64, u64);
 
 struct Reassembly {
+    /// Its number among this receiver's reassemblies.
+    number: u64,
     fragment_bytes: u32,
     count: u32,
     buf: Vec<u8>,
@@ -44,7 +46,7 @@ struct Reassembly {
 enum AckOut {
     /// The reassembly's state.
     Progress(Key),
-    Complete(Key, u32),
+    Complete(Key, u32, u64),
     TooLong(Key),
     /// Not admitted: window 0.
     Closed(Key),
@@ -52,9 +54,11 @@ enum AckOut {
 
 pub struct Receiver {
     cfg: LdgConfig,
+    incarnation: u64,
+    reassemblies_begun: u64,
     reassemblies: HashMap<Key, Reassembly>,
-    /// Finished transfers: key -> (forgotten at, fragment count).
-    completed: HashMap<Key, (Instant, u32)>,
+    /// Finished transfers: key -> (forgotten at, fragment count, reassembly number).
+    completed: HashMap<Key, (Instant, u32, u64)>,
     completed_order: VecDeque<(Instant, Key)>,
     ready: VecDeque<(Address, Vec<u8>)>,
     bytes_held: usize,
@@ -63,10 +67,14 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    pub fn new(cfg: LdgConfig) -> Result<Receiver, super::LdgError> {
+    /// A receiver that names itself `incarnation` in its acknowledgements (a new one for
+    /// every restart, so senders know it forgot).
+    pub fn new(cfg: LdgConfig, incarnation: u64) -> Result<Receiver, super::LdgError> {
         cfg.validate()?;
         Ok(Receiver {
             cfg,
+            incarnation,
+            reassemblies_begun: 0,
             reassemblies: HashMap::new(),
             completed: HashMap::new(),
             completed_order: VecDeque::new(),
@@ -98,9 +106,9 @@ impl Receiver {
     pub fn handle_data(&mut self, now: Instant, from: Address, h: &DataHeader, payload: &[u8]) {
         self.counters.fragments += 1;
         let key = (from, h.incarnation, h.transfer);
-        if let Some(&(_, count)) = self.completed.get(&key) {
+        if let Some(&(_, count, number)) = self.completed.get(&key) {
             self.counters.duplicates += 1;
-            self.queue_ack(AckOut::Complete(key, count));
+            self.queue_ack(AckOut::Complete(key, count, number));
             return;
         }
         if !self.reassemblies.contains_key(&key) {
@@ -119,9 +127,11 @@ impl Receiver {
             }
             let count = h.count();
             self.bytes_held += len;
+            self.reassemblies_begun += 1;
             self.reassemblies.insert(
                 key,
                 Reassembly {
+                    number: self.reassemblies_begun,
                     fragment_bytes: h.fragment_bytes,
                     count,
                     buf: vec![0; len],
@@ -163,8 +173,8 @@ impl Receiver {
             let r = self.reassemblies.remove(&key).expect("present");
             self.counters.delivered += 1;
             self.ready.push_back((from, r.buf));
-            self.remember(now, key, r.count);
-            self.queue_ack(AckOut::Complete(key, r.count));
+            self.remember(now, key, r.count, r.number);
+            self.queue_ack(AckOut::Complete(key, r.count, r.number));
             return;
         }
         let gap = h.index > r.cumulative;
@@ -180,14 +190,14 @@ impl Receiver {
         }
     }
 
-    fn remember(&mut self, now: Instant, key: Key, count: u32) {
+    fn remember(&mut self, now: Instant, key: Key, count: u32, number: u64) {
         if self.completed.len() >= self.cfg.completed_max {
             if let Some((_, k)) = self.completed_order.pop_front() {
                 self.completed.remove(&k);
             }
         }
         let until = now + self.cfg.completed_memory;
-        self.completed.insert(key, (until, count));
+        self.completed.insert(key, (until, count, number));
         self.completed_order.push_back((until, key));
     }
 
@@ -251,18 +261,18 @@ impl Receiver {
         }
         while self.completed_order.front().is_some_and(|&(t, _)| t <= now) {
             let (t, k) = self.completed_order.pop_front().expect("front");
-            if self.completed.get(&k).is_some_and(|&(u, _)| u == t) {
+            if self.completed.get(&k).is_some_and(|&(u, _, _)| u == t) {
                 self.completed.remove(&k);
             }
         }
     }
 
-    /// The next acknowledgement: its destination and length in `buf` (at least 96 bytes).
+    /// The next acknowledgement: its destination and length in `buf` (at least 112 bytes).
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<(Address, usize)> {
         let window = self.cfg.window_fragments_max as u32;
         while let Some(a) = self.acks.pop_front() {
             let mut bitmap = [0u8; BITMAP_BYTES_MAX];
-            let (key, header_bits) = match a {
+            let (key, number, header_bits) = match a {
                 AckOut::Progress(k) => {
                     let Some(r) = self.reassemblies.get_mut(&k) else {
                         continue;
@@ -279,17 +289,21 @@ impl Receiver {
                             }
                         }
                     }
-                    (k, (AckStatus::Partial, window, r.cumulative, len))
+                    (k, r.number, (AckStatus::Partial, window, r.cumulative, len))
                 }
-                AckOut::Complete(k, count) => (k, (AckStatus::Complete, window, count, 0)),
-                AckOut::TooLong(k) => (k, (AckStatus::TooLong, 0, 0, 0)),
-                AckOut::Closed(k) => (k, (AckStatus::Partial, 0, 0, 0)),
+                AckOut::Complete(k, count, number) => {
+                    (k, number, (AckStatus::Complete, window, count, 0))
+                }
+                AckOut::TooLong(k) => (k, 0, (AckStatus::TooLong, 0, 0, 0)),
+                AckOut::Closed(k) => (k, 0, (AckStatus::Partial, 0, 0, 0)),
             };
             let (status, window, cumulative, len) = header_bits;
             let a = AckHeader {
                 status,
                 window,
                 incarnation: key.1,
+                receiver_incarnation: self.incarnation,
+                reassembly: number,
                 transfer: key.2,
                 cumulative,
                 bitmap: &bitmap[..len],

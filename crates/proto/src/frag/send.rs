@@ -24,6 +24,9 @@ pub struct SenderCounters {
     pub acks: u64,
     /// Acks for no transfer of ours (late, or for another incarnation).
     pub acks_unknown: u64,
+    /// Transfers started again because their receiver forgot them (restarted, or freed the
+    /// reassembly).
+    pub receiver_restarts: u64,
 }
 
 /// The congestion window starts here (fragments) and grows from it.
@@ -61,6 +64,8 @@ struct Transfer {
     rto_at: Option<Instant>,
     probe_at: Option<Instant>,
     deadline: Instant,
+    /// The receiver's incarnation and reassembly number, from its acknowledgements.
+    receiver: Option<(u64, u64)>,
 }
 
 impl Transfer {
@@ -189,6 +194,7 @@ impl Sender {
                 rto_at: None,
                 probe_at: None,
                 deadline: now + deadline,
+                receiver: None,
             },
         );
         self.order.push_back(id);
@@ -301,6 +307,29 @@ impl Sender {
         }
         let cfg = self.cfg;
         let t = self.transfers.get_mut(&id).expect("checked");
+        let this = (a.receiver_incarnation, a.reassembly);
+        // An ack of no reassembly (a closed window) says nothing of what was acknowledged.
+        let forgot = a.reassembly != 0 && t.receiver.is_some_and(|r| this > r);
+        if a.reassembly != 0 && t.receiver.is_some_and(|r| this < r) {
+            // From before the receiver last forgot (it came late): stale.
+            self.counters.acks_unknown += 1;
+            return;
+        }
+        if forgot {
+            // The receiver restarted, or freed the reassembly and began it again: it forgot
+            // what it acknowledged. Start again.
+            self.counters.receiver_restarts += 1;
+            t.acked = Bitset::new(t.count);
+            t.acked_count = 0;
+            t.cumulative = 0;
+            t.next_new = 0;
+            t.in_flight.clear();
+            t.retransmit.clear();
+            t.recovery_until = 0;
+        }
+        if a.reassembly != 0 {
+            t.receiver = Some(this);
+        }
         let mut newly = 0u32;
         let mut highest = None;
         // Everything below the cumulative point, then the bitmap.
@@ -354,13 +383,16 @@ impl Sender {
         } else if t.peer_window > 0 {
             t.probe_at = None;
         }
-        // Fragments sent before ones acknowledged since are lost (fast retransmit).
+        // Fragments sent well before ones acknowledged since are lost (fast retransmit). "Well
+        // before": a quarter of a round trip, so that fragments merely overtaken on the way are
+        // not sent twice.
         if let Some(h) = highest {
             let limit = h.saturating_sub(DUPLICATE_THRESHOLD - 1);
+            let settle = t.srtt.map_or(Duration::ZERO, |s| s / 4);
             let lost: Vec<u32> = t
                 .in_flight
                 .range(..limit)
-                .filter(|(_, &(_, resent))| !resent)
+                .filter(|(_, &(sent, resent))| !resent && now.saturating_since(sent) >= settle)
                 .map(|(&i, _)| i)
                 .collect();
             for i in lost {
@@ -375,8 +407,10 @@ impl Sender {
                 }
             }
         }
-        if t.acked_count == t.count {
-            self.finish(id, Ok(()));
+        // Every fragment acknowledged: only the receiver's "complete" ends the transfer (it
+        // comes once the message is delivered). Until then, probe with the last fragment.
+        if t.acked_count == t.count && t.probe_at.is_none() {
+            t.probe_at = Some(now + t.rto);
         }
     }
 
@@ -418,11 +452,10 @@ impl Sender {
                 }
             }
             if t.probe_at.is_some_and(|x| x <= now) {
-                // The receiver took nothing more: offer the first missing fragment again.
+                // The receiver took nothing more (or its "complete" was lost): offer the first
+                // missing fragment, or the last one, again.
                 self.counters.probes += 1;
-                if t.cumulative < t.count {
-                    t.retransmit.insert(t.cumulative);
-                }
+                t.retransmit.insert(t.cumulative.min(t.count - 1));
                 t.rto = (t.rto * 2).min(self.cfg.rto_max);
                 t.probe_at = Some(now + t.rto);
             }
@@ -433,13 +466,15 @@ impl Sender {
 /// The next fragment transfer `t` may send, and whether it is a retransmission.
 fn next_fragment(t: &mut Transfer) -> Option<(u32, bool)> {
     let limit = t.cumulative as u64 + t.peer_window as u64;
+    // Every fragment acknowledged and no "complete" yet: the last one goes again as a probe.
+    let awaiting_complete = t.acked_count == t.count;
     while let Some(&i) = t.retransmit.first() {
-        if t.acked.get(i) {
+        if t.acked.get(i) && !(awaiting_complete && i == t.count - 1) {
             t.retransmit.pop_first();
             continue;
         }
         // The first missing fragment may always go (a probe of a closed window).
-        if (i as u64) < limit || i == t.cumulative {
+        if (i as u64) < limit || i == t.cumulative || awaiting_complete {
             t.retransmit.pop_first();
             return Some((i, true));
         }

@@ -49,7 +49,7 @@ impl Pair {
         Pair {
             now: Instant(1_000_000_000),
             s: Sender::new(c, 7).unwrap(),
-            r: Receiver::new(c).unwrap(),
+            r: Receiver::new(c, 70).unwrap(),
             wire: Vec::new(),
             delay: Duration::from_micros(100),
             drop_once: Vec::new(),
@@ -253,6 +253,37 @@ fn a_reassembly_that_never_completes_is_freed() {
     assert!(p.got.is_empty());
 }
 
+/// Found by the simulator: a receiver that freed a reassembly (or restarted) and began it again
+/// lacks the fragments it had acknowledged. The sender must see it and start again, and must
+/// not call the transfer done from acknowledgements of two different reassemblies.
+#[test]
+fn a_receiver_that_forgot_a_transfer_gets_it_whole_again() {
+    for restart in [false, true] {
+        let c = LdgConfig {
+            reassembly_timeout: 30 * MS,
+            ..cfg()
+        };
+        let mut p = Pair::new(c);
+        p.delay = 2 * MS;
+        let m = message(300_000, 8);
+        let id = p.s.send(p.now, B, m.clone(), 10_000 * MS).unwrap();
+        p.run(5 * MS);
+        assert_eq!(p.r.reassembling(), 1);
+        // The path goes dark: the receiver frees the reassembly (or restarts).
+        p.cut = true;
+        p.run(60 * MS);
+        if restart {
+            p.r = Receiver::new(c, 71).unwrap();
+        }
+        assert_eq!(p.r.reassembling(), 0);
+        p.cut = false;
+        p.run(3000 * MS);
+        assert_eq!(p.got, vec![(A, m.clone())], "restart {restart}");
+        assert_eq!(p.events, vec![(id, Ok(()))]);
+        assert!(p.s.counters.receiver_restarts >= 1, "{:?}", p.s.counters);
+    }
+}
+
 #[test]
 fn a_cancelled_transfer_is_freed_at_the_receiver() {
     let mut p = Pair::new(cfg());
@@ -352,7 +383,7 @@ fn sends_beyond_the_limits_are_refused() {
     ] {
         assert!(matches!(bad.validate(), Err(LdgError::BadConfig(_))));
         assert!(Sender::new(bad, 0).is_err());
-        assert!(Receiver::new(bad).is_err());
+        assert!(Receiver::new(bad, 0).is_err());
     }
 }
 
@@ -410,6 +441,8 @@ fn messages_round_trip_and_every_decoder_rule_is_checked() {
         status: AckStatus::Partial,
         window: 16,
         incarnation: 3,
+        receiver_incarnation: 4,
+        reassembly: 2,
         transfer: 9,
         cumulative: 4,
         bitmap: &[0b101],
@@ -452,7 +485,7 @@ fn random_input_never_panics_and_memory_stays_bounded() {
         ..cfg()
     };
     let mut rng = Rng::new(5);
-    let mut r = Receiver::new(c).unwrap();
+    let mut r = Receiver::new(c, 70).unwrap();
     let mut s = Sender::new(c, 1).unwrap();
     let mut buf = vec![0u8; 70_000];
     let mut now = Instant(0);
@@ -480,6 +513,8 @@ fn random_input_never_panics_and_memory_stays_bounded() {
                 status: AckStatus::Partial,
                 window: rng.below(100) as u32,
                 incarnation: 1,
+                receiver_incarnation: rng.below(2),
+                reassembly: rng.below(3),
                 transfer: 1,
                 cumulative: rng.below(60) as u32,
                 bitmap: &bm,
