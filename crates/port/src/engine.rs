@@ -23,6 +23,8 @@ use txcast_proto::{Address, AddressHash, Instant, TxnId};
 /// Bytes each message carries in a ring ahead of its payload: the source address and the
 /// transaction id (zero for point-to-point messages).
 pub const ENVELOPE_BYTES: usize = 16;
+/// Moved servers one engine records, at most.
+pub const LOCATIONS_MAX: usize = 4096;
 /// Datagrams one duty cycle reads from one socket before moving on.
 pub const RECV_BATCH_MAX: usize = 64;
 /// Longest the engine thread parks when no link timer is pending (new timers wake it early).
@@ -181,6 +183,9 @@ impl Links {
 /// The network side of one port, shared between the port's owner and the engine.
 pub(crate) struct Endpoint {
     pub addr: Address,
+    /// Takes packets whose source socket is not where its address maps (an oracle, which
+    /// moved servers register with).
+    pub trust_moved_sources: bool,
     /// This port's incarnation: its peers refuse packets from earlier ones.
     pub incarnation: u64,
     pub socket: UdpSocket,
@@ -239,6 +244,10 @@ pub(crate) struct Shared {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     loss: Mutex<txcast_proto::rng::Rng>,
     pub injected_losses: AtomicU64,
+    /// Servers that moved (the oracle said so): where they are instead of where the pure
+    /// mapping puts them. At most `LOCATIONS_MAX`.
+    locations: RwLock<HashMap<Address, SocketAddr>>,
+    has_locations: AtomicBool,
     /// Multicasts handed to the engine thread for fan-out.
     fanout: Mutex<FanoutQueue>,
     /// Jobs in `fanout`, readable without the lock.
@@ -314,6 +323,8 @@ impl Engine {
             thread: Mutex::new(None),
             loss: Mutex::new(txcast_proto::rng::Rng::new(cfg.loss_seed)),
             injected_losses: AtomicU64::new(0),
+            locations: RwLock::new(HashMap::new()),
+            has_locations: AtomicBool::new(false),
             fanout: Mutex::new(FanoutQueue::default()),
             fanout_jobs: AtomicUsize::new(0),
             cfg,
@@ -639,6 +650,52 @@ impl Engine {
         true
     }
 
+    /// Where `a`'s port is: where it moved to, if the oracle said so, else the pure mapping.
+    pub fn socket_addr(&self, a: Address) -> Result<SocketAddr, crate::naming::NamingError> {
+        if self.shared.has_locations.load(Ordering::Relaxed) {
+            if let Some(s) = self
+                .shared
+                .locations
+                .read()
+                .expect("locations lock")
+                .get(&a)
+            {
+                return Ok(*s);
+            }
+        }
+        self.shared.cfg.cluster.socket_addr(a)
+    }
+
+    /// Records that `a` moved to `at` (a location the pure mapping does not give it; setting
+    /// the mapped one clears the record). False if `LOCATIONS_MAX` others are recorded.
+    pub fn set_location(&self, a: Address, at: SocketAddr) -> bool {
+        let mapped = self.shared.cfg.cluster.socket_addr(a).ok();
+        let mut l = self.shared.locations.write().expect("locations lock");
+        if mapped == Some(at) {
+            l.remove(&a);
+        } else {
+            if l.len() >= LOCATIONS_MAX && !l.contains_key(&a) {
+                return false;
+            }
+            l.insert(a, at);
+        }
+        self.shared
+            .has_locations
+            .store(!l.is_empty(), Ordering::Relaxed);
+        true
+    }
+
+    /// Whether `a` is recorded as moved.
+    pub fn moved(&self, a: Address) -> bool {
+        self.shared.has_locations.load(Ordering::Relaxed)
+            && self
+                .shared
+                .locations
+                .read()
+                .expect("locations lock")
+                .contains_key(&a)
+    }
+
     /// Whether fault injection drops the next outgoing remote packet (and counts it).
     pub(crate) fn inject_loss(&self) -> bool {
         let loss = self.shared.cfg.loss_injection;
@@ -908,7 +965,8 @@ impl Engine {
         let h = p.header;
         // The source address must map to the socket it came from: no lookup, no spoofing of
         // another server's name from a different port.
-        let source_ok = cfg.cluster.socket_addr(h.source).is_ok_and(|s| s == from);
+        let source_ok =
+            ep.trust_moved_sources || self.socket_addr(h.source).is_ok_and(|s| s == from);
         let dest_ok = match h.kind {
             // A multicast goes to every member as one packet: the group message names the
             // group, and the member checks the sender.
@@ -1125,7 +1183,7 @@ pub(crate) fn flush(
     buf: &mut [u8],
     now: Instant,
 ) -> usize {
-    let Ok(to) = engine.shared.cfg.cluster.socket_addr(link.peer()) else {
+    let Ok(to) = engine.socket_addr(link.peer()) else {
         return 0;
     };
     let mut n = 0;

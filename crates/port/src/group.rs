@@ -155,8 +155,8 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
         let mut to = std::mem::take(&mut st.to);
         to.clear();
         match dest {
-            Dest::To(a) => to.extend(cluster.socket_addr(a).ok()),
-            Dest::All => to.extend(st.m.fanout().filter_map(|a| cluster.socket_addr(a).ok())),
+            Dest::To(a) => to.extend(engine.socket_addr(a).ok()),
+            Dest::All => to.extend(st.m.fanout().filter_map(|a| engine.socket_addr(a).ok())),
         }
         if !st.out.has_room(n, to.len()) {
             send_out(ep, st);

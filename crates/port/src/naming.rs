@@ -79,7 +79,14 @@ pub struct ClusterConfig {
     /// Passphrase for the cluster key; when set, every packet carries a keyed MAC.
     pub key_passphrase: Option<String>,
     pub multicast: MulticastConfig,
+    /// The oracle's address (`instance.site.type.server`): clients find it here, not by
+    /// searching the network.
+    pub oracle: String,
 }
+
+/// Where the oracle is unless the configuration says otherwise: instance 0, site 0, the last
+/// server type of the default numbering, server 0.
+pub const DEFAULT_ORACLE: &str = "0.0.15.0";
 
 impl Default for ClusterConfig {
     fn default() -> Self {
@@ -93,6 +100,7 @@ impl Default for ClusterConfig {
             shm_dir: PathBuf::from("/dev/shm"),
             key_passphrase: None,
             multicast: MulticastConfig::default(),
+            oracle: DEFAULT_ORACLE.to_string(),
         }
     }
 }
@@ -126,7 +134,16 @@ impl ClusterConfig {
         Self::from_toml(&text)
     }
 
+    /// The oracle's address.
+    pub fn oracle(&self) -> Result<Address, NamingError> {
+        self.oracle
+            .parse()
+            .map_err(|e: &str| NamingError::Config(format!("oracle `{}`: {e}", self.oracle)))
+    }
+
     pub fn validate(&self) -> Result<(), NamingError> {
+        let oracle = self.oracle()?;
+        self.udp_port(oracle)?;
         if self.server_types_max == 0 || self.server_instances_max == 0 {
             return Err(NamingError::Config(
                 "server_types_max and server_instances_max must be positive".into(),

@@ -97,6 +97,18 @@ pub struct Rpc {
     send_buf: Vec<u8>,
     dropped_bad: u64,
     send_failures: u64,
+    /// A call repeated on its own (a lease renewal): destination, type, payload, period,
+    /// when next, and the last copy's id while it is outstanding.
+    repeat: Option<Repeat>,
+}
+
+struct Repeat {
+    dest: Address,
+    request_type: u16,
+    payload: Vec<u8>,
+    every: Duration,
+    next: std::time::Instant,
+    last: Option<CallId>,
 }
 
 impl Rpc {
@@ -123,7 +135,45 @@ impl Rpc {
             finished: HashMap::new(),
             dropped_bad: 0,
             send_failures: 0,
+            repeat: None,
         })
+    }
+
+    /// Makes the call (`dest`, `request_type`, `payload`) every `every` from now on, while
+    /// this endpoint's traffic moves (its answers are not kept): a lease renewal that needs no
+    /// help from the application. Replaces the previous one; `None` stops it.
+    pub fn repeat_call(&mut self, call: Option<(Address, u16, Vec<u8>)>, every: Duration) {
+        self.repeat = call.map(|(dest, request_type, payload)| Repeat {
+            dest,
+            request_type,
+            payload,
+            every: every.max(Duration::from_millis(1)),
+            next: std::time::Instant::now() + every,
+            last: None,
+        });
+    }
+
+    /// Starts the repeated call if it is due; forgets the last copy's outcome.
+    fn run_repeat(&mut self) {
+        let Some(r) = self.repeat.as_mut() else {
+            return;
+        };
+        if let Some(id) = r.last {
+            if self.finished.remove(&id).is_some() || !self.client.is_outstanding(id) {
+                r.last = None;
+            }
+        }
+        let now = std::time::Instant::now();
+        if r.next > now || r.last.is_some() {
+            return;
+        }
+        r.next = now + r.every;
+        let (dest, t, payload, deadline) = (r.dest, r.request_type, r.payload.clone(), r.every);
+        if let Ok(id) = self.multicast_async(&[dest], t, &payload, Completion::First, deadline) {
+            if let Some(r) = self.repeat.as_mut() {
+                r.last = Some(id);
+            }
+        }
     }
 
     pub fn address(&self) -> Address {
@@ -263,6 +313,11 @@ impl Rpc {
         self.port.engine().now()
     }
 
+    /// The engine this endpoint's port runs on.
+    pub fn engine(&self) -> &crate::engine::Engine {
+        self.port.engine()
+    }
+
     /// Moves traffic until `done` holds or `timeout` passes (`None`: until `done`).
     fn drive(
         &mut self,
@@ -281,15 +336,23 @@ impl Rpc {
             }
             self.transmit();
             self.collect();
+            self.run_repeat();
             if done(self) {
                 return Ok(());
             }
             // Wait for traffic until the next timer or the end of this drive.
+            let repeat = self
+                .repeat
+                .as_ref()
+                .map(|r| r.next.saturating_duration_since(std::time::Instant::now()));
             let timer = [self.client.poll_timeout(), self.server.poll_timeout()]
                 .into_iter()
                 .flatten()
                 .min()
-                .map(|t| t.saturating_since(now));
+                .map(|t| t.saturating_since(now))
+                .into_iter()
+                .chain(repeat)
+                .min();
             let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
             let wait = match (timer, left) {
                 (Some(a), Some(b)) => a.min(b),

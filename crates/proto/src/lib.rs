@@ -7,6 +7,7 @@ pub mod addr;
 pub mod frag;
 pub mod group;
 pub mod link;
+pub mod oracle;
 pub mod pack;
 pub mod rng;
 pub mod rpc;

@@ -113,7 +113,9 @@ fn config(rng: &mut Rng) -> LdgConfig {
         reassemblies_max: 2 + rng.below(6) as usize,
         reassembly_bytes_max: 400_000 + rng.below(1_000_000) as usize,
         reassembly_timeout: std::time::Duration::from_millis(300 + rng.below(700)),
-        completed_memory: std::time::Duration::from_millis(2000),
+        deadline_max: std::time::Duration::from_secs(20),
+        // Longer than any delay the network gives a packet (delay and clogs).
+        packet_lifetime: std::time::Duration::from_millis(100),
         completed_max: 64,
         rto_initial: std::time::Duration::from_millis(5 + rng.below(30)),
         rto_min: std::time::Duration::from_millis(1),

@@ -14,8 +14,10 @@
 //!   it answers with a window of zero, and the sender probes. It acknowledges every
 //!   `ack_every` fragments, or after `ack_delay`, at once on a gap or at the end, and frees a
 //!   reassembly that gets no fragment for `reassembly_timeout`. Transfers it finished are
-//!   remembered for `completed_memory`, so late copies of their fragments are acknowledged
-//!   again and not delivered twice.
+//!   remembered until their sender's deadline plus `packet_lifetime` (the sender sends nothing
+//!   after its deadline), so late copies of their fragments are acknowledged again and never
+//!   start the message over: a message is delivered at most once. When `completed_max` are
+//!   remembered, new transfers wait (window 0) rather than any being forgotten early.
 //!
 //! Both are sans-IO (`handle_*`, `poll_transmit`, `poll_timeout`, time passed in).
 
@@ -49,8 +51,11 @@ pub struct LdgConfig {
     pub reassembly_bytes_max: usize,
     /// An incomplete reassembly that gets no fragment for this long is freed.
     pub reassembly_timeout: Duration,
-    /// How long a finished transfer is remembered (late copies of its fragments).
-    pub completed_memory: Duration,
+    /// Longest deadline a transfer may have.
+    pub deadline_max: Duration,
+    /// The longest a datagram may be delayed in the network (a finished transfer is
+    /// remembered this long past its sender's deadline).
+    pub packet_lifetime: Duration,
     /// Transfers remembered as finished, at most.
     pub completed_max: usize,
     pub rto_initial: Duration,
@@ -73,8 +78,9 @@ impl Default for LdgConfig {
             reassemblies_max: 64,
             reassembly_bytes_max: 256 << 20,
             reassembly_timeout: Duration::from_secs(2),
-            completed_memory: Duration::from_secs(4),
-            completed_max: 1024,
+            deadline_max: Duration::from_secs(300),
+            packet_lifetime: Duration::from_secs(2),
+            completed_max: 4096,
             rto_initial: Duration::from_millis(20),
             rto_min: Duration::from_millis(2),
             rto_max: Duration::from_secs(1),
@@ -120,6 +126,9 @@ impl LdgConfig {
         if self.ack_every == 0 {
             return bad("ack_every must be positive");
         }
+        if self.deadline_max.is_zero() || self.deadline_max.as_millis() > u32::MAX as u128 {
+            return bad("deadline_max must be positive and below 49 days");
+        }
         Ok(())
     }
 }
@@ -138,6 +147,8 @@ pub enum LdgError {
     RefusedTooLong,
     /// The deadline passed before the receiver had every fragment.
     DeadlinePassed,
+    /// A deadline of zero, or beyond `deadline_max`.
+    BadDeadline,
     /// No such transfer.
     Unknown,
 }
@@ -155,6 +166,9 @@ impl fmt::Display for LdgError {
                 f.write_str("the deadline passed before every fragment was acknowledged")
             }
             LdgError::Unknown => f.write_str("no such transfer"),
+            LdgError::BadDeadline => {
+                f.write_str("deadline must be positive and at most deadline_max")
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 //! ```text
 //! DATA   0 magic u8 (0xA8) | 1 kind u8 (1) | 2 reserved u16 | 4 fragment_bytes u32
 //!        8 sender incarnation u64 | 16 transfer u64 | 24 total_len u64
-//!        32 index u32 | 36 reserved u32 | 40 the fragment's bytes
+//!        32 index u32 | 36 deadline_ms u32 | 40 the fragment's bytes
 //! ACK    0 magic | 1 kind (2) | 2 status u16 | 4 window u32
 //!        8 sender incarnation u64 | 16 transfer u64
 //!        24 cumulative u32 | 28 bitmap_bytes u16 | 30 reserved u16
@@ -12,6 +12,9 @@
 //!        8 sender incarnation u64 | 16 transfer u64
 //! ```
 //!
+//! - A DATA fragment carries the time its transfer had left when it was sent (at least 1 ms):
+//!   the sender sends nothing after it, so a receiver that remembers a finished transfer that
+//!   long (plus a packet lifetime) never takes a copy of it for a new one.
 //! - A DATA fragment `index` of a message of `total_len` bytes cut into fragments of
 //!   `fragment_bytes` holds bytes `index * fragment_bytes ..` of it: `fragment_bytes` of them,
 //!   or what is left for the last. The decoder checks the count and the length.
@@ -56,6 +59,8 @@ pub struct DataHeader {
     pub transfer: u64,
     pub total_len: u64,
     pub index: u32,
+    /// Time the transfer had left when this copy was sent, in ms (at least 1).
+    pub deadline_ms: u32,
 }
 
 impl DataHeader {
@@ -142,6 +147,8 @@ pub enum LdgWireError {
     BadBitmap,
     /// Reserved fields must be zero.
     ReservedNotZero,
+    /// A fragment must have time left (deadline_ms >= 1).
+    ZeroDeadline,
 }
 
 impl fmt::Display for LdgWireError {
@@ -178,6 +185,9 @@ impl fmt::Display for LdgWireError {
                 f.write_str("ldg ack bitmap must be at most 64 bytes and fit the message")
             }
             LdgWireError::ReservedNotZero => f.write_str("ldg reserved fields must be zero"),
+            LdgWireError::ZeroDeadline => {
+                f.write_str("ldg fragment must have time left (deadline_ms >= 1)")
+            }
         }
     }
 }
@@ -216,8 +226,12 @@ pub fn parse(bytes: &[u8]) -> Result<LdgMsg<'_>, LdgWireError> {
             if bytes.len() < DATA_HEADER_BYTES {
                 return Err(short(DATA_HEADER_BYTES));
             }
-            if u16_at(bytes, 2) != 0 || u32_at(bytes, 36) != 0 {
+            if u16_at(bytes, 2) != 0 {
                 return Err(LdgWireError::ReservedNotZero);
+            }
+            let deadline_ms = u32_at(bytes, 36);
+            if deadline_ms == 0 {
+                return Err(LdgWireError::ZeroDeadline);
             }
             let fragment_bytes = u32_at(bytes, 4);
             if fragment_bytes == 0 || fragment_bytes as usize > FRAGMENT_BYTES_MAX {
@@ -233,6 +247,7 @@ pub fn parse(bytes: &[u8]) -> Result<LdgMsg<'_>, LdgWireError> {
                 transfer,
                 total_len,
                 index: u32_at(bytes, 32),
+                deadline_ms,
             };
             let count = h.count();
             if h.index >= count {
@@ -305,7 +320,7 @@ pub fn write_data(h: &DataHeader, fragment: &[u8], buf: &mut [u8]) -> Option<usi
     out[16..24].copy_from_slice(&h.transfer.to_le_bytes());
     out[24..32].copy_from_slice(&h.total_len.to_le_bytes());
     out[32..36].copy_from_slice(&h.index.to_le_bytes());
-    out[36..40].fill(0);
+    out[36..40].copy_from_slice(&h.deadline_ms.to_le_bytes());
     out[DATA_HEADER_BYTES..].copy_from_slice(fragment);
     Some(n)
 }

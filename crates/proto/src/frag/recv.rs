@@ -4,7 +4,9 @@ use super::msg::{self, AckHeader, AckStatus, DataHeader, BITMAP_BYTES_MAX};
 use super::{Bitset, LdgConfig};
 use crate::addr::Address;
 use crate::time::Instant;
-use std::collections::{HashMap, VecDeque};
+use core::cmp::Reverse;
+use core::time::Duration;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReceiverCounters {
@@ -37,6 +39,8 @@ struct Reassembly {
     cumulative: u32,
     highest: u32,
     last_at: Instant,
+    /// Its sender sends nothing after this (its deadline plus a packet lifetime).
+    until: Instant,
     unacked: u32,
     ack_at: Option<Instant>,
     ack_queued: bool,
@@ -59,7 +63,7 @@ pub struct Receiver {
     reassemblies: HashMap<Key, Reassembly>,
     /// Finished transfers: key -> (forgotten at, fragment count, reassembly number).
     completed: HashMap<Key, (Instant, u32, u64)>,
-    completed_order: VecDeque<(Instant, Key)>,
+    completed_order: BinaryHeap<Reverse<(Instant, Key)>>,
     ready: VecDeque<(Address, Vec<u8>)>,
     bytes_held: usize,
     acks: VecDeque<AckOut>,
@@ -77,7 +81,7 @@ impl Receiver {
             reassemblies_begun: 0,
             reassemblies: HashMap::new(),
             completed: HashMap::new(),
-            completed_order: VecDeque::new(),
+            completed_order: BinaryHeap::new(),
             ready: VecDeque::new(),
             bytes_held: 0,
             acks: VecDeque::new(),
@@ -118,8 +122,12 @@ impl Receiver {
                 return;
             }
             let len = h.total_len as usize;
+            if self.completed.len() >= self.cfg.completed_max {
+                self.forget_completed(now);
+            }
             if self.reassemblies.len() >= self.cfg.reassemblies_max
                 || self.bytes_held + len > self.cfg.reassembly_bytes_max
+                || self.completed.len() >= self.cfg.completed_max
             {
                 self.counters.not_admitted += 1;
                 self.queue_ack(AckOut::Closed(key));
@@ -140,6 +148,7 @@ impl Receiver {
                     cumulative: 0,
                     highest: 0,
                     last_at: now,
+                    until: now,
                     unacked: 0,
                     ack_at: None,
                     ack_queued: false,
@@ -152,6 +161,9 @@ impl Receiver {
             return;
         }
         r.last_at = now;
+        r.until = r
+            .until
+            .max(now + Duration::from_millis(h.deadline_ms as u64) + self.cfg.packet_lifetime);
         if !r.got.set(h.index) {
             self.counters.duplicates += 1;
             // The sender missed an acknowledgement: say where we are.
@@ -173,7 +185,7 @@ impl Receiver {
             let r = self.reassemblies.remove(&key).expect("present");
             self.counters.delivered += 1;
             self.ready.push_back((from, r.buf));
-            self.remember(now, key, r.count, r.number);
+            self.remember(key, r.until, r.count, r.number);
             self.queue_ack(AckOut::Complete(key, r.count, r.number));
             return;
         }
@@ -190,15 +202,22 @@ impl Receiver {
         }
     }
 
-    fn remember(&mut self, now: Instant, key: Key, count: u32, number: u64) {
-        if self.completed.len() >= self.cfg.completed_max {
-            if let Some((_, k)) = self.completed_order.pop_front() {
+    /// Remembers a finished transfer until `until` (its sender is quiet by then).
+    fn remember(&mut self, key: Key, until: Instant, count: u32, number: u64) {
+        self.completed.insert(key, (until, count, number));
+        self.completed_order.push(Reverse((until, key)));
+    }
+
+    fn forget_completed(&mut self, now: Instant) {
+        while let Some(&Reverse((t, k))) = self.completed_order.peek() {
+            if t > now {
+                break;
+            }
+            self.completed_order.pop();
+            if self.completed.get(&k).is_some_and(|&(u, _, _)| u == t) {
                 self.completed.remove(&k);
             }
         }
-        let until = now + self.cfg.completed_memory;
-        self.completed.insert(key, (until, count, number));
-        self.completed_order.push_back((until, key));
     }
 
     /// The sender of transfer (`incarnation`, `transfer`) at `from` gave it up.
@@ -223,7 +242,7 @@ impl Receiver {
 
     /// When [`Receiver::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t = self.completed_order.front().map(|&(t, _)| t);
+        let mut t = self.completed_order.peek().map(|Reverse((t, _))| *t);
         for r in self.reassemblies.values() {
             let x = r
                 .ack_at
@@ -259,12 +278,7 @@ impl Receiver {
         for k in due {
             self.queue_ack(AckOut::Progress(k));
         }
-        while self.completed_order.front().is_some_and(|&(t, _)| t <= now) {
-            let (t, k) = self.completed_order.pop_front().expect("front");
-            if self.completed.get(&k).is_some_and(|&(u, _, _)| u == t) {
-                self.completed.remove(&k);
-            }
-        }
+        self.forget_completed(now);
     }
 
     /// The next acknowledgement: its destination and length in `buf` (at least 112 bytes).

@@ -153,6 +153,9 @@ impl Sender {
                 max,
             });
         }
+        if deadline < Duration::from_millis(1) || deadline > self.cfg.deadline_max {
+            return Err(LdgError::BadDeadline);
+        }
         if self.transfers.len() >= self.cfg.transfers_max
             || self.bytes_held + data.len() > self.cfg.send_bytes_max
         {
@@ -269,12 +272,15 @@ impl Sender {
             let Some((i, resent)) = next_fragment(t) else {
                 continue;
             };
+            let left = t.deadline.saturating_since(now).as_millis();
             let h = DataHeader {
                 fragment_bytes: t.fragment_bytes,
                 incarnation,
                 transfer: id,
                 total_len: t.data.len() as u64,
                 index: i,
+                // Rounded up: the receiver must not forget the transfer before we stop.
+                deadline_ms: (left + 1).min(u32::MAX as u128) as u32,
             };
             let n = msg::write_data(&h, t.fragment(i), buf)?;
             t.in_flight.insert(i, (now, resent));

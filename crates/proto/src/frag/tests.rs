@@ -340,11 +340,45 @@ fn late_copies_of_a_finished_transfer_are_acknowledged_not_delivered_again() {
         transfer: 1,
         total_len: 5000,
         index: 2,
+        deadline_ms: 100,
     };
     p.r.handle_data(p.now, A, &h, &m[2000..3000]);
     p.step();
     assert_eq!(p.got.len(), 1, "not delivered twice");
     assert_eq!(p.r.counters.duplicates, 1);
+}
+
+/// Found by the simulator: a finished transfer forgotten by the receiver while its sender
+/// (which never heard "complete") still probed was begun again and delivered twice. A
+/// receiver now remembers it until the sender's deadline plus the packet lifetime.
+#[test]
+fn a_finished_transfer_is_remembered_as_long_as_its_sender_may_send() {
+    let c = LdgConfig {
+        packet_lifetime: 50 * MS,
+        ..cfg()
+    };
+    let mut r = Receiver::new(c, 1).unwrap();
+    let now = Instant(1_000_000_000);
+    let h = |index, deadline_ms| DataHeader {
+        fragment_bytes: 1000,
+        incarnation: 7,
+        transfer: 1,
+        total_len: 2000,
+        index,
+        deadline_ms,
+    };
+    r.handle_data(now, A, &h(0, 3000), &[1; 1000]);
+    r.handle_data(now, A, &h(1, 3000), &[2; 1000]);
+    assert!(r.poll_message().is_some());
+    // A probe just before the sender's deadline, arriving late.
+    let late = now + Duration::from_millis(3040);
+    r.handle_timeout(late);
+    r.handle_data(late, A, &h(1, 1), &[2; 1000]);
+    assert!(r.poll_message().is_none(), "not delivered twice");
+    assert_eq!(r.reassembling(), 0);
+    // Past the window it is forgotten.
+    r.handle_timeout(now + Duration::from_millis(3051));
+    assert!(r.poll_timeout().is_none());
 }
 
 #[test]
@@ -358,6 +392,15 @@ fn sends_beyond_the_limits_are_refused() {
     s.send(now, B, vec![1; 10], MS).unwrap();
     s.send(now, B, vec![1; 10], MS).unwrap();
     assert_eq!(s.send(now, B, vec![1; 10], MS), Err(LdgError::Full));
+    let mut s = Sender::new(cfg(), 1).unwrap();
+    assert_eq!(
+        s.send(now, B, vec![1; 10], Duration::ZERO),
+        Err(LdgError::BadDeadline)
+    );
+    assert_eq!(
+        s.send(now, B, vec![1; 10], cfg().deadline_max + MS),
+        Err(LdgError::BadDeadline)
+    );
     for bad in [
         LdgConfig {
             fragment_bytes: 0,
@@ -396,6 +439,7 @@ fn messages_round_trip_and_every_decoder_rule_is_checked() {
         transfer: 9,
         total_len: 250,
         index: 2,
+        deadline_ms: 9,
     };
     let n = msg::write_data(&h, &[7; 50], &mut buf).unwrap();
     assert!(msg::is_ldg(&buf[..n]));
@@ -412,6 +456,12 @@ fn messages_round_trip_and_every_decoder_rule_is_checked() {
     assert_eq!(with(0, 0, n), LdgWireError::BadMagic(0));
     assert_eq!(with(1, 9, n), LdgWireError::UnknownKind(9));
     assert_eq!(with(2, 1, n), LdgWireError::ReservedNotZero);
+    let mut nodeadline = data;
+    nodeadline[36..40].fill(0);
+    assert_eq!(
+        msg::parse(&nodeadline[..n]).unwrap_err(),
+        LdgWireError::ZeroDeadline
+    );
     assert_eq!(
         with(32, 3, n),
         LdgWireError::IndexBeyondCount { index: 3, count: 3 }
@@ -502,6 +552,7 @@ fn random_input_never_panics_and_memory_stays_bounded() {
                 transfer: rng.below(6),
                 total_len: total,
                 index: rng.below(msg::count(total, fb) as u64 + 1) as u32,
+                deadline_ms: rng.below(3) as u32,
             };
             let len = msg::fragment_len(total, fb, h.index);
             if let Some(n) = msg::write_data(&h, &vec![9u8; len], &mut buf) {

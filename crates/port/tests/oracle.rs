@@ -1,0 +1,240 @@
+//! The oracle through the public API: registration, lookups, notifications of failure and
+//! recovery, a moved server found again through a notification, the registry kept across the
+//! oracle's restart, and malformed requests.
+//!
+//! Every test uses its own `instance` number (30 to 33; other test binaries use them too,
+//! but test binaries run one after another). The oracle is server type 15 of site 0.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use txcast_port::{
+    Engine, EngineConfig, EngineMode, OracleClient, OracleServer, Pattern, Port, PortConfig,
+    RemoteError, Rpc, RpcCallError, RpcConfig,
+};
+use txcast_proto::Address;
+
+fn addr(instance: u16, site: u16, server_type: u16) -> Address {
+    Address::new(instance, site, server_type, 0)
+}
+
+fn oracle_addr(instance: u16) -> Address {
+    addr(instance, 0, 15)
+}
+
+fn engine() -> Engine {
+    Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap()
+}
+
+fn rpc(e: &Engine, a: Address) -> Rpc {
+    Rpc::new(
+        Port::open_on(e, a, PortConfig::default()).unwrap(),
+        RpcConfig::default(),
+    )
+    .unwrap()
+}
+
+/// An oracle on its own thread until the returned flag is set.
+fn spawn_oracle(
+    instance: u16,
+    state: Option<std::path::PathBuf>,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<OracleServer>) {
+    let e = engine();
+    let mut o = OracleServer::open(&e, oracle_addr(instance), state.as_deref()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let t = std::thread::spawn(move || {
+        let _keep = e;
+        while !s.load(Ordering::SeqCst) {
+            o.serve(Duration::from_millis(10)).unwrap();
+        }
+        o
+    });
+    (stop, t)
+}
+
+/// Serves `r` until `cond` holds (at most 5 s).
+fn serve_until(r: &mut Rpc, mut cond: impl FnMut(&mut Rpc) -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        if cond(r) {
+            return true;
+        }
+        r.serve(Duration::from_millis(5)).unwrap();
+    }
+    cond(r)
+}
+
+const LEASE: Duration = Duration::from_secs(5);
+
+#[test]
+fn servers_register_and_are_looked_up_found_as_partners_and_all() {
+    let (stop, oracle) = spawn_oracle(30, None);
+    let e = engine();
+    let mut servers = Vec::new();
+    for site in [2u16, 1, 3] {
+        let mut r = rpc(&e, addr(30, site, 4));
+        let mut c = OracleClient::with_oracle(&mut r, oracle_addr(30));
+        c.register_self(&mut r, &[], LEASE).unwrap();
+        servers.push((r, c));
+    }
+    let (r, c) = &mut servers[0];
+    let mapped = |site: u16| -> SocketAddrV4 {
+        match e.socket_addr(addr(30, site, 4)).unwrap() {
+            SocketAddr::V4(v) => v,
+            _ => unreachable!(),
+        }
+    };
+    assert_eq!(c.lookup(r, addr(30, 3, 4)).unwrap(), Some(mapped(3)));
+    assert_eq!(c.lookup(r, addr(30, 3, 5)).unwrap(), None);
+    let p: Pattern = "30.*.4.*".parse().unwrap();
+    assert_eq!(
+        c.find_partner(r, &p).unwrap(),
+        Some((addr(30, 1, 4), mapped(1)))
+    );
+    let all = c.find_all(r, &p).unwrap();
+    assert_eq!(
+        all.iter().map(|(a, _)| a.site).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(c.find_all(r, &"31.*.*.*".parse().unwrap()).unwrap(), vec![]);
+    stop.store(true, Ordering::SeqCst);
+    let o = oracle.join().unwrap();
+    assert!(o.counters().registrations >= 3);
+}
+
+#[test]
+fn watchers_hear_of_registration_failure_and_recovery() {
+    let (stop, oracle) = spawn_oracle(31, None);
+    let e = engine();
+    let mut w = rpc(&e, addr(31, 1, 2));
+    let mut wc = OracleClient::with_oracle(&mut w, oracle_addr(31));
+    wc.register_self(&mut w, &["31.*.3.*".parse().unwrap()], LEASE)
+        .unwrap();
+    let s_addr = addr(31, 2, 3);
+    let e2 = engine();
+    let mut s = rpc(&e2, s_addr);
+    let mut sc = OracleClient::with_oracle(&mut s, oracle_addr(31));
+    sc.register_self(&mut s, &[], Duration::from_millis(300))
+        .unwrap();
+    assert!(
+        serve_until(&mut w, |_| wc.known(s_addr).is_some_and(|k| k.alive)),
+        "registration heard"
+    );
+    // The server stops: nothing renews its lease.
+    drop(s);
+    assert!(
+        serve_until(&mut w, |_| wc.known(s_addr).is_some_and(|k| !k.alive)),
+        "failure heard"
+    );
+    // It comes back.
+    let mut s = rpc(&e2, s_addr);
+    let mut sc = OracleClient::with_oracle(&mut s, oracle_addr(31));
+    sc.register_self(&mut s, &[], LEASE).unwrap();
+    assert!(
+        serve_until(&mut w, |_| wc.known(s_addr).is_some_and(|k| k.alive)),
+        "recovery heard"
+    );
+    stop.store(true, Ordering::SeqCst);
+    let o = oracle.join().unwrap();
+    assert!(o.counters().notifications_sent >= 3);
+}
+
+#[test]
+fn a_moved_server_is_found_again_through_a_notification() {
+    let (stop, oracle) = spawn_oracle(32, None);
+    let s_addr = addr(32, 1, 3);
+    // The client watches the server type.
+    let ec = engine();
+    let mut c = rpc(&ec, addr(32, 2, 2));
+    let mut cc = OracleClient::with_oracle(&mut c, oracle_addr(32));
+    cc.register_self(&mut c, &["32.*.3.*".parse().unwrap()], LEASE)
+        .unwrap();
+    // The server, where its address maps.
+    let serving = Arc::new(AtomicBool::new(true));
+    let run_server = |e: Engine, serving: Arc<AtomicBool>| {
+        std::thread::spawn(move || {
+            let mut s = rpc(&e, s_addr);
+            s.register(1, |_, p| Ok(p.to_vec()));
+            let mut sc = OracleClient::with_oracle(&mut s, oracle_addr(32));
+            sc.register_self(&mut s, &[], LEASE).unwrap();
+            while serving.load(Ordering::SeqCst) {
+                s.serve(Duration::from_millis(5)).unwrap();
+            }
+        })
+    };
+    let first = run_server(engine(), serving.clone());
+    assert!(serve_until(&mut c, |_| cc.known(s_addr).is_some()));
+    assert_eq!(
+        c.call(s_addr, 1, b"here", Duration::from_secs(2)).unwrap(),
+        b"here"
+    );
+    // It moves to another host (127.0.0.9 stands for one) and registers there.
+    serving.store(false, Ordering::SeqCst);
+    first.join().unwrap();
+    let moved_to = SocketAddr::from((Ipv4Addr::new(127, 0, 0, 9), 47_321));
+    let e2 = engine();
+    assert!(e2.set_location(s_addr, moved_to));
+    let serving = Arc::new(AtomicBool::new(true));
+    let second = run_server(e2, serving.clone());
+    // The notification reaches the client's engine without the application's help.
+    assert!(
+        serve_until(&mut c, |_| cc
+            .known(s_addr)
+            .is_some_and(|k| SocketAddr::V4(k.location) == moved_to)),
+        "the move was heard"
+    );
+    assert_eq!(ec.socket_addr(s_addr).unwrap(), moved_to);
+    assert_eq!(
+        c.call(s_addr, 1, b"there", Duration::from_secs(2)).unwrap(),
+        b"there",
+        "found again at its new location"
+    );
+    serving.store(false, Ordering::SeqCst);
+    second.join().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    oracle.join().unwrap();
+}
+
+#[test]
+fn the_registry_survives_the_oracles_restart_and_bad_requests_get_errors() {
+    let dir = std::env::temp_dir().join(format!("txcast-oracle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("oracle.state");
+    let _ = std::fs::remove_file(&state);
+    let (stop, oracle) = spawn_oracle(33, Some(state.clone()));
+    let e = engine();
+    let mut s = rpc(&e, addr(33, 1, 3));
+    let mut sc = OracleClient::with_oracle(&mut s, oracle_addr(33));
+    sc.register_self(&mut s, &["33.*.*.*".parse().unwrap()], LEASE)
+        .unwrap();
+    // Malformed requests get a clear error and change nothing.
+    match s.call(oracle_addr(33), 0xFF01, b"garbage", Duration::from_secs(2)) {
+        Err(RpcCallError::Remote(RemoteError::Failed(m))) => assert!(m.contains("oracle"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    stop.store(true, Ordering::SeqCst);
+    drop(oracle.join().unwrap());
+    assert!(state.exists());
+    // A new oracle from the same file knows the server.
+    let (stop, oracle) = spawn_oracle(33, Some(state.clone()));
+    let mut q = rpc(&e, addr(33, 2, 3));
+    let mut qc = OracleClient::with_oracle(&mut q, oracle_addr(33));
+    assert!(qc.lookup(&mut q, addr(33, 1, 3)).unwrap().is_some());
+    stop.store(true, Ordering::SeqCst);
+    oracle.join().unwrap();
+    // A corrupt file is refused with a clear error.
+    std::fs::write(&state, b"not a registry").unwrap();
+    let e3 = engine();
+    match OracleServer::open(&e3, oracle_addr(33), Some(&state)) {
+        Err(txcast_port::OracleError::State(m)) => assert!(m.contains("snapshot"), "{m}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a corrupt state file was accepted"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
