@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod group_cmd;
+mod oracle_cmd;
 mod rpc_cmd;
 mod sim_cmd;
 mod stat;
@@ -13,11 +14,15 @@ txcast: a communication facility for distributed transaction processing
 usage:
   txcast demo [--txns N] [--pings N]     start a 3-site cluster on loopback and exchange local,
                                          remote and transaction-multicast traffic
-  txcast bench <rtt|multicast|throughput> [options]
+  txcast bench <rtt|multicast|throughput|group|rpc|long> [options]
                                          benchmarks with their baselines (see `txcast bench --help`)
   txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
   txcast sim group [--seed S | --seeds N] run groups (crashes, joins, leaves) in the simulator
+  txcast sim rpc | frag [--seed S | --seeds N]
+                                         RPC, long messages in the simulator
   txcast stat [--config FILE] [--json]   the ports open on this host and their ring counters
+  txcast oracle [--config FILE] [--state PATH]
+                                         the oracle name server at the configured address
   txcast help                            this text
 ";
 
@@ -28,6 +33,7 @@ fn main() {
         Some("bench") => bench::run(&args[2..]),
         Some("sim") => sim_cmd::run(&args[2..]),
         Some("stat") => stat::run(&args[2..]),
+        Some("oracle") => oracle_cmd::run(&args[2..]),
         Some("__bench-child") => bench::child(&args[2..]),
         Some("__demo-site") => demo::site(&args[2..]),
         Some("__group-member") => group_cmd::member(&args[2..]),

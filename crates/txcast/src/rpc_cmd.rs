@@ -9,14 +9,19 @@
 //!   serves 200 ms more (copies of the QUIT) and exits 0.
 //!
 //! `--loss P` drops that fraction of its outgoing datagrams (the engine's fault injection).
-//! It prints `ready` on stdout once its port is open.
+//! `--config FILE` reads the cluster configuration; `--oracle` registers with the oracle it
+//! names (lease 2 s, renewed); `--at IP:PORT` opens the port there instead of where its
+//! address maps (a server that moved to another host). It prints `ready` on stdout once its
+//! port is open (and registered).
 
 use crate::opt;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use txcast_port::{Engine, EngineConfig, EngineMode, Port, PortConfig, Rpc, RpcConfig};
+use txcast_port::{
+    ClusterConfig, Engine, EngineConfig, EngineMode, OracleClient, Port, PortConfig, Rpc, RpcConfig,
+};
 use txcast_proto::Address;
 
 pub fn server(args: &[String]) -> i32 {
@@ -35,13 +40,22 @@ fn run(args: &[String]) -> Result<(), String> {
     let server_type: u16 = opt(args, "--type").unwrap_or(2);
     let loss: f64 = opt(args, "--loss").unwrap_or(0.0);
     let seconds: u64 = opt(args, "--seconds").unwrap_or(60);
+    let cluster = match opt::<String>(args, "--config") {
+        Some(p) => ClusterConfig::load(std::path::Path::new(&p)).map_err(|e| e.to_string())?,
+        None => ClusterConfig::default(),
+    };
     let engine = Engine::start(EngineConfig {
         mode: EngineMode::Invoker,
         loss_injection: loss,
         loss_seed: 3,
+        cluster,
         ..EngineConfig::default()
     })
     .map_err(|e| e.to_string())?;
+    let me = Address::new(instance, site, server_type, 0);
+    if let Some(at) = opt::<std::net::SocketAddr>(args, "--at") {
+        engine.set_location(me, at);
+    }
     let port = Port::open_on(
         &engine,
         Address::new(instance, site, server_type, 0),
@@ -66,6 +80,11 @@ fn run(args: &[String]) -> Result<(), String> {
         q.store(true, Ordering::SeqCst);
         Ok(Vec::new())
     });
+    if args.iter().any(|a| a == "--oracle") {
+        let mut oc = OracleClient::new(&mut rpc).map_err(|e| e.to_string())?;
+        oc.register_self(&mut rpc, &[], Duration::from_secs(2))
+            .map_err(|e| e.to_string())?;
+    }
     println!("ready");
     let _ = std::io::stdout().flush();
     let end = Instant::now() + Duration::from_secs(seconds);

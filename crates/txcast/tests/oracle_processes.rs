@@ -1,0 +1,150 @@
+//! The oracle across processes: `txcast oracle` runs the name server, a server process
+//! registers with it, this process watches that server type; the server is killed with
+//! SIGKILL and comes back on another "host" (127.0.0.9), and this process finds it there
+//! through the oracle's notification, without doing anything itself.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+use txcast_port::{
+    ClusterConfig, Engine, EngineConfig, EngineMode, OracleClient, Port, PortConfig, Rpc, RpcConfig,
+};
+use txcast_proto::Address;
+
+const INSTANCE: u16 = 38;
+
+struct Proc {
+    child: Child,
+    _out: BufReader<ChildStdout>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `txcast <args>` and waits for its `ready` line.
+fn start(args: &[&str]) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_txcast"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    assert_eq!(line.trim(), "ready", "{args:?}");
+    Proc { child, _out: out }
+}
+
+#[test]
+fn a_moved_server_process_is_found_again_through_the_oracle() {
+    let dir = std::env::temp_dir().join(format!("txcast-oracle-proc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("cluster.toml");
+    std::fs::write(&config, format!("oracle = \"{INSTANCE}.0.15.0\"\n")).unwrap();
+    let config_s = config.to_str().unwrap();
+    let state = dir.join("oracle.state");
+    let _oracle = start(&[
+        "oracle",
+        "--config",
+        config_s,
+        "--state",
+        state.to_str().unwrap(),
+    ]);
+
+    let cluster = ClusterConfig::load(&config).unwrap();
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        cluster,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let mut c = Rpc::new(
+        Port::open_on(
+            &engine,
+            Address::new(INSTANCE, 2, 1, 0),
+            PortConfig::default(),
+        )
+        .unwrap(),
+        RpcConfig::default(),
+    )
+    .unwrap();
+    let mut oc = OracleClient::new(&mut c).unwrap();
+    assert_eq!(
+        oc.oracle(),
+        Address::new(INSTANCE, 0, 15, 0),
+        "found in the configuration"
+    );
+    oc.register_self(
+        &mut c,
+        &[format!("{INSTANCE}.*.2.*").parse().unwrap()],
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let server = Address::new(INSTANCE, 1, 2, 0);
+    let instance = INSTANCE.to_string();
+    let serve_until = |c: &mut Rpc, oc: &OracleClient, want: &dyn Fn(SocketAddr) -> bool| {
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if oc
+                .known(server)
+                .is_some_and(|k| k.alive && want(SocketAddr::V4(k.location)))
+            {
+                return true;
+            }
+            c.serve(Duration::from_millis(10)).unwrap();
+        }
+        false
+    };
+
+    let first = start(&[
+        "__rpc-server",
+        "--instance",
+        &instance,
+        "--site",
+        "1",
+        "--config",
+        config_s,
+        "--oracle",
+    ]);
+    let mapped = engine.socket_addr(server).unwrap();
+    assert!(
+        serve_until(&mut c, &oc, &|l| l == mapped),
+        "registration heard"
+    );
+    assert_eq!(
+        c.call(server, 1, b"abc", Duration::from_secs(2)).unwrap(),
+        b"cba"
+    );
+
+    // Killed; back on another host.
+    drop(first);
+    let moved_to: SocketAddr = "127.0.0.9:47400".parse().unwrap();
+    let _second = start(&[
+        "__rpc-server",
+        "--instance",
+        &instance,
+        "--site",
+        "1",
+        "--config",
+        config_s,
+        "--oracle",
+        "--at",
+        "127.0.0.9:47400",
+    ]);
+    assert!(
+        serve_until(&mut c, &oc, &|l| l == moved_to),
+        "the move heard"
+    );
+    assert_eq!(engine.socket_addr(server).unwrap(), moved_to);
+    assert_eq!(
+        c.call(server, 1, b"xyz", Duration::from_secs(2)).unwrap(),
+        b"zyx",
+        "found again at its new location"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
