@@ -18,6 +18,9 @@ use txcast_proto::frag::{
 };
 use txcast_proto::{Address, Instant};
 
+/// Fragments taken in from the ring between two rounds of acknowledgements.
+const ACK_BATCH: u32 = 8;
+
 /// Why a long-message call failed.
 #[derive(Debug)]
 pub enum LdgCallError {
@@ -197,6 +200,11 @@ impl Ldg {
         }
     }
 
+    /// The counters of the port underneath (datagrams dropped for a full ring and the like).
+    pub fn port_counters(&self) -> crate::port::PortCounters {
+        self.port.counters()
+    }
+
     /// Bytes the receiver holds (reassembling, or complete and not taken).
     pub fn bytes_held(&self) -> usize {
         self.receiver.bytes_held()
@@ -238,20 +246,35 @@ impl Ldg {
             let engine = self.port.engine().clone();
             let (sender, receiver, bad) =
                 (&mut self.sender, &mut self.receiver, &mut self.dropped_bad);
-            let mut handle = |from: Address, _: Option<txcast_proto::TxnId>, bytes: &[u8]| {
+            let mut take_one = |from: Address, _: Option<txcast_proto::TxnId>, bytes: &[u8]| {
                 handle(sender, receiver, bad, engine.now(), from, bytes)
             };
             let r = if wait.is_zero() {
                 Ok(())
             } else {
-                match self.port.recv_with(Some(wait), &mut handle) {
+                match self.port.recv_with(Some(wait), &mut take_one) {
                     Ok(()) | Err(PortError::Timeout) => Ok(()),
                     Err(e) => Err(e),
                 }
             };
-            // Take in what else is waiting before answering (acks cover more).
-            while self.port.try_take_with(&mut handle).is_some() {}
             r?;
+            // Take in what else is waiting, answering every few fragments: one acknowledgement
+            // covers several, and the sender's window reopens while the rest are taken in.
+            let mut taken = 0u32;
+            loop {
+                let (sender, receiver, bad) =
+                    (&mut self.sender, &mut self.receiver, &mut self.dropped_bad);
+                let got = self.port.try_take_with(|from, _, bytes| {
+                    handle(sender, receiver, bad, engine.now(), from, bytes)
+                });
+                if got.is_none() {
+                    break;
+                }
+                taken += 1;
+                if taken.is_multiple_of(ACK_BATCH) {
+                    self.transmit();
+                }
+            }
             if end.is_some_and(|e| std::time::Instant::now() >= e) {
                 self.transmit();
                 return Ok(());
@@ -267,8 +290,13 @@ impl Ldg {
                 self.send_failures += 1;
             }
         }
-        while let Some((to, n)) = self.sender.poll_transmit(now, &mut buf) {
-            if self.port.send_datagram(to, &buf[..n]).is_err() {
+        // Fragments leave straight from the message (scatter-gather), not copied first.
+        while let Some((to, n, fragment)) = self.sender.poll_transmit_gather(now, &mut buf) {
+            if self
+                .port
+                .send_datagram_gather(to, &[&buf[..n], fragment])
+                .is_err()
+            {
                 self.send_failures += 1;
             }
         }

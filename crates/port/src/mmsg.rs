@@ -63,6 +63,43 @@ pub fn send_to(socket: &UdpSocket, packet: &[u8], to: &SocketAddr) -> std::io::R
     Ok(n as usize)
 }
 
+/// `sendmsg(2)` of `parts` as one datagram to `to`, without copying them together (never
+/// waits for room, as [`send_to`]).
+pub fn send_gather(socket: &UdpSocket, parts: &[&[u8]], to: &SocketAddr) -> std::io::Result<usize> {
+    const PARTS_MAX: usize = 8;
+    if parts.len() > PARTS_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "at most 8 parts",
+        ));
+    }
+    let (mut ss, len) = sockaddr_of(to);
+    // SAFETY: plain old data, zero is valid.
+    let mut iovs: [libc::iovec; PARTS_MAX] = unsafe { std::mem::zeroed() };
+    for (v, p) in iovs.iter_mut().zip(parts) {
+        v.iov_base = p.as_ptr() as *mut libc::c_void;
+        v.iov_len = p.len();
+    }
+    // SAFETY: plain old data, zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = &mut ss as *mut _ as *mut libc::c_void;
+    msg.msg_namelen = len;
+    msg.msg_iov = iovs.as_mut_ptr();
+    msg.msg_iovlen = parts.len() as _;
+    // SAFETY: `msg` points at live buffers (`ss`, `iovs` and the parts) for the call.
+    let n = unsafe {
+        libc::sendmsg(
+            socket.as_raw_fd(),
+            &msg,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Sends `packet` to every address in `to` with as few system calls as the batch bound allows.
 /// Returns how many datagrams the kernel accepted.
 pub fn send_same_to_many(

@@ -513,6 +513,72 @@ impl Port {
         r.map(|_| ()).map_err(PortError::Io)
     }
 
+    /// [`Port::send_datagram`] of `parts` one after another, without copying them together
+    /// first: into the destination's ring on this host, or one `sendmsg` of them otherwise.
+    pub fn send_datagram_gather(
+        &mut self,
+        dest: Address,
+        parts: &[&[u8]],
+    ) -> Result<(), PortError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if self.is_local(dest) {
+            let source = self.addr;
+            let s = self.local_sender(dest)?;
+            let r = match s.claim(ENVELOPE_BYTES + len) {
+                Ok(mut c) => {
+                    write_envelope(&mut c, source, TxnId(0), &[]);
+                    let mut at = ENVELOPE_BYTES;
+                    for p in parts {
+                        c[at..at + p.len()].copy_from_slice(p);
+                        at += p.len();
+                    }
+                    c.commit();
+                    Ok(())
+                }
+                Err(e) => Err(map_send_error(e, dest)),
+            };
+            return match r {
+                Ok(()) => {
+                    self.local_sent += 1;
+                    Ok(())
+                }
+                Err(e @ (PortError::OwnerDead(_) | PortError::Closed(_))) => {
+                    self.forget_local(dest);
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            };
+        }
+        let to = self.engine.socket_addr(dest)?;
+        let header = self.header(dest);
+        let mut head = [0u8; txcast_proto::wire::GATHER_HEAD_BYTES];
+        let mut mac = [0u8; MAC_BYTES];
+        let key = self.engine.shared.key.as_ref();
+        let (mac_len, _) = txcast_proto::wire::datagram_gather(
+            &mut head, &mut mac, header, key, parts,
+        )
+        .ok_or(PortError::TooLong {
+            len,
+            max: PACKET_BYTES_MAX - txcast_proto::wire::GATHER_HEAD_BYTES - MAC_BYTES,
+        })?;
+        if self.engine.inject_loss() {
+            return Ok(());
+        }
+        let mut all: [&[u8]; 6] = [&[]; 6];
+        if parts.len() > 4 {
+            return Err(PortError::TooLong {
+                len: parts.len(),
+                max: 4,
+            });
+        }
+        all[0] = &head;
+        all[1..1 + parts.len()].copy_from_slice(parts);
+        all[1 + parts.len()] = &mac[..mac_len];
+        crate::mmsg::send_gather(&self.ep.socket, &all[..2 + parts.len()], &to)
+            .map(|_| ())
+            .map_err(PortError::Io)
+    }
+
     /// Builds, in the port's scratch buffer, a DATAGRAM (or, with a transaction, MULTICAST)
     /// packet holding just `msg`; returns the buffer (give it back to `scratch`) and the
     /// packet's length.

@@ -82,10 +82,14 @@ impl Default for LdgConfig {
             packet_lifetime: Duration::from_secs(2),
             completed_max: 4096,
             rto_initial: Duration::from_millis(20),
-            rto_min: Duration::from_millis(2),
+            // A spurious timeout collapses the window; on a busy two-processor host an
+            // acknowledgement can take milliseconds without any loss.
+            rto_min: Duration::from_millis(10),
             rto_max: Duration::from_secs(1),
-            ack_every: 8,
-            ack_delay: Duration::from_micros(500),
+            // Every second fragment, as TCP does: a sender whose window is small (after a loss,
+            // or at the start) waits for no delayed acknowledgement.
+            ack_every: 2,
+            ack_delay: Duration::from_micros(200),
         }
     }
 }

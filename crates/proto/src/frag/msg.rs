@@ -311,7 +311,15 @@ pub fn parse(bytes: &[u8]) -> Result<LdgMsg<'_>, LdgWireError> {
 /// not fit.
 pub fn write_data(h: &DataHeader, fragment: &[u8], buf: &mut [u8]) -> Option<usize> {
     let n = DATA_HEADER_BYTES + fragment.len();
-    let out = buf.get_mut(..n)?;
+    write_data_header(h, buf.get_mut(..n)?)?;
+    buf[DATA_HEADER_BYTES..n].copy_from_slice(fragment);
+    Some(n)
+}
+
+/// Writes a DATA message's header alone into `buf` (the fragment follows it on the wire);
+/// its length, or `None` if it does not fit.
+pub fn write_data_header(h: &DataHeader, buf: &mut [u8]) -> Option<usize> {
+    let out = buf.get_mut(..DATA_HEADER_BYTES)?;
     out[0] = LDG_MAGIC;
     out[1] = 1;
     out[2..4].fill(0);
@@ -321,8 +329,7 @@ pub fn write_data(h: &DataHeader, fragment: &[u8], buf: &mut [u8]) -> Option<usi
     out[24..32].copy_from_slice(&h.total_len.to_le_bytes());
     out[32..36].copy_from_slice(&h.index.to_le_bytes());
     out[36..40].copy_from_slice(&h.deadline_ms.to_le_bytes());
-    out[DATA_HEADER_BYTES..].copy_from_slice(fragment);
-    Some(n)
+    Some(DATA_HEADER_BYTES)
 }
 
 /// Writes an ACK into `buf`; its length, or `None` if it does not fit.

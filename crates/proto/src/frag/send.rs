@@ -257,9 +257,27 @@ impl Sender {
     /// The next datagram to send (a fragment or an abort): its destination and length in `buf`
     /// (at least `fragment_bytes + 40` long).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Address, usize)> {
+        let (to, n, fragment) = self.poll_transmit_gather(now, buf)?;
+        let f = fragment.len();
+        // The fragment borrows the transfer: copy it behind the header.
+        let start = n;
+        let bytes = fragment.to_vec();
+        buf.get_mut(start..start + f)?.copy_from_slice(&bytes);
+        Some((to, n + f))
+    }
+
+    /// As [`Sender::poll_transmit`], without copying the fragment: the datagram is the first
+    /// `n` bytes of `head` (at least 40 long) followed by the returned fragment (empty for an
+    /// abort).
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        head: &mut [u8],
+    ) -> Option<(Address, usize, &[u8])> {
+        let buf = head;
         if let Some((to, id)) = self.aborts.pop_front() {
             let n = msg::write_abort(self.incarnation, id, buf)?;
-            return Some((to, n));
+            return Some((to, n, &[]));
         }
         for _ in 0..self.order.len() {
             let id = *self.order.front()?;
@@ -282,7 +300,7 @@ impl Sender {
                 // Rounded up: the receiver must not forget the transfer before we stop.
                 deadline_ms: (left + 1).min(u32::MAX as u128) as u32,
             };
-            let n = msg::write_data(&h, t.fragment(i), buf)?;
+            let n = msg::write_data_header(&h, buf)?;
             t.in_flight.insert(i, (now, resent));
             if t.rto_at.is_none() {
                 t.rto_at = Some(now + t.rto);
@@ -291,7 +309,9 @@ impl Sender {
             if resent {
                 self.counters.fragments_resent += 1;
             }
-            return Some((t.dest, n));
+            let dest = t.dest;
+            let t = self.transfers.get(&id).expect("present");
+            return Some((dest, n, t.fragment(i)));
         }
         None
     }

@@ -156,6 +156,54 @@ fn finish(
     total
 }
 
+/// Bytes before the payload of a one-record DATAGRAM packet.
+pub const GATHER_HEAD_BYTES: usize = HEADER_BYTES + super::RECORD_HEADER_BYTES;
+
+/// A DATAGRAM packet holding one record whose payload is `parts` one after another, built
+/// without copying the parts: writes the packet's head (header and record header) into `head`
+/// and, with a key, its MAC into `mac`; the packet is `head ++ parts ++ mac[..mac_len]`.
+/// Returns `(mac_len, total length)`, or `None` if the payload is longer than a packet holds.
+/// The bytes are exactly those [`PacketWriter::datagram`] makes of the same payload.
+pub fn datagram_gather(
+    head: &mut [u8; GATHER_HEAD_BYTES],
+    mac: &mut [u8; MAC_BYTES],
+    mut header: PacketHeader,
+    key: Option<&ClusterKey>,
+    parts: &[&[u8]],
+) -> Option<(usize, usize)> {
+    let payload: usize = parts.iter().map(|p| p.len()).sum();
+    let mac_len = if key.is_some() { MAC_BYTES } else { 0 };
+    let total = GATHER_HEAD_BYTES + payload + mac_len;
+    if total > PACKET_BYTES_MAX || payload > u16::MAX as usize {
+        return None;
+    }
+    header.kind = Kind::Datagram;
+    header.flags = (header.flags & !FLAG_MAC) | if key.is_some() { FLAG_MAC } else { 0 };
+    header.write(&mut head[..], total);
+    head[HEADER_BYTES..HEADER_BYTES + 2].copy_from_slice(&(payload as u16).to_le_bytes());
+    head[HEADER_BYTES + 2] = 0;
+    head[HEADER_BYTES + 3] = 0;
+    if let Some(k) = key {
+        let mut h = blake3::Hasher::new_keyed(&k.0);
+        h.update(&head[..CHECKSUM_OFFSET]);
+        h.update(&head[HEADER_BYTES..]);
+        for p in parts {
+            h.update(p);
+        }
+        mac.copy_from_slice(&h.finalize().as_bytes()[..MAC_BYTES]);
+    }
+    let mut c = crc32fast::Hasher::new();
+    c.update(&head[..CHECKSUM_OFFSET]);
+    c.update(&head[HEADER_BYTES..]);
+    for p in parts {
+        c.update(p);
+    }
+    c.update(&mac[..mac_len]);
+    let sum = c.finalize();
+    head[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
+    Some((mac_len, total))
+}
+
 /// Builds an ACK packet.
 pub struct AckWriter;
 

@@ -27,7 +27,7 @@ pub use body::{
     parse_datagram, AckBody, DataBody, MulticastBody, NakRange, ACK_PREFIX_BYTES,
     DATA_PREFIX_BYTES, MULTICAST_PREFIX_BYTES, NAK_RANGES_MAX, NAK_RANGE_BYTES, SEQ_MAX,
 };
-pub use builder::{AckWriter, PacketWriter};
+pub use builder::{datagram_gather, AckWriter, PacketWriter, GATHER_HEAD_BYTES};
 pub use error::WireError;
 pub use header::{
     ClusterKey, Kind, Packet, PacketHeader, CHECKSUM_OFFSET, FLAG_ACK_NOW, FLAG_MAC, HEADER_BYTES,

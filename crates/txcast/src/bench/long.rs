@@ -148,6 +148,17 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
             });
             // Let the partner's last acknowledgements in, then its process go.
             let _ = l.serve(Duration::from_millis(100));
+            if std::env::var_os("TXCAST_BENCH_VERBOSE").is_some() {
+                let p = l.port_counters();
+                eprintln!(
+                    "    {other}: {:?}; port: ring full {}, too long {}, bad {}, misaddressed {}",
+                    l.counters(),
+                    p.dropped_ring_full,
+                    p.dropped_too_long,
+                    p.dropped_bad,
+                    p.dropped_misaddressed
+                );
+            }
             finish_child(&mut child, r, WAIT)
         }
     }
