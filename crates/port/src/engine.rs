@@ -965,8 +965,11 @@ impl Engine {
         let h = p.header;
         // The source address must map to the socket it came from: no lookup, no spoofing of
         // another server's name from a different port.
-        let source_ok =
-            ep.trust_moved_sources || self.socket_addr(h.source).is_ok_and(|s| s == from);
+        // A port that trusts moved sources (an oracle) takes datagrams (RPC calls) from any
+        // socket; link, group and multicast packets must still come from where their source
+        // maps.
+        let source_ok = self.socket_addr(h.source).is_ok_and(|s| s == from)
+            || (ep.trust_moved_sources && h.kind == Kind::Datagram);
         let dest_ok = match h.kind {
             // A multicast goes to every member as one packet: the group message names the
             // group, and the member checks the sender.

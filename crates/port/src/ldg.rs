@@ -116,7 +116,7 @@ impl Ldg {
             sender: Sender::new(cfg, port.incarnation())?,
             receiver: Receiver::new(cfg, port.incarnation())?,
             finished: HashMap::new(),
-            send_buf: vec![0; need],
+            send_buf: vec![0; need.max(txcast_proto::frag::ACK_BYTES_MAX)],
             dropped_bad: 0,
             send_failures: 0,
             port,
@@ -160,6 +160,9 @@ impl Ldg {
 
     /// Waits for transfer `id` to end (at most `timeout`; its deadline ends it anyway).
     pub fn wait(&mut self, id: TransferId, timeout: Option<Duration>) -> Result<(), LdgCallError> {
+        if !self.finished.contains_key(&id) && !self.sender.is_outstanding(id) {
+            return Err(LdgError::Unknown.into());
+        }
         self.drive(timeout, |l| l.finished.contains_key(&id))?;
         match self.finished.remove(&id) {
             Some(r) => r.map_err(LdgCallError::Ldg),

@@ -117,14 +117,19 @@ impl OracleServer {
         let registry = Arc::new(Mutex::new(registry));
         let (r, e) = (registry.clone(), engine.clone());
         rpc.register(request::REGISTER, move |from, payload| {
+            if from == addr {
+                return Err("the oracle's own address is not registered".into());
+            }
             let reg = Register::decode(payload).map_err(|e| e.to_string())?;
-            // Its answer, and what we send it from now on, go where it is.
+            let mut r = r.lock().expect("registry lock");
+            let seen = r.register(e.now(), from, &reg).map_err(|e| e.to_string())?;
+            // Accepted: its answer, and what we send it from now on, go where it is.
             e.set_location(from, SocketAddr::V4(reg.location));
-            let seen = r
-                .lock()
-                .expect("registry lock")
-                .register(e.now(), from, &reg)
-                .map_err(|e| e.to_string())?;
+            for gone in r.take_evicted() {
+                if let Ok(mapped) = e.config().cluster.socket_addr(gone) {
+                    e.set_location(gone, mapped);
+                }
+            }
             Ok(encode_list(&seen))
         });
         let r = registry.clone();
@@ -159,12 +164,8 @@ impl OracleServer {
             in_flight: Vec::new(),
             counters: OracleServerCounters::default(),
         };
-        // Where restored servers are, for our answers to reach them.
-        let entries = s
-            .registry
-            .lock()
-            .expect("registry lock")
-            .find_all(&"*.*.*.*".parse().expect("pattern"));
+        // Where restored servers are, for our answers to reach them (all of them).
+        let entries = s.registry.lock().expect("registry lock").locations();
         for (a, l) in entries {
             engine.set_location(a, SocketAddr::V4(l));
         }

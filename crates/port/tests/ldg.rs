@@ -199,3 +199,30 @@ fn malformed_and_oversize_input_gets_a_clear_error_and_leaks_nothing() {
     assert_eq!(r.counters().dropped_bad, 2);
     assert_eq!(r.bytes_held(), 0);
 }
+
+/// Found in review: with fragments shorter than an acknowledgement, acknowledgements were
+/// dropped for want of room and no transfer ended; and a wait on a transfer no longer known
+/// never returned.
+#[test]
+fn tiny_fragments_complete_and_waits_on_unknown_transfers_return() {
+    let cfg = LdgConfig {
+        fragment_bytes: 4,
+        message_bytes_max: 4096,
+        send_bytes_max: 4096,
+        reassembly_bytes_max: 4096,
+        ..LdgConfig::default()
+    };
+    let to = addr(29, 0, 5);
+    let r = receive(None, to, cfg, 1);
+    let mut s = Ldg::open(addr(29, 0, 6), cfg).unwrap();
+    let m = message(1000, 3);
+    s.send(to, &m, LONG).unwrap();
+    let (got, _) = r.join().unwrap();
+    assert!(got[0].1 == m);
+    let id = s.send_async(to, vec![1; 10], LONG).unwrap();
+    s.cancel(id).unwrap();
+    assert!(matches!(
+        s.wait(id, None),
+        Err(LdgCallError::Ldg(LdgError::Unknown))
+    ));
+}

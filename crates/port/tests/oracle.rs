@@ -162,7 +162,12 @@ fn a_moved_server_is_found_again_through_a_notification() {
             let mut s = rpc(&e, s_addr);
             s.register(1, |_, p| Ok(p.to_vec()));
             let mut sc = OracleClient::with_oracle(&mut s, oracle_addr(32));
-            sc.register_self(&mut s, &[], LEASE).unwrap();
+            // A server that moved registers once the lease of its old place ran out.
+            let end = Instant::now() + Duration::from_secs(10);
+            while let Err(e) = sc.register_self(&mut s, &[], Duration::from_millis(300)) {
+                assert!(Instant::now() < end, "{e}");
+                s.serve(Duration::from_millis(20)).unwrap();
+            }
             while serving.load(Ordering::SeqCst) {
                 s.serve(Duration::from_millis(5)).unwrap();
             }
@@ -199,6 +204,74 @@ fn a_moved_server_is_found_again_through_a_notification() {
     second.join().unwrap();
     stop.store(true, Ordering::SeqCst);
     oracle.join().unwrap();
+}
+
+/// Found in review: anyone could register a live server's address from elsewhere and have
+/// its watchers send there.
+#[test]
+fn a_live_servers_address_cannot_be_taken_over() {
+    use txcast_proto::oracle::{request, Register};
+    use txcast_proto::rpc::msg::{encode, RequestHeader, RpcHeader};
+    use txcast_proto::wire::{Kind, PacketHeader, PacketWriter};
+    let (stop, oracle) = spawn_oracle(34, None);
+    let e = engine();
+    let victim = addr(34, 5, 3);
+    let mut s = rpc(&e, victim);
+    let mut sc = OracleClient::with_oracle(&mut s, oracle_addr(34));
+    sc.register_self(&mut s, &[], LEASE).unwrap();
+    // An impostor on another host forges the victim's registration from a plain socket.
+    let evil = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), 47_331);
+    let forged = Register {
+        lease: LEASE,
+        location: evil,
+        notifiers: vec![],
+    }
+    .encode();
+    let mut rpc_msg = vec![0u8; 200];
+    let n = encode(
+        &RpcHeader::Request(RequestHeader {
+            request_type: request::REGISTER,
+            deadline_us: 1_000_000,
+            incarnation: 99,
+            call_id: 1,
+            acked_below: 1,
+        }),
+        &forged,
+        &mut rpc_msg,
+    )
+    .unwrap();
+    let header = PacketHeader {
+        kind: Kind::Datagram,
+        flags: 0,
+        cluster: e.config().cluster.cluster,
+        incarnation: 99,
+        source: victim,
+        destination: oracle_addr(34),
+    };
+    let mut packet = vec![0u8; 1500];
+    let mut w = PacketWriter::datagram(&mut packet, header, None);
+    assert!(w.push(&rpc_msg[..n]));
+    let len = w.finish();
+    let sock = std::net::UdpSocket::bind("127.0.0.9:0").unwrap();
+    let to = e.socket_addr(oracle_addr(34)).unwrap();
+    for _ in 0..3 {
+        sock.send_to(&packet[..len], to).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let mut q = rpc(&e, addr(34, 6, 3));
+    let mut qc = OracleClient::with_oracle(&mut q, oracle_addr(34));
+    let mapped = match e.socket_addr(victim).unwrap() {
+        SocketAddr::V4(v) => v,
+        _ => unreachable!(),
+    };
+    assert_eq!(
+        qc.lookup(&mut q, victim).unwrap(),
+        Some(mapped),
+        "still where it was"
+    );
+    stop.store(true, Ordering::SeqCst);
+    let o = oracle.join().unwrap();
+    assert!(o.counters().registrations >= 2);
 }
 
 #[test]

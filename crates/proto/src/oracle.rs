@@ -347,6 +347,8 @@ pub enum RegistryError {
     Full,
     /// A snapshot that is not one (names the broken rule).
     BadSnapshot(&'static str),
+    /// The address is registered, alive, at another location (until its lease runs out).
+    LiveElsewhere,
 }
 
 impl fmt::Display for RegistryError {
@@ -354,6 +356,9 @@ impl fmt::Display for RegistryError {
         match self {
             RegistryError::Full => f.write_str("the oracle has no room for another server"),
             RegistryError::BadSnapshot(w) => write!(f, "bad oracle snapshot: {w}"),
+            RegistryError::LiveElsewhere => f.write_str(
+                "registered and alive at another location (try again when its lease runs out)",
+            ),
         }
     }
 }
@@ -368,6 +373,7 @@ pub struct Registry {
     outbox: Vec<(Address, Notification)>,
     /// Whether the state changed since the last snapshot was taken.
     dirty: bool,
+    evicted: Vec<Address>,
 }
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"TXORACL1";
@@ -379,6 +385,7 @@ impl Registry {
             entries_max,
             outbox: Vec::new(),
             dirty: false,
+            evicted: Vec::new(),
         }
     }
 
@@ -392,12 +399,17 @@ impl Registry {
     ) -> Result<Vec<(Address, SocketAddrV4)>, RegistryError> {
         let change = match self.entries.get(&server) {
             None => {
-                if self.entries.len() >= self.entries_max {
+                if self.entries.len() >= self.entries_max && !self.evict_failed() {
                     return Err(RegistryError::Full);
                 }
                 Some(Change::Registered)
             }
             Some(e) if !e.alive => Some(Change::Recovered),
+            // A live server is not moved by someone else's word: a server that really moved
+            // registers again once the lease of its old place runs out.
+            Some(e) if e.location != r.location && now < e.lease_until => {
+                return Err(RegistryError::LiveElsewhere);
+            }
             Some(e) if e.location != r.location => Some(Change::Moved),
             Some(e) if e.notifiers != r.notifiers => None,
             Some(_) => {
@@ -423,6 +435,42 @@ impl Registry {
             self.notify(change, server, r.location);
         }
         Ok(self.matching(&r.notifiers, server))
+    }
+
+    /// Makes room by forgetting one failed server (the longest failed); false if none is.
+    fn evict_failed(&mut self) -> bool {
+        let victim = self
+            .entries
+            .iter()
+            .filter(|(_, e)| !e.alive)
+            .min_by_key(|(a, e)| (e.lease_until, **a))
+            .map(|(a, _)| *a);
+        match victim {
+            Some(a) => {
+                self.entries.remove(&a);
+                self.evicted.push(a);
+                self.dirty = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Servers forgotten to make room since the last call (their locations may be dropped).
+    pub fn take_evicted(&mut self) -> Vec<Address> {
+        std::mem::take(&mut self.evicted)
+    }
+
+    /// Every live server and where it is (no bound: for the oracle's own use).
+    pub fn locations(&self) -> Vec<(Address, SocketAddrV4)> {
+        let mut v: Vec<(Address, SocketAddrV4)> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.alive)
+            .map(|(a, e)| (*a, e.location))
+            .collect();
+        v.sort_by_key(|(a, _)| *a);
+        v
     }
 
     /// `server` leaves: its watchers are told it failed.
@@ -679,21 +727,17 @@ mod tests {
         assert_eq!(n.len(), 1);
         assert_eq!(n[0].0, cc);
         assert_eq!(n[0].1.change, Change::Registered);
-        // The AC moves.
-        r.register(T0, ac, &reg(201, &["1.*.2.*"])).unwrap();
+        // Someone claims the live AC's address from elsewhere: refused.
         assert_eq!(
-            r.take_notifications()[0].1,
-            Notification {
-                change: Change::Moved,
-                server: ac,
-                location: loc(201),
-            }
+            r.register(T0, ac, &reg(666, &["1.*.2.*"])),
+            Err(RegistryError::LiveElsewhere)
         );
+        assert!(r.take_notifications().is_empty());
         // A renewal says nothing.
-        r.register(T0 + Duration::from_millis(500), ac, &reg(201, &["1.*.2.*"]))
+        r.register(T0 + Duration::from_millis(500), ac, &reg(200, &["1.*.2.*"]))
             .unwrap();
         assert!(r.take_notifications().is_empty());
-        assert_eq!(r.lookup(ac), Some(loc(201)));
+        assert_eq!(r.lookup(ac), Some(loc(200)));
         // The CC's lease runs out first (it was not renewed): the AC hears of it.
         r.handle_timeout(T0 + Duration::from_millis(1000));
         let n = r.take_notifications();
@@ -711,6 +755,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.take_notifications()[0].1.change, Change::Recovered);
+        // The AC's old place lapses; it registers from its new one: the CC hears where.
+        let later = T0 + Duration::from_millis(1600);
+        r.handle_timeout(later);
+        assert_eq!(r.take_notifications()[0].1.change, Change::Failed);
+        r.register(later, ac, &reg(201, &["1.*.2.*"])).unwrap();
+        assert_eq!(
+            r.take_notifications(),
+            vec![(
+                cc,
+                Notification {
+                    change: Change::Recovered,
+                    server: ac,
+                    location: loc(201),
+                }
+            )]
+        );
         assert!(r.unregister(ac));
         let n = r.take_notifications();
         assert_eq!((n[0].0, n[0].1.change), (cc, Change::Failed));
@@ -750,7 +810,14 @@ mod tests {
             Err(RegistryError::Full)
         );
         // Re-registering one already there is fine.
-        r.register(T0, a(2, 1), &reg(9, &[])).unwrap();
+        r.register(T0, a(2, 1), &reg(2, &[])).unwrap();
+        // Found in review: failed servers held their places for ever. The longest failed
+        // one makes room now.
+        r.handle_timeout(T0 + Duration::from_secs(1));
+        r.register(T0 + Duration::from_secs(1), a(3, 1), &reg(3, &[]))
+            .unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.take_evicted().len(), 1);
     }
 
     #[test]

@@ -173,7 +173,11 @@ pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Strin
     let mut next_msg = vec![0u64; n];
     let (mut sent, mut delivered, mut failed) = (0u64, 0u64, 0u64);
     let mut digest = Digest::default();
-    let mut buf = vec![0u8; msg::DATA_HEADER_BYTES + cfg.fragment_bytes + 64];
+    let mut buf = vec![
+        0u8;
+        (msg::DATA_HEADER_BYTES + cfg.fragment_bytes)
+            .max(txcast_proto::frag::ACK_BYTES_MAX)
+    ];
     let mut now = Instant::ZERO;
     let mut healed = false;
     // After healing and a spell for what is in flight to end, each node sends one more

@@ -10,7 +10,7 @@
 //!
 //! `--loss P` drops that fraction of its outgoing datagrams (the engine's fault injection).
 //! `--config FILE` reads the cluster configuration; `--oracle` registers with the oracle it
-//! names (lease 2 s, renewed); `--at IP:PORT` opens the port there instead of where its
+//! names (lease 1 s, renewed; a server that moved waits for the lease of its old place); `--at IP:PORT` opens the port there instead of where its
 //! address maps (a server that moved to another host). It prints `ready` on stdout once its
 //! port is open (and registered).
 
@@ -82,8 +82,15 @@ fn run(args: &[String]) -> Result<(), String> {
     });
     if args.iter().any(|a| a == "--oracle") {
         let mut oc = OracleClient::new(&mut rpc).map_err(|e| e.to_string())?;
-        oc.register_self(&mut rpc, &[], Duration::from_secs(2))
-            .map_err(|e| e.to_string())?;
+        // A server that moved is registered once the lease of its old place runs out.
+        let end = Instant::now() + Duration::from_secs(10);
+        while let Err(e) = oc.register_self(&mut rpc, &[], Duration::from_secs(1)) {
+            if Instant::now() > end {
+                return Err(e.to_string());
+            }
+            rpc.serve(Duration::from_millis(50))
+                .map_err(|e| e.to_string())?;
+        }
     }
     println!("ready");
     let _ = std::io::stdout().flush();

@@ -27,7 +27,7 @@ mod send;
 #[cfg(test)]
 mod tests;
 
-pub use recv::{Receiver, ReceiverCounters};
+pub use recv::{Receiver, ReceiverCounters, ACK_BYTES_MAX};
 pub use send::{Sender, SenderCounters, TransferId};
 
 use core::fmt;
@@ -80,7 +80,9 @@ impl Default for LdgConfig {
             reassembly_timeout: Duration::from_secs(2),
             deadline_max: Duration::from_secs(300),
             packet_lifetime: Duration::from_secs(2),
-            completed_max: 4096,
+            // About 100 bytes each: finished transfers are remembered for their sender's
+            // deadline, so this bounds transfers per deadline (see ARCHITECTURE).
+            completed_max: 65_536,
             rto_initial: Duration::from_millis(20),
             // A spurious timeout collapses the window; on a busy two-processor host an
             // acknowledgement can take milliseconds without any loss.

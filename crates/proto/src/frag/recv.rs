@@ -28,6 +28,9 @@ pub struct ReceiverCounters {
 
 type Key = (Address, u64, u64);
 
+/// The longest acknowledgement (header and a full bitmap).
+pub const ACK_BYTES_MAX: usize = msg::ACK_HEADER_BYTES + BITMAP_BYTES_MAX;
+
 struct Reassembly {
     /// Its number among this receiver's reassemblies.
     number: u64,
@@ -161,9 +164,10 @@ impl Receiver {
             return;
         }
         r.last_at = now;
-        r.until = r
-            .until
-            .max(now + Duration::from_millis(h.deadline_ms as u64) + self.cfg.packet_lifetime);
+        // A sender's deadline beyond ours is taken as ours: memory is not held for a stranger's
+        // whim (every node of a cluster is meant to share deadline_max).
+        let left = Duration::from_millis(h.deadline_ms as u64).min(self.cfg.deadline_max);
+        r.until = r.until.max(now + left + self.cfg.packet_lifetime);
         if !r.got.set(h.index) {
             self.counters.duplicates += 1;
             // The sender missed an acknowledgement: say where we are.
@@ -281,8 +285,12 @@ impl Receiver {
         self.forget_completed(now);
     }
 
-    /// The next acknowledgement: its destination and length in `buf` (at least 112 bytes).
+    /// The next acknowledgement: its destination and length in `buf` (at least [`ACK_BYTES_MAX`] bytes; nothing is taken from a smaller one).
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<(Address, usize)> {
+        if buf.len() < ACK_BYTES_MAX {
+            // Too small for an acknowledgement: leave them queued rather than lose one.
+            return None;
+        }
         let window = self.cfg.window_fragments_max as u32;
         while let Some(a) = self.acks.pop_front() {
             let mut bitmap = [0u8; BITMAP_BYTES_MAX];

@@ -138,6 +138,11 @@ impl Sender {
         self.transfers.len()
     }
 
+    /// Whether transfer `id` is outstanding.
+    pub fn is_outstanding(&self, id: TransferId) -> bool {
+        self.transfers.contains_key(&id.0)
+    }
+
     /// Starts sending `data` to `dest`; it must be acknowledged whole by `now + deadline`.
     pub fn send(
         &mut self,
@@ -287,6 +292,11 @@ impl Sender {
                 .transfers
                 .get_mut(&id)
                 .expect("ordered transfers exist");
+            if t.deadline <= now {
+                // Nothing leaves after its deadline (the receiver's memory of it rests on
+                // that); `handle_timeout` ends it.
+                continue;
+            }
             let Some((i, resent)) = next_fragment(t) else {
                 continue;
             };
@@ -499,8 +509,11 @@ fn next_fragment(t: &mut Transfer) -> Option<(u32, bool)> {
             t.retransmit.pop_first();
             continue;
         }
-        // The first missing fragment may always go (a probe of a closed window).
-        if (i as u64) < limit || i == t.cumulative || awaiting_complete {
+        // The first missing fragment may always go (a probe of a closed window, or of a
+        // lost "complete"); others within the receiver's window and the congestion window.
+        let probe = i == t.cumulative || awaiting_complete;
+        let room = (i as u64) < limit && (t.in_flight.len() as f64) < t.cwnd.floor();
+        if probe && t.in_flight.is_empty() || room {
             t.retransmit.pop_first();
             return Some((i, true));
         }

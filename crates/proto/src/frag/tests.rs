@@ -381,6 +381,63 @@ fn a_finished_transfer_is_remembered_as_long_as_its_sender_may_send() {
     assert!(r.poll_timeout().is_none());
 }
 
+/// Found in review: after a timeout, everything that was in flight left at once, past the
+/// congestion window.
+#[test]
+fn retransmissions_after_a_timeout_respect_the_congestion_window() {
+    let mut p = Pair::new(LdgConfig {
+        window_fragments_max: 64,
+        ..cfg()
+    });
+    p.s.send(p.now, B, message(200_000, 1), 10_000 * MS)
+        .unwrap();
+    p.step();
+    assert_eq!(p.wire.len(), 8, "the initial window");
+    // All of it lost; the timeout fires.
+    p.wire.clear();
+    p.cut = true;
+    p.run(100 * MS);
+    let sent_before = p.s.counters.fragments_sent;
+    p.cut = false;
+    p.wire.clear();
+    let t = p.s.poll_timeout().unwrap();
+    p.now = t;
+    p.s.handle_timeout(p.now);
+    p.step();
+    let burst = p.s.counters.fragments_sent - sent_before;
+    assert!(burst <= 2, "{burst} fragments at once after a timeout");
+    p.run(3000 * MS);
+    assert_eq!(p.got.len(), 1);
+}
+
+/// Found in review: a fragment claiming a deadline of 49 days held the receiver's memory of
+/// its transfer that long.
+#[test]
+fn a_senders_deadline_beyond_the_receivers_bound_is_taken_as_the_bound() {
+    let c = LdgConfig {
+        deadline_max: Duration::from_secs(1),
+        packet_lifetime: 10 * MS,
+        ..cfg()
+    };
+    let mut r = Receiver::new(c, 1).unwrap();
+    let now = Instant(1_000_000_000);
+    let h = DataHeader {
+        fragment_bytes: 1000,
+        incarnation: 7,
+        transfer: 1,
+        total_len: 10,
+        index: 0,
+        deadline_ms: u32::MAX,
+    };
+    r.handle_data(now, A, &h, &[1; 10]);
+    assert!(r.poll_message().is_some());
+    r.handle_timeout(now + Duration::from_millis(1011));
+    assert!(
+        r.poll_timeout().is_none(),
+        "forgotten after the receiver's own bound"
+    );
+}
+
 #[test]
 fn sends_beyond_the_limits_are_refused() {
     let c = LdgConfig {
