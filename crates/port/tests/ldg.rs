@@ -24,13 +24,16 @@ fn message(len: usize, seed: u8) -> Vec<u8> {
 
 const LONG: Duration = Duration::from_secs(20);
 
+/// What a receiving thread took, and its endpoint.
+type Received = (Vec<(Address, Vec<u8>)>, Ldg);
+
 /// A receiver at `a` on its own thread, taking `n` messages and handing them back.
 fn receive(
     engine: Option<Engine>,
     a: Address,
     cfg: LdgConfig,
     n: usize,
-) -> std::thread::JoinHandle<(Vec<(Address, Vec<u8>)>, Ldg)> {
+) -> std::thread::JoinHandle<Received> {
     let mut l = match &engine {
         Some(e) => Ldg::open_on(e, a, cfg).unwrap(),
         None => Ldg::open(a, cfg).unwrap(),

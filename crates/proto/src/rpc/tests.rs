@@ -94,7 +94,7 @@ impl Net {
                         panic!("a server sent a request")
                     };
                     let from = server_addr(i as u16);
-                    self.client.handle_reply(from, &r, &payload.to_vec());
+                    self.client.handle_reply(from, &r, payload);
                 }
             }
             if !moved {
