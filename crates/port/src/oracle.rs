@@ -375,13 +375,36 @@ impl OracleClient {
         for &(a, l) in &seen {
             apply(rpc.engine(), &self.known, a, l, true);
         }
-        rpc.repeat_call(Some((self.oracle, request::REGISTER, payload)), lease / 3);
+        // Every renewal's answer lists the watched servers as the oracle knows them now: a
+        // notification lost or overtaken by an older one is corrected by the next renewal.
+        let (k, e) = (self.known.clone(), rpc.engine().clone());
+        let correct: crate::rpc::AnswerHook = Box::new(move |answer: &[u8]| {
+            if let Ok(list) = decode_list(answer) {
+                let live: std::collections::HashSet<Address> =
+                    list.iter().map(|&(a, _)| a).collect();
+                for &(a, l) in &list {
+                    apply(&e, &k, a, l, true);
+                }
+                // Watched servers it no longer lists have failed.
+                let mut known = k.lock().expect("known lock");
+                for (a, v) in known.iter_mut() {
+                    if !live.contains(a) && list.len() < txcast_proto::oracle::LIST_MAX {
+                        v.alive = false;
+                    }
+                }
+            }
+        });
+        rpc.repeat_call_with(
+            Some((self.oracle, request::REGISTER, payload)),
+            lease / 3,
+            Some(correct),
+        );
         Ok(seen)
     }
 
     /// Leaves the oracle (watchers are told this server failed) and stops renewing.
     pub fn unregister(&mut self, rpc: &mut Rpc) -> Result<(), OracleError> {
-        rpc.repeat_call(None, Duration::ZERO);
+        rpc.repeat_call_with(None, Duration::ZERO, None);
         rpc.call(self.oracle, request::UNREGISTER, &[], CALL_DEADLINE)?;
         Ok(())
     }

@@ -109,7 +109,12 @@ struct Repeat {
     every: Duration,
     next: std::time::Instant,
     last: Option<CallId>,
+    /// Given each successful answer.
+    on_answer: Option<AnswerHook>,
 }
+
+/// What a repeated call does with its answers.
+pub type AnswerHook = Box<dyn FnMut(&[u8]) + Send>;
 
 impl Rpc {
     /// Makes `port` an RPC endpoint. `cfg.message_bytes_max` is lowered to what the port can
@@ -143,6 +148,17 @@ impl Rpc {
     /// this endpoint's traffic moves (its answers are not kept): a lease renewal that needs no
     /// help from the application. Replaces the previous one; `None` stops it.
     pub fn repeat_call(&mut self, call: Option<(Address, u16, Vec<u8>)>, every: Duration) {
+        self.repeat_call_with(call, every, None);
+    }
+
+    /// [`Rpc::repeat_call`] whose successful answers are handed to `on_answer` (an oracle
+    /// client corrects its cache from each lease renewal's answer).
+    pub fn repeat_call_with(
+        &mut self,
+        call: Option<(Address, u16, Vec<u8>)>,
+        every: Duration,
+        on_answer: Option<AnswerHook>,
+    ) {
         self.repeat = call.map(|(dest, request_type, payload)| Repeat {
             dest,
             request_type,
@@ -150,6 +166,7 @@ impl Rpc {
             every: every.max(Duration::from_millis(1)),
             next: std::time::Instant::now() + every,
             last: None,
+            on_answer,
         });
     }
 
@@ -159,7 +176,14 @@ impl Rpc {
             return;
         };
         if let Some(id) = r.last {
-            if self.finished.remove(&id).is_some() || !self.client.is_outstanding(id) {
+            if let Some(o) = self.finished.remove(&id) {
+                r.last = None;
+                if let (Some(hook), Some((_, Ok(answer)))) =
+                    (r.on_answer.as_mut(), o.replies.first())
+                {
+                    hook(answer);
+                }
+            } else if !self.client.is_outstanding(id) {
                 r.last = None;
             }
         }

@@ -311,3 +311,46 @@ fn the_registry_survives_the_oracles_restart_and_bad_requests_get_errors() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Found in review: a notification lost (or overtaken by an older one) was never corrected.
+/// Every lease renewal's answer now brings a client's cache up to date.
+#[test]
+fn a_lost_notification_is_corrected_by_the_next_renewal() {
+    let (stop, oracle) = spawn_oracle(35, None);
+    let e = engine();
+    let mut w = rpc(&e, addr(35, 1, 2));
+    let mut wc = OracleClient::with_oracle(&mut w, oracle_addr(35));
+    wc.register_self(
+        &mut w,
+        &["35.*.3.*".parse().unwrap()],
+        Duration::from_millis(300),
+    )
+    .unwrap();
+    // Every notification to the watcher is lost (its handler drops them).
+    w.register(txcast_proto::oracle::request::NOTIFY, |_, _| Ok(Vec::new()));
+    let s_addr = addr(35, 2, 3);
+    let e2 = engine();
+    let mut s = rpc(&e2, s_addr);
+    let mut sc = OracleClient::with_oracle(&mut s, oracle_addr(35));
+    sc.register_self(&mut s, &[], Duration::from_millis(300))
+        .unwrap();
+    let renewed = |s: &mut Rpc| {
+        // The server keeps its lease while the watcher waits.
+        s.serve(Duration::from_millis(1)).unwrap();
+    };
+    let end = Instant::now() + Duration::from_secs(5);
+    while !wc.known(s_addr).is_some_and(|k| k.alive) {
+        assert!(Instant::now() < end, "the renewal never taught the watcher");
+        w.serve(Duration::from_millis(5)).unwrap();
+        renewed(&mut s);
+    }
+    // The server goes: the next renewals say so too.
+    drop(s);
+    let end = Instant::now() + Duration::from_secs(5);
+    while wc.known(s_addr).is_some_and(|k| k.alive) {
+        assert!(Instant::now() < end, "the failure was never learned");
+        w.serve(Duration::from_millis(5)).unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    oracle.join().unwrap();
+}
