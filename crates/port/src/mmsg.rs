@@ -138,7 +138,6 @@ fn send_one(socket: &UdpSocket, packet: &[u8], to: &SocketAddr) -> usize {
 /// Sends `packet` to every address of `chunk` (at most `N`); returns how many were accepted.
 fn send_chunk<const N: usize>(socket: &UdpSocket, packet: &[u8], chunk: &[SocketAddr]) -> usize {
     debug_assert!(chunk.len() <= N);
-    let mut sent = 0;
     let mut addrs: [(libc::sockaddr_storage, libc::socklen_t); N] =
         // SAFETY: plain old data, zero is valid.
         unsafe { std::mem::zeroed() };
@@ -157,25 +156,30 @@ fn send_chunk<const N: usize>(socket: &UdpSocket, packet: &[u8], chunk: &[Socket
         m.msg_hdr.msg_iov = &mut iov;
         m.msg_hdr.msg_iovlen = 1;
     }
+    send_headers(socket, &mut msgs[..chunk.len()])
+}
+
+/// Sends every prepared header with `sendmmsg`, as many calls as the kernel needs: a full
+/// socket buffer is waited out, a destination that refuses (unreachable, no route...) skipped.
+/// Returns how many datagrams the kernel accepted. The headers must point at live buffers.
+fn send_headers(socket: &UdpSocket, msgs: &mut [libc::mmsghdr]) -> usize {
+    let mut sent = 0;
     let mut off = 0;
-    while off < chunk.len() {
-        // SAFETY: msgs[off..chunk.len()] are initialised headers pointing at live buffers.
+    while off < msgs.len() {
+        // SAFETY: msgs[off..] are initialised headers pointing at live buffers (the caller's).
         let n = unsafe {
             libc::sendmmsg(
                 socket.as_raw_fd(),
                 msgs.as_mut_ptr().add(off),
-                (chunk.len() - off) as libc::c_uint,
+                (msgs.len() - off) as libc::c_uint,
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
             )
         };
         if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::WouldBlock {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock {
                 std::thread::yield_now();
                 continue;
             }
-            // This destination refused (unreachable, no route...): skip it, go on with
-            // the others.
             off += 1;
             continue;
         }
@@ -280,33 +284,8 @@ fn send_entries<const N: usize>(
         m.msg_hdr.msg_iov = &mut iovs[i];
         m.msg_hdr.msg_iovlen = 1;
     }
-    let mut sent = 0;
-    let mut off = 0;
-    while off < chunk.len() {
-        // SAFETY: msgs[off..chunk.len()] are initialised headers pointing at live buffers
-        // (`addrs`, `iovs` and `bytes` outlive the call).
-        let n = unsafe {
-            libc::sendmmsg(
-                socket.as_raw_fd(),
-                msgs.as_mut_ptr().add(off),
-                (chunk.len() - off) as libc::c_uint,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                std::thread::yield_now();
-                continue;
-            }
-            // This destination refused: skip it, go on with the others.
-            off += 1;
-            continue;
-        }
-        off += n as usize;
-        sent += n as usize;
-    }
-    sent
+    // `addrs`, `iovs` and `bytes` outlive the call.
+    send_headers(socket, &mut msgs[..chunk.len()])
 }
 
 /// A socket for a port's transaction groups: bound to the group port on every address, shared

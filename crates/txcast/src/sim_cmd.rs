@@ -200,36 +200,7 @@ fn rpc(args: &[String]) -> i32 {
             }
         };
     }
-    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
-    let first = opt::<u64>(args, "--first").unwrap_or(0);
-    let started = std::time::Instant::now();
-    let mut failures = 0u64;
-    for (k, seed) in (first..first + seeds).enumerate() {
-        let run = std::panic::catch_unwind(|| run_rpc(seed, &opts));
-        let err = match run {
-            Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(e),
-            Err(_) => Some(format!(
-                "rpc simulation seed {seed}: panicked\n  replay: cargo run --release -- sim rpc --seed {seed}"
-            )),
-        };
-        if let Some(e) = err {
-            failures += 1;
-            eprintln!("{e}");
-        }
-        if (k + 1) % 1000 == 0 {
-            eprintln!(
-                "  {} / {seeds} seeds, {failures} failures, {:.0} s",
-                k + 1,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    println!(
-        "rpc simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    i32::from(failures > 0)
+    seed_range(args, "rpc", |seed| run_rpc(seed, &opts).map(|_| ()))
 }
 
 fn frag(args: &[String]) -> i32 {
@@ -265,17 +236,22 @@ fn frag(args: &[String]) -> i32 {
             }
         };
     }
+    seed_range(args, "frag", |seed| run_frag(seed, &opts).map(|_| ()))
+}
+
+/// Runs `--seeds N` seeds from `--first F` (defaults 1000 and 0) of the simulation `name`,
+/// printing each failure (a panic counts) and a summary; the exit code says whether any failed.
+fn seed_range(args: &[String], name: &str, run: impl Fn(u64) -> Result<(), String>) -> i32 {
     let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
     let first = opt::<u64>(args, "--first").unwrap_or(0);
     let started = std::time::Instant::now();
     let mut failures = 0u64;
     for (k, seed) in (first..first + seeds).enumerate() {
-        let run = std::panic::catch_unwind(|| run_frag(seed, &opts));
-        let err = match run {
-            Ok(Ok(_)) => None,
+        let err = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed))) {
+            Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e),
             Err(_) => Some(format!(
-                "frag simulation seed {seed}: panicked\n  replay: cargo run --release -- sim frag --seed {seed}"
+                "{name} simulation seed {seed}: panicked\n  replay: cargo run --release -- sim {name} --seed {seed}"
             )),
         };
         if let Some(e) = err {
@@ -291,7 +267,7 @@ fn frag(args: &[String]) -> i32 {
         }
     }
     println!(
-        "frag simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
+        "{name} simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     i32::from(failures > 0)
