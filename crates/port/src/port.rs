@@ -394,11 +394,22 @@ impl Port {
 
     #[inline]
     fn local_try_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        self.local_try_send_parts(dest, &[msg])
+    }
+
+    /// Writes `parts`, one after another, as one message into a local destination's ring.
+    fn local_try_send_parts(&mut self, dest: Address, parts: &[&[u8]]) -> Result<(), PortError> {
         let source = self.addr;
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let s = self.local_sender(dest)?;
-        let r = match s.claim(ENVELOPE_BYTES + msg.len()) {
+        let r = match s.claim(ENVELOPE_BYTES + len) {
             Ok(mut c) => {
-                write_envelope(&mut c, source, TxnId(0), msg);
+                write_envelope(&mut c, source, TxnId(0), &[]);
+                let mut at = ENVELOPE_BYTES;
+                for p in parts {
+                    c[at..at + p.len()].copy_from_slice(p);
+                    at += p.len();
+                }
                 c.commit();
                 Ok(())
             }
@@ -520,35 +531,10 @@ impl Port {
         dest: Address,
         parts: &[&[u8]],
     ) -> Result<(), PortError> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
         if self.is_local(dest) {
-            let source = self.addr;
-            let s = self.local_sender(dest)?;
-            let r = match s.claim(ENVELOPE_BYTES + len) {
-                Ok(mut c) => {
-                    write_envelope(&mut c, source, TxnId(0), &[]);
-                    let mut at = ENVELOPE_BYTES;
-                    for p in parts {
-                        c[at..at + p.len()].copy_from_slice(p);
-                        at += p.len();
-                    }
-                    c.commit();
-                    Ok(())
-                }
-                Err(e) => Err(map_send_error(e, dest)),
-            };
-            return match r {
-                Ok(()) => {
-                    self.local_sent += 1;
-                    Ok(())
-                }
-                Err(e @ (PortError::OwnerDead(_) | PortError::Closed(_))) => {
-                    self.forget_local(dest);
-                    Err(e)
-                }
-                Err(e) => Err(e),
-            };
+            return self.local_try_send_parts(dest, parts);
         }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let to = self.engine.socket_addr(dest)?;
         let header = self.header(dest);
         let mut head = [0u8; txcast_proto::wire::GATHER_HEAD_BYTES];

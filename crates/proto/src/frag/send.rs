@@ -263,11 +263,9 @@ impl Sender {
     /// (at least `fragment_bytes + 40` long).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Address, usize)> {
         let (to, n, fragment) = self.poll_transmit_gather(now, buf)?;
+        // The fragment borrows the transfer, not `buf`: copy it behind the header.
         let f = fragment.len();
-        // The fragment borrows the transfer: copy it behind the header.
-        let start = n;
-        let bytes = fragment.to_vec();
-        buf.get_mut(start..start + f)?.copy_from_slice(&bytes);
+        buf.get_mut(n..n + f)?.copy_from_slice(fragment);
         Some((to, n + f))
     }
 

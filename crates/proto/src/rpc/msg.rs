@@ -15,6 +15,7 @@
 //!
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
 
+use crate::wire::{u16_at, u32_at, u64_at};
 use core::fmt;
 
 pub const RPC_HEADER_BYTES: usize = 32;
@@ -125,16 +126,6 @@ pub struct ReplyHeader {
     pub status: Status,
     pub incarnation: u64,
     pub call_id: u64,
-}
-
-fn u16_at(b: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([b[i], b[i + 1]])
-}
-fn u32_at(b: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
 }
 
 /// Whether `bytes` start like an RPC message (a cheap test before [`decode`]).
