@@ -223,6 +223,8 @@ impl Ldg {
         mut done: impl FnMut(&Self) -> bool,
     ) -> Result<(), LdgCallError> {
         let end = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
+        // The clock, for handlers that run while the port is borrowed.
+        let engine = self.port.engine().clone();
         loop {
             let now = self.now();
             if self.sender.poll_timeout().is_some_and(|t| t <= now) {
@@ -246,7 +248,6 @@ impl Ldg {
                 (a, b) => a.or(b).unwrap_or(Duration::from_secs(1)),
             };
             // Fragments are taken in place from the ring, straight into their reassembly.
-            let engine = self.port.engine().clone();
             let (sender, receiver, bad) =
                 (&mut self.sender, &mut self.receiver, &mut self.dropped_bad);
             let mut take_one = |from: Address, _: Option<txcast_proto::TxnId>, bytes: &[u8]| {
