@@ -60,17 +60,38 @@ fuzz_target!(|data: &[u8]| {
                     if let Verdict::Execute { token, .. } =
                         server.handle_request(now, addr(from), &r)
                     {
+                        if from % 3 == 0 {
+                            // Handed on to another server (forward_request).
+                            server.forward(token, addr(from + 1), 1, r.deadline_us, payload);
+                        } else {
+                            server.reply(token, Status::Ok, payload);
+                        }
+                    }
+                }
+                RpcHeader::Forwarded(r, caller) => {
+                    if let Verdict::Execute { token, .. } =
+                        server.handle_forwarded(now, addr(from), caller, &r)
+                    {
                         server.reply(token, Status::Ok, payload);
                     }
                 }
                 RpcHeader::Reply(r) => client.handle_reply(addr(from), &r, payload),
+                RpcHeader::ForwardedReply(r, called) => {
+                    client.handle_forwarded_reply(addr(from), called, &r, payload)
+                }
             }
         }
         now = now + Duration::from_millis(from as u64);
         server.handle_timeout(now);
         client.handle_timeout(now);
         while let Some((_, n)) = server.poll_transmit(&mut buf) {
-            assert!(matches!(decode(&buf[..n]), Ok((RpcHeader::Reply(_), _))));
+            assert!(matches!(
+                decode(&buf[..n]),
+                Ok((
+                    RpcHeader::Reply(_) | RpcHeader::ForwardedReply(..) | RpcHeader::Forwarded(..),
+                    _
+                ))
+            ));
         }
         while let Some((_, n)) = client.poll_transmit(now, &mut buf) {
             assert!(matches!(decode(&buf[..n]), Ok((RpcHeader::Request(_), _))));

@@ -524,6 +524,27 @@ impl Port {
         r.map(|_| ()).map_err(PortError::Io)
     }
 
+    /// Sends `msg` to `dest` alone as a message of transaction `txn`'s group: `dest` takes it
+    /// in only if it joined `txn` (its engine checks, as for [`Port::multicast`]). Always by
+    /// UDP to `dest`'s socket, on this host too, since the check is made there. Unreliable,
+    /// like a datagram.
+    pub fn send_datagram_txn(
+        &mut self,
+        dest: Address,
+        txn: TxnId,
+        msg: &[u8],
+    ) -> Result<(), PortError> {
+        let to = self.engine.socket_addr(dest)?;
+        let (buf, n) = self.build_one(dest, Some(txn), msg)?;
+        if self.engine.inject_loss() {
+            self.scratch = buf;
+            return Ok(());
+        }
+        let r = crate::mmsg::send_to(&self.ep.socket, &buf[..n], &to);
+        self.scratch = buf;
+        r.map(|_| ()).map_err(PortError::Io)
+    }
+
     /// [`Port::send_datagram`] of `parts` one after another, without copying them together
     /// first: into the destination's ring on this host, or one `sendmsg` of them otherwise.
     pub fn send_datagram_gather(

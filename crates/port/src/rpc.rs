@@ -17,11 +17,24 @@ use txcast_proto::rpc::{
     Server, ServerCounters, Status, Verdict,
 };
 use txcast_proto::wire::{HEADER_BYTES, MAC_BYTES, RECORD_HEADER_BYTES};
-use txcast_proto::{Address, Instant};
+use txcast_proto::{Address, Instant, TxnId};
 
 /// A request handler: the caller's address and the request's payload in, the result (or a
 /// failure message for the caller) out.
 pub type Handler = Box<dyn FnMut(Address, &[u8]) -> Result<Vec<u8>, String> + Send>;
+
+/// A forwarder: says, for a request (its caller and payload), which server to hand it on to
+/// (`forward_request`), or `None` to run it here.
+pub type Forwarder = Box<dyn FnMut(Address, &[u8]) -> Option<Address> + Send>;
+
+/// The servers a call to a transaction group goes to: those like `template` (its instance,
+/// type and server instance) at each of `sites` that joined `txn`.
+#[derive(Clone, Copy, Debug)]
+pub struct TxnGroup<'a> {
+    pub txn: TxnId,
+    pub template: Address,
+    pub sites: &'a [u16],
+}
 
 /// Why an RPC call failed.
 #[derive(Debug)]
@@ -90,6 +103,7 @@ pub struct Rpc {
     client: Client,
     server: Server,
     handlers: HashMap<u16, Handler>,
+    forwarders: HashMap<u16, Forwarder>,
     /// Finished calls not yet collected (at most `calls_max`: a call counts against the limit
     /// until collected).
     finished: HashMap<CallId, Outcome>,
@@ -97,6 +111,9 @@ pub struct Rpc {
     send_buf: Vec<u8>,
     dropped_bad: u64,
     send_failures: u64,
+    /// Calls to a transaction group outstanding: their copies carry the transaction, so
+    /// only members take them in.
+    txn_calls: HashMap<CallId, TxnId>,
     /// A call repeated on its own (a lease renewal): destination, type, payload, period,
     /// when next, and the last copy's id while it is outstanding.
     repeat: Option<Repeat>,
@@ -137,6 +154,8 @@ impl Rpc {
             client,
             server,
             handlers: HashMap::new(),
+            forwarders: HashMap::new(),
+            txn_calls: HashMap::new(),
             finished: HashMap::new(),
             dropped_bad: 0,
             send_failures: 0,
@@ -218,6 +237,17 @@ impl Rpc {
         self.handlers.insert(request_type, Box::new(handler));
     }
 
+    /// Hands requests of `request_type` on when `forwarder` names another server
+    /// (`ForwardRequest` of paper 003): that server runs the request and answers the caller
+    /// itself; its answer counts as this server's. Requests it does not hand on run here.
+    pub fn register_forwarder(
+        &mut self,
+        request_type: u16,
+        forwarder: impl FnMut(Address, &[u8]) -> Option<Address> + Send + 'static,
+    ) {
+        self.forwarders.insert(request_type, Box::new(forwarder));
+    }
+
     /// Calls `dest` and waits for its answer, at most `deadline`.
     pub fn call(
         &mut self,
@@ -281,6 +311,78 @@ impl Rpc {
         let id = self
             .client
             .call(now, dests, request_type, payload, completion, deadline)?;
+        self.transmit();
+        Ok(id)
+    }
+
+    /// Joins transaction `txn`'s group ([`Port::join_txn`]): calls to the group reach this
+    /// endpoint's handlers from now on.
+    pub fn join_txn(&mut self, txn: TxnId) -> Result<(), RpcCallError> {
+        self.port.join_txn(txn).map_err(RpcCallError::Port)
+    }
+
+    /// Leaves transaction `txn`'s group ([`Port::leave_txn`]).
+    pub fn leave_txn(&mut self, txn: TxnId) -> Result<(), RpcCallError> {
+        self.port.leave_txn(txn).map_err(RpcCallError::Port)
+    }
+
+    /// Calls the members of a transaction's group ([`TxnGroup`]: the servers like its
+    /// template at its sites that joined the transaction, [`Rpc::join_txn`]) and waits until
+    /// `completion` holds or `deadline` passes. The request leaves as one transaction
+    /// multicast ([`Port::multicast`]: IP multicast, or one batched send to all); copies sent
+    /// again go to each member that has not answered, and carry the transaction too, so a
+    /// server that did not join never takes one in. A server at one of the sites that did not
+    /// join does not answer, and is reported missing.
+    pub fn multicast_txn(
+        &mut self,
+        group: &TxnGroup<'_>,
+        request_type: u16,
+        payload: &[u8],
+        completion: Completion,
+        deadline: Duration,
+    ) -> Result<Outcome, RpcCallError> {
+        let id = self.multicast_txn_async(group, request_type, payload, completion, deadline)?;
+        self.wait(id, None)
+    }
+
+    /// Starts a call to a transaction group (see [`Rpc::multicast_txn`]).
+    pub fn multicast_txn_async(
+        &mut self,
+        group: &TxnGroup<'_>,
+        request_type: u16,
+        payload: &[u8],
+        completion: Completion,
+        deadline: Duration,
+    ) -> Result<CallId, RpcCallError> {
+        let &TxnGroup {
+            txn,
+            template,
+            sites,
+        } = group;
+        if self.client.outstanding() + self.finished.len() >= self.client.config().calls_max {
+            return Err(RpcError::TooManyCalls.into());
+        }
+        let dests: Vec<Address> = sites
+            .iter()
+            .map(|&site| Address { site, ..template })
+            .collect();
+        let now = self.now();
+        let id =
+            self.client
+                .call_as_one(now, &dests, request_type, payload, completion, deadline)?;
+        self.txn_calls.insert(id, txn);
+        let mut buf = std::mem::take(&mut self.send_buf);
+        if let Some(n) = self.client.encode_first(id, now, &mut buf) {
+            if self
+                .port
+                .multicast(txn, template, sites, &buf[..n])
+                .is_err()
+            {
+                // The call goes on: its copies are sent again to each member.
+                self.send_failures += 1;
+            }
+        }
+        self.send_buf = buf;
         self.transmit();
         Ok(id)
     }
@@ -413,30 +515,62 @@ impl Rpc {
             self.dropped_bad += 1;
             return;
         };
-        match header {
-            RpcHeader::Reply(r) => self.client.handle_reply(from, &r, payload),
+        let now = self.now();
+        let verdict = match header {
+            RpcHeader::Reply(r) => {
+                self.client.handle_reply(from, &r, payload);
+                None
+            }
+            RpcHeader::ForwardedReply(r, called) => {
+                self.client
+                    .handle_forwarded_reply(from, called, &r, payload);
+                None
+            }
             RpcHeader::Request(r) => {
-                let now = self.now();
+                let v = self.server.handle_request(now, from, &r);
                 if let Verdict::Execute {
                     token,
                     request_type,
-                    deadline,
-                } = self.server.handle_request(now, from, &r)
+                    ..
+                } = v
                 {
-                    let (status, result) = if self.now() > deadline {
-                        (Status::DeadlinePassed, Vec::new())
-                    } else {
-                        match self.handlers.get_mut(&request_type) {
-                            None => (Status::NoHandler, Vec::new()),
-                            Some(h) => match h(from, payload) {
-                                Ok(out) => (Status::Ok, out),
-                                Err(m) => (Status::Failed, m.into_bytes()),
-                            },
-                        }
-                    };
-                    self.server.reply(token, status, &result);
+                    let to = self
+                        .forwarders
+                        .get_mut(&request_type)
+                        .and_then(|f| f(from, payload));
+                    if let Some(to) = to.filter(|&t| t != self.port.address()) {
+                        self.server
+                            .forward(token, to, request_type, r.deadline_us, payload);
+                        self.transmit();
+                        return;
+                    }
                 }
+                Some(v)
             }
+            RpcHeader::Forwarded(r, client) => {
+                Some(self.server.handle_forwarded(now, from, client, &r))
+            }
+        };
+        // The caller (the original one, for a call handed on to us) is the token's client.
+        if let Some(Verdict::Execute {
+            token,
+            request_type,
+            deadline,
+        }) = verdict
+        {
+            let caller = token.client;
+            let (status, result) = if self.now() > deadline {
+                (Status::DeadlinePassed, Vec::new())
+            } else {
+                match self.handlers.get_mut(&request_type) {
+                    None => (Status::NoHandler, Vec::new()),
+                    Some(h) => match h(caller, payload) {
+                        Ok(out) => (Status::Ok, out),
+                        Err(m) => (Status::Failed, m.into_bytes()),
+                    },
+                }
+            };
+            self.server.reply(token, status, &result);
         }
         self.transmit();
     }
@@ -450,8 +584,12 @@ impl Rpc {
                 self.send_failures += 1;
             }
         }
-        while let Some((to, n)) = self.client.poll_transmit(now, &mut buf) {
-            if self.port.send_datagram(to, &buf[..n]).is_err() {
+        while let Some((id, to, n)) = self.client.poll_transmit_call(now, &mut buf) {
+            let sent = match self.txn_calls.get(&id) {
+                Some(&txn) => self.port.send_datagram_txn(to, txn, &buf[..n]),
+                None => self.port.send_datagram(to, &buf[..n]),
+            };
+            if sent.is_err() {
                 self.send_failures += 1;
             }
         }
@@ -460,6 +598,7 @@ impl Rpc {
 
     fn collect(&mut self) {
         while let Some((id, o)) = self.client.poll_event() {
+            self.txn_calls.remove(&id);
             self.finished.insert(id, o);
         }
     }

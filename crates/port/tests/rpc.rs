@@ -3,7 +3,7 @@
 //! answers, a server that dies mid-call, at-most-once execution under loss, remote errors,
 //! and malformed input.
 //!
-//! Every test uses its own `instance` number (30 to 37). Sites 0, 1, 2 are different
+//! Every test uses its own `instance` number (30 to 39). Sites 0, 1, 2 are different
 //! "hosts" (UDP between them); ports of one site talk through shared memory.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use txcast_port::{
     Completion, End, Engine, EngineConfig, EngineMode, IdleStrategy, Port, PortConfig, RemoteError,
-    Rpc, RpcCallError, RpcConfig,
+    Rpc, RpcCallError, RpcConfig, TxnGroup,
 };
-use txcast_proto::Address;
+use txcast_proto::{Address, TxnId};
 
 const ECHO: u16 = 1;
 const COUNT: u16 = 2;
@@ -301,6 +301,153 @@ fn under_loss_every_call_completes_and_runs_exactly_once() {
     );
     assert_eq!(servers_executed(&rpcs), calls);
     drop(rpcs);
+    drop(c);
+    engine.shutdown();
+}
+
+/// `forward_request` (paper 003): F hands some requests on to X, which answers the caller in
+/// F's name; the caller sees one answer from F, computed at X for the original caller.
+#[test]
+fn a_request_handed_on_is_answered_by_the_server_it_went_to_in_the_called_ones_name() {
+    const WHO: u16 = 6;
+    let f = addr(38, 0, 2);
+    let x = addr(38, 1, 2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let serve = |a: Address, name: &'static str, on: Option<Address>| {
+        let mut rpc = Rpc::new(Port::open(a, port_cfg()).unwrap(), rpc_cfg()).unwrap();
+        rpc.register(WHO, move |caller, p| {
+            Ok(format!("{caller} {} at {name}", String::from_utf8_lossy(p)).into_bytes())
+        });
+        if let Some(to) = on {
+            rpc.register_forwarder(WHO, move |_, p| (p == b"on").then_some(to));
+        }
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                rpc.serve(Duration::from_millis(20)).unwrap();
+            }
+            rpc
+        })
+    };
+    let threads = [serve(x, "x", None), serve(f, "f", Some(x))];
+    // A caller on F's host (F by shared memory, X's answer by UDP) and one on a third host.
+    for site in [0, 2] {
+        let me = addr(38, site, 1);
+        let mut c = client(None, me);
+        let got = c.call(f, WHO, b"on", SECOND).unwrap();
+        assert_eq!(got, format!("{me} on at x").into_bytes());
+        let got = c.call(f, WHO, b"here", SECOND).unwrap();
+        assert_eq!(got, format!("{me} here at f").into_bytes());
+        // To both: X runs its own share and F's, each once, and each is answered in the name
+        // of the server called.
+        let o = c
+            .multicast(&[f, x], WHO, b"on", Completion::All, SECOND)
+            .unwrap();
+        assert_eq!(o.end, End::Complete);
+        let mut from: Vec<Address> = o.replies.iter().map(|r| r.0).collect();
+        from.sort();
+        assert_eq!(from, vec![f, x]);
+        for (_, r) in &o.replies {
+            assert_eq!(r.as_deref().unwrap(), format!("{me} on at x").as_bytes());
+        }
+        let n = c.counters().client;
+        assert_eq!((n.replies_stranger, n.completed), (0, 3));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let [x_rpc, f_rpc] = threads.map(|t| t.join().unwrap());
+    let (fs, xs) = (f_rpc.counters().server, x_rpc.counters().server);
+    assert_eq!((fs.forwarded, fs.executed), (4, 6));
+    assert_eq!(xs.executed, 6, "its own two shares and F's four");
+}
+
+/// Multicast RPC to a transaction group: one multicast reaches the members (the servers
+/// that joined), each runs the call once, also when the injector drops copies and members
+/// are sent copies of their own; a server that did not join never runs it and is reported
+/// missing.
+#[test]
+fn a_call_to_a_transaction_group_reaches_its_members_only() {
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        loss_injection: 0.25,
+        loss_seed: 5,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let txn = TxnId(0x39_0001);
+    let group = TxnGroup {
+        txn,
+        template: addr(39, 0, 2),
+        sites: &[0, 1, 2],
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::default()).collect();
+    let threads: Vec<_> = (0..3u16)
+        .map(|site| {
+            let port = Port::open_on(&engine, addr(39, site, 2), port_cfg()).unwrap();
+            let mut rpc = Rpc::new(port, rpc_cfg()).unwrap();
+            if site != 2 {
+                rpc.join_txn(txn).unwrap();
+            }
+            let n = counts[site as usize].clone();
+            rpc.register(COUNT, move |_, p| {
+                n.fetch_add(1, Ordering::SeqCst);
+                Ok(p.to_vec())
+            });
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    rpc.serve(Duration::from_millis(20)).unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut c = client(Some(&engine), addr(39, 1, 1));
+    let members = [addr(39, 0, 2), addr(39, 1, 2)];
+    let calls = 40u64;
+    for i in 0..calls {
+        let o = c
+            .multicast_txn(
+                &group,
+                COUNT,
+                &i.to_le_bytes(),
+                Completion::Quorum(2),
+                5 * SECOND,
+            )
+            .unwrap();
+        assert_eq!(o.end, End::Complete, "call {i}");
+        let mut from: Vec<Address> = o.replies.iter().map(|r| r.0).collect();
+        from.sort();
+        assert_eq!(from, members);
+        assert_eq!(o.missing, vec![addr(39, 2, 2)]);
+    }
+    // All three: the one that did not join is missing when the deadline passes.
+    let o = c
+        .multicast_txn(
+            &group,
+            COUNT,
+            b"all",
+            Completion::All,
+            Duration::from_millis(300),
+        )
+        .unwrap();
+    assert_eq!(o.end, End::DeadlinePassed);
+    assert_eq!(
+        (o.replies.len(), o.missing.clone()),
+        (2, vec![addr(39, 2, 2)])
+    );
+    let resent = c.counters().client.requests_resent;
+    assert!(resent > 0, "members were sent copies of their own");
+    assert!(engine.injected_losses() > 5);
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let ran: Vec<u64> = counts.iter().map(|n| n.load(Ordering::SeqCst)).collect();
+    assert_eq!(
+        ran,
+        vec![calls + 1, calls + 1, 0],
+        "once per member, never elsewhere"
+    );
     drop(c);
     engine.shutdown();
 }

@@ -3,6 +3,21 @@
 //! Nothing in this crate touches a socket, a thread, the OS clock or OS randomness: time comes in
 //! as [`time::Instant`] values and randomness from a seeded [`rng::Rng`] handed down by the caller.
 
+/// Gives a counters struct `add`, the field-wise sum. Every field must be listed (the sum
+/// destructures the struct without `..`), so a counter added later cannot be left out.
+#[macro_export]
+macro_rules! counters_sum {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl $t {
+            /// Adds `other`'s counts to these.
+            pub fn add(&mut self, other: &$t) {
+                let $t { $($f),* } = other;
+                $(self.$f += *$f;)*
+            }
+        }
+    };
+}
+
 pub mod addr;
 pub mod frag;
 pub mod group;

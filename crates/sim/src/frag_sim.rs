@@ -401,8 +401,8 @@ pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Strin
     let mut sender = SenderCounters::default();
     let mut receiver = ReceiverCounters::default();
     for node in &nodes {
-        add_sender(&mut sender, &node.sender.counters);
-        add_receiver(&mut receiver, &node.receiver.counters);
+        sender.add(&node.sender.counters);
+        receiver.add(&node.receiver.counters);
     }
     digest.add_u64(net.digest.0);
     Ok(FragSimReport {
@@ -418,29 +418,4 @@ pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Strin
         end_ns: now.0,
         digest: digest.0,
     })
-}
-
-fn add_sender(a: &mut SenderCounters, b: &SenderCounters) {
-    a.transfers += b.transfers;
-    a.completed += b.completed;
-    a.failed += b.failed;
-    a.fragments_sent += b.fragments_sent;
-    a.fragments_resent += b.fragments_resent;
-    a.fast_retransmits += b.fast_retransmits;
-    a.timeouts += b.timeouts;
-    a.probes += b.probes;
-    a.acks += b.acks;
-    a.acks_unknown += b.acks_unknown;
-}
-
-fn add_receiver(a: &mut ReceiverCounters, b: &ReceiverCounters) {
-    a.fragments += b.fragments;
-    a.duplicates += b.duplicates;
-    a.delivered += b.delivered;
-    a.acks_sent += b.acks_sent;
-    a.refused_too_long += b.refused_too_long;
-    a.not_admitted += b.not_admitted;
-    a.expired += b.expired;
-    a.aborted += b.aborted;
-    a.inconsistent += b.inconsistent;
 }

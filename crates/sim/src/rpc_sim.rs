@@ -36,6 +36,8 @@ pub struct RpcSimOptions {
     pub calls_per_client: u32,
     pub safety_ns: u64,
     pub faults: bool,
+    /// Some handlers take up to 30 ms (and so outlive short deadlines).
+    pub slow_handlers: bool,
 }
 
 impl Default for RpcSimOptions {
@@ -46,6 +48,7 @@ impl Default for RpcSimOptions {
             calls_per_client: 120,
             safety_ns: 3_000 * MS,
             faults: true,
+            slow_handlers: true,
         }
     }
 }
@@ -103,18 +106,19 @@ struct SimClient {
     calls: HashMap<u64, CallRecord>,
 }
 
-/// Limits drawn per seed. A server remembers at least one call of every client, and every
-/// client: with fewer, a client can be refused (`Busy`) for as long as the others' calls stay
-/// in their windows, past the liveness phase's deadline, as the bounds intend.
-fn rpc_config(rng: &mut Rng, clients: usize) -> RpcConfig {
+/// Limits drawn per seed. A server remembers at least `shares` calls and client records of
+/// every client (one, or one per server when servers hand calls on to each other): with
+/// fewer, a client can be refused (`Busy`) for as long as the others' calls stay in their
+/// windows, past the liveness phase's deadline, as the bounds intend.
+fn rpc_config(rng: &mut Rng, clients: usize, shares: usize) -> RpcConfig {
     let retry_initial = (1 + rng.below(20)) * MS;
     RpcConfig {
         calls_max: 1 + rng.below(8) as usize,
         destinations_max: 8,
         retry_initial: std::time::Duration::from_nanos(retry_initial),
         retry_max: std::time::Duration::from_nanos(retry_initial * (1 + rng.below(8))),
-        replies_max: clients + rng.below(40) as usize,
-        clients_max: clients + rng.below(4) as usize,
+        replies_max: clients * shares + rng.below(40) as usize,
+        clients_max: clients * shares + rng.below(4) as usize,
         // Longer than any delay the network can give a packet (delay and clogs): the
         // assumption at-most-once rests on.
         packet_lifetime: std::time::Duration::from_millis(100),
@@ -137,8 +141,17 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
             "the network's delays exceed the packet lifetime".into(),
         ));
     }
-    let cfg = rpc_config(&mut rng, opts.clients);
-    let slow = if rng.chance(0.5) {
+    // Forwarding draws from its own generator, so the rest of a seed's run draws as it did
+    // before forwarding existed.
+    let mut forward_rng = Rng::new(seed ^ 0xf0f0_f0f0);
+    let forward = if forward_rng.chance(0.4) {
+        forward_rng.below(400) as f64 / 1000.0
+    } else {
+        0.0
+    };
+    let shares = if forward > 0.0 { opts.servers } else { 1 };
+    let cfg = rpc_config(&mut rng, opts.clients, shares);
+    let slow = if rng.chance(0.5) && opts.slow_handlers {
         rng.below(500) as f64 / 1000.0
     } else {
         0.0
@@ -172,10 +185,13 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
     }
     let crash_count = crashes.len();
     // Checker state.
-    // (server, server incarnation, client address, client incarnation, call id) executed.
-    let mut executed: HashSet<(NodeId, u32, Address, u64, u64)> = HashSet::new();
-    // (server, client address, client incarnation, call id) executed by any incarnation.
-    let mut executed_any: HashSet<(NodeId, Address, u64, u64)> = HashSet::new();
+    // (server, server incarnation, server called, client address, client incarnation, call id)
+    // executed: the server called is the executing one, or the one that handed the call on.
+    type Run = (NodeId, u32, Address, Address, u64, u64);
+    let mut executed: HashSet<Run> = HashSet::new();
+    // (server called, client address, client incarnation, call id) executed by any server or
+    // incarnation.
+    let mut executed_any: HashSet<(Address, Address, u64, u64)> = HashSet::new();
     let mut executed_after_restart = 0u64;
     let mut executions = 0u64;
     let (mut calls, mut complete, mut timed_out) = (0u64, 0u64, 0u64);
@@ -225,9 +241,23 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                     }
                     let s = &mut servers[to];
                     if let Verdict::Execute {
-                        token, deadline, ..
+                        token,
+                        deadline,
+                        request_type,
                     } = s.server.handle_request(now, from, &r)
                     {
+                        // Some servers hand some calls on to another (forward_request).
+                        if ns > 1 && forward > 0.0 && forward_rng.chance(forward) {
+                            let other = (to + 1 + forward_rng.below(ns as u64 - 1) as usize) % ns;
+                            s.server.forward(
+                                token,
+                                address(other),
+                                request_type,
+                                r.deadline_us,
+                                payload,
+                            );
+                            continue;
+                        }
                         let at = if slow > 0.0 && rng.chance(slow) {
                             Instant(now.0 + rng.below(30 * MS))
                         } else {
@@ -236,11 +266,31 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         s.running.push((at, token, deadline, payload.to_vec()));
                     }
                 }
+                RpcHeader::Forwarded(r, client) => {
+                    if to >= ns {
+                        return Err(fail("a forwarded request reached a client".into()));
+                    }
+                    let s = &mut servers[to];
+                    if let Verdict::Execute {
+                        token, deadline, ..
+                    } = s.server.handle_forwarded(now, from, client, &r)
+                    {
+                        s.running.push((now, token, deadline, payload.to_vec()));
+                    }
+                }
                 RpcHeader::Reply(r) => {
                     if to < ns {
                         return Err(fail("a reply reached a server".into()));
                     }
                     clients[to - ns].client.handle_reply(from, &r, payload);
+                }
+                RpcHeader::ForwardedReply(r, called) => {
+                    if to < ns {
+                        return Err(fail("a reply reached a server".into()));
+                    }
+                    clients[to - ns]
+                        .client
+                        .handle_forwarded_reply(from, called, &r, payload);
                 }
             }
         }
@@ -256,9 +306,11 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                 let (status, out) = if now > deadline {
                     (Status::DeadlinePassed, Vec::new())
                 } else {
+                    let called = token.called.unwrap_or(address(k));
                     let key = (
                         k,
                         s.incarnation,
+                        called,
                         token.client,
                         token.incarnation,
                         token.call_id,
@@ -270,7 +322,12 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         )));
                     }
                     executions += 1;
-                    if !executed_any.insert((k, token.client, token.incarnation, token.call_id)) {
+                    if !executed_any.insert((
+                        called,
+                        token.client,
+                        token.incarnation,
+                        token.call_id,
+                    )) {
                         executed_after_restart += 1;
                     }
                     if fails(&payload) {
@@ -376,9 +433,8 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                             "client {k}: call {id} answered twice by {from}"
                         )));
                     }
-                    let server = from.site as usize;
-                    debug_assert_eq!(address(server), dests[s]);
-                    let ran = executed_any.contains(&(server, me, c.incarnation, id));
+                    debug_assert_eq!(*from, dests[s]);
+                    let ran = executed_any.contains(&(*from, me, c.incarnation, id));
                     match r {
                         Ok(bytes) => {
                             if !ran || fails(&payload) || *bytes != result_of(&payload) {
@@ -451,7 +507,8 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
         for (k, s) in servers.iter_mut().enumerate() {
             while let Some((to, len)) = s.server.poll_transmit(&mut buf) {
                 let dst = to.site as usize;
-                if dst < ns || dst >= n {
+                // To a client (an answer), or to another server (a call handed on).
+                if dst >= n || dst == k {
                     return Err(fail(format!("server {k} answered {to}")));
                 }
                 let m = stamp(&buf[..len], k);
@@ -513,11 +570,11 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
     }
     let mut client = ClientCounters::default();
     for c in &clients {
-        add_client(&mut client, &c.client.counters);
+        client.add(&c.client.counters);
     }
     let mut server = ServerCounters::default();
     for s in &servers {
-        add_server(&mut server, &s.server.counters);
+        server.add(&s.server.counters);
     }
     digest.add_u64(net.digest.0);
     Ok(RpcSimReport {
@@ -550,31 +607,4 @@ fn unstamp(bytes: &[u8]) -> (Address, &[u8]) {
     let n = bytes.len();
     let from = u16::from_le_bytes([bytes[n - 2], bytes[n - 1]]) as usize;
     (address(from), &bytes[..n - 2])
-}
-
-fn add_client(a: &mut ClientCounters, b: &ClientCounters) {
-    a.calls += b.calls;
-    a.requests_sent += b.requests_sent;
-    a.requests_resent += b.requests_resent;
-    a.replies += b.replies;
-    a.replies_late += b.replies_late;
-    a.replies_foreign += b.replies_foreign;
-    a.replies_stranger += b.replies_stranger;
-    a.busy += b.busy;
-    a.completed += b.completed;
-    a.timed_out += b.timed_out;
-    a.cancelled += b.cancelled;
-}
-
-fn add_server(a: &mut ServerCounters, b: &ServerCounters) {
-    a.requests += b.requests;
-    a.executed += b.executed;
-    a.duplicates_answered += b.duplicates_answered;
-    a.duplicates_running += b.duplicates_running;
-    a.duplicates_finished += b.duplicates_finished;
-    a.busy += b.busy;
-    a.deadline_passed += b.deadline_passed;
-    a.replies_sent += b.replies_sent;
-    a.replies_unknown += b.replies_unknown;
-    a.forgotten += b.forgotten;
 }

@@ -26,6 +26,18 @@ pub struct ReceiverCounters {
     pub inconsistent: u64,
 }
 
+crate::counters_sum!(ReceiverCounters {
+    fragments,
+    duplicates,
+    delivered,
+    acks_sent,
+    refused_too_long,
+    not_admitted,
+    expired,
+    aborted,
+    inconsistent,
+});
+
 type Key = (Address, u64, u64);
 
 /// The longest acknowledgement (header and a full bitmap).

@@ -29,6 +29,20 @@ pub struct SenderCounters {
     pub receiver_restarts: u64,
 }
 
+crate::counters_sum!(SenderCounters {
+    transfers,
+    completed,
+    failed,
+    fragments_sent,
+    fragments_resent,
+    fast_retransmits,
+    timeouts,
+    probes,
+    acks,
+    acks_unknown,
+    receiver_restarts,
+});
+
 /// The congestion window starts here (fragments) and grows from it.
 const CWND_INITIAL: f64 = 8.0;
 /// It never falls below this.

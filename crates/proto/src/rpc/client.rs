@@ -33,6 +33,20 @@ pub struct ClientCounters {
     pub cancelled: u64,
 }
 
+crate::counters_sum!(ClientCounters {
+    calls,
+    requests_sent,
+    requests_resent,
+    replies,
+    replies_late,
+    replies_foreign,
+    replies_stranger,
+    busy,
+    completed,
+    timed_out,
+    cancelled,
+});
+
 struct Call {
     request_type: u16,
     payload: Vec<u8>,
@@ -123,6 +137,79 @@ impl Client {
         completion: Completion,
         deadline: Duration,
     ) -> Result<CallId, RpcError> {
+        self.start(
+            now,
+            destinations,
+            request_type,
+            payload,
+            completion,
+            deadline,
+            true,
+        )
+    }
+
+    /// As [`Client::call`], but the first copy of the request is not queued for each
+    /// destination: the caller sends one copy to all of them at once (a transaction group's
+    /// multicast), encoded by [`Client::encode_first`]. Copies sent again, to the
+    /// destinations that have not answered, come from `poll_transmit` as for any call.
+    pub fn call_as_one(
+        &mut self,
+        now: Instant,
+        destinations: &[Address],
+        request_type: u16,
+        payload: &[u8],
+        completion: Completion,
+        deadline: Duration,
+    ) -> Result<CallId, RpcError> {
+        self.start(
+            now,
+            destinations,
+            request_type,
+            payload,
+            completion,
+            deadline,
+            false,
+        )
+    }
+
+    /// The request of call `id` as one copy for all its destinations (`acked_below` is the
+    /// lowest of theirs); its length in `buf`, or `None` if the call is not outstanding, is
+    /// out of time, or does not fit `buf`.
+    pub fn encode_first(&mut self, id: CallId, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let call = self.calls.get(&id.0)?;
+        let left = call.deadline.saturating_since(now).as_micros();
+        if left == 0 {
+            return None;
+        }
+        let acked_below = call
+            .destinations
+            .iter()
+            .map(|&d| self.acked_below(d))
+            .min()
+            .unwrap_or(id.0);
+        let header = RpcHeader::Request(RequestHeader {
+            request_type: call.request_type,
+            deadline_us: left.min(u32::MAX as u128) as u32,
+            incarnation: self.incarnation,
+            call_id: id.0,
+            acked_below,
+        });
+        let n = msg::encode(&header, &call.payload, buf)?;
+        self.counters.requests_sent += 1;
+        Some(n)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &mut self,
+        now: Instant,
+        destinations: &[Address],
+        request_type: u16,
+        payload: &[u8],
+        completion: Completion,
+        deadline: Duration,
+        queue_each: bool,
+    ) -> Result<CallId, RpcError> {
         let n = destinations.len();
         if n == 0 {
             return Err(RpcError::NoDestinations);
@@ -180,11 +267,13 @@ impl Client {
             deadline: now + deadline,
             next_retry: now + self.cfg.retry_initial,
             retry: self.cfg.retry_initial,
-            queued: n,
+            queued: if queue_each { n } else { 0 },
             replies: Vec::new(),
         };
         for &d in destinations {
-            self.transmit.push_back((id, d, false));
+            if queue_each {
+                self.transmit.push_back((id, d, false));
+            }
             self.by_destination.insert((d, id));
         }
         self.push_timer(call.due(), id);
@@ -208,6 +297,15 @@ impl Client {
     /// The next request to send: its destination and length in `buf` (at least
     /// `message_bytes_max` long).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Address, usize)> {
+        self.poll_transmit_call(now, buf).map(|(_, to, n)| (to, n))
+    }
+
+    /// As [`Client::poll_transmit`], naming the call the request is of.
+    pub fn poll_transmit_call(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(CallId, Address, usize)> {
         while let Some((id, to, resent)) = self.transmit.pop_front() {
             let acked_below = self.acked_below(to);
             let Some(call) = self.calls.get_mut(&id) else {
@@ -230,7 +328,7 @@ impl Client {
             if resent {
                 self.counters.requests_resent += 1;
             }
-            return Some((to, n));
+            return Some((CallId(id), to, n));
         }
         None
     }
@@ -245,6 +343,22 @@ impl Client {
 
     /// A reply arrived from `from` (decoded by [`msg::decode`]).
     pub fn handle_reply(&mut self, from: Address, reply: &ReplyHeader, payload: &[u8]) {
+        self.take_reply(from, reply, payload);
+    }
+
+    /// The answer to a call that server `called` handed on to `from` (`forward_request`):
+    /// counted as `called`'s answer.
+    pub fn handle_forwarded_reply(
+        &mut self,
+        _from: Address,
+        called: Address,
+        reply: &ReplyHeader,
+        payload: &[u8],
+    ) {
+        self.take_reply(called, reply, payload);
+    }
+
+    fn take_reply(&mut self, from: Address, reply: &ReplyHeader, payload: &[u8]) {
         let ReplyHeader {
             status,
             incarnation,

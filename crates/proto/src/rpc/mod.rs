@@ -9,7 +9,9 @@
 //! - [`Server`] decides, for each request that arrives, whether to execute it, answer it from
 //!   its reply cache (a duplicate of a call already executed), or drop it (a duplicate of one
 //!   still running, or of one the client already finished). A request whose deadline passed
-//!   is answered [`Status::DeadlinePassed`] and not executed.
+//!   is answered [`Status::DeadlinePassed`] and not executed. A server may hand a call on to
+//!   another ([`Server::forward`], paper 003's `ForwardRequest`), which answers the caller
+//!   in the called server's name; every copy of the request is handed on too.
 //!
 //! **At most once.** The server remembers every call it executed, with its reply, until no copy
 //! of the request can arrive any more: until the request's deadline plus
@@ -58,7 +60,8 @@ pub struct RpcConfig {
     /// Calls a server remembers at once (running, or answered and still in their window); with
     /// their replies at most `replies_max × message_bytes_max` bytes.
     pub replies_max: usize,
-    /// Clients a server remembers at once.
+    /// Clients a server remembers at once. A client whose calls other servers hand on to
+    /// this one (`forward_request`) counts once more for each of them.
     pub clients_max: usize,
     /// The longest a datagram may be delayed in the network (a server remembers a call this
     /// long past its deadline).

@@ -12,9 +12,13 @@
 //!   call of this client with a lower id is finished, so the server may forget their replies.
 //! - A reply's code is its [`Status`]; it echoes the request's incarnation and call id;
 //!   `deadline_us` and `acked_below` are zero.
+//! - A forwarded request (kind 3) is a request's header, then the original caller's address
+//!   (8 bytes), then the payload; a forwarded reply (kind 4) a reply's header, then the
+//!   address of the server the caller called, then the payload.
 //!
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
 
+use crate::addr::{Address, ADDRESS_BYTES};
 use crate::wire::{u16_at, u32_at, u64_at};
 use core::fmt;
 
@@ -27,6 +31,12 @@ pub const RPC_MAGIC: u8 = 0xA7;
 pub enum RpcKind {
     Request = 1,
     Reply = 2,
+    /// A request a server handed on to another (`forward_request`): the original caller
+    /// follows the header.
+    Forwarded = 3,
+    /// The answer to a forwarded request, sent to the original caller: the server it was
+    /// called at follows the header.
+    ForwardedReply = 4,
 }
 
 /// How a server answered.
@@ -68,6 +78,10 @@ pub enum RpcWireError {
     Short {
         len: usize,
     },
+    /// A handed-on request or its reply, shorter than its header and the address after it.
+    ShortForwarded {
+        len: usize,
+    },
     /// The first byte is not [`RPC_MAGIC`].
     BadMagic(u8),
     UnknownKind(u8),
@@ -89,8 +103,13 @@ impl fmt::Display for RpcWireError {
                     "rpc message of {len} bytes is shorter than its {RPC_HEADER_BYTES}-byte header"
                 )
             }
+            RpcWireError::ShortForwarded { len } => write!(
+                f,
+                "forwarded rpc message of {len} bytes is shorter than its {} header bytes",
+                RPC_HEADER_BYTES + ADDRESS_BYTES
+            ),
             RpcWireError::BadMagic(b) => write!(f, "rpc magic must be 0xa7, is {b:#04x}"),
-            RpcWireError::UnknownKind(k) => write!(f, "rpc kind must be 1 or 2, is {k}"),
+            RpcWireError::UnknownKind(k) => write!(f, "rpc kind must be 1..=4, is {k}"),
             RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=5, is {s}"),
             RpcWireError::ZeroCallId => f.write_str("rpc call id must not be 0"),
             RpcWireError::ZeroDeadline => {
@@ -108,6 +127,10 @@ impl fmt::Display for RpcWireError {
 pub enum RpcHeader {
     Request(RequestHeader),
     Reply(ReplyHeader),
+    /// A request handed on: its header as the caller sent it, and the caller.
+    Forwarded(RequestHeader, Address),
+    /// The answer to a handed-on request: its header, and the server the caller called.
+    ForwardedReply(ReplyHeader, Address),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,7 +172,25 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
     if call_id == 0 {
         return Err(RpcWireError::ZeroCallId);
     }
+    let via = |b: &[u8]| -> Result<Address, RpcWireError> {
+        b.get(RPC_HEADER_BYTES..RPC_HEADER_BYTES + ADDRESS_BYTES)
+            .map(Address::read_from)
+            .ok_or(RpcWireError::ShortForwarded { len: b.len() })
+    };
     let header = match bytes[1] {
+        3 | 4 => {
+            let a = via(bytes)?;
+            let mut plain = [0u8; RPC_HEADER_BYTES];
+            plain.copy_from_slice(&bytes[..RPC_HEADER_BYTES]);
+            plain[1] -= 2;
+            let (inner, _) = decode(&plain)?;
+            let h = match inner {
+                RpcHeader::Request(r) => RpcHeader::Forwarded(r, a),
+                RpcHeader::Reply(r) => RpcHeader::ForwardedReply(r, a),
+                _ => unreachable!("a plain kind"),
+            };
+            return Ok((h, &bytes[RPC_HEADER_BYTES + ADDRESS_BYTES..]));
+        }
         1 => {
             if deadline_us == 0 {
                 return Err(RpcWireError::ZeroDeadline);
@@ -179,6 +220,22 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
 
 /// Writes `header` and `payload` into `buf`; returns the length, or `None` if it does not fit.
 pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usize> {
+    let (plain, via, kind) = match *header {
+        RpcHeader::Forwarded(r, a) => (RpcHeader::Request(r), Some(a), RpcKind::Forwarded),
+        RpcHeader::ForwardedReply(r, a) => (RpcHeader::Reply(r), Some(a), RpcKind::ForwardedReply),
+        h => (h, None, RpcKind::Request),
+    };
+    if let Some(a) = via {
+        let n = RPC_HEADER_BYTES + ADDRESS_BYTES + payload.len();
+        if buf.len() < n {
+            return None;
+        }
+        encode(&plain, &[], buf)?;
+        buf[1] = kind as u8;
+        a.write_to(&mut buf[RPC_HEADER_BYTES..RPC_HEADER_BYTES + ADDRESS_BYTES]);
+        buf[RPC_HEADER_BYTES + ADDRESS_BYTES..n].copy_from_slice(payload);
+        return Some(n);
+    }
     let n = RPC_HEADER_BYTES + payload.len();
     if buf.len() < n {
         return None;
@@ -200,6 +257,7 @@ pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usiz
             r.call_id,
             0,
         ),
+        RpcHeader::Forwarded(..) | RpcHeader::ForwardedReply(..) => unreachable!("handled above"),
     };
     buf[0] = RPC_MAGIC;
     buf[1] = kind as u8;

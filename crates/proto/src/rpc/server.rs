@@ -9,12 +9,15 @@ use core::cmp::Reverse;
 use core::time::Duration;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 
-/// One call at one server: the client, its incarnation and the call's id.
+/// One call at one server: the client, its incarnation and the call's id, and for a call
+/// another server handed on to this one (`forward_request`), the server the client called.
+/// A multicast call to both F and X, where F hands its share on to X, is two calls at X.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token {
     pub client: Address,
     pub incarnation: u64,
     pub call_id: u64,
+    pub called: Option<Address>,
 }
 
 /// What to do with a request.
@@ -43,6 +46,10 @@ pub struct ServerCounters {
     pub duplicates_answered: u64,
     /// Copies of a call still running.
     pub duplicates_running: u64,
+    /// Calls handed on to another server.
+    pub forwarded: u64,
+    /// Copies of a handed-on call, handed on again.
+    pub duplicates_forwarded: u64,
     /// Copies of calls their client already finished.
     pub duplicates_finished: u64,
     pub busy: u64,
@@ -53,9 +60,45 @@ pub struct ServerCounters {
     pub forgotten: u64,
 }
 
+crate::counters_sum!(ServerCounters {
+    requests,
+    executed,
+    duplicates_answered,
+    duplicates_running,
+    forwarded,
+    duplicates_forwarded,
+    duplicates_finished,
+    busy,
+    deadline_passed,
+    replies_sent,
+    replies_unknown,
+    forgotten,
+});
+
 struct Entry {
     reply: Option<(Status, Vec<u8>)>,
     expires: Instant,
+    /// Handed on to another server (`forward_request`): to whom, and what to hand on again
+    /// when a copy of the request comes.
+    forwarded: Option<Forwarded>,
+}
+
+struct Forwarded {
+    to: Address,
+    request_type: u16,
+    deadline_us: u32,
+    payload: Vec<u8>,
+}
+
+/// A client's calls at this server: its address and incarnation, and for calls handed on to
+/// us, the server it called. The client's `acked_below` is per destination, so each server a
+/// client called has its own floor.
+type ClientKey = (Address, u64, Option<Address>);
+
+impl Token {
+    fn key(&self) -> ClientKey {
+        (self.client, self.incarnation, self.called)
+    }
 }
 
 struct ClientRecord {
@@ -70,18 +113,20 @@ enum Out {
     Cached(Token),
     /// A reply not remembered (Busy).
     Bare(Token, Status),
+    /// The call, handed on to another server.
+    Forward(Token),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Expiry {
     Call(Token),
-    Client(Address, u64),
+    Client(ClientKey),
 }
 
 pub struct Server {
     cfg: RpcConfig,
     entries: HashMap<Token, Entry>,
-    clients: HashMap<(Address, u64), ClientRecord>,
+    clients: HashMap<ClientKey, ClientRecord>,
     transmit: VecDeque<Out>,
     expiries: BinaryHeap<Reverse<(Instant, Expiry)>>,
     pub counters: ServerCounters,
@@ -112,6 +157,28 @@ impl Server {
 
     /// A request arrived from `from` (decoded by [`msg::decode`]).
     pub fn handle_request(&mut self, now: Instant, from: Address, r: &RequestHeader) -> Verdict {
+        self.take_request(now, from, r, None)
+    }
+
+    /// A request server `via` handed on to us, from `client`: as [`Server::handle_request`],
+    /// and the answer goes to the client naming `via`.
+    pub fn handle_forwarded(
+        &mut self,
+        now: Instant,
+        via: Address,
+        client: Address,
+        r: &RequestHeader,
+    ) -> Verdict {
+        self.take_request(now, client, r, Some(via))
+    }
+
+    fn take_request(
+        &mut self,
+        now: Instant,
+        from: Address,
+        r: &RequestHeader,
+        called: Option<Address>,
+    ) -> Verdict {
         let RequestHeader {
             request_type,
             deadline_us,
@@ -127,8 +194,9 @@ impl Server {
             client: from,
             incarnation,
             call_id,
+            called,
         };
-        let key = (from, incarnation);
+        let key = token.key();
         if !self.clients.contains_key(&key) {
             if self.clients.len() >= self.cfg.clients_max
                 || self.entries.len() >= self.cfg.replies_max
@@ -146,19 +214,15 @@ impl Server {
                     calls: BTreeSet::new(),
                 },
             );
-            self.expiries
-                .push(Reverse((expires, Expiry::Client(from, incarnation))));
+            self.expiries.push(Reverse((expires, Expiry::Client(key))));
         }
         let record = self.clients.get_mut(&key).expect("present");
         if acked_below > record.floor {
             record.floor = acked_below;
             let keep = record.calls.split_off(&acked_below);
             let done = std::mem::replace(&mut record.calls, keep);
-            for id in done {
-                let t = Token {
-                    call_id: id,
-                    ..token
-                };
+            for call_id in done {
+                let t = Token { call_id, ..token };
                 if self.entries.remove(&t).is_some() {
                     self.counters.forgotten += 1;
                 }
@@ -170,11 +234,17 @@ impl Server {
             self.counters.duplicates_finished += 1;
             return Verdict::Dropped;
         }
-        if let Some(e) = self.entries.get(&token) {
+        if let Some(e) = self.entries.get_mut(&token) {
             return if e.reply.is_some() {
                 self.counters.duplicates_answered += 1;
                 self.queue(Out::Cached(token));
                 Verdict::Answered
+            } else if let Some(f) = e.forwarded.as_mut() {
+                // Handed on: hand the copy on too (the other server answers it, once).
+                f.deadline_us = deadline_us;
+                self.counters.duplicates_forwarded += 1;
+                self.queue(Out::Forward(token));
+                Verdict::Dropped
             } else {
                 self.counters.duplicates_running += 1;
                 Verdict::Dropped
@@ -191,6 +261,7 @@ impl Server {
             Entry {
                 reply: None,
                 expires,
+                forwarded: None,
             },
         );
         let record = self.clients.get_mut(&key).expect("present");
@@ -198,8 +269,7 @@ impl Server {
         self.expiries.push(Reverse((expires, Expiry::Call(token))));
         if expires > record.expires {
             record.expires = expires;
-            self.expiries
-                .push(Reverse((expires, Expiry::Client(from, incarnation))));
+            self.expiries.push(Reverse((expires, Expiry::Client(key))));
         }
         self.compact_expiries();
         self.counters.executed += 1;
@@ -232,7 +302,7 @@ impl Server {
             let clients = self
                 .clients
                 .iter()
-                .map(|(&(a, i), r)| Reverse((r.expires, Expiry::Client(a, i))));
+                .map(|(&k, r)| Reverse((r.expires, Expiry::Client(k))));
             self.expiries = calls.chain(clients).collect();
         }
     }
@@ -241,14 +311,16 @@ impl Server {
     /// failure (`Status::Failed`, the payload its message), or `Status::DeadlinePassed` or
     /// `Status::NoHandler` for a call not run. A result longer than a reply may be is
     /// answered `Status::ReplyTooLong`. Remembered, so copies of the request get it again.
-    /// False if the call is no longer remembered (its window closed while it ran).
+    /// False if the call is no longer remembered (its window closed while it ran), or was
+    /// answered already or handed on ([`Server::forward`]).
     pub fn reply(&mut self, token: Token, status: Status, payload: &[u8]) -> bool {
         let max = self.cfg.payload_bytes_max();
         let Some(e) = self.entries.get_mut(&token) else {
             self.counters.replies_unknown += 1;
             return false;
         };
-        if e.reply.is_some() {
+        if e.reply.is_some() || e.forwarded.is_some() {
+            // Answered already, or handed on: the server it went to answers.
             return false;
         }
         let (status, payload) = if payload.len() > max {
@@ -264,22 +336,79 @@ impl Server {
         true
     }
 
+    /// Hands call `token` (an [`Verdict::Execute`] of ours, not answered) on to server `to`
+    /// (`forward_request`, paper 003): it answers the caller itself. The request is kept, to
+    /// hand copies of it on too. False if the call is not ours to hand on.
+    pub fn forward(
+        &mut self,
+        token: Token,
+        to: Address,
+        request_type: u16,
+        deadline_us: u32,
+        payload: &[u8],
+    ) -> bool {
+        let Some(e) = self.entries.get_mut(&token) else {
+            return false;
+        };
+        if e.reply.is_some() || e.forwarded.is_some() || token.called.is_some() {
+            return false;
+        }
+        e.forwarded = Some(Forwarded {
+            to,
+            request_type,
+            deadline_us: deadline_us.max(1),
+            payload: payload.to_vec(),
+        });
+        self.counters.forwarded += 1;
+        self.queue(Out::Forward(token));
+        true
+    }
+
     /// The next reply to send: its destination and length in `buf` (at least
     /// `message_bytes_max` long).
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<(Address, usize)> {
         while let Some(out) = self.transmit.pop_front() {
-            let (token, status, payload): (Token, Status, &[u8]) = match &out {
-                Out::Cached(t) => match self.entries.get(t).and_then(|e| e.reply.as_ref()) {
-                    Some((s, p)) => (*t, *s, p),
-                    None => continue,
+            if let Out::Forward(t) = out {
+                let Some(f) = self.entries.get(&t).and_then(|e| e.forwarded.as_ref()) else {
+                    continue;
+                };
+                // What the client told us of its calls to us, the other server needs for the
+                // calls we hand on.
+                let acked_below = self.clients.get(&t.key()).map_or(0, |r| r.floor);
+                let header = RpcHeader::Forwarded(
+                    RequestHeader {
+                        request_type: f.request_type,
+                        deadline_us: f.deadline_us,
+                        incarnation: t.incarnation,
+                        call_id: t.call_id,
+                        acked_below,
+                    },
+                    t.client,
+                );
+                let n = msg::encode(&header, &f.payload, buf)?;
+                return Some((f.to, n));
+            }
+            let (token, status, payload, via): (Token, Status, &[u8], Option<Address>) = match &out
+            {
+                Out::Cached(t) => match self.entries.get(t) {
+                    Some(Entry {
+                        reply: Some((s, p)),
+                        ..
+                    }) => (*t, *s, p, t.called),
+                    _ => continue,
                 },
-                Out::Bare(t, s) => (*t, *s, &[]),
+                Out::Bare(t, s) => (*t, *s, &[], t.called),
+                Out::Forward(_) => unreachable!("handled above"),
             };
-            let header = RpcHeader::Reply(ReplyHeader {
+            let reply = ReplyHeader {
                 status,
                 incarnation: token.incarnation,
                 call_id: token.call_id,
-            });
+            };
+            let header = match via {
+                Some(v) => RpcHeader::ForwardedReply(reply, v),
+                None => RpcHeader::Reply(reply),
+            };
             let n = msg::encode(&header, payload, buf)?;
             self.counters.replies_sent += 1;
             return Some((token.client, n));
@@ -304,7 +433,7 @@ impl Server {
         while let Some(&Reverse((t, what))) = self.expiries.peek() {
             let live = match what {
                 Expiry::Call(token) => self.entries.get(&token).is_some_and(|e| e.expires == t),
-                Expiry::Client(a, i) => self.clients.get(&(a, i)).is_some_and(|r| r.expires == t),
+                Expiry::Client(k) => self.clients.get(&k).is_some_and(|r| r.expires == t),
             };
             if live {
                 return;
@@ -324,20 +453,22 @@ impl Server {
                     if self.entries.get(&token).is_some_and(|e| e.expires == t) {
                         self.entries.remove(&token);
                         self.counters.forgotten += 1;
-                        if let Some(r) = self.clients.get_mut(&(token.client, token.incarnation)) {
+                        if let Some(r) = self.clients.get_mut(&token.key()) {
                             r.calls.remove(&token.call_id);
                         }
                     }
                 }
-                Expiry::Client(a, i) => {
+                Expiry::Client(k) => {
                     // Its calls expire no later than it does, so it holds none by now.
-                    if self.clients.get(&(a, i)).is_some_and(|r| r.expires == t) {
-                        let r = self.clients.remove(&(a, i)).expect("present");
-                        for id in r.calls {
+                    if self.clients.get(&k).is_some_and(|r| r.expires == t) {
+                        let r = self.clients.remove(&k).expect("present");
+                        let (client, incarnation, called) = k;
+                        for call_id in r.calls {
                             let token = Token {
-                                client: a,
-                                incarnation: i,
-                                call_id: id,
+                                client,
+                                incarnation,
+                                call_id,
+                                called,
                             };
                             self.entries.remove(&token);
                         }
