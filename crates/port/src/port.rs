@@ -512,8 +512,14 @@ impl Port {
         if self.is_local(dest) {
             return self.local_try_send(dest, msg);
         }
+        self.send_udp(dest, None, msg)
+    }
+
+    /// One packet holding `msg` (of transaction `txn`'s group, or a plain datagram) by UDP
+    /// to `dest`'s socket.
+    fn send_udp(&mut self, dest: Address, txn: Option<TxnId>, msg: &[u8]) -> Result<(), PortError> {
         let to = self.engine.socket_addr(dest)?;
-        let (buf, n) = self.build_one(dest, None, msg)?;
+        let (buf, n) = self.build_one(dest, txn, msg)?;
         if self.engine.inject_loss() {
             // As if lost on the wire.
             self.scratch = buf;
@@ -534,15 +540,7 @@ impl Port {
         txn: TxnId,
         msg: &[u8],
     ) -> Result<(), PortError> {
-        let to = self.engine.socket_addr(dest)?;
-        let (buf, n) = self.build_one(dest, Some(txn), msg)?;
-        if self.engine.inject_loss() {
-            self.scratch = buf;
-            return Ok(());
-        }
-        let r = crate::mmsg::send_to(&self.ep.socket, &buf[..n], &to);
-        self.scratch = buf;
-        r.map(|_| ()).map_err(PortError::Io)
+        self.send_udp(dest, Some(txn), msg)
     }
 
     /// [`Port::send_datagram`] of `parts` one after another, without copying them together

@@ -36,6 +36,11 @@ pub struct TxnGroup<'a> {
     pub sites: &'a [u16],
 }
 
+enum Target<'a> {
+    List(&'a [Address]),
+    Txn(&'a TxnGroup<'a>),
+}
+
 /// Why an RPC call failed.
 #[derive(Debug)]
 pub enum RpcCallError {
@@ -304,15 +309,8 @@ impl Rpc {
         completion: Completion,
         deadline: Duration,
     ) -> Result<CallId, RpcCallError> {
-        if self.client.outstanding() + self.finished.len() >= self.client.config().calls_max {
-            return Err(RpcError::TooManyCalls.into());
-        }
-        let now = self.now();
-        let id = self
-            .client
-            .call(now, dests, request_type, payload, completion, deadline)?;
-        self.transmit();
-        Ok(id)
+        let call = (request_type, payload, completion, deadline);
+        self.start(Target::List(dests), call)
     }
 
     /// Joins transaction `txn`'s group ([`Port::join_txn`]): calls to the group reach this
@@ -354,35 +352,49 @@ impl Rpc {
         completion: Completion,
         deadline: Duration,
     ) -> Result<CallId, RpcCallError> {
-        let &TxnGroup {
-            txn,
-            template,
-            sites,
-        } = group;
+        let call = (request_type, payload, completion, deadline);
+        self.start(Target::Txn(group), call)
+    }
+
+    fn start(
+        &mut self,
+        target: Target<'_>,
+        (request_type, payload, completion, deadline): (u16, &[u8], Completion, Duration),
+    ) -> Result<CallId, RpcCallError> {
         if self.client.outstanding() + self.finished.len() >= self.client.config().calls_max {
             return Err(RpcError::TooManyCalls.into());
         }
-        let dests: Vec<Address> = sites
-            .iter()
-            .map(|&site| Address { site, ..template })
-            .collect();
-        let now = self.now();
-        let id =
-            self.client
-                .call_as_one(now, &dests, request_type, payload, completion, deadline)?;
-        self.txn_calls.insert(id, txn);
-        let mut buf = std::mem::take(&mut self.send_buf);
-        if let Some(n) = self.client.encode_first(id, now, &mut buf) {
-            if self
-                .port
-                .multicast(txn, template, sites, &buf[..n])
-                .is_err()
-            {
-                // The call goes on: its copies are sent again to each member.
-                self.send_failures += 1;
+        let members: Vec<Address>;
+        let dests = match target {
+            Target::List(d) => d,
+            Target::Txn(g) => {
+                members = g
+                    .sites
+                    .iter()
+                    .map(|&site| Address { site, ..g.template })
+                    .collect();
+                &members
             }
+        };
+        let now = self.now();
+        let id = self
+            .client
+            .call(now, dests, request_type, payload, completion, deadline)?;
+        if let Target::Txn(g) = target {
+            // One copy for all, as the transaction's multicast.
+            self.txn_calls.insert(id, g.txn);
+            let mut buf = std::mem::take(&mut self.send_buf);
+            if let Some(n) = self.client.encode_first(id, now, &mut buf) {
+                if (self.port)
+                    .multicast(g.txn, g.template, g.sites, &buf[..n])
+                    .is_err()
+                {
+                    // The call goes on: its copies are sent again to each member.
+                    self.send_failures += 1;
+                }
+            }
+            self.send_buf = buf;
         }
-        self.send_buf = buf;
         self.transmit();
         Ok(id)
     }

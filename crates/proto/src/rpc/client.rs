@@ -137,79 +137,6 @@ impl Client {
         completion: Completion,
         deadline: Duration,
     ) -> Result<CallId, RpcError> {
-        self.start(
-            now,
-            destinations,
-            request_type,
-            payload,
-            completion,
-            deadline,
-            true,
-        )
-    }
-
-    /// As [`Client::call`], but the first copy of the request is not queued for each
-    /// destination: the caller sends one copy to all of them at once (a transaction group's
-    /// multicast), encoded by [`Client::encode_first`]. Copies sent again, to the
-    /// destinations that have not answered, come from `poll_transmit` as for any call.
-    pub fn call_as_one(
-        &mut self,
-        now: Instant,
-        destinations: &[Address],
-        request_type: u16,
-        payload: &[u8],
-        completion: Completion,
-        deadline: Duration,
-    ) -> Result<CallId, RpcError> {
-        self.start(
-            now,
-            destinations,
-            request_type,
-            payload,
-            completion,
-            deadline,
-            false,
-        )
-    }
-
-    /// The request of call `id` as one copy for all its destinations (`acked_below` is the
-    /// lowest of theirs); its length in `buf`, or `None` if the call is not outstanding, is
-    /// out of time, or does not fit `buf`.
-    pub fn encode_first(&mut self, id: CallId, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        let call = self.calls.get(&id.0)?;
-        let left = call.deadline.saturating_since(now).as_micros();
-        if left == 0 {
-            return None;
-        }
-        let acked_below = call
-            .destinations
-            .iter()
-            .map(|&d| self.acked_below(d))
-            .min()
-            .unwrap_or(id.0);
-        let header = RpcHeader::Request(RequestHeader {
-            request_type: call.request_type,
-            deadline_us: left.min(u32::MAX as u128) as u32,
-            incarnation: self.incarnation,
-            call_id: id.0,
-            acked_below,
-        });
-        let n = msg::encode(&header, &call.payload, buf)?;
-        self.counters.requests_sent += 1;
-        Some(n)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn start(
-        &mut self,
-        now: Instant,
-        destinations: &[Address],
-        request_type: u16,
-        payload: &[u8],
-        completion: Completion,
-        deadline: Duration,
-        queue_each: bool,
-    ) -> Result<CallId, RpcError> {
         let n = destinations.len();
         if n == 0 {
             return Err(RpcError::NoDestinations);
@@ -267,19 +194,51 @@ impl Client {
             deadline: now + deadline,
             next_retry: now + self.cfg.retry_initial,
             retry: self.cfg.retry_initial,
-            queued: if queue_each { n } else { 0 },
+            queued: n,
             replies: Vec::new(),
         };
         for &d in destinations {
-            if queue_each {
-                self.transmit.push_back((id, d, false));
-            }
+            self.transmit.push_back((id, d, false));
             self.by_destination.insert((d, id));
         }
         self.push_timer(call.due(), id);
         self.calls.insert(id, call);
         self.counters.calls += 1;
         Ok(CallId(id))
+    }
+
+    /// Takes the first copies of call `id` (one per destination, not yet sent) and gives one
+    /// copy for all its destinations instead, for the caller to send to all of them at once
+    /// (a transaction group's multicast); `acked_below` is the lowest of theirs. Copies sent
+    /// again, to the destinations that have not answered, come from `poll_transmit` as for
+    /// any call. Its length in `buf`, or `None` if the call is not outstanding, is out of
+    /// time, or does not fit `buf`.
+    pub fn encode_first(&mut self, id: CallId, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let call = self.calls.get_mut(&id.0)?;
+        let before = self.transmit.len();
+        self.transmit.retain(|&(i, _, resent)| i != id.0 || resent);
+        call.queued -= before - self.transmit.len();
+        let call = &self.calls[&id.0];
+        let left = call.deadline.saturating_since(now).as_micros();
+        if left == 0 {
+            return None;
+        }
+        let acked_below = call
+            .destinations
+            .iter()
+            .map(|&d| self.acked_below(d))
+            .min()
+            .unwrap_or(id.0);
+        let header = RpcHeader::Request(RequestHeader {
+            request_type: call.request_type,
+            deadline_us: left.min(u32::MAX as u128) as u32,
+            incarnation: self.incarnation,
+            call_id: id.0,
+            acked_below,
+        });
+        let n = msg::encode(&header, &call.payload, buf)?;
+        self.counters.requests_sent += 1;
+        Some(n)
     }
 
     fn push_timer(&mut self, at: Instant, id: u64) {
