@@ -75,6 +75,10 @@ fuzz_target!(|data: &[u8]| {
                         server.reply(token, Status::Ok, payload);
                     }
                 }
+                RpcHeader::Probe(r) => {
+                    let v = server.handle_probe(now, addr(from), &r);
+                    assert!(!matches!(v, Verdict::Execute { .. }), "a probe ran");
+                }
                 RpcHeader::Reply(r) => client.handle_reply(addr(from), &r, payload),
                 RpcHeader::ForwardedReply(r, called) => {
                     client.handle_forwarded_reply(addr(from), called, &r, payload)

@@ -19,7 +19,7 @@ use crate::{Digest, NodeId};
 use std::collections::{HashMap, HashSet};
 use txcast_proto::addr::Address;
 use txcast_proto::rng::Rng;
-use txcast_proto::rpc::msg::{self, RpcHeader};
+use txcast_proto::rpc::msg::{self, RpcHeader, RPC_HEADER_BYTES};
 use txcast_proto::rpc::{
     CallId, Client, ClientCounters, Completion, End, RemoteError, RpcConfig, Server,
     ServerCounters, Status, Token, Verdict,
@@ -149,8 +149,20 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
     } else {
         0.0
     };
+    let probe = if forward_rng.chance(0.3) {
+        forward_rng.below(600) as f64 / 1000.0
+    } else {
+        0.0
+    };
     let shares = if forward > 0.0 { opts.servers } else { 1 };
-    let cfg = rpc_config(&mut rng, opts.clients, shares);
+    let mut cfg = rpc_config(&mut rng, opts.clients, shares);
+    // Now and then a packet lifetime just above the network's longest delay, so that copies
+    // arriving late (one hop, or two for a call handed on) test the bound at-most-once rests
+    // on.
+    if forward_rng.chance(0.3) {
+        cfg.packet_lifetime =
+            std::time::Duration::from_nanos(faults.delay_max_ns + faults.clog_max_ns + MS);
+    }
     let slow = if rng.chance(0.5) && opts.slow_handlers {
         rng.below(500) as f64 / 1000.0
     } else {
@@ -193,6 +205,8 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
     // incarnation.
     let mut executed_any: HashSet<(Address, Address, u64, u64)> = HashSet::new();
     let mut executed_after_restart = 0u64;
+    // (client node, incarnation, call id, server node) of requests a server got whole.
+    let mut delivered_whole: HashSet<(NodeId, u64, u64, NodeId)> = HashSet::new();
     let mut executions = 0u64;
     let (mut calls, mut complete, mut timed_out) = (0u64, 0u64, 0u64);
     let mut digest = Digest::default();
@@ -239,6 +253,8 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                     if to >= ns {
                         return Err(fail("a request reached a client".into()));
                     }
+                    // As a long request's transfer completing: its next copies may be probes.
+                    delivered_whole.insert((from.site as usize, r.incarnation, r.call_id, to));
                     let s = &mut servers[to];
                     if let Verdict::Execute {
                         token,
@@ -266,6 +282,16 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         s.running.push((at, token, deadline, payload.to_vec()));
                     }
                 }
+                RpcHeader::Probe(r) => {
+                    if to >= ns {
+                        return Err(fail("a probe reached a client".into()));
+                    }
+                    // A probe never executes anything.
+                    let v = servers[to].server.handle_probe(now, from, &r);
+                    if matches!(v, Verdict::Execute { .. }) {
+                        return Err(fail("a probe was executed".into()));
+                    }
+                }
                 RpcHeader::Forwarded(r, client) => {
                     if to >= ns {
                         return Err(fail("a forwarded request reached a client".into()));
@@ -282,11 +308,18 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                     if to < ns {
                         return Err(fail("a reply reached a server".into()));
                     }
+                    if r.status == Status::Resend {
+                        delivered_whole.remove(&(to, r.incarnation, r.call_id, from.site as usize));
+                    }
                     clients[to - ns].client.handle_reply(from, &r, payload);
                 }
                 RpcHeader::ForwardedReply(r, called) => {
                     if to < ns {
                         return Err(fail("a reply reached a server".into()));
+                    }
+                    if r.status == Status::Resend {
+                        let server = called.site as usize;
+                        delivered_whole.remove(&(to, r.incarnation, r.call_id, server));
                     }
                     clients[to - ns]
                         .client
@@ -518,6 +551,22 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
         for (k, c) in clients.iter_mut().enumerate() {
             while let Some((to, len)) = c.client.poll_transmit(now, &mut buf) {
                 let dst = to.site as usize;
+                // Some copies of requests the server got whole go as probes (the header alone,
+                // as for a request whose payload went as a long message): the server answers
+                // them from memory or asks for the whole request.
+                let key = (
+                    ns + k,
+                    u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")),
+                    u64::from_le_bytes(buf[16..24].try_into().expect("8 bytes")),
+                    dst,
+                );
+                let len =
+                    if probe > 0.0 && delivered_whole.contains(&key) && forward_rng.chance(probe) {
+                        buf[1] = 5;
+                        RPC_HEADER_BYTES
+                    } else {
+                        len
+                    };
                 let m = stamp(&buf[..len], ns + k);
                 net.send(now, ns + k, dst, &m);
             }

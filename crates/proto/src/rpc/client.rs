@@ -28,6 +28,8 @@ pub struct ClientCounters {
     /// Replies from a server the call did not go to.
     pub replies_stranger: u64,
     pub busy: u64,
+    /// Probes answered `Resend`.
+    pub resend_asked: u64,
     pub completed: u64,
     pub timed_out: u64,
     pub cancelled: u64,
@@ -42,6 +44,7 @@ crate::counters_sum!(ClientCounters {
     replies_foreign,
     replies_stranger,
     busy,
+    resend_asked,
     completed,
     timed_out,
     cancelled,
@@ -213,7 +216,7 @@ impl Client {
     /// again, to the destinations that have not answered, come from `poll_transmit` as for
     /// any call. Its length in `buf`, or `None` if the call is not outstanding, is out of
     /// time, or does not fit `buf`.
-    pub fn encode_first(&mut self, id: CallId, now: Instant, buf: &mut [u8]) -> Option<usize> {
+    pub fn encode_first(&mut self, id: CallId, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
         let call = self.calls.get_mut(&id.0)?;
         let before = self.transmit.len();
         self.transmit.retain(|&(i, _, resent)| i != id.0 || resent);
@@ -236,7 +239,7 @@ impl Client {
             call_id: id.0,
             acked_below,
         });
-        let n = msg::encode(&header, &call.payload, buf)?;
+        let n = msg::encode_vec(&header, &call.payload, buf)?;
         self.counters.requests_sent += 1;
         Some(n)
     }
@@ -253,9 +256,9 @@ impl Client {
         }
     }
 
-    /// The next request to send: its destination and length in `buf` (at least
-    /// `message_bytes_max` long).
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Address, usize)> {
+    /// The next request to send: its destination and length in `buf`, which is made longer if
+    /// a long request needs it.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<(Address, usize)> {
         self.poll_transmit_call(now, buf).map(|(_, to, n)| (to, n))
     }
 
@@ -263,7 +266,7 @@ impl Client {
     pub fn poll_transmit_call(
         &mut self,
         now: Instant,
-        buf: &mut [u8],
+        buf: &mut Vec<u8>,
     ) -> Option<(CallId, Address, usize)> {
         while let Some((id, to, resent)) = self.transmit.pop_front() {
             let acked_below = self.acked_below(to);
@@ -282,7 +285,7 @@ impl Client {
                 call_id: id,
                 acked_below,
             });
-            let n = msg::encode(&header, &call.payload, buf)?;
+            let n = msg::encode_vec(&header, &call.payload, buf)?;
             self.counters.requests_sent += 1;
             if resent {
                 self.counters.requests_resent += 1;
@@ -345,6 +348,12 @@ impl Client {
                 self.counters.busy += 1;
                 return;
             }
+            Status::Resend => {
+                // A probe the server could not answer: the next retransmission carries the
+                // whole request (the transport decides what a copy carries).
+                self.counters.resend_asked += 1;
+                return;
+            }
             Status::Ok => Ok(payload.to_vec()),
             Status::NoHandler => Err(RemoteError::NoHandler),
             Status::DeadlinePassed => Err(RemoteError::DeadlinePassed),
@@ -404,6 +413,11 @@ impl Client {
     /// Ends call `id` now; returns what it had.
     pub fn cancel(&mut self, id: CallId) -> Result<Outcome, RpcError> {
         self.finish(id.0, End::Cancelled).ok_or(RpcError::Unknown)
+    }
+
+    /// When call `id` ends at the latest, if it is outstanding.
+    pub fn deadline(&self, id: CallId) -> Option<Instant> {
+        self.calls.get(&id.0).map(|c| c.deadline)
     }
 
     /// Whether call `id` is still outstanding.

@@ -17,7 +17,7 @@
 //! of the request can arrive any more: until the request's deadline plus
 //! [`RpcConfig::packet_lifetime`] (the longest a datagram may wander in the network). A copy
 //! arriving after that would be out of time and is not executed anyway. The memory is bounded
-//! ([`RpcConfig::replies_max`] calls of at most [`RpcConfig::message_bytes_max`] bytes each,
+//! ([`RpcConfig::replies_max`] calls, [`RpcConfig::reply_bytes_max`] bytes of replies,
 //! [`RpcConfig::clients_max`] clients):
 //! when it is full a new call is answered [`Status::Busy`] and not executed (the client tries
 //! again), never by forgetting a call still in its window. Clients say in every request which
@@ -36,7 +36,7 @@ pub use client::{CallId, Client, ClientCounters};
 pub use msg::{ReplyHeader, RequestHeader, RpcHeader, RpcWireError, Status, RPC_HEADER_BYTES};
 pub use server::{Server, ServerCounters, Token, Verdict};
 
-use crate::addr::Address;
+use crate::addr::{Address, ADDRESS_BYTES};
 use core::fmt;
 use core::time::Duration;
 
@@ -55,8 +55,15 @@ pub struct RpcConfig {
     /// each time, up to `retry_max`.
     pub retry_initial: Duration,
     pub retry_max: Duration,
-    /// Longest message (header included) the transport carries.
+    /// Longest message (header included) the transport carries in one datagram.
     pub message_bytes_max: usize,
+    /// Longest request or reply (header included) when longer ones ride on long messages
+    /// (paper 001's LDG); 0: none longer than `message_bytes_max`.
+    pub long_bytes_max: usize,
+    /// Bytes of replies (and of requests kept to hand on) a server remembers at once; a new
+    /// call is answered `Busy` while they reach it. Calls running when it is reached may add
+    /// one reply each beyond it.
+    pub reply_bytes_max: usize,
     /// Calls a server remembers at once (running, or answered and still in their window); with
     /// their replies at most `replies_max × message_bytes_max` bytes.
     pub replies_max: usize,
@@ -77,6 +84,8 @@ impl Default for RpcConfig {
             retry_initial: Duration::from_millis(20),
             retry_max: Duration::from_secs(1),
             message_bytes_max: 1400,
+            long_bytes_max: 0,
+            reply_bytes_max: 64 << 20,
             replies_max: 4096,
             clients_max: 1024,
             packet_lifetime: Duration::from_secs(2),
@@ -94,8 +103,8 @@ impl RpcConfig {
         if self.destinations_max == 0 || self.destinations_max > DESTINATIONS_MAX {
             return bad("destinations_max must be 1..=1024");
         }
-        if self.message_bytes_max <= RPC_HEADER_BYTES {
-            return bad("message_bytes_max must exceed the 32-byte header");
+        if self.message_bytes_max <= RPC_HEADER_BYTES + ADDRESS_BYTES {
+            return bad("message_bytes_max must exceed the 40-byte headers");
         }
         if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
             return bad("retry_initial must be positive and at most retry_max");
@@ -109,12 +118,23 @@ impl RpcConfig {
         if self.message_bytes_max > MESSAGE_BYTES_MAX {
             return bad("message_bytes_max must be at most 65507 (a UDP datagram)");
         }
+        if self.long_bytes_max != 0
+            && (self.long_bytes_max < self.message_bytes_max
+                || self.long_bytes_max > LONG_BYTES_MAX)
+        {
+            return bad("long_bytes_max must be 0, or message_bytes_max..=64 MiB");
+        }
+        if self.reply_bytes_max == 0 {
+            return bad("reply_bytes_max must be positive");
+        }
         Ok(())
     }
 
-    /// Longest payload a request or reply carries.
+    /// Longest payload a request or reply carries (on long messages when `long_bytes_max` is
+    /// set): what fits a message after the header and the address a call handed on, or its
+    /// answer, carries (`forward_request`).
     pub fn payload_bytes_max(&self) -> usize {
-        self.message_bytes_max - RPC_HEADER_BYTES
+        self.message_bytes_max.max(self.long_bytes_max) - RPC_HEADER_BYTES - ADDRESS_BYTES
     }
 }
 
@@ -122,6 +142,8 @@ impl RpcConfig {
 pub const CALLS_MAX: usize = 1 << 16;
 /// Hard bound on [`RpcConfig::replies_max`].
 pub const REPLIES_MAX: usize = 1 << 20;
+/// Hard bound on [`RpcConfig::long_bytes_max`].
+pub const LONG_BYTES_MAX: usize = 64 << 20;
 /// Hard bound on [`RpcConfig::message_bytes_max`].
 pub const MESSAGE_BYTES_MAX: usize = 65_507;
 /// Hard bound on [`RpcConfig::destinations_max`].

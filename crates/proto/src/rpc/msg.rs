@@ -15,6 +15,9 @@
 //! - A forwarded request (kind 3) is a request's header, then the original caller's address
 //!   (8 bytes), then the payload; a forwarded reply (kind 4) a reply's header, then the
 //!   address of the server the caller called, then the payload.
+//! - A probe (kind 5) is a request's header alone: a copy of a request whose payload the server
+//!   already has (it came as a long message). The server answers it as a copy of the call, or
+//!   [`Status::Resend`] if it does not know the call; it never executes one.
 //!
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
 
@@ -37,6 +40,8 @@ pub enum RpcKind {
     /// The answer to a forwarded request, sent to the original caller: the server it was
     /// called at follows the header.
     ForwardedReply = 4,
+    /// A copy of a request without its payload (see the module doc).
+    Probe = 5,
 }
 
 /// How a server answered.
@@ -55,6 +60,8 @@ pub enum Status {
     Busy = 4,
     /// Executed, but the result is longer than a reply may be.
     ReplyTooLong = 5,
+    /// A probe for a call the server does not know: not executed; send the whole request.
+    Resend = 6,
 }
 
 impl Status {
@@ -66,6 +73,7 @@ impl Status {
             3 => Status::Failed,
             4 => Status::Busy,
             5 => Status::ReplyTooLong,
+            6 => Status::Resend,
             other => return Err(RpcWireError::UnknownStatus(other)),
         })
     }
@@ -92,6 +100,8 @@ pub enum RpcWireError {
     ZeroDeadline,
     /// A reply's deadline and acked_below fields must be zero.
     ReplyFieldsNotZero,
+    /// A probe carries no payload.
+    ProbeWithPayload,
 }
 
 impl fmt::Display for RpcWireError {
@@ -109,8 +119,9 @@ impl fmt::Display for RpcWireError {
                 RPC_HEADER_BYTES + ADDRESS_BYTES
             ),
             RpcWireError::BadMagic(b) => write!(f, "rpc magic must be 0xa7, is {b:#04x}"),
-            RpcWireError::UnknownKind(k) => write!(f, "rpc kind must be 1..=4, is {k}"),
-            RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=5, is {s}"),
+            RpcWireError::UnknownKind(k) => write!(f, "rpc kind must be 1..=5, is {k}"),
+            RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=6, is {s}"),
+            RpcWireError::ProbeWithPayload => f.write_str("rpc probe must be the header alone"),
             RpcWireError::ZeroCallId => f.write_str("rpc call id must not be 0"),
             RpcWireError::ZeroDeadline => {
                 f.write_str("rpc request must have time left (deadline_us >= 1)")
@@ -131,6 +142,8 @@ pub enum RpcHeader {
     Forwarded(RequestHeader, Address),
     /// The answer to a handed-on request: its header, and the server the caller called.
     ForwardedReply(ReplyHeader, Address),
+    /// A copy of a request without its payload.
+    Probe(RequestHeader),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +191,18 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
             .ok_or(RpcWireError::ShortForwarded { len: b.len() })
     };
     let header = match bytes[1] {
+        5 => {
+            if bytes.len() != RPC_HEADER_BYTES {
+                return Err(RpcWireError::ProbeWithPayload);
+            }
+            let mut plain = [0u8; RPC_HEADER_BYTES];
+            plain.copy_from_slice(bytes);
+            plain[1] = RpcKind::Request as u8;
+            let (RpcHeader::Request(r), _) = decode(&plain)? else {
+                unreachable!("a request")
+            };
+            return Ok((RpcHeader::Probe(r), &[]));
+        }
         3 | 4 => {
             let a = via(bytes)?;
             let mut plain = [0u8; RPC_HEADER_BYTES];
@@ -218,6 +243,25 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
     Ok((header, &bytes[RPC_HEADER_BYTES..]))
 }
 
+/// Bytes `header` and `payload` take on the wire.
+pub fn encoded_len(header: &RpcHeader, payload: &[u8]) -> usize {
+    let via = match header {
+        RpcHeader::Forwarded(..) | RpcHeader::ForwardedReply(..) => ADDRESS_BYTES,
+        _ => 0,
+    };
+    RPC_HEADER_BYTES + via + payload.len()
+}
+
+/// [`encode`] into `buf`, made longer first if need be; returns the length (`None` only for a
+/// probe with a payload).
+pub fn encode_vec(header: &RpcHeader, payload: &[u8], buf: &mut Vec<u8>) -> Option<usize> {
+    let n = encoded_len(header, payload);
+    if buf.len() < n {
+        buf.resize(n, 0);
+    }
+    encode(header, payload, buf)
+}
+
 /// Writes `header` and `payload` into `buf`; returns the length, or `None` if it does not fit.
 pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usize> {
     let (plain, via, kind) = match *header {
@@ -237,12 +281,16 @@ pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usiz
         return Some(n);
     }
     let n = RPC_HEADER_BYTES + payload.len();
-    if buf.len() < n {
+    if buf.len() < n || matches!(header, RpcHeader::Probe(_)) && !payload.is_empty() {
         return None;
     }
     let (kind, code, deadline_us, incarnation, call_id, acked_below) = match *header {
-        RpcHeader::Request(r) => (
-            RpcKind::Request,
+        RpcHeader::Request(r) | RpcHeader::Probe(r) => (
+            if matches!(header, RpcHeader::Probe(_)) {
+                RpcKind::Probe
+            } else {
+                RpcKind::Request
+            },
             r.request_type,
             r.deadline_us,
             r.incarnation,

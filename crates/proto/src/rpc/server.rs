@@ -41,6 +41,7 @@ pub enum Verdict {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServerCounters {
     pub requests: u64,
+    /// Calls run here (not those handed on).
     pub executed: u64,
     /// Copies answered from the reply cache.
     pub duplicates_answered: u64,
@@ -52,6 +53,8 @@ pub struct ServerCounters {
     pub duplicates_forwarded: u64,
     /// Copies of calls their client already finished.
     pub duplicates_finished: u64,
+    /// Probes for calls not known here (answered `Resend`).
+    pub probes_unknown: u64,
     pub busy: u64,
     pub deadline_passed: u64,
     pub replies_sent: u64,
@@ -68,6 +71,7 @@ crate::counters_sum!(ServerCounters {
     forwarded,
     duplicates_forwarded,
     duplicates_finished,
+    probes_unknown,
     busy,
     deadline_passed,
     replies_sent,
@@ -81,6 +85,14 @@ struct Entry {
     /// Handed on to another server (`forward_request`): to whom, and what to hand on again
     /// when a copy of the request comes.
     forwarded: Option<Forwarded>,
+}
+
+impl Entry {
+    /// Bytes it holds (counted against `reply_bytes_max`).
+    fn bytes(&self) -> usize {
+        self.reply.as_ref().map_or(0, |r| r.1.len())
+            + self.forwarded.as_ref().map_or(0, |f| f.payload.len())
+    }
 }
 
 struct Forwarded {
@@ -129,6 +141,8 @@ pub struct Server {
     clients: HashMap<ClientKey, ClientRecord>,
     transmit: VecDeque<Out>,
     expiries: BinaryHeap<Reverse<(Instant, Expiry)>>,
+    /// Bytes the entries hold.
+    bytes: usize,
     pub counters: ServerCounters,
 }
 
@@ -141,6 +155,7 @@ impl Server {
             clients: HashMap::new(),
             transmit: VecDeque::new(),
             expiries: BinaryHeap::new(),
+            bytes: 0,
             counters: ServerCounters::default(),
         })
     }
@@ -155,9 +170,31 @@ impl Server {
         self.clients.len()
     }
 
+    /// Bytes of replies (and requests kept to hand on) remembered.
+    pub fn bytes_held(&self) -> usize {
+        self.bytes
+    }
+
     /// A request arrived from `from` (decoded by [`msg::decode`]).
     pub fn handle_request(&mut self, now: Instant, from: Address, r: &RequestHeader) -> Verdict {
-        self.take_request(now, from, r, None)
+        self.take_request(now, from, r, None, false)
+    }
+
+    /// A probe arrived from `from`: a copy of a request without its payload (its payload came
+    /// as a long message). Handled as a copy of the call if it is known here; otherwise it is
+    /// answered [`Status::Resend`] and nothing is executed ([`Verdict::Dropped`]).
+    pub fn handle_probe(&mut self, now: Instant, from: Address, r: &RequestHeader) -> Verdict {
+        self.take_request(now, from, r, None, true)
+    }
+
+    fn forget(&mut self, token: &Token) -> bool {
+        match self.entries.remove(token) {
+            Some(e) => {
+                self.bytes -= e.bytes();
+                true
+            }
+            None => false,
+        }
     }
 
     /// A request server `via` handed on to us, from `client`: as [`Server::handle_request`],
@@ -169,7 +206,7 @@ impl Server {
         client: Address,
         r: &RequestHeader,
     ) -> Verdict {
-        self.take_request(now, client, r, Some(via))
+        self.take_request(now, client, r, Some(via), false)
     }
 
     fn take_request(
@@ -178,6 +215,7 @@ impl Server {
         from: Address,
         r: &RequestHeader,
         called: Option<Address>,
+        probe: bool,
     ) -> Verdict {
         let RequestHeader {
             request_type,
@@ -223,7 +261,7 @@ impl Server {
             let done = std::mem::replace(&mut record.calls, keep);
             for call_id in done {
                 let t = Token { call_id, ..token };
-                if self.entries.remove(&t).is_some() {
+                if self.forget(&t) {
                     self.counters.forgotten += 1;
                 }
             }
@@ -250,12 +288,22 @@ impl Server {
                 Verdict::Dropped
             };
         }
-        if self.entries.len() >= self.cfg.replies_max {
+        if probe {
+            // The payload is not here: the client sends the whole request again.
+            self.counters.probes_unknown += 1;
+            self.queue(Out::Bare(token, Status::Resend));
+            return Verdict::Dropped;
+        }
+        if self.entries.len() >= self.cfg.replies_max || self.bytes >= self.cfg.reply_bytes_max {
             return self.busy(token);
         }
         let deadline = now + Duration::from_micros(deadline_us as u64);
-        // No copy of this request can arrive after this (see the module's "At most once").
-        let expires = deadline + self.cfg.packet_lifetime;
+        // No copy of this request can arrive after this (see the module's "At most once"). A
+        // copy handed on to us took two hops, each up to a packet lifetime: the client sent it
+        // before the deadline, the forwarder handed it on within a lifetime of that, and it
+        // took up to another to come here.
+        let hops = if called.is_some() { 2 } else { 1 };
+        let expires = deadline + self.cfg.packet_lifetime * hops;
         self.entries.insert(
             token,
             Entry {
@@ -331,6 +379,7 @@ impl Server {
         if status == Status::DeadlinePassed {
             self.counters.deadline_passed += 1;
         }
+        self.bytes += payload.len();
         e.reply = Some((status, payload.to_vec()));
         self.queue(Out::Cached(token));
         true
@@ -359,19 +408,37 @@ impl Server {
             deadline_us: deadline_us.max(1),
             payload: payload.to_vec(),
         });
+        self.bytes += payload.len();
+        // Counted as handed on, not as run here.
+        self.counters.executed -= 1;
         self.counters.forwarded += 1;
         self.queue(Out::Forward(token));
         true
     }
 
-    /// The next reply to send: its destination and length in `buf` (at least
-    /// `message_bytes_max` long).
-    pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<(Address, usize)> {
+    /// The next message to send (a reply, or a call handed on): its destination and length in
+    /// `buf`, which is made longer if a long reply needs it.
+    pub fn poll_transmit(&mut self, buf: &mut Vec<u8>) -> Option<(Address, usize)> {
+        self.poll_transmit_until(buf).map(|(to, n, _)| (to, n))
+    }
+
+    /// As [`Server::poll_transmit`], with the time after which the message is of no use (the
+    /// call's deadline; now-ish for a `Busy` or `Resend` answer): how long a transport may
+    /// keep trying to deliver it.
+    pub fn poll_transmit_until(
+        &mut self,
+        buf: &mut Vec<u8>,
+    ) -> Option<(Address, usize, Option<Instant>)> {
+        let lifetime = self.cfg.packet_lifetime;
         while let Some(out) = self.transmit.pop_front() {
             if let Out::Forward(t) = out {
-                let Some(f) = self.entries.get(&t).and_then(|e| e.forwarded.as_ref()) else {
+                let Some(e) = self.entries.get(&t) else {
                     continue;
                 };
+                let Some(f) = e.forwarded.as_ref() else {
+                    continue;
+                };
+                let until = Some(before(e.expires, lifetime));
                 // What the client told us of its calls to us, the other server needs for the
                 // calls we hand on.
                 let acked_below = self.clients.get(&t.key()).map_or(0, |r| r.floor);
@@ -385,33 +452,38 @@ impl Server {
                     },
                     t.client,
                 );
-                let n = msg::encode(&header, &f.payload, buf)?;
-                return Some((f.to, n));
+                let Some(n) = msg::encode_vec(&header, &f.payload, buf) else {
+                    continue;
+                };
+                return Some((f.to, n, until));
             }
-            let (token, status, payload, via): (Token, Status, &[u8], Option<Address>) = match &out
-            {
-                Out::Cached(t) => match self.entries.get(t) {
-                    Some(Entry {
-                        reply: Some((s, p)),
-                        ..
-                    }) => (*t, *s, p, t.called),
-                    _ => continue,
-                },
-                Out::Bare(t, s) => (*t, *s, &[], t.called),
-                Out::Forward(_) => unreachable!("handled above"),
-            };
+            let (token, status, payload, until): (Token, Status, &[u8], Option<Instant>) =
+                match &out {
+                    Out::Cached(t) => match self.entries.get(t) {
+                        Some(Entry {
+                            reply: Some((s, p)),
+                            expires,
+                            ..
+                        }) => (*t, *s, p, Some(before(*expires, lifetime))),
+                        _ => continue,
+                    },
+                    Out::Bare(t, s) => (*t, *s, &[], None),
+                    Out::Forward(_) => unreachable!("handled above"),
+                };
             let reply = ReplyHeader {
                 status,
                 incarnation: token.incarnation,
                 call_id: token.call_id,
             };
-            let header = match via {
+            let header = match token.called {
                 Some(v) => RpcHeader::ForwardedReply(reply, v),
                 None => RpcHeader::Reply(reply),
             };
-            let n = msg::encode(&header, payload, buf)?;
+            let Some(n) = msg::encode_vec(&header, payload, buf) else {
+                continue;
+            };
             self.counters.replies_sent += 1;
-            return Some((token.client, n));
+            return Some((token.client, n, until));
         }
         None
     }
@@ -451,7 +523,7 @@ impl Server {
             match what {
                 Expiry::Call(token) => {
                     if self.entries.get(&token).is_some_and(|e| e.expires == t) {
-                        self.entries.remove(&token);
+                        self.forget(&token);
                         self.counters.forgotten += 1;
                         if let Some(r) = self.clients.get_mut(&token.key()) {
                             r.calls.remove(&token.call_id);
@@ -470,11 +542,16 @@ impl Server {
                                 call_id,
                                 called,
                             };
-                            self.entries.remove(&token);
+                            self.forget(&token);
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// `d` before `t` (not before time 0).
+fn before(t: Instant, d: Duration) -> Instant {
+    Instant(t.0.saturating_sub(d.as_nanos().min(u64::MAX as u128) as u64))
 }

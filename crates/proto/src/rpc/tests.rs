@@ -429,6 +429,9 @@ fn a_call_sent_as_one_copy_is_retransmitted_to_each_member_that_did_not_answer()
     use Behaviour::*;
     let mut n = Net::new(&[Echo, Echo, Echo]);
     let dests = n.dests();
+    // An earlier call to member 1, its request lost: still outstanding.
+    n.drop_requests = 1;
+    let earlier = n.call(&dests[1..2], b"e", Completion::First, 200 * MS);
     let id = n
         .client
         .call(n.now, &dests, 9, b"ab", Completion::All, 200 * MS)
@@ -445,7 +448,7 @@ fn a_call_sent_as_one_copy_is_retransmitted_to_each_member_that_did_not_answer()
     let RpcHeader::Request(r) = h else {
         panic!("a request")
     };
-    assert_eq!(r.acked_below, id.0, "the lowest of the members'");
+    assert_eq!(r.acked_below, earlier.0, "the lowest of the members'");
     // The multicast reaches members 0 and 2 only.
     n.deliver_request(dests[0], &buf[..len]);
     n.deliver_request(dests[2], &buf[..len]);
@@ -455,14 +458,74 @@ fn a_call_sent_as_one_copy_is_retransmitted_to_each_member_that_did_not_answer()
     let o = n.outcome(id).expect("complete");
     assert_eq!(o.end, End::Complete);
     assert_eq!(o.replies.len(), 3);
-    assert_eq!(
-        n.client.counters.requests_sent, 2,
-        "the multicast, then one copy"
-    );
-    assert_eq!(n.executed.iter().map(Vec::len).sum::<usize>(), 3);
+    // The earlier call's request and its copy; the multicast and one copy.
+    assert_eq!(n.client.counters.requests_sent, 4);
+    assert_eq!(n.executed.iter().map(Vec::len).sum::<usize>(), 4);
     assert!(
         n.client.encode_first(id, n.now, &mut buf).is_none(),
         "finished"
+    );
+}
+
+/// A probe (a copy without its payload, for a request that came as a long message) is
+/// answered from memory when the call is known, and with `Resend` when it is not; it never
+/// runs anything.
+#[test]
+fn probes_are_answered_from_memory_or_ask_for_the_whole_request() {
+    use Behaviour::*;
+    let mut n = Net::new(&[Hold]);
+    let s = server_addr(0);
+    let id = n
+        .client
+        .call(n.now, &[s], 9, b"payload", Completion::First, 200 * MS)
+        .unwrap();
+    let mut buf = vec![0; 64];
+    let (_, len) = n.client.poll_transmit(n.now, &mut buf).unwrap();
+    let (h, _) = msg::decode(&buf[..len]).unwrap();
+    let RpcHeader::Request(r) = h else {
+        panic!("a request")
+    };
+    let probe = |r: RequestHeader| {
+        let mut b = [0u8; RPC_HEADER_BYTES];
+        assert_eq!(msg::encode(&RpcHeader::Probe(r), &[], &mut b), Some(32));
+        assert_eq!(msg::decode(&b).unwrap(), (RpcHeader::Probe(r), &[][..]));
+        r
+    };
+    // Unknown: Resend, nothing executed, nothing remembered.
+    let v = n.servers[0].0.handle_probe(n.now, CLIENT, &probe(r));
+    assert_eq!(v, Verdict::Dropped);
+    assert_eq!(n.servers[0].0.remembered(), 0);
+    n.pump();
+    assert_eq!(n.client.counters.resend_asked, 1);
+    assert_eq!(n.servers[0].0.counters.probes_unknown, 1);
+    assert!(n.outcome(id).is_none(), "not an answer");
+    // The whole request: executed once; a probe while it runs is dropped, one after it is
+    // answered from the cache.
+    n.deliver_request(s, &buf[..len]);
+    let (t, ..) = n.executed[0][0];
+    assert_eq!(
+        n.servers[0].0.handle_probe(n.now, CLIENT, &r),
+        Verdict::Dropped
+    );
+    assert!(n.servers[0].0.reply(t, Status::Ok, b"done"));
+    n.drop_replies = 1;
+    n.pump();
+    assert_eq!(
+        n.servers[0].0.handle_probe(n.now, CLIENT, &r),
+        Verdict::Answered
+    );
+    n.pump();
+    let o = n.outcome(id).expect("answered");
+    assert_eq!(o.replies, vec![(s, Ok(b"done".to_vec()))]);
+    assert_eq!(n.executed[0].len(), 1);
+    // A probe must be the header alone.
+    let mut b = [0u8; 40];
+    assert!(msg::encode(&RpcHeader::Probe(r), b"x", &mut b).is_none());
+    msg::encode(&RpcHeader::Request(r), b"x", &mut b).unwrap();
+    b[1] = 5;
+    assert_eq!(
+        msg::decode(&b[..33]).unwrap_err(),
+        RpcWireError::ProbeWithPayload
     );
 }
 
@@ -958,7 +1021,12 @@ fn every_decoder_rule_is_checked() {
         RpcWireError::Short { len: 31 }
     );
     assert_eq!(with(0, 0x00), RpcWireError::BadMagic(0));
-    assert_eq!(with(1, 5), RpcWireError::UnknownKind(5));
+    assert_eq!(with(1, 6), RpcWireError::UnknownKind(6));
+    // A probe is a request's header: its rules hold too.
+    let mut probe = good;
+    probe[1] = 5;
+    probe[4] = 0;
+    assert_eq!(msg::decode(&probe).unwrap_err(), RpcWireError::ZeroDeadline);
     // Handed-on kinds need the address after the header.
     assert_eq!(with(1, 3), RpcWireError::ShortForwarded { len: 32 });
     assert_eq!(with(1, 4), RpcWireError::ShortForwarded { len: 32 });
@@ -1007,8 +1075,8 @@ fn random_input_never_panics_and_memory_stays_bounded() {
         let mut bytes: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
         if rng.chance(0.7) && bytes.len() >= RPC_HEADER_BYTES {
             bytes[0] = msg::RPC_MAGIC;
-            bytes[1] = 1 + rng.below(4) as u8;
-            bytes[2] = rng.below(7) as u8;
+            bytes[1] = 1 + rng.below(5) as u8;
+            bytes[2] = rng.below(8) as u8;
             bytes[3] = 0;
             // Deadlines up to 65 ms, and now and then one up to 16 s.
             bytes[7] = 0;
@@ -1046,6 +1114,10 @@ fn random_input_never_panics_and_memory_stays_bounded() {
                         server.reply(token, Status::Ok, payload);
                     }
                 }
+                RpcHeader::Probe(r) => {
+                    let v = server.handle_probe(now, from, &r);
+                    assert!(!matches!(v, Verdict::Execute { .. }), "a probe ran");
+                }
                 RpcHeader::Reply(r) => client.handle_reply(from, &r, payload),
                 RpcHeader::ForwardedReply(r, called) => {
                     client.handle_forwarded_reply(from, called, &r, payload)
@@ -1063,5 +1135,162 @@ fn random_input_never_panics_and_memory_stays_bounded() {
     assert!(
         s.executed > 300 && s.busy > 0 && s.forgotten > 0 && s.forwarded > 0,
         "{s:?}"
+    );
+}
+
+fn decode_owned(bytes: &[u8]) -> (RpcHeader, Vec<u8>) {
+    let (h, p) = msg::decode(bytes).expect("valid");
+    (h, p.to_vec())
+}
+
+/// Found in review: a copy the client sends just before its deadline may wander `packet_lifetime` to F,
+/// which hands it on; that copy may wander another `packet_lifetime` to X. X remembers the
+/// call only until its deadline plus one `packet_lifetime`, so it runs the call a second time.
+#[test]
+fn a_late_copy_handed_on_after_two_hops_is_not_run_twice_at_the_target() {
+    let c = cfg(); // retry 10 ms doubling to 80 ms, packet lifetime 100 ms
+    let f_addr = server_addr(0);
+    let x_addr = server_addr(1);
+    let mut client = Client::new(c, 77).unwrap();
+    let mut f = Server::new(c).unwrap();
+    let mut x = Server::new(c).unwrap();
+    let mut buf = vec![0u8; c.message_bytes_max];
+    let t0 = Instant(1_000_000_000);
+    client
+        .call(t0, &[f_addr], 9, b"pay", Completion::First, 100 * MS)
+        .unwrap();
+    // First copy: F hands it on at once, X runs it at once and answers; the answer is lost.
+    let (_, n) = client.poll_transmit(t0, &mut buf).unwrap();
+    let (RpcHeader::Request(r), p) = decode_owned(&buf[..n]) else {
+        panic!()
+    };
+    let Verdict::Execute {
+        token,
+        request_type,
+        ..
+    } = f.handle_request(t0, CLIENT, &r)
+    else {
+        panic!()
+    };
+    assert!(f.forward(token, x_addr, request_type, r.deadline_us, &p));
+    let (to, n) = f.poll_transmit(&mut buf).unwrap();
+    assert_eq!(to, x_addr);
+    let (RpcHeader::Forwarded(fr, caller), p) = decode_owned(&buf[..n]) else {
+        panic!()
+    };
+    let Verdict::Execute { token: xt, .. } = x.handle_forwarded(t0, f_addr, caller, &fr) else {
+        panic!()
+    };
+    assert!(x.reply(xt, Status::Ok, &p));
+    while x.poll_transmit(&mut buf).is_some() {} // lost
+                                                 // The client retransmits at 10, 30 and 70 ms; the first two are lost, the last (30 ms
+                                                 // left) is delayed 99 ms on its way to F.
+    let mut last = None;
+    let mut now = t0;
+    for _ in 0..75 {
+        now = now + MS;
+        client.handle_timeout(now);
+        f.handle_timeout(now);
+        x.handle_timeout(now);
+        while let Some((_, n)) = client.poll_transmit(now, &mut buf) {
+            last = Some((now, buf[..n].to_vec()));
+        }
+    }
+    let (sent, copy) = last.unwrap();
+    assert_eq!(sent, t0 + 70 * MS);
+    let at_f = sent + 99 * MS;
+    f.handle_timeout(at_f);
+    x.handle_timeout(at_f);
+    let (RpcHeader::Request(r), _) = decode_owned(&copy) else {
+        panic!()
+    };
+    assert_eq!(f.handle_request(at_f, CLIENT, &r), Verdict::Dropped);
+    assert_eq!(
+        f.counters.duplicates_forwarded, 1,
+        "F hands the late copy on"
+    );
+    let (to, n) = f.poll_transmit(&mut buf).unwrap();
+    assert_eq!(to, x_addr);
+    let fwd = buf[..n].to_vec();
+    // 99 ms to X: within the packet lifetime of one hop.
+    let at_x = at_f + 99 * MS;
+    x.handle_timeout(at_x);
+    let (RpcHeader::Forwarded(fr, caller), _) = decode_owned(&fwd) else {
+        panic!()
+    };
+    let v = x.handle_forwarded(at_x, f_addr, caller, &fr);
+    assert!(
+        !matches!(v, Verdict::Execute { .. }),
+        "X runs call {} of the same client incarnation a second time: {v:?}",
+        token.call_id
+    );
+}
+
+/// Found in review: a request whose payload fits a plain request does not fit a forwarded one (8 more
+/// bytes for the caller's address): F can never hand it on, and the call is never answered.
+#[test]
+fn a_call_with_a_full_payload_can_be_handed_on() {
+    use Behaviour::*;
+    let mut n = Net::new(&[Forward(1), Echo]);
+    let full = vec![7u8; cfg().payload_bytes_max()];
+    let id = n.call(&[server_addr(0)], &full, Completion::First, 300 * MS);
+    n.run_for(310 * MS);
+    let o = n.outcome(id).expect("ended");
+    assert_eq!(
+        o.end,
+        End::Complete,
+        "F handed on {} calls, X ran {}",
+        n.servers[0].0.counters.forwarded,
+        n.executed[1].len()
+    );
+}
+
+/// Found in review: the answer to a call handed on carries 8 more bytes than a plain reply; a result
+/// that `reply` accepts (up to `payload_bytes_max`) then never leaves X.
+#[test]
+fn a_full_result_of_a_call_handed_on_reaches_the_caller() {
+    use Behaviour::*;
+    let mut n = Net::new(&[Forward(1), Hold]);
+    let id = n.call(&[server_addr(0)], b"q", Completion::First, 300 * MS);
+    let (t, ..) = n.executed[1][0];
+    let full = vec![1u8; cfg().payload_bytes_max()];
+    assert!(n.servers[1].0.reply(t, Status::Ok, &full), "accepted");
+    n.pump();
+    n.run_for(310 * MS);
+    let o = n.outcome(id).expect("ended");
+    assert_eq!(o.end, End::Complete, "{:?}", o.missing);
+}
+
+/// Found in review: one message that does not fit makes `Server::poll_transmit` return `None` while
+/// other replies are still queued.
+#[test]
+fn poll_transmit_does_not_stop_at_a_message_that_does_not_fit() {
+    let c = cfg();
+    let mut s = Server::new(c).unwrap();
+    let now = Instant(0);
+    let r = |call_id| RequestHeader {
+        request_type: 9,
+        deadline_us: 100_000,
+        incarnation: 1,
+        call_id,
+        acked_below: 1,
+    };
+    let Verdict::Execute { token: a, .. } = s.handle_request(now, CLIENT, &r(1)) else {
+        panic!()
+    };
+    let Verdict::Execute { token: b, .. } = s.handle_request(now, CLIENT, &r(2)) else {
+        panic!()
+    };
+    let full = vec![0u8; c.payload_bytes_max()];
+    assert!(s.forward(a, server_addr(3), 9, 100_000, &full));
+    assert!(s.reply(b, Status::Ok, b"small"));
+    let mut buf = vec![0u8; c.message_bytes_max];
+    let mut sent = 0;
+    while s.poll_transmit(&mut buf).is_some() {
+        sent += 1;
+    }
+    assert_eq!(
+        sent, 2,
+        "the reply to call 2 is still queued behind the forward"
     );
 }
