@@ -180,6 +180,22 @@ impl Links {
     }
 }
 
+/// Work the engine thread runs for a port in its own loop (an RPC server whose handlers run
+/// on the engine: [`crate::Rpc::serve_on_engine`]).
+pub(crate) trait Service: Send {
+    /// Takes in what the port's ring holds and does what is due; how much work it did.
+    fn step(&mut self) -> usize;
+    /// When it next has timed work.
+    fn next_deadline(&self) -> Option<Instant>;
+    /// Before the engine sleeps: makes local senders ring the port's socket, and says whether
+    /// work is ready already (then the engine does not sleep).
+    fn arm(&mut self) -> bool;
+    /// After the engine's sleep.
+    fn awake(&mut self);
+    fn as_any(&mut self) -> &mut dyn std::any::Any;
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+}
+
 /// The network side of one port, shared between the port's owner and the engine.
 pub(crate) struct Endpoint {
     pub addr: Address,
@@ -208,6 +224,8 @@ pub(crate) struct Endpoint {
     pub sockaddr: SocketAddr,
     /// The socket blocks (invoker mode) and a read waits at most this long for a datagram.
     pub blocking_sleep: Option<Duration>,
+    /// Work the engine thread runs for this port (see [`Service`]).
+    pub service: Mutex<Option<Box<dyn Service>>>,
 }
 
 pub(crate) struct Shared {
@@ -528,6 +546,11 @@ impl Engine {
                     deadline = Some(deadline.map_or(t, |d| d.min(t)));
                 }
             }
+            if let Some(t) = ep.service.lock().expect("service lock").as_ref() {
+                if let Some(t) = t.next_deadline() {
+                    deadline = Some(deadline.map_or(t, |d| d.min(t)));
+                }
+            }
         }
         if self.shared.fanout_jobs.load(Ordering::SeqCst) != 0 {
             deadline = Some(Instant::ZERO);
@@ -758,7 +781,11 @@ impl Engine {
             events: libc::POLLIN,
             revents: 0,
         });
-        if deadline <= now {
+        if deadline <= now || self.services(|s| s.arm()) {
+            self.services(|s| {
+                s.awake();
+                false
+            });
             self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
             return;
         }
@@ -767,6 +794,10 @@ impl Engine {
             .store(deadline.0, Ordering::SeqCst);
         crate::mmsg::ppoll_for(&mut fds, Duration::from_nanos(deadline.0 - now.0));
         self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
+        self.services(|s| {
+            s.awake();
+            false
+        });
         let mut drain = 0u64;
         // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
         unsafe {
@@ -776,6 +807,18 @@ impl Engine {
                 8,
             );
         }
+    }
+
+    /// Runs `f` on every port's service; true if it returned true for any.
+    fn services(&self, mut f: impl FnMut(&mut dyn Service) -> bool) -> bool {
+        let eps = self.shared.endpoints.read().expect("engine lock");
+        let mut any = false;
+        for ep in eps.iter() {
+            if let Some(s) = ep.service.lock().expect("service lock").as_mut() {
+                any |= f(s.as_mut());
+            }
+        }
+        any
     }
 
     /// One pass over every port: read datagrams, run links, deliver, transmit. Returns how much
@@ -812,6 +855,14 @@ impl Engine {
             }
             work += self.run_links(ep);
             work += crate::group::run_timers(self, ep);
+            if !self.is_invoker() {
+                // A port served on the engine: its requests are handled here and now.
+                if let Ok(mut s) = ep.service.try_lock() {
+                    if let Some(s) = s.as_mut() {
+                        work += s.step();
+                    }
+                }
+            }
         }
         work
     }

@@ -17,7 +17,7 @@ pub use ldg::{Ldg, LdgCallError, LdgCounters};
 pub use naming::{ClusterConfig, NamingError};
 pub use oracle::{Known, OracleClient, OracleError, OracleServer};
 pub use port::{Port, PortClaim, PortConfig, PortCounters, PortError, Received};
-pub use rpc::{LongCounters, Rpc, RpcCallError, RpcCounters, TxnGroup};
+pub use rpc::{EngineServer, LongCounters, Rpc, RpcCallError, RpcCounters, TxnGroup};
 pub use shm::IdleStrategy;
 pub use txcast_proto::frag::{LdgConfig, LdgError, TransferId};
 pub use txcast_proto::oracle::{Change, Pattern};

@@ -171,6 +171,21 @@ pub struct Port {
 }
 
 impl Port {
+    /// The engine's side of this port.
+    pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.ep
+    }
+
+    /// See [`RingReceiver::arm_socket_wake`].
+    pub(crate) fn arm_socket_wake(&mut self) -> bool {
+        self.ring.arm_socket_wake()
+    }
+
+    /// See [`RingReceiver::awake`].
+    pub(crate) fn ring_awake(&mut self) {
+        self.ring.awake()
+    }
+
     /// Opens a port on the process's embedded engine.
     pub fn open(addr: Address, cfg: PortConfig) -> Result<Port, PortError> {
         Port::open_on(&Engine::embedded()?, addr, cfg)
@@ -228,6 +243,7 @@ impl Port {
             groups: Mutex::new(Vec::new()),
             sockaddr,
             blocking_sleep,
+            service: Mutex::new(None),
         });
         engine.register(ep.clone())?;
         Ok(Port {

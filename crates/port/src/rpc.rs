@@ -161,6 +161,89 @@ impl Long {
     }
 }
 
+/// Requests an engine-served endpoint takes in per duty cycle at most.
+const ENGINE_BATCH: usize = 64;
+
+impl crate::engine::Service for Rpc {
+    fn step(&mut self) -> usize {
+        self.engine_step()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let long = self.long.as_ref();
+        [
+            self.client.poll_timeout(),
+            self.server.poll_timeout(),
+            long.and_then(|l| l.sender.poll_timeout()),
+            long.and_then(|l| l.receiver.poll_timeout()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn arm(&mut self) -> bool {
+        self.port.arm_socket_wake()
+    }
+
+    fn awake(&mut self) {
+        self.port.ring_awake()
+    }
+
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// An RPC endpoint served by its engine's thread ([`Rpc::serve_on_engine`]).
+pub struct EngineServer {
+    ep: std::sync::Arc<crate::engine::Endpoint>,
+    engine: crate::engine::Engine,
+}
+
+impl EngineServer {
+    /// Takes the endpoint back from the engine (its handlers run on the caller's thread
+    /// again, in [`Rpc::serve`]).
+    pub fn stop(self) -> Rpc {
+        self.take().expect("served until stopped")
+    }
+
+    /// The endpoint's counters (taken while the engine is not in it).
+    pub fn counters(&self) -> RpcCounters {
+        self.with(|r| r.counters())
+    }
+
+    /// Runs `f` on the endpoint, between two of the engine's steps (to register a handler,
+    /// or read a counter).
+    pub fn with<R>(&self, f: impl FnOnce(&mut Rpc) -> R) -> R {
+        let mut s = self.ep.service.lock().expect("service lock");
+        let rpc = s
+            .as_mut()
+            .expect("served until stopped")
+            .as_any()
+            .downcast_mut::<Rpc>()
+            .expect("an Rpc");
+        f(rpc)
+    }
+
+    fn take(&self) -> Option<Rpc> {
+        let s = self.ep.service.lock().expect("service lock").take()?;
+        self.engine.wake();
+        s.into_any().downcast::<Rpc>().ok().map(|b| *b)
+    }
+}
+
+impl Drop for EngineServer {
+    fn drop(&mut self) {
+        // The endpoint (and its port) close with the server.
+        drop(self.take());
+    }
+}
+
 /// Why an RPC call failed.
 #[derive(Debug)]
 pub enum RpcCallError {
@@ -594,6 +677,72 @@ impl Rpc {
         } else {
             Err(RpcCallError::Unknown)
         }
+    }
+
+    /// Hands this endpoint to its engine's thread, which from now on takes its requests in and
+    /// runs their handlers in its own loop, next to the network, with no hand-off to another
+    /// thread and no wake-up of one (paper 000's extension modules; handlers "on the engine
+    /// loop"). Remote requests are handled in the duty cycle that reads them; local senders
+    /// ring the port's socket, so the engine wakes for theirs too.
+    ///
+    /// Handlers then run on the engine thread: they must be short and must not block, call
+    /// out (an `Rpc` call waits for the engine), or open or close ports; the whole process's
+    /// traffic waits while one runs. [`EngineServer::stop`] gives the endpoint back.
+    ///
+    /// With an invoker engine (no engine thread) this is refused, and the endpoint is given
+    /// back: there the thread calling [`Rpc::serve`] already runs the engine and the handlers
+    /// together.
+    pub fn serve_on_engine(self) -> Result<EngineServer, (RpcCallError, Box<Rpc>)> {
+        if self.port.engine().is_invoker() {
+            return Err((
+                RpcCallError::Rpc(RpcError::BadConfig(
+                    "an invoker engine has no thread to serve on: call serve() instead",
+                )),
+                Box::new(self),
+            ));
+        }
+        let ep = self.port.endpoint().clone();
+        let engine = self.port.engine().clone();
+        *ep.service.lock().expect("service lock") = Some(Box::new(self));
+        engine.wake();
+        Ok(EngineServer { ep, engine })
+    }
+
+    /// One step on the engine thread: what the ring holds (a bounded batch), timers, sends.
+    fn engine_step(&mut self) -> usize {
+        let now = self.now();
+        let mut work = 0;
+        if self.client.poll_timeout().is_some_and(|t| t <= now) {
+            self.client.handle_timeout(now);
+            work += 1;
+        }
+        if self.server.poll_timeout().is_some_and(|t| t <= now) {
+            self.server.handle_timeout(now);
+            work += 1;
+        }
+        if let Some(long) = self.long.as_mut() {
+            if long.sender.poll_timeout().is_some_and(|t| t <= now) {
+                long.sender.handle_timeout(now);
+                work += 1;
+            }
+            if long.receiver.poll_timeout().is_some_and(|t| t <= now) {
+                long.receiver.handle_timeout(now);
+                work += 1;
+            }
+        }
+        let mut buf = std::mem::take(&mut self.recv_buf);
+        // Bounded, so that one busy port does not hold the engine from the others.
+        for _ in 0..ENGINE_BATCH {
+            let Some(m) = self.port.try_recv(&mut buf) else {
+                break;
+            };
+            self.handle(m.source, &buf[..m.len]);
+            work += 1;
+        }
+        self.recv_buf = buf;
+        self.transmit();
+        self.collect();
+        work
     }
 
     /// Serves requests (and moves the traffic of calls of ours) for `timeout`; returns how

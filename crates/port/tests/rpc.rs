@@ -3,7 +3,7 @@
 //! answers, a server that dies mid-call, at-most-once execution under loss, remote errors,
 //! and malformed input.
 //!
-//! Every test uses its own `instance` number (30 to 39). Sites 0, 1, 2 are different
+//! Every test uses its own `instance` number (29 to 39). Sites 0, 1, 2 are different
 //! "hosts" (UDP between them); ports of one site talk through shared memory.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -453,6 +453,79 @@ fn a_call_to_a_transaction_group_reaches_its_members_only() {
         "once per member, never elsewhere"
     );
     drop(c);
+    engine.shutdown();
+}
+
+/// Handlers on the engine loop: the engine's thread takes the requests in and runs the
+/// handlers itself, for callers on this host (their ring, and a doorbell on the port's socket)
+/// and remote ones (UDP), with at-most-once as before; `stop` gives the endpoint back.
+#[test]
+fn handlers_run_on_the_engine_thread_when_served_on_the_engine() {
+    let engine = Engine::start(EngineConfig::default()).unwrap();
+    let s = addr(29, 0, 2);
+    let mut rpc = Rpc::new(Port::open_on(&engine, s, port_cfg()).unwrap(), rpc_cfg()).unwrap();
+    rpc.register(ECHO, |_, p| {
+        let me = std::thread::current();
+        let mut out = me.name().unwrap_or("?").as_bytes().to_vec();
+        out.extend_from_slice(p);
+        Ok(out)
+    });
+    let served = match rpc.serve_on_engine() {
+        Ok(s) => s,
+        Err((e, _)) => panic!("{e}"),
+    };
+    // A caller on this host (another engine: as another process would) and a remote one.
+    let other = Engine::start(EngineConfig::default()).unwrap();
+    for site in [0, 1] {
+        let mut c = client(Some(&other), addr(29, site, 1));
+        for i in 0..200u32 {
+            let got = c.call(s, ECHO, &i.to_le_bytes(), SECOND).unwrap();
+            let mut want = b"txcast-engine".to_vec();
+            want.extend_from_slice(&i.to_le_bytes());
+            assert_eq!(got, want, "site {site} call {i}");
+        }
+        // Spaced calls: the engine sleeps between them and is woken by each.
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(30));
+            assert!(c.call(s, ECHO, b"z", SECOND).is_ok());
+        }
+    }
+    assert_eq!(served.counters().server.executed, 410);
+    // Handlers can be changed while served (between two engine steps).
+    served.with(|r| r.register(COUNT, |_, _| Ok(b"counted".to_vec())));
+    let mut c = client(Some(&other), addr(29, 1, 3));
+    assert_eq!(c.call(s, COUNT, b"", SECOND).unwrap(), b"counted");
+    // Back to a thread of ours.
+    let mut rpc = served.stop();
+    let t = std::thread::spawn(move || {
+        rpc.serve(Duration::from_millis(300)).unwrap();
+        rpc
+    });
+    let got = c.call(s, ECHO, b"!", SECOND).unwrap();
+    assert!(
+        !got.starts_with(b"txcast-engine"),
+        "served by the caller's thread again"
+    );
+    let rpc = t.join().unwrap();
+    assert_eq!(rpc.counters().server.executed, 412);
+    // An invoker engine has no thread to serve on: refused, the endpoint given back.
+    let inv = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let r = Rpc::new(
+        Port::open_on(&inv, addr(29, 2, 2), port_cfg()).unwrap(),
+        rpc_cfg(),
+    )
+    .unwrap();
+    let Err((RpcCallError::Rpc(_), back)) = r.serve_on_engine() else {
+        panic!("refused")
+    };
+    assert_eq!(back.address(), addr(29, 2, 2));
+    drop((back, rpc, c));
+    inv.shutdown();
+    other.shutdown();
     engine.shutdown();
 }
 

@@ -379,6 +379,26 @@ impl RingReceiver {
         self.has_ready()
     }
 
+    /// For a receiver whose thread sleeps elsewhere (an engine thread serving this port on
+    /// its own sleep): marks it asleep on its socket, so senders ring its doorbell, and says
+    /// whether a record is ready already (then it must not sleep). The same Dekker pairing as
+    /// [`RingReceiver::park_with`]; [`RingReceiver::awake`] ends it.
+    pub fn arm_socket_wake(&mut self) -> bool {
+        let sleeping = &self.seg.header().sleeping.0;
+        sleeping.store(super::segment::SLEEPING_ON_SOCKET, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.has_ready()
+    }
+
+    /// Marks this receiver awake (after [`RingReceiver::arm_socket_wake`]).
+    pub fn awake(&mut self) {
+        self.seg
+            .header()
+            .sleeping
+            .0
+            .store(super::segment::SLEEPING_NO, Ordering::SeqCst);
+    }
+
     /// Wakes this receiver if it is parked (or makes its next park return at once).
     pub fn wake(&self) {
         wake_segment(&self.seg);

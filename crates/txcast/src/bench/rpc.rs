@@ -40,13 +40,21 @@ fn addr(site: u16, server_type: u16) -> Address {
 /// a blocking UDP socket). Local: the engine thread has nothing to do and parks; the caller
 /// parks on its ring.
 fn open(a: Address, remote: bool) -> io::Result<Rpc> {
+    open_with(a, remote, None)
+}
+
+/// [`open`], or on an engine with a thread whatever the site, spinning this long before it
+/// parks (`engine_spin`), for a server served on it.
+fn open_with(a: Address, remote: bool, engine_spin: Option<Duration>) -> io::Result<Rpc> {
+    let defaults = EngineConfig::default();
     let engine = Engine::start(EngineConfig {
-        mode: if remote {
+        idle_spin: engine_spin.unwrap_or(defaults.idle_spin),
+        mode: if remote && engine_spin.is_none() {
             EngineMode::Invoker
         } else {
             EngineMode::Thread
         },
-        ..EngineConfig::default()
+        ..defaults
     })?;
     let port = Port::open_on(
         &engine,
@@ -68,6 +76,11 @@ struct Servers {
 
 impl Servers {
     fn start(sites: &[u16], remote: bool) -> io::Result<Servers> {
+        Servers::start_as(sites, if remote { "remote" } else { "local" })
+    }
+
+    /// `how`: local, remote, or engine (served on the engine's thread, `Rpc::serve_on_engine`).
+    fn start_as(sites: &[u16], how: &str) -> io::Result<Servers> {
         let mut s = Servers {
             children: Vec::new(),
             addrs: Vec::new(),
@@ -77,7 +90,7 @@ impl Servers {
                 "rpc".into(),
                 "serve".into(),
                 site.to_string(),
-                if remote { "remote" } else { "local" }.into(),
+                how.into(),
             ])?);
             s.addrs.push(addr(site, SERVER_TYPE));
         }
@@ -137,8 +150,17 @@ impl Drop for Servers {
 
 /// Null calls to one server: local (same site) or remote (site 1).
 fn null_calls(remote: bool, warmup: u64, iterations: u64) -> io::Result<Samples> {
+    null_calls_to(
+        remote,
+        if remote { "remote" } else { "local" },
+        warmup,
+        iterations,
+    )
+}
+
+fn null_calls_to(remote: bool, how: &str, warmup: u64, iterations: u64) -> io::Result<Samples> {
     let site = u16::from(remote);
-    let servers = Servers::start(&[site], remote)?;
+    let servers = Servers::start_as(&[site], how)?;
     let mut rpc = open(addr(0, CLIENT_TYPE), remote)?;
     servers.ready(&mut rpc)?;
     let dest = servers.addrs[0];
@@ -211,12 +233,14 @@ fn record(name: &str, r: io::Result<Samples>, report: &mut Report, failures: &mu
     }
 }
 
-/// `txcast __bench-child rpc serve <site> <local|remote>`: a null server until QUIT.
+/// `txcast __bench-child rpc serve <site> <local|remote|engine|engine-park>`: a null server
+/// until QUIT (`engine`: handlers on the engine's thread, which spins before it parks;
+/// `engine-park`: which parks at once).
 pub fn child(args: &[String]) -> io::Result<()> {
     let bad = || {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            "rpc serve <site> <local|remote>",
+            "rpc serve <site> <local|remote|engine|engine-park>",
         )
     };
     let [what, site, where_] = args else {
@@ -226,12 +250,17 @@ pub fn child(args: &[String]) -> io::Result<()> {
         return Err(bad());
     }
     let site: u16 = site.parse().map_err(|_| bad())?;
-    let remote = match where_.as_str() {
-        "remote" => true,
-        "local" => false,
+    // On the engine: its default spin before it parks, or none (parked between calls).
+    let spin = EngineConfig::default().idle_spin;
+    let (remote, engine_spin) = match where_.as_str() {
+        "remote" => (true, None),
+        "local" => (false, None),
+        "engine" => (site != 0, Some(spin)),
+        "engine-park" => (site != 0, Some(Duration::ZERO)),
         _ => return Err(bad()),
     };
-    let mut rpc = open(addr(site, SERVER_TYPE), remote)?;
+    let on_engine = engine_spin.is_some();
+    let mut rpc = open_with(addr(site, SERVER_TYPE), remote, engine_spin)?;
     let quit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     rpc.register(NULL, |_, _| Ok(Vec::new()));
     let q = quit.clone();
@@ -240,6 +269,22 @@ pub fn child(args: &[String]) -> io::Result<()> {
         Ok(Vec::new())
     });
     let started = Instant::now();
+    if on_engine {
+        // Handlers on the engine's thread; this one only waits for QUIT.
+        let served = rpc
+            .serve_on_engine()
+            .map_err(|(e, _)| io::Error::other(e.to_string()))?;
+        while !quit.load(std::sync::atomic::Ordering::SeqCst) {
+            if started.elapsed() > SERVER_LIFETIME_MAX {
+                return Err(io::Error::other("no QUIT"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Answer copies of the QUIT whose answer was lost.
+        std::thread::sleep(Duration::from_millis(100));
+        drop(served);
+        return Ok(());
+    }
     while !quit.load(std::sync::atomic::Ordering::SeqCst) {
         if started.elapsed() > SERVER_LIFETIME_MAX {
             return Err(io::Error::other("no QUIT"));
@@ -332,6 +377,15 @@ pub fn run(args: &[String]) -> i32 {
             &mut report,
             &mut failures,
         );
+        // The servers' handlers on their engine's thread (Rpc::serve_on_engine): the engine
+        // spinning 50 µs before it parks (its default), and parked between calls.
+        for how in ["engine", "engine-park"] {
+            for remote in [false, true] {
+                let name = format!("rpc-null-{}-{how}", if remote { "remote" } else { "local" });
+                let s = null_calls_to(remote, how, warmup, iterations);
+                record(&name, s, &mut report, &mut failures);
+            }
+        }
     }
     if cases.iter().any(|c| c == "multicast") {
         for &n in &server_counts {
