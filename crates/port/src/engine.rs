@@ -196,6 +196,14 @@ pub(crate) trait Service: Send {
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
+/// Takes a port's datagrams before they are delivered into its ring: an [`crate::Ldg`]
+/// reassembles its fragments straight from the engine's receive buffer, one copy fewer.
+pub(crate) trait Sink: Send + Sync {
+    /// Handles `msg` from `source` (a datagram that arrived by UDP); false to have it
+    /// delivered into the ring as usual (it is not for the sink, or the sink is busy).
+    fn take(&self, engine: &Engine, ep: &Endpoint, source: Address, msg: &[u8]) -> bool;
+}
+
 /// The network side of one port, shared between the port's owner and the engine.
 pub(crate) struct Endpoint {
     pub addr: Address,
@@ -226,6 +234,10 @@ pub(crate) struct Endpoint {
     pub blocking_sleep: Option<Duration>,
     /// Work the engine thread runs for this port (see [`Service`]).
     pub service: Mutex<Option<Box<dyn Service>>>,
+    /// Takes datagrams before the ring does (set once, by an `Ldg`).
+    pub sink: OnceLock<Arc<dyn Sink>>,
+    /// Wakes the port's owner when a sink took something.
+    pub waker: crate::shm::RingWaker,
 }
 
 pub(crate) struct Shared {
@@ -1060,11 +1072,15 @@ impl Engine {
                     ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
+                let sink = ep.sink.get();
                 for r in Records::new(p.body).flatten() {
                     if r.fragment.is_none() {
                         ep.counters
                             .datagrams_received
                             .fetch_add(1, Ordering::Relaxed);
+                        if sink.is_some_and(|s| s.take(self, ep, h.source, r.payload)) {
+                            continue;
+                        }
                         deliver(ep, h.source, TxnId(0), r.payload);
                     }
                 }

@@ -6,11 +6,20 @@
 //! is a fragment, an acknowledgement or an abort (anything else is dropped and counted). Like
 //! a [`Port`], it is driven by the thread that uses it: `send`, `wait` and `recv` move its
 //! traffic.
+//!
+//! What arrives by UDP is taken by the engine's receive path itself (the [`Sink`] of the
+//! port), straight from its receive buffer into the reassembly, not copied into the ring
+//! first; the engine answers with acknowledgements as it goes and wakes the owner. With an
+//! invoker engine that is the owner's own thread. The protocol state sits behind a mutex the
+//! engine only tries: when the owner holds it (sending fragments), datagrams go into the ring
+//! as before and the owner takes them from there. Fragments from this host arrive in the
+//! ring.
 
-use crate::engine::Engine;
+use crate::engine::{Endpoint, Engine, Sink};
 use crate::port::{Port, PortConfig, PortError};
 use crate::shm::IdleStrategy;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use txcast_proto::frag::msg::{self, LdgMsg, DATA_HEADER_BYTES};
 use txcast_proto::frag::{
@@ -64,16 +73,77 @@ pub struct LdgCounters {
     pub send_failures: u64,
 }
 
-/// A long-message endpoint.
-pub struct Ldg {
-    port: Port,
+/// The protocol state, shared by the owner and the engine's receive path.
+struct Core {
     sender: Sender,
     receiver: Receiver,
     /// Finished transfers not yet collected (at most `transfers_max`).
     finished: HashMap<TransferId, Result<(), LdgError>>,
-    send_buf: Vec<u8>,
     dropped_bad: u64,
     send_failures: u64,
+    /// Fragments the engine took in since it last sent acknowledgements.
+    taken: u32,
+    /// For acknowledgements sent by the engine.
+    ack_buf: Vec<u8>,
+}
+
+impl Core {
+    /// Sends the queued acknowledgements by UDP from `ep` (the engine's receive path: it
+    /// has no port, and the peers it answers are remote).
+    fn send_acks_udp(&mut self, engine: &Engine, ep: &Endpoint) {
+        let mut buf = std::mem::take(&mut self.ack_buf);
+        while let Some((to, n)) = self.receiver.poll_transmit(&mut buf) {
+            if crate::port::send_udp_gather(engine, ep, to, &[&buf[..n]]).is_err() {
+                self.send_failures += 1;
+            }
+        }
+        self.ack_buf = buf;
+    }
+}
+
+/// The engine's way into an [`Ldg`]'s state (see the module's documentation).
+struct LdgSink {
+    core: Arc<Mutex<Core>>,
+}
+
+impl Sink for LdgSink {
+    fn take(&self, engine: &Engine, ep: &Endpoint, source: Address, bytes: &[u8]) -> bool {
+        if !msg::is_ldg(bytes) {
+            return false;
+        }
+        // Never wait for the owner (it may be sending, and the engine serves other ports).
+        let Ok(mut guard) = self.core.try_lock() else {
+            return false;
+        };
+        let c = &mut *guard;
+        handle(
+            &mut c.sender,
+            &mut c.receiver,
+            &mut c.dropped_bad,
+            engine.now(),
+            source,
+            bytes,
+        );
+        c.taken += 1;
+        // Acknowledge every few fragments while a burst is taken in (one covers several, and
+        // the sender's window reopens while the rest arrive), and at once when a message is
+        // complete (that ends its sender's transfer).
+        if c.taken >= ACK_BATCH || c.receiver.has_message() {
+            c.taken = 0;
+            c.send_acks_udp(engine, ep);
+        }
+        drop(guard);
+        // The owner sends what is due and collects what is complete.
+        ep.waker.wake();
+        true
+    }
+}
+
+/// A long-message endpoint.
+pub struct Ldg {
+    port: Port,
+    core: Arc<Mutex<Core>>,
+    send_buf: Vec<u8>,
 }
 
 /// The port configuration an [`Ldg`] with `cfg` needs: slots that hold a fragment, as many as
@@ -112,23 +182,34 @@ impl Ldg {
                 max: port.message_bytes_max(),
             }));
         }
-        Ok(Ldg {
+        let core = Arc::new(Mutex::new(Core {
             sender: Sender::new(cfg, port.incarnation())?,
             receiver: Receiver::new(cfg, port.incarnation())?,
             finished: HashMap::new(),
-            send_buf: vec![0; need.max(txcast_proto::frag::ACK_BYTES_MAX)],
             dropped_bad: 0,
             send_failures: 0,
+            taken: 0,
+            ack_buf: vec![0; txcast_proto::frag::ACK_BYTES_MAX],
+        }));
+        // A port has one sink; one set already (the port was an Ldg's) leaves the ring path.
+        port.set_sink(Arc::new(LdgSink { core: core.clone() }));
+        Ok(Ldg {
+            core,
+            send_buf: vec![0; need.max(txcast_proto::frag::ACK_BYTES_MAX)],
             port,
         })
+    }
+
+    fn core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().expect("ldg lock")
     }
 
     pub fn address(&self) -> Address {
         self.port.address()
     }
 
-    pub fn config(&self) -> &LdgConfig {
-        self.sender.config()
+    pub fn config(&self) -> LdgConfig {
+        *self.core().sender.config()
     }
 
     /// Sends `msg` to `dest` and waits until the receiver has all of it (at most `deadline`).
@@ -138,7 +219,10 @@ impl Ldg {
         msg: &[u8],
         deadline: Duration,
     ) -> Result<(), LdgCallError> {
-        let id = self.send_async(dest, msg.to_vec(), deadline)?;
+        // Into a recycled buffer: memory already touched takes no page faults.
+        let mut data = self.core().receiver.buffer(msg.len());
+        data.copy_from_slice(msg);
+        let id = self.send_async(dest, data, deadline)?;
         self.wait(id, None)
     }
 
@@ -149,22 +233,28 @@ impl Ldg {
         msg: Vec<u8>,
         deadline: Duration,
     ) -> Result<TransferId, LdgCallError> {
-        if self.sender.outstanding() + self.finished.len() >= self.config().transfers_max {
-            return Err(LdgError::Full.into());
-        }
         let now = self.now();
-        let id = self.sender.send(now, dest, msg, deadline)?;
+        let id = {
+            let mut c = self.core();
+            if c.sender.outstanding() + c.finished.len() >= c.sender.config().transfers_max {
+                return Err(LdgError::Full.into());
+            }
+            c.sender.send(now, dest, msg, deadline)?
+        };
         self.transmit();
         Ok(id)
     }
 
     /// Waits for transfer `id` to end (at most `timeout`; its deadline ends it anyway).
     pub fn wait(&mut self, id: TransferId, timeout: Option<Duration>) -> Result<(), LdgCallError> {
-        if !self.finished.contains_key(&id) && !self.sender.is_outstanding(id) {
-            return Err(LdgError::Unknown.into());
+        {
+            let c = self.core();
+            if !c.finished.contains_key(&id) && !c.sender.is_outstanding(id) {
+                return Err(LdgError::Unknown.into());
+            }
         }
-        self.drive(timeout, |l| l.finished.contains_key(&id))?;
-        match self.finished.remove(&id) {
+        self.drive(timeout, |c| c.finished.contains_key(&id))?;
+        match self.core().finished.remove(&id) {
             Some(r) => r.map_err(LdgCallError::Ldg),
             None => Err(LdgCallError::Timeout),
         }
@@ -172,21 +262,40 @@ impl Ldg {
 
     /// Gives transfer `id` up (the receiver frees what it holds of it).
     pub fn cancel(&mut self, id: TransferId) -> Result<(), LdgCallError> {
-        if self.finished.remove(&id).is_some() {
-            return Ok(());
+        {
+            let mut c = self.core();
+            if c.finished.remove(&id).is_some() {
+                return Ok(());
+            }
+            c.sender.cancel(id)?;
         }
-        self.sender.cancel(id)?;
         self.transmit();
         Ok(())
     }
 
     /// The next complete message (its sender and bytes), waiting at most `timeout`.
     pub fn recv(&mut self, timeout: Option<Duration>) -> Result<(Address, Vec<u8>), LdgCallError> {
-        if let Some(m) = self.receiver.poll_message() {
+        if let Some(m) = self.core().receiver.poll_message() {
             return Ok(m);
         }
-        self.drive(timeout, |l| l.receiver.has_message())?;
-        self.receiver.poll_message().ok_or(LdgCallError::Timeout)
+        self.drive(timeout, |c| c.receiver.has_message())?;
+        self.core()
+            .receiver
+            .poll_message()
+            .ok_or(LdgCallError::Timeout)
+    }
+
+    /// Gives back a message buffer (one [`Ldg::recv`] returned, or any other) for later
+    /// messages to reuse: up to `pool_bytes_max` are kept, and reassembling into memory
+    /// already touched takes no page faults.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.core().receiver.recycle(buf);
+    }
+
+    /// A buffer of `len` bytes for a message, from the recycled ones if one fits (its bytes
+    /// are not cleared), else a new one; hand it to [`Ldg::send_async`].
+    pub fn buffer(&mut self, len: usize) -> Vec<u8> {
+        self.core().receiver.buffer(len)
     }
 
     /// Moves traffic for up to `timeout` (acknowledging what arrives, sending what is due).
@@ -195,11 +304,12 @@ impl Ldg {
     }
 
     pub fn counters(&self) -> LdgCounters {
+        let c = self.core();
         LdgCounters {
-            sender: self.sender.counters.clone(),
-            receiver: self.receiver.counters.clone(),
-            dropped_bad: self.dropped_bad,
-            send_failures: self.send_failures,
+            sender: c.sender.counters.clone(),
+            receiver: c.receiver.counters.clone(),
+            dropped_bad: c.dropped_bad,
+            send_failures: c.send_failures,
         }
     }
 
@@ -210,7 +320,7 @@ impl Ldg {
 
     /// Bytes the receiver holds (reassembling, or complete and not taken).
     pub fn bytes_held(&self) -> usize {
-        self.receiver.bytes_held()
+        self.core().receiver.bytes_held()
     }
 
     fn now(&self) -> Instant {
@@ -220,54 +330,50 @@ impl Ldg {
     fn drive(
         &mut self,
         timeout: Option<Duration>,
-        mut done: impl FnMut(&Self) -> bool,
+        mut done: impl FnMut(&Core) -> bool,
     ) -> Result<(), LdgCallError> {
         let end = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         // The clock, for handlers that run while the port is borrowed.
         let engine = self.port.engine().clone();
+        let core = self.core.clone();
         loop {
             let now = self.now();
-            if self.sender.poll_timeout().is_some_and(|t| t <= now) {
-                self.sender.handle_timeout(now);
-            }
-            if self.receiver.poll_timeout().is_some_and(|t| t <= now) {
-                self.receiver.handle_timeout(now);
-            }
-            self.transmit();
-            if done(self) {
-                return Ok(());
-            }
-            let timer = [self.sender.poll_timeout(), self.receiver.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(|t| t.saturating_since(now));
-            let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
-            let wait = match (timer, left) {
-                (Some(a), Some(b)) => a.min(b),
-                (a, b) => a.or(b).unwrap_or(Duration::from_secs(1)),
-            };
-            // Fragments are taken in place from the ring, straight into their reassembly.
-            let (sender, receiver, bad) =
-                (&mut self.sender, &mut self.receiver, &mut self.dropped_bad);
-            let mut take_one = |from: Address, _: Option<txcast_proto::TxnId>, bytes: &[u8]| {
-                handle(sender, receiver, bad, engine.now(), from, bytes)
-            };
-            let r = if wait.is_zero() {
-                Ok(())
-            } else {
-                match self.port.recv_with(Some(wait), &mut take_one) {
-                    Ok(()) | Err(PortError::Timeout) => Ok(()),
-                    Err(e) => Err(e),
+            let wait = {
+                let mut c = core.lock().expect("ldg lock");
+                if c.sender.poll_timeout().is_some_and(|t| t <= now) {
+                    c.sender.handle_timeout(now);
+                }
+                if c.receiver.poll_timeout().is_some_and(|t| t <= now) {
+                    c.receiver.handle_timeout(now);
+                }
+                self.transmit_locked(&mut c);
+                if done(&c) {
+                    return Ok(());
+                }
+                let timer = [c.sender.poll_timeout(), c.receiver.poll_timeout()]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .map(|t| t.saturating_since(now));
+                let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+                match (timer, left) {
+                    (Some(a), Some(b)) => a.min(b),
+                    (a, b) => a.or(b).unwrap_or(Duration::from_secs(1)),
                 }
             };
-            r?;
-            // Take in what else is waiting, answering every few fragments: one acknowledgement
-            // covers several, and the sender's window reopens while the rest are taken in.
+            // Remote traffic is taken in by the engine (the port's sink) meanwhile; what comes
+            // into the ring (from this host, or while we held the state) is taken below.
+            if !wait.is_zero() {
+                self.port.wait_or_woken(wait);
+            }
+            // Take in what waits in the ring, in place, answering every few fragments: one
+            // acknowledgement covers several, and the sender's window reopens while the rest
+            // are taken in.
             let mut taken = 0u32;
             loop {
-                let (sender, receiver, bad) =
-                    (&mut self.sender, &mut self.receiver, &mut self.dropped_bad);
+                let mut guard = core.lock().expect("ldg lock");
+                let c = &mut *guard;
+                let (sender, receiver, bad) = (&mut c.sender, &mut c.receiver, &mut c.dropped_bad);
                 let got = self.port.try_take_with(|from, _, bytes| {
                     handle(sender, receiver, bad, engine.now(), from, bytes)
                 });
@@ -276,7 +382,7 @@ impl Ldg {
                 }
                 taken += 1;
                 if taken.is_multiple_of(ACK_BATCH) {
-                    self.transmit();
+                    self.transmit_locked(c);
                 }
             }
             if end.is_some_and(|e| std::time::Instant::now() >= e) {
@@ -287,25 +393,35 @@ impl Ldg {
     }
 
     fn transmit(&mut self) {
+        let core = self.core.clone();
+        let mut c = core.lock().expect("ldg lock");
+        self.transmit_locked(&mut c);
+    }
+
+    fn transmit_locked(&mut self, c: &mut Core) {
         let now = self.now();
         let mut buf = std::mem::take(&mut self.send_buf);
-        while let Some((to, n)) = self.receiver.poll_transmit(&mut buf) {
+        c.taken = 0;
+        while let Some((to, n)) = c.receiver.poll_transmit(&mut buf) {
             if self.port.send_datagram(to, &buf[..n]).is_err() {
-                self.send_failures += 1;
+                c.send_failures += 1;
             }
         }
         // Fragments leave straight from the message (scatter-gather), not copied first.
-        while let Some((to, n, fragment)) = self.sender.poll_transmit_gather(now, &mut buf) {
+        while let Some((to, n, fragment)) = c.sender.poll_transmit_gather(now, &mut buf) {
             if self
                 .port
                 .send_datagram_gather(to, &[&buf[..n], fragment])
                 .is_err()
             {
-                self.send_failures += 1;
+                c.send_failures += 1;
             }
         }
-        while let Some((id, r)) = self.sender.poll_event() {
-            self.finished.insert(id, r);
+        while let Some((id, r)) = c.sender.poll_event() {
+            c.finished.insert(id, r);
+        }
+        while let Some(b) = c.sender.poll_spent() {
+            c.receiver.recycle(b);
         }
         self.send_buf = buf;
     }

@@ -244,6 +244,8 @@ impl Port {
             sockaddr,
             blocking_sleep,
             service: Mutex::new(None),
+            sink: std::sync::OnceLock::new(),
+            waker: ring.waker(),
         });
         engine.register(ep.clone())?;
         Ok(Port {
@@ -569,35 +571,7 @@ impl Port {
         if self.is_local(dest) {
             return self.local_try_send_parts(dest, parts);
         }
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let to = self.engine.socket_addr(dest)?;
-        let header = self.header(dest);
-        let mut head = [0u8; txcast_proto::wire::GATHER_HEAD_BYTES];
-        let mut mac = [0u8; MAC_BYTES];
-        let key = self.engine.shared.key.as_ref();
-        let (mac_len, _) = txcast_proto::wire::datagram_gather(
-            &mut head, &mut mac, header, key, parts,
-        )
-        .ok_or(PortError::TooLong {
-            len,
-            max: PACKET_BYTES_MAX - txcast_proto::wire::GATHER_HEAD_BYTES - MAC_BYTES,
-        })?;
-        if self.engine.inject_loss() {
-            return Ok(());
-        }
-        let mut all: [&[u8]; 6] = [&[]; 6];
-        if parts.len() > 4 {
-            return Err(PortError::TooLong {
-                len: parts.len(),
-                max: 4,
-            });
-        }
-        all[0] = &head;
-        all[1..1 + parts.len()].copy_from_slice(parts);
-        all[1 + parts.len()] = &mac[..mac_len];
-        crate::mmsg::send_gather(&self.ep.socket, &all[..2 + parts.len()], &to)
-            .map(|_| ())
-            .map_err(PortError::Io)
+        send_udp_gather(&self.engine, &self.ep, dest, parts)
     }
 
     /// Builds, in the port's scratch buffer, a DATAGRAM (or, with a transaction, MULTICAST)
@@ -636,14 +610,19 @@ impl Port {
     }
 
     fn header(&self, dest: Address) -> PacketHeader {
-        PacketHeader {
-            kind: Kind::Datagram,
-            flags: 0,
-            cluster: self.engine.config().cluster.cluster,
-            incarnation: self.ep.incarnation,
-            source: self.addr,
-            destination: dest,
-        }
+        header(&self.engine, &self.ep, dest)
+    }
+
+    /// Makes `sink` take this port's datagrams that arrive by UDP before its ring does
+    /// (once; false if one is set already).
+    pub(crate) fn set_sink(&self, sink: Arc<dyn crate::engine::Sink>) -> bool {
+        self.ep.sink.set(sink).is_ok()
+    }
+
+    /// Waits for a message in the ring, or a wake-up (a sink took something), up to
+    /// `timeout`, running the engine meanwhile in invoker mode; true if a message is ready.
+    pub(crate) fn wait_or_woken(&mut self, timeout: Duration) -> bool {
+        self.wait(Some(timeout))
     }
 
     /// Joins a transaction's multicast group: from now on this port accepts messages
@@ -926,6 +905,10 @@ impl Port {
             if self.ring.has_ready() {
                 return true;
             }
+            if self.ring.take_interrupt() {
+                // Woken (a sink took something in): the caller looks.
+                return self.ring.has_ready();
+            }
             n = n.saturating_add(1);
             if n <= spins {
                 if n.is_multiple_of(64) && deadline.is_some_and(|d| std::time::Instant::now() >= d)
@@ -1148,4 +1131,58 @@ fn map_send_error(e: SendError, dest: Address) -> PortError {
         SendError::OwnerDead => PortError::OwnerDead(dest),
         SendError::Closed => PortError::Closed(dest),
     }
+}
+
+/// The header of a datagram from `ep`'s port to `dest`.
+fn header(engine: &Engine, ep: &Endpoint, dest: Address) -> PacketHeader {
+    PacketHeader {
+        kind: Kind::Datagram,
+        flags: 0,
+        cluster: engine.config().cluster.cluster,
+        incarnation: ep.incarnation,
+        source: ep.addr,
+        destination: dest,
+    }
+}
+
+/// One datagram of `parts` (at most 4) by UDP from `ep`'s socket to `dest`'s, without copying
+/// them together first (one `sendmsg`).
+pub(crate) fn send_udp_gather(
+    engine: &Engine,
+    ep: &Endpoint,
+    dest: Address,
+    parts: &[&[u8]],
+) -> Result<(), PortError> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let to = engine.socket_addr(dest)?;
+    let mut head = [0u8; txcast_proto::wire::GATHER_HEAD_BYTES];
+    let mut mac = [0u8; MAC_BYTES];
+    let key = engine.shared.key.as_ref();
+    let (mac_len, _) = txcast_proto::wire::datagram_gather(
+        &mut head,
+        &mut mac,
+        header(engine, ep, dest),
+        key,
+        parts,
+    )
+    .ok_or(PortError::TooLong {
+        len,
+        max: PACKET_BYTES_MAX - txcast_proto::wire::GATHER_HEAD_BYTES - MAC_BYTES,
+    })?;
+    if engine.inject_loss() {
+        return Ok(());
+    }
+    let mut all: [&[u8]; 6] = [&[]; 6];
+    if parts.len() > 4 {
+        return Err(PortError::TooLong {
+            len: parts.len(),
+            max: 4,
+        });
+    }
+    all[0] = &head;
+    all[1..1 + parts.len()].copy_from_slice(parts);
+    all[1 + parts.len()] = &mac[..mac_len];
+    crate::mmsg::send_gather(&ep.socket, &all[..2 + parts.len()], &to)
+        .map(|_| ())
+        .map_err(PortError::Io)
 }

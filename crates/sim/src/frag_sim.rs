@@ -122,6 +122,7 @@ fn config(rng: &mut Rng) -> LdgConfig {
         rto_max: std::time::Duration::from_millis(200),
         ack_every: 1 + rng.below(16) as u32,
         ack_delay: std::time::Duration::from_micros(100 + rng.below(2000)),
+        pool_bytes_max: [0, 100_000, 1_000_000][rng.below(3) as usize],
     }
 }
 
@@ -297,13 +298,22 @@ pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Strin
                 }
                 delivered += 1;
                 digest.add_u64(k ^ now.0);
+                // Reused for a later reassembly: its stale bytes must all be overwritten
+                // (the check above finds any that are not).
+                node.receiver.recycle(m);
             }
             if node.receiver.bytes_held() > cfg.reassembly_bytes_max {
                 return Err(fail(format!("node {r} holds more than its bound")));
             }
+            if node.receiver.pooled_bytes() > cfg.pool_bytes_max {
+                return Err(fail(format!("node {r} pools more than its bound")));
+            }
         }
         // Transfers that ended.
         for (i, node) in nodes.iter_mut().enumerate() {
+            while let Some(b) = node.sender.poll_spent() {
+                node.receiver.recycle(b);
+            }
             while let Some((id, r)) = node.sender.poll_event() {
                 let Some((j, k, j_inc, late)) = node.transfers.remove(&id) else {
                     return Err(fail(format!(

@@ -363,9 +363,10 @@ impl RingReceiver {
         let sleeping = &header.sleeping.0;
         sleeping.store(super::segment::SLEEPING_ON_SOCKET, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+        // An interruption ends the park before it starts, and stays marked for the caller's
+        // `take_interrupt`.
         if self.has_ready() || self.seg.interrupt.load(Ordering::Relaxed) {
             sleeping.store(super::segment::SLEEPING_NO, Ordering::Relaxed);
-            self.seg.interrupt.store(false, Ordering::Relaxed);
             return self.has_ready();
         }
         bump(&header.consumer.0.parks);
@@ -402,6 +403,13 @@ impl RingReceiver {
     /// Wakes this receiver if it is parked (or makes its next park return at once).
     pub fn wake(&self) {
         wake_segment(&self.seg);
+    }
+
+    /// Whether a [`RingWaker`] (or [`RingReceiver::wake`]) interrupted this receiver since it
+    /// last looked; clears the mark.
+    pub fn take_interrupt(&self) -> bool {
+        self.seg.interrupt.load(Ordering::Relaxed)
+            && self.seg.interrupt.swap(false, Ordering::SeqCst)
     }
 
     /// A handle other threads can use to wake this receiver.

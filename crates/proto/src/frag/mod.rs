@@ -65,6 +65,9 @@ pub struct LdgConfig {
     pub ack_every: u32,
     /// ...or this long after the first unacknowledged one.
     pub ack_delay: Duration,
+    /// Bytes of spent message buffers kept for reuse (at most [`POOL_BUFFERS_MAX`] of them;
+    /// 0 keeps none). A reassembly written into memory already touched takes no page faults.
+    pub pool_bytes_max: usize,
 }
 
 impl Default for LdgConfig {
@@ -92,6 +95,7 @@ impl Default for LdgConfig {
             // or at the start) waits for no delayed acknowledgement.
             ack_every: 2,
             ack_delay: Duration::from_micros(200),
+            pool_bytes_max: 64 << 20,
         }
     }
 }
@@ -180,6 +184,85 @@ impl fmt::Display for LdgError {
 }
 
 impl std::error::Error for LdgError {}
+
+/// Spent message buffers kept for reuse, at most.
+pub const POOL_BUFFERS_MAX: usize = 8;
+
+/// Spent message buffers kept for reuse: at most [`POOL_BUFFERS_MAX`] of them and
+/// `bytes_max` bytes (of capacity) together.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    bufs: Vec<Vec<u8>>,
+    bytes: usize,
+    bytes_max: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(bytes_max: usize) -> Pool {
+        Pool {
+            bufs: Vec::new(),
+            bytes: 0,
+            bytes_max,
+        }
+    }
+
+    /// A buffer of `len` bytes: the smallest kept one that holds it (its bytes are whatever
+    /// it held; the caller overwrites them all), or a new one.
+    pub(crate) fn take(&mut self, len: usize) -> Vec<u8> {
+        let best = self
+            .bufs
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        let Some(i) = best else {
+            return vec![0; len];
+        };
+        let mut b = self.bufs.swap_remove(i);
+        self.bytes -= b.capacity();
+        if b.len() >= len {
+            b.truncate(len);
+        } else {
+            b.resize(len, 0);
+        }
+        b
+    }
+
+    /// Keeps `b` for reuse if there is room (else frees it, or frees a smaller one for it).
+    pub(crate) fn give(&mut self, b: Vec<u8>) {
+        let cap = b.capacity();
+        if cap == 0 || cap > self.bytes_max {
+            return;
+        }
+        // Make room by freeing smaller buffers: the large ones are the costly ones to fault in.
+        while self.bufs.len() >= POOL_BUFFERS_MAX || self.bytes + cap > self.bytes_max {
+            let Some((i, small)) = self
+                .bufs
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, b)| (i, b.capacity()))
+            else {
+                break;
+            };
+            if small >= cap {
+                return;
+            }
+            self.bufs.swap_remove(i);
+            self.bytes -= small;
+        }
+        if self.bufs.len() < POOL_BUFFERS_MAX && self.bytes + cap <= self.bytes_max {
+            self.bytes += cap;
+            self.bufs.push(b);
+        }
+    }
+
+    /// Bytes kept.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
 
 /// A set of fragment indices.
 #[derive(Clone, Debug, Default)]

@@ -1,7 +1,7 @@
 //! The receiving side of long messages: admission, reassembly, acknowledgements, expiry.
 
 use super::msg::{self, AckHeader, AckStatus, DataHeader, BITMAP_BYTES_MAX};
-use super::{Bitset, LdgConfig};
+use super::{Bitset, LdgConfig, Pool};
 use crate::addr::Address;
 use crate::time::Instant;
 use core::cmp::Reverse;
@@ -82,6 +82,8 @@ pub struct Receiver {
     ready: VecDeque<(Address, Vec<u8>)>,
     bytes_held: usize,
     acks: VecDeque<AckOut>,
+    /// Buffers for reassemblies, recycled (see [`Receiver::recycle`]).
+    pool: Pool,
     pub counters: ReceiverCounters,
 }
 
@@ -100,6 +102,7 @@ impl Receiver {
             ready: VecDeque::new(),
             bytes_held: 0,
             acks: VecDeque::new(),
+            pool: Pool::new(cfg.pool_bytes_max),
             counters: ReceiverCounters::default(),
         })
     }
@@ -157,7 +160,7 @@ impl Receiver {
                     number: self.reassemblies_begun,
                     fragment_bytes: h.fragment_bytes,
                     count,
-                    buf: vec![0; len],
+                    buf: self.pool.take(len),
                     got: Bitset::new(count),
                     got_count: 0,
                     cumulative: 0,
@@ -241,7 +244,25 @@ impl Receiver {
         if let Some(r) = self.reassemblies.remove(&(from, incarnation, transfer)) {
             self.bytes_held -= r.buf.len();
             self.counters.aborted += 1;
+            self.pool.give(r.buf);
         }
+    }
+
+    /// Gives back a message buffer the application is done with (one [`Receiver::poll_message`]
+    /// returned, or any other): a later reassembly may reuse it, up to `pool_bytes_max`.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.pool.give(buf);
+    }
+
+    /// A buffer of `len` bytes from the recycled ones (or a new one); its bytes are not
+    /// cleared.
+    pub fn buffer(&mut self, len: usize) -> Vec<u8> {
+        self.pool.take(len)
+    }
+
+    /// Bytes of recycled buffers kept (at most `pool_bytes_max`).
+    pub fn pooled_bytes(&self) -> usize {
+        self.pool.bytes()
     }
 
     /// Whether a complete message waits to be taken.
@@ -290,6 +311,7 @@ impl Receiver {
             let r = self.reassemblies.remove(&k).expect("listed");
             self.bytes_held -= r.buf.len();
             self.counters.expired += 1;
+            self.pool.give(r.buf);
         }
         for k in due {
             self.queue_ack(AckOut::Progress(k));

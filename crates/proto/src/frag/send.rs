@@ -123,6 +123,8 @@ pub struct Sender {
     bytes_held: usize,
     aborts: VecDeque<(Address, u64)>,
     events: VecDeque<(TransferId, Result<(), LdgError>)>,
+    /// Messages of finished transfers, for the caller to reuse (at most `POOL_BUFFERS_MAX`).
+    spent: Vec<Vec<u8>>,
     pub counters: SenderCounters,
 }
 
@@ -139,6 +141,7 @@ impl Sender {
             bytes_held: 0,
             aborts: VecDeque::new(),
             events: VecDeque::new(),
+            spent: Vec::new(),
             counters: SenderCounters::default(),
         })
     }
@@ -232,10 +235,19 @@ impl Sender {
     }
 
     fn remove(&mut self, id: u64) -> Option<Transfer> {
-        let t = self.transfers.remove(&id)?;
+        let mut t = self.transfers.remove(&id)?;
         self.bytes_held -= t.data.len();
         self.order.retain(|&x| x != id);
+        if self.spent.len() < super::POOL_BUFFERS_MAX {
+            self.spent.push(std::mem::take(&mut t.data));
+        }
         Some(t)
+    }
+
+    /// The message of a finished (or cancelled) transfer, for reuse: at most
+    /// `POOL_BUFFERS_MAX` are kept until taken, later ones are freed.
+    pub fn poll_spent(&mut self) -> Option<Vec<u8>> {
+        self.spent.pop()
     }
 
     fn finish(&mut self, id: u64, r: Result<(), LdgError>) {

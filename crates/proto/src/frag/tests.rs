@@ -169,6 +169,50 @@ fn a_long_message_arrives_whole() {
 }
 
 #[test]
+fn recycled_buffers_are_reused_whole_and_the_pool_stays_bounded() {
+    let c = LdgConfig {
+        pool_bytes_max: 300_000,
+        ..cfg()
+    };
+    let mut p = Pair::new(c);
+    // Buffers full of stale bytes, longer and shorter than the messages that reuse them.
+    for len in [200_000, 50_000, 120_000] {
+        p.r.recycle(vec![0xee; len]);
+    }
+    assert!(p.r.pooled_bytes() <= 300_000);
+    for (k, len) in [100_000usize, 150_000, 7, 0, 130_000]
+        .into_iter()
+        .enumerate()
+    {
+        let m = message(len, k as u8);
+        p.s.send(p.now, B, m.clone(), 10_000 * MS).unwrap();
+        p.run(1000 * MS);
+        let (from, got) = p.got.pop().expect("delivered");
+        assert_eq!((from, &got), (A, &m), "len {len}");
+        p.r.recycle(got);
+        while let Some(b) = p.s.poll_spent() {
+            p.r.recycle(b);
+        }
+        assert!(p.r.pooled_bytes() <= 300_000);
+    }
+    // One larger than the bound is not kept; a buffer too short is not handed out for more.
+    let before = p.r.pooled_bytes();
+    p.r.recycle(vec![1; 400_000]);
+    assert_eq!(p.r.pooled_bytes(), before);
+    assert_eq!(p.r.buffer(350_000).len(), 350_000);
+    let mut none = Receiver::new(
+        LdgConfig {
+            pool_bytes_max: 0,
+            ..cfg()
+        },
+        1,
+    )
+    .unwrap();
+    none.recycle(vec![1; 10]);
+    assert_eq!(none.pooled_bytes(), 0);
+}
+
+#[test]
 fn a_lost_fragment_is_sent_again_not_the_message() {
     let mut p = Pair::new(cfg());
     p.drop_once = vec![3, 40, 41, 299];

