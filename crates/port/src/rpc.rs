@@ -170,16 +170,7 @@ impl crate::engine::Service for Rpc {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let long = self.long.as_ref();
-        [
-            self.client.poll_timeout(),
-            self.server.poll_timeout(),
-            long.and_then(|l| l.sender.poll_timeout()),
-            long.and_then(|l| l.receiver.poll_timeout()),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        self.next_timer()
     }
 
     fn arm(&mut self) -> bool {
@@ -708,28 +699,48 @@ impl Rpc {
         Ok(EngineServer { ep, engine })
     }
 
-    /// One step on the engine thread: what the ring holds (a bounded batch), timers, sends.
-    fn engine_step(&mut self) -> usize {
-        let now = self.now();
-        let mut work = 0;
+    /// Runs the timers that are due; how many ran.
+    fn run_timers(&mut self, now: Instant) -> usize {
+        let mut ran = 0;
         if self.client.poll_timeout().is_some_and(|t| t <= now) {
             self.client.handle_timeout(now);
-            work += 1;
+            ran += 1;
         }
         if self.server.poll_timeout().is_some_and(|t| t <= now) {
             self.server.handle_timeout(now);
-            work += 1;
+            ran += 1;
         }
         if let Some(long) = self.long.as_mut() {
             if long.sender.poll_timeout().is_some_and(|t| t <= now) {
                 long.sender.handle_timeout(now);
-                work += 1;
+                ran += 1;
             }
             if long.receiver.poll_timeout().is_some_and(|t| t <= now) {
                 long.receiver.handle_timeout(now);
-                work += 1;
+                ran += 1;
             }
         }
+        ran
+    }
+
+    /// The earliest timer.
+    fn next_timer(&self) -> Option<Instant> {
+        let long = self.long.as_ref();
+        [
+            self.client.poll_timeout(),
+            self.server.poll_timeout(),
+            long.and_then(|l| l.sender.poll_timeout()),
+            long.and_then(|l| l.receiver.poll_timeout()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// One step on the engine thread: what the ring holds (a bounded batch), timers, sends.
+    fn engine_step(&mut self) -> usize {
+        let now = self.now();
+        let mut work = self.run_timers(now);
         let mut buf = std::mem::take(&mut self.recv_buf);
         // Bounded, so that one busy port does not hold the engine from the others.
         for _ in 0..ENGINE_BATCH {
@@ -791,20 +802,7 @@ impl Rpc {
         let end = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         loop {
             let now = self.now();
-            if self.client.poll_timeout().is_some_and(|t| t <= now) {
-                self.client.handle_timeout(now);
-            }
-            if self.server.poll_timeout().is_some_and(|t| t <= now) {
-                self.server.handle_timeout(now);
-            }
-            if let Some(long) = self.long.as_mut() {
-                if long.sender.poll_timeout().is_some_and(|t| t <= now) {
-                    long.sender.handle_timeout(now);
-                }
-                if long.receiver.poll_timeout().is_some_and(|t| t <= now) {
-                    long.receiver.handle_timeout(now);
-                }
-            }
+            self.run_timers(now);
             self.transmit();
             self.collect();
             self.run_repeat();
@@ -816,20 +814,12 @@ impl Rpc {
                 .repeat
                 .as_ref()
                 .map(|r| r.next.saturating_duration_since(std::time::Instant::now()));
-            let long = self.long.as_ref();
-            let timer = [
-                self.client.poll_timeout(),
-                self.server.poll_timeout(),
-                long.and_then(|l| l.sender.poll_timeout()),
-                long.and_then(|l| l.receiver.poll_timeout()),
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|t| t.saturating_since(now))
-            .into_iter()
-            .chain(repeat)
-            .min();
+            let timer = self
+                .next_timer()
+                .map(|t| t.saturating_since(now))
+                .into_iter()
+                .chain(repeat)
+                .min();
             let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
             let wait = match (timer, left) {
                 (Some(a), Some(b)) => a.min(b),
