@@ -362,7 +362,7 @@ impl Rpc {
             .min(port.message_bytes_max())
             .min(datagram);
         let client = Client::new(cfg, port.incarnation())?;
-        let server = Server::new(cfg)?;
+        let server = Server::with_incarnation(cfg, port.incarnation())?;
         let long = if cfg.long_bytes_max > 0 {
             Some(Long::new(&cfg, port.incarnation())?)
         } else {

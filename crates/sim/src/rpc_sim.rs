@@ -5,8 +5,9 @@
 //! Safety phase (faults on), then a liveness phase (faults healed, no crashes): each client
 //! calls every live server and must get every answer. Checkers, after every step:
 //! - **at most once**: no server incarnation executes one call (client incarnation, call id)
-//!   twice; executions in a restarted server's new incarnation are counted apart (a server's
-//!   memory does not survive its crash, see docs/ARCHITECTURE.md);
+//!   twice; a restarted server's new incarnation runs a call again only if its requests name
+//!   no server incarnation (its client had not heard from that server when it started it;
+//!   see docs/ARCHITECTURE.md), and those are counted apart;
 //! - **integrity**: every result a client gets is the function of the request its server
 //!   computes, from a server the call went to, for a call that server executed; every failure
 //!   is one the server reported;
@@ -90,8 +91,9 @@ fn fails(payload: &[u8]) -> bool {
 struct SimServer {
     server: Server,
     incarnation: u32,
-    /// Calls whose handler is still "running": (reply at, token, deadline, payload).
-    running: Vec<(Instant, Token, Instant, Vec<u8>)>,
+    /// Calls whose handler is still "running": (reply at, token, deadline, payload, the
+    /// server incarnation the request that started it named).
+    running: Vec<(Instant, Token, Instant, Vec<u8>, u64)>,
 }
 
 /// A call as the checker knows it: destinations, answers needed, start, deadline, payload.
@@ -173,7 +175,7 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
     let mut net = Network::new(n, faults.clone(), rng.fork());
     let mut servers: Vec<SimServer> = (0..ns)
         .map(|_| SimServer {
-            server: Server::new(cfg).expect("config"),
+            server: Server::with_incarnation(cfg, 1).expect("config"),
             incarnation: 1,
             running: Vec::new(),
         })
@@ -233,7 +235,7 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
             if k < ns {
                 let s = &mut servers[k];
                 s.incarnation += 1;
-                s.server = Server::new(cfg).expect("config");
+                s.server = Server::with_incarnation(cfg, s.incarnation as u64).expect("config");
                 s.running.clear();
             } else {
                 let c = &mut clients[k - ns];
@@ -279,7 +281,9 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         } else {
                             now
                         };
-                        s.running.push((at, token, deadline, payload.to_vec()));
+                        let named = r.server_incarnation;
+                        s.running
+                            .push((at, token, deadline, payload.to_vec(), named));
                     }
                 }
                 RpcHeader::Probe(r) => {
@@ -301,7 +305,7 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         token, deadline, ..
                     } = s.server.handle_forwarded(now, from, client, &r)
                     {
-                        s.running.push((now, token, deadline, payload.to_vec()));
+                        s.running.push((now, token, deadline, payload.to_vec(), 0));
                     }
                 }
                 RpcHeader::Reply(r) => {
@@ -335,7 +339,7 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                     i += 1;
                     continue;
                 }
-                let (_, token, deadline, payload) = s.running.swap_remove(i);
+                let (_, token, deadline, payload, named) = s.running.swap_remove(i);
                 let (status, out) = if now > deadline {
                     (Status::DeadlinePassed, Vec::new())
                 } else {
@@ -362,6 +366,15 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         token.call_id,
                     )) {
                         executed_after_restart += 1;
+                        // Allowed only for a call started before its client heard from this
+                        // server at all (its requests name no incarnation).
+                        if named != 0 {
+                            return Err(fail(format!(
+                                "server {k} (incarnation {}) ran call {} of {} again, though \
+                                 its request named incarnation {named}",
+                                s.incarnation, token.call_id, token.client
+                            )));
+                        }
                     }
                     if fails(&payload) {
                         (Status::Failed, b"refused".to_vec())
@@ -484,6 +497,14 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                             }
                         }
                         Err(RemoteError::DeadlinePassed) => {}
+                        // The server restarted since the client last heard from it.
+                        Err(RemoteError::Restarted) => {
+                            if servers[from.site as usize].incarnation < 2 {
+                                return Err(fail(format!(
+                                    "client {k}: call {id}: Restarted from {from}, never restarted"
+                                )));
+                            }
+                        }
                         Err(e) => {
                             return Err(fail(format!("client {k}: call {id}: unexpected {e}")));
                         }

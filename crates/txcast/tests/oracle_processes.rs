@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 use txcast_port::{
-    ClusterConfig, Engine, EngineConfig, EngineMode, OracleClient, Port, PortConfig, Rpc, RpcConfig,
+    ClusterConfig, Engine, EngineConfig, EngineMode, OracleClient, Port, PortConfig, RemoteError,
+    Rpc, RpcCallError, RpcConfig,
 };
 use txcast_proto::Address;
 
@@ -141,6 +142,13 @@ fn a_moved_server_process_is_found_again_through_the_oracle() {
         "the move heard"
     );
     assert_eq!(engine.socket_addr(server).unwrap(), moved_to);
+    // The first call reaches the new process, which refuses it: the client knew the killed
+    // one, which for all it knows got the call (at most once across restarts). The answer
+    // teaches the new incarnation, and the next call runs.
+    match c.call(server, 1, b"xyz", Duration::from_secs(2)) {
+        Err(RpcCallError::Remote(RemoteError::Restarted)) => {}
+        other => panic!("{other:?}"),
+    }
     assert_eq!(
         c.call(server, 1, b"xyz", Duration::from_secs(2)).unwrap(),
         b"zyx",

@@ -6,7 +6,7 @@ use crate::addr::Address;
 use crate::time::Instant;
 use core::cmp::Reverse;
 use core::time::Duration;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 /// Calls to more destinations than this find a replying server by binary search.
 const LINEAR_SEARCH_MAX: usize = 16;
@@ -57,6 +57,8 @@ struct Call {
     /// (destination, its index), sorted, for calls to many (empty otherwise).
     sorted: Vec<(Address, usize)>,
     answered: Vec<bool>,
+    /// Per destination: the server incarnation known when the call started (0: none).
+    expected: Vec<u64>,
     need: usize,
     deadline: Instant,
     next_retry: Instant,
@@ -95,8 +97,14 @@ pub struct Client {
     /// One live entry per call at its due time; entries of finished calls are skipped.
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     events: VecDeque<(CallId, Outcome)>,
+    /// The incarnation of each server this client heard from (at most `SERVERS_KNOWN_MAX`).
+    servers: HashMap<Address, u64>,
     pub counters: ClientCounters,
 }
+
+/// Servers whose incarnation a client remembers; past it, new ones are not remembered (their
+/// requests expect none, as before the first answer).
+const SERVERS_KNOWN_MAX: usize = 4096;
 
 impl Client {
     /// A client whose calls are told apart from its predecessors' by `incarnation` (a server
@@ -112,6 +120,7 @@ impl Client {
             transmit: VecDeque::new(),
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
+            servers: HashMap::new(),
             counters: ClientCounters::default(),
         })
     }
@@ -193,6 +202,10 @@ impl Client {
             destinations: destinations.to_vec(),
             sorted,
             answered: vec![false; n],
+            expected: destinations
+                .iter()
+                .map(|d| self.servers.get(d).copied().unwrap_or(0))
+                .collect(),
             need,
             deadline: now + deadline,
             next_retry: now + self.cfg.retry_initial,
@@ -238,6 +251,8 @@ impl Client {
             incarnation: self.incarnation,
             call_id: id.0,
             acked_below,
+            // One copy for several servers: none expected.
+            server_incarnation: 0,
         });
         let n = msg::encode_vec(&header, &call.payload, buf)?;
         self.counters.requests_sent += 1;
@@ -273,6 +288,12 @@ impl Client {
             let Some(call) = self.calls.get_mut(&id) else {
                 continue;
             };
+            // What the client knew of the server when the call started: a server that
+            // restarted since does not run a copy its predecessor may have run, even if the
+            // client has heard from the new one since (on another call).
+            let server_incarnation = call
+                .index_of(to)
+                .map_or(0, |i| call.expected.get(i).copied().unwrap_or(0));
             call.queued = call.queued.saturating_sub(1);
             let left = call.deadline.saturating_since(now).as_micros();
             if left == 0 {
@@ -284,6 +305,7 @@ impl Client {
                 incarnation: self.incarnation,
                 call_id: id,
                 acked_below,
+                server_incarnation,
             });
             let n = msg::encode_vec(&header, &call.payload, buf)?;
             self.counters.requests_sent += 1;
@@ -305,7 +327,22 @@ impl Client {
 
     /// A reply arrived from `from` (decoded by [`msg::decode`]).
     pub fn handle_reply(&mut self, from: Address, reply: &ReplyHeader, payload: &[u8]) {
-        self.take_reply(from, reply, payload);
+        if self.take_reply(from, reply, payload) && reply.server_incarnation != 0 {
+            // Incarnations grow: a late reply from a predecessor does not undo what a later
+            // one taught.
+            let known = self.servers.get(&from).copied().unwrap_or(0);
+            if reply.server_incarnation > known
+                && (self.servers.len() < SERVERS_KNOWN_MAX || known != 0)
+            {
+                self.servers.insert(from, reply.server_incarnation);
+            }
+        }
+    }
+
+    /// The incarnation of the server at `a` this client last heard from, if any: its
+    /// requests to `a` expect it.
+    pub fn server_incarnation(&self, a: Address) -> Option<u64> {
+        self.servers.get(&a).copied()
     }
 
     /// The answer to a call that server `called` handed on to `from` (`forward_request`):
@@ -317,42 +354,46 @@ impl Client {
         reply: &ReplyHeader,
         payload: &[u8],
     ) {
+        // Its server incarnation is the answering server's, not the called one's.
         self.take_reply(called, reply, payload);
     }
 
-    fn take_reply(&mut self, from: Address, reply: &ReplyHeader, payload: &[u8]) {
+    /// Takes a reply in; true if it was for a call of this client to `from` (outstanding, or
+    /// answered already by it).
+    fn take_reply(&mut self, from: Address, reply: &ReplyHeader, payload: &[u8]) -> bool {
         let ReplyHeader {
             status,
             incarnation,
             call_id,
+            ..
         } = *reply;
         if incarnation != self.incarnation {
             self.counters.replies_foreign += 1;
-            return;
+            return false;
         }
         let Some(call) = self.calls.get_mut(&call_id) else {
             self.counters.replies_late += 1;
-            return;
+            return false;
         };
         let Some(i) = call.index_of(from) else {
             self.counters.replies_stranger += 1;
-            return;
+            return false;
         };
         if call.answered[i] {
             self.counters.replies_late += 1;
-            return;
+            return true;
         }
         let result = match status {
             Status::Busy => {
                 // Not executed: the next retransmission asks again.
                 self.counters.busy += 1;
-                return;
+                return true;
             }
             Status::Resend => {
                 // A probe the server could not answer: the next retransmission carries the
                 // whole request (the transport decides what a copy carries).
                 self.counters.resend_asked += 1;
-                return;
+                return true;
             }
             Status::Ok => Ok(payload.to_vec()),
             Status::NoHandler => Err(RemoteError::NoHandler),
@@ -361,6 +402,7 @@ impl Client {
                 String::from_utf8_lossy(payload).into_owned(),
             )),
             Status::ReplyTooLong => Err(RemoteError::ReplyTooLong),
+            Status::Restarted => Err(RemoteError::Restarted),
         };
         self.counters.replies += 1;
         call.answered[i] = true;
@@ -368,6 +410,7 @@ impl Client {
         if call.replies.len() >= call.need {
             self.finish(call_id, End::Complete);
         }
+        true
     }
 
     /// Drops finished calls' timers from the top of the heap, so that [`Client::poll_timeout`]

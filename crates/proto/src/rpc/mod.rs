@@ -104,7 +104,7 @@ impl RpcConfig {
             return bad("destinations_max must be 1..=1024");
         }
         if self.message_bytes_max <= RPC_HEADER_BYTES + ADDRESS_BYTES {
-            return bad("message_bytes_max must exceed the 40-byte headers");
+            return bad("message_bytes_max must exceed the 48-byte headers");
         }
         if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
             return bad("retry_initial must be positive and at most retry_max");
@@ -171,6 +171,9 @@ pub enum RemoteError {
     Failed(String),
     /// Executed, but the result was longer than a reply may be.
     ReplyTooLong,
+    /// The server restarted since this client last heard from it: this incarnation did not
+    /// execute the call; its predecessor may have.
+    Restarted,
 }
 
 impl fmt::Display for RemoteError {
@@ -180,6 +183,9 @@ impl fmt::Display for RemoteError {
             RemoteError::DeadlinePassed => f.write_str("deadline passed before it could run"),
             RemoteError::Failed(m) => write!(f, "handler failed: {m}"),
             RemoteError::ReplyTooLong => f.write_str("the result is longer than a reply may be"),
+            RemoteError::Restarted => f.write_str(
+                "the server restarted since the last answer: not executed by it, perhaps by its predecessor",
+            ),
         }
     }
 }

@@ -1,17 +1,22 @@
 //! RPC messages: a checked view over the bytes of one port message, and its writer.
 //!
-//! Every RPC message starts with a 32-byte header, then the payload:
+//! Every RPC message starts with a 40-byte header, then the payload:
 //!
 //! ```text
 //!  0 magic u8 (0xA7) | 1 kind u8 | 2 code u16 | 4 deadline_us u32
 //!  8 client incarnation u64 | 16 call id u64 | 24 acked_below u64
+//! 32 server incarnation u64
 //! ```
 //!
 //! - A request's code is its request type; `deadline_us` is the time the call had left when
 //!   this copy was sent (at least 1: a call out of time is not sent); `acked_below` says every
 //!   call of this client with a lower id is finished, so the server may forget their replies.
-//! - A reply's code is its [`Status`]; it echoes the request's incarnation and call id;
-//!   `deadline_us` and `acked_below` are zero.
+//! - A request's server incarnation is the incarnation of the server the client last heard
+//!   from at that address (0: none known). A server of another incarnation does not execute
+//!   it: it answers [`Status::Restarted`] (the server restarted since; its predecessor may
+//!   have executed the call, it will not).
+//! - A reply's code is its [`Status`]; it echoes the request's incarnation and call id, and
+//!   carries the answering server's incarnation; `deadline_us` and `acked_below` are zero.
 //! - A forwarded request (kind 3) is a request's header, then the original caller's address
 //!   (8 bytes), then the payload; a forwarded reply (kind 4) a reply's header, then the
 //!   address of the server the caller called, then the payload.
@@ -25,7 +30,7 @@ use crate::addr::{Address, ADDRESS_BYTES};
 use crate::wire::{u16_at, u32_at, u64_at};
 use core::fmt;
 
-pub const RPC_HEADER_BYTES: usize = 32;
+pub const RPC_HEADER_BYTES: usize = 40;
 /// First byte of every RPC message: tells it from other traffic on a port.
 pub const RPC_MAGIC: u8 = 0xA7;
 
@@ -62,6 +67,9 @@ pub enum Status {
     ReplyTooLong = 5,
     /// A probe for a call the server does not know: not executed; send the whole request.
     Resend = 6,
+    /// The request named another incarnation of the server: not executed by this one (the
+    /// server restarted since the client last heard from it).
+    Restarted = 7,
 }
 
 impl Status {
@@ -74,6 +82,7 @@ impl Status {
             4 => Status::Busy,
             5 => Status::ReplyTooLong,
             6 => Status::Resend,
+            7 => Status::Restarted,
             other => return Err(RpcWireError::UnknownStatus(other)),
         })
     }
@@ -120,7 +129,7 @@ impl fmt::Display for RpcWireError {
             ),
             RpcWireError::BadMagic(b) => write!(f, "rpc magic must be 0xa7, is {b:#04x}"),
             RpcWireError::UnknownKind(k) => write!(f, "rpc kind must be 1..=5, is {k}"),
-            RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=6, is {s}"),
+            RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=7, is {s}"),
             RpcWireError::ProbeWithPayload => f.write_str("rpc probe must be the header alone"),
             RpcWireError::ZeroCallId => f.write_str("rpc call id must not be 0"),
             RpcWireError::ZeroDeadline => {
@@ -155,6 +164,8 @@ pub struct RequestHeader {
     pub call_id: u64,
     /// Every call of this client below this id is finished.
     pub acked_below: u64,
+    /// The incarnation of the server the client expects (0: any).
+    pub server_incarnation: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,6 +173,8 @@ pub struct ReplyHeader {
     pub status: Status,
     pub incarnation: u64,
     pub call_id: u64,
+    /// The answering server's incarnation.
+    pub server_incarnation: u64,
 }
 
 /// Whether `bytes` start like an RPC message (a cheap test before [`decode`]).
@@ -182,6 +195,7 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
     let incarnation = u64_at(bytes, 8);
     let call_id = u64_at(bytes, 16);
     let acked_below = u64_at(bytes, 24);
+    let server_incarnation = u64_at(bytes, 32);
     if call_id == 0 {
         return Err(RpcWireError::ZeroCallId);
     }
@@ -226,6 +240,7 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
                 incarnation,
                 call_id,
                 acked_below,
+                server_incarnation,
             })
         }
         2 => {
@@ -236,6 +251,7 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
                 status: Status::from_u16(code)?,
                 incarnation,
                 call_id,
+                server_incarnation,
             })
         }
         k => return Err(RpcWireError::UnknownKind(k)),
@@ -284,7 +300,7 @@ pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usiz
     if buf.len() < n || matches!(header, RpcHeader::Probe(_)) && !payload.is_empty() {
         return None;
     }
-    let (kind, code, deadline_us, incarnation, call_id, acked_below) = match *header {
+    let (kind, code, deadline_us, incarnation, call_id, acked_below, server) = match *header {
         RpcHeader::Request(r) | RpcHeader::Probe(r) => (
             if matches!(header, RpcHeader::Probe(_)) {
                 RpcKind::Probe
@@ -296,6 +312,7 @@ pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usiz
             r.incarnation,
             r.call_id,
             r.acked_below,
+            r.server_incarnation,
         ),
         RpcHeader::Reply(r) => (
             RpcKind::Reply,
@@ -304,6 +321,7 @@ pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usiz
             r.incarnation,
             r.call_id,
             0,
+            r.server_incarnation,
         ),
         RpcHeader::Forwarded(..) | RpcHeader::ForwardedReply(..) => unreachable!("handled above"),
     };
@@ -314,6 +332,7 @@ pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usiz
     buf[8..16].copy_from_slice(&incarnation.to_le_bytes());
     buf[16..24].copy_from_slice(&call_id.to_le_bytes());
     buf[24..32].copy_from_slice(&acked_below.to_le_bytes());
+    buf[32..40].copy_from_slice(&server.to_le_bytes());
     buf[RPC_HEADER_BYTES..n].copy_from_slice(payload);
     Some(n)
 }

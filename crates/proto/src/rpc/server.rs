@@ -55,6 +55,8 @@ pub struct ServerCounters {
     pub duplicates_finished: u64,
     /// Probes for calls not known here (answered `Resend`).
     pub probes_unknown: u64,
+    /// Requests for another incarnation of this server (answered `Restarted`, not executed).
+    pub other_incarnation: u64,
     pub busy: u64,
     pub deadline_passed: u64,
     pub replies_sent: u64,
@@ -72,6 +74,7 @@ crate::counters_sum!(ServerCounters {
     duplicates_forwarded,
     duplicates_finished,
     probes_unknown,
+    other_incarnation,
     busy,
     deadline_passed,
     replies_sent,
@@ -143,6 +146,8 @@ pub struct Server {
     expiries: BinaryHeap<Reverse<(Instant, Expiry)>>,
     /// Bytes the entries hold.
     bytes: usize,
+    /// This server's incarnation (0: none, requests are not checked).
+    incarnation: u64,
     pub counters: ServerCounters,
 }
 
@@ -156,8 +161,23 @@ impl Server {
             transmit: VecDeque::new(),
             expiries: BinaryHeap::new(),
             bytes: 0,
+            incarnation: 0,
             counters: ServerCounters::default(),
         })
+    }
+
+    /// A server of incarnation `incarnation` (non-zero, larger for each restart: a port's
+    /// incarnation). Its replies carry it, clients' requests name the incarnation they last
+    /// heard from, and a request naming another is answered [`Status::Restarted`] and not
+    /// executed: a copy of a call the predecessor may have executed does not run again.
+    pub fn with_incarnation(cfg: RpcConfig, incarnation: u64) -> Result<Server, super::RpcError> {
+        let mut s = Server::new(cfg)?;
+        s.incarnation = incarnation;
+        Ok(s)
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     /// Calls remembered (running or answered).
@@ -223,6 +243,7 @@ impl Server {
             incarnation,
             call_id,
             acked_below,
+            server_incarnation,
         } = *r;
         self.counters.requests += 1;
         // What is out of its window goes first: nothing below may then remove the record this
@@ -234,6 +255,15 @@ impl Server {
             call_id,
             called,
         };
+        if server_incarnation != 0
+            && self.incarnation != 0
+            && server_incarnation != self.incarnation
+        {
+            // A copy of a call to our predecessor, which may have executed it.
+            self.counters.other_incarnation += 1;
+            self.queue(Out::Bare(token, Status::Restarted));
+            return Verdict::Dropped;
+        }
         let key = token.key();
         if !self.clients.contains_key(&key) {
             if self.clients.len() >= self.cfg.clients_max
@@ -449,6 +479,8 @@ impl Server {
                         incarnation: t.incarnation,
                         call_id: t.call_id,
                         acked_below,
+                        // The other server's incarnation is not ours to know.
+                        server_incarnation: 0,
                     },
                     t.client,
                 );
@@ -474,6 +506,7 @@ impl Server {
                 status,
                 incarnation: token.incarnation,
                 call_id: token.call_id,
+                server_incarnation: self.incarnation,
             };
             let header = match token.called {
                 Some(v) => RpcHeader::ForwardedReply(reply, v),

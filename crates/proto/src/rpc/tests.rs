@@ -57,7 +57,7 @@ impl Net {
             client: Client::new(c, 77).unwrap(),
             servers: behaviours
                 .iter()
-                .map(|&b| (Server::new(c).unwrap(), b))
+                .map(|&b| (Server::with_incarnation(c, 1).unwrap(), b))
                 .collect(),
             executed: vec![Vec::new(); behaviours.len()],
             drop_replies: 0,
@@ -487,7 +487,10 @@ fn probes_are_answered_from_memory_or_ask_for_the_whole_request() {
     };
     let probe = |r: RequestHeader| {
         let mut b = [0u8; RPC_HEADER_BYTES];
-        assert_eq!(msg::encode(&RpcHeader::Probe(r), &[], &mut b), Some(32));
+        assert_eq!(
+            msg::encode(&RpcHeader::Probe(r), &[], &mut b),
+            Some(RPC_HEADER_BYTES)
+        );
         assert_eq!(msg::decode(&b).unwrap(), (RpcHeader::Probe(r), &[][..]));
         r
     };
@@ -519,14 +522,50 @@ fn probes_are_answered_from_memory_or_ask_for_the_whole_request() {
     assert_eq!(o.replies, vec![(s, Ok(b"done".to_vec()))]);
     assert_eq!(n.executed[0].len(), 1);
     // A probe must be the header alone.
-    let mut b = [0u8; 40];
+    let mut b = [0u8; RPC_HEADER_BYTES + 8];
     assert!(msg::encode(&RpcHeader::Probe(r), b"x", &mut b).is_none());
     msg::encode(&RpcHeader::Request(r), b"x", &mut b).unwrap();
     b[1] = 5;
     assert_eq!(
-        msg::decode(&b[..33]).unwrap_err(),
+        msg::decode(&b[..RPC_HEADER_BYTES + 1]).unwrap_err(),
         RpcWireError::ProbeWithPayload
     );
+}
+
+/// A server that restarted does not run a copy of a call its predecessor may have run: the
+/// copy names the incarnation the client knew when the call started, even once the client has
+/// heard from the new one on another call. A call started before the client heard from the
+/// server at all names none (the window left open).
+#[test]
+fn a_restarted_server_does_not_run_copies_of_calls_made_to_its_predecessor() {
+    use Behaviour::*;
+    let mut n = Net::new(&[Hold]);
+    let s = server_addr(0);
+    let first = n.call(&[s], b"0", Completion::First, 500 * MS);
+    let (t, ..) = n.executed[0][0];
+    assert!(n.servers[0].0.reply(t, Status::Ok, b"ok"));
+    n.pump();
+    assert!(n.outcome(first).is_some());
+    assert_eq!(n.client.server_incarnation(s), Some(1));
+    // Call A runs at incarnation 1, whose answer is lost; then the server restarts.
+    let a = n.call(&[s], b"A", Completion::First, 500 * MS);
+    assert_eq!(n.executed[0].len(), 2);
+    n.servers[0] = (Server::with_incarnation(cfg(), 2).unwrap(), Echo);
+    // Call B, started while the client knew incarnation 1, is refused too (for all the
+    // client knows, it reached the predecessor); the answer teaches incarnation 2.
+    let b = n.call(&[s], b"B", Completion::First, 500 * MS);
+    let o = n.outcome(b).expect("answered");
+    assert_eq!(o.replies, vec![(s, Err(RemoteError::Restarted))]);
+    assert_eq!(n.client.server_incarnation(s), Some(2));
+    // A's copies still name incarnation 1: not run, answered Restarted.
+    n.run_for(30 * MS);
+    let o = n.outcome(a).expect("answered");
+    assert_eq!(o.replies, vec![(s, Err(RemoteError::Restarted))]);
+    assert_eq!(n.executed[0].len(), 2, "nothing ran at incarnation 2");
+    assert!(n.servers[0].0.counters.other_incarnation >= 1);
+    // A new call names incarnation 2 and runs.
+    let c = n.call(&[s], b"C", Completion::First, 500 * MS);
+    assert_eq!(n.outcome(c).unwrap().replies, vec![(s, Ok(b"C".to_vec()))]);
 }
 
 #[test]
@@ -620,6 +659,7 @@ fn finished_calls_are_forgotten_and_their_late_copies_dropped() {
         incarnation: 77,
         call_id: 1,
         acked_below: 1,
+        server_incarnation: 0,
     };
     let v = n.servers[0].0.handle_request(n.now, CLIENT, &late);
     assert_eq!(v, Verdict::Dropped);
@@ -645,6 +685,7 @@ fn a_server_remembers_a_call_until_its_deadline_and_the_packet_lifetime_have_pas
         incarnation: 77,
         call_id: 1,
         acked_below: 1,
+        server_incarnation: 0,
     };
     assert_eq!(
         n.servers[0].0.handle_request(n.now, CLIENT, &copy),
@@ -668,6 +709,7 @@ fn a_new_client_answered_busy_takes_no_place() {
         incarnation: 1,
         call_id: 1,
         acked_below: 1,
+        server_incarnation: 0,
     };
     let now = Instant(0);
     assert!(matches!(
@@ -694,6 +736,7 @@ fn a_request_arriving_after_its_clients_record_expired_on_a_full_server_is_handl
         incarnation: 77,
         call_id: 1,
         acked_below: 1,
+        server_incarnation: 0,
     };
     let Verdict::Execute { token, .. } = s.handle_request(t0, CLIENT, &r1) else {
         panic!("executed")
@@ -725,6 +768,7 @@ fn every_copy_of_a_call_gets_the_same_answer_whatever_its_deadline() {
         incarnation: 77,
         call_id: 1,
         acked_below: 1,
+        server_incarnation: 0,
     };
     let earlier = RequestHeader {
         deadline_us: 1_010_000,
@@ -783,6 +827,7 @@ fn calls_to_many_servers_find_duplicates_and_answers() {
             status: Status::Ok,
             incarnation: 1,
             call_id: id.0,
+            server_incarnation: 0,
         };
         c.handle_reply(a, &r, &[k as u8]);
     }
@@ -820,6 +865,7 @@ fn replies_for_another_incarnation_or_from_a_stranger_or_late_are_dropped() {
         status: Status::Ok,
         incarnation: inc,
         call_id: call,
+        server_incarnation: 0,
     };
     c.handle_reply(server_addr(0), &reply(6, id.0), b"");
     c.handle_reply(server_addr(1), &reply(5, id.0), b"");
@@ -951,6 +997,7 @@ fn headers_round_trip() {
         incarnation: u64::MAX,
         call_id: 42,
         acked_below: 40,
+        server_incarnation: 0,
     });
     let n = msg::encode(&req, b"payload", &mut buf).unwrap();
     assert_eq!(n, RPC_HEADER_BYTES + 7);
@@ -968,6 +1015,7 @@ fn headers_round_trip() {
             status,
             incarnation: 3,
             call_id: 1,
+            server_incarnation: 0,
         });
         let n = msg::encode(&rep, b"", &mut buf).unwrap();
         assert_eq!(msg::decode(&buf[..n]).unwrap(), (rep, &b""[..]));
@@ -989,6 +1037,7 @@ fn headers_round_trip() {
             status: Status::Failed,
             incarnation: 9,
             call_id: 8,
+            server_incarnation: 0,
         },
         client,
     );
@@ -1002,13 +1051,14 @@ fn headers_round_trip() {
 
 #[test]
 fn every_decoder_rule_is_checked() {
-    let mut good = [0u8; 32];
+    let mut good = [0u8; RPC_HEADER_BYTES];
     let req = RpcHeader::Request(RequestHeader {
         request_type: 1,
         deadline_us: 5,
         incarnation: 1,
         call_id: 1,
         acked_below: 1,
+        server_incarnation: 0,
     });
     msg::encode(&req, b"", &mut good).unwrap();
     let with = |i: usize, v: u8| {
@@ -1017,8 +1067,8 @@ fn every_decoder_rule_is_checked() {
         msg::decode(&b).map(|_| ()).unwrap_err()
     };
     assert_eq!(
-        msg::decode(&good[..31]).unwrap_err(),
-        RpcWireError::Short { len: 31 }
+        msg::decode(&good[..39]).unwrap_err(),
+        RpcWireError::Short { len: 39 }
     );
     assert_eq!(with(0, 0x00), RpcWireError::BadMagic(0));
     assert_eq!(with(1, 6), RpcWireError::UnknownKind(6));
@@ -1028,8 +1078,8 @@ fn every_decoder_rule_is_checked() {
     probe[4] = 0;
     assert_eq!(msg::decode(&probe).unwrap_err(), RpcWireError::ZeroDeadline);
     // Handed-on kinds need the address after the header.
-    assert_eq!(with(1, 3), RpcWireError::ShortForwarded { len: 32 });
-    assert_eq!(with(1, 4), RpcWireError::ShortForwarded { len: 32 });
+    assert_eq!(with(1, 3), RpcWireError::ShortForwarded { len: 40 });
+    assert_eq!(with(1, 4), RpcWireError::ShortForwarded { len: 40 });
     assert_eq!(with(16, 0), RpcWireError::ZeroCallId);
     assert_eq!(with(4, 0), RpcWireError::ZeroDeadline);
     // As a reply: deadline and acked_below must be zero, the status known.
@@ -1061,7 +1111,7 @@ fn random_input_never_panics_and_memory_stays_bounded() {
         ..cfg()
     };
     let mut rng = Rng::new(7);
-    let mut server = Server::new(c).unwrap();
+    let mut server = Server::with_incarnation(c, 1).unwrap();
     let mut client = Client::new(c, 1).unwrap();
     let mut buf = vec![0u8; c.message_bytes_max];
     let mut now = Instant(0);
@@ -1093,6 +1143,11 @@ fn random_input_never_panics_and_memory_stays_bounded() {
             for b in &mut bytes[25..32] {
                 *b = 0;
             }
+            // The server incarnation named: none, this one, or another.
+            for b in &mut bytes[33..40] {
+                *b = 0;
+            }
+            bytes[32] = rng.below(3) as u8;
         }
         let from = Address::new(1, rng.below(8) as u16, 1, 0);
         if let Ok((h, payload)) = msg::decode(&bytes) {
@@ -1133,7 +1188,11 @@ fn random_input_never_panics_and_memory_stays_bounded() {
     // The input reached every path that matters.
     let s = &server.counters;
     assert!(
-        s.executed > 300 && s.busy > 0 && s.forgotten > 0 && s.forwarded > 0,
+        s.executed > 300
+            && s.busy > 0
+            && s.forgotten > 0
+            && s.forwarded > 0
+            && s.other_incarnation > 0,
         "{s:?}"
     );
 }
@@ -1274,6 +1333,7 @@ fn poll_transmit_does_not_stop_at_a_message_that_does_not_fit() {
         incarnation: 1,
         call_id,
         acked_below: 1,
+        server_incarnation: 0,
     };
     let Verdict::Execute { token: a, .. } = s.handle_request(now, CLIENT, &r(1)) else {
         panic!()

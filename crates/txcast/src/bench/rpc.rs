@@ -3,8 +3,8 @@
 //! and multicast RPC to 1..16 servers completing on the first answer, a majority, or all.
 //!
 //! Every server is its own process (`__bench-child rpc serve ...`), parked while it waits, as
-//! is the calling parent. A null call carries no payload (a 32-byte RPC header); the raw UDP
-//! yardstick carries 32 bytes each way.
+//! is the calling parent. A null call carries no payload (a 40-byte RPC header); the raw UDP
+//! yardstick carries as many bytes each way.
 
 use super::rtt::{find_case, measure_in_processes};
 use super::stats::{Report, Samples};
@@ -16,6 +16,7 @@ use txcast_port::{
     Completion, End, Engine, EngineConfig, EngineMode, IdleStrategy, Port, PortConfig, Rpc,
     RpcCallError, RpcConfig,
 };
+use txcast_proto::rpc::RPC_HEADER_BYTES;
 use txcast_proto::Address;
 
 /// Away from the tests' instances and the other benchmarks'.
@@ -353,7 +354,7 @@ pub fn run(args: &[String]) -> i32 {
         "txcast-remote-park",
     ] {
         let c = find_case(case).expect("case exists");
-        match measure_in_processes(c, 32, warmup, iterations) {
+        match measure_in_processes(c, RPC_HEADER_BYTES, warmup, iterations) {
             Ok(s) => {
                 eprintln!("  {case}: p50 {:.1} µs", s.p50_ns as f64 / 1e3);
                 report.push_latency(case, 0, s);
@@ -420,7 +421,7 @@ pub fn run(args: &[String]) -> i32 {
     let heading = format!(
         "rpc: null calls ({iterations} timed after {warmup}), every server a parked process; \
          local = same site (shared memory), remote = site 1 (UDP); multicast = null calls to \
-         n remote servers ({mc_iterations} each); yardsticks at 32 bytes (latencies in µs)\n"
+         n remote servers ({mc_iterations} each); yardsticks at 40 bytes (latencies in µs)\n"
     );
     if opts.flag("json") {
         eprint!("{heading}{}", report.table());
