@@ -255,6 +255,8 @@ pub(crate) struct Shared {
     /// port closed during it would keep its address bound until the sleeper woke, while epoll
     /// holds no reference and forgets a socket the moment it closes.
     epoll_fd: i32,
+    /// Steps of services that panicked.
+    pub services_failed: AtomicU64,
     /// Nanoseconds (engine clock) until which the engine thread sleeps; `u64::MAX` while awake.
     /// In invoker mode: the earliest wake-up announced by the threads asleep in
     /// [`Engine::invoker_sleep`] (see `sleepers`).
@@ -353,6 +355,7 @@ impl Engine {
             thread: Mutex::new(None),
             loss: Mutex::new(txcast_proto::rng::Rng::new(cfg.loss_seed)),
             injected_losses: AtomicU64::new(0),
+            services_failed: AtomicU64::new(0),
             locations: RwLock::new(HashMap::new()),
             has_locations: AtomicBool::new(false),
             fanout: Mutex::new(FanoutQueue::default()),
@@ -558,8 +561,9 @@ impl Engine {
                     deadline = Some(deadline.map_or(t, |d| d.min(t)));
                 }
             }
-            if let Some(t) = ep.service.lock().expect("service lock").as_ref() {
-                if let Some(t) = t.next_deadline() {
+            // Never waited for (see `services`): one its owner holds is looked at next time.
+            if let Ok(s) = ep.service.try_lock() {
+                if let Some(t) = s.as_ref().and_then(|s| s.next_deadline()) {
                     deadline = Some(deadline.map_or(t, |d| d.min(t)));
                 }
             }
@@ -822,12 +826,21 @@ impl Engine {
     }
 
     /// Runs `f` on every port's service; true if it returned true for any.
+    /// A service its owner holds (in `EngineServer::with`) counts as true: the engine must not
+    /// sleep on it, and never waits for it (the owner may need the engine, or the engine's
+    /// lock on the ports, to finish).
     fn services(&self, mut f: impl FnMut(&mut dyn Service) -> bool) -> bool {
         let eps = self.shared.endpoints.read().expect("engine lock");
         let mut any = false;
         for ep in eps.iter() {
-            if let Some(s) = ep.service.lock().expect("service lock").as_mut() {
-                any |= f(s.as_mut());
+            match ep.service.try_lock() {
+                Ok(mut s) => {
+                    if let Some(s) = s.as_mut() {
+                        any |= f(s.as_mut());
+                    }
+                }
+                Err(std::sync::TryLockError::WouldBlock) => any = true,
+                Err(std::sync::TryLockError::Poisoned(_)) => {}
             }
         }
         any
@@ -869,9 +882,20 @@ impl Engine {
             work += crate::group::run_timers(self, ep);
             if !self.is_invoker() {
                 // A port served on the engine: its requests are handled here and now.
-                if let Ok(mut s) = ep.service.try_lock() {
-                    if let Some(s) = s.as_mut() {
-                        work += s.step();
+                if let Ok(mut guard) = ep.service.try_lock() {
+                    if let Some(s) = guard.as_mut() {
+                        // A panic in it must not take the engine, and every other port, down
+                        // (handlers catch their own; this is what is left). It is counted;
+                        // the service stays (dropping it here would close its port under the
+                        // engine's lock on the ports).
+                        let step =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.step()));
+                        match step {
+                            Ok(w) => work += w,
+                            Err(_) => {
+                                self.shared.services_failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
                     }
                 }
             }

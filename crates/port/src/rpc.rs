@@ -79,6 +79,8 @@ impl Long {
             fragment_bytes: cfg.message_bytes_max.saturating_sub(DATA_HEADER_BYTES),
             message_bytes_max: cfg.long_bytes_max,
             transfers_max: 64,
+            // Reassembly buffers kept for reuse: a few long messages' worth, not 64 MiB.
+            pool_bytes_max: cfg.long_bytes_max.min(8 << 20),
             deadline_max: cfg.deadline_max,
             packet_lifetime: cfg.packet_lifetime,
             ..LdgConfig::default()
@@ -161,6 +163,17 @@ impl Long {
     }
 }
 
+/// Runs a handler (or forwarder): on the engine's thread a panic in it is caught, as an
+/// answer `Failed` (it must not take the engine and every other port down); on the
+/// application's own thread it unwinds that thread, as any panic.
+fn run_handler<R>(on_engine: bool, f: impl FnOnce() -> R) -> Result<R, ()> {
+    if on_engine {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| ())
+    } else {
+        Ok(f())
+    }
+}
+
 /// Requests an engine-served endpoint takes in per duty cycle at most.
 const ENGINE_BATCH: usize = 64;
 
@@ -170,7 +183,12 @@ impl crate::engine::Service for Rpc {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.next_timer()
+        // A repeated call (a lease renewal) is due on the wall clock: in engine time, from now.
+        let repeat = self.repeat.as_ref().map(|r| {
+            let left = r.next.saturating_duration_since(std::time::Instant::now());
+            self.now() + left
+        });
+        self.next_timer().into_iter().chain(repeat).min()
     }
 
     fn arm(&mut self) -> bool {
@@ -210,21 +228,36 @@ impl EngineServer {
 
     /// Runs `f` on the endpoint, between two of the engine's steps (to register a handler,
     /// or read a counter).
+    ///
+    /// The engine goes on meanwhile (it does not wait for the endpoint), so `f` may make a
+    /// call, or open a port.
     pub fn with<R>(&self, f: impl FnOnce(&mut Rpc) -> R) -> R {
-        let mut s = self.ep.service.lock().expect("service lock");
-        let rpc = s
-            .as_mut()
-            .expect("served until stopped")
-            .as_any()
-            .downcast_mut::<Rpc>()
-            .expect("an Rpc");
-        f(rpc)
+        let r = {
+            let mut s = self.ep.service.lock().unwrap_or_else(|e| e.into_inner());
+            let rpc = s
+                .as_mut()
+                .expect("served until stopped")
+                .as_any()
+                .downcast_mut::<Rpc>()
+                .expect("an Rpc");
+            f(rpc)
+        };
+        // What `f` armed (a timer, a call) is the engine's to run now.
+        self.engine.wake();
+        r
     }
 
     fn take(&self) -> Option<Rpc> {
-        let s = self.ep.service.lock().expect("service lock").take()?;
+        let s = self
+            .ep
+            .service
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
         self.engine.wake();
-        s.into_any().downcast::<Rpc>().ok().map(|b| *b)
+        let mut rpc = *s.into_any().downcast::<Rpc>().ok()?;
+        rpc.on_engine = false;
+        Some(rpc)
     }
 }
 
@@ -325,6 +358,8 @@ pub struct Rpc {
     send_buf: Vec<u8>,
     dropped_bad: u64,
     send_failures: u64,
+    /// Served on the engine's thread ([`Rpc::serve_on_engine`]).
+    on_engine: bool,
     /// Calls to a transaction group outstanding: their copies carry the transaction, so
     /// only members take them in.
     txn_calls: HashMap<CallId, TxnId>,
@@ -377,6 +412,7 @@ impl Rpc {
             handlers: HashMap::new(),
             forwarders: HashMap::new(),
             txn_calls: HashMap::new(),
+            on_engine: false,
             long,
             finished: HashMap::new(),
             dropped_bad: 0,
@@ -694,7 +730,9 @@ impl Rpc {
         }
         let ep = self.port.endpoint().clone();
         let engine = self.port.engine().clone();
-        *ep.service.lock().expect("service lock") = Some(Box::new(self));
+        let mut rpc = self;
+        rpc.on_engine = true;
+        *ep.service.lock().expect("service lock") = Some(Box::new(rpc));
         engine.wake();
         Ok(EngineServer { ep, engine })
     }
@@ -753,6 +791,7 @@ impl Rpc {
         self.recv_buf = buf;
         self.transmit();
         self.collect();
+        self.run_repeat();
         work
     }
 
@@ -882,10 +921,11 @@ impl Rpc {
                     ..
                 } = v
                 {
+                    let on_engine = self.on_engine;
                     let to = self
                         .forwarders
                         .get_mut(&request_type)
-                        .and_then(|f| f(from, payload));
+                        .and_then(|f| run_handler(on_engine, || f(from, payload)).ok().flatten());
                     if let Some(to) = to.filter(|&t| t != self.port.address()) {
                         self.server
                             .forward(token, to, request_type, r.deadline_us, payload);
@@ -910,11 +950,13 @@ impl Rpc {
             let (status, result) = if self.now() > deadline {
                 (Status::DeadlinePassed, Vec::new())
             } else {
+                let on_engine = self.on_engine;
                 match self.handlers.get_mut(&request_type) {
                     None => (Status::NoHandler, Vec::new()),
-                    Some(h) => match h(caller, payload) {
-                        Ok(out) => (Status::Ok, out),
-                        Err(m) => (Status::Failed, m.into_bytes()),
+                    Some(h) => match run_handler(on_engine, || h(caller, payload)) {
+                        Ok(Ok(out)) => (Status::Ok, out),
+                        Ok(Err(m)) => (Status::Failed, m.into_bytes()),
+                        Err(()) => (Status::Failed, b"the handler panicked".to_vec()),
                     },
                 }
             };
@@ -1090,6 +1132,10 @@ impl Rpc {
         while let Some((t, r)) = long.sender.poll_event() {
             long.ended(t, r.is_ok());
         }
+        // Messages of ended transfers go to the receiver's pool (bounded), or are dropped.
+        while let Some(spent) = long.sender.poll_spent() {
+            long.receiver.recycle(spent);
+        }
     }
 
     fn collect(&mut self) {
@@ -1136,5 +1182,33 @@ mod tests {
         let l = rpc.long.as_ref().unwrap();
         assert!(l.requests.is_empty() && l.transfers.is_empty());
         assert_eq!(l.sender.outstanding(), 0, "their transfers were given up");
+    }
+
+    /// Found in review: the long sender keeps the messages of ended transfers for reuse
+    /// (`Sender::poll_spent`, up to 8 of any size, beyond `pool_bytes_max`), and nothing here
+    /// takes them: an endpoint keeps its first 8 long requests or replies (up to 8 x 64 MiB)
+    /// for the rest of its life.
+    #[test]
+    fn ended_long_transfers_leave_no_message_buffers_behind() {
+        let port = Port::open(Address::new(20, 0, 3, 0), PortConfig::default()).unwrap();
+        let cfg = RpcConfig {
+            long_bytes_max: 4 << 20,
+            ..RpcConfig::default()
+        };
+        let mut rpc = Rpc::new(port, cfg).unwrap();
+        let long = vec![0u8; 3 << 20];
+        for _ in 0..10 {
+            let id = rpc
+                .call_async(Address::new(20, 1, 2, 0), 1, &long, Duration::from_secs(5))
+                .unwrap();
+            rpc.cancel(id).unwrap();
+            let _ = rpc.poll(id);
+        }
+        let l = rpc.long.as_mut().unwrap();
+        let mut held = 0;
+        while let Some(b) = l.sender.poll_spent() {
+            held += b.capacity();
+        }
+        assert_eq!(held, 0, "bytes of ended transfers' messages still held");
     }
 }
