@@ -31,6 +31,9 @@ pub const RECV_BATCH_MAX: usize = 64;
 pub const PARK_MAX: Duration = Duration::from_millis(25);
 /// Times the engine thread yields its core, after spinning and before parking.
 pub const ENGINE_IDLE_YIELDS: u32 = 2;
+
+/// The engine's longest sleep while an endpoint it serves is held by its owner.
+const SERVICE_HELD_NAP: Duration = Duration::from_millis(1);
 /// The epoll token of the wake-up eventfd (sockets are registered under their descriptor).
 const WAKE_TOKEN: u64 = u64::MAX;
 /// The receive timeout of an invoker engine's sockets: the longest an application thread
@@ -797,7 +800,13 @@ impl Engine {
             events: libc::POLLIN,
             revents: 0,
         });
-        if deadline <= now || self.services(|s| s.arm()) {
+        let (ready, held) = self.services(|s| s.arm());
+        if held {
+            // Its owner holds an endpoint (`EngineServer::with`): look again soon rather than
+            // sleep on it unarmed, or spin while the owner works.
+            deadline = deadline.min(Instant(now.0 + SERVICE_HELD_NAP.as_nanos() as u64));
+        }
+        if deadline <= now || ready {
             self.services(|s| {
                 s.awake();
                 false
@@ -826,12 +835,12 @@ impl Engine {
     }
 
     /// Runs `f` on every port's service; true if it returned true for any.
-    /// A service its owner holds (in `EngineServer::with`) counts as true: the engine must not
-    /// sleep on it, and never waits for it (the owner may need the engine, or the engine's
-    /// lock on the ports, to finish).
-    fn services(&self, mut f: impl FnMut(&mut dyn Service) -> bool) -> bool {
+    /// Also whether a service was held by its owner (in `EngineServer::with`): the engine never
+    /// waits for one (the owner may need the engine, or the engine's lock on the ports, to
+    /// finish), and it is not run.
+    fn services(&self, mut f: impl FnMut(&mut dyn Service) -> bool) -> (bool, bool) {
         let eps = self.shared.endpoints.read().expect("engine lock");
-        let mut any = false;
+        let (mut any, mut held) = (false, false);
         for ep in eps.iter() {
             match ep.service.try_lock() {
                 Ok(mut s) => {
@@ -839,11 +848,11 @@ impl Engine {
                         any |= f(s.as_mut());
                     }
                 }
-                Err(std::sync::TryLockError::WouldBlock) => any = true,
+                Err(std::sync::TryLockError::WouldBlock) => held = true,
                 Err(std::sync::TryLockError::Poisoned(_)) => {}
             }
         }
-        any
+        (any, held)
     }
 
     /// One pass over every port: read datagrams, run links, deliver, transmit. Returns how much
