@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
         calls_max: 8,
         ..RpcConfig::default()
     };
-    let mut server = Server::new(cfg).expect("config");
+    let mut server = Server::with_incarnation(cfg, 1).expect("config");
     let mut client = Client::new(cfg, 1).expect("config");
     let mut now = Instant(1_000_000_000);
     for k in 0..4u8 {
@@ -62,7 +62,13 @@ fuzz_target!(|data: &[u8]| {
                     {
                         if from % 3 == 0 {
                             // Handed on to another server (forward_request).
-                            server.forward(token, addr(from + 1), 1, r.deadline_us, payload);
+                            server.forward(
+                                token,
+                                addr(from.wrapping_add(1)),
+                                1,
+                                r.deadline_us,
+                                payload,
+                            );
                         } else {
                             server.reply(token, Status::Ok, payload);
                         }

@@ -319,6 +319,86 @@ fn main() {
 
     write(dir, "group", &group_seeds());
     write(dir, "rpc", &rpc_seeds());
+    write(dir, "frag", &frag_seeds());
+    write(dir, "oracle", &oracle_seeds());
+}
+
+/// Chunks `[from][len u16][message]` for fuzz_targets/frag.rs: fragments of a short message,
+/// an acknowledgement, an abort.
+fn frag_seeds() -> Vec<Vec<u8>> {
+    use txcast_proto::frag::msg::{
+        write_abort, write_ack, write_data, AckHeader, AckStatus, DataHeader,
+    };
+    let chunk = |from: u8, m: &[u8]| {
+        let mut c = vec![from];
+        c.extend_from_slice(&(m.len() as u16).to_le_bytes());
+        c.extend_from_slice(m);
+        c
+    };
+    let mut buf = vec![0u8; 1024];
+    let mut seeds = Vec::new();
+    let mut all = Vec::new();
+    for index in 0..3u32 {
+        let h = DataHeader {
+            incarnation: 7,
+            transfer: 1,
+            total_len: 150,
+            fragment_bytes: 64,
+            index,
+            deadline_ms: 400,
+        };
+        let len = txcast_proto::frag::msg::fragment_len(150, 64, index);
+        let n = write_data(&h, &vec![index as u8; len], &mut buf).expect("fits");
+        all.extend(chunk(1, &buf[..n]));
+    }
+    seeds.push(all);
+    let bitmap = [0b101u8];
+    let a = AckHeader {
+        status: AckStatus::Partial,
+        window: 8,
+        incarnation: 2,
+        receiver_incarnation: 1,
+        reassembly: 1,
+        transfer: 1,
+        cumulative: 1,
+        bitmap: &bitmap,
+    };
+    let n = write_ack(&a, &mut buf).expect("fits");
+    seeds.push(chunk(2, &buf[..n]));
+    let n = write_abort(7, 1, &mut buf).expect("fits");
+    seeds.push(chunk(3, &buf[..n]));
+    seeds
+}
+
+/// `[decoder][bytes]` for fuzz_targets/oracle.rs: one well-formed input per decoder.
+fn oracle_seeds() -> Vec<Vec<u8>> {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use txcast_proto::oracle::{
+        encode_list, encode_pattern, Change, Notification, Pattern, Register, Registry,
+    };
+    let at = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 20_001);
+    let a = txcast_proto::Address::new(0, 1, 2, 0);
+    let p = Pattern::exact(a);
+    let reg = Register {
+        lease: std::time::Duration::from_secs(3),
+        location: at,
+        notifiers: vec![p],
+    };
+    let n = Notification {
+        change: Change::Registered,
+        server: a,
+        location: at,
+    };
+    let mut r = Registry::new(16);
+    let _ = r.register(txcast_proto::Instant(1), a, &reg);
+    let with = |k: u8, b: Vec<u8>| [vec![k], b].concat();
+    vec![
+        with(0, reg.encode()),
+        with(1, n.encode()),
+        with(2, encode_list(&[(a, at)])),
+        with(3, encode_pattern(&p)),
+        with(4, r.snapshot()),
+    ]
 }
 
 /// Chunks `[from][len][message]` for fuzz_targets/rpc.rs: requests (new and a copy), and
@@ -340,6 +420,7 @@ fn rpc_seeds() -> Vec<Vec<u8>> {
             incarnation: 9,
             call_id,
             acked_below,
+            server_incarnation: 1,
         })
     };
     let reply = |status, call_id| {
@@ -347,10 +428,22 @@ fn rpc_seeds() -> Vec<Vec<u8>> {
             status,
             incarnation: 1,
             call_id,
+            server_incarnation: 4,
         })
     };
+    let RpcHeader::Request(req) = request(3, 1) else {
+        unreachable!()
+    };
+    let RpcHeader::Reply(rep) = reply(Status::Ok, 2) else {
+        unreachable!()
+    };
+    let other = txcast_proto::Address::new(0, 3, 1, 0);
     let mut seeds = vec![
         chunk(0, message(request(1, 1), b"ping")),
+        // A call handed on, its answer, and a probe.
+        chunk(2, message(RpcHeader::Forwarded(req, other), b"fw")),
+        chunk(3, message(RpcHeader::ForwardedReply(rep, other), b"fr")),
+        chunk(4, message(RpcHeader::Probe(req), b"")),
         [
             chunk(1, message(request(1, 1), b"ping")),
             chunk(1, message(request(1, 1), b"ping")),
@@ -365,6 +458,8 @@ fn rpc_seeds() -> Vec<Vec<u8>> {
         Status::Failed,
         Status::Busy,
         Status::ReplyTooLong,
+        Status::Resend,
+        Status::Restarted,
     ]
     .into_iter()
     .enumerate()
