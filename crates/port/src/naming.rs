@@ -82,6 +82,9 @@ pub struct ClusterConfig {
     /// The oracle's address (`instance.site.type.server`): clients find it here, not by
     /// searching the network.
     pub oracle: String,
+    /// Standby oracles (replicas of the oracle over a group), tried in order when the oracle
+    /// does not answer.
+    pub oracle_standbys: Vec<String>,
 }
 
 /// Where the oracle is unless the configuration says otherwise: instance 0, site 0, the last
@@ -101,6 +104,7 @@ impl Default for ClusterConfig {
             key_passphrase: None,
             multicast: MulticastConfig::default(),
             oracle: DEFAULT_ORACLE.to_string(),
+            oracle_standbys: Vec::new(),
         }
     }
 }
@@ -141,9 +145,21 @@ impl ClusterConfig {
             .map_err(|e: &str| NamingError::Config(format!("oracle `{}`: {e}", self.oracle)))
     }
 
+    /// The oracle, then its standbys.
+    pub fn oracles(&self) -> Result<Vec<Address>, NamingError> {
+        std::iter::once(&self.oracle)
+            .chain(&self.oracle_standbys)
+            .map(|o| {
+                o.parse()
+                    .map_err(|e: &str| NamingError::Config(format!("oracle `{o}`: {e}")))
+            })
+            .collect()
+    }
+
     pub fn validate(&self) -> Result<(), NamingError> {
-        let oracle = self.oracle()?;
-        self.udp_port(oracle)?;
+        for oracle in self.oracles()? {
+            self.udp_port(oracle)?;
+        }
         if self.server_types_max == 0 || self.server_instances_max == 0 {
             return Err(NamingError::Config(
                 "server_types_max and server_instances_max must be positive".into(),
@@ -272,6 +288,12 @@ mod tests {
         assert_eq!(c.host(5), Err(NamingError::UnknownSite(5)));
         assert!(ClusterConfig::from_toml("nonsense = 1").is_err());
         assert!(ClusterConfig::from_toml("base_port = 65000").is_err());
+        // Standby oracles: listed after the oracle, each a valid address.
+        let c = ClusterConfig::from_toml("oracle_standbys = [\"0.1.15.0\", \"0.2.15.0\"]").unwrap();
+        let o = c.oracles().unwrap();
+        assert_eq!(o.len(), 3);
+        assert_eq!((o[0].site, o[1].site, o[2].site), (0, 1, 2));
+        assert!(ClusterConfig::from_toml("oracle_standbys = [\"nope\"]").is_err());
     }
 
     #[test]

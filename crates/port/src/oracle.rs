@@ -68,16 +68,76 @@ pub struct OracleServerCounters {
     pub notifications_dropped: u64,
     pub state_writes: u64,
     pub state_write_failures: u64,
+    /// Changes sent to the other replicas, and applied from them.
+    pub replicated_out: u64,
+    pub replicated_in: u64,
+    /// Changes not sent to the other replicas (no room, or the group refused them): the
+    /// next lease renewal carries them again.
+    pub replication_dropped: u64,
 }
 
 /// The oracle server.
 pub struct OracleServer {
     rpc: Rpc,
     registry: Arc<Mutex<Registry>>,
+    /// Replicas of this oracle, over a group (see [`OracleServer::open_replica`]).
+    replication: Option<Replication>,
     state_path: Option<PathBuf>,
     queued: VecDeque<(Address, Notification)>,
     in_flight: Vec<CallId>,
     counters: OracleServerCounters,
+}
+
+/// The oracle's replicas form a txcast group. Each applies what its own clients send it (a
+/// registration, a renewal, a leave) and sends it to the group; it applies what the others
+/// sent. Every replica answers lookups, keeps leases and sends notifications, so clients may
+/// use any of them, and a standby carries on when the oracle fails.
+///
+/// The registry is soft state: a lease renewal is a registration again, so a change lost with
+/// a failed replica, or not yet seen by a replica that joined late, is repaired by the next
+/// renewal (within a third of the lease). Notifications may come from more than one replica;
+/// they say where a server is, so a second copy changes nothing.
+struct Replication {
+    group: crate::group::Group,
+    /// Changes applied here, waiting to go to the group.
+    outbox: Arc<Mutex<VecDeque<Vec<u8>>>>,
+}
+
+/// Changes waiting to go to the other replicas, at most.
+const OUTBOX_MAX: usize = 4096;
+
+/// A change as replicas send it: kind (1 register, 2 unregister), the server, its payload.
+fn change(kind: u8, from: Address, payload: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(1 + txcast_proto::addr::ADDRESS_BYTES + payload.len());
+    m.push(kind);
+    let mut a = [0u8; txcast_proto::addr::ADDRESS_BYTES];
+    from.write_to(&mut a);
+    m.extend_from_slice(&a);
+    m.extend_from_slice(payload);
+    m
+}
+
+/// Applies a registration of `from` (checked like one from the network) to the registry and
+/// the engine's locations; the live servers its notifier set matches.
+fn apply_register(
+    registry: &Mutex<Registry>,
+    engine: &Engine,
+    from: Address,
+    payload: &[u8],
+) -> Result<Vec<(Address, SocketAddrV4)>, String> {
+    let reg = Register::decode(payload).map_err(|e| e.to_string())?;
+    let mut r = registry.lock().expect("registry lock");
+    let seen = r
+        .register(engine.now(), from, &reg)
+        .map_err(|e| e.to_string())?;
+    // Accepted: its answer, and what we send it from now on, go where it is.
+    engine.set_location(from, SocketAddr::V4(reg.location));
+    for gone in r.take_evicted() {
+        if let Ok(mapped) = engine.config().cluster.socket_addr(gone) {
+            engine.set_location(gone, mapped);
+        }
+    }
+    Ok(seen)
 }
 
 fn v4(a: SocketAddr) -> Option<SocketAddrV4> {
@@ -96,6 +156,35 @@ impl OracleServer {
         addr: Address,
         state_path: Option<&Path>,
     ) -> Result<OracleServer, OracleError> {
+        OracleServer::open_with(engine, addr, state_path, None)
+    }
+
+    /// Opens a replica of the oracle at `addr`: the first one creates group `group` (with no
+    /// `contact`), the others join it through any replica (`contact`), waiting at most
+    /// `join_timeout`. Clients list the replicas (`oracle` and `oracle_standbys` in the
+    /// cluster configuration) and use the first that answers. See `Replication`.
+    pub fn open_replica(
+        engine: &Engine,
+        addr: Address,
+        state_path: Option<&Path>,
+        group: u32,
+        contact: Option<Address>,
+        join_timeout: Duration,
+    ) -> Result<OracleServer, OracleError> {
+        OracleServer::open_with(
+            engine,
+            addr,
+            state_path,
+            Some((group, contact, join_timeout)),
+        )
+    }
+
+    fn open_with(
+        engine: &Engine,
+        addr: Address,
+        state_path: Option<&Path>,
+        replica: Option<(u32, Option<Address>, Duration)>,
+    ) -> Result<OracleServer, OracleError> {
         let registry = match state_path {
             Some(p) if p.exists() => {
                 let bytes = std::fs::read(p).map_err(|e| OracleError::State(e.to_string()))?;
@@ -113,6 +202,36 @@ impl OracleServer {
             },
         )
         .map_err(|e| OracleError::Call(RpcCallError::Port(e)))?;
+        let replication = match replica {
+            None => None,
+            Some((group, contact, timeout)) => {
+                let cfg = txcast_proto::group::GroupConfig {
+                    group,
+                    // A replica left alone goes on (soft state: see `Replication`).
+                    auto_reset: Some(txcast_proto::group::MinMembers::Absolute(1)),
+                    ..txcast_proto::group::GroupConfig::default()
+                };
+                let g = match contact {
+                    None => port.create_group(cfg),
+                    Some(c) => port.join_group(cfg, c, Some(timeout)),
+                }
+                .map_err(|e| OracleError::State(format!("oracle group: {e}")))?;
+                Some(Replication {
+                    group: g,
+                    outbox: Arc::new(Mutex::new(VecDeque::new())),
+                })
+            }
+        };
+        let outbox = replication.as_ref().map(|r| r.outbox.clone());
+        let send_on = move |m: Vec<u8>| {
+            if let Some(o) = &outbox {
+                let mut o = o.lock().expect("outbox lock");
+                if o.len() < OUTBOX_MAX {
+                    o.push_back(m);
+                }
+            }
+        };
+        let send_on2 = send_on.clone();
         let mut rpc = Rpc::new(port, RpcConfig::default())?;
         let registry = Arc::new(Mutex::new(registry));
         let (r, e) = (registry.clone(), engine.clone());
@@ -120,21 +239,14 @@ impl OracleServer {
             if from == addr {
                 return Err("the oracle's own address is not registered".into());
             }
-            let reg = Register::decode(payload).map_err(|e| e.to_string())?;
-            let mut r = r.lock().expect("registry lock");
-            let seen = r.register(e.now(), from, &reg).map_err(|e| e.to_string())?;
-            // Accepted: its answer, and what we send it from now on, go where it is.
-            e.set_location(from, SocketAddr::V4(reg.location));
-            for gone in r.take_evicted() {
-                if let Ok(mapped) = e.config().cluster.socket_addr(gone) {
-                    e.set_location(gone, mapped);
-                }
-            }
+            let seen = apply_register(&r, &e, from, payload)?;
+            send_on(change(1, from, payload));
             Ok(encode_list(&seen))
         });
         let r = registry.clone();
         rpc.register(request::UNREGISTER, move |from, _| {
             r.lock().expect("registry lock").unregister(from);
+            send_on2(change(2, from, &[]));
             Ok(Vec::new())
         });
         let r = registry.clone();
@@ -159,6 +271,7 @@ impl OracleServer {
         let s = OracleServer {
             rpc,
             registry,
+            replication,
             state_path: state_path.map(Path::to_path_buf),
             queued: VecDeque::new(),
             in_flight: Vec::new(),
@@ -182,10 +295,55 @@ impl OracleServer {
         c
     }
 
+    /// Sends this replica's changes to the group and applies the others'.
+    fn replicate(&mut self) {
+        let Some(rep) = self.replication.as_ref() else {
+            return;
+        };
+        let pending: Vec<Vec<u8>> = rep.outbox.lock().expect("outbox lock").drain(..).collect();
+        for m in pending {
+            match rep.group.send_async(&m) {
+                Ok(_) => self.counters.replicated_out += 1,
+                Err(_) => self.counters.replication_dropped += 1,
+            }
+        }
+        let me = self.rpc.address();
+        let engine = self.rpc.engine().clone();
+        let registry = self.registry.clone();
+        let mut applied = 0;
+        // Bounded: a busy group does not keep the oracle from its clients.
+        for _ in 0..1024 {
+            let got = rep.group.try_receive_with(|d| {
+                let txcast_proto::group::Delivered::Message { payload, .. } = d.what else {
+                    return false;
+                };
+                if d.sender == me || payload.len() < 1 + txcast_proto::addr::ADDRESS_BYTES {
+                    return false;
+                }
+                let from = Address::read_from(&payload[1..9]);
+                match payload[0] {
+                    1 => apply_register(&registry, &engine, from, &payload[9..]).is_ok(),
+                    2 => {
+                        registry.lock().expect("registry lock").unregister(from);
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            match got {
+                Some(true) => applied += 1,
+                Some(false) => {}
+                None => break,
+            }
+        }
+        self.counters.replicated_in += applied;
+    }
+
     /// Serves for `timeout`: requests, lease expiries, notifications, the state file.
     pub fn serve(&mut self, timeout: Duration) -> Result<(), OracleError> {
         let end = std::time::Instant::now() + timeout;
         loop {
+            self.replicate();
             let now = self.rpc.engine().now();
             let next = {
                 let mut r = self.registry.lock().expect("registry lock");
@@ -292,7 +450,9 @@ const KNOWN_MAX: usize = 4096;
 
 /// The oracle's client side, on an application's [`Rpc`] endpoint.
 pub struct OracleClient {
-    oracle: Address,
+    /// The oracle and its standbys, in order; `current` is the one that answered last.
+    oracles: Vec<Address>,
+    current: usize,
     known: Arc<Mutex<HashMap<Address, Known>>>,
 }
 
@@ -319,21 +479,30 @@ impl OracleClient {
     /// The client of the oracle the cluster configuration names, on `rpc` (which from now on
     /// takes notifications).
     pub fn new(rpc: &mut Rpc) -> Result<OracleClient, OracleError> {
-        let oracle = rpc
+        let oracles = rpc
             .engine()
             .config()
             .cluster
-            .oracle()
+            .oracles()
             .map_err(|e| OracleError::State(e.to_string()))?;
-        Ok(OracleClient::with_oracle(rpc, oracle))
+        Ok(OracleClient::with_oracles(rpc, &oracles))
     }
 
     /// The client of the oracle at `oracle`, on `rpc`.
     pub fn with_oracle(rpc: &mut Rpc, oracle: Address) -> OracleClient {
+        OracleClient::with_oracles(rpc, &[oracle])
+    }
+
+    /// The client of an oracle and its standbys (`oracles`, in order; at least one), on
+    /// `rpc`: a call goes to the one that answered last, and to the next when it does not
+    /// answer; notifications are taken from any of them.
+    pub fn with_oracles(rpc: &mut Rpc, oracles: &[Address]) -> OracleClient {
+        assert!(!oracles.is_empty(), "an oracle client needs an oracle");
         let known = Arc::new(Mutex::new(HashMap::new()));
         let (k, e) = (known.clone(), rpc.engine().clone());
+        let from_oracle = oracles.to_vec();
         rpc.register(request::NOTIFY, move |from, payload| {
-            if from != oracle {
+            if !from_oracle.contains(&from) {
                 return Err("notifications come from the oracle".into());
             }
             let n = Notification::decode(payload).map_err(|e| e.to_string())?;
@@ -341,11 +510,40 @@ impl OracleClient {
             apply(&e, &k, n.server, n.location, alive);
             Ok(Vec::new())
         });
-        OracleClient { oracle, known }
+        OracleClient {
+            oracles: oracles.to_vec(),
+            current: 0,
+            known,
+        }
     }
 
+    /// The oracle (or standby) calls go to now.
     pub fn oracle(&self) -> Address {
-        self.oracle
+        self.oracles[self.current]
+    }
+
+    /// Calls the oracle that answered last, then the others in turn while none answers.
+    fn call(
+        &mut self,
+        rpc: &mut Rpc,
+        request_type: u16,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, OracleError> {
+        let mut last = None;
+        for _ in 0..self.oracles.len() {
+            match rpc.call(self.oracle(), request_type, payload, CALL_DEADLINE) {
+                Ok(answer) => return Ok(answer),
+                Err(e @ RpcCallError::DeadlinePassed(_))
+                | Err(e @ RpcCallError::Remote(txcast_proto::rpc::RemoteError::Restarted)) => {
+                    // Not there, or a new process: the next one (a restarted oracle is
+                    // tried again on the next round).
+                    last = Some(e);
+                    self.current = (self.current + 1) % self.oracles.len();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last.expect("at least one oracle").into())
     }
 
     /// Registers `rpc`'s server with `notifiers` (patterns of the servers it talks to) and a
@@ -370,7 +568,7 @@ impl OracleClient {
             notifiers: notifiers.to_vec(),
         }
         .encode();
-        let answer = rpc.call(self.oracle, request::REGISTER, &payload, CALL_DEADLINE)?;
+        let answer = self.call(rpc, request::REGISTER, &payload)?;
         let seen = decode_list(&answer).map_err(|e| OracleError::BadAnswer(e.to_string()))?;
         for &(a, l) in &seen {
             apply(rpc.engine(), &self.known, a, l, true);
@@ -394,8 +592,11 @@ impl OracleClient {
                 }
             }
         });
-        rpc.repeat_call_with(
-            Some((self.oracle, request::REGISTER, payload)),
+        // Renewals go to the oracle that answered, and on to the others when it does not.
+        let mut order = self.oracles.clone();
+        order.rotate_left(self.current);
+        rpc.repeat_call_to_any(
+            Some((order, request::REGISTER, payload)),
             lease / 3,
             Some(correct),
         );
@@ -405,7 +606,7 @@ impl OracleClient {
     /// Leaves the oracle (watchers are told this server failed) and stops renewing.
     pub fn unregister(&mut self, rpc: &mut Rpc) -> Result<(), OracleError> {
         rpc.repeat_call_with(None, Duration::ZERO, None);
-        rpc.call(self.oracle, request::UNREGISTER, &[], CALL_DEADLINE)?;
+        self.call(rpc, request::UNREGISTER, &[])?;
         Ok(())
     }
 
@@ -417,7 +618,7 @@ impl OracleClient {
     ) -> Result<Option<SocketAddrV4>, OracleError> {
         let mut b = [0u8; txcast_proto::addr::ADDRESS_BYTES];
         server.write_to(&mut b);
-        let answer = rpc.call(self.oracle, request::LOOKUP, &b, CALL_DEADLINE)?;
+        let answer = self.call(rpc, request::LOOKUP, &b)?;
         let list = decode_list(&answer).map_err(|e| OracleError::BadAnswer(e.to_string()))?;
         Ok(list.first().map(|&(_, l)| l))
     }
@@ -428,12 +629,7 @@ impl OracleClient {
         rpc: &mut Rpc,
         pattern: &Pattern,
     ) -> Result<Option<(Address, SocketAddrV4)>, OracleError> {
-        let answer = rpc.call(
-            self.oracle,
-            request::FIND_PARTNER,
-            &encode_pattern(pattern),
-            CALL_DEADLINE,
-        )?;
+        let answer = self.call(rpc, request::FIND_PARTNER, &encode_pattern(pattern))?;
         let list = decode_list(&answer).map_err(|e| OracleError::BadAnswer(e.to_string()))?;
         Ok(list.first().copied())
     }
@@ -444,12 +640,7 @@ impl OracleClient {
         rpc: &mut Rpc,
         pattern: &Pattern,
     ) -> Result<Vec<(Address, SocketAddrV4)>, OracleError> {
-        let answer = rpc.call(
-            self.oracle,
-            request::FIND_ALL,
-            &encode_pattern(pattern),
-            CALL_DEADLINE,
-        )?;
+        let answer = self.call(rpc, request::FIND_ALL, &encode_pattern(pattern))?;
         decode_list(&answer).map_err(|e| OracleError::BadAnswer(e.to_string()))
     }
 

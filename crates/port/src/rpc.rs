@@ -371,7 +371,10 @@ pub struct Rpc {
 }
 
 struct Repeat {
-    dest: Address,
+    /// Where it goes: the first of these that answers (a copy without an answer moves the
+    /// next one on to the next destination).
+    dests: Vec<Address>,
+    at: usize,
     request_type: u16,
     payload: Vec<u8>,
     every: Duration,
@@ -436,15 +439,30 @@ impl Rpc {
         every: Duration,
         on_answer: Option<AnswerHook>,
     ) {
-        self.repeat = call.map(|(dest, request_type, payload)| Repeat {
-            dest,
-            request_type,
-            payload,
-            every: every.max(Duration::from_millis(1)),
-            next: std::time::Instant::now() + every,
-            last: None,
-            on_answer,
-        });
+        self.repeat_call_to_any(call.map(|(d, t, p)| (vec![d], t, p)), every, on_answer);
+    }
+
+    /// [`Rpc::repeat_call_with`] to the first of several servers that answers (an oracle and
+    /// its standbys): a copy no server answered in its period moves the next copy on to the
+    /// next server of the list, round and round.
+    pub fn repeat_call_to_any(
+        &mut self,
+        call: Option<(Vec<Address>, u16, Vec<u8>)>,
+        every: Duration,
+        on_answer: Option<AnswerHook>,
+    ) {
+        self.repeat = call
+            .filter(|c| !c.0.is_empty())
+            .map(|(dests, request_type, payload)| Repeat {
+                dests,
+                at: 0,
+                request_type,
+                payload,
+                every: every.max(Duration::from_millis(1)),
+                next: std::time::Instant::now() + every,
+                last: None,
+                on_answer,
+            });
     }
 
     /// Starts the repeated call if it is due; forgets the last copy's outcome.
@@ -455,10 +473,10 @@ impl Rpc {
         if let Some(id) = r.last {
             if let Some(o) = self.finished.remove(&id) {
                 r.last = None;
-                if let (Some(hook), Some((_, Ok(answer)))) =
-                    (r.on_answer.as_mut(), o.replies.first())
-                {
-                    hook(answer);
+                match (r.on_answer.as_mut(), o.replies.first()) {
+                    (Some(hook), Some((_, Ok(answer)))) => hook(answer),
+                    (_, None) => r.at = (r.at + 1) % r.dests.len(),
+                    _ => {}
                 }
             } else if !self.client.is_outstanding(id) {
                 r.last = None;
@@ -469,7 +487,8 @@ impl Rpc {
             return;
         }
         r.next = now + r.every;
-        let (dest, t, payload, deadline) = (r.dest, r.request_type, r.payload.clone(), r.every);
+        let (dest, t, payload, deadline) =
+            (r.dests[r.at], r.request_type, r.payload.clone(), r.every);
         if let Ok(id) = self.multicast_async(&[dest], t, &payload, Completion::First, deadline) {
             if let Some(r) = self.repeat.as_mut() {
                 r.last = Some(id);

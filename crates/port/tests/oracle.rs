@@ -2,7 +2,7 @@
 //! recovery, a moved server found again through a notification, the registry kept across the
 //! oracle's restart, and malformed requests.
 //!
-//! Every test uses its own `instance` number (30 to 33; other test binaries use them too,
+//! Every test uses its own `instance` number (30 to 34; other test binaries use them too,
 //! but test binaries run one after another). The oracle is server type 15 of site 0.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -360,4 +360,102 @@ fn a_lost_notification_is_corrected_by_the_next_renewal() {
     }
     stop.store(true, Ordering::SeqCst);
     oracle.join().unwrap();
+}
+
+/// A replica of the oracle on its own thread and engine until the returned flag is set: the
+/// first creates the group, the others join it through `contact`.
+fn spawn_replica(
+    a: Address,
+    contact: Option<Address>,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<OracleServer>) {
+    let e = engine();
+    let mut o =
+        OracleServer::open_replica(&e, a, None, 77, contact, Duration::from_secs(5)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let t = std::thread::spawn(move || {
+        let _keep = e;
+        while !s.load(Ordering::SeqCst) {
+            o.serve(Duration::from_millis(10)).unwrap();
+        }
+        o
+    });
+    (stop, t)
+}
+
+/// The oracle replicated over a group: what a server registers with the oracle reaches the
+/// standby; when the oracle fails, clients go on with the standby (lookups, lease renewals,
+/// new registrations and their notifications), without the application's help.
+#[test]
+fn a_standby_oracle_takes_over_when_the_oracle_fails() {
+    let (primary, standby) = (addr(34, 0, 15), addr(34, 1, 15));
+    let (stop_p, p) = spawn_replica(primary, None);
+    let (stop_s, s) = spawn_replica(standby, Some(primary));
+    let oracles = [primary, standby];
+    let e = engine();
+    // A server registers (with the oracle, the first of the list).
+    let x = addr(34, 2, 4);
+    let mut xr = rpc(&e, x);
+    let mut xc = OracleClient::with_oracles(&mut xr, &oracles);
+    let lease = Duration::from_millis(900);
+    xc.register_self(&mut xr, &[], lease).unwrap();
+    assert_eq!(xc.oracle(), primary);
+    // It serves on its own thread (its renewals go on while this one waits in calls).
+    let x_stop = Arc::new(AtomicBool::new(false));
+    let xs = x_stop.clone();
+    let x_thread = std::thread::spawn(move || {
+        while !xs.load(Ordering::SeqCst) {
+            xr.serve(Duration::from_millis(10)).unwrap();
+        }
+        xr
+    });
+    // A watcher of servers of type 5, through the standby alone: the registration reached it.
+    let mut wr = rpc(&e, addr(34, 3, 6));
+    let mut only_standby = OracleClient::with_oracle(&mut wr, standby);
+    assert!(serve_until(&mut wr, |r| only_standby
+        .lookup(r, x)
+        .unwrap()
+        .is_some()));
+    let mut wc = OracleClient::with_oracles(&mut wr, &oracles);
+    wc.register_self(
+        &mut wr,
+        &["34.*.5.*".parse().unwrap()],
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    // The oracle fails.
+    stop_p.store(true, Ordering::SeqCst);
+    let p = p.join().unwrap();
+    assert!(p.counters().replicated_out >= 2, "{:?}", p.counters());
+    drop(p);
+    // Lookups go on through the standby; the server's renewals move there too, so it stays
+    // registered past its lease.
+    let moved_at = Instant::now();
+    while moved_at.elapsed() < 3 * lease {
+        wr.serve(Duration::from_millis(5)).unwrap();
+    }
+    assert!(
+        wc.lookup(&mut wr, x).unwrap().is_some(),
+        "renewed with the standby"
+    );
+    assert_eq!(wc.oracle(), standby);
+    // A new server of type 5 registers; the watcher hears of it from the standby.
+    let y = addr(34, 4, 5);
+    let mut yr = rpc(&e, y);
+    let mut yc = OracleClient::with_oracles(&mut yr, &oracles);
+    yc.register_self(&mut yr, &[], Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(yc.oracle(), standby);
+    assert!(serve_until(&mut wr, |_| wc
+        .known(y)
+        .is_some_and(|k| k.alive)));
+    x_stop.store(true, Ordering::SeqCst);
+    let xr = x_thread.join().unwrap();
+    assert!(
+        xr.counters().client.timed_out >= 1,
+        "a renewal to the failed oracle"
+    );
+    stop_s.store(true, Ordering::SeqCst);
+    let s = s.join().unwrap();
+    assert!(s.counters().replicated_in >= 2, "{:?}", s.counters());
 }

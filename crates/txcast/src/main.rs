@@ -21,8 +21,9 @@ usage:
   txcast sim rpc | frag [--seed S | --seeds N]
                                          RPC, long messages in the simulator
   txcast stat [--config FILE] [--json]   the ports open on this host and their ring counters
-  txcast oracle [--config FILE] [--state PATH]
+  txcast oracle [--config FILE] [--state PATH] [--standby K]
                                          the oracle name server at the configured address
+                                         (--standby K: the K-th standby replica)
   txcast help                            this text
 ";
 

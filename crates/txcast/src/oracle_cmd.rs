@@ -1,12 +1,20 @@
-//! `txcast oracle [--config FILE] [--state PATH] [--seconds N]`: the oracle name server at the
-//! address the cluster configuration names (default `0.0.15.0`), its registry kept in the
-//! state file (default `txcast-oracle.state` in the working directory) across restarts.
-//! Runs until killed, or for `--seconds`. Prints `ready` once it serves.
+//! `txcast oracle [--config FILE] [--state PATH] [--seconds N] [--standby K]`: the oracle name
+//! server at the address the cluster configuration names (default `0.0.15.0`), its registry
+//! kept in the state file (default `txcast-oracle.state` in the working directory) across
+//! restarts. Runs until killed, or for `--seconds`. Prints `ready` once it serves.
+//!
+//! With standbys in the configuration (`oracle_standbys`), every oracle process is a replica
+//! over a group: `txcast oracle` is the oracle, `txcast oracle --standby K` the K-th standby
+//! (from 1), which joins the replicas through the oracle (or, if it does not answer, through
+//! the other standbys).
 
 use crate::opt;
 use std::io::Write;
 use std::time::{Duration, Instant};
 use txcast_port::{ClusterConfig, Engine, EngineConfig, EngineMode, OracleServer};
+
+/// The group the oracle's replicas form.
+const ORACLE_GROUP: u32 = 0x0AC1E;
 
 pub fn run(args: &[String]) -> i32 {
     match serve(args) {
@@ -27,15 +35,48 @@ fn serve(args: &[String]) -> Result<(), String> {
     };
     let state = opt::<String>(args, "--state").unwrap_or_else(|| "txcast-oracle.state".into());
     let seconds: Option<u64> = opt(args, "--seconds");
-    let addr = cluster.oracle().map_err(|e| e.to_string())?;
+    let oracles = cluster.oracles().map_err(|e| e.to_string())?;
+    let which: usize = opt(args, "--standby").unwrap_or(0);
+    let Some(&addr) = oracles.get(which) else {
+        return Err(format!(
+            "--standby {which}: the configuration names {} standbys",
+            oracles.len() - 1
+        ));
+    };
     let engine = Engine::start(EngineConfig {
         mode: EngineMode::Invoker,
         cluster,
         ..EngineConfig::default()
     })
     .map_err(|e| e.to_string())?;
-    let mut oracle = OracleServer::open(&engine, addr, Some(std::path::Path::new(&state)))
-        .map_err(|e| e.to_string())?;
+    let state = Some(std::path::Path::new(&state));
+    let mut oracle = if oracles.len() == 1 {
+        OracleServer::open(&engine, addr, state)
+    } else if which == 0 {
+        OracleServer::open_replica(&engine, addr, state, ORACLE_GROUP, None, Duration::ZERO)
+    } else {
+        // Through the first other replica that takes it in.
+        let mut last = None;
+        let mut opened = None;
+        for &contact in oracles.iter().filter(|&&o| o != addr) {
+            match OracleServer::open_replica(
+                &engine,
+                addr,
+                state,
+                ORACLE_GROUP,
+                Some(contact),
+                Duration::from_secs(5),
+            ) {
+                Ok(o) => {
+                    opened = Some(o);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        opened.ok_or_else(|| last.expect("another replica"))
+    }
+    .map_err(|e| e.to_string())?;
     println!("ready");
     let _ = std::io::stdout().flush();
     let end = seconds.map(|s| Instant::now() + Duration::from_secs(s));

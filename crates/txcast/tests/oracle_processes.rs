@@ -156,3 +156,70 @@ fn a_moved_server_process_is_found_again_through_the_oracle() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `txcast oracle` and `txcast oracle --standby 1` as replicas over a group: a registration
+/// made with the oracle reaches the standby, and a client configured with both finds it
+/// through the standby once the oracle process is killed.
+#[test]
+fn a_standby_oracle_process_takes_over_when_the_oracle_is_killed() {
+    const I: u16 = 39;
+    let dir = std::env::temp_dir().join(format!("txcast-oracle-standby-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("cluster.toml");
+    std::fs::write(
+        &config,
+        format!("oracle = \"{I}.0.15.0\"\noracle_standbys = [\"{I}.1.15.0\"]\n"),
+    )
+    .unwrap();
+    let config_s = config.to_str().unwrap();
+    let state = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let primary = start(&["oracle", "--config", config_s, "--state", &state("p")]);
+    let _standby = start(&[
+        "oracle",
+        "--config",
+        config_s,
+        "--state",
+        &state("s"),
+        "--standby",
+        "1",
+    ]);
+    let cluster = ClusterConfig::load(&config).unwrap();
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        cluster,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let open = |a: Address| {
+        Rpc::new(
+            Port::open_on(&engine, a, PortConfig::default()).unwrap(),
+            RpcConfig::default(),
+        )
+        .unwrap()
+    };
+    let mut c = open(Address::new(I, 2, 1, 0));
+    let mut oc = OracleClient::new(&mut c).unwrap();
+    oc.register_self(&mut c, &[], Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(oc.oracle(), Address::new(I, 0, 15, 0));
+    // The oracle hands the registration to the standby (asked directly here).
+    let mut e = open(Address::new(I, 4, 1, 0));
+    let mut only_standby = OracleClient::with_oracle(&mut e, Address::new(I, 1, 15, 0));
+    let end = Instant::now() + Duration::from_secs(10);
+    while only_standby
+        .lookup(&mut e, Address::new(I, 2, 1, 0))
+        .unwrap()
+        .is_none()
+    {
+        assert!(Instant::now() < end, "never replicated");
+        c.serve(Duration::from_millis(20)).unwrap();
+    }
+    drop(primary);
+    // Another client, configured the same way, finds the registration through the standby.
+    let mut d = open(Address::new(I, 3, 1, 0));
+    let mut od = OracleClient::new(&mut d).unwrap();
+    let found = od.lookup(&mut d, Address::new(I, 2, 1, 0)).unwrap();
+    assert_eq!(od.oracle(), Address::new(I, 1, 15, 0), "failed over");
+    assert!(found.is_some(), "the registration reached the standby");
+    let _ = std::fs::remove_dir_all(&dir);
+}
