@@ -456,23 +456,28 @@ pub struct OracleClient {
     known: Arc<Mutex<HashMap<Address, Known>>>,
 }
 
-/// Applies what the oracle said of `server` to the cache and the engine's locations.
+/// Applies what the oracle said of `server` to the cache and the engine's locations; true if
+/// it is alive somewhere it was not (moved, or back from a failure).
 fn apply(
     engine: &Engine,
     known: &Mutex<HashMap<Address, Known>>,
     server: Address,
     location: SocketAddrV4,
     alive: bool,
-) {
+) -> bool {
     let mut k = known.lock().expect("known lock");
     if k.len() >= KNOWN_MAX && !k.contains_key(&server) {
-        return;
+        return false;
     }
+    let new = alive
+        && k.get(&server)
+            .is_some_and(|was| !was.alive || was.location != location);
     k.insert(server, Known { location, alive });
     if alive {
         // Overrides the pure mapping only where they differ (clears it where they agree).
         engine.set_location(server, SocketAddr::V4(location));
     }
+    new
 }
 
 impl OracleClient {
@@ -501,13 +506,18 @@ impl OracleClient {
         let known = Arc::new(Mutex::new(HashMap::new()));
         let (k, e) = (known.clone(), rpc.engine().clone());
         let from_oracle = oracles.to_vec();
+        let resets = rpc.incarnation_resets();
         rpc.register(request::NOTIFY, move |from, payload| {
             if !from_oracle.contains(&from) {
                 return Err("notifications come from the oracle".into());
             }
             let n = Notification::decode(payload).map_err(|e| e.to_string())?;
             let alive = n.change != Change::Failed;
-            apply(&e, &k, n.server, n.location, alive);
+            // Registered, moved or recovered: a new process (the old one's lease ran out, or
+            // it never was); calls from now on do not name the old one's incarnation.
+            if apply(&e, &k, n.server, n.location, alive) || n.change != Change::Failed {
+                resets.forget(n.server);
+            }
             Ok(Vec::new())
         });
         OracleClient {
@@ -571,17 +581,22 @@ impl OracleClient {
         let answer = self.call(rpc, request::REGISTER, &payload)?;
         let seen = decode_list(&answer).map_err(|e| OracleError::BadAnswer(e.to_string()))?;
         for &(a, l) in &seen {
-            apply(rpc.engine(), &self.known, a, l, true);
+            if apply(rpc.engine(), &self.known, a, l, true) {
+                rpc.incarnation_resets().forget(a);
+            }
         }
         // Every renewal's answer lists the watched servers as the oracle knows them now: a
         // notification lost or overtaken by an older one is corrected by the next renewal.
         let (k, e) = (self.known.clone(), rpc.engine().clone());
+        let resets = rpc.incarnation_resets();
         let correct: crate::rpc::AnswerHook = Box::new(move |answer: &[u8]| {
             if let Ok(list) = decode_list(answer) {
                 let live: std::collections::HashSet<Address> =
                     list.iter().map(|&(a, _)| a).collect();
                 for &(a, l) in &list {
-                    apply(&e, &k, a, l, true);
+                    if apply(&e, &k, a, l, true) {
+                        resets.forget(a);
+                    }
                 }
                 // Watched servers it no longer lists have failed.
                 let mut known = k.lock().expect("known lock");

@@ -13,6 +13,7 @@
 
 use crate::port::{Port, PortError};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use txcast_proto::frag::msg::{LdgMsg, DATA_HEADER_BYTES};
 use txcast_proto::frag::{LdgConfig, Receiver, Sender, TransferId};
@@ -173,6 +174,30 @@ fn run_handler<R>(on_engine: bool, f: impl FnOnce() -> R) -> Result<R, ()> {
         Ok(f())
     }
 }
+
+/// A handle that tells an [`Rpc`] endpoint to forget what it knew of a server's incarnation
+/// (see [`Rpc::incarnation_resets`]); cheap to clone, usable from a handler.
+#[derive(Clone, Default)]
+pub struct IncarnationResets {
+    pending: Arc<Mutex<Vec<Address>>>,
+    any: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl IncarnationResets {
+    /// A new process serves at `server` and the old one is gone: calls started from now on do
+    /// not name the old incarnation (they would be refused `Restarted`).
+    pub fn forget(&self, server: Address) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: past this, the oldest are dropped (a call then answers `Restarted` once).
+        if p.len() >= RESETS_PENDING_MAX {
+            p.remove(0);
+        }
+        p.push(server);
+        self.any.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+const RESETS_PENDING_MAX: usize = 1024;
 
 /// Requests an engine-served endpoint takes in per duty cycle at most.
 const ENGINE_BATCH: usize = 64;
@@ -360,6 +385,8 @@ pub struct Rpc {
     send_failures: u64,
     /// Served on the engine's thread ([`Rpc::serve_on_engine`]).
     on_engine: bool,
+    /// Servers whose incarnation to forget before the next call ([`IncarnationResets`]).
+    resets: IncarnationResets,
     /// Calls to a transaction group outstanding: their copies carry the transaction, so
     /// only members take them in.
     txn_calls: HashMap<CallId, TxnId>,
@@ -416,6 +443,7 @@ impl Rpc {
             forwarders: HashMap::new(),
             txn_calls: HashMap::new(),
             on_engine: false,
+            resets: IncarnationResets::default(),
             long,
             finished: HashMap::new(),
             dropped_bad: 0,
@@ -585,6 +613,13 @@ impl Rpc {
         self.start(Target::List(dests), call)
     }
 
+    /// A handle to make this endpoint forget a server's incarnation (an oracle client's
+    /// notification handler uses it when a server moved or recovered: a new process serves
+    /// there).
+    pub fn incarnation_resets(&self) -> IncarnationResets {
+        self.resets.clone()
+    }
+
     /// Joins transaction `txn`'s group ([`Port::join_txn`]): calls to the group reach this
     /// endpoint's handlers from now on.
     pub fn join_txn(&mut self, txn: TxnId) -> Result<(), RpcCallError> {
@@ -658,6 +693,22 @@ impl Rpc {
                 max: datagram - RPC_HEADER_BYTES,
             }
             .into());
+        }
+        if self
+            .resets
+            .any
+            .swap(false, std::sync::atomic::Ordering::Acquire)
+        {
+            let pending = std::mem::take(
+                &mut *self
+                    .resets
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            for a in pending {
+                self.client.forget_server(a);
+            }
         }
         let now = self.now();
         let id = self

@@ -345,6 +345,13 @@ impl Client {
         self.servers.get(&a).copied()
     }
 
+    /// Forgets the incarnation of the server at `a`: calls started from now on name none (the
+    /// client learned by other means, an oracle's notification, that a new process serves
+    /// there, and that the old one is gone). Calls already started keep what they named.
+    pub fn forget_server(&mut self, a: Address) {
+        self.servers.remove(&a);
+    }
+
     /// The answer to a call that server `called` handed on to `from` (`forward_request`):
     /// counted as `called`'s answer.
     pub fn handle_forwarded_reply(
