@@ -65,6 +65,7 @@ fuzz_target!(|data: &[u8]| {
                             server.forward(
                                 token,
                                 addr(from.wrapping_add(1)),
+                                0,
                                 1,
                                 r.deadline_us,
                                 payload,

@@ -469,6 +469,14 @@ fn apply(
     if k.len() >= KNOWN_MAX && !k.contains_key(&server) {
         return false;
     }
+    // A failure at a location other than where it is known alive is news about a place it
+    // left (a replica that has not seen the move yet): not about it.
+    if !alive
+        && k.get(&server)
+            .is_some_and(|was| was.alive && was.location != location)
+    {
+        return false;
+    }
     let new = alive
         && k.get(&server)
             .is_some_and(|was| !was.alive || was.location != location);
@@ -540,20 +548,31 @@ impl OracleClient {
         payload: &[u8],
     ) -> Result<Vec<u8>, OracleError> {
         let mut last = None;
-        for _ in 0..self.oracles.len() {
+        let mut restarted = false;
+        for _ in 0..self.oracles.len() + 1 {
             match rpc.call(self.oracle(), request_type, payload, CALL_DEADLINE) {
                 Ok(answer) => return Ok(answer),
+                // A new process: its answer taught its incarnation, and every oracle call is
+                // idempotent, so once more to it.
+                Err(RpcCallError::Remote(txcast_proto::rpc::RemoteError::Restarted))
+                    if !restarted =>
+                {
+                    restarted = true;
+                }
                 Err(e @ RpcCallError::DeadlinePassed(_))
                 | Err(e @ RpcCallError::Remote(txcast_proto::rpc::RemoteError::Restarted)) => {
-                    // Not there, or a new process: the next one (a restarted oracle is
-                    // tried again on the next round).
+                    // Not there: the next one.
                     last = Some(e);
                     self.current = (self.current + 1) % self.oracles.len();
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(last.expect("at least one oracle").into())
+        Err(last
+            .unwrap_or(RpcCallError::Remote(
+                txcast_proto::rpc::RemoteError::Restarted,
+            ))
+            .into())
     }
 
     /// Registers `rpc`'s server with `notifiers` (patterns of the servers it talks to) and a

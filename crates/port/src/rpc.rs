@@ -997,8 +997,16 @@ impl Rpc {
                         .get_mut(&request_type)
                         .and_then(|f| run_handler(on_engine, || f(from, payload)).ok().flatten());
                     if let Some(to) = to.filter(|&t| t != self.port.address()) {
-                        self.server
-                            .forward(token, to, request_type, r.deadline_us, payload);
+                        // Copies name the incarnation of `to` we know (from calls of ours).
+                        let to_inc = self.client.server_incarnation(to).unwrap_or(0);
+                        self.server.forward(
+                            token,
+                            to,
+                            to_inc,
+                            request_type,
+                            r.deadline_us,
+                            payload,
+                        );
                         self.transmit();
                         return;
                     }

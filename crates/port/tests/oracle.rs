@@ -2,7 +2,7 @@
 //! recovery, a moved server found again through a notification, the registry kept across the
 //! oracle's restart, and malformed requests.
 //!
-//! Every test uses its own `instance` number (30 to 34; other test binaries use them too,
+//! Every test uses its own `instance` number (30 to 35; other test binaries use them too,
 //! but test binaries run one after another). The oracle is server type 15 of site 0.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -454,4 +454,56 @@ fn a_standby_oracle_takes_over_when_the_oracle_fails() {
     stop_s.store(true, Ordering::SeqCst);
     let s = s.join().unwrap();
     assert!(s.counters().replicated_in >= 2, "{:?}", s.counters());
+}
+
+/// Found in review: with replicas, a failure notification from a replica that has not seen a
+/// server's move (its lease there runs a little later) could undo the move another replica
+/// announced. A failure at a location other than where the server is known alive is ignored;
+/// one where it is known alive is not.
+#[test]
+fn a_failure_notified_at_a_place_the_server_left_is_ignored() {
+    use txcast_proto::oracle::{request, Change, Notification};
+    let e = engine();
+    let oracle = oracle_addr(35);
+    let (client, x) = (addr(35, 2, 1), addr(35, 3, 4));
+    let mut fake = rpc(&e, oracle);
+    let mut c = rpc(&e, client);
+    let cc = OracleClient::with_oracle(&mut c, oracle);
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let t = std::thread::spawn(move || {
+        while !s.load(Ordering::SeqCst) {
+            c.serve(Duration::from_millis(5)).unwrap();
+        }
+        (c, cc)
+    });
+    let at = |port: u16| SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 9), port);
+    let mut notify = |change, location| {
+        let n = Notification {
+            change,
+            server: x,
+            location,
+        };
+        fake.call(client, request::NOTIFY, &n.encode(), Duration::from_secs(2))
+            .unwrap();
+    };
+    notify(Change::Moved, at(2));
+    // The lagging replica's news of the old place, after the move.
+    notify(Change::Failed, at(1));
+    stop.store(true, Ordering::SeqCst);
+    let (mut c, cc) = t.join().unwrap();
+    let k = cc.known(x).unwrap();
+    assert!(k.alive && k.location == at(2), "{k:?}");
+    // Where it is known alive, a failure counts.
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let t = std::thread::spawn(move || {
+        while !s.load(Ordering::SeqCst) {
+            c.serve(Duration::from_millis(5)).unwrap();
+        }
+    });
+    notify(Change::Failed, at(2));
+    stop.store(true, Ordering::SeqCst);
+    t.join().unwrap();
+    assert!(!cc.known(x).unwrap().alive);
 }

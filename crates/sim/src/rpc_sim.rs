@@ -246,6 +246,7 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
         }
         // Arrivals.
         while let Some((to, bytes)) = net.pop_due(now) {
+            let incarnations: Vec<u64> = servers.iter().map(|s| s.incarnation as u64).collect();
             let (from, body) = unstamp(&bytes);
             let Ok((header, payload)) = msg::decode(body) else {
                 return Err(fail(format!("node {to} got a malformed message")));
@@ -267,9 +268,12 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         // Some servers hand some calls on to another (forward_request).
                         if ns > 1 && forward > 0.0 && forward_rng.chance(forward) {
                             let other = (to + 1 + forward_rng.below(ns as u64 - 1) as usize) % ns;
+                            // The forwarder names the target's incarnation (as one that
+                            // called it before knows it).
                             s.server.forward(
                                 token,
                                 address(other),
+                                incarnations[other],
                                 request_type,
                                 r.deadline_us,
                                 payload,
@@ -305,7 +309,9 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         token, deadline, ..
                     } = s.server.handle_forwarded(now, from, client, &r)
                     {
-                        s.running.push((now, token, deadline, payload.to_vec(), 0));
+                        let named = r.server_incarnation;
+                        s.running
+                            .push((now, token, deadline, payload.to_vec(), named));
                     }
                 }
                 RpcHeader::Reply(r) => {
@@ -497,9 +503,10 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                             }
                         }
                         Err(RemoteError::DeadlinePassed) => {}
-                        // The server restarted since the client last heard from it.
+                        // The server restarted since the client last heard from it (or the
+                        // one it handed the call on to did).
                         Err(RemoteError::Restarted) => {
-                            if servers[from.site as usize].incarnation < 2 {
+                            if servers.iter().all(|s| s.incarnation < 2) {
                                 return Err(fail(format!(
                                     "client {k}: call {id}: Restarted from {from}, never restarted"
                                 )));

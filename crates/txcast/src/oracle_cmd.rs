@@ -5,8 +5,9 @@
 //!
 //! With standbys in the configuration (`oracle_standbys`), every oracle process is a replica
 //! over a group: `txcast oracle` is the oracle, `txcast oracle --standby K` the K-th standby
-//! (from 1), which joins the replicas through the oracle (or, if it does not answer, through
-//! the other standbys).
+//! (from 1). Each joins the replicas through the first other one that answers, or starts the
+//! group if none does; its state file is `txcast-oracle-standby-K.state` unless `--state`
+//! says otherwise.
 
 use crate::opt;
 use std::io::Write;
@@ -33,10 +34,14 @@ fn serve(args: &[String]) -> Result<(), String> {
         }
         None => ClusterConfig::default(),
     };
-    let state = opt::<String>(args, "--state").unwrap_or_else(|| "txcast-oracle.state".into());
     let seconds: Option<u64> = opt(args, "--seconds");
     let oracles = cluster.oracles().map_err(|e| e.to_string())?;
     let which: usize = opt(args, "--standby").unwrap_or(0);
+    // Replicas started in one directory keep apart files.
+    let state = opt::<String>(args, "--state").unwrap_or_else(|| match which {
+        0 => "txcast-oracle.state".into(),
+        k => format!("txcast-oracle-standby-{k}.state"),
+    });
     let Some(&addr) = oracles.get(which) else {
         return Err(format!(
             "--standby {which}: the configuration names {} standbys",
@@ -52,29 +57,26 @@ fn serve(args: &[String]) -> Result<(), String> {
     let state = Some(std::path::Path::new(&state));
     let mut oracle = if oracles.len() == 1 {
         OracleServer::open(&engine, addr, state)
-    } else if which == 0 {
-        OracleServer::open_replica(&engine, addr, state, ORACLE_GROUP, None, Duration::ZERO)
     } else {
-        // Through the first other replica that takes it in.
-        let mut last = None;
+        // Join the replicas through the first that takes this one in (a restarted oracle
+        // rejoins its standbys); if none answers, start the group. The oracle waits less for
+        // them than a standby does for it, so the two do not both start a group.
+        let wait = Duration::from_millis(if which == 0 { 1000 } else { 3000 });
         let mut opened = None;
         for &contact in oracles.iter().filter(|&&o| o != addr) {
-            match OracleServer::open_replica(
-                &engine,
-                addr,
-                state,
-                ORACLE_GROUP,
-                Some(contact),
-                Duration::from_secs(5),
-            ) {
-                Ok(o) => {
-                    opened = Some(o);
-                    break;
-                }
-                Err(e) => last = Some(e),
+            if let Ok(o) =
+                OracleServer::open_replica(&engine, addr, state, ORACLE_GROUP, Some(contact), wait)
+            {
+                opened = Some(o);
+                break;
             }
         }
-        opened.ok_or_else(|| last.expect("another replica"))
+        match opened {
+            Some(o) => Ok(o),
+            None => {
+                OracleServer::open_replica(&engine, addr, state, ORACLE_GROUP, None, Duration::ZERO)
+            }
+        }
     }
     .map_err(|e| e.to_string())?;
     println!("ready");

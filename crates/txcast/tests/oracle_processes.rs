@@ -218,3 +218,68 @@ fn a_standby_oracle_process_takes_over_when_the_oracle_is_killed() {
     assert!(found.is_some(), "the registration reached the standby");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Found in review: the oracle process (`txcast oracle`, no `--standby`) always creates the replicas'
+/// group. Restarted while its standby carries on, it forms a group of its own: what clients
+/// register with it never reaches the standby (and the reverse), for ever.
+#[test]
+fn a_restarted_oracle_process_rejoins_its_standby() {
+    const I: u16 = 41;
+    let dir = std::env::temp_dir().join(format!("txcast-oracle-rejoin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("cluster.toml");
+    std::fs::write(
+        &config,
+        format!("oracle = \"{I}.0.15.0\"\noracle_standbys = [\"{I}.1.15.0\"]\n"),
+    )
+    .unwrap();
+    let config_s = config.to_str().unwrap();
+    let state = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let primary = start(&["oracle", "--config", config_s, "--state", &state("p")]);
+    let _standby = start(&[
+        "oracle",
+        "--config",
+        config_s,
+        "--state",
+        &state("s"),
+        "--standby",
+        "1",
+    ]);
+    // The oracle is killed and started again, as an operator (or systemd) would.
+    drop(primary);
+    std::thread::sleep(Duration::from_millis(500));
+    let _primary = start(&["oracle", "--config", config_s, "--state", &state("p")]);
+    let cluster = ClusterConfig::load(&config).unwrap();
+    let engine = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        cluster,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let open = |a: Address| {
+        Rpc::new(
+            Port::open_on(&engine, a, PortConfig::default()).unwrap(),
+            RpcConfig::default(),
+        )
+        .unwrap()
+    };
+    // A server registers with the (restarted) oracle, the first of the list.
+    let x = Address::new(I, 2, 1, 0);
+    let mut c = open(x);
+    let mut oc = OracleClient::new(&mut c).unwrap();
+    oc.register_self(&mut c, &[], Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(oc.oracle(), Address::new(I, 0, 15, 0));
+    // It should reach the standby.
+    let mut e = open(Address::new(I, 4, 1, 0));
+    let mut only_standby = OracleClient::with_oracle(&mut e, Address::new(I, 1, 15, 0));
+    let end = Instant::now() + Duration::from_secs(10);
+    while only_standby.lookup(&mut e, x).unwrap().is_none() {
+        assert!(
+            Instant::now() < end,
+            "a registration with the restarted oracle never reached the standby"
+        );
+        c.serve(Duration::from_millis(20)).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

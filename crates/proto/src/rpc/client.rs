@@ -329,11 +329,12 @@ impl Client {
     pub fn handle_reply(&mut self, from: Address, reply: &ReplyHeader, payload: &[u8]) {
         if self.take_reply(from, reply, payload) && reply.server_incarnation != 0 {
             // Incarnations grow: a late reply from a predecessor does not undo what a later
-            // one taught.
+            // one taught. But a `Restarted` answer is the server as it is now, even if its
+            // incarnation is smaller (a clock behind, or stepped back): taken as it is, or the
+            // client would be refused for ever.
             let known = self.servers.get(&from).copied().unwrap_or(0);
-            if reply.server_incarnation > known
-                && (self.servers.len() < SERVERS_KNOWN_MAX || known != 0)
-            {
+            let take = reply.status == Status::Restarted || reply.server_incarnation > known;
+            if take && (self.servers.len() < SERVERS_KNOWN_MAX || known != 0) {
                 self.servers.insert(from, reply.server_incarnation);
             }
         }

@@ -100,6 +100,9 @@ impl Entry {
 
 struct Forwarded {
     to: Address,
+    /// The incarnation of `to` the forwarder knew when it handed the call on: every copy names
+    /// it, so a successor of `to` does not run a copy its predecessor may have run.
+    to_incarnation: u64,
     request_type: u16,
     deadline_us: u32,
     payload: Vec<u8>,
@@ -417,11 +420,13 @@ impl Server {
 
     /// Hands call `token` (an [`Verdict::Execute`] of ours, not answered) on to server `to`
     /// (`forward_request`, paper 003): it answers the caller itself. The request is kept, to
-    /// hand copies of it on too. False if the call is not ours to hand on.
+    /// hand copies of it on too. Every copy names `to_incarnation`, the incarnation of `to`
+    /// this server knows (0: none). False if the call is not ours to hand on.
     pub fn forward(
         &mut self,
         token: Token,
         to: Address,
+        to_incarnation: u64,
         request_type: u16,
         deadline_us: u32,
         payload: &[u8],
@@ -434,6 +439,7 @@ impl Server {
         }
         e.forwarded = Some(Forwarded {
             to,
+            to_incarnation,
             request_type,
             deadline_us: deadline_us.max(1),
             payload: payload.to_vec(),
@@ -479,8 +485,7 @@ impl Server {
                         incarnation: t.incarnation,
                         call_id: t.call_id,
                         acked_below,
-                        // The other server's incarnation is not ours to know.
-                        server_incarnation: 0,
+                        server_incarnation: f.to_incarnation,
                     },
                     t.client,
                 );
