@@ -207,6 +207,10 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
     // incarnation.
     let mut executed_any: HashSet<(Address, Address, u64, u64)> = HashSet::new();
     let mut executed_after_restart = 0u64;
+    // What a client's request named at the forwarder, per call handed on: (client, client
+    // incarnation, call id, forwarder).
+    // and the incarnation of the target the forwarder was told to name.
+    let mut forwarded_named: HashMap<(Address, u64, u64, Address), (u64, u64)> = HashMap::new();
     // (client node, incarnation, call id, server node) of requests a server got whole.
     let mut delivered_whole: HashSet<(NodeId, u64, u64, NodeId)> = HashSet::new();
     let mut executions = 0u64;
@@ -270,6 +274,9 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                             let other = (to + 1 + forward_rng.below(ns as u64 - 1) as usize) % ns;
                             // The forwarder names the target's incarnation (as one that
                             // called it before knows it).
+                            let key = (token.client, token.incarnation, token.call_id, address(to));
+                            forwarded_named
+                                .insert(key, (r.server_incarnation, incarnations[other]));
                             s.server.forward(
                                 token,
                                 address(other),
@@ -309,7 +316,14 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         token, deadline, ..
                     } = s.server.handle_forwarded(now, from, client, &r)
                     {
-                        let named = r.server_incarnation;
+                        // Protected only if the client named the forwarder's incarnation and
+                        // the forwarder named ours.
+                        // (What the server put in the header is not trusted: what it was told
+                        // to name is.)
+                        let key = (token.client, token.incarnation, token.call_id, from);
+                        let (client_named, told) =
+                            forwarded_named.get(&key).copied().unwrap_or((0, 0));
+                        let named = if client_named == 0 { 0 } else { told };
                         s.running
                             .push((now, token, deadline, payload.to_vec(), named));
                     }
