@@ -168,6 +168,8 @@ pub struct Port {
     received: u64,
     scratch: Vec<u8>,
     fanout_to: Vec<SocketAddr>,
+    /// Datagrams queued to leave together ([`Port::queue_datagram`]).
+    batch: crate::mmsg::SendBatch,
 }
 
 impl Port {
@@ -261,6 +263,7 @@ impl Port {
             received: 0,
             scratch: Vec::new(),
             fanout_to: Vec::new(),
+            batch: crate::mmsg::SendBatch::new(),
         })
     }
 
@@ -531,6 +534,31 @@ impl Port {
             return self.local_try_send(dest, msg);
         }
         self.send_udp(dest, None, msg)
+    }
+
+    /// [`Port::send_datagram`], but a remote one waits to leave with the others queued so, in
+    /// one `sendmmsg`, at [`Port::flush_datagrams`] (or when the batch is full); one to this
+    /// host goes at once.
+    pub fn queue_datagram(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        if self.is_local(dest) {
+            return self.local_try_send(dest, msg);
+        }
+        let to = self.engine.socket_addr(dest)?;
+        let (buf, n) = self.build_one(dest, None, msg)?;
+        if !self.engine.inject_loss() {
+            if !self.batch.has_room(n, 1) {
+                self.batch.send(&self.ep.socket);
+            }
+            self.batch.push(&buf[..n], [to]);
+        }
+        self.scratch = buf;
+        Ok(())
+    }
+
+    /// Sends the datagrams [`Port::queue_datagram`] queued (one `sendmmsg`, or `sendto` for a
+    /// lone one); how many the kernel took.
+    pub fn flush_datagrams(&mut self) -> usize {
+        self.batch.send(&self.ep.socket)
     }
 
     /// One packet holding `msg` (of transaction `txn`'s group, or a plain datagram) by UDP

@@ -1090,7 +1090,7 @@ impl Rpc {
             let sent = if n > self.client.config().message_bytes_max {
                 self.send_long_reply(now, to, &buf[..n], until)
             } else {
-                self.port.send_datagram(to, &buf[..n])
+                self.port.queue_datagram(to, &buf[..n])
             };
             if sent.is_err() {
                 self.send_failures += 1;
@@ -1105,12 +1105,14 @@ impl Rpc {
             }
             let sent = match self.txn_calls.get(&id) {
                 Some(&txn) => self.port.send_datagram_txn(to, txn, &buf[..n]),
-                None => self.port.send_datagram(to, &buf[..n]),
+                // The copies of a call to several servers leave in one system call.
+                None => self.port.queue_datagram(to, &buf[..n]),
             };
             if sent.is_err() {
                 self.send_failures += 1;
             }
         }
+        self.port.flush_datagrams();
         self.transmit_long(now, &mut buf);
         self.send_buf = buf;
     }
