@@ -45,7 +45,15 @@ fn spawn_oracle(
     state: Option<std::path::PathBuf>,
 ) -> (Arc<AtomicBool>, std::thread::JoinHandle<OracleServer>) {
     let e = engine();
-    let mut o = OracleServer::open(&e, oracle_addr(instance), state.as_deref()).unwrap();
+    let o = OracleServer::open(&e, oracle_addr(instance), state.as_deref()).unwrap();
+    serve_oracle(e, o)
+}
+
+/// Serves `o` on its own thread until the returned flag is set.
+fn serve_oracle(
+    e: Engine,
+    mut o: OracleServer,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<OracleServer>) {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let t = std::thread::spawn(move || {
@@ -365,18 +373,8 @@ fn spawn_replica(
     contact: Option<Address>,
 ) -> (Arc<AtomicBool>, std::thread::JoinHandle<OracleServer>) {
     let e = engine();
-    let mut o =
-        OracleServer::open_replica(&e, a, None, 77, contact, Duration::from_secs(5)).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let t = std::thread::spawn(move || {
-        let _keep = e;
-        while !s.load(Ordering::SeqCst) {
-            o.serve(Duration::from_millis(10)).unwrap();
-        }
-        o
-    });
-    (stop, t)
+    let o = OracleServer::open_replica(&e, a, None, 77, contact, Duration::from_secs(5)).unwrap();
+    serve_oracle(e, o)
 }
 
 /// The oracle replicated over a group: what a server registers with the oracle reaches the
