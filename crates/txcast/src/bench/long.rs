@@ -1,7 +1,8 @@
 //! `txcast bench long`: round trips of long messages by length (paper 001 Table 1's lengths:
 //! 64 B to 8 MB) between two processes, for txcast's long messages (local and remote, with
 //! 8,000-byte fragments as in the paper and with 60,000-byte ones), raw UDP (where one
-//! datagram holds the message) and TCP over loopback, measured in the same run. TCP is the
+//! datagram holds the message), raw UDP cut into 60,000-byte fragments with no protocol (see
+//! `send_fragments`) and TCP over loopback, measured in the same run. TCP is the
 //! yardstick: the target is remote txcast at ≥ 0.8× TCP's throughput at 500 KB and 8 MB.
 //!
 //! The parent sends a message of the length and the partner sends it back; a round trip moves
@@ -23,7 +24,7 @@ const BYTES_PER_ROW: u64 = 48 << 20;
 
 const USAGE: &str = "\
 usage: txcast bench long [--bytes 64,512,2048,8192,32768,500000,8000000]
-                         [--cases tcp,raw-udp,txcast-local-f8000,txcast-remote-f8000,
+                         [--cases tcp,raw-udp,raw-udp-f60000,txcast-local-f8000,txcast-remote-f8000,
                                   txcast-local-f60000,txcast-remote-f60000]
                          [--iterations-max N] [--json]
 ";
@@ -31,6 +32,7 @@ usage: txcast bench long [--bytes 64,512,2048,8192,32768,500000,8000000]
 const CASES: &[&str] = &[
     "tcp",
     "raw-udp",
+    "raw-udp-f60000",
     "txcast-local-f8000",
     "txcast-remote-f8000",
     "txcast-local-f60000",
@@ -46,6 +48,80 @@ fn message(len: usize) -> Vec<u8> {
 /// Round trips for a row of `len`-byte messages (after a tenth as many warm-up ones).
 fn round_trips(len: u64, max: u64) -> u64 {
     (BYTES_PER_ROW / len.max(1)).clamp(8, max)
+}
+
+/// Fragment size of the `raw-udp-f60000` yardstick.
+const RAW_FRAGMENT: usize = 60_000;
+
+/// The floor of fragmenting over UDP, with nothing a protocol adds: `raw-udp-f60000` sends a
+/// message as datagrams of an 8-byte header (index, count) and a 60,000-byte slice, one
+/// blocking `sendmsg` each that gathers the slice from the message (no copy in user space),
+/// and receives each with `recvmsg` straight into its slice of the message: one copy each
+/// way, no checksum, no acknowledgement, no window. It counts on loopback's order and lack of
+/// loss; a datagram out of place ends the row with an error.
+fn send_fragments(sock: &UdpSocket, m: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let count = m.len().div_ceil(RAW_FRAGMENT).max(1) as u32;
+    for (i, slice) in m.chunks(RAW_FRAGMENT).enumerate() {
+        let mut head = [0u8; 8];
+        head[..4].copy_from_slice(&(i as u32).to_le_bytes());
+        head[4..].copy_from_slice(&count.to_le_bytes());
+        let mut iov = [
+            libc::iovec {
+                iov_base: head.as_mut_ptr() as *mut libc::c_void,
+                iov_len: 8,
+            },
+            libc::iovec {
+                iov_base: slice.as_ptr() as *mut libc::c_void,
+                iov_len: slice.len(),
+            },
+        ];
+        // SAFETY: plain old data, zero is valid.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = 2;
+        // SAFETY: `msg` points at `iov`, `head` and `slice`, all alive for the call; the
+        // socket is connected.
+        if unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Receives a message sent by [`send_fragments`] into `m` (its length known).
+fn recv_fragments(sock: &UdpSocket, m: &mut [u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let count = m.len().div_ceil(RAW_FRAGMENT).max(1);
+    for (i, slice) in m.chunks_mut(RAW_FRAGMENT).enumerate() {
+        let mut head = [0u8; 8];
+        let want = slice.len();
+        let mut iov = [
+            libc::iovec {
+                iov_base: head.as_mut_ptr() as *mut libc::c_void,
+                iov_len: 8,
+            },
+            libc::iovec {
+                iov_base: slice.as_mut_ptr() as *mut libc::c_void,
+                iov_len: want,
+            },
+        ];
+        // SAFETY: plain old data, zero is valid.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = 2;
+        // SAFETY: `msg` points at `iov`, `head` and `slice`, all alive for the call.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let index = u32::from_le_bytes(head[..4].try_into().expect("4")) as usize;
+        let total = u32::from_le_bytes(head[4..].try_into().expect("4")) as usize;
+        if n as usize != 8 + want || index != i || total != count {
+            return Err(io::Error::other("a fragment out of place"));
+        }
+    }
+    Ok(())
 }
 
 fn ldg_config(fragment: usize) -> LdgConfig {
@@ -103,18 +179,23 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
             })();
             finish_child(&mut child, r, WAIT)
         }
-        "raw-udp" => {
+        "raw-udp" | "raw-udp-f60000" => {
             let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
             txcast_port::mmsg::size_buffers(&sock)?;
             sock.set_read_timeout(Some(WAIT))?;
             args.push(sock.local_addr()?.port().to_string());
             args.extend(lens);
             let mut child = spawn_child(&args)?;
+            let fragmenting = case != "raw-udp";
             let r = (|| {
                 let mut hello = [0u8; 8];
                 let (_, peer) = sock.recv_from(&mut hello)?;
                 sock.connect(peer)?;
                 rows(lengths, max, |m, back, _| {
+                    if fragmenting {
+                        send_fragments(&sock, m)?;
+                        return recv_fragments(&sock, back);
+                    }
                     sock.send(m)?;
                     let n = sock.recv(back)?;
                     if n != back.len() {
@@ -251,7 +332,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
             }
             Ok(())
         }
-        "raw-udp" => {
+        "raw-udp" | "raw-udp-f60000" => {
             let [port, lens @ ..] = rest else {
                 return Err(bad());
             };
@@ -261,10 +342,17 @@ pub fn child(args: &[String]) -> io::Result<()> {
             sock.set_read_timeout(Some(WAIT))?;
             sock.connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?;
             sock.send(b"hello")?;
+            let fragmenting = case != "raw-udp";
             let mut buf = vec![0u8; 65_536];
             for len in parse(lens)? {
                 let n = round_trips(len, max);
+                let mut m = vec![0u8; len as usize];
                 for _ in 0..n + n / 10 {
+                    if fragmenting {
+                        recv_fragments(&sock, &mut m)?;
+                        send_fragments(&sock, &m)?;
+                        continue;
+                    }
                     let k = sock.recv(&mut buf)?;
                     sock.send(&buf[..k])?;
                 }
