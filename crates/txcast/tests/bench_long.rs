@@ -23,6 +23,7 @@ fn the_long_message_benchmark_measures_every_case_against_tcp() {
         ("tcp", &["64", "100000"][..]),
         ("raw-udp", &["64"][..]),
         ("raw-udp-f60000", &["64", "100000"][..]),
+        ("raw-udp-f60000-spin", &["64", "100000"][..]),
         ("txcast-local-f8000", &["64", "100000"][..]),
         ("txcast-remote-f8000", &["64", "100000"][..]),
         ("txcast-local-f60000", &["64", "100000"][..]),

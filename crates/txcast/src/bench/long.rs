@@ -24,7 +24,8 @@ const BYTES_PER_ROW: u64 = 48 << 20;
 
 const USAGE: &str = "\
 usage: txcast bench long [--bytes 64,512,2048,8192,32768,500000,8000000]
-                         [--cases tcp,raw-udp,raw-udp-f60000,txcast-local-f8000,txcast-remote-f8000,
+                         [--cases tcp,raw-udp,raw-udp-f60000[-spin],txcast-local-f8000,
+                                  txcast-remote-f8000,
                                   txcast-local-f60000,txcast-remote-f60000]
                          [--iterations-max N] [--json]
 ";
@@ -33,6 +34,7 @@ const CASES: &[&str] = &[
     "tcp",
     "raw-udp",
     "raw-udp-f60000",
+    "raw-udp-f60000-spin",
     "txcast-local-f8000",
     "txcast-remote-f8000",
     "txcast-local-f60000",
@@ -82,8 +84,13 @@ fn send_fragments(sock: &UdpSocket, m: &[u8]) -> io::Result<()> {
         msg.msg_iovlen = 2;
         // SAFETY: `msg` points at `iov`, `head` and `slice`, all alive for the call; the
         // socket is connected.
-        if unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) } < 0 {
-            return Err(io::Error::last_os_error());
+        while unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) } < 0 {
+            let e = io::Error::last_os_error();
+            // A busy-polling socket (non-blocking) whose buffer is full: again.
+            if e.kind() != io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            std::hint::spin_loop();
         }
     }
     Ok(())
@@ -110,11 +117,20 @@ fn recv_fragments(sock: &UdpSocket, m: &mut [u8]) -> io::Result<()> {
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = 2;
-        // SAFETY: `msg` points at `iov`, `head` and `slice`, all alive for the call.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let started = Instant::now();
+        let n = loop {
+            // SAFETY: `msg` points at `iov`, `head` and `slice`, all alive for the call.
+            let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+            if n >= 0 {
+                break n;
+            }
+            let e = io::Error::last_os_error();
+            // A busy-polling socket (non-blocking) with nothing yet: again, until `WAIT`.
+            if e.kind() != io::ErrorKind::WouldBlock || started.elapsed() > WAIT {
+                return Err(e);
+            }
+            std::hint::spin_loop();
+        };
         let index = u32::from_le_bytes(head[..4].try_into().expect("4")) as usize;
         let total = u32::from_le_bytes(head[4..].try_into().expect("4")) as usize;
         if n as usize != 8 + want || index != i || total != count {
@@ -179,7 +195,7 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
             })();
             finish_child(&mut child, r, WAIT)
         }
-        "raw-udp" | "raw-udp-f60000" => {
+        "raw-udp" | "raw-udp-f60000" | "raw-udp-f60000-spin" => {
             let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
             txcast_port::mmsg::size_buffers(&sock)?;
             sock.set_read_timeout(Some(WAIT))?;
@@ -191,6 +207,7 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
                 let mut hello = [0u8; 8];
                 let (_, peer) = sock.recv_from(&mut hello)?;
                 sock.connect(peer)?;
+                sock.set_nonblocking(case.ends_with("-spin"))?;
                 rows(lengths, max, |m, back, _| {
                     if fragmenting {
                         send_fragments(&sock, m)?;
@@ -332,7 +349,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
             }
             Ok(())
         }
-        "raw-udp" | "raw-udp-f60000" => {
+        "raw-udp" | "raw-udp-f60000" | "raw-udp-f60000-spin" => {
             let [port, lens @ ..] = rest else {
                 return Err(bad());
             };
@@ -342,6 +359,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
             sock.set_read_timeout(Some(WAIT))?;
             sock.connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?;
             sock.send(b"hello")?;
+            sock.set_nonblocking(case.ends_with("-spin"))?;
             let fragmenting = case != "raw-udp";
             let mut buf = vec![0u8; 65_536];
             for len in parse(lens)? {
