@@ -228,6 +228,29 @@ impl SendBatch {
         }
     }
 
+    /// Adds a packet for `to` built in place by `build` in up to `room` bytes (it returns the
+    /// length it wrote); nothing if `build` fails. Check [`SendBatch::has_room`] first.
+    pub fn push_built<E>(
+        &mut self,
+        room: usize,
+        to: SocketAddr,
+        build: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+    ) -> Result<(), E> {
+        let start = self.bytes.len();
+        self.bytes.resize(start + room, 0);
+        match build(&mut self.bytes[start..]) {
+            Ok(n) => {
+                self.bytes.truncate(start + n);
+                self.entries.push((start, n, to));
+                Ok(())
+            }
+            Err(e) => {
+                self.bytes.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

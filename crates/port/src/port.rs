@@ -544,15 +544,18 @@ impl Port {
             return self.local_try_send(dest, msg);
         }
         let to = self.engine.socket_addr(dest)?;
-        let (buf, n) = self.build_one(dest, None, msg)?;
-        if !self.engine.inject_loss() {
-            if !self.batch.has_room(n, 1) {
-                self.batch.send(&self.ep.socket);
-            }
-            self.batch.push(&buf[..n], [to]);
+        if self.engine.inject_loss() {
+            return Ok(());
         }
-        self.scratch = buf;
-        Ok(())
+        let cap = self.packet_room(msg);
+        if !self.batch.has_room(cap, 1) {
+            self.batch.send(&self.ep.socket);
+        }
+        // Built in the batch itself: no copy of the packet.
+        let (header, engine) = (self.header(dest), self.engine.clone());
+        let key = engine.shared.key.as_ref();
+        self.batch
+            .push_built(cap, to, |buf| build_packet(buf, header, key, None, msg))
     }
 
     /// Sends the datagrams [`Port::queue_datagram`] queued (one `sendmmsg`, or `sendto` for a
@@ -615,26 +618,21 @@ impl Port {
         let header = self.header(dest);
         let key = engine.shared.key.as_ref();
         let mut buf = std::mem::take(&mut self.scratch);
-        // A datagram may be longer than the link's packets, up to a UDP datagram.
-        let need = HEADER_BYTES + RECORD_HEADER_BYTES + MAC_BYTES + msg.len();
-        buf.resize(
-            need.clamp(engine.config().link.packet_bytes_max, PACKET_BYTES_MAX),
-            0,
-        );
-        let mut w = match txn {
-            None => PacketWriter::datagram(&mut buf, header, key),
-            Some(t) => PacketWriter::multicast(&mut buf, header, key, t),
-        };
-        if !w.push(msg) {
-            let max = w.room();
-            self.scratch = buf;
-            return Err(PortError::TooLong {
-                len: msg.len(),
-                max,
-            });
+        buf.resize(self.packet_room(msg), 0);
+        match build_packet(&mut buf, header, key, txn, msg) {
+            Ok(n) => Ok((buf, n)),
+            Err(e) => {
+                self.scratch = buf;
+                Err(e)
+            }
         }
-        let n = w.finish();
-        Ok((buf, n))
+    }
+
+    /// Room a packet holding just `msg` is built in: a datagram may be longer than the link's
+    /// packets, up to a UDP datagram.
+    fn packet_room(&self, msg: &[u8]) -> usize {
+        let need = HEADER_BYTES + RECORD_HEADER_BYTES + MAC_BYTES + msg.len();
+        need.clamp(self.engine.config().link.packet_bytes_max, PACKET_BYTES_MAX)
     }
 
     fn header(&self, dest: Address) -> PacketHeader {
@@ -1159,6 +1157,28 @@ fn map_send_error(e: SendError, dest: Address) -> PortError {
         SendError::OwnerDead => PortError::OwnerDead(dest),
         SendError::Closed => PortError::Closed(dest),
     }
+}
+
+/// Writes into `buf` a DATAGRAM (or, with a transaction, MULTICAST) packet holding just `msg`;
+/// its length.
+fn build_packet(
+    buf: &mut [u8],
+    header: PacketHeader,
+    key: Option<&txcast_proto::wire::ClusterKey>,
+    txn: Option<TxnId>,
+    msg: &[u8],
+) -> Result<usize, PortError> {
+    let mut w = match txn {
+        None => PacketWriter::datagram(buf, header, key),
+        Some(t) => PacketWriter::multicast(buf, header, key, t),
+    };
+    if !w.push(msg) {
+        return Err(PortError::TooLong {
+            len: msg.len(),
+            max: w.room(),
+        });
+    }
+    Ok(w.finish())
 }
 
 /// The header of a datagram from `ep`'s port to `dest`.

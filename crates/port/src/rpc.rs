@@ -694,10 +694,10 @@ impl Rpc {
             }
             .into());
         }
-        if self
-            .resets
-            .any
-            .swap(false, std::sync::atomic::Ordering::Acquire)
+        // A load first: no locked operation on a call's path while there is nothing to forget.
+        let resets = &self.resets.any;
+        if resets.load(std::sync::atomic::Ordering::Acquire)
+            && resets.swap(false, std::sync::atomic::Ordering::AcqRel)
         {
             let pending = std::mem::take(
                 &mut *self

@@ -34,25 +34,17 @@ fn link(args: &[String]) -> i32 {
         opts.messages_per_pair = m;
     }
     if let Some(seed) = opt::<u64>(args, "--seed") {
-        return match run_link(seed, &opts) {
-            Ok(r) => {
-                println!("seed {seed}: ok");
-                println!("  faults:  {:?}", r.faults);
-                println!("  network: {:?}", r.net);
-                println!("  links:   {:?}", r.links);
-                println!(
-                    "  delivered {} messages; virtual end {:.3} s; trace digest {:016x}",
-                    r.delivered,
-                    r.end_ns as f64 / 1e9,
-                    r.digest
-                );
-                0
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                1
-            }
-        };
+        return one_seed(seed, run_link(seed, &opts), |r| {
+            println!("  faults:  {:?}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!("  links:   {:?}", r.links);
+            println!(
+                "  delivered {} messages; virtual end {:.3} s; trace digest {:016x}",
+                r.delivered,
+                r.end_ns as f64 / 1e9,
+                r.digest
+            );
+        });
     }
     let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
     let first = opt::<u64>(args, "--first").unwrap_or(0);
@@ -93,24 +85,16 @@ fn group(args: &[String]) -> i32 {
         opts.clogs = false;
     }
     if let Some(seed) = opt::<u64>(args, "--seed") {
-        return match run_group(seed, &opts) {
-            Ok(r) => {
-                println!("seed {seed}: ok");
-                println!("  group:   {}", r.config);
-                println!("  faults:  {}", r.faults);
-                println!("  network: {:?}", r.net);
-                println!(
-                    "  {} sent, {} completed, {} delivered; {} crashes, {} leaves, {} joins, {} partitions, {} rebuilds; {} members at the end, last seq {}; trace digest {:016x}",
-                    r.sent, r.completed, r.delivered, r.crashes, r.leaves, r.joins, r.partitions, r.resets,
-                    r.final_members, r.highest_seq, r.digest
-                );
-                0
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                1
-            }
-        };
+        return one_seed(seed, run_group(seed, &opts), |r| {
+            println!("  group:   {}", r.config);
+            println!("  faults:  {}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!(
+                "  {} sent, {} completed, {} delivered; {} crashes, {} leaves, {} joins, {} partitions, {} rebuilds; {} members at the end, last seq {}; trace digest {:016x}",
+                r.sent, r.completed, r.delivered, r.crashes, r.leaves, r.joins, r.partitions, r.resets,
+                r.final_members, r.highest_seq, r.digest
+            );
+        });
     }
     let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
     let first = opt::<u64>(args, "--first").unwrap_or(0);
@@ -174,31 +158,23 @@ fn rpc(args: &[String]) -> i32 {
         opts.calls_per_client = n;
     }
     if let Some(seed) = opt::<u64>(args, "--seed") {
-        return match run_rpc(seed, &opts) {
-            Ok(r) => {
-                println!("seed {seed}: ok");
-                println!("  faults:  {:?}", r.faults);
-                println!("  network: {:?}", r.net);
-                println!("  clients: {:?}", r.client);
-                println!("  servers: {:?}", r.server);
-                println!(
-                    "  {} calls: {} complete, {} out of time; {} executions ({} again after a server restart); {} crashes; virtual end {:.3} s; trace digest {:016x}",
-                    r.calls,
-                    r.complete,
-                    r.timed_out,
-                    r.executions,
-                    r.executed_after_restart,
-                    r.crashes,
-                    r.end_ns as f64 / 1e9,
-                    r.digest
-                );
-                0
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                1
-            }
-        };
+        return one_seed(seed, run_rpc(seed, &opts), |r| {
+            println!("  faults:  {:?}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!("  clients: {:?}", r.client);
+            println!("  servers: {:?}", r.server);
+            println!(
+                "  {} calls: {} complete, {} out of time; {} executions ({} again after a server restart); {} crashes; virtual end {:.3} s; trace digest {:016x}",
+                r.calls,
+                r.complete,
+                r.timed_out,
+                r.executions,
+                r.executed_after_restart,
+                r.crashes,
+                r.end_ns as f64 / 1e9,
+                r.digest
+            );
+        });
     }
     seed_range(args, "rpc", |seed| run_rpc(seed, &opts).map(|_| ()))
 }
@@ -212,31 +188,39 @@ fn frag(args: &[String]) -> i32 {
         opts.messages_per_node = n;
     }
     if let Some(seed) = opt::<u64>(args, "--seed") {
-        return match run_frag(seed, &opts) {
-            Ok(r) => {
-                println!("seed {seed}: ok");
-                println!("  faults:   {:?}", r.faults);
-                println!("  network:  {:?}", r.net);
-                println!("  senders:  {:?}", r.sender);
-                println!("  receivers: {:?}", r.receiver);
-                println!(
-                    "  {} messages sent, {} delivered, {} transfers failed; {} crashes; virtual end {:.3} s; trace digest {:016x}",
-                    r.sent,
-                    r.delivered,
-                    r.failed,
-                    r.crashes,
-                    r.end_ns as f64 / 1e9,
-                    r.digest
-                );
-                0
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                1
-            }
-        };
+        return one_seed(seed, run_frag(seed, &opts), |r| {
+            println!("  faults:   {:?}", r.faults);
+            println!("  network:  {:?}", r.net);
+            println!("  senders:  {:?}", r.sender);
+            println!("  receivers: {:?}", r.receiver);
+            println!(
+                "  {} messages sent, {} delivered, {} transfers failed; {} crashes; virtual end {:.3} s; trace digest {:016x}",
+                r.sent,
+                r.delivered,
+                r.failed,
+                r.crashes,
+                r.end_ns as f64 / 1e9,
+                r.digest
+            );
+        });
     }
     seed_range(args, "frag", |seed| run_frag(seed, &opts).map(|_| ()))
+}
+
+/// The report of one seed's run (`--seed S`), printed by `print`, or its failure; the exit
+/// code.
+fn one_seed<R, E: std::fmt::Display>(seed: u64, run: Result<R, E>, print: impl FnOnce(&R)) -> i32 {
+    match run {
+        Ok(r) => {
+            println!("seed {seed}: ok");
+            print(&r);
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
 }
 
 /// Runs `--seeds N` seeds from `--first F` (defaults 1000 and 0) of the simulation `name`,

@@ -50,15 +50,21 @@ crate::counters_sum!(ClientCounters {
     cancelled,
 });
 
+#[derive(Clone, Copy)]
+struct PerDest {
+    answered: bool,
+    /// The server incarnation known when the call started (0: none).
+    expected: u64,
+}
+
 struct Call {
     request_type: u16,
     payload: Vec<u8>,
     destinations: Vec<Address>,
     /// (destination, its index), sorted, for calls to many (empty otherwise).
     sorted: Vec<(Address, usize)>,
-    answered: Vec<bool>,
-    /// Per destination: the server incarnation known when the call started (0: none).
-    expected: Vec<u64>,
+    /// Per destination (in `destinations`' order).
+    per_dest: Vec<PerDest>,
     need: usize,
     deadline: Instant,
     next_retry: Instant,
@@ -201,10 +207,12 @@ impl Client {
             payload: payload.to_vec(),
             destinations: destinations.to_vec(),
             sorted,
-            answered: vec![false; n],
-            expected: destinations
+            per_dest: destinations
                 .iter()
-                .map(|d| self.servers.get(d).copied().unwrap_or(0))
+                .map(|d| PerDest {
+                    answered: false,
+                    expected: self.servers.get(d).copied().unwrap_or(0),
+                })
                 .collect(),
             need,
             deadline: now + deadline,
@@ -291,9 +299,7 @@ impl Client {
             // What the client knew of the server when the call started: a server that
             // restarted since does not run a copy its predecessor may have run, even if the
             // client has heard from the new one since (on another call).
-            let server_incarnation = call
-                .index_of(to)
-                .map_or(0, |i| call.expected.get(i).copied().unwrap_or(0));
+            let server_incarnation = call.index_of(to).map_or(0, |i| call.per_dest[i].expected);
             call.queued = call.queued.saturating_sub(1);
             let left = call.deadline.saturating_since(now).as_micros();
             if left == 0 {
@@ -387,7 +393,7 @@ impl Client {
             self.counters.replies_stranger += 1;
             return false;
         };
-        if call.answered[i] {
+        if call.per_dest[i].answered {
             self.counters.replies_late += 1;
             return true;
         }
@@ -413,7 +419,7 @@ impl Client {
             Status::Restarted => Err(RemoteError::Restarted),
         };
         self.counters.replies += 1;
-        call.answered[i] = true;
+        call.per_dest[i].answered = true;
         call.replies.push((from, result));
         if call.replies.len() >= call.need {
             self.finish(call_id, End::Complete);
@@ -446,8 +452,8 @@ impl Client {
         let missing = call
             .destinations
             .iter()
-            .zip(&call.answered)
-            .filter(|(_, &a)| !a)
+            .zip(&call.per_dest)
+            .filter(|(_, p)| !p.answered)
             .map(|(&d, _)| d)
             .collect();
         let outcome = Outcome {
@@ -505,8 +511,8 @@ impl Client {
                 continue;
             }
             if call.queued == 0 {
-                for (d, &a) in call.destinations.iter().zip(&call.answered) {
-                    if !a {
+                for (d, p) in call.destinations.iter().zip(&call.per_dest) {
+                    if !p.answered {
                         self.transmit.push_back((id, *d, true));
                         call.queued += 1;
                     }
