@@ -47,9 +47,12 @@ fn message(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Fewest round trips in a row: 8 MB rows were too short for a stable median at 8.
+const ROUND_TRIPS_MIN: u64 = 40;
+
 /// Round trips for a row of `len`-byte messages (after a tenth as many warm-up ones).
 fn round_trips(len: u64, max: u64) -> u64 {
-    (BYTES_PER_ROW / len.max(1)).clamp(8, max)
+    (BYTES_PER_ROW / len.max(1)).clamp(ROUND_TRIPS_MIN, max.max(ROUND_TRIPS_MIN))
 }
 
 /// Fragment size of the `raw-udp-f60000` yardstick.
