@@ -28,6 +28,7 @@ pub mod rng;
 pub mod rpc;
 pub mod time;
 pub mod timer;
+pub mod vsync;
 pub mod wire;
 
 pub use addr::{Address, AddressHash, TxnId};

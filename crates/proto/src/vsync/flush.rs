@@ -1,0 +1,730 @@
+//! View changes: a suspected failure, a join or a leave makes the coordinator (the
+//! lowest-ranked member not suspected) run the flush, Paxos over the old view:
+//! 1. `Flush(ballot)`: every member hands up a [`super::Upcall::Flush`] (the layer above casts
+//!    what must still be in this view), then freezes its delivery at what it has received and
+//!    answers `FlushOk` with that vector and any proposal it accepted;
+//! 2. once every member not suspected answered (or a majority did, after `flush_timeout`), the
+//!    coordinator proposes: the proposal accepted with the highest ballot if there is one,
+//!    else the members that answered (less leavers, plus joiners) and the cut, for each
+//!    stream the most any answer holds. It fetches every cast up to the cut, then sends
+//!    `Propose`; a member accepts once it holds every cast up to the cut;
+//! 3. once a majority of the old view accepted, `Commit`: each member of the next view hands
+//!    up every cast up to the cut and nothing past it, and installs the view. Members left
+//!    out learn that they are (`Expelled`, or `Left` after a leave).
+//!
+//! A member that misses the commit keeps talking in the old view; whoever hears that and kept
+//! the commit sends it again.
+
+use super::msg::{Header, VsMsg};
+use super::{Ballot, Dest, Pending, Proposal, ViewId, Vs, VsState, COMMITS_KEPT};
+use crate::addr::Address;
+use crate::time::Instant;
+use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most joiners admitted at once (the rest wait for a later view).
+const JOINERS_MAX: usize = 16;
+
+#[derive(Debug, Default)]
+pub(super) struct Flush {
+    /// Coordinator: joins and leaves waiting for the next view change.
+    pub joiners: BTreeSet<Address>,
+    pub leavers: BTreeSet<Address>,
+    /// Acceptor: the highest ballot promised in this view.
+    promised: Option<Ballot>,
+    /// Acceptor: delivery stops here (by rank) once the first flush of the view was answered.
+    frozen: Option<Vec<u64>>,
+    /// Acceptor: a flush to answer once the layer above is ready.
+    awaiting_ready: Option<(Ballot, Address)>,
+    accepted: Option<(Ballot, Proposal)>,
+    /// Acceptor: a proposal to accept once every cast up to its cut is here.
+    to_accept: Option<(Ballot, Proposal, Address)>,
+    /// A commit to install once every cast up to its cut is here.
+    to_commit: Option<(Ballot, Proposal, Address)>,
+    /// The last flush message from a coordinator (a stalled one is suspected).
+    touched: Option<Instant>,
+    /// Suspicions last reported to the coordinator.
+    suspects_sent_at: Option<Instant>,
+    round: Option<Round>,
+}
+
+/// A round's first-phase answers: each member's frozen vector and accepted proposal.
+type Answers = BTreeMap<Address, (Vec<u64>, Option<(Ballot, Proposal)>)>;
+
+#[derive(Debug)]
+struct Round {
+    ballot: Ballot,
+    started: Instant,
+    last_sent: Instant,
+    phase: Phase,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Prepare {
+        answers: Answers,
+    },
+    /// The coordinator gathers every cast up to the cut; `sources[s]` holds stream `s`'s.
+    Fetch {
+        proposal: Proposal,
+        acceptors: Vec<Address>,
+        sources: Vec<Address>,
+    },
+    Accept {
+        proposal: Proposal,
+        acceptors: Vec<Address>,
+        accepted: BTreeSet<Address>,
+    },
+}
+
+impl Flush {
+    pub fn frozen_set(&self) -> bool {
+        self.frozen.is_some()
+    }
+
+    /// Delivery limit of stream `r` while frozen.
+    pub fn deliver_limit(&self, r: usize) -> Option<u64> {
+        self.frozen.as_ref().map(|f| f.get(r).copied().unwrap_or(0))
+    }
+
+    /// Casts of stream `r` past this are never delivered in this view (a commit's cut).
+    pub fn receive_limit(&self, r: usize) -> Option<u64> {
+        self.to_commit
+            .as_ref()
+            .map(|(_, p, _)| p.cut.get(r).copied().unwrap_or(0))
+    }
+
+    /// Where to fetch stream `r`'s casts during a view change.
+    pub fn fetch_from(&self, r: usize) -> Option<Address> {
+        if let Some(Round {
+            phase: Phase::Fetch { sources, .. },
+            ..
+        }) = &self.round
+        {
+            return sources.get(r).copied();
+        }
+        self.to_commit
+            .as_ref()
+            .or(self.to_accept.as_ref())
+            .map(|(_, _, from)| *from)
+    }
+
+    /// Whether a view change waits on casts (so arrivals should be checked against it).
+    pub fn fetching(&self) -> bool {
+        self.to_commit.is_some()
+            || self.to_accept.is_some()
+            || matches!(
+                self.round,
+                Some(Round {
+                    phase: Phase::Fetch { .. } | Phase::Prepare { .. },
+                    ..
+                })
+            )
+    }
+
+    /// When the flush wants [`Vs::handle_timeout`]: the next retry, the end of the first
+    /// phase's wait, or when a quiet coordinator is suspected.
+    pub fn timeout(&self, retry: Duration, wait: Duration, flushing: bool) -> Option<Instant> {
+        if let Some(r) = &self.round {
+            let t = r.last_sent + retry;
+            return Some(match r.phase {
+                Phase::Prepare { .. } => t.min(r.started + wait),
+                _ => t,
+            });
+        }
+        if flushing {
+            return Some(self.touched.map_or(Instant::ZERO, |t| t + wait * 3));
+        }
+        None
+    }
+}
+
+impl Vs {
+    /// The layer above has cast what it must in this view: freeze and answer the flush.
+    pub fn flush_ready(&mut self, now: Instant) {
+        let Some((ballot, coord)) = self.fl.awaiting_ready.take() else {
+            return;
+        };
+        if self.fl.frozen.is_none() {
+            self.fl.frozen = Some(self.received_vector());
+        }
+        self.answer_flush(now, ballot, coord);
+    }
+
+    fn answer_flush(&mut self, now: Instant, ballot: Ballot, coord: Address) {
+        let frozen = self.fl.frozen.clone().expect("frozen before answering");
+        let accepted = self.fl.accepted.clone();
+        if coord == self.me {
+            let h = self.header();
+            self.on_flush_ok(now, &h, ballot, frozen, accepted);
+        } else {
+            self.queue(
+                Dest::To(coord),
+                &VsMsg::FlushOk {
+                    ballot,
+                    frozen,
+                    accepted,
+                },
+            );
+        }
+    }
+
+    /// Whether `h` comes from a member of this member's current view, in that view.
+    fn in_view(&self, h: &Header) -> bool {
+        h.view == self.view && self.members.contains(&h.from)
+    }
+
+    pub(super) fn on_flush(&mut self, now: Instant, h: &Header, ballot: Ballot) {
+        if h.view < self.view {
+            return self.tell_commit(h.from, h.view);
+        }
+        if !matches!(self.state, VsState::Normal | VsState::Flushing)
+            || !self.in_view(h) && h.from != self.me
+            || self.fl.promised.is_some_and(|p| ballot < p)
+        {
+            return;
+        }
+        self.fl.promised = Some(ballot);
+        self.fl.touched = Some(now);
+        self.state = VsState::Flushing;
+        if self.fl.frozen.is_some() {
+            return self.answer_flush(now, ballot, h.from);
+        }
+        if self.fl.awaiting_ready.is_none() {
+            self.upcalls.push_back(Pending::Flush);
+        }
+        self.fl.awaiting_ready = Some((ballot, h.from));
+    }
+
+    pub(super) fn on_flush_ok(
+        &mut self,
+        now: Instant,
+        h: &Header,
+        ballot: Ballot,
+        frozen: Vec<u64>,
+        accepted: Option<(Ballot, Proposal)>,
+    ) {
+        let n = self.members.len();
+        if !(self.in_view(h) || h.from == self.me) || frozen.len() != n {
+            return;
+        }
+        if accepted.as_ref().is_some_and(|(_, p)| p.cut.len() != n) {
+            self.counters.dropped_bad += 1;
+            return;
+        }
+        let Some(round) = self.fl.round.as_mut() else {
+            return;
+        };
+        if round.ballot != ballot {
+            return;
+        }
+        if let Phase::Prepare { answers } = &mut round.phase {
+            answers.insert(h.from, (frozen, accepted));
+        }
+        self.advance(now);
+    }
+
+    pub(super) fn on_propose(&mut self, now: Instant, h: &Header, ballot: Ballot, p: Proposal) {
+        if h.view < self.view {
+            return self.tell_commit(h.from, h.view);
+        }
+        if !self.in_view(h)
+            || p.cut.len() != self.members.len()
+            || self.fl.promised.is_some_and(|x| ballot < x)
+            || self.fl.frozen.is_none()
+        {
+            return;
+        }
+        self.fl.promised = Some(ballot);
+        self.fl.touched = Some(now);
+        self.state = VsState::Flushing;
+        self.fl.to_accept = Some((ballot, p, h.from));
+        self.flush_progress(now);
+    }
+
+    pub(super) fn on_accept(&mut self, now: Instant, h: &Header, ballot: Ballot) {
+        if !(self.in_view(h) || h.from == self.me) {
+            return;
+        }
+        if let Some(Round {
+            ballot: b,
+            phase:
+                Phase::Accept {
+                    acceptors,
+                    accepted,
+                    ..
+                },
+            ..
+        }) = self.fl.round.as_mut()
+        {
+            if *b == ballot && acceptors.contains(&h.from) {
+                accepted.insert(h.from);
+            }
+        }
+        self.advance(now);
+    }
+
+    pub(super) fn on_commit(&mut self, now: Instant, h: &Header, ballot: Ballot, p: Proposal) {
+        if self.state == VsState::Joining {
+            if p.members.contains(&self.me) && p.members.len() <= super::msg::MEMBERS_MAX {
+                let id = ViewId {
+                    number: h.view.number + 1,
+                    coordinator: ballot.coordinator,
+                };
+                self.install(now, id, p.members, Vec::new());
+            }
+            return;
+        }
+        if h.view != self.view || p.cut.len() != self.members.len() {
+            return;
+        }
+        if !p.members.contains(&self.me) {
+            // Left out: what this member delivered past the cut is its own.
+            self.remember_commit(self.view, ballot, p);
+            self.state = if self.leaving {
+                VsState::Left
+            } else {
+                VsState::Expelled
+            };
+            self.upcalls.push_back(if self.leaving {
+                Pending::Left
+            } else {
+                Pending::Expelled
+            });
+            return;
+        }
+        if self.fl.frozen.is_none() {
+            // In the next view without having answered a flush of this one: cannot happen
+            // (the members come from the answers), so the message is not to be trusted.
+            self.counters.dropped_bad += 1;
+            return;
+        }
+        self.fl.touched = Some(now);
+        self.fl.to_commit = Some((ballot, p, h.from));
+        self.flush_progress(now);
+    }
+
+    /// Whether every cast up to `cut` is here.
+    fn holds(&self, cut: &[u64]) -> bool {
+        self.streams.iter().zip(cut).all(|(s, &c)| s.received >= c)
+    }
+
+    /// Makes the NAK machinery ask for every cast up to `cut`.
+    fn want(&mut self, cut: &[u64]) {
+        for (s, &c) in self.streams.iter_mut().zip(cut) {
+            s.highest_known = s.highest_known.max(c);
+        }
+    }
+
+    /// Completes what waited for casts: an acceptance, a commit, the coordinator's fetch.
+    pub(super) fn flush_progress(&mut self, now: Instant) {
+        if let Some((ballot, p, from)) = self.fl.to_commit.clone() {
+            if self.holds(&p.cut) {
+                self.fl.to_commit = None;
+                return self.apply_commit(now, ballot, p, from);
+            }
+            self.want(&p.cut);
+        }
+        if let Some((ballot, p, from)) = self.fl.to_accept.clone() {
+            if self.holds(&p.cut) {
+                self.fl.to_accept = None;
+                self.fl.accepted = Some((ballot, p));
+                if from == self.me {
+                    let h = self.header();
+                    self.on_accept(now, &h, ballot);
+                } else {
+                    self.queue(Dest::To(from), &VsMsg::Accept { ballot });
+                }
+            } else {
+                self.want(&p.cut);
+            }
+        }
+        self.advance(now);
+    }
+
+    /// Coordinator: moves the round on when it can.
+    fn advance(&mut self, now: Instant) {
+        let Some(round) = self.fl.round.as_mut() else {
+            return;
+        };
+        let n = self.members.len();
+        let majority = n / 2 + 1;
+        match &mut round.phase {
+            Phase::Prepare { answers } => {
+                let waiting = self
+                    .members
+                    .iter()
+                    .any(|a| !self.suspects.contains(a) && !answers.contains_key(a));
+                let timed_out = now >= round.started + self.cfg.flush_timeout;
+                if answers.len() < majority || (waiting && !timed_out) {
+                    return;
+                }
+                let answers = std::mem::take(answers);
+                let (proposal, sources) = self.make_proposal(&answers);
+                let acceptors: Vec<Address> = answers.keys().copied().collect();
+                let round = self.fl.round.as_mut().expect("round");
+                round.phase = Phase::Fetch {
+                    proposal,
+                    acceptors,
+                    sources,
+                };
+                round.last_sent = Instant::ZERO;
+                self.advance(now)
+            }
+            Phase::Fetch {
+                proposal,
+                acceptors,
+                ..
+            } => {
+                if !self
+                    .streams
+                    .iter()
+                    .zip(&proposal.cut)
+                    .all(|(s, &c)| s.received >= c)
+                {
+                    let cut = proposal.cut.clone();
+                    self.want(&cut);
+                    return;
+                }
+                let proposal = proposal.clone();
+                let acceptors = std::mem::take(acceptors);
+                let ballot = round.ballot;
+                round.phase = Phase::Accept {
+                    proposal: proposal.clone(),
+                    acceptors: acceptors.clone(),
+                    accepted: BTreeSet::new(),
+                };
+                round.last_sent = now;
+                for a in acceptors {
+                    if a == self.me {
+                        let h = self.header();
+                        self.on_propose(now, &h, ballot, proposal.clone());
+                    } else {
+                        self.queue(
+                            Dest::To(a),
+                            &VsMsg::Propose {
+                                ballot,
+                                proposal: proposal.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+            Phase::Accept {
+                proposal, accepted, ..
+            } => {
+                let old = accepted.iter().filter(|a| self.members.contains(a)).count();
+                if old < majority {
+                    return;
+                }
+                let proposal = proposal.clone();
+                let ballot = round.ballot;
+                self.fl.round = None;
+                self.decide(now, ballot, proposal);
+            }
+        }
+    }
+
+    /// The proposal of a round whose first phase is done, and where to fetch each stream.
+    fn make_proposal(&self, answers: &Answers) -> (Proposal, Vec<Address>) {
+        let adopted = answers
+            .iter()
+            .filter_map(|(a, (_, acc))| acc.as_ref().map(|(b, p)| (*b, p, *a)))
+            .max_by_key(|(b, _, _)| *b);
+        if let Some((_, p, holder)) = adopted {
+            // Whoever accepted it holds every cast up to its cut.
+            return (p.clone(), vec![holder; self.members.len()]);
+        }
+        let n = self.members.len();
+        let mut cut = vec![0u64; n];
+        let mut sources = vec![self.me; n];
+        for (a, (frozen, _)) in answers {
+            for s in 0..n {
+                if frozen[s] > cut[s] {
+                    cut[s] = frozen[s];
+                    sources[s] = *a;
+                }
+            }
+        }
+        let mut members: Vec<Address> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|a| answers.contains_key(a) && !self.fl.leavers.contains(a))
+            .collect();
+        for &j in self.fl.joiners.iter().take(JOINERS_MAX) {
+            if !members.contains(&j) && members.len() < super::msg::MEMBERS_MAX {
+                members.push(j);
+            }
+        }
+        if members.is_empty() {
+            // Everyone is leaving: the lowest-ranked answer stays, alone.
+            members.extend(answers.keys().next().copied());
+        }
+        (Proposal { members, cut }, sources)
+    }
+
+    /// A majority accepted: tell everyone, and install.
+    fn decide(&mut self, now: Instant, ballot: Ballot, p: Proposal) {
+        let mut to: BTreeSet<Address> = self.members.iter().copied().collect();
+        to.extend(p.members.iter().copied());
+        to.remove(&self.me);
+        for a in to {
+            self.queue(
+                Dest::To(a),
+                &VsMsg::Commit {
+                    ballot,
+                    proposal: p.clone(),
+                },
+            );
+        }
+        let h = self.header();
+        self.on_commit(now, &h, ballot, p);
+    }
+
+    fn remember_commit(&mut self, old: ViewId, ballot: Ballot, p: Proposal) {
+        if self.commits.iter().any(|(v, _, _)| *v == old) {
+            return;
+        }
+        if self.commits.len() >= COMMITS_KEPT {
+            self.commits.pop_front();
+        }
+        self.commits.push_back((old, ballot, p));
+    }
+
+    /// Every cast up to the cut is here: hand them up, then install the next view.
+    fn apply_commit(&mut self, now: Instant, ballot: Ballot, p: Proposal, _from: Address) {
+        for (r, &c) in p.cut.iter().enumerate() {
+            let s = &mut self.streams[r];
+            while s.delivered < c {
+                let seq = s.delivered + 1;
+                let payload = s.held.get(&seq).cloned().expect("held up to the cut");
+                s.delivered = seq;
+                self.upcalls.push_back(Pending::Cast {
+                    sender: s.addr,
+                    seq,
+                    payload,
+                });
+            }
+        }
+        let old = self.view;
+        self.remember_commit(old, ballot, p.clone());
+        let removed: Vec<Address> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|a| !p.members.contains(a))
+            .collect();
+        let joiners = std::mem::take(&mut self.fl.joiners);
+        let leavers = std::mem::take(&mut self.fl.leavers);
+        self.fl = Flush::default();
+        // Joins and leaves that missed this view wait for the next.
+        self.fl.joiners = joiners
+            .into_iter()
+            .filter(|a| !p.members.contains(a))
+            .collect();
+        self.fl.leavers = leavers
+            .into_iter()
+            .filter(|a| p.members.contains(a))
+            .collect();
+        let id = ViewId {
+            number: old.number + 1,
+            coordinator: ballot.coordinator,
+        };
+        self.install(now, id, p.members, removed);
+    }
+
+    /// Sends `to`, still in view `old`, the commit that ended it, if this member kept it.
+    pub(super) fn tell_commit(&mut self, to: Address, old: ViewId) {
+        let Some((_, ballot, p)) = self.commits.iter().find(|(v, _, _)| *v == old).cloned() else {
+            return;
+        };
+        let h = Header {
+            group: self.cfg.group,
+            view: old,
+            from: self.me,
+        };
+        let mut b = vec![0u8; self.cfg.packet_bytes_max];
+        if let Some(n) = super::msg::write(
+            &mut b,
+            &h,
+            &VsMsg::Commit {
+                ballot,
+                proposal: p,
+            },
+        ) {
+            b.truncate(n);
+            if self.control.len() < super::CONTROL_QUEUE_MAX {
+                self.control.push_back((Dest::To(to), b));
+            }
+        }
+    }
+
+    pub(super) fn on_join(&mut self, now: Instant, h: &Header, joiner: Address) {
+        if !matches!(self.state, VsState::Normal | VsState::Flushing) {
+            return;
+        }
+        if self.members.contains(&joiner) {
+            // In already: it missed the commit that let it in.
+            let old = self
+                .commits
+                .iter()
+                .rev()
+                .find(|(_, _, p)| p.members.contains(&joiner))
+                .map(|(v, _, _)| *v);
+            if let Some(old) = old {
+                self.tell_commit(joiner, old);
+            }
+            return;
+        }
+        match self.coordinator() {
+            Some(c) if c == self.me => {
+                if self.fl.joiners.len() < JOINERS_MAX {
+                    self.fl.joiners.insert(joiner);
+                }
+                self.start_flush_if_needed(now);
+            }
+            Some(c) if h.from == joiner => self.queue(Dest::To(c), &VsMsg::Join { joiner }),
+            _ => {}
+        }
+    }
+
+    pub(super) fn on_leave(&mut self, now: Instant, h: &Header) {
+        if !self.in_view(h) || self.coordinator() != Some(self.me) {
+            return;
+        }
+        self.fl.leavers.insert(h.from);
+        self.start_flush_if_needed(now);
+    }
+
+    pub(super) fn on_suspect_report(&mut self, now: Instant, h: &Header, who: Address) {
+        if !self.in_view(h) || who == self.me || !self.members.contains(&who) {
+            return;
+        }
+        if self.coordinator() == Some(self.me) && self.fl.round.is_none() {
+            // The flush finds out whether `who` is there: it stays if it answers.
+            self.start_flush(now);
+        }
+    }
+
+    /// Tells the coordinator what this member suspects (or starts the flush itself).
+    pub(super) fn report_suspects(&mut self, now: Instant) {
+        match self.coordinator() {
+            Some(c) if c == self.me => self.start_flush_if_needed(now),
+            Some(c) => {
+                if self
+                    .fl
+                    .suspects_sent_at
+                    .is_some_and(|t| now < t + self.cfg.retransmit_timeout)
+                {
+                    return;
+                }
+                self.fl.suspects_sent_at = Some(now);
+                let who: Vec<Address> = self.suspects.iter().copied().collect();
+                for w in who {
+                    self.queue(Dest::To(c), &VsMsg::Suspect { who: w });
+                }
+            }
+            None => {}
+        }
+    }
+
+    pub(super) fn start_flush_if_needed(&mut self, now: Instant) {
+        let wanted =
+            !self.suspects.is_empty() || !self.fl.joiners.is_empty() || !self.fl.leavers.is_empty();
+        if wanted
+            && self.fl.round.is_none()
+            && self.coordinator() == Some(self.me)
+            && matches!(self.state, VsState::Normal | VsState::Flushing)
+        {
+            self.start_flush(now);
+        }
+    }
+
+    fn start_flush(&mut self, now: Instant) {
+        let number = self
+            .fl
+            .promised
+            .map_or(0, |b| b.number)
+            .max(self.fl.accepted.as_ref().map_or(0, |(b, _)| b.number))
+            + 1;
+        let ballot = Ballot {
+            number,
+            coordinator: self.me,
+        };
+        self.counters.flushes_started += 1;
+        self.fl.round = Some(Round {
+            ballot,
+            started: now,
+            last_sent: now,
+            phase: Phase::Prepare {
+                answers: BTreeMap::new(),
+            },
+        });
+        let others: Vec<Address> = self.fanout().collect();
+        for a in others {
+            self.queue(Dest::To(a), &VsMsg::Flush { ballot });
+        }
+        let h = self.header();
+        self.on_flush(now, &h, ballot);
+    }
+
+    /// Retries and timeouts of a view change.
+    pub(super) fn flush_tick(&mut self, now: Instant) {
+        self.flush_progress(now);
+        let retry = self.cfg.retransmit_timeout;
+        if let Some(round) = self.fl.round.as_mut() {
+            if now >= round.last_sent + retry {
+                round.last_sent = now;
+                let ballot = round.ballot;
+                let again: Vec<(Address, VsMsg<'static>)> = match &round.phase {
+                    Phase::Prepare { answers } => self
+                        .members
+                        .iter()
+                        .filter(|a| **a != self.me && !answers.contains_key(a))
+                        .map(|&a| (a, VsMsg::Flush { ballot }))
+                        .collect(),
+                    Phase::Fetch { .. } => Vec::new(),
+                    Phase::Accept {
+                        proposal,
+                        acceptors,
+                        accepted,
+                    } => acceptors
+                        .iter()
+                        .filter(|a| **a != self.me && !accepted.contains(a))
+                        .map(|&a| {
+                            (
+                                a,
+                                VsMsg::Propose {
+                                    ballot,
+                                    proposal: proposal.clone(),
+                                },
+                            )
+                        })
+                        .collect(),
+                };
+                for (a, m) in again {
+                    self.queue(Dest::To(a), &m);
+                }
+            }
+            self.advance(now);
+        } else if self.state == VsState::Flushing {
+            // A coordinator that went quiet mid-flush is suspected; the next one takes over
+            // with a higher ballot.
+            let stalled = self
+                .fl
+                .touched
+                .is_none_or(|t| now >= t + self.cfg.flush_timeout * 3);
+            if stalled {
+                if let Some(c) = self.fl.promised.map(|b| b.coordinator) {
+                    if c != self.me && self.suspects.insert(c) {
+                        self.counters.suspicions += 1;
+                    }
+                }
+                self.fl.touched = Some(now);
+                self.report_suspects(now);
+            }
+        }
+        self.start_flush_if_needed(now);
+    }
+}

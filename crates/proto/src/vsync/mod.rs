@@ -1,0 +1,1338 @@
+//! The virtually synchronous group stack of paper 002 (§2, §3.1): the layers under its
+//! ordering protocols, `MBRSHIP:NAK` in the paper's `protocol:MBRSHIP:FRAG:NAK:COM`.
+//!
+//! A [`Vs`] is one process's membership in one group, as a sans-IO state machine. It gives the
+//! layer above (an ordering protocol, see [`crate::order`]):
+//! - **casts**: reliable FIFO multicast to the members of the current view. Each member's
+//!   casts are numbered from 1 in each view; receivers find gaps and send negative
+//!   acknowledgements to the sender (or, if it is suspected, to another member); every member
+//!   keeps the casts it received until they are *stable* (received by every member), so any
+//!   member can send them again;
+//! - **directs**: best-effort messages to one member (the layer above retries);
+//! - **views**: a totally ordered sequence of membership views. A view change (a suspected
+//!   failure, a join, a leave) runs the *flush*: every member stops casting, the survivors
+//!   agree on a cut (how far each member's stream of the old view goes), every survivor
+//!   obtains every cast up to the cut, delivers exactly those, and then installs the new view.
+//!   So members that are in two consecutive views deliver the same casts between them
+//!   (virtual synchrony), and every cast of the old view is delivered before the new view.
+//!
+//! The agreement on the new view and its cut is Paxos over the old view's members: the
+//! coordinator (the lowest-ranked member not suspected) sends `Flush` with a ballot (phase
+//! one: members freeze their delivery and report what they hold, and any proposal they
+//! accepted), proposes the members and the cut (phase two), and commits once a majority of the
+//! old view accepted. A member accepts only once it holds every cast up to the cut, so a later
+//! coordinator that adopts an accepted proposal can always complete it. A view needs a
+//! majority of the previous one (primary partition): a minority blocks rather than fork.
+//!
+//! Stability (§3.1) comes in two kinds, chosen per group: [`Stability::Piggyback`] (the
+//! paper's STABLE: every data message and heartbeat carries the sender's received vector) and
+//! [`Stability::Pinwheel`] (a token rotates through the members collecting the minimum).
+//! Either way a member never has more than `window` of its own casts unstable, so every buffer
+//! is bounded.
+//!
+//! Packing: a member's casts waiting to go out leave together in one `Data` message, under the
+//! configured [`PackMode`] (off, fixed delay, adaptive).
+//!
+//! Output is drained in this order after every input: [`Vs::poll_transmit`] (messages),
+//! [`Vs::poll_upcall`] (casts, directs, flush and view events, in order), and
+//! [`Vs::poll_timeout`].
+
+mod flush;
+pub mod msg;
+#[cfg(test)]
+mod tests;
+
+use crate::addr::Address;
+pub use crate::group::Dest;
+use crate::pack::{PackDecision, PackMode, Packer};
+use crate::time::Instant;
+use core::fmt;
+use core::time::Duration;
+use msg::{Header, VsMsg};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// A view: its number and the coordinator that made it, compared in that order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ViewId {
+    pub number: u64,
+    pub coordinator: Address,
+}
+
+impl fmt::Display for ViewId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.number, self.coordinator)
+    }
+}
+
+/// A round of the view agreement, compared by number, then coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Ballot {
+    pub number: u64,
+    pub coordinator: Address,
+}
+
+/// What a view change decides: the next view's members, in rank order, and the cut that
+/// closes the current view (for each of its members, by rank, the last cast delivered in it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proposal {
+    pub members: Vec<Address>,
+    pub cut: Vec<u64>,
+}
+
+/// How members learn that casts are stable (paper 002 §3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stability {
+    /// STABLE: received vectors ride on data messages and heartbeats.
+    Piggyback,
+    /// PINWHEEL: a token rotates through the members collecting the minimum.
+    Pinwheel,
+}
+
+/// A group's parameters; every member must use the same.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VsConfig {
+    pub group: u32,
+    /// A member's casts that may be unstable at once (its retransmission buffer), and the
+    /// most a receiver holds of one stream beyond what it delivered.
+    pub window: usize,
+    pub cast_bytes_max: usize,
+    /// Largest message this member builds.
+    pub packet_bytes_max: usize,
+    pub pack: PackMode,
+    pub stability: Stability,
+    /// Repeat a NAK, a flush message or a join after this long.
+    pub retransmit_timeout: Duration,
+    /// Say something to the group at least this often (a heartbeat if nothing else).
+    pub heartbeat_interval: Duration,
+    /// A member silent this long is suspected.
+    pub silence_timeout: Duration,
+    /// A flush phase waits this long for answers before it goes on without the silent.
+    pub flush_timeout: Duration,
+    pub join_attempts_max: u32,
+}
+
+impl Default for VsConfig {
+    fn default() -> Self {
+        VsConfig {
+            group: 1,
+            window: 1024,
+            cast_bytes_max: 8 * 1024,
+            packet_bytes_max: 16_000,
+            pack: PackMode::Adaptive {
+                delay_max: Duration::from_millis(1),
+            },
+            stability: Stability::Piggyback,
+            retransmit_timeout: Duration::from_millis(20),
+            heartbeat_interval: Duration::from_millis(50),
+            silence_timeout: Duration::from_millis(500),
+            flush_timeout: Duration::from_millis(200),
+            join_attempts_max: 100,
+        }
+    }
+}
+
+/// A configuration that cannot work, with the rule it breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VsConfigError(pub &'static str);
+
+impl fmt::Display for VsConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for VsConfigError {}
+
+/// Room for the largest control message (a commit naming `MEMBERS_MAX` members).
+const CONTROL_BYTES_MAX: usize = msg::HEADER_BYTES + 64 + msg::MEMBERS_MAX * 16;
+
+impl VsConfig {
+    pub fn validate(&self) -> Result<(), VsConfigError> {
+        if self.window < 4 || self.window > 1 << 20 {
+            return Err(VsConfigError("window must be 4 to 2^20"));
+        }
+        if self.packet_bytes_max > 65_000 || self.packet_bytes_max < CONTROL_BYTES_MAX {
+            return Err(VsConfigError(
+                "packet_bytes_max must fit a UDP datagram and hold a commit of MEMBERS_MAX members",
+            ));
+        }
+        let one = msg::data_bytes(msg::MEMBERS_MAX, std::iter::once(self.cast_bytes_max));
+        if one > self.packet_bytes_max {
+            return Err(VsConfigError(
+                "packet_bytes_max must hold one cast of cast_bytes_max with a full vector",
+            ));
+        }
+        if self.silence_timeout <= self.heartbeat_interval * 2 {
+            return Err(VsConfigError(
+                "silence_timeout must exceed two heartbeat intervals",
+            ));
+        }
+        if self.retransmit_timeout.is_zero() || self.flush_timeout.is_zero() {
+            return Err(VsConfigError("timeouts must not be zero"));
+        }
+        Ok(())
+    }
+}
+
+/// Where a member is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VsState {
+    Joining,
+    Normal,
+    /// A view change is under way: casting has stopped (or will once the layer above is
+    /// ready, see [`Vs::flush_ready`]).
+    Flushing,
+    Left,
+    /// A view was installed without this member (it was suspected, or a minority).
+    Expelled,
+    /// Joining failed.
+    Failed,
+}
+
+/// Why a call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VsError {
+    /// Not in a state to cast (joining, flushing, gone).
+    NotNormal(VsState),
+    /// `window` casts of this member are unstable: try again later (back-pressure).
+    WindowFull,
+    TooLong {
+        len: usize,
+        max: usize,
+    },
+    NotMember(Address),
+}
+
+impl fmt::Display for VsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VsError::NotNormal(s) => write!(f, "cannot cast now ({s:?})"),
+            VsError::WindowFull => f.write_str("window of unstable casts full"),
+            VsError::TooLong { len, max } => write!(f, "cast of {len} bytes > {max}"),
+            VsError::NotMember(a) => write!(f, "{a} is not a member of the view"),
+        }
+    }
+}
+
+impl std::error::Error for VsError {}
+
+/// A view as installed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewChange {
+    pub id: ViewId,
+    /// In rank order.
+    pub members: Vec<Address>,
+    pub joined: Vec<Address>,
+    /// Members of the previous view not in this one (failed, or left).
+    pub removed: Vec<Address>,
+}
+
+/// What the layer above must handle, in order.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Upcall<'a> {
+    /// The next cast of `sender`'s stream in the current view.
+    Cast {
+        sender: Address,
+        seq: u64,
+        payload: &'a [u8],
+    },
+    Direct {
+        from: Address,
+        payload: &'a [u8],
+    },
+    /// A view change started: cast what must be in this view now, then call
+    /// [`Vs::flush_ready`]; no cast is accepted after that until the next view.
+    Flush,
+    /// Every cast of the previous view has been handed up; this view is now installed.
+    View(ViewChange),
+    /// This member's leave is done.
+    Left,
+    /// A view was installed without this member.
+    Expelled,
+    JoinFailed,
+}
+
+/// What a member counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VsCounters {
+    pub casts: u64,
+    pub data_sent: u64,
+    pub records_sent: u64,
+    pub data_received: u64,
+    pub records_received: u64,
+    pub records_retransmitted: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub duplicates: u64,
+    pub dropped_bad: u64,
+    pub dropped_other_group: u64,
+    pub dropped_other_view: u64,
+    pub dropped_beyond_window: u64,
+    pub dropped_control_full: u64,
+    pub heartbeats: u64,
+    pub tokens: u64,
+    pub directs_sent: u64,
+    pub directs_received: u64,
+    pub suspicions: u64,
+    pub flushes_started: u64,
+    pub views_installed: u64,
+}
+
+crate::counters_sum!(VsCounters {
+    casts,
+    data_sent,
+    records_sent,
+    data_received,
+    records_received,
+    records_retransmitted,
+    naks_sent,
+    naks_received,
+    duplicates,
+    dropped_bad,
+    dropped_other_group,
+    dropped_other_view,
+    dropped_beyond_window,
+    dropped_control_full,
+    heartbeats,
+    tokens,
+    directs_sent,
+    directs_received,
+    suspicions,
+    flushes_started,
+    views_installed,
+});
+
+/// One member's stream of casts in the current view, as this member holds it.
+#[derive(Debug)]
+struct Stream {
+    addr: Address,
+    /// Every cast up to here is held (or was, and is stable).
+    received: u64,
+    /// Handed up to here.
+    delivered: u64,
+    /// Casts up to here are stable and dropped.
+    stable: u64,
+    /// Held casts past `stable` (contiguous up to `received`, then any that came early).
+    held: BTreeMap<u64, Vec<u8>>,
+    /// The highest cast known to exist.
+    highest_known: u64,
+    last_heard: Instant,
+    /// No NAK for this stream before this.
+    nak_after: Instant,
+}
+
+impl Stream {
+    fn new(addr: Address, now: Instant) -> Stream {
+        Stream {
+            addr,
+            received: 0,
+            delivered: 0,
+            stable: 0,
+            held: BTreeMap::new(),
+            highest_known: 0,
+            last_heard: now,
+            nak_after: Instant::ZERO,
+        }
+    }
+
+    /// Takes cast `seq`; false if it was a duplicate or beyond the window.
+    fn insert(&mut self, seq: u64, payload: &[u8], window: usize) -> Result<bool, ()> {
+        if seq <= self.received || self.held.contains_key(&seq) {
+            return Ok(false);
+        }
+        if seq > self.received + window as u64 || self.held.len() >= 2 * window {
+            return Err(());
+        }
+        self.held.insert(seq, payload.to_vec());
+        self.highest_known = self.highest_known.max(seq);
+        while self.held.contains_key(&(self.received + 1)) {
+            self.received += 1;
+        }
+        Ok(true)
+    }
+
+    /// Drops what is stable up to `upto` (never what is not yet handed up).
+    fn set_stable(&mut self, upto: u64) {
+        let upto = upto.min(self.delivered).min(self.received);
+        if upto <= self.stable {
+            return;
+        }
+        self.stable = upto;
+        while let Some((&k, _)) = self.held.first_key_value() {
+            if k > upto {
+                break;
+            }
+            self.held.remove(&k);
+        }
+    }
+}
+
+/// Most control messages queued; more are dropped and counted (their senders retry).
+const CONTROL_QUEUE_MAX: usize = 1024;
+/// Most directs waiting to be handed up.
+const DIRECT_QUEUE_MAX: usize = 4096;
+/// Most casts one NAK asks for (and one answer sends).
+const NAK_SPAN_MAX: u64 = 256;
+/// Recent commits kept, to tell members that missed them.
+const COMMITS_KEPT: usize = 8;
+
+/// A queued upcall (casts are handed up from the streams, except at a view change).
+#[derive(Debug)]
+enum Pending {
+    Cast {
+        sender: Address,
+        seq: u64,
+        payload: Vec<u8>,
+    },
+    Direct {
+        from: Address,
+        payload: Vec<u8>,
+    },
+    Flush,
+    View(ViewChange),
+    Left,
+    Expelled,
+    JoinFailed,
+}
+
+/// The pinwheel token as this member last saw it.
+#[derive(Clone, Debug)]
+struct Token {
+    round: u64,
+    acc: Vec<u64>,
+    stable: Vec<u64>,
+}
+
+/// One process's membership in one group.
+pub struct Vs {
+    cfg: VsConfig,
+    me: Address,
+    state: VsState,
+    view: ViewId,
+    members: Vec<Address>,
+    rank: usize,
+    streams: Vec<Stream>,
+    /// Piggyback: the last received vector each member reported (by rank).
+    reports: Vec<Vec<u64>>,
+    /// Own casts sent up to here (the rest wait for the packer).
+    sent_upto: u64,
+    /// When the oldest cast not yet sent was made.
+    unsent_since: Option<Instant>,
+    packer: Packer,
+    control: VecDeque<(Dest, Vec<u8>)>,
+    /// NAKs to answer: (to, stream rank, from, to).
+    resend: VecDeque<(Address, usize, u64, u64)>,
+    upcalls: VecDeque<Pending>,
+    /// Round-robin position for handing casts up.
+    rr: usize,
+    last_to_all: Instant,
+    /// Casts received since this member last told the group its vector.
+    unreported: u64,
+    /// Pinwheel: the token while this member holds it, and when it came.
+    token: Option<(Token, Instant)>,
+    token_round_seen: u64,
+    token_seen_at: Instant,
+    /// Pinwheel: the received vector when this member last passed the token.
+    token_passed_vector: Vec<u64>,
+    suspects: BTreeSet<Address>,
+    fl: flush::Flush,
+    commits: VecDeque<(ViewId, Ballot, Proposal)>,
+    /// Joining: whom to ask, when we last did, and how often.
+    contact: Address,
+    join_sent_at: Option<Instant>,
+    join_attempts: u32,
+    leaving: bool,
+    leave_sent_at: Option<Instant>,
+    counters: VsCounters,
+}
+
+impl fmt::Debug for Vs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Vs {{ me: {}, state: {:?}, view: {}, members: {:?} }}",
+            self.me, self.state, self.view, self.members
+        )
+    }
+}
+
+impl Vs {
+    /// Starts a group of one.
+    pub fn create(cfg: VsConfig, me: Address, now: Instant) -> Result<Vs, VsConfigError> {
+        cfg.validate()?;
+        let mut vs = Vs::new(cfg, me, now, me);
+        vs.install(
+            now,
+            ViewId {
+                number: 1,
+                coordinator: me,
+            },
+            vec![me],
+            Vec::new(),
+        );
+        Ok(vs)
+    }
+
+    /// Asks `contact`, a member, to let this process in.
+    pub fn join(
+        cfg: VsConfig,
+        me: Address,
+        contact: Address,
+        now: Instant,
+    ) -> Result<Vs, VsConfigError> {
+        cfg.validate()?;
+        Ok(Vs::new(cfg, me, now, contact))
+    }
+
+    fn new(cfg: VsConfig, me: Address, now: Instant, contact: Address) -> Vs {
+        let packer = Packer::new(cfg.pack);
+        Vs {
+            cfg,
+            me,
+            state: VsState::Joining,
+            view: ViewId::default(),
+            members: Vec::new(),
+            rank: 0,
+            streams: Vec::new(),
+            reports: Vec::new(),
+            sent_upto: 0,
+            unsent_since: None,
+            packer,
+            control: VecDeque::new(),
+            resend: VecDeque::new(),
+            upcalls: VecDeque::new(),
+            rr: 0,
+            last_to_all: now,
+            unreported: 0,
+            token: None,
+            token_round_seen: 0,
+            token_seen_at: now,
+            token_passed_vector: Vec::new(),
+            suspects: BTreeSet::new(),
+            fl: flush::Flush::default(),
+            commits: VecDeque::new(),
+            contact,
+            join_sent_at: None,
+            join_attempts: 0,
+            leaving: false,
+            leave_sent_at: None,
+            counters: VsCounters::default(),
+        }
+    }
+
+    pub fn address(&self) -> Address {
+        self.me
+    }
+
+    pub fn state(&self) -> VsState {
+        self.state
+    }
+
+    pub fn config(&self) -> &VsConfig {
+        &self.cfg
+    }
+
+    pub fn view(&self) -> ViewId {
+        self.view
+    }
+
+    /// The current view's members, in rank order.
+    pub fn members(&self) -> &[Address] {
+        &self.members
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn counters(&self) -> &VsCounters {
+        &self.counters
+    }
+
+    pub fn pack_histogram(&self) -> &[u64; crate::pack::PACK_HISTOGRAM_BINS] {
+        self.packer.histogram()
+    }
+
+    /// The other members, for `Dest::All`.
+    pub fn fanout(&self) -> impl Iterator<Item = Address> + '_ {
+        self.members.iter().copied().filter(move |&a| a != self.me)
+    }
+
+    /// Whether a cast would be accepted now (not flushing, window open).
+    pub fn can_cast(&self) -> bool {
+        self.cast_check(0).is_ok()
+    }
+
+    /// Own casts not yet stable (the retransmission buffer).
+    pub fn unstable(&self) -> usize {
+        self.streams
+            .get(self.rank)
+            .map_or(0, |s| (s.received - s.stable) as usize)
+    }
+
+    /// For every member (by rank): casts received contiguously in the current view.
+    pub fn received_vector(&self) -> Vec<u64> {
+        self.streams.iter().map(|s| s.received).collect()
+    }
+
+    /// For every member (by rank): casts known stable.
+    pub fn stable_vector(&self) -> Vec<u64> {
+        self.streams.iter().map(|s| s.stable).collect()
+    }
+
+    /// Whether anything is waiting to go out or be handed up.
+    pub fn idle(&self) -> bool {
+        self.control.is_empty()
+            && self.resend.is_empty()
+            && self.upcalls.is_empty()
+            && self.streams.iter().all(|s| s.delivered == s.received)
+            && self
+                .streams
+                .get(self.rank)
+                .is_none_or(|s| self.sent_upto == s.received)
+    }
+
+    fn cast_check(&self, len: usize) -> Result<(), VsError> {
+        let casting = self.state == VsState::Normal
+            || (self.state == VsState::Flushing && !self.fl.frozen_set());
+        if !casting || self.leaving_done() {
+            return Err(VsError::NotNormal(self.state));
+        }
+        if len > self.cfg.cast_bytes_max {
+            return Err(VsError::TooLong {
+                len,
+                max: self.cfg.cast_bytes_max,
+            });
+        }
+        let own = &self.streams[self.rank];
+        if own.received - own.stable >= self.cfg.window as u64 {
+            return Err(VsError::WindowFull);
+        }
+        Ok(())
+    }
+
+    fn leaving_done(&self) -> bool {
+        matches!(self.state, VsState::Left | VsState::Expelled)
+    }
+
+    /// Casts `payload` to the members of the current view; returns its sequence number in
+    /// this member's stream.
+    pub fn cast(&mut self, now: Instant, payload: &[u8]) -> Result<u64, VsError> {
+        self.cast_check(payload.len())?;
+        let rank = self.rank;
+        let own = &mut self.streams[rank];
+        let seq = own.received + 1;
+        own.held.insert(seq, payload.to_vec());
+        own.received = seq;
+        own.highest_known = seq;
+        self.counters.casts += 1;
+        if self.unsent_since.is_none() {
+            self.unsent_since = Some(now);
+        }
+        Ok(seq)
+    }
+
+    /// Sends `payload` to one member, best effort.
+    pub fn send_direct(&mut self, to: Address, payload: &[u8]) -> Result<(), VsError> {
+        if !self.members.contains(&to) {
+            return Err(VsError::NotMember(to));
+        }
+        if payload.len() > self.cfg.cast_bytes_max {
+            return Err(VsError::TooLong {
+                len: payload.len(),
+                max: self.cfg.cast_bytes_max,
+            });
+        }
+        if to == self.me {
+            if self.upcalls.len() < DIRECT_QUEUE_MAX {
+                self.upcalls.push_back(Pending::Direct {
+                    from: self.me,
+                    payload: payload.to_vec(),
+                });
+            }
+            return Ok(());
+        }
+        self.counters.directs_sent += 1;
+        self.queue(Dest::To(to), &VsMsg::Direct { payload });
+        Ok(())
+    }
+
+    /// Leaves the group: the next view is made without this member.
+    pub fn leave(&mut self, now: Instant) -> Result<(), VsError> {
+        if !matches!(self.state, VsState::Normal | VsState::Flushing) {
+            return Err(VsError::NotNormal(self.state));
+        }
+        if self.members.len() == 1 {
+            self.state = VsState::Left;
+            self.upcalls.push_back(Pending::Left);
+            return Ok(());
+        }
+        self.leaving = true;
+        self.leave_sent_at = None;
+        self.leave_tick(now);
+        Ok(())
+    }
+
+    fn header(&self) -> Header {
+        Header {
+            group: self.cfg.group,
+            view: self.view,
+            from: self.me,
+        }
+    }
+
+    /// Queues a control message (dropped and counted past the bound: senders retry).
+    fn queue(&mut self, dest: Dest, m: &VsMsg<'_>) {
+        if self.control.len() >= CONTROL_QUEUE_MAX {
+            self.counters.dropped_control_full += 1;
+            return;
+        }
+        let mut b = vec![0u8; self.cfg.packet_bytes_max];
+        let h = self.header();
+        match msg::write(&mut b, &h, m) {
+            Some(n) => {
+                b.truncate(n);
+                if dest == Dest::All {
+                    self.note_to_all();
+                }
+                self.control.push_back((dest, b));
+            }
+            None => debug_assert!(false, "control message does not fit: {m:?}"),
+        }
+    }
+
+    fn note_to_all(&mut self) {
+        self.unreported = 0;
+    }
+
+    fn received_report(&self) -> Vec<u64> {
+        match self.cfg.stability {
+            Stability::Piggyback => self.received_vector(),
+            Stability::Pinwheel => Vec::new(),
+        }
+    }
+
+    /// The member to ask for `stream`'s casts: its owner unless suspected; the flush's
+    /// source while one runs.
+    fn nak_target(&self, stream: usize) -> Option<Address> {
+        if let Some(a) = self.fl.fetch_from(stream) {
+            if a != self.me {
+                return Some(a);
+            }
+        }
+        let owner = self.streams[stream].addr;
+        if owner != self.me && !self.suspects.contains(&owner) {
+            return Some(owner);
+        }
+        self.members
+            .iter()
+            .copied()
+            .find(|&a| a != self.me && a != owner && !self.suspects.contains(&a))
+    }
+
+    /// Handles one message from another member.
+    pub fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
+        let (h, m) = match msg::parse(bytes) {
+            Ok(x) => x,
+            Err(_) => {
+                self.counters.dropped_bad += 1;
+                return;
+            }
+        };
+        if h.group != self.cfg.group {
+            self.counters.dropped_other_group += 1;
+            return;
+        }
+        if h.from == self.me || self.leaving_done() || self.state == VsState::Failed {
+            return;
+        }
+        // View changes and joins first: they are about views, not within one.
+        match m {
+            VsMsg::Join { joiner } => return self.on_join(now, &h, joiner),
+            VsMsg::Leave => return self.on_leave(now, &h),
+            VsMsg::Suspect { who } => return self.on_suspect_report(now, &h, who),
+            VsMsg::Flush { ballot } => return self.on_flush(now, &h, ballot),
+            VsMsg::FlushOk {
+                ballot,
+                frozen,
+                accepted,
+            } => return self.on_flush_ok(now, &h, ballot, frozen, accepted),
+            VsMsg::Propose { ballot, proposal } => {
+                return self.on_propose(now, &h, ballot, proposal)
+            }
+            VsMsg::Accept { ballot } => return self.on_accept(now, &h, ballot),
+            VsMsg::Commit { ballot, proposal } => return self.on_commit(now, &h, ballot, proposal),
+            _ => {}
+        }
+        if h.view != self.view {
+            self.counters.dropped_other_view += 1;
+            if h.view < self.view {
+                self.tell_commit(h.from, h.view);
+            }
+            return;
+        }
+        let Some(from_rank) = self.members.iter().position(|&a| a == h.from) else {
+            self.counters.dropped_other_view += 1;
+            return;
+        };
+        self.streams[from_rank].last_heard = now;
+        match m {
+            VsMsg::Data {
+                stream,
+                first,
+                received,
+                records,
+            } => self.on_data(now, from_rank, stream, first, &received, &records),
+            VsMsg::Status { last, received } => {
+                let s = &mut self.streams[from_rank];
+                s.highest_known = s.highest_known.max(last);
+                self.on_report(from_rank, &received);
+            }
+            VsMsg::Nak { stream, from, to } => {
+                self.counters.naks_received += 1;
+                if let Some(r) = self.members.iter().position(|&a| a == stream) {
+                    if self.resend.len() < CONTROL_QUEUE_MAX && from <= to {
+                        self.resend
+                            .push_back((h.from, r, from, to.min(from + NAK_SPAN_MAX - 1)));
+                    }
+                }
+            }
+            VsMsg::Direct { payload } => {
+                self.counters.directs_received += 1;
+                if self.upcalls.len() < DIRECT_QUEUE_MAX {
+                    self.upcalls.push_back(Pending::Direct {
+                        from: h.from,
+                        payload: payload.to_vec(),
+                    });
+                }
+            }
+            VsMsg::Token { round, acc, stable } => self.on_token(now, round, acc, stable),
+            _ => {}
+        }
+    }
+
+    fn on_data(
+        &mut self,
+        now: Instant,
+        from_rank: usize,
+        stream: Address,
+        first: u64,
+        received: &[u64],
+        records: &[&[u8]],
+    ) {
+        self.counters.data_received += 1;
+        let Some(r) = self.members.iter().position(|&a| a == stream) else {
+            self.counters.dropped_bad += 1;
+            return;
+        };
+        if r == self.rank {
+            // Our own casts sent back: we have them.
+            self.counters.duplicates += records.len() as u64;
+        } else {
+            let window = self.cfg.window;
+            let limit = self.fl.receive_limit(r);
+            for (i, rec) in records.iter().enumerate() {
+                let seq = first + i as u64;
+                if limit.is_some_and(|l| seq > l) {
+                    // Past the cut of a view change: never delivered in this view.
+                    self.counters.dropped_beyond_window += 1;
+                    continue;
+                }
+                match self.streams[r].insert(seq, rec, window) {
+                    Ok(true) => {
+                        self.counters.records_received += 1;
+                        self.unreported += 1;
+                    }
+                    Ok(false) => self.counters.duplicates += 1,
+                    Err(()) => self.counters.dropped_beyond_window += 1,
+                }
+            }
+            let last = first + records.len() as u64;
+            let s = &mut self.streams[r];
+            s.highest_known = s.highest_known.max(last.saturating_sub(1));
+            if s.received >= s.highest_known {
+                s.nak_after = Instant::ZERO;
+            }
+        }
+        if from_rank == r {
+            self.on_report(from_rank, received);
+        }
+        if self.fl.fetching() {
+            self.flush_progress(now);
+        }
+    }
+
+    /// Piggybacked stability: `v` is how far member `from` has received every stream.
+    fn on_report(&mut self, from: usize, v: &[u64]) {
+        if self.cfg.stability != Stability::Piggyback || v.len() != self.members.len() {
+            return;
+        }
+        let rep = &mut self.reports[from];
+        for (x, &y) in rep.iter_mut().zip(v) {
+            *x = (*x).max(y);
+        }
+        self.update_stable_from_reports();
+    }
+
+    fn update_stable_from_reports(&mut self) {
+        let n = self.members.len();
+        for s in 0..n {
+            let mut m = self.streams[s].received;
+            for (k, rep) in self.reports.iter().enumerate() {
+                if k != self.rank {
+                    m = m.min(rep[s]);
+                }
+            }
+            self.streams[s].set_stable(m);
+        }
+    }
+
+    fn on_token(&mut self, now: Instant, round: u64, acc: Vec<u64>, stable: Vec<u64>) {
+        if self.cfg.stability != Stability::Pinwheel {
+            return;
+        }
+        let n = self.members.len();
+        if acc.len() != n || stable.len() != n || round < self.token_round_seen {
+            return;
+        }
+        self.counters.tokens += 1;
+        self.token_round_seen = round;
+        self.token_seen_at = now;
+        for (s, &x) in stable.iter().enumerate() {
+            self.streams[s].set_stable(x);
+        }
+        self.token = Some((Token { round, acc, stable }, now));
+    }
+
+    /// Hands one upcall to `f`: queued events first, then the streams' next casts.
+    pub fn poll_upcall<R>(&mut self, f: impl FnOnce(Upcall<'_>) -> R) -> Option<R> {
+        if let Some(p) = self.upcalls.pop_front() {
+            let r = match &p {
+                Pending::Cast {
+                    sender,
+                    seq,
+                    payload,
+                } => f(Upcall::Cast {
+                    sender: *sender,
+                    seq: *seq,
+                    payload,
+                }),
+                Pending::Direct { from, payload } => f(Upcall::Direct {
+                    from: *from,
+                    payload,
+                }),
+                Pending::Flush => f(Upcall::Flush),
+                Pending::View(v) => f(Upcall::View(v.clone())),
+                Pending::Left => f(Upcall::Left),
+                Pending::Expelled => f(Upcall::Expelled),
+                Pending::JoinFailed => f(Upcall::JoinFailed),
+            };
+            return Some(r);
+        }
+        let n = self.streams.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            let limit = self.fl.deliver_limit(i).unwrap_or(u64::MAX);
+            let s = &self.streams[i];
+            if s.delivered < s.received && s.delivered < limit {
+                let seq = s.delivered + 1;
+                self.rr = (i + 1) % n;
+                let s = &mut self.streams[i];
+                s.delivered = seq;
+                let sender = s.addr;
+                let payload = s.held.get(&seq).expect("held up to received");
+                return Some(f(Upcall::Cast {
+                    sender,
+                    seq,
+                    payload,
+                }));
+            }
+        }
+        None
+    }
+
+    /// Whether [`Vs::poll_upcall`] has something.
+    pub fn has_upcall(&self) -> bool {
+        !self.upcalls.is_empty()
+            || self.streams.iter().enumerate().any(|(i, s)| {
+                s.delivered < s.received
+                    && s.delivered < self.fl.deliver_limit(i).unwrap_or(u64::MAX)
+            })
+    }
+
+    /// Builds the next message to send into `buf`.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        if let Some((dest, b)) = self.control.pop_front() {
+            let n = b.len();
+            buf.get_mut(..n)?.copy_from_slice(&b);
+            return Some((dest, n));
+        }
+        if let Some(x) = self.poll_resend(buf) {
+            return Some(x);
+        }
+        if let Some(x) = self.poll_data(now, buf) {
+            return Some(x);
+        }
+        if self.state == VsState::Normal || self.state == VsState::Flushing {
+            if let Some(x) = self.poll_report(now, buf) {
+                return Some(x);
+            }
+        }
+        None
+    }
+
+    /// Answers a NAK with the casts asked for that this member holds.
+    fn poll_resend(&mut self, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        while let Some((to, r, from, upto)) = self.resend.pop_front() {
+            let s = &self.streams[r];
+            let first = from.max(s.stable + 1);
+            if first > upto || !s.held.contains_key(&first) {
+                continue;
+            }
+            let mut bytes = msg::data_bytes(0, std::iter::empty());
+            let mut last = first;
+            while last < upto {
+                let Some(p) = s.held.get(&(last + 1)) else {
+                    break;
+                };
+                if bytes + msg::RECORD_HEADER_BYTES + p.len() + s.held[&first].len() + 4
+                    > self.cfg.packet_bytes_max
+                {
+                    break;
+                }
+                bytes += msg::RECORD_HEADER_BYTES + p.len();
+                last += 1;
+            }
+            let h = self.header();
+            let records = (first..=last).map(|k| s.held[&k].as_slice());
+            let n = msg::write_data(buf, &h, s.addr, first, &[], records)?;
+            self.counters.records_retransmitted += last - first + 1;
+            if last < upto {
+                self.resend.push_front((to, r, last + 1, upto));
+            }
+            return Some((Dest::To(to), n));
+        }
+        None
+    }
+
+    /// Own casts waiting to go out, packed as the packer decides.
+    fn poll_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        let own = self.streams.get(self.rank)?;
+        if self.sent_upto >= own.received {
+            self.unsent_since = None;
+            return None;
+        }
+        let report = self.received_report();
+        let room = self.cfg.packet_bytes_max.min(buf.len());
+        let mut bytes = msg::data_bytes(report.len(), std::iter::empty());
+        let cap = self.packer.messages_per_packet_max().min(msg::RECORDS_MAX);
+        let mut count = 0usize;
+        let mut full = false;
+        for k in self.sent_upto + 1..=own.received {
+            let p = &own.held[&k];
+            let add = msg::RECORD_HEADER_BYTES + p.len();
+            if count > 0 && (bytes + add > room || count >= cap) {
+                full = true;
+                break;
+            }
+            bytes += add;
+            count += 1;
+        }
+        let in_flight = own.stable < self.sent_upto;
+        let since = self.unsent_since.unwrap_or(now);
+        if let PackDecision::HoldUntil(t) = self.packer.decide(since, full, in_flight) {
+            if t > now {
+                return None;
+            }
+        }
+        let first = self.sent_upto + 1;
+        let h = self.header();
+        let records = (first..first + count as u64).map(|k| own.held[&k].as_slice());
+        let n = msg::write_data(buf, &h, self.me, first, &report, records)?;
+        self.sent_upto += count as u64;
+        self.unsent_since = (self.sent_upto < own.received).then_some(now);
+        self.packer.record(count);
+        self.counters.data_sent += 1;
+        self.counters.records_sent += count as u64;
+        self.last_to_all = now;
+        self.unreported = 0;
+        Some((Dest::All, n))
+    }
+
+    /// Heartbeats, prompt reports of what arrived (piggyback stability), and the token.
+    fn poll_report(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        if self.cfg.stability == Stability::Pinwheel {
+            if let Some(x) = self.poll_token(now, buf) {
+                return Some(x);
+            }
+        }
+        let prompt = self.cfg.stability == Stability::Piggyback
+            && self.unreported >= (self.cfg.window as u64 / 4).max(1);
+        if prompt || now >= self.last_to_all + self.cfg.heartbeat_interval {
+            let last = self
+                .streams
+                .get(self.rank)
+                .map_or(0, |s| s.received.min(self.sent_upto));
+            let received = self.received_report();
+            let h = self.header();
+            let n = msg::write(buf, &h, &VsMsg::Status { last, received })?;
+            self.counters.heartbeats += 1;
+            self.last_to_all = now;
+            self.unreported = 0;
+            return Some((Dest::All, n));
+        }
+        None
+    }
+
+    /// Pinwheel: passes the token on once this member has something new for it (or it has
+    /// been held a heartbeat interval); the lowest rank starts a round, and a new token if
+    /// one was lost.
+    fn poll_token(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        let n = self.members.len();
+        let mine = self.received_vector();
+        if self.token.is_none() && self.rank == 0 && self.state == VsState::Normal {
+            let lost = now >= self.token_seen_at + self.cfg.silence_timeout / 2;
+            if lost || self.token_round_seen == 0 {
+                self.token_round_seen += 1;
+                self.token = Some((
+                    Token {
+                        round: self.token_round_seen,
+                        acc: vec![u64::MAX; n],
+                        stable: self.stable_vector(),
+                    },
+                    now,
+                ));
+            }
+        }
+        let (t, since) = self.token.as_ref()?;
+        let changed = mine != self.token_passed_vector || self.unstable() > 0;
+        if !changed && now < *since + self.cfg.heartbeat_interval {
+            return None;
+        }
+        let mut t = t.clone();
+        if n == 1 {
+            for (s, &m) in self.streams.iter_mut().zip(&mine) {
+                s.set_stable(m);
+            }
+            self.token = Some((t, now));
+            self.token_passed_vector = mine;
+            return None;
+        }
+        for (a, &m) in t.acc.iter_mut().zip(&mine) {
+            *a = (*a).min(m);
+        }
+        if self.rank == n - 1 {
+            // A full round: the minimum is stable everywhere; the next round starts.
+            t.stable = t.acc.clone();
+            t.acc = vec![u64::MAX; n];
+            t.round += 1;
+            for (s, &x) in t.stable.iter().enumerate() {
+                self.streams[s].set_stable(x);
+            }
+        }
+        let next = self.members[(self.rank + 1) % n];
+        let h = self.header();
+        let len = msg::write(
+            buf,
+            &h,
+            &VsMsg::Token {
+                round: t.round,
+                acc: t.acc.clone(),
+                stable: t.stable.clone(),
+            },
+        )?;
+        self.token_round_seen = self.token_round_seen.max(t.round);
+        self.token = None;
+        self.token_seen_at = now;
+        self.token_passed_vector = mine;
+        Some((Dest::To(next), len))
+    }
+
+    /// When [`Vs::handle_timeout`] wants to run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
+        match self.state {
+            VsState::Joining => {
+                at(self
+                    .join_sent_at
+                    .map_or(Instant::ZERO, |s| s + self.cfg.retransmit_timeout));
+                return t;
+            }
+            VsState::Normal | VsState::Flushing => {}
+            _ => return None,
+        }
+        at(self.last_to_all + self.cfg.heartbeat_interval);
+        if let Some(since) = self.unsent_since {
+            if let crate::pack::PackMode::Fixed { delay }
+            | crate::pack::PackMode::Adaptive { delay_max: delay } = self.packer.mode
+            {
+                at(since + delay);
+            } else {
+                at(since);
+            }
+        }
+        for (i, s) in self.streams.iter().enumerate() {
+            if i == self.rank {
+                continue;
+            }
+            if !self.suspects.contains(&s.addr) {
+                at(s.last_heard + self.cfg.silence_timeout);
+            }
+            if s.highest_known > s.received {
+                at(s.nak_after);
+            }
+        }
+        if let Some((_, since)) = &self.token {
+            at(*since + self.cfg.heartbeat_interval);
+        } else if self.cfg.stability == Stability::Pinwheel && self.rank == 0 {
+            at(self.token_seen_at + self.cfg.silence_timeout / 2);
+        }
+        if self.leaving {
+            if let Some(s) = self.leave_sent_at {
+                at(s + self.cfg.retransmit_timeout);
+            }
+        }
+        let flushing = self.state == VsState::Flushing;
+        if let Some(x) = self.fl.timeout(
+            self.cfg.retransmit_timeout,
+            self.cfg.flush_timeout,
+            flushing,
+        ) {
+            at(x);
+        }
+        t
+    }
+
+    /// Runs what is due: NAKs, failure detection, joins, leaves, the flush's retries.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self.state {
+            VsState::Joining => return self.join_tick(now),
+            VsState::Normal | VsState::Flushing => {}
+            _ => return,
+        }
+        self.nak_tick(now);
+        self.detect(now);
+        if self.leaving {
+            self.leave_tick(now);
+        }
+        self.flush_tick(now);
+    }
+
+    fn nak_tick(&mut self, now: Instant) {
+        for r in 0..self.streams.len() {
+            let s = &self.streams[r];
+            if r == self.rank || s.highest_known <= s.received || now < s.nak_after {
+                continue;
+            }
+            let (from, to) = (
+                s.received + 1,
+                s.highest_known.min(s.received + NAK_SPAN_MAX),
+            );
+            let stream = s.addr;
+            self.streams[r].nak_after = now + self.cfg.retransmit_timeout;
+            if let Some(target) = self.nak_target(r) {
+                self.counters.naks_sent += 1;
+                self.queue(Dest::To(target), &VsMsg::Nak { stream, from, to });
+            }
+        }
+    }
+
+    fn join_tick(&mut self, now: Instant) {
+        if self
+            .join_sent_at
+            .is_some_and(|s| now < s + self.cfg.retransmit_timeout)
+        {
+            return;
+        }
+        if self.join_attempts >= self.cfg.join_attempts_max {
+            self.state = VsState::Failed;
+            self.upcalls.push_back(Pending::JoinFailed);
+            return;
+        }
+        self.join_attempts += 1;
+        self.join_sent_at = Some(now);
+        let contact = self.contact;
+        self.queue(Dest::To(contact), &VsMsg::Join { joiner: self.me });
+    }
+
+    fn leave_tick(&mut self, now: Instant) {
+        if self
+            .leave_sent_at
+            .is_some_and(|s| now < s + self.cfg.retransmit_timeout)
+        {
+            return;
+        }
+        self.leave_sent_at = Some(now);
+        match self.coordinator() {
+            Some(c) if c == self.me => {
+                self.fl.leavers.insert(self.me);
+                self.start_flush_if_needed(now);
+            }
+            Some(c) => self.queue(Dest::To(c), &VsMsg::Leave),
+            None => {}
+        }
+    }
+
+    /// The member that coordinates a view change: the lowest-ranked one not suspected.
+    fn coordinator(&self) -> Option<Address> {
+        self.members
+            .iter()
+            .copied()
+            .find(|a| !self.suspects.contains(a))
+    }
+
+    /// Failure detection: a member silent for `silence_timeout` is suspected.
+    fn detect(&mut self, now: Instant) {
+        let mut new = Vec::new();
+        for (i, s) in self.streams.iter().enumerate() {
+            if i != self.rank
+                && !self.suspects.contains(&s.addr)
+                && now >= s.last_heard + self.cfg.silence_timeout
+            {
+                new.push(s.addr);
+            }
+        }
+        for a in new {
+            self.counters.suspicions += 1;
+            self.suspects.insert(a);
+        }
+        if !self.suspects.is_empty() {
+            self.report_suspects(now);
+        }
+    }
+
+    /// Installs a view: fresh streams, numbering from 1.
+    fn install(&mut self, now: Instant, id: ViewId, members: Vec<Address>, removed: Vec<Address>) {
+        let joined: Vec<Address> = members
+            .iter()
+            .copied()
+            .filter(|a| *a != self.me && !self.members.contains(a))
+            .collect();
+        self.view = id;
+        self.rank = members
+            .iter()
+            .position(|&a| a == self.me)
+            .expect("installed views hold this member");
+        self.streams = members.iter().map(|&a| Stream::new(a, now)).collect();
+        self.reports = vec![vec![0; members.len()]; members.len()];
+        self.members = members.clone();
+        self.sent_upto = 0;
+        self.unsent_since = None;
+        self.suspects.clear();
+        self.resend.clear();
+        self.token = None;
+        self.token_round_seen = 0;
+        self.token_seen_at = now;
+        self.token_passed_vector = Vec::new();
+        self.last_to_all = Instant::ZERO;
+        self.state = VsState::Normal;
+        self.counters.views_installed += 1;
+        self.upcalls.push_back(Pending::View(ViewChange {
+            id,
+            members,
+            joined,
+            removed,
+        }));
+    }
+}

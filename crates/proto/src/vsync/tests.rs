@@ -1,0 +1,251 @@
+//! Unit tests of the virtually synchronous stack over a lossless in-memory network (the
+//! simulator, `txcast sim vs`, covers faults).
+
+use super::*;
+use crate::pack::PackMode;
+
+fn addr(i: u16) -> Address {
+    Address::new(1, i, 1, 0)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Log {
+    View(ViewId, Vec<Address>),
+    Cast(Address, u64, Vec<u8>),
+    Left,
+    Expelled,
+}
+
+struct Net {
+    now: Instant,
+    nodes: Vec<Option<Vs>>,
+    logs: Vec<Vec<Log>>,
+    /// Packets in flight: (to, bytes).
+    wire: VecDeque<(usize, Vec<u8>)>,
+    /// Each node's casts to make during a flush (the layer above's share).
+    buf: Vec<u8>,
+}
+
+impl Net {
+    fn new(cfg: &VsConfig, n: usize) -> Net {
+        let mut net = Net {
+            now: Instant(1),
+            nodes: Vec::new(),
+            logs: Vec::new(),
+            wire: VecDeque::new(),
+            buf: vec![0u8; 65536],
+        };
+        net.nodes
+            .push(Some(Vs::create(cfg.clone(), addr(0), net.now).unwrap()));
+        net.logs.push(Vec::new());
+        for i in 1..n {
+            net.nodes.push(Some(
+                Vs::join(cfg.clone(), addr(i as u16), addr(0), net.now).unwrap(),
+            ));
+            net.logs.push(Vec::new());
+            net.settle(200);
+        }
+        net
+    }
+
+    fn drain(&mut self, i: usize) {
+        let now = self.now;
+        let Some(vs) = self.nodes[i].as_mut() else {
+            return;
+        };
+        loop {
+            let mut flushed = false;
+            while let Some(l) = vs.poll_upcall(|u| match u {
+                Upcall::Cast {
+                    sender,
+                    seq,
+                    payload,
+                } => Some(Log::Cast(sender, seq, payload.to_vec())),
+                Upcall::View(v) => Some(Log::View(v.id, v.members)),
+                Upcall::Flush => None,
+                Upcall::Left => Some(Log::Left),
+                Upcall::Expelled => Some(Log::Expelled),
+                _ => None,
+            }) {
+                match l {
+                    Some(l) => self.logs[i].push(l),
+                    None => flushed = true,
+                }
+            }
+            if flushed {
+                vs.flush_ready(now);
+            }
+            let mut sent = false;
+            while let Some((dest, n)) = vs.poll_transmit(now, &mut self.buf) {
+                sent = true;
+                let targets: Vec<usize> = match dest {
+                    Dest::To(a) => vec![a.site as usize],
+                    Dest::All => vs.fanout().map(|a| a.site as usize).collect(),
+                };
+                for t in targets {
+                    self.wire.push_back((t, self.buf[..n].to_vec()));
+                }
+            }
+            if !sent && !vs.has_upcall() {
+                break;
+            }
+        }
+    }
+
+    /// Runs for `ms` milliseconds of virtual time, 100 µs a step.
+    fn settle(&mut self, ms: u64) {
+        for _ in 0..ms * 10 {
+            self.now = Instant(self.now.0 + 100_000);
+            for i in 0..self.nodes.len() {
+                self.drain(i);
+            }
+            while let Some((to, b)) = self.wire.pop_front() {
+                if let Some(Some(vs)) = self.nodes.get_mut(to) {
+                    vs.handle_message(self.now, &b);
+                    self.drain(to);
+                }
+            }
+            for i in 0..self.nodes.len() {
+                let now = self.now;
+                if let Some(vs) = self.nodes[i].as_mut() {
+                    if vs.poll_timeout().is_some_and(|t| t <= now) {
+                        vs.handle_timeout(now);
+                    }
+                }
+                self.drain(i);
+            }
+        }
+    }
+
+    fn vs(&mut self, i: usize) -> &mut Vs {
+        self.nodes[i].as_mut().unwrap()
+    }
+
+    /// Casts delivered at `i` in view `v`.
+    fn casts_in(&self, i: usize, v: ViewId) -> Vec<(Address, u64, Vec<u8>)> {
+        let mut cur = None;
+        let mut out = Vec::new();
+        for l in &self.logs[i] {
+            match l {
+                Log::View(id, _) => cur = Some(*id),
+                Log::Cast(a, s, p) if cur == Some(v) => out.push((*a, *s, p.clone())),
+                _ => {}
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+fn cfg() -> VsConfig {
+    VsConfig {
+        window: 64,
+        packet_bytes_max: 8192,
+        cast_bytes_max: 1024,
+        ..VsConfig::default()
+    }
+}
+
+#[test]
+fn members_join_and_casts_reach_everyone_in_order() {
+    let mut net = Net::new(&cfg(), 3);
+    for i in 0..3 {
+        assert_eq!(net.vs(i).state(), VsState::Normal, "node {i}");
+        assert_eq!(net.vs(i).members().len(), 3, "node {i}");
+    }
+    let now = net.now;
+    for k in 0..20u8 {
+        for i in 0..3 {
+            net.vs(i).cast(now, &[i as u8, k]).unwrap();
+        }
+    }
+    net.settle(50);
+    let v = net.vs(0).view();
+    for i in 0..3 {
+        let got = net.casts_in(i, v);
+        assert_eq!(got.len(), 60, "node {i}");
+        for (a, s, p) in got {
+            assert_eq!(p, vec![a.site as u8, (s - 1) as u8]);
+        }
+    }
+    // Everything is stable after the reports go round.
+    net.settle(200);
+    for i in 0..3 {
+        assert_eq!(net.vs(i).unstable(), 0, "node {i}");
+        assert_eq!(net.vs(i).stable_vector(), vec![20, 20, 20]);
+    }
+}
+
+#[test]
+fn a_crash_makes_a_new_view_with_the_same_casts_at_the_survivors() {
+    for stability in [Stability::Piggyback, Stability::Pinwheel] {
+        let cfg = VsConfig {
+            stability,
+            pack: PackMode::Off,
+            ..cfg()
+        };
+        let mut net = Net::new(&cfg, 4);
+        let v1 = net.vs(0).view();
+        let now = net.now;
+        for k in 0..10u8 {
+            for i in 0..4 {
+                net.vs(i).cast(now, &[i as u8, k]).unwrap();
+            }
+        }
+        // Node 3's casts reach only node 1 before it crashes.
+        for _ in 0..8 {
+            net.drain(3);
+        }
+        let from3: Vec<(usize, Vec<u8>)> = net.wire.drain(..).collect();
+        for (to, b) in from3 {
+            let is3 = msg::parse(&b).is_ok_and(|(h, _)| h.from == addr(3));
+            if !is3 || to == 1 {
+                net.wire.push_back((to, b));
+            }
+        }
+        net.nodes[3] = None;
+        net.settle(2000);
+        let v2 = net.vs(0).view();
+        assert!(v2 > v1, "{stability:?}: no new view");
+        let base = net.casts_in(0, v1);
+        assert_eq!(
+            base.len(),
+            40,
+            "{stability:?}: node 3's casts held by node 1 are flushed"
+        );
+        for i in 0..3 {
+            assert_eq!(net.vs(i).view(), v2);
+            assert_eq!(net.vs(i).members(), &[addr(0), addr(1), addr(2)]);
+            assert_eq!(net.casts_in(i, v1), base, "{stability:?}: node {i}");
+        }
+    }
+}
+
+#[test]
+fn leave_and_rejoin() {
+    let mut net = Net::new(&cfg(), 3);
+    let now = net.now;
+    net.vs(2).leave(now).unwrap();
+    net.settle(300);
+    assert_eq!(net.vs(2).state(), VsState::Left);
+    assert_eq!(net.vs(0).members(), &[addr(0), addr(1)]);
+    assert!(net.logs[2].contains(&Log::Left));
+    // The coordinator itself leaves.
+    let now = net.now;
+    net.vs(0).leave(now).unwrap();
+    net.settle(300);
+    assert_eq!(net.vs(0).state(), VsState::Left);
+    assert_eq!(net.vs(1).members(), &[addr(1)]);
+}
+
+#[test]
+fn malformed_messages_are_dropped_and_counted() {
+    let mut net = Net::new(&cfg(), 2);
+    let now = net.now;
+    let vs = net.vs(1);
+    vs.handle_message(now, &[0x56, 99, 0, 0]);
+    vs.handle_message(now, &[1, 2, 3]);
+    vs.handle_message(now, &[]);
+    assert_eq!(vs.counters().dropped_bad, 3);
+    assert_eq!(vs.state(), VsState::Normal);
+}
