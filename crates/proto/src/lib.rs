@@ -23,6 +23,7 @@ pub mod frag;
 pub mod group;
 pub mod link;
 pub mod oracle;
+pub mod order;
 pub mod pack;
 pub mod rng;
 pub mod rpc;
