@@ -185,11 +185,24 @@ pub struct Delivery<'a> {
     pub payload: &'a [u8],
 }
 
-/// Events outside the ordered stream (a view is in it: it comes after the last message of
-/// the previous view and before the first of its own).
+/// What the ordered stream holds: messages, and views in their place (after the last
+/// message of the previous view, before the first of their own).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Delivered<'a> {
+    Message(Delivery<'a>),
+    View(ViewChange),
+}
+
+/// An entry of the ordered stream, waiting for the application.
+#[derive(Debug)]
+enum Ready {
+    Message(Address, u64, Vec<u8>),
+    View(ViewChange),
+}
+
+/// Events outside the ordered stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OrderEvent {
-    View(ViewChange),
     /// This member's message is delivered here.
     SendDone {
         msg_id: u64,
@@ -306,7 +319,7 @@ pub struct Member {
     activity: Vec<u32>,
     activity_total: u32,
     /// Deliveries waiting for the application, and the highest delivered per sender.
-    ready: VecDeque<(Address, u64, Vec<u8>)>,
+    ready: VecDeque<Ready>,
     delivered_upto: HashMap<Address, u64>,
     events: VecDeque<OrderEvent>,
     last_delivery_at: Instant,
@@ -496,13 +509,16 @@ impl Member {
         self.vs.fanout()
     }
 
-    pub fn poll_delivery<R>(&mut self, f: impl FnOnce(Delivery<'_>) -> R) -> Option<R> {
-        let (sender, msg_id, payload) = self.ready.pop_front()?;
-        Some(f(Delivery {
-            sender,
-            msg_id,
-            payload: &payload,
-        }))
+    /// The next entry of the ordered stream.
+    pub fn poll_delivery<R>(&mut self, f: impl FnOnce(Delivered<'_>) -> R) -> Option<R> {
+        Some(match self.ready.pop_front()? {
+            Ready::Message(sender, msg_id, payload) => f(Delivered::Message(Delivery {
+                sender,
+                msg_id,
+                payload: &payload,
+            })),
+            Ready::View(v) => f(Delivered::View(v)),
+        })
     }
 
     pub fn has_delivery(&self) -> bool {
@@ -776,7 +792,8 @@ impl Member {
             }
             self.events.push_back(OrderEvent::SendDone { msg_id });
         }
-        self.ready.push_back((origin, msg_id, payload));
+        self.ready
+            .push_back(Ready::Message(origin, msg_id, payload));
     }
 
     /// The end of a view and the start of the next.
@@ -819,7 +836,7 @@ impl Member {
         if self.rank == 0 {
             self.took_role();
         }
-        self.events.push_back(OrderEvent::View(v));
+        self.ready.push_back(Ready::View(v));
     }
 
     /// Delivers what the chain of the ending view did not reach, by the rank rule.

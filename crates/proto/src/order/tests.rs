@@ -63,14 +63,14 @@ impl Net {
             }
         }
         while let Some(ev) = m.poll_event() {
-            match ev {
-                OrderEvent::View(v) => self.logs[i].push(Log::View(v.id, v.members)),
-                OrderEvent::SendDone { msg_id } => self.done[i].push(msg_id),
-                _ => {}
+            if let OrderEvent::SendDone { msg_id } = ev {
+                self.done[i].push(msg_id);
             }
-            // Deliveries before the view event belong to the old view.
         }
-        while let Some(l) = m.poll_delivery(|d| Log::Msg(d.sender, d.msg_id, d.payload.to_vec())) {
+        while let Some(l) = m.poll_delivery(|d| match d {
+            Delivered::Message(d) => Log::Msg(d.sender, d.msg_id, d.payload.to_vec()),
+            Delivered::View(v) => Log::View(v.id, v.members),
+        }) {
             self.logs[i].push(l);
         }
     }
