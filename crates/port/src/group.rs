@@ -14,9 +14,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 use txcast_proto::group::{
-    Delivered, Dest, GroupConfig, GroupError, GroupEvent, GroupId, GroupInfo, Member, MinMembers,
-    State,
+    Delivered, Dest, Epoch, GroupConfig, GroupCounters, GroupError, GroupEvent, GroupId, GroupInfo,
+    Member, MinMembers, State,
 };
+use txcast_proto::order::{self, OrderConfig, OrderError, OrderEvent};
+use txcast_proto::time::Instant;
+use txcast_proto::vsync::VsState;
 use txcast_proto::wire::{Kind, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES};
 use txcast_proto::Address;
 
@@ -69,6 +72,223 @@ impl From<GroupError> for GroupCallError {
     }
 }
 
+impl From<OrderError> for GroupCallError {
+    fn from(e: OrderError) -> Self {
+        GroupCallError::Group(match e {
+            OrderError::NotMember(s) => GroupError::NotMember(state_of(s)),
+            OrderError::Full => GroupError::Full,
+            OrderError::TooLong { len, max } => GroupError::TooLong { len, max },
+        })
+    }
+}
+
+/// A group's ordering protocol, chosen at creation: Amoeba's sequencer (paper 003, the
+/// [`Member`] of `txcast_proto::group`), or one of paper 002's protocols over the virtually
+/// synchronous stack (`totem`, `total`, `dynseq`, `dynord`; [`order::Member`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum GroupSpec {
+    Sequencer(GroupConfig),
+    Ordered(OrderConfig),
+}
+
+impl From<GroupConfig> for GroupSpec {
+    fn from(c: GroupConfig) -> Self {
+        GroupSpec::Sequencer(c)
+    }
+}
+
+impl From<OrderConfig> for GroupSpec {
+    fn from(c: OrderConfig) -> Self {
+        GroupSpec::Ordered(c)
+    }
+}
+
+impl GroupSpec {
+    fn id(&self) -> GroupId {
+        match self {
+            GroupSpec::Sequencer(c) => c.group,
+            GroupSpec::Ordered(c) => c.vs.group,
+        }
+    }
+
+    fn packet_bytes_max(&self) -> usize {
+        match self {
+            GroupSpec::Sequencer(c) => c.packet_bytes_max,
+            GroupSpec::Ordered(c) => c.vs.packet_bytes_max,
+        }
+    }
+}
+
+/// The group states of the layered stack, as the sequencer protocol names them.
+fn state_of(s: VsState) -> State {
+    match s {
+        VsState::Joining => State::Joining,
+        VsState::Normal => State::Normal,
+        VsState::Flushing => State::Recovering,
+        VsState::Left => State::Left,
+        VsState::Expelled | VsState::Failed => State::Expelled,
+    }
+}
+
+/// The member of either kind of group.
+pub(crate) enum Proto {
+    Sequencer(Member),
+    Ordered(order::Member),
+}
+
+impl Proto {
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        match self {
+            Proto::Sequencer(m) => m.poll_transmit(now, buf),
+            Proto::Ordered(m) => m.poll_transmit(now, buf),
+        }
+    }
+
+    fn fanout(&self, out: &mut Vec<SocketAddr>, engine: &Engine) {
+        match self {
+            Proto::Sequencer(m) => {
+                out.extend(m.fanout().filter_map(|a| engine.socket_addr(a).ok()))
+            }
+            Proto::Ordered(m) => out.extend(m.fanout().filter_map(|a| engine.socket_addr(a).ok())),
+        }
+    }
+
+    fn has_delivery(&self) -> bool {
+        match self {
+            Proto::Sequencer(m) => m.has_delivery(),
+            Proto::Ordered(m) => m.has_delivery(),
+        }
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Proto::Sequencer(m) => m.poll_timeout(),
+            Proto::Ordered(m) => m.poll_timeout(),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            Proto::Sequencer(m) => m.handle_timeout(now),
+            Proto::Ordered(m) => m.handle_timeout(now),
+        }
+    }
+
+    fn handle_message(&mut self, now: Instant, msg: &[u8]) -> bool {
+        match self {
+            Proto::Sequencer(m) => m.handle_message(now, msg).is_ok(),
+            Proto::Ordered(m) => {
+                let bad = m.vs_counters().dropped_bad;
+                m.handle_message(now, msg);
+                m.vs_counters().dropped_bad == bad
+            }
+        }
+    }
+
+    fn send(&mut self, now: Instant, msg: &[u8]) -> Result<u64, GroupCallError> {
+        Ok(match self {
+            Proto::Sequencer(m) => m.send(now, msg)?,
+            Proto::Ordered(m) => m.send(now, msg)?,
+        })
+    }
+
+    fn sends_pending(&self) -> usize {
+        match self {
+            Proto::Sequencer(m) => m.sends_pending(),
+            Proto::Ordered(m) => m.sends_pending(),
+        }
+    }
+
+    /// The next entry of the ordered stream. The layered protocols' views arrive as
+    /// `Rebuilt` records (every view: after a failure, a join or a leave), and their `seq` is
+    /// this member's count of entries.
+    fn poll_delivery<R>(
+        &mut self,
+        seq: &mut u64,
+        f: impl FnOnce(txcast_proto::group::Delivery<'_>) -> R,
+    ) -> Option<R> {
+        match self {
+            Proto::Sequencer(m) => m.poll_delivery(f),
+            Proto::Ordered(m) => {
+                let me = m.address();
+                m.poll_delivery(|d| {
+                    *seq += 1;
+                    f(match d {
+                        order::Delivered::Message(d) => txcast_proto::group::Delivery {
+                            seq: *seq,
+                            sender: d.sender,
+                            what: Delivered::Message {
+                                msg_id: d.msg_id,
+                                payload: d.payload,
+                            },
+                        },
+                        order::Delivered::View(v) => txcast_proto::group::Delivery {
+                            seq: *seq,
+                            sender: me,
+                            what: Delivered::Rebuilt {
+                                epoch: Epoch {
+                                    number: v.id.number,
+                                    coordinator: v.id.coordinator,
+                                },
+                                members: v.members,
+                                removed: v.removed,
+                            },
+                        },
+                    })
+                })
+            }
+        }
+    }
+
+    fn state(&self) -> State {
+        match self {
+            Proto::Sequencer(m) => m.state(),
+            Proto::Ordered(m) => state_of(m.state()),
+        }
+    }
+
+    fn info(&self) -> GroupInfo {
+        match self {
+            Proto::Sequencer(m) => m.info(),
+            Proto::Ordered(m) => {
+                let v = m.view();
+                let c = m.counters();
+                let vc = m.vs_counters();
+                GroupInfo {
+                    state: state_of(m.state()),
+                    epoch: Epoch {
+                        number: v.number,
+                        coordinator: v.coordinator,
+                    },
+                    members: m.members().to_vec(),
+                    sequencer: m.holder().unwrap_or_default(),
+                    resilience: 0,
+                    received_upto: 0,
+                    consumed_upto: c.delivered,
+                    stable_upto: 0,
+                    counters: GroupCounters {
+                        sent: c.sent,
+                        delivered: c.delivered,
+                        packets_sent: vc.data_sent,
+                        packets_received: vc.data_received,
+                        records_multicast: vc.records_sent,
+                        records_retransmitted: vc.records_retransmitted,
+                        naks_sent: vc.naks_sent,
+                        naks_received: vc.naks_received,
+                        duplicates: vc.duplicates,
+                        dropped_bad: vc.dropped_bad + c.dropped_bad,
+                        heartbeats: vc.heartbeats,
+                        failures_detected: vc.suspicions,
+                        resets_started: vc.flushes_started,
+                        resets_completed: vc.views_installed,
+                        ..GroupCounters::default()
+                    },
+                }
+            }
+        }
+    }
+}
+
 /// One record of the ordered stream, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupDelivery {
@@ -93,7 +313,11 @@ pub enum GroupRecord {
 
 /// A member's protocol state and what the application waits on.
 pub(crate) struct GroupState {
-    pub m: Member,
+    pub m: Proto,
+    /// Entries handed out (the `seq` of the layered protocols' deliveries).
+    delivered: u64,
+    /// The layered stack's events, translated, before they are taken in.
+    pending_events: VecDeque<GroupEvent>,
     /// Highest msg_id of ours delivered (sends complete in order).
     done_upto: u64,
     events: VecDeque<GroupEvent>,
@@ -156,7 +380,7 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
         to.clear();
         match dest {
             Dest::To(a) => to.extend(engine.socket_addr(a).ok()),
-            Dest::All => to.extend(st.m.fanout().filter_map(|a| engine.socket_addr(a).ok())),
+            Dest::All => st.m.fanout(&mut to, engine),
         }
         if !st.out.has_room(n, to.len()) {
             send_out(ep, st);
@@ -166,7 +390,24 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
     }
     send_out(ep, st);
     let mut woke = st.m.has_delivery();
-    while let Some(ev) = st.m.poll_event() {
+    if let Proto::Ordered(m) = &mut st.m {
+        // The layered stack's events, as the sequencer protocol names them.
+        let mut evs = Vec::new();
+        while let Some(ev) = m.poll_event() {
+            evs.push(match ev {
+                OrderEvent::SendDone { msg_id } => GroupEvent::SendDone { msg_id },
+                OrderEvent::Left => GroupEvent::LeaveDone,
+                OrderEvent::Expelled => GroupEvent::Expelled,
+                OrderEvent::JoinFailed => GroupEvent::JoinFailed,
+            });
+        }
+        if !st.joined && m.state() == VsState::Normal {
+            st.joined = true;
+            woke = true;
+        }
+        st.pending_events.extend(evs);
+    }
+    while let Some(ev) = next_event(st) {
         woke = true;
         match &ev {
             GroupEvent::SendDone { msg_id } => {
@@ -198,6 +439,14 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
     engine.wake_for(st.m.poll_timeout().map(|t| t + TIMER_SLACK));
 }
 
+/// The next event of either kind of member.
+fn next_event(st: &mut GroupState) -> Option<GroupEvent> {
+    match &mut st.m {
+        Proto::Sequencer(m) => m.poll_event(),
+        Proto::Ordered(_) => st.pending_events.pop_front(),
+    }
+}
+
 /// Sends the datagrams [`flush`] gathered.
 fn send_out(ep: &Endpoint, st: &mut GroupState) {
     if !st.out.is_empty() {
@@ -223,7 +472,7 @@ pub(crate) fn handle(engine: &Engine, ep: &Endpoint, msg: &[u8]) -> bool {
     };
     drop(groups);
     let mut st = g.lock();
-    let ok = st.m.handle_message(engine.now(), msg).is_ok();
+    let ok = st.m.handle_message(engine.now(), msg);
     g.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
     ok
 }
@@ -259,24 +508,39 @@ impl Group {
     pub(crate) fn start(
         engine: &Engine,
         ep: &Arc<Endpoint>,
-        cfg: GroupConfig,
+        spec: GroupSpec,
         contact: Option<Address>,
     ) -> Result<Group, GroupCallError> {
         let max = GROUP_PACKET_BYTES_MAX - PACKET_OVERHEAD;
-        if cfg.packet_bytes_max > max {
+        if spec.packet_bytes_max() > max {
             return Err(GroupCallError::PacketTooLong { max });
         }
         let now = engine.now();
-        let id = cfg.group;
-        let buf = vec![0u8; cfg.packet_bytes_max];
-        let m = match contact {
-            None => Member::create(cfg, ep.addr, now)?,
-            Some(c) => Member::join(cfg, ep.addr, c, now)?,
+        let id = spec.id();
+        let buf = vec![0u8; spec.packet_bytes_max()];
+        let bad = |e: txcast_proto::vsync::VsConfigError| {
+            GroupCallError::Group(GroupError::Config(txcast_proto::group::ConfigError(e.0)))
+        };
+        let m = match (spec, contact) {
+            (GroupSpec::Sequencer(cfg), None) => {
+                Proto::Sequencer(Member::create(cfg, ep.addr, now)?)
+            }
+            (GroupSpec::Sequencer(cfg), Some(c)) => {
+                Proto::Sequencer(Member::join(cfg, ep.addr, c, now)?)
+            }
+            (GroupSpec::Ordered(cfg), None) => {
+                Proto::Ordered(order::Member::create(cfg, ep.addr, now).map_err(bad)?)
+            }
+            (GroupSpec::Ordered(cfg), Some(c)) => {
+                Proto::Ordered(order::Member::join(cfg, ep.addr, c, now).map_err(bad)?)
+            }
         };
         let shared = Arc::new(GroupShared {
             id,
             state: Mutex::new(GroupState {
                 m,
+                delivered: 0,
+                pending_events: VecDeque::new(),
                 done_upto: 0,
                 events: VecDeque::new(),
                 joined: contact.is_none(),
@@ -411,7 +675,8 @@ impl Group {
     /// rebuilds), waiting at most `timeout`.
     pub fn receive(&self, timeout: Option<Duration>) -> Result<GroupDelivery, GroupCallError> {
         let r = self.wait_until(timeout, |st| {
-            st.m.poll_delivery(|d| GroupDelivery {
+            let GroupState { m, delivered, .. } = st;
+            m.poll_delivery(delivered, |d| GroupDelivery {
                 seq: d.seq,
                 sender: d.sender,
                 what: match d.what {
@@ -446,7 +711,8 @@ impl Group {
             self.engine.duty_cycle();
             st = self.shared.lock();
         }
-        let r = st.m.poll_delivery(f);
+        let GroupState { m, delivered, .. } = &mut *st;
+        let r = m.poll_delivery(delivered, f);
         if r.is_some() {
             flush(&self.engine, &self.ep, &self.shared, &mut st);
         }
@@ -458,7 +724,10 @@ impl Group {
         {
             let mut st = self.shared.lock();
             let now = self.engine.now();
-            st.m.leave(now)?;
+            match &mut st.m {
+                Proto::Sequencer(m) => m.leave(now)?,
+                Proto::Ordered(m) => m.leave(now)?,
+            }
             flush(&self.engine, &self.ep, &self.shared, &mut st);
         }
         self.wait_until(timeout, |st| st.left.then_some(()))
@@ -474,7 +743,10 @@ impl Group {
         {
             let mut st = self.shared.lock();
             let now = self.engine.now();
-            st.m.reset(now, min_members)?;
+            // The layered stack rebuilds its views by itself.
+            if let Proto::Sequencer(m) = &mut st.m {
+                m.reset(now, min_members)?;
+            }
             flush(&self.engine, &self.ep, &self.shared, &mut st);
         }
         self.wait_until(timeout, |st| (st.m.state() == State::Normal).then_some(()))

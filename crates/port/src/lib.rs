@@ -12,7 +12,7 @@ pub mod rpc;
 pub mod shm;
 
 pub use engine::{Engine, EngineConfig, EngineMode};
-pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord};
+pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord, GroupSpec};
 pub use ldg::{Ldg, LdgCallError, LdgCounters};
 pub use naming::{ClusterConfig, NamingError};
 pub use oracle::{Known, OracleClient, OracleError, OracleServer};

@@ -1043,19 +1043,22 @@ impl Port {
             .all(|l| l.is_idle())
     }
 
-    /// `CreateGroup`: a new group with this port as its only member (and sequencer).
+    /// `CreateGroup`: a new group with this port as its only member (and sequencer, or
+    /// token holder). `cfg` chooses the ordering protocol: a `GroupConfig` for Amoeba's
+    /// sequencer, an `OrderConfig` for totem, total, dynseq or dynord (see
+    /// [`crate::group::GroupSpec`]).
     pub fn create_group(
         &self,
-        cfg: txcast_proto::group::GroupConfig,
+        cfg: impl Into<crate::group::GroupSpec>,
     ) -> Result<crate::group::Group, crate::group::GroupCallError> {
-        crate::group::Group::start(&self.engine, &self.ep, cfg, None)
+        crate::group::Group::start(&self.engine, &self.ep, cfg.into(), None)
     }
 
     /// `JoinGroup`: joins the group through `contact` (any member); returns once this port
     /// is a member. `cfg` must name the same group; the group's resilience degree applies.
     pub fn join_group(
         &self,
-        cfg: txcast_proto::group::GroupConfig,
+        cfg: impl Into<crate::group::GroupSpec>,
         contact: Address,
         timeout: Option<Duration>,
     ) -> Result<crate::group::Group, crate::group::GroupCallError> {
@@ -1067,10 +1070,10 @@ impl Port {
     /// Starts joining and returns at once; [`crate::group::Group::wait_joined`] waits.
     pub fn join_group_async(
         &self,
-        cfg: txcast_proto::group::GroupConfig,
+        cfg: impl Into<crate::group::GroupSpec>,
         contact: Address,
     ) -> Result<crate::group::Group, crate::group::GroupCallError> {
-        crate::group::Group::start(&self.engine, &self.ep, cfg, Some(contact))
+        crate::group::Group::start(&self.engine, &self.ep, cfg.into(), Some(contact))
     }
 
     /// Closes the port: unregisters it from the engine and removes its segment.

@@ -6,13 +6,21 @@
 //! line `seq kind sender msg_id payload-hash` to `--log`. A process stops once it has
 //! delivered every message of every sender still in the group (and, with `--expect-rebuild`,
 //! a rebuild record), or fails after `--deadline-ms`.
+//!
+//! `--protocol sequencer|totem|total|dynseq|dynord` chooses the ordering protocol (Amoeba's
+//! sequencer by default) and `--pack off|adaptive|fixed` the packing of the layered ones. For
+//! those, `seq` is the process's own count of entries and every view is a rebuild record.
 
 use crate::opt;
 use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
+use txcast_port::GroupSpec;
 use txcast_port::{Group, GroupRecord, Port, PortConfig};
 use txcast_proto::group::{GroupConfig, Method, MinMembers};
+use txcast_proto::order::{OrderConfig, Protocol};
+use txcast_proto::pack::PackMode;
+use txcast_proto::vsync::VsConfig;
 use txcast_proto::Address;
 
 const GROUP_TYPE: u16 = 2;
@@ -49,18 +57,47 @@ fn run(args: &[String]) -> Result<(), String> {
     let started = Instant::now();
     let me = Address::new(instance, site, GROUP_TYPE, 0);
     let port = Port::open(me, PortConfig::default()).map_err(|e| e.to_string())?;
-    let cfg = GroupConfig {
-        group: 11,
-        resilience,
-        method: Method::BySize {
-            bb_from_bytes: 1024,
+    let protocol: String = opt(args, "--protocol").unwrap_or_else(|| "sequencer".into());
+    let pack = match opt::<String>(args, "--pack").as_deref() {
+        None | Some("adaptive") => PackMode::Adaptive {
+            delay_max: Duration::from_micros(500),
         },
-        heartbeat_interval: Duration::from_millis(20),
-        silence_timeout: Duration::from_millis(300),
-        probe_interval: Duration::from_millis(50),
-        probes_max: 3,
-        auto_reset: Some(MinMembers::Majority),
-        ..GroupConfig::default()
+        Some("off") => PackMode::Off,
+        Some("fixed") => PackMode::Fixed {
+            delay: Duration::from_millis(1),
+        },
+        Some(x) => return Err(format!("--pack {x}: off, adaptive or fixed")),
+    };
+    let cfg: GroupSpec = match protocol.as_str() {
+        "sequencer" => GroupConfig {
+            group: 11,
+            resilience,
+            method: Method::BySize {
+                bb_from_bytes: 1024,
+            },
+            heartbeat_interval: Duration::from_millis(20),
+            silence_timeout: Duration::from_millis(300),
+            probe_interval: Duration::from_millis(50),
+            probes_max: 3,
+            auto_reset: Some(MinMembers::Majority),
+            ..GroupConfig::default()
+        }
+        .into(),
+        p => OrderConfig {
+            protocol: Protocol::from_name(p).ok_or(format!(
+                "--protocol {p}: sequencer, totem, total, dynseq or dynord"
+            ))?,
+            vs: VsConfig {
+                group: 11,
+                pack,
+                heartbeat_interval: Duration::from_millis(20),
+                silence_timeout: Duration::from_millis(300),
+                flush_timeout: Duration::from_millis(100),
+                ..VsConfig::default()
+            },
+            ..OrderConfig::default()
+        }
+        .into(),
     };
     let group = if site == 0 {
         port.create_group(cfg).map_err(|e| e.to_string())?

@@ -12,6 +12,7 @@ fn spawn(
     messages: u64,
     log: &str,
     rebuild: bool,
+    extra: &[&str],
 ) -> Child {
     let mut c = Command::new(env!("CARGO_BIN_EXE_txcast"));
     c.args([
@@ -32,6 +33,7 @@ fn spawn(
     if rebuild {
         c.arg("--expect-rebuild");
     }
+    c.args(extra);
     c.spawn().expect("spawn member")
 }
 
@@ -70,7 +72,7 @@ fn run(instance: u16, victim: u16) {
     for s in 0..members as u16 {
         children.push((
             s,
-            spawn(instance, s, members, messages, &log(s), s != victim),
+            spawn(instance, s, members, messages, &log(s), s != victim, &[]),
         ));
         if s == 0 {
             std::thread::sleep(Duration::from_millis(300));
@@ -163,4 +165,101 @@ fn a_killed_member_is_removed_and_every_log_agrees() {
 #[test]
 fn a_killed_sequencer_is_replaced_and_every_log_agrees() {
     run(25, 0);
+}
+
+/// The layered protocols (paper 002) across processes: three members, one killed mid-run;
+/// the survivors deliver the same messages in the same order (every member joined before the
+/// first message, so every log holds the whole stream), and a view removes the victim.
+fn run_ordered(instance: u16, protocol: &str, pack: &str) {
+    let dir = std::env::temp_dir().join(format!("txcast-order-{}-{instance}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = |s: u16| {
+        dir.join(format!("site{s}.log"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (members, messages, victim) = (3usize, 150u64, 2u16);
+    let extra = ["--protocol", protocol, "--pack", pack, "--pace-us", "1000"];
+    let mut children: Vec<(u16, Child)> = Vec::new();
+    for s in 0..members as u16 {
+        children.push((
+            s,
+            spawn(instance, s, members, messages, &log(s), false, &extra),
+        ));
+        if s == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    let started = Instant::now();
+    while lines(&log(victim)) < 100 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{protocol}/{pack}: the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let k = children.iter().position(|c| c.0 == victim).unwrap();
+    kill(&mut children[k].1);
+    for (s, c) in children.iter_mut().filter(|c| c.0 != victim) {
+        assert!(
+            c.wait().unwrap().success(),
+            "{protocol}/{pack}: survivor {s} did not finish (logs in {dir:?})"
+        );
+    }
+    let messages_of = |s: u16| -> Vec<String> {
+        read_log(&log(s))
+            .into_values()
+            .filter(|l| l.starts_with("M "))
+            .collect()
+    };
+    let a = messages_of(0);
+    let b = messages_of(1);
+    assert_eq!(
+        a, b,
+        "{protocol}/{pack}: survivors differ (logs in {dir:?})"
+    );
+    assert!(
+        a.len() as u64 >= 2 * messages,
+        "{protocol}/{pack}: {} messages",
+        a.len()
+    );
+    let views: Vec<String> = read_log(&log(0))
+        .into_values()
+        .filter(|l| l.starts_with("R "))
+        .collect();
+    assert!(
+        views.iter().any(|r| r.contains(&format!(
+            "-[Address {{ instance: {instance}, site: {victim},"
+        ))),
+        "{protocol}/{pack}: no view removes the victim: {views:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn totem_across_processes() {
+    run_ordered(26, "totem", "off");
+    run_ordered(27, "totem", "adaptive");
+    run_ordered(28, "totem", "fixed");
+}
+
+#[test]
+fn total_across_processes() {
+    run_ordered(29, "total", "off");
+    run_ordered(30, "total", "adaptive");
+    run_ordered(31, "total", "fixed");
+}
+
+#[test]
+fn dynseq_across_processes() {
+    run_ordered(32, "dynseq", "off");
+    run_ordered(33, "dynseq", "adaptive");
+    run_ordered(34, "dynseq", "fixed");
+}
+
+#[test]
+fn dynord_across_processes() {
+    run_ordered(35, "dynord", "off");
+    run_ordered(36, "dynord", "adaptive");
+    run_ordered(37, "dynord", "fixed");
 }
