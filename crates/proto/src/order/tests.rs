@@ -16,6 +16,9 @@ enum Log {
 
 struct Net {
     now: Instant,
+    /// Drop every `lossy`-th packet (0: none).
+    lossy: usize,
+    sent: usize,
     nodes: Vec<Option<Member>>,
     logs: Vec<Vec<Log>>,
     done: Vec<Vec<u64>>,
@@ -27,6 +30,8 @@ impl Net {
     fn new(cfg: &OrderConfig, n: usize) -> Net {
         let mut net = Net {
             now: Instant(1),
+            lossy: 0,
+            sent: 0,
             nodes: Vec::new(),
             logs: Vec::new(),
             done: Vec::new(),
@@ -83,6 +88,10 @@ impl Net {
         // What is sent while these are handled arrives in the next step (100 µs later).
         let arrived: Vec<(usize, Vec<u8>)> = self.wire.drain(..).collect();
         for (to, b) in arrived {
+            self.sent += 1;
+            if self.lossy > 0 && self.sent.is_multiple_of(self.lossy) {
+                continue;
+            }
             if let Some(Some(m)) = self.nodes.get_mut(to) {
                 m.handle_message(self.now, &b);
                 self.drain(to);
@@ -261,4 +270,43 @@ fn total_keeps_the_token_with_a_lone_sender() {
     net.settle(50);
     assert_eq!(net.m(0).counters().passes, 1, "the token stayed");
     assert_eq!(net.msgs(2).len(), 100);
+}
+
+#[test]
+fn bursts_all_to_all_finish_round_after_round() {
+    for p in Protocol::ALL {
+        for pack in [
+            PackMode::Off,
+            PackMode::Adaptive {
+                delay_max: Duration::from_millis(1),
+            },
+        ] {
+            let mut c = cfg(p, pack, Stability::Piggyback);
+            c.vs.window = 256;
+            c.send_queue_max = 4096;
+            c.submit_window = 256;
+            let mut net = Net::new(&c, 3);
+            net.lossy = 37;
+            for round in 1..=5u64 {
+                let now = net.now;
+                for i in 0..3 {
+                    for _ in 0..300 {
+                        net.m(i).send(now, &[0u8; 64]).unwrap();
+                    }
+                }
+                let mut steps = 0;
+                while net.msgs(0).len() < (round * 900) as usize {
+                    net.step();
+                    steps += 1;
+                    assert!(
+                        steps < 20_000,
+                        "{p:?} {pack:?}: round {round} stuck at {} of {}: {:?}",
+                        net.msgs(0).len(),
+                        round * 900,
+                        net.m(0)
+                    );
+                }
+            }
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! [`child`]. [`spawn_child`] and [`wait_child`] do the re-executing; [`Options`] parses
 //! `--key value` options.
 
+pub mod burst;
 pub mod group;
 pub mod long;
 mod machine;
@@ -58,6 +59,12 @@ usage: txcast bench <what> [options]
   long        round trips of long messages, 64 B to 8 MB: txcast local and remote (8,000- and
               60,000-byte fragments), raw UDP, TCP over loopback (the yardstick)
               [--bytes 64,...,8000000] [--cases a,b,c] [--iterations-max N]
+  burst       paper 002 §4: bursts of m messages, all-to-all and one sender, for every
+              ordering protocol with packing off and on; throughput and round latency
+              against m, and the paper's four figures as SVG
+              [--protocols sequencer,totem,total,dynseq,dynord] [--packs off,adaptive]
+              [--experiments all,one] [--m 1,10,100,1000,5000] [--members 3] [--bytes 64]
+              [--point-seconds 20] [--svg DIR]
 
   --json      JSON lines on stdout, the human table on stderr
 ";
@@ -75,6 +82,7 @@ pub fn run(args: &[String]) -> i32 {
         "group" => group::run(&args[1..]),
         "rpc" => rpc::run(&args[1..]),
         "long" => long::run(&args[1..]),
+        "burst" => burst::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             0
@@ -107,6 +115,7 @@ pub fn child(args: &[String]) -> i32 {
         Some("group") => group::child(&args[1..]),
         Some("rpc") => rpc::child(&args[1..]),
         Some("long") => long::child(&args[1..]),
+        Some("burst") => burst::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;
