@@ -289,6 +289,11 @@ pub struct Member {
     /// `dynseq`: handed on (or cast), not yet delivered.
     in_flight: VecDeque<Submitted>,
     submitted_at: Option<Instant>,
+    /// `dynseq`: the last `unsubmitted` of `in_flight` were never handed on (held for
+    /// packing), how many bytes they take in a submit, and since when the oldest waits.
+    unsubmitted: usize,
+    unsubmitted_bytes: usize,
+    unsubmitted_since: Option<Instant>,
     next_vseq: u32,
     /// The view's members, in rank order, and this member's rank.
     members: Vec<Address>,
@@ -373,6 +378,9 @@ impl Member {
             pending: VecDeque::new(),
             in_flight: VecDeque::new(),
             submitted_at: None,
+            unsubmitted: 0,
+            unsubmitted_bytes: 0,
+            unsubmitted_since: None,
             next_vseq: 1,
             members: Vec::new(),
             rank: 0,
@@ -541,8 +549,13 @@ impl Member {
                 at(self.holder_since + self.cfg.token_idle_hold);
             }
             if let Some(s) = self.submitted_at {
-                if !self.in_flight.is_empty() {
+                if self.in_flight.len() > self.unsubmitted {
                     at(s + self.cfg.vs.retransmit_timeout);
+                }
+            }
+            if self.unsubmitted > 0 {
+                if let Some(t) = self.submit_due() {
+                    at(t);
                 }
             }
         }
@@ -754,6 +767,10 @@ impl Member {
             Protocol::Dynseq => {
                 self.relayed_vseq.clear();
                 self.to_relay.clear();
+                // Our own messages not yet ordered are cast by us now (see `pump_dynseq`).
+                self.unsubmitted = 0;
+                self.unsubmitted_bytes = 0;
+                self.unsubmitted_since = None;
             }
             _ => {}
         }
@@ -833,6 +850,9 @@ impl Member {
         again.extend(self.pending.drain(..));
         self.pending = again;
         self.submitted_at = None;
+        self.unsubmitted = 0;
+        self.unsubmitted_bytes = 0;
+        self.unsubmitted_since = None;
         if self.rank == 0 {
             self.took_role();
         }
@@ -870,11 +890,19 @@ impl Member {
         if self.vs.state() != VsState::Normal || self.members.is_empty() {
             return;
         }
+        let before = self.vs.counters().casts;
+        let passed = self.passed;
         match self.cfg.protocol {
             Protocol::Totem => self.pump_totem(now),
             Protocol::Total => self.pump_total(now),
             Protocol::Dynseq => self.pump_dynseq(now),
             Protocol::Dynord => self.pump_dynord(now),
+        }
+        // A token holder's visit goes out as one packed message at once (the paper's Tomfc),
+        // and so does a pass of the role: nobody else may cast in the run meanwhile.
+        let token = matches!(self.cfg.protocol, Protocol::Totem | Protocol::Total);
+        if (token && self.vs.counters().casts > before) || self.passed != passed {
+            self.vs.push();
         }
     }
 
@@ -1077,35 +1105,61 @@ impl Member {
         let Some(seq) = self.holder() else {
             return;
         };
-        let mut fresh = 0;
         while self.in_flight.len() < self.cfg.submit_window {
             let Some((msg_id, p)) = self.pending.pop_front() else {
                 break;
             };
             let vseq = self.next_vseq;
             self.next_vseq += 1;
+            self.unsubmitted_bytes += record::submit_entry_bytes(p.len());
             self.in_flight.push_back(Submitted {
                 vseq,
                 msg_id,
                 payload: p,
                 cast: false,
             });
-            fresh += 1;
+            self.unsubmitted += 1;
+            self.unsubmitted_since.get_or_insert(now);
         }
         let due = self
             .submitted_at
-            .is_none_or(|t| now >= t + self.cfg.vs.retransmit_timeout);
+            .is_some_and(|t| now >= t + self.cfg.vs.retransmit_timeout);
         let from = if due && !self.in_flight.is_empty() {
-            if self.submitted_at.is_some() {
-                self.counters.submits_resent += self.in_flight.len() as u64;
-            }
+            self.counters.submits_resent += (self.in_flight.len() - self.unsubmitted) as u64;
             0
+        } else if self.unsubmitted > 0 && self.submit_now(now) {
+            self.in_flight.len() - self.unsubmitted
         } else {
-            self.in_flight.len() - fresh
+            return;
         };
-        if from < self.in_flight.len() {
-            self.submit(seq, from);
-            self.submitted_at = Some(now);
+        self.submit(seq, from);
+        self.submitted_at = Some(now);
+        self.unsubmitted = 0;
+        self.unsubmitted_bytes = 0;
+        self.unsubmitted_since = None;
+    }
+
+    /// `dynseq`: whether the messages not yet handed to the sequencer go now. The packing
+    /// mode decides, as it does for casts: at once with packing off, or when nothing handed
+    /// on is outstanding (adaptive); otherwise when they fill a direct or the oldest has
+    /// waited the delay.
+    fn submit_now(&self, now: Instant) -> bool {
+        let outstanding = self.in_flight.len() > self.unsubmitted;
+        let full = self.unsubmitted_bytes >= self.cfg.vs.cast_bytes_max / 2;
+        let since = self.unsubmitted_since.unwrap_or(now);
+        match self.cfg.vs.pack {
+            PackMode::Off => true,
+            PackMode::Adaptive { delay_max } => !outstanding || full || now >= since + delay_max,
+            PackMode::Fixed { delay } => full || now >= since + delay,
+        }
+    }
+
+    /// When held submits are due (see [`Member::submit_now`]).
+    fn submit_due(&self) -> Option<Instant> {
+        let since = self.unsubmitted_since?;
+        match self.cfg.vs.pack {
+            PackMode::Off => Some(since),
+            PackMode::Adaptive { delay_max: d } | PackMode::Fixed { delay: d } => Some(since + d),
         }
     }
 

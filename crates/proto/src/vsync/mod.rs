@@ -418,6 +418,10 @@ pub struct Vs {
     sent_upto: u64,
     /// When the oldest cast not yet sent was made.
     unsent_since: Option<Instant>,
+    /// Bytes the casts not yet sent take in a `Data` message (record headers included).
+    unsent_bytes: usize,
+    /// Casts up to here go out without waiting for the packer ([`Vs::push`]).
+    push_upto: u64,
     packer: Packer,
     control: VecDeque<(Dest, Vec<u8>)>,
     /// NAKs to answer: (to, stream rank, from, to).
@@ -497,6 +501,8 @@ impl Vs {
             reports: Vec::new(),
             sent_upto: 0,
             unsent_since: None,
+            unsent_bytes: 0,
+            push_upto: 0,
             packer,
             control: VecDeque::new(),
             resend: VecDeque::new(),
@@ -625,11 +631,21 @@ impl Vs {
         own.held.insert(seq, payload.to_vec());
         own.received = seq;
         own.highest_known = seq;
+        self.unsent_bytes += msg::RECORD_HEADER_BYTES + payload.len();
         self.counters.casts += 1;
         if self.unsent_since.is_none() {
             self.unsent_since = Some(now);
         }
         Ok(seq)
+    }
+
+    /// Sends the casts made so far without waiting for the packer (they still share
+    /// messages): the layer above knows a batch is complete, as a token holder does when it
+    /// passes the token.
+    pub fn push(&mut self) {
+        if let Some(own) = self.streams.get(self.rank) {
+            self.push_upto = own.received;
+        }
     }
 
     /// Sends `payload` to one member, best effort.
@@ -1020,24 +1036,21 @@ impl Vs {
         let own = self.streams.get(self.rank)?;
         if self.sent_upto >= own.received {
             self.unsent_since = None;
+            self.unsent_bytes = 0;
             return None;
         }
-        let report = self.received_report();
+        let vector = match self.cfg.stability {
+            Stability::Piggyback => self.members.len(),
+            Stability::Pinwheel => 0,
+        };
         let room = self.cfg.packet_bytes_max.min(buf.len());
-        let mut bytes = msg::data_bytes(report.len(), std::iter::empty());
         let cap = self.packer.messages_per_packet_max().min(msg::RECORDS_MAX);
-        let mut count = 0usize;
-        let mut full = false;
-        for k in self.sent_upto + 1..=own.received {
-            let p = &own.held[&k];
-            let add = msg::RECORD_HEADER_BYTES + p.len();
-            if count > 0 && (bytes + add > room || count >= cap) {
-                full = true;
-                break;
-            }
-            bytes += add;
-            count += 1;
-        }
+        // Whether the waiting casts fill a message, from the running total: no walk over
+        // them while the packer holds them (a burst would make that quadratic).
+        let unsent = (own.received - self.sent_upto) as usize;
+        let full = msg::data_bytes(vector, std::iter::empty()) + self.unsent_bytes > room
+            || unsent >= cap
+            || self.push_upto > self.sent_upto;
         let in_flight = own.stable < self.sent_upto;
         let since = self.unsent_since.unwrap_or(now);
         if let PackDecision::HoldUntil(t) = self.packer.decide(since, full, in_flight) {
@@ -1045,11 +1058,29 @@ impl Vs {
                 return None;
             }
         }
+        let mut bytes = msg::data_bytes(vector, std::iter::empty());
+        let mut count = 0usize;
+        let mut taken = 0usize;
+        for (_, p) in own.held.range(self.sent_upto + 1..) {
+            let add = msg::RECORD_HEADER_BYTES + p.len();
+            if count > 0 && (bytes + add > room || count >= cap) {
+                break;
+            }
+            bytes += add;
+            taken += add;
+            count += 1;
+        }
+        let report = self.received_report();
+        let own = &self.streams[self.rank];
         let first = self.sent_upto + 1;
         let h = self.header();
-        let records = (first..first + count as u64).map(|k| own.held[&k].as_slice());
+        let records = own
+            .held
+            .range(first..first + count as u64)
+            .map(|(_, p)| p.as_slice());
         let n = msg::write_data(buf, &h, self.me, first, &report, records)?;
         self.sent_upto += count as u64;
+        self.unsent_bytes -= taken;
         self.unsent_since = (self.sent_upto < own.received).then_some(now);
         self.packer.record(count);
         self.counters.data_sent += 1;
@@ -1319,6 +1350,8 @@ impl Vs {
         self.members = members.clone();
         self.sent_upto = 0;
         self.unsent_since = None;
+        self.unsent_bytes = 0;
+        self.push_upto = 0;
         self.suspects.clear();
         self.resend.clear();
         self.token = None;
