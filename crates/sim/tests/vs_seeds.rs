@@ -42,11 +42,22 @@ fn fixed_seeds_pass_every_checker() {
 ///   dropped them): it stayed in the old view for good;
 /// - 82, 83, 92: the same, with nobody left who held the casts: it now gives up;
 /// - 143: own casts answered to a NAK ahead of the packer became stable and left `held`
-///   before the packer sent them (it panicked).
+///   before the packer sent them (it panicked);
+/// - 2841, 4972: a round that adopted an accepted proposal committed it under its own
+///   coordinator's name, so one view had two ids (now the proposal's maker names it);
+/// - 2104: a joiner that was the only one left with a commit (its coordinator had left)
+///   did not keep it to tell the others, and members waiting on casts for a commit asked
+///   only its sender, gone;
+/// - 2379: members that missed a commit were never told (its holders had left or been left
+///   out, and the new view no longer talks to them in the old one): a member that hears a
+///   later view now asks for it;
+/// - 2894, 3050, 4540: blocked the same ways (not traced separately).
 #[test]
 fn regression_seeds() {
     let opts = VsSimOptions::default();
-    for seed in [49, 65, 80, 82, 83, 86, 92, 143] {
+    for seed in [
+        49, 65, 80, 82, 83, 86, 92, 143, 2104, 2379, 2841, 2894, 3050, 4540, 4972,
+    ] {
         if let Err(v) = run_vs(seed, &opts) {
             panic!("{v}");
         }

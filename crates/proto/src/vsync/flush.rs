@@ -149,6 +149,11 @@ impl Flush {
             .map(|(_, _, from)| *from)
     }
 
+    /// Who sent the commit this member waits to install, if any.
+    pub fn commit_source(&self) -> Option<Address> {
+        self.to_commit.as_ref().map(|(_, _, from)| *from)
+    }
+
     /// Whether a view change waits on casts (so arrivals should be checked against it).
     pub fn fetching(&self) -> bool {
         self.to_commit.is_some()
@@ -324,8 +329,12 @@ impl Vs {
             if p.members.contains(&self.me) && p.members.len() <= super::msg::MEMBERS_MAX {
                 let id = ViewId {
                     number: h.view.number + 1,
-                    coordinator: ballot.coordinator,
+                    coordinator: p.coordinator,
                 };
+                // Kept, like every member's, to tell members of the old view that missed it:
+                // a joiner may be the only one left who has it (its coordinator left with
+                // the view change, and the other commits were lost: simulator seed 2104).
+                self.remember_commit(h.view, ballot, p.clone());
                 self.install(now, id, p.members, Vec::new());
             }
             return;
@@ -523,7 +532,14 @@ impl Vs {
             // Everyone is leaving: the lowest-ranked answer stays, alone.
             members.extend(answers.keys().next().copied());
         }
-        (Proposal { members, cut }, sources)
+        (
+            Proposal {
+                coordinator: self.me,
+                members,
+                cut,
+            },
+            sources,
+        )
     }
 
     /// A majority accepted: tell everyone, and install.
@@ -606,7 +622,7 @@ impl Vs {
             .collect();
         let id = ViewId {
             number: old.number + 1,
-            coordinator: ballot.coordinator,
+            coordinator: p.coordinator,
         };
         self.install(now, id, p.members, removed);
     }

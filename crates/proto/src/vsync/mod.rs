@@ -75,6 +75,11 @@ pub struct Ballot {
 /// closes the current view (for each of its members, by rank, the last cast delivered in it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Proposal {
+    /// The coordinator that first proposed it: the next view's id names it. Not the ballot's
+    /// coordinator: a later round that adopts an accepted proposal commits the same view, and
+    /// naming that round's coordinator made two ids for one view, whose members then dropped
+    /// each other's messages as another view's (simulator seed 2841).
+    pub coordinator: Address,
     pub members: Vec<Address>,
     pub cut: Vec<u64>,
 }
@@ -143,8 +148,14 @@ impl fmt::Display for VsConfigError {
 
 impl std::error::Error for VsConfigError {}
 
-/// Room for the largest control message (a commit naming `MEMBERS_MAX` members).
-const CONTROL_BYTES_MAX: usize = msg::HEADER_BYTES + 64 + msg::MEMBERS_MAX * 16;
+/// Room for the largest control message: a `FlushOk` with its frozen vector and an accepted
+/// proposal, each of `MEMBERS_MAX` (two ballots, the proposal's coordinator, three counts, two
+/// vectors and a member list). It said 64 + 16 a member, short of a full `FlushOk`.
+const CONTROL_BYTES_MAX: usize = msg::HEADER_BYTES
+    + 2 * (8 + crate::addr::ADDRESS_BYTES)
+    + crate::addr::ADDRESS_BYTES
+    + 3 * 2
+    + msg::MEMBERS_MAX * (8 + 8 + crate::addr::ADDRESS_BYTES);
 
 impl VsConfig {
     pub fn validate(&self) -> Result<(), VsConfigError> {
@@ -468,6 +479,8 @@ pub struct Vs {
     join_attempts: u32,
     leaving: bool,
     leave_sent_at: Option<Instant>,
+    /// When this member last asked a member of a later view for the commit it missed.
+    asked_commit_at: Option<Instant>,
     counters: VsCounters,
 }
 
@@ -542,6 +555,7 @@ impl Vs {
             join_attempts: 0,
             leaving: false,
             leave_sent_at: None,
+            asked_commit_at: None,
             counters: VsCounters::default(),
         }
     }
@@ -741,6 +755,24 @@ impl Vs {
     /// The member to ask for `stream`'s casts: its owner unless suspected; the flush's
     /// source while one runs.
     fn nak_target(&self, stream: usize) -> Option<Address> {
+        if let Some(src) = self.fl.commit_source().filter(|&a| a != self.me) {
+            // A commit waits on casts. Its sender may have gone (a leaver that coordinated its
+            // own leave is gone once it commits), so every other NAK goes in turn to another
+            // member of the view: those that accepted hold every cast up to the cut, and
+            // those that installed the next view keep them (`Prev`). Asking only the sender
+            // left such a member unable to install (simulator seed 2104).
+            let k = self.counters.naks_sent as usize;
+            let others: Vec<Address> = self
+                .members
+                .iter()
+                .copied()
+                .filter(|&a| a != self.me && a != src)
+                .collect();
+            if k & 1 == 0 || others.is_empty() {
+                return Some(src);
+            }
+            return Some(others[(k / 2) % others.len()]);
+        }
         if let Some(a) = self.fl.fetch_from(stream) {
             if a != self.me {
                 return Some(a);
@@ -771,6 +803,12 @@ impl Vs {
         }
         if h.from == self.me || self.leaving_done() || self.state == VsState::Failed {
             return;
+        }
+        if h.view > self.view
+            && matches!(self.state, VsState::Normal | VsState::Flushing)
+            && !matches!(m, VsMsg::Commit { .. } | VsMsg::Join { .. })
+        {
+            self.ask_commit(now, h.from);
         }
         // View changes and joins first: they are about views, not within one.
         match m {
@@ -845,6 +883,28 @@ impl Vs {
             VsMsg::Token { round, acc, stable } => self.on_token(now, round, acc, stable),
             _ => {}
         }
+    }
+
+    /// `to` talks in a later view: this member missed a commit. Commits are told to members
+    /// heard in an old view, and members of the new view no longer send to this one in the
+    /// old view; when the commit's other holders were gone (a leaver that coordinated its own
+    /// leave, and members left out), nobody told it, and it stayed in the old view for good
+    /// (simulator seed 2379). It says something in its view to `to`, who answers with the
+    /// commit if it kept it (at most once a retransmission timeout).
+    fn ask_commit(&mut self, now: Instant, to: Address) {
+        if self
+            .asked_commit_at
+            .is_some_and(|t| now < t + self.cfg.retransmit_timeout)
+        {
+            return;
+        }
+        self.asked_commit_at = Some(now);
+        let last = self
+            .streams
+            .get(self.rank)
+            .map_or(0, |s| s.received.min(self.sent_upto));
+        let received = self.received_report();
+        self.queue(Dest::To(to), &VsMsg::Status { last, received });
     }
 
     fn on_data(

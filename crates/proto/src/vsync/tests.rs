@@ -249,3 +249,59 @@ fn malformed_messages_are_dropped_and_counted() {
     assert_eq!(vs.counters().dropped_bad, 3);
     assert_eq!(vs.state(), VsState::Normal);
 }
+
+#[test]
+fn a_proposal_keeps_its_coordinator_on_the_wire() {
+    let p = Proposal {
+        coordinator: addr(2),
+        members: vec![addr(2), addr(1)],
+        cut: vec![7, 9],
+    };
+    let h = msg::Header {
+        group: 1,
+        view: ViewId {
+            number: 3,
+            coordinator: addr(0),
+        },
+        from: addr(1),
+    };
+    let ballot = Ballot {
+        number: 4,
+        coordinator: addr(1),
+    };
+    let mut b = vec![0u8; CONTROL_BYTES_MAX];
+    let m = msg::VsMsg::FlushOk {
+        ballot,
+        frozen: vec![1; msg::MEMBERS_MAX],
+        accepted: Some((
+            ballot,
+            Proposal {
+                coordinator: addr(2),
+                members: vec![addr(2); msg::MEMBERS_MAX],
+                cut: vec![u64::MAX; msg::MEMBERS_MAX],
+            },
+        )),
+    };
+    assert!(
+        msg::write(&mut b, &h, &m).is_some(),
+        "the largest control message fits CONTROL_BYTES_MAX"
+    );
+    let n = msg::write(
+        &mut b,
+        &h,
+        &msg::VsMsg::Commit {
+            ballot,
+            proposal: p.clone(),
+        },
+    )
+    .unwrap();
+    let (h2, m2) = msg::parse(&b[..n]).unwrap();
+    assert_eq!(h2, h);
+    assert_eq!(
+        m2,
+        msg::VsMsg::Commit {
+            ballot,
+            proposal: p
+        }
+    );
+}
