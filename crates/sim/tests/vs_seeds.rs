@@ -22,7 +22,7 @@ fn a_fault_free_group_delivers_every_cast_everywhere() {
 #[test]
 fn fixed_seeds_pass_every_checker() {
     let opts = VsSimOptions::default();
-    for seed in 0..200u64 {
+    for seed in 0..300u64 {
         if let Err(v) = run_vs(seed, &opts) {
             panic!("{v}");
         }

@@ -397,7 +397,13 @@ impl Vs {
             self.want(&p.cut);
         }
         if let Some((ballot, p, from)) = self.fl.to_accept.clone() {
-            if self.holds(&p.cut) {
+            if self.fl.promised.is_some_and(|x| ballot < x) {
+                // Promised a higher ballot while the casts came in: accepting now would break
+                // that promise (the `FlushOk` to it said nothing was accepted, so its round
+                // may propose another view, and two could commit). Paxos; found by reading,
+                // unit test `no_accept_of_a_lower_ballot_after_a_higher_promise`.
+                self.fl.to_accept = None;
+            } else if self.holds(&p.cut) {
                 self.fl.to_accept = None;
                 self.fl.accepted = Some((ballot, p));
                 if from == self.me {
