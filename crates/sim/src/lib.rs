@@ -11,6 +11,7 @@ pub mod group_sim;
 pub mod link_sim;
 pub mod net;
 pub mod rpc_sim;
+pub mod vs_sim;
 
 pub use net::{FaultConfig, Network};
 

@@ -18,8 +18,9 @@ usage:
                                          benchmarks with their baselines (see `txcast bench --help`)
   txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
   txcast sim group [--seed S | --seeds N] run groups (crashes, joins, leaves) in the simulator
-  txcast sim rpc | frag [--seed S | --seeds N]
-                                         RPC, long messages in the simulator
+  txcast sim rpc | frag | vs [--seed S | --seeds N]
+                                         RPC, long messages, virtually synchronous
+                                         groups in the simulator
   txcast stat [--config FILE] [--json]   the ports open on this host and their ring counters
   txcast oracle [--config FILE] [--state PATH] [--standby K]
                                          the oracle name server at the configured address

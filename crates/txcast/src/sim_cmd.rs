@@ -5,6 +5,7 @@ use txcast_sim::frag_sim::{run_frag, FragSimOptions};
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
+use txcast_sim::vs_sim::{run_vs, VsSimOptions};
 
 pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
@@ -12,12 +13,14 @@ pub fn run(args: &[String]) -> i32 {
         Some("group") => group(&args[1..]),
         Some("rpc") => rpc(&args[1..]),
         Some("frag") => frag(&args[1..]),
+        Some("vs") => vs(&args[1..]),
         _ => {
             eprintln!(
                 "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
                  \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N] [--no-partitions] [--no-clogs]\n\
                  \x20      txcast sim rpc [--seed S | --seeds N [--first F]] [--servers N] [--clients N] [--calls N]\n\
                  \x20      txcast sim frag [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
+                 \x20      txcast sim vs [--seed S | --seeds N [--first F]] [--members N] [--casts N] [--no-partitions] [--no-clogs]\n\
                  \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
             );
             2
@@ -205,6 +208,45 @@ fn frag(args: &[String]) -> i32 {
         });
     }
     seed_range(args, "frag", |seed| run_frag(seed, &opts).map(|_| ()))
+}
+
+fn vs(args: &[String]) -> i32 {
+    let mut opts = VsSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--members") {
+        opts.members = n.clamp(1, 12);
+    }
+    if let Some(m) = opt::<u32>(args, "--casts") {
+        opts.casts_per_member = m;
+    }
+    if args.iter().any(|a| a == "--no-partitions") {
+        opts.partitions = false;
+    }
+    if args.iter().any(|a| a == "--no-clogs") {
+        opts.clogs = false;
+    }
+    if let Some(seed) = opt::<u64>(args, "--seed") {
+        return one_seed(seed, run_vs(seed, &opts), |r| {
+            println!("  group:   {}", r.config);
+            println!("  faults:  {}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!(
+                "  {} casts ({} during flushes), {} delivered; {} crashes, {} leaves, {} joins, {} expulsions, {} partitions, {} clogs",
+                r.casts, r.flush_casts, r.delivered, r.crashes, r.leaves, r.joins, r.expulsions, r.partitions, r.clogs
+            );
+            println!(
+                "  {} views, the last number {} with {} members{}; virtual end {:.3} s; trace digest {:016x}",
+                r.views,
+                r.final_view,
+                r.final_members,
+                if r.blocked { " (blocked: a majority of the newest view is gone)" } else { "" },
+                r.end_ns as f64 / 1e9,
+                r.digest
+            );
+        });
+    }
+    seed_range(args, "vs", |seed| {
+        run_vs(seed, &opts).map(|_| ()).map_err(|v| v.to_string())
+    })
 }
 
 /// The report of one seed's run (`--seed S`), printed by `print`, or its failure; the exit

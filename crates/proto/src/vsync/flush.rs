@@ -41,6 +41,9 @@ pub(super) struct Flush {
     to_accept: Option<(Ballot, Proposal, Address)>,
     /// A commit to install once every cast up to its cut is here.
     to_commit: Option<(Ballot, Proposal, Address)>,
+    /// When `to_commit` came: a member that cannot get the casts up to the cut for long
+    /// gives up (see `flush_tick`).
+    commit_since: Option<Instant>,
     /// The last flush message from a coordinator (a stalled one is suspected).
     touched: Option<Instant>,
     /// Suspicions last reported to the coordinator.
@@ -82,6 +85,43 @@ impl Flush {
         self.frozen.is_some()
     }
 
+    /// For [`Vs::debug_state`].
+    pub fn debug(&self) -> String {
+        let round = self.round.as_ref().map(|r| {
+            let phase = match &r.phase {
+                Phase::Prepare { answers } => format!(
+                    "prepare answers {:?}",
+                    answers.keys().map(|a| a.site).collect::<Vec<_>>()
+                ),
+                Phase::Fetch { proposal, .. } => format!("fetch cut {:?}", proposal.cut),
+                Phase::Accept {
+                    proposal, accepted, ..
+                } => format!(
+                    "accept cut {:?} accepted {:?}",
+                    proposal.cut,
+                    accepted.iter().map(|a| a.site).collect::<Vec<_>>()
+                ),
+            };
+            format!(
+                "ballot {}@{} started {} last_sent {} {phase}",
+                r.ballot.number, r.ballot.coordinator.site, r.started.0, r.last_sent.0
+            )
+        });
+        format!(
+            "round {:?} promised {:?} frozen {:?} awaiting_ready {} accepted {:?} to_accept {:?} to_commit {:?} touched {:?} joiners {} leavers {}",
+            round,
+            self.promised.map(|b| (b.number, b.coordinator.site)),
+            self.frozen,
+            self.awaiting_ready.is_some(),
+            self.accepted.as_ref().map(|(b, p)| (b.number, b.coordinator.site, p.cut.clone())),
+            self.to_accept.as_ref().map(|(b, p, _)| (b.number, p.cut.clone())),
+            self.to_commit.as_ref().map(|(b, p, _)| (b.number, p.cut.clone())),
+            self.touched.map(|t| t.0),
+            self.joiners.len(),
+            self.leavers.len()
+        )
+    }
+
     /// Delivery limit of stream `r` while frozen.
     pub fn deliver_limit(&self, r: usize) -> Option<u64> {
         self.frozen.as_ref().map(|f| f.get(r).copied().unwrap_or(0))
@@ -109,6 +149,11 @@ impl Flush {
             .map(|(_, _, from)| *from)
     }
 
+    /// Who sent the commit this member waits to install, if any.
+    pub fn commit_source(&self) -> Option<Address> {
+        self.to_commit.as_ref().map(|(_, _, from)| *from)
+    }
+
     /// Whether a view change waits on casts (so arrivals should be checked against it).
     pub fn fetching(&self) -> bool {
         self.to_commit.is_some()
@@ -125,10 +170,25 @@ impl Flush {
     /// When the flush wants [`Vs::handle_timeout`]: the next retry, the end of the first
     /// phase's wait, or when a quiet coordinator is suspected.
     pub fn timeout(&self, retry: Duration, wait: Duration, flushing: bool) -> Option<Instant> {
+        let give_up = self
+            .commit_since
+            .filter(|_| self.to_commit.is_some())
+            .map(|t| t + wait * 3);
+        let t = self.timeout_of_round(retry, wait, flushing);
+        match (t, give_up) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn timeout_of_round(&self, retry: Duration, wait: Duration, flushing: bool) -> Option<Instant> {
         if let Some(r) = &self.round {
             let t = r.last_sent + retry;
+            // The end of the first phase's wait, until a tick at or after it (which sends the
+            // silent the flush again): past it, it stayed due for good and the caller spun
+            // (simulator seed 65).
             return Some(match r.phase {
-                Phase::Prepare { .. } => t.min(r.started + wait),
+                Phase::Prepare { .. } if r.last_sent < r.started + wait => t.min(r.started + wait),
                 _ => t,
             });
         }
@@ -269,8 +329,12 @@ impl Vs {
             if p.members.contains(&self.me) && p.members.len() <= super::msg::MEMBERS_MAX {
                 let id = ViewId {
                     number: h.view.number + 1,
-                    coordinator: ballot.coordinator,
+                    coordinator: p.coordinator,
                 };
+                // Kept, like every member's, to tell members of the old view that missed it:
+                // a joiner may be the only one left who has it (its coordinator left with
+                // the view change, and the other commits were lost: simulator seed 2104).
+                self.remember_commit(h.view, ballot, p.clone());
                 self.install(now, id, p.members, Vec::new());
             }
             return;
@@ -281,17 +345,7 @@ impl Vs {
         if !p.members.contains(&self.me) {
             // Left out: what this member delivered past the cut is its own.
             self.remember_commit(self.view, ballot, p);
-            self.state = if self.leaving {
-                VsState::Left
-            } else {
-                VsState::Expelled
-            };
-            self.upcalls.push_back(if self.leaving {
-                Pending::Left
-            } else {
-                Pending::Expelled
-            });
-            return;
+            return self.left_out();
         }
         if self.fl.frozen.is_none() {
             // In the next view without having answered a flush of this one: cannot happen
@@ -300,8 +354,25 @@ impl Vs {
             return;
         }
         self.fl.touched = Some(now);
+        if self.fl.to_commit.is_none() {
+            self.fl.commit_since = Some(now);
+        }
         self.fl.to_commit = Some((ballot, p, h.from));
         self.flush_progress(now);
+    }
+
+    /// This member is not in the next view: it is done (`Left` if it asked to leave).
+    fn left_out(&mut self) {
+        self.state = if self.leaving {
+            VsState::Left
+        } else {
+            VsState::Expelled
+        };
+        self.upcalls.push_back(if self.leaving {
+            Pending::Left
+        } else {
+            Pending::Expelled
+        });
     }
 
     /// Whether every cast up to `cut` is here.
@@ -326,7 +397,13 @@ impl Vs {
             self.want(&p.cut);
         }
         if let Some((ballot, p, from)) = self.fl.to_accept.clone() {
-            if self.holds(&p.cut) {
+            if self.fl.promised.is_some_and(|x| ballot < x) {
+                // Promised a higher ballot while the casts came in: accepting now would break
+                // that promise (the `FlushOk` to it said nothing was accepted, so its round
+                // may propose another view, and two could commit). Paxos; found by reading,
+                // unit test `no_accept_of_a_lower_ballot_after_a_higher_promise`.
+                self.fl.to_accept = None;
+            } else if self.holds(&p.cut) {
                 self.fl.to_accept = None;
                 self.fl.accepted = Some((ballot, p));
                 if from == self.me {
@@ -461,7 +538,14 @@ impl Vs {
             // Everyone is leaving: the lowest-ranked answer stays, alone.
             members.extend(answers.keys().next().copied());
         }
-        (Proposal { members, cut }, sources)
+        (
+            Proposal {
+                coordinator: self.me,
+                members,
+                cut,
+            },
+            sources,
+        )
     }
 
     /// A majority accepted: tell everyone, and install.
@@ -508,6 +592,21 @@ impl Vs {
             }
         }
         let old = self.view;
+        let held = self
+            .streams
+            .iter_mut()
+            .zip(&p.cut)
+            .map(|(s, &c)| {
+                let mut h = std::mem::take(&mut s.held);
+                h.split_off(&(c + 1));
+                h
+            })
+            .collect();
+        self.prev = Some(super::Prev {
+            view: old,
+            members: self.members.clone(),
+            held,
+        });
         self.remember_commit(old, ballot, p.clone());
         let removed: Vec<Address> = self
             .members
@@ -529,7 +628,7 @@ impl Vs {
             .collect();
         let id = ViewId {
             number: old.number + 1,
-            coordinator: ballot.coordinator,
+            coordinator: p.coordinator,
         };
         self.install(now, id, p.members, removed);
     }
@@ -672,9 +771,27 @@ impl Vs {
     /// Retries and timeouts of a view change.
     pub(super) fn flush_tick(&mut self, now: Instant) {
         self.flush_progress(now);
+        if self.fl.to_commit.is_some()
+            && self
+                .fl
+                .commit_since
+                .is_some_and(|t| now >= t + self.cfg.flush_timeout * 3)
+        {
+            // A commit names this member, but the casts up to its cut are not to be had
+            // (whoever held them moved on to a later view, and dropped them). It cannot
+            // install the view without them: it gives up, as if it had failed, and the others
+            // flush it out. Before this it stayed in the old view for good (simulator seeds
+            // 82, 83, 92). It never installed the next view, so what it delivered in the old
+            // one (no more than its frozen vector, within the cut) breaks no promise.
+            return self.left_out();
+        }
         let retry = self.cfg.retransmit_timeout;
+        let wait = self.cfg.flush_timeout;
         if let Some(round) = self.fl.round.as_mut() {
-            if now >= round.last_sent + retry {
+            let wait_over = matches!(round.phase, Phase::Prepare { .. })
+                && now >= round.started + wait
+                && round.last_sent < round.started + wait;
+            if now >= round.last_sent + retry || wait_over {
                 round.last_sent = now;
                 let ballot = round.ballot;
                 let again: Vec<(Address, VsMsg<'static>)> = match &round.phase {

@@ -75,6 +75,11 @@ pub struct Ballot {
 /// closes the current view (for each of its members, by rank, the last cast delivered in it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Proposal {
+    /// The coordinator that first proposed it: the next view's id names it. Not the ballot's
+    /// coordinator: a later round that adopts an accepted proposal commits the same view, and
+    /// naming that round's coordinator made two ids for one view, whose members then dropped
+    /// each other's messages as another view's (simulator seed 2841).
+    pub coordinator: Address,
     pub members: Vec<Address>,
     pub cut: Vec<u64>,
 }
@@ -143,8 +148,14 @@ impl fmt::Display for VsConfigError {
 
 impl std::error::Error for VsConfigError {}
 
-/// Room for the largest control message (a commit naming `MEMBERS_MAX` members).
-const CONTROL_BYTES_MAX: usize = msg::HEADER_BYTES + 64 + msg::MEMBERS_MAX * 16;
+/// Room for the largest control message: a `FlushOk` with its frozen vector and an accepted
+/// proposal, each of `MEMBERS_MAX` (two ballots, the proposal's coordinator, three counts, two
+/// vectors and a member list). It said 64 + 16 a member, short of a full `FlushOk`.
+const CONTROL_BYTES_MAX: usize = msg::HEADER_BYTES
+    + 2 * (8 + crate::addr::ADDRESS_BYTES)
+    + crate::addr::ADDRESS_BYTES
+    + 3 * 2
+    + msg::MEMBERS_MAX * (8 + 8 + crate::addr::ADDRESS_BYTES);
 
 impl VsConfig {
     pub fn validate(&self) -> Result<(), VsConfigError> {
@@ -340,7 +351,15 @@ impl Stream {
         if seq <= self.received || self.held.contains_key(&seq) {
             return Ok(false);
         }
-        if seq > self.received + window as u64 || self.held.len() >= 2 * window {
+        // The next cast in order is always taken (within the window): only casts that came
+        // early count against the bound on what is held. Held casts wait for this member to
+        // learn they are stable, and that knowledge can lag the sender's by more than a
+        // window (a pinwheel round's result that died with a crashed member); a receiver that
+        // refused even the next cast then could never reach a flush's cut, and the view change
+        // blocked for good (simulator seed 80).
+        if seq > self.received + window as u64
+            || (seq > self.received + 1 && self.held.len() >= 2 * window)
+        {
             return Err(());
         }
         self.held.insert(seq, payload.to_vec());
@@ -395,6 +414,20 @@ enum Pending {
     JoinFailed,
 }
 
+/// The view before the current one, kept after a commit: a member of the next view that
+/// did not accept the proposal (its `Propose` was lost, or came after a majority accepted)
+/// may have the commit but not every cast up to the cut. It asks the member that sent the
+/// commit, who installed the next view and dropped its streams: without these, nobody
+/// could answer, the laggard stayed in the old view for good, and the group flushed it out
+/// (simulator seed 86). Bounded: what was held of the old view up to its cut, one view's
+/// worth, dropped at the next view.
+#[derive(Debug)]
+struct Prev {
+    view: ViewId,
+    members: Vec<Address>,
+    held: Vec<BTreeMap<u64, Vec<u8>>>,
+}
+
 /// The pinwheel token as this member last saw it.
 #[derive(Clone, Debug)]
 struct Token {
@@ -424,8 +457,11 @@ pub struct Vs {
     push_upto: u64,
     packer: Packer,
     control: VecDeque<(Dest, Vec<u8>)>,
-    /// NAKs to answer: (to, stream rank, from, to).
-    resend: VecDeque<(Address, usize, u64, u64)>,
+    /// NAKs to answer: (to, stream rank, from, to, of the previous view).
+    resend: VecDeque<(Address, usize, u64, u64, bool)>,
+    /// The previous view's casts up to its cut, kept to answer the NAKs of members that have
+    /// the commit but not yet every cast up to the cut (see [`Prev`]).
+    prev: Option<Prev>,
     upcalls: VecDeque<Pending>,
     /// Round-robin position for handing casts up.
     rr: usize,
@@ -447,6 +483,8 @@ pub struct Vs {
     join_attempts: u32,
     leaving: bool,
     leave_sent_at: Option<Instant>,
+    /// When this member last asked a member of a later view for the commit it missed.
+    asked_commit_at: Option<Instant>,
     counters: VsCounters,
 }
 
@@ -506,6 +544,7 @@ impl Vs {
             packer,
             control: VecDeque::new(),
             resend: VecDeque::new(),
+            prev: None,
             upcalls: VecDeque::new(),
             rr: 0,
             last_to_all: now,
@@ -522,6 +561,7 @@ impl Vs {
             join_attempts: 0,
             leaving: false,
             leave_sent_at: None,
+            asked_commit_at: None,
             counters: VsCounters::default(),
         }
     }
@@ -731,6 +771,24 @@ impl Vs {
     /// The member to ask for `stream`'s casts: its owner unless suspected; the flush's
     /// source while one runs.
     fn nak_target(&self, stream: usize) -> Option<Address> {
+        if let Some(src) = self.fl.commit_source().filter(|&a| a != self.me) {
+            // A commit waits on casts. Its sender may have gone (a leaver that coordinated its
+            // own leave is gone once it commits), so every other NAK goes in turn to another
+            // member of the view: those that accepted hold every cast up to the cut, and
+            // those that installed the next view keep them (`Prev`). Asking only the sender
+            // left such a member unable to install (simulator seed 2104).
+            let k = self.counters.naks_sent as usize;
+            let others: Vec<Address> = self
+                .members
+                .iter()
+                .copied()
+                .filter(|&a| a != self.me && a != src)
+                .collect();
+            if k & 1 == 0 || others.is_empty() {
+                return Some(src);
+            }
+            return Some(others[(k / 2) % others.len()]);
+        }
         if let Some(a) = self.fl.fetch_from(stream) {
             if a != self.me {
                 return Some(a);
@@ -762,6 +820,12 @@ impl Vs {
         if h.from == self.me || self.leaving_done() || self.state == VsState::Failed {
             return;
         }
+        if h.view > self.view
+            && matches!(self.state, VsState::Normal | VsState::Flushing)
+            && !matches!(m, VsMsg::Commit { .. } | VsMsg::Join { .. })
+        {
+            self.ask_commit(now, h.from);
+        }
         // View changes and joins first: they are about views, not within one.
         match m {
             VsMsg::Join { joiner } => return self.on_join(now, &h, joiner),
@@ -779,6 +843,11 @@ impl Vs {
             VsMsg::Accept { ballot } => return self.on_accept(now, &h, ballot),
             VsMsg::Commit { ballot, proposal } => return self.on_commit(now, &h, ballot, proposal),
             _ => {}
+        }
+        if let VsMsg::Nak { stream, from, to } = m {
+            if self.prev.as_ref().is_some_and(|p| p.view == h.view) {
+                return self.on_prev_nak(&h, stream, from, to);
+            }
         }
         if h.view != self.view {
             self.counters.dropped_other_view += 1;
@@ -808,8 +877,13 @@ impl Vs {
                 self.counters.naks_received += 1;
                 if let Some(r) = self.members.iter().position(|&a| a == stream) {
                     if self.resend.len() < CONTROL_QUEUE_MAX && from <= to {
-                        self.resend
-                            .push_back((h.from, r, from, to.min(from + NAK_SPAN_MAX - 1)));
+                        self.resend.push_back((
+                            h.from,
+                            r,
+                            from,
+                            to.min(from + NAK_SPAN_MAX - 1),
+                            false,
+                        ));
                     }
                 }
             }
@@ -825,6 +899,28 @@ impl Vs {
             VsMsg::Token { round, acc, stable } => self.on_token(now, round, acc, stable),
             _ => {}
         }
+    }
+
+    /// `to` talks in a later view: this member missed a commit. Commits are told to members
+    /// heard in an old view, and members of the new view no longer send to this one in the
+    /// old view; when the commit's other holders were gone (a leaver that coordinated its own
+    /// leave, and members left out), nobody told it, and it stayed in the old view for good
+    /// (simulator seed 2379). It says something in its view to `to`, who answers with the
+    /// commit if it kept it (at most once a retransmission timeout).
+    fn ask_commit(&mut self, now: Instant, to: Address) {
+        if self
+            .asked_commit_at
+            .is_some_and(|t| now < t + self.cfg.retransmit_timeout)
+        {
+            return;
+        }
+        self.asked_commit_at = Some(now);
+        let last = self
+            .streams
+            .get(self.rank)
+            .map_or(0, |s| s.received.min(self.sent_upto));
+        let received = self.received_report();
+        self.queue(Dest::To(to), &VsMsg::Status { last, received });
     }
 
     fn on_data(
@@ -967,6 +1063,40 @@ impl Vs {
         None
     }
 
+    /// A one-line account of the timers and the flush, for a simulator's failure reports.
+    pub fn debug_state(&self) -> String {
+        let ms = |t: Instant| t.0 / 1_000_000;
+        format!(
+            "{} {:?} view {} rank {} due {:?} last_to_all {} unsent_since {:?} sent_upto {} suspects {:?} streams [{}] token {:?} flush {}",
+            self.me,
+            self.state,
+            self.view,
+            self.rank,
+            self.poll_timeout().map(|t| t.0),
+            ms(self.last_to_all),
+            self.unsent_since.map(|t| t.0),
+            self.sent_upto,
+            self.suspects.iter().map(|a| a.site).collect::<Vec<_>>(),
+            self.streams
+                .iter()
+                .map(|s| format!(
+                    "{}: recv {} dlv {} stable {} known {} held {} heard {} nak {}",
+                    s.addr.site,
+                    s.received,
+                    s.delivered,
+                    s.stable,
+                    s.highest_known,
+                    s.held.len(),
+                    ms(s.last_heard),
+                    s.nak_after.0
+                ))
+                .collect::<Vec<_>>()
+                .join("; "),
+            self.token.as_ref().map(|(t, at)| (t.round, at.0)),
+            self.fl.debug(),
+        )
+    }
+
     /// Whether [`Vs::poll_upcall`] has something.
     pub fn has_upcall(&self) -> bool {
         !self.upcalls.is_empty()
@@ -997,21 +1127,44 @@ impl Vs {
         None
     }
 
+    /// A NAK for the previous view, from one of its members still fetching up to its cut.
+    fn on_prev_nak(&mut self, h: &Header, stream: Address, from: u64, to: u64) {
+        self.counters.naks_received += 1;
+        let Some(p) = self.prev.as_ref() else {
+            return;
+        };
+        let Some(r) = p.members.iter().position(|&a| a == stream) else {
+            return;
+        };
+        if p.members.contains(&h.from) && self.resend.len() < CONTROL_QUEUE_MAX && from <= to {
+            self.resend
+                .push_back((h.from, r, from, to.min(from + NAK_SPAN_MAX - 1), true));
+        }
+    }
+
     /// Answers a NAK with the casts asked for that this member holds.
     fn poll_resend(&mut self, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        while let Some((to, r, from, upto)) = self.resend.pop_front() {
-            let s = &self.streams[r];
-            let first = from.max(s.stable + 1);
-            if first > upto || !s.held.contains_key(&first) {
+        while let Some((to, r, from, upto, old)) = self.resend.pop_front() {
+            let (held, stable, addr, view) = if old {
+                let Some(p) = self.prev.as_ref() else {
+                    continue;
+                };
+                (&p.held[r], 0, p.members[r], p.view)
+            } else {
+                let s = &self.streams[r];
+                (&s.held, s.stable, s.addr, self.view)
+            };
+            let first = from.max(stable + 1);
+            if first > upto || !held.contains_key(&first) {
                 continue;
             }
             let mut bytes = msg::data_bytes(0, std::iter::empty());
             let mut last = first;
             while last < upto {
-                let Some(p) = s.held.get(&(last + 1)) else {
+                let Some(p) = held.get(&(last + 1)) else {
                     break;
                 };
-                if bytes + msg::RECORD_HEADER_BYTES + p.len() + s.held[&first].len() + 4
+                if bytes + msg::RECORD_HEADER_BYTES + p.len() + held[&first].len() + 4
                     > self.cfg.packet_bytes_max
                 {
                     break;
@@ -1019,12 +1172,16 @@ impl Vs {
                 bytes += msg::RECORD_HEADER_BYTES + p.len();
                 last += 1;
             }
-            let h = self.header();
-            let records = (first..=last).map(|k| s.held[&k].as_slice());
-            let n = msg::write_data(buf, &h, s.addr, first, &[], records)?;
+            let h = Header {
+                group: self.cfg.group,
+                view,
+                from: self.me,
+            };
+            let records = (first..=last).map(|k| held[&k].as_slice());
+            let n = msg::write_data(buf, &h, addr, first, &[], records)?;
             self.counters.records_retransmitted += last - first + 1;
             if last < upto {
-                self.resend.push_front((to, r, last + 1, upto));
+                self.resend.push_front((to, r, last + 1, upto, old));
             }
             return Some((Dest::To(to), n));
         }
@@ -1034,6 +1191,13 @@ impl Vs {
     /// Own casts waiting to go out, packed as the packer decides.
     fn poll_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
         let own = self.streams.get(self.rank)?;
+        // Own casts can become stable, and leave `held`, before the packer sent them: a NAK
+        // (a flush's fetch of the cut) is answered from `held` while the packer still holds
+        // them back. Everyone has those; this panicked on the missing casts (simulator seed
+        // 143).
+        if self.sent_upto < own.stable {
+            self.sent_upto = own.stable;
+        }
         if self.sent_upto >= own.received {
             self.unsent_since = None;
             self.unsent_bytes = 0;
@@ -1216,7 +1380,12 @@ impl Vs {
         }
         if let Some((_, since)) = &self.token {
             at(*since + self.cfg.heartbeat_interval);
-        } else if self.cfg.stability == Stability::Pinwheel && self.rank == 0 {
+        } else if self.cfg.stability == Stability::Pinwheel
+            && self.rank == 0
+            && self.state == VsState::Normal
+        {
+            // Only in Normal: `poll_token` starts no token during a flush, so a timer armed
+            // then stayed due and the caller spun (simulator seed 49).
             at(self.token_seen_at + self.cfg.silence_timeout / 2);
         }
         if self.leaving {

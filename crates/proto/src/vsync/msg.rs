@@ -8,7 +8,9 @@
 //! ```
 //!
 //! then a body by kind. All integers are little-endian. Vectors (a count u16, then that many
-//! u64) are indexed by rank in the header's view. A decoder error names the broken rule.
+//! u64) are indexed by rank in the header's view. A proposal is the address of the coordinator
+//! that made it, its members (a count u16, then the addresses) and its cut (a vector). A
+//! decoder error names the broken rule.
 
 use super::{Ballot, Proposal, ViewId};
 use crate::addr::{Address, ADDRESS_BYTES};
@@ -233,12 +235,17 @@ impl<'a> Reader<'a> {
         (0..n).map(|_| self.addr()).collect()
     }
     fn proposal(&mut self) -> Result<Proposal, VsWireError> {
+        let coordinator = self.addr()?;
         let members = self.members()?;
         let cut = self.vector()?;
         if members.is_empty() {
             return Err(VsWireError::BadProposal);
         }
-        Ok(Proposal { members, cut })
+        Ok(Proposal {
+            coordinator,
+            members,
+            cut,
+        })
     }
     fn end(&self) -> Result<(), VsWireError> {
         match self.b.len() - self.at {
@@ -404,6 +411,7 @@ impl<'b> Writer<'b> {
         if p.members.len() > MEMBERS_MAX {
             return None;
         }
+        self.addr(p.coordinator)?;
         self.u16(p.members.len() as u16)?;
         p.members.iter().try_for_each(|&a| self.addr(a))?;
         self.vector(&p.cut)

@@ -249,3 +249,129 @@ fn malformed_messages_are_dropped_and_counted() {
     assert_eq!(vs.counters().dropped_bad, 3);
     assert_eq!(vs.state(), VsState::Normal);
 }
+
+#[test]
+fn a_proposal_keeps_its_coordinator_on_the_wire() {
+    let p = Proposal {
+        coordinator: addr(2),
+        members: vec![addr(2), addr(1)],
+        cut: vec![7, 9],
+    };
+    let h = msg::Header {
+        group: 1,
+        view: ViewId {
+            number: 3,
+            coordinator: addr(0),
+        },
+        from: addr(1),
+    };
+    let ballot = Ballot {
+        number: 4,
+        coordinator: addr(1),
+    };
+    let mut b = vec![0u8; CONTROL_BYTES_MAX];
+    let m = msg::VsMsg::FlushOk {
+        ballot,
+        frozen: vec![1; msg::MEMBERS_MAX],
+        accepted: Some((
+            ballot,
+            Proposal {
+                coordinator: addr(2),
+                members: vec![addr(2); msg::MEMBERS_MAX],
+                cut: vec![u64::MAX; msg::MEMBERS_MAX],
+            },
+        )),
+    };
+    assert!(
+        msg::write(&mut b, &h, &m).is_some(),
+        "the largest control message fits CONTROL_BYTES_MAX"
+    );
+    let n = msg::write(
+        &mut b,
+        &h,
+        &msg::VsMsg::Commit {
+            ballot,
+            proposal: p.clone(),
+        },
+    )
+    .unwrap();
+    let (h2, m2) = msg::parse(&b[..n]).unwrap();
+    assert_eq!(h2, h);
+    assert_eq!(
+        m2,
+        msg::VsMsg::Commit {
+            ballot,
+            proposal: p
+        }
+    );
+}
+
+/// Paxos: an acceptor that promised a higher ballot while it waited for the casts of a lower
+/// ballot's proposal must not accept that proposal afterwards (its `FlushOk` to the higher
+/// ballot said it had accepted nothing, so that round may propose something else).
+#[test]
+fn no_accept_of_a_lower_ballot_after_a_higher_promise() {
+    let mut net = Net::new(&cfg(), 3);
+    let v = net.vs(0).view();
+    let now = net.now;
+    // Node 0 casts; node 1 does not get it yet.
+    net.vs(0).cast(now, b"x").unwrap();
+    let mut data = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while let Some((_, n)) = net.vs(0).poll_transmit(now, &mut buf) {
+        data.push(buf[..n].to_vec());
+    }
+    let msg_from = |from: u16, m: &msg::VsMsg<'_>| {
+        let mut b = vec![0u8; 4096];
+        let h = msg::Header {
+            group: 1,
+            view: v,
+            from: addr(from),
+        };
+        let n = msg::write(&mut b, &h, m).unwrap();
+        b.truncate(n);
+        b
+    };
+    let b1 = Ballot {
+        number: 1,
+        coordinator: addr(0),
+    };
+    let b2 = Ballot {
+        number: 2,
+        coordinator: addr(2),
+    };
+    let accepts = |vs: &mut Vs, buf: &mut [u8]| {
+        let mut out = Vec::new();
+        while let Some((_, n)) = vs.poll_transmit(now, buf) {
+            if let Ok((_, msg::VsMsg::Accept { ballot })) = msg::parse(&buf[..n]) {
+                out.push(ballot);
+            }
+        }
+        out
+    };
+    let node1 = net.nodes[1].as_mut().unwrap();
+    node1.handle_message(now, &msg_from(0, &msg::VsMsg::Flush { ballot: b1 }));
+    while node1.poll_upcall(|_| ()).is_some() {}
+    node1.flush_ready(now);
+    let proposal = Proposal {
+        coordinator: addr(0),
+        members: vec![addr(0), addr(1), addr(2)],
+        cut: vec![1, 0, 0],
+    };
+    node1.handle_message(
+        now,
+        &msg_from(
+            0,
+            &msg::VsMsg::Propose {
+                ballot: b1,
+                proposal,
+            },
+        ),
+    );
+    assert!(accepts(node1, &mut buf).is_empty(), "cast 1 is missing");
+    node1.handle_message(now, &msg_from(2, &msg::VsMsg::Flush { ballot: b2 }));
+    for d in &data {
+        node1.handle_message(now, d);
+    }
+    assert_eq!(accepts(node1, &mut buf), Vec::<Ballot>::new());
+}

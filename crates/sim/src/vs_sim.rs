@@ -1,0 +1,1088 @@
+//! The virtually synchronous stack ([`txcast_proto::vsync::Vs`]) under simulated faults, with
+//! checkers for what it promises (paper 002 §2, §3.1):
+//! - integrity: every delivered cast was cast by its sender, with that payload, in that view;
+//!   nothing twice; each sender's casts in a view come in order from 1 without gaps;
+//! - view agreement: a view id names one member list; each process's views go up one number
+//!   at a time; one view per number (primary partition: a view is committed by a majority of
+//!   the one before, so there is never a second view with the same number);
+//! - virtual synchrony: processes that install the same two consecutive views delivered the
+//!   same casts in the first;
+//! - self-delivery: a process that moves on from a view delivered all its own casts of it;
+//! - bounded buffers: no member has more than `window` own casts unstable;
+//! - liveness: once the faults heal, every live process reaches one view of exactly the live
+//!   processes, every cast of that view is delivered everywhere, and everything becomes stable
+//!   (unless a majority of the newest view is gone: then blocking is right).
+//!
+//! Processes are slots: a crash is for good, and a restart is a new process (a new address)
+//! that joins through a live member, as in `group_sim`.
+
+use crate::net::{FaultConfig, NetCounters, Network};
+use crate::Digest;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use txcast_proto::pack::PackMode;
+use txcast_proto::rng::Rng;
+use txcast_proto::time::Instant;
+use txcast_proto::vsync::{Dest, Stability, Upcall, ViewId, Vs, VsConfig, VsState};
+use txcast_proto::Address;
+
+/// Knobs of one simulation of the virtually synchronous stack.
+#[derive(Clone, Debug)]
+pub struct VsSimOptions {
+    pub members: usize,
+    /// Virtual time with faults (and crashes, leaves, joins) on.
+    pub safety_ns: u64,
+    /// Virtual time, after healing, for the group to converge.
+    pub liveness_ns: u64,
+    /// Draw the fault mix, the crash and leave schedule and the configuration from the seed.
+    pub faults: bool,
+    /// Casts each process makes at most.
+    pub casts_per_member: u32,
+    /// With `faults`, let the seed cut the network in two now and then (own generator).
+    pub partitions: bool,
+    /// With `faults`, let the seed clog paths now and then (own generator).
+    pub clogs: bool,
+}
+
+impl Default for VsSimOptions {
+    fn default() -> Self {
+        VsSimOptions {
+            members: 4,
+            safety_ns: 3_000_000_000,
+            liveness_ns: 12_000_000_000,
+            faults: true,
+            casts_per_member: 150,
+            partitions: true,
+            clogs: true,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct VsSimReport {
+    pub seed: u64,
+    pub config: String,
+    pub faults: String,
+    pub net: NetCounters,
+    pub casts: u64,
+    /// Casts made between a flush upcall and `flush_ready`.
+    pub flush_casts: u64,
+    pub delivered: u64,
+    pub crashes: u32,
+    pub leaves: u32,
+    pub joins: u32,
+    pub expulsions: u32,
+    pub partitions: u32,
+    pub clogs: u32,
+    /// Distinct views installed.
+    pub views: u64,
+    pub final_view: u64,
+    pub final_members: usize,
+    /// The run ended blocked, correctly (a majority of the newest view is gone).
+    pub blocked: bool,
+    pub end_ns: u64,
+    pub digest: u64,
+}
+
+/// A broken guarantee, with the seed that shows it.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub seed: u64,
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "vs seed {}: {}\nreplay: cargo run --release -- sim vs --seed {} (TXCAST_SIM_TRACE=1 for the events)",
+            self.seed, self.what, self.seed
+        )
+    }
+}
+
+/// One process's part in the current view, as the checkers follow it.
+#[derive(Clone, Debug, Default)]
+struct InView {
+    id: ViewId,
+    members: Vec<Address>,
+    /// Casts delivered here in this view, by sender rank: the last seq (FIFO without gaps).
+    delivered: Vec<u64>,
+    /// Own casts made in this view.
+    own: u64,
+}
+
+struct Proc {
+    addr: Address,
+    vs: Option<Vs>,
+    casts_left: u32,
+    next_cast_at: u64,
+    /// Flush upcall taken: call `flush_ready` at this time, after this many more casts.
+    flush_at: Option<(u64, u32)>,
+    view: Option<InView>,
+    /// (sender, k) of every cast delivered here.
+    seen: HashSet<(Address, u64)>,
+    leaving: bool,
+}
+
+/// What a cast was, when it was made.
+struct CastRec {
+    view: ViewId,
+    seq: u64,
+    hash: u64,
+}
+
+const MAX_SLOTS: usize = 24;
+const STEP_NS: u64 = 1_000_000;
+
+fn hash(p: &[u8]) -> u64 {
+    let mut d = Digest::default();
+    d.add(p);
+    d.0
+}
+
+/// The `k`th cast of `addr`: it names both, and its length varies (packing gets exercised).
+fn payload_for(addr: Address, k: u64) -> Vec<u8> {
+    let mut v = format!("{addr}#{k}#").into_bytes();
+    v.resize(
+        v.len() + (k as usize * 37 + addr.site as usize * 11) % 400,
+        b'x',
+    );
+    v
+}
+
+/// The sender and number a payload names.
+fn parse_payload(p: &[u8]) -> Option<(String, u64)> {
+    let s = std::str::from_utf8(p).ok()?;
+    let mut it = s.splitn(3, '#');
+    let a = it.next()?.to_string();
+    let k = it.next()?.parse().ok()?;
+    Some((a, k))
+}
+
+/// A seed's partition schedule: the next cut or heal.
+struct Partitions {
+    next_at: u64,
+    cut: bool,
+    rng: Rng,
+}
+
+struct Sim {
+    seed: u64,
+    opts: VsSimOptions,
+    cfg: VsConfig,
+    rng: Rng,
+    net: Network,
+    procs: Vec<Proc>,
+    now: u64,
+    casts: HashMap<(Address, u64), CastRec>,
+    flush_casts: u64,
+    delivered: u64,
+    /// Every view installed anywhere: its members.
+    views: BTreeMap<ViewId, Vec<Address>>,
+    /// View number -> the one view id installed with it.
+    numbers: HashMap<u64, ViewId>,
+    /// (view, next view) -> what the first process to install both delivered in the first.
+    synchrony: HashMap<(ViewId, ViewId), (Address, Vec<u64>)>,
+    crashes: u32,
+    leaves: u32,
+    joins: u32,
+    expulsions: u32,
+    crash_p: f64,
+    leave_p: f64,
+    digest: Digest,
+    buf: Vec<u8>,
+    faults_on: bool,
+    stuck: u32,
+    trace: bool,
+    /// Every message delivered, decoded (`TXCAST_SIM_TRACE=2`).
+    trace_msgs: bool,
+    partitions: Option<Partitions>,
+    cuts: u32,
+    clogs: Option<(u64, Rng)>,
+    clogged: u32,
+}
+
+/// Runs one seed; `Err` names the first guarantee broken.
+pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> {
+    let mut rng = Rng::new(seed);
+    let mut cfg_rng = rng.fork();
+    let mut fault_rng = rng.fork();
+    let mut cfg = VsConfig {
+        group: 9,
+        window: 32,
+        cast_bytes_max: 2048,
+        packet_bytes_max: 8192,
+        pack: PackMode::Adaptive {
+            delay_max: std::time::Duration::from_micros(700),
+        },
+        stability: Stability::Piggyback,
+        retransmit_timeout: std::time::Duration::from_millis(10),
+        heartbeat_interval: std::time::Duration::from_millis(20),
+        silence_timeout: std::time::Duration::from_millis(400),
+        flush_timeout: std::time::Duration::from_millis(150),
+        join_attempts_max: 100,
+    };
+    let (faults, crash_p, leave_p) = if opts.faults {
+        cfg.stability = if cfg_rng.chance(0.5) {
+            Stability::Piggyback
+        } else {
+            Stability::Pinwheel
+        };
+        cfg.pack = match cfg_rng.below(3) {
+            0 => PackMode::Off,
+            1 => PackMode::Adaptive {
+                delay_max: std::time::Duration::from_micros(700),
+            },
+            _ => PackMode::Fixed {
+                delay: std::time::Duration::from_micros(500),
+            },
+        };
+        cfg.window = 16 + cfg_rng.below(49) as usize;
+        let mut f = FaultConfig::swarm(&mut fault_rng);
+        f.partition_flip = 0.0;
+        f.delay_max_ns = f.delay_max_ns.min(f.delay_min_ns + 2_000_000);
+        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
+        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
+        (f, crash_p, leave_p)
+    } else {
+        (FaultConfig::none(), 0.0, 0.0)
+    };
+    cfg.validate().map_err(|e| Violation {
+        seed,
+        what: format!("configuration: {e}"),
+    })?;
+    let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
+    let mut part_rng = Rng::new(seed ^ 0x7061_7274_6974_696f);
+    let partitions = (opts.faults && opts.partitions && part_rng.chance(0.4)).then(|| Partitions {
+        next_at: part_rng.below(opts.safety_ns / 2),
+        cut: false,
+        rng: part_rng,
+    });
+    let mut sim = Sim {
+        seed,
+        opts: opts.clone(),
+        cfg: cfg.clone(),
+        rng,
+        net,
+        procs: Vec::new(),
+        now: 0,
+        casts: HashMap::new(),
+        flush_casts: 0,
+        delivered: 0,
+        views: BTreeMap::new(),
+        numbers: HashMap::new(),
+        synchrony: HashMap::new(),
+        crashes: 0,
+        leaves: 0,
+        joins: 0,
+        expulsions: 0,
+        crash_p,
+        leave_p,
+        digest: Digest::default(),
+        buf: vec![0u8; 65536],
+        faults_on: true,
+        stuck: 0,
+        trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1" || v == "2"),
+        trace_msgs: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "2"),
+        partitions,
+        cuts: 0,
+        clogs: {
+            let mut r = Rng::new(seed ^ 0xc10c_c10c);
+            (opts.faults && opts.clogs && r.chance(0.4)).then(|| (r.below(300_000_000), r))
+        },
+        clogged: 0,
+    };
+    sim.start()?;
+    while sim.now < opts.safety_ns {
+        sim.step()?;
+    }
+    sim.faults_on = false;
+    sim.net.heal();
+    if sim.trace {
+        eprintln!("{:>10} HEAL", sim.now);
+    }
+    let end = opts.safety_ns + opts.liveness_ns;
+    while sim.now < end {
+        sim.step()?;
+        if sim.converged() {
+            break;
+        }
+    }
+    let blocked = sim.check_final()?;
+    let last = sim.views.keys().next_back().copied().unwrap_or_default();
+    Ok(VsSimReport {
+        seed,
+        config: format!(
+            "window={} stability={:?} pack={:?}",
+            cfg.window, cfg.stability, cfg.pack
+        ),
+        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
+        net: sim.net.counters.clone(),
+        casts: sim.casts.len() as u64,
+        flush_casts: sim.flush_casts,
+        delivered: sim.delivered,
+        crashes: sim.crashes,
+        leaves: sim.leaves,
+        joins: sim.joins,
+        expulsions: sim.expulsions,
+        partitions: sim.cuts,
+        clogs: sim.clogged,
+        views: sim.views.len() as u64,
+        final_view: last.number,
+        final_members: sim.live().count(),
+        blocked,
+        end_ns: sim.now,
+        digest: sim.digest.0,
+    })
+}
+
+impl Sim {
+    fn fail(&self, what: String) -> Violation {
+        Violation {
+            seed: self.seed,
+            what: format!(
+                "at {} ms ({}): {what}",
+                self.now / 1_000_000,
+                self.describe()
+            ),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "window={} {:?} {:?}; crashes {} leaves {} joins {} expulsions {} partitions {} clogs {}",
+            self.cfg.window,
+            self.cfg.stability,
+            self.cfg.pack,
+            self.crashes,
+            self.leaves,
+            self.joins,
+            self.expulsions,
+            self.cuts,
+            self.clogged
+        )
+    }
+
+    fn t(&self) -> Instant {
+        Instant(self.now)
+    }
+
+    fn new_proc(&mut self) -> Option<usize> {
+        if self.procs.len() >= MAX_SLOTS {
+            return None;
+        }
+        let i = self.procs.len();
+        self.procs.push(Proc {
+            addr: Address::new(1, i as u16, 1, 0),
+            vs: None,
+            casts_left: self.opts.casts_per_member,
+            next_cast_at: self.now + self.rng.below(20_000_000),
+            flush_at: None,
+            view: None,
+            seen: HashSet::new(),
+            leaving: false,
+        });
+        Some(i)
+    }
+
+    fn start(&mut self) -> Result<(), Violation> {
+        let first = self.new_proc().expect("slot");
+        let a = self.procs[first].addr;
+        let vs = Vs::create(self.cfg.clone(), a, self.t()).map_err(|e| self.fail(e.to_string()))?;
+        self.procs[first].vs = Some(vs);
+        self.drain(first)?;
+        for _ in 1..self.opts.members {
+            self.spawn_joiner();
+        }
+        Ok(())
+    }
+
+    /// A new process joins through a live member (in a view, preferably a settled one).
+    fn spawn_joiner(&mut self) {
+        let in_state = |s: &Sim, i: usize, ok: &[VsState]| {
+            s.procs[i]
+                .vs
+                .as_ref()
+                .is_some_and(|v| ok.contains(&v.state()))
+        };
+        let mut contacts: Vec<Address> = self
+            .live()
+            .filter(|&i| in_state(self, i, &[VsState::Normal]))
+            .map(|i| self.procs[i].addr)
+            .collect();
+        if contacts.is_empty() {
+            contacts = self
+                .live()
+                .filter(|&i| in_state(self, i, &[VsState::Normal, VsState::Flushing]))
+                .map(|i| self.procs[i].addr)
+                .collect();
+        }
+        if contacts.is_empty() {
+            return;
+        }
+        let Some(i) = self.new_proc() else {
+            return;
+        };
+        let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
+        if self.trace {
+            eprintln!(
+                "{:>10} SPAWN {} via {}",
+                self.now, self.procs[i].addr, contact
+            );
+        }
+        let vs = Vs::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
+            .expect("valid config");
+        self.procs[i].vs = Some(vs);
+        self.joins += 1;
+    }
+
+    /// Processes that run and are (or are becoming) members.
+    fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        self.procs.iter().enumerate().filter_map(|(i, p)| {
+            p.vs.as_ref()
+                .filter(|v| {
+                    matches!(
+                        v.state(),
+                        VsState::Joining | VsState::Normal | VsState::Flushing
+                    )
+                })
+                .map(|_| i)
+        })
+    }
+
+    fn slot_of(&self, a: Address) -> Option<usize> {
+        let i = a.site as usize;
+        (i < self.procs.len() && self.procs[i].addr == a).then_some(i)
+    }
+
+    fn step(&mut self) -> Result<(), Violation> {
+        let mut next = self.now + STEP_NS;
+        if let Some(t) = self.net.next_arrival() {
+            next = next.min(t.0);
+        }
+        for p in &self.procs {
+            if let Some(t) = p.vs.as_ref().and_then(|v| v.poll_timeout()) {
+                next = next.min(t.0);
+            }
+            if let Some((t, _)) = p.flush_at {
+                if p.vs.is_some() {
+                    next = next.min(t);
+                }
+            }
+        }
+        if next <= self.now {
+            self.stuck += 1;
+            if self.stuck > 100_000 {
+                let due: Vec<String> = self
+                    .procs
+                    .iter()
+                    .filter_map(|p| p.vs.as_ref())
+                    .filter(|v| v.poll_timeout().is_some_and(|t| t.0 <= self.now))
+                    .map(|v| v.debug_state())
+                    .collect();
+                return Err(self.fail(format!("virtual time stopped: a timer stays due: {due:?}")));
+            }
+        } else {
+            self.stuck = 0;
+        }
+        self.now = next.max(self.now);
+        let now = self.t();
+        self.step_partitions();
+        self.step_clogs();
+        self.net.step_clogs(now);
+        while let Some((to, bytes)) = self.net.pop_due(now) {
+            self.digest.add_u64(to as u64);
+            self.digest.add(&bytes);
+            if self.trace_msgs {
+                if let Ok((h, m)) = txcast_proto::vsync::msg::parse(&bytes) {
+                    let m = match m {
+                        txcast_proto::vsync::msg::VsMsg::Data {
+                            stream,
+                            first,
+                            received,
+                            records,
+                        } => format!(
+                            "Data {{ stream: {stream}, first: {first}, received: {received:?}, records: {} }}",
+                            records.len()
+                        ),
+                        m => format!("{m:?}"),
+                    };
+                    eprintln!(
+                        "{:>10} {} -> {} in {}: {m}",
+                        self.now, h.from, self.procs[to].addr, h.view
+                    );
+                }
+            }
+            if let Some(vs) = self.procs.get_mut(to).and_then(|p| p.vs.as_mut()) {
+                vs.handle_message(now, &bytes);
+            }
+            self.drain(to)?;
+        }
+        for i in 0..self.procs.len() {
+            let due = self.procs[i]
+                .vs
+                .as_ref()
+                .and_then(|v| v.poll_timeout())
+                .is_some_and(|t| t <= now);
+            if due {
+                self.procs[i].vs.as_mut().expect("live").handle_timeout(now);
+                self.drain(i)?;
+            }
+        }
+        self.flushes()?;
+        self.workload()?;
+        Ok(())
+    }
+
+    fn step_clogs(&mut self) {
+        if !self.faults_on {
+            return;
+        }
+        let running: Vec<usize> = self.live().collect();
+        let Some((next_at, rng)) = self.clogs.as_mut() else {
+            return;
+        };
+        if self.now < *next_at || running.len() < 2 {
+            return;
+        }
+        *next_at = self.now + 20_000_000 + rng.below(300_000_000);
+        let a = running[rng.below(running.len() as u64) as usize];
+        let b = running[rng.below(running.len() as u64) as usize];
+        if a == b {
+            return;
+        }
+        let until = self.now + 1_000_000 + rng.below(600_000_000);
+        if self.trace {
+            eprintln!(
+                "{:>10} clog {} -> {} for {} ms",
+                self.now,
+                self.procs[a].addr,
+                self.procs[b].addr,
+                (until - self.now) / 1_000_000
+            );
+        }
+        self.net.clog(a, b, Instant(until));
+        self.clogged += 1;
+    }
+
+    fn step_partitions(&mut self) {
+        if !self.faults_on {
+            return;
+        }
+        let Some(p) = self.partitions.as_mut() else {
+            return;
+        };
+        if self.now < p.next_at {
+            return;
+        }
+        if p.cut {
+            p.cut = false;
+            p.next_at = self.now + 100_000_000 + p.rng.below(1_500_000_000);
+            self.net.heal_partition();
+            if self.trace {
+                eprintln!("{:>10} partition healed", self.now);
+            }
+        } else {
+            p.cut = true;
+            p.next_at = self.now + 10_000_000 + p.rng.below(1_500_000_000);
+            let sides: Vec<bool> = (0..MAX_SLOTS).map(|_| p.rng.chance(0.5)).collect();
+            if self.trace {
+                eprintln!("{:>10} partition cut: {sides:?}", self.now);
+            }
+            self.net.cut_partition(|a| sides[a]);
+            self.cuts += 1;
+        }
+    }
+
+    /// Makes the `k`th cast of process `i` if its member takes it now.
+    fn cast(&mut self, i: usize) -> Result<bool, Violation> {
+        let now = self.t();
+        let p = &mut self.procs[i];
+        let Some(vs) = p.vs.as_mut() else {
+            return Ok(false);
+        };
+        if p.casts_left == 0 || !vs.can_cast() {
+            return Ok(false);
+        }
+        let k = (self.opts.casts_per_member - p.casts_left + 1) as u64;
+        let payload = payload_for(p.addr, k);
+        let seq = match vs.cast(now, &payload) {
+            Ok(seq) => seq,
+            Err(e) => {
+                let who = p.addr;
+                return Err(self.fail(format!("{who}: can_cast() but cast refused: {e}")));
+            }
+        };
+        p.casts_left -= 1;
+        let addr = p.addr;
+        let Some(v) = p.view.as_mut() else {
+            return Err(self.fail(format!("{addr} cast before it installed a view")));
+        };
+        v.own += 1;
+        let view = v.id;
+        if seq != v.own {
+            let own = v.own;
+            return Err(self.fail(format!(
+                "{addr}: cast numbered {seq}, its cast number {own} in view {view}"
+            )));
+        }
+        if self.trace {
+            eprintln!("{:>10} {addr} cast #{k} = {view} seq {seq}", self.now);
+        }
+        self.casts.insert(
+            (addr, k),
+            CastRec {
+                view,
+                seq,
+                hash: hash(&payload),
+            },
+        );
+        Ok(true)
+    }
+
+    /// The layer above's part in a flush: some casts, then `flush_ready`.
+    fn flushes(&mut self) -> Result<(), Violation> {
+        let now = self.t();
+        for i in 0..self.procs.len() {
+            let Some((at, extra)) = self.procs[i].flush_at else {
+                continue;
+            };
+            if self.procs[i].vs.is_none() {
+                self.procs[i].flush_at = None;
+                continue;
+            }
+            if at > self.now {
+                continue;
+            }
+            for _ in 0..extra {
+                if self.cast(i)? {
+                    self.flush_casts += 1;
+                }
+            }
+            self.procs[i].flush_at = None;
+            if self.trace {
+                eprintln!("{:>10} {} flush_ready", self.now, self.procs[i].addr);
+            }
+            self.procs[i].vs.as_mut().expect("live").flush_ready(now);
+            self.drain(i)?;
+        }
+        Ok(())
+    }
+
+    fn workload(&mut self) -> Result<(), Violation> {
+        let now = self.t();
+        for i in 0..self.procs.len() {
+            if self.procs[i].vs.is_none() || self.now < self.procs[i].next_cast_at {
+                continue;
+            }
+            if self.cast(i)? {
+                self.procs[i].next_cast_at = self.now + self.rng.below(8_000_000);
+                self.drain(i)?;
+            }
+        }
+        if !self.faults_on {
+            return Ok(());
+        }
+        let live: Vec<usize> = self
+            .live()
+            .filter(|&i| {
+                self.procs[i]
+                    .vs
+                    .as_ref()
+                    .is_some_and(|v| v.state() != VsState::Joining)
+            })
+            .collect();
+        // A crash (or leave) may not cost any member's view its majority: the group would
+        // block for good (crashed processes never come back). Count members in good standing,
+        // not counting one more going down.
+        let steady = |a: Address| {
+            self.slot_of(a).is_some_and(|j| {
+                let p = &self.procs[j];
+                !p.leaving && p.vs.as_ref().is_some_and(|v| v.state() == VsState::Normal)
+            })
+        };
+        let down_budget = live.len() > 2
+            && live.iter().all(|&i| {
+                let Some(v) = self.procs[i].vs.as_ref() else {
+                    return true;
+                };
+                let m = v.members();
+                m.iter().filter(|&&a| steady(a)).count() > m.len() / 2 + 1
+            });
+        if down_budget && self.rng.chance(self.crash_p) {
+            let victim = live[self.rng.below(live.len() as u64) as usize];
+            self.procs[victim].vs = None;
+            if self.trace {
+                eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
+            }
+            self.crashes += 1;
+            self.digest.add_u64(0xdead ^ victim as u64);
+            self.spawn_joiner();
+        } else if down_budget && self.rng.chance(self.leave_p) {
+            let who = live[self.rng.below(live.len() as u64) as usize];
+            let p = &mut self.procs[who];
+            if !p.leaving {
+                if let Some(vs) = p.vs.as_mut() {
+                    if vs.leave(now).is_ok() {
+                        if self.trace {
+                            eprintln!("{:>10} LEAVE {}", self.now, p.addr);
+                        }
+                        p.leaving = true;
+                        self.leaves += 1;
+                        self.drain(who)?;
+                        self.spawn_joiner();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what a process has to send; takes its upcalls through the checkers.
+    fn drain(&mut self, i: usize) -> Result<(), Violation> {
+        let now = self.t();
+        loop {
+            let mut busy = false;
+            loop {
+                let Some(vs) = self.procs[i].vs.as_mut() else {
+                    return Ok(());
+                };
+                let Some((dest, len)) = vs.poll_transmit(now, &mut self.buf) else {
+                    break;
+                };
+                busy = true;
+                let targets: Vec<Address> = match dest {
+                    Dest::To(a) => vec![a],
+                    Dest::All => vs.fanout().collect(),
+                };
+                for a in targets {
+                    if let Some(j) = self.slot_of(a) {
+                        self.net.send(now, i, j, &self.buf[..len]);
+                    }
+                }
+            }
+            loop {
+                let Some(vs) = self.procs[i].vs.as_mut() else {
+                    return Ok(());
+                };
+                let Some(up) = vs.poll_upcall(|u| match u {
+                    Upcall::Cast {
+                        sender,
+                        seq,
+                        payload,
+                    } => Up::Cast(sender, seq, payload.to_vec()),
+                    Upcall::View(v) => Up::View(v.id, v.members),
+                    Upcall::Flush => Up::Flush,
+                    Upcall::Left => Up::Left,
+                    Upcall::Expelled => Up::Expelled,
+                    Upcall::JoinFailed => Up::JoinFailed,
+                    Upcall::Direct { .. } => Up::Other,
+                }) else {
+                    break;
+                };
+                busy = true;
+                self.upcall(i, up)?;
+            }
+            if let Some(vs) = self.procs[i].vs.as_ref() {
+                let unstable = vs.unstable();
+                if unstable > self.cfg.window {
+                    return Err(self.fail(format!(
+                        "{}: {unstable} casts unstable > window {}",
+                        self.procs[i].addr, self.cfg.window
+                    )));
+                }
+            }
+            if !busy {
+                return Ok(());
+            }
+        }
+    }
+
+    fn upcall(&mut self, i: usize, up: Up) -> Result<(), Violation> {
+        let who = self.procs[i].addr;
+        match up {
+            Up::Cast(sender, seq, payload) => self.check_cast(i, sender, seq, &payload)?,
+            Up::View(id, members) => self.check_view(i, id, members)?,
+            Up::Flush => {
+                if self.trace {
+                    eprintln!("{:>10} {who} flush upcall", self.now);
+                }
+                // The layer above may take a while, and cast a little, before it is ready.
+                let delay = if self.rng.chance(0.5) {
+                    0
+                } else {
+                    self.rng.below(5_000_000)
+                };
+                let extra = self.rng.below(4) as u32;
+                self.procs[i].flush_at = Some((self.now + delay, extra));
+            }
+            Up::Left => {
+                if self.trace {
+                    eprintln!("{:>10} {who} LEFT", self.now);
+                }
+                if !self.procs[i].leaving {
+                    return Err(self.fail(format!("{who} left without asking")));
+                }
+                self.procs[i].vs = None;
+            }
+            Up::Expelled => {
+                if self.trace {
+                    eprintln!("{:>10} {who} EXPELLED", self.now);
+                }
+                // Left out of a view: to the group it failed; it starts again as a new process.
+                self.procs[i].vs = None;
+                self.expulsions += 1;
+                self.spawn_joiner();
+            }
+            Up::JoinFailed => {
+                if self.trace {
+                    eprintln!("{:>10} {who} JOIN FAILED", self.now);
+                }
+                self.procs[i].vs = None;
+                self.spawn_joiner();
+            }
+            Up::Other => {}
+        }
+        Ok(())
+    }
+
+    fn check_cast(
+        &mut self,
+        i: usize,
+        sender: Address,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<(), Violation> {
+        let who = self.procs[i].addr;
+        self.digest.add_u64(i as u64);
+        self.digest.add_u64(seq);
+        self.digest.add(payload);
+        self.delivered += 1;
+        let Some(v) = self.procs[i].view.as_mut() else {
+            return Err(self.fail(format!("{who} delivered a cast before any view")));
+        };
+        let view = v.id;
+        let Some(r) = v.members.iter().position(|&a| a == sender) else {
+            return Err(self.fail(format!(
+                "{who} delivered a cast of {sender}, not in its view {view}"
+            )));
+        };
+        if seq != v.delivered[r] + 1 {
+            let last = v.delivered[r];
+            return Err(self.fail(format!(
+                "{who}: FIFO from {sender} in view {view} broken: seq {seq} after {last}"
+            )));
+        }
+        v.delivered[r] = seq;
+        let Some((a, k)) = parse_payload(payload) else {
+            return Err(self.fail(format!("{who} delivered a payload never cast: {payload:?}")));
+        };
+        if a != sender.to_string() {
+            return Err(self.fail(format!("{who} delivered {a}#{k} as a cast of {sender}")));
+        }
+        match self.casts.get(&(sender, k)) {
+            None => return Err(self.fail(format!("{who} delivered {sender}#{k}, never cast"))),
+            Some(c) if c.hash != hash(payload) => {
+                return Err(self.fail(format!("{who} delivered {sender}#{k} altered")))
+            }
+            Some(c) if c.view != view || c.seq != seq => {
+                return Err(self.fail(format!(
+                "{who} delivered {sender}#{k} as seq {seq} in view {view}; it was cast as {} in {}",
+                c.seq, c.view
+            )))
+            }
+            Some(_) => {}
+        }
+        if !self.procs[i].seen.insert((sender, k)) {
+            return Err(self.fail(format!("{who} delivered {sender}#{k} twice")));
+        }
+        Ok(())
+    }
+
+    fn check_view(&mut self, i: usize, id: ViewId, members: Vec<Address>) -> Result<(), Violation> {
+        let who = self.procs[i].addr;
+        if self.trace {
+            eprintln!(
+                "{:>10} {who} VIEW {id} {:?}",
+                self.now,
+                members.iter().map(|a| a.site).collect::<Vec<_>>()
+            );
+        }
+        self.digest.add_u64(id.number);
+        if !members.contains(&who) {
+            return Err(self.fail(format!("{who} installed {id} without itself: {members:?}")));
+        }
+        match self.views.get(&id) {
+            Some(m) if *m != members => {
+                return Err(self.fail(format!(
+                    "view agreement: {who} installed {id} as {members:?}, others as {m:?}"
+                )))
+            }
+            Some(_) => {}
+            None => {
+                self.views.insert(id, members.clone());
+            }
+        }
+        match self.numbers.get(&id.number) {
+            Some(other) if *other != id => {
+                return Err(self.fail(format!(
+                    "primary partition: {who} installed {id}, others {other} with the same number"
+                )))
+            }
+            Some(_) => {}
+            None => {
+                self.numbers.insert(id.number, id);
+            }
+        }
+        if let Some(old) = self.procs[i].view.take() {
+            if id.number != old.id.number + 1 {
+                return Err(self.fail(format!(
+                    "{who} went from view {} to {id}, not the next",
+                    old.id
+                )));
+            }
+            // Self-delivery: every own cast of the view is delivered before the next.
+            let me = old.members.iter().position(|&a| a == who).expect("member");
+            if old.delivered[me] != old.own {
+                return Err(self.fail(format!(
+                    "self-delivery: {who} cast {} in {} and delivered {} of them before {id}",
+                    old.own, old.id, old.delivered[me]
+                )));
+            }
+            // Virtual synchrony: the same casts in the view at all who go on to the same next.
+            match self.synchrony.get(&(old.id, id)) {
+                Some((other, d)) if *d != old.delivered => {
+                    return Err(self.fail(format!(
+                        "virtual synchrony: from {} to {id}, {who} delivered {:?} and {other} {d:?} (by rank of {:?})",
+                        old.id,
+                        old.delivered,
+                        old.members.iter().map(|a| a.site).collect::<Vec<_>>()
+                    )))
+                }
+                Some(_) => {}
+                None => {
+                    self.synchrony
+                        .insert((old.id, id), (who, old.delivered.clone()));
+                }
+            }
+        }
+        let n = members.len();
+        self.procs[i].view = Some(InView {
+            id,
+            members,
+            delivered: vec![0; n],
+            own: 0,
+        });
+        Ok(())
+    }
+
+    /// Every live process is in one view of exactly the live processes, has delivered every
+    /// cast of it, has nothing unstable, and is done casting.
+    fn converged(&self) -> bool {
+        let live: Vec<usize> = self.live().collect();
+        if live.is_empty() {
+            return true;
+        }
+        let first = &self.procs[live[0]];
+        let Some(v0) = first.view.as_ref() else {
+            return false;
+        };
+        let mut addrs: Vec<Address> = live.iter().map(|&i| self.procs[i].addr).collect();
+        addrs.sort();
+        let mut members = v0.members.clone();
+        members.sort();
+        if members != addrs {
+            return false;
+        }
+        // What each member cast in the view.
+        let own: Vec<u64> = v0
+            .members
+            .iter()
+            .map(|&a| {
+                self.slot_of(a)
+                    .and_then(|j| self.procs[j].view.as_ref())
+                    .map_or(u64::MAX, |v| v.own)
+            })
+            .collect();
+        live.iter().all(|&i| {
+            let p = &self.procs[i];
+            let vs = p.vs.as_ref().expect("live");
+            p.casts_left == 0
+                && !p.leaving
+                && p.flush_at.is_none()
+                && vs.state() == VsState::Normal
+                && vs.unstable() == 0
+                && vs.idle()
+                && p.view
+                    .as_ref()
+                    .is_some_and(|v| v.id == v0.id && v.delivered == own)
+        })
+    }
+
+    /// Whether the group cannot recover: a majority of the newest view installed anywhere
+    /// (every next view needs a majority of it) no longer runs. Blocking is then right.
+    fn majority_lost(&self) -> bool {
+        let Some((_, members)) = self.views.iter().next_back() else {
+            return false;
+        };
+        let running = members
+            .iter()
+            .filter(|&&a| self.live().any(|i| self.procs[i].addr == a))
+            .count();
+        running * 2 <= members.len()
+    }
+
+    /// Convergence after healing, or a justified block; `Ok(true)` for the latter.
+    fn check_final(&self) -> Result<bool, Violation> {
+        if self.converged() {
+            return Ok(false);
+        }
+        if self.majority_lost() {
+            return Ok(true);
+        }
+        let states: Vec<String> = self
+            .live()
+            .map(|i| {
+                let p = &self.procs[i];
+                let vs = p.vs.as_ref().expect("live");
+                format!(
+                    "{}\n    unstable {} idle {} left to cast {} leaving {} delivered {:?} own {:?} received {:?} stable {:?}",
+                    vs.debug_state(),
+                    vs.unstable(),
+                    vs.idle(),
+                    p.casts_left,
+                    p.leaving,
+                    p.view.as_ref().map(|v| v.delivered.clone()),
+                    p.view.as_ref().map(|v| v.own),
+                    vs.received_vector(),
+                    vs.stable_vector()
+                )
+            })
+            .collect();
+        Err(self.fail(format!(
+            "no convergence after healing:\n  {}",
+            states.join("\n  ")
+        )))
+    }
+}
+
+/// An upcall, copied out of the member.
+enum Up {
+    Cast(Address, u64, Vec<u8>),
+    View(ViewId, Vec<Address>),
+    Flush,
+    Left,
+    Expelled,
+    JoinFailed,
+    Other,
+}
+
+/// Runs `seeds` seeds from `first`; returns the reports or the first violation.
+pub fn run_vs_seeds(
+    first: u64,
+    seeds: u64,
+    opts: &VsSimOptions,
+) -> Result<Vec<VsSimReport>, Violation> {
+    (first..first + seeds).map(|s| run_vs(s, opts)).collect()
+}
