@@ -132,8 +132,8 @@ fn state_of(s: VsState) -> State {
 
 /// The member of either kind of group.
 pub(crate) enum Proto {
-    Sequencer(Member),
-    Ordered(order::Member),
+    Sequencer(Box<Member>),
+    Ordered(Box<order::Member>),
 }
 
 impl Proto {
@@ -523,17 +523,17 @@ impl Group {
         };
         let m = match (spec, contact) {
             (GroupSpec::Sequencer(cfg), None) => {
-                Proto::Sequencer(Member::create(cfg, ep.addr, now)?)
+                Proto::Sequencer(Box::new(Member::create(cfg, ep.addr, now)?))
             }
             (GroupSpec::Sequencer(cfg), Some(c)) => {
-                Proto::Sequencer(Member::join(cfg, ep.addr, c, now)?)
+                Proto::Sequencer(Box::new(Member::join(cfg, ep.addr, c, now)?))
             }
-            (GroupSpec::Ordered(cfg), None) => {
-                Proto::Ordered(order::Member::create(cfg, ep.addr, now).map_err(bad)?)
-            }
-            (GroupSpec::Ordered(cfg), Some(c)) => {
-                Proto::Ordered(order::Member::join(cfg, ep.addr, c, now).map_err(bad)?)
-            }
+            (GroupSpec::Ordered(cfg), None) => Proto::Ordered(Box::new(
+                order::Member::create(cfg, ep.addr, now).map_err(bad)?,
+            )),
+            (GroupSpec::Ordered(cfg), Some(c)) => Proto::Ordered(Box::new(
+                order::Member::join(cfg, ep.addr, c, now).map_err(bad)?,
+            )),
         };
         let shared = Arc::new(GroupShared {
             id,
