@@ -46,7 +46,7 @@ pub mod record;
 #[cfg(test)]
 mod tests;
 
-use crate::addr::Address;
+use crate::addr::{Address, AddressHash};
 use crate::pack::PackMode;
 use crate::time::Instant;
 use crate::vsync::{Dest, Upcall, ViewChange, ViewId, Vs, VsConfig, VsConfigError, VsState};
@@ -193,7 +193,8 @@ pub enum Delivered<'a> {
     View(ViewChange),
 }
 
-/// An entry of the ordered stream, waiting for the application.
+/// An entry of the ordered stream, waiting for the application (a message as its whole
+/// record, the payload from [`HEAD_BYTES`]).
 #[derive(Debug)]
 enum Ready {
     Message(Address, u64, Vec<u8>),
@@ -245,7 +246,8 @@ crate::counters_sum!(OrderCounters {
     dropped_bad,
 });
 
-/// A run record waiting for the chain.
+/// A run record waiting for the chain (a message keeps its whole record: the payload starts
+/// at [`HEAD_BYTES`], so it is not copied again).
 #[derive(Debug)]
 enum Run {
     Msg(Head, Vec<u8>),
@@ -253,7 +255,8 @@ enum Run {
     Order(Vec<(u16, u64)>),
 }
 
-/// A `dynord` message cast at once: (its cast number in its sender's stream, head, payload).
+/// A `dynord` message cast at once: (its cast number in its sender's stream, head, the whole
+/// record).
 type Data = (u64, Head, Vec<u8>);
 
 /// `dynseq`: one of this member's messages on its way through the sequencer.
@@ -318,14 +321,14 @@ pub struct Member {
     my_requests: u32,
     /// `dynseq` sequencer: submits to cast, and the next `vseq` due from each member.
     to_relay: VecDeque<(Address, u32, u64, Vec<u8>)>,
-    expected_vseq: HashMap<Address, u32>,
-    relayed_vseq: HashMap<Address, u32>,
+    expected_vseq: HashMap<Address, u32, AddressHash>,
+    relayed_vseq: HashMap<Address, u32, AddressHash>,
     /// Messages ordered per rank since the last migration check.
     activity: Vec<u32>,
     activity_total: u32,
     /// Deliveries waiting for the application, and the highest delivered per sender.
     ready: VecDeque<Ready>,
-    delivered_upto: HashMap<Address, u64>,
+    delivered_upto: HashMap<Address, u64, AddressHash>,
     events: VecDeque<OrderEvent>,
     last_delivery_at: Instant,
     counters: OrderCounters,
@@ -397,12 +400,12 @@ impl Member {
             served: Vec::new(),
             my_requests: 0,
             to_relay: VecDeque::new(),
-            expected_vseq: HashMap::new(),
-            relayed_vseq: HashMap::new(),
+            expected_vseq: HashMap::default(),
+            relayed_vseq: HashMap::default(),
             activity: Vec::new(),
             activity_total: 0,
             ready: VecDeque::new(),
-            delivered_upto: HashMap::new(),
+            delivered_upto: HashMap::default(),
             events: VecDeque::new(),
             last_delivery_at: Instant::ZERO,
             counters: OrderCounters::default(),
@@ -520,10 +523,10 @@ impl Member {
     /// The next entry of the ordered stream.
     pub fn poll_delivery<R>(&mut self, f: impl FnOnce(Delivered<'_>) -> R) -> Option<R> {
         Some(match self.ready.pop_front()? {
-            Ready::Message(sender, msg_id, payload) => f(Delivered::Message(Delivery {
+            Ready::Message(sender, msg_id, record) => f(Delivered::Message(Delivery {
                 sender,
                 msg_id,
-                payload: &payload,
+                payload: &record[HEAD_BYTES..],
             })),
             Ready::View(v) => f(Delivered::View(v)),
         })
@@ -618,19 +621,18 @@ impl Member {
         match rec {
             Record::Msg(h, _) => {
                 self.note_request(r, &h);
-                let p = payload[HEAD_BYTES..].to_vec();
-                self.runq[r].push_back(Run::Msg(h, p));
+                self.runq[r].push_back(Run::Msg(h, payload));
             }
             Record::Pass(h) => {
                 self.note_request(r, &h);
                 self.runq[r].push_back(Run::Pass(h));
             }
             Record::Request(h) => self.note_request(r, &h),
-            Record::Data(h, p) => {
+            Record::Data(h, _) => {
                 if self.is_holder() && self.cfg.protocol == Protocol::Dynord {
                     push_range(&mut self.unordered, r as u16, seq);
                 }
-                self.data_q[r].push_back((seq, h, p.to_vec()));
+                self.data_q[r].push_back((seq, h, payload));
             }
             Record::Order(entries) => self.runq[r].push_back(Run::Order(entries)),
             Record::Submit(_) => self.counters.dropped_bad += 1,
