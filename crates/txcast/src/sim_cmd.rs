@@ -4,6 +4,7 @@ use crate::opt;
 use txcast_sim::frag_sim::{run_frag, FragSimOptions};
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
+use txcast_sim::order_sim::{pack_from_name, run_order, OrderSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
 
@@ -14,6 +15,7 @@ pub fn run(args: &[String]) -> i32 {
         Some("rpc") => rpc(&args[1..]),
         Some("frag") => frag(&args[1..]),
         Some("vs") => vs(&args[1..]),
+        Some("order") => order(&args[1..]),
         _ => {
             eprintln!(
                 "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
@@ -21,6 +23,7 @@ pub fn run(args: &[String]) -> i32 {
                  \x20      txcast sim rpc [--seed S | --seeds N [--first F]] [--servers N] [--clients N] [--calls N]\n\
                  \x20      txcast sim frag [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
                  \x20      txcast sim vs [--seed S | --seeds N [--first F]] [--members N] [--casts N] [--no-partitions] [--no-clogs]\n\
+                 \x20      txcast sim order [--seed S | --seeds N [--first F] [--threads T]] [--protocol totem|total|dynseq|dynord] [--pack off|adaptive|fixed] [--stability piggyback|pinwheel] [--members N] [--messages N] [--no-partitions] [--no-clogs]\n\
                  \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
             );
             2
@@ -247,6 +250,118 @@ fn vs(args: &[String]) -> i32 {
     seed_range(args, "vs", |seed| {
         run_vs(seed, &opts).map(|_| ()).map_err(|v| v.to_string())
     })
+}
+
+fn order(args: &[String]) -> i32 {
+    let mut opts = OrderSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--members") {
+        opts.members = n.clamp(2, 12);
+    }
+    if let Some(m) = opt::<u32>(args, "--messages") {
+        opts.messages_per_member = m;
+    }
+    if args.iter().any(|a| a == "--no-partitions") {
+        opts.partitions = false;
+    }
+    if args.iter().any(|a| a == "--no-clogs") {
+        opts.clogs = false;
+    }
+    if let Some(p) = opt::<String>(args, "--protocol") {
+        let Some(p) = txcast_proto::order::Protocol::from_name(&p) else {
+            eprintln!("unknown protocol {p} (totem, total, dynseq, dynord)");
+            return 2;
+        };
+        opts.protocol = Some(p);
+    }
+    if let Some(p) = opt::<String>(args, "--pack") {
+        let Some(p) = pack_from_name(&p) else {
+            eprintln!("unknown packing {p} (off, adaptive, fixed)");
+            return 2;
+        };
+        opts.pack = Some(p);
+    }
+    if let Some(s) = opt::<String>(args, "--stability") {
+        opts.stability = Some(match s.as_str() {
+            "piggyback" => txcast_proto::vsync::Stability::Piggyback,
+            "pinwheel" => txcast_proto::vsync::Stability::Pinwheel,
+            _ => {
+                eprintln!("unknown stability {s} (piggyback, pinwheel)");
+                return 2;
+            }
+        });
+    }
+    if let Some(seed) = opt::<u64>(args, "--seed") {
+        return one_seed(seed, run_order(seed, &opts), |r| {
+            println!("  group:   {}", r.config);
+            println!("  faults:  {}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!(
+                "  {} sent, {} completed, {} delivered; {} crashes, {} expulsions, {} leaves, {} joins, {} partitions, {} clogs; {} views, {} members at the end ({} cut off){}; trace digest {:016x}",
+                r.sent, r.completed, r.delivered, r.crashes, r.expulsions, r.leaves, r.joins,
+                r.partitions, r.clogs, r.views, r.final_members, r.orphans,
+                if r.blocked { " (blocked: a majority of the newest view is gone)" } else { "" },
+                r.digest
+            );
+        });
+    }
+    let threads = opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64);
+    let opts = &opts;
+    seed_range_threads(args, "order", threads, |seed| {
+        run_order(seed, opts).map(|_| ()).map_err(|e| e.to_string())
+    })
+}
+
+/// [`seed_range`] on `threads` threads (seeds interleaved).
+fn seed_range_threads(
+    args: &[String],
+    name: &str,
+    threads: u64,
+    run: impl Fn(u64) -> Result<(), String> + Sync,
+) -> i32 {
+    if threads <= 1 {
+        return seed_range(args, name, run);
+    }
+    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
+    let first = opt::<u64>(args, "--first").unwrap_or(0);
+    let started = std::time::Instant::now();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let failures = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (run, done, failures) = (&run, &done, &failures);
+            scope.spawn(move || {
+                let mut seed = first + t;
+                while seed < first + seeds {
+                    let err = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed))) {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e),
+                        Err(_) => Some(format!(
+                            "{name} simulation seed {seed}: panicked\n  replay: cargo run --release -- sim {name} --seed {seed}"
+                        )),
+                    };
+                    if let Some(e) = err {
+                        failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        eprintln!("{e}");
+                    }
+                    let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if k % 1000 == 0 {
+                        eprintln!(
+                            "  {k} / {seeds} seeds, {} failures, {:.0} s",
+                            failures.load(std::sync::atomic::Ordering::Relaxed),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                    seed += threads;
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner();
+    println!(
+        "{name} simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    i32::from(failures > 0)
 }
 
 /// The report of one seed's run (`--seed S`), printed by `print`, or its failure; the exit

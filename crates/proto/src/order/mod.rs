@@ -544,14 +544,18 @@ impl Member {
         let mut t = self.vs.poll_timeout();
         let mut at = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
         if self.vs.state() == VsState::Normal {
+            // With the window full the holder waits for stability (an input), not for time:
+            // a deadline it cannot act on would stay due (order sim seed 3).
             if self.cfg.protocol == Protocol::Totem
                 && self.holder == self.rank
                 && !self.passed
                 && self.members.len() > 1
+                && self.room() > 0
             {
                 at(self.holder_since + self.cfg.token_idle_hold);
             }
-            if let Some(s) = self.submitted_at {
+            // The sequencer casts its own messages; it does not submit them to itself.
+            if let Some(s) = self.submitted_at.filter(|_| !self.is_holder()) {
                 if self.in_flight.len() > self.unsubmitted {
                     at(s + self.cfg.vs.retransmit_timeout);
                 }

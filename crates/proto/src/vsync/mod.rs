@@ -474,6 +474,8 @@ pub struct Vs {
     token_seen_at: Instant,
     /// Pinwheel: the received vector when this member last passed the token.
     token_passed_vector: Vec<u64>,
+    /// Pinwheel: the round of the last token this member passed on (as it came).
+    token_passed_round: u64,
     suspects: BTreeSet<Address>,
     fl: flush::Flush,
     commits: VecDeque<(ViewId, Ballot, Proposal)>,
@@ -553,6 +555,7 @@ impl Vs {
             token_round_seen: 0,
             token_seen_at: now,
             token_passed_vector: Vec::new(),
+            token_passed_round: 0,
             suspects: BTreeSet::new(),
             fl: flush::Flush::default(),
             commits: VecDeque::new(),
@@ -1007,6 +1010,13 @@ impl Vs {
         if acc.len() != n || stable.len() != n || round < self.token_round_seen {
             return;
         }
+        if round <= self.token_passed_round {
+            // A second token of a round this member served: one that was thought lost and
+            // replaced came back. Two tokens a round apart never merge, and each then waits
+            // a heartbeat at every member (nothing new since the other passed): stability
+            // crawled and the group never drained (order sim seed 4606).
+            return;
+        }
         self.counters.tokens += 1;
         self.token_round_seen = round;
         self.token_seen_at = now;
@@ -1286,7 +1296,7 @@ impl Vs {
         let n = self.members.len();
         let mine = self.received_vector();
         if self.token.is_none() && self.rank == 0 && self.state == VsState::Normal {
-            let lost = now >= self.token_seen_at + self.cfg.silence_timeout / 2;
+            let lost = now >= self.token_seen_at + self.token_lost_after();
             if lost || self.token_round_seen == 0 {
                 self.token_round_seen += 1;
                 self.token = Some((
@@ -1316,6 +1326,7 @@ impl Vs {
         for (a, &m) in t.acc.iter_mut().zip(&mine) {
             *a = (*a).min(m);
         }
+        let served = t.round;
         if self.rank == n - 1 {
             // A full round: the minimum is stable everywhere; the next round starts.
             t.stable = t.acc.clone();
@@ -1337,10 +1348,20 @@ impl Vs {
             },
         )?;
         self.token_round_seen = self.token_round_seen.max(t.round);
+        self.token_passed_round = served;
         self.token = None;
         self.token_seen_at = now;
         self.token_passed_vector = mine;
         Some((Dest::To(next), len))
+    }
+
+    /// Pinwheel: how long the lowest rank goes without the token before it makes a new one.
+    /// An idle round takes up to a heartbeat interval at each member (nothing new to add), so
+    /// the wait grows with the view: at `silence_timeout / 2` alone, a view of 10 with 20 ms
+    /// heartbeats made a new token every round, and the tokens ate each other's rounds
+    /// (order sim seed 4606).
+    fn token_lost_after(&self) -> Duration {
+        self.cfg.silence_timeout / 2 + self.cfg.heartbeat_interval * (self.members.len() as u32 + 1)
     }
 
     /// When [`Vs::handle_timeout`] wants to run next.
@@ -1385,8 +1406,8 @@ impl Vs {
             && self.state == VsState::Normal
         {
             // Only in Normal: `poll_token` starts no token during a flush, so a timer armed
-            // then stayed due and the caller spun (simulator seed 49).
-            at(self.token_seen_at + self.cfg.silence_timeout / 2);
+            // then stayed due and the caller spun (simulator seeds 49, order seed 5).
+            at(self.token_seen_at + self.token_lost_after());
         }
         if self.leaving {
             if let Some(s) = self.leave_sent_at {
@@ -1527,6 +1548,7 @@ impl Vs {
         self.token_round_seen = 0;
         self.token_seen_at = now;
         self.token_passed_vector = Vec::new();
+        self.token_passed_round = 0;
         self.last_to_all = Instant::ZERO;
         self.state = VsState::Normal;
         self.counters.views_installed += 1;

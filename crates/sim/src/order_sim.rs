@@ -1,0 +1,1247 @@
+//! Totally ordered groups (paper 002's `totem`, `total`, `dynseq` and `dynord` over the
+//! virtually synchronous stack, [`txcast_proto::order`]) under simulated faults, with checkers:
+//! - total order: any two processes deliver the messages they both delivered in the same
+//!   relative order (over the whole run, crashed and expelled processes included);
+//! - virtual synchrony: views form one chain (a view has one successor wherever it is
+//!   installed, with the same members), and processes that install the same two consecutive
+//!   views deliver the same messages, in the same order, between them; every message is
+//!   delivered in a view that has its sender;
+//! - integrity: nothing delivered twice or invented, payloads intact (each names its sender
+//!   and number), FIFO per sender, with gaps only in the messages of a sender that failed;
+//! - no loss: every message of a sender still in the group at the end is delivered by that
+//!   sender (`SendDone`) and by every process still in the group that installed the view it
+//!   was delivered in;
+//! - liveness: once the faults heal, the live processes end in one view with everything
+//!   delivered and idle, unless a majority of the newest view is gone (then they must block);
+//! - bounds: `sends_pending() <= send_queue_max` and the stack's unstable casts `<= window`.
+//!
+//! Processes are slots: a crash is permanent, a restart is a new process (a new address) that
+//! joins through a live member, as in [`crate::group_sim`]. Protocol, packing, stability and
+//! the group's parameters are drawn from the seed unless fixed by [`OrderSimOptions`].
+
+use crate::net::{FaultConfig, NetCounters, Network};
+use crate::Digest;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+use txcast_proto::order::{Delivered, Member, OrderConfig, OrderEvent, Protocol};
+use txcast_proto::pack::PackMode;
+use txcast_proto::rng::Rng;
+use txcast_proto::time::Instant;
+use txcast_proto::vsync::{Dest, Stability, ViewId, VsConfig, VsState};
+use txcast_proto::Address;
+
+/// Knobs of one ordered-group simulation.
+#[derive(Clone, Debug)]
+pub struct OrderSimOptions {
+    pub members: usize,
+    /// Virtual time with faults (and crashes, leaves, joins) on.
+    pub safety_ns: u64,
+    /// Virtual time, after healing, for the group to converge.
+    pub liveness_ns: u64,
+    /// Draw a fault mix, crashes and leaves from the seed (else a perfect network).
+    pub faults: bool,
+    pub messages_per_member: u32,
+    /// With `faults`, let the seed cut the network in two now and then.
+    pub partitions: bool,
+    /// With `faults`, let the seed clog paths (held up to 0.6 s, then a burst).
+    pub clogs: bool,
+    /// Fixed protocol, packing, stability (else drawn from the seed).
+    pub protocol: Option<Protocol>,
+    pub pack: Option<PackMode>,
+    pub stability: Option<Stability>,
+}
+
+impl Default for OrderSimOptions {
+    fn default() -> Self {
+        OrderSimOptions {
+            members: 4,
+            safety_ns: 3_000_000_000,
+            liveness_ns: 12_000_000_000,
+            faults: true,
+            messages_per_member: 80,
+            partitions: true,
+            clogs: true,
+            protocol: None,
+            pack: None,
+            stability: None,
+        }
+    }
+}
+
+/// The three packing modes, with the parameters the simulator uses.
+pub fn pack_modes() -> [PackMode; 3] {
+    [
+        PackMode::Off,
+        PackMode::Adaptive {
+            delay_max: Duration::from_micros(500),
+        },
+        PackMode::Fixed {
+            delay: Duration::from_millis(1),
+        },
+    ]
+}
+
+/// `--protocol`, `--pack` and `--stability` options naming `cfg`'s.
+fn replay_args(cfg: &OrderConfig) -> String {
+    let pack = match cfg.vs.pack {
+        PackMode::Off => "off",
+        PackMode::Adaptive { .. } => "adaptive",
+        PackMode::Fixed { .. } => "fixed",
+    };
+    let stability = match cfg.vs.stability {
+        Stability::Piggyback => "piggyback",
+        Stability::Pinwheel => "pinwheel",
+    };
+    format!(
+        "--protocol {} --pack {pack} --stability {stability}",
+        cfg.protocol.name()
+    )
+}
+
+/// Parses `off`, `adaptive` or `fixed`.
+pub fn pack_from_name(s: &str) -> Option<PackMode> {
+    let m = pack_modes();
+    match s {
+        "off" => Some(m[0]),
+        "adaptive" => Some(m[1]),
+        "fixed" => Some(m[2]),
+        _ => None,
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct OrderSimReport {
+    pub seed: u64,
+    pub config: String,
+    pub faults: String,
+    pub net: NetCounters,
+    pub sent: u64,
+    pub completed: u64,
+    pub delivered: u64,
+    pub crashes: u32,
+    pub expulsions: u32,
+    pub leaves: u32,
+    pub joins: u32,
+    pub partitions: u32,
+    pub clogs: u32,
+    /// Highest view number installed.
+    pub views: u64,
+    pub final_members: usize,
+    /// The group blocked because a majority of its newest view was gone.
+    pub blocked: bool,
+    /// Live processes left blocked in a view whose majority is gone (see `orphan`).
+    pub orphans: usize,
+    pub digest: u64,
+}
+
+/// A broken guarantee, with the seed that shows it.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub seed: u64,
+    pub protocol: Protocol,
+    /// The options that replay it with the same protocol, packing and stability (fixing one
+    /// to the value the seed drew replays the seed unchanged).
+    pub replay: String,
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "seed {} ({}): {}\nreplay: cargo run --release -- sim order --seed {} {}",
+            self.seed,
+            self.protocol.name(),
+            self.what,
+            self.seed,
+            self.replay
+        )
+    }
+}
+
+/// One entry of a process's ordered stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Entry {
+    View(ViewId),
+    Msg(Address, u64),
+}
+
+/// How a process ended (if it did).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Running,
+    Crashed,
+    Expelled,
+    Left,
+    JoinFailed,
+}
+
+struct Proc {
+    addr: Address,
+    m: Option<Member>,
+    fate: Fate,
+    /// Messages sent (the next payload's number is `sent + 1`, which is also its msg_id).
+    sent: u64,
+    next_send_at: u64,
+    leaving: bool,
+    log: Vec<Entry>,
+    seen: HashSet<(Address, u64)>,
+    last_id: HashMap<Address, u64>,
+    /// FIFO gaps seen: (sender, last delivered, delivered next).
+    gaps: Vec<(Address, u64, u64)>,
+    done: Vec<u64>,
+    view: Option<ViewId>,
+    view_members: Vec<Address>,
+}
+
+impl Proc {
+    /// What this process delivered that the total order covers: everything, except for a
+    /// process that failed (crashed, expelled) what it delivered in its last view. Virtual
+    /// synchrony binds the processes that install the next view; a failed one may have
+    /// delivered by its own chain (a `dynord` order or a token holder's run that never left
+    /// it) what the survivors deliver by the rank rule in another order (seed 254: an orderer
+    /// delivered by its own order, then crashed). The order is not uniform.
+    fn ordered_log(&self) -> &[Entry] {
+        // A leaver too: one the flush went on without (it did not answer in time) is as a
+        // failed process (seed 101 with --protocol dynord --pack fixed --stability pinwheel).
+        if matches!(self.fate, Fate::Crashed | Fate::Expelled | Fate::Left) {
+            let last = self
+                .log
+                .iter()
+                .rposition(|e| matches!(e, Entry::View(_)))
+                .unwrap_or(0);
+            &self.log[..last]
+        } else {
+            &self.log
+        }
+    }
+}
+
+const MAX_SLOTS: usize = 24;
+const STEP_NS: u64 = 1_000_000;
+
+fn hash(p: &[u8]) -> u64 {
+    let mut d = Digest::default();
+    d.add(p);
+    d.0
+}
+
+/// Message `k` of `addr`: names its sender and number, then a filler of a length that varies
+/// from none to the longest allowed.
+fn payload_for(addr: Address, k: u64, max: usize) -> Vec<u8> {
+    let mut v = format!("{addr}#{k}#").into_bytes();
+    let len = match k % 11 {
+        0 => max,
+        1 | 2 => v.len(),
+        _ => v.len() + ((k * 97 + addr.site as u64 * 31) as usize % (max / 4 + 1)),
+    }
+    .min(max);
+    let base = (k as u8).wrapping_mul(7);
+    while v.len() < len {
+        v.push(base.wrapping_add(v.len() as u8));
+    }
+    v
+}
+
+struct Sim {
+    seed: u64,
+    opts: OrderSimOptions,
+    cfg: OrderConfig,
+    rng: Rng,
+    net: Network,
+    procs: Vec<Proc>,
+    now: u64,
+    /// (sender, msg_id) -> payload hash, for everything `send` took.
+    sent: HashMap<(Address, u64), u64>,
+    /// Every view installed anywhere, with its members.
+    views: HashMap<ViewId, Vec<Address>>,
+    crashes: u32,
+    expulsions: u32,
+    leaves: u32,
+    joins: u32,
+    crash_p: f64,
+    leave_p: f64,
+    digest: Digest,
+    buf: Vec<u8>,
+    faults_on: bool,
+    stuck: u32,
+    trace: bool,
+    partitions: Option<Partitions>,
+    cuts: u32,
+    clogs: Option<(u64, Rng)>,
+    clogged: u32,
+}
+
+/// A seed's partition schedule: the next cut or heal.
+struct Partitions {
+    next_at: u64,
+    cut: bool,
+    rng: Rng,
+}
+
+/// The group's configuration for a seed: protocol, packing and stability from the options or
+/// the seed, and small windows and queues so back-pressure and view changes under load happen.
+fn config_for(rng: &mut Rng, opts: &OrderSimOptions) -> OrderConfig {
+    // Drawn even when fixed, so fixing one replays a seed's other parameters unchanged.
+    let protocol = Protocol::ALL[rng.below(4) as usize];
+    let pack = pack_modes()[rng.below(3) as usize];
+    let stability = if rng.chance(0.5) {
+        Stability::Piggyback
+    } else {
+        Stability::Pinwheel
+    };
+    let protocol = opts.protocol.unwrap_or(protocol);
+    let pack = opts.pack.unwrap_or(pack);
+    let stability = opts.stability.unwrap_or(stability);
+    let cast_bytes_max = [256, 1024, 4000][rng.below(3) as usize];
+    OrderConfig {
+        protocol,
+        vs: VsConfig {
+            group: 9,
+            window: [4, 8, 16, 64][rng.below(4) as usize],
+            cast_bytes_max,
+            packet_bytes_max: 8192,
+            pack,
+            stability,
+            retransmit_timeout: Duration::from_millis(10),
+            heartbeat_interval: Duration::from_millis(20),
+            silence_timeout: Duration::from_millis(300),
+            flush_timeout: Duration::from_millis(100),
+            join_attempts_max: 60,
+        },
+        send_queue_max: [4, 16, 64][rng.below(3) as usize],
+        visit_max: [1, 4, 64][rng.below(3) as usize],
+        token_idle_hold: Duration::from_millis(1 + rng.below(4)),
+        submit_window: [2, 8, 64][rng.below(3) as usize],
+        migrate_every: [0, 8, 32][rng.below(3) as usize],
+    }
+}
+
+/// Runs one seed; `Err` names the first guarantee broken.
+pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Violation> {
+    let mut rng = Rng::new(seed);
+    let mut cfg_rng = rng.fork();
+    let mut fault_rng = rng.fork();
+    let cfg = config_for(&mut cfg_rng, opts);
+    let protocol = cfg.protocol;
+    if let Err(e) = cfg.validate() {
+        return Err(Violation {
+            seed,
+            protocol,
+            replay: replay_args(&cfg),
+            what: format!("configuration: {e}"),
+        });
+    }
+    let (faults, crash_p, leave_p) = if opts.faults {
+        let mut f = FaultConfig::swarm(&mut fault_rng);
+        f.partition_flip = 0.0;
+        f.delay_max_ns = f.delay_max_ns.min(f.delay_min_ns + 2_000_000);
+        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
+        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
+        (f, crash_p, leave_p)
+    } else {
+        (FaultConfig::none(), 0.0, 0.0)
+    };
+    let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
+    let mut part_rng = Rng::new(seed ^ 0x7061_7274_6974_696f);
+    let partitions = (opts.faults && opts.partitions && part_rng.chance(0.4)).then(|| Partitions {
+        next_at: part_rng.below(opts.safety_ns / 2),
+        cut: false,
+        rng: part_rng,
+    });
+    let mut sim = Sim {
+        seed,
+        opts: opts.clone(),
+        cfg: cfg.clone(),
+        rng,
+        net,
+        procs: Vec::new(),
+        now: 0,
+        sent: HashMap::new(),
+        views: HashMap::new(),
+        crashes: 0,
+        expulsions: 0,
+        leaves: 0,
+        joins: 0,
+        crash_p,
+        leave_p,
+        digest: Digest::default(),
+        buf: vec![0u8; 65536],
+        faults_on: true,
+        stuck: 0,
+        trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
+        partitions,
+        cuts: 0,
+        clogs: {
+            let mut r = Rng::new(seed ^ 0xc10c_c10c);
+            (opts.faults && opts.clogs && r.chance(0.4)).then(|| (r.below(300_000_000), r))
+        },
+        clogged: 0,
+    };
+    sim.start()?;
+    while sim.now < opts.safety_ns {
+        sim.step()?;
+    }
+    sim.faults_on = false;
+    sim.net.faults = FaultConfig::none();
+    sim.net.heal();
+    let end = opts.safety_ns + opts.liveness_ns;
+    while sim.now < end {
+        sim.step()?;
+        if sim.converged() {
+            break;
+        }
+    }
+    let blocked = sim.check_final()?;
+    sim.check_order()?;
+    sim.check_virtual_synchrony()?;
+    sim.check_fifo()?;
+    if !blocked {
+        sim.check_no_loss()?;
+    }
+    let live: Vec<usize> = sim.live().collect();
+    Ok(OrderSimReport {
+        seed,
+        config: sim.describe_config(),
+        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
+        net: sim.net.counters.clone(),
+        sent: sim.sent.len() as u64,
+        completed: sim.procs.iter().map(|p| p.done.len() as u64).sum(),
+        delivered: sim
+            .procs
+            .iter()
+            .map(|p| p.log.iter().filter(|e| matches!(e, Entry::Msg(..))).count() as u64)
+            .sum(),
+        crashes: sim.crashes,
+        expulsions: sim.expulsions,
+        leaves: sim.leaves,
+        joins: sim.joins,
+        partitions: sim.cuts,
+        clogs: sim.clogged,
+        views: sim.views.keys().map(|v| v.number).max().unwrap_or(0),
+        final_members: live.len(),
+        orphans: live.iter().filter(|&&i| sim.orphan(i)).count(),
+        blocked,
+        digest: sim.digest.0,
+    })
+}
+
+impl Sim {
+    fn fail(&self, what: String) -> Violation {
+        Violation {
+            seed: self.seed,
+            protocol: self.cfg.protocol,
+            replay: replay_args(&self.cfg),
+            what: format!(
+                "at {} ms: {what}\n  {}",
+                self.now / 1_000_000,
+                self.describe()
+            ),
+        }
+    }
+
+    fn describe_config(&self) -> String {
+        let c = &self.cfg;
+        format!(
+            "{} pack={:?} stability={:?} window={} cast_bytes_max={} send_queue_max={} visit_max={} idle_hold={:?} submit_window={} migrate_every={}",
+            c.protocol.name(),
+            c.vs.pack,
+            c.vs.stability,
+            c.vs.window,
+            c.vs.cast_bytes_max,
+            c.send_queue_max,
+            c.visit_max,
+            c.token_idle_hold,
+            c.submit_window,
+            c.migrate_every
+        )
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}; crashes {} expulsions {} leaves {} joins {} partitions {} clogs {}",
+            self.describe_config(),
+            self.crashes,
+            self.expulsions,
+            self.leaves,
+            self.joins,
+            self.cuts,
+            self.clogged
+        )
+    }
+
+    fn t(&self) -> Instant {
+        Instant(self.now)
+    }
+
+    fn new_proc(&mut self) -> Option<usize> {
+        if self.procs.len() >= MAX_SLOTS {
+            return None;
+        }
+        let i = self.procs.len();
+        self.procs.push(Proc {
+            addr: Address::new(1, i as u16, 1, 0),
+            m: None,
+            fate: Fate::Running,
+            sent: 0,
+            next_send_at: self.now + self.rng.below(20_000_000),
+            leaving: false,
+            log: Vec::new(),
+            seen: HashSet::new(),
+            last_id: HashMap::new(),
+            gaps: Vec::new(),
+            done: Vec::new(),
+            view: None,
+            view_members: Vec::new(),
+        });
+        Some(i)
+    }
+
+    fn start(&mut self) -> Result<(), Violation> {
+        let first = self.new_proc().expect("slot");
+        let a = self.procs[first].addr;
+        let m =
+            Member::create(self.cfg.clone(), a, self.t()).map_err(|e| self.fail(e.to_string()))?;
+        self.procs[first].m = Some(m);
+        self.drain(first)?;
+        for _ in 1..self.opts.members {
+            self.spawn_joiner();
+        }
+        Ok(())
+    }
+
+    /// A new process joins through a live member (one in good standing if there is one).
+    fn spawn_joiner(&mut self) {
+        let mut contacts: Vec<Address> = self
+            .live()
+            .filter(|&i| {
+                self.procs[i]
+                    .m
+                    .as_ref()
+                    .is_some_and(|m| m.state() == VsState::Normal)
+            })
+            .map(|i| self.procs[i].addr)
+            .collect();
+        if contacts.is_empty() {
+            contacts = self
+                .live()
+                .filter(|&i| self.procs[i].view.is_some())
+                .map(|i| self.procs[i].addr)
+                .collect();
+        }
+        if contacts.is_empty() {
+            return;
+        }
+        let Some(i) = self.new_proc() else {
+            return;
+        };
+        let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
+        if self.trace {
+            eprintln!(
+                "{:>10} SPAWN {} via {}",
+                self.now, self.procs[i].addr, contact
+            );
+        }
+        let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
+            .expect("valid config");
+        self.procs[i].m = Some(m);
+        self.joins += 1;
+    }
+
+    /// Processes that run (members, or becoming members).
+    fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        self.procs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.m.as_ref().map(|_| i))
+    }
+
+    fn slot_of(&self, a: Address) -> Option<usize> {
+        let i = a.site as usize;
+        (i < self.procs.len() && self.procs[i].addr == a).then_some(i)
+    }
+
+    fn step(&mut self) -> Result<(), Violation> {
+        let mut next = self.now + STEP_NS;
+        if let Some(t) = self.net.next_arrival() {
+            next = next.min(t.0);
+        }
+        for p in &self.procs {
+            if let Some(t) = p.m.as_ref().and_then(|m| m.poll_timeout()) {
+                next = next.min(t.0);
+            }
+        }
+        if next <= self.now {
+            self.stuck += 1;
+            if self.stuck > 100_000 {
+                let due: Vec<String> = self
+                    .procs
+                    .iter()
+                    .filter_map(|p| {
+                        let m = p.m.as_ref()?;
+                        let t = m.poll_timeout()?;
+                        (t.0 <= self.now).then(|| {
+                            format!(
+                                "{} (vs due {:?}): {m:?}\n    {}",
+                                p.addr,
+                                m.vs().poll_timeout(),
+                                m.vs().debug_state()
+                            )
+                        })
+                    })
+                    .collect();
+                return Err(self.fail(format!(
+                    "virtual time stopped: a timer stays due:\n  {}",
+                    due.join("\n  ")
+                )));
+            }
+        } else {
+            self.stuck = 0;
+        }
+        self.now = next.max(self.now);
+        let now = self.t();
+        self.step_partitions();
+        self.step_clogs();
+        self.net.step_clogs(now);
+        while let Some((to, bytes)) = self.net.pop_due(now) {
+            self.digest.add_u64(to as u64);
+            self.digest.add(&bytes);
+            if let Some(m) = self.procs.get_mut(to).and_then(|p| p.m.as_mut()) {
+                m.handle_message(now, &bytes);
+            }
+            self.drain(to)?;
+        }
+        for i in 0..self.procs.len() {
+            let due = self.procs[i]
+                .m
+                .as_ref()
+                .and_then(|m| m.poll_timeout())
+                .is_some_and(|t| t <= now);
+            if due {
+                self.procs[i].m.as_mut().expect("live").handle_timeout(now);
+                self.drain(i)?;
+            }
+        }
+        self.workload()?;
+        Ok(())
+    }
+
+    fn step_clogs(&mut self) {
+        if !self.faults_on {
+            return;
+        }
+        let running: Vec<usize> = self.live().collect();
+        let Some((next_at, rng)) = self.clogs.as_mut() else {
+            return;
+        };
+        if self.now < *next_at || running.len() < 2 {
+            return;
+        }
+        *next_at = self.now + 20_000_000 + rng.below(300_000_000);
+        let a = running[rng.below(running.len() as u64) as usize];
+        let b = running[rng.below(running.len() as u64) as usize];
+        if a == b {
+            return;
+        }
+        let until = self.now + 1_000_000 + rng.below(600_000_000);
+        if self.trace {
+            eprintln!(
+                "{:>10} clog {} -> {} for {} ms",
+                self.now,
+                self.procs[a].addr,
+                self.procs[b].addr,
+                (until - self.now) / 1_000_000
+            );
+        }
+        self.net.clog(a, b, Instant(until));
+        self.clogged += 1;
+    }
+
+    fn step_partitions(&mut self) {
+        if !self.faults_on {
+            return;
+        }
+        let Some(p) = self.partitions.as_mut() else {
+            return;
+        };
+        if self.now < p.next_at {
+            return;
+        }
+        if p.cut {
+            p.cut = false;
+            p.next_at = self.now + 100_000_000 + p.rng.below(1_500_000_000);
+            self.net.heal_partition();
+            if self.trace {
+                eprintln!("{:>10} partition healed", self.now);
+            }
+        } else {
+            p.cut = true;
+            p.next_at = self.now + 10_000_000 + p.rng.below(1_500_000_000);
+            let sides: Vec<bool> = (0..MAX_SLOTS).map(|_| p.rng.chance(0.5)).collect();
+            if self.trace {
+                eprintln!("{:>10} partition cut: {sides:?}", self.now);
+            }
+            self.net.cut_partition(|a| sides[a]);
+            self.cuts += 1;
+        }
+    }
+
+    fn workload(&mut self) -> Result<(), Violation> {
+        let now = self.t();
+        let max = self.cfg.message_bytes_max();
+        for i in 0..self.procs.len() {
+            let burst = 1 + self.rng.below(6);
+            let p = &mut self.procs[i];
+            let Some(m) = p.m.as_mut() else {
+                continue;
+            };
+            if p.leaving
+                || p.sent >= self.opts.messages_per_member as u64
+                || self.now < p.next_send_at
+                || !matches!(m.state(), VsState::Normal | VsState::Flushing)
+            {
+                continue;
+            }
+            for _ in 0..burst {
+                if p.sent >= self.opts.messages_per_member as u64 {
+                    break;
+                }
+                let payload = payload_for(p.addr, p.sent + 1, max);
+                match m.send(now, &payload) {
+                    Ok(id) => {
+                        p.sent += 1;
+                        if id != p.sent {
+                            let what =
+                                format!("{} send returned msg_id {id}, not {}", p.addr, p.sent);
+                            return Err(self.fail(what));
+                        }
+                        self.sent.insert((p.addr, id), hash(&payload));
+                    }
+                    // Full: back-pressure, try again later.
+                    Err(_) => break,
+                }
+            }
+            p.next_send_at = self.now + self.rng.below(8_000_000);
+            self.drain(i)?;
+        }
+        if !self.faults_on {
+            return Ok(());
+        }
+        // Crashes and leaves may not cost any member's view its majority (the group would
+        // block for good: crashed processes never come back), counting one more going down.
+        let live: Vec<usize> = self
+            .live()
+            .filter(|&i| {
+                self.procs[i]
+                    .m
+                    .as_ref()
+                    .is_some_and(|m| m.state() != VsState::Joining)
+            })
+            .collect();
+        let steady = |a: Address| {
+            self.slot_of(a).is_some_and(|j| {
+                let p = &self.procs[j];
+                !p.leaving && p.m.as_ref().is_some_and(|m| m.state() == VsState::Normal)
+            })
+        };
+        let down_budget = live.len() > 2
+            && live.iter().all(|&i| {
+                let Some(m) = self.procs[i].m.as_ref() else {
+                    return true;
+                };
+                let v = m.members();
+                v.iter().filter(|&&a| steady(a)).count() > v.len() / 2 + 1
+            });
+        if down_budget && self.rng.chance(self.crash_p) {
+            let victim = live[self.rng.below(live.len() as u64) as usize];
+            self.procs[victim].m = None;
+            self.procs[victim].fate = Fate::Crashed;
+            if self.trace {
+                eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
+            }
+            self.crashes += 1;
+            self.digest.add_u64(0xdead ^ victim as u64);
+            self.spawn_joiner();
+        } else if down_budget && self.rng.chance(self.leave_p) {
+            let who = live[self.rng.below(live.len() as u64) as usize];
+            let p = &mut self.procs[who];
+            if !p.leaving {
+                if let Some(m) = p.m.as_mut() {
+                    if m.leave(now).is_ok() {
+                        if self.trace {
+                            eprintln!("{:>10} LEAVE {}", self.now, p.addr);
+                        }
+                        p.leaving = true;
+                        self.leaves += 1;
+                        self.drain(who)?;
+                        self.spawn_joiner();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what a process has to send; takes its deliveries and events through the checkers.
+    fn drain(&mut self, i: usize) -> Result<(), Violation> {
+        let now = self.t();
+        loop {
+            let Some(m) = self.procs[i].m.as_mut() else {
+                return Ok(());
+            };
+            let Some((dest, len)) = m.poll_transmit(now, &mut self.buf) else {
+                break;
+            };
+            let targets: Vec<Address> = match dest {
+                Dest::To(a) => vec![a],
+                Dest::All => m.fanout().collect(),
+            };
+            for a in targets {
+                if let Some(j) = self.slot_of(a) {
+                    self.net.send(now, i, j, &self.buf[..len]);
+                }
+            }
+        }
+        enum D {
+            Msg(Address, u64, Vec<u8>),
+            View(ViewId, Vec<Address>),
+        }
+        loop {
+            let m = self.procs[i].m.as_mut().expect("live");
+            let Some(d) = m.poll_delivery(|d| match d {
+                Delivered::Message(d) => D::Msg(d.sender, d.msg_id, d.payload.to_vec()),
+                Delivered::View(v) => D::View(v.id, v.members),
+            }) else {
+                break;
+            };
+            match d {
+                D::Msg(s, id, p) => self.check_message(i, s, id, &p)?,
+                D::View(v, members) => self.check_view(i, v, members)?,
+            }
+        }
+        loop {
+            let m = self.procs[i].m.as_mut().expect("live");
+            let Some(ev) = m.poll_event() else {
+                break;
+            };
+            let addr = self.procs[i].addr;
+            if self.trace {
+                eprintln!("{:>10} {addr} event {ev:?}", self.now);
+            }
+            let fate = match ev {
+                OrderEvent::SendDone { msg_id } => {
+                    let p = &mut self.procs[i];
+                    if !p.seen.contains(&(addr, msg_id))
+                        || p.done.last().is_some_and(|&d| d >= msg_id)
+                    {
+                        let what = format!(
+                            "{addr}: SendDone {msg_id} out of place (done {:?})",
+                            p.done.last()
+                        );
+                        return Err(self.fail(what));
+                    }
+                    p.done.push(msg_id);
+                    continue;
+                }
+                OrderEvent::JoinFailed => Fate::JoinFailed,
+                OrderEvent::Left => {
+                    self.leaves_done(i);
+                    Fate::Left
+                }
+                OrderEvent::Expelled => {
+                    self.expulsions += 1;
+                    Fate::Expelled
+                }
+            };
+            // The process is done; a new one takes its place.
+            self.procs[i].m = None;
+            self.procs[i].fate = fate;
+            self.spawn_joiner();
+            return Ok(());
+        }
+        let m = self.procs[i].m.as_ref().expect("live");
+        if m.sends_pending() > self.cfg.send_queue_max {
+            let what = format!(
+                "{}: {} sends pending > send_queue_max {}",
+                self.procs[i].addr,
+                m.sends_pending(),
+                self.cfg.send_queue_max
+            );
+            return Err(self.fail(what));
+        }
+        if m.vs().unstable() > self.cfg.vs.window {
+            let what = format!(
+                "{}: {} casts unstable > window {}",
+                self.procs[i].addr,
+                m.vs().unstable(),
+                self.cfg.vs.window
+            );
+            return Err(self.fail(what));
+        }
+        Ok(())
+    }
+
+    fn leaves_done(&mut self, i: usize) {
+        if self.trace {
+            eprintln!("{:>10} {} left", self.now, self.procs[i].addr);
+        }
+    }
+
+    fn check_view(&mut self, i: usize, v: ViewId, members: Vec<Address>) -> Result<(), Violation> {
+        let who = self.procs[i].addr;
+        if self.trace {
+            eprintln!(
+                "{:>10} {who} view {v} {:?}",
+                self.now,
+                members.iter().map(|a| a.site).collect::<Vec<_>>()
+            );
+        }
+        self.digest.add_u64(v.number);
+        if !members.contains(&who) {
+            return Err(self.fail(format!("{who} installed view {v} without itself")));
+        }
+        if let Some(old) = self.procs[i].view {
+            if v <= old {
+                return Err(self.fail(format!("{who} installed view {v} after {old}")));
+            }
+        }
+        match self.views.get(&v) {
+            Some(m) if *m != members => {
+                return Err(self.fail(format!(
+                    "view {v}: {who} has members {members:?}, others {m:?}"
+                )))
+            }
+            Some(_) => {}
+            None => {
+                self.views.insert(v, members.clone());
+            }
+        }
+        let p = &mut self.procs[i];
+        p.view = Some(v);
+        p.view_members = members;
+        p.log.push(Entry::View(v));
+        Ok(())
+    }
+
+    fn check_message(
+        &mut self,
+        i: usize,
+        s: Address,
+        id: u64,
+        payload: &[u8],
+    ) -> Result<(), Violation> {
+        let who = self.procs[i].addr;
+        if self.trace {
+            eprintln!("{:>10} {who} deliver {s}#{id}", self.now);
+        }
+        self.digest.add_u64(s.site as u64);
+        self.digest.add_u64(id);
+        let p = &self.procs[i];
+        let Some(v) = p.view else {
+            return Err(self.fail(format!("{who} delivered {s}#{id} before any view")));
+        };
+        if !p.view_members.contains(&s) {
+            return Err(self.fail(format!(
+                "{who} delivered {s}#{id} in view {v}, which {s} is not in"
+            )));
+        }
+        if p.seen.contains(&(s, id)) {
+            return Err(self.fail(format!("{who} delivered {s}#{id} twice")));
+        }
+        match self.sent.get(&(s, id)) {
+            Some(&h) if h == hash(payload) => {}
+            Some(_) => return Err(self.fail(format!("{who} delivered {s}#{id} altered"))),
+            None => return Err(self.fail(format!("{who} delivered {s}#{id}, never sent"))),
+        }
+        if !payload.starts_with(format!("{s}#{id}#").as_bytes()) {
+            return Err(self.fail(format!("{who} delivered {s}#{id} with another's payload")));
+        }
+        let p = &mut self.procs[i];
+        if let Some(&last) = p.last_id.get(&s) {
+            if id <= last {
+                return Err(self.fail(format!("{who}: FIFO from {s} broken: {id} after {last}")));
+            }
+            if id > last + 1 {
+                p.gaps.push((s, last, id));
+            }
+        }
+        p.last_id.insert(s, id);
+        p.seen.insert((s, id));
+        p.log.push(Entry::Msg(s, id));
+        Ok(())
+    }
+
+    /// Whether live process `i` is cut off for good: it is not in a settled view and fewer
+    /// than a majority of its view run. It must block (a view needs a majority of the one
+    /// before), and nobody in the group talks to it (it is not in their view): blocking is
+    /// right for it, and liveness is about the others (seed 9498 before a pinwheel fix: a
+    /// member of a view it never installed was excluded from the next, and the two others
+    /// of its view were expelled since).
+    fn orphan(&self, i: usize) -> bool {
+        let Some(m) = self.procs[i].m.as_ref() else {
+            return false;
+        };
+        if m.state() == VsState::Normal || m.members().is_empty() {
+            return false;
+        }
+        let running = m
+            .members()
+            .iter()
+            .filter(|&&a| self.slot_of(a).is_some_and(|j| self.procs[j].m.is_some()))
+            .count();
+        running * 2 <= m.members().len()
+    }
+
+    /// Live processes that are not orphans: those liveness is about.
+    fn settled(&self) -> Vec<usize> {
+        self.live().filter(|&i| !self.orphan(i)).collect()
+    }
+
+    fn converged(&self) -> bool {
+        let live = self.settled();
+        if live.is_empty() {
+            return true;
+        }
+        let first = self.procs[live[0]].m.as_ref().expect("live");
+        let view = first.view();
+        // Idle is about this member; casts may still be on their way to others: every member
+        // has received the same casts (and handed them all up, see `idle`).
+        let received = first.vs().received_vector();
+        let mut addrs: Vec<Address> = live.iter().map(|&i| self.procs[i].addr).collect();
+        addrs.sort();
+        let mut members = first.members().to_vec();
+        members.sort();
+        members == addrs
+            && live.iter().all(|&i| {
+                let p = &self.procs[i];
+                let m = p.m.as_ref().expect("live");
+                m.state() == VsState::Normal
+                    && m.view() == view
+                    && m.vs().received_vector() == received
+                    && m.idle()
+                    && m.sends_pending() == 0
+                    && !p.leaving
+                    && p.sent >= self.opts.messages_per_member as u64
+            })
+    }
+
+    /// Whether a majority of the newest view installed anywhere is gone: the group must then
+    /// block (a view needs a majority of the one before), not converge.
+    fn majority_lost(&self) -> bool {
+        let Some((_, members)) = self.views.iter().max_by_key(|(v, _)| **v) else {
+            return false;
+        };
+        let running = members
+            .iter()
+            .filter(|&&a| self.slot_of(a).is_some_and(|j| self.procs[j].m.is_some()))
+            .count();
+        running * 2 <= members.len()
+    }
+
+    /// Liveness; returns whether the group blocked (correctly).
+    fn check_final(&self) -> Result<bool, Violation> {
+        if self.converged() {
+            return Ok(false);
+        }
+        if self.majority_lost() {
+            return Ok(true);
+        }
+        let states: Vec<String> = self
+            .settled()
+            .into_iter()
+            .map(|i| {
+                let p = &self.procs[i];
+                let m = p.m.as_ref().expect("live");
+                format!(
+                    "{}: {:?} view {} members {:?} idle {} pending {} sent {} leaving {} holder {:?}\n      {:?}\n      {}",
+                    p.addr,
+                    m.state(),
+                    m.view(),
+                    m.members().iter().map(|a| a.site).collect::<Vec<_>>(),
+                    m.idle(),
+                    m.sends_pending(),
+                    p.sent,
+                    p.leaving,
+                    m.holder().map(|a| a.site),
+                    m,
+                    m.vs().debug_state()
+                )
+            })
+            .collect();
+        Err(self.fail(format!(
+            "no convergence after healing:\n  {}",
+            states.join("\n  ")
+        )))
+    }
+
+    /// Any two processes deliver the messages both delivered in the same relative order.
+    fn check_order(&self) -> Result<(), Violation> {
+        let logs: Vec<&[Entry]> = self.procs.iter().map(|p| p.ordered_log()).collect();
+        let pos: Vec<HashMap<(Address, u64), usize>> = logs
+            .iter()
+            .map(|log| {
+                log.iter()
+                    .filter_map(|e| match e {
+                        Entry::Msg(a, id) => Some((*a, *id)),
+                        Entry::View(_) => None,
+                    })
+                    .enumerate()
+                    .map(|(k, x)| (x, k))
+                    .collect()
+            })
+            .collect();
+        for (i, p) in self.procs.iter().enumerate() {
+            for (j, q) in self.procs.iter().enumerate().skip(i + 1) {
+                let mut last: Option<((Address, u64), usize)> = None;
+                for e in logs[i] {
+                    let Entry::Msg(a, id) = e else {
+                        continue;
+                    };
+                    let Some(&k) = pos[j].get(&(*a, *id)) else {
+                        continue;
+                    };
+                    if let Some((prev, pk)) = last {
+                        if k < pk {
+                            return Err(self.fail(format!(
+                                "total order: {} ({:?}) delivered {}#{} before {a}#{id}, {} ({:?}) after",
+                                p.addr, p.fate, prev.0, prev.1, q.addr, q.fate
+                            )));
+                        }
+                    }
+                    last = Some(((*a, *id), k));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Views form one chain, and processes that install the same two consecutive views
+    /// deliver the same messages between them.
+    fn check_virtual_synchrony(&self) -> Result<(), Violation> {
+        type Between = (ViewId, Vec<(Address, u64)>, Address);
+        let mut next: HashMap<ViewId, (ViewId, Address)> = HashMap::new();
+        let mut between: HashMap<(ViewId, ViewId), Between> = HashMap::new();
+        for p in &self.procs {
+            let mut cur: Option<ViewId> = None;
+            let mut msgs: Vec<(Address, u64)> = Vec::new();
+            for e in &p.log {
+                match e {
+                    Entry::Msg(a, id) => msgs.push((*a, *id)),
+                    Entry::View(v) => {
+                        if let Some(c) = cur {
+                            match next.get(&c) {
+                                Some((n, who)) if n != v => {
+                                    return Err(self.fail(format!(
+                                    "views fork: {who} installed {n} after {c}, {} installed {v}",
+                                    p.addr
+                                )))
+                                }
+                                Some(_) => {}
+                                None => {
+                                    next.insert(c, (*v, p.addr));
+                                }
+                            }
+                            match between.get(&(c, *v)) {
+                                Some((_, m, who)) if *m != msgs => {
+                                    let diff = first_difference(m, &msgs);
+                                    return Err(self.fail(format!(
+                                        "virtual synchrony: between views {c} and {v}, {who} delivered {} messages, {} delivered {} ({diff})",
+                                        m.len(),
+                                        p.addr,
+                                        msgs.len()
+                                    )));
+                                }
+                                Some(_) => {}
+                                None => {
+                                    between.insert((c, *v), (c, msgs.clone(), p.addr));
+                                }
+                            }
+                        }
+                        cur = Some(*v);
+                        msgs.clear();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// FIFO gaps only in the messages of a sender that failed.
+    fn check_fifo(&self) -> Result<(), Violation> {
+        for p in &self.procs {
+            for &(s, last, got) in &p.gaps {
+                let failed = self
+                    .slot_of(s)
+                    .is_some_and(|j| matches!(self.procs[j].fate, Fate::Crashed | Fate::Expelled));
+                if !failed {
+                    return Err(self.fail(format!(
+                        "{}: FIFO from {s} broken: {got} after {last} ({s} did not fail)",
+                        p.addr
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every message of a sender still in the group is delivered by it (`SendDone`) and by
+    /// every process still in the group that installed the view it was delivered in.
+    fn check_no_loss(&self) -> Result<(), Violation> {
+        let live = self.settled();
+        for &i in &live {
+            let s = &self.procs[i];
+            let mut view_of: HashMap<u64, ViewId> = HashMap::new();
+            let mut cur = None;
+            for e in &s.log {
+                match e {
+                    Entry::View(v) => cur = Some(*v),
+                    Entry::Msg(a, id) if *a == s.addr => {
+                        view_of.insert(*id, cur.expect("a view first"));
+                    }
+                    Entry::Msg(..) => {}
+                }
+            }
+            let done: HashSet<u64> = s.done.iter().copied().collect();
+            for id in 1..=s.sent {
+                let Some(v) = view_of.get(&id) else {
+                    return Err(self.fail(format!(
+                        "{}#{id} lost: its sender never delivered it",
+                        s.addr
+                    )));
+                };
+                if !done.contains(&id) {
+                    return Err(self.fail(format!("{}#{id}: delivered but no SendDone", s.addr)));
+                }
+                for &j in &live {
+                    let q = &self.procs[j];
+                    if q.log.contains(&Entry::View(*v)) && !q.seen.contains(&(s.addr, id)) {
+                        return Err(self.fail(format!(
+                            "{}#{id} (delivered in view {v}) lost: {} installed that view and never delivered it",
+                            s.addr, q.addr
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn first_difference(a: &[(Address, u64)], b: &[(Address, u64)]) -> String {
+    let k = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    format!(
+        "first difference at {k}: {:?} vs {:?}",
+        a.get(k).map(|(s, id)| format!("{s}#{id}")),
+        b.get(k).map(|(s, id)| format!("{s}#{id}"))
+    )
+}
+
+/// Runs `seeds` seeds from `first`; returns the reports or the first violation.
+pub fn run_order_seeds(
+    first: u64,
+    seeds: u64,
+    opts: &OrderSimOptions,
+) -> Result<Vec<OrderSimReport>, Violation> {
+    (first..first + seeds).map(|s| run_order(s, opts)).collect()
+}
