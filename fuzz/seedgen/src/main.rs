@@ -321,6 +321,99 @@ fn main() {
     write(dir, "rpc", &rpc_seeds());
     write(dir, "frag", &frag_seeds());
     write(dir, "oracle", &oracle_seeds());
+    write(dir, "vsync", &vsync_seeds());
+}
+
+/// Chunks `[dt][len u16][message]` for fuzz_targets/vsync.rs (after a protocol byte): the
+/// stack's messages of every kind in the group of one that `alone` (site 1) made, from site 2
+/// (the joiner), and a commit that lets the joiner in.
+fn vsync_seeds() -> Vec<Vec<u8>> {
+    use txcast_proto::order::record::{self, Head, Kind};
+    use txcast_proto::vsync::msg::{write, Header, VsMsg};
+    use txcast_proto::vsync::{Ballot, Proposal, ViewId};
+    let a = Address::new(0, 1, 1, 0);
+    let b = Address::new(0, 2, 1, 0);
+    let view = ViewId {
+        number: 1,
+        coordinator: a,
+    };
+    let h = Header {
+        group: 1,
+        view,
+        from: b,
+    };
+    let ballot = Ballot {
+        number: 1,
+        coordinator: a,
+    };
+    let proposal = Proposal {
+        coordinator: a,
+        members: vec![a, b],
+        cut: vec![1],
+    };
+    let mut msg_rec = Vec::new();
+    record::write_head(
+        &mut msg_rec,
+        Kind::Msg,
+        &Head {
+            msg_id: 1,
+            origin: b,
+            ..Head::default()
+        },
+        b"hello",
+    );
+    let mut order = Vec::new();
+    record::write_order(&mut order, &[(0, 1), (1, 3)]);
+    let mut submit = Vec::new();
+    record::write_submit(&mut submit, [(1u32, 1u64, &b"x"[..])].into_iter());
+    let msgs = vec![
+        VsMsg::Join { joiner: b },
+        VsMsg::Data {
+            stream: b,
+            first: 1,
+            received: vec![1, 0],
+            records: vec![&msg_rec, &order],
+        },
+        VsMsg::Status {
+            last: 2,
+            received: vec![1],
+        },
+        VsMsg::Nak {
+            stream: a,
+            from: 1,
+            to: 1,
+        },
+        VsMsg::Direct { payload: &submit },
+        VsMsg::Token {
+            round: 1,
+            acc: vec![1],
+            stable: vec![0],
+        },
+        VsMsg::Suspect { who: a },
+        VsMsg::Flush { ballot },
+        VsMsg::FlushOk {
+            ballot,
+            frozen: vec![1],
+            accepted: Some((ballot, proposal.clone())),
+        },
+        VsMsg::Propose {
+            ballot,
+            proposal: proposal.clone(),
+        },
+        VsMsg::Accept { ballot },
+        VsMsg::Commit { ballot, proposal },
+        VsMsg::Leave,
+    ];
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    for (k, m) in msgs.iter().enumerate() {
+        let n = write(&mut buf, &h, m).expect("fits");
+        let mut s = vec![k as u8 % 4, 1];
+        s.extend_from_slice(&(n as u16).to_le_bytes());
+        s.extend_from_slice(&buf[..n]);
+        out.push(s);
+    }
+    out
 }
 
 /// Chunks `[from][len u16][message]` for fuzz_targets/frag.rs: fragments of a short message,

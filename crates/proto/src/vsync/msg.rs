@@ -65,6 +65,8 @@ pub enum VsWireError {
     /// empty member list.
     BadProposal,
     BadFlag(u8),
+    /// The header's reserved byte is not zero.
+    Reserved(u8),
 }
 
 impl fmt::Display for VsWireError {
@@ -81,6 +83,7 @@ impl fmt::Display for VsWireError {
             VsWireError::Trailing(n) => write!(f, "{n} bytes after the body"),
             VsWireError::BadProposal => f.write_str("proposal with no members"),
             VsWireError::BadFlag(x) => write!(f, "unknown flag bits {x:#x}"),
+            VsWireError::Reserved(x) => write!(f, "reserved byte {x:#x} is not zero"),
         }
     }
 }
@@ -264,6 +267,9 @@ pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
     }
     let kind = head[1];
     let flags = head[2];
+    if head[3] != 0 {
+        return Err(VsWireError::Reserved(head[3]));
+    }
     let mut h = Reader { b: head, at: 4 };
     let header = Header {
         group: h.u32()?,
