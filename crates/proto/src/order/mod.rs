@@ -246,6 +246,10 @@ crate::counters_sum!(OrderCounters {
     dropped_bad,
 });
 
+/// Most deliveries waiting for the application; past it the member takes nothing more from
+/// the stack until the application catches up (back-pressure, see `process`).
+pub const DELIVERIES_MAX: usize = 1 << 16;
+
 /// A run record waiting for the chain (a message keeps its whole record: the payload starts
 /// at [`HEAD_BYTES`], so it is not copied again).
 #[derive(Debug)]
@@ -543,6 +547,10 @@ impl Member {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = self.vs.poll_timeout();
         let mut at = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
+        if self.ready.len() < DELIVERIES_MAX && self.vs.has_upcall() {
+            // What was held back while the application's deliveries were full: due now.
+            at(Instant::ZERO);
+        }
         if self.vs.state() == VsState::Normal {
             // With the window full the holder waits for stability (an input), not for time:
             // a deadline it cannot act on would stay due (order sim seed 3).
@@ -573,6 +581,12 @@ impl Member {
     /// nothing changes.
     fn process(&mut self, now: Instant) {
         for _ in 0..1_000_000 {
+            if self.ready.len() >= DELIVERIES_MAX {
+                // The application is not taking its deliveries: leave the rest with the stack
+                // (which holds at most a window per member, and whose senders then wait).
+                self.pump(now);
+                return;
+            }
             let members = &self.members;
             let Some(up) = self.vs.poll_upcall(|u| match u {
                 Upcall::Cast {

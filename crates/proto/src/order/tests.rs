@@ -310,3 +310,60 @@ fn bursts_all_to_all_finish_round_after_round() {
         }
     }
 }
+
+#[test]
+fn deliveries_the_application_does_not_take_hold_the_stack_back() {
+    let c = cfg(
+        Protocol::Totem,
+        PackMode::Adaptive {
+            delay_max: Duration::from_micros(200),
+        },
+        Stability::Piggyback,
+    );
+    let mut now = Instant(1);
+    let mut m = Member::create(c, addr(0), now).unwrap();
+    let mut sent = 0u64;
+    // A group of one that never takes its deliveries: the ready queue stops at its bound.
+    while sent < (DELIVERIES_MAX as u64) + 500 {
+        match m.send(now, b"x") {
+            Ok(_) => sent += 1,
+            Err(OrderError::Full) => {
+                now = Instant(now.0 + 1_000_000);
+                m.handle_timeout(now);
+                let mut buf = vec![0u8; 65536];
+                while m.poll_transmit(now, &mut buf).is_some() {}
+                if m.sends_pending() >= m.config().send_queue_max {
+                    break;
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(m.ready.len() <= DELIVERIES_MAX);
+    assert!(m.sends_pending() <= m.config().send_queue_max);
+    // Taking them lets the rest through, in order.
+    let mut got = 0u64;
+    let mut last = 0;
+    for _ in 0..100 {
+        while let Some(id) = m.poll_delivery(|d| match d {
+            Delivered::Message(d) => Some(d.msg_id),
+            Delivered::View(_) => None,
+        }) {
+            if let Some(id) = id {
+                assert_eq!(id, last + 1);
+                last = id;
+                got += 1;
+            }
+        }
+        now = Instant(now.0 + 1_000_000);
+        if m.poll_timeout().is_some_and(|t| t <= now) {
+            m.handle_timeout(now);
+        }
+    }
+    assert!(
+        got > DELIVERIES_MAX as u64,
+        "got {got} of {sent}, pending {}",
+        m.sends_pending()
+    );
+    assert_eq!(got, sent - m.sends_pending() as u64);
+}
