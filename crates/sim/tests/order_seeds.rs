@@ -63,12 +63,23 @@ fn every_protocol_and_packing_mode_passes_fixed_seeds() {
 /// - 820: a coordinator adopting an accepted proposal gave the view a second id (the joiner
 ///   that got the first commit could never talk to the others);
 /// - 4606: two pinwheel tokens chased each other round a view of 10 (the lowest rank took
-///   an idle round for a lost token), stability crawled and the group never drained.
+///   an idle round for a lost token), stability crawled and the group never drained;
+/// - 21183 with `dynseq`: the pinwheel token waited a heartbeat at every member with nothing
+///   new even when it carried a newer stable vector, so the sequencer (rank 2 of 11, window
+///   8) got a window per two rounds of holds and the group did not drain in time.
 #[test]
 fn seeds_that_once_failed() {
     for seed in [1, 2, 3, 5, 64, 112, 254, 820, 4606] {
         if let Err(v) = run_order(seed, &OrderSimOptions::default()) {
             panic!("{v}");
         }
+    }
+    // Seeds that failed with a protocol fixed (`--protocol`).
+    let dynseq = OrderSimOptions {
+        protocol: Some(Protocol::Dynseq),
+        ..OrderSimOptions::default()
+    };
+    if let Err(v) = run_order(21183, &dynseq) {
+        panic!("{v}\n(with --protocol dynseq)");
     }
 }

@@ -476,6 +476,8 @@ pub struct Vs {
     token_passed_vector: Vec<u64>,
     /// Pinwheel: the round of the last token this member passed on (as it came).
     token_passed_round: u64,
+    /// Pinwheel: the stable vector of the last token this member passed on (as it left).
+    token_passed_stable: Vec<u64>,
     suspects: BTreeSet<Address>,
     fl: flush::Flush,
     commits: VecDeque<(ViewId, Ballot, Proposal)>,
@@ -556,6 +558,7 @@ impl Vs {
             token_seen_at: now,
             token_passed_vector: Vec::new(),
             token_passed_round: 0,
+            token_passed_stable: Vec::new(),
             suspects: BTreeSet::new(),
             fl: flush::Flush::default(),
             commits: VecDeque::new(),
@@ -1297,9 +1300,9 @@ impl Vs {
         None
     }
 
-    /// Pinwheel: passes the token on once this member has something new for it (or it has
-    /// been held a heartbeat interval); the lowest rank starts a round, and a new token if
-    /// one was lost.
+    /// Pinwheel: passes the token on once this member has something new for it or it brings a
+    /// newer stable vector (or it has been held a heartbeat interval); the lowest rank starts a
+    /// round, and a new token if one was lost.
     fn poll_token(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
         let n = self.members.len();
         let mine = self.received_vector();
@@ -1318,7 +1321,14 @@ impl Vs {
             }
         }
         let (t, since) = self.token.as_ref()?;
-        let changed = mine != self.token_passed_vector || self.unstable() > 0;
+        // A token that brings a newer stable vector than the last one this member passed on
+        // goes on at once too: the news is what a sender with a full window waits for. Held a
+        // heartbeat at every member with nothing new of its own, a lone sender not at rank 0
+        // (a `dynseq` sequencer at rank 2 of 11, window 8) got a window per two rounds of
+        // holds, 8 casts per 200 ms, and the group did not drain (order sim seed 21183).
+        let changed = mine != self.token_passed_vector
+            || self.unstable() > 0
+            || t.stable != self.token_passed_stable;
         if !changed && now < *since + self.cfg.heartbeat_interval {
             return None;
         }
@@ -1357,6 +1367,7 @@ impl Vs {
         )?;
         self.token_round_seen = self.token_round_seen.max(t.round);
         self.token_passed_round = served;
+        self.token_passed_stable = t.stable;
         self.token = None;
         self.token_seen_at = now;
         self.token_passed_vector = mine;
@@ -1557,6 +1568,7 @@ impl Vs {
         self.token_seen_at = now;
         self.token_passed_vector = Vec::new();
         self.token_passed_round = 0;
+        self.token_passed_stable = Vec::new();
         self.last_to_all = Instant::ZERO;
         self.state = VsState::Normal;
         self.counters.views_installed += 1;
