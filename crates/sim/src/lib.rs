@@ -12,6 +12,7 @@ pub mod link_sim;
 pub mod net;
 pub mod order_sim;
 pub mod rpc_sim;
+pub mod schedule;
 pub mod vs_sim;
 
 pub use net::{FaultConfig, Network};

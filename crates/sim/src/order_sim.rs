@@ -20,6 +20,7 @@
 //! the group's parameters are drawn from the seed unless fixed by [`OrderSimOptions`].
 
 use crate::net::{FaultConfig, NetCounters, Network};
+use crate::schedule::{Clogs, Partitions};
 use crate::Digest;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -269,15 +270,8 @@ struct Sim {
     trace: bool,
     partitions: Option<Partitions>,
     cuts: u32,
-    clogs: Option<(u64, Rng)>,
+    clogs: Option<Clogs>,
     clogged: u32,
-}
-
-/// A seed's partition schedule: the next cut or heal.
-struct Partitions {
-    next_at: u64,
-    cut: bool,
-    rng: Rng,
 }
 
 /// The group's configuration for a seed: protocol, packing and stability from the options or
@@ -344,12 +338,7 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         (FaultConfig::none(), 0.0, 0.0)
     };
     let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
-    let mut part_rng = Rng::new(seed ^ 0x7061_7274_6974_696f);
-    let partitions = (opts.faults && opts.partitions && part_rng.chance(0.4)).then(|| Partitions {
-        next_at: part_rng.below(opts.safety_ns / 2),
-        cut: false,
-        rng: part_rng,
-    });
+    let partitions = Partitions::for_seed(seed, opts.faults && opts.partitions, opts.safety_ns);
     let mut sim = Sim {
         seed,
         opts: opts.clone(),
@@ -373,10 +362,7 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
         partitions,
         cuts: 0,
-        clogs: {
-            let mut r = Rng::new(seed ^ 0xc10c_c10c);
-            (opts.faults && opts.clogs && r.chance(0.4)).then(|| (r.below(300_000_000), r))
-        },
+        clogs: Clogs::for_seed(seed, opts.faults && opts.clogs),
         clogged: 0,
     };
     sim.start()?;
@@ -632,58 +618,28 @@ impl Sim {
             return;
         }
         let running: Vec<usize> = self.live().collect();
-        let Some((next_at, rng)) = self.clogs.as_mut() else {
-            return;
-        };
-        if self.now < *next_at || running.len() < 2 {
-            return;
-        }
-        *next_at = self.now + 20_000_000 + rng.below(300_000_000);
-        let a = running[rng.below(running.len() as u64) as usize];
-        let b = running[rng.below(running.len() as u64) as usize];
-        if a == b {
-            return;
-        }
-        let until = self.now + 1_000_000 + rng.below(600_000_000);
-        if self.trace {
-            eprintln!(
-                "{:>10} clog {} -> {} for {} ms",
+        let procs = &self.procs;
+        if let Some(c) = self.clogs.as_mut() {
+            if c.step(
                 self.now,
-                self.procs[a].addr,
-                self.procs[b].addr,
-                (until - self.now) / 1_000_000
-            );
+                &mut self.net,
+                &running,
+                |i| procs[i].addr,
+                self.trace,
+            ) {
+                self.clogged += 1;
+            }
         }
-        self.net.clog(a, b, Instant(until));
-        self.clogged += 1;
     }
 
     fn step_partitions(&mut self) {
         if !self.faults_on {
             return;
         }
-        let Some(p) = self.partitions.as_mut() else {
-            return;
-        };
-        if self.now < p.next_at {
-            return;
-        }
-        if p.cut {
-            p.cut = false;
-            p.next_at = self.now + 100_000_000 + p.rng.below(1_500_000_000);
-            self.net.heal_partition();
-            if self.trace {
-                eprintln!("{:>10} partition healed", self.now);
+        if let Some(p) = self.partitions.as_mut() {
+            if p.step(self.now, &mut self.net, MAX_SLOTS, self.trace) {
+                self.cuts += 1;
             }
-        } else {
-            p.cut = true;
-            p.next_at = self.now + 10_000_000 + p.rng.below(1_500_000_000);
-            let sides: Vec<bool> = (0..MAX_SLOTS).map(|_| p.rng.chance(0.5)).collect();
-            if self.trace {
-                eprintln!("{:>10} partition cut: {sides:?}", self.now);
-            }
-            self.net.cut_partition(|a| sides[a]);
-            self.cuts += 1;
         }
     }
 
