@@ -47,7 +47,7 @@ pub(super) struct Flush {
     /// The last flush message from a coordinator (a stalled one is suspected).
     touched: Option<Instant>,
     /// Suspicions last reported to the coordinator.
-    suspects_sent_at: Option<Instant>,
+    pub suspects_sent_at: Option<Instant>,
     round: Option<Round>,
 }
 

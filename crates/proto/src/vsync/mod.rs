@@ -867,6 +867,14 @@ impl Vs {
             return;
         };
         self.streams[from_rank].last_heard = now;
+        // A member heard again in this view is no longer suspected (a clogged path healed): a
+        // suspicion kept for good made this member name another coordinator than the others
+        // did, and its leave and suspicions went where nobody acts on them (order sim seed
+        // 46747). Not during a flush: a coordinator whose round stalls still sends
+        // heartbeats, and the next one must be able to take over.
+        if self.state == VsState::Normal && self.suspects.remove(&h.from) {
+            self.fl.suspects_sent_at = None;
+        }
         match m {
             VsMsg::Data {
                 stream,
