@@ -68,10 +68,12 @@ fn every_protocol_and_packing_mode_passes_fixed_seeds() {
 ///   new even when it carried a newer stable vector, so the sequencer (rank 2 of 11, window
 ///   8) got a window per two rounds of holds and the group did not drain in time;
 /// - 46747: a suspicion kept after the suspect was heard again (a clog healed) made a
-///   leaving member name another coordinator than the others, so its leave went nowhere.
+///   leaving member name another coordinator than the others, so its leave went nowhere;
+/// - 54614: a coordinator died after its proposal was accepted, and every survivor kept a
+///   round of its own that the dead one's higher ballot had beaten, so none started a new one.
 #[test]
 fn seeds_that_once_failed() {
-    for seed in [1, 2, 3, 5, 64, 112, 254, 820, 4606, 46747] {
+    for seed in [1, 2, 3, 5, 64, 112, 254, 820, 4606, 46747, 54614] {
         if let Err(v) = run_order(seed, &OrderSimOptions::default()) {
             panic!("{v}");
         }

@@ -770,6 +770,16 @@ impl Vs {
 
     /// Retries and timeouts of a view change.
     pub(super) fn flush_tick(&mut self, now: Instant) {
+        // A round beaten by a higher ballot this member promised itself is over: its
+        // messages are ignored everywhere, and while it lasted this member started no round
+        // of its own. When the winner then died before it committed, every survivor kept a
+        // beaten round and the view change never ended (order sim seed 54614). Dropped, the
+        // stalled-coordinator rule below lets the next coordinator start a higher ballot.
+        if let (Some(r), Some(p)) = (&self.fl.round, self.fl.promised) {
+            if r.ballot < p {
+                self.fl.round = None;
+            }
+        }
         self.flush_progress(now);
         if self.fl.to_commit.is_some()
             && self
