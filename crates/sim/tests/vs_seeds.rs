@@ -51,12 +51,17 @@ fn fixed_seeds_pass_every_checker() {
 /// - 2379: members that missed a commit were never told (its holders had left or been left
 ///   out, and the new view no longer talks to them in the old one): a member that hears a
 ///   later view now asks for it;
-/// - 2894, 3050, 4540: blocked the same ways (not traced separately).
+/// - 2894, 3050, 4540: blocked the same ways (not traced separately);
+/// - 31540, 32371, 33900, 34085: members that suspected one another each started a higher
+///   ballot the moment theirs was beaten (once beaten rounds were dropped, for order seed
+///   54614), and no round finished: a member now lets another coordinator's round that was
+///   heard from lately finish first.
 #[test]
 fn regression_seeds() {
     let opts = VsSimOptions::default();
     for seed in [
-        49, 65, 80, 82, 83, 86, 92, 143, 2104, 2379, 2841, 2894, 3050, 4540, 4972,
+        49, 65, 80, 82, 83, 86, 92, 143, 2104, 2379, 2841, 2894, 3050, 4540, 4972, 31540, 32371,
+        33900, 34085,
     ] {
         if let Err(v) = run_vs(seed, &opts) {
             panic!("{v}");

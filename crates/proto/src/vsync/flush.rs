@@ -731,7 +731,16 @@ impl Vs {
     pub(super) fn start_flush_if_needed(&mut self, now: Instant) {
         let wanted =
             !self.suspects.is_empty() || !self.fl.joiners.is_empty() || !self.fl.leavers.is_empty();
+        // Another coordinator's round was heard from lately: let it finish. Without this
+        // wait, members that suspected one another each started a higher ballot the moment
+        // theirs was beaten, and no round ever finished (vs sim seeds 31540, 34085).
+        let other_round_alive = self.fl.promised.is_some_and(|p| p.coordinator != self.me)
+            && self
+                .fl
+                .touched
+                .is_some_and(|t| now < t + self.cfg.flush_timeout * 3);
         if wanted
+            && !other_round_alive
             && self.fl.round.is_none()
             && self.coordinator() == Some(self.me)
             && matches!(self.state, VsState::Normal | VsState::Flushing)
