@@ -102,54 +102,11 @@ fn group(args: &[String]) -> i32 {
             );
         });
     }
-    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
-    let first = opt::<u64>(args, "--first").unwrap_or(0);
     let threads = opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64);
-    let started = std::time::Instant::now();
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let failures = std::sync::atomic::AtomicU64::new(0);
-    std::thread::scope(|scope| {
-        for t in 0..threads {
-            let (opts, done, failures) = (&opts, &done, &failures);
-            scope.spawn(move || {
-                let mut seed = first + t;
-                while seed < first + seeds {
-                    let run = std::panic::catch_unwind(|| run_group(seed, opts));
-                    let failed = match run {
-                        Ok(Ok(_)) => false,
-                        Ok(Err(e)) => {
-                            eprintln!("{e}");
-                            true
-                        }
-                        Err(_) => {
-                            eprintln!(
-                                "seed {seed}: panicked (an assertion in the protocol)\nreplay: cargo run --release -- sim group --seed {seed}"
-                            );
-                            true
-                        }
-                    };
-                    if failed {
-                        failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    if k % 1000 == 0 {
-                        eprintln!(
-                            "  {k} / {seeds} seeds, {} failures, {:.0} s",
-                            failures.load(std::sync::atomic::Ordering::Relaxed),
-                            started.elapsed().as_secs_f64()
-                        );
-                    }
-                    seed += threads;
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner();
-    println!(
-        "group simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    i32::from(failures > 0)
+    let opts = &opts;
+    seed_range_threads(args, "group", threads, |seed| {
+        run_group(seed, opts).map(|_| ()).map_err(|e| e.to_string())
+    })
 }
 
 fn rpc(args: &[String]) -> i32 {
