@@ -613,7 +613,7 @@ impl Member {
                 continue;
             };
             match up {
-                Up::Cast(r, seq, payload) => self.on_cast(now, r, seq, payload),
+                Up::Cast(r, seq, payload) => self.on_cast(r, seq, payload),
                 Up::Direct(from, payload) => self.on_direct(from, &payload),
                 Up::Flush => self.vs.flush_ready(now),
                 Up::View(v) => self.on_view(now, v),
@@ -627,7 +627,7 @@ impl Member {
         debug_assert!(false, "process did not settle");
     }
 
-    fn on_cast(&mut self, now: Instant, r: usize, seq: u64, payload: Vec<u8>) {
+    fn on_cast(&mut self, r: usize, seq: u64, payload: Vec<u8>) {
         self.cast_seen[r] = seq;
         let rec = match record::parse(&payload) {
             Ok(x) => x,
@@ -655,7 +655,6 @@ impl Member {
             Record::Order(entries) => self.runq[r].push_back(Run::Order(entries)),
             Record::Submit(_) => self.counters.dropped_bad += 1,
         }
-        let _ = now;
     }
 
     fn note_request(&mut self, r: usize, h: &Head) {

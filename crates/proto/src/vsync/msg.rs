@@ -212,29 +212,24 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
+    /// Fails unless `n` more bytes are there (checked before a list is allocated).
+    fn need(&self, n: usize) -> Result<(), VsWireError> {
+        if self.b.len() - self.at < n {
+            return Err(VsWireError::Short {
+                need: self.at + n,
+                have: self.b.len(),
+            });
+        }
+        Ok(())
+    }
     fn vector(&mut self) -> Result<Vec<u64>, VsWireError> {
         let n = self.count()?;
-        // The length check comes before the allocation.
-        self.take(0).and_then(|_| {
-            if self.b.len() - self.at < n * 8 {
-                Err(VsWireError::Short {
-                    need: self.at + n * 8,
-                    have: self.b.len(),
-                })
-            } else {
-                Ok(())
-            }
-        })?;
+        self.need(n * 8)?;
         (0..n).map(|_| self.u64()).collect()
     }
     fn members(&mut self) -> Result<Vec<Address>, VsWireError> {
         let n = self.count()?;
-        if self.b.len() - self.at < n * ADDRESS_BYTES {
-            return Err(VsWireError::Short {
-                need: self.at + n * ADDRESS_BYTES,
-                have: self.b.len(),
-            });
-        }
+        self.need(n * ADDRESS_BYTES)?;
         (0..n).map(|_| self.addr()).collect()
     }
     fn proposal(&mut self) -> Result<Proposal, VsWireError> {
