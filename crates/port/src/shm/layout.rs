@@ -5,14 +5,16 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// "TXCSHMR1" — first word of every segment.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TXCSHMR1");
-pub(crate) const VERSION: u32 = 1;
+/// 2: a slot's length and kind share one word (`SlotHeader::meta`), and a publish writes
+/// the sequence before that word.
+pub(crate) const VERSION: u32 = 2;
 
 /// Alignment of each hot header word: two cache lines, so the adjacent-line prefetcher does
 /// not couple them either.
 pub(crate) const LINE: usize = 128;
 /// Bytes before the first slot.
 pub(crate) const HEADER_BYTES: usize = 8 * LINE;
-/// Bytes of the record header at the front of each slot (`seq`, `len`, `kind`).
+/// Bytes of the record header at the front of each slot (`seq`, `meta`).
 pub(crate) const SLOT_HEADER_BYTES: usize = size_of::<SlotHeader>();
 /// Slot strides are rounded up to this.
 pub(crate) const SLOT_ALIGN: usize = 64;
@@ -32,8 +34,10 @@ pub const SEGMENT_BYTES_MAX: usize = 1 << 30;
 pub(crate) const KIND_MESSAGE: u32 = 0x6d73_6701;
 /// Record kind of a claim dropped without commit: the receiver discards it.
 pub(crate) const KIND_SKIP: u32 = 0x6d73_6702;
-/// A producer reserved the slot and has not published yet; `len` holds its pid meanwhile, so
-/// the consumer can tell a producer that died holding the slot from one still writing.
+/// A producer reserved the slot and has not published yet; the length half of `meta` holds its
+/// pid meanwhile, so the consumer can tell a producer that died holding the slot from one still
+/// writing. Kind and pid are one word, read in one load: a consumer never pairs a reservation
+/// with the length of the message that replaced it.
 pub(crate) const KIND_RESERVED: u32 = 0x6d73_6703;
 
 /// A header word on its own pair of cache lines.
@@ -94,11 +98,32 @@ pub(crate) struct Header {
 }
 
 /// Front of every slot; the payload follows.
+///
+/// A producer takes the slot (CAS on the tail), writes `meta = (KIND_RESERVED, pid)`, the
+/// payload, then `seq = pos + 1` (Release), then `meta = (kind, len)` (Release). The consumer
+/// takes a slot whose `seq` is `pos + 1` and whose `meta` is no longer a reservation, so a
+/// producer that dies at any point after writing its reservation leaves a slot the consumer
+/// can recover.
 #[repr(C)]
 pub(crate) struct SlotHeader {
     pub seq: AtomicU64,
-    pub len: AtomicU32,
-    pub kind: AtomicU32,
+    /// Kind in the high half, length (or a reserving producer's pid) in the low half.
+    pub meta: AtomicU64,
+}
+
+/// The `meta` word of a record.
+pub(crate) const fn meta(kind: u32, len: u32) -> u64 {
+    ((kind as u64) << 32) | len as u64
+}
+
+/// The kind half of a `meta` word.
+pub(crate) const fn meta_kind(m: u64) -> u32 {
+    (m >> 32) as u32
+}
+
+/// The length (or pid) half of a `meta` word.
+pub(crate) const fn meta_len(m: u64) -> u32 {
+    m as u32
 }
 
 const _: () = assert!(size_of::<Identity>() <= LINE);
@@ -224,7 +249,7 @@ impl IdentityValues {
             return Err("magic must be TXCSHMR1 (not a segment, or still being created)");
         }
         if self.version != VERSION {
-            return Err("version must be 1");
+            return Err("version must be 2");
         }
         if self.header_bytes as usize != HEADER_BYTES {
             return Err("header_bytes must be 1024");

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::futex;
-use super::layout::{Layout, HEADER_BYTES, KIND_MESSAGE, KIND_RESERVED, KIND_SKIP, MAGIC, VERSION};
+use super::layout::{
+    meta, meta_kind, meta_len, Layout, HEADER_BYTES, KIND_MESSAGE, KIND_RESERVED, KIND_SKIP, MAGIC,
+    VERSION,
+};
 use super::liveness::ProcessIdentity;
 use super::reclaim::{self, Verdict};
 use super::segment::Segment;
@@ -33,7 +36,10 @@ pub struct RingReceiver {
     file_id: (u64, u64),
     me: ProcessIdentity,
     reclaimed: u64,
-    /// When the head slot was first seen reserved and unpublished (ns since `born`; 0: not).
+    /// The position whose reserved slot stalls the head, and when that was first seen (ns
+    /// since `born`); `stall_since_ns` 0: no stall seen. A stall at another position starts
+    /// the clock again.
+    stall_pos: AtomicU64,
     stall_since_ns: AtomicU64,
     born: Instant,
 }
@@ -99,8 +105,7 @@ impl RingReceiver {
         };
         for pos in 0..layout.slot_count as u64 {
             let slot = seg.slot(pos);
-            slot.len.store(0, Ordering::Relaxed);
-            slot.kind.store(0, Ordering::Relaxed);
+            slot.meta.store(0, Ordering::Relaxed);
             slot.seq.store(pos, Ordering::Relaxed);
         }
         let id = &seg.header().id.0;
@@ -128,6 +133,7 @@ impl RingReceiver {
             file_id,
             me,
             reclaimed,
+            stall_pos: AtomicU64::new(0),
             stall_since_ns: AtomicU64::new(0),
             born: Instant::now(),
         })
@@ -156,8 +162,8 @@ impl RingReceiver {
             if slot.seq.load(Ordering::Acquire) != pos.wrapping_add(1) {
                 return None;
             }
-            let len = slot.len.load(Ordering::Relaxed) as usize;
-            let kind = slot.kind.load(Ordering::Relaxed);
+            let m = slot.meta.load(Ordering::Acquire);
+            let (kind, len) = (meta_kind(m), meta_len(m) as usize);
             if kind == KIND_MESSAGE && len <= slot_bytes {
                 let release = SlotRelease {
                     seg,
@@ -171,6 +177,11 @@ impl RingReceiver {
                 drop(release);
                 bump(&consumer.delivered);
                 return Some(r);
+            }
+            if kind == KIND_RESERVED {
+                // Published sequence, reservation not yet replaced: its producer is between
+                // its last two stores (or died there; `has_ready` recovers that).
+                return None;
             }
             if kind == KIND_SKIP {
                 bump(&consumer.skipped);
@@ -200,10 +211,12 @@ impl RingReceiver {
     /// `try_recv` will discard).
     pub fn has_ready(&self) -> bool {
         let slot = self.seg.slot(self.head);
-        if slot.seq.load(Ordering::Acquire) == self.head.wrapping_add(1) {
+        let published = slot.seq.load(Ordering::Acquire) == self.head.wrapping_add(1);
+        let reserved = meta_kind(slot.meta.load(Ordering::Acquire)) == KIND_RESERVED;
+        if published && !reserved {
             return true;
         }
-        if slot.kind.load(Ordering::Relaxed) == KIND_RESERVED {
+        if reserved {
             return self.recover_dead_reservation();
         }
         false
@@ -214,9 +227,11 @@ impl RingReceiver {
     /// skip record so the ring moves on. True if that made the head ready.
     #[cold]
     fn recover_dead_reservation(&self) -> bool {
+        let pos = self.head;
         let now = (self.born.elapsed().as_nanos() as u64).max(1);
         let since = self.stall_since_ns.load(Ordering::Relaxed);
-        if since == 0 {
+        if since == 0 || self.stall_pos.load(Ordering::Relaxed) != pos {
+            self.stall_pos.store(pos, Ordering::Relaxed);
             self.stall_since_ns.store(now, Ordering::Relaxed);
             return false;
         }
@@ -224,18 +239,21 @@ impl RingReceiver {
             return false;
         }
         self.stall_since_ns.store(now, Ordering::Relaxed);
-        let pos = self.head;
         let slot = self.seg.slot(pos);
-        if slot.kind.load(Ordering::Acquire) != KIND_RESERVED {
+        // Kind and pid come from one load, so the pid is the reserving producer's own.
+        let m = slot.meta.load(Ordering::Acquire);
+        if meta_kind(m) != KIND_RESERVED || pid_alive(meta_len(m)) {
             return false;
         }
-        // Written before the kind (Release), so read after it (Acquire).
-        let pid = slot.len.load(Ordering::Relaxed);
-        if pid_alive(pid) {
+        // The producer is gone, so nothing else writes this word; the exchange still keeps us
+        // off a slot whose owner turned out to be alive after all (a pid check is a snapshot).
+        if slot
+            .meta
+            .compare_exchange(m, meta(KIND_SKIP, 0), Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return false;
         }
-        slot.len.store(0, Ordering::Relaxed);
-        slot.kind.store(KIND_SKIP, Ordering::Relaxed);
         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
         bump(&self.seg.header().consumer.0.dead_reservations);
         true
@@ -343,7 +361,7 @@ impl RingReceiver {
     }
 
     fn head_reserved(&self) -> bool {
-        self.seg.slot(self.head).kind.load(Ordering::Relaxed) == KIND_RESERVED
+        meta_kind(self.seg.slot(self.head).meta.load(Ordering::Relaxed)) == KIND_RESERVED
     }
 
     /// Parks in poll(2) on `fds` (the port's sockets) until one is readable, a local sender

@@ -10,7 +10,7 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 use super::futex;
 use super::layout::{
-    Header, Layout, SlotHeader, HEADER_BYTES, KIND_MESSAGE, KIND_RESERVED, SLOT_HEADER_BYTES,
+    meta, Header, Layout, SlotHeader, HEADER_BYTES, KIND_MESSAGE, KIND_RESERVED, SLOT_HEADER_BYTES,
 };
 use super::SendError;
 
@@ -147,9 +147,9 @@ impl Segment {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        let slot = self.slot(pos);
-                        slot.len.store(self.pid, Ordering::Relaxed);
-                        slot.kind.store(KIND_RESERVED, Ordering::Release);
+                        self.slot(pos)
+                            .meta
+                            .store(meta(KIND_RESERVED, self.pid), Ordering::Release);
                         return Ok(pos);
                     }
                     Err(current) => pos = current,
@@ -173,9 +173,10 @@ impl Segment {
     pub fn publish(&self, pos: u64, len: usize, kind: u32) {
         debug_assert!(len <= self.slot_bytes());
         let slot = self.slot(pos);
-        slot.len.store(len as u32, Ordering::Relaxed);
-        slot.kind.store(kind, Ordering::Relaxed);
+        // The sequence first: until `meta` follows, the consumer sees a published slot that
+        // is still reserved and waits (or, if we die here, recovers it by our pid).
         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+        slot.meta.store(meta(kind, len as u32), Ordering::Release);
         self.wake_receiver();
     }
 

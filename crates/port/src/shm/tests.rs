@@ -3,7 +3,11 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::layout::{IdentityValues, Layout, HEADER_BYTES, IDENTITY_BYTES, KIND_MESSAGE};
+use std::time::Duration;
+
+use super::layout::{
+    meta, IdentityValues, Layout, HEADER_BYTES, IDENTITY_BYTES, KIND_MESSAGE, KIND_RESERVED,
+};
 use super::*;
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
@@ -82,7 +86,10 @@ fn corrupted_length_is_dropped_and_counted() {
     rx.try_push(b"first").expect("push");
     rx.try_push(b"second").expect("push");
     // A scribbler rewrites the first record's length beyond the slot.
-    rx.segment().slot(0).len.store(33, Ordering::Relaxed);
+    rx.segment()
+        .slot(0)
+        .meta
+        .store(meta(KIND_MESSAGE, 33), Ordering::Relaxed);
     assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"second"[..]));
     assert_eq!(recv_vec(&mut rx), None);
     let c = rx.counters();
@@ -100,11 +107,14 @@ fn huge_length_and_unknown_kind_are_dropped() {
     rx.try_push(b"a").expect("push");
     rx.try_push(b"b").expect("push");
     rx.try_push(b"c").expect("push");
-    rx.segment().slot(0).len.store(u32::MAX, Ordering::Relaxed);
+    rx.segment()
+        .slot(0)
+        .meta
+        .store(meta(KIND_MESSAGE, u32::MAX), Ordering::Relaxed);
     rx.segment()
         .slot(1)
-        .kind
-        .store(0xdead_beef, Ordering::Relaxed);
+        .meta
+        .store(meta(0xdead_beef, 1), Ordering::Relaxed);
     assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"c"[..]));
     assert_eq!(rx.counters().dropped_bad, 2);
     let mut buf = [0u8; 32];
@@ -122,11 +132,10 @@ fn scribbled_sequence_wedges_without_spinning_or_panicking() {
     assert_eq!(recv_vec(&mut rx), None);
     // A sequence that looks published for the consumer but with garbage length.
     rx.segment().slot(0).seq.store(1, Ordering::Relaxed);
-    rx.segment().slot(0).len.store(4096, Ordering::Relaxed);
     rx.segment()
         .slot(0)
-        .kind
-        .store(KIND_MESSAGE, Ordering::Relaxed);
+        .meta
+        .store(meta(KIND_MESSAGE, 4096), Ordering::Relaxed);
     assert_eq!(recv_vec(&mut rx), None);
     assert_eq!(rx.counters().dropped_bad, 1);
     // Head and tail now disagree (the scribble invented a record): the ring may stay wedged,
@@ -204,4 +213,70 @@ fn a_segment_still_being_created_is_not_found_yet() {
         RingSender::open(&path),
         Err(ShmError::BadSegment(_))
     ));
+}
+
+/// A live producer that holds a claim past several stall checks keeps its slot: the receiver
+/// asks whether it is alive, finds it is, and takes the message once committed.
+#[test]
+fn a_live_claim_outlasting_the_stall_check_is_delivered() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 4, 32);
+    let tx = rx.producer();
+    let mut claim = tx.claim(5).expect("claim");
+    claim.copy_from_slice(b"slow!");
+    // Three stall checks' worth of polling while the claim is open.
+    for _ in 0..3 {
+        assert!(!rx.wait(IdleStrategy::Park, Some(Duration::from_millis(12))));
+    }
+    claim.commit();
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"slow!"[..]));
+    let c = rx.counters();
+    assert_eq!((c.dead_reservations, c.skipped, c.delivered), (0, 0, 1));
+}
+
+/// A publish writes the sequence, then the kind and length. Until the second store the
+/// receiver waits; if the producer died in between (here: its reservation names pid 0, which
+/// is never alive), the receiver skips the slot after the stall check.
+#[test]
+fn a_producer_dead_between_its_two_publishing_stores_is_skipped() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 4, 32);
+    let tx = rx.producer();
+    std::mem::forget(tx.claim(8).expect("claim"));
+    let slot = rx.segment().slot(0);
+    slot.meta.store(meta(KIND_RESERVED, 0), Ordering::Release);
+    slot.seq.store(1, Ordering::Release);
+    tx.try_send(b"after").expect("send behind the stalled slot");
+    assert_eq!(recv_vec(&mut rx), None, "a reserved slot is not taken");
+    assert!(rx.wait(IdleStrategy::Park, Some(Duration::from_secs(5))));
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"after"[..]));
+    let c = rx.counters();
+    assert_eq!((c.dead_reservations, c.skipped, c.delivered), (1, 1, 1));
+}
+
+/// The stall clock starts again at each position: a stall seen long ago does not make the
+/// next reserved head look stalled at once (which sent every reservation the receiver met to
+/// the liveness check).
+#[test]
+fn the_stall_clock_restarts_at_each_position() {
+    let dir = TestDir::new();
+    let mut rx = ring(&dir, 4, 32);
+    let tx = rx.producer();
+    // A stall at position 0, seen, then resolved.
+    let claim = tx.claim(1).expect("claim");
+    assert!(!rx.has_ready());
+    claim.commit();
+    assert!(recv_vec(&mut rx).is_some());
+    std::thread::sleep(Duration::from_millis(15));
+    // Position 1 reserved by a "dead" pid: the first look starts its clock, it does not skip.
+    std::mem::forget(tx.claim(1).expect("claim"));
+    rx.segment()
+        .slot(1)
+        .meta
+        .store(meta(KIND_RESERVED, 0), Ordering::Release);
+    assert!(!rx.has_ready());
+    assert_eq!(rx.counters().dead_reservations, 0);
+    std::thread::sleep(Duration::from_millis(15));
+    assert!(rx.has_ready());
+    assert_eq!(rx.counters().dead_reservations, 1);
 }

@@ -188,8 +188,8 @@ pub fn kill_child(child: &mut Child) {
 }
 
 /// Ends a partner whose parent side has finished: on success waits up to `timeout` for it
-/// to exit (see [`wait_child`]) and returns `outcome`; on failure kills it ([`kill_child`])
-/// and returns the failure.
+/// to exit (see [`wait_child`]) and returns `outcome`; on failure gives it
+/// `PARTNER_GRACE` to exit, then kills it, and returns the failure.
 pub fn finish_child<T>(
     child: &mut Child,
     outcome: io::Result<T>,
@@ -201,11 +201,16 @@ pub fn finish_child<T>(
             Ok(value)
         }
         Err(error) => {
-            kill_child(child);
+            // Our failure is often the partner's: a partner that failed closed its port
+            // first. Give it a moment to exit and print its own complaint before the kill.
+            let _ = wait_child(child, PARTNER_GRACE);
             Err(error)
         }
     }
 }
+
+/// How long a failed parent lets its partner finish on its own (see [`finish_child`]).
+const PARTNER_GRACE: Duration = Duration::from_millis(500);
 
 fn check_status(status: ExitStatus) -> io::Result<()> {
     if status.success() {
