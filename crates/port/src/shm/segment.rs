@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 
 use super::futex;
 use super::layout::{
@@ -26,6 +26,10 @@ pub(crate) struct Segment {
     pub doorbell: std::sync::OnceLock<std::net::SocketAddr>,
     /// This process's pid, written into slots it reserves.
     pid: u32,
+    /// Process-local: the consumer's head as last read from the header. Producers reserve
+    /// against it and read the header's copy (a line the consumer writes) only when it says
+    /// the ring is full, so a send does not wait on a cache line from the consumer's core.
+    cached_head: AtomicU64,
 }
 
 /// `sleeping` word values: awake, parked on the futex, parked in poll(2) on a socket.
@@ -90,6 +94,7 @@ impl Segment {
             doorbell: std::sync::OnceLock::new(),
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() } as u32,
+            cached_head: AtomicU64::new(0),
         })
     }
 
@@ -122,49 +127,55 @@ impl Segment {
         self.header().id.0.closed.load(Ordering::Acquire) != 0
     }
 
-    /// Whether the slot at the tail is free (a claim would likely succeed now).
+    /// Whether a slot is free (a claim would likely succeed now).
     pub fn has_room(&self) -> bool {
-        let pos = self.header().tail.0.load(Ordering::Relaxed);
-        self.slot(pos).seq.load(Ordering::Acquire) == pos
+        let header = self.header();
+        let pos = header.tail.0.load(Ordering::Relaxed);
+        pos.wrapping_sub(header.head.0.load(Ordering::Acquire)) < self.layout.slot_count as u64
     }
 
-    /// Reserves the next position for a producer: `Full` when the slot there still holds an
-    /// unconsumed message from the previous lap.
+    /// Reserves the next position for a producer: `Full` when every slot holds a message the
+    /// consumer has not released. The consumer publishes its head after releasing a slot, so a
+    /// position less than one lap past a head we read is free.
     pub fn reserve(&self) -> Result<u64, SendError> {
         if self.is_closed() {
             return Err(SendError::Closed);
         }
-        let tail = &self.header().tail.0;
+        let header = self.header();
+        let tail = &header.tail.0;
+        let lap = self.layout.slot_count as u64;
         let mut pos = tail.load(Ordering::Relaxed);
         loop {
-            let seq = self.slot(pos).seq.load(Ordering::Acquire);
-            let dif = seq.wrapping_sub(pos) as i64;
-            if dif == 0 {
-                match tail.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        self.slot(pos)
-                            .meta
-                            .store(meta(KIND_RESERVED, self.pid), Ordering::Release);
-                        return Ok(pos);
+            // Acquire (here and on the header's head): the consumer's release of the slot one
+            // lap back happens before our writes into it.
+            if pos.wrapping_sub(self.cached_head.load(Ordering::Acquire)) >= lap {
+                let head = header.head.0.load(Ordering::Acquire);
+                self.cached_head.store(head, Ordering::Release);
+                if pos.wrapping_sub(head) >= lap {
+                    // Full, unless our view of the tail is stale (other producers moved it
+                    // on, and the consumer with it). A scribbled head makes this Full for
+                    // good, never a spin.
+                    let current = tail.load(Ordering::Relaxed);
+                    if current == pos {
+                        return Err(SendError::Full);
                     }
-                    Err(current) => pos = current,
+                    pos = current;
+                    continue;
                 }
-            } else if dif < 0 {
-                return Err(SendError::Full);
-            } else {
-                // Another producer took `pos`; its publish (which we just acquired) follows its
-                // CAS, so the tail has moved on. If it has not, the slot's sequence was
-                // scribbled on: report Full rather than spin forever.
-                let current = tail.load(Ordering::Relaxed);
-                if current == pos {
-                    return Err(SendError::Full);
+            }
+            match tail.compare_exchange_weak(
+                pos,
+                pos.wrapping_add(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.slot(pos)
+                        .meta
+                        .store(meta(KIND_RESERVED, self.pid), Ordering::Release);
+                    return Ok(pos);
                 }
-                pos = current;
+                Err(current) => pos = current,
             }
         }
     }

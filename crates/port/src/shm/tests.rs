@@ -126,14 +126,24 @@ fn scribbled_sequence_wedges_without_spinning_or_panicking() {
     let dir = TestDir::new();
     let mut rx = ring(&dir, 4, 32);
     let tx = rx.producer();
-    // Slot 0 claims to be far ahead of the tail: producers must not spin forever.
-    rx.segment().slot(0).seq.store(1_000_000, Ordering::Relaxed);
+    for i in 0..4u8 {
+        tx.try_send(&[i]).expect("fill");
+    }
+    // A head beyond the tail: producers must not spin forever (the ring is full for good).
+    let head = &rx.segment().header().head.0;
+    head.store(1_000_000, Ordering::Relaxed);
     assert_eq!(tx.try_send(b"x"), Err(SendError::Full));
+    head.store(0, Ordering::Relaxed);
+    for i in 0..4u8 {
+        assert_eq!(recv_vec(&mut rx), Some(vec![i]));
+    }
+    // Position 4 (slot 0) claims to be far ahead: the consumer does not take it.
+    rx.segment().slot(4).seq.store(1_000_000, Ordering::Relaxed);
     assert_eq!(recv_vec(&mut rx), None);
     // A sequence that looks published for the consumer but with garbage length.
-    rx.segment().slot(0).seq.store(1, Ordering::Relaxed);
+    rx.segment().slot(4).seq.store(5, Ordering::Relaxed);
     rx.segment()
-        .slot(0)
+        .slot(4)
         .meta
         .store(meta(KIND_MESSAGE, 4096), Ordering::Relaxed);
     assert_eq!(recv_vec(&mut rx), None);
