@@ -582,7 +582,7 @@ impl Vs {
             let s = &mut self.streams[r];
             while s.delivered < c {
                 let seq = s.delivered + 1;
-                let payload = s.held.get(&seq).cloned().expect("held up to the cut");
+                let payload = s.held.get(seq).expect("held up to the cut").to_vec();
                 s.delivered = seq;
                 self.upcalls.push_back(Pending::Cast {
                     sender: s.addr,
@@ -598,7 +598,7 @@ impl Vs {
             .zip(&p.cut)
             .map(|(s, &c)| {
                 let mut h = std::mem::take(&mut s.held);
-                h.split_off(&(c + 1));
+                h.truncate_after(c);
                 h
             })
             .collect();

@@ -38,6 +38,7 @@
 //! [`Vs::poll_timeout`].
 
 mod flush;
+mod held;
 pub mod msg;
 #[cfg(test)]
 mod tests;
@@ -48,8 +49,9 @@ use crate::pack::{PackDecision, PackMode, Packer};
 use crate::time::Instant;
 use core::fmt;
 use core::time::Duration;
+use held::Held;
 use msg::{Header, VsMsg};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 /// A view: its number and the coordinator that made it, compared in that order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -324,7 +326,7 @@ struct Stream {
     /// Casts up to here are stable and dropped.
     stable: u64,
     /// Held casts past `stable` (contiguous up to `received`, then any that came early).
-    held: BTreeMap<u64, Vec<u8>>,
+    held: Held,
     /// The highest cast known to exist.
     highest_known: u64,
     last_heard: Instant,
@@ -339,7 +341,7 @@ impl Stream {
             received: 0,
             delivered: 0,
             stable: 0,
-            held: BTreeMap::new(),
+            held: Held::default(),
             highest_known: 0,
             last_heard: now,
             nak_after: Instant::ZERO,
@@ -348,7 +350,7 @@ impl Stream {
 
     /// Takes cast `seq`; false if it was a duplicate or beyond the window.
     fn insert(&mut self, seq: u64, payload: &[u8], window: usize) -> Result<bool, ()> {
-        if seq <= self.received || self.held.contains_key(&seq) {
+        if seq <= self.received || self.held.contains(seq) {
             return Ok(false);
         }
         // The next cast in order is always taken (within the window): only casts that came
@@ -362,11 +364,9 @@ impl Stream {
         {
             return Err(());
         }
-        self.held.insert(seq, payload.to_vec());
+        self.held.insert(seq, payload);
         self.highest_known = self.highest_known.max(seq);
-        while self.held.contains_key(&(self.received + 1)) {
-            self.received += 1;
-        }
+        self.received = self.held.end() - 1;
         Ok(true)
     }
 
@@ -377,12 +377,7 @@ impl Stream {
             return;
         }
         self.stable = upto;
-        while let Some((&k, _)) = self.held.first_key_value() {
-            if k > upto {
-                break;
-            }
-            self.held.remove(&k);
-        }
+        self.held.drop_upto(upto);
     }
 }
 
@@ -425,7 +420,7 @@ enum Pending {
 struct Prev {
     view: ViewId,
     members: Vec<Address>,
-    held: Vec<BTreeMap<u64, Vec<u8>>>,
+    held: Vec<Held>,
 }
 
 /// The pinwheel token as this member last saw it.
@@ -674,7 +669,7 @@ impl Vs {
         let rank = self.rank;
         let own = &mut self.streams[rank];
         let seq = own.received + 1;
-        own.held.insert(seq, payload.to_vec());
+        own.held.insert(seq, payload);
         own.received = seq;
         own.highest_known = seq;
         self.unsent_bytes += msg::RECORD_HEADER_BYTES + payload.len();
@@ -1081,7 +1076,7 @@ impl Vs {
                     s.set_stable(seq - 1);
                 }
                 let s = &self.streams[i];
-                let payload = s.held.get(&seq).expect("held up to received");
+                let payload = s.held.get(seq).expect("held up to received");
                 return Some(f(Upcall::Cast {
                     sender,
                     seq,
@@ -1184,16 +1179,20 @@ impl Vs {
                 (&s.held, s.stable, s.addr, self.view)
             };
             let first = from.max(stable + 1);
-            if first > upto || !held.contains_key(&first) {
+            if first > upto || !held.contains(first) {
                 continue;
             }
             let mut bytes = msg::data_bytes(0, std::iter::empty());
             let mut last = first;
             while last < upto {
-                let Some(p) = held.get(&(last + 1)) else {
+                let Some(p) = held.get(last + 1) else {
                     break;
                 };
-                if bytes + msg::RECORD_HEADER_BYTES + p.len() + held[&first].len() + 4
+                if bytes
+                    + msg::RECORD_HEADER_BYTES
+                    + p.len()
+                    + held.get(first).map_or(0, <[u8]>::len)
+                    + 4
                     > self.cfg.packet_bytes_max
                 {
                     break;
@@ -1206,7 +1205,7 @@ impl Vs {
                 view,
                 from: self.me,
             };
-            let records = (first..=last).map(|k| held[&k].as_slice());
+            let records = (first..=last).filter_map(|k| held.get(k));
             let n = msg::write_data(buf, &h, addr, first, &[], records)?;
             self.counters.records_retransmitted += last - first + 1;
             if last < upto {
@@ -1254,7 +1253,7 @@ impl Vs {
         let mut bytes = msg::data_bytes(vector, std::iter::empty());
         let mut count = 0usize;
         let mut taken = 0usize;
-        for (_, p) in own.held.range(self.sent_upto + 1..) {
+        for p in own.held.range(self.sent_upto + 1, u64::MAX) {
             let add = msg::RECORD_HEADER_BYTES + p.len();
             if count > 0 && (bytes + add > room || count >= cap) {
                 break;
@@ -1267,10 +1266,7 @@ impl Vs {
         let own = &self.streams[self.rank];
         let first = self.sent_upto + 1;
         let h = self.header();
-        let records = own
-            .held
-            .range(first..first + count as u64)
-            .map(|(_, p)| p.as_slice());
+        let records = own.held.range(first, first + count as u64);
         let n = msg::write_data(buf, &h, self.me, first, &report, records)?;
         self.sent_upto += count as u64;
         self.unsent_bytes -= taken;
