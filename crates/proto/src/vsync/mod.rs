@@ -285,7 +285,7 @@ pub struct VsCounters {
     pub dropped_beyond_window: u64,
     pub dropped_control_full: u64,
     pub heartbeats: u64,
-    /// Prompt reports of what arrived (see [`Vs::poll_ack`]).
+    /// Prompt reports of what arrived (adaptive packing, piggybacked stability).
     pub acks: u64,
     pub tokens: u64,
     pub directs_sent: u64,
