@@ -278,6 +278,7 @@ impl Proto {
                         duplicates: vc.duplicates,
                         dropped_bad: vc.dropped_bad + c.dropped_bad,
                         heartbeats: vc.heartbeats,
+                        acks_sent: vc.acks,
                         failures_detected: vc.suspicions,
                         resets_started: vc.flushes_started,
                         resets_completed: vc.views_installed,

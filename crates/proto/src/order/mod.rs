@@ -1161,7 +1161,10 @@ impl Member {
     /// `dynseq`: whether the messages not yet handed to the sequencer go now. The packing
     /// mode decides, as it does for casts: at once with packing off, or when nothing handed
     /// on is outstanding (adaptive); otherwise when they fill a direct or the oldest has
-    /// waited the delay.
+    /// waited the delay. A submit is outstanding until it is delivered here: its
+    /// acknowledgement is the sequencer's cast, which the stack sends at once when the
+    /// sequencer's earlier casts are acknowledged (promptly, see `Vs::poll_ack`), so a
+    /// member that sends once a round finds nothing outstanding, as a caster does.
     fn submit_now(&self, now: Instant) -> bool {
         let outstanding = self.in_flight.len() > self.unsubmitted;
         let full = self.unsubmitted_bytes >= self.cfg.vs.cast_bytes_max / 2;

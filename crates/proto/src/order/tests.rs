@@ -367,3 +367,56 @@ fn deliveries_the_application_does_not_take_hold_the_stack_back() {
     );
     assert_eq!(got, sent - m.sends_pending() as u64);
 }
+
+/// Adaptive packing, one member sending one message a round (burst m=1): each round takes a
+/// few network hops, not `delay_max` (the stack's casts, the sequencer's included, went out
+/// only once the previous one was reported stable, and members with nothing to send
+/// reported a heartbeat interval late); a burst still leaves in a few packed messages.
+#[test]
+fn adaptive_packing_sends_a_lone_message_at_once_and_packs_a_burst() {
+    let delay_max = Duration::from_millis(2);
+    for p in [Protocol::Dynseq, Protocol::Dynord] {
+        let mut c = cfg(p, PackMode::Adaptive { delay_max }, Stability::Piggyback);
+        // Heartbeats far apart: they must not be what lets a cast go.
+        c.vs.heartbeat_interval = Duration::from_secs(1);
+        c.vs.silence_timeout = Duration::from_secs(5);
+        c.vs.window = 256;
+        let mut net = Net::new(&c, 3);
+        let all = |net: &Net, k: usize| (0..3).all(|i| net.msgs(i).len() >= k);
+        for round in 1..=20usize {
+            let now = net.now;
+            net.m(1).send(now, b"lone").unwrap();
+            let mut steps = 0;
+            while !all(&net, round) {
+                net.step();
+                steps += 1;
+                // A step is 100 µs: `delay_max` is 20 of them.
+                assert!(steps <= 5, "{p:?}: round {round} took {steps} steps");
+            }
+        }
+        let data =
+            |net: &mut Net| -> u64 { (0..3).map(|i| net.m(i).vs_counters().data_sent).sum() };
+        let records =
+            |net: &mut Net| -> u64 { (0..3).map(|i| net.m(i).vs_counters().records_sent).sum() };
+        let (d0, r0) = (data(&mut net), records(&mut net));
+        let now = net.now;
+        for k in 0..100u8 {
+            net.m(1).send(now, &[k]).unwrap();
+        }
+        let mut steps = 0;
+        while !all(&net, 120) {
+            net.step();
+            steps += 1;
+            assert!(steps < 200, "{p:?}: the burst is stuck");
+        }
+        let (d, r) = (data(&mut net) - d0, records(&mut net) - r0);
+        assert!(r >= 100, "{p:?}: {r} records");
+        assert!(
+            d <= 12,
+            "{p:?}: {r} records in {d} data messages: not packed"
+        );
+        for i in 1..3 {
+            assert_eq!(net.msgs(i), net.msgs(0), "{p:?}: node {i}");
+        }
+    }
+}

@@ -31,7 +31,10 @@
 //! is bounded.
 //!
 //! Packing: a member's casts waiting to go out leave together in one `Data` message, under the
-//! configured [`PackMode`] (off, fixed delay, adaptive).
+//! configured [`PackMode`] (off, fixed delay, adaptive). Adaptive packing holds casts while
+//! the member's earlier ones are in flight (not yet known received by everyone); with
+//! piggybacked stability members then report what arrived at once (a `Status` to its sender)
+//! when no data message of theirs carries it, so in-flight ends within a round trip.
 //!
 //! Output is drained in this order after every input: [`Vs::poll_transmit`] (messages),
 //! [`Vs::poll_upcall`] (casts, directs, flush and view events, in order), and
@@ -89,7 +92,8 @@ pub struct Proposal {
 /// How members learn that casts are stable (paper 002 §3.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stability {
-    /// STABLE: received vectors ride on data messages and heartbeats.
+    /// STABLE: received vectors ride on data messages and heartbeats (and, with adaptive
+    /// packing, on prompt reports to the casts' senders).
     Piggyback,
     /// PINWHEEL: a token rotates through the members collecting the minimum.
     Pinwheel,
@@ -283,6 +287,8 @@ pub struct VsCounters {
     pub dropped_beyond_window: u64,
     pub dropped_control_full: u64,
     pub heartbeats: u64,
+    /// Prompt reports of what arrived (adaptive packing, piggybacked stability).
+    pub acks: u64,
     pub tokens: u64,
     pub directs_sent: u64,
     pub directs_received: u64,
@@ -307,6 +313,7 @@ crate::counters_sum!(VsCounters {
     dropped_beyond_window,
     dropped_control_full,
     heartbeats,
+    acks,
     tokens,
     directs_sent,
     directs_received,
@@ -463,6 +470,9 @@ pub struct Vs {
     last_to_all: Instant,
     /// Casts received since this member last told the group its vector.
     unreported: u64,
+    /// Piggyback: for every stream (by rank), how far this member last told its owner it
+    /// had received it (see [`Vs::poll_ack`]).
+    acked: Vec<u64>,
     /// Pinwheel: the token while this member holds it, and when it came.
     token: Option<(Token, Instant)>,
     token_round_seen: u64,
@@ -548,6 +558,7 @@ impl Vs {
             rr: 0,
             last_to_all: now,
             unreported: 0,
+            acked: Vec::new(),
             token: None,
             token_round_seen: 0,
             token_seen_at: now,
@@ -1276,6 +1287,7 @@ impl Vs {
         self.counters.records_sent += count as u64;
         self.last_to_all = now;
         self.unreported = 0;
+        self.note_acked_all();
         Some((Dest::All, n))
     }
 
@@ -1299,9 +1311,66 @@ impl Vs {
             self.counters.heartbeats += 1;
             self.last_to_all = now;
             self.unreported = 0;
+            self.note_acked_all();
             return Some((Dest::All, n));
         }
-        None
+        self.poll_ack(now, buf)
+    }
+
+    /// Piggyback: every stream's owner now knows how far this member received it.
+    fn note_acked_all(&mut self) {
+        if self.cfg.stability == Stability::Piggyback {
+            for (a, s) in self.acked.iter_mut().zip(&self.streams) {
+                *a = s.received;
+            }
+        }
+    }
+
+    /// Adaptive packing, piggyback stability: tells the owners of the casts that arrived
+    /// since this member last said so, at once, unless a data message of its own just did.
+    ///
+    /// A sender packs while its earlier casts are not yet known to be received by everyone
+    /// (they are "in flight"). Reports used to ride only on data and heartbeats, so a member
+    /// with nothing to send reported a heartbeat interval late, and a sender that cast once
+    /// a round (burst m=1) found its previous cast still in flight every time and held each
+    /// new one `delay_max` (1.2 ms rounds against 0.1 ms with packing off). Reported at once,
+    /// a cast is acknowledged within a round trip, and a lone cast goes out at once; under
+    /// load the casts made meanwhile still leave packed (the answer to a packet clocks the
+    /// next). The report goes to the one owner whose casts arrived (to all when several
+    /// members' did); a member whose own casts are held by the packer reports too, or two
+    /// members that each wait for the other's report would both wait out `delay_max`.
+    fn poll_ack(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        let adaptive =
+            matches!(self.cfg.pack, PackMode::Adaptive { delay_max } if !delay_max.is_zero());
+        if !adaptive || self.cfg.stability != Stability::Piggyback {
+            return None;
+        }
+        let mut owner = None;
+        let mut several = false;
+        for (r, (s, &a)) in self.streams.iter().zip(&self.acked).enumerate() {
+            if r != self.rank && s.received > a {
+                several |= owner.is_some();
+                owner = Some(r);
+            }
+        }
+        let owner = owner?;
+        let last = self
+            .streams
+            .get(self.rank)
+            .map_or(0, |s| s.received.min(self.sent_upto));
+        let received = self.received_report();
+        let h = self.header();
+        let n = msg::write(buf, &h, &VsMsg::Status { last, received })?;
+        self.counters.acks += 1;
+        if several {
+            self.last_to_all = now;
+            self.unreported = 0;
+            self.note_acked_all();
+            Some((Dest::All, n))
+        } else {
+            self.acked[owner] = self.streams[owner].received;
+            Some((Dest::To(self.members[owner]), n))
+        }
     }
 
     /// Pinwheel: passes the token on once this member has something new for it or it brings a
@@ -1560,6 +1629,7 @@ impl Vs {
             .expect("installed views hold this member");
         self.streams = members.iter().map(|&a| Stream::new(a, now)).collect();
         self.reports = vec![vec![0; members.len()]; members.len()];
+        self.acked = vec![0; members.len()];
         self.members = members.clone();
         self.sent_upto = 0;
         self.unsent_since = None;

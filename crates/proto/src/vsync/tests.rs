@@ -94,7 +94,12 @@ impl Net {
 
     /// Runs for `ms` milliseconds of virtual time, 100 µs a step.
     fn settle(&mut self, ms: u64) {
-        for _ in 0..ms * 10 {
+        self.steps(ms * 10);
+    }
+
+    /// Runs `n` steps of 100 µs: what is sent in a step arrives in it.
+    fn steps(&mut self, n: u64) {
+        for _ in 0..n {
             self.now = Instant(self.now.0 + 100_000);
             for i in 0..self.nodes.len() {
                 self.drain(i);
@@ -374,4 +379,120 @@ fn no_accept_of_a_lower_ballot_after_a_higher_promise() {
         node1.handle_message(now, d);
     }
     assert_eq!(accepts(node1, &mut buf), Vec::<Ballot>::new());
+}
+
+/// Adaptive packing: a member that casts once a round (burst m=1) finds its previous cast
+/// acknowledged at once by members with nothing of their own to send (not a heartbeat
+/// interval later), so its next lone cast goes out at once rather than `delay_max` later;
+/// a burst still leaves packed while its first message is in flight.
+#[test]
+fn adaptive_packing_sends_a_lone_cast_at_once_and_packs_a_burst() {
+    // Heartbeats far apart: the reports that matter here are not theirs.
+    let cfg = VsConfig {
+        heartbeat_interval: Duration::from_secs(1),
+        silence_timeout: Duration::from_secs(5),
+        ..cfg()
+    };
+    let mut net = Net::new(&cfg, 3);
+    assert!(
+        matches!(net.vs(0).config().pack, PackMode::Adaptive { delay_max } if !delay_max.is_zero())
+    );
+    net.settle(200);
+    let v = net.vs(0).view();
+    let heartbeats: Vec<u64> = (0..3).map(|i| net.vs(i).counters().heartbeats).collect();
+    let data0 = net.vs(0).counters().data_sent;
+    for round in 0..5u64 {
+        let now = net.now;
+        net.vs(0).cast(now, b"lone").unwrap();
+        net.drain(0);
+        assert_eq!(
+            net.vs(0).counters().data_sent,
+            data0 + round + 1,
+            "round {round}: the lone cast went out at once"
+        );
+        // Before the others answer, it is in flight: a cast made now would wait.
+        assert_eq!(net.vs(0).unstable(), 1);
+        net.steps(1);
+        assert_eq!(
+            net.vs(0).unstable(),
+            0,
+            "round {round}: acknowledged at once"
+        );
+    }
+    for i in 1..3 {
+        assert_eq!(net.casts_in(i, v).len(), 5, "node {i}");
+        assert!(net.vs(i).counters().acks >= 5, "node {i} acknowledged");
+    }
+    let now_hb: Vec<u64> = (0..3).map(|i| net.vs(i).counters().heartbeats).collect();
+    assert_eq!(now_hb, heartbeats, "no heartbeat was needed");
+
+    // A burst: the first cast goes, the rest wait while it is in flight (no time passes),
+    // then leave together once it is acknowledged.
+    let (d, r) = (
+        net.vs(0).counters().data_sent,
+        net.vs(0).counters().records_sent,
+    );
+    let now = net.now;
+    for k in 0..20u8 {
+        net.vs(0).cast(now, &[k]).unwrap();
+        net.drain(0);
+    }
+    assert_eq!(net.vs(0).counters().data_sent, d + 1, "the rest are held");
+    // The acknowledgement of the first brings the rest out (within the step).
+    net.steps(1);
+    assert_eq!(
+        net.vs(0).counters().data_sent,
+        d + 2,
+        "19 casts in one message"
+    );
+    assert_eq!(net.vs(0).counters().records_sent, r + 20);
+    net.steps(2);
+    for i in 1..3 {
+        assert_eq!(net.casts_in(i, v).len(), 25, "node {i}");
+    }
+    assert_eq!(net.vs(0).unstable(), 0);
+}
+
+/// Members whose casts are held by the packer acknowledge what they receive too: two
+/// members casting bursts at once each wait for the other's report, and with reports only
+/// on data both waited out `delay_max`.
+#[test]
+fn members_that_both_hold_casts_acknowledge_each_other() {
+    let mut net = Net::new(&cfg(), 3);
+    net.settle(200);
+    let v = net.vs(0).view();
+    let now = net.now;
+    for i in 0..3 {
+        for k in 0..10u8 {
+            net.vs(i).cast(now, &[i as u8, k]).unwrap();
+            net.drain(i);
+        }
+        assert_eq!(net.vs(i).unstable(), 10);
+    }
+    // Well within `delay_max` (1 ms): every burst is through.
+    net.steps(3);
+    for i in 0..3 {
+        assert_eq!(net.casts_in(i, v).len(), 30, "node {i}");
+        assert!(net.vs(i).counters().data_sent >= 2, "node {i}");
+    }
+}
+
+/// Without adaptive packing nobody waits for reports: none are sent but on data and
+/// heartbeats, as before.
+#[test]
+fn no_prompt_reports_without_adaptive_packing() {
+    for pack in [
+        PackMode::Off,
+        PackMode::Fixed {
+            delay: Duration::from_millis(1),
+        },
+    ] {
+        let mut net = Net::new(&VsConfig { pack, ..cfg() }, 3);
+        let now = net.now;
+        net.vs(0).cast(now, b"x").unwrap();
+        net.settle(20);
+        for i in 0..3 {
+            assert_eq!(net.vs(i).counters().acks, 0, "{pack:?} node {i}");
+        }
+    }
 }

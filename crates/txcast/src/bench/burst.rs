@@ -345,6 +345,12 @@ struct Point {
     msgs_per_s: Option<f64>,
     round_p50_us: f64,
     round_p99_us: f64,
+    /// At the parent during the point: casts per data message, and the data messages,
+    /// heartbeats and prompt reports (acknowledgements) it sent.
+    records_per_packet: f64,
+    packets: u64,
+    heartbeats: u64,
+    acks: u64,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -410,12 +416,25 @@ fn run_cluster(protocol: &str, pack_name: &str, plan: &Plan) -> io::Result<Vec<P
                     msgs_per_s: None,
                     round_p50_us: 0.0,
                     round_p99_us: 0.0,
+                    records_per_packet: 0.0,
+                    packets: 0,
+                    heartbeats: 0,
+                    acks: 0,
                 };
                 if collapsed {
                     out.push(p);
                     continue;
                 }
-                match point(&mut me, exp, m, rounds, plan) {
+                let c0 = me.g.info().counters;
+                let r = point(&mut me, exp, m, rounds, plan);
+                let c1 = me.g.info().counters;
+                p.packets = c1.packets_sent.saturating_sub(c0.packets_sent);
+                p.heartbeats = c1.heartbeats.saturating_sub(c0.heartbeats);
+                p.acks = c1.acks_sent.saturating_sub(c0.acks_sent);
+                p.records_per_packet = c1.records_multicast.saturating_sub(c0.records_multicast)
+                    as f64
+                    / p.packets.max(1) as f64;
+                match r {
                     Ok((rate, mut lat)) => {
                         lat.sort_by(f64::total_cmp);
                         p.msgs_per_s = Some(rate);
@@ -438,8 +457,15 @@ fn run_cluster(protocol: &str, pack_name: &str, plan: &Plan) -> io::Result<Vec<P
                     exp.name(),
                     m,
                     p.msgs_per_s.map_or("collapsed".into(), |r| format!(
-                        "{:>12.0} msg/s  round p50 {:>9.0} µs  p99 {:>9.0} µs",
-                        r, p.round_p50_us, p.round_p99_us
+                        "{:>12.0} msg/s  round p50 {:>9.0} µs  p99 {:>9.0} µs  \
+                         rec/pkt {:>6.1}  pkts {:>6}  hb {:>6}  acks {:>6}",
+                        r,
+                        p.round_p50_us,
+                        p.round_p99_us,
+                        p.records_per_packet,
+                        p.packets,
+                        p.heartbeats,
+                        p.acks
                     ))
                 );
                 out.push(p);
@@ -610,7 +636,7 @@ pub fn run(args: &[String]) -> i32 {
     if opts.flag("json") {
         for p in &points {
             println!(
-                "{{\"bench\":\"burst\",\"protocol\":\"{}\",\"pack\":\"{}\",\"experiment\":\"{}\",\"m\":{},\"members\":{},\"bytes\":{},\"rounds\":{},\"msgs_per_s\":{},\"round_p50_us\":{:.1},\"round_p99_us\":{:.1}}}",
+                "{{\"bench\":\"burst\",\"protocol\":\"{}\",\"pack\":\"{}\",\"experiment\":\"{}\",\"m\":{},\"members\":{},\"bytes\":{},\"rounds\":{},\"msgs_per_s\":{},\"round_p50_us\":{:.1},\"round_p99_us\":{:.1},\"records_per_packet\":{:.2},\"packets\":{},\"heartbeats\":{},\"acks\":{}}}",
                 p.protocol,
                 p.pack,
                 p.exp.name(),
@@ -620,7 +646,11 @@ pub fn run(args: &[String]) -> i32 {
                 p.rounds,
                 p.msgs_per_s.map_or("null".into(), |r| format!("{r:.0}")),
                 p.round_p50_us,
-                p.round_p99_us
+                p.round_p99_us,
+                p.records_per_packet,
+                p.packets,
+                p.heartbeats,
+                p.acks
             );
         }
     }
