@@ -103,7 +103,9 @@ pub(crate) struct Header {
 /// payload, then `seq = pos + 1` (Release), then `meta = (kind, len)` (Release). The consumer
 /// takes a slot whose `seq` is `pos + 1` and whose `meta` is no longer a reservation, so a
 /// producer that dies at any point after writing its reservation leaves a slot the consumer
-/// can recover.
+/// can recover. The consumer frees a slot by advancing the header's `head` (producers reserve
+/// against it); it writes nothing into the slot, so slot lines only travel from producer to
+/// consumer.
 #[repr(C)]
 pub(crate) struct SlotHeader {
     pub seq: AtomicU64,

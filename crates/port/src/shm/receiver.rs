@@ -549,9 +549,10 @@ struct SlotRelease<'a> {
 
 impl Drop for SlotRelease<'_> {
     fn drop(&mut self) {
+        // Producers reserve against the head alone, so the slot itself is not written: the
+        // consumer never takes a producer's cache line for its own (its sequence word,
+        // `pos + 1` now, cannot match a later lap's `pos + lap + 1`).
         let pos = *self.head;
-        let next_lap = pos.wrapping_add(self.seg.layout.slot_count as u64);
-        self.seg.slot(pos).seq.store(next_lap, Ordering::Release);
         *self.head = pos.wrapping_add(1);
         self.seg
             .header()
