@@ -417,6 +417,13 @@ fn a_standby_oracle_takes_over_when_the_oracle_fails() {
         Duration::from_secs(5),
     )
     .unwrap();
+    // That registration reaches the standby too before the oracle fails (replication is
+    // asynchronous: stopped at once, the oracle could take it down with it on a loaded
+    // machine, and the standby's count below came out one short).
+    assert!(serve_until(&mut wr, |r| only_standby
+        .lookup(r, addr(34, 3, 6))
+        .unwrap()
+        .is_some()));
     // The oracle fails.
     stop_p.store(true, Ordering::SeqCst);
     let p = p.join().unwrap();
