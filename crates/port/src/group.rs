@@ -247,7 +247,7 @@ impl Proto {
         }
     }
 
-    fn info(&self) -> GroupInfo {
+    fn info(&self, now: Instant) -> GroupInfo {
         match self {
             Proto::Sequencer(m) => m.info(),
             Proto::Ordered(m) => {
@@ -255,7 +255,11 @@ impl Proto {
                 let c = m.counters();
                 let vc = m.vs_counters();
                 GroupInfo {
-                    state: state_of(m.state()),
+                    state: if m.blocked(now) {
+                        State::Blocked
+                    } else {
+                        state_of(m.state())
+                    },
                     epoch: Epoch {
                         number: v.number,
                         coordinator: v.coordinator,
@@ -400,6 +404,12 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
                 OrderEvent::Left => GroupEvent::LeaveDone,
                 OrderEvent::Expelled => GroupEvent::Expelled,
                 OrderEvent::JoinFailed => GroupEvent::JoinFailed,
+                // As for a sequencer group whose rebuild found too few survivors: blocked,
+                // and trying again.
+                OrderEvent::Blocked { reachable, needed } => GroupEvent::ResetFailed {
+                    survivors: reachable,
+                    needed,
+                },
             });
         }
         if !st.joined && m.state() == VsState::Normal {
@@ -755,7 +765,8 @@ impl Group {
 
     /// `GetInfoGroup`: view, members, sequencer, sequence numbers, counters.
     pub fn info(&self) -> GroupInfo {
-        self.shared.lock().m.info()
+        let now = self.engine.now();
+        self.shared.lock().m.info(now)
     }
 
     /// Completions and failures since the last call (joins, leaves, failures detected,

@@ -800,6 +800,16 @@ impl Sim {
                     p.done.push(msg_id);
                     continue;
                 }
+                OrderEvent::Blocked { reachable, needed } => {
+                    let m = self.procs[i].m.as_ref().expect("live");
+                    if m.state() != VsState::Flushing || reachable > m.members().len() {
+                        let what = format!(
+                            "{addr}: Blocked ({reachable} of {needed}) outside a view change"
+                        );
+                        return Err(self.fail(what));
+                    }
+                    continue;
+                }
                 OrderEvent::JoinFailed => Fate::JoinFailed,
                 OrderEvent::Left => {
                     self.leaves_done(i);

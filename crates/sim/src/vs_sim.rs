@@ -124,6 +124,8 @@ struct Proc {
     /// (sender, k) of every cast delivered here.
     seen: HashSet<(Address, u64)>,
     leaving: bool,
+    /// `Upcall::Blocked` came during the current view change.
+    blocked_reported: bool,
 }
 
 /// What a cast was, when it was made.
@@ -368,6 +370,7 @@ impl Sim {
             view: None,
             seen: HashSet::new(),
             leaving: false,
+            blocked_reported: false,
         });
         Some(i)
     }
@@ -420,6 +423,7 @@ impl Sim {
         let vs = Vs::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
             .expect("valid config");
         self.procs[i].vs = Some(vs);
+        self.procs[i].blocked_reported = false;
         self.joins += 1;
     }
 
@@ -733,6 +737,7 @@ impl Sim {
                     Upcall::Left => Up::Left,
                     Upcall::Expelled => Up::Expelled,
                     Upcall::JoinFailed => Up::JoinFailed,
+                    Upcall::Blocked { .. } => Up::Blocked,
                     Upcall::Direct { .. } => Up::Other,
                 }) else {
                     break;
@@ -759,7 +764,22 @@ impl Sim {
         let who = self.procs[i].addr;
         match up {
             Up::Cast(sender, seq, payload) => self.check_cast(i, sender, seq, &payload)?,
-            Up::View(id, members) => self.check_view(i, id, members)?,
+            Up::View(id, members) => {
+                self.procs[i].blocked_reported = false;
+                self.check_view(i, id, members)?
+            }
+            Up::Blocked => {
+                let p = &self.procs[i];
+                let flushing =
+                    p.vs.as_ref()
+                        .is_some_and(|vs| vs.state() == VsState::Flushing);
+                if !flushing || p.blocked_reported {
+                    return Err(self.fail(format!(
+                        "{who}: Blocked outside a view change, or twice in one"
+                    )));
+                }
+                self.procs[i].blocked_reported = true;
+            }
             Up::Flush => {
                 if self.trace {
                     eprintln!("{:>10} {who} flush upcall", self.now);
@@ -995,6 +1015,24 @@ impl Sim {
             return Ok(false);
         }
         if self.majority_lost() {
+            // Cut off from a majority for good: every live member of the newest view says
+            // it is blocked (it did, once, through `Upcall::Blocked`).
+            let (_, members) = self.views.iter().next_back().expect("a view");
+            for i in self.live() {
+                let p = &self.procs[i];
+                let vs = p.vs.as_ref().expect("live");
+                if members.contains(&p.addr)
+                    && matches!(vs.state(), VsState::Normal | VsState::Flushing)
+                    && !(vs.blocked(self.t()) && p.blocked_reported)
+                {
+                    return Err(self.fail(format!(
+                        "{} is cut off from a majority of its view but does not say it is \
+                         blocked: {}",
+                        p.addr,
+                        vs.debug_state()
+                    )));
+                }
+            }
             return Ok(true);
         }
         let states: Vec<String> = self
@@ -1031,6 +1069,7 @@ enum Up {
     Left,
     Expelled,
     JoinFailed,
+    Blocked,
     Other,
 }
 

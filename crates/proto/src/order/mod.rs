@@ -211,6 +211,15 @@ pub enum OrderEvent {
     Left,
     Expelled,
     JoinFailed,
+    /// A view change has lasted [`crate::vsync::BLOCKED_AFTER_FLUSH_TIMEOUTS`] flush
+    /// timeouts: this member most likely cannot reach a majority of its view, and delivers
+    /// nothing until a view is installed or it learns it was left out. Once per view change;
+    /// `reachable` members of the view are not suspected (this one included), `needed` is a
+    /// majority.
+    Blocked {
+        reachable: usize,
+        needed: usize,
+    },
 }
 
 /// What a member counted (the stack's counters are in [`Member::vs_counters`]).
@@ -282,6 +291,7 @@ enum Up {
     Left,
     Expelled,
     JoinFailed,
+    Blocked { reachable: usize, needed: usize },
     Ignore,
 }
 
@@ -427,6 +437,12 @@ impl Member {
 
     pub fn state(&self) -> VsState {
         self.vs.state()
+    }
+
+    /// Whether a view change has lasted long enough to call this member blocked (see
+    /// [`OrderEvent::Blocked`]).
+    pub fn blocked(&self, now: Instant) -> bool {
+        self.vs.blocked(now)
     }
 
     pub fn view(&self) -> ViewId {
@@ -603,6 +619,7 @@ impl Member {
                 Upcall::Left => Up::Left,
                 Upcall::Expelled => Up::Expelled,
                 Upcall::JoinFailed => Up::JoinFailed,
+                Upcall::Blocked { reachable, needed } => Up::Blocked { reachable, needed },
             }) else {
                 self.follow_chain(now);
                 let before = self.vs.counters().casts;
@@ -620,6 +637,9 @@ impl Member {
                 Up::Left => self.events.push_back(OrderEvent::Left),
                 Up::Expelled => self.events.push_back(OrderEvent::Expelled),
                 Up::JoinFailed => self.events.push_back(OrderEvent::JoinFailed),
+                Up::Blocked { reachable, needed } => self
+                    .events
+                    .push_back(OrderEvent::Blocked { reachable, needed }),
                 Up::Ignore => {}
             }
             self.follow_chain(now);

@@ -246,7 +246,7 @@ impl Vs {
         }
         self.fl.promised = Some(ballot);
         self.fl.touched = Some(now);
-        self.state = VsState::Flushing;
+        self.enter_flushing(now);
         if self.fl.frozen.is_some() {
             return self.answer_flush(now, ballot, h.from);
         }
@@ -297,7 +297,7 @@ impl Vs {
         }
         self.fl.promised = Some(ballot);
         self.fl.touched = Some(now);
-        self.state = VsState::Flushing;
+        self.enter_flushing(now);
         self.fl.to_accept = Some((ballot, p, h.from));
         self.flush_progress(now);
     }

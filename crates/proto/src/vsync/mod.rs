@@ -267,7 +267,21 @@ pub enum Upcall<'a> {
     /// A view was installed without this member.
     Expelled,
     JoinFailed,
+    /// The view change has lasted [`BLOCKED_AFTER_FLUSH_TIMEOUTS`] flush timeouts: this
+    /// member most likely cannot reach a majority of its view (it is in a minority, or cut
+    /// off), and it delivers nothing until a view change completes (a `View`) or it learns
+    /// it was left out (`Expelled`). Once per view change. `reachable` counts this view's
+    /// members it does not suspect, itself included; `needed` is a majority of the view.
+    Blocked {
+        reachable: usize,
+        needed: usize,
+    },
 }
+
+/// A view change that lasts this many flush timeouts is reported as blocked
+/// ([`Upcall::Blocked`], [`Vs::blocked`]). A flush that loses no one ends within about one;
+/// a stalled coordinator is replaced after three.
+pub const BLOCKED_AFTER_FLUSH_TIMEOUTS: u32 = 5;
 
 /// What a member counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -414,6 +428,10 @@ enum Pending {
     Left,
     Expelled,
     JoinFailed,
+    Blocked {
+        reachable: usize,
+        needed: usize,
+    },
 }
 
 /// The view before the current one, kept after a commit: a member of the next view that
@@ -470,6 +488,10 @@ pub struct Vs {
     last_to_all: Instant,
     /// Casts received since this member last told the group its vector.
     unreported: u64,
+    /// When the current view change began (the first flush message this view), and whether
+    /// it has been reported blocked.
+    flushing_since: Option<Instant>,
+    blocked_told: bool,
     /// Piggyback: for every stream (by rank), how far this member last told its owner it
     /// had received it (see [`Vs::poll_ack`]).
     acked: Vec<u64>,
@@ -558,6 +580,8 @@ impl Vs {
             rr: 0,
             last_to_all: now,
             unreported: 0,
+            flushing_since: None,
+            blocked_told: false,
             acked: Vec::new(),
             token: None,
             token_round_seen: 0,
@@ -584,6 +608,42 @@ impl Vs {
 
     pub fn state(&self) -> VsState {
         self.state
+    }
+
+    /// Whether a view change has been under way for [`BLOCKED_AFTER_FLUSH_TIMEOUTS`] flush
+    /// timeouts (see [`Upcall::Blocked`]).
+    pub fn blocked(&self, now: Instant) -> bool {
+        self.state == VsState::Flushing && self.blocked_at().is_some_and(|t| now >= t)
+    }
+
+    fn blocked_at(&self) -> Option<Instant> {
+        self.flushing_since
+            .map(|t| t + self.cfg.flush_timeout * BLOCKED_AFTER_FLUSH_TIMEOUTS)
+    }
+
+    /// The view change begins (or goes on).
+    pub(super) fn enter_flushing(&mut self, now: Instant) {
+        self.state = VsState::Flushing;
+        if self.flushing_since.is_none() {
+            self.flushing_since = Some(now);
+        }
+    }
+
+    /// Reports a view change that has lasted too long, once.
+    fn blocked_tick(&mut self, now: Instant) {
+        if self.blocked_told || !self.blocked(now) {
+            return;
+        }
+        self.blocked_told = true;
+        let reachable = self
+            .members
+            .iter()
+            .filter(|a| !self.suspects.contains(a))
+            .count();
+        self.upcalls.push_back(Pending::Blocked {
+            reachable,
+            needed: self.members.len() / 2 + 1,
+        });
     }
 
     pub fn config(&self) -> &VsConfig {
@@ -1065,6 +1125,10 @@ impl Vs {
                 Pending::Left => f(Upcall::Left),
                 Pending::Expelled => f(Upcall::Expelled),
                 Pending::JoinFailed => f(Upcall::JoinFailed),
+                Pending::Blocked { reachable, needed } => f(Upcall::Blocked {
+                    reachable: *reachable,
+                    needed: *needed,
+                }),
             };
             return Some(r);
         }
@@ -1507,6 +1571,11 @@ impl Vs {
             }
         }
         let flushing = self.state == VsState::Flushing;
+        if flushing && !self.blocked_told {
+            if let Some(b) = self.blocked_at() {
+                at(b);
+            }
+        }
         if let Some(x) = self.fl.timeout(
             self.cfg.retransmit_timeout,
             self.cfg.flush_timeout,
@@ -1530,6 +1599,7 @@ impl Vs {
             self.leave_tick(now);
         }
         self.flush_tick(now);
+        self.blocked_tick(now);
     }
 
     fn nak_tick(&mut self, now: Instant) {
@@ -1645,6 +1715,8 @@ impl Vs {
         self.token_passed_stable = Vec::new();
         self.last_to_all = Instant::ZERO;
         self.state = VsState::Normal;
+        self.flushing_since = None;
+        self.blocked_told = false;
         self.counters.views_installed += 1;
         self.upcalls.push_back(Pending::View(ViewChange {
             id,

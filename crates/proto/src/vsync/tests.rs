@@ -14,6 +14,7 @@ enum Log {
     Cast(Address, u64, Vec<u8>),
     Left,
     Expelled,
+    Blocked(usize, usize),
 }
 
 struct Net {
@@ -24,6 +25,8 @@ struct Net {
     wire: VecDeque<(usize, Vec<u8>)>,
     /// Each node's casts to make during a flush (the layer above's share).
     buf: Vec<u8>,
+    /// A node whose packets, both ways, are lost.
+    cut: Option<usize>,
 }
 
 impl Net {
@@ -34,6 +37,7 @@ impl Net {
             logs: Vec::new(),
             wire: VecDeque::new(),
             buf: vec![0u8; 65536],
+            cut: None,
         };
         net.nodes
             .push(Some(Vs::create(cfg.clone(), addr(0), net.now).unwrap()));
@@ -65,6 +69,7 @@ impl Net {
                 Upcall::Flush => None,
                 Upcall::Left => Some(Log::Left),
                 Upcall::Expelled => Some(Log::Expelled),
+                Upcall::Blocked { reachable, needed } => Some(Log::Blocked(reachable, needed)),
                 _ => None,
             }) {
                 match l {
@@ -83,7 +88,9 @@ impl Net {
                     Dest::All => vs.fanout().map(|a| a.site as usize).collect(),
                 };
                 for t in targets {
-                    self.wire.push_back((t, self.buf[..n].to_vec()));
+                    if self.cut.is_none_or(|c| c != i && c != t) {
+                        self.wire.push_back((t, self.buf[..n].to_vec()));
+                    }
                 }
             }
             if !sent && !vs.has_upcall() {
@@ -495,4 +502,31 @@ fn no_prompt_reports_without_adaptive_packing() {
             assert_eq!(net.vs(i).counters().acks, 0, "{pack:?} node {i}");
         }
     }
+}
+
+/// A member cut off from the other two cannot reach a majority: it says once that it is
+/// blocked, and keeps saying so through `blocked`; the majority installs a view without it
+/// and is never blocked. Healed, the cut-off member learns it was left out.
+#[test]
+fn a_member_cut_off_from_a_majority_says_it_is_blocked() {
+    let cfg = VsConfig::default();
+    let mut net = Net::new(&cfg, 3);
+    net.cut = Some(2);
+    let enough = cfg.silence_timeout + cfg.flush_timeout * (BLOCKED_AFTER_FLUSH_TIMEOUTS + 2);
+    net.settle(enough.as_millis() as u64);
+    let blocked: Vec<&Log> = net.logs[2]
+        .iter()
+        .filter(|l| matches!(l, Log::Blocked(..)))
+        .collect();
+    assert_eq!(blocked, vec![&Log::Blocked(1, 2)]);
+    let now = net.now;
+    assert!(net.vs(2).blocked(now));
+    for i in 0..2 {
+        assert!(!net.vs(i).blocked(now));
+        assert!(!net.logs[i].iter().any(|l| matches!(l, Log::Blocked(..))));
+        assert_eq!(net.vs(i).members(), &[addr(0), addr(1)]);
+    }
+    net.cut = None;
+    net.settle(2 * cfg.flush_timeout.as_millis() as u64 + 500);
+    assert!(net.logs[2].contains(&Log::Expelled), "{:?}", net.logs[2]);
 }
