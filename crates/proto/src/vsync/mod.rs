@@ -1365,13 +1365,7 @@ impl Vs {
         let prompt = self.cfg.stability == Stability::Piggyback
             && self.unreported >= (self.cfg.window as u64 / 4).max(1);
         if prompt || now >= self.last_to_all + self.cfg.heartbeat_interval {
-            let last = self
-                .streams
-                .get(self.rank)
-                .map_or(0, |s| s.received.min(self.sent_upto));
-            let received = self.received_report();
-            let h = self.header();
-            let n = msg::write(buf, &h, &VsMsg::Status { last, received })?;
+            let n = self.write_status(buf)?;
             self.counters.heartbeats += 1;
             self.last_to_all = now;
             self.unreported = 0;
@@ -1379,6 +1373,16 @@ impl Vs {
             return Some((Dest::All, n));
         }
         self.poll_ack(now, buf)
+    }
+
+    /// A `Status`: the last own cast sent, and what this member received of every stream.
+    fn write_status(&self, buf: &mut [u8]) -> Option<usize> {
+        let last = self
+            .streams
+            .get(self.rank)
+            .map_or(0, |s| s.received.min(self.sent_upto));
+        let received = self.received_report();
+        msg::write(buf, &self.header(), &VsMsg::Status { last, received })
     }
 
     /// Piggyback: every stream's owner now knows how far this member received it.
@@ -1418,13 +1422,7 @@ impl Vs {
             }
         }
         let owner = owner?;
-        let last = self
-            .streams
-            .get(self.rank)
-            .map_or(0, |s| s.received.min(self.sent_upto));
-        let received = self.received_report();
-        let h = self.header();
-        let n = msg::write(buf, &h, &VsMsg::Status { last, received })?;
+        let n = self.write_status(buf)?;
         self.counters.acks += 1;
         if several {
             self.last_to_all = now;
