@@ -2652,73 +2652,84 @@ fn acceptances_are_kept_for_the_newest_bases() {
 /// and from a member, round after round with no time passing (it used to wait `delay_max`
 /// at the sequencer, which took any multicast less than `delay_max` old for load); a burst
 /// from either still leaves packed: its first message at once, the rest together once the
-/// first is known received.
+/// first is known received. With and without resilience, PB and BB.
 #[test]
 fn adaptive_packing_sends_a_lone_message_at_once_and_packs_a_burst() {
     let delay_max = Duration::from_millis(1);
-    let cfg = GroupConfig {
-        pack: crate::pack::PackMode::Adaptive { delay_max },
-        // Far apart: heartbeats and periodic reports must not be what lets a message go.
-        heartbeat_interval: Duration::from_secs(1),
-        silence_timeout: Duration::from_secs(2),
-        ..cfg()
-    };
-    let mut net = Net::with_members(&cfg, 3);
-    let start = net.now;
-    let msgs = |net: &mut Net, a: Address| senders(net, a).len();
-    for round in 1..=20usize {
-        // B's message is multicast at once (another member's), then A answers alone.
-        let now = net.now;
-        net.m(B).send(now, b"ask").unwrap();
-        net.flush();
-        net.m(A).send(now, b"answer").unwrap();
-        net.flush();
-        for m in [A, B, C] {
-            assert_eq!(msgs(&mut net, m), 2 * round, "round {round} at {m:?}");
+    for (resilience, method) in [(0, Method::Pb), (1, Method::Pb), (0, Method::Bb)] {
+        let cfg = GroupConfig {
+            pack: crate::pack::PackMode::Adaptive { delay_max },
+            resilience,
+            method,
+            // Far apart: heartbeats and periodic reports must not be what lets a message go.
+            heartbeat_interval: Duration::from_secs(1),
+            silence_timeout: Duration::from_secs(2),
+            ..cfg()
+        };
+        let what = format!("r={resilience} {method:?}");
+        let mut net = Net::with_members(&cfg, 3);
+        let start = net.now;
+        let msgs = |net: &mut Net, a: Address| senders(net, a).len();
+        for round in 1..=20usize {
+            // B's message is multicast at once (another member's), then A answers alone.
+            let now = net.now;
+            net.m(B).send(now, b"ask").unwrap();
+            net.flush();
+            net.m(A).send(now, b"answer").unwrap();
+            net.flush();
+            for m in [A, B, C] {
+                assert_eq!(
+                    msgs(&mut net, m),
+                    2 * round,
+                    "{what}: round {round} at {m:?}"
+                );
+            }
         }
-    }
-    assert_eq!(net.now, start, "no time passed: nothing was held");
-    for m in [A, B, C] {
-        assert_eq!(net.m(m).sends_pending(), 0);
-    }
+        assert_eq!(net.now, start, "{what}: no time passed: nothing was held");
+        for m in [A, B, C] {
+            assert_eq!(net.m(m).sends_pending(), 0, "{what}");
+        }
 
-    // Bursts, each message handed over as the driver does (sent, then polled).
-    for sender in [A, B] {
-        let packets0 = net.m(sender).counters().packets_sent;
-        let acks0 = net.m(sender).counters().acks_sent;
-        let records0: u64 = net.m(A).pack_histogram().iter().sum();
-        let before = msgs(&mut net, C);
-        let now = net.now;
-        for k in 0..100u8 {
-            net.m(sender).send(now, &[k]).unwrap();
-            net.drain(net.idx(sender));
-        }
-        assert_eq!(
-            net.m(sender).counters().packets_sent,
-            packets0 + 1,
-            "{sender:?}: the first goes at once, the rest wait while it is in flight"
-        );
-        net.flush();
-        for m in [A, B, C] {
+        // Bursts, each message handed over as the driver does (sent, then polled).
+        for sender in [A, B] {
+            let packed =
+                |net: &mut Net, a: Address| -> u64 { net.m(a).pack_histogram().iter().sum() };
+            let (own0, seq0) = (packed(&mut net, sender), packed(&mut net, A));
+            let before = msgs(&mut net, C);
+            let now = net.now;
+            for k in 0..100u8 {
+                net.m(sender).send(now, &[k]).unwrap();
+                net.drain(net.idx(sender));
+            }
             assert_eq!(
-                msgs(&mut net, m),
-                before + 100,
-                "{sender:?}'s burst at {m:?}"
+                packed(&mut net, sender),
+                own0 + 1,
+                "{what}: {sender:?}: the first goes at once, the rest wait while it is in flight"
+            );
+            net.flush();
+            for m in [A, B, C] {
+                assert_eq!(
+                    msgs(&mut net, m),
+                    before + 100,
+                    "{what}: {sender:?}'s burst at {m:?}"
+                );
+            }
+            // The sender's packets, and the sequencer's multicasts, carried them few at a time.
+            let own = packed(&mut net, sender) - own0;
+            assert!(
+                own <= 3,
+                "{what}: {sender:?}: 100 messages in {own} packets"
+            );
+            let multicasts = packed(&mut net, A) - seq0;
+            assert!(
+                multicasts <= 3,
+                "{what}: {sender:?}: {multicasts} multicasts"
             );
         }
-        let packets = net.m(sender).counters().packets_sent - packets0;
-        let acks = net.m(sender).counters().acks_sent - acks0;
-        assert!(
-            packets - acks <= 3,
-            "{sender:?}: 100 messages in {packets} packets ({acks} acks): not packed"
-        );
-        // The sequencer's multicasts carried them few at a time.
-        let multicasts: u64 = net.m(A).pack_histogram().iter().sum::<u64>() - records0;
-        assert!(multicasts <= 3, "{sender:?}: {multicasts} multicasts");
+        assert_eq!(net.now, start, "{what}");
+        assert_eq!(net.delivered(B), net.delivered(A), "{what}");
+        assert_eq!(net.delivered(C), net.delivered(A)[1..].to_vec(), "{what}");
     }
-    assert_eq!(net.now, start);
-    assert_eq!(net.delivered(B), net.delivered(A));
-    assert_eq!(net.delivered(C), net.delivered(A)[1..].to_vec());
 }
 
 /// Without adaptive packing the sequencer holds nothing back for reports: members report its
