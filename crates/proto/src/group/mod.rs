@@ -12,9 +12,11 @@
 //!   the sequencer multicasts only a short accept); the sequencer gives it the next sequence
 //!   number and multicasts it, packing several records into one packet under load;
 //! - members detect gaps and send negative acknowledgements; acknowledgements ride on every
-//!   message a member sends to the sequencer; every member keeps a bounded history of records
-//!   until the sequencer reports them stable (received and consumed by every member). When the
-//!   history fills, the sequencer stops ordering and asks every member for its state (sync);
+//!   message a member sends to the sequencer (with adaptive packing a member also reports the
+//!   sequencer's own messages at once: see `transmit`); every member keeps a bounded history of
+//!   records until the sequencer reports them stable (received and consumed by every member).
+//!   When the history fills, the sequencer stops ordering and asks every member for its state
+//!   (sync);
 //! - resilience degree r: records are tentative until the r lowest-ranked members besides the
 //!   sequencer hold them; a send completes when the sender delivers its own message, which is
 //!   after r other members hold it;

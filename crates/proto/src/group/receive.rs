@@ -7,6 +7,7 @@ use super::{
     addr_payload, Control, GroupEvent, Member, State, ViewNews, NAK_SPAN_MAX, UNORDERED_MAX,
 };
 use crate::addr::Address;
+use crate::pack::PackMode;
 use crate::time::Instant;
 
 impl Member {
@@ -210,6 +211,8 @@ impl Member {
             return;
         }
         let before = self.received_upto;
+        // Whether this multicast brought a message of the sequencer's own application.
+        let mut sequencers_own = false;
         if stable_upto > self.stable_upto {
             // First: records that follow may need the room this frees.
             self.stable_upto = stable_upto;
@@ -232,7 +235,9 @@ impl Member {
                 via_bb: r.payload.is_none(),
             };
             match self.history.insert(r.seq, e) {
-                Ok(true) => {}
+                Ok(true) => {
+                    sequencers_own |= r.kind == RecordKind::Message && r.sender == self.sequencer;
+                }
                 Ok(false) | Err(Refused::Old) => self.counters.duplicates += 1,
                 Err(Refused::Beyond) => self.counters.dropped_beyond_window += 1,
             }
@@ -244,7 +249,16 @@ impl Member {
         // The sequencer lets its own messages run at most `send_window` ahead of what every
         // member reported received: report often enough that it never waits for a heartbeat.
         let every = (self.cfg.send_window as u64 / 4).max(1);
+        // Adaptive packing: the sequencer holds its next messages of its own while one it
+        // multicast is not known received by every member, so a member reports such a
+        // message at once (its submission, if one goes out first, carries the report).
+        // Reported only with heartbeats, the sequencer's next lone message waited
+        // `delay_max` whenever the previous one had gone out less than a heartbeat before.
+        let prompt = sequencers_own
+            && self.received_upto > before
+            && matches!(self.cfg.pack, PackMode::Adaptive { delay_max } if !delay_max.is_zero());
         if sync
+            || prompt
             || self.received_upto >= self.last_ack.1 + every
             || (self.received_upto > before
                 && self.is_acker()

@@ -224,6 +224,20 @@ impl Member {
         queued
     }
 
+    /// Whether a message of the sequencer's own application that went out in a multicast is
+    /// not yet reported received by every other member (what adaptive packing calls in
+    /// flight for the sequencer's own messages).
+    pub(super) fn own_multicast_in_flight(&mut self) -> bool {
+        let done = self.received_by_all();
+        let s = self.seqr.as_mut().expect("sequencer");
+        while s.own_in_flight.front().is_some_and(|&q| q <= done) {
+            s.own_in_flight.pop_front();
+        }
+        s.own_in_flight
+            .front()
+            .is_some_and(|&q| q < s.multicast_from)
+    }
+
     /// Whether the sequencer's own application has a message not yet ordered.
     pub(super) fn own_queued(&self) -> bool {
         let s = self.seqr.as_ref().expect("sequencer");

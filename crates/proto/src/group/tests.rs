@@ -2646,3 +2646,119 @@ fn acceptances_are_kept_for_the_newest_bases() {
     assert!(m.accepted_value(news(10).base).is_none());
     assert_eq!(m.accepted.len(), ACCEPTED_MAX);
 }
+
+/// Adaptive packing, idle group: a lone message goes out at once, from the sequencer (just
+/// after a multicast of another member's message, as in `bench burst`'s one-sender rounds)
+/// and from a member, round after round with no time passing (it used to wait `delay_max`
+/// at the sequencer, which took any multicast less than `delay_max` old for load); a burst
+/// from either still leaves packed: its first message at once, the rest together once the
+/// first is known received. With and without resilience, PB and BB.
+#[test]
+fn adaptive_packing_sends_a_lone_message_at_once_and_packs_a_burst() {
+    let delay_max = Duration::from_millis(1);
+    for (resilience, method) in [(0, Method::Pb), (1, Method::Pb), (0, Method::Bb)] {
+        let cfg = GroupConfig {
+            pack: crate::pack::PackMode::Adaptive { delay_max },
+            resilience,
+            method,
+            // Far apart: heartbeats and periodic reports must not be what lets a message go.
+            heartbeat_interval: Duration::from_secs(1),
+            silence_timeout: Duration::from_secs(2),
+            ..cfg()
+        };
+        let what = format!("r={resilience} {method:?}");
+        let mut net = Net::with_members(&cfg, 3);
+        let start = net.now;
+        let msgs = |net: &mut Net, a: Address| senders(net, a).len();
+        for round in 1..=20usize {
+            // B's message is multicast at once (another member's), then A answers alone.
+            let now = net.now;
+            net.m(B).send(now, b"ask").unwrap();
+            net.flush();
+            net.m(A).send(now, b"answer").unwrap();
+            net.flush();
+            for m in [A, B, C] {
+                assert_eq!(
+                    msgs(&mut net, m),
+                    2 * round,
+                    "{what}: round {round} at {m:?}"
+                );
+            }
+        }
+        assert_eq!(net.now, start, "{what}: no time passed: nothing was held");
+        for m in [A, B, C] {
+            assert_eq!(net.m(m).sends_pending(), 0, "{what}");
+        }
+
+        // Bursts, each message handed over as the driver does (sent, then polled).
+        for sender in [A, B] {
+            let packed =
+                |net: &mut Net, a: Address| -> u64 { net.m(a).pack_histogram().iter().sum() };
+            let (own0, seq0) = (packed(&mut net, sender), packed(&mut net, A));
+            let before = msgs(&mut net, C);
+            let now = net.now;
+            for k in 0..100u8 {
+                net.m(sender).send(now, &[k]).unwrap();
+                net.drain(net.idx(sender));
+            }
+            assert_eq!(
+                packed(&mut net, sender),
+                own0 + 1,
+                "{what}: {sender:?}: the first goes at once, the rest wait while it is in flight"
+            );
+            net.flush();
+            for m in [A, B, C] {
+                assert_eq!(
+                    msgs(&mut net, m),
+                    before + 100,
+                    "{what}: {sender:?}'s burst at {m:?}"
+                );
+            }
+            // The sender's packets, and the sequencer's multicasts, carried them few at a time.
+            let own = packed(&mut net, sender) - own0;
+            assert!(
+                own <= 3,
+                "{what}: {sender:?}: 100 messages in {own} packets"
+            );
+            let multicasts = packed(&mut net, A) - seq0;
+            assert!(
+                multicasts <= 3,
+                "{what}: {sender:?}: {multicasts} multicasts"
+            );
+        }
+        assert_eq!(net.now, start, "{what}");
+        assert_eq!(net.delivered(B), net.delivered(A), "{what}");
+        assert_eq!(net.delivered(C), net.delivered(A)[1..].to_vec(), "{what}");
+    }
+}
+
+/// Without adaptive packing the sequencer holds nothing back for reports: members report its
+/// messages only now and then, as before.
+#[test]
+fn no_prompt_reports_without_adaptive_packing() {
+    for pack in [
+        crate::pack::PackMode::Off,
+        crate::pack::PackMode::Fixed {
+            delay: Duration::from_millis(1),
+        },
+    ] {
+        let cfg = GroupConfig {
+            pack,
+            heartbeat_interval: Duration::from_secs(1),
+            silence_timeout: Duration::from_secs(2),
+            ..cfg()
+        };
+        let mut net = Net::with_members(&cfg, 3);
+        let acks0: Vec<u64> = [B, C].map(|m| net.m(m).counters().acks_sent).to_vec();
+        for _ in 0..5 {
+            let now = net.now;
+            net.m(A).send(now, b"x").unwrap();
+            net.run_for(Duration::from_millis(2));
+        }
+        for m in [A, B, C] {
+            assert_eq!(senders(&mut net, m).len(), 5, "{pack:?} at {m:?}");
+        }
+        let acks: Vec<u64> = [B, C].map(|m| net.m(m).counters().acks_sent).to_vec();
+        assert_eq!(acks, acks0, "{pack:?}");
+    }
+}

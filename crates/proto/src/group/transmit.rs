@@ -204,16 +204,16 @@ impl Member {
             let oldest = s.oldest_unsent.unwrap_or(now);
             let full = s.unsent_bytes + GROUP_HEADER_BYTES + ORDER_FIXED_BYTES >= buf.len();
             // The sequencer sends what a batch of input ordered at once. Its own messages come
-            // one call at a time, so under load (a multicast went out less than `delay_max`
-            // ago) they wait for company, as a member's submissions wait while earlier ones
-            // are in flight; a fixed delay holds everything.
+            // one call at a time, so while earlier ones of its own are in flight (multicast and
+            // not yet reported received by every member) they wait for company, as a member's
+            // submissions wait while earlier ones are in flight; a fixed delay holds
+            // everything. (Busy used to mean "a multicast went out less than `delay_max` ago":
+            // any multicast, the one that carried another member's message included, so a
+            // lone message sent in answer to one was held `delay_max`.) Members report such
+            // records at once (see `Member::on_order`), so in flight lasts a round trip.
             let own_only = s.unsent_foreign == 0;
-            let busy = match self.cfg.pack {
-                crate::pack::PackMode::Adaptive { delay_max } => {
-                    own_only && now.saturating_since(s.last_multicast_at) < delay_max
-                }
-                _ => false,
-            };
+            let busy = own_only && self.own_multicast_in_flight();
+            let s = self.seqr.as_ref().expect("sequencer");
             if let PackDecision::HoldUntil(t) = self.packer.decide(oldest, full, busy) {
                 if now < t && !s.sync_due && !s.heartbeat_due {
                     return None;
@@ -222,7 +222,7 @@ impl Member {
         } else if !(s.heartbeat_due || s.accept_news || s.sync_due) {
             return None;
         }
-        let sync = s.sync_due;
+        let sync = self.seqr.as_ref().expect("sequencer").sync_due;
         let mut w = self.order_writer(buf, if sync { FLAG_SYNC } else { 0 })?;
         let s = self.seqr.as_ref().expect("sequencer");
         let (mut seq, end) = (s.multicast_from, s.next_seq);
