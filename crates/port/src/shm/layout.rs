@@ -245,6 +245,13 @@ impl IdentityValues {
         }
     }
 
+    /// A segment of another version of txcast (its magic, another version number). Only its
+    /// identity words can be trusted (they sit at the same offsets in every version so far),
+    /// which is enough to tell whether its owner still lives and to reclaim it if not.
+    pub fn other_version(&self) -> bool {
+        self.magic == MAGIC && self.version != VERSION
+    }
+
     /// Checks the header against the rules and the file size; the error names the broken rule.
     pub fn validate(&self, file_bytes: u64) -> Result<Layout, &'static str> {
         if self.magic != MAGIC {

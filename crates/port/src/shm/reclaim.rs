@@ -49,7 +49,11 @@ fn inspect(path: &Path) -> Result<(IdentityValues, (u64, u64)), ShmError> {
     let mut bytes = [0u8; IDENTITY_BYTES];
     file.read_exact_at(&mut bytes, 0).map_err(ShmError::from)?;
     let values = IdentityValues::from_bytes(&bytes);
-    values.validate(meta.len()).map_err(ShmError::BadSegment)?;
+    // Another version's segment is judged by its owner alone: after an upgrade, the files a
+    // killed process of the old version left behind must not block its address for good.
+    if !values.other_version() {
+        values.validate(meta.len()).map_err(ShmError::BadSegment)?;
+    }
     Ok((values, (meta.dev(), meta.ino())))
 }
 

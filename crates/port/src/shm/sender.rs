@@ -74,6 +74,19 @@ impl RingSender {
             // port there yet, as for a path not yet created.
             return Err(ShmError::NotFound);
         }
+        if values.other_version() {
+            // Not one we can talk to; if its owner is gone, it is the leftover of a dead
+            // process of another version, to be replaced when the port opens again.
+            let owner = ProcessIdentity {
+                pid: values.owner_pid,
+                start_time: values.owner_start_time,
+            };
+            return Err(if owner.alive() {
+                ShmError::BadSegment("version must be 2 (a port of another txcast version)")
+            } else {
+                ShmError::OwnerDead
+            });
+        }
         let layout = values.validate(file_bytes).map_err(ShmError::BadSegment)?;
         let seg = Segment::map(&file, layout.total_bytes, layout).map_err(ShmError::Io)?;
         // Re-read through the full mapping: the words must not have changed under us.

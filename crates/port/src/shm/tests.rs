@@ -290,3 +290,38 @@ fn the_stall_clock_restarts_at_each_position() {
     assert!(rx.has_ready());
     assert_eq!(rx.counters().dead_reservations, 1);
 }
+
+/// After an upgrade: a segment the previous version left behind (its owner killed) neither
+/// blocks the address nor looks like a bad segment to senders; a live one of another
+/// version is refused by name.
+#[test]
+fn another_versions_leftover_is_reclaimed() {
+    let dir = TestDir::new();
+    let rx = ring(&dir, 4, 32);
+    let path = rx.path().to_path_buf();
+    let id = &rx.segment().header().id.0;
+    id.version.store(1, Ordering::Relaxed);
+    assert!(matches!(
+        RingSender::open(&path),
+        Err(ShmError::BadSegment(_))
+    ));
+    // Its owner "dies": pid 0 is never alive. The receiver is leaked, as a killed process
+    // would leave it (no close, no unlink).
+    id.owner_pid.store(0, Ordering::Relaxed);
+    std::mem::forget(rx);
+    assert!(matches!(RingSender::open(&path), Err(ShmError::OwnerDead)));
+    let mut again = RingReceiver::create(
+        &path,
+        RingConfig {
+            slot_count: 4,
+            slot_bytes: 32,
+        },
+    )
+    .expect("the leftover is reclaimed");
+    assert!(again.reclaimed());
+    RingSender::open(&path)
+        .expect("open")
+        .try_send(b"new")
+        .expect("send");
+    assert_eq!(recv_vec(&mut again).as_deref(), Some(&b"new"[..]));
+}
