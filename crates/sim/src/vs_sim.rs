@@ -955,8 +955,42 @@ impl Sim {
 
     /// Every live process is in one view of exactly the live processes, has delivered every
     /// cast of it, has nothing unstable, and is done casting.
+    /// A live member left flushing a view whose majority is gone: cut off when the others
+    /// moved on, and every member that could tell it so has since left, failed or been
+    /// expelled (seed 80652). It blocks, correctly, and must say so; liveness is about the
+    /// others.
+    fn orphan(&self, i: usize) -> bool {
+        let Some(vs) = self.procs[i].vs.as_ref() else {
+            return false;
+        };
+        if vs.state() != VsState::Flushing || vs.members().is_empty() {
+            return false;
+        }
+        let running = vs
+            .members()
+            .iter()
+            .filter(|&&a| self.live().any(|j| self.procs[j].addr == a))
+            .count();
+        running * 2 <= vs.members().len()
+    }
+
+    /// An orphan (or a member of a newest view whose majority is gone) that does not say it
+    /// is blocked.
+    fn check_blocked(&self, i: usize) -> Result<(), Violation> {
+        let p = &self.procs[i];
+        let vs = p.vs.as_ref().expect("live");
+        if vs.blocked(self.t()) && p.blocked_reported {
+            return Ok(());
+        }
+        Err(self.fail(format!(
+            "{} is cut off from a majority of its view but does not say it is blocked: {}",
+            p.addr,
+            vs.debug_state()
+        )))
+    }
+
     fn converged(&self) -> bool {
-        let live: Vec<usize> = self.live().collect();
+        let live: Vec<usize> = self.live().filter(|&i| !self.orphan(i)).collect();
         if live.is_empty() {
             return true;
         }
@@ -1011,6 +1045,9 @@ impl Sim {
 
     /// Convergence after healing, or a justified block; `Ok(true)` for the latter.
     fn check_final(&self) -> Result<bool, Violation> {
+        for i in self.live().filter(|&i| self.orphan(i)) {
+            self.check_blocked(i)?;
+        }
         if self.converged() {
             return Ok(false);
         }
@@ -1023,14 +1060,8 @@ impl Sim {
                 let vs = p.vs.as_ref().expect("live");
                 if members.contains(&p.addr)
                     && matches!(vs.state(), VsState::Normal | VsState::Flushing)
-                    && !(vs.blocked(self.t()) && p.blocked_reported)
                 {
-                    return Err(self.fail(format!(
-                        "{} is cut off from a majority of its view but does not say it is \
-                         blocked: {}",
-                        p.addr,
-                        vs.debug_state()
-                    )));
+                    self.check_blocked(i)?;
                 }
             }
             return Ok(true);

@@ -55,13 +55,18 @@ fn fixed_seeds_pass_every_checker() {
 /// - 31540, 32371, 33900, 34085: members that suspected one another each started a higher
 ///   ballot the moment theirs was beaten (once beaten rounds were dropped, for order seed
 ///   54614), and no round finished: a member now lets another coordinator's round that was
-///   heard from lately finish first.
+///   heard from lately finish first;
+/// - 80652: a member cut off from its view while the others moved on, and whose view's other
+///   members all left or were expelled later, was left flushing alone for good, which is
+///   correct (nobody it can reach knows of the commit that left it out). The checker called
+///   that no convergence; it now counts such a member as an orphan, like the order
+///   simulator, and requires it to say it is blocked (`Upcall::Blocked`).
 #[test]
 fn regression_seeds() {
     let opts = VsSimOptions::default();
     for seed in [
         49, 65, 80, 82, 83, 86, 92, 143, 2104, 2379, 2841, 2894, 3050, 4540, 4972, 31540, 32371,
-        33900, 34085,
+        33900, 34085, 80652,
     ] {
         if let Err(v) = run_vs(seed, &opts) {
             panic!("{v}");
