@@ -194,6 +194,8 @@ struct Proc {
     done: Vec<u64>,
     view: Option<ViewId>,
     view_members: Vec<Address>,
+    /// `OrderEvent::Blocked` came since the last view.
+    blocked_reported: bool,
 }
 
 impl Proc {
@@ -480,6 +482,7 @@ impl Sim {
             done: Vec::new(),
             view: None,
             view_members: Vec::new(),
+            blocked_reported: false,
         });
         Some(i)
     }
@@ -532,6 +535,7 @@ impl Sim {
         let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
             .expect("valid config");
         self.procs[i].m = Some(m);
+        self.procs[i].blocked_reported = false;
         self.joins += 1;
     }
 
@@ -773,7 +777,10 @@ impl Sim {
             };
             match d {
                 D::Msg(s, id, p) => self.check_message(i, s, id, &p)?,
-                D::View(v, members) => self.check_view(i, v, members)?,
+                D::View(v, members) => {
+                    self.procs[i].blocked_reported = false;
+                    self.check_view(i, v, members)?
+                }
             }
         }
         loop {
@@ -808,6 +815,7 @@ impl Sim {
                         );
                         return Err(self.fail(what));
                     }
+                    self.procs[i].blocked_reported = true;
                     continue;
                 }
                 OrderEvent::JoinFailed => Fate::JoinFailed,
@@ -1007,6 +1015,18 @@ impl Sim {
 
     /// Liveness; returns whether the group blocked (correctly).
     fn check_final(&self) -> Result<bool, Violation> {
+        // An orphan blocks, correctly, and says so.
+        for i in self.live().filter(|&i| self.orphan(i)) {
+            let p = &self.procs[i];
+            let m = p.m.as_ref().expect("live");
+            if !(m.blocked(Instant(self.now)) && p.blocked_reported) {
+                return Err(self.fail(format!(
+                    "{} is cut off from a majority of its view but does not say it is blocked: {}",
+                    p.addr,
+                    m.vs().debug_state()
+                )));
+            }
+        }
         if self.converged() {
             return Ok(false);
         }
