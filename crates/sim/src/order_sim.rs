@@ -973,6 +973,15 @@ impl Sim {
     }
 
     fn converged(&self) -> bool {
+        // An orphan takes a few flush timeouts to say it is blocked: wait for that too.
+        let now = Instant(self.now);
+        if self.live().any(|i| {
+            self.orphan(i)
+                && !(self.procs[i].blocked_reported
+                    && self.procs[i].m.as_ref().is_some_and(|m| m.blocked(now)))
+        }) {
+            return false;
+        }
         let live = self.settled();
         if live.is_empty() {
             return true;

@@ -990,6 +990,13 @@ impl Sim {
     }
 
     fn converged(&self) -> bool {
+        // An orphan takes a few flush timeouts to say it is blocked: wait for that too.
+        if self
+            .live()
+            .any(|i| self.orphan(i) && self.check_blocked(i).is_err())
+        {
+            return false;
+        }
         let live: Vec<usize> = self.live().filter(|&i| !self.orphan(i)).collect();
         if live.is_empty() {
             return true;

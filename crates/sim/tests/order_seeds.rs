@@ -70,10 +70,17 @@ fn every_protocol_and_packing_mode_passes_fixed_seeds() {
 /// - 46747: a suspicion kept after the suspect was heard again (a clog healed) made a
 ///   leaving member name another coordinator than the others, so its leave went nowhere;
 /// - 54614: a coordinator died after its proposal was accepted, and every survivor kept a
-///   round of its own that the dead one's higher ballot had beaten, so none started a new one.
+///   round of its own that the dead one's higher ballot had beaten, so none started a new one;
+/// - 103312, 107703: a member cut off while the group went through more views than anyone
+///   keeps commits for was left flushing its old view alone for good (the others, alive,
+///   could not tell it the commit that left it out); a member of a later view now tells it
+///   that it is gone (`Gone`), and it takes itself out;
+/// - 104603: an orphan was required to say it is blocked before it had had the time to.
 #[test]
 fn seeds_that_once_failed() {
-    for seed in [1, 2, 3, 5, 64, 112, 254, 820, 4606, 46747, 54614] {
+    for seed in [
+        1, 2, 3, 5, 64, 112, 254, 820, 4606, 46747, 54614, 103312, 104603, 107703,
+    ] {
         if let Err(v) = run_order(seed, &OrderSimOptions::default()) {
             panic!("{v}");
         }

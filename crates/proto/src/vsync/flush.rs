@@ -636,7 +636,7 @@ impl Vs {
     /// Sends `to`, still in view `old`, the commit that ended it, if this member kept it.
     pub(super) fn tell_commit(&mut self, to: Address, old: ViewId) {
         let Some((_, ballot, p)) = self.commits.iter().find(|(v, _, _)| *v == old).cloned() else {
-            return;
+            return self.tell_gone(to, old);
         };
         let h = Header {
             group: self.cfg.group,
@@ -656,6 +656,29 @@ impl Vs {
             if self.control.len() < super::CONTROL_QUEUE_MAX {
                 self.control.push_back((Dest::To(to), b));
             }
+        }
+    }
+
+    /// `to` speaks in view `old`, whose commit this member does not keep (more than
+    /// `COMMITS_KEPT` views ago, or before it joined). If `to` is not in this member's view
+    /// either, it was left out somewhere since `old` and can never catch up: say so, and it
+    /// takes itself out (`Expelled`) rather than flush alone for good (order sim seed
+    /// 103312).
+    fn tell_gone(&mut self, to: Address, old: ViewId) {
+        if old >= self.view
+            || self.members.contains(&to)
+            || !matches!(self.state, VsState::Normal | VsState::Flushing)
+        {
+            return;
+        }
+        self.queue(Dest::To(to), &VsMsg::Gone);
+    }
+
+    /// The group is at `h.view`, past this member's view, and this member is not in it.
+    pub(super) fn on_gone(&mut self, h: &Header) {
+        if h.view > self.view && matches!(self.state, VsState::Normal | VsState::Flushing) {
+            self.counters.gone += 1;
+            self.left_out();
         }
     }
 

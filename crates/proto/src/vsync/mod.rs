@@ -303,6 +303,8 @@ pub struct VsCounters {
     pub heartbeats: u64,
     /// Prompt reports of what arrived (adaptive packing, piggybacked stability).
     pub acks: u64,
+    /// Told by a member of a later view that this one's view is over without it.
+    pub gone: u64,
     pub tokens: u64,
     pub directs_sent: u64,
     pub directs_received: u64,
@@ -328,6 +330,7 @@ crate::counters_sum!(VsCounters {
     dropped_control_full,
     heartbeats,
     acks,
+    gone,
     tokens,
     directs_sent,
     directs_received,
@@ -894,7 +897,7 @@ impl Vs {
         }
         if h.view > self.view
             && matches!(self.state, VsState::Normal | VsState::Flushing)
-            && !matches!(m, VsMsg::Commit { .. } | VsMsg::Join { .. })
+            && !matches!(m, VsMsg::Commit { .. } | VsMsg::Join { .. } | VsMsg::Gone)
         {
             self.ask_commit(now, h.from);
         }
@@ -914,6 +917,7 @@ impl Vs {
             }
             VsMsg::Accept { ballot } => return self.on_accept(now, &h, ballot),
             VsMsg::Commit { ballot, proposal } => return self.on_commit(now, &h, ballot, proposal),
+            VsMsg::Gone => return self.on_gone(&h),
             _ => {}
         }
         if let VsMsg::Nak { stream, from, to } = m {

@@ -44,6 +44,7 @@ enum Kind {
     Propose = 11,
     Accept = 12,
     Commit = 13,
+    Gone = 14,
 }
 
 /// A broken rule of the message format.
@@ -166,6 +167,9 @@ pub enum VsMsg<'a> {
         ballot: Ballot,
         proposal: Proposal,
     },
+    /// To a member still speaking in a view whose commit the sender no longer keeps: the
+    /// group is at the header's view, and the addressee is not in it.
+    Gone,
 }
 
 struct Reader<'a> {
@@ -354,6 +358,7 @@ pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
             ballot: r.ballot()?,
             proposal: r.proposal()?,
         },
+        k if k == Kind::Gone as u8 => VsMsg::Gone,
         k => return Err(VsWireError::UnknownKind(k)),
     };
     r.end()?;
@@ -467,6 +472,7 @@ pub fn write(buf: &mut [u8], h: &Header, msg: &VsMsg<'_>) -> Option<usize> {
             w.done()
         }
         VsMsg::Leave => Writer::new(buf, Kind::Leave, 0, h)?.done(),
+        VsMsg::Gone => Writer::new(buf, Kind::Gone, 0, h)?.done(),
         VsMsg::Suspect { who } => {
             let mut w = Writer::new(buf, Kind::Suspect, 0, h)?;
             w.addr(*who)?;

@@ -530,3 +530,31 @@ fn a_member_cut_off_from_a_majority_says_it_is_blocked() {
     net.settle(2 * cfg.flush_timeout.as_millis() as u64 + 500);
     assert!(net.logs[2].contains(&Log::Expelled), "{:?}", net.logs[2]);
 }
+
+/// A member cut off while the group goes through more views than anyone keeps commits for
+/// cannot learn the commit that left it out. Once it can talk again, a member of the current
+/// view tells it that it is gone, and it takes itself out rather than flush alone for good.
+#[test]
+fn a_member_left_behind_by_more_views_than_kept_is_told_it_is_gone() {
+    let cfg = VsConfig::default();
+    let mut net = Net::new(&cfg, 3);
+    net.cut = Some(2);
+    let enough = cfg.silence_timeout + cfg.flush_timeout * 3;
+    net.settle(enough.as_millis() as u64);
+    assert_eq!(net.vs(0).members(), &[addr(0), addr(1)]);
+    // More joins, each a view change, than the commits kept.
+    for i in 3..3 + COMMITS_KEPT as u16 + 1 {
+        let now = net.now;
+        net.nodes
+            .push(Some(Vs::join(cfg.clone(), addr(i), addr(0), now).unwrap()));
+        net.logs.push(Vec::new());
+        net.settle(300);
+        assert!(net.vs(0).members().contains(&addr(i)), "{i} joined");
+    }
+    assert!(!net.logs[2].contains(&Log::Expelled));
+    net.cut = None;
+    net.settle(3 * cfg.flush_timeout.as_millis() as u64);
+    assert!(net.logs[2].contains(&Log::Expelled), "{:?}", net.logs[2]);
+    assert_eq!(net.vs(2).counters().gone, 1);
+    assert_eq!(net.vs(2).state(), VsState::Expelled);
+}
