@@ -403,6 +403,7 @@ fn vsync_seeds() -> Vec<Vec<u8>> {
         VsMsg::Accept { ballot },
         VsMsg::Commit { ballot, proposal },
         VsMsg::Leave,
+        VsMsg::Gone,
     ];
     let mut out = Vec::new();
     let mut buf = vec![0u8; 4096];
