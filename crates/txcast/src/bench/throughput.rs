@@ -661,6 +661,8 @@ pub fn run(args: &[String]) -> i32 {
     };
     let load_at_start = load_average();
     let mut runs: Vec<Vec<Measured>> = vec![Vec::new(); plan.cases.len()];
+    // msg/s by case and round, for ratios within a round (see `paired_text`).
+    let mut rates: Vec<Vec<Option<f64>>> = vec![vec![None; plan.repeat as usize]; plan.cases.len()];
     let mut failures = 0;
     let total = plan.cases.len() as u64 * plan.repeat;
     let mut index = 0;
@@ -689,6 +691,7 @@ pub fn run(args: &[String]) -> i32 {
                         p50 / 1000.0,
                         p99 / 1000.0
                     );
+                    rates[case_index][round as usize - 1] = Some(m.outcome.messages_per_second());
                     runs[case_index].push(m);
                 }
                 Err(error) => {
@@ -702,6 +705,7 @@ pub fn run(args: &[String]) -> i32 {
     let heading = heading(&plan, load_at_start);
     let (mut table, json) = render(&measured);
     table.push_str(&runs_text(&runs));
+    table.push_str(&paired_text(&plan.cases, &rates));
     if plan.json {
         eprint!("{heading}{table}");
         print!("{json}");
@@ -764,6 +768,46 @@ fn runs_text(runs: &[Vec<Measured>]) -> String {
             .map(|m| format!("{:.0}", m.outcome.messages_per_second()))
             .collect();
         let _ = writeln!(out, "  {:<22} {}", first.case.name(), rates.join(" "));
+    }
+    out
+}
+
+/// Ratios within each round: a case against its baseline measured just before it. The
+/// machine's state (where the host puts the two vCPUs, above all) moves every cross-core
+/// figure 3–4× between minutes and holds for a while, so a ratio of two medians taken in
+/// different states says less than the median of these.
+fn paired_text(cases: &[Case], rates: &[Vec<Option<f64>>]) -> String {
+    let mut out = String::new();
+    let pairs = [
+        (Case::TxcastLocal, Case::RawSpscRing),
+        (Case::TxcastRemotePackOn, Case::TxcastRemotePackOff),
+    ];
+    for (case, base) in pairs {
+        let (Some(c), Some(b)) = (
+            cases.iter().position(|&x| x == case),
+            cases.iter().position(|&x| x == base),
+        ) else {
+            continue;
+        };
+        let mut ratios: Vec<f64> = rates[c]
+            .iter()
+            .zip(&rates[b])
+            .filter_map(|(x, y)| Some(x.as_ref()? / y.as_ref()?))
+            .collect();
+        if ratios.is_empty() {
+            continue;
+        }
+        let text: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = (ratios[(n - 1) / 2] + ratios[n / 2]) / 2.0;
+        let _ = writeln!(
+            out,
+            "paired by round, {} / {}: {} (median {median:.2})",
+            case.name(),
+            base.name(),
+            text.join(" ")
+        );
     }
     out
 }
@@ -959,6 +1003,20 @@ pub fn child(args: &[String]) -> io::Result<()> {
 mod tests {
     use super::super::strings;
     use super::*;
+
+    #[test]
+    fn paired_ratios_skip_rounds_missing_either_side() {
+        let cases = [Case::RawSpscRing, Case::TxcastLocal];
+        let rates = vec![
+            vec![Some(10.0), Some(20.0), None, Some(8.0)],
+            vec![Some(5.0), Some(4.0), Some(3.0), Some(6.0)],
+        ];
+        assert_eq!(
+            paired_text(&cases, &rates),
+            "paired by round, txcast-local / raw-spsc-ring: 0.50 0.20 0.75 (median 0.50)\n"
+        );
+        assert_eq!(paired_text(&cases[..1], &rates[..1]), "");
+    }
 
     #[test]
     fn outcome_round_trips_through_its_line() {
