@@ -112,13 +112,8 @@ fn addr(site: u16) -> Address {
 /// One engine per process, without a thread by default (the waiting thread runs it, as in
 /// `bench group`); `TXCAST_BENCH_ENGINE=thread` for an engine thread.
 fn open(site: u16) -> io::Result<Port> {
-    let invoker = std::env::var("TXCAST_BENCH_ENGINE").as_deref() != Ok("thread");
     let engine = txcast_port::Engine::start(txcast_port::EngineConfig {
-        mode: if invoker {
-            txcast_port::EngineMode::Invoker
-        } else {
-            txcast_port::EngineMode::Thread
-        },
+        mode: super::engine_mode(),
         ..txcast_port::EngineConfig::default()
     })?;
     Port::open_on(&engine, addr(site), PortConfig::default()).map_err(io::Error::other)
@@ -549,66 +544,50 @@ pub fn run(args: &[String]) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let list = |k: &str, d: &str| -> Vec<String> {
-        opts.value(k)
-            .unwrap_or(d)
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
+    let usage = |e: String| {
+        eprintln!("txcast bench burst: {e}");
+        EXIT_USAGE
     };
-    let protocols = list("protocols", "sequencer,totem,total,dynseq,dynord");
-    let packs = list("packs", "off,adaptive");
+    let protocols = opts.list_or(
+        "protocols",
+        &["sequencer", "totem", "total", "dynseq", "dynord"],
+    );
+    let packs = opts.list_or("packs", &["off", "adaptive"]);
     for p in &protocols {
         if spec(p, PackMode::Off).is_none() {
-            eprintln!("txcast bench burst: unknown protocol {p}");
-            return EXIT_USAGE;
+            return usage(format!("unknown protocol {p}"));
         }
     }
     for p in &packs {
         if pack_of(p).is_none() {
-            eprintln!("txcast bench burst: unknown pack {p}");
-            return EXIT_USAGE;
+            return usage(format!("unknown pack {p}"));
         }
     }
     let mut experiments = Vec::new();
-    for e in list("experiments", "all,one") {
+    for e in opts.list_or("experiments", &["all", "one"]) {
         experiments.push(match e.as_str() {
             "all" => Experiment::All,
             "one" => Experiment::One,
-            _ => {
-                eprintln!("txcast bench burst: unknown experiment {e}");
-                return EXIT_USAGE;
-            }
+            _ => return usage(format!("unknown experiment {e}")),
         });
     }
-    let ms: Vec<u64> = match list("m", "1,10,100,1000,5000")
-        .iter()
-        .map(|s| s.parse().ok().filter(|&m| (1..=100_000).contains(&m)))
-        .collect::<Option<Vec<u64>>>()
-    {
-        Some(v) => v,
-        None => {
-            eprintln!("txcast bench burst: --m: burst lengths 1..=100000");
-            return EXIT_USAGE;
-        }
+    let ms = match opts.u64_list_or("m", &[1, 10, 100, 1000, 5000]) {
+        Ok(v) if !v.is_empty() && v.iter().all(|m| (1..=100_000).contains(m)) => v,
+        Ok(_) => return usage("--m: burst lengths 1..=100000".to_string()),
+        Err(e) => return usage(e),
     };
-    let members: usize = opts
-        .value("members")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    let bytes: usize = opts
-        .value("bytes")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    if !(2..=16).contains(&members) || !(1..=1024).contains(&bytes) {
-        eprintln!("txcast bench burst: --members 2..=16, --bytes 1..=1024");
-        return EXIT_USAGE;
-    }
-    let point_s: f64 = opts
-        .value("point-seconds")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20.0);
+    let (members, bytes) = match (opts.u64_or("members", 3), opts.u64_or("bytes", 64)) {
+        (Ok(n), Ok(b)) if (2..=16).contains(&n) && (1..=1024).contains(&b) => {
+            (n as usize, b as usize)
+        }
+        (Err(e), _) | (_, Err(e)) => return usage(e),
+        _ => return usage("--members 2..=16, --bytes 1..=1024".to_string()),
+    };
+    let point_s: f64 = match opts.value("point-seconds").map(str::parse::<f64>) {
+        None => 20.0,
+        Some(Ok(s)) if s.is_finite() && s > 0.0 => s,
+        Some(_) => return usage("--point-seconds: a positive number of seconds".to_string()),
+    };
     let plan = Plan {
         experiments,
         ms,

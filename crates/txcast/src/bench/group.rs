@@ -107,14 +107,9 @@ fn open(site: u16) -> io::Result<Port> {
     let engine = match ENGINE.get() {
         Some(e) => e.clone(),
         None => {
-            let invoker = std::env::var("TXCAST_BENCH_ENGINE").as_deref() != Ok("thread");
             let e = txcast_port::Engine::start(txcast_port::EngineConfig {
                 idle_spin: Duration::from_micros(spin),
-                mode: if invoker {
-                    txcast_port::EngineMode::Invoker
-                } else {
-                    txcast_port::EngineMode::Thread
-                },
+                mode: super::engine_mode(),
                 ..txcast_port::EngineConfig::default()
             })?;
             ENGINE.get_or_init(|| e).clone()

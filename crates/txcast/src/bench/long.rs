@@ -155,8 +155,8 @@ fn ldg_config(fragment: usize) -> LdgConfig {
 /// Remote: no engine thread, the thread that waits reads the socket itself (one wake-up per
 /// datagram, no hand-off); local: the engine thread has nothing to do.
 fn open(a: Address, remote: bool, cfg: LdgConfig) -> io::Result<Ldg> {
-    let mode = if remote && std::env::var("TXCAST_BENCH_ENGINE").as_deref() != Ok("thread") {
-        EngineMode::Invoker
+    let mode = if remote {
+        super::engine_mode()
     } else {
         EngineMode::Thread
     };

@@ -148,6 +148,16 @@ fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// The engine mode of a benchmark's processes: `Invoker` (the waiting thread runs the engine)
+/// unless `TXCAST_BENCH_ENGINE=thread` asks for an engine thread.
+pub fn engine_mode() -> txcast_port::EngineMode {
+    if std::env::var("TXCAST_BENCH_ENGINE").as_deref() == Ok("thread") {
+        txcast_port::EngineMode::Thread
+    } else {
+        txcast_port::EngineMode::Invoker
+    }
+}
+
 /// Starts the partner process: this executable re-run as `__bench-child <args>`. Its stdin is
 /// closed; stdout and stderr are inherited so its complaints reach the terminal.
 pub fn spawn_child(args: &[String]) -> io::Result<Child> {
