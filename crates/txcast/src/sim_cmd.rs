@@ -84,17 +84,11 @@ fn group(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--messages") {
         opts.messages_per_member = m;
     }
-    if args.iter().any(|a| a == "--no-partitions") {
-        opts.partitions = false;
-    }
-    if args.iter().any(|a| a == "--no-clogs") {
-        opts.clogs = false;
-    }
+    opts.partitions &= !flag(args, "--no-partitions");
+    opts.clogs &= !flag(args, "--no-clogs");
     if let Some(seed) = opt::<u64>(args, "--seed") {
         return one_seed(seed, run_group(seed, &opts), |r| {
-            println!("  group:   {}", r.config);
-            println!("  faults:  {}", r.faults);
-            println!("  network: {:?}", r.net);
+            print_setup(&r.config, &r.faults, &r.net);
             println!(
                 "  {} sent, {} completed, {} delivered; {} crashes, {} leaves, {} joins, {} partitions, {} rebuilds; {} members at the end, last seq {}; trace digest {:016x}",
                 r.sent, r.completed, r.delivered, r.crashes, r.leaves, r.joins, r.partitions, r.resets,
@@ -178,17 +172,11 @@ fn vs(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--casts") {
         opts.casts_per_member = m;
     }
-    if args.iter().any(|a| a == "--no-partitions") {
-        opts.partitions = false;
-    }
-    if args.iter().any(|a| a == "--no-clogs") {
-        opts.clogs = false;
-    }
+    opts.partitions &= !flag(args, "--no-partitions");
+    opts.clogs &= !flag(args, "--no-clogs");
     if let Some(seed) = opt::<u64>(args, "--seed") {
         return one_seed(seed, run_vs(seed, &opts), |r| {
-            println!("  group:   {}", r.config);
-            println!("  faults:  {}", r.faults);
-            println!("  network: {:?}", r.net);
+            print_setup(&r.config, &r.faults, &r.net);
             println!(
                 "  {} casts ({} during flushes), {} delivered; {} crashes, {} leaves, {} joins, {} expulsions, {} partitions, {} clogs",
                 r.casts, r.flush_casts, r.delivered, r.crashes, r.leaves, r.joins, r.expulsions, r.partitions, r.clogs
@@ -217,12 +205,8 @@ fn order(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--messages") {
         opts.messages_per_member = m;
     }
-    if args.iter().any(|a| a == "--no-partitions") {
-        opts.partitions = false;
-    }
-    if args.iter().any(|a| a == "--no-clogs") {
-        opts.clogs = false;
-    }
+    opts.partitions &= !flag(args, "--no-partitions");
+    opts.clogs &= !flag(args, "--no-clogs");
     if let Some(p) = opt::<String>(args, "--protocol") {
         let Some(p) = txcast_proto::order::Protocol::from_name(&p) else {
             eprintln!("unknown protocol {p} (totem, total, dynseq, dynord)");
@@ -249,9 +233,7 @@ fn order(args: &[String]) -> i32 {
     }
     if let Some(seed) = opt::<u64>(args, "--seed") {
         return one_seed(seed, run_order(seed, &opts), |r| {
-            println!("  group:   {}", r.config);
-            println!("  faults:  {}", r.faults);
-            println!("  network: {:?}", r.net);
+            print_setup(&r.config, &r.faults, &r.net);
             println!(
                 "  {} sent, {} completed, {} delivered; {} crashes, {} expulsions, {} leaves, {} joins, {} partitions, {} clogs; {} views, {} members at the end ({} cut off){}; trace digest {:016x}",
                 r.sent, r.completed, r.delivered, r.crashes, r.expulsions, r.leaves, r.joins,
@@ -369,4 +351,20 @@ fn seed_range(args: &[String], name: &str, run: impl Fn(u64) -> Result<(), Strin
         started.elapsed().as_secs_f64()
     );
     i32::from(failures > 0)
+}
+
+/// Whether the bare flag `name` was given.
+fn flag(args: &[String], name: &str) -> bool {
+    args.iter().any(|a| a == name)
+}
+
+/// The lines every group simulator prints first for one seed.
+fn print_setup(
+    config: &dyn std::fmt::Display,
+    faults: &dyn std::fmt::Display,
+    net: &dyn std::fmt::Debug,
+) {
+    println!("  group:   {config}");
+    println!("  faults:  {faults}");
+    println!("  network: {net:?}");
 }
