@@ -226,6 +226,11 @@ pub(crate) struct Endpoint {
     pub closed: AtomicBool,
     /// The last read found more than one datagram waiting: read in batches.
     pub recv_busy: AtomicBool,
+    /// `socket` is in the engine's epoll set. An invoker engine adds it only when one of its
+    /// threads first sleeps on the set (`Engine::watch_pending`): while it is in a set, every
+    /// datagram that arrives and every one sent (as its buffer frees) also runs the set's
+    /// wake-up callback, a cost on each hop that a busy-polling port need not pay.
+    pub watched: AtomicBool,
     /// The engine holds messages for this port because its ring was full; the application
     /// clears it (and wakes the engine) when it takes a message.
     pub ring_blocked: AtomicBool,
@@ -258,6 +263,8 @@ pub(crate) struct Shared {
     /// port closed during it would keep its address bound until the sleeper woke, while epoll
     /// holds no reference and forgets a socket the moment it closes.
     epoll_fd: i32,
+    /// Serialises `Engine::watch_pending`.
+    watching: Mutex<()>,
     /// Steps of services that panicked.
     pub services_failed: AtomicU64,
     /// Nanoseconds (engine clock) until which the engine thread sleeps; `u64::MAX` while awake.
@@ -350,6 +357,7 @@ impl Engine {
             )),
             wake_fd,
             epoll_fd,
+            watching: Mutex::new(()),
             sleeping_until: AtomicU64::new(u64::MAX),
             sleepers: Mutex::new((0, u64::MAX)),
             wake_pending: AtomicBool::new(false),
@@ -433,14 +441,40 @@ impl Engine {
 
     pub(crate) fn register(&self, ep: Arc<Endpoint>) -> std::io::Result<()> {
         let (fd, addr) = (ep.socket.as_raw_fd(), ep.addr);
+        if self.is_invoker() {
+            self.shared.endpoints.write().expect("engine lock").push(ep);
+            // A thread asleep on the epoll set wakes and goes back to sleep with this socket
+            // in it (see `watch_pending`).
+            self.wake_invoker_sleepers();
+            return Ok(());
+        }
+        ep.watched.store(true, Ordering::SeqCst);
         self.shared.endpoints.write().expect("engine lock").push(ep);
         self.watch(fd).inspect_err(|_| self.unregister(addr))
+    }
+
+    /// Invoker mode, before a thread sleeps on the epoll set: adds the ports' sockets that are
+    /// not in it yet. A socket with datagrams already waiting is ready the moment it is added.
+    fn watch_pending(&self) {
+        let eps = self.shared.endpoints.read().expect("engine lock");
+        for ep in eps.iter() {
+            if ep.watched.load(Ordering::Acquire) {
+                continue;
+            }
+            let _one = self.shared.watching.lock().expect("watching lock");
+            if !ep.watched.load(Ordering::Acquire) && self.epoll_add(ep.socket.as_raw_fd()).is_ok()
+            {
+                ep.watched.store(true, Ordering::Release);
+            }
+        }
     }
 
     pub(crate) fn unregister(&self, addr: Address) {
         let mut eps = self.shared.endpoints.write().expect("engine lock");
         for ep in eps.iter().filter(|e| e.addr == addr) {
-            self.unwatch(ep.socket.as_raw_fd());
+            if ep.watched.load(Ordering::Acquire) {
+                self.unwatch(ep.socket.as_raw_fd());
+            }
             if let Some(g) = ep.group_socket.get() {
                 self.unwatch(g.as_raw_fd());
             }
@@ -450,6 +484,12 @@ impl Engine {
 
     /// Adds a socket to the set sleepers wait on, and wakes the engine thread to read it.
     pub(crate) fn watch(&self, fd: i32) -> std::io::Result<()> {
+        self.epoll_add(fd)?;
+        self.wake();
+        Ok(())
+    }
+
+    fn epoll_add(&self, fd: i32) -> std::io::Result<()> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: fd as u64,
@@ -459,7 +499,6 @@ impl Engine {
         if rc < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        self.wake();
         Ok(())
     }
 
@@ -635,6 +674,7 @@ impl Engine {
             Some(n) if alone && self.sleep_in_read(own, Duration::from_nanos(n), woke) => false,
             Some(n) => {
                 use crate::mmsg::EpollWake;
+                self.watch_pending();
                 match crate::mmsg::epoll_sleep(self.shared.epoll_fd, Duration::from_nanos(n)) {
                     EpollWake::TimedOut => false,
                     EpollWake::Event(WAKE_TOKEN) => {
@@ -685,7 +725,7 @@ impl Engine {
             let r = batch.recv_one_waiting(&own.socket);
             woke();
             if let Ok(1) = r {
-                self.handle_batch(own, &batch, 1);
+                self.handle_batch(own, &batch, 1, self.now());
             }
         }
         self.shared.blocked.store(false, Ordering::SeqCst);
@@ -879,15 +919,19 @@ impl Engine {
         };
         let eps = self.shared.endpoints.read().expect("engine lock");
         let mut work = self.run_fanout();
+        // One reading of the clock serves the whole cycle: what arrives in it is stamped with
+        // the time the cycle began (a read on the path of every packet costs more than the
+        // few microseconds a batch may take).
+        let now = self.now();
         for ep in eps.iter() {
             if read != Read::No {
                 let ready = read == Read::Ready;
-                work += self.receive(ep, &ep.socket, &mut batch, ready);
+                work += self.receive(ep, &ep.socket, &mut batch, ready, now);
                 if let Some(g) = ep.group_socket.get() {
-                    work += self.receive(ep, g, &mut batch, ready);
+                    work += self.receive(ep, g, &mut batch, ready, now);
                 }
             }
-            work += self.run_links(ep);
+            work += self.run_links(ep, now);
             work += crate::group::run_timers(self, ep);
             if !self.is_invoker() {
                 // A port served on the engine: its requests are handled here and now.
@@ -980,39 +1024,33 @@ impl Engine {
         n
     }
 
-    /// Reads what waits on `socket`: one `recvfrom` first (the cheapest poll of an idle
-    /// socket, and no second system call before a lone packet is handled); when that finds a
-    /// packet and the previous read was busy, whole batches with `recvmmsg`.
+    /// Reads what waits on `socket`. After an idle read, one `recvfrom` (the cheapest poll of
+    /// an idle socket, and no second system call before a lone packet is handled); after a
+    /// read that found a packet, whole batches with `recvmmsg`, which takes a lone datagram as
+    /// `recvfrom` would, and when it takes fewer than a batch the socket is known to be empty.
+    /// (Reading one and then a batch would put a second call, finding nothing, between a
+    /// packet's arrival and its delivery.)
     ///
-    /// `ready`: the sockets' epoll set just reported traffic. Then the poll is known to find
-    /// something and `recvmmsg` goes first: one call takes a lone datagram as `recvfrom`
-    /// would, and when it takes fewer than a batch the socket is known to be empty, where
-    /// the guess from the previous read would often cost a second call finding nothing.
+    /// `ready`: the sockets' epoll set just reported traffic; batches go first then too.
     fn receive(
         &self,
         ep: &Endpoint,
         socket: &UdpSocket,
         batch: &mut crate::mmsg::RecvBatch,
         ready: bool,
+        now: Instant,
     ) -> usize {
         let mut n = 0;
-        if !ready {
-            let busy = ep.recv_busy.load(Ordering::Relaxed);
-            match batch.recv_one(socket) {
+        if !ready && !ep.recv_busy.load(Ordering::Relaxed) {
+            return match batch.recv_one(socket) {
                 Ok(1) => {
-                    self.handle_batch(ep, batch, 1);
-                    n = 1;
+                    self.handle_batch(ep, batch, 1, now);
+                    // Light traffic: see whether more was waiting next time.
+                    ep.recv_busy.store(true, Ordering::Relaxed);
+                    1
                 }
-                _ => {
-                    ep.recv_busy.store(false, Ordering::Relaxed);
-                    return 0;
-                }
-            }
-            if !busy {
-                // Light traffic: see whether more was waiting next time.
-                ep.recv_busy.store(true, Ordering::Relaxed);
-                return n;
-            }
+                _ => 0,
+            };
         }
         while n < RECV_BATCH_MAX {
             let got = match batch.recv(socket) {
@@ -1020,7 +1058,7 @@ impl Engine {
                 Ok(k) => k,
             };
             n += got;
-            self.handle_batch(ep, batch, got);
+            self.handle_batch(ep, batch, got, now);
             if got < batch.slots() {
                 break;
             }
@@ -1029,13 +1067,19 @@ impl Engine {
         n
     }
 
-    fn handle_batch(&self, ep: &Endpoint, batch: &crate::mmsg::RecvBatch, got: usize) {
+    fn handle_batch(
+        &self,
+        ep: &Endpoint,
+        batch: &crate::mmsg::RecvBatch,
+        got: usize,
+        now: Instant,
+    ) {
         ep.counters
             .packets_received
             .fetch_add(got as u64, Ordering::Relaxed);
         for i in 0..got {
             match batch.get(i) {
-                (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from),
+                (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from, now),
                 _ => {
                     // Longer than any packet this cluster builds, or from no address.
                     ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
@@ -1044,7 +1088,7 @@ impl Engine {
         }
     }
 
-    fn handle_datagram(&self, ep: &Endpoint, bytes: &[u8], from: SocketAddr) {
+    fn handle_datagram(&self, ep: &Endpoint, bytes: &[u8], from: SocketAddr, now: Instant) {
         if bytes == crate::shm::DOORBELL {
             // A local sender woke us from a park on the socket; its message is in the ring.
             ep.counters.doorbells.fetch_add(1, Ordering::Relaxed);
@@ -1084,7 +1128,6 @@ impl Engine {
         }
         match h.kind {
             Kind::Data | Kind::Ack => {
-                let now = self.now();
                 let mut links = ep.links.lock().expect("links lock");
                 let link = match links_entry(&mut links, self, ep.addr, ep.incarnation, h.source) {
                     Some(l) => l,
@@ -1152,8 +1195,7 @@ impl Engine {
 
     /// Timers that fired, then deliveries into the ring and transmissions for every link that
     /// needs a look; each link's next deadline goes back into the wheel.
-    fn run_links(&self, ep: &Endpoint) -> usize {
-        let now = self.now();
+    fn run_links(&self, ep: &Endpoint, now: Instant) -> usize {
         let mut work = 0;
         let mut guard = ep.links.lock().expect("links lock");
         let links = &mut *guard;
@@ -1225,7 +1267,12 @@ impl Engine {
         list.clear();
         links.work = list;
         links.buf = buf;
-        links.earliest = links.timers.next_deadline();
+        if links.earliest.is_some_and(|t| t <= now) {
+            // What fired is gone from the wheel: find the next. Otherwise `earliest` is still a
+            // lower bound (`settle` lowers it for every new entry), and the wheel's scan from
+            // the cursor to its first entry, on every packet, is not needed.
+            links.earliest = links.timers.next_deadline();
+        }
         work
     }
 }

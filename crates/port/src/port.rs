@@ -241,6 +241,7 @@ impl Port {
             counters: EndpointCounters::default(),
             closed: AtomicBool::new(false),
             recv_busy: AtomicBool::new(false),
+            watched: AtomicBool::new(false),
             ring_blocked: AtomicBool::new(false),
             groups: Mutex::new(Vec::new()),
             sockaddr,

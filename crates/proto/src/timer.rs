@@ -41,7 +41,13 @@ impl<K: Copy> TimerWheel<K> {
     }
 
     fn slot_of(&self, tick: u64) -> usize {
-        (tick % self.slots.len() as u64) as usize
+        let n = self.slots.len() as u64;
+        // A power of two (the engine's wheels) takes a mask, not a division.
+        if n.is_power_of_two() {
+            (tick & (n - 1)) as usize
+        } else {
+            (tick % n) as usize
+        }
     }
 
     /// Schedules `key` at `deadline` (a deadline already past fires at the next poll).
