@@ -767,6 +767,12 @@ impl Engine {
         true
     }
 
+    /// Whether any server is recorded as moved.
+    #[inline]
+    pub(crate) fn any_moved(&self) -> bool {
+        self.shared.has_locations.load(Ordering::Relaxed)
+    }
+
     /// Whether `a` is recorded as moved.
     pub fn moved(&self, a: Address) -> bool {
         self.shared.has_locations.load(Ordering::Relaxed)
@@ -1387,19 +1393,29 @@ fn deliver(ep: &Endpoint, source: Address, txn: TxnId, msg: &[u8]) {
 }
 
 pub(crate) fn write_envelope(out: &mut [u8], source: Address, txn: TxnId, msg: &[u8]) {
-    source.write_to(&mut out[0..8]);
-    out[8..16].copy_from_slice(&txn.0.to_le_bytes());
+    out[..ENVELOPE_BYTES].copy_from_slice(&envelope(source, txn));
     out[ENVELOPE_BYTES..ENVELOPE_BYTES + msg.len()].copy_from_slice(msg);
+}
+
+/// The envelope's bytes: the source address, then the transaction.
+#[inline]
+pub(crate) fn envelope(source: Address, txn: TxnId) -> [u8; ENVELOPE_BYTES] {
+    let mut e = [0u8; ENVELOPE_BYTES];
+    e[..8].copy_from_slice(&source.to_bytes());
+    e[8..].copy_from_slice(&txn.0.to_le_bytes());
+    e
 }
 
 /// Reads an envelope; `None` if the record is too short to hold one.
 pub(crate) fn read_envelope(rec: &[u8]) -> Option<(Address, TxnId, &[u8])> {
-    if rec.len() < ENVELOPE_BYTES {
-        return None;
-    }
-    let source = Address::read_from(&rec[0..8]);
-    let txn = TxnId(u64::from_le_bytes(rec[8..16].try_into().ok()?));
-    Some((source, txn, &rec[ENVELOPE_BYTES..]))
+    let (head, payload) = rec.split_first_chunk::<ENVELOPE_BYTES>()?;
+    let (source, txn) = head.split_first_chunk::<8>()?;
+    let txn: [u8; 8] = *txn.first_chunk::<8>()?;
+    Some((
+        Address::from_bytes(*source),
+        TxnId(u64::from_le_bytes(txn)),
+        payload,
+    ))
 }
 
 /// Sums link counters over every link of a port.

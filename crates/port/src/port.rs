@@ -349,10 +349,34 @@ impl Port {
     /// Sends without waiting: `PortError::Full` when the destination has no room.
     #[inline]
     pub fn try_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        if let Some(r) = self.try_send_repeat(dest, msg) {
+            return r;
+        }
         if self.is_local(dest) {
             self.local_try_send(dest, msg)
         } else {
             self.remote_send(dest, msg)
+        }
+    }
+
+    /// The common case of a stream, on its own short path: another message to the local
+    /// destination of the previous local send, while no server is recorded as moved (so the
+    /// destination is still local). `None` when that is not the case, or when the claim failed
+    /// other than for room (the full path then says why).
+    #[inline]
+    fn try_send_repeat(&mut self, dest: Address, msg: &[u8]) -> Option<Result<(), PortError>> {
+        let (to, sender) = self.last_local.as_ref()?;
+        if *to != dest || self.engine.any_moved() {
+            return None;
+        }
+        let envelope = crate::engine::envelope(self.addr, TxnId(0));
+        match sender.try_send_prefixed(&envelope, msg) {
+            Ok(()) => {
+                self.local_sent += 1;
+                Some(Ok(()))
+            }
+            Err(SendError::Full) => Some(Err(PortError::Full)),
+            Err(_) => None,
         }
     }
 
@@ -493,7 +517,8 @@ impl Port {
         if self.is_local(dest) {
             let source = self.addr;
             self.local_sender(dest)?;
-            let sender = &self.local[&dest];
+            // `local_sender` left `dest`'s sender in `last_local`: no map lookup per claim.
+            let sender = &self.last_local.as_ref().expect("set by local_sender").1;
             let mut c = sender
                 .claim(ENVELOPE_BYTES + len)
                 .map_err(|e| map_send_error(e, dest))?;

@@ -604,3 +604,28 @@ fn a_port_closed_while_the_engine_sleeps_can_be_opened_again_at_once() {
     }
     engine.shutdown();
 }
+
+/// A stream to one local port takes a short path (the previous destination's ring, no lookup);
+/// when that port closes, the next send still reports it, and a port opened again at the same
+/// address receives the stream.
+#[test]
+fn a_stream_to_a_local_port_that_closes_reports_it_and_reaches_its_successor() {
+    let mut a = Port::open(addr(21, 0, 1, 0), cfg()).unwrap();
+    let b = Port::open(addr(21, 0, 2, 0), cfg()).unwrap();
+    let to = b.address();
+    for i in 0..8u8 {
+        a.send(to, &[i]).unwrap();
+    }
+    assert_eq!(b.counters().received, 0, "nothing taken yet");
+    drop(b);
+    assert!(matches!(a.try_send(to, b"late"), Err(PortError::Closed(d)) if d == to));
+    let mut b = Port::open(to, cfg()).unwrap();
+    a.send(to, b"again").unwrap();
+    a.send(to, b"and again").unwrap();
+    let mut buf = [0u8; 16];
+    let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!((&buf[..r.len], r.source), (&b"again"[..], a.address()));
+    let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"and again");
+    assert_eq!(a.counters().local_sent, 10);
+}

@@ -33,20 +33,35 @@ impl Address {
     }
 
     pub fn write_to(&self, out: &mut [u8]) {
-        out[0..2].copy_from_slice(&self.instance.to_le_bytes());
-        out[2..4].copy_from_slice(&self.site.to_le_bytes());
-        out[4..6].copy_from_slice(&self.server_type.to_le_bytes());
-        out[6..8].copy_from_slice(&self.server_instance.to_le_bytes());
+        out[0..8].copy_from_slice(&self.to_bytes());
     }
 
-    /// Reads an address from the first eight bytes; the caller has checked the length.
-    pub fn read_from(b: &[u8]) -> Self {
+    /// The eight bytes `write_to` writes.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; 8] {
+        let [a, b] = self.instance.to_le_bytes();
+        let [c, d] = self.site.to_le_bytes();
+        let [e, f] = self.server_type.to_le_bytes();
+        let [g, h] = self.server_instance.to_le_bytes();
+        [a, b, c, d, e, f, g, h]
+    }
+
+    /// The address whose bytes `to_bytes` gives.
+    #[inline]
+    pub fn from_bytes(b: [u8; 8]) -> Self {
         Address {
             instance: u16::from_le_bytes([b[0], b[1]]),
             site: u16::from_le_bytes([b[2], b[3]]),
             server_type: u16::from_le_bytes([b[4], b[5]]),
             server_instance: u16::from_le_bytes([b[6], b[7]]),
         }
+    }
+
+    /// Reads an address from the first eight bytes; the caller has checked the length.
+    pub fn read_from(b: &[u8]) -> Self {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        Self::from_bytes(a)
     }
 }
 

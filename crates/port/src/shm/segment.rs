@@ -235,18 +235,26 @@ impl Segment {
 
     /// Non-blocking send of one message (one copy, no system call unless the receiver parks).
     pub fn try_send(&self, msg: &[u8]) -> Result<(), SendError> {
+        self.try_send_prefixed(&[], msg)
+    }
+
+    /// Non-blocking send of `prefix` followed by `msg` as one message.
+    #[inline]
+    pub fn try_send_prefixed(&self, prefix: &[u8], msg: &[u8]) -> Result<(), SendError> {
         let max = self.slot_bytes();
-        if msg.len() > max {
-            return Err(SendError::TooLong {
-                len: msg.len(),
-                max,
-            });
+        let len = prefix.len() + msg.len();
+        if len > max {
+            return Err(SendError::TooLong { len, max });
         }
         let pos = self.reserve()?;
+        let data = self.slot_data(pos);
         // SAFETY: the reserved slot's payload is ours until publish; it has slot_bytes >= len
-        // bytes, and the source is a distinct Rust slice.
-        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.slot_data(pos), msg.len()) };
-        self.publish(pos, msg.len(), KIND_MESSAGE);
+        // bytes, and the sources are distinct Rust slices.
+        unsafe {
+            std::ptr::copy_nonoverlapping(prefix.as_ptr(), data, prefix.len());
+            std::ptr::copy_nonoverlapping(msg.as_ptr(), data.add(prefix.len()), msg.len());
+        }
+        self.publish(pos, len, KIND_MESSAGE);
         Ok(())
     }
 

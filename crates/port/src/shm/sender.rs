@@ -111,7 +111,14 @@ impl RingSender {
 
     /// Non-blocking send: `Full` when every slot holds an unconsumed message.
     pub fn try_send(&self, msg: &[u8]) -> Result<(), SendError> {
-        let r = self.seg.try_send(msg);
+        self.try_send_prefixed(&[], msg)
+    }
+
+    /// [`try_send`](Self::try_send) of `prefix` followed by `msg` as one message (a header
+    /// before a payload, with no copy to join them first).
+    #[inline]
+    pub fn try_send_prefixed(&self, prefix: &[u8], msg: &[u8]) -> Result<(), SendError> {
+        let r = self.seg.try_send_prefixed(prefix, msg);
         if r == Err(SendError::Full) {
             self.seg.count_full();
         }
