@@ -340,7 +340,12 @@ impl Port {
     /// Sends reliably and in order, waiting up to the port's `send_timeout` for room.
     #[inline]
     pub fn send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
-        match self.try_send(dest, msg) {
+        match self.try_send_repeat(dest, msg) {
+            Repeat::Sent => return Ok(()),
+            Repeat::Full => return self.send_timeout(dest, msg, self.cfg.send_timeout),
+            Repeat::NotThisWay => {}
+        }
+        match self.try_send_general(dest, msg) {
             Err(PortError::Full) => self.send_timeout(dest, msg, self.cfg.send_timeout),
             r => r,
         }
@@ -349,9 +354,15 @@ impl Port {
     /// Sends without waiting: `PortError::Full` when the destination has no room.
     #[inline]
     pub fn try_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
-        if let Some(r) = self.try_send_repeat(dest, msg) {
-            return r;
+        match self.try_send_repeat(dest, msg) {
+            Repeat::Sent => Ok(()),
+            Repeat::Full => Err(PortError::Full),
+            Repeat::NotThisWay => self.try_send_general(dest, msg),
         }
+    }
+
+    /// [`try_send`](Self::try_send) other than by the short path.
+    fn try_send_general(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
         if self.is_local(dest) {
             self.local_try_send(dest, msg)
         } else {
@@ -361,22 +372,26 @@ impl Port {
 
     /// The common case of a stream, on its own short path: another message to the local
     /// destination of the previous local send, while no server is recorded as moved (so the
-    /// destination is still local). `None` when that is not the case, or when the claim failed
-    /// other than for room (the full path then says why).
-    #[inline]
-    fn try_send_repeat(&mut self, dest: Address, msg: &[u8]) -> Option<Result<(), PortError>> {
-        let (to, sender) = self.last_local.as_ref()?;
+    /// destination is still local). `NotThisWay` when that is not the case, or when the ring
+    /// refused for a reason other than room (the general path then says why). The answer is
+    /// a byte, not a `Result`: a result of this size, written by one call and copied by its
+    /// caller, costs more than the rest of the path.
+    #[inline(always)]
+    fn try_send_repeat(&mut self, dest: Address, msg: &[u8]) -> Repeat {
+        let Some((to, sender)) = self.last_local.as_ref() else {
+            return Repeat::NotThisWay;
+        };
         if *to != dest || self.engine.any_moved() {
-            return None;
+            return Repeat::NotThisWay;
         }
         let envelope = crate::engine::envelope(self.addr, TxnId(0));
         match sender.try_send_prefixed(&envelope, msg) {
             Ok(()) => {
                 self.local_sent += 1;
-                Some(Ok(()))
+                Repeat::Sent
             }
-            Err(SendError::Full) => Some(Err(PortError::Full)),
-            Err(_) => None,
+            Err(SendError::Full) => Repeat::Full,
+            Err(_) => Repeat::NotThisWay,
         }
     }
 
@@ -513,6 +528,7 @@ impl Port {
     /// straight into the destination's ring slot (no copy at all); to a remote port they are
     /// built in a buffer of this port and sent through the link at commit. Dropping the claim
     /// sends nothing. Non-blocking: `PortError::Full` when the destination has no room.
+    #[inline]
     pub fn claim(&mut self, dest: Address, len: usize) -> Result<PortClaim<'_>, PortError> {
         if self.is_local(dest) {
             let source = self.addr;
@@ -797,6 +813,7 @@ impl Port {
     }
 
     /// Takes the next message if one is waiting.
+    #[inline]
     pub fn try_recv(&mut self, buf: &mut [u8]) -> Option<Received> {
         if self.engine.is_invoker() && !self.ring.has_ready() {
             self.engine.duty_cycle();
@@ -825,6 +842,7 @@ impl Port {
         }
     }
 
+    #[inline]
     fn take(&mut self, buf: &mut [u8]) -> Option<Received> {
         loop {
             let r = self.ring.try_recv(|rec| {
@@ -1113,6 +1131,13 @@ impl Drop for Port {
     }
 }
 
+/// What [`Port::try_send_repeat`] did.
+enum Repeat {
+    Sent,
+    Full,
+    NotThisWay,
+}
+
 /// A message being built in place; see [`Port::claim`]. Derefs to its payload bytes.
 pub struct PortClaim<'p> {
     inner: ClaimInner<'p>,
@@ -1129,12 +1154,14 @@ enum ClaimInner<'p> {
 
 impl PortClaim<'_> {
     /// Sends the whole claimed length.
+    #[inline]
     pub fn commit(self) -> Result<(), PortError> {
         let n = self.len();
         self.commit_len(n)
     }
 
     /// Sends only the first `n` bytes (`n` beyond the claimed length is a bug and panics).
+    #[inline]
     pub fn commit_len(self, n: usize) -> Result<(), PortError> {
         assert!(n <= self.len(), "commit_len({n}) beyond the claim");
         match self.inner {
@@ -1142,22 +1169,26 @@ impl PortClaim<'_> {
                 c.commit_len(ENVELOPE_BYTES + n);
                 Ok(())
             }
-            ClaimInner::Remote {
-                port,
-                dest,
-                mut buf,
-            } => {
-                buf.truncate(n);
-                let r = port.send(dest, &buf);
-                port.scratch = buf;
-                r
-            }
+            ClaimInner::Remote { port, dest, buf } => commit_remote(port, dest, buf, n),
         }
     }
 }
 
+fn commit_remote(
+    port: &mut Port,
+    dest: Address,
+    mut buf: Vec<u8>,
+    n: usize,
+) -> Result<(), PortError> {
+    buf.truncate(n);
+    let r = port.send(dest, &buf);
+    port.scratch = buf;
+    r
+}
+
 impl std::ops::Deref for PortClaim<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match &self.inner {
             ClaimInner::Local(c) => &c[ENVELOPE_BYTES..],
@@ -1167,6 +1198,7 @@ impl std::ops::Deref for PortClaim<'_> {
 }
 
 impl std::ops::DerefMut for PortClaim<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         match &mut self.inner {
             ClaimInner::Local(c) => &mut c[ENVELOPE_BYTES..],

@@ -152,6 +152,7 @@ impl RingReceiver {
     /// Calls `f` on the next message in place (zero-copy), then releases its slot. Skip
     /// records are discarded and bad records (length beyond the slot, unknown kind) are
     /// dropped and counted, up to one ring's worth per call. `None` when nothing is ready.
+    #[inline]
     pub fn try_recv<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let seg = &*self.seg;
         let slot_bytes = seg.slot_bytes();

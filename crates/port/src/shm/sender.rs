@@ -335,12 +335,14 @@ pub struct Claim<'a> {
 
 impl Claim<'_> {
     /// Publishes all `len` claimed bytes.
+    #[inline]
     pub fn commit(self) {
         let len = self.len;
         self.commit_len(len);
     }
 
     /// Publishes only the first `n` bytes. Panics if `n` exceeds the claimed length (a bug).
+    #[inline]
     pub fn commit_len(mut self, n: usize) {
         assert!(n <= self.len, "commit_len({n}) beyond claimed {}", self.len);
         self.published = true;
@@ -355,6 +357,7 @@ impl Claim<'_> {
 
 impl Deref for Claim<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         // SAFETY: the slot at `pos` is reserved by this claim until published; its payload has
         // slot_bytes >= len valid bytes inside the mapping, which `seg` keeps alive.
@@ -363,6 +366,7 @@ impl Deref for Claim<'_> {
 }
 
 impl DerefMut for Claim<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`; `&mut self` makes this the only reference into the slot.
         unsafe { std::slice::from_raw_parts_mut(self.seg.slot_data(self.pos), self.len) }
