@@ -7,7 +7,7 @@
 //! (a new address) that joins through a live member, as a restarted server would.
 
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{Clogs, Partitions};
+use crate::schedule::Faults;
 use crate::{Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::group::{
@@ -159,14 +159,9 @@ struct Sim {
     leave_p: f64,
     digest: Digest,
     buf: Vec<u8>,
-    faults_on: bool,
+    faults: Faults,
     stuck: u32,
     trace: bool,
-    partitions: Option<Partitions>,
-    cuts: u32,
-    /// A seed's clog schedule (see `schedule`).
-    clogs: Option<Clogs>,
-    clogged: u32,
 }
 
 /// Runs one seed; `Err` names the first guarantee broken.
@@ -217,7 +212,6 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         (FaultConfig::none(), 0.0, 0.0)
     };
     let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
-    let partitions = Partitions::for_seed(seed, opts.faults && opts.partitions, opts.safety_ns);
     let mut sim = Sim {
         seed,
         opts: opts.clone(),
@@ -238,20 +232,21 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         leave_p,
         digest: Digest::default(),
         buf: vec![0u8; 65536],
-        faults_on: true,
+        faults: Faults::for_seed(
+            seed,
+            opts.faults && opts.partitions,
+            opts.faults && opts.clogs,
+            opts.safety_ns,
+        ),
         stuck: 0,
         trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
-        partitions,
-        cuts: 0,
-        clogs: Clogs::for_seed(seed, opts.faults && opts.clogs),
-        clogged: 0,
     };
     sim.start()?;
     let end_safety = opts.safety_ns;
     while sim.now < end_safety {
         sim.step()?;
     }
-    sim.faults_on = false;
+    sim.faults.on = false;
     sim.net.faults = FaultConfig::none();
     sim.net.heal();
     let end = end_safety + opts.liveness_ns;
@@ -282,8 +277,8 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         crashes: sim.crashes,
         leaves: sim.leaves,
         joins: sim.joins,
-        partitions: sim.cuts,
-        clogs: sim.clogged,
+        partitions: sim.faults.cuts,
+        clogs: sim.faults.clogged,
         resets: sim
             .procs
             .iter()
@@ -318,8 +313,8 @@ impl Sim {
             self.crashes,
             self.leaves,
             self.joins,
-            self.cuts,
-            self.clogged
+            self.faults.cuts,
+            self.faults.clogged
         )
     }
 
@@ -446,8 +441,7 @@ impl Sim {
         }
         self.now = next.max(self.now);
         let now = self.t();
-        self.step_partitions();
-        self.step_clogs();
+        self.step_faults();
         self.net.step_clogs(now);
         while let Some((to, bytes)) = self.net.pop_due(now) {
             self.digest.add_u64(to as u64);
@@ -472,35 +466,21 @@ impl Sim {
         Ok(())
     }
 
-    /// Clogs one path between two running processes when the clog schedule says so.
-    fn step_clogs(&mut self) {
-        if !self.faults_on {
+    /// Partitions and clogs, as the seed's schedules say (see `Faults::step`).
+    fn step_faults(&mut self) {
+        if !self.faults.on {
             return;
         }
         let running: Vec<usize> = self.live().collect();
         let procs = &self.procs;
-        if let Some(c) = self.clogs.as_mut() {
-            if c.step(
-                self.now,
-                &mut self.net,
-                &running,
-                |i| procs[i].addr,
-                self.trace,
-            ) {
-                self.clogged += 1;
-            }
-        }
-    }
-
-    fn step_partitions(&mut self) {
-        if !self.faults_on {
-            return;
-        }
-        if let Some(p) = self.partitions.as_mut() {
-            if p.step(self.now, &mut self.net, MAX_SLOTS, self.trace) {
-                self.cuts += 1;
-            }
-        }
+        self.faults.step(
+            self.now,
+            &mut self.net,
+            MAX_SLOTS,
+            &running,
+            |i| procs[i].addr,
+            self.trace,
+        );
     }
 
     fn workload(&mut self) -> Result<(), Violation> {
@@ -526,7 +506,7 @@ impl Sim {
                 self.drain(i)?;
             }
         }
-        if !self.faults_on {
+        if !self.faults.on {
             return Ok(());
         }
         // Crashes: at most a minority of the initial size down at once, so a majority can

@@ -20,7 +20,7 @@
 //! the group's parameters are drawn from the seed unless fixed by [`OrderSimOptions`].
 
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{Clogs, Partitions};
+use crate::schedule::Faults;
 use crate::Digest;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -267,13 +267,9 @@ struct Sim {
     leave_p: f64,
     digest: Digest,
     buf: Vec<u8>,
-    faults_on: bool,
+    faults: Faults,
     stuck: u32,
     trace: bool,
-    partitions: Option<Partitions>,
-    cuts: u32,
-    clogs: Option<Clogs>,
-    clogged: u32,
 }
 
 /// The group's configuration for a seed: protocol, packing and stability from the options or
@@ -340,7 +336,6 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         (FaultConfig::none(), 0.0, 0.0)
     };
     let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
-    let partitions = Partitions::for_seed(seed, opts.faults && opts.partitions, opts.safety_ns);
     let mut sim = Sim {
         seed,
         opts: opts.clone(),
@@ -359,19 +354,20 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         leave_p,
         digest: Digest::default(),
         buf: vec![0u8; 65536],
-        faults_on: true,
+        faults: Faults::for_seed(
+            seed,
+            opts.faults && opts.partitions,
+            opts.faults && opts.clogs,
+            opts.safety_ns,
+        ),
         stuck: 0,
         trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
-        partitions,
-        cuts: 0,
-        clogs: Clogs::for_seed(seed, opts.faults && opts.clogs),
-        clogged: 0,
     };
     sim.start()?;
     while sim.now < opts.safety_ns {
         sim.step()?;
     }
-    sim.faults_on = false;
+    sim.faults.on = false;
     sim.net.faults = FaultConfig::none();
     sim.net.heal();
     let end = opts.safety_ns + opts.liveness_ns;
@@ -405,8 +401,8 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         expulsions: sim.expulsions,
         leaves: sim.leaves,
         joins: sim.joins,
-        partitions: sim.cuts,
-        clogs: sim.clogged,
+        partitions: sim.faults.cuts,
+        clogs: sim.faults.clogged,
         views: sim.views.keys().map(|v| v.number).max().unwrap_or(0),
         final_members: live.len(),
         orphans: live.iter().filter(|&&i| sim.orphan(i)).count(),
@@ -454,8 +450,8 @@ impl Sim {
             self.expulsions,
             self.leaves,
             self.joins,
-            self.cuts,
-            self.clogged
+            self.faults.cuts,
+            self.faults.clogged
         )
     }
 
@@ -591,8 +587,7 @@ impl Sim {
         }
         self.now = next.max(self.now);
         let now = self.t();
-        self.step_partitions();
-        self.step_clogs();
+        self.step_faults();
         self.net.step_clogs(now);
         while let Some((to, bytes)) = self.net.pop_due(now) {
             self.digest.add_u64(to as u64);
@@ -617,34 +612,21 @@ impl Sim {
         Ok(())
     }
 
-    fn step_clogs(&mut self) {
-        if !self.faults_on {
+    /// Partitions and clogs, as the seed's schedules say (see `Faults::step`).
+    fn step_faults(&mut self) {
+        if !self.faults.on {
             return;
         }
         let running: Vec<usize> = self.live().collect();
         let procs = &self.procs;
-        if let Some(c) = self.clogs.as_mut() {
-            if c.step(
-                self.now,
-                &mut self.net,
-                &running,
-                |i| procs[i].addr,
-                self.trace,
-            ) {
-                self.clogged += 1;
-            }
-        }
-    }
-
-    fn step_partitions(&mut self) {
-        if !self.faults_on {
-            return;
-        }
-        if let Some(p) = self.partitions.as_mut() {
-            if p.step(self.now, &mut self.net, MAX_SLOTS, self.trace) {
-                self.cuts += 1;
-            }
-        }
+        self.faults.step(
+            self.now,
+            &mut self.net,
+            MAX_SLOTS,
+            &running,
+            |i| procs[i].addr,
+            self.trace,
+        );
     }
 
     fn workload(&mut self) -> Result<(), Violation> {
@@ -685,7 +667,7 @@ impl Sim {
             p.next_send_at = self.now + self.rng.below(8_000_000);
             self.drain(i)?;
         }
-        if !self.faults_on {
+        if !self.faults.on {
             return Ok(());
         }
         // Crashes and leaves may not cost any member's view its majority (the group would

@@ -101,3 +101,54 @@ impl Clogs {
         true
     }
 }
+
+/// A seed's partitions and clogs, and how many of each happened. The group simulators turn
+/// them off (`on`) when a run's safety phase ends.
+pub struct Faults {
+    pub on: bool,
+    partitions: Option<Partitions>,
+    clogs: Option<Clogs>,
+    /// Partitions cut so far.
+    pub cuts: u32,
+    /// Paths clogged so far.
+    pub clogged: u32,
+}
+
+impl Faults {
+    /// The schedules of `seed`, each if enabled (and the seed has one).
+    pub fn for_seed(seed: u64, partitions: bool, clogs: bool, safety_ns: u64) -> Faults {
+        Faults {
+            on: true,
+            partitions: Partitions::for_seed(seed, partitions, safety_ns),
+            clogs: Clogs::for_seed(seed, clogs),
+            cuts: 0,
+            clogged: 0,
+        }
+    }
+
+    /// Cuts or heals the network of `slots` nodes, then clogs a path between two of `running`,
+    /// when the schedules say so (see `Partitions::step` and `Clogs::step`).
+    pub fn step(
+        &mut self,
+        now: u64,
+        net: &mut Network,
+        slots: usize,
+        running: &[usize],
+        name: impl Fn(usize) -> Address,
+        trace: bool,
+    ) {
+        if !self.on {
+            return;
+        }
+        if let Some(p) = self.partitions.as_mut() {
+            if p.step(now, net, slots, trace) {
+                self.cuts += 1;
+            }
+        }
+        if let Some(c) = self.clogs.as_mut() {
+            if c.step(now, net, running, name, trace) {
+                self.clogged += 1;
+            }
+        }
+    }
+}

@@ -17,7 +17,7 @@
 //! that joins through a live member, as in `group_sim`.
 
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{Clogs, Partitions};
+use crate::schedule::Faults;
 use crate::Digest;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::pack::PackMode;
@@ -188,15 +188,11 @@ struct Sim {
     leave_p: f64,
     digest: Digest,
     buf: Vec<u8>,
-    faults_on: bool,
+    faults: Faults,
     stuck: u32,
     trace: bool,
     /// Every message delivered, decoded (`TXCAST_SIM_TRACE=2`).
     trace_msgs: bool,
-    partitions: Option<Partitions>,
-    cuts: u32,
-    clogs: Option<Clogs>,
-    clogged: u32,
 }
 
 /// Runs one seed; `Err` names the first guarantee broken.
@@ -249,7 +245,6 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         what: format!("configuration: {e}"),
     })?;
     let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
-    let partitions = Partitions::for_seed(seed, opts.faults && opts.partitions, opts.safety_ns);
     let mut sim = Sim {
         seed,
         opts: opts.clone(),
@@ -272,20 +267,21 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         leave_p,
         digest: Digest::default(),
         buf: vec![0u8; 65536],
-        faults_on: true,
+        faults: Faults::for_seed(
+            seed,
+            opts.faults && opts.partitions,
+            opts.faults && opts.clogs,
+            opts.safety_ns,
+        ),
         stuck: 0,
         trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1" || v == "2"),
         trace_msgs: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "2"),
-        partitions,
-        cuts: 0,
-        clogs: Clogs::for_seed(seed, opts.faults && opts.clogs),
-        clogged: 0,
     };
     sim.start()?;
     while sim.now < opts.safety_ns {
         sim.step()?;
     }
-    sim.faults_on = false;
+    sim.faults.on = false;
     sim.net.heal();
     if sim.trace {
         eprintln!("{:>10} HEAL", sim.now);
@@ -314,8 +310,8 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         leaves: sim.leaves,
         joins: sim.joins,
         expulsions: sim.expulsions,
-        partitions: sim.cuts,
-        clogs: sim.clogged,
+        partitions: sim.faults.cuts,
+        clogs: sim.faults.clogged,
         views: sim.views.len() as u64,
         final_view: last.number,
         final_members: sim.live().count(),
@@ -347,8 +343,8 @@ impl Sim {
             self.leaves,
             self.joins,
             self.expulsions,
-            self.cuts,
-            self.clogged
+            self.faults.cuts,
+            self.faults.clogged
         )
     }
 
@@ -478,8 +474,7 @@ impl Sim {
         }
         self.now = next.max(self.now);
         let now = self.t();
-        self.step_partitions();
-        self.step_clogs();
+        self.step_faults();
         self.net.step_clogs(now);
         while let Some((to, bytes)) = self.net.pop_due(now) {
             self.digest.add_u64(to as u64);
@@ -525,34 +520,21 @@ impl Sim {
         Ok(())
     }
 
-    fn step_clogs(&mut self) {
-        if !self.faults_on {
+    /// Partitions and clogs, as the seed's schedules say (see `Faults::step`).
+    fn step_faults(&mut self) {
+        if !self.faults.on {
             return;
         }
         let running: Vec<usize> = self.live().collect();
         let procs = &self.procs;
-        if let Some(c) = self.clogs.as_mut() {
-            if c.step(
-                self.now,
-                &mut self.net,
-                &running,
-                |i| procs[i].addr,
-                self.trace,
-            ) {
-                self.clogged += 1;
-            }
-        }
-    }
-
-    fn step_partitions(&mut self) {
-        if !self.faults_on {
-            return;
-        }
-        if let Some(p) = self.partitions.as_mut() {
-            if p.step(self.now, &mut self.net, MAX_SLOTS, self.trace) {
-                self.cuts += 1;
-            }
-        }
+        self.faults.step(
+            self.now,
+            &mut self.net,
+            MAX_SLOTS,
+            &running,
+            |i| procs[i].addr,
+            self.trace,
+        );
     }
 
     /// Makes the `k`th cast of process `i` if its member takes it now.
@@ -641,7 +623,7 @@ impl Sim {
                 self.drain(i)?;
             }
         }
-        if !self.faults_on {
+        if !self.faults.on {
             return Ok(());
         }
         let live: Vec<usize> = self
