@@ -1174,6 +1174,8 @@ impl PortClaim<'_> {
     }
 }
 
+/// The remote half of [`PortClaim::commit_len`], kept out of line so that the local half
+/// inlines small.
 fn commit_remote(
     port: &mut Port,
     dest: Address,

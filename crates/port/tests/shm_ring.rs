@@ -127,6 +127,36 @@ fn round_trip_create_open_send_recv() {
     assert_eq!(&small, b"0123");
 }
 
+/// A header and a payload sent as one message, without joining them first; the bound
+/// applies to the two together.
+#[test]
+fn a_prefixed_send_is_one_message_bounded_as_one() {
+    let dir = TestDir::new();
+    let path = dir.path("prefixed");
+    let mut rx = RingReceiver::create(&path, cfg(4, 64)).expect("create");
+    let tx = RingSender::open(&path).expect("open");
+    tx.try_send_prefixed(b"head:", b"body").expect("send");
+    tx.try_send_prefixed(&[], b"alone").expect("no prefix");
+    tx.try_send_prefixed(&[1u8; 32], &[2u8; 32])
+        .expect("exactly a slot");
+    assert_eq!(
+        tx.try_send_prefixed(&[1u8; 32], &[2u8; 33]),
+        Err(SendError::TooLong { len: 65, max: 64 })
+    );
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"head:body"[..]));
+    assert_eq!(recv_vec(&mut rx).as_deref(), Some(&b"alone"[..]));
+    let whole = recv_vec(&mut rx).expect("the full one");
+    assert_eq!(
+        (&whole[..32], &whole[32..]),
+        (&[1u8; 32][..], &[2u8; 32][..])
+    );
+    assert_eq!(
+        recv_vec(&mut rx),
+        None,
+        "the refused one left nothing behind"
+    );
+}
+
 #[test]
 fn invalid_config_is_a_typed_error() {
     let dir = TestDir::new();
