@@ -76,15 +76,11 @@ struct TxcastEnd {
 
 impl Drop for TxcastEnd {
     fn drop(&mut self) {
-        // Let the last reply be acknowledged, then stop the engine thread.
-        if let Some(p) = self.port.as_ref() {
-            let deadline = std::time::Instant::now() + Duration::from_millis(500);
-            while !p.remote_idle() && std::time::Instant::now() < deadline {
-                if self.engine.is_invoker() {
-                    self.engine.duty_cycle();
-                }
-                std::thread::yield_now();
-            }
+        // Let the last message be acknowledged, and send the acknowledgement owed for the last
+        // one received (without it the partner would wait out its own flush), then stop the
+        // engine thread. A partner already gone leaves the flush to time out; that is fine.
+        if let Some(p) = self.port.as_mut() {
+            let _ = p.flush(Duration::from_millis(500));
         }
         self.port = None;
         self.engine.shutdown();
