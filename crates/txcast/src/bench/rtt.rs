@@ -19,11 +19,12 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use super::machine::{cpus, cpus_busy, load_average, show, BUSY_SAMPLE};
-use super::stats::{Report, Samples, Summary};
+use super::stats::{paired_line, Report, Samples, Summary};
 use super::{
     bench_options, finish_child, iterations_and_warmup, plan_or_exit, spawn_child, usize_list_in,
     EXIT_FAILED,
 };
+use std::collections::BTreeMap;
 
 /// How long either side waits for the other (hello, an echo, the partner's exit) before
 /// deciding it is gone.
@@ -45,6 +46,16 @@ pub const ITERATIONS_MAX: u64 = 50_000_000;
 pub const BYTES_DEFAULT: &[u64] = &[64, 1000];
 /// Cases every other case is compared with.
 pub const BASELINES: &[&str] = &["raw-udp-blocking", "raw-shm-spin"];
+/// Bound on `--repeat`.
+pub const REPEAT_MAX: u64 = 99;
+/// Each txcast case against the raw case its target names, for the "paired by round" lines.
+pub const PAIRS: &[(&str, &str)] = &[
+    ("txcast-local-spin", "raw-shm-spin"),
+    ("txcast-local-park", "raw-udp-blocking"),
+    ("txcast-remote-spin", "raw-udp-busypoll"),
+    ("txcast-remote-spin", "raw-udp-busypoll-unconnected"),
+    ("txcast-remote-park", "raw-udp-blocking"),
+];
 
 /// Parent side of a connected transport.
 pub trait PingPong {
@@ -173,6 +184,8 @@ pub struct Plan {
     pub bytes: Vec<usize>,
     pub warmup: u64,
     pub iterations: u64,
+    /// Rounds: the whole list of cases and sizes is measured this many times in turn.
+    pub repeat: u64,
     pub json: bool,
 }
 
@@ -186,7 +199,8 @@ impl std::fmt::Debug for Case {
 }
 
 fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let Some(options) = bench_options(args, &["iterations", "warmup", "bytes", "cases"])? else {
+    let Some(options) = bench_options(args, &["iterations", "warmup", "bytes", "cases", "repeat"])?
+    else {
         return Ok(None);
     };
     let (iterations, warmup) =
@@ -202,11 +216,16 @@ fn plan(args: &[String]) -> Result<Option<Plan>, String> {
     if cases.is_empty() || bytes.is_empty() {
         return Err("nothing to measure".to_string());
     }
+    let repeat = options.u64_or("repeat", 1)?;
+    if !(1..=REPEAT_MAX).contains(&repeat) {
+        return Err(format!("--repeat must be 1..={REPEAT_MAX}"));
+    }
     Ok(Some(Plan {
         cases,
         bytes,
         warmup,
         iterations,
+        repeat,
         json: options.flag("json"),
     }))
 }
@@ -221,30 +240,39 @@ pub fn run(args: &[String]) -> i32 {
     let busy_before = cpus_busy();
     let mut report = Report::new("rtt", BASELINES);
     let mut failures = 0;
-    let total = plan.cases.len() * plan.bytes.len();
+    let total = plan.cases.len() * plan.bytes.len() * plan.repeat as usize;
     let mut index = 0;
-    for &bytes in &plan.bytes {
-        for case in &plan.cases {
-            index += 1;
-            let width = total.to_string().len();
-            eprint!(
-                "rtt [{index:>width$}/{total}] {:<18} {bytes:>5} B: {} + {} round trips ... ",
-                case.name, plan.warmup, plan.iterations
-            );
-            let started = Instant::now();
-            match measure_in_processes(case, bytes, plan.warmup, plan.iterations) {
-                Ok(summary) => {
-                    eprintln!(
-                        "{:.2} s, p50 {:.3} µs, p99 {:.3} µs",
-                        started.elapsed().as_secs_f64(),
-                        summary.p50_ns as f64 / 1000.0,
-                        summary.p99_ns as f64 / 1000.0
-                    );
-                    report.push_latency(case.name, bytes as u64, summary);
-                }
-                Err(error) => {
-                    eprintln!("FAILED: {error}");
-                    failures += 1;
+    // p50 by (case, size) and round, for the "paired by round" lines.
+    let mut p50s: BTreeMap<(&str, usize), Vec<Option<f64>>> = BTreeMap::new();
+    for round in 0..plan.repeat as usize {
+        for &bytes in &plan.bytes {
+            for case in &plan.cases {
+                index += 1;
+                let slot = p50s
+                    .entry((case.name, bytes))
+                    .or_insert_with(|| vec![None; plan.repeat as usize]);
+                slot[round] = None;
+                let width = total.to_string().len();
+                eprint!(
+                    "rtt [{index:>width$}/{total}] {:<18} {bytes:>5} B: {} + {} round trips ... ",
+                    case.name, plan.warmup, plan.iterations
+                );
+                let started = Instant::now();
+                match measure_in_processes(case, bytes, plan.warmup, plan.iterations) {
+                    Ok(summary) => {
+                        eprintln!(
+                            "{:.2} s, p50 {:.3} µs, p99 {:.3} µs",
+                            started.elapsed().as_secs_f64(),
+                            summary.p50_ns as f64 / 1000.0,
+                            summary.p99_ns as f64 / 1000.0
+                        );
+                        slot[round] = Some(summary.p50_ns as f64);
+                        report.push_latency(case.name, bytes as u64, summary);
+                    }
+                    Err(error) => {
+                        eprintln!("FAILED: {error}");
+                        failures += 1;
+                    }
                 }
             }
         }
@@ -262,11 +290,12 @@ pub fn run(args: &[String]) -> i32 {
              cores, and their figures would then be distorted\n",
         );
     }
+    let paired = paired_text(&plan.bytes, &p50s);
     if plan.json {
-        eprint!("{heading}{}", report.table());
+        eprint!("{heading}{}{paired}", report.table());
         print!("{}", report.json_lines());
     } else {
-        print!("{heading}{}", report.table());
+        print!("{heading}{}{paired}", report.table());
     }
     if failures > 0 {
         eprintln!("txcast bench rtt: {failures} of {total} measurements failed");
@@ -274,6 +303,28 @@ pub fn run(args: &[String]) -> i32 {
     } else {
         0
     }
+}
+
+/// p50 ratios within each round, for each of `PAIRS` measured (see `stats::paired_line`);
+/// empty unless there were several rounds.
+fn paired_text(sizes: &[usize], p50s: &BTreeMap<(&str, usize), Vec<Option<f64>>>) -> String {
+    let mut out = String::new();
+    for &bytes in sizes {
+        for (case, base) in PAIRS {
+            let (Some(c), Some(b)) = (p50s.get(&(*case, bytes)), p50s.get(&(*base, bytes))) else {
+                continue;
+            };
+            if c.len() < 2 {
+                continue;
+            }
+            let label = format!("{bytes} B, p50 {case} / {base}");
+            if let Some(line) = paired_line(&label, c, b) {
+                out.push_str(&line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 /// A busy-polling pair needs two CPUs to itself.
@@ -297,8 +348,9 @@ fn usage() -> String {
     let names: Vec<&str> = CASES.iter().map(|case| case.name).collect();
     format!(
         "usage: txcast bench rtt [--iterations N] [--warmup N] [--bytes 64,1000] \
-         [--cases a,b,c] [--json]\n  defaults: --iterations {ITERATIONS_DEFAULT} --warmup \
-         {WARMUP_DEFAULT} --bytes 64,1000\n  cases: {}\n  baselines: {}\n",
+         [--cases a,b,c] [--repeat R] [--json]\n  defaults: --iterations {ITERATIONS_DEFAULT} \
+         --warmup {WARMUP_DEFAULT} --bytes 64,1000 --repeat 1 (R rounds of every case, in turn, \
+         print each txcast case's p50 against its baseline's of the same round)\n  cases: {}\n  baselines: {}\n",
         names.join(" "),
         BASELINES.join(" ")
     )
@@ -493,5 +545,31 @@ mod tests {
         assert!(super::plan(&strings(&["--iterations", "0"])).is_err());
         assert!(super::plan(&strings(&["extra"])).is_err());
         assert!(super::plan(&strings(&["--help"])).unwrap().is_none());
+        assert_eq!(plan.repeat, 1);
+        let rounds = super::plan(&strings(&["--repeat", "3"])).unwrap().unwrap();
+        assert_eq!(rounds.repeat, 3);
+        assert!(super::plan(&strings(&["--repeat", "0"])).is_err());
+        assert!(super::plan(&strings(&["--repeat", "100"])).is_err());
+        assert!(super::plan(&strings(&["--repeat", "many"])).is_err());
+    }
+
+    #[test]
+    fn paired_lines_take_each_pair_per_size_and_skip_single_rounds() {
+        let mut p50s = BTreeMap::new();
+        p50s.insert(("raw-shm-spin", 64), vec![Some(100.0), Some(200.0), None]);
+        p50s.insert(
+            ("txcast-local-spin", 64),
+            vec![Some(150.0), Some(220.0), Some(1.0)],
+        );
+        p50s.insert(
+            ("raw-udp-blocking", 64),
+            vec![Some(1.0), Some(1.0), Some(1.0)],
+        );
+        p50s.insert(("raw-shm-spin", 1000), vec![Some(100.0)]);
+        p50s.insert(("txcast-local-spin", 1000), vec![Some(120.0)]);
+        assert_eq!(
+            paired_text(&[64, 1000], &p50s),
+            "paired by round, 64 B, p50 txcast-local-spin / raw-shm-spin: 1.50 1.10 (median 1.30)\n"
+        );
     }
 }

@@ -529,6 +529,35 @@ impl Table {
     }
 }
 
+/// One "paired by round" line: `case` against `base` in each round where both were measured
+/// (`None`: that round's measurement failed), then their median. `None` with no such round.
+///
+/// The machine's state (where the host puts the two vCPUs, above all) moves every cross-core
+/// figure 3–4× between minutes and holds for a while, so a ratio of two medians taken in
+/// different states says less than the median of ratios taken side by side.
+pub(crate) fn paired_line(
+    label: &str,
+    case: &[Option<f64>],
+    base: &[Option<f64>],
+) -> Option<String> {
+    let mut ratios: Vec<f64> = case
+        .iter()
+        .zip(base)
+        .filter_map(|(x, y)| Some(x.as_ref()? / y.as_ref()?))
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    let text: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    let median = (ratios[(n - 1) / 2] + ratios[n / 2]) / 2.0;
+    Some(format!(
+        "paired by round, {label}: {} (median {median:.2})",
+        text.join(" ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -772,10 +772,8 @@ fn runs_text(runs: &[Vec<Measured>]) -> String {
     out
 }
 
-/// Ratios within each round: a case against its baseline measured just before it. The
-/// machine's state (where the host puts the two vCPUs, above all) moves every cross-core
-/// figure 3–4× between minutes and holds for a while, so a ratio of two medians taken in
-/// different states says less than the median of these.
+/// Ratios within each round: a case against its baseline measured just before it (see
+/// `stats::paired_line`).
 fn paired_text(cases: &[Case], rates: &[Vec<Option<f64>>]) -> String {
     let mut out = String::new();
     let pairs = [
@@ -789,25 +787,10 @@ fn paired_text(cases: &[Case], rates: &[Vec<Option<f64>>]) -> String {
         ) else {
             continue;
         };
-        let mut ratios: Vec<f64> = rates[c]
-            .iter()
-            .zip(&rates[b])
-            .filter_map(|(x, y)| Some(x.as_ref()? / y.as_ref()?))
-            .collect();
-        if ratios.is_empty() {
-            continue;
+        let label = format!("{} / {}", case.name(), base.name());
+        if let Some(line) = super::stats::paired_line(&label, &rates[c], &rates[b]) {
+            let _ = writeln!(out, "{line}");
         }
-        let text: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        ratios.sort_by(f64::total_cmp);
-        let n = ratios.len();
-        let median = (ratios[(n - 1) / 2] + ratios[n / 2]) / 2.0;
-        let _ = writeln!(
-            out,
-            "paired by round, {} / {}: {} (median {median:.2})",
-            case.name(),
-            base.name(),
-            text.join(" ")
-        );
     }
     out
 }
