@@ -232,6 +232,7 @@ impl ClusterConfig {
     }
 
     /// Whether two sites share a host (and so shared memory).
+    #[inline]
     pub fn same_host(&self, a: u16, b: u16) -> bool {
         a == b || matches!((self.host(a), self.host(b)), (Ok(x), Ok(y)) if x == y)
     }

@@ -298,8 +298,8 @@ impl Port {
             .config()
             .cluster
             .same_host(self.addr.site, dest.site)
-            && !self.engine.moved(dest)
-            && !self.engine.moved(self.addr)
+            && !(self.engine.any_moved()
+                && (self.engine.moved(dest) || self.engine.moved(self.addr)))
     }
 
     fn local_sender(&mut self, dest: Address) -> Result<&RingSender, PortError> {
