@@ -244,6 +244,16 @@ fn a_live_claim_outlasting_the_stall_check_is_delivered() {
     assert_eq!((c.dead_reservations, c.skipped, c.delivered), (0, 0, 1));
 }
 
+/// Claims the slot at `pos` (the next one) and leaves it reserved in the name of pid 0, which
+/// is never alive: what a producer that died holding it leaves behind.
+fn reserve_for_a_dead_producer(rx: &RingReceiver, tx: &RingSender, pos: u64) {
+    std::mem::forget(tx.claim(1).expect("claim"));
+    rx.segment()
+        .slot(pos)
+        .meta
+        .store(meta(KIND_RESERVED, 0), Ordering::Release);
+}
+
 /// A publish writes the sequence, then the kind and length. Until the second store the
 /// receiver waits; if the producer died in between (here: its reservation names pid 0, which
 /// is never alive), the receiver skips the slot after the stall check.
@@ -252,10 +262,8 @@ fn a_producer_dead_between_its_two_publishing_stores_is_skipped() {
     let dir = TestDir::new();
     let mut rx = ring(&dir, 4, 32);
     let tx = rx.producer();
-    std::mem::forget(tx.claim(8).expect("claim"));
-    let slot = rx.segment().slot(0);
-    slot.meta.store(meta(KIND_RESERVED, 0), Ordering::Release);
-    slot.seq.store(1, Ordering::Release);
+    reserve_for_a_dead_producer(&rx, &tx, 0);
+    rx.segment().slot(0).seq.store(1, Ordering::Release);
     tx.try_send(b"after").expect("send behind the stalled slot");
     assert_eq!(recv_vec(&mut rx), None, "a reserved slot is not taken");
     assert!(rx.wait(IdleStrategy::Park, Some(Duration::from_secs(5))));
@@ -279,11 +287,7 @@ fn the_stall_clock_restarts_at_each_position() {
     assert!(recv_vec(&mut rx).is_some());
     std::thread::sleep(Duration::from_millis(15));
     // Position 1 reserved by a "dead" pid: the first look starts its clock, it does not skip.
-    std::mem::forget(tx.claim(1).expect("claim"));
-    rx.segment()
-        .slot(1)
-        .meta
-        .store(meta(KIND_RESERVED, 0), Ordering::Release);
+    reserve_for_a_dead_producer(&rx, &tx, 1);
     assert!(!rx.has_ready());
     assert_eq!(rx.counters().dead_reservations, 0);
     std::thread::sleep(Duration::from_millis(15));
