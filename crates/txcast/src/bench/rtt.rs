@@ -25,6 +25,7 @@ use super::{
     EXIT_FAILED,
 };
 use std::collections::BTreeMap;
+use txcast_port::shm::{SLOT_COUNT_MAX, SLOT_COUNT_MIN};
 
 /// How long either side waits for the other (hello, an echo, the partner's exit) before
 /// deciding it is gone.
@@ -186,6 +187,8 @@ pub struct Plan {
     pub iterations: u64,
     /// Rounds: the whole list of cases and sizes is measured this many times in turn.
     pub repeat: u64,
+    /// Receive slots of the txcast cases' ports (`--slot-count`).
+    pub slot_count: u32,
     pub json: bool,
 }
 
@@ -199,7 +202,17 @@ impl std::fmt::Debug for Case {
 }
 
 fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let Some(options) = bench_options(args, &["iterations", "warmup", "bytes", "cases", "repeat"])?
+    let Some(options) = bench_options(
+        args,
+        &[
+            "iterations",
+            "warmup",
+            "bytes",
+            "cases",
+            "repeat",
+            "slot-count",
+        ],
+    )?
     else {
         return Ok(None);
     };
@@ -220,12 +233,20 @@ fn plan(args: &[String]) -> Result<Option<Plan>, String> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         return Err(format!("--repeat must be 1..={REPEAT_MAX}"));
     }
+    let slot_count = options.u64_or("slot-count", u64::from(txcast::slot_count_default()))?;
+    let slot_count = u32::try_from(slot_count)
+        .ok()
+        .filter(|n| n.is_power_of_two() && (SLOT_COUNT_MIN..=SLOT_COUNT_MAX).contains(n))
+        .ok_or_else(|| {
+            format!("--slot-count must be a power of two in {SLOT_COUNT_MIN}..={SLOT_COUNT_MAX}")
+        })?;
     Ok(Some(Plan {
         cases,
         bytes,
         warmup,
         iterations,
         repeat,
+        slot_count,
         json: options.flag("json"),
     }))
 }
@@ -236,6 +257,7 @@ pub fn run(args: &[String]) -> i32 {
         Ok(plan) => plan,
         Err(code) => return code,
     };
+    txcast::set_slot_count(plan.slot_count);
     let load_at_start = load_average();
     let busy_before = cpus_busy();
     let mut report = Report::new("rtt", BASELINES);
@@ -279,9 +301,10 @@ pub fn run(args: &[String]) -> i32 {
     }
     let mut heading = format!(
         "rtt: round trip between two processes, {} timed after {} warm-up per row \
-         (latencies in µs)\n{}\n",
+         (latencies in µs); txcast ports with {} receive slots\n{}\n",
         plan.iterations,
         plan.warmup,
+        plan.slot_count,
         machine_note(load_at_start, load_average(), busy_before)
     );
     if plan.cases.iter().any(|case| case.busy_polls) && machine_busy(busy_before) {
@@ -348,9 +371,12 @@ fn usage() -> String {
     let names: Vec<&str> = CASES.iter().map(|case| case.name).collect();
     format!(
         "usage: txcast bench rtt [--iterations N] [--warmup N] [--bytes 64,1000] \
-         [--cases a,b,c] [--repeat R] [--json]\n  defaults: --iterations {ITERATIONS_DEFAULT} \
-         --warmup {WARMUP_DEFAULT} --bytes 64,1000 --repeat 1 (R rounds of every case, in turn, \
-         print each txcast case's p50 against its baseline's of the same round)\n  cases: {}\n  baselines: {}\n",
+         [--cases a,b,c] [--repeat R] [--slot-count N] [--json]\n  defaults: --iterations \
+         {ITERATIONS_DEFAULT} --warmup {WARMUP_DEFAULT} --bytes 64,1000 --repeat 1 (R rounds of \
+         every case, in turn, print each txcast case's p50 against its baseline's of the same \
+         round) --slot-count {} (receive slots of the txcast ports' rings; the port default)\n  \
+         cases: {}\n  baselines: {}\n",
+        txcast::slot_count_default(),
         names.join(" "),
         BASELINES.join(" ")
     )
@@ -551,6 +577,17 @@ mod tests {
         assert!(super::plan(&strings(&["--repeat", "0"])).is_err());
         assert!(super::plan(&strings(&["--repeat", "100"])).is_err());
         assert!(super::plan(&strings(&["--repeat", "many"])).is_err());
+        assert_eq!(plan.slot_count, txcast::slot_count_default());
+        let slots = super::plan(&strings(&["--slot-count", "16"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(slots.slot_count, 16);
+        for bad in ["12", "1", "0", "2097152", "4294967312"] {
+            assert!(
+                super::plan(&strings(&["--slot-count", bad])).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

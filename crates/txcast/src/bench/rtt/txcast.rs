@@ -6,6 +6,7 @@
 //! loopback address, so another "host") for remote — and sends a hello.
 
 use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::{Echo, Listener, PingPong, PARTNER_TIMEOUT};
@@ -15,10 +16,32 @@ use txcast_proto::Address;
 /// Instance numbers the bench uses, away from the demo's and the tests'.
 const INSTANCE_BASE: u16 = 40;
 
+/// Receive slots of a port unless `--slot-count` says otherwise: the port default.
+pub fn slot_count_default() -> u32 {
+    PortConfig::default().slot_count
+}
+
+/// Receive slots of the ports the parent opens from here on (`--slot-count`; 0: the
+/// default); the partner gets the count in its rendezvous words.
+static SLOT_COUNT: AtomicU32 = AtomicU32::new(0);
+
+/// Sets the receive slot count of the txcast cases' ports.
+pub fn set_slot_count(n: u32) {
+    SLOT_COUNT.store(n, Ordering::Relaxed);
+}
+
+fn slot_count() -> u32 {
+    match SLOT_COUNT.load(Ordering::Relaxed) {
+        0 => slot_count_default(),
+        n => n,
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Mode {
     remote: bool,
     spin: bool,
+    slot_count: u32,
 }
 
 impl Mode {
@@ -44,6 +67,7 @@ impl Mode {
             } else {
                 IdleStrategy::Park
             },
+            slot_count: self.slot_count,
             ..PortConfig::default()
         }
     }
@@ -102,24 +126,28 @@ pub fn listen_local_spin(_bytes: usize) -> io::Result<Box<dyn Listener>> {
     listen(Mode {
         remote: false,
         spin: true,
+        slot_count: slot_count(),
     })
 }
 pub fn listen_local_park(_bytes: usize) -> io::Result<Box<dyn Listener>> {
     listen(Mode {
         remote: false,
         spin: false,
+        slot_count: slot_count(),
     })
 }
 pub fn listen_remote_spin(_bytes: usize) -> io::Result<Box<dyn Listener>> {
     listen(Mode {
         remote: true,
         spin: true,
+        slot_count: slot_count(),
     })
 }
 pub fn listen_remote_park(_bytes: usize) -> io::Result<Box<dyn Listener>> {
     listen(Mode {
         remote: true,
         spin: false,
+        slot_count: slot_count(),
     })
 }
 
@@ -128,6 +156,7 @@ impl Listener for TxcastListener {
         vec![
             u8::from(self.mode.remote).to_string(),
             u8::from(self.mode.spin).to_string(),
+            self.mode.slot_count.to_string(),
         ]
     }
 
@@ -163,13 +192,18 @@ impl PingPong for TxcastEnd {
 
 pub fn connect(rendezvous: &[String], _bytes: usize) -> io::Result<Box<dyn Echo>> {
     let flag = |i: usize| rendezvous.get(i).map(|s| s == "1");
-    let (Some(remote), Some(spin)) = (flag(0), flag(1)) else {
+    let slots = rendezvous.get(2).and_then(|s| s.parse().ok());
+    let (Some(remote), Some(spin), Some(slot_count)) = (flag(0), flag(1), slots) else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "rendezvous: <remote 0|1> <spin 0|1>",
+            "rendezvous: <remote 0|1> <spin 0|1> <slot count>",
         ));
     };
-    let mode = Mode { remote, spin };
+    let mode = Mode {
+        remote,
+        spin,
+        slot_count,
+    };
     let engine = mode.engine()?;
     let site = u16::from(remote);
     let mut port = Port::open_on(
