@@ -7,7 +7,7 @@
 //! (a new address) that joins through a live member, as a restarted server would.
 
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::Faults;
+use crate::schedule::{begin_leave, choose_down, Down, Faults};
 use crate::{Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::group::{
@@ -119,6 +119,8 @@ struct Proc {
     /// The seq of the join record that made this process a member (0: it created the group).
     joined_at: u64,
 }
+
+crate::schedule::group_process!(Proc, Member, m, State);
 
 const MAX_SLOTS: usize = 24;
 const STEP_NS: u64 = 1_000_000;
@@ -402,8 +404,7 @@ impl Sim {
     }
 
     fn slot_of(&self, a: Address) -> Option<usize> {
-        let i = a.site as usize;
-        (i < self.procs.len() && self.procs[i].addr == a).then_some(i)
+        crate::schedule::slot_of(&self.procs, a)
     }
 
     fn step(&mut self) -> Result<(), Violation> {
@@ -509,62 +510,33 @@ impl Sim {
         if !self.faults.on {
             return Ok(());
         }
-        // Crashes: at most a minority of the initial size down at once, so a majority can
-        // always rebuild.
-        let live: Vec<usize> = self
-            .live()
-            .filter(|&i| {
-                self.procs[i]
-                    .m
-                    .as_ref()
-                    .is_some_and(|m| m.state() != State::Joining)
-            })
-            .collect();
-        // A crash (or leave) may not cost the group its majority: the group would block for
-        // good, as crashed processes never come back here. Every member's own view (they
-        // differ while joins and leaves are in flight) must keep a majority of processes that
-        // are members in good standing, not counting one more going down.
-        let steady = |a: Address| {
-            self.slot_of(a).is_some_and(|j| {
-                let p = &self.procs[j];
-                !p.leaving && p.m.as_ref().is_some_and(|m| m.state() == State::Normal)
-            })
-        };
-        let down_budget = live.len() > 2
-            && live.iter().all(|&i| {
-                let Some(m) = self.procs[i].m.as_ref() else {
-                    return true;
-                };
-                let v = m.members();
-                v.iter().filter(|&&a| steady(a)).count() > v.len() / 2 + 1
-            });
-        if down_budget && self.rng.chance(self.crash_p) {
-            let victim = live[self.rng.below(live.len() as u64) as usize];
-            self.procs[victim].m = None;
-            let log = std::mem::take(&mut self.procs[victim].log);
-            self.crashed_logs.push((self.procs[victim].addr, log));
-            if self.trace {
-                eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
-            }
-            self.crashes += 1;
-            self.digest.add_u64(0xdead ^ victim as u64);
-            self.spawn_joiner();
-        } else if down_budget && self.rng.chance(self.leave_p) {
-            let who = live[self.rng.below(live.len() as u64) as usize];
-            let p = &mut self.procs[who];
-            if !p.leaving {
-                if let Some(m) = p.m.as_mut() {
-                    if m.leave(now).is_ok() {
-                        if self.trace {
-                            eprintln!("{:>10} LEAVE {}", self.now, p.addr);
-                        }
-                        p.leaving = true;
-                        self.leaves += 1;
-                        self.drain(who)?;
-                        self.spawn_joiner();
-                    }
+        let running: Vec<usize> = self.live().collect();
+        match choose_down(
+            &self.procs,
+            running.into_iter(),
+            &mut self.rng,
+            self.crash_p,
+            self.leave_p,
+        ) {
+            Some(Down::Crash(victim)) => {
+                self.procs[victim].m = None;
+                let log = std::mem::take(&mut self.procs[victim].log);
+                self.crashed_logs.push((self.procs[victim].addr, log));
+                if self.trace {
+                    eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
                 }
+                self.crashes += 1;
+                self.digest.add_u64(0xdead ^ victim as u64);
+                self.spawn_joiner();
             }
+            Some(Down::Leave(who))
+                if begin_leave(&mut self.procs[who], now, self.now, self.trace) =>
+            {
+                self.leaves += 1;
+                self.drain(who)?;
+                self.spawn_joiner();
+            }
+            Some(Down::Leave(_)) | None => {}
         }
         Ok(())
     }

@@ -20,7 +20,7 @@
 //! the group's parameters are drawn from the seed unless fixed by [`OrderSimOptions`].
 
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::Faults;
+use crate::schedule::{begin_leave, choose_down, Down, Faults};
 use crate::Digest;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -220,6 +220,8 @@ impl Proc {
         }
     }
 }
+
+crate::schedule::group_process!(Proc, Member, m, VsState);
 
 const MAX_SLOTS: usize = 24;
 const STEP_NS: u64 = 1_000_000;
@@ -544,8 +546,7 @@ impl Sim {
     }
 
     fn slot_of(&self, a: Address) -> Option<usize> {
-        let i = a.site as usize;
-        (i < self.procs.len() && self.procs[i].addr == a).then_some(i)
+        crate::schedule::slot_of(&self.procs, a)
     }
 
     fn step(&mut self) -> Result<(), Violation> {
@@ -670,57 +671,32 @@ impl Sim {
         if !self.faults.on {
             return Ok(());
         }
-        // Crashes and leaves may not cost any member's view its majority (the group would
-        // block for good: crashed processes never come back), counting one more going down.
-        let live: Vec<usize> = self
-            .live()
-            .filter(|&i| {
-                self.procs[i]
-                    .m
-                    .as_ref()
-                    .is_some_and(|m| m.state() != VsState::Joining)
-            })
-            .collect();
-        let steady = |a: Address| {
-            self.slot_of(a).is_some_and(|j| {
-                let p = &self.procs[j];
-                !p.leaving && p.m.as_ref().is_some_and(|m| m.state() == VsState::Normal)
-            })
-        };
-        let down_budget = live.len() > 2
-            && live.iter().all(|&i| {
-                let Some(m) = self.procs[i].m.as_ref() else {
-                    return true;
-                };
-                let v = m.members();
-                v.iter().filter(|&&a| steady(a)).count() > v.len() / 2 + 1
-            });
-        if down_budget && self.rng.chance(self.crash_p) {
-            let victim = live[self.rng.below(live.len() as u64) as usize];
-            self.procs[victim].m = None;
-            self.procs[victim].fate = Fate::Crashed;
-            if self.trace {
-                eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
-            }
-            self.crashes += 1;
-            self.digest.add_u64(0xdead ^ victim as u64);
-            self.spawn_joiner();
-        } else if down_budget && self.rng.chance(self.leave_p) {
-            let who = live[self.rng.below(live.len() as u64) as usize];
-            let p = &mut self.procs[who];
-            if !p.leaving {
-                if let Some(m) = p.m.as_mut() {
-                    if m.leave(now).is_ok() {
-                        if self.trace {
-                            eprintln!("{:>10} LEAVE {}", self.now, p.addr);
-                        }
-                        p.leaving = true;
-                        self.leaves += 1;
-                        self.drain(who)?;
-                        self.spawn_joiner();
-                    }
+        let running: Vec<usize> = self.live().collect();
+        match choose_down(
+            &self.procs,
+            running.into_iter(),
+            &mut self.rng,
+            self.crash_p,
+            self.leave_p,
+        ) {
+            Some(Down::Crash(victim)) => {
+                self.procs[victim].m = None;
+                self.procs[victim].fate = Fate::Crashed;
+                if self.trace {
+                    eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
                 }
+                self.crashes += 1;
+                self.digest.add_u64(0xdead ^ victim as u64);
+                self.spawn_joiner();
             }
+            Some(Down::Leave(who))
+                if begin_leave(&mut self.procs[who], now, self.now, self.trace) =>
+            {
+                self.leaves += 1;
+                self.drain(who)?;
+                self.spawn_joiner();
+            }
+            Some(Down::Leave(_)) | None => {}
         }
         Ok(())
     }

@@ -152,3 +152,132 @@ impl Faults {
         }
     }
 }
+
+/// A group member as the crash and leave schedule sees it.
+pub trait Standing {
+    /// Still joining: not yet a candidate to crash or leave.
+    fn joining(&self) -> bool;
+    /// In a settled view: counts toward the majority a crash or a leave must leave behind.
+    fn settled(&self) -> bool;
+    /// The members of its view.
+    fn view(&self) -> &[Address];
+    /// Starts leaving the group; false if it cannot now.
+    fn begin_leave(&mut self, now: Instant) -> bool;
+}
+
+/// A process slot of a group simulator: its address, its member while it runs one, and
+/// whether it is leaving. Slot `i` holds the addresses of site `i`.
+pub trait Process {
+    type Member: Standing;
+    fn addr(&self) -> Address;
+    fn member(&self) -> Option<&Self::Member>;
+    fn member_mut(&mut self) -> Option<&mut Self::Member>;
+    fn leaving(&self) -> bool;
+    fn set_leaving(&mut self);
+}
+
+/// Implements [`Standing`] for a member type `$member` (whose `state()` is a `$state`, with
+/// `Joining` and `Normal`) and [`Process`] for a slot type `$proc` holding it in
+/// `$field: Option<$member>`, with `addr` and `leaving` fields.
+macro_rules! group_process {
+    ($proc:ty, $member:ty, $field:ident, $state:ident) => {
+        impl $crate::schedule::Standing for $member {
+            fn joining(&self) -> bool {
+                self.state() == $state::Joining
+            }
+            fn settled(&self) -> bool {
+                self.state() == $state::Normal
+            }
+            fn view(&self) -> &[Address] {
+                self.members()
+            }
+            fn begin_leave(&mut self, now: Instant) -> bool {
+                self.leave(now).is_ok()
+            }
+        }
+
+        impl $crate::schedule::Process for $proc {
+            type Member = $member;
+            fn addr(&self) -> Address {
+                self.addr
+            }
+            fn member(&self) -> Option<&$member> {
+                self.$field.as_ref()
+            }
+            fn member_mut(&mut self) -> Option<&mut $member> {
+                self.$field.as_mut()
+            }
+            fn leaving(&self) -> bool {
+                self.leaving
+            }
+            fn set_leaving(&mut self) {
+                self.leaving = true;
+            }
+        }
+    };
+}
+pub(crate) use group_process;
+
+/// The slot of `a` among `procs`, if a process there has that address.
+pub fn slot_of<P: Process>(procs: &[P], a: Address) -> Option<usize> {
+    let i = a.site as usize;
+    (i < procs.len() && procs[i].addr() == a).then_some(i)
+}
+
+/// A crash or a leave drawn for this step.
+pub enum Down {
+    Crash(usize),
+    Leave(usize),
+}
+
+/// Draws this step's crash (at rate `crash_p`) or leave (`leave_p`) among the `running`
+/// slots whose members have joined. Neither may cost any member's view its majority: the group
+/// would block for good, as crashed processes never come back in these simulators. So one is
+/// drawn only while more than two members are up and every member's view (they differ while
+/// joins and leaves are in flight) keeps a majority of members in good standing (settled, not
+/// leaving), counting one more going down.
+pub fn choose_down<P: Process>(
+    procs: &[P],
+    running: impl Iterator<Item = usize>,
+    rng: &mut Rng,
+    crash_p: f64,
+    leave_p: f64,
+) -> Option<Down> {
+    let live: Vec<usize> = running
+        .filter(|&i| procs[i].member().is_some_and(|m| !m.joining()))
+        .collect();
+    let steady = |a: Address| {
+        slot_of(procs, a).is_some_and(|j| {
+            let p = &procs[j];
+            !p.leaving() && p.member().is_some_and(|m| m.settled())
+        })
+    };
+    let budget = live.len() > 2
+        && live.iter().all(|&i| {
+            procs[i].member().is_none_or(|m| {
+                let v = m.view();
+                v.iter().filter(|&&a| steady(a)).count() > v.len() / 2 + 1
+            })
+        });
+    let pick = |rng: &mut Rng| live[rng.below(live.len() as u64) as usize];
+    if budget && rng.chance(crash_p) {
+        Some(Down::Crash(pick(rng)))
+    } else if budget && rng.chance(leave_p) {
+        Some(Down::Leave(pick(rng)))
+    } else {
+        None
+    }
+}
+
+/// Starts `p` leaving its group, unless it is already leaving or its member refuses; true if
+/// it did. `clock` and `trace` are for the trace line.
+pub fn begin_leave<P: Process>(p: &mut P, now: Instant, clock: u64, trace: bool) -> bool {
+    if p.leaving() || !p.member_mut().is_some_and(|m| m.begin_leave(now)) {
+        return false;
+    }
+    if trace {
+        eprintln!("{clock:>10} LEAVE {}", p.addr());
+    }
+    p.set_leaving();
+    true
+}
