@@ -41,12 +41,18 @@ pub struct RingReceiver {
     /// the clock again.
     stall_pos: AtomicU64,
     stall_since_ns: AtomicU64,
+    /// Sightings of a reserved head by polls (`try_recv`), which look at the clock only on
+    /// every `POLL_SIGHTINGS_PER_LOOK`th.
+    stall_sightings: AtomicU64,
     born: Instant,
 }
 
 /// How long a reserved, unpublished head slot may stay so before the consumer asks whether
 /// its producer is still alive, and how long a park may last while it waits on one.
 const STALL_CHECK: Duration = Duration::from_millis(10);
+/// A poll finds the head reserved for the moment a live producer writes it nearly every time
+/// it catches up with one; it looks at the clock (to time the stall) on every this many.
+const POLL_SIGHTINGS_PER_LOOK: u64 = 8;
 
 impl RingReceiver {
     /// Creates the segment at `path` (`O_CREAT|O_EXCL`, mode 0600; the parent directory must
@@ -135,6 +141,7 @@ impl RingReceiver {
             reclaimed,
             stall_pos: AtomicU64::new(0),
             stall_since_ns: AtomicU64::new(0),
+            stall_sightings: AtomicU64::new(0),
             born: Instant::now(),
         })
     }
@@ -161,6 +168,13 @@ impl RingReceiver {
             let pos = self.head;
             let slot = seg.slot(pos);
             if slot.seq.load(Ordering::Acquire) != pos.wrapping_add(1) {
+                // Unpublished. If it is reserved, its producer may have died writing it:
+                // then only the consumer can move the ring on.
+                if meta_kind(slot.meta.load(Ordering::Relaxed)) == KIND_RESERVED
+                    && self.recover_dead_reservation(false)
+                {
+                    continue;
+                }
                 return None;
             }
             let m = slot.meta.load(Ordering::Acquire);
@@ -181,7 +195,10 @@ impl RingReceiver {
             }
             if kind == KIND_RESERVED {
                 // Published sequence, reservation not yet replaced: its producer is between
-                // its last two stores (or died there; `has_ready` recovers that).
+                // its last two stores (or died there).
+                if self.recover_dead_reservation(false) {
+                    continue;
+                }
                 return None;
             }
             if kind == KIND_SKIP {
@@ -218,16 +235,24 @@ impl RingReceiver {
             return true;
         }
         if reserved {
-            return self.recover_dead_reservation();
+            return self.recover_dead_reservation(true);
         }
         false
     }
 
     /// The head slot is reserved but unpublished. Normally its producer is writing it; if it
     /// stays so for `STALL_CHECK` and the producer's process is gone, publish the slot as a
-    /// skip record so the ring moves on. True if that made the head ready.
+    /// skip record so the ring moves on. True if that made the head ready. A poll
+    /// (`every_time` false) looks only on every `POLL_SIGHTINGS_PER_LOOK`th call.
     #[cold]
-    fn recover_dead_reservation(&self) -> bool {
+    fn recover_dead_reservation(&self, every_time: bool) -> bool {
+        if !every_time {
+            let n = self.stall_sightings.load(Ordering::Relaxed).wrapping_add(1);
+            self.stall_sightings.store(n, Ordering::Relaxed);
+            if !n.is_multiple_of(POLL_SIGHTINGS_PER_LOOK) {
+                return false;
+            }
+        }
         let pos = self.head;
         let now = (self.born.elapsed().as_nanos() as u64).max(1);
         let since = self.stall_since_ns.load(Ordering::Relaxed);
@@ -236,7 +261,9 @@ impl RingReceiver {
             self.stall_since_ns.store(now, Ordering::Relaxed);
             return false;
         }
-        if now - since < STALL_CHECK.as_nanos() as u64 {
+        // Saturating: two threads may look at once (`has_ready` takes `&self`), one storing a
+        // later start than the other's reading of the clock.
+        if now.saturating_sub(since) < STALL_CHECK.as_nanos() as u64 {
             return false;
         }
         self.stall_since_ns.store(now, Ordering::Relaxed);

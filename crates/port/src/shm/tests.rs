@@ -329,3 +329,39 @@ fn another_versions_leftover_is_reclaimed() {
         .expect("send");
     assert_eq!(recv_vec(&mut again).as_deref(), Some(&b"new"[..]));
 }
+
+/// Polls until `rx` yields a message or `limit` passes.
+fn poll_for(rx: &mut RingReceiver, limit: Duration) -> Option<Vec<u8>> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if let Some(m) = recv_vec(rx) {
+            return Some(m);
+        }
+        std::hint::spin_loop();
+    }
+    None
+}
+
+/// A consumer that only polls (`try_recv`, never `wait` or `has_ready`) still gets past a
+/// dead producer's reservation, published or not, once the stall check has passed.
+#[test]
+fn a_polling_consumer_gets_past_a_dead_producers_reservation() {
+    for published in [false, true] {
+        let dir = TestDir::new();
+        let mut rx = ring(&dir, 4, 32);
+        let tx = rx.producer();
+        reserve_for_a_dead_producer(&rx, &tx, 0);
+        if published {
+            rx.segment().slot(0).seq.store(1, Ordering::Release);
+        }
+        tx.try_send(b"after").expect("send behind the stalled slot");
+        let got = poll_for(&mut rx, Duration::from_secs(5));
+        assert_eq!(
+            got.as_deref(),
+            Some(&b"after"[..]),
+            "published: {published}"
+        );
+        let c = rx.counters();
+        assert_eq!((c.dead_reservations, c.skipped, c.delivered), (1, 1, 1));
+    }
+}
