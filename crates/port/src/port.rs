@@ -170,7 +170,13 @@ pub struct Port {
     fanout_to: Vec<SocketAddr>,
     /// Datagrams queued to leave together ([`Port::queue_datagram`]).
     batch: crate::mmsg::SendBatch,
+    /// When a non-blocking send last asked whether a full local destination's owner lives.
+    owner_checked_at: Option<std::time::Instant>,
 }
+
+/// How often a non-blocking send that finds a local destination full asks whether its owner
+/// lives (a system call and a `/proc` read): a dead owner's ring stays full for good.
+const OWNER_CHECK_EVERY: Duration = Duration::from_millis(10);
 
 impl Port {
     /// The engine's side of this port.
@@ -259,6 +265,7 @@ impl Port {
             ep,
             local: HashMap::default(),
             last_local: None,
+            owner_checked_at: None,
             local_sent: 0,
             remote_sent: 0,
             received: 0,
@@ -354,11 +361,37 @@ impl Port {
     /// Sends without waiting: `PortError::Full` when the destination has no room.
     #[inline]
     pub fn try_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
-        match self.try_send_repeat(dest, msg) {
-            Repeat::Sent => Ok(()),
+        let r = match self.try_send_repeat(dest, msg) {
+            Repeat::Sent => return Ok(()),
             Repeat::Full => Err(PortError::Full),
             Repeat::NotThisWay => self.try_send_general(dest, msg),
+        };
+        match r {
+            Err(PortError::Full) => Err(self.full_or_dead(dest)),
+            r => r,
         }
+    }
+
+    /// What to say of a destination that had no room: `Full`, or `OwnerDead` (forgetting
+    /// its ring) if it is local and its owner died, asked at most every `OWNER_CHECK_EVERY`.
+    #[cold]
+    fn full_or_dead(&mut self, dest: Address) -> PortError {
+        let Some(sender) = self.local.get(&dest) else {
+            return PortError::Full;
+        };
+        let now = std::time::Instant::now();
+        if self
+            .owner_checked_at
+            .is_some_and(|at| now.duration_since(at) < OWNER_CHECK_EVERY)
+        {
+            return PortError::Full;
+        }
+        self.owner_checked_at = Some(now);
+        if sender.owner_alive() {
+            return PortError::Full;
+        }
+        self.forget_local(dest);
+        PortError::OwnerDead(dest)
     }
 
     /// [`try_send`](Self::try_send) other than by the short path.

@@ -629,3 +629,109 @@ fn a_stream_to_a_local_port_that_closes_reports_it_and_reaches_its_successor() {
     assert_eq!(&buf[..r.len], b"and again");
     assert_eq!(a.counters().local_sent, 10);
 }
+
+/// Child side of the dead-owner tests: opens a port at `a` with `slots` slots, says so on
+/// stdout, waits until its stdin closes, and dies without closing the port, as a crash would.
+fn open_then_die_when_told(a: Address, slots: u32) -> ! {
+    use std::io::{Read, Write};
+    let p = Port::open(
+        a,
+        PortConfig {
+            slot_count: slots,
+            ..cfg()
+        },
+    )
+    .unwrap();
+    println!("open");
+    std::io::stdout().flush().unwrap();
+    let _ = std::io::stdin().read(&mut [0u8; 1]);
+    std::mem::forget(p);
+    // SAFETY: ends the child at once, without running destructors.
+    unsafe { libc::_exit(0) }
+}
+
+/// Starts this test's child (`open_then_die_when_told`) and waits until its port is open.
+fn owner_child(test: &str) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1", "-q"])
+        .env("TXCAST_TEST_CHILD", test)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim() != "open" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
+    }
+    child
+}
+
+/// Ends `child` (closing its stdin tells it to die) and reaps it.
+fn kill_owner(mut child: std::process::Child) {
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
+
+/// A sender that has been writing to a port whose owner then crashed, and that a new owner
+/// opened again: the sender's next send reports `Closed` (the new owner marked the dead
+/// owner's ring so) and the one after reaches the new port, instead of going on into a ring
+/// nobody reads.
+#[test]
+fn a_crashed_owners_successor_is_reached_by_a_sender_that_held_its_ring() {
+    const TEST: &str = "a_crashed_owners_successor_is_reached_by_a_sender_that_held_its_ring";
+    let a = addr(22, 0, 1, 0);
+    if std::env::var("TXCAST_TEST_CHILD").as_deref() == Ok(TEST) {
+        open_then_die_when_told(a, 64);
+    }
+    let child = owner_child(TEST);
+    let mut sender = Port::open(addr(22, 0, 2, 0), cfg()).unwrap();
+    sender.try_send(a, b"to the first owner").unwrap();
+    kill_owner(child);
+    let mut successor = Port::open(a, cfg()).unwrap();
+    assert!(successor.counters().reclaimed_dead_owner);
+    assert!(matches!(
+        sender.try_send(a, b"lost"),
+        Err(PortError::Closed(d)) if d == a
+    ));
+    sender.try_send(a, b"to the successor").unwrap();
+    let mut buf = [0u8; 64];
+    let r = successor.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"to the successor");
+}
+
+/// A sender whose local destination's owner crashed, with no successor: once the ring is
+/// full, `try_send` reports `OwnerDead` (within about 10 ms) rather than `Full` for good.
+#[test]
+fn try_send_to_a_crashed_owners_full_ring_reports_owner_dead() {
+    const TEST: &str = "try_send_to_a_crashed_owners_full_ring_reports_owner_dead";
+    let a = addr(22, 0, 3, 0);
+    if std::env::var("TXCAST_TEST_CHILD").as_deref() == Ok(TEST) {
+        open_then_die_when_told(a, 4);
+    }
+    let child = owner_child(TEST);
+    let mut sender = Port::open(addr(22, 0, 4, 0), cfg()).unwrap();
+    sender.try_send(a, b"first").unwrap();
+    kill_owner(child);
+    let start = std::time::Instant::now();
+    let mut sent = 1;
+    let outcome = loop {
+        match sender.try_send(a, b"more") {
+            Ok(()) => sent += 1,
+            Err(PortError::Full) => {}
+            Err(e) => break e,
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "still Full after 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(
+        matches!(outcome, PortError::OwnerDead(d) if d == a),
+        "{outcome:?}"
+    );
+    assert_eq!(sent, 4, "the ring's four slots took messages first");
+}

@@ -72,9 +72,32 @@ pub(crate) fn reclaim_if_dead(path: &Path) -> Result<Verdict, ShmError> {
     if values.closed == 0 && owner.alive() {
         return Ok(Verdict::Alive);
     }
+    if values.closed == 0 {
+        mark_closed(path, file_id);
+    }
     match unlink_if_same(path, file_id).map_err(ShmError::Io)? {
         true => Ok(Verdict::Reclaimed),
         false => Ok(Verdict::Gone),
+    }
+}
+
+/// Marks the dead owner's segment at `path` (if it still is the file `(dev, ino)`) closed,
+/// as its owner would have on a clean close: senders that still hold it mapped then get
+/// `Closed` and look the port up again, reaching its successor, instead of filling a ring
+/// nobody reads. Best effort: a sender that misses it finds the ring full and the owner dead.
+fn mark_closed(path: &Path, file_id: (u64, u64)) {
+    use super::layout::Identity;
+    let Ok(file) = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return;
+    };
+    if file.metadata().is_ok_and(|m| (m.dev(), m.ino()) == file_id) {
+        // The identity words sit at the same offsets in every version, `closed` among them.
+        let at = std::mem::offset_of!(Identity, closed) as u64;
+        let _ = file.write_all_at(&1u32.to_ne_bytes(), at);
     }
 }
 
