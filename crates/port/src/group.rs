@@ -592,7 +592,7 @@ impl Group {
         timeout: Option<Duration>,
         mut done: impl FnMut(&mut GroupState) -> Option<R>,
     ) -> Result<R, GroupCallError> {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let deadline = timeout.map(crate::port::deadline_after);
         let invoker = self.engine.is_invoker();
         // Invoker mode polls the sockets only when a sleep on their epoll set said one has
         // traffic: a poll before that would nearly always find nothing (this call was just

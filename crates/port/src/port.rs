@@ -125,6 +125,9 @@ pub struct Received {
     pub txn: Option<TxnId>,
     /// Bytes copied into the caller's buffer.
     pub len: usize,
+    /// The message was longer than the buffer: only its first `len` bytes were copied (the
+    /// rest is gone). A buffer of `message_bytes_max` bytes never truncates.
+    pub truncated: bool,
 }
 
 /// A port's counters.
@@ -135,6 +138,8 @@ pub struct PortCounters {
     pub received: u64,
     pub packets_received: u64,
     pub packets_sent: u64,
+    /// Malformed packets, and ring records too short to be a txcast message (written by
+    /// something else that can write the port's segment).
     pub dropped_bad: u64,
     pub dropped_misaddressed: u64,
     pub dropped_not_joined: u64,
@@ -172,6 +177,14 @@ pub struct Port {
     batch: crate::mmsg::SendBatch,
     /// When a non-blocking send last asked whether a full local destination's owner lives.
     owner_checked_at: Option<std::time::Instant>,
+}
+
+/// `timeout` from now, or a century from now for a timeout too long to add (`Duration::MAX`
+/// and its like mean "no deadline" to a caller, not a panic).
+pub(crate) fn deadline_after(timeout: Duration) -> std::time::Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = std::time::Instant::now();
+    now.checked_add(timeout.min(CENTURY)).unwrap_or(now)
 }
 
 /// How often a non-blocking send that finds a local destination full asks whether its owner
@@ -435,7 +448,7 @@ impl Port {
         msg: &[u8],
         timeout: Duration,
     ) -> Result<(), PortError> {
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         if self.is_local(dest) {
             return self.local_send_until(dest, msg, deadline);
         }
@@ -568,9 +581,9 @@ impl Port {
             self.local_sender(dest)?;
             // `local_sender` left `dest`'s sender in `last_local`: no map lookup per claim.
             let sender = &self.last_local.as_ref().expect("set by local_sender").1;
-            let mut c = sender
-                .claim(ENVELOPE_BYTES + len)
-                .map_err(|e| map_send_error(e, dest))?;
+            // A length past usize::MAX less the envelope is too long for any slot.
+            let total = ENVELOPE_BYTES.saturating_add(len);
+            let mut c = sender.claim(total).map_err(|e| map_send_error(e, dest))?;
             write_envelope(&mut c, source, TxnId(0), &[]);
             self.local_sent += 1;
             return Ok(PortClaim {
@@ -872,7 +885,15 @@ impl Port {
                 self.room_made();
                 return Some(r);
             }
+            self.short_record();
         }
+    }
+
+    /// A record too short for an envelope, written into the ring by something that is not
+    /// txcast: taken out of the ring, dropped and counted.
+    #[cold]
+    fn short_record(&self) {
+        self.ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
     }
 
     #[inline]
@@ -886,6 +907,7 @@ impl Port {
                         source,
                         txn: (txn.0 != 0).then_some(txn),
                         len,
+                        truncated: len < payload.len(),
                     }
                 })
             })?;
@@ -894,7 +916,7 @@ impl Port {
                 self.room_made();
                 return Some(r);
             }
-            // A record too short for an envelope: written by something that is not txcast.
+            self.short_record();
         }
     }
 
@@ -933,7 +955,7 @@ impl Port {
                     self.room_made();
                     return Ok(r);
                 }
-                Some(None) => continue,
+                Some(None) => self.short_record(),
                 None => {
                     if !self.wait(timeout) {
                         return Err(PortError::Timeout);
@@ -954,7 +976,7 @@ impl Port {
         if let Some(r) = self.take(buf) {
             return Ok(r);
         }
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let deadline = timeout.map(deadline_after);
         loop {
             let ready = self.wait_until(deadline);
             if let Some(r) = self.try_recv(buf) {
@@ -972,7 +994,7 @@ impl Port {
     }
 
     fn wait(&mut self, timeout: Option<Duration>) -> bool {
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let deadline = timeout.map(deadline_after);
         self.wait_until(deadline)
     }
 
@@ -1089,7 +1111,7 @@ impl Port {
     /// only go out while the application drives the engine). Call it before closing a port
     /// whose last messages matter.
     pub fn flush(&mut self, timeout: Duration) -> Result<(), PortError> {
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let quiet = |p: &Port| {
             p.ep.links
                 .lock()

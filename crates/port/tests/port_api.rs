@@ -177,6 +177,17 @@ fn oversize_messages_are_rejected() {
         a.try_send(addr(6, 1, 1, 0), &huge),
         Err(PortError::TooLong { .. })
     ));
+    // Claims of any length, up to the largest, are refused the same way, local and remote.
+    let local = [b.message_bytes_max() + 1, usize::MAX - 15, usize::MAX];
+    let remote = [huge.len(), usize::MAX - 15, usize::MAX];
+    for (dest, lens) in [(b.address(), local), (addr(6, 1, 1, 0), remote)] {
+        for len in lens {
+            assert!(
+                matches!(a.claim(dest, len), Err(PortError::TooLong { .. })),
+                "claim of {len} bytes to {dest}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -734,4 +745,42 @@ fn try_send_to_a_crashed_owners_full_ring_reports_owner_dead() {
         "{outcome:?}"
     );
     assert_eq!(sent, 4, "the ring's four slots took messages first");
+}
+
+/// Timeouts too long to add to the clock (`Duration::MAX`) mean "no deadline", not a panic.
+#[test]
+fn the_longest_timeouts_are_taken_as_no_deadline() {
+    let mut a = Port::open(addr(22, 0, 5, 0), cfg()).unwrap();
+    let mut b = Port::open(addr(22, 0, 6, 0), cfg()).unwrap();
+    a.send_timeout(b.address(), b"patient", Duration::MAX)
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let r = b.recv_timeout(&mut buf, Some(Duration::MAX)).unwrap();
+    assert_eq!(&buf[..r.len], b"patient");
+    a.flush(Duration::MAX).unwrap();
+}
+
+/// A message longer than the receiver's buffer says so (`truncated`), and a record in the
+/// ring too short to be a txcast message (anything of the user's can write the segment) is
+/// dropped and counted, not delivered nor passed over in silence.
+#[test]
+fn truncation_is_reported_and_foreign_records_are_counted() {
+    let mut a = Port::open(addr(22, 0, 7, 0), cfg()).unwrap();
+    let mut b = Port::open(addr(22, 0, 8, 0), cfg()).unwrap();
+    a.send(b.address(), b"twelve bytes").unwrap();
+    let mut small = [0u8; 5];
+    let r = b.recv_timeout(&mut small, WAIT).unwrap();
+    assert_eq!((r.len, r.truncated, &small[..]), (5, true, &b"twelv"[..]));
+    a.send(b.address(), b"fits").unwrap();
+    let mut buf = [0u8; 64];
+    let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!((r.len, r.truncated), (4, false));
+
+    let path = ClusterConfig::default().segment_path(b.address());
+    let foreign = txcast_port::shm::RingSender::open(&path).unwrap();
+    foreign.try_send(b"x").unwrap();
+    a.send(b.address(), b"after").unwrap();
+    let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+    assert_eq!(&buf[..r.len], b"after");
+    assert_eq!(b.counters().dropped_bad, 1);
 }
