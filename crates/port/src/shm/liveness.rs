@@ -121,6 +121,17 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), ShmError> {
     Ok(())
 }
 
+/// Whether process `pid` exists (a pid reused by another process counts as alive, which errs
+/// on the safe side: what its first holder left waits until that one ends).
+pub(crate) fn pid_exists(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 performs only the existence and permission check.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

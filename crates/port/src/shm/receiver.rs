@@ -2,6 +2,7 @@
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -63,52 +64,88 @@ impl RingReceiver {
         let layout =
             Layout::compute(cfg.slot_count, cfg.slot_bytes).map_err(ShmError::InvalidConfig)?;
         let me = ProcessIdentity::current().map_err(ShmError::Io)?;
-        let mut reclaimed = 0;
-        for _ in 0..CREATE_ATTEMPTS {
-            let opened = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(path);
-            match opened {
-                Ok(file) => return Self::initialize(path, &file, layout, me, reclaimed),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    match reclaim::reclaim_if_dead(path)? {
-                        Verdict::Alive => return Err(ShmError::InUse),
-                        Verdict::Reclaimed => reclaimed += 1,
-                        Verdict::Gone => {}
-                    }
-                }
-                Err(e) => return Err(ShmError::from(e)),
+        // Built whole under a name of this process's, then linked into place: a creator that
+        // dies part way leaves that file (see `reclaim_dead`), never a half-made segment at the
+        // port's path, which would block the address for good.
+        let building = reclaim::building_path(path, me.pid)
+            .ok_or(ShmError::InvalidConfig("segment path must name a file"))?;
+        // A leftover of an earlier process that had our pid.
+        let _ = fs::remove_file(&building);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&building)
+            .map_err(ShmError::from)?;
+        let built = Self::initialize(&file, layout, me);
+        drop(file);
+        let (seg, file_id) = match built {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = fs::remove_file(&building);
+                return Err(e);
             }
-        }
-        Err(ShmError::InUse)
+        };
+        let mut reclaimed = 0;
+        let linked = (|| {
+            for _ in 0..CREATE_ATTEMPTS {
+                match fs::hard_link(&building, path) {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        match reclaim::reclaim_if_dead(path)? {
+                            Verdict::Alive => return Err(ShmError::InUse),
+                            Verdict::Reclaimed => reclaimed += 1,
+                            Verdict::Gone => {}
+                        }
+                    }
+                    Err(e) => return Err(ShmError::from(e)),
+                }
+            }
+            Err(ShmError::InUse)
+        })();
+        let _ = fs::remove_file(&building);
+        linked?;
+        Ok(RingReceiver {
+            seg: Arc::new(seg),
+            head: 0,
+            path: path.to_path_buf(),
+            file_id,
+            me,
+            reclaimed,
+            stall_pos: AtomicU64::new(0),
+            stall_since_ns: AtomicU64::new(0),
+            stall_sightings: AtomicU64::new(0),
+            born: Instant::now(),
+        })
     }
 
+    /// Sizes, maps and writes a new segment (its magic last); returns the mapping and the
+    /// file's (dev, ino).
     fn initialize(
-        path: &Path,
         file: &File,
         layout: Layout,
         me: ProcessIdentity,
-        reclaimed: u64,
-    ) -> Result<RingReceiver, ShmError> {
+    ) -> Result<(Segment, (u64, u64)), ShmError> {
         let mapped = (|| {
             // fchmod: the mode must be exactly 0600 whatever the umask.
             file.set_permissions(Permissions::from_mode(0o600))?;
             file.set_len(layout.total_bytes as u64)?;
+            // Take the memory now: a tmpfs that runs out later would kill whoever first
+            // writes an untouched page (SIGBUS), the owner or any sender.
+            // SAFETY: a valid descriptor and a length within the file's new size.
+            let rc = unsafe {
+                libc::posix_fallocate(file.as_raw_fd(), 0, layout.total_bytes as libc::off_t)
+            };
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
             let meta = file.metadata()?;
             let seg = Segment::map(file, layout.total_bytes, layout)?;
             Ok::<_, io::Error>((seg, (meta.dev(), meta.ino())))
         })();
-        let (seg, file_id) = match mapped {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = fs::remove_file(path);
-                return Err(ShmError::Io(e));
-            }
-        };
+        let (seg, file_id) = mapped.map_err(ShmError::Io)?;
         for pos in 0..layout.slot_count as u64 {
             let slot = seg.slot(pos);
             slot.meta.store(0, Ordering::Relaxed);
@@ -132,18 +169,7 @@ impl RingReceiver {
             .store(unsafe { libc::geteuid() }, Ordering::Relaxed);
         // Last, with Release: an opener that sees the magic sees everything above.
         id.magic.store(MAGIC, Ordering::Release);
-        Ok(RingReceiver {
-            seg: Arc::new(seg),
-            head: 0,
-            path: path.to_path_buf(),
-            file_id,
-            me,
-            reclaimed,
-            stall_pos: AtomicU64::new(0),
-            stall_since_ns: AtomicU64::new(0),
-            stall_sightings: AtomicU64::new(0),
-            born: Instant::now(),
-        })
+        Ok((seg, file_id))
     }
 
     /// True when creation replaced a dead owner's segment at the same path.
@@ -270,7 +296,7 @@ impl RingReceiver {
         let slot = self.seg.slot(pos);
         // Kind and pid come from one load, so the pid is the reserving producer's own.
         let m = slot.meta.load(Ordering::Acquire);
-        if meta_kind(m) != KIND_RESERVED || pid_alive(meta_len(m)) {
+        if meta_kind(m) != KIND_RESERVED || super::liveness::pid_exists(meta_len(m)) {
             return false;
         }
         // The producer is gone, so nothing else writes this word; the exchange still keeps us
@@ -589,15 +615,4 @@ impl Drop for SlotRelease<'_> {
             .store(*self.head, Ordering::Release);
         self.seg.wake_senders();
     }
-}
-
-/// Whether process `pid` exists (a pid reused by another process counts as alive: the stall
-/// then lasts until that one ends, which is safe).
-fn pid_alive(pid: u32) -> bool {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return false;
-    }
-    // SAFETY: signal 0 performs only the existence and permission check.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }

@@ -115,9 +115,29 @@ pub(crate) fn unlink_if_same(path: &Path, file_id: (u64, u64)) -> io::Result<boo
     }
 }
 
+/// Suffix of the name a segment is built under (`.<port file>.<pid>.building`) before its
+/// creator links it into place.
+const BUILDING: &str = "building";
+
+/// The name process `pid` builds the segment for `path` under: in the same directory (so it
+/// can be linked into place), hidden, and naming its builder.
+pub(crate) fn building_path(path: &Path, pid: u32) -> Option<std::path::PathBuf> {
+    let name = path.file_name()?.to_str()?;
+    Some(path.with_file_name(format!(".{name}.{pid}.{BUILDING}")))
+}
+
+/// The pid in a name `building_path` made, if it is one.
+fn builder_of(name: &str) -> Option<u32> {
+    let rest = name
+        .strip_prefix('.')?
+        .strip_suffix(BUILDING)?
+        .strip_suffix('.')?;
+    rest.rsplit_once('.')?.1.parse().ok()
+}
+
 /// Scans `dir` and unlinks every segment whose owner is dead (or that was closed but not
-/// removed). Files that are not valid segments of ours are left alone. Returns how many
-/// segments were unlinked.
+/// removed), and every segment a process that has died left half built. Files that are not
+/// segments of ours are left alone. Returns how many files were unlinked.
 pub fn reclaim_dead(dir: &Path) -> io::Result<usize> {
     let mut reclaimed = 0;
     for entry in fs::read_dir(dir)? {
@@ -125,8 +145,19 @@ pub fn reclaim_dead(dir: &Path) -> io::Result<usize> {
         if !entry.file_type()?.is_file() {
             continue;
         }
-        if let Ok(Verdict::Reclaimed) = reclaim_if_dead(&entry.path()) {
-            reclaimed += 1;
+        let builder = entry.file_name().to_str().and_then(builder_of);
+        match builder {
+            Some(pid) if !super::liveness::pid_exists(pid) => {
+                if fs::remove_file(entry.path()).is_ok() {
+                    reclaimed += 1;
+                }
+            }
+            Some(_) => {}
+            None => {
+                if let Ok(Verdict::Reclaimed) = reclaim_if_dead(&entry.path()) {
+                    reclaimed += 1;
+                }
+            }
         }
     }
     Ok(reclaimed)

@@ -365,3 +365,54 @@ fn a_polling_consumer_gets_past_a_dead_producers_reservation() {
         assert_eq!((c.dead_reservations, c.skipped, c.delivered), (1, 1, 1));
     }
 }
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &TestDir) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(&dir.0)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A segment is built under a name of its creator's and linked into place whole, so a port's
+/// path never holds a half-made segment; the building name is gone once the port is open,
+/// and a leftover one (a creator that died, or an earlier process with our pid) neither
+/// blocks the port nor outlives `reclaim_dead` once its builder is gone.
+#[test]
+fn segments_are_built_aside_and_their_leftovers_reclaimed() {
+    let dir = TestDir::new();
+    let path = dir.path("port");
+    let me = std::process::id();
+    let ours = reclaim::building_path(&path, me).expect("name");
+    std::fs::write(&ours, b"left by an earlier process with our pid").expect("write");
+    let rx = RingReceiver::create(
+        &path,
+        RingConfig {
+            slot_count: 4,
+            slot_bytes: 64,
+        },
+    )
+    .expect("create");
+    assert_eq!(names_in(&dir), vec!["port".to_string()]);
+    assert!(RingSender::open(&path).is_ok());
+
+    // A builder that died part way (its pid is gone once reaped), and one still at work (us).
+    let mut child = std::process::Command::new("true").spawn().expect("spawn");
+    let dead = child.id();
+    child.wait().expect("reap");
+    let theirs = reclaim::building_path(&dir.path("other"), dead).expect("name");
+    std::fs::write(&theirs, b"half made").expect("write");
+    let at_work = reclaim::building_path(&dir.path("third"), me).expect("name");
+    std::fs::write(&at_work, b"being made").expect("write");
+    assert_eq!(reclaim_dead(&dir.0).expect("reclaim"), 1);
+    let left = names_in(&dir);
+    assert!(left.contains(&"port".to_string()), "{left:?}");
+    assert!(
+        !left.iter().any(|n| n.contains(&format!(".{dead}."))),
+        "{left:?}"
+    );
+    assert!(at_work.exists(), "a live builder's file stays");
+    drop(rx);
+}
