@@ -175,8 +175,9 @@ pub struct Port {
     fanout_to: Vec<SocketAddr>,
     /// Datagrams queued to leave together ([`Port::queue_datagram`]).
     batch: crate::mmsg::SendBatch,
-    /// When a non-blocking send last asked whether a full local destination's owner lives.
-    owner_checked_at: Option<std::time::Instant>,
+    /// When a non-blocking send last asked whether a full local destination's owner lives,
+    /// per destination (only those in `local`, so bounded as it is).
+    owner_checked_at: HashMap<Address, std::time::Instant, AddressHash>,
 }
 
 /// `timeout` from now, or a century from now for a timeout too long to add (`Duration::MAX`
@@ -278,7 +279,7 @@ impl Port {
             ep,
             local: HashMap::default(),
             last_local: None,
-            owner_checked_at: None,
+            owner_checked_at: HashMap::default(),
             local_sent: 0,
             remote_sent: 0,
             received: 0,
@@ -389,17 +390,21 @@ impl Port {
     /// its ring) if it is local and its owner died, asked at most every `OWNER_CHECK_EVERY`.
     #[cold]
     fn full_or_dead(&mut self, dest: Address) -> PortError {
+        if !self.is_local(dest) {
+            return PortError::Full;
+        }
         let Some(sender) = self.local.get(&dest) else {
             return PortError::Full;
         };
         let now = std::time::Instant::now();
         if self
             .owner_checked_at
-            .is_some_and(|at| now.duration_since(at) < OWNER_CHECK_EVERY)
+            .get(&dest)
+            .is_some_and(|&at| now.duration_since(at) < OWNER_CHECK_EVERY)
         {
             return PortError::Full;
         }
-        self.owner_checked_at = Some(now);
+        self.owner_checked_at.insert(dest, now);
         if sender.owner_alive() {
             return PortError::Full;
         }
@@ -538,6 +543,7 @@ impl Port {
     /// Drops the mapping of a local destination that died or closed.
     fn forget_local(&mut self, dest: Address) {
         self.local.remove(&dest);
+        self.owner_checked_at.remove(&dest);
         if self.last_local.as_ref().is_some_and(|(a, _)| *a == dest) {
             self.last_local = None;
         }

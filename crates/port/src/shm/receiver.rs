@@ -55,6 +55,90 @@ const STALL_CHECK: Duration = Duration::from_millis(10);
 /// it catches up with one; it looks at the clock (to time the stall) on every this many.
 const POLL_SIGHTINGS_PER_LOOK: u64 = 8;
 
+/// A new segment's file while it is built: unnamed (`O_TMPFILE`) where the file system allows
+/// it, so nothing is left if its creator dies; else under a name no other creator uses
+/// (`.<port>.<pid>.<n>.building`, removed by `reclaim_dead` once its builder is gone).
+enum Aside {
+    Unnamed(File),
+    Named(File, PathBuf),
+}
+
+impl Aside {
+    fn open(path: &Path) -> Result<Aside, ShmError> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let unnamed = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+            .open(dir);
+        match unnamed {
+            Ok(file) => return Ok(Aside::Unnamed(file)),
+            // File systems without O_TMPFILE.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {}
+            Err(e) => return Err(ShmError::from(e)),
+        }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let named = reclaim::building_path(path, std::process::id(), n)
+            .ok_or(ShmError::InvalidConfig("segment path must name a file"))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&named)
+            .map_err(ShmError::from)?;
+        Ok(Aside::Named(file, named))
+    }
+
+    fn file(&self) -> &File {
+        match self {
+            Aside::Unnamed(f) | Aside::Named(f, _) => f,
+        }
+    }
+
+    /// Gives the file the name `path`; `AlreadyExists` if something has it.
+    fn link_to(&self, path: &Path) -> io::Result<()> {
+        match self {
+            Aside::Named(_, named) => fs::hard_link(named, path),
+            Aside::Unnamed(f) => {
+                use std::os::unix::ffi::OsStrExt;
+                let from = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))
+                    .expect("no NUL in a number");
+                let to = std::ffi::CString::new(path.as_os_str().as_bytes())
+                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+                // SAFETY: two NUL-terminated paths that outlive the call.
+                let rc = unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        from.as_ptr(),
+                        libc::AT_FDCWD,
+                        to.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            }
+        }
+    }
+
+    /// Closes the file and removes its building name, if it has one.
+    fn discard(self) {
+        if let Aside::Named(_, named) = self {
+            let _ = fs::remove_file(named);
+        }
+    }
+}
+
 impl RingReceiver {
     /// Creates the segment at `path` (`O_CREAT|O_EXCL`, mode 0600; the parent directory must
     /// exist, see [`ensure_private_dir`](super::ensure_private_dir)). If a segment is already
@@ -64,34 +148,20 @@ impl RingReceiver {
         let layout =
             Layout::compute(cfg.slot_count, cfg.slot_bytes).map_err(ShmError::InvalidConfig)?;
         let me = ProcessIdentity::current().map_err(ShmError::Io)?;
-        // Built whole under a name of this process's, then linked into place: a creator that
-        // dies part way leaves that file (see `reclaim_dead`), never a half-made segment at the
-        // port's path, which would block the address for good.
-        let building = reclaim::building_path(path, me.pid)
-            .ok_or(ShmError::InvalidConfig("segment path must name a file"))?;
-        // A leftover of an earlier process that had our pid.
-        let _ = fs::remove_file(&building);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&building)
-            .map_err(ShmError::from)?;
-        let built = Self::initialize(&file, layout, me);
-        drop(file);
-        let (seg, file_id) = match built {
-            Ok(v) => v,
+        // Built whole aside, then linked into place: a creator that dies part way never leaves
+        // a half-made segment at the port's path, which would block the address for good.
+        let aside = Aside::open(path)?;
+        let (seg, file_id) = match Self::initialize(aside.file(), layout, me) {
+            Ok(built) => built,
             Err(e) => {
-                let _ = fs::remove_file(&building);
+                aside.discard();
                 return Err(e);
             }
         };
         let mut reclaimed = 0;
         let linked = (|| {
             for _ in 0..CREATE_ATTEMPTS {
-                match fs::hard_link(&building, path) {
+                match aside.link_to(path) {
                     Ok(()) => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                         match reclaim::reclaim_if_dead(path)? {
@@ -105,7 +175,7 @@ impl RingReceiver {
             }
             Err(ShmError::InUse)
         })();
-        let _ = fs::remove_file(&building);
+        aside.discard();
         linked?;
         Ok(RingReceiver {
             seg: Arc::new(seg),
@@ -272,7 +342,11 @@ impl RingReceiver {
     /// (`every_time` false) looks only on every `POLL_SIGHTINGS_PER_LOOK`th call.
     #[cold]
     fn recover_dead_reservation(&self, every_time: bool) -> bool {
-        if !every_time {
+        // A poll looks at once when a stall starts (so it has a start), then on every
+        // `POLL_SIGHTINGS_PER_LOOK`th sighting.
+        let timing = self.stall_since_ns.load(Ordering::Relaxed) != 0
+            && self.stall_pos.load(Ordering::Relaxed) == self.head;
+        if !every_time && timing {
             let n = self.stall_sightings.load(Ordering::Relaxed).wrapping_add(1);
             self.stall_sightings.store(n, Ordering::Relaxed);
             if !n.is_multiple_of(POLL_SIGHTINGS_PER_LOOK) {

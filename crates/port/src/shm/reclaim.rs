@@ -73,7 +73,7 @@ pub(crate) fn reclaim_if_dead(path: &Path) -> Result<Verdict, ShmError> {
         return Ok(Verdict::Alive);
     }
     if values.closed == 0 {
-        mark_closed(path, file_id);
+        mark_closed(path, file_id, &values);
     }
     match unlink_if_same(path, file_id).map_err(ShmError::Io)? {
         true => Ok(Verdict::Reclaimed),
@@ -85,20 +85,33 @@ pub(crate) fn reclaim_if_dead(path: &Path) -> Result<Verdict, ShmError> {
 /// as its owner would have on a clean close: senders that still hold it mapped then get
 /// `Closed` and look the port up again, reaching its successor, instead of filling a ring
 /// nobody reads. Best effort: a sender that misses it finds the ring full and the owner dead.
-fn mark_closed(path: &Path, file_id: (u64, u64)) {
+fn mark_closed(path: &Path, file_id: (u64, u64), seen: &IdentityValues) {
     use super::layout::Identity;
     let Ok(file) = OpenOptions::new()
+        .read(true)
         .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
     else {
         return;
     };
-    if file.metadata().is_ok_and(|m| (m.dev(), m.ino()) == file_id) {
-        // The identity words sit at the same offsets in every version, `closed` among them.
-        let at = std::mem::offset_of!(Identity, closed) as u64;
-        let _ = file.write_all_at(&1u32.to_ne_bytes(), at);
+    if !file.metadata().is_ok_and(|m| (m.dev(), m.ino()) == file_id) {
+        return;
     }
+    // Still the dead owner's segment, not a successor's that got the same inode number.
+    let mut bytes = [0u8; IDENTITY_BYTES];
+    if file.read_exact_at(&mut bytes, 0).is_err() {
+        return;
+    }
+    let now = IdentityValues::from_bytes(&bytes);
+    if (now.magic, now.owner_pid, now.owner_start_time)
+        != (seen.magic, seen.owner_pid, seen.owner_start_time)
+    {
+        return;
+    }
+    // The identity words sit at the same offsets in every version, `closed` among them.
+    let at = std::mem::offset_of!(Identity, closed) as u64;
+    let _ = file.write_all_at(&1u32.to_ne_bytes(), at);
 }
 
 /// Unlinks `path` only if it still names the file `(dev, ino)`; true when it did.
@@ -115,15 +128,15 @@ pub(crate) fn unlink_if_same(path: &Path, file_id: (u64, u64)) -> io::Result<boo
     }
 }
 
-/// Suffix of the name a segment is built under (`.<port file>.<pid>.building`) before its
-/// creator links it into place.
+/// Suffix of the name a segment is built under (`.<port file>.<pid>.<n>.building`) on a file
+/// system without unnamed files, before its creator links it into place.
 const BUILDING: &str = "building";
 
-/// The name process `pid` builds the segment for `path` under: in the same directory (so it
-/// can be linked into place), hidden, and naming its builder.
-pub(crate) fn building_path(path: &Path, pid: u32) -> Option<std::path::PathBuf> {
+/// The `n`th name process `pid` builds a segment for `path` under: in the same directory (so
+/// it can be linked into place), hidden, naming its builder, and its own.
+pub(crate) fn building_path(path: &Path, pid: u32, n: u64) -> Option<std::path::PathBuf> {
     let name = path.file_name()?.to_str()?;
-    Some(path.with_file_name(format!(".{name}.{pid}.{BUILDING}")))
+    Some(path.with_file_name(format!(".{name}.{pid}.{n}.{BUILDING}")))
 }
 
 /// The pid in a name `building_path` made, if it is one.
@@ -132,6 +145,8 @@ fn builder_of(name: &str) -> Option<u32> {
         .strip_prefix('.')?
         .strip_suffix(BUILDING)?
         .strip_suffix('.')?;
+    let (rest, n) = rest.rsplit_once('.')?;
+    n.parse::<u64>().ok()?;
     rest.rsplit_once('.')?.1.parse().ok()
 }
 
@@ -186,6 +201,13 @@ pub fn survey(dir: &Path) -> io::Result<Vec<SegmentStatus>> {
     let mut entries: Vec<_> = fs::read_dir(dir)?.flatten().map(|e| e.path()).collect();
     entries.sort();
     for path in entries {
+        let building = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(builder_of);
+        if building.is_some() {
+            continue;
+        }
         let Ok((values, _)) = inspect(&path) else {
             continue;
         };

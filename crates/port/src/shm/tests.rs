@@ -376,17 +376,15 @@ fn names_in(dir: &TestDir) -> Vec<String> {
     names
 }
 
-/// A segment is built under a name of its creator's and linked into place whole, so a port's
-/// path never holds a half-made segment; the building name is gone once the port is open,
-/// and a leftover one (a creator that died, or an earlier process with our pid) neither
-/// blocks the port nor outlives `reclaim_dead` once its builder is gone.
+/// A segment is built aside (unnamed where the file system allows) and linked into place
+/// whole, so a port's path never holds a half-made segment and nothing is left beside it once
+/// the port is open. A named leftover (a file system without unnamed files, a builder that
+/// died) is removed by `reclaim_dead` once its builder is gone, kept while it lives, and never
+/// listed by `survey`.
 #[test]
-fn segments_are_built_aside_and_their_leftovers_reclaimed() {
+fn segments_are_built_aside_and_named_leftovers_reclaimed() {
     let dir = TestDir::new();
     let path = dir.path("port");
-    let me = std::process::id();
-    let ours = reclaim::building_path(&path, me).expect("name");
-    std::fs::write(&ours, b"left by an earlier process with our pid").expect("write");
     let rx = RingReceiver::create(
         &path,
         RingConfig {
@@ -398,21 +396,56 @@ fn segments_are_built_aside_and_their_leftovers_reclaimed() {
     assert_eq!(names_in(&dir), vec!["port".to_string()]);
     assert!(RingSender::open(&path).is_ok());
 
-    // A builder that died part way (its pid is gone once reaped), and one still at work (us).
     let mut child = std::process::Command::new("true").spawn().expect("spawn");
     let dead = child.id();
     child.wait().expect("reap");
-    let theirs = reclaim::building_path(&dir.path("other"), dead).expect("name");
-    std::fs::write(&theirs, b"half made").expect("write");
-    let at_work = reclaim::building_path(&dir.path("third"), me).expect("name");
-    std::fs::write(&at_work, b"being made").expect("write");
+    let theirs = reclaim::building_path(&dir.path("other"), dead, 3).expect("name");
+    let at_work = reclaim::building_path(&dir.path("third"), std::process::id(), 7).expect("name");
+    // Whole segments, as a builder leaves them between writing the magic and linking.
+    std::fs::copy(&path, &theirs).expect("copy");
+    std::fs::copy(&path, &at_work).expect("copy");
+    let listed: Vec<_> = survey(&dir.0)
+        .expect("survey")
+        .into_iter()
+        .map(|s| s.path)
+        .collect();
+    assert_eq!(listed, vec![path.clone()]);
     assert_eq!(reclaim_dead(&dir.0).expect("reclaim"), 1);
-    let left = names_in(&dir);
-    assert!(left.contains(&"port".to_string()), "{left:?}");
-    assert!(
-        !left.iter().any(|n| n.contains(&format!(".{dead}."))),
-        "{left:?}"
-    );
+    assert!(!theirs.exists(), "a dead builder's file goes");
     assert!(at_work.exists(), "a live builder's file stays");
+    assert!(path.exists());
     drop(rx);
+}
+
+/// Two threads of one process creating the same port at once: one gets it, the other
+/// `InUse`, and the winner's ring is the one at the path (a sender reaches it).
+#[test]
+fn concurrent_creators_of_one_port_get_it_once() {
+    let dir = TestDir::new();
+    let path = dir.path("port");
+    let cfg = RingConfig {
+        slot_count: 4,
+        slot_bytes: 64,
+    };
+    for round in 0..200u32 {
+        let barrier = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let one = || {
+                barrier.wait();
+                RingReceiver::create(&path, cfg)
+            };
+            let a = s.spawn(one);
+            let b = s.spawn(one);
+            (a.join().expect("a"), b.join().expect("b"))
+        });
+        let mut winner = match (a, b) {
+            (Ok(rx), Err(ShmError::InUse)) | (Err(ShmError::InUse), Ok(rx)) => rx,
+            (a, b) => panic!("round {round}: {:?} and {:?}", a.map(|_| ()), b.map(|_| ())),
+        };
+        let tx = RingSender::open(&path).expect("open");
+        tx.try_send(&round.to_le_bytes()).expect("send");
+        assert_eq!(recv_vec(&mut winner), Some(round.to_le_bytes().to_vec()));
+        drop(winner);
+        assert!(!path.exists(), "round {round}: closing removes the port");
+    }
 }
