@@ -686,6 +686,20 @@ fn kill_owner(mut child: std::process::Child) {
     assert!(child.wait().unwrap().success());
 }
 
+/// Test `test`'s setting: a child process owns a port at `a` with `slots` slots; a port at
+/// `from` sends it one message; then the child dies without closing it. Returns that sender.
+/// (In the child, this is where it lives and dies.)
+fn sender_to_a_crashed_owner(test: &str, a: Address, slots: u32, from: Address) -> Port {
+    if std::env::var("TXCAST_TEST_CHILD").as_deref() == Ok(test) {
+        open_then_die_when_told(a, slots);
+    }
+    let child = owner_child(test);
+    let mut sender = Port::open(from, cfg()).unwrap();
+    sender.try_send(a, b"to the first owner").unwrap();
+    kill_owner(child);
+    sender
+}
+
 /// A sender that has been writing to a port whose owner then crashed, and that a new owner
 /// opened again: the sender's next send reports `Closed` (the new owner marked the dead
 /// owner's ring so) and the one after reaches the new port, instead of going on into a ring
@@ -694,13 +708,7 @@ fn kill_owner(mut child: std::process::Child) {
 fn a_crashed_owners_successor_is_reached_by_a_sender_that_held_its_ring() {
     const TEST: &str = "a_crashed_owners_successor_is_reached_by_a_sender_that_held_its_ring";
     let a = addr(22, 0, 1, 0);
-    if std::env::var("TXCAST_TEST_CHILD").as_deref() == Ok(TEST) {
-        open_then_die_when_told(a, 64);
-    }
-    let child = owner_child(TEST);
-    let mut sender = Port::open(addr(22, 0, 2, 0), cfg()).unwrap();
-    sender.try_send(a, b"to the first owner").unwrap();
-    kill_owner(child);
+    let mut sender = sender_to_a_crashed_owner(TEST, a, 64, addr(22, 0, 2, 0));
     let mut successor = Port::open(a, cfg()).unwrap();
     assert!(successor.counters().reclaimed_dead_owner);
     assert!(matches!(
@@ -719,13 +727,7 @@ fn a_crashed_owners_successor_is_reached_by_a_sender_that_held_its_ring() {
 fn try_send_to_a_crashed_owners_full_ring_reports_owner_dead() {
     const TEST: &str = "try_send_to_a_crashed_owners_full_ring_reports_owner_dead";
     let a = addr(22, 0, 3, 0);
-    if std::env::var("TXCAST_TEST_CHILD").as_deref() == Ok(TEST) {
-        open_then_die_when_told(a, 4);
-    }
-    let child = owner_child(TEST);
-    let mut sender = Port::open(addr(22, 0, 4, 0), cfg()).unwrap();
-    sender.try_send(a, b"first").unwrap();
-    kill_owner(child);
+    let mut sender = sender_to_a_crashed_owner(TEST, a, 4, addr(22, 0, 4, 0));
     let start = std::time::Instant::now();
     let mut sent = 1;
     let outcome = loop {
