@@ -5,6 +5,8 @@ use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Once;
 
 use super::ShmError;
 
@@ -132,6 +134,30 @@ pub(crate) fn pid_exists(pid: u32) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
+/// This process's pid, as a reservation records it: one load, and right in a child after
+/// `fork` too (a handler registered with `pthread_atfork` refreshes it there), so a child
+/// never reserves slots under its parent's pid, which the consumer would take for a dead
+/// producer once the parent died.
+pub(crate) fn my_pid() -> u32 {
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static REGISTER: Once = Once::new();
+    extern "C" fn refresh_in_child() {
+        // SAFETY: getpid has no preconditions and is async-signal-safe, as a handler run in a
+        // child of a multi-threaded process must be; so is an atomic store.
+        PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
+    }
+    REGISTER.call_once(|| {
+        // SAFETY: registers a handler that only does async-signal-safe work; getpid has no
+        // preconditions. Registration failing (ENOMEM) leaves the pid unrefreshed after a fork,
+        // which is what happened before this existed.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(refresh_in_child));
+            PID.store(libc::getpid() as u32, Ordering::Relaxed);
+        }
+    });
+    PID.load(Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,5 +191,30 @@ mod tests {
             start_time: 0
         }
         .alive());
+    }
+
+    /// A child forked after the pid was first asked for sees its own.
+    #[test]
+    fn the_recorded_pid_follows_a_fork() {
+        let parent = super::my_pid();
+        // SAFETY: getpid has no preconditions.
+        assert_eq!(parent, unsafe { libc::getpid() } as u32);
+        // SAFETY: the child only reads an atomic, calls getpid and _exits (all
+        // async-signal-safe), as a child of a multi-threaded test binary must.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            let ok = super::my_pid() == unsafe { libc::getpid() } as u32;
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked, into a local.
+        let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+        assert_eq!(waited, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child saw {status}"
+        );
+        assert_ne!(child as u32, parent);
     }
 }

@@ -24,8 +24,6 @@ pub(crate) struct Segment {
     /// Process-local: where to ring a receiver that parks in poll(2) on its socket rather than
     /// on the futex (see [`SLEEPING_ON_SOCKET`]).
     pub doorbell: std::sync::OnceLock<std::net::SocketAddr>,
-    /// This process's pid, written into slots it reserves.
-    pid: u32,
     /// Process-local: the consumer's head as last read from the header. Producers reserve
     /// against it and read the header's copy (a line the consumer writes) only when it says
     /// the ring is full, so a send does not wait on a cache line from the consumer's core.
@@ -92,8 +90,6 @@ impl Segment {
             layout,
             interrupt: AtomicBool::new(false),
             doorbell: std::sync::OnceLock::new(),
-            // SAFETY: getpid has no preconditions.
-            pid: unsafe { libc::getpid() } as u32,
             cached_head: AtomicU64::new(0),
         })
     }
@@ -170,9 +166,10 @@ impl Segment {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    self.slot(pos)
-                        .meta
-                        .store(meta(KIND_RESERVED, self.pid), Ordering::Release);
+                    self.slot(pos).meta.store(
+                        meta(KIND_RESERVED, super::liveness::my_pid()),
+                        Ordering::Release,
+                    );
                     return Ok(pos);
                 }
                 Err(current) => pos = current,
