@@ -138,8 +138,20 @@ pub(crate) fn pid_exists(pid: u32) -> bool {
 /// `fork` too (a handler registered with `pthread_atfork` refreshes it there), so a child
 /// never reserves slots under its parent's pid, which the consumer would take for a dead
 /// producer once the parent died.
+#[inline]
 pub(crate) fn my_pid() -> u32 {
-    static PID: AtomicU32 = AtomicU32::new(0);
+    match PID.load(Ordering::Relaxed) {
+        0 => first_pid(),
+        pid => pid,
+    }
+}
+
+/// `my_pid`'s cache: 0 until first asked.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// The first `my_pid`: records the pid and registers the handler that refreshes it in a child.
+#[cold]
+fn first_pid() -> u32 {
     static REGISTER: Once = Once::new();
     extern "C" fn refresh_in_child() {
         // SAFETY: getpid has no preconditions and is async-signal-safe, as a handler run in a

@@ -266,9 +266,7 @@ impl RingReceiver {
             if slot.seq.load(Ordering::Acquire) != pos.wrapping_add(1) {
                 // Unpublished. If it is reserved, its producer may have died writing it:
                 // then only the consumer can move the ring on.
-                if meta_kind(slot.meta.load(Ordering::Relaxed)) == KIND_RESERVED
-                    && self.recover_dead_reservation(false)
-                {
+                if self.poll_found_reserved() {
                     continue;
                 }
                 return None;
@@ -292,7 +290,7 @@ impl RingReceiver {
             if kind == KIND_RESERVED {
                 // Published sequence, reservation not yet replaced: its producer is between
                 // its last two stores (or died there).
-                if self.recover_dead_reservation(false) {
+                if self.poll_found_reserved() {
                     continue;
                 }
                 return None;
@@ -336,11 +334,21 @@ impl RingReceiver {
         false
     }
 
+    /// For `try_recv`, out of its inlined body: if the head slot is reserved, sees whether its
+    /// producer died (as `recover_dead_reservation`, on every `POLL_SIGHTINGS_PER_LOOK`th
+    /// sighting); true if that made the head ready.
+    #[inline(never)]
+    fn poll_found_reserved(&self) -> bool {
+        meta_kind(self.seg.slot(self.head).meta.load(Ordering::Relaxed)) == KIND_RESERVED
+            && self.recover_dead_reservation(false)
+    }
+
     /// The head slot is reserved but unpublished. Normally its producer is writing it; if it
     /// stays so for `STALL_CHECK` and the producer's process is gone, publish the slot as a
     /// skip record so the ring moves on. True if that made the head ready. A poll
     /// (`every_time` false) looks only on every `POLL_SIGHTINGS_PER_LOOK`th call.
     #[cold]
+    #[inline(never)]
     fn recover_dead_reservation(&self, every_time: bool) -> bool {
         // A poll looks at once when a stall starts (so it has a start), then on every
         // `POLL_SIGHTINGS_PER_LOOK`th sighting.

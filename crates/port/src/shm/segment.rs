@@ -133,6 +133,7 @@ impl Segment {
     /// Reserves the next position for a producer: `Full` when every slot holds a message the
     /// consumer has not released. The consumer publishes its head after releasing a slot, so a
     /// position less than one lap past a head we read is free.
+    #[inline]
     pub fn reserve(&self) -> Result<u64, SendError> {
         if self.is_closed() {
             return Err(SendError::Closed);

@@ -110,6 +110,7 @@ impl RingSender {
     }
 
     /// Non-blocking send: `Full` when every slot holds an unconsumed message.
+    #[inline]
     pub fn try_send(&self, msg: &[u8]) -> Result<(), SendError> {
         self.try_send_prefixed(&[], msg)
     }
@@ -227,6 +228,7 @@ impl RingSender {
 
     /// Reserves a slot and lends its first `len` bytes for building a message in place.
     /// [`Claim::commit`] publishes it; dropping the claim publishes a skip record instead.
+    #[inline]
     pub fn claim(&self, len: usize) -> Result<Claim<'_>, SendError> {
         claim_on(&self.seg, len)
     }
@@ -270,6 +272,7 @@ impl RingSender {
     }
 }
 
+#[inline]
 pub(crate) fn claim_on(seg: &Segment, len: usize) -> Result<Claim<'_>, SendError> {
     let max = seg.slot_bytes();
     if len > max {
