@@ -140,9 +140,10 @@ impl Aside {
 }
 
 impl RingReceiver {
-    /// Creates the segment at `path` (`O_CREAT|O_EXCL`, mode 0600; the parent directory must
-    /// exist, see [`ensure_private_dir`](super::ensure_private_dir)). If a segment is already
-    /// there and its owner is dead (or it was closed), it is unlinked and recreated, and
+    /// Creates the segment at `path`, mode 0600: built whole aside and linked into place, never
+    /// replacing a file there (the parent directory must exist, see
+    /// [`ensure_private_dir`](super::ensure_private_dir)). If a segment is already there and
+    /// its owner is dead (or it was closed), it is unlinked and replaced, and
     /// [`reclaimed`](Self::reclaimed) reports it; a live owner's segment gives `InUse`.
     pub fn create(path: &Path, cfg: RingConfig) -> Result<RingReceiver, ShmError> {
         let layout =
