@@ -22,6 +22,7 @@ pub mod addr;
 pub mod frag;
 pub mod group;
 pub mod link;
+pub mod module;
 pub mod oracle;
 pub mod order;
 pub mod pack;
