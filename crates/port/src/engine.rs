@@ -559,6 +559,14 @@ impl Engine {
         }
     }
 
+    /// Wakes the engine thread if it sleeps (or is about to: it announces a sleep before it
+    /// looks at its services one last time).
+    pub(crate) fn wake_if_sleeping(&self) {
+        if self.shared.sleeping_until.load(Ordering::SeqCst) != u64::MAX {
+            self.wake();
+        }
+    }
+
     /// Invoker mode: wakes the application threads asleep in [`Engine::invoker_sleep`], if
     /// any (one thread alone never finds any: it is the one calling).
     pub(crate) fn wake_invoker_sleepers(&self) {

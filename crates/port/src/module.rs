@@ -1,0 +1,502 @@
+//! Extension modules on the engine's loop (Roşu & Schwan, *Support for Recoverable Memory in
+//! the Distributed Virtual Communication Machine*, §2): the driver of `txcast_proto::module`'s
+//! sans-IO [`Host`] on a port.
+//!
+//! A [`ModuleHost`] hands its port to the engine thread. From then on the engine takes the
+//! port's messages in, runs the modules' control-message, instruction and timeout handlers in
+//! its own duty cycle and sends what they send, with no hand-off to an application thread.
+//! Control messages travel as the port's messages: through the destination's shared-memory
+//! ring on one host, over the reliable link (packed like any link traffic) between hosts.
+//! The application issues instructions through a bounded mailbox and waits for (or polls)
+//! their completions.
+
+use crate::engine::{Endpoint, Engine, Service};
+use crate::port::{Port, PortError};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use txcast_proto::module::{
+    Host, HostCounters, HostEvent, InstructionId, Module, ModuleError, ModuleId, RegisterError,
+};
+use txcast_proto::{Address, Instant};
+
+pub use txcast_proto::module::{
+    Context, Control, Instruction, Registration, STATUS_FAILED, STATUS_OK, STATUS_UNLOADED,
+};
+
+/// Instructions waiting for the engine at most; past it [`ModuleHost::instruct`] is
+/// back-pressure.
+pub const MAILBOX_MAX: usize = 1024;
+/// Longest instruction arguments.
+pub const ARGS_BYTES_MAX: usize = 4096;
+/// Tickets issued and not yet taken (waited for or polled) at most.
+pub const TICKETS_MAX: usize = 2 * txcast_proto::module::INSTRUCTIONS_MAX;
+/// Signals kept for the application at most (the oldest go first).
+pub const SIGNALS_MAX: usize = 4096;
+/// Messages one duty cycle takes from the port at most, so one busy host does not hold the
+/// engine from the other ports.
+const ENGINE_BATCH: usize = 64;
+
+/// Why a module call failed.
+#[derive(Debug)]
+pub enum ModuleHostError {
+    /// The engine has no thread to run modules on (an invoker engine).
+    NoEngineThread,
+    /// The port could not be opened.
+    Port(PortError),
+    Register(RegisterError),
+    /// The host refused the instruction (no such module, wrong key, unknown type, bounds).
+    Refused(ModuleError),
+    /// [`MAILBOX_MAX`] instructions wait for the engine.
+    MailboxFull,
+    /// [`TICKETS_MAX`] tickets are issued and not yet taken.
+    TooManyTickets,
+    /// Arguments longer than [`ARGS_BYTES_MAX`].
+    ArgsTooLong(usize),
+    /// The completion did not come in time.
+    Timeout,
+    /// No such instruction is outstanding here (or its completion was taken).
+    Unknown,
+}
+
+impl std::fmt::Display for ModuleHostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModuleHostError::NoEngineThread => {
+                write!(f, "an invoker engine has no thread to run modules on")
+            }
+            ModuleHostError::Port(e) => write!(f, "{e}"),
+            ModuleHostError::Register(e) => write!(f, "{e}"),
+            ModuleHostError::Refused(e) => write!(f, "instruction refused: {e}"),
+            ModuleHostError::MailboxFull => write!(f, "{MAILBOX_MAX} instructions wait already"),
+            ModuleHostError::TooManyTickets => {
+                write!(f, "{TICKETS_MAX} tickets are issued and not yet taken")
+            }
+            ModuleHostError::ArgsTooLong(n) => {
+                write!(f, "{n} bytes of arguments exceed {ARGS_BYTES_MAX}")
+            }
+            ModuleHostError::Timeout => write!(f, "timed out"),
+            ModuleHostError::Unknown => write!(f, "no such instruction outstanding"),
+        }
+    }
+}
+
+impl std::error::Error for ModuleHostError {}
+
+/// An instruction's end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completed {
+    pub status: u32,
+    pub result: Vec<u8>,
+}
+
+/// Something a module told the application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signal {
+    Data {
+        module: ModuleId,
+        data: Vec<u8>,
+    },
+    /// The module's handler panicked and it was unloaded.
+    Failed {
+        module: ModuleId,
+    },
+}
+
+/// A ticket for an issued instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ticket(u64);
+
+struct Pending {
+    id: u64,
+    module: ModuleId,
+    key: u64,
+    ty: u16,
+    args: Vec<u8>,
+}
+
+/// What the application and the engine share.
+#[derive(Default)]
+struct Mailbox {
+    pending: Mutex<VecDeque<Pending>>,
+    /// Outstanding tickets: `None` until their completion (or refusal) arrives.
+    done: Mutex<HashMap<u64, Option<Result<Completed, ModuleError>>>>,
+    ready: Condvar,
+    signals: Mutex<VecDeque<Signal>>,
+    next_id: AtomicU64,
+    /// Messages the port refused for good (no such port, too long...).
+    send_failures: AtomicU64,
+}
+
+/// The engine's side: the port, the sans-IO host, and the shared mailbox.
+struct Served {
+    port: Port,
+    host: Host,
+    mailbox: Arc<Mailbox>,
+    buf: Vec<u8>,
+    taken: VecDeque<Pending>,
+}
+
+impl Served {
+    fn transmit(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((to, bytes)) = self.host.peek_transmit() {
+            let mut sent = self.port.try_send(to, bytes);
+            if let Err(PortError::Closed(_)) = sent {
+                // The ring we held was a dead owner's, reclaimed by a successor: the port
+                // looks the address up again on the next send.
+                sent = self.port.try_send(to, bytes);
+            }
+            match sent {
+                // The ring or the link is full: the rest waits, in order, for the next cycle.
+                Err(PortError::Full) => break,
+                Ok(()) => {}
+                Err(_) => {
+                    self.mailbox.send_failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            self.host.pop_transmit();
+            n += 1;
+        }
+        n
+    }
+
+    fn collect(&mut self) {
+        let mut done = None;
+        let mut signals = None;
+        while let Some(e) = self.host.poll_event() {
+            match e {
+                HostEvent::Completed {
+                    id, status, result, ..
+                } => {
+                    let d = done.get_or_insert_with(|| self.mailbox.done.lock().expect("lock"));
+                    if let Some(slot) = d.get_mut(&id.0) {
+                        *slot = Some(Ok(Completed {
+                            status,
+                            result: result.as_slice().to_vec(),
+                        }));
+                    }
+                }
+                HostEvent::Signal { module, data } => {
+                    push_signal(
+                        signals.get_or_insert_with(|| self.mailbox.signals.lock().expect("lock")),
+                        Signal::Data {
+                            module,
+                            data: data.as_slice().to_vec(),
+                        },
+                    );
+                }
+                HostEvent::Failed { module } => push_signal(
+                    signals.get_or_insert_with(|| self.mailbox.signals.lock().expect("lock")),
+                    Signal::Failed { module },
+                ),
+            }
+        }
+        if done.is_some() || signals.is_some() {
+            drop((done, signals));
+            self.mailbox.ready.notify_all();
+        }
+    }
+}
+
+fn push_signal(q: &mut VecDeque<Signal>, s: Signal) {
+    if q.len() >= SIGNALS_MAX {
+        q.pop_front();
+    }
+    q.push_back(s);
+}
+
+impl Service for Served {
+    fn step(&mut self) -> usize {
+        let now = self.port.engine().now();
+        let mut work = 0;
+        {
+            let mut p = self.mailbox.pending.lock().expect("lock");
+            std::mem::swap(&mut *p, &mut self.taken);
+        }
+        while let Some(p) = self.taken.pop_front() {
+            work += 1;
+            let r = self
+                .host
+                .instruct(now, InstructionId(p.id), p.module, p.key, p.ty, &p.args);
+            if let Err(e) = r {
+                if let Some(slot) = self.mailbox.done.lock().expect("lock").get_mut(&p.id) {
+                    *slot = Some(Err(e));
+                }
+                self.mailbox.ready.notify_all();
+            }
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        for _ in 0..ENGINE_BATCH {
+            let Some(m) = self.port.try_recv(&mut buf) else {
+                break;
+            };
+            let _ = self.host.handle_message(now, m.source, &buf[..m.len]);
+            work += 1;
+        }
+        self.buf = buf;
+        if self.host.poll_timeout().is_some_and(|t| t <= now) {
+            self.host.handle_timeout(now);
+            work += 1;
+        }
+        work += self.transmit();
+        self.collect();
+        work
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        if self.host.outbox_len() > 0 {
+            // Held back by a full ring or link: try again soon.
+            return Some(self.port.engine().now() + Duration::from_micros(100));
+        }
+        self.host.poll_timeout()
+    }
+
+    fn arm(&mut self) -> bool {
+        let armed_ready = self.port.arm_socket_wake();
+        armed_ready || !self.mailbox.pending.lock().expect("lock").is_empty()
+    }
+
+    fn awake(&mut self) {
+        self.port.ring_awake()
+    }
+
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// Extension modules served on the engine's thread, reached at one port's address.
+pub struct ModuleHost {
+    ep: Arc<Endpoint>,
+    engine: Engine,
+    mailbox: Arc<Mailbox>,
+    addr: Address,
+    incarnation: u64,
+}
+
+impl ModuleHost {
+    /// Hands `port` to its engine's thread as a module host. Refused on an invoker engine
+    /// (there is no engine thread to run handlers on); the port is given back.
+    pub fn serve(port: Port) -> Result<ModuleHost, (ModuleHostError, Box<Port>)> {
+        if port.engine().is_invoker() {
+            return Err((ModuleHostError::NoEngineThread, Box::new(port)));
+        }
+        let engine = port.engine().clone();
+        let ep = port.endpoint().clone();
+        let (addr, incarnation) = (port.address(), port.incarnation());
+        let mailbox = Arc::new(Mailbox::default());
+        let buf = vec![0u8; port.message_bytes_max()];
+        let served = Served {
+            host: Host::new(addr, incarnation, engine.now()),
+            port,
+            mailbox: mailbox.clone(),
+            buf,
+            taken: VecDeque::with_capacity(MAILBOX_MAX),
+        };
+        *ep.service.lock().expect("service lock") = Some(Box::new(served));
+        engine.wake();
+        Ok(ModuleHost {
+            ep,
+            engine,
+            mailbox,
+            addr,
+            incarnation,
+        })
+    }
+
+    /// Opens a port at `addr` on the process's embedded engine and serves it.
+    pub fn open(addr: Address) -> Result<ModuleHost, ModuleHostError> {
+        let port = Port::open(addr, crate::PortConfig::default()).map_err(ModuleHostError::Port)?;
+        ModuleHost::serve(port).map_err(|(e, _)| e)
+    }
+
+    pub fn address(&self) -> Address {
+        self.addr
+    }
+
+    /// This host's incarnation (its port's): peers see a new one when it restarts.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// Runs `f` on the engine's side between two of its steps.
+    fn with<R>(&self, f: impl FnOnce(&mut Served) -> R) -> R {
+        let r = {
+            let mut s = self.ep.service.lock().unwrap_or_else(|e| e.into_inner());
+            let served = s
+                .as_mut()
+                .and_then(|s| s.as_any().downcast_mut::<Served>())
+                .expect("a module host serves until dropped");
+            let r = f(served);
+            // What `f` caused (messages, completions) goes out now.
+            served.transmit();
+            served.collect();
+            r
+        };
+        self.engine.wake();
+        r
+    }
+
+    /// Loads `module` under `id`, opened with `key` (instructions and control messages for it
+    /// must carry the same key; a module on another node with the same id and key is its peer).
+    pub fn load(
+        &self,
+        id: ModuleId,
+        key: u64,
+        module: impl Module + 'static,
+    ) -> Result<(), ModuleHostError> {
+        self.with(|s| s.host.load(id, key, Box::new(module)))
+            .map_err(ModuleHostError::Register)
+    }
+
+    /// Unloads module `id` (its outstanding instructions complete with [`STATUS_UNLOADED`]);
+    /// whether one was loaded.
+    pub fn unload(&self, id: ModuleId) -> bool {
+        self.with(|s| s.host.unload(id).is_some())
+    }
+
+    /// The modules loaded: id and name.
+    pub fn modules(&self) -> Vec<(ModuleId, &'static str)> {
+        self.with(|s| s.host.modules().collect())
+    }
+
+    /// Runs `f` on module `id` if it is a `T`, between two engine steps (to read its state).
+    pub fn with_module<T: Module, R>(
+        &self,
+        id: ModuleId,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Option<R> {
+        self.with(|s| s.host.module_mut::<T>(id).map(f))
+    }
+
+    pub fn counters(&self) -> HostCounters {
+        self.with(|s| s.host.counters().clone())
+    }
+
+    /// Messages the port refused for good (no such port, too long, dead owner).
+    pub fn send_failures(&self) -> u64 {
+        self.mailbox.send_failures.load(Ordering::Relaxed)
+    }
+
+    /// Issues instruction `ty` with `args` to module `module`, with the module's key. The
+    /// engine runs its handler in its next duty cycle; [`ModuleHost::wait`] or
+    /// [`ModuleHost::poll`] gives its completion.
+    pub fn instruct(
+        &self,
+        module: ModuleId,
+        key: u64,
+        ty: u16,
+        args: &[u8],
+    ) -> Result<Ticket, ModuleHostError> {
+        if args.len() > ARGS_BYTES_MAX {
+            return Err(ModuleHostError::ArgsTooLong(args.len()));
+        }
+        let id = self.mailbox.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        {
+            let mut p = self.mailbox.pending.lock().expect("lock");
+            if p.len() >= MAILBOX_MAX {
+                return Err(ModuleHostError::MailboxFull);
+            }
+            let mut done = self.mailbox.done.lock().expect("lock");
+            if done.len() >= TICKETS_MAX {
+                return Err(ModuleHostError::TooManyTickets);
+            }
+            done.insert(id, None);
+            p.push_back(Pending {
+                id,
+                module,
+                key,
+                ty,
+                args: args.to_vec(),
+            });
+        }
+        // The engine looks at the mailbox before it sleeps (`Service::arm`), after it
+        // announced the sleep: one of the two sees the other.
+        self.engine.wake_if_sleeping();
+        Ok(Ticket(id))
+    }
+
+    /// The completion of `t` if it has come (then the ticket is spent).
+    pub fn poll(&self, t: Ticket) -> Result<Option<Completed>, ModuleHostError> {
+        let mut done = self.mailbox.done.lock().expect("lock");
+        match done.get(&t.0) {
+            None => Err(ModuleHostError::Unknown),
+            Some(None) => Ok(None),
+            Some(Some(_)) => match done.remove(&t.0).flatten() {
+                Some(Ok(c)) => Ok(Some(c)),
+                Some(Err(e)) => Err(ModuleHostError::Refused(e)),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Waits up to `timeout` for `t`'s completion (the ticket stays valid after a timeout).
+    pub fn wait(&self, t: Ticket, timeout: Duration) -> Result<Completed, ModuleHostError> {
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        let mut done = self.mailbox.done.lock().expect("lock");
+        loop {
+            match done.get(&t.0) {
+                None => return Err(ModuleHostError::Unknown),
+                Some(Some(_)) => {
+                    return match done.remove(&t.0).flatten() {
+                        Some(Ok(c)) => Ok(c),
+                        Some(Err(e)) => Err(ModuleHostError::Refused(e)),
+                        None => Err(ModuleHostError::Unknown),
+                    }
+                }
+                Some(None) => {}
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(std::time::Instant::now()),
+                None => Duration::from_secs(3600),
+            };
+            if left.is_zero() {
+                return Err(ModuleHostError::Timeout);
+            }
+            done = self.mailbox.ready.wait_timeout(done, left).expect("lock").0;
+        }
+    }
+
+    /// Issues an instruction and waits for its completion.
+    pub fn call(
+        &self,
+        module: ModuleId,
+        key: u64,
+        ty: u16,
+        args: &[u8],
+        timeout: Duration,
+    ) -> Result<Completed, ModuleHostError> {
+        let t = self.instruct(module, key, ty, args)?;
+        self.wait(t, timeout)
+    }
+
+    /// Takes the signals modules sent since the last call (and modules that failed).
+    pub fn signals(&self) -> Vec<Signal> {
+        self.mailbox
+            .signals
+            .lock()
+            .expect("lock")
+            .drain(..)
+            .collect()
+    }
+}
+
+impl Drop for ModuleHost {
+    fn drop(&mut self) {
+        // The port closes with the host.
+        let s = self
+            .ep
+            .service
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.engine.wake();
+        drop(s);
+    }
+}
