@@ -9,6 +9,7 @@
 pub mod frag_sim;
 pub mod group_sim;
 pub mod link_sim;
+pub mod module_sim;
 pub mod net;
 pub mod order_sim;
 pub mod rpc_sim;

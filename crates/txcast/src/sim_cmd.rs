@@ -4,6 +4,7 @@ use crate::opt;
 use txcast_sim::frag_sim::{run_frag, FragSimOptions};
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
+use txcast_sim::module_sim::{run_module, ModuleSimOptions};
 use txcast_sim::order_sim::{pack_from_name, run_order, OrderSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
@@ -16,6 +17,7 @@ pub fn run(args: &[String]) -> i32 {
         Some("frag") => frag(&args[1..]),
         Some("vs") => vs(&args[1..]),
         Some("order") => order(&args[1..]),
+        Some("module") => module(&args[1..]),
         _ => {
             eprintln!(
                 "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
@@ -24,6 +26,7 @@ pub fn run(args: &[String]) -> i32 {
                  \x20      txcast sim frag [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
                  \x20      txcast sim vs [--seed S | --seeds N [--first F]] [--members N] [--casts N] [--no-partitions] [--no-clogs]\n\
                  \x20      txcast sim order [--seed S | --seeds N [--first F] [--threads T]] [--protocol totem|total|dynseq|dynord] [--pack off|adaptive|fixed] [--stability piggyback|pinwheel] [--members N] [--messages N] [--no-partitions] [--no-clogs]\n\
+                 \x20      txcast sim module [--seed S | --seeds N [--first F] [--threads T]] [--nodes N] [--messages N]\n\
                  \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
             );
             2
@@ -74,6 +77,37 @@ fn link(args: &[String]) -> i32 {
         started.elapsed().as_secs_f64()
     );
     i32::from(failures > 0)
+}
+
+fn module(args: &[String]) -> i32 {
+    let mut opts = ModuleSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--nodes") {
+        opts.nodes = n.clamp(2, 16);
+    }
+    if let Some(m) = opt::<u32>(args, "--messages") {
+        opts.messages_per_node = m;
+    }
+    if let Some(seed) = opt::<u64>(args, "--seed") {
+        return one_seed(seed, run_module(seed, &opts), |r| {
+            println!("  faults:  {:?}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!("  hosts:   {:?}", r.hosts);
+            println!(
+                "  {} restarts; delivered {} control messages; virtual end {:.3} s; trace digest {:016x}",
+                r.restarts,
+                r.delivered,
+                r.end_ns as f64 / 1e9,
+                r.digest
+            );
+        });
+    }
+    let threads = opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64);
+    let opts = &opts;
+    seed_range_threads(args, "module", threads, |seed| {
+        run_module(seed, opts)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
 }
 
 fn group(args: &[String]) -> i32 {

@@ -1,0 +1,544 @@
+//! The module host (`txcast_proto::module`) over reliable links under simulated faults, with
+//! its checker: control messages reach handlers once and in order per pair of incarnations,
+//! only the incarnation they were meant for takes them, nothing is invented, timeouts fire once
+//! and never early, and after healing a module whose peer restarted learns it, so a message
+//! sent then reaches the peer's current incarnation.
+
+use crate::link_sim::LinkNode;
+use crate::net::{FaultConfig, NetCounters, Network};
+use crate::{Digest, Node, NodeId};
+use std::time::Duration;
+use txcast_proto::link::{LinkConfig, LinkSendError};
+use txcast_proto::module::{
+    Context, Control, Host, HostCounters, Instruction, InstructionId, Module, Registration,
+};
+use txcast_proto::rng::Rng;
+use txcast_proto::time::Instant;
+use txcast_proto::Address;
+
+const MODULE: u16 = 5;
+const KEY: u64 = 0xab;
+const SEND: u16 = 1;
+const NUMBER: u16 = 0x300;
+/// Steps one run may take; a run past it is stuck (time no longer advances).
+const STEPS_MAX: u64 = 20_000_000;
+
+/// Knobs of one module simulation.
+#[derive(Clone, Debug)]
+pub struct ModuleSimOptions {
+    pub nodes: usize,
+    /// Instructions each node issues during the safety phase (each sends one message).
+    pub messages_per_node: u32,
+    pub safety_ns: u64,
+    pub liveness_ns: u64,
+    pub faults: bool,
+}
+
+impl Default for ModuleSimOptions {
+    fn default() -> Self {
+        ModuleSimOptions {
+            nodes: 3,
+            messages_per_node: 300,
+            safety_ns: 2_000_000_000,
+            liveness_ns: 30_000_000_000,
+            faults: true,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug)]
+pub struct ModuleSimReport {
+    pub seed: u64,
+    pub faults: FaultConfig,
+    pub restarts: usize,
+    pub delivered: u64,
+    pub net: NetCounters,
+    pub hosts: HostCounters,
+    pub end_ns: u64,
+    pub digest: u64,
+}
+
+fn address(node: NodeId) -> Address {
+    Address::new(0, node as u16, 1, 0)
+}
+
+/// One message as the checker sees it: sent by `from` (incarnation `inc`) to `to`, number
+/// `counter` of that pair, meant for `to`'s incarnation `meant` (0: whichever).
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    meant: u64,
+}
+
+enum Heard {
+    /// Message `counter` from `from` (running `incarnation`), meant for our incarnation `meant`.
+    Message {
+        from: NodeId,
+        incarnation: u64,
+        counter: u32,
+        meant: u64,
+    },
+    /// `on_peer_restart`.
+    Restart { peer: NodeId, incarnation: u64 },
+}
+
+/// The simulated module: each instruction sends one numbered message to the peer named in
+/// its arguments and arms a timer; it logs what arrives, what fires and the restarts it hears.
+#[derive(Default)]
+struct Numbered {
+    me: NodeId,
+    /// Next counter per destination node.
+    next: Vec<u32>,
+    /// What the handlers heard, in order.
+    heard: Vec<Heard>,
+    /// (token, fired at).
+    fired: Vec<(u64, Instant)>,
+    /// (to node, counter, meant) of every message sent.
+    sent: Vec<(NodeId, u32, u64)>,
+}
+
+impl Module for Numbered {
+    fn registration(&self) -> Registration {
+        Registration {
+            name: "numbered",
+            instructions: &[SEND],
+            controls: &[NUMBER],
+        }
+    }
+
+    fn on_instruction(&mut self, cx: &mut Context<'_>, ins: Instruction<'_>) {
+        let to = ins.args[0] as NodeId;
+        let token = u64::from_le_bytes(ins.args[1..9].try_into().expect("9 bytes"));
+        let delay = u64::from_le_bytes(ins.args[9..17].try_into().expect("17 bytes"));
+        let meant = cx.peer_incarnation(address(to)).unwrap_or(0);
+        let counter = self.next[to];
+        let mut body = [0u8; 12];
+        body[..4].copy_from_slice(&counter.to_le_bytes());
+        body[4..].copy_from_slice(&meant.to_le_bytes());
+        if cx.send(address(to), NUMBER, &body).is_ok() {
+            self.next[to] += 1;
+            self.sent.push((to, counter, meant));
+        }
+        let _ = cx.arm(cx.now() + Duration::from_nanos(delay), token);
+        let _ = cx.complete(ins.id, 0, &[]);
+    }
+
+    fn on_control(&mut self, _cx: &mut Context<'_>, m: Control<'_>) {
+        let counter = u32::from_le_bytes(m.body[..4].try_into().expect("checked below"));
+        let meant = u64::from_le_bytes(m.body[4..12].try_into().expect("12 bytes"));
+        self.heard.push(Heard::Message {
+            from: m.from.site as NodeId,
+            incarnation: m.incarnation,
+            counter,
+            meant,
+        });
+    }
+
+    fn on_timeout(&mut self, cx: &mut Context<'_>, token: u64) {
+        self.fired.push((token, cx.now()));
+    }
+
+    fn on_peer_restart(&mut self, _cx: &mut Context<'_>, peer: Address, incarnation: u64) {
+        self.heard.push(Heard::Restart {
+            peer: peer.site as NodeId,
+            incarnation,
+        });
+    }
+}
+
+struct SimNode {
+    links: LinkNode,
+    host: Host,
+}
+
+impl SimNode {
+    fn new(id: NodeId, n: usize, cfg: &LinkConfig, incarnation: u64, now: Instant) -> SimNode {
+        let mut host = Host::new(address(id), incarnation, now);
+        let module = Numbered {
+            me: id,
+            next: vec![0; n],
+            ..Numbered::default()
+        };
+        host.load(MODULE, KEY, Box::new(module))
+            .expect("one module");
+        SimNode {
+            links: LinkNode::with_incarnation(id, n, cfg, incarnation),
+            host,
+        }
+    }
+
+    fn module(&mut self) -> &mut Numbered {
+        self.host.module_mut::<Numbered>(MODULE).expect("loaded")
+    }
+
+    /// Link deliveries into the host, the host's messages into the links.
+    fn pump(&mut self, now: Instant, n: usize) {
+        let me = self.module().me;
+        for i in (0..n).filter(|&i| i != me) {
+            let host = &mut self.host;
+            while self
+                .links
+                .link(i)
+                .poll_delivery(|m| {
+                    let _ = host.handle_message(now, address(i), m);
+                })
+                .is_some()
+            {}
+        }
+        while let Some((to, bytes)) = self.host.peek_transmit() {
+            match self.links.link(to.site as NodeId).send(now, bytes) {
+                Err(LinkSendError::Full) => break,
+                _ => self.host.pop_transmit(),
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        min_opt(self.links.poll_timeout(), self.host.poll_timeout())
+    }
+}
+
+/// Runs one seed; `Err` describes the first violation, with the replay command.
+pub fn run_module(seed: u64, opts: &ModuleSimOptions) -> Result<ModuleSimReport, String> {
+    let fail = |what: String| {
+        format!("module simulation seed {seed}: {what}\n  replay: cargo run --release -- sim module --seed {seed}")
+    };
+    let mut rng = Rng::new(seed);
+    let faults = if opts.faults {
+        FaultConfig::swarm(&mut rng).with_clogs(&mut Rng::new(seed ^ 0xc10c_c10c))
+    } else {
+        FaultConfig::none()
+    };
+    let mut cfg = LinkConfig {
+        message_bytes_max: txcast_proto::module::msg::HEADER_BYTES
+            + txcast_proto::module::msg::CONTROL_BODY_MAX,
+        ..LinkConfig::default()
+    };
+    if rng.chance(0.5) {
+        cfg.window_msgs = 16 + rng.below(100) as u32;
+        cfg.recv_buffer_msgs = 32 + rng.below(100) as u32;
+        cfg.send_buffer_msgs = cfg.window_msgs.max(cfg.recv_buffer_msgs) + 32;
+    }
+    cfg.validate().map_err(|e| fail(format!("config: {e:?}")))?;
+    let n = opts.nodes;
+    let mut restarts: Vec<(u64, NodeId)> = Vec::new();
+    if opts.faults && rng.chance(0.5) {
+        for _ in 0..1 + rng.below(3) {
+            restarts.push((rng.below(opts.safety_ns), rng.below(n as u64) as usize));
+        }
+        restarts.sort_unstable();
+    }
+    let restart_count = restarts.len();
+    let mut incarnation = vec![1u64; n];
+    let mut net = Network::new(n, faults.clone(), rng.fork());
+    let mut nodes: Vec<SimNode> = (0..n)
+        .map(|i| SimNode::new(i, n, &cfg, 1, Instant::ZERO))
+        .collect();
+    // sent[i][inc-1][j]: every message incarnation inc of i sent to j, by counter.
+    let mut sent: Vec<Vec<Vec<Vec<Sent>>>> = vec![vec![vec![Vec::new(); n]]; n];
+    // last[j][i]: (incarnation of i, counter) last received by j's current incarnation from i.
+    let mut last: Vec<Vec<Option<(u64, u32)>>> = vec![vec![None; n]; n];
+    // believed[j][i]: the incarnation of i that j's module last heard from or was told of.
+    let mut believed: Vec<Vec<Option<u64>>> = vec![vec![None; n]; n];
+    // Timers armed: (node, incarnation, token) -> deadline; and the ones that fired.
+    let mut armed: std::collections::HashMap<(NodeId, u64, u64), Instant> = Default::default();
+    let mut issued = vec![0u32; n];
+    let mut next_issue = vec![Instant::ZERO; n];
+    let mut digest = Digest::default();
+    let mut buf = vec![0u8; cfg.packet_bytes_max];
+    let mut now = Instant::ZERO;
+    let mut delivered = 0u64;
+    let mut healed = false;
+    let mut token = 0u64;
+    // After healing: two final rounds, each a message from every node to every other. The
+    // first may meet restarts its senders have not heard of (they learn them); the second
+    // must reach every current incarnation.
+    let settle = 2_000_000_000;
+    let final_at = [opts.safety_ns + settle, opts.safety_ns + 2 * settle];
+    let mut finals_sent = 0usize;
+    // (round, from, to, counter) of the final messages.
+    let mut finals: Vec<(usize, NodeId, NodeId, u32)> = Vec::new();
+    let mut instruction = 0u64;
+    let mut issue = |node: &mut SimNode, now: Instant, to: NodeId, token: u64, delay: u64| {
+        instruction += 1;
+        let mut args = [0u8; 17];
+        args[0] = to as u8;
+        args[1..9].copy_from_slice(&token.to_le_bytes());
+        args[9..17].copy_from_slice(&delay.to_le_bytes());
+        node.host
+            .instruct(now, InstructionId(instruction), MODULE, KEY, SEND, &args)
+            .expect("instruction taken");
+        while node.host.poll_event().is_some() {}
+    };
+    let mut steps = 0u64;
+    loop {
+        steps += 1;
+        if steps > STEPS_MAX {
+            return Err(fail(format!(
+                "{STEPS_MAX} steps without an end, at {} ns",
+                now.0
+            )));
+        }
+        if !healed && now.0 >= opts.safety_ns {
+            net.heal();
+            healed = true;
+        }
+        if !healed {
+            net.step_partitions();
+            net.step_clogs(now);
+        }
+        while restarts.first().is_some_and(|&(t, _)| t <= now.0) {
+            let (_, k) = restarts.remove(0);
+            incarnation[k] += 1;
+            nodes[k] = SimNode::new(k, n, &cfg, incarnation[k], now);
+            sent[k].push(vec![Vec::new(); n]);
+            for other in 0..n {
+                last[k][other] = None;
+                believed[k][other] = None;
+            }
+            digest.add_u64(now.0 ^ k as u64);
+        }
+        while let Some((to, bytes)) = net.pop_due(now) {
+            nodes[to].links.handle_datagram(now, &bytes);
+        }
+        for node in nodes.iter_mut() {
+            if node.links.poll_timeout().is_some_and(|t| t <= now) {
+                node.links.handle_timeout(now);
+            }
+            if node.host.poll_timeout().is_some_and(|t| t <= now) {
+                node.host.handle_timeout(now);
+            }
+        }
+        // Workload: instructions during the safety phase, then the final rounds.
+        for i in 0..n {
+            if !healed && issued[i] < opts.messages_per_node && next_issue[i] <= now {
+                let j = (i + 1 + rng.below(n as u64 - 1) as usize) % n;
+                token += 1;
+                let delay = rng.below(50_000_000);
+                issue(&mut nodes[i], now, j, token, delay);
+                armed.insert((i, incarnation[i], token), Instant(now.0 + delay));
+                issued[i] += 1;
+                next_issue[i] = Instant(now.0 + rng.below(4_000_000));
+            }
+        }
+        if finals_sent < 2 && now.0 >= final_at[finals_sent] {
+            for i in 0..n {
+                for j in (0..n).filter(|&j| j != i) {
+                    let counter = nodes[i].module().next[j];
+                    token += 1;
+                    issue(&mut nodes[i], now, j, token, 1);
+                    armed.insert((i, incarnation[i], token), Instant(now.0 + 1));
+                    if nodes[i].module().next[j] == counter {
+                        return Err(fail(format!(
+                            "final round {finals_sent}: node {i} could not send to {j}"
+                        )));
+                    }
+                    finals.push((finals_sent, i, j, counter));
+                }
+            }
+            finals_sent += 1;
+        }
+        for node in nodes.iter_mut() {
+            node.pump(now, n);
+        }
+        for (i, node) in nodes.iter_mut().enumerate() {
+            while let Some((to, len)) = node.links.poll_transmit(now, &mut buf) {
+                net.send(now, i, to, &buf[..len]);
+            }
+        }
+        // The checker.
+        for j in 0..n {
+            let r = incarnation[j];
+            let m = nodes[j].module();
+            for (to, counter, meant) in m.sent.drain(..) {
+                let list = &mut sent[j][r as usize - 1][to];
+                debug_assert_eq!(list.len() as u32, counter);
+                list.push(Sent { meant });
+            }
+            let heard: Vec<_> = m.heard.drain(..).collect();
+            let fired: Vec<_> = m.fired.drain(..).collect();
+            for h in heard {
+                let (i, s, counter, meant) = match h {
+                    Heard::Restart { peer, incarnation } => {
+                        if believed[j][peer].is_some_and(|k| incarnation <= k) {
+                            return Err(fail(format!(
+                                "node {j}.{r} told that {peer} restarted as {incarnation}, not newer than it knew"
+                            )));
+                        }
+                        believed[j][peer] = Some(incarnation);
+                        continue;
+                    }
+                    Heard::Message {
+                        from,
+                        incarnation,
+                        counter,
+                        meant,
+                    } => (from, incarnation, counter, meant),
+                };
+                match believed[j][i] {
+                    Some(k) if s > k => {
+                        return Err(fail(format!(
+                            "node {j}.{r}: a message from {i}.{s} before the module was told {i}.{k} was gone"
+                        )))
+                    }
+                    Some(k) if s < k => {
+                        return Err(fail(format!(
+                            "node {j}.{r}: a message from {i}.{s} after {i}.{k} was heard"
+                        )))
+                    }
+                    _ => believed[j][i] = Some(s),
+                }
+                let Some(msg) = sent[i]
+                    .get(s as usize - 1)
+                    .and_then(|v| v[j].get(counter as usize))
+                else {
+                    return Err(fail(format!(
+                        "node {j} got #{counter} from {i} (incarnation {s}), never sent"
+                    )));
+                };
+                if msg.meant != meant || (meant != 0 && meant != r) {
+                    return Err(fail(format!(
+                        "node {j} (incarnation {r}) took #{counter} from {i}.{s} meant for {meant}"
+                    )));
+                }
+                if let Some((ls, lc)) = last[j][i] {
+                    if s < ls || (s == ls && counter <= lc) {
+                        return Err(fail(format!(
+                            "node {j}.{r} from {i}: #{counter} of {s} after #{lc} of {ls} (order or duplicate)"
+                        )));
+                    }
+                    if s == ls {
+                        for g in lc + 1..counter {
+                            let skipped = sent[i][s as usize - 1][j][g as usize];
+                            if skipped.meant == 0 || skipped.meant == r {
+                                return Err(fail(format!(
+                                    "node {j}.{r} from {i}.{s}: #{g} (meant for {}) lost between #{lc} and #{counter}",
+                                    skipped.meant
+                                )));
+                            }
+                        }
+                    }
+                }
+                last[j][i] = Some((s, counter));
+                digest.add_u64(now.0 ^ (i as u64) << 32 ^ counter as u64);
+                delivered += 1;
+            }
+            for (tok, at) in fired {
+                match armed.remove(&(j, r, tok)) {
+                    Some(deadline) if at >= deadline => {}
+                    Some(deadline) => {
+                        return Err(fail(format!(
+                            "node {j}: timer {tok} fired at {} before its deadline {}",
+                            at.0, deadline.0
+                        )))
+                    }
+                    None => {
+                        return Err(fail(format!(
+                            "node {j}: timer {tok} fired twice or was never armed"
+                        )))
+                    }
+                }
+            }
+        }
+        let quiet = nodes.iter().all(|nd| {
+            (0..n).all(|j| j == nd.module_ref_me() || nd.links.link_ref(j).is_idle())
+                && nd.host.outbox_len() == 0
+        });
+        if finals_sent == 2 && quiet && now.0 > final_at[1] {
+            break;
+        }
+        if now.0 > opts.safety_ns + opts.liveness_ns {
+            return Err(fail(
+                "liveness: the links did not go quiet after healing".to_string(),
+            ));
+        }
+        let mut next = net.next_arrival();
+        for node in &nodes {
+            next = min_opt(next, node.poll_timeout());
+        }
+        for i in 0..n {
+            if !healed && issued[i] < opts.messages_per_node {
+                next = min_opt(next, Some(next_issue[i]));
+            }
+        }
+        if finals_sent < 2 {
+            next = min_opt(next, Some(Instant(final_at[finals_sent])));
+        }
+        if !healed {
+            next = min_opt(next, Some(Instant(opts.safety_ns)));
+        }
+        now = match next {
+            Some(t) if t > now => t,
+            Some(_) => Instant(now.0 + 1),
+            None => Instant(now.0 + 1_000_000),
+        };
+    }
+    // Every timer of a live incarnation fired; the second final round reached everyone.
+    if let Some(((node, inc, tok), _)) = armed
+        .iter()
+        .find(|((k, inc, _), _)| incarnation[*k] == *inc)
+    {
+        return Err(fail(format!("node {node}.{inc}: timer {tok} never fired")));
+    }
+    for &(round, i, j, counter) in &finals {
+        let got = last[j][i].is_some_and(|(s, c)| s == incarnation[i] && c >= counter);
+        if round == 1 && !got {
+            return Err(fail(format!(
+                "liveness: node {i}'s final message #{counter} never reached node {j}.{}",
+                incarnation[j]
+            )));
+        }
+    }
+    let mut hosts = HostCounters::default();
+    for node in &nodes {
+        hosts.add(node.host.counters());
+    }
+    digest.add_u64(net.digest.0);
+    Ok(ModuleSimReport {
+        seed,
+        faults,
+        restarts: restart_count,
+        delivered,
+        net: net.counters.clone(),
+        hosts,
+        end_ns: now.0,
+        digest: digest.0,
+    })
+}
+
+impl SimNode {
+    fn module_ref_me(&self) -> NodeId {
+        self.host.address().site as NodeId
+    }
+}
+
+fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_pass() {
+        let opts = ModuleSimOptions::default();
+        for seed in 0..200 {
+            if let Err(e) = run_module(seed, &opts) {
+                panic!("{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_same_run() {
+        let opts = ModuleSimOptions::default();
+        let a = run_module(3, &opts).unwrap();
+        let b = run_module(3, &opts).unwrap();
+        assert_eq!(a.digest, b.digest);
+        assert!(a.delivered > 0);
+    }
+}
