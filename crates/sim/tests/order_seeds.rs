@@ -3,7 +3,8 @@
 //! faults, crashes, leaves and joins, and the seeds that once broke a guarantee.
 
 use txcast_proto::order::Protocol;
-use txcast_sim::order_sim::{pack_modes, run_order, OrderSimOptions};
+use txcast_proto::vsync::Stability;
+use txcast_sim::order_sim::{pack_from_name, pack_modes, run_order, OrderSimOptions};
 
 #[test]
 fn a_fault_free_group_delivers_everything_in_one_order() {
@@ -92,5 +93,23 @@ fn seeds_that_once_failed() {
     };
     if let Err(v) = run_order(21183, &dynseq) {
         panic!("{v}\n(with --protocol dynseq)");
+    }
+}
+
+/// Seed 7001156 (`dynseq`, packing off, pinwheel; window 4, 11 members, joins and leaves):
+/// the sequencer at rank 1 casts its window when the token brings it the news that its last
+/// casts are stable, after rank 0 added its old vector to the round, so its new casts become
+/// stable a round later; members with nothing new of their own held that round a heartbeat
+/// each, 4 casts per 180 ms, and the group did not drain after healing.
+#[test]
+fn a_pinwheel_round_that_makes_news_goes_round_at_once() {
+    let opts = OrderSimOptions {
+        protocol: Some(Protocol::Dynseq),
+        pack: pack_from_name("off"),
+        stability: Some(Stability::Pinwheel),
+        ..OrderSimOptions::default()
+    };
+    if let Err(v) = run_order(7001156, &opts) {
+        panic!("{v}");
     }
 }

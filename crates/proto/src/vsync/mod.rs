@@ -1465,9 +1465,19 @@ impl Vs {
         // heartbeat at every member with nothing new of its own, a lone sender not at rank 0
         // (a `dynseq` sequencer at rank 2 of 11, window 8) got a window per two rounds of
         // holds, 8 casts per 200 ms, and the group did not drain (order sim seed 21183).
+        // So does a token whose round, with this member's vector, makes news (its minimum
+        // passes its stable vector): that round is the one a sender past rank 0 waits for
+        // (order sim seed 7001156).
+        let news = t
+            .acc
+            .iter()
+            .zip(&mine)
+            .zip(&t.stable)
+            .any(|((&a, &m), &s)| a.min(m) > s);
         let changed = mine != self.token_passed_vector
             || self.unstable() > 0
-            || t.stable != self.token_passed_stable;
+            || t.stable != self.token_passed_stable
+            || news;
         if !changed && now < *since + self.cfg.heartbeat_interval {
             return None;
         }
