@@ -1466,8 +1466,7 @@ impl Vs {
         // (a `dynseq` sequencer at rank 2 of 11, window 8) got a window per two rounds of
         // holds, 8 casts per 200 ms, and the group did not drain (order sim seed 21183).
         // So does a token whose round, with this member's vector, makes news (its minimum
-        // passes its stable vector): that round is the one a sender past rank 0 waits for
-        // (order sim seed 7001156).
+        // passes its stable vector): that round is the one a sender past rank 0 waits for.
         let news = t
             .acc
             .iter()
