@@ -30,6 +30,8 @@ impl Entry {
 pub enum Hook {
     /// `send(dest: i64, ptr: i32, len: i32) -> i32`.
     Send,
+    /// `send_many(dests_ptr: i32, count: i32, ptr: i32, len: i32) -> i32`.
+    SendMany,
     /// `now() -> i64`.
     Now,
     /// `arm_timer(after_ns: i64, token: i64) -> i32`.
@@ -42,8 +44,9 @@ pub enum Hook {
 
 impl Hook {
     /// Every hook, in ABI order.
-    pub const ALL: [Hook; 5] = [
+    pub const ALL: [Hook; 6] = [
         Hook::Send,
+        Hook::SendMany,
         Hook::Now,
         Hook::ArmTimer,
         Hook::CancelTimer,
@@ -54,6 +57,7 @@ impl Hook {
     pub fn name(self) -> &'static str {
         match self {
             Hook::Send => "send",
+            Hook::SendMany => "send_many",
             Hook::Now => "now",
             Hook::ArmTimer => "arm_timer",
             Hook::CancelTimer => "cancel_timer",
@@ -65,6 +69,7 @@ impl Hook {
     pub fn signature(self) -> &'static str {
         match self {
             Hook::Send => "(param i64 i32 i32) (result i32)",
+            Hook::SendMany => "(param i32 i32 i32 i32) (result i32)",
             Hook::Now => "(result i64)",
             Hook::ArmTimer => "(param i64 i64) (result i32)",
             Hook::CancelTimer => "(param i64) (result i32)",
@@ -247,7 +252,8 @@ pub enum RunError {
     /// Fatal. A hook was called with arguments it cannot take (a pointer or length outside
     /// memory, `complete` with no invocation in progress).
     BadHookArgs { hook: Hook, reason: BadArgs },
-    /// Fatal. Rule `sends_per_call_max`: the handler called `send` more times than allowed.
+    /// Fatal. Rule `sends_per_call_max`: the handler sent more messages than allowed (each
+    /// destination of `send_many` counts).
     TooManySends { max: u32 },
     /// Fatal. Rule `timers_per_call_max`: the handler called `arm_timer` more times than allowed.
     TooManyTimers { max: u32 },

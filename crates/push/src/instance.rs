@@ -20,6 +20,16 @@ pub trait Hooks {
     /// server_type << 32 | server_instance << 48`). `msg` borrows the program's memory; copy
     /// what must outlive the call.
     fn send(&mut self, dest: u64, msg: &[u8]) -> Result<(), HookError>;
+    /// Sends `msg` to each of `dests`, in order; the number of sends accepted. The default
+    /// calls [`Hooks::send`] for each; a host with a cheaper fan-out (one system call for all
+    /// destinations) may override it.
+    fn send_many(&mut self, dests: Dests<'_>, msg: &[u8]) -> u32 {
+        let mut accepted = 0;
+        for dest in dests {
+            accepted += u32::from(self.send(dest, msg).is_ok());
+        }
+        accepted
+    }
     /// The host's clock, in nanoseconds from any fixed origin.
     fn now_ns(&self) -> u64;
     /// Arms a one-shot timer: after `after_ns` the host calls [`Instance::on_timer`] with
@@ -31,6 +41,39 @@ pub trait Hooks {
     /// Called exactly once per successful `invoke`, from whichever handler completes it.
     fn complete(&mut self, status: i32, result: &[u8]);
 }
+
+/// The destinations of one `send_many`: packed txcast addresses, 8 little-endian bytes each,
+/// read in place from the program's memory.
+#[derive(Debug, Clone)]
+pub struct Dests<'a> {
+    chunks: std::slice::ChunksExact<'a, u8>,
+}
+
+impl<'a> Dests<'a> {
+    /// The addresses in `bytes` (a trailing partial address is ignored).
+    pub fn from_bytes(bytes: &'a [u8]) -> Self {
+        Dests {
+            chunks: bytes.chunks_exact(8),
+        }
+    }
+}
+
+impl Iterator for Dests<'_> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        self.chunks
+            .next()
+            .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.chunks.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Dests<'_> {}
 
 /// What the last handler call used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -90,16 +133,20 @@ impl<H: Hooks + 'static> std::fmt::Debug for Instance<H> {
 /// The bytes `[ptr, ptr + len)` of `memory`, both read as unsigned 32-bit as wasm does.
 #[inline]
 fn range(memory_len: usize, ptr: i32, len: i32) -> Result<Range<usize>, BadArgs> {
+    range_bytes(memory_len, ptr, len as u32 as usize).map_err(|()| BadArgs::OutOfBounds {
+        ptr,
+        len,
+        memory_len: memory_len as u64,
+    })
+}
+
+/// The bytes `[ptr, ptr + len)` of `memory`, `ptr` read as unsigned 32-bit.
+#[inline]
+fn range_bytes(memory_len: usize, ptr: i32, len: usize) -> Result<Range<usize>, ()> {
     let start = ptr as u32 as usize;
-    let end = start + len as u32 as usize;
-    if end <= memory_len {
-        Ok(start..end)
-    } else {
-        Err(BadArgs::OutOfBounds {
-            ptr,
-            len,
-            memory_len: memory_len as u64,
-        })
+    match start.checked_add(len) {
+        Some(end) if end <= memory_len => Ok(start..end),
+        _ => Err(()),
     }
 }
 
@@ -135,6 +182,37 @@ fn link<H: Hooks + 'static>(
                 Ok(()) => 0,
                 Err(e) => e.code(),
             })
+        },
+    )?;
+    linker.func_wrap(
+        "txcast",
+        "send_many",
+        |mut caller: Caller<'_, State<H>>,
+         dests: i32,
+         count: i32,
+         ptr: i32,
+         len: i32|
+         -> Result<i32, WasmError> {
+            let memory = caller.data().memory.expect("memory set at instantiation");
+            let (data, state) = memory.data_and_store_mut(&mut caller);
+            let d = range_bytes(data.len(), dests, count as u32 as usize * 8).map_err(|_| {
+                bad(
+                    Hook::SendMany,
+                    BadArgs::OutOfBounds {
+                        ptr: dests,
+                        len: count.saturating_mul(8),
+                        memory_len: data.len() as u64,
+                    },
+                )
+            })?;
+            let m = range(data.len(), ptr, len).map_err(|e| bad(Hook::SendMany, e))?;
+            state.sends = state.sends.saturating_add(count as u32);
+            if state.sends > state.sends_max {
+                return Err(stop(RunError::TooManySends {
+                    max: state.sends_max,
+                }));
+            }
+            Ok(state.hooks.send_many(Dests::from_bytes(&data[d]), &data[m]) as i32)
         },
     )?;
     linker.func_wrap("txcast", "now", |caller: Caller<'_, State<H>>| -> i64 {

@@ -54,6 +54,7 @@
 //! | import | signature | meaning |
 //! | --- | --- | --- |
 //! | `send` | `(param $dest i64) (param $ptr i32) (param $len i32) (result i32)` | send the bytes `[ptr, ptr + len)` to `dest`; 0, or a negative [`HookError::code`] |
+//! | `send_many` | `(param $dests i32) (param $count i32) (param $ptr i32) (param $len i32) (result i32)` | send the bytes `[ptr, ptr + len)` to each of the `count` addresses (8 bytes each) at `dests`; the number of sends accepted |
 //! | `now` | `(result i64)` | the host's clock in nanoseconds |
 //! | `arm_timer` | `(param $after_ns i64) (param $token i64) (result i32)` | one-shot timer; 0 or a negative code |
 //! | `cancel_timer` | `(param $token i64) (result i32)` | 1 if the timer was armed, else 0 |
@@ -77,7 +78,7 @@
 //! | `program_bytes_max` | 256 KiB | [`LoadError::TooLarge`] |
 //! | `memory_pages_max` | 2 (128 KiB) | [`LoadError::MemoryTooLarge`]; `memory.grow` past it returns -1 |
 //! | `fuel_per_call` | 1,000,000 | [`RunError::OutOfFuel`] (a program looping forever stops here) |
-//! | `sends_per_call_max` | 256 | [`RunError::TooManySends`] |
+//! | `sends_per_call_max` | 256 (each destination of `send_many` counts) | [`RunError::TooManySends`] |
 //! | `timers_per_call_max` | 16 | [`RunError::TooManyTimers`] |
 //! | `table_elements_max` | 1024 | instantiation refused ([`InstantiateError::Engine`]) |
 //! | imports | only the hooks | [`LoadError::UnknownImport`], [`LoadError::ImportType`] |
@@ -104,7 +105,8 @@
 //!
 //! ## Programs shipped
 //!
-//! `programs/` holds `multicast.wat` (the paper's Appendix B multicast), `commit2.wat` (a
+//! `programs/` holds `multicast.wat` (the paper's Appendix B multicast, one `send` per
+//! destination), `multicast_many.wat` (the same with one `send_many`), `commit2.wat` (a
 //! two-round commit coordinator), `count.wat` (a counting loop for the benchmark) and the bad
 //! programs the tests use. [`programs`] has their text.
 
@@ -113,13 +115,15 @@ mod instance;
 mod program;
 
 pub use error::{BadArgs, Entry, Hook, HookError, InstantiateError, LoadError, RunError, TrapKind};
-pub use instance::{CallStats, Hooks, Instance};
+pub use instance::{CallStats, Dests, Hooks, Instance};
 pub use program::{Limits, Program, PAGE_BYTES};
 
 /// The text of the programs shipped in `programs/`.
 pub mod programs {
     /// The paper's Appendix B multicast: sends one message to a list of destinations.
     pub const MULTICAST: &str = include_str!("../programs/multicast.wat");
+    /// The same multicast with one `send_many` hook call for all destinations.
+    pub const MULTICAST_MANY: &str = include_str!("../programs/multicast_many.wat");
     /// A two-round commit coordinator.
     pub const COMMIT2: &str = include_str!("../programs/commit2.wat");
     /// A counting loop of 12 wasm operators per iteration, for measuring the interpreter.

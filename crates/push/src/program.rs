@@ -153,6 +153,7 @@ fn hook_params(hook: Hook) -> (&'static [ValType], &'static [ValType]) {
     use ValType::{I32, I64};
     match hook {
         Hook::Send => (&[I64, I32, I32], &[I32]),
+        Hook::SendMany => (&[I32, I32, I32, I32], &[I32]),
         Hook::Now => (&[], &[I64]),
         Hook::ArmTimer => (&[I64, I64], &[I32]),
         Hook::CancelTimer => (&[I64], &[I32]),

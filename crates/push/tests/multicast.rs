@@ -14,9 +14,17 @@ fn args(dests: &[u64], msg: &[u8]) -> Vec<u8> {
     a
 }
 
+const BOTH: [&str; 2] = [programs::MULTICAST, programs::MULTICAST_MANY];
+
 #[test]
 fn multicast_sends_exactly_one_message_to_each_destination() {
-    let program = Program::load(programs::MULTICAST.as_bytes(), Limits::default()).unwrap();
+    for text in BOTH {
+        sends_to_each(text);
+    }
+}
+
+fn sends_to_each(text: &str) {
+    let program = Program::load(text.as_bytes(), Limits::default()).unwrap();
     let mut inst = program.instantiate(Mock::default()).unwrap();
     for n in [1usize, 2, 4, 8, 16] {
         let dests: Vec<u64> = (0..n).map(|i| addr(i as u16 + 1, 7, i as u16)).collect();
@@ -34,40 +42,66 @@ fn multicast_sends_exactly_one_message_to_each_destination() {
 
 #[test]
 fn multicast_empty_message_and_no_destinations() {
-    let program = Program::load(programs::MULTICAST.as_bytes(), Limits::default()).unwrap();
-    let mut inst = program.instantiate(Mock::default()).unwrap();
-    inst.invoke(&args(&[addr(1, 1, 1)], b"")).unwrap();
-    assert_eq!(inst.hooks().sends, vec![(addr(1, 1, 1), vec![])]);
-    inst.invoke(&args(&[], b"unsent")).unwrap();
-    assert_eq!(inst.hooks().sends.len(), 1);
-    assert_eq!(inst.hooks().completions, vec![(1, vec![]), (0, vec![])]);
+    for text in BOTH {
+        let program = Program::load(text.as_bytes(), Limits::default()).unwrap();
+        let mut inst = program.instantiate(Mock::default()).unwrap();
+        inst.invoke(&args(&[addr(1, 1, 1)], b"")).unwrap();
+        assert_eq!(inst.hooks().sends, vec![(addr(1, 1, 1), vec![])]);
+        inst.invoke(&args(&[], b"unsent")).unwrap();
+        assert_eq!(inst.hooks().sends.len(), 1);
+        assert_eq!(inst.hooks().completions, vec![(1, vec![]), (0, vec![])]);
+    }
 }
 
 #[test]
 fn multicast_bad_arguments_end_the_invocation_with_the_returned_status() {
-    let program = Program::load(programs::MULTICAST.as_bytes(), Limits::default()).unwrap();
-    let mut inst = program.instantiate(Mock::default()).unwrap();
-    // Count 3 but room for one address only.
-    let mut a = args(&[addr(1, 1, 1)], b"");
-    a[0] = 3;
-    assert_eq!(inst.invoke(&a), Ok(-1));
-    assert_eq!(inst.invoke(&[1, 0]), Ok(-1));
-    assert!(inst.hooks().sends.is_empty());
-    assert_eq!(inst.hooks().completions, vec![(-1, vec![]), (-1, vec![])]);
-    assert!(!inst.is_pending());
-    assert!(!inst.is_failed());
+    for text in BOTH {
+        let program = Program::load(text.as_bytes(), Limits::default()).unwrap();
+        let mut inst = program.instantiate(Mock::default()).unwrap();
+        // Count 3 but room for one address only.
+        let mut a = args(&[addr(1, 1, 1)], b"");
+        a[0] = 3;
+        assert_eq!(inst.invoke(&a), Ok(-1));
+        assert_eq!(inst.invoke(&[1, 0]), Ok(-1));
+        assert!(inst.hooks().sends.is_empty());
+        assert_eq!(inst.hooks().completions, vec![(-1, vec![]), (-1, vec![])]);
+        assert!(!inst.is_pending());
+        assert!(!inst.is_failed());
+    }
 }
 
 #[test]
 fn refused_sends_are_seen_by_the_program() {
-    let program = Program::load(programs::MULTICAST.as_bytes(), Limits::default()).unwrap();
+    for text in BOTH {
+        let program = Program::load(text.as_bytes(), Limits::default()).unwrap();
+        let mut inst = program.instantiate(Mock::default()).unwrap();
+        inst.hooks_mut().refuse_sends = Some(HookError::Unreachable);
+        inst.invoke(&args(&[addr(1, 1, 1), addr(2, 1, 1)], b"x"))
+            .unwrap();
+        // The program counts only accepted sends.
+        assert_eq!(inst.hooks().completions, vec![(0, vec![])]);
+        assert!(!inst.is_failed());
+    }
+}
+
+#[test]
+fn send_many_counts_every_destination_against_the_send_limit() {
+    let limits = Limits {
+        sends_per_call_max: 8,
+        ..Limits::default()
+    };
+    let program = Program::load(programs::MULTICAST_MANY.as_bytes(), limits).unwrap();
     let mut inst = program.instantiate(Mock::default()).unwrap();
-    inst.hooks_mut().refuse_sends = Some(HookError::Unreachable);
-    inst.invoke(&args(&[addr(1, 1, 1), addr(2, 1, 1)], b"x"))
-        .unwrap();
-    // The program counts only accepted sends.
-    assert_eq!(inst.hooks().completions, vec![(0, vec![])]);
-    assert!(!inst.is_failed());
+    let dests: Vec<u64> = (1..=8).map(|i| addr(i, 1, 1)).collect();
+    assert_eq!(inst.invoke(&args(&dests, b"m")), Ok(0));
+    assert_eq!(inst.hooks().sends.len(), 8);
+    let dests: Vec<u64> = (1..=9).map(|i| addr(i, 1, 1)).collect();
+    assert_eq!(
+        inst.invoke(&args(&dests, b"m")),
+        Err(txcast_push::RunError::TooManySends { max: 8 })
+    );
+    // Refused before any of the nine was sent.
+    assert_eq!(inst.hooks().sends.len(), 8);
 }
 
 #[test]

@@ -301,11 +301,13 @@ fn size_and_memory_limits_are_enforced() {
 }
 
 /// A program whose handlers call hooks with the arguments in the message:
-/// on_message(src, ptr, len) reads op u32, a i32, b i32 and calls the hook.
+/// on_message(src, ptr, len) reads op u32, a i32, b i32 and calls a hook: 1 send(src, a, b),
+/// 2 complete(0, a, b), 3 a sends of one byte, 4 arm_timer(a, 1), 5 send_many(a, b, 0, 1).
 const PROBE: &str = r#"(module
     (import "txcast" "send" (func $send (param i64 i32 i32) (result i32)))
     (import "txcast" "complete" (func $complete (param i32 i32 i32)))
     (import "txcast" "arm_timer" (func $arm (param i64 i64) (result i32)))
+    (import "txcast" "send_many" (func $send_many (param i32 i32 i32 i32) (result i32)))
     (memory (export "memory") 1)
     (global (export "input_ptr") i32 (i32.const 0))
     (global (export "input_cap") i32 (i32.const 64))
@@ -325,7 +327,9 @@ const PROBE: &str = r#"(module
           (local.tee $i (i32.add (local.get $i) (i32.const 1)))
           (br_if $l (i32.lt_u (local.get $a))))))
       (if (i32.eq (local.get $op) (i32.const 4))
-        (then (drop (call $arm (i64.extend_i32_s (local.get $a)) (i64.const 1))))))
+        (then (drop (call $arm (i64.extend_i32_s (local.get $a)) (i64.const 1)))))
+      (if (i32.eq (local.get $op) (i32.const 5))
+        (then (drop (call $send_many (local.get $a) (local.get $b) (i32.const 0) (i32.const 1))))))
   )"#;
 
 fn probe(op: u32, a: i32, b: i32) -> Vec<u8> {
@@ -364,6 +368,32 @@ fn a_bad_pointer_in_send_stops_the_program() {
                     memory_len: 65536
                 }
             }
+        );
+        assert!(inst.hooks().sends.is_empty());
+        assert_stopped(&mut inst, &err, &mut other);
+    }
+}
+
+#[test]
+fn a_bad_destination_list_in_send_many_stops_the_program() {
+    let mut other = healthy();
+    // Two destinations read from the last 16 bytes of memory (zeroes: address 0).
+    let (inst, r) = run_probe(5, 65536 - 16, 2);
+    assert_eq!(r, Ok(()));
+    // The message is byte 0 of memory: the probe's op, 5.
+    assert_eq!(inst.hooks().sends, vec![(0, vec![5]), (0, vec![5])]);
+    for (ptr, count) in [(65536 - 16, 3), (-8, 1), (0, -1), (0, i32::MAX)] {
+        let (mut inst, r) = run_probe(5, ptr, count);
+        let err = r.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RunError::BadHookArgs {
+                    hook: Hook::SendMany,
+                    reason: BadArgs::OutOfBounds { .. }
+                }
+            ),
+            "{err:?}"
         );
         assert!(inst.hooks().sends.is_empty());
         assert_stopped(&mut inst, &err, &mut other);
