@@ -38,7 +38,8 @@ pub trait Hooks {
     /// Cancels the timer `token`; whether one was armed.
     fn cancel_timer(&mut self, token: u64) -> bool;
     /// Ends the current invocation (the application's one call) with `status` and `result`.
-    /// Called exactly once per successful `invoke`, from whichever handler completes it.
+    /// Called once per invocation, from whichever handler completes it; an invocation ended
+    /// by a fatal error is not completed (the host gets the error instead).
     fn complete(&mut self, status: i32, result: &[u8]);
 }
 
