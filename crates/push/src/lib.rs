@@ -112,10 +112,12 @@
 
 mod error;
 mod instance;
+pub mod module;
 mod program;
 
 pub use error::{BadArgs, Entry, Hook, HookError, InstantiateError, LoadError, RunError, TrapKind};
 pub use instance::{CallStats, Dests, Hooks, Instance};
+pub use module::ProgramModule;
 pub use program::{Limits, Program, PAGE_BYTES};
 
 /// The text of the programs shipped in `programs/`.
