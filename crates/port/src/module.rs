@@ -142,11 +142,12 @@ impl Served {
     fn transmit(&mut self) -> usize {
         let mut n = 0;
         while let Some((to, bytes)) = self.host.peek_transmit() {
-            let mut sent = self.port.try_send(to, bytes);
+            // Remote messages wait in their links and leave packed at the end of the batch.
+            let mut sent = self.port.try_send_deferred(to, bytes);
             if let Err(PortError::Closed(_)) = sent {
                 // The ring we held was a dead owner's, reclaimed by a successor: the port
                 // looks the address up again on the next send.
-                sent = self.port.try_send(to, bytes);
+                sent = self.port.try_send_deferred(to, bytes);
             }
             match sent {
                 // The ring or the link is full: the rest waits, in order, for the next cycle.
@@ -159,6 +160,7 @@ impl Served {
             self.host.pop_transmit();
             n += 1;
         }
+        self.port.flush_deferred();
         n
     }
 

@@ -172,6 +172,9 @@ pub struct Port {
     remote_sent: u64,
     received: u64,
     scratch: Vec<u8>,
+    /// Remote destinations whose links hold messages sent by `try_send_deferred`, not yet
+    /// flushed.
+    deferred: Vec<Address>,
     fanout_to: Vec<SocketAddr>,
     /// Datagrams queued to leave together ([`Port::queue_datagram`]).
     batch: crate::mmsg::SendBatch,
@@ -284,6 +287,7 @@ impl Port {
             remote_sent: 0,
             received: 0,
             scratch: Vec::new(),
+            deferred: Vec::new(),
             fanout_to: Vec::new(),
             batch: crate::mmsg::SendBatch::new(),
         })
@@ -573,6 +577,62 @@ impl Port {
         self.engine.wake_for(timer);
         self.remote_sent += 1;
         Ok(())
+    }
+
+    /// [`Port::try_send`], except that a remote message waits in its link until
+    /// [`Port::flush_deferred`], so that a batch of sends leaves packed in few packets instead
+    /// of one packet each. One to this host goes at once.
+    pub(crate) fn try_send_deferred(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+        if self.is_local(dest) {
+            return self.try_send(dest, msg);
+        }
+        let now = self.engine.now();
+        let mut guard = self.ep.links.lock().expect("links lock");
+        let links = &mut *guard;
+        match links_entry(links, &self.engine, self.addr, self.ep.incarnation, dest) {
+            None => return Err(PortError::Full),
+            Some(link) if link.is_unreachable() => return Err(PortError::Unreachable(dest)),
+            Some(link) => match link.send(now, msg) {
+                Ok(()) => {}
+                Err(LinkSendError::Full) => return Err(PortError::Full),
+                Err(LinkSendError::TooLong { len, max }) => {
+                    return Err(PortError::TooLong { len, max })
+                }
+            },
+        }
+        drop(guard);
+        if !self.deferred.contains(&dest) {
+            self.deferred.push(dest);
+        }
+        self.remote_sent += 1;
+        Ok(())
+    }
+
+    /// Sends what [`Port::try_send_deferred`] left in the links; the packets sent.
+    pub(crate) fn flush_deferred(&mut self) -> usize {
+        if self.deferred.is_empty() {
+            return 0;
+        }
+        let now = self.engine.now();
+        let mut n = 0;
+        let mut earliest: Option<txcast_proto::Instant> = None;
+        {
+            let mut guard = self.ep.links.lock().expect("links lock");
+            let links = &mut *guard;
+            let mut buf = std::mem::take(&mut links.buf);
+            for dest in self.deferred.drain(..) {
+                if let Some(link) = links.map.get_mut(&dest) {
+                    n += flush(&self.engine, &self.ep, link, &mut buf, now);
+                    if let Some(t) = link.poll_timeout() {
+                        earliest = Some(earliest.map_or(t, |e| e.min(t)));
+                    }
+                    links.settle(dest);
+                }
+            }
+            links.buf = buf;
+        }
+        self.engine.wake_for(earliest);
+        n
     }
 
     /// Reserves room for a message of up to `len` bytes to `dest` and lends it for building in

@@ -30,6 +30,7 @@
 
 pub mod msg;
 pub mod ping;
+pub mod stream;
 
 use crate::link::incarnation_older;
 use crate::time::Instant;

@@ -21,6 +21,8 @@ pub const STATUS_BAD_ARGS: u32 = 4;
 pub const STATUS_SEND_REFUSED: u32 = 5;
 
 const TIMER: u64 = 0;
+/// Round-trip samples one run records at most.
+pub const SAMPLES_MAX: usize = 1 << 20;
 
 /// The arguments of [`RUN`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +65,7 @@ struct Run {
     peer: Address,
     left: u32,
     done: u32,
+    sent_at: Instant,
 }
 
 /// The PING/PONG module; the same module answers PINGs and runs exchanges.
@@ -71,6 +74,9 @@ pub struct PingPong {
     body: Vec<u8>,
     /// PINGs answered.
     pub answered: u64,
+    /// Round trips of the last run, in nanoseconds of the host's clock (from the handler
+    /// that sent each PING to the one that took its PONG), at most [`SAMPLES_MAX`].
+    pub samples: Vec<u64>,
 }
 
 impl Default for PingPong {
@@ -79,6 +85,7 @@ impl Default for PingPong {
             run: None,
             body: vec![0u8; super::msg::CONTROL_BODY_MAX],
             answered: 0,
+            samples: Vec::new(),
         }
     }
 }
@@ -100,6 +107,7 @@ impl PingPong {
             return;
         }
         r.left -= 1;
+        r.sent_at = cx.now();
         let (peer, len) = (r.peer, self.body.len());
         if cx.send(peer, PING, &self.body[..len]).is_err() {
             self.finish(cx, STATUS_SEND_REFUSED);
@@ -123,11 +131,15 @@ impl Module for PingPong {
             Some(a) if a.bytes as usize > super::msg::CONTROL_BODY_MAX => Some(STATUS_BAD_ARGS),
             Some(a) => {
                 self.body.resize(a.bytes as usize, 0x5a);
+                self.samples.clear();
+                self.samples
+                    .reserve((a.exchanges as usize).min(SAMPLES_MAX));
                 self.run = Some(Run {
                     id: ins.id,
                     peer: a.peer,
                     left: a.exchanges,
                     done: 0,
+                    sent_at: cx.now(),
                 });
                 let at: Instant = cx.now() + a.timeout;
                 if cx.arm(at, TIMER).is_err() {
@@ -153,6 +165,9 @@ impl Module for PingPong {
             PONG => {
                 if let Some(r) = self.run.as_mut().filter(|r| r.peer == msg.from) {
                     r.done += 1;
+                    if self.samples.len() < SAMPLES_MAX {
+                        self.samples.push((cx.now() - r.sent_at).as_nanos() as u64);
+                    }
                     self.ping(cx);
                 }
             }

@@ -11,6 +11,7 @@ pub mod group;
 pub mod long;
 mod machine;
 mod mapping;
+pub mod modules;
 pub mod multicast;
 pub mod rpc;
 pub mod rtt;
@@ -66,6 +67,13 @@ usage: txcast bench <what> [options]
               [--experiments all,one] [--m 1,10,100,1000,5000] [--members 3] [--bytes 64]
               [--point-seconds 20] [--svg DIR]
 
+  modules     extension modules (paper 004 §2) and Push programs (paper 001 Table 4): module
+              PING/PONG round trip against raw busy-polling UDP and the parked application
+              round trip; module stream rate against unpacked application messages; the
+              Appendix B multicast program against native fan-out and a loop of sends
+              [--sections latency,rate,push] [--bytes 8,64,256,1000] [--exchanges N]
+              [--messages N] [--dests 1,2,4,8,16] [--invokes N] [--repeat R]
+
   --json      JSON lines on stdout, the human table on stderr
 ";
 
@@ -83,6 +91,7 @@ pub fn run(args: &[String]) -> i32 {
         "rpc" => rpc::run(&args[1..]),
         "long" => long::run(&args[1..]),
         "burst" => burst::run(&args[1..]),
+        "modules" => modules::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             0
@@ -116,6 +125,7 @@ pub fn child(args: &[String]) -> i32 {
         Some("rpc") => rpc::child(&args[1..]),
         Some("long") => long::child(&args[1..]),
         Some("burst") => burst::child(&args[1..]),
+        Some("modules") => modules::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;

@@ -873,6 +873,20 @@ fn render(measured: &[Measured]) -> (String, String) {
     (table, json)
 }
 
+/// The application-level stream of unpacked remote messages (`txcast-remote-pack-off` with
+/// the default options), for benchmarks that compare with it.
+pub fn measure_remote_pack_off(messages: u64) -> io::Result<Outcome> {
+    let plan = plan(&[])
+        .map_err(io::Error::other)?
+        .ok_or_else(|| io::Error::other("no default plan"))?;
+    let stream = Stream {
+        warmup: WARMUP_DEFAULT,
+        messages,
+        latency_every: LATENCY_EVERY_REMOTE_DEFAULT,
+    };
+    measure(Case::TxcastRemotePackOff, &stream, &plan).map(|m| m.outcome)
+}
+
 /// Runs one case with the receiver in a second process.
 fn measure(case: Case, stream: &Stream, plan: &Plan) -> io::Result<Measured> {
     let result = ResultFile::create()?;
