@@ -6,7 +6,7 @@ use crate::addr::Address;
 use crate::time::Instant;
 use core::cmp::Reverse;
 use core::time::Duration;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReceiverCounters {
@@ -75,7 +75,7 @@ pub struct Receiver {
     cfg: LdgConfig,
     incarnation: u64,
     reassemblies_begun: u64,
-    reassemblies: HashMap<Key, Reassembly>,
+    reassemblies: BTreeMap<Key, Reassembly>,
     /// Finished transfers: key -> (forgotten at, fragment count, reassembly number).
     completed: HashMap<Key, (Instant, u32, u64)>,
     completed_order: BinaryHeap<Reverse<(Instant, Key)>>,
@@ -96,7 +96,7 @@ impl Receiver {
             cfg,
             incarnation,
             reassemblies_begun: 0,
-            reassemblies: HashMap::new(),
+            reassemblies: BTreeMap::new(),
             completed: HashMap::new(),
             completed_order: BinaryHeap::new(),
             ready: VecDeque::new(),

@@ -5,7 +5,7 @@ use super::{Bitset, LdgConfig, LdgError};
 use crate::addr::Address;
 use crate::time::Instant;
 use core::time::Duration;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A transfer's id, unique among one sender incarnation's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,10 +114,11 @@ const PATHS_MAX: usize = 1024;
 
 pub struct Sender {
     cfg: LdgConfig,
-    paths: HashMap<Address, Path>,
+    paths: BTreeMap<Address, Path>,
     incarnation: u64,
     next_transfer: u64,
-    transfers: HashMap<u64, Transfer>,
+    /// By id: oldest first.
+    transfers: BTreeMap<u64, Transfer>,
     /// Round-robin order of the transfers.
     order: VecDeque<u64>,
     bytes_held: usize,
@@ -133,10 +134,10 @@ impl Sender {
         cfg.validate()?;
         Ok(Sender {
             cfg,
-            paths: HashMap::new(),
+            paths: BTreeMap::new(),
             incarnation,
             next_transfer: 1,
-            transfers: HashMap::new(),
+            transfers: BTreeMap::new(),
             order: VecDeque::new(),
             bytes_held: 0,
             aborts: VecDeque::new(),
@@ -255,8 +256,7 @@ impl Sender {
             if r.is_ok() {
                 self.counters.completed += 1;
                 if self.paths.len() >= PATHS_MAX && !self.paths.contains_key(&t.dest) {
-                    let any = *self.paths.keys().next().expect("full");
-                    self.paths.remove(&any);
+                    self.paths.pop_first();
                 }
                 // A window that was never filled is not known to be safe: keep at most what
                 // the transfer had in flight.
