@@ -186,8 +186,9 @@ impl Links {
 /// Work the engine thread runs for a port in its own loop (an RPC server whose handlers run
 /// on the engine: [`crate::Rpc::serve_on_engine`]).
 pub(crate) trait Service: Send {
-    /// Takes in what the port's ring holds and does what is due; how much work it did.
-    fn step(&mut self) -> usize;
+    /// Takes in what the port's ring holds and does what is due at `now` (the duty cycle's
+    /// clock reading); how much work it did.
+    fn step(&mut self, now: Instant) -> usize;
     /// When it next has timed work.
     fn next_deadline(&self) -> Option<Instant>;
     /// Before the engine sleeps: makes local senders ring the port's socket, and says whether
@@ -956,7 +957,7 @@ impl Engine {
                         // the service stays (dropping it here would close its port under the
                         // engine's lock on the ports).
                         let step =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.step()));
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.step(now)));
                         match step {
                             Ok(w) => work += w,
                             Err(_) => {

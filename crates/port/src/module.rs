@@ -13,7 +13,7 @@
 use crate::engine::{Endpoint, Engine, Service};
 use crate::port::{Port, PortError};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use txcast_proto::module::{
@@ -120,6 +120,8 @@ struct Pending {
 #[derive(Default)]
 struct Mailbox {
     pending: Mutex<VecDeque<Pending>>,
+    /// `pending` is not empty (read by the engine without the lock on every step).
+    waiting: AtomicBool,
     /// Outstanding tickets: `None` until their completion (or refusal) arrives.
     done: Mutex<HashMap<u64, Option<Result<Completed, ModuleError>>>>,
     ready: Condvar,
@@ -210,12 +212,12 @@ fn push_signal(q: &mut VecDeque<Signal>, s: Signal) {
 }
 
 impl Service for Served {
-    fn step(&mut self) -> usize {
-        let now = self.port.engine().now();
+    fn step(&mut self, now: Instant) -> usize {
         let mut work = 0;
-        {
+        if self.mailbox.waiting.load(Ordering::Acquire) {
             let mut p = self.mailbox.pending.lock().expect("lock");
             std::mem::swap(&mut *p, &mut self.taken);
+            self.mailbox.waiting.store(false, Ordering::Relaxed);
         }
         while let Some(p) = self.taken.pop_front() {
             work += 1;
@@ -257,7 +259,7 @@ impl Service for Served {
 
     fn arm(&mut self) -> bool {
         let armed_ready = self.port.arm_socket_wake();
-        armed_ready || !self.mailbox.pending.lock().expect("lock").is_empty()
+        armed_ready || self.mailbox.waiting.load(Ordering::SeqCst)
     }
 
     fn awake(&mut self) {
@@ -417,6 +419,8 @@ impl ModuleHost {
                 ty,
                 args: args.to_vec(),
             });
+            // SeqCst: paired with the engine announcing its sleep, then reading this (`arm`).
+            self.mailbox.waiting.store(true, Ordering::SeqCst);
         }
         // The engine looks at the mailbox before it sleeps (`Service::arm`), after it
         // announced the sleep: one of the two sees the other.

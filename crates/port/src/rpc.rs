@@ -203,7 +203,7 @@ const RESETS_PENDING_MAX: usize = 1024;
 const ENGINE_BATCH: usize = 64;
 
 impl crate::engine::Service for Rpc {
-    fn step(&mut self) -> usize {
+    fn step(&mut self, _now: Instant) -> usize {
         self.engine_step()
     }
 

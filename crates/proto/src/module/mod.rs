@@ -312,6 +312,9 @@ struct Core {
     /// entry, which reschedules it when it fires, so a timer pushed back on every message
     /// holds one entry, not one per push; other entries are stale and ignored.
     wheel_at: HashMap<(ModuleId, u64), Instant>,
+    /// No wheel entry is due before this (a lower bound, so that an idle poll need not scan
+    /// the wheel).
+    earliest: Option<Instant>,
     counters: HostCounters,
 }
 
@@ -430,6 +433,7 @@ impl Context<'_> {
                 .schedule(at, k)
                 .map_err(|_| ModuleError::TooManyTimers)?;
             core.wheel_at.insert(k, at);
+            core.earliest = Some(core.earliest.map_or(at, |e| e.min(at)));
         }
         core.timer_at.insert(k, at);
         self.timers_left -= 1;
@@ -518,6 +522,7 @@ impl Host {
                 timers: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 2 * TIMERS_MAX, now),
                 timer_at: HashMap::new(),
                 wheel_at: HashMap::new(),
+                earliest: None,
                 counters: HostCounters::default(),
             },
         }
@@ -811,6 +816,7 @@ impl Host {
         }
         later.clear();
         self.moved = later;
+        self.core.earliest = self.core.timers.next_deadline();
         for &(m, token) in &due {
             self.core.counters.timeouts_fired += 1;
             self.dispatch(m, now, |module, cx| module.on_timeout(cx, token));
@@ -824,7 +830,7 @@ impl Host {
         if self.core.timer_at.is_empty() {
             return None;
         }
-        self.core.timers.next_deadline()
+        self.core.earliest
     }
 
     /// The next message to send and where, if any; it stays first until
