@@ -14,11 +14,11 @@ txcast: a communication facility for distributed transaction processing
 usage:
   txcast demo [--txns N] [--pings N]     start a 3-site cluster on loopback and exchange local,
                                          remote and transaction-multicast traffic
-  txcast bench <rtt|multicast|throughput|group|rpc|long> [options]
+  txcast bench <rtt|multicast|throughput|group|rpc|long|burst|modules> [options]
                                          benchmarks with their baselines (see `txcast bench --help`)
   txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
   txcast sim group [--seed S | --seeds N] run groups (crashes, joins, leaves) in the simulator
-  txcast sim rpc | frag | vs [--seed S | --seeds N]
+  txcast sim rpc | frag | vs | order | module [--seed S | --seeds N]
                                          RPC, long messages, virtually synchronous
                                          groups in the simulator
   txcast stat [--config FILE] [--json]   the ports open on this host and their ring counters
