@@ -30,7 +30,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = 1u32.to_le_bytes().to_vec();
     args.extend_from_slice(&b.address().to_bytes());
     args.extend_from_slice(b"commit 42");
-    let sent = a.call(4, key, txcast_push::module::INVOKE, &args, Duration::from_secs(5))?;
+    let sent = a.call(
+        4,
+        key,
+        txcast_push::module::INVOKE,
+        &args,
+        Duration::from_secs(5),
+    )?;
     println!("multicast program: {} destination(s) sent to", sent.status);
     a.unload(4);
     println!("modules at a: {:?}", a.modules());

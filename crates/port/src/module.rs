@@ -138,6 +138,8 @@ struct Served {
     mailbox: Arc<Mailbox>,
     buf: Vec<u8>,
     taken: VecDeque<Pending>,
+    /// Remote destinations with messages waiting in their links for the end of the batch.
+    deferred: Vec<Address>,
 }
 
 impl Served {
@@ -145,11 +147,11 @@ impl Served {
         let mut n = 0;
         while let Some((to, bytes)) = self.host.peek_transmit() {
             // Remote messages wait in their links and leave packed at the end of the batch.
-            let mut sent = self.port.try_send_deferred(to, bytes);
+            let mut sent = self.port.try_send_deferred(to, bytes, &mut self.deferred);
             if let Err(PortError::Closed(_)) = sent {
                 // The ring we held was a dead owner's, reclaimed by a successor: the port
                 // looks the address up again on the next send.
-                sent = self.port.try_send_deferred(to, bytes);
+                sent = self.port.try_send_deferred(to, bytes, &mut self.deferred);
             }
             match sent {
                 // The ring or the link is full: the rest waits, in order, for the next cycle.
@@ -162,7 +164,7 @@ impl Served {
             self.host.pop_transmit();
             n += 1;
         }
-        self.port.flush_deferred();
+        self.port.flush_deferred(&mut self.deferred);
         n
     }
 
@@ -302,6 +304,7 @@ impl ModuleHost {
             mailbox: mailbox.clone(),
             buf,
             taken: VecDeque::with_capacity(MAILBOX_MAX),
+            deferred: Vec::new(),
         };
         *ep.service.lock().expect("service lock") = Some(Box::new(served));
         engine.wake();

@@ -172,9 +172,6 @@ pub struct Port {
     remote_sent: u64,
     received: u64,
     scratch: Vec<u8>,
-    /// Remote destinations whose links hold messages sent by `try_send_deferred`, not yet
-    /// flushed.
-    deferred: Vec<Address>,
     fanout_to: Vec<SocketAddr>,
     /// Datagrams queued to leave together ([`Port::queue_datagram`]).
     batch: crate::mmsg::SendBatch,
@@ -287,7 +284,6 @@ impl Port {
             remote_sent: 0,
             received: 0,
             scratch: Vec::new(),
-            deferred: Vec::new(),
             fanout_to: Vec::new(),
             batch: crate::mmsg::SendBatch::new(),
         })
@@ -580,9 +576,15 @@ impl Port {
     }
 
     /// [`Port::try_send`], except that a remote message waits in its link until
-    /// [`Port::flush_deferred`], so that a batch of sends leaves packed in few packets instead
-    /// of one packet each. One to this host goes at once.
-    pub(crate) fn try_send_deferred(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
+    /// [`Port::flush_deferred`] for its destination, so that a batch of sends leaves packed
+    /// in few packets instead of one packet each. One to this host goes at once. The caller
+    /// keeps the destinations to flush (`deferred`: `dest` is added if it is not there).
+    pub(crate) fn try_send_deferred(
+        &mut self,
+        dest: Address,
+        msg: &[u8],
+        deferred: &mut Vec<Address>,
+    ) -> Result<(), PortError> {
         if self.is_local(dest) {
             return self.try_send(dest, msg);
         }
@@ -601,16 +603,17 @@ impl Port {
             },
         }
         drop(guard);
-        if !self.deferred.contains(&dest) {
-            self.deferred.push(dest);
+        if !deferred.contains(&dest) {
+            deferred.push(dest);
         }
         self.remote_sent += 1;
         Ok(())
     }
 
-    /// Sends what [`Port::try_send_deferred`] left in the links; the packets sent.
-    pub(crate) fn flush_deferred(&mut self) -> usize {
-        if self.deferred.is_empty() {
+    /// Sends what [`Port::try_send_deferred`] left in the links of `deferred`, and empties
+    /// it; the packets sent.
+    pub(crate) fn flush_deferred(&mut self, deferred: &mut Vec<Address>) -> usize {
+        if deferred.is_empty() {
             return 0;
         }
         let now = self.engine.now();
@@ -620,7 +623,7 @@ impl Port {
             let mut guard = self.ep.links.lock().expect("links lock");
             let links = &mut *guard;
             let mut buf = std::mem::take(&mut links.buf);
-            for dest in self.deferred.drain(..) {
+            for dest in deferred.drain(..) {
                 if let Some(link) = links.map.get_mut(&dest) {
                     n += flush(&self.engine, &self.ep, link, &mut buf, now);
                     if let Some(t) = link.poll_timeout() {

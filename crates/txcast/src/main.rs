@@ -20,7 +20,8 @@ usage:
   txcast sim group [--seed S | --seeds N] run groups (crashes, joins, leaves) in the simulator
   txcast sim rpc | frag | vs | order | module [--seed S | --seeds N]
                                          RPC, long messages, virtually synchronous
-                                         groups in the simulator
+                                         groups, ordering protocols, extension
+                                         modules in the simulator
   txcast stat [--config FILE] [--json]   the ports open on this host and their ring counters
   txcast oracle [--config FILE] [--state PATH] [--standby K]
                                          the oracle name server at the configured address
