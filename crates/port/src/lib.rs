@@ -15,7 +15,9 @@ pub mod shm;
 pub use engine::{Engine, EngineConfig, EngineMode};
 pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord, GroupSpec};
 pub use ldg::{Ldg, LdgCallError, LdgCounters};
-pub use module::{Completed, ModuleHost, ModuleHostError, Signal, Ticket};
+pub use module::{
+    Completed, ControlClient, ControlServer, ModuleHost, ModuleHostError, Signal, Ticket,
+};
 pub use naming::{ClusterConfig, NamingError};
 pub use oracle::{Known, OracleClient, OracleError, OracleServer};
 pub use port::{Port, PortClaim, PortConfig, PortCounters, PortError, Received};

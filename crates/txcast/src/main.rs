@@ -4,6 +4,7 @@ mod bench;
 mod demo;
 mod group_cmd;
 mod oracle_cmd;
+mod program_cmd;
 mod rpc_cmd;
 mod sim_cmd;
 mod stat;
@@ -26,6 +27,9 @@ usage:
   txcast oracle [--config FILE] [--state PATH] [--standby K]
                                          the oracle name server at the configured address
                                          (--standby K: the K-th standby replica)
+  txcast node --at ADDR --control ADDR   host extension modules, with a control endpoint
+  txcast program load|list|unload|invoke --control ADDR ...
+                                         Push programs in a running node (`txcast program`)
   txcast help                            this text
 ";
 
@@ -37,6 +41,8 @@ fn main() {
         Some("sim") => sim_cmd::run(&args[2..]),
         Some("stat") => stat::run(&args[2..]),
         Some("oracle") => oracle_cmd::run(&args[2..]),
+        Some("node") => program_cmd::node(&args[2..]),
+        Some("program") => program_cmd::program(&args[2..]),
         Some("__bench-child") => bench::child(&args[2..]),
         Some("__demo-site") => demo::site(&args[2..]),
         Some("__group-member") => group_cmd::member(&args[2..]),

@@ -617,6 +617,15 @@ impl Host {
         Some(slot.module)
     }
 
+    /// Whether `key` is the key module `id` was loaded with.
+    pub fn check_key(&self, id: ModuleId, key: u64) -> Result<(), ModuleError> {
+        match self.modules.get(id as usize).and_then(|s| s.as_ref()) {
+            None => Err(ModuleError::NoSuchModule(id)),
+            Some(s) if s.key != key => Err(ModuleError::BadKey),
+            Some(_) => Ok(()),
+        }
+    }
+
     /// The modules loaded: id and name.
     pub fn modules(&self) -> impl Iterator<Item = (ModuleId, &'static str)> + '_ {
         self.modules

@@ -21,6 +21,9 @@ use txcast_proto::module::{
 };
 use txcast_proto::{Address, Instant};
 
+mod control;
+pub use control::{ControlClient, ControlServer, Loader, CONTROL_LONG_BYTES_MAX};
+
 pub use txcast_proto::module::{
     Context, Control, Instruction, Registration, STATUS_FAILED, STATUS_OK, STATUS_UNLOADED,
 };
@@ -277,8 +280,14 @@ impl Service for Served {
     }
 }
 
-/// Extension modules served on the engine's thread, reached at one port's address.
+/// Extension modules served on the engine's thread, reached at one port's address. Cheap to
+/// clone; the modules are served until the last clone is dropped.
+#[derive(Clone)]
 pub struct ModuleHost {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     ep: Arc<Endpoint>,
     engine: Engine,
     mailbox: Arc<Mailbox>,
@@ -309,11 +318,13 @@ impl ModuleHost {
         *ep.service.lock().expect("service lock") = Some(Box::new(served));
         engine.wake();
         Ok(ModuleHost {
-            ep,
-            engine,
-            mailbox,
-            addr,
-            incarnation,
+            inner: Arc::new(Inner {
+                ep,
+                engine,
+                mailbox,
+                addr,
+                incarnation,
+            }),
         })
     }
 
@@ -324,18 +335,23 @@ impl ModuleHost {
     }
 
     pub fn address(&self) -> Address {
-        self.addr
+        self.inner.addr
     }
 
     /// This host's incarnation (its port's): peers see a new one when it restarts.
     pub fn incarnation(&self) -> u64 {
-        self.incarnation
+        self.inner.incarnation
     }
 
     /// Runs `f` on the engine's side between two of its steps.
     fn with<R>(&self, f: impl FnOnce(&mut Served) -> R) -> R {
         let r = {
-            let mut s = self.ep.service.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = self
+                .inner
+                .ep
+                .service
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let served = s
                 .as_mut()
                 .and_then(|s| s.as_any().downcast_mut::<Served>())
@@ -346,7 +362,7 @@ impl ModuleHost {
             served.collect();
             r
         };
-        self.engine.wake();
+        self.inner.engine.wake();
         r
     }
 
@@ -358,7 +374,17 @@ impl ModuleHost {
         key: u64,
         module: impl Module + 'static,
     ) -> Result<(), ModuleHostError> {
-        self.with(|s| s.host.load(id, key, Box::new(module)))
+        self.load_boxed(id, key, Box::new(module))
+    }
+
+    /// [`ModuleHost::load`] of a module already boxed (one made at run time).
+    pub fn load_boxed(
+        &self,
+        id: ModuleId,
+        key: u64,
+        module: Box<dyn Module>,
+    ) -> Result<(), ModuleHostError> {
+        self.with(|s| s.host.load(id, key, module))
             .map_err(ModuleHostError::Register)
     }
 
@@ -366,6 +392,16 @@ impl ModuleHost {
     /// whether one was loaded.
     pub fn unload(&self, id: ModuleId) -> bool {
         self.with(|s| s.host.unload(id).is_some())
+    }
+
+    /// Unloads module `id` if `key` is the key it was loaded with.
+    pub fn unload_keyed(&self, id: ModuleId, key: u64) -> Result<(), ModuleHostError> {
+        self.with(|s| {
+            s.host.check_key(id, key)?;
+            s.host.unload(id);
+            Ok(())
+        })
+        .map_err(ModuleHostError::Refused)
     }
 
     /// The modules loaded: id and name.
@@ -388,7 +424,7 @@ impl ModuleHost {
 
     /// Messages the port refused for good (no such port, too long, dead owner).
     pub fn send_failures(&self) -> u64 {
-        self.mailbox.send_failures.load(Ordering::Relaxed)
+        self.inner.mailbox.send_failures.load(Ordering::Relaxed)
     }
 
     /// Issues instruction `ty` with `args` to module `module`, with the module's key. The
@@ -404,13 +440,13 @@ impl ModuleHost {
         if args.len() > ARGS_BYTES_MAX {
             return Err(ModuleHostError::ArgsTooLong(args.len()));
         }
-        let id = self.mailbox.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = self.inner.mailbox.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         {
-            let mut p = self.mailbox.pending.lock().expect("lock");
+            let mut p = self.inner.mailbox.pending.lock().expect("lock");
             if p.len() >= MAILBOX_MAX {
                 return Err(ModuleHostError::MailboxFull);
             }
-            let mut done = self.mailbox.done.lock().expect("lock");
+            let mut done = self.inner.mailbox.done.lock().expect("lock");
             if done.len() >= TICKETS_MAX {
                 return Err(ModuleHostError::TooManyTickets);
             }
@@ -423,17 +459,17 @@ impl ModuleHost {
                 args: args.to_vec(),
             });
             // SeqCst: paired with the engine announcing its sleep, then reading this (`arm`).
-            self.mailbox.waiting.store(true, Ordering::SeqCst);
+            self.inner.mailbox.waiting.store(true, Ordering::SeqCst);
         }
         // The engine looks at the mailbox before it sleeps (`Service::arm`), after it
         // announced the sleep: one of the two sees the other.
-        self.engine.wake_if_sleeping();
+        self.inner.engine.wake_if_sleeping();
         Ok(Ticket(id))
     }
 
     /// The completion of `t` if it has come (then the ticket is spent).
     pub fn poll(&self, t: Ticket) -> Result<Option<Completed>, ModuleHostError> {
-        let mut done = self.mailbox.done.lock().expect("lock");
+        let mut done = self.inner.mailbox.done.lock().expect("lock");
         match done.get(&t.0) {
             None => Err(ModuleHostError::Unknown),
             Some(None) => Ok(None),
@@ -448,7 +484,7 @@ impl ModuleHost {
     /// Waits up to `timeout` for `t`'s completion (the ticket stays valid after a timeout).
     pub fn wait(&self, t: Ticket, timeout: Duration) -> Result<Completed, ModuleHostError> {
         let deadline = std::time::Instant::now().checked_add(timeout);
-        let mut done = self.mailbox.done.lock().expect("lock");
+        let mut done = self.inner.mailbox.done.lock().expect("lock");
         loop {
             match done.get(&t.0) {
                 None => return Err(ModuleHostError::Unknown),
@@ -468,7 +504,13 @@ impl ModuleHost {
             if left.is_zero() {
                 return Err(ModuleHostError::Timeout);
             }
-            done = self.mailbox.ready.wait_timeout(done, left).expect("lock").0;
+            done = self
+                .inner
+                .mailbox
+                .ready
+                .wait_timeout(done, left)
+                .expect("lock")
+                .0;
         }
     }
 
@@ -487,7 +529,8 @@ impl ModuleHost {
 
     /// Takes the signals modules sent since the last call (and modules that failed).
     pub fn signals(&self) -> Vec<Signal> {
-        self.mailbox
+        self.inner
+            .mailbox
             .signals
             .lock()
             .expect("lock")
@@ -496,7 +539,7 @@ impl ModuleHost {
     }
 }
 
-impl Drop for ModuleHost {
+impl Drop for Inner {
     fn drop(&mut self) {
         // The port closes with the host.
         let s = self
