@@ -77,7 +77,12 @@ impl Hooks for Outbox {
     }
 
     fn send_many(&mut self, dests: Dests<'_>, msg: &[u8]) -> u32 {
-        if msg.len() > CONTROL_BODY_MAX {
+        // Nothing is copied for a call that can send nothing: the copies stay bounded by
+        // the sends a handler may make.
+        if msg.len() > CONTROL_BODY_MAX
+            || dests.len() == 0
+            || self.sends.len() >= SENDS_PER_HANDLER_MAX
+        {
             return 0;
         }
         // One copy of the bytes for every destination.
@@ -107,6 +112,10 @@ impl Hooks for Outbox {
     }
 
     fn cancel_timer(&mut self, token: u64) -> bool {
+        // Bounded like the timers armed: past it the cancel is refused.
+        if self.timers.len() >= 2 * TIMERS_PER_HANDLER_MAX {
+            return false;
+        }
         self.timers.push(Timer::Cancel(token));
         true
     }
@@ -251,5 +260,43 @@ impl Module for ProgramModule {
 
     fn on_timeout(&mut self, cx: &mut Context<'_>, token: u64) {
         self.run(cx, |i| i.on_timer(token));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox() -> Outbox {
+        Outbox {
+            now_ns: 0,
+            sends: Vec::new(),
+            bytes: Vec::new(),
+            timers: Vec::new(),
+            completion: None,
+        }
+    }
+
+    #[test]
+    fn what_a_program_asks_for_in_one_call_stays_bounded() {
+        let mut o = outbox();
+        let one = 7u64.to_le_bytes();
+        for _ in 0..10_000 {
+            assert_eq!(o.send_many(Dests::from_bytes(&[]), &[1u8; 512]), 0);
+        }
+        assert!(o.bytes.is_empty(), "no copies for sends that cannot happen");
+        let mut sent = 0;
+        for _ in 0..10_000 {
+            sent += o.send_many(Dests::from_bytes(&one), &[1u8; 512]);
+        }
+        assert_eq!(sent as usize, SENDS_PER_HANDLER_MAX);
+        assert!(o.bytes.len() <= SENDS_PER_HANDLER_MAX * 512);
+        assert_eq!(o.send(7, &[0u8; 8]), Err(HookError::Busy));
+        let cancelled = (0..10_000).filter(|&t| o.cancel_timer(t)).count();
+        assert_eq!(cancelled, 2 * TIMERS_PER_HANDLER_MAX);
+        assert_eq!(
+            o.send(7, &[0u8; CONTROL_BODY_MAX + 1]),
+            Err(HookError::TooLarge)
+        );
     }
 }

@@ -465,7 +465,8 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
     })
 }
 
-fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+/// The earlier of two optional instants.
+pub(crate) fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, y) => x.or(y),

@@ -4,7 +4,7 @@
 //! and never early, and after healing a module whose peer restarted learns it, so a message
 //! sent then reaches the peer's current incarnation.
 
-use crate::link_sim::LinkNode;
+use crate::link_sim::{min_opt, LinkNode};
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::{Digest, Node, NodeId};
 use std::time::Duration;
@@ -509,13 +509,6 @@ pub fn run_module(seed: u64, opts: &ModuleSimOptions) -> Result<ModuleSimReport,
 impl SimNode {
     fn module_ref_me(&self) -> NodeId {
         self.host.address().site as NodeId
-    }
-}
-
-fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, y) => x.or(y),
     }
 }
 
