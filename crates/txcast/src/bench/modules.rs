@@ -3,8 +3,8 @@
 //!
 //! - **latency** (Roşu & Schwan, Figure 5): PING/PONG between modules on two engines in two
 //!   processes (another site: UDP and the reliable link), engine threads busy-polling; against
-//!   raw busy-polling UDP and txcast's application-level remote round trip with parked
-//!   application threads, both from `bench rtt`'s cases.
+//!   raw busy-polling UDP and txcast's application-level remote round trip with spinning and
+//!   with parked application threads, all from `bench rtt`'s cases.
 //! - **rate** (Figures 3 and 4): control messages a module streams to a module in the other
 //!   process, per second as they arrive, against the application-level stream of unpacked
 //!   messages (`bench throughput`'s `txcast-remote-pack-off`).
@@ -262,12 +262,14 @@ fn latency(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
         plan.exchanges
     ));
     out(format!(
-        "{:>6} {:>22} {:>22} {:>22} {:>14} {:>14}",
+        "{:>6} {:>20} {:>20} {:>20} {:>20} {:>11} {:>11} {:>13}",
         "bytes",
         "module p50/p99 us",
-        "raw busy UDP p50/p99",
-        "app parked p50/p99",
+        "raw busy UDP",
+        "app spinning",
+        "app parked",
         "module/raw",
+        "module/app",
         "module/parked"
     ));
     let us = |s: &Summary| format!("{:.1}/{:.1}", s.p50_ns as f64 / 1e3, s.p99_ns as f64 / 1e3);
@@ -275,6 +277,12 @@ fn latency(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
         let case = |name| rtt::find_case(name).ok_or_else(|| io::Error::other("no rtt case"));
         let raw = rtt::measure_in_processes(
             case("raw-udp-busypoll")?,
+            bytes,
+            plan.warmup,
+            plan.exchanges,
+        )?;
+        let spinning = rtt::measure_in_processes(
+            case("txcast-remote-spin")?,
             bytes,
             plan.warmup,
             plan.exchanges,
@@ -288,19 +296,21 @@ fn latency(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
         let m = &module[k];
         let ratio = |a: &Summary, b: &Summary| a.p50_ns as f64 / b.p50_ns.max(1) as f64;
         out(format!(
-            "{:>6} {:>22} {:>22} {:>22} {:>14.2} {:>14.2}",
+            "{:>6} {:>20} {:>20} {:>20} {:>20} {:>11.2} {:>11.2} {:>13.2}",
             bytes,
             us(m),
             us(&raw),
+            us(&spinning),
             us(&parked),
             ratio(m, &raw),
+            ratio(m, &spinning),
             ratio(m, &parked)
         ));
         if plan.json {
             println!(
-                "{{\"bench\":\"modules\",\"section\":\"latency\",\"bytes\":{bytes},\"module_p50_ns\":{},\"module_p99_ns\":{},\"raw_busypoll_p50_ns\":{},\"raw_busypoll_p99_ns\":{},\"app_parked_p50_ns\":{},\"app_parked_p99_ns\":{},\"module_vs_raw\":{:.3},\"module_vs_parked\":{:.3}}}",
-                m.p50_ns, m.p99_ns, raw.p50_ns, raw.p99_ns, parked.p50_ns, parked.p99_ns,
-                ratio(m, &raw), ratio(m, &parked)
+                "{{\"bench\":\"modules\",\"section\":\"latency\",\"bytes\":{bytes},\"module_p50_ns\":{},\"module_p99_ns\":{},\"raw_busypoll_p50_ns\":{},\"raw_busypoll_p99_ns\":{},\"app_spinning_p50_ns\":{},\"app_parked_p50_ns\":{},\"app_parked_p99_ns\":{},\"module_vs_raw\":{:.3},\"module_vs_app_spinning\":{:.3},\"module_vs_parked\":{:.3}}}",
+                m.p50_ns, m.p99_ns, raw.p50_ns, raw.p99_ns, spinning.p50_ns, parked.p50_ns, parked.p99_ns,
+                ratio(m, &raw), ratio(m, &spinning), ratio(m, &parked)
             );
         }
     }
