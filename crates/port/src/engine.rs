@@ -200,6 +200,19 @@ pub(crate) trait Service: Send {
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
+/// A protocol the engine serves for one port in its duty cycle: it takes the records of its
+/// packet kind and runs its own timers. The engine knows it only through this interface.
+pub(crate) trait PortProtocol: std::any::Any + Send + Sync {
+    /// A record of the protocol's packet kind arrived for `ep`; false if it is not one (the
+    /// engine drops and counts it).
+    fn handle(&self, engine: &Engine, ep: &Endpoint, msg: &[u8]) -> bool;
+    /// Runs the timers that are due and sends what the input taken in since the last call
+    /// caused; how much work it did.
+    fn run(&self, engine: &Engine, ep: &Endpoint) -> usize;
+    /// When it next has timed work.
+    fn next_deadline(&self) -> Option<Instant>;
+}
+
 /// Takes a port's datagrams before they are delivered into its ring: an [`crate::Ldg`]
 /// reassembles its fragments straight from the engine's receive buffer, one copy fewer.
 pub(crate) trait Sink: Send + Sync {
@@ -235,8 +248,9 @@ pub(crate) struct Endpoint {
     /// The engine holds messages for this port because its ring was full; the application
     /// clears it (and wakes the engine) when it takes a message.
     pub ring_blocked: AtomicBool,
-    /// The groups this port belongs to (see `group`).
-    pub groups: Mutex<Vec<Arc<crate::group::GroupShared>>>,
+    /// The protocol that takes this port's GROUP packets (the port's groups, set by the first
+    /// one it joins).
+    pub group_protocol: OnceLock<Arc<dyn PortProtocol>>,
     /// Where `socket` is bound.
     pub sockaddr: SocketAddr,
     /// The socket blocks (invoker mode) and a read waits at most this long for a datagram.
@@ -607,10 +621,8 @@ impl Engine {
             if let Some(t) = ep.links.lock().expect("links lock").next_deadline() {
                 deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
-            for g in ep.groups.lock().expect("groups lock").iter() {
-                if let Some(t) = g.lock().m.poll_timeout() {
-                    deadline = Some(deadline.map_or(t, |d| d.min(t)));
-                }
+            if let Some(t) = ep.group_protocol.get().and_then(|p| p.next_deadline()) {
+                deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
             // Never waited for (see `services`): one its owner holds is looked at next time.
             if let Ok(s) = ep.service.try_lock() {
@@ -947,7 +959,9 @@ impl Engine {
                 }
             }
             work += self.run_links(ep, now);
-            work += crate::group::run_timers(self, ep);
+            if let Some(p) = ep.group_protocol.get() {
+                work += p.run(self, ep);
+            }
             if !self.is_invoker() {
                 // A port served on the engine: its requests are handled here and now.
                 if let Ok(mut guard) = ep.service.try_lock() {
@@ -1181,8 +1195,11 @@ impl Engine {
                     ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
+                let protocol = ep.group_protocol.get();
                 for r in Records::new(p.body).flatten() {
-                    if r.fragment.is_some() || !crate::group::handle(self, ep, r.payload) {
+                    let taken = r.fragment.is_none()
+                        && protocol.is_some_and(|g| g.handle(self, ep, r.payload));
+                    if !taken {
                         ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -1300,6 +1317,14 @@ impl Drop for Shared {
             libc::close(self.epoll_fd);
         }
     }
+}
+
+/// The instant `timeout` from now; a timeout too long to add to the clock (such as
+/// `Duration::MAX`) is a century away.
+pub(crate) fn deadline_after(timeout: Duration) -> std::time::Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = std::time::Instant::now();
+    now.checked_add(timeout.min(CENTURY)).unwrap_or(now)
 }
 
 /// Stops the engine thread (for engines started with [`Engine::start`]).

@@ -8,7 +8,7 @@
 //! The engine thread takes them in and runs the members' timers; application calls transmit
 //! what they cause themselves. A group lives as long as its port.
 
-use crate::engine::{Endpoint, Engine};
+use crate::engine::{deadline_after, Endpoint, Engine, PortProtocol};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -471,41 +471,69 @@ fn send_out(ep: &Endpoint, st: &mut GroupState) {
 /// How late a group timer armed by an application call may fire (see [`flush`]).
 const TIMER_SLACK: Duration = Duration::from_millis(5);
 
-/// The engine hands a GROUP packet's message to the member of the group it names.
-pub(crate) fn handle(engine: &Engine, ep: &Endpoint, msg: &[u8]) -> bool {
-    if msg.len() < 8 {
-        return false;
-    }
-    let id = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
-    let groups = ep.groups.lock().expect("groups lock");
-    let Some(g) = groups.iter().find(|g| g.id == id).cloned() else {
-        return false;
-    };
-    drop(groups);
-    let mut st = g.lock();
-    let ok = st.m.handle_message(engine.now(), msg);
-    g.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
-    ok
+/// The groups of one port: the protocol that takes the port's GROUP packets.
+#[derive(Default)]
+pub(crate) struct GroupTable {
+    groups: Mutex<Vec<Arc<GroupShared>>>,
 }
 
-/// Runs the timers that are due of every group of `ep`, and sends what the input taken in
-/// since the last call caused; returns how many groups had work.
-pub(crate) fn run_timers(engine: &Engine, ep: &Endpoint) -> usize {
-    let groups = ep.groups.lock().expect("groups lock");
-    let mut work = 0;
-    for g in groups.iter() {
-        let mut st = g.lock();
-        let now = engine.now();
-        let due = st.m.poll_timeout().is_some_and(|t| t <= now);
-        if due {
-            st.m.handle_timeout(now);
-        }
-        if due || g.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            flush(engine, ep, g, &mut st);
-            work += 1;
-        }
+impl GroupTable {
+    /// `ep`'s table, made and handed to the engine at the port's first group.
+    fn of(ep: &Endpoint) -> Arc<GroupTable> {
+        let p = ep
+            .group_protocol
+            .get_or_init(|| Arc::new(GroupTable::default()));
+        let any: Arc<dyn std::any::Any + Send + Sync> = p.clone();
+        any.downcast::<GroupTable>()
+            .expect("only groups take GROUP packets")
     }
-    work
+}
+
+impl PortProtocol for GroupTable {
+    /// Hands a GROUP packet's message to the member of the group it names.
+    fn handle(&self, engine: &Engine, _ep: &Endpoint, msg: &[u8]) -> bool {
+        if msg.len() < 8 {
+            return false;
+        }
+        let id = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
+        let groups = self.groups.lock().expect("groups lock");
+        let Some(g) = groups.iter().find(|g| g.id == id).cloned() else {
+            return false;
+        };
+        drop(groups);
+        let mut st = g.lock();
+        let ok = st.m.handle_message(engine.now(), msg);
+        g.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+        ok
+    }
+
+    /// Runs the timers that are due of every group, and sends what the input taken in since
+    /// the last call caused; how many groups had work.
+    fn run(&self, engine: &Engine, ep: &Endpoint) -> usize {
+        let groups = self.groups.lock().expect("groups lock");
+        let mut work = 0;
+        for g in groups.iter() {
+            let mut st = g.lock();
+            let now = engine.now();
+            let due = st.m.poll_timeout().is_some_and(|t| t <= now);
+            if due {
+                st.m.handle_timeout(now);
+            }
+            if due || g.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                flush(engine, ep, g, &mut st);
+                work += 1;
+            }
+        }
+        work
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let groups = self.groups.lock().expect("groups lock");
+        groups
+            .iter()
+            .filter_map(|g| g.lock().m.poll_timeout())
+            .min()
+    }
 }
 
 /// A port's membership in a group.
@@ -568,7 +596,8 @@ impl Group {
             dirty: std::sync::atomic::AtomicBool::new(false),
         });
         {
-            let mut groups = ep.groups.lock().expect("groups lock");
+            let table = GroupTable::of(ep);
+            let mut groups = table.groups.lock().expect("groups lock");
             if groups.len() >= GROUPS_PER_PORT_MAX || groups.iter().any(|g| g.id == id) {
                 return Err(GroupCallError::TooManyGroups);
             }
@@ -592,7 +621,7 @@ impl Group {
         timeout: Option<Duration>,
         mut done: impl FnMut(&mut GroupState) -> Option<R>,
     ) -> Result<R, GroupCallError> {
-        let deadline = timeout.map(crate::port::deadline_after);
+        let deadline = timeout.map(deadline_after);
         let invoker = self.engine.is_invoker();
         // Invoker mode polls the sockets only when a sleep on their epoll set said one has
         // traffic: a poll before that would nearly always find nothing (this call was just
@@ -783,7 +812,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         let id = self.shared.id;
-        self.ep
+        GroupTable::of(&self.ep)
             .groups
             .lock()
             .expect("groups lock")

@@ -341,7 +341,7 @@ impl OracleServer {
 
     /// Serves for `timeout`: requests, lease expiries, notifications, the state file.
     pub fn serve(&mut self, timeout: Duration) -> Result<(), OracleError> {
-        let end = crate::port::deadline_after(timeout);
+        let end = crate::engine::deadline_after(timeout);
         loop {
             self.replicate();
             let now = self.rpc.engine().now();

@@ -6,7 +6,7 @@
 //! reliable, in-order link; the engine delivers it into the same ring, so `recv` has one path.
 
 use crate::engine::{
-    flush, links_entry, read_envelope, sum_link_counters, write_envelope, Endpoint,
+    deadline_after, flush, links_entry, read_envelope, sum_link_counters, write_envelope, Endpoint,
     EndpointCounters, Engine, Links, ENVELOPE_BYTES,
 };
 use crate::naming::NamingError;
@@ -180,14 +180,6 @@ pub struct Port {
     owner_checked_at: HashMap<Address, std::time::Instant, AddressHash>,
 }
 
-/// `timeout` from now, or a century from now for a timeout too long to add (`Duration::MAX`
-/// and its like mean "no deadline" to a caller, not a panic).
-pub(crate) fn deadline_after(timeout: Duration) -> std::time::Instant {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    let now = std::time::Instant::now();
-    now.checked_add(timeout.min(CENTURY)).unwrap_or(now)
-}
-
 /// How often a non-blocking send that finds a local destination full asks whether its owner
 /// lives (a system call and a `/proc` read): a dead owner's ring stays full for good.
 const OWNER_CHECK_EVERY: Duration = Duration::from_millis(10);
@@ -263,7 +255,7 @@ impl Port {
             recv_busy: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             ring_blocked: AtomicBool::new(false),
-            groups: Mutex::new(Vec::new()),
+            group_protocol: std::sync::OnceLock::new(),
             sockaddr,
             blocking_sleep,
             service: Mutex::new(None),

@@ -487,7 +487,7 @@ impl Rpc {
                 request_type,
                 payload,
                 every: every.max(Duration::from_millis(1)),
-                next: crate::port::deadline_after(every),
+                next: crate::engine::deadline_after(every),
                 last: None,
                 on_answer,
             });
@@ -514,7 +514,7 @@ impl Rpc {
         if r.next > now || r.last.is_some() {
             return;
         }
-        r.next = crate::port::deadline_after(r.every);
+        r.next = crate::engine::deadline_after(r.every);
         let (dest, t, payload, deadline) =
             (r.dests[r.at], r.request_type, r.payload.clone(), r.every);
         if let Ok(id) = self.multicast_async(&[dest], t, &payload, Completion::First, deadline) {
