@@ -19,6 +19,17 @@ fn txcast(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs `txcast args`; an error naming `what` unless it exits with `code` and its stderr
+/// holds `err_holds`. Its stdout otherwise.
+fn expect(what: &str, args: &[&str], code: i32, err_holds: &str) -> Result<String, String> {
+    let (got, out, err) = txcast(args);
+    if got == code && err.contains(err_holds) {
+        Ok(out)
+    } else {
+        Err(format!("{what}: exit {got}\n{out}{err}"))
+    }
+}
+
 fn program_file(name: &str) -> String {
     format!("{}/../push/programs/{name}", env!("CARGO_MANIFEST_DIR"))
 }
@@ -37,93 +48,57 @@ fn programs_are_loaded_run_and_unloaded_in_a_running_node() {
     assert!(line.starts_with("node:"), "{line}");
     let run = || -> Result<(), String> {
         let multicast = program_file("multicast.wat");
-        let (code, out, err) = txcast(&[
-            "program",
+        let call = |what: &str, words: &[&str], code: i32, err_holds: &str| {
+            let mut args = vec!["program", words[0], "--control", CONTROL];
+            args.extend_from_slice(&words[1..]);
+            expect(what, &args, code, err_holds)
+        };
+        call(
             "load",
-            "--control",
-            CONTROL,
-            "--id",
-            "4",
-            "--key",
-            "0x77",
-            &multicast,
-        ]);
-        (code == 0)
-            .then_some(())
-            .ok_or(format!("load: {out}{err}"))?;
-        let (_, out, _) = txcast(&["program", "list", "--control", CONTROL]);
+            &["load", "--id", "4", "--key", "0x77", &multicast],
+            0,
+            "",
+        )?;
+        let out = call("list", &["list"], 0, "")?;
         (out.lines()
             .any(|l| l.starts_with("4\tprogram\t") && l.ends_with("multicast.wat")))
         .then_some(())
         .ok_or(format!("list: {out}"))?;
         // No destinations: the program completes with the number of sends, 0.
-        let (code, out, err) = txcast(&[
-            "program",
+        let invoke = [
             "invoke",
-            "--control",
-            CONTROL,
             "--id",
             "4",
             "--key",
             "0x77",
             "--args-hex",
             "00000000aabb",
-        ]);
-        (code == 0 && out.trim() == "status 0 result")
+        ];
+        let out = call("invoke", &invoke, 0, "")?;
+        (out.trim() == "status 0 result")
             .then_some(())
-            .ok_or(format!("invoke: {out}{err}"))?;
+            .ok_or(format!("invoke: {out}"))?;
         // A corrupt file and a wrong key are refused, saying why.
         let junk = std::env::temp_dir().join(format!("txcast-junk-{}.wasm", std::process::id()));
         std::fs::write(&junk, b"\0asm\x01\0\0\0garbage that is no module").unwrap();
-        let (code, _, err) = txcast(&[
-            "program",
-            "load",
-            "--control",
-            CONTROL,
-            "--id",
-            "5",
-            "--key",
-            "1",
-            junk.to_str().unwrap(),
-        ]);
+        let corrupt = ["load", "--id", "5", "--key", "1", junk.to_str().unwrap()];
+        let refused = call("corrupt load", &corrupt, 1, "handler failed");
         let _ = std::fs::remove_file(&junk);
-        (code == 1 && err.contains("handler failed"))
-            .then_some(())
-            .ok_or(format!("corrupt load: {code} {err}"))?;
-        let (code, _, err) = txcast(&[
-            "program",
-            "unload",
-            "--control",
-            CONTROL,
-            "--id",
-            "4",
-            "--key",
-            "0x78",
-        ]);
-        (code == 1 && err.contains("BadKey"))
-            .then_some(())
-            .ok_or(format!("wrong key: {code} {err}"))?;
-        let (code, _, err) = txcast(&[
-            "program",
-            "unload",
-            "--control",
-            CONTROL,
-            "--id",
-            "4",
-            "--key",
-            "0x77",
-        ]);
-        (code == 0).then_some(()).ok_or(format!("unload: {err}"))?;
-        let (_, out, _) = txcast(&["program", "list", "--control", CONTROL]);
+        refused?;
+        call(
+            "wrong key",
+            &["unload", "--id", "4", "--key", "0x78"],
+            1,
+            "BadKey",
+        )?;
+        call("unload", &["unload", "--id", "4", "--key", "0x77"], 0, "")?;
+        let out = call("list after unload", &["list"], 0, "")?;
         out.trim()
             .is_empty()
             .then_some(())
             .ok_or(format!("list after unload: {out}"))?;
         // A bad command line is an error that names the option.
-        let (code, _, err) = txcast(&["program", "load", "--control", CONTROL, "--id", "99"]);
-        (code == 2 && err.contains("--id 99"))
-            .then_some(())
-            .ok_or(format!("bad id: {code} {err}"))
+        call("bad id", &["load", "--id", "99"], 2, "--id 99").map(|_| ())
     };
     let r = run();
     let _ = node.kill();

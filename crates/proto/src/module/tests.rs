@@ -47,6 +47,20 @@ fn run(peer: Address, exchanges: u32, timeout_ms: u64) -> [u8; PingRun::BYTES] {
     .encode()
 }
 
+/// Issues a PING/PONG run of `exchanges` with B, instruction `id`, at `now` ns.
+fn ping_run(h: &mut Host, now: u64, id: u64, exchanges: u32, timeout_ms: u64) {
+    let args = run(B, exchanges, timeout_ms);
+    h.instruct(
+        Instant(now),
+        InstructionId(id),
+        PING_ID,
+        KEY,
+        ping::RUN,
+        &args,
+    )
+    .unwrap();
+}
+
 fn completed(h: &mut Host) -> Vec<(InstructionId, u32, u32)> {
     let mut out = Vec::new();
     while let Some(e) = h.poll_event() {
@@ -64,15 +78,7 @@ fn completed(h: &mut Host) -> Vec<(InstructionId, u32, u32)> {
 #[test]
 fn instruction_runs_ping_pong_across_two_hosts() {
     let (mut a, mut b) = (host(A, 10), host(B, 20));
-    a.instruct(
-        Instant(0),
-        InstructionId(1),
-        PING_ID,
-        KEY,
-        ping::RUN,
-        &run(B, 5, 100),
-    )
-    .unwrap();
+    ping_run(&mut a, 0, 1, 5, 100);
     assert_eq!(deliver(Instant(1), &mut [&mut a, &mut b]), 10);
     assert_eq!(completed(&mut a), vec![(InstructionId(1), STATUS_OK, 5)]);
     assert_eq!(b.module_mut::<PingPong>(PING_ID).unwrap().answered, 5);
@@ -143,15 +149,7 @@ fn a_wrong_key_is_refused_and_counted() {
     b.unload(PING_ID);
     b.load(PING_ID, KEY + 1, Box::new(PingPong::default()))
         .unwrap();
-    a.instruct(
-        Instant(0),
-        InstructionId(2),
-        PING_ID,
-        KEY,
-        ping::RUN,
-        &run(B, 1, 5),
-    )
-    .unwrap();
+    ping_run(&mut a, 0, 2, 1, 5);
     deliver(Instant(1), &mut [&mut a, &mut b]);
     assert_eq!(b.counters().dropped_bad_key, 1);
     assert_eq!(b.counters().controls_received, 0);
@@ -229,28 +227,12 @@ fn timeouts_fire_once_when_due_and_not_when_cancelled_or_moved() {
 fn a_restarted_peer_is_seen_by_the_module_instead_of_waiting() {
     let (mut a, mut b) = (host(A, 10), host(B, 20));
     // A learns B's incarnation from a first run.
-    a.instruct(
-        Instant(0),
-        InstructionId(1),
-        PING_ID,
-        KEY,
-        ping::RUN,
-        &run(B, 1, 100),
-    )
-    .unwrap();
+    ping_run(&mut a, 0, 1, 1, 100);
     deliver(Instant(1), &mut [&mut a, &mut b]);
     assert_eq!(completed(&mut a).len(), 1);
     // B restarts; A's next PING is addressed to the incarnation that is gone.
     let mut b2 = host(B, 21);
-    a.instruct(
-        Instant(2),
-        InstructionId(2),
-        PING_ID,
-        KEY,
-        ping::RUN,
-        &run(B, 3, 100),
-    )
-    .unwrap();
+    ping_run(&mut a, 2, 2, 3, 100);
     deliver(Instant(3), &mut [&mut a, &mut b2]);
     assert_eq!(b2.counters().dropped_stale, 1);
     assert_eq!(b2.counters().stale_notices_sent, 1);
@@ -260,15 +242,7 @@ fn a_restarted_peer_is_seen_by_the_module_instead_of_waiting() {
         vec![(InstructionId(2), ping::STATUS_PEER_RESTARTED, 0)]
     );
     // Once told, A's new runs reach the new incarnation.
-    a.instruct(
-        Instant(4),
-        InstructionId(3),
-        PING_ID,
-        KEY,
-        ping::RUN,
-        &run(B, 2, 100),
-    )
-    .unwrap();
+    ping_run(&mut a, 4, 3, 2, 100);
     deliver(Instant(5), &mut [&mut a, &mut b2]);
     assert_eq!(completed(&mut a), vec![(InstructionId(3), STATUS_OK, 2)]);
     // A message from the old incarnation of B, arriving late, is stale.
@@ -333,15 +307,7 @@ fn a_panicking_handler_unloads_its_module_and_nothing_else() {
     );
     assert_eq!(a.counters().handler_panics, 1);
     assert_eq!(a.modules().collect::<Vec<_>>(), vec![(PING_ID, "pingpong")]);
-    a.instruct(
-        Instant(1),
-        InstructionId(3),
-        PING_ID,
-        KEY,
-        ping::RUN,
-        &run(B, 2, 100),
-    )
-    .unwrap();
+    ping_run(&mut a, 1, 3, 2, 100);
     deliver(Instant(1), &mut [&mut a, &mut b]);
     assert_eq!(completed(&mut a), vec![(InstructionId(3), STATUS_OK, 2)]);
 }
