@@ -7,6 +7,7 @@
 //! (busy-polling, for the lowest latency when the application thread spins anyway).
 //! Applications never call the engine directly: they hold [`crate::Port`]s.
 
+use crate::extension::Armed;
 use crate::naming::ClusterConfig;
 use crate::shm::RingSender;
 use std::collections::{BTreeSet, HashMap};
@@ -183,44 +184,6 @@ impl Links {
     }
 }
 
-/// Work the engine thread runs for a port in its own loop (an RPC server whose handlers run
-/// on the engine: [`crate::Rpc::serve_on_engine`]).
-pub(crate) trait Service: Send {
-    /// Takes in what the port's ring holds and does what is due at `now` (the duty cycle's
-    /// clock reading); how much work it did.
-    fn step(&mut self, now: Instant) -> usize;
-    /// When it next has timed work.
-    fn next_deadline(&self) -> Option<Instant>;
-    /// Before the engine sleeps: makes local senders ring the port's socket, and says whether
-    /// work is ready already (then the engine does not sleep).
-    fn arm(&mut self) -> bool;
-    /// After the engine's sleep.
-    fn awake(&mut self);
-    fn as_any(&mut self) -> &mut dyn std::any::Any;
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
-}
-
-/// A protocol the engine serves for one port in its duty cycle: it takes the records of its
-/// packet kind and runs its own timers. The engine knows it only through this interface.
-pub(crate) trait PortProtocol: std::any::Any + Send + Sync {
-    /// A record of the protocol's packet kind arrived for `ep`; false if it is not one (the
-    /// engine drops and counts it).
-    fn handle(&self, engine: &Engine, ep: &Endpoint, msg: &[u8]) -> bool;
-    /// Runs the timers that are due and sends what the input taken in since the last call
-    /// caused; how much work it did.
-    fn run(&self, engine: &Engine, ep: &Endpoint) -> usize;
-    /// When it next has timed work.
-    fn next_deadline(&self) -> Option<Instant>;
-}
-
-/// Takes a port's datagrams before they are delivered into its ring: an [`crate::Ldg`]
-/// reassembles its fragments straight from the engine's receive buffer, one copy fewer.
-pub(crate) trait Sink: Send + Sync {
-    /// Handles `msg` from `source` (a datagram that arrived by UDP); false to have it
-    /// delivered into the ring as usual (it is not for the sink, or the sink is busy).
-    fn take(&self, engine: &Engine, ep: &Endpoint, source: Address, msg: &[u8]) -> bool;
-}
-
 /// The network side of one port, shared between the port's owner and the engine.
 pub(crate) struct Endpoint {
     pub addr: Address,
@@ -248,17 +211,13 @@ pub(crate) struct Endpoint {
     /// The engine holds messages for this port because its ring was full; the application
     /// clears it (and wakes the engine) when it takes a message.
     pub ring_blocked: AtomicBool,
-    /// The protocol that takes this port's GROUP packets (the port's groups, set by the first
-    /// one it joins).
-    pub group_protocol: OnceLock<Arc<dyn PortProtocol>>,
     /// Where `socket` is bound.
     pub sockaddr: SocketAddr,
     /// The socket blocks (invoker mode) and a read waits at most this long for a datagram.
     pub blocking_sleep: Option<Duration>,
-    /// Work the engine thread runs for this port (see [`Service`]).
-    pub service: Mutex<Option<Box<dyn Service>>>,
-    /// Takes datagrams before the ring does (set once, by an `Ldg`).
-    pub sink: OnceLock<Arc<dyn Sink>>,
+    /// The services the engine runs for this port (groups, a served RPC endpoint or module
+    /// host, a long-message receiver).
+    pub extensions: crate::extension::Extensions,
     /// Wakes the port's owner when a sink took something.
     pub waker: crate::shm::RingWaker,
 }
@@ -621,12 +580,8 @@ impl Engine {
             if let Some(t) = ep.links.lock().expect("links lock").next_deadline() {
                 deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
-            if let Some(t) = ep.group_protocol.get().and_then(|p| p.next_deadline()) {
-                deadline = Some(deadline.map_or(t, |d| d.min(t)));
-            }
-            // Never waited for (see `services`): one its owner holds is looked at next time.
-            if let Ok(s) = ep.service.try_lock() {
-                if let Some(t) = s.as_ref().and_then(|s| s.next_deadline()) {
+            for x in ep.extensions.iter() {
+                if let Some(t) = x.next_deadline() {
                     deadline = Some(deadline.map_or(t, |d| d.min(t)));
                 }
             }
@@ -867,17 +822,14 @@ impl Engine {
             events: libc::POLLIN,
             revents: 0,
         });
-        let (ready, held) = self.services(|s| s.arm());
+        let (ready, held) = self.arm_extensions();
         if held {
             // Its owner holds an endpoint (`EngineServer::with`): look again soon rather than
             // sleep on it unarmed, or spin while the owner works.
             deadline = deadline.min(Instant(now.0 + SERVICE_HELD_NAP.as_nanos() as u64));
         }
         if deadline <= now || ready {
-            self.services(|s| {
-                s.awake();
-                false
-            });
+            self.awake_extensions();
             self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
             return;
         }
@@ -886,10 +838,7 @@ impl Engine {
             .store(deadline.0, Ordering::SeqCst);
         crate::mmsg::ppoll_for(&mut fds, Duration::from_nanos(deadline.0 - now.0));
         self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
-        self.services(|s| {
-            s.awake();
-            false
-        });
+        self.awake_extensions();
         let mut drain = 0u64;
         // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
         unsafe {
@@ -901,25 +850,27 @@ impl Engine {
         }
     }
 
-    /// Runs `f` on every port's service; true if it returned true for any.
-    /// Also whether a service was held by its owner (in `EngineServer::with`): the engine never
-    /// waits for one (the owner may need the engine, or the engine's lock on the ports, to
-    /// finish), and it is not run.
-    fn services(&self, mut f: impl FnMut(&mut dyn Service) -> bool) -> (bool, bool) {
+    /// Arms every port's extensions before a sleep: whether one has work ready, and whether
+    /// one was held by its owner (in `EngineServer::with`). The engine never waits for one
+    /// (the owner may need the engine, or the engine's lock on the ports, to finish).
+    fn arm_extensions(&self) -> (bool, bool) {
         let eps = self.shared.endpoints.read().expect("engine lock");
-        let (mut any, mut held) = (false, false);
-        for ep in eps.iter() {
-            match ep.service.try_lock() {
-                Ok(mut s) => {
-                    if let Some(s) = s.as_mut() {
-                        any |= f(s.as_mut());
-                    }
-                }
-                Err(std::sync::TryLockError::WouldBlock) => held = true,
-                Err(std::sync::TryLockError::Poisoned(_)) => {}
+        let (mut ready, mut held) = (false, false);
+        for x in eps.iter().flat_map(|ep| ep.extensions.iter()) {
+            match x.arm() {
+                Armed::Idle => {}
+                Armed::Ready => ready = true,
+                Armed::Held => held = true,
             }
         }
-        (any, held)
+        (ready, held)
+    }
+
+    fn awake_extensions(&self) {
+        let eps = self.shared.endpoints.read().expect("engine lock");
+        for x in eps.iter().flat_map(|ep| ep.extensions.iter()) {
+            x.awake();
+        }
     }
 
     /// One pass over every port: read datagrams, run links, deliver, transmit. Returns how much
@@ -959,25 +910,18 @@ impl Engine {
                 }
             }
             work += self.run_links(ep, now);
-            if let Some(p) = ep.group_protocol.get() {
-                work += p.run(self, ep);
-            }
-            if !self.is_invoker() {
-                // A port served on the engine: its requests are handled here and now.
-                if let Ok(mut guard) = ep.service.try_lock() {
-                    if let Some(s) = guard.as_mut() {
-                        // A panic in it must not take the engine, and every other port, down
-                        // (handlers catch their own; this is what is left). It is counted;
-                        // the service stays (dropping it here would close its port under the
-                        // engine's lock on the ports).
-                        let step =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.step(now)));
-                        match step {
-                            Ok(w) => work += w,
-                            Err(_) => {
-                                self.shared.services_failed.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
+            for x in ep.extensions.iter() {
+                // A panic in one must not take the engine, and every other port, down
+                // (handlers catch their own; this is what is left). It is counted; the
+                // extension stays (dropping it here would close its port under the engine's
+                // lock on the ports).
+                let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    x.step(self, ep, now)
+                }));
+                match step {
+                    Ok(w) => work += w,
+                    Err(_) => {
+                        self.shared.services_failed.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
@@ -1172,34 +1116,28 @@ impl Engine {
                 }
                 links.mark(h.source);
             }
-            Kind::Datagram => {
+            Kind::Datagram | Kind::Group => {
                 if parse_datagram(p.body).is_err() {
                     ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
-                let sink = ep.sink.get();
+                let ext = ep.extensions.for_kind(h.kind);
                 for r in Records::new(p.body).flatten() {
-                    if r.fragment.is_none() {
+                    if r.fragment.is_some() {
+                        ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if h.kind == Kind::Datagram {
                         ep.counters
                             .datagrams_received
                             .fetch_add(1, Ordering::Relaxed);
-                        if sink.is_some_and(|s| s.take(self, ep, h.source, r.payload)) {
-                            continue;
-                        }
-                        deliver(ep, h.source, TxnId(0), r.payload);
                     }
-                }
-            }
-            Kind::Group => {
-                if parse_datagram(p.body).is_err() {
-                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                let protocol = ep.group_protocol.get();
-                for r in Records::new(p.body).flatten() {
-                    let taken = r.fragment.is_none()
-                        && protocol.is_some_and(|g| g.handle(self, ep, r.payload));
-                    if !taken {
+                    if ext.is_some_and(|x| x.take(self, ep, h.source, r.payload)) {
+                        continue;
+                    }
+                    if h.kind == Kind::Datagram {
+                        deliver(ep, h.source, TxnId(0), r.payload);
+                    } else {
                         ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
                     }
                 }

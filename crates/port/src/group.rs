@@ -8,7 +8,8 @@
 //! The engine thread takes them in and runs the members' timers; application calls transmit
 //! what they cause themselves. A group lives as long as its port.
 
-use crate::engine::{deadline_after, Endpoint, Engine, PortProtocol};
+use crate::engine::{deadline_after, Endpoint, Engine};
+use crate::extension::{Extension, ServiceClash};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -47,6 +48,8 @@ pub enum GroupCallError {
     TooManyGroups,
     /// The group's packets would not fit the engine's receive buffers.
     PacketTooLong { max: usize },
+    /// The port's engine would not take the port's groups.
+    Service(ServiceClash),
 }
 
 impl std::fmt::Display for GroupCallError {
@@ -60,6 +63,7 @@ impl std::fmt::Display for GroupCallError {
             GroupCallError::PacketTooLong { max } => {
                 write!(f, "group packet_bytes_max must be at most {max}")
             }
+            GroupCallError::Service(e) => write!(f, "{e}"),
         }
     }
 }
@@ -478,20 +482,19 @@ pub(crate) struct GroupTable {
 }
 
 impl GroupTable {
-    /// `ep`'s table, made and handed to the engine at the port's first group.
-    fn of(ep: &Endpoint) -> Arc<GroupTable> {
-        let p = ep
-            .group_protocol
-            .get_or_init(|| Arc::new(GroupTable::default()));
-        let any: Arc<dyn std::any::Any + Send + Sync> = p.clone();
-        any.downcast::<GroupTable>()
-            .expect("only groups take GROUP packets")
+    /// `ep`'s table, made and registered with the engine at the port's first group.
+    fn of(ep: &Endpoint) -> Result<Arc<GroupTable>, ServiceClash> {
+        ep.extensions.get_or_register(GroupTable::default)
     }
 }
 
-impl PortProtocol for GroupTable {
+impl Extension for GroupTable {
+    fn kinds(&self) -> &'static [Kind] {
+        &[Kind::Group]
+    }
+
     /// Hands a GROUP packet's message to the member of the group it names.
-    fn handle(&self, engine: &Engine, _ep: &Endpoint, msg: &[u8]) -> bool {
+    fn take(&self, engine: &Engine, _ep: &Endpoint, _source: Address, msg: &[u8]) -> bool {
         if msg.len() < 8 {
             return false;
         }
@@ -509,7 +512,7 @@ impl PortProtocol for GroupTable {
 
     /// Runs the timers that are due of every group, and sends what the input taken in since
     /// the last call caused; how many groups had work.
-    fn run(&self, engine: &Engine, ep: &Endpoint) -> usize {
+    fn step(&self, engine: &Engine, ep: &Endpoint, _now: Instant) -> usize {
         let groups = self.groups.lock().expect("groups lock");
         let mut work = 0;
         for g in groups.iter() {
@@ -596,7 +599,7 @@ impl Group {
             dirty: std::sync::atomic::AtomicBool::new(false),
         });
         {
-            let table = GroupTable::of(ep);
+            let table = GroupTable::of(ep).map_err(GroupCallError::Service)?;
             let mut groups = table.groups.lock().expect("groups lock");
             if groups.len() >= GROUPS_PER_PORT_MAX || groups.iter().any(|g| g.id == id) {
                 return Err(GroupCallError::TooManyGroups);
@@ -812,10 +815,12 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         let id = self.shared.id;
-        GroupTable::of(&self.ep)
-            .groups
-            .lock()
-            .expect("groups lock")
-            .retain(|g| g.id != id);
+        if let Some(table) = self.ep.extensions.get::<GroupTable>() {
+            table
+                .groups
+                .lock()
+                .expect("groups lock")
+                .retain(|g| g.id != id);
+        }
     }
 }

@@ -7,15 +7,16 @@
 //! a [`Port`], it is driven by the thread that uses it: `send`, `wait` and `recv` move its
 //! traffic.
 //!
-//! What arrives by UDP is taken by the engine's receive path itself (the [`Sink`] of the
-//! port), straight from its receive buffer into the reassembly, not copied into the ring
+//! What arrives by UDP is taken by the engine's receive path itself (the port's DATAGRAM
+//! [extension](crate::extension)), straight from its receive buffer into the reassembly, not copied into the ring
 //! first; the engine answers with acknowledgements as it goes and wakes the owner. With an
 //! invoker engine that is the owner's own thread. The protocol state sits behind a mutex the
 //! engine only tries: when the owner holds it (sending fragments), datagrams go into the ring
 //! as before and the owner takes them from there. Fragments from this host arrive in the
 //! ring.
 
-use crate::engine::{Endpoint, Engine, Sink};
+use crate::engine::{Endpoint, Engine};
+use crate::extension::{Extension, ServiceClash};
 use crate::port::{Port, PortConfig, PortError};
 use crate::shm::IdleStrategy;
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use txcast_proto::frag::msg::{self, LdgMsg, DATA_HEADER_BYTES};
 use txcast_proto::frag::{
     LdgConfig, LdgError, Receiver, ReceiverCounters, Sender, SenderCounters, TransferId,
 };
+use txcast_proto::wire::Kind;
 use txcast_proto::{Address, Instant};
 
 /// Fragments taken in from the ring between two rounds of acknowledgements.
@@ -37,6 +39,8 @@ pub enum LdgCallError {
     Port(PortError),
     /// A wait's own timeout passed (a send goes on; `recv` found nothing).
     Timeout,
+    /// The port's datagrams are taken by another service already.
+    Service(ServiceClash),
 }
 
 impl std::fmt::Display for LdgCallError {
@@ -45,6 +49,7 @@ impl std::fmt::Display for LdgCallError {
             LdgCallError::Ldg(e) => write!(f, "{e}"),
             LdgCallError::Port(e) => write!(f, "{e}"),
             LdgCallError::Timeout => f.write_str("timed out"),
+            LdgCallError::Service(e) => write!(f, "{e}"),
         }
     }
 }
@@ -106,7 +111,11 @@ struct LdgSink {
     core: Arc<Mutex<Core>>,
 }
 
-impl Sink for LdgSink {
+impl Extension for LdgSink {
+    fn kinds(&self) -> &'static [Kind] {
+        &[Kind::Datagram]
+    }
+
     fn take(&self, engine: &Engine, ep: &Endpoint, source: Address, bytes: &[u8]) -> bool {
         if !msg::is_ldg(bytes) {
             return false;
@@ -191,8 +200,10 @@ impl Ldg {
             taken: 0,
             ack_buf: vec![0; txcast_proto::frag::ACK_BYTES_MAX],
         }));
-        // A port has one sink; one set already (the port was an Ldg's) leaves the ring path.
-        port.set_sink(Arc::new(LdgSink { core: core.clone() }));
+        port.endpoint()
+            .extensions
+            .register(Arc::new(LdgSink { core: core.clone() }))
+            .map_err(LdgCallError::Service)?;
         Ok(Ldg {
             core,
             send_buf: vec![0; need.max(txcast_proto::frag::ACK_BYTES_MAX)],

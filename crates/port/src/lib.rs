@@ -2,6 +2,7 @@
 //! functions, transaction multicast, and the engine that runs the protocol machines.
 
 pub mod engine;
+pub mod extension;
 pub mod group;
 pub mod ldg;
 pub mod mmsg;
@@ -13,6 +14,7 @@ pub mod rpc;
 pub mod shm;
 
 pub use engine::{Engine, EngineConfig, EngineMode};
+pub use extension::ServiceClash;
 pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord, GroupSpec};
 pub use ldg::{Ldg, LdgCallError, LdgCounters};
 pub use module::{

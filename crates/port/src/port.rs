@@ -255,11 +255,9 @@ impl Port {
             recv_busy: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             ring_blocked: AtomicBool::new(false),
-            group_protocol: std::sync::OnceLock::new(),
             sockaddr,
             blocking_sleep,
-            service: Mutex::new(None),
-            sink: std::sync::OnceLock::new(),
+            extensions: Default::default(),
             waker: ring.waker(),
         });
         engine.register(ep.clone())?;
@@ -786,12 +784,6 @@ impl Port {
 
     fn header(&self, dest: Address) -> PacketHeader {
         header(&self.engine, &self.ep, dest)
-    }
-
-    /// Makes `sink` take this port's datagrams that arrive by UDP before its ring does
-    /// (once; false if one is set already).
-    pub(crate) fn set_sink(&self, sink: Arc<dyn crate::engine::Sink>) -> bool {
-        self.ep.sink.set(sink).is_ok()
     }
 
     /// Waits for a message in the ring, or a wake-up (a sink took something), up to

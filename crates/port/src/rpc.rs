@@ -202,7 +202,7 @@ const RESETS_PENDING_MAX: usize = 1024;
 /// Requests an engine-served endpoint takes in per duty cycle at most.
 const ENGINE_BATCH: usize = 64;
 
-impl crate::engine::Service for Rpc {
+impl crate::extension::Service for Rpc {
     fn step(&mut self, _now: Instant) -> usize {
         self.engine_step()
     }
@@ -223,19 +223,11 @@ impl crate::engine::Service for Rpc {
     fn awake(&mut self) {
         self.port.ring_awake()
     }
-
-    fn as_any(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
-        self
-    }
 }
 
 /// An RPC endpoint served by its engine's thread ([`Rpc::serve_on_engine`]).
 pub struct EngineServer {
-    ep: std::sync::Arc<crate::engine::Endpoint>,
+    served: std::sync::Arc<crate::extension::Served<Rpc>>,
     engine: crate::engine::Engine,
 }
 
@@ -257,30 +249,15 @@ impl EngineServer {
     /// The engine goes on meanwhile (it does not wait for the endpoint), so `f` may make a
     /// call, or open a port.
     pub fn with<R>(&self, f: impl FnOnce(&mut Rpc) -> R) -> R {
-        let r = {
-            let mut s = self.ep.service.lock().unwrap_or_else(|e| e.into_inner());
-            let rpc = s
-                .as_mut()
-                .expect("served until stopped")
-                .as_any()
-                .downcast_mut::<Rpc>()
-                .expect("an Rpc");
-            f(rpc)
-        };
+        let r = self.served.with(f).expect("served until stopped");
         // What `f` armed (a timer, a call) is the engine's to run now.
         self.engine.wake();
         r
     }
 
     fn take(&self) -> Option<Rpc> {
-        let s = self
-            .ep
-            .service
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
+        let mut rpc = self.served.take()?;
         self.engine.wake();
-        let mut rpc = *s.into_any().downcast::<Rpc>().ok()?;
         rpc.on_engine = false;
         Some(rpc)
     }
@@ -308,6 +285,8 @@ pub enum RpcCallError {
     WaitTimeout,
     /// No such call outstanding or finished and not yet collected.
     Unknown,
+    /// The engine would not serve the endpoint (another service consumes the port's ring).
+    Service(crate::extension::ServiceClash),
 }
 
 impl std::fmt::Display for RpcCallError {
@@ -324,6 +303,7 @@ impl std::fmt::Display for RpcCallError {
             RpcCallError::Remote(e) => write!(f, "the server answered: {e}"),
             RpcCallError::WaitTimeout => f.write_str("wait timed out (the call goes on)"),
             RpcCallError::Unknown => f.write_str("no such call"),
+            RpcCallError::Service(e) => write!(f, "{e}"),
         }
     }
 }
@@ -802,9 +782,16 @@ impl Rpc {
         let engine = self.port.engine().clone();
         let mut rpc = self;
         rpc.on_engine = true;
-        *ep.service.lock().expect("service lock") = Some(Box::new(rpc));
-        engine.wake();
-        Ok(EngineServer { ep, engine })
+        match crate::extension::Served::serve(&ep.extensions, rpc) {
+            Ok(served) => {
+                engine.wake();
+                Ok(EngineServer { served, engine })
+            }
+            Err((clash, mut rpc)) => {
+                rpc.on_engine = false;
+                Err((RpcCallError::Service(clash), Box::new(rpc)))
+            }
+        }
     }
 
     /// Runs the timers that are due; how many ran.

@@ -10,7 +10,8 @@
 //! The application issues instructions through a bounded mailbox and waits for (or polls)
 //! their completions.
 
-use crate::engine::{Endpoint, Engine, Service};
+use crate::engine::Engine;
+use crate::extension::Service;
 use crate::port::{Port, PortError};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,6 +60,8 @@ pub enum ModuleHostError {
     ArgsTooLong(usize),
     /// The completion did not come in time.
     Timeout,
+    /// The engine would not serve the port (another service consumes its ring).
+    Service(crate::extension::ServiceClash),
     /// No such instruction is outstanding here (or its completion was taken).
     Unknown,
 }
@@ -80,6 +83,7 @@ impl std::fmt::Display for ModuleHostError {
                 write!(f, "{n} bytes of arguments exceed {ARGS_BYTES_MAX}")
             }
             ModuleHostError::Timeout => write!(f, "timed out"),
+            ModuleHostError::Service(e) => write!(f, "{e}"),
             ModuleHostError::Unknown => write!(f, "no such instruction outstanding"),
         }
     }
@@ -270,14 +274,6 @@ impl Service for Served {
     fn awake(&mut self) {
         self.port.ring_awake()
     }
-
-    fn as_any(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
-        self
-    }
 }
 
 /// Extension modules served on the engine's thread, reached at one port's address. Cheap to
@@ -288,7 +284,7 @@ pub struct ModuleHost {
 }
 
 struct Inner {
-    ep: Arc<Endpoint>,
+    served: Arc<crate::extension::Served<Served>>,
     engine: Engine,
     mailbox: Arc<Mailbox>,
     addr: Address,
@@ -315,11 +311,14 @@ impl ModuleHost {
             taken: VecDeque::with_capacity(MAILBOX_MAX),
             deferred: Vec::new(),
         };
-        *ep.service.lock().expect("service lock") = Some(Box::new(served));
+        let served = match crate::extension::Served::serve(&ep.extensions, served) {
+            Ok(s) => s,
+            Err((clash, s)) => return Err((ModuleHostError::Service(clash), Box::new(s.port))),
+        };
         engine.wake();
         Ok(ModuleHost {
             inner: Arc::new(Inner {
-                ep,
+                served,
                 engine,
                 mailbox,
                 addr,
@@ -345,23 +344,17 @@ impl ModuleHost {
 
     /// Runs `f` on the engine's side between two of its steps.
     fn with<R>(&self, f: impl FnOnce(&mut Served) -> R) -> R {
-        let r = {
-            let mut s = self
-                .inner
-                .ep
-                .service
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let served = s
-                .as_mut()
-                .and_then(|s| s.as_any().downcast_mut::<Served>())
-                .expect("a module host serves until dropped");
-            let r = f(served);
-            // What `f` caused (messages, completions) goes out now.
-            served.transmit();
-            served.collect();
-            r
-        };
+        let r = self
+            .inner
+            .served
+            .with(|served| {
+                let r = f(served);
+                // What `f` caused (messages, completions) goes out now.
+                served.transmit();
+                served.collect();
+                r
+            })
+            .expect("a module host serves until dropped");
         self.inner.engine.wake();
         r
     }
@@ -542,12 +535,7 @@ impl ModuleHost {
 impl Drop for Inner {
     fn drop(&mut self) {
         // The port closes with the host.
-        let s = self
-            .ep
-            .service
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let s = self.served.take();
         self.engine.wake();
         drop(s);
     }
