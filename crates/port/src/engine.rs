@@ -16,10 +16,9 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
-use txcast_proto::link::{Link, LinkConfig, LinkCounters};
-use txcast_proto::timer::TimerWheel;
+use txcast_proto::link::{LinkConfig, LinkIo, LinkTable, TableRefusal};
 use txcast_proto::wire::{parse_datagram, ClusterKey, Kind, MulticastBody, Packet, Records};
-use txcast_proto::{Address, AddressHash, Instant, TxnId};
+use txcast_proto::{Address, Instant, TxnId};
 
 /// Bytes each message carries in a ring ahead of its payload: the source address and the
 /// transaction id (zero for point-to-point messages).
@@ -111,79 +110,6 @@ pub(crate) struct EndpointCounters {
     pub doorbells: AtomicU64,
 }
 
-/// Timer wheel geometry: 100 µs ticks, 1024 buckets (about 100 ms per round).
-pub const TIMER_TICK_NS: u64 = 100_000;
-pub const TIMER_SLOTS: usize = 1024;
-
-/// The links of one port, with the timer wheel and the list of links that need a look.
-pub(crate) struct Links {
-    pub map: HashMap<Address, Link, AddressHash>,
-    pub buf: Vec<u8>,
-    timers: TimerWheel<Address>,
-    /// The deadline each link is scheduled at in the wheel (entries at other deadlines are
-    /// stale and ignored when they fire).
-    timer_at: HashMap<Address, Instant, AddressHash>,
-    /// Links touched since the last duty cycle (a packet arrived, a timer fired, a delivery
-    /// was refused by a full ring).
-    dirty: Vec<Address>,
-    dirty_set: std::collections::HashSet<Address, AddressHash>,
-    work: Vec<Address>,
-    /// Links whose delivery the port's full ring refused, waiting for room.
-    blocked: Vec<Address>,
-    /// No timer in the wheel is due before this (a lower bound, kept so that an idle duty
-    /// cycle need not look into the wheel).
-    earliest: Option<Instant>,
-}
-
-impl Links {
-    pub fn new(packet_bytes_max: usize, now: Instant) -> Links {
-        Links {
-            map: HashMap::default(),
-            buf: vec![0u8; packet_bytes_max],
-            // At most two live entries per link (the scheduled one and one stale one that is
-            // dropped when it fires).
-            timers: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 2 * LINKS_PER_PORT_MAX, now),
-            timer_at: HashMap::default(),
-            dirty: Vec::new(),
-            dirty_set: Default::default(),
-            work: Vec::new(),
-            blocked: Vec::new(),
-            earliest: None,
-        }
-    }
-
-    /// Asks the next duty cycle to look at `peer`'s link.
-    pub fn mark(&mut self, peer: Address) {
-        if self.dirty_set.insert(peer) {
-            self.dirty.push(peer);
-        }
-    }
-
-    /// Puts `peer`'s next deadline in the wheel if it is earlier than the one scheduled.
-    pub fn settle(&mut self, peer: Address) {
-        let Some(t) = self.map.get(&peer).and_then(|l| l.poll_timeout()) else {
-            return;
-        };
-        if self.timer_at.get(&peer).is_none_or(|&at| t < at) {
-            if self.timers.schedule(t, peer).is_err() {
-                // The wheel is full of stale entries: look at this link every cycle instead.
-                self.mark(peer);
-                return;
-            }
-            self.timer_at.insert(peer, t);
-            self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
-        }
-    }
-
-    /// When the engine must next run these links (`Instant::ZERO`: at once).
-    pub fn next_deadline(&self) -> Option<Instant> {
-        if !self.dirty.is_empty() {
-            return Some(Instant::ZERO);
-        }
-        self.timers.next_deadline()
-    }
-}
-
 /// The network side of one port, shared between the port's owner and the engine.
 pub(crate) struct Endpoint {
     pub addr: Address,
@@ -196,7 +122,7 @@ pub(crate) struct Endpoint {
     /// Socket joined to the IP multicast groups of this port's transactions (made at the
     /// first join when the cluster uses IP multicast).
     pub group_socket: OnceLock<UdpSocket>,
-    pub links: Mutex<Links>,
+    pub links: Mutex<LinkTable>,
     pub ring: RingSender,
     pub joined: RwLock<BTreeSet<TxnId>>,
     pub counters: EndpointCounters,
@@ -1101,20 +1027,18 @@ impl Engine {
         }
         match h.kind {
             Kind::Data | Kind::Ack => {
-                let mut links = ep.links.lock().expect("links lock");
-                let link = match links_entry(&mut links, self, ep.addr, ep.incarnation, h.source) {
-                    Some(l) => l,
-                    None => {
+                let r = ep.links.lock().expect("links lock").handle_packet(now, &p);
+                match r {
+                    Ok(()) => {}
+                    Err(TableRefusal::LinkLimit) => {
                         ep.counters
                             .dropped_link_limit
                             .fetch_add(1, Ordering::Relaxed);
-                        return;
                     }
-                };
-                if link.handle_packet(now, &p).is_err() {
-                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    Err(TableRefusal::Bad) => {
+                        ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                links.mark(h.source);
             }
             Kind::Datagram | Kind::Group => {
                 if parse_datagram(p.body).is_err() {
@@ -1163,87 +1087,84 @@ impl Engine {
         }
     }
 
-    /// Timers that fired, then deliveries into the ring and transmissions for every link that
-    /// needs a look; each link's next deadline goes back into the wheel.
+    /// Runs `ep`'s links (see [`LinkTable::run`]) into its ring and socket.
     fn run_links(&self, ep: &Endpoint, now: Instant) -> usize {
-        let mut work = 0;
-        let mut guard = ep.links.lock().expect("links lock");
-        let links = &mut *guard;
-        if !links.blocked.is_empty() && !ep.ring_blocked.load(Ordering::SeqCst) {
+        let mut links = ep.links.lock().expect("links lock");
+        if links.is_blocked() && !ep.ring_blocked.load(Ordering::SeqCst) {
             // The application made room: retry the deliveries that were refused.
-            for peer in std::mem::take(&mut links.blocked) {
-                links.mark(peer);
+            links.room_made();
+        }
+        let mut io = EngineIo::new(self, ep);
+        let out = links.run(now, &mut io);
+        if out.refused {
+            // The ring is full: the link keeps the message until the application takes
+            // something and tells us (`Endpoint::ring_blocked`).
+            ep.ring_blocked.store(true, Ordering::SeqCst);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            // Dekker pairing with `Port::room_made`: if the application freed a slot before
+            // it could see the flag, we see the room here.
+            if ep.ring.has_room() {
+                ep.ring_blocked.store(false, Ordering::SeqCst);
             }
         }
-        if links.dirty.is_empty() && links.earliest.is_none_or(|t| t > now) {
-            return 0;
+        out.work
+    }
+}
+
+/// A link table's way out at a port: deliveries into its ring, packets out of its socket.
+pub(crate) struct EngineIo<'a> {
+    engine: &'a Engine,
+    ep: &'a Endpoint,
+    /// The last destination and where it maps (a burst of packets goes to one peer).
+    to: Option<(Address, SocketAddr)>,
+    sent: u64,
+}
+
+impl<'a> EngineIo<'a> {
+    pub fn new(engine: &'a Engine, ep: &'a Endpoint) -> Self {
+        EngineIo {
+            engine,
+            ep,
+            to: None,
+            sent: 0,
         }
-        {
-            let Links {
-                timers,
-                timer_at,
-                dirty,
-                dirty_set,
-                ..
-            } = links;
-            work += timers.expire(now, |deadline, peer| {
-                if timer_at.get(&peer) == Some(&deadline) {
-                    timer_at.remove(&peer);
-                    if dirty_set.insert(peer) {
-                        dirty.push(peer);
-                    }
+    }
+}
+
+impl LinkIo for EngineIo<'_> {
+    fn deliver(&mut self, peer: Address, msg: &[u8]) -> bool {
+        deliver_reliable(self.ep, peer, msg).is_some()
+    }
+
+    fn transmit(&mut self, peer: Address, packet: &[u8]) {
+        let to = match self.to {
+            Some((a, s)) if a == peer => s,
+            _ => match self.engine.socket_addr(peer) {
+                Ok(s) => {
+                    self.to = Some((peer, s));
+                    s
                 }
-            });
+                // It maps nowhere: lost, as on the wire (the link gives up in time).
+                Err(_) => return,
+            },
+        };
+        self.sent += 1;
+        if self.engine.inject_loss() {
+            return;
         }
-        let mut list = std::mem::take(&mut links.work);
-        std::mem::swap(&mut list, &mut links.dirty);
-        links.dirty_set.clear();
-        let mut buf = std::mem::take(&mut links.buf);
-        for &peer in &list {
-            let Some(link) = links.map.get_mut(&peer) else {
-                continue;
-            };
-            if link.poll_timeout().is_some_and(|t| t <= now) {
-                link.handle_timeout(now);
-            }
-            let mut refused = false;
-            while link
-                .poll_delivery_if(|m| {
-                    let r = deliver_reliable(ep, peer, m);
-                    refused = r.is_none();
-                    r
-                })
-                .is_some()
-            {
-                work += 1;
-            }
-            work += flush(self, ep, link, &mut buf, now);
-            if refused {
-                // The ring is full: the link keeps the message (its credit stays closed) until
-                // the application takes something and tells us (`Endpoint::ring_blocked`).
-                if !links.blocked.contains(&peer) {
-                    links.blocked.push(peer);
-                }
-                ep.ring_blocked.store(true, Ordering::SeqCst);
-                std::sync::atomic::fence(Ordering::SeqCst);
-                // Dekker pairing with `Port::room_made`: if the application freed a slot before
-                // it could see the flag, we see the room here.
-                if ep.ring.has_room() {
-                    ep.ring_blocked.store(false, Ordering::SeqCst);
-                }
-            }
-            links.settle(peer);
+        // Loss here is recovered by the link like loss on the wire.
+        let _ = crate::mmsg::send_to(&self.ep.socket, packet, &to);
+    }
+}
+
+impl Drop for EngineIo<'_> {
+    fn drop(&mut self) {
+        if self.sent > 0 {
+            self.ep
+                .counters
+                .packets_sent
+                .fetch_add(self.sent, Ordering::Relaxed);
         }
-        list.clear();
-        links.work = list;
-        links.buf = buf;
-        if links.earliest.is_some_and(|t| t <= now) {
-            // What fired is gone from the wheel: find the next. Otherwise `earliest` is still a
-            // lower bound (`settle` lowers it for every new entry), and the wheel's scan from
-            // the cursor to its first entry, on every packet, is not needed.
-            links.earliest = links.timers.next_deadline();
-        }
-        work
     }
 }
 
@@ -1274,60 +1195,6 @@ impl Engine {
             let _ = h.join();
         }
     }
-}
-
-pub(crate) fn links_entry<'a>(
-    links: &'a mut Links,
-    engine: &Engine,
-    local: Address,
-    incarnation: u64,
-    peer: Address,
-) -> Option<&'a mut Link> {
-    let full = links.map.len() >= LINKS_PER_PORT_MAX;
-    match links.map.entry(peer) {
-        std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
-        std::collections::hash_map::Entry::Vacant(_) if full => None,
-        std::collections::hash_map::Entry::Vacant(e) => {
-            let s = &engine.shared;
-            let link = Link::new(
-                s.cfg.link.clone(),
-                local,
-                peer,
-                s.cfg.cluster.cluster,
-                incarnation,
-                s.key.clone(),
-            )
-            .expect("link configuration validated at engine start");
-            Some(e.insert(link))
-        }
-    }
-}
-
-/// Sends every packet the link has ready. Returns packets sent.
-pub(crate) fn flush(
-    engine: &Engine,
-    ep: &Endpoint,
-    link: &mut Link,
-    buf: &mut [u8],
-    now: Instant,
-) -> usize {
-    let Ok(to) = engine.socket_addr(link.peer()) else {
-        return 0;
-    };
-    let mut n = 0;
-    while let Some(len) = link.poll_transmit(now, buf) {
-        if engine.inject_loss() {
-            n += 1;
-            continue;
-        }
-        // Loss here is recovered by the link like loss on the wire.
-        let _ = crate::mmsg::send_to(&ep.socket, &buf[..len], &to);
-        n += 1;
-    }
-    ep.counters
-        .packets_sent
-        .fetch_add(n as u64, Ordering::Relaxed);
-    n
 }
 
 /// Writes a message with its envelope into the port's ring; false if the ring is full.
@@ -1388,13 +1255,4 @@ pub(crate) fn read_envelope(rec: &[u8]) -> Option<(Address, TxnId, &[u8])> {
         TxnId(u64::from_le_bytes(txn)),
         payload,
     ))
-}
-
-/// Sums link counters over every link of a port.
-pub(crate) fn sum_link_counters(links: &Links) -> LinkCounters {
-    let mut s = LinkCounters::default();
-    for l in links.map.values() {
-        s.add(l.counters());
-    }
-    s
 }

@@ -6,8 +6,8 @@
 //! reliable, in-order link; the engine delivers it into the same ring, so `recv` has one path.
 
 use crate::engine::{
-    deadline_after, flush, links_entry, read_envelope, sum_link_counters, write_envelope, Endpoint,
-    EndpointCounters, Engine, Links, ENVELOPE_BYTES,
+    deadline_after, read_envelope, write_envelope, Endpoint, EndpointCounters, Engine, EngineIo,
+    ENVELOPE_BYTES, LINKS_PER_PORT_MAX,
 };
 use crate::naming::NamingError;
 use crate::shm::{
@@ -19,7 +19,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use txcast_proto::link::{LinkCounters, LinkSendError};
+use txcast_proto::link::{LinkCounters, LinkTable, TableSendError};
 use txcast_proto::wire::{
     Kind, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX,
     RECORD_HEADER_BYTES,
@@ -238,15 +238,24 @@ impl Port {
         // Deliveries by another thread's duty cycle reach a receiver parked on its socket
         // through the same doorbell as local senders.
         ring.producer().set_doorbell(sockaddr);
+        let incarnation = engine.next_incarnation();
         let ep = Arc::new(Endpoint {
             addr,
             trust_moved_sources: cfg.trust_moved_sources,
-            incarnation: engine.next_incarnation(),
+            incarnation,
             socket,
-            links: Mutex::new(Links::new(
-                engine.config().link.packet_bytes_max,
-                engine.now(),
-            )),
+            links: Mutex::new(
+                LinkTable::new(
+                    engine.config().link.clone(),
+                    addr,
+                    engine.config().cluster.cluster,
+                    incarnation,
+                    engine.shared.key.clone(),
+                    LINKS_PER_PORT_MAX,
+                    engine.now(),
+                )
+                .expect("link configuration validated at engine start"),
+            ),
             group_socket: std::sync::OnceLock::new(),
             ring: ring.producer(),
             joined: RwLock::new(BTreeSet::new()),
@@ -541,25 +550,13 @@ impl Port {
 
     fn remote_send(&mut self, dest: Address, msg: &[u8]) -> Result<(), PortError> {
         let now = self.engine.now();
-        let mut guard = self.ep.links.lock().expect("links lock");
-        let links = &mut *guard;
-        let mut buf = std::mem::take(&mut links.buf);
-        let result = match links_entry(links, &self.engine, self.addr, self.ep.incarnation, dest) {
-            None => Err(PortError::Full),
-            Some(link) if link.is_unreachable() => Err(PortError::Unreachable(dest)),
-            Some(link) => match link.send(now, msg) {
-                Ok(()) => {
-                    flush(&self.engine, &self.ep, link, &mut buf, now);
-                    Ok(link.poll_timeout())
-                }
-                Err(LinkSendError::Full) => Err(PortError::Full),
-                Err(LinkSendError::TooLong { len, max }) => Err(PortError::TooLong { len, max }),
-            },
-        };
-        links.buf = buf;
-        let timer = result?;
-        links.settle(dest);
-        drop(guard);
+        let mut links = self.ep.links.lock().expect("links lock");
+        let mut io = EngineIo::new(&self.engine, &self.ep);
+        let timer = links
+            .send(now, dest, msg, &mut io)
+            .map_err(|e| send_error(dest, e))?;
+        drop(io);
+        drop(links);
         self.engine.wake_for(timer);
         self.remote_sent += 1;
         Ok(())
@@ -579,20 +576,12 @@ impl Port {
             return self.try_send(dest, msg);
         }
         let now = self.engine.now();
-        let mut guard = self.ep.links.lock().expect("links lock");
-        let links = &mut *guard;
-        match links_entry(links, &self.engine, self.addr, self.ep.incarnation, dest) {
-            None => return Err(PortError::Full),
-            Some(link) if link.is_unreachable() => return Err(PortError::Unreachable(dest)),
-            Some(link) => match link.send(now, msg) {
-                Ok(()) => {}
-                Err(LinkSendError::Full) => return Err(PortError::Full),
-                Err(LinkSendError::TooLong { len, max }) => {
-                    return Err(PortError::TooLong { len, max })
-                }
-            },
-        }
-        drop(guard);
+        self.ep
+            .links
+            .lock()
+            .expect("links lock")
+            .queue(now, dest, msg)
+            .map_err(|e| send_error(dest, e))?;
         if !deferred.contains(&dest) {
             deferred.push(dest);
         }
@@ -610,19 +599,14 @@ impl Port {
         let mut n = 0;
         let mut earliest: Option<txcast_proto::Instant> = None;
         {
-            let mut guard = self.ep.links.lock().expect("links lock");
-            let links = &mut *guard;
-            let mut buf = std::mem::take(&mut links.buf);
+            let mut links = self.ep.links.lock().expect("links lock");
+            let mut io = EngineIo::new(&self.engine, &self.ep);
             for dest in deferred.drain(..) {
-                if let Some(link) = links.map.get_mut(&dest) {
-                    n += flush(&self.engine, &self.ep, link, &mut buf, now);
-                    if let Some(t) = link.poll_timeout() {
-                        earliest = Some(earliest.map_or(t, |e| e.min(t)));
-                    }
-                    links.settle(dest);
+                n += links.flush_peer(now, dest, &mut io);
+                if let Some(t) = links.get(dest).and_then(|l| l.poll_timeout()) {
+                    earliest = Some(earliest.map_or(t, |e| e.min(t)));
                 }
             }
-            links.buf = buf;
         }
         self.engine.wake_for(earliest);
         n
@@ -1131,7 +1115,7 @@ impl Port {
         let ring = self.ring.counters();
         let links = self.ep.links.lock().expect("links lock");
         let mut hist = vec![0u64; txcast_proto::pack::PACK_HISTOGRAM_BINS];
-        for l in links.map.values() {
+        for l in links.links() {
             for (h, x) in hist.iter_mut().zip(l.pack_histogram()) {
                 *h += x;
             }
@@ -1153,7 +1137,7 @@ impl Port {
             ring_full_rejections: ring.full_rejections,
             doorbells: c.doorbells.load(Ordering::Relaxed),
             reclaimed_dead_owner: self.ring.reclaimed(),
-            links: sum_link_counters(&links),
+            links: links.counters(),
             pack_histogram: hist,
         }
     }
@@ -1165,14 +1149,7 @@ impl Port {
     /// whose last messages matter.
     pub fn flush(&mut self, timeout: Duration) -> Result<(), PortError> {
         let deadline = deadline_after(timeout);
-        let quiet = |p: &Port| {
-            p.ep.links
-                .lock()
-                .expect("links lock")
-                .map
-                .values()
-                .all(|l| l.is_quiescent())
-        };
+        let quiet = |p: &Port| p.ep.links.lock().expect("links lock").is_quiescent();
         while !quiet(self) {
             if std::time::Instant::now() >= deadline {
                 return Err(PortError::Timeout);
@@ -1186,13 +1163,7 @@ impl Port {
 
     /// Whether every remote message sent so far has been acknowledged.
     pub fn remote_idle(&self) -> bool {
-        self.ep
-            .links
-            .lock()
-            .expect("links lock")
-            .map
-            .values()
-            .all(|l| l.is_idle())
+        self.ep.links.lock().expect("links lock").is_idle()
     }
 
     /// `CreateGroup`: a new group with this port as its only member (and sequencer, or
@@ -1404,4 +1375,13 @@ pub(crate) fn send_udp_gather(
     crate::mmsg::send_gather(&ep.socket, &all[..2 + parts.len()], &to)
         .map(|_| ())
         .map_err(PortError::Io)
+}
+
+/// A refused remote send, as the port says it.
+fn send_error(dest: Address, e: TableSendError) -> PortError {
+    match e {
+        TableSendError::Full => PortError::Full,
+        TableSendError::Unreachable => PortError::Unreachable(dest),
+        TableSendError::TooLong { len, max } => PortError::TooLong { len, max },
+    }
 }

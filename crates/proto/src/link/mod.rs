@@ -13,6 +13,7 @@
 
 mod receiver;
 mod sender;
+pub mod table;
 #[cfg(test)]
 mod tests;
 
@@ -27,6 +28,7 @@ use crate::wire::{
 use core::time::Duration;
 use receiver::Receiver;
 use sender::Sender;
+pub use table::{LinkIo, LinkTable, RunOutcome, TableRefusal, TableSendError};
 
 /// Bounds and timers of a link.
 #[derive(Clone, Debug)]

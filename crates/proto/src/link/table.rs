@@ -1,0 +1,337 @@
+//! The links of one port, as the engine keeps them: a bounded table of [`Link`]s by peer,
+//! one timer wheel for all of them, the list of links that need a look in the next duty cycle,
+//! and the back-pressure of a full delivery ring.
+//!
+//! Sans-IO like the link itself: packets and time go in ([`LinkTable::handle_packet`],
+//! [`LinkTable::run`]), and what comes out goes through a [`LinkIo`] the caller supplies
+//! (deliveries to the application, packets to the network). The engine drives it over sockets
+//! and a shared-memory ring; the simulator drives it over a faulty network and a bounded
+//! mailbox.
+
+use super::{ConfigError, Link, LinkConfig, LinkCounters, LinkSendError};
+use crate::addr::{Address, AddressHash};
+use crate::time::Instant;
+use crate::timer::TimerWheel;
+use crate::wire::{ClusterKey, Packet};
+use std::collections::{HashMap, HashSet};
+
+/// Timer wheel geometry: 100 µs ticks, 1024 buckets (about 100 ms per round).
+pub const TIMER_TICK_NS: u64 = 100_000;
+pub const TIMER_SLOTS: usize = 1024;
+
+/// Where a link table's output goes.
+pub trait LinkIo {
+    /// A message from `peer` for the application, in order. False if there is no room for it:
+    /// the link keeps it (and stops granting `peer` credit) until [`LinkTable::room_made`].
+    fn deliver(&mut self, peer: Address, msg: &[u8]) -> bool;
+    /// A packet for `peer`.
+    fn transmit(&mut self, peer: Address, packet: &[u8]);
+}
+
+/// Why a packet was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableRefusal {
+    /// A packet from a new peer while the table is full.
+    LinkLimit,
+    /// The link refused the packet (malformed, an old incarnation, ...).
+    Bad,
+}
+
+/// Why a send was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableSendError {
+    /// A new peer while the table is full, or the link's window is full.
+    Full,
+    /// The peer's link gave up on it (retransmissions exhausted).
+    Unreachable,
+    TooLong { len: usize, max: usize },
+}
+
+/// What a [`LinkTable::run`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// Timers fired, messages delivered and packets sent.
+    pub work: usize,
+    /// A delivery was refused for want of room (see [`LinkIo::deliver`]).
+    pub refused: bool,
+}
+
+/// The links of one port.
+pub struct LinkTable {
+    cfg: LinkConfig,
+    local: Address,
+    cluster: u16,
+    incarnation: u64,
+    key: Option<ClusterKey>,
+    links_max: usize,
+    map: HashMap<Address, Link, AddressHash>,
+    buf: Vec<u8>,
+    timers: TimerWheel<Address>,
+    /// The deadline each link is scheduled at in the wheel (entries at other deadlines are
+    /// stale and ignored when they fire).
+    timer_at: HashMap<Address, Instant, AddressHash>,
+    /// Links touched since the last run (a packet arrived, a timer fired, a delivery was
+    /// refused by a full ring).
+    dirty: Vec<Address>,
+    dirty_set: HashSet<Address, AddressHash>,
+    work: Vec<Address>,
+    /// Links whose delivery was refused, waiting for room.
+    blocked: Vec<Address>,
+    /// No timer in the wheel is due before this (a lower bound, kept so that an idle run need
+    /// not look into the wheel).
+    earliest: Option<Instant>,
+}
+
+impl LinkTable {
+    /// The links of the port at `local`, running as `incarnation`, at most `links_max` of them.
+    pub fn new(
+        cfg: LinkConfig,
+        local: Address,
+        cluster: u16,
+        incarnation: u64,
+        key: Option<ClusterKey>,
+        links_max: usize,
+        now: Instant,
+    ) -> Result<LinkTable, ConfigError> {
+        cfg.validate()?;
+        Ok(LinkTable {
+            buf: vec![0u8; cfg.packet_bytes_max],
+            // At most two live entries per link (the scheduled one and one stale one that is
+            // dropped when it fires).
+            timers: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 2 * links_max, now),
+            cfg,
+            local,
+            cluster,
+            incarnation,
+            key,
+            links_max,
+            map: HashMap::default(),
+            timer_at: HashMap::default(),
+            dirty: Vec::new(),
+            dirty_set: HashSet::default(),
+            work: Vec::new(),
+            blocked: Vec::new(),
+            earliest: None,
+        })
+    }
+
+    /// `peer`'s link, made if there is none and the table has room.
+    pub fn entry(&mut self, peer: Address) -> Option<&mut Link> {
+        let full = self.map.len() >= self.links_max;
+        match self.map.entry(peer) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(_) if full => None,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let link = Link::new(
+                    self.cfg.clone(),
+                    self.local,
+                    peer,
+                    self.cluster,
+                    self.incarnation,
+                    self.key.clone(),
+                )
+                .expect("configuration validated in LinkTable::new");
+                Some(e.insert(link))
+            }
+        }
+    }
+
+    pub fn get(&self, peer: Address) -> Option<&Link> {
+        self.map.get(&peer)
+    }
+
+    pub fn links(&self) -> impl Iterator<Item = &Link> {
+        self.map.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// A DATA or ACK packet from `p.header.source` (the caller checked where it came from).
+    pub fn handle_packet(&mut self, now: Instant, p: &Packet<'_>) -> Result<(), TableRefusal> {
+        let peer = p.header.source;
+        let link = self.entry(peer).ok_or(TableRefusal::LinkLimit)?;
+        let r = link.handle_packet(now, p).map_err(|_| TableRefusal::Bad);
+        self.mark(peer);
+        r
+    }
+
+    /// Queues `msg` for `peer` without sending it ([`LinkTable::flush_peer`] sends it, packed
+    /// with whatever else was queued).
+    pub fn queue(&mut self, now: Instant, peer: Address, msg: &[u8]) -> Result<(), TableSendError> {
+        let link = self.entry(peer).ok_or(TableSendError::Full)?;
+        if link.is_unreachable() {
+            return Err(TableSendError::Unreachable);
+        }
+        link.send(now, msg).map_err(|e| match e {
+            LinkSendError::Full => TableSendError::Full,
+            LinkSendError::TooLong { len, max } => TableSendError::TooLong { len, max },
+        })
+    }
+
+    /// Queues `msg` for `peer` and sends what the link has ready; the link's next deadline.
+    pub fn send(
+        &mut self,
+        now: Instant,
+        peer: Address,
+        msg: &[u8],
+        io: &mut impl LinkIo,
+    ) -> Result<Option<Instant>, TableSendError> {
+        self.queue(now, peer, msg)?;
+        self.flush_peer(now, peer, io);
+        Ok(self.map.get(&peer).and_then(|l| l.poll_timeout()))
+    }
+
+    /// Sends every packet `peer`'s link has ready, and schedules its next deadline. Packets
+    /// sent.
+    pub fn flush_peer(&mut self, now: Instant, peer: Address, io: &mut impl LinkIo) -> usize {
+        let Some(link) = self.map.get_mut(&peer) else {
+            return 0;
+        };
+        let n = transmit_all(link, &mut self.buf, now, io);
+        self.settle(peer);
+        n
+    }
+
+    /// Asks the next run to look at `peer`'s link.
+    pub fn mark(&mut self, peer: Address) {
+        if self.dirty_set.insert(peer) {
+            self.dirty.push(peer);
+        }
+    }
+
+    /// Puts `peer`'s next deadline in the wheel if it is earlier than the one scheduled.
+    fn settle(&mut self, peer: Address) {
+        let Some(t) = self.map.get(&peer).and_then(|l| l.poll_timeout()) else {
+            return;
+        };
+        if self.timer_at.get(&peer).is_none_or(|&at| t < at) {
+            if self.timers.schedule(t, peer).is_err() {
+                // The wheel is full of stale entries: look at this link every run instead.
+                self.mark(peer);
+                return;
+            }
+            self.timer_at.insert(peer, t);
+            self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
+        }
+    }
+
+    /// Whether a delivery waits for room.
+    pub fn is_blocked(&self) -> bool {
+        !self.blocked.is_empty()
+    }
+
+    /// The application made room: the next run retries the deliveries that were refused.
+    pub fn room_made(&mut self) {
+        for peer in std::mem::take(&mut self.blocked) {
+            self.mark(peer);
+        }
+    }
+
+    /// When the table must next run (`Instant::ZERO`: at once).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if !self.dirty.is_empty() {
+            return Some(Instant::ZERO);
+        }
+        self.timers.next_deadline()
+    }
+
+    /// Timers that fired, then deliveries and transmissions for every link that needs a look;
+    /// each link's next deadline goes back into the wheel.
+    pub fn run(&mut self, now: Instant, io: &mut impl LinkIo) -> RunOutcome {
+        let mut out = RunOutcome::default();
+        if self.dirty.is_empty() && self.earliest.is_none_or(|t| t > now) {
+            return out;
+        }
+        {
+            let LinkTable {
+                timers,
+                timer_at,
+                dirty,
+                dirty_set,
+                ..
+            } = self;
+            out.work += timers.expire(now, |deadline, peer| {
+                if timer_at.get(&peer) == Some(&deadline) {
+                    timer_at.remove(&peer);
+                    if dirty_set.insert(peer) {
+                        dirty.push(peer);
+                    }
+                }
+            });
+        }
+        let mut list = std::mem::take(&mut self.work);
+        std::mem::swap(&mut list, &mut self.dirty);
+        self.dirty_set.clear();
+        for &peer in &list {
+            let Some(link) = self.map.get_mut(&peer) else {
+                continue;
+            };
+            if link.poll_timeout().is_some_and(|t| t <= now) {
+                link.handle_timeout(now);
+            }
+            let mut refused = false;
+            while link
+                .poll_delivery_if(|m| {
+                    refused = !io.deliver(peer, m);
+                    (!refused).then_some(())
+                })
+                .is_some()
+            {
+                out.work += 1;
+            }
+            out.work += transmit_all(link, &mut self.buf, now, io);
+            if refused {
+                // The link keeps the message (its credit stays closed) until room is made.
+                if !self.blocked.contains(&peer) {
+                    self.blocked.push(peer);
+                }
+                out.refused = true;
+            }
+            self.settle(peer);
+        }
+        list.clear();
+        self.work = list;
+        if self.earliest.is_some_and(|t| t <= now) {
+            // What fired is gone from the wheel: find the next. Otherwise `earliest` is still a
+            // lower bound (`settle` lowers it for every new entry), and the wheel's scan from
+            // its cursor to its first entry, on every packet, is not needed.
+            self.earliest = self.timers.next_deadline();
+        }
+        out
+    }
+
+    /// The counters of every link, summed.
+    pub fn counters(&self) -> LinkCounters {
+        let mut s = LinkCounters::default();
+        for l in self.map.values() {
+            s.add(l.counters());
+        }
+        s
+    }
+
+    /// Whether every message sent has been acknowledged and every acknowledgement owed sent.
+    pub fn is_quiescent(&self) -> bool {
+        self.map.values().all(|l| l.is_quiescent())
+    }
+
+    /// Whether every message sent has been acknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.map.values().all(|l| l.is_idle())
+    }
+}
+
+fn transmit_all(link: &mut Link, buf: &mut [u8], now: Instant, io: &mut impl LinkIo) -> usize {
+    let peer = link.peer();
+    let mut n = 0;
+    while let Some(len) = link.poll_transmit(now, buf) {
+        io.transmit(peer, &buf[..len]);
+        n += 1;
+    }
+    n
+}
