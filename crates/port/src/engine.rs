@@ -8,6 +8,7 @@
 //! Applications never call the engine directly: they hold [`crate::Port`]s.
 
 use crate::extension::Armed;
+use crate::idle::{Backoff, Idle, Phase};
 use crate::naming::ClusterConfig;
 use crate::shm::RingSender;
 use std::collections::{BTreeSet, HashMap};
@@ -706,25 +707,21 @@ impl Engine {
     }
 
     fn run(&self) {
-        let spin = self.shared.cfg.idle_spin;
-        let mut idle_since: Option<std::time::Instant> = None;
-        let mut yields = 0u32;
+        let mut backoff = Backoff::new(
+            Phase::Time(self.shared.cfg.idle_spin),
+            Phase::Passes(ENGINE_IDLE_YIELDS),
+        );
         while !self.shared.stop.load(Ordering::Relaxed) {
             if self.duty_cycle() > 0 {
-                idle_since = None;
-                yields = 0;
+                backoff.reset();
                 continue;
             }
-            let since = *idle_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() < spin {
-                std::hint::spin_loop();
-            } else if yields < ENGINE_IDLE_YIELDS {
-                yields += 1;
-                std::thread::yield_now();
-            } else {
-                self.park();
-                idle_since = None;
-                yields = 0;
+            match backoff.idle(None) {
+                Idle::Park | Idle::Expired => {
+                    self.park();
+                    backoff.reset();
+                }
+                what => Backoff::pause(what),
             }
         }
     }

@@ -10,6 +10,7 @@
 
 use crate::engine::{deadline_after, Endpoint, Engine};
 use crate::extension::{Extension, ServiceClash};
+use crate::idle::{Backoff, Idle};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -631,6 +632,9 @@ impl Group {
         // made, or what the last read brought was looked at), and the sleep ends at once if
         // traffic waits. (A sleep in a read of the socket takes the datagram in itself.)
         let mut readable = false;
+        // Invoker mode: a group's waits park at once (their sleep on the sockets is what
+        // takes the traffic in).
+        let mut backoff = Backoff::park_at_once();
         let mut st = self.shared.lock();
         loop {
             if let Some(r) = done(&mut st) {
@@ -660,7 +664,9 @@ impl Group {
                 let work = self
                     .engine
                     .duty_cycle_after_sleep(std::mem::take(&mut readable));
-                if work == 0 {
+                if work > 0 {
+                    backoff.reset();
+                } else if backoff.idle(None) == Idle::Park {
                     readable = self.engine.invoker_sleep(wait, &self.ep);
                 }
                 st = self.shared.lock();

@@ -4,6 +4,7 @@
 pub mod engine;
 pub mod extension;
 pub mod group;
+pub mod idle;
 pub mod ldg;
 pub mod mmsg;
 pub mod module;

@@ -9,6 +9,7 @@ use crate::engine::{
     deadline_after, read_envelope, write_envelope, Endpoint, EndpointCounters, Engine, EngineIo,
     ENVELOPE_BYTES, LINKS_PER_PORT_MAX,
 };
+use crate::idle::{Backoff, Idle, Phase};
 use crate::naming::NamingError;
 use crate::shm::{
     ensure_private_dir, IdleStrategy, RingConfig, RingReceiver, RingSender, SendError, ShmError,
@@ -458,22 +459,24 @@ impl Port {
         }
         // Remote: the link's window is full until acknowledgements arrive. Run the engine
         // here if it is idle (that processes them at once), else let its thread do it.
-        let mut idle_since = std::time::Instant::now();
+        let mut backoff = Backoff::new(Phase::Passes(0), Phase::Time(Duration::from_micros(200)));
         loop {
             match self.remote_send(dest, msg) {
                 Err(PortError::Full) => {}
                 r => return r,
             }
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return Err(PortError::Timeout);
-            }
             if self.engine.duty_cycle() > 0 {
-                idle_since = now;
-            } else if now - idle_since < Duration::from_micros(200) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(20));
+                backoff.reset();
+                if std::time::Instant::now() >= deadline {
+                    return Err(PortError::Timeout);
+                }
+                continue;
+            }
+            match backoff.idle(Some(deadline)) {
+                Idle::Expired => return Err(PortError::Timeout),
+                // A short nap: the acknowledgements come from the engine thread.
+                Idle::Park => std::thread::sleep(Duration::from_micros(20)),
+                what => Backoff::pause(what),
             }
         }
     }
@@ -1047,18 +1050,13 @@ impl Port {
     /// says, then park in poll(2) on the engine's sockets (local senders ring a doorbell there)
     /// until traffic, the next link timer, or the deadline.
     fn invoke_until(&mut self, deadline: Option<std::time::Instant>) -> bool {
-        let spins = match self.cfg.idle {
-            IdleStrategy::Spin => u32::MAX,
-            IdleStrategy::SpinThenPark { spins } => spins,
-            IdleStrategy::Park => 0,
-        };
-        let mut n = 0u32;
+        let mut backoff = Backoff::for_strategy(self.cfg.idle);
         let mut fds = Vec::new();
         // After a sleep: whether traffic may still wait on a socket (a sleep in a read of the
         // socket took its datagram in already; reading again would find nothing). A parked
         // receiver does not read before its first sleep either: the sleep ends at once if a
         // datagram waits, and takes it in.
-        let mut after_sleep: Option<bool> = (spins == 0).then_some(false);
+        let mut after_sleep: Option<bool> = (self.cfg.idle == IdleStrategy::Park).then_some(false);
         loop {
             match after_sleep.take() {
                 None => self.engine.duty_cycle(),
@@ -1071,19 +1069,15 @@ impl Port {
                 // Woken (a sink took something in): the caller looks.
                 return self.ring.has_ready();
             }
-            n = n.saturating_add(1);
-            if n <= spins {
-                if n.is_multiple_of(64) && deadline.is_some_and(|d| std::time::Instant::now() >= d)
-                {
-                    return self.ring.has_ready();
+            match backoff.idle(deadline) {
+                Idle::Expired => return self.ring.has_ready(),
+                Idle::Park => {}
+                what => {
+                    Backoff::pause(what);
+                    continue;
                 }
-                std::hint::spin_loop();
-                continue;
             }
             let now = std::time::Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return self.ring.has_ready();
-            }
             let timer = self.engine.park_plan(&mut fds);
             let mut wait = crate::engine::PARK_MAX;
             if let Some(d) = deadline {
@@ -1150,12 +1144,18 @@ impl Port {
     pub fn flush(&mut self, timeout: Duration) -> Result<(), PortError> {
         let deadline = deadline_after(timeout);
         let quiet = |p: &Port| p.ep.links.lock().expect("links lock").is_quiescent();
+        let mut backoff = Backoff::new(Phase::Passes(0), Phase::Forever);
         while !quiet(self) {
-            if std::time::Instant::now() >= deadline {
-                return Err(PortError::Timeout);
+            if self.engine.duty_cycle() > 0 {
+                backoff.reset();
+                if std::time::Instant::now() >= deadline {
+                    return Err(PortError::Timeout);
+                }
+                continue;
             }
-            if self.engine.duty_cycle() == 0 {
-                std::thread::yield_now();
+            match backoff.idle(Some(deadline)) {
+                Idle::Expired => return Err(PortError::Timeout),
+                what => Backoff::pause(what),
             }
         }
         Ok(())

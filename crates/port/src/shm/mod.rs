@@ -170,16 +170,7 @@ impl fmt::Display for SendError {
 
 impl std::error::Error for SendError {}
 
-/// How [`RingReceiver::wait`] idles while the ring is empty.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IdleStrategy {
-    /// Busy-poll until a message arrives or the timeout passes.
-    Spin,
-    /// Busy-poll `spins` times, then park on the futex.
-    SpinThenPark { spins: u32 },
-    /// Park on the futex at once.
-    Park,
-}
+pub use crate::idle::IdleStrategy;
 
 /// Counters of a ring, read from the segment header (so they include every sender's work).
 /// They live in untrusted memory: good for statistics, not for decisions.

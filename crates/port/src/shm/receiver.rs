@@ -19,12 +19,11 @@ use super::reclaim::{self, Verdict};
 use super::segment::Segment;
 use super::sender::{self, Claim, RingSender};
 use super::{IdleStrategy, RingConfig, RingCounters, SendError, ShmError};
+use crate::idle::{Backoff, Idle};
 
 /// Attempts at `O_EXCL` creation when the path is taken by dead owners' segments (each attempt
 /// reclaims one); past this, another creator is racing us and we report `InUse`.
 const CREATE_ATTEMPTS: u32 = 4;
-/// Spins between deadline checks in [`IdleStrategy::Spin`].
-const SPINS_PER_CLOCK_READ: u32 = 128;
 
 /// The receiving end of a local port: the only consumer of its ring. `Send` and `Sync` (all
 /// `&self` methods are thread-safe); consuming needs `&mut self`.
@@ -413,39 +412,21 @@ impl RingReceiver {
         if self.has_ready() {
             return true;
         }
-        match strategy {
-            IdleStrategy::Spin => self.spin(None, deadline).unwrap_or(false),
-            IdleStrategy::SpinThenPark { spins } => match self.spin(Some(spins), deadline) {
-                Some(ready) => ready,
-                None => self.park(deadline),
-            },
-            IdleStrategy::Park => self.park(deadline),
-        }
-    }
-
-    /// Busy-polls up to `limit` times (forever when `None`). `Some(answer)` when done,
-    /// `None` when the spins ran out.
-    fn spin(&mut self, limit: Option<u32>, deadline: Option<Instant>) -> Option<bool> {
-        let mut spins: u32 = 0;
+        let mut backoff = Backoff::for_strategy(strategy);
         loop {
             if self.has_ready() {
-                return Some(true);
+                return true;
             }
             if self.seg.interrupt.load(Ordering::Relaxed)
                 && self.seg.interrupt.swap(false, Ordering::SeqCst)
             {
-                return Some(self.has_ready());
+                return self.has_ready();
             }
-            if limit.is_some_and(|l| spins >= l) {
-                return None;
+            match backoff.idle(deadline) {
+                Idle::Park => return self.park(deadline),
+                Idle::Expired => return self.has_ready(),
+                what => Backoff::pause(what),
             }
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(SPINS_PER_CLOCK_READ)
-                && deadline.is_some_and(|d| Instant::now() >= d)
-            {
-                return Some(self.has_ready());
-            }
-            std::hint::spin_loop();
         }
     }
 

@@ -44,7 +44,10 @@ pub enum TableSendError {
     Full,
     /// The peer's link gave up on it (retransmissions exhausted).
     Unreachable,
-    TooLong { len: usize, max: usize },
+    TooLong {
+        len: usize,
+        max: usize,
+    },
 }
 
 /// What a [`LinkTable::run`] did.
