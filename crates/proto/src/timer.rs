@@ -91,6 +91,15 @@ impl<K: Copy> TimerWheel<K> {
         fired
     }
 
+    /// Keeps only the entries for which `keep(deadline, key)` holds (drops stale ones when the
+    /// wheel is full). Visits every bucket: for the rare case, not the hot path.
+    pub fn retain(&mut self, mut keep: impl FnMut(Instant, K) -> bool) {
+        for bucket in &mut self.slots {
+            bucket.retain(|&(d, k)| keep(d, k));
+        }
+        self.len = self.slots.iter().map(Vec::len).sum();
+    }
+
     /// A lower bound on the earliest deadline (exact unless entries of a later round share
     /// the first non-empty bucket), or `None` if the wheel is empty.
     pub fn next_deadline(&self) -> Option<Instant> {
@@ -153,5 +162,21 @@ mod tests {
         let mut got = None;
         w.expire(Instant(1_000), |_, k| got = Some(k));
         assert_eq!(got, Some(7));
+    }
+
+    #[test]
+    fn retain_makes_room_and_keeps_what_it_is_told() {
+        let mut w = TimerWheel::new(100, 4, 3, Instant(0));
+        for (d, k) in [(50, 1), (450, 2), (90, 3)] {
+            w.schedule(Instant(d), k).unwrap();
+        }
+        assert_eq!(w.schedule(Instant(70), 4), Err(WheelFull));
+        w.retain(|_, k| k != 2);
+        assert_eq!(w.len(), 2);
+        w.schedule(Instant(70), 4).unwrap();
+        let mut fired = Vec::new();
+        w.expire(Instant(1_000), |_, k| fired.push(k));
+        fired.sort_unstable();
+        assert_eq!(fired, [1, 3, 4]);
     }
 }

@@ -99,8 +99,8 @@ impl LinkTable {
         cfg.validate()?;
         Ok(LinkTable {
             buf: vec![0u8; cfg.packet_bytes_max],
-            // At most two live entries per link (the scheduled one and one stale one that is
-            // dropped when it fires).
+            // One live entry per link and room for as many stale ones; a full wheel is
+            // compacted.
             timers: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 2 * links_max, now),
             cfg,
             local,
@@ -215,13 +215,26 @@ impl LinkTable {
         };
         if self.timer_at.get(&peer).is_none_or(|&at| t < at) {
             if self.timers.schedule(t, peer).is_err() {
-                // The wheel is full of stale entries: look at this link every run instead.
-                self.mark(peer);
-                return;
+                self.compact_timers();
+                if self.timers.schedule(t, peer).is_err() {
+                    // Cannot happen (room for two per link): look at the link every run.
+                    self.mark(peer);
+                    return;
+                }
             }
             self.timer_at.insert(peer, t);
             self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
         }
+    }
+
+    /// Drops the wheel's stale entries, keeping one per link: the one `timer_at` names. A
+    /// deadline moved earlier leaves the later one behind, and when the earlier one has fired
+    /// the later one is scheduled again, so the wheel fills with stale entries and copies.
+    fn compact_timers(&mut self) {
+        let timer_at = &self.timer_at;
+        let mut kept: HashSet<Address> = HashSet::default();
+        self.timers
+            .retain(|deadline, peer| timer_at.get(&peer) == Some(&deadline) && kept.insert(peer));
     }
 
     /// Whether a delivery waits for room.
@@ -236,12 +249,14 @@ impl LinkTable {
         }
     }
 
-    /// When the table must next run (`Instant::ZERO`: at once).
+    /// When the table must next run (`Instant::ZERO`: at once). This is the bound `run` itself
+    /// tests, so a caller that waits until it never finds it already past after a run (the
+    /// wheel's own bound, taken from a cursor that only `run` moves, can be).
     pub fn next_deadline(&self) -> Option<Instant> {
         if !self.dirty.is_empty() {
             return Some(Instant::ZERO);
         }
-        self.timers.next_deadline()
+        self.earliest
     }
 
     /// Timers that fired, then deliveries and transmissions for every link that needs a look;
@@ -337,4 +352,49 @@ fn transmit_all(link: &mut Link, buf: &mut [u8], now: Instant, io: &mut impl Lin
         n += 1;
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Lossy(usize);
+
+    impl LinkIo for Lossy {
+        fn deliver(&mut self, _: Address, _: &[u8]) -> bool {
+            true
+        }
+        fn transmit(&mut self, _: Address, _: &[u8]) {
+            self.0 += 1;
+        }
+    }
+
+    #[test]
+    fn deadlines_move_forward_while_a_lost_message_backs_off() {
+        let cfg = LinkConfig::default();
+        let local = Address::new(0, 1, 1, 0);
+        let peer = Address::new(0, 2, 1, 0);
+        let mut t = LinkTable::new(cfg, local, 1, 1, None, 4, Instant::ZERO).unwrap();
+        let mut io = Lossy(0);
+        // The first send comes long after the table was made (its wheel not yet turned), and
+        // retransmissions back off to a timeout longer than one turn of the wheel; a caller
+        // that sleeps until each deadline must always be woken later than it last ran.
+        let mut now = Instant(1_000_000_000);
+        t.send(now, peer, b"never acknowledged", &mut io).unwrap();
+        let mut runs = 0;
+        while now.0 < 11_000_000_000 {
+            let next = t.next_deadline().expect("a message is outstanding");
+            assert!(next > now, "deadline {next:?} not after the run at {now:?}");
+            now = next;
+            t.run(now, &mut io);
+            runs += 1;
+        }
+        // One wake per turn of the wheel at most, beside the retransmissions.
+        let turn = TIMER_TICK_NS * TIMER_SLOTS as u64;
+        assert!(
+            runs <= 10_000_000_000 / turn + io.0 as u64 + 2,
+            "{runs} runs"
+        );
+        assert!(t.counters().retransmitted >= 10, "{:?}", t.counters());
+    }
 }
