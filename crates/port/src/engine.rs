@@ -1006,16 +1006,7 @@ impl Engine {
         // maps.
         let source_ok = self.socket_addr(h.source).is_ok_and(|s| s == from)
             || (ep.trust_moved_sources && h.kind == Kind::Datagram);
-        let dest_ok = match h.kind {
-            // A multicast goes to every member as one packet: the group message names the
-            // group, and the member checks the sender.
-            Kind::Group => h.destination.instance == ep.addr.instance,
-            Kind::Multicast => {
-                h.destination.instance == ep.addr.instance
-                    && h.destination.server_type == ep.addr.server_type
-            }
-            _ => h.destination == ep.addr,
-        };
+        let dest_ok = h.addressed_to(ep.addr);
         if !source_ok || !dest_ok {
             ep.counters
                 .dropped_misaddressed

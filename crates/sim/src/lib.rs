@@ -6,6 +6,7 @@
 //! mixes. The same seed replays the same run, event for event: every run keeps a digest of its
 //! event trace to prove it.
 
+pub mod engine_sim;
 pub mod frag_sim;
 pub mod group_sim;
 pub mod link_sim;
@@ -14,6 +15,7 @@ pub mod net;
 pub mod order_sim;
 pub mod rpc_sim;
 pub mod schedule;
+pub mod streams;
 pub mod vs_sim;
 
 pub use net::{FaultConfig, Network};

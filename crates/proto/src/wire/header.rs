@@ -86,6 +86,21 @@ pub struct PacketHeader {
 }
 
 impl PacketHeader {
+    /// Whether a port at `port` takes this packet: a point-to-point packet names it exactly; a
+    /// GROUP packet goes to every member as one packet, so it names the instance only (the
+    /// group message names the group); a MULTICAST names the type and instance (the members
+    /// of a transaction share them).
+    pub fn addressed_to(&self, port: Address) -> bool {
+        match self.kind {
+            Kind::Group => self.destination.instance == port.instance,
+            Kind::Multicast => {
+                self.destination.instance == port.instance
+                    && self.destination.server_type == port.server_type
+            }
+            Kind::Data | Kind::Ack | Kind::Datagram => self.destination == port,
+        }
+    }
+
     /// Writes the header with `length`; the checksum field is left zero for the writer to fill.
     pub(crate) fn write(&self, out: &mut [u8], length: usize) {
         out[0..2].copy_from_slice(&MAGIC.to_le_bytes());
