@@ -126,6 +126,16 @@ impl Faults {
         }
     }
 
+    /// No schedules (simulators whose faults are all in the network's mix).
+    pub fn none() -> Faults {
+        Faults::for_seed(0, false, false, 0)
+    }
+
+    /// Whether there is a schedule to step.
+    pub fn has_schedule(&self) -> bool {
+        self.on && (self.partitions.is_some() || self.clogs.is_some())
+    }
+
     /// Cuts or heals the network of `slots` nodes, then clogs a path between two of `running`,
     /// when the schedules say so (see `Partitions::step` and `Clogs::step`).
     pub fn step(
