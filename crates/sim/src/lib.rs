@@ -38,14 +38,18 @@ pub trait Node {
     fn poll_timeout(&self) -> Option<Instant>;
     /// The next packet to put on the wire: its length in `buf`, its destinations pushed on
     /// `to` (one, or a group's fan-out).
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8], to: &mut Vec<NodeId>)
-        -> Option<usize>;
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        to: &mut Vec<NodeId>,
+    ) -> Option<usize>;
 }
 
 /// Implements [`Node`] for a group member type whose `poll_transmit` names a `Dest` (`To` one
 /// address or `All` of its `fanout`); a process's slot is its address's site.
 macro_rules! member_node {
-    ($member:ty, $dest:ty) => {
+    ($member:ty, $dest:ident) => {
         impl $crate::Node for $member {
             fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
                 let _ = <$member>::handle_message(self, now, bytes);
@@ -64,8 +68,8 @@ macro_rules! member_node {
             ) -> Option<usize> {
                 let (dest, len) = <$member>::poll_transmit(self, now, buf)?;
                 match dest {
-                    <$dest>::To(a) => to.push(a.site as usize),
-                    <$dest>::All => to.extend(self.fanout().map(|a| a.site as usize)),
+                    $dest::To(a) => to.push(a.site as usize),
+                    $dest::All => to.extend(self.fanout().map(|a| a.site as usize)),
                 }
                 Some(len)
             }

@@ -318,7 +318,9 @@ impl LinkWorld {
     /// Whether stream i -> j has nothing left: the sender's link idle, nothing held for the
     /// receiver's application.
     fn stream_done(&self, i: NodeId, j: NodeId) -> bool {
-        i == j || (self.nodes[i].link_ref(j).is_idle() && !self.nodes[j].link_ref(i).has_pending_delivery())
+        i == j
+            || (self.nodes[i].link_ref(j).is_idle()
+                && !self.nodes[j].link_ref(i).has_pending_delivery())
     }
 
     /// The application at `j` takes what the link from `i` delivers; each through the checker.
@@ -428,7 +430,14 @@ impl World for LinkWorld {
             let j = (i + 1 + self.rng.below(n as u64 - 1) as usize) % n;
             if self.s.sent[i][j] < self.opts.messages_per_pair {
                 let len = message_len(&mut self.rng);
-                message(i, j, self.incarnation[i], self.s.sent[i][j], len, &mut self.msg);
+                message(
+                    i,
+                    j,
+                    self.incarnation[i],
+                    self.s.sent[i][j],
+                    len,
+                    &mut self.msg,
+                );
                 match self.nodes[i].link(j).send(now, &self.msg) {
                     Ok(()) => self.s.sent[i][j] += 1,
                     Err(LinkSendError::Full) => {}

@@ -306,8 +306,15 @@ impl ModuleWorld {
         args[1..9].copy_from_slice(&self.token.to_le_bytes());
         args[9..17].copy_from_slice(&delay.to_le_bytes());
         let host = &mut self.nodes[i].host;
-        host.instruct(now, InstructionId(self.instruction), MODULE, KEY, SEND, &args)
-            .expect("instruction taken");
+        host.instruct(
+            now,
+            InstructionId(self.instruction),
+            MODULE,
+            KEY,
+            SEND,
+            &args,
+        )
+        .expect("instruction taken");
         while host.poll_event().is_some() {}
         self.armed
             .insert((i, self.incarnation[i], self.token), Instant(now.0 + delay));
@@ -442,7 +449,10 @@ impl World for ModuleWorld {
         }
         // Workload: instructions during the safety phase, then the final rounds.
         for i in 0..n {
-            if !run.healed && self.issued[i] < self.opts.messages_per_node && self.next_issue[i] <= now {
+            if !run.healed
+                && self.issued[i] < self.opts.messages_per_node
+                && self.next_issue[i] <= now
+            {
                 let j = (i + 1 + self.rng.below(n as u64 - 1) as usize) % n;
                 let delay = self.rng.below(50_000_000);
                 self.issue(now, i, j, delay);
@@ -513,7 +523,8 @@ impl World for ModuleWorld {
             return Err(run.fail(format!("node {node}.{inc}: timer {tok} never fired")));
         }
         for &(round, i, j, counter) in &self.finals {
-            let got = self.last[j][i].is_some_and(|(s, c)| s == self.incarnation[i] && c >= counter);
+            let got =
+                self.last[j][i].is_some_and(|(s, c)| s == self.incarnation[i] && c >= counter);
             if round == 1 && !got {
                 return Err(run.fail(format!(
                     "liveness: node {i}'s final message #{counter} never reached node {j}.{}",

@@ -7,6 +7,13 @@ use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
 
+/// Process slots of a group simulator, at most (restarts are new processes).
+pub const MAX_SLOTS: usize = 24;
+/// A group simulator's clock tick ([`crate::Clock::Tick`]): the workload's time step.
+pub const STEP_NS: u64 = 1_000_000;
+/// A group simulator's packet buffer.
+pub const BUF_BYTES: usize = 65536;
+
 /// Some seeds (40 %) cut the network in two at random times, for anything from a blip the
 /// failure detector never notices to longer than a view change takes.
 pub struct Partitions {
