@@ -15,6 +15,7 @@ pub mod harness;
 pub mod link_sim;
 pub mod module_sim;
 pub mod net;
+pub mod oracle_sim;
 pub mod order_sim;
 pub mod rpc_sim;
 pub mod schedule;

@@ -9,6 +9,7 @@ use txcast_sim::group_sim::{run_group, GroupSimOptions};
 use txcast_sim::harness::{self, Violation};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
 use txcast_sim::module_sim::{run_module, ModuleSimOptions};
+use txcast_sim::oracle_sim::{run_oracle, OracleSimOptions};
 use txcast_sim::order_sim::{pack_from_name, run_order, OrderSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
@@ -21,6 +22,7 @@ const USAGE: &str = "usage: txcast sim KIND [--seed S | --seeds N [--first F] [-
      \x20 vs      [--members N] [--casts N]\n\
      \x20 order   [--protocol totem|total|dynseq|dynord] [--pack off|adaptive|fixed] [--stability piggyback|pinwheel] [--members N] [--messages N]\n\
      \x20 module  [--nodes N] [--messages N]\n\
+     \x20 oracle  [--servers N]\n\
      \x20 --seed S runs one seed and prints its report (with --trace, its events; TXCAST_SIM_TRACE=1 or 2 likewise);\n\
      \x20 --seeds N (default 1000) from --first F (default 0) on --threads T (default 1) prints each failure and a summary";
 
@@ -39,6 +41,7 @@ pub fn run(args: &[String]) -> i32 {
         "vs" => vs(args, &c),
         "order" => order(args, &c),
         "module" => module(args, &c),
+        "oracle" => oracle(args, &c),
         _ => {
             eprintln!("{USAGE}");
             2
@@ -326,6 +329,27 @@ fn order(args: &[String], c: &Common) -> i32 {
                 r.partitions, r.clogs, r.views, r.final_members, r.orphans,
                 if r.blocked { " (blocked: a majority of the newest view is gone)" } else { "" },
                 r.digest
+            );
+        },
+    )
+}
+
+fn oracle(args: &[String], c: &Common) -> i32 {
+    let mut opts = OracleSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--servers") {
+        opts.servers = n.clamp(1, 60);
+    }
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "oracle",
+        |s| run_oracle(s, &opts),
+        |r| {
+            println!("  faults:  {}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!(
+                "  {} requests: {} registrations taken, {} refused, {} malformed; {} notifications; {} failed entries evicted; {} oracle restarts; virtual end {:.3} s; trace digest {:016x}",
+                r.requests, r.registered, r.refused, r.malformed, r.notifications, r.evicted,
+                r.oracle_restarts, r.end_ns as f64 / 1e9, r.digest
             );
         },
     )
