@@ -19,6 +19,7 @@ pub mod oracle_sim;
 pub mod order_sim;
 pub mod rpc_sim;
 pub mod schedule;
+pub mod txn_sim;
 pub mod vs_sim;
 
 pub use harness::{run, sweep, Clock, Plan, Run, Violation, World};

@@ -12,6 +12,7 @@ use txcast_sim::module_sim::{run_module, ModuleSimOptions};
 use txcast_sim::oracle_sim::{run_oracle, OracleSimOptions};
 use txcast_sim::order_sim::{pack_from_name, run_order, OrderSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
+use txcast_sim::txn_sim::{run_txn, TxnSimOptions};
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
 
 const USAGE: &str = "usage: txcast sim KIND [--seed S | --seeds N [--first F] [--threads T]] [--trace [2]] [--no-faults] [--no-partitions] [--no-clogs] [KIND OPTIONS]\n\
@@ -23,6 +24,7 @@ const USAGE: &str = "usage: txcast sim KIND [--seed S | --seeds N [--first F] [-
      \x20 order   [--protocol totem|total|dynseq|dynord] [--pack off|adaptive|fixed] [--stability piggyback|pinwheel] [--members N] [--messages N]\n\
      \x20 module  [--nodes N] [--messages N]\n\
      \x20 oracle  [--servers N]\n\
+     \x20 txn     [--nodes N] [--txns N] [--packets N]   (transaction multicast)\n\
      \x20 --seed S runs one seed and prints its report (with --trace, its events; TXCAST_SIM_TRACE=1 or 2 likewise);\n\
      \x20 --seeds N (default 1000) from --first F (default 0) on --threads T (default 1) prints each failure and a summary";
 
@@ -42,6 +44,7 @@ pub fn run(args: &[String]) -> i32 {
         "order" => order(args, &c),
         "module" => module(args, &c),
         "oracle" => oracle(args, &c),
+        "txn" => txn(args, &c),
         _ => {
             eprintln!("{USAGE}");
             2
@@ -350,6 +353,32 @@ fn oracle(args: &[String], c: &Common) -> i32 {
                 "  {} requests: {} registrations taken, {} refused, {} malformed; {} notifications; {} failed entries evicted; {} oracle restarts; virtual end {:.3} s; trace digest {:016x}",
                 r.requests, r.registered, r.refused, r.malformed, r.notifications, r.evicted,
                 r.oracle_restarts, r.end_ns as f64 / 1e9, r.digest
+            );
+        },
+    )
+}
+
+fn txn(args: &[String], c: &Common) -> i32 {
+    let mut opts = TxnSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--nodes") {
+        opts.nodes = n.clamp(2, 64);
+    }
+    if let Some(n) = opt::<usize>(args, "--txns") {
+        opts.txns = n.clamp(1, 64);
+    }
+    if let Some(n) = opt::<u32>(args, "--packets") {
+        opts.packets_per_node = n;
+    }
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "txn",
+        |s| run_txn(s, &opts),
+        |r| {
+            println!("  faults:  {}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!(
+                "  {} messages multicast, {} taken by members, {} packets dropped at non-members; {} damaged or forged packets sent, {} copies refused; virtual end {:.3} s; trace digest {:016x}",
+                r.sent, r.taken, r.not_joined, r.damaged, r.refused, r.end_ns as f64 / 1e9, r.digest
             );
         },
     )
