@@ -451,7 +451,7 @@ impl Sim {
                 self.drain(run, i)?;
             }
         }
-        if !!run.healed {
+        if run.healed {
             return Ok(());
         }
         let running: Vec<usize> = self.live().collect();

@@ -409,7 +409,7 @@ pub fn sweep(
             eprintln!("{e}");
         }
         let k = done.fetch_add(1, Ordering::Relaxed) + 1;
-        if k % 1000 == 0 {
+        if k.is_multiple_of(1000) {
             eprintln!(
                 "  {k} / {seeds} seeds, {} failures, {:.0} s",
                 failures.load(Ordering::Relaxed),

@@ -603,7 +603,7 @@ impl Sim {
             p.next_send_at = run.ns() + self.rng.below(8_000_000);
             self.drain(run, i)?;
         }
-        if !!run.healed {
+        if run.healed {
             return Ok(());
         }
         let running: Vec<usize> = self.live().collect();
