@@ -13,9 +13,8 @@
 //! Liveness: after healing (no faults, no crashes), every transfer started then completes, and
 //! every receiver frees what it was reassembling.
 
-use crate::harness::{self, draw_restarts, min_opt, Clock, Plan, Run, Violation, World};
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::Faults;
 use crate::{Digest, NodeId};
 use std::collections::{HashMap, HashSet};
 use txcast_proto::addr::Address;
@@ -190,19 +189,14 @@ pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Viola
     let net = Network::new(n, faults.clone(), rng.fork());
     let restarts = draw_restarts(&mut rng, opts.faults, 0.4, 3, opts.safety_ns, n);
     let liveness_at = opts.safety_ns + 1_500 * MS;
-    let plan = Plan {
-        sim: "frag",
+    let plan = Plan::event(
+        "frag",
         seed,
-        clock: Clock::Event,
         net,
-        faults: Faults::none(),
-        restarts: restarts.clone(),
-        safety_ns: opts.safety_ns,
-        end_ns: liveness_at + 20_000 * MS,
-        steps_max: None,
-        buf_bytes: 0,
-        replay: String::new(),
-    };
+        restarts.clone(),
+        opts.safety_ns,
+        liveness_at + 20_000 * MS,
+    );
     let world = FragWorld {
         opts: opts.clone(),
         rng,

@@ -6,10 +6,10 @@
 //! Processes are slots: a crashed process is gone for good, and a restart is a new process
 //! (a new address) that joins through a live member, as a restarted server would.
 
-use crate::harness::{self, Clock, Plan, Run, Violation, World};
-use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{begin_leave, choose_down, Down, Faults, BUF_BYTES, MAX_SLOTS, STEP_NS};
-use crate::{member_node, Digest, Node, NodeId};
+use crate::harness::{self, Run, Violation, World};
+use crate::net::{FaultConfig, NetCounters};
+use crate::schedule::{fire, group_plan, next_timer, receive, Churn, Down, MAX_SLOTS};
+use crate::{member_node, Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::group::{
     Delivered, Dest, GroupConfig, GroupEvent, Member, Method, MinMembers, State,
@@ -127,12 +127,7 @@ struct Sim {
     /// (sender, msg_id) -> payload hash, for everything handed to `send`.
     sent: HashMap<(Address, u64), u64>,
     completed: Vec<(Address, u64)>,
-    crashes: u32,
-    expulsions: u32,
-    leaves: u32,
-    joins: u32,
-    crash_p: f64,
-    leave_p: f64,
+    churn: Churn,
     /// The seed's fault mix, for the report.
     faults: String,
 }
@@ -158,7 +153,7 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         reset_retry: std::time::Duration::from_millis(200),
         ..GroupConfig::default()
     };
-    let (faults, crash_p, leave_p) = if opts.faults {
+    let (faults, churn) = if opts.faults {
         cfg.resilience = cfg_rng.below(opts.members as u64) as u8;
         cfg.method = match cfg_rng.below(3) {
             0 => Method::Pb,
@@ -175,30 +170,20 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
             },
         };
         let f = FaultConfig::for_group(&mut fault_rng);
-        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
-        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
-        (f, crash_p, leave_p)
+        (f, Churn::draw(&mut cfg_rng))
     } else {
-        (FaultConfig::none(), 0.0, 0.0)
+        (FaultConfig::none(), Churn::default())
     };
-    let plan = Plan {
-        sim: "group",
+    let plan = group_plan(
+        "group",
         seed,
-        clock: Clock::Tick(STEP_NS),
-        net: Network::new(MAX_SLOTS, faults.clone(), rng.fork()),
-        faults: Faults::for_seed(
-            seed,
-            opts.faults && opts.partitions,
-            opts.faults && opts.clogs,
-            opts.safety_ns,
-        ),
-        restarts: Vec::new(),
-        safety_ns: opts.safety_ns,
-        end_ns: opts.safety_ns + opts.liveness_ns,
-        steps_max: None,
-        buf_bytes: BUF_BYTES,
-        replay: String::new(),
-    };
+        &faults,
+        &mut rng,
+        (opts.faults, opts.partitions, opts.clogs),
+        opts.safety_ns,
+        opts.liveness_ns,
+        String::new(),
+    );
     let sim = Sim {
         opts: opts.clone(),
         cfg,
@@ -208,13 +193,11 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         crashed_logs: Vec::new(),
         sent: HashMap::new(),
         completed: Vec::new(),
-        crashes: 0,
-        expulsions: 0,
-        leaves: 0,
-        joins: 0,
-        crash_p,
-        leave_p,
-        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
+        churn,
+        faults: format!(
+            "{faults:?} crash_p={} leave_p={}",
+            churn.crash_p, churn.leave_p
+        ),
     };
     harness::run(sim, plan)
 }
@@ -227,22 +210,13 @@ impl World for Sim {
     }
 
     fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
-        run.digest.add_u64(to as u64);
-        run.digest.add(&bytes);
-        if let Some(m) = self.procs.get_mut(to).and_then(|p| p.m.as_mut()) {
-            Node::handle_message(m, run.now, &bytes);
-        }
+        receive(&mut self.procs, run, to, &bytes);
         self.drain(run, to)
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
         for i in 0..self.procs.len() {
-            if self.procs[i].m.as_ref().is_some_and(|m| run.due(m)) {
-                self.procs[i]
-                    .m
-                    .as_mut()
-                    .expect("live")
-                    .handle_timeout(run.now);
+            if fire(&mut self.procs[i], run) {
                 self.drain(run, i)?;
             }
         }
@@ -250,10 +224,7 @@ impl World for Sim {
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        self.procs
-            .iter()
-            .filter_map(|p| p.m.as_ref().and_then(|m| m.poll_timeout()))
-            .min()
+        next_timer(&self.procs)
     }
 
     /// Healed links carry every packet after the minimum delay of a network without faults.
@@ -314,9 +285,9 @@ impl World for Sim {
             sent: self.sent.len() as u64,
             completed: self.completed.len() as u64,
             delivered: counters().map(|c| c.delivered).sum(),
-            crashes: self.crashes,
-            leaves: self.leaves,
-            joins: self.joins,
+            crashes: self.churn.crashes,
+            leaves: self.churn.leaves,
+            joins: self.churn.joins,
             partitions: run.faults.cuts,
             clogs: run.faults.clogged,
             resets: counters().map(|c| c.resets_completed).sum(),
@@ -330,7 +301,7 @@ impl World for Sim {
 impl Sim {
     /// Processes the group lost: crashed, or left out of a rebuilt view.
     fn failures(&self) -> u32 {
-        self.crashes + self.expulsions
+        self.churn.crashes + self.churn.expulsions
     }
 
     fn describe(&self, run: &Run) -> String {
@@ -339,9 +310,9 @@ impl Sim {
             self.cfg.resilience,
             self.cfg.method,
             self.cfg.pack,
-            self.crashes,
-            self.leaves,
-            self.joins,
+            self.churn.crashes,
+            self.churn.leaves,
+            self.churn.joins,
             run.faults.cuts,
             run.faults.clogged
         )
@@ -416,7 +387,7 @@ impl Sim {
         let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, run.now)
             .expect("valid config");
         self.procs[i].m = Some(m);
-        self.joins += 1;
+        self.churn.joins += 1;
     }
 
     /// Processes that exist and are (or are becoming) members.
@@ -455,32 +426,21 @@ impl Sim {
             return Ok(());
         }
         let running: Vec<usize> = self.live().collect();
-        match choose_down(
-            &self.procs,
-            running.into_iter(),
-            &mut self.rng,
-            self.crash_p,
-            self.leave_p,
-        ) {
+        match self
+            .churn
+            .step(&mut self.procs, running, &mut self.rng, run)
+        {
             Some(Down::Crash(victim)) => {
                 self.procs[victim].m = None;
                 let log = std::mem::take(&mut self.procs[victim].log);
                 self.crashed_logs.push((self.procs[victim].addr, log));
-                if run.trace > 0 {
-                    eprintln!("{:>10} CRASH {}", run.ns(), self.procs[victim].addr);
-                }
-                self.crashes += 1;
-                run.digest.add_u64(0xdead ^ victim as u64);
                 self.spawn_joiner(run);
             }
-            Some(Down::Leave(who))
-                if begin_leave(&mut self.procs[who], now, run.ns(), run.trace > 0) =>
-            {
-                self.leaves += 1;
+            Some(Down::Leave(who)) => {
                 self.drain(run, who)?;
                 self.spawn_joiner(run);
             }
-            Some(Down::Leave(_)) | None => {}
+            None => {}
         }
         Ok(())
     }
@@ -538,7 +498,7 @@ impl Sim {
                     // alone may be lost, as for a crash); it starts again as a new process.
                     let log = std::mem::take(&mut self.procs[i].log);
                     self.crashed_logs.push((addr, log));
-                    self.expulsions += 1;
+                    self.churn.expulsions += 1;
                     self.spawn_joiner(run);
                 }
                 _ => {}

@@ -135,6 +135,33 @@ pub struct Plan {
     pub replay: String,
 }
 
+impl Plan {
+    /// A [`Clock::Event`] run on `net` with these restarts, no fault schedules, no step bound,
+    /// no packet buffer and no replay options (set them on the result where needed).
+    pub fn event(
+        sim: &'static str,
+        seed: u64,
+        net: Network,
+        restarts: Vec<(u64, NodeId)>,
+        safety_ns: u64,
+        end_ns: u64,
+    ) -> Plan {
+        Plan {
+            sim,
+            seed,
+            clock: Clock::Event,
+            net,
+            faults: Faults::none(),
+            restarts,
+            safety_ns,
+            end_ns,
+            steps_max: None,
+            buf_bytes: 0,
+            replay: String::new(),
+        }
+    }
+}
+
 /// The state the runner shares with the world at each step.
 pub struct Run {
     pub sim: &'static str,

@@ -1,9 +1,8 @@
 //! The reliable link under simulated faults, with its checker: every message sent is delivered
 //! exactly once, in order, unaltered, and nothing is invented.
 
-use crate::harness::{self, draw_restarts, min_opt, Clock, Plan, Run, Violation, World};
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::Faults;
 use crate::{Node, NodeId};
 use txcast_proto::link::{Link, LinkConfig, LinkCounters, LinkSendError};
 use txcast_proto::pack::PackMode;
@@ -273,17 +272,15 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Viola
     // a newer incarnation.
     let restarts = draw_restarts(&mut rng, opts.faults, 0.3, 3, opts.safety_ns, n);
     let plan = Plan {
-        sim: "link",
-        seed,
-        clock: Clock::Event,
-        net: Network::new(n, faults.clone(), rng.fork()),
-        faults: Faults::none(),
-        restarts: restarts.clone(),
-        safety_ns: opts.safety_ns,
-        end_ns: opts.safety_ns + opts.liveness_ns,
-        steps_max: None,
         buf_bytes: cfg.packet_bytes_max,
-        replay: String::new(),
+        ..Plan::event(
+            "link",
+            seed,
+            Network::new(n, faults.clone(), rng.fork()),
+            restarts.clone(),
+            opts.safety_ns,
+            opts.safety_ns + opts.liveness_ns,
+        )
     };
     let world = LinkWorld {
         opts: opts.clone(),

@@ -4,10 +4,9 @@
 //! and never early, and after healing a module whose peer restarted learns it, so a message
 //! sent then reaches the peer's current incarnation.
 
-use crate::harness::{self, draw_restarts, min_opt, Clock, Plan, Run, Violation, World};
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::link_sim::LinkNode;
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::Faults;
 use crate::{Node, NodeId};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -258,17 +257,16 @@ pub fn run_module(seed: u64, opts: &ModuleSimOptions) -> Result<ModuleSimReport,
     let restarts = draw_restarts(&mut rng, opts.faults, 0.5, 3, opts.safety_ns, n);
     let settle = 2_000_000_000;
     let plan = Plan {
-        sim: "module",
-        seed,
-        clock: Clock::Event,
-        net: Network::new(n, faults.clone(), rng.fork()),
-        faults: Faults::none(),
-        restarts: restarts.clone(),
-        safety_ns: opts.safety_ns,
-        end_ns: opts.safety_ns + opts.liveness_ns,
         steps_max: Some(STEPS_MAX),
         buf_bytes: cfg.packet_bytes_max,
-        replay: String::new(),
+        ..Plan::event(
+            "module",
+            seed,
+            Network::new(n, faults.clone(), rng.fork()),
+            restarts.clone(),
+            opts.safety_ns,
+            opts.safety_ns + opts.liveness_ns,
+        )
     };
     let world = ModuleWorld {
         opts: opts.clone(),

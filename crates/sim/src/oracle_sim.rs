@@ -24,9 +24,8 @@
 //!   its view of the servers it watches (from its renewals and notifications) is the
 //!   registry's.
 
-use crate::harness::{self, draw_restarts, min_opt, Clock, Plan, Run, Violation, World};
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::Faults;
 use crate::NodeId;
 use std::collections::{BTreeMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -330,17 +329,15 @@ pub fn run_oracle(seed: u64, opts: &OracleSimOptions) -> Result<OracleSimReport,
     let restarts = draw_restarts(&mut rng, opts.faults, 0.5, 3, opts.safety_ns, 1);
     let settle = 3 * lease_ms * MS + 200 * MS;
     let plan = Plan {
-        sim: "oracle",
-        seed,
-        clock: Clock::Event,
-        net: Network::new(n + 1, faults.clone(), rng.fork()),
-        faults: Faults::none(),
-        restarts,
-        safety_ns: opts.safety_ns,
-        end_ns: opts.safety_ns + settle + 1_000 * MS,
         steps_max: Some(20_000_000),
-        buf_bytes: 0,
-        replay: String::new(),
+        ..Plan::event(
+            "oracle",
+            seed,
+            Network::new(n + 1, faults.clone(), rng.fork()),
+            restarts,
+            opts.safety_ns,
+            opts.safety_ns + settle + 1_000 * MS,
+        )
     };
     let model = Model {
         entries: BTreeMap::new(),

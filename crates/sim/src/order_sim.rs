@@ -19,9 +19,9 @@
 //! joins through a live member, as in [`crate::group_sim`]. Protocol, packing, stability and
 //! the group's parameters are drawn from the seed unless fixed by [`OrderSimOptions`].
 
-use crate::harness::{self, Clock, Plan, Run, Violation, World};
-use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{begin_leave, choose_down, Down, Faults, BUF_BYTES, MAX_SLOTS, STEP_NS};
+use crate::harness::{self, Run, Violation, World};
+use crate::net::{FaultConfig, NetCounters};
+use crate::schedule::{fire, group_plan, next_timer, receive, Churn, Down, MAX_SLOTS};
 use crate::{member_node, Digest, NodeId};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -227,12 +227,7 @@ struct Sim {
     sent: HashMap<(Address, u64), u64>,
     /// Every view installed anywhere, with its members.
     views: HashMap<ViewId, Vec<Address>>,
-    crashes: u32,
-    expulsions: u32,
-    leaves: u32,
-    joins: u32,
-    crash_p: f64,
-    leave_p: f64,
+    churn: Churn,
     /// The seed's fault mix, for the report.
     faults: String,
 }
@@ -286,33 +281,23 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         v.replay = replay_args(&cfg);
         return Err(v);
     }
-    let (faults, crash_p, leave_p) = if opts.faults {
+    let (faults, churn) = if opts.faults {
         let f = FaultConfig::for_group(&mut fault_rng);
-        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
-        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
-        (f, crash_p, leave_p)
+        (f, Churn::draw(&mut cfg_rng))
     } else {
-        (FaultConfig::none(), 0.0, 0.0)
+        (FaultConfig::none(), Churn::default())
     };
-    let plan = Plan {
-        sim: "order",
+    // Fixing the protocol, packing and stability the seed drew replays it unchanged.
+    let plan = group_plan(
+        "order",
         seed,
-        clock: Clock::Tick(STEP_NS),
-        net: Network::new(MAX_SLOTS, faults.clone(), rng.fork()),
-        faults: Faults::for_seed(
-            seed,
-            opts.faults && opts.partitions,
-            opts.faults && opts.clogs,
-            opts.safety_ns,
-        ),
-        restarts: Vec::new(),
-        safety_ns: opts.safety_ns,
-        end_ns: opts.safety_ns + opts.liveness_ns,
-        steps_max: None,
-        buf_bytes: BUF_BYTES,
-        // Fixing the protocol, packing and stability the seed drew replays it unchanged.
-        replay: format!(" {}", replay_args(&cfg)),
-    };
+        &faults,
+        &mut rng,
+        (opts.faults, opts.partitions, opts.clogs),
+        opts.safety_ns,
+        opts.liveness_ns,
+        format!(" {}", replay_args(&cfg)),
+    );
     let sim = Sim {
         opts: opts.clone(),
         cfg,
@@ -320,13 +305,11 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         procs: Vec::new(),
         sent: HashMap::new(),
         views: HashMap::new(),
-        crashes: 0,
-        expulsions: 0,
-        leaves: 0,
-        joins: 0,
-        crash_p,
-        leave_p,
-        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
+        churn,
+        faults: format!(
+            "{faults:?} crash_p={} leave_p={}",
+            churn.crash_p, churn.leave_p
+        ),
     };
     harness::run(sim, plan)
 }
@@ -339,22 +322,13 @@ impl World for Sim {
     }
 
     fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
-        run.digest.add_u64(to as u64);
-        run.digest.add(&bytes);
-        if let Some(m) = self.procs.get_mut(to).and_then(|p| p.m.as_mut()) {
-            m.handle_message(run.now, &bytes);
-        }
+        receive(&mut self.procs, run, to, &bytes);
         self.drain(run, to)
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
         for i in 0..self.procs.len() {
-            if self.procs[i].m.as_ref().is_some_and(|m| run.due(m)) {
-                self.procs[i]
-                    .m
-                    .as_mut()
-                    .expect("live")
-                    .handle_timeout(run.now);
+            if fire(&mut self.procs[i], run) {
                 self.drain(run, i)?;
             }
         }
@@ -362,10 +336,7 @@ impl World for Sim {
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        self.procs
-            .iter()
-            .filter_map(|p| p.m.as_ref().and_then(|m| m.poll_timeout()))
-            .min()
+        next_timer(&self.procs)
     }
 
     /// Healed links carry every packet after the minimum delay of a network without faults.
@@ -425,10 +396,10 @@ impl World for Sim {
                 .iter()
                 .map(|p| p.log.iter().filter(|e| matches!(e, Entry::Msg(..))).count() as u64)
                 .sum(),
-            crashes: self.crashes,
-            expulsions: self.expulsions,
-            leaves: self.leaves,
-            joins: self.joins,
+            crashes: self.churn.crashes,
+            expulsions: self.churn.expulsions,
+            leaves: self.churn.leaves,
+            joins: self.churn.joins,
             partitions: run.faults.cuts,
             clogs: run.faults.clogged,
             views: self.views.keys().map(|v| v.number).max().unwrap_or(0),
@@ -466,10 +437,10 @@ impl Sim {
         format!(
             "{}; crashes {} expulsions {} leaves {} joins {} partitions {} clogs {}",
             self.describe_config(),
-            self.crashes,
-            self.expulsions,
-            self.leaves,
-            self.joins,
+            self.churn.crashes,
+            self.churn.expulsions,
+            self.churn.leaves,
+            self.churn.joins,
             run.faults.cuts,
             run.faults.clogged
         )
@@ -550,7 +521,7 @@ impl Sim {
             .expect("valid config");
         self.procs[i].m = Some(m);
         self.procs[i].blocked_reported = false;
-        self.joins += 1;
+        self.churn.joins += 1;
     }
 
     /// Processes that run (members, or becoming members).
@@ -607,31 +578,20 @@ impl Sim {
             return Ok(());
         }
         let running: Vec<usize> = self.live().collect();
-        match choose_down(
-            &self.procs,
-            running.into_iter(),
-            &mut self.rng,
-            self.crash_p,
-            self.leave_p,
-        ) {
+        match self
+            .churn
+            .step(&mut self.procs, running, &mut self.rng, run)
+        {
             Some(Down::Crash(victim)) => {
                 self.procs[victim].m = None;
                 self.procs[victim].fate = Fate::Crashed;
-                if run.trace > 0 {
-                    eprintln!("{:>10} CRASH {}", run.ns(), self.procs[victim].addr);
-                }
-                self.crashes += 1;
-                run.digest.add_u64(0xdead ^ victim as u64);
                 self.spawn_joiner(run);
             }
-            Some(Down::Leave(who))
-                if begin_leave(&mut self.procs[who], now, run.ns(), run.trace > 0) =>
-            {
-                self.leaves += 1;
+            Some(Down::Leave(who)) => {
                 self.drain(run, who)?;
                 self.spawn_joiner(run);
             }
-            Some(Down::Leave(_)) | None => {}
+            None => {}
         }
         Ok(())
     }
@@ -703,7 +663,7 @@ impl Sim {
                     Fate::Left
                 }
                 OrderEvent::Expelled => {
-                    self.expulsions += 1;
+                    self.churn.expulsions += 1;
                     Fate::Expelled
                 }
             };

@@ -15,9 +15,8 @@
 //!   exactly the servers that did not answer; a call complete has enough answers, one out of
 //!   time has too few and ended at its deadline, not before; no call outlives its deadline.
 
-use crate::harness::{self, draw_restarts, min_opt, Clock, Plan, Run, Violation, World};
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::Faults;
 use crate::{Digest, NodeId};
 use std::collections::{HashMap, HashSet};
 use txcast_proto::addr::Address;
@@ -232,19 +231,14 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, Violatio
         .collect();
     // Crashes: servers and clients alike.
     let restarts = draw_restarts(&mut rng, opts.faults, 0.4, 4, opts.safety_ns, n);
-    let plan = Plan {
-        sim: "rpc",
+    let plan = Plan::event(
+        "rpc",
         seed,
-        clock: Clock::Event,
         net,
-        faults: Faults::none(),
-        restarts: restarts.clone(),
-        safety_ns: opts.safety_ns,
-        end_ns: opts.safety_ns + 2_000 * MS,
-        steps_max: None,
-        buf_bytes: 0,
-        replay: String::new(),
-    };
+        restarts.clone(),
+        opts.safety_ns,
+        opts.safety_ns + 2_000 * MS,
+    );
     let world = RpcWorld {
         opts: opts.clone(),
         rng,

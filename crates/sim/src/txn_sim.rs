@@ -18,9 +18,8 @@
 //! - **liveness**: after healing, with membership settled, each node multicasts once more,
 //!   and every member of the transaction but the sender takes it exactly once.
 
-use crate::harness::{self, min_opt, Clock, Plan, Run, Violation, World};
+use crate::harness::{self, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::Faults;
 use crate::{Digest, Node, NodeId};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use txcast_proto::rng::Rng;
@@ -263,17 +262,15 @@ pub fn run_txn(seed: u64, opts: &TxnSimOptions) -> Result<TxnSimReport, Violatio
     };
     let liveness_at = opts.safety_ns + 500 * MS;
     let plan = Plan {
-        sim: "txn",
-        seed,
-        clock: Clock::Event,
-        net: Network::new(n, faults.clone(), rng.fork()),
-        faults: Faults::none(),
-        restarts: Vec::new(),
-        safety_ns: opts.safety_ns,
-        end_ns: liveness_at + 2_000 * MS,
-        steps_max: None,
         buf_bytes: PACKET_BYTES_MAX,
-        replay: String::new(),
+        ..Plan::event(
+            "txn",
+            seed,
+            Network::new(n, faults.clone(), rng.fork()),
+            Vec::new(),
+            opts.safety_ns,
+            liveness_at + 2_000 * MS,
+        )
     };
     let world = TxnWorld {
         opts: opts.clone(),

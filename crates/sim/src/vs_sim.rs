@@ -16,9 +16,9 @@
 //! Processes are slots: a crash is for good, and a restart is a new process (a new address)
 //! that joins through a live member, as in `group_sim`.
 
-use crate::harness::{self, min_opt, Clock, Plan, Run, Violation, World};
-use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{begin_leave, choose_down, Down, Faults, BUF_BYTES, MAX_SLOTS, STEP_NS};
+use crate::harness::{self, min_opt, Run, Violation, World};
+use crate::net::{FaultConfig, NetCounters};
+use crate::schedule::{fire, group_plan, receive, Churn, Down, MAX_SLOTS};
 use crate::{member_node, Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::pack::PackMode;
@@ -156,12 +156,7 @@ struct Sim {
     numbers: HashMap<u64, ViewId>,
     /// (view, next view) -> what the first process to install both delivered in the first.
     synchrony: HashMap<(ViewId, ViewId), (Address, Vec<u64>)>,
-    crashes: u32,
-    leaves: u32,
-    joins: u32,
-    expulsions: u32,
-    crash_p: f64,
-    leave_p: f64,
+    churn: Churn,
     /// The seed's fault mix, for the report.
     faults: String,
 }
@@ -186,7 +181,7 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         flush_timeout: std::time::Duration::from_millis(150),
         join_attempts_max: 100,
     };
-    let (faults, crash_p, leave_p) = if opts.faults {
+    let (faults, churn) = if opts.faults {
         cfg.stability = if cfg_rng.chance(0.5) {
             Stability::Piggyback
         } else {
@@ -203,32 +198,22 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         };
         cfg.window = 16 + cfg_rng.below(49) as usize;
         let f = FaultConfig::for_group(&mut fault_rng);
-        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
-        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
-        (f, crash_p, leave_p)
+        (f, Churn::draw(&mut cfg_rng))
     } else {
-        (FaultConfig::none(), 0.0, 0.0)
+        (FaultConfig::none(), Churn::default())
     };
     cfg.validate()
         .map_err(|e| Violation::at_start("vs", seed, format!("configuration: {e}")))?;
-    let plan = Plan {
-        sim: "vs",
+    let plan = group_plan(
+        "vs",
         seed,
-        clock: Clock::Tick(STEP_NS),
-        net: Network::new(MAX_SLOTS, faults.clone(), rng.fork()),
-        faults: Faults::for_seed(
-            seed,
-            opts.faults && opts.partitions,
-            opts.faults && opts.clogs,
-            opts.safety_ns,
-        ),
-        restarts: Vec::new(),
-        safety_ns: opts.safety_ns,
-        end_ns: opts.safety_ns + opts.liveness_ns,
-        steps_max: None,
-        buf_bytes: BUF_BYTES,
-        replay: String::new(),
-    };
+        &faults,
+        &mut rng,
+        (opts.faults, opts.partitions, opts.clogs),
+        opts.safety_ns,
+        opts.liveness_ns,
+        String::new(),
+    );
     let sim = Sim {
         opts: opts.clone(),
         cfg,
@@ -240,13 +225,11 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         views: BTreeMap::new(),
         numbers: HashMap::new(),
         synchrony: HashMap::new(),
-        crashes: 0,
-        leaves: 0,
-        joins: 0,
-        expulsions: 0,
-        crash_p,
-        leave_p,
-        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
+        churn,
+        faults: format!(
+            "{faults:?} crash_p={} leave_p={}",
+            churn.crash_p, churn.leave_p
+        ),
     };
     harness::run(sim, plan)
 }
@@ -259,8 +242,6 @@ impl World for Sim {
     }
 
     fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
-        run.digest.add_u64(to as u64);
-        run.digest.add(&bytes);
         if run.trace > 1 {
             if let Ok((h, m)) = txcast_proto::vsync::msg::parse(&bytes) {
                 let m = match m {
@@ -284,20 +265,13 @@ impl World for Sim {
                 );
             }
         }
-        if let Some(vs) = self.procs.get_mut(to).and_then(|p| p.vs.as_mut()) {
-            vs.handle_message(run.now, &bytes);
-        }
+        receive(&mut self.procs, run, to, &bytes);
         self.drain(run, to)
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
         for i in 0..self.procs.len() {
-            if self.procs[i].vs.as_ref().is_some_and(|v| run.due(v)) {
-                self.procs[i]
-                    .vs
-                    .as_mut()
-                    .expect("live")
-                    .handle_timeout(run.now);
+            if fire(&mut self.procs[i], run) {
                 self.drain(run, i)?;
             }
         }
@@ -355,10 +329,10 @@ impl World for Sim {
             casts: self.casts.len() as u64,
             flush_casts: self.flush_casts,
             delivered: self.delivered,
-            crashes: self.crashes,
-            leaves: self.leaves,
-            joins: self.joins,
-            expulsions: self.expulsions,
+            crashes: self.churn.crashes,
+            leaves: self.churn.leaves,
+            joins: self.churn.joins,
+            expulsions: self.churn.expulsions,
             partitions: run.faults.cuts,
             clogs: run.faults.clogged,
             views: self.views.len() as u64,
@@ -382,10 +356,10 @@ impl Sim {
             self.cfg.window,
             self.cfg.stability,
             self.cfg.pack,
-            self.crashes,
-            self.leaves,
-            self.joins,
-            self.expulsions,
+            self.churn.crashes,
+            self.churn.leaves,
+            self.churn.joins,
+            self.churn.expulsions,
             run.faults.cuts,
             run.faults.clogged
         )
@@ -462,7 +436,7 @@ impl Sim {
             Vs::join(self.cfg.clone(), self.procs[i].addr, contact, run.now).expect("valid config");
         self.procs[i].vs = Some(vs);
         self.procs[i].blocked_reported = false;
-        self.joins += 1;
+        self.churn.joins += 1;
     }
 
     /// Processes that run and are (or are becoming) members.
@@ -560,7 +534,6 @@ impl Sim {
     }
 
     fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let now = run.now;
         for i in 0..self.procs.len() {
             if self.procs[i].vs.is_none() || run.ns() < self.procs[i].next_cast_at {
                 continue;
@@ -574,30 +547,19 @@ impl Sim {
             return Ok(());
         }
         let running: Vec<usize> = self.live().collect();
-        match choose_down(
-            &self.procs,
-            running.into_iter(),
-            &mut self.rng,
-            self.crash_p,
-            self.leave_p,
-        ) {
+        match self
+            .churn
+            .step(&mut self.procs, running, &mut self.rng, run)
+        {
             Some(Down::Crash(victim)) => {
                 self.procs[victim].vs = None;
-                if run.trace > 0 {
-                    eprintln!("{:>10} CRASH {}", run.ns(), self.procs[victim].addr);
-                }
-                self.crashes += 1;
-                run.digest.add_u64(0xdead ^ victim as u64);
                 self.spawn_joiner(run);
             }
-            Some(Down::Leave(who))
-                if begin_leave(&mut self.procs[who], now, run.ns(), run.trace > 0) =>
-            {
-                self.leaves += 1;
+            Some(Down::Leave(who)) => {
                 self.drain(run, who)?;
                 self.spawn_joiner(run);
             }
-            Some(Down::Leave(_)) | None => {}
+            None => {}
         }
         Ok(())
     }
@@ -700,7 +662,7 @@ impl Sim {
                 }
                 // Left out of a view: to the group it failed; it starts again as a new process.
                 self.procs[i].vs = None;
-                self.expulsions += 1;
+                self.churn.expulsions += 1;
                 self.spawn_joiner(run);
             }
             Up::JoinFailed => {
