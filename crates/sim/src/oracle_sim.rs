@@ -264,6 +264,10 @@ struct OracleWorld {
     sent_notes: HashSet<(Address, Vec<u8>)>,
     next_req: u64,
     oracle_restarts: usize,
+    /// When every view starts again: once what was sent before healing has arrived (the
+    /// longest delay and clog are far shorter), from an answer to a request made since, so a
+    /// notification lost before counts for nothing, and one wrong or missing after is caught.
+    resync_at: Option<u64>,
     /// The liveness phase ends here.
     settled_at: u64,
     r: OracleSimReport,
@@ -360,6 +364,7 @@ pub fn run_oracle(seed: u64, opts: &OracleSimOptions) -> Result<OracleSimReport,
         sent_notes: HashSet::new(),
         next_req: 0,
         oracle_restarts: 0,
+        resync_at: Some(opts.safety_ns + 100 * MS),
         settled_at: opts.safety_ns + settle,
         r: OracleSimReport::default(),
     };
@@ -573,6 +578,12 @@ impl OracleWorld {
     /// The servers' workload: renewals, lookups, crashes and returns, leaving, bad requests.
     fn workload(&mut self, run: &mut Run) {
         let (now, n) = (run.ns(), self.servers.len());
+        if self.resync_at.is_some_and(|t| now >= t) {
+            self.resync_at = None;
+            for s in self.servers.iter_mut() {
+                s.resync_after = Some(self.next_req);
+            }
+        }
         for i in 1..=n {
             let rng = &mut self.rng;
             let s = &mut self.servers[i - 1];
@@ -683,6 +694,7 @@ impl World for OracleWorld {
 
     fn next_wakeup(&self, run: &Run) -> Option<Instant> {
         let mut next = min_opt(run.next_restart(), self.oracle.registry.poll_timeout());
+        next = min_opt(next, self.resync_at.map(Instant));
         for s in &self.servers {
             let t = if s.up {
                 s.next_renew.min(s.next_query)
@@ -695,14 +707,9 @@ impl World for OracleWorld {
     }
 
     fn heal(&mut self, run: &mut Run) {
-        // Servers down come back now: liveness is about every one of them. Every view starts
-        // again from an answer to a request made on the healed network, so a notification lost
-        // before counts for nothing, and one wrong or missing after is caught.
-        for s in self.servers.iter_mut() {
-            s.resync_after = Some(self.next_req);
-            if !s.up {
-                s.back_at = run.ns();
-            }
+        // Servers down come back now: liveness is about every one of them.
+        for s in self.servers.iter_mut().filter(|s| !s.up) {
+            s.back_at = run.ns();
         }
     }
 
