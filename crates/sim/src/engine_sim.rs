@@ -13,12 +13,14 @@
 //!
 //! [`PacketHeader::addressed_to`]: txcast_proto::wire::PacketHeader::addressed_to
 
-use crate::link_sim::min_opt;
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::streams::{message_len, Streams};
-use crate::{Digest, NodeId};
+use crate::NodeId;
 use std::collections::VecDeque;
-use txcast_proto::link::{LinkConfig, LinkCounters, LinkIo, LinkTable, TableRefusal};
+use txcast_proto::link::{
+    LinkConfig, LinkCounters, LinkIo, LinkTable, TableRefusal, TableSendError,
+};
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::wire::{Kind, Packet};
@@ -38,6 +40,8 @@ pub struct EngineSimOptions {
     pub liveness_ns: u64,
     /// Draw the fault mix from the seed; otherwise run fault-free.
     pub faults: bool,
+    pub partitions: bool,
+    pub clogs: bool,
 }
 
 impl Default for EngineSimOptions {
@@ -48,6 +52,8 @@ impl Default for EngineSimOptions {
             safety_ns: 2_000_000_000,
             liveness_ns: 60_000_000_000,
             faults: true,
+            partitions: true,
+            clogs: true,
         }
     }
 }
@@ -171,20 +177,327 @@ fn link_config(rng: &mut Rng) -> LinkConfig {
     cfg
 }
 
-/// Runs one seed; `Err` describes the first violation, with the replay command.
-pub fn run_engine(seed: u64, opts: &EngineSimOptions) -> Result<EngineSimReport, String> {
-    let fail = |what: String| {
+/// The simulation: the ports, the workload's state and the checker.
+struct EngineWorld {
+    opts: EngineSimOptions,
+    n: usize,
+    cfg: LinkConfig,
+    rng: Rng,
+    ring_capacity: usize,
+    drain_every_ns: u64,
+    deferred_share: f64,
+    intruder: bool,
+    intruder_sent: u32,
+    ports: Vec<Port>,
+    /// The intruder's port (node `n`).
+    stranger: Port,
+    streams: Streams,
+    next_send_at: Vec<Instant>,
+    next_drain_at: Vec<Instant>,
+    msg: Vec<u8>,
+    out: Vec<(NodeId, Vec<u8>)>,
+    /// What ports that crashed had counted: refused deliveries, packets refused for the
+    /// link limit and for their address, and their links' counters.
+    dead: (u64, u64, u64, LinkCounters),
+    faults: FaultConfig,
+    restarts: usize,
+}
+
+impl EngineWorld {
+    fn send_out(run: &mut Run, from: NodeId, out: &mut Vec<(NodeId, Vec<u8>)>) {
+        for (to, bytes) in out.drain(..) {
+            run.net.send(run.now, from, to, &bytes);
+        }
+    }
+
+    /// Each node sends to a random peer that still has messages to get, at once or deferred;
+    /// now and then a packet for another port is put on the wire.
+    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (now, n) = (run.now, self.n);
+        for i in 0..n {
+            if self.next_send_at[i] > now {
+                continue;
+            }
+            self.next_send_at[i] = Instant(now.0 + self.rng.below(200_000));
+            let j = (i + 1 + self.rng.below(n as u64 - 1) as usize) % n;
+            if self.streams.sent[i][j] >= self.opts.messages_per_pair {
+                continue;
+            }
+            let len = message_len(&mut self.rng);
+            self.streams.next_message(i, j, len, &mut self.msg);
+            let p = &mut self.ports[i];
+            let mut io = Io {
+                ring: &mut p.ring,
+                capacity: self.ring_capacity,
+                refused: &mut p.refused,
+                out: &mut self.out,
+            };
+            let r = if self.rng.chance(self.deferred_share) {
+                let r = p.table.queue(now, address(j), &self.msg);
+                if r.is_ok() && !p.deferred.contains(&address(j)) {
+                    p.deferred.push(address(j));
+                }
+                r
+            } else {
+                p.table
+                    .send(now, address(j), &self.msg, &mut io)
+                    .map(|_| ())
+            };
+            match r {
+                Ok(()) => self.streams.sent_one(i, j),
+                Err(TableSendError::Full) => {}
+                Err(e) => return Err(run.fail(format!("node {i}: send to {j} refused: {e:?}"))),
+            }
+            if self.rng.chance(0.01) {
+                // A packet for another port: the receiver must refuse it.
+                if let Some(bytes) = self.out.last().map(|(_, b)| b.clone()) {
+                    if let Some(k) = (0..n).find(|&k| k != i && k != j) {
+                        run.net.send(now, i, k, &bytes);
+                    }
+                }
+            }
+            Self::send_out(run, i, &mut self.out);
+        }
+        Ok(())
+    }
+
+    /// The intruder: once every table is full, it opens a link of its own to everyone.
+    fn intrude(&mut self, run: &mut Run) {
+        let n = self.n;
+        if !self.intruder
+            || self.intruder_sent >= 50
+            || !self.ports.iter().all(|p| p.table.len() == n - 1)
+        {
+            return;
+        }
+        let j = self.rng.below(n as u64) as usize;
+        let s = &mut self.stranger;
+        let mut io = Io {
+            ring: &mut s.ring,
+            capacity: self.ring_capacity,
+            refused: &mut s.refused,
+            out: &mut self.out,
+        };
+        if s.table
+            .send(run.now, address(j), &[0xEE; 24], &mut io)
+            .is_ok()
+        {
+            self.intruder_sent += 1;
+        }
+        Self::send_out(run, n, &mut self.out);
+    }
+
+    /// The engine's duty cycle at each port: deferred batches flushed, links run.
+    fn duty_cycle(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
+        for i in 0..=self.n {
+            let p = if i < self.n {
+                &mut self.ports[i]
+            } else {
+                &mut self.stranger
+            };
+            let mut io = Io {
+                ring: &mut p.ring,
+                capacity: self.ring_capacity,
+                refused: &mut p.refused,
+                out: &mut self.out,
+            };
+            for dest in p.deferred.drain(..) {
+                p.table.flush_peer(now, dest, &mut io);
+            }
+            p.table.run(now, &mut io);
+            // Nothing new since: a table that asks to run again at once would keep its
+            // engine from ever parking.
+            if let Some(t) = p.table.next_deadline().filter(|&t| t <= now) {
+                return Err(run.fail(format!(
+                    "node {i}: after a run its links ask to run again at {} ns",
+                    t.0
+                )));
+            }
+            if p.ring.len() > self.ring_capacity {
+                return Err(run.fail(format!(
+                    "node {i}: ring holds {} past its capacity {}",
+                    p.ring.len(),
+                    self.ring_capacity
+                )));
+            }
+            Self::send_out(run, i, &mut self.out);
+        }
+        Ok(())
+    }
+
+    /// Applications take what their rings hold, now and then; the checker reads it.
+    fn drain(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
+        for j in 0..self.n {
+            if self.next_drain_at[j] > now {
+                continue;
+            }
+            self.next_drain_at[j] = Instant(now.0 + self.rng.below(self.drain_every_ns));
+            let p = &mut self.ports[j];
+            let took = !p.ring.is_empty();
+            while let Some((i, got)) = p.ring.pop_front() {
+                if i >= self.n {
+                    return Err(run.fail(format!("node {j} delivered the intruder's message")));
+                }
+                self.streams
+                    .delivered(i, j, &got)
+                    .map_err(|e| run.fail(e))?;
+                run.digest.add_u64(now.0);
+                run.digest.add(&got[..12.min(got.len())]);
+            }
+            if took && p.table.is_blocked() {
+                p.table.room_made();
+            }
+        }
+        Ok(())
+    }
+
+    fn all_delivered(&self) -> bool {
+        let n = self.n;
+        (0..n).all(|j| {
+            (0..n).all(|i| {
+                i == j
+                    || self.ports[j]
+                        .table
+                        .get(address(i))
+                        .is_none_or(|l| !l.has_pending_delivery())
+            })
+        })
+    }
+}
+
+impl World for EngineWorld {
+    type Report = EngineSimReport;
+
+    fn restart(&mut self, run: &mut Run, k: NodeId) {
+        if run.trace > 0 {
+            eprintln!("{:>10} restart node {k}", run.ns());
+        }
+        self.streams.restart(k);
+        let old = std::mem::replace(
+            &mut self.ports[k],
+            Port::new(k, &self.cfg, self.streams.incarnation[k], self.n - 1),
+        );
+        self.dead.0 += old.refused;
+        self.dead.1 += old.link_limit;
+        self.dead.2 += old.misaddressed;
+        self.dead.3.add(&old.table.counters());
+    }
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        let p = if to < self.n {
+            &mut self.ports[to]
+        } else {
+            &mut self.stranger
+        };
+        p.handle_datagram(to, run.now, &bytes);
+        Ok(())
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        self.workload(run)?;
+        self.intrude(run);
+        self.duty_cycle(run)?;
+        self.drain(run)
+    }
+
+    fn next_wakeup(&self, run: &Run) -> Option<Instant> {
+        let mut next = run.next_restart();
+        for p in self.ports.iter().chain(std::iter::once(&self.stranger)) {
+            next = min_opt(next, p.table.next_deadline());
+        }
+        for j in 0..self.n {
+            if !self.ports[j].ring.is_empty() {
+                next = min_opt(next, Some(self.next_drain_at[j]));
+            }
+        }
+        if !self.streams.all_sent(self.opts.messages_per_pair) {
+            for &t in &self.next_send_at {
+                next = min_opt(next, Some(t));
+            }
+        }
+        next
+    }
+
+    fn done(&self, run: &Run) -> bool {
+        let quiet = |p: &Port| p.table.is_idle() && p.ring.is_empty() && p.deferred.is_empty();
+        run.healed
+            && self.streams.all_sent(self.opts.messages_per_pair)
+            && self.ports.iter().all(quiet)
+            && self.all_delivered()
+    }
+
+    fn stalled(&self, _run: &Run) -> String {
+        let n = self.n;
+        let missing: Vec<String> = (0..n)
+            .flat_map(|i| (0..n).map(move |j| (i, j)))
+            .filter(|&(i, j)| i != j)
+            .filter(|&(i, j)| {
+                self.ports[i]
+                    .table
+                    .get(address(j))
+                    .is_some_and(|l| !l.is_idle())
+                    || self.ports[j]
+                        .table
+                        .get(address(i))
+                        .is_some_and(|l| l.has_pending_delivery())
+                    || self.streams.sent[i][j] < self.opts.messages_per_pair
+            })
+            .map(|(i, j)| {
+                format!(
+                    "{i}->{j}: next {:?}/{}",
+                    self.streams.expected(i, j),
+                    self.streams.sent[i][j]
+                )
+            })
+            .collect();
         format!(
-            "engine simulation seed {seed}: {what}\n  replay: cargo run --release -- sim engine --seed {seed}"
+            "not everything delivered after healing: {}",
+            missing.join(", ")
         )
-    };
-    let trace = std::env::var_os("TXCAST_SIM_TRACE").is_some();
+    }
+
+    fn running(&self) -> Vec<NodeId> {
+        (0..self.n).collect()
+    }
+
+    fn finish(self, run: &mut Run) -> Result<EngineSimReport, Violation> {
+        let (mut refused, mut link_limit, mut misaddressed, mut links) = self.dead;
+        for p in &self.ports {
+            links.add(&p.table.counters());
+            refused += p.refused;
+            link_limit += p.link_limit;
+            misaddressed += p.misaddressed;
+        }
+        if self.intruder_sent > 0 && link_limit == 0 {
+            return Err(run.fail(format!(
+                "the intruder sent {} messages into full tables and none was refused",
+                self.intruder_sent
+            )));
+        }
+        Ok(EngineSimReport {
+            seed: run.seed,
+            faults: self.faults,
+            ring_capacity: self.ring_capacity,
+            restarts: self.restarts,
+            intruder: self.intruder,
+            delivered: self.streams.delivered,
+            refused,
+            link_limit,
+            misaddressed,
+            net: run.net.counters.clone(),
+            links,
+            end_ns: run.ns(),
+            digest: run.digest_with_net(),
+        })
+    }
+}
+
+/// Runs one seed: its report, or the first rule broken.
+pub fn run_engine(seed: u64, opts: &EngineSimOptions) -> Result<EngineSimReport, Violation> {
     let mut rng = Rng::new(seed);
-    let faults = if opts.faults {
-        FaultConfig::swarm(&mut rng).with_clogs(&mut Rng::new(seed ^ 0xe061_11e5))
-    } else {
-        FaultConfig::none()
-    };
+    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
     let cfg = link_config(&mut rng);
     let n = opts.nodes.max(2);
     // Rings from tiny (every burst fills them) to roomy.
@@ -195,282 +508,44 @@ pub fn run_engine(seed: u64, opts: &EngineSimOptions) -> Result<EngineSimReport,
     // An intruder (node n) on some seeds, once every table is full; then nobody restarts
     // (a restarted table would have room for it, and it could take a real peer's place).
     let intruder = opts.faults && rng.chance(0.25);
-    let mut restarts: Vec<(u64, NodeId)> = Vec::new();
-    if opts.faults && !intruder && rng.chance(0.3) {
-        for _ in 0..1 + rng.below(3) {
-            restarts.push((rng.below(opts.safety_ns), rng.below(n as u64) as usize));
-        }
-        restarts.sort_unstable();
-    }
-    let restart_count = restarts.len();
+    let restarts = draw_restarts(
+        &mut rng,
+        opts.faults && !intruder,
+        0.3,
+        3,
+        opts.safety_ns,
+        n,
+    );
     let slots = n + usize::from(intruder);
-    let mut net = Network::new(slots, faults.clone(), rng.fork());
-    let mut ports: Vec<Port> = (0..n).map(|i| Port::new(i, &cfg, 1, n - 1)).collect();
-    let mut stranger = Port::new(n, &cfg, 1, n);
-    let mut intruder_sent = 0u32;
-    let mut streams = Streams::new(n);
-    let mut next_send_at = vec![Instant::ZERO; n];
-    let mut next_drain_at = vec![Instant::ZERO; n];
-    let mut digest = Digest::default();
-    let mut msg = Vec::new();
-    let mut out: Vec<(NodeId, Vec<u8>)> = Vec::new();
-    let mut now = Instant::ZERO;
-    let mut healed = false;
-    let (mut dead_refused, mut dead_limit, mut dead_misaddressed) = (0u64, 0u64, 0u64);
-    let mut dead_links = LinkCounters::default();
-    loop {
-        if !healed && now.0 >= opts.safety_ns {
-            net.heal();
-            healed = true;
-        }
-        if !healed {
-            net.step_partitions();
-            net.step_clogs(now);
-        }
-        while restarts.first().is_some_and(|&(t, _)| t <= now.0) {
-            let (_, k) = restarts.remove(0);
-            if trace {
-                eprintln!("t={} restart node {k}", now.0);
-            }
-            streams.restart(k);
-            let old = std::mem::replace(
-                &mut ports[k],
-                Port::new(k, &cfg, streams.incarnation[k], n - 1),
-            );
-            dead_refused += old.refused;
-            dead_limit += old.link_limit;
-            dead_misaddressed += old.misaddressed;
-            dead_links.add(&old.table.counters());
-            digest.add_u64(now.0 ^ k as u64);
-        }
-        while let Some((to, bytes)) = net.pop_due(now) {
-            if to < n {
-                ports[to].handle_datagram(to, now, &bytes);
-            } else {
-                stranger.handle_datagram(to, now, &bytes);
-            }
-        }
-        // Workload: each node sends to a random peer that still has messages to get, at once
-        // or deferred; now and then a packet for another port is put on the wire.
-        for i in 0..n {
-            if next_send_at[i] > now {
-                continue;
-            }
-            next_send_at[i] = Instant(now.0 + rng.below(200_000));
-            let j = (i + 1 + rng.below(n as u64 - 1) as usize) % n;
-            if streams.sent[i][j] >= opts.messages_per_pair {
-                continue;
-            }
-            let len = message_len(&mut rng);
-            streams.next_message(i, j, len, &mut msg);
-            let p = &mut ports[i];
-            let mut io = Io {
-                ring: &mut p.ring,
-                capacity: ring_capacity,
-                refused: &mut p.refused,
-                out: &mut out,
-            };
-            let r = if rng.chance(deferred_share) {
-                let r = p.table.queue(now, address(j), &msg);
-                if r.is_ok() && !p.deferred.contains(&address(j)) {
-                    p.deferred.push(address(j));
-                }
-                r
-            } else {
-                p.table.send(now, address(j), &msg, &mut io).map(|_| ())
-            };
-            match r {
-                Ok(()) => streams.sent_one(i, j),
-                Err(txcast_proto::link::TableSendError::Full) => {}
-                Err(e) => return Err(fail(format!("node {i}: send to {j} refused: {e:?}"))),
-            }
-            if rng.chance(0.01) {
-                // A packet for another port: the receiver must refuse it.
-                if let Some(bytes) = out.last().map(|(_, b)| b.clone()) {
-                    if let Some(k) = (0..n).find(|&k| k != i && k != j) {
-                        net.send(now, i, k, &bytes);
-                    }
-                }
-            }
-            for (to, bytes) in out.drain(..) {
-                net.send(now, i, to, &bytes);
-            }
-        }
-        // The intruder: once every table is full, it opens a link of its own to everyone.
-        if intruder && ports.iter().all(|p| p.table.len() == n - 1) && intruder_sent < 50 {
-            let j = rng.below(n as u64) as usize;
-            let mut io = Io {
-                ring: &mut stranger.ring,
-                capacity: ring_capacity,
-                refused: &mut stranger.refused,
-                out: &mut out,
-            };
-            let m = [0xEEu8; 24];
-            if stranger.table.send(now, address(j), &m, &mut io).is_ok() {
-                intruder_sent += 1;
-            }
-            for (to, bytes) in out.drain(..) {
-                net.send(now, n, to, &bytes);
-            }
-        }
-        // The engine's duty cycle at each port: room made, links run, deferred batches
-        // flushed.
-        for (i, p) in ports.iter_mut().enumerate() {
-            let mut io = Io {
-                ring: &mut p.ring,
-                capacity: ring_capacity,
-                refused: &mut p.refused,
-                out: &mut out,
-            };
-            for dest in p.deferred.drain(..) {
-                p.table.flush_peer(now, dest, &mut io);
-            }
-            p.table.run(now, &mut io);
-            // Nothing new since: a table that asks to run again at once would keep its
-            // engine from ever parking.
-            if p.table.next_deadline().is_some_and(|t| t <= now) {
-                return Err(fail(format!(
-                    "node {i}: after a run its links ask to run again at {:?} (now {})",
-                    p.table.next_deadline(),
-                    now.0
-                )));
-            }
-            if p.ring.len() > ring_capacity {
-                return Err(fail(format!(
-                    "node {i}: ring holds {} past its capacity {ring_capacity}",
-                    p.ring.len()
-                )));
-            }
-            for (to, bytes) in out.drain(..) {
-                net.send(now, i, to, &bytes);
-            }
-        }
-        {
-            let mut io = Io {
-                ring: &mut stranger.ring,
-                capacity: ring_capacity,
-                refused: &mut stranger.refused,
-                out: &mut out,
-            };
-            stranger.table.run(now, &mut io);
-            for (to, bytes) in out.drain(..) {
-                net.send(now, n, to, &bytes);
-            }
-        }
-        // Applications take what their rings hold; the checker reads it.
-        for j in 0..n {
-            if next_drain_at[j] > now {
-                continue;
-            }
-            next_drain_at[j] = Instant(now.0 + rng.below(drain_every_ns));
-            let p = &mut ports[j];
-            let took = !p.ring.is_empty();
-            while let Some((i, got)) = p.ring.pop_front() {
-                if i >= n {
-                    return Err(fail(format!("node {j} delivered the intruder's message")));
-                }
-                streams.delivered(i, j, &got).map_err(&fail)?;
-                digest.add_u64(now.0);
-                digest.add(&got[..12.min(got.len())]);
-            }
-            if took && p.table.is_blocked() {
-                p.table.room_made();
-            }
-        }
-        let all_sent = streams.all_sent(opts.messages_per_pair);
-        let quiet = |p: &Port| p.table.is_idle() && p.ring.is_empty() && p.deferred.is_empty();
-        let all_delivered = (0..n).all(|j| {
-            (0..n).all(|i| {
-                i == j
-                    || ports[j]
-                        .table
-                        .get(address(i))
-                        .is_none_or(|l| !l.has_pending_delivery())
-            })
-        });
-        if healed && all_sent && ports.iter().all(quiet) && all_delivered {
-            break;
-        }
-        if now.0 > opts.safety_ns + opts.liveness_ns {
-            let missing: Vec<String> = (0..n)
-                .flat_map(|i| (0..n).map(move |j| (i, j)))
-                .filter(|&(i, j)| i != j)
-                .filter(|&(i, j)| {
-                    ports[i].table.get(address(j)).is_some_and(|l| !l.is_idle())
-                        || ports[j]
-                            .table
-                            .get(address(i))
-                            .is_some_and(|l| l.has_pending_delivery())
-                        || streams.sent[i][j] < opts.messages_per_pair
-                })
-                .map(|(i, j)| {
-                    format!(
-                        "{i}->{j}: next {:?}/{}",
-                        streams.expected(i, j),
-                        streams.sent[i][j]
-                    )
-                })
-                .collect();
-            return Err(fail(format!(
-                "liveness: not everything delivered after healing: {}",
-                missing.join(", ")
-            )));
-        }
-        // Advance virtual time to the next event.
-        let mut next = net.next_arrival();
-        for p in ports.iter().chain(std::iter::once(&stranger)) {
-            next = min_opt(next, p.table.next_deadline());
-        }
-        for j in 0..n {
-            if !ports[j].ring.is_empty() {
-                next = min_opt(next, Some(next_drain_at[j]));
-            }
-        }
-        if !all_sent {
-            for &t in &next_send_at {
-                next = min_opt(next, Some(t));
-            }
-        }
-        if let Some(&(t, _)) = restarts.first() {
-            next = min_opt(next, Some(Instant(t)));
-        }
-        if !healed {
-            next = min_opt(next, Some(Instant(opts.safety_ns)));
-        }
-        now = match next {
-            Some(t) if t > now => t,
-            Some(_) => Instant(now.0 + 1),
-            None => Instant(now.0 + 1_000_000),
-        };
-    }
-    let mut links = dead_links;
-    let (mut refused, mut link_limit, mut misaddressed) =
-        (dead_refused, dead_limit, dead_misaddressed);
-    for p in &ports {
-        links.add(&p.table.counters());
-        refused += p.refused;
-        link_limit += p.link_limit;
-        misaddressed += p.misaddressed;
-    }
-    if intruder_sent > 0 && link_limit == 0 {
-        return Err(fail(format!(
-            "the intruder sent {intruder_sent} messages into full tables and none was refused"
-        )));
-    }
-    digest.add_u64(net.digest.0);
-    Ok(EngineSimReport {
-        seed,
-        faults,
+    let net = Network::new(slots, faults.clone(), rng.fork());
+    let world = EngineWorld {
+        opts: opts.clone(),
+        n,
+        ports: (0..n).map(|i| Port::new(i, &cfg, 1, n - 1)).collect(),
+        stranger: Port::new(n, &cfg, 1, n),
+        dead: (0, 0, 0, LinkCounters::default()),
+        cfg,
+        rng,
         ring_capacity,
-        restarts: restart_count,
+        drain_every_ns,
+        deferred_share,
         intruder,
-        delivered: streams.delivered,
-        refused,
-        link_limit,
-        misaddressed,
-        net: net.counters.clone(),
-        links,
-        end_ns: now.0,
-        digest: digest.0,
-    })
+        intruder_sent: 0,
+        streams: Streams::new(n),
+        next_send_at: vec![Instant::ZERO; n],
+        next_drain_at: vec![Instant::ZERO; n],
+        msg: Vec::new(),
+        out: Vec::new(),
+        faults,
+        restarts: restarts.len(),
+    };
+    let plan = Plan::event(
+        "engine",
+        seed,
+        net,
+        restarts,
+        opts.safety_ns,
+        opts.safety_ns + opts.liveness_ns,
+    );
+    harness::run(world, plan)
 }

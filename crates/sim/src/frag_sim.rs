@@ -13,6 +13,7 @@
 //! Liveness: after healing (no faults, no crashes), every transfer started then completes, and
 //! every receiver frees what it was reassembling.
 
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::{Digest, NodeId};
 use std::collections::{HashMap, HashSet};
@@ -33,6 +34,10 @@ pub struct FragSimOptions {
     pub messages_per_node: u32,
     pub safety_ns: u64,
     pub faults: bool,
+    /// With `faults`, let the seed cut the network in two now and then.
+    pub partitions: bool,
+    /// With `faults`, let the seed clog paths now and then.
+    pub clogs: bool,
 }
 
 impl Default for FragSimOptions {
@@ -42,6 +47,8 @@ impl Default for FragSimOptions {
             messages_per_node: 12,
             safety_ns: 4_000 * MS,
             faults: true,
+            partitions: true,
+            clogs: true,
         }
     }
 }
@@ -126,16 +133,50 @@ fn config(rng: &mut Rng) -> LdgConfig {
     }
 }
 
-pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, String> {
-    let fail = |what: String| {
-        format!("frag simulation seed {seed}: {what}\n  replay: cargo run --release -- sim frag --seed {seed}")
-    };
+struct FragWorld {
+    opts: FragSimOptions,
+    cfg: LdgConfig,
+    rng: Rng,
+    faults: FaultConfig,
+    /// Longest message body drawn.
+    len_max: usize,
+    /// Applications stop taking messages now and then, until healing.
+    slow_taker: bool,
+    crashes: usize,
+    nodes: Vec<Node>,
+    /// Messages sent: (sender, incarnation, number) -> (length, destination).
+    sent_msgs: HashMap<(NodeId, u64, u64), (usize, NodeId)>,
+    /// Deliveries: (receiver, receiver incarnation, sender, sender incarnation, number).
+    delivered_set: HashSet<(NodeId, u64, NodeId, u64, u64)>,
+    /// Transfers their sender saw complete: (receiver, its incarnation when the transfer
+    /// began, sender, sender incarnation, number); each must have been delivered.
+    acknowledged: Vec<(NodeId, u64, NodeId, u64, u64)>,
+    next_msg: Vec<u64>,
+    sent: u64,
+    delivered: u64,
+    failed: u64,
+    buf: Vec<u8>,
+    /// After healing and a spell for what is in flight to end, each node sends one more
+    /// message, which must arrive.
+    liveness_at: u64,
+    liveness_started: bool,
+}
+
+fn new_node(cfg: LdgConfig, inc: u64) -> Node {
+    Node {
+        sender: Sender::new(cfg, inc).expect("config"),
+        receiver: Receiver::new(cfg, inc).expect("config"),
+        incarnation: inc,
+        started: 0,
+        next_send_at: Instant::ZERO,
+        transfers: HashMap::new(),
+        taking: true,
+    }
+}
+
+pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Violation> {
     let mut rng = Rng::new(seed);
-    let faults = if opts.faults {
-        FaultConfig::swarm(&mut rng).with_clogs(&mut Rng::new(seed ^ 0xc10c_c10c))
-    } else {
-        FaultConfig::none()
-    };
+    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
     let cfg = config(&mut rng);
     // Messages whose fragments are one byte stay short.
     let len_max = if cfg.fragment_bytes == 1 {
@@ -145,133 +186,101 @@ pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Strin
     };
     let slow_taker = rng.chance(0.5);
     let n = opts.nodes;
-    let mut net = Network::new(n, faults.clone(), rng.fork());
-    let new_node = |inc: u64| Node {
-        sender: Sender::new(cfg, inc).expect("config"),
-        receiver: Receiver::new(cfg, inc).expect("config"),
-        incarnation: inc,
-        started: 0,
-        next_send_at: Instant::ZERO,
-        transfers: HashMap::new(),
-        taking: true,
-    };
-    let mut nodes: Vec<Node> = (0..n).map(|_| new_node(1)).collect();
-    let mut crashes: Vec<(u64, NodeId)> = Vec::new();
-    if opts.faults && rng.chance(0.4) {
-        for _ in 0..1 + rng.below(3) {
-            crashes.push((rng.below(opts.safety_ns), rng.below(n as u64) as usize));
-        }
-        crashes.sort_unstable();
-    }
-    let crash_count = crashes.len();
-    // Messages sent: (sender, incarnation, number) -> (length, destination).
-    let mut sent_msgs: HashMap<(NodeId, u64, u64), (usize, NodeId)> = HashMap::new();
-    // Deliveries: (receiver, receiver incarnation, sender, sender incarnation, number).
-    let mut delivered_set: HashSet<(NodeId, u64, NodeId, u64, u64)> = HashSet::new();
-    // Transfers their sender saw complete: (receiver, its incarnation when the transfer
-    // began, sender, sender incarnation, number); each must have been delivered.
-    let mut acknowledged: Vec<(NodeId, u64, NodeId, u64, u64)> = Vec::new();
-    let mut next_msg = vec![0u64; n];
-    let (mut sent, mut delivered, mut failed) = (0u64, 0u64, 0u64);
-    let mut digest = Digest::default();
-    let mut buf = vec![
-        0u8;
-        (msg::DATA_HEADER_BYTES + cfg.fragment_bytes)
-            .max(txcast_proto::frag::ACK_BYTES_MAX)
-    ];
-    let mut now = Instant::ZERO;
-    let mut healed = false;
-    // After healing and a spell for what is in flight to end, each node sends one more
-    // message, which must arrive.
+    let net = Network::new(n, faults.clone(), rng.fork());
+    let restarts = draw_restarts(&mut rng, opts.faults, 0.4, 3, opts.safety_ns, n);
     let liveness_at = opts.safety_ns + 1_500 * MS;
-    let mut liveness_started = false;
-    let end_ns = liveness_at + 20_000 * MS;
-    loop {
-        if !healed && now.0 >= opts.safety_ns {
-            net.heal();
-            healed = true;
-            for node in nodes.iter_mut() {
-                node.taking = true;
-            }
-        }
-        if !healed {
-            net.step_partitions();
-            net.step_clogs(now);
-        }
-        while crashes.first().is_some_and(|&(t, _)| t <= now.0) {
-            let (_, k) = crashes.remove(0);
-            digest.add_u64(now.0 ^ k as u64);
-            let inc = nodes[k].incarnation + 1;
-            nodes[k] = new_node(inc);
-        }
-        while let Some((to, bytes)) = net.pop_due(now) {
-            let (from, m) = (bytes[bytes.len() - 1] as usize, &bytes[..bytes.len() - 1]);
-            let node = &mut nodes[to];
-            match msg::parse(m) {
-                Ok(LdgMsg::Data(h, p)) => node.receiver.handle_data(now, address(from), &h, p),
-                Ok(LdgMsg::Ack(a)) => node.sender.handle_ack(now, address(from), &a),
-                Ok(LdgMsg::Abort {
-                    incarnation,
-                    transfer,
-                }) => node
-                    .receiver
-                    .handle_abort(address(from), incarnation, transfer),
-                Err(e) => return Err(fail(format!("node {to} got a malformed message: {e}"))),
-            }
-        }
-        for node in nodes.iter_mut() {
-            if node.sender.poll_timeout().is_some_and(|t| t <= now) {
-                node.sender.handle_timeout(now);
-            }
-            if node.receiver.poll_timeout().is_some_and(|t| t <= now) {
-                node.receiver.handle_timeout(now);
-            }
-        }
-        // New transfers.
-        let liveness_now = !liveness_started && now.0 >= liveness_at;
+    let plan = Plan::event(
+        "frag",
+        seed,
+        net,
+        restarts.clone(),
+        opts.safety_ns,
+        liveness_at + 20_000 * MS,
+    );
+    let world = FragWorld {
+        opts: opts.clone(),
+        rng,
+        faults,
+        len_max,
+        slow_taker,
+        crashes: restarts.len(),
+        nodes: (0..n).map(|_| new_node(cfg, 1)).collect(),
+        sent_msgs: HashMap::new(),
+        delivered_set: HashSet::new(),
+        acknowledged: Vec::new(),
+        next_msg: vec![0; n],
+        sent: 0,
+        delivered: 0,
+        failed: 0,
+        buf: vec![
+            0u8;
+            (msg::DATA_HEADER_BYTES + cfg.fragment_bytes)
+                .max(txcast_proto::frag::ACK_BYTES_MAX)
+        ],
+        cfg,
+        liveness_at,
+        liveness_started: false,
+    };
+    harness::run(world, plan)
+}
+
+impl FragWorld {
+    /// New transfers: during the safety phase as each node's schedule says, and one from
+    /// every node when the liveness phase's transfers start.
+    fn start_transfers(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (n, now) = (self.nodes.len(), run.now);
+        let liveness_now = !self.liveness_started && now.0 >= self.liveness_at;
         for i in 0..n {
             let due = if liveness_now {
                 true
             } else {
-                !healed && nodes[i].started < opts.messages_per_node && nodes[i].next_send_at <= now
+                !run.healed
+                    && self.nodes[i].started < self.opts.messages_per_node
+                    && self.nodes[i].next_send_at <= now
             };
             if !due {
                 continue;
             }
+            let rng = &mut self.rng;
             let j = (i + 1 + rng.below(n as u64 - 1) as usize) % n;
-            let len = ID_BYTES + rng.below(len_max as u64 + 1) as usize;
-            let k = next_msg[i];
+            let len = ID_BYTES + rng.below(self.len_max as u64 + 1) as usize;
+            let k = self.next_msg[i];
             let deadline = if liveness_now {
                 std::time::Duration::from_secs(15)
             } else {
                 std::time::Duration::from_millis(50 + rng.below(3000))
             };
-            let receiver_inc = nodes[j].incarnation;
-            let node = &mut nodes[i];
+            let receiver_inc = self.nodes[j].incarnation;
+            let node = &mut self.nodes[i];
             node.next_send_at = Instant(now.0 + rng.below(300 * MS));
             match node
                 .sender
                 .send(now, address(j), body(i, node.incarnation, k, len), deadline)
             {
                 Ok(id) => {
-                    next_msg[i] += 1;
-                    sent += 1;
+                    self.next_msg[i] += 1;
+                    self.sent += 1;
                     node.started += 1;
                     node.transfers
                         .insert(id, (j, k, receiver_inc, liveness_now));
-                    sent_msgs.insert((i, node.incarnation, k), (len, j));
+                    self.sent_msgs.insert((i, node.incarnation, k), (len, j));
                 }
                 Err(LdgError::Full) if !liveness_now => {}
-                Err(e) => return Err(fail(format!("node {i}: send refused: {e}"))),
+                Err(e) => return Err(run.fail(format!("node {i}: send refused: {e}"))),
             }
         }
         if liveness_now {
-            liveness_started = true;
+            self.liveness_started = true;
         }
-        // Applications take messages (slowly on some seeds until healing).
-        for (r, node) in nodes.iter_mut().enumerate() {
-            if slow_taker && !healed {
-                if rng.chance(0.01) {
+        Ok(())
+    }
+
+    /// Applications take messages (slowly on some seeds until healing); each through the
+    /// checker.
+    fn take(&mut self, run: &mut Run) -> Result<(), Violation> {
+        for (r, node) in self.nodes.iter_mut().enumerate() {
+            if self.slow_taker && !run.healed {
+                if self.rng.chance(0.01) {
                     node.taking = !node.taking;
                 }
                 if !node.taking {
@@ -282,50 +291,55 @@ pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Strin
                 let s = from.site as usize;
                 let genuine = identity(&m).filter(|&(snd, inc, k)| {
                     snd == s
-                        && sent_msgs.get(&(snd, inc, k)) == Some(&(m.len(), r))
+                        && self.sent_msgs.get(&(snd, inc, k)) == Some(&(m.len(), r))
                         && body(snd, inc, k, m.len()) == m
                 });
                 let Some((snd, inc, k)) = genuine else {
-                    return Err(fail(format!(
+                    return Err(run.fail(format!(
                         "node {r} delivered {} bytes from node {s} that it never sent",
                         m.len()
                     )));
                 };
-                if !delivered_set.insert((r, node.incarnation, snd, inc, k)) {
-                    return Err(fail(format!(
+                if !self
+                    .delivered_set
+                    .insert((r, node.incarnation, snd, inc, k))
+                {
+                    return Err(run.fail(format!(
                         "node {r} delivered message {k} of node {snd} twice"
                     )));
                 }
-                delivered += 1;
-                digest.add_u64(k ^ now.0);
+                self.delivered += 1;
+                run.digest.add_u64(k ^ run.ns());
                 // Reused for a later reassembly: its stale bytes must all be overwritten
                 // (the check above finds any that are not).
                 node.receiver.recycle(m);
             }
-            if node.receiver.bytes_held() > cfg.reassembly_bytes_max {
-                return Err(fail(format!("node {r} holds more than its bound")));
+            if node.receiver.bytes_held() > self.cfg.reassembly_bytes_max {
+                return Err(run.fail(format!("node {r} holds more than its bound")));
             }
-            if node.receiver.pooled_bytes() > cfg.pool_bytes_max {
-                return Err(fail(format!("node {r} pools more than its bound")));
+            if node.receiver.pooled_bytes() > self.cfg.pool_bytes_max {
+                return Err(run.fail(format!("node {r} pools more than its bound")));
             }
         }
-        // Transfers that ended.
-        for (i, node) in nodes.iter_mut().enumerate() {
+        Ok(())
+    }
+
+    /// Transfers that ended: a success is owed a delivery; a liveness-phase one must succeed.
+    fn ended(&mut self, run: &mut Run) -> Result<(), Violation> {
+        for (i, node) in self.nodes.iter_mut().enumerate() {
             while let Some(b) = node.sender.poll_spent() {
                 node.receiver.recycle(b);
             }
             while let Some((id, r)) = node.sender.poll_event() {
                 let Some((j, k, j_inc, late)) = node.transfers.remove(&id) else {
-                    return Err(fail(format!(
-                        "node {i}: an event for unknown transfer {id:?}"
-                    )));
+                    return Err(run.fail(format!("node {i}: an event for unknown transfer {id:?}")));
                 };
                 match r {
-                    Ok(()) => acknowledged.push((j, j_inc, i, node.incarnation, k)),
+                    Ok(()) => self.acknowledged.push((j, j_inc, i, node.incarnation, k)),
                     Err(e) => {
-                        failed += 1;
+                        self.failed += 1;
                         if late {
-                            return Err(fail(format!(
+                            return Err(run.fail(format!(
                                 "liveness: node {i}'s message to node {j} after healing failed: {e}"
                             )));
                         }
@@ -333,99 +347,135 @@ pub fn run_frag(seed: u64, opts: &FragSimOptions) -> Result<FragSimReport, Strin
                 }
             }
         }
-        // Output.
-        for (i, node) in nodes.iter_mut().enumerate() {
-            while let Some((to, len)) = node.receiver.poll_transmit(&mut buf) {
+        Ok(())
+    }
+}
+
+impl World for FragWorld {
+    type Report = FragSimReport;
+
+    fn restart(&mut self, _run: &mut Run, k: NodeId) {
+        let inc = self.nodes[k].incarnation + 1;
+        self.nodes[k] = new_node(self.cfg, inc);
+    }
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        // The sender's node rides in the last byte (a real port knows it from the header).
+        let Some((&from, m)) = bytes.split_last() else {
+            return Err(run.fail(format!("node {to} got an empty datagram")));
+        };
+        let (from, now, node) = (address(from as NodeId), run.now, &mut self.nodes[to]);
+        match msg::parse(m) {
+            Ok(LdgMsg::Data(h, p)) => node.receiver.handle_data(now, from, &h, p),
+            Ok(LdgMsg::Ack(a)) => node.sender.handle_ack(now, from, &a),
+            Ok(LdgMsg::Abort {
+                incarnation,
+                transfer,
+            }) => node.receiver.handle_abort(from, incarnation, transfer),
+            Err(e) => return Err(run.fail(format!("node {to} got a malformed message: {e}"))),
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
+        for node in self.nodes.iter_mut() {
+            if node.sender.poll_timeout().is_some_and(|t| t <= now) {
+                node.sender.handle_timeout(now);
+            }
+            if node.receiver.poll_timeout().is_some_and(|t| t <= now) {
+                node.receiver.handle_timeout(now);
+            }
+        }
+        self.start_transfers(run)?;
+        self.take(run)?;
+        self.ended(run)?;
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let buf = &mut self.buf;
+            while let Some((to, len)) = node.receiver.poll_transmit(buf) {
                 let mut m = buf[..len].to_vec();
                 m.push(i as u8);
-                net.send(now, i, to.site as usize, &m);
+                run.net.send(now, i, to.site as usize, &m);
             }
-            while let Some((to, len)) = node.sender.poll_transmit(now, &mut buf) {
+            while let Some((to, len)) = node.sender.poll_transmit(now, buf) {
                 let mut m = buf[..len].to_vec();
                 m.push(i as u8);
-                net.send(now, i, to.site as usize, &m);
+                run.net.send(now, i, to.site as usize, &m);
             }
         }
-        let quiet = liveness_started
-            && nodes
+        Ok(())
+    }
+
+    fn next_wakeup(&self, run: &Run) -> Option<Instant> {
+        let mut next = run.next_restart();
+        for node in &self.nodes {
+            next = min_opt(next, node.sender.poll_timeout());
+            next = min_opt(next, node.receiver.poll_timeout());
+            if !run.healed && node.started < self.opts.messages_per_node {
+                next = min_opt(next, Some(node.next_send_at));
+            }
+        }
+        if !run.healed && self.slow_taker {
+            next = min_opt(next, Some(Instant(run.ns() + MS)));
+        }
+        if !self.liveness_started {
+            next = min_opt(next, Some(Instant(self.liveness_at)));
+        }
+        next
+    }
+
+    fn done(&self, _run: &Run) -> bool {
+        self.liveness_started
+            && self
+                .nodes
                 .iter()
-                .all(|x| x.transfers.is_empty() && x.receiver.reassembling() == 0);
-        if quiet {
-            break;
-        }
-        if now.0 > end_ns {
-            let open: Vec<String> = nodes
-                .iter()
-                .enumerate()
-                .map(|(i, x)| {
-                    format!(
-                        "node {i}: {} transfers, {} reassembling",
-                        x.transfers.len(),
-                        x.receiver.reassembling()
-                    )
-                })
-                .collect();
-            return Err(fail(format!("liveness: never quiet: {}", open.join("; "))));
-        }
-        // Next event.
-        let mut next = net.next_arrival();
-        let mut consider = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |x: Instant| x.min(t)));
-            }
-        };
-        for node in &nodes {
-            consider(node.sender.poll_timeout());
-            consider(node.receiver.poll_timeout());
-            if !healed && node.started < opts.messages_per_node {
-                consider(Some(node.next_send_at));
+                .all(|x| x.transfers.is_empty() && x.receiver.reassembling() == 0)
+    }
+
+    fn stalled(&self, _run: &Run) -> String {
+        let open: Vec<String> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                format!(
+                    "node {i}: {} transfers, {} reassembling",
+                    x.transfers.len(),
+                    x.receiver.reassembling()
+                )
+            })
+            .collect();
+        format!("never quiet: {}", open.join("; "))
+    }
+
+    fn finish(self, run: &mut Run) -> Result<FragSimReport, Violation> {
+        // A transfer its sender saw complete was delivered, unless its receiver crashed since.
+        for &(j, j_inc, i, inc, k) in &self.acknowledged {
+            let crashed = self.nodes[j].incarnation != j_inc;
+            if !crashed && !self.delivered_set.contains(&(j, j_inc, i, inc, k)) {
+                return Err(run.fail(format!(
+                    "node {i}'s message {k} was acknowledged complete but node {j} never delivered it"
+                )));
             }
         }
-        if let Some(&(t, _)) = crashes.first() {
-            consider(Some(Instant(t)));
+        let mut sender = SenderCounters::default();
+        let mut receiver = ReceiverCounters::default();
+        for node in &self.nodes {
+            sender.add(&node.sender.counters);
+            receiver.add(&node.receiver.counters);
         }
-        if !healed {
-            consider(Some(Instant(opts.safety_ns)));
-            if slow_taker {
-                consider(Some(Instant(now.0 + MS)));
-            }
-        }
-        if !liveness_started {
-            consider(Some(Instant(liveness_at)));
-        }
-        now = match next {
-            Some(t) if t > now => t,
-            Some(_) => Instant(now.0 + 1),
-            None => Instant(now.0 + MS),
-        };
+        Ok(FragSimReport {
+            seed: run.seed,
+            faults: self.faults,
+            crashes: self.crashes,
+            sent: self.sent,
+            delivered: self.delivered,
+            failed: self.failed,
+            sender,
+            receiver,
+            net: run.net.counters.clone(),
+            end_ns: run.ns(),
+            digest: run.digest_with_net(),
+        })
     }
-    // A transfer its sender saw complete was delivered, unless its receiver crashed since.
-    for &(j, j_inc, i, inc, k) in &acknowledged {
-        let crashed = nodes[j].incarnation != j_inc;
-        if !crashed && !delivered_set.contains(&(j, j_inc, i, inc, k)) {
-            return Err(fail(format!(
-                "node {i}'s message {k} was acknowledged complete but node {j} never delivered it"
-            )));
-        }
-    }
-    let mut sender = SenderCounters::default();
-    let mut receiver = ReceiverCounters::default();
-    for node in &nodes {
-        sender.add(&node.sender.counters);
-        receiver.add(&node.receiver.counters);
-    }
-    digest.add_u64(net.digest.0);
-    Ok(FragSimReport {
-        seed,
-        faults,
-        crashes: crash_count,
-        sent,
-        delivered,
-        failed,
-        sender,
-        receiver,
-        net: net.counters.clone(),
-        end_ns: now.0,
-        digest: digest.0,
-    })
 }

@@ -6,9 +6,10 @@
 //! Processes are slots: a crashed process is gone for good, and a restart is a new process
 //! (a new address) that joins through a live member, as a restarted server would.
 
-use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{begin_leave, choose_down, Down, Faults};
-use crate::{Digest, NodeId};
+use crate::harness::{self, Run, Violation, World};
+use crate::net::{FaultConfig, NetCounters};
+use crate::schedule::{fire, group_plan, next_timer, receive, Churn, Down, MAX_SLOTS};
+use crate::{member_node, Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::group::{
     Delivered, Dest, GroupConfig, GroupEvent, Member, Method, MinMembers, State,
@@ -76,23 +77,6 @@ pub struct GroupSimReport {
     pub digest: u64,
 }
 
-/// A broken guarantee, with the seed that shows it.
-#[derive(Clone, Debug)]
-pub struct Violation {
-    pub seed: u64,
-    pub what: String,
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "seed {}: {}\nreplay: cargo run --release -- sim group --seed {}",
-            self.seed, self.what, self.seed
-        )
-    }
-}
-
 /// What a delivered record is, for comparing deliveries across processes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Rec {
@@ -122,14 +106,7 @@ struct Proc {
 
 crate::schedule::group_process!(Proc, Member, m, State);
 
-const MAX_SLOTS: usize = 24;
-const STEP_NS: u64 = 1_000_000;
-
-fn hash(p: &[u8]) -> u64 {
-    let mut d = Digest::default();
-    d.add(p);
-    d.0
-}
+member_node!(Member, Dest);
 
 fn payload_for(addr: Address, k: u64) -> Vec<u8> {
     let mut v = format!("{addr}#{k}#").into_bytes();
@@ -139,13 +116,10 @@ fn payload_for(addr: Address, k: u64) -> Vec<u8> {
 }
 
 struct Sim {
-    seed: u64,
     opts: GroupSimOptions,
     cfg: GroupConfig,
     rng: Rng,
-    net: Network,
     procs: Vec<Proc>,
-    now: u64,
     /// seq -> the record delivered there by processes that did not crash (built at the end).
     global: BTreeMap<u64, Rec>,
     /// What crashed processes delivered before they crashed.
@@ -153,17 +127,9 @@ struct Sim {
     /// (sender, msg_id) -> payload hash, for everything handed to `send`.
     sent: HashMap<(Address, u64), u64>,
     completed: Vec<(Address, u64)>,
-    crashes: u32,
-    expulsions: u32,
-    leaves: u32,
-    joins: u32,
-    crash_p: f64,
-    leave_p: f64,
-    digest: Digest,
-    buf: Vec<u8>,
-    faults: Faults,
-    stuck: u32,
-    trace: bool,
+    churn: Churn,
+    /// The seed's fault mix, for the report.
+    faults: String,
 }
 
 /// Runs one seed; `Err` names the first guarantee broken.
@@ -187,7 +153,7 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         reset_retry: std::time::Duration::from_millis(200),
         ..GroupConfig::default()
     };
-    let (faults, crash_p, leave_p) = if opts.faults {
+    let (faults, churn) = if opts.faults {
         cfg.resilience = cfg_rng.below(opts.members as u64) as u8;
         cfg.method = match cfg_rng.below(3) {
             0 => Method::Pb,
@@ -203,128 +169,156 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
                 delay: std::time::Duration::from_micros(500),
             },
         };
-        let mut f = FaultConfig::swarm(&mut fault_rng);
-        // Partitions come from their own schedule (below), in virtual time.
-        f.partition_flip = 0.0;
-        f.delay_max_ns = f.delay_max_ns.min(f.delay_min_ns + 2_000_000);
-        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
-        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
-        (f, crash_p, leave_p)
+        let f = FaultConfig::for_group(&mut fault_rng);
+        (f, Churn::draw(&mut cfg_rng))
     } else {
-        (FaultConfig::none(), 0.0, 0.0)
+        (FaultConfig::none(), Churn::default())
     };
-    let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
-    let mut sim = Sim {
+    let plan = group_plan(
+        "group",
         seed,
+        &faults,
+        &mut rng,
+        (opts.faults, opts.partitions, opts.clogs),
+        opts.safety_ns,
+        opts.liveness_ns,
+        String::new(),
+    );
+    let sim = Sim {
         opts: opts.clone(),
-        cfg: cfg.clone(),
+        cfg,
         rng,
-        net,
         procs: Vec::new(),
-        now: 0,
         global: BTreeMap::new(),
         crashed_logs: Vec::new(),
         sent: HashMap::new(),
         completed: Vec::new(),
-        crashes: 0,
-        expulsions: 0,
-        leaves: 0,
-        joins: 0,
-        crash_p,
-        leave_p,
-        digest: Digest::default(),
-        buf: vec![0u8; 65536],
-        faults: Faults::for_seed(
-            seed,
-            opts.faults && opts.partitions,
-            opts.faults && opts.clogs,
-            opts.safety_ns,
+        churn,
+        faults: format!(
+            "{faults:?} crash_p={} leave_p={}",
+            churn.crash_p, churn.leave_p
         ),
-        stuck: 0,
-        trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
     };
-    sim.start()?;
-    let end_safety = opts.safety_ns;
-    while sim.now < end_safety {
-        sim.step()?;
+    harness::run(sim, plan)
+}
+
+impl World for Sim {
+    type Report = GroupSimReport;
+
+    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
+        Sim::start(self, run)
     }
-    sim.faults.on = false;
-    sim.net.faults = FaultConfig::none();
-    sim.net.heal();
-    let end = end_safety + opts.liveness_ns;
-    while sim.now < end {
-        sim.step()?;
-        if sim.converged() {
-            break;
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        receive(&mut self.procs, run, to, &bytes);
+        self.drain(run, to)
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        for i in 0..self.procs.len() {
+            if fire(&mut self.procs[i], run) {
+                self.drain(run, i)?;
+            }
         }
+        self.workload(run)
     }
-    sim.check_order()?;
-    sim.check_final()?;
-    Ok(GroupSimReport {
-        seed,
-        config: format!(
-            "r={} method={:?} pack={:?}",
-            cfg.resilience, cfg.method, cfg.pack
-        ),
-        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
-        net: sim.net.counters.clone(),
-        sent: sim.sent.len() as u64,
-        completed: sim.completed.len() as u64,
-        delivered: sim
+
+    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
+        next_timer(&self.procs)
+    }
+
+    /// Healed links carry every packet after the minimum delay of a network without faults.
+    fn heal(&mut self, run: &mut Run) {
+        run.net.faults = FaultConfig::none();
+    }
+
+    fn done(&self, _run: &Run) -> bool {
+        self.converged()
+    }
+
+    fn stalled(&self, run: &Run) -> String {
+        let due: Vec<String> = self
             .procs
             .iter()
-            .filter_map(|p| p.m.as_ref())
-            .map(|m| m.counters().delivered)
-            .sum(),
-        crashes: sim.crashes,
-        leaves: sim.leaves,
-        joins: sim.joins,
-        partitions: sim.faults.cuts,
-        clogs: sim.faults.clogged,
-        resets: sim
-            .procs
-            .iter()
-            .filter_map(|p| p.m.as_ref())
-            .map(|m| m.counters().resets_completed)
-            .sum(),
-        final_members: sim.live().count(),
-        highest_seq: sim.global.keys().next_back().copied().unwrap_or(0),
-        digest: sim.digest.0,
-    })
+            .filter_map(|p| {
+                let m = p.m.as_ref()?;
+                run.due(m).then(|| {
+                    format!(
+                        "{} {:?} seqr={} {}",
+                        p.addr,
+                        m.state(),
+                        m.is_sequencer(),
+                        m.debug_timers()
+                    )
+                })
+            })
+            .collect();
+        due.join("; ")
+    }
+
+    fn running(&self) -> Vec<NodeId> {
+        self.live().collect()
+    }
+
+    fn address(&self, node: NodeId) -> Address {
+        self.procs[node].addr
+    }
+
+    fn finish(mut self, run: &mut Run) -> Result<GroupSimReport, Violation> {
+        self.check_order(run)?;
+        self.check_final(run)?;
+        let counters = || {
+            self.procs
+                .iter()
+                .filter_map(|p| p.m.as_ref())
+                .map(|m| m.counters())
+        };
+        let cfg = &self.cfg;
+        Ok(GroupSimReport {
+            seed: run.seed,
+            config: format!(
+                "r={} method={:?} pack={:?}",
+                cfg.resilience, cfg.method, cfg.pack
+            ),
+            faults: self.faults.clone(),
+            net: run.net.counters.clone(),
+            sent: self.sent.len() as u64,
+            completed: self.completed.len() as u64,
+            delivered: counters().map(|c| c.delivered).sum(),
+            crashes: self.churn.crashes,
+            leaves: self.churn.leaves,
+            joins: self.churn.joins,
+            partitions: run.faults.cuts,
+            clogs: run.faults.clogged,
+            resets: counters().map(|c| c.resets_completed).sum(),
+            final_members: self.live().count(),
+            highest_seq: self.global.keys().next_back().copied().unwrap_or(0),
+            digest: run.digest.0,
+        })
+    }
 }
 
 impl Sim {
-    fn fail(&self, what: String) -> Violation {
-        Violation {
-            seed: self.seed,
-            what: format!("at {} ms: {what}", self.now / 1_000_000),
-        }
-    }
-
     /// Processes the group lost: crashed, or left out of a rebuilt view.
     fn failures(&self) -> u32 {
-        self.crashes + self.expulsions
+        self.churn.crashes + self.churn.expulsions
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, run: &Run) -> String {
         format!(
             "r={} method={:?} pack={:?} crashes {} leaves {} joins {} partitions {} clogs {}",
             self.cfg.resilience,
             self.cfg.method,
             self.cfg.pack,
-            self.crashes,
-            self.leaves,
-            self.joins,
-            self.faults.cuts,
-            self.faults.clogged
+            self.churn.crashes,
+            self.churn.leaves,
+            self.churn.joins,
+            run.faults.cuts,
+            run.faults.clogged
         )
     }
 
-    fn t(&self) -> Instant {
-        Instant(self.now)
-    }
-
-    fn new_proc(&mut self) -> Option<usize> {
+    fn new_proc(&mut self, run: &mut Run) -> Option<usize> {
         if self.procs.len() >= MAX_SLOTS {
             return None;
         }
@@ -333,7 +327,7 @@ impl Sim {
             addr: Address::new(1, i as u16, 1, 0),
             m: None,
             sends_left: self.opts.messages_per_member,
-            next_send_at: self.now + self.rng.below(20_000_000),
+            next_send_at: run.ns() + self.rng.below(20_000_000),
             last_seq: 0,
             last_id: HashMap::new(),
             seen: HashSet::new(),
@@ -345,20 +339,20 @@ impl Sim {
         Some(i)
     }
 
-    fn start(&mut self) -> Result<(), Violation> {
-        let first = self.new_proc().expect("slot");
+    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let first = self.new_proc(run).expect("slot");
         let a = self.procs[first].addr;
         let m =
-            Member::create(self.cfg.clone(), a, self.t()).map_err(|e| self.fail(e.to_string()))?;
+            Member::create(self.cfg.clone(), a, run.now).map_err(|e| run.fail(e.to_string()))?;
         self.procs[first].m = Some(m);
         for _ in 1..self.opts.members {
-            self.spawn_joiner();
+            self.spawn_joiner(run);
         }
         Ok(())
     }
 
     /// A new process joins through a live member.
-    fn spawn_joiner(&mut self) {
+    fn spawn_joiner(&mut self, run: &mut Run) {
         // A restarted server would be told of a member (by configuration or the oracle), not
         // of another process still joining: contacts are members in good standing, or, when
         // there is none right now, anyone live.
@@ -378,20 +372,22 @@ impl Sim {
         if contacts.is_empty() {
             return;
         }
-        let Some(i) = self.new_proc() else {
+        let Some(i) = self.new_proc(run) else {
             return;
         };
         let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
-        if self.trace {
+        if run.trace > 0 {
             eprintln!(
                 "{:>10} SPAWN {} via {}",
-                self.now, self.procs[i].addr, contact
+                run.ns(),
+                self.procs[i].addr,
+                contact
             );
         }
-        let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
+        let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, run.now)
             .expect("valid config");
         self.procs[i].m = Some(m);
-        self.joins += 1;
+        self.churn.joins += 1;
     }
 
     /// Processes that exist and are (or are becoming) members.
@@ -403,89 +399,8 @@ impl Sim {
         })
     }
 
-    fn slot_of(&self, a: Address) -> Option<usize> {
-        crate::schedule::slot_of(&self.procs, a)
-    }
-
-    fn step(&mut self) -> Result<(), Violation> {
-        // The next thing to happen: a packet, a timer, or a workload tick.
-        let mut next = self.now + STEP_NS;
-        if let Some(t) = self.net.next_arrival() {
-            next = next.min(t.0);
-        }
-        for p in &self.procs {
-            if let Some(t) = p.m.as_ref().and_then(|m| m.poll_timeout()) {
-                next = next.min(t.0);
-            }
-        }
-        if next <= self.now {
-            self.stuck += 1;
-            if self.stuck > 100_000 {
-                for p in &self.procs {
-                    if let Some(m) = p.m.as_ref() {
-                        if m.poll_timeout().is_some_and(|t| t.0 <= self.now) {
-                            eprintln!(
-                                "due at {}: {} {:?} seqr={} {}",
-                                self.now,
-                                p.addr,
-                                m.state(),
-                                m.is_sequencer(),
-                                m.debug_timers()
-                            );
-                        }
-                    }
-                }
-                return Err(self.fail("virtual time stopped: a timer stays due".into()));
-            }
-        } else {
-            self.stuck = 0;
-        }
-        self.now = next.max(self.now);
-        let now = self.t();
-        self.step_faults();
-        self.net.step_clogs(now);
-        while let Some((to, bytes)) = self.net.pop_due(now) {
-            self.digest.add_u64(to as u64);
-            self.digest.add(&bytes);
-            if let Some(m) = self.procs.get_mut(to).and_then(|p| p.m.as_mut()) {
-                let _ = m.handle_message(now, &bytes);
-            }
-            self.drain(to)?;
-        }
-        for i in 0..self.procs.len() {
-            let due = self.procs[i]
-                .m
-                .as_ref()
-                .and_then(|m| m.poll_timeout())
-                .is_some_and(|t| t <= now);
-            if due {
-                self.procs[i].m.as_mut().expect("live").handle_timeout(now);
-                self.drain(i)?;
-            }
-        }
-        self.workload()?;
-        Ok(())
-    }
-
-    /// Partitions and clogs, as the seed's schedules say (see `Faults::step`).
-    fn step_faults(&mut self) {
-        if !self.faults.on {
-            return;
-        }
-        let running: Vec<usize> = self.live().collect();
-        let procs = &self.procs;
-        self.faults.step(
-            self.now,
-            &mut self.net,
-            MAX_SLOTS,
-            &running,
-            |i| procs[i].addr,
-            self.trace,
-        );
-    }
-
-    fn workload(&mut self) -> Result<(), Violation> {
-        let now = self.t();
+    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
         for i in 0..self.procs.len() {
             let p = &mut self.procs[i];
             let Some(m) = p.m.as_mut() else {
@@ -494,79 +409,54 @@ impl Sim {
             if m.state() == State::Normal
                 && !p.leaving
                 && p.sends_left > 0
-                && self.now >= p.next_send_at
+                && run.ns() >= p.next_send_at
             {
                 let k = (self.opts.messages_per_member - p.sends_left + 1) as u64;
                 let payload = payload_for(p.addr, k);
                 // A refused send (queue full, too few members for r) is tried again later.
                 if let Ok(id) = m.send(now, &payload) {
                     p.sends_left -= 1;
-                    self.sent.insert((p.addr, id), hash(&payload));
+                    self.sent.insert((p.addr, id), Digest::of(&payload));
                 }
-                p.next_send_at = self.now + self.rng.below(8_000_000);
-                self.drain(i)?;
+                p.next_send_at = run.ns() + self.rng.below(8_000_000);
+                self.drain(run, i)?;
             }
         }
-        if !self.faults.on {
+        if run.healed {
             return Ok(());
         }
         let running: Vec<usize> = self.live().collect();
-        match choose_down(
-            &self.procs,
-            running.into_iter(),
-            &mut self.rng,
-            self.crash_p,
-            self.leave_p,
-        ) {
+        match self
+            .churn
+            .step(&mut self.procs, running, &mut self.rng, run)
+        {
             Some(Down::Crash(victim)) => {
                 self.procs[victim].m = None;
                 let log = std::mem::take(&mut self.procs[victim].log);
                 self.crashed_logs.push((self.procs[victim].addr, log));
-                if self.trace {
-                    eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
-                }
-                self.crashes += 1;
-                self.digest.add_u64(0xdead ^ victim as u64);
-                self.spawn_joiner();
+                self.spawn_joiner(run);
             }
-            Some(Down::Leave(who))
-                if begin_leave(&mut self.procs[who], now, self.now, self.trace) =>
-            {
-                self.leaves += 1;
-                self.drain(who)?;
-                self.spawn_joiner();
+            Some(Down::Leave(who)) => {
+                self.drain(run, who)?;
+                self.spawn_joiner(run);
             }
-            Some(Down::Leave(_)) | None => {}
+            None => {}
         }
         Ok(())
     }
 
     /// Sends what a process has to send; takes its deliveries and events through the checkers.
-    fn drain(&mut self, i: usize) -> Result<(), Violation> {
-        let now = self.t();
-        loop {
-            let Some(m) = self.procs[i].m.as_mut() else {
-                return Ok(());
-            };
-            let Some((dest, len)) = m.poll_transmit(now, &mut self.buf) else {
-                break;
-            };
-            let targets: Vec<Address> = match dest {
-                Dest::To(a) => vec![a],
-                Dest::All => m.fanout().collect(),
-            };
-            for a in targets {
-                if let Some(j) = self.slot_of(a) {
-                    self.net.send(now, i, j, &self.buf[..len]);
-                }
-            }
-        }
+    fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
+        let Some(m) = self.procs[i].m.as_mut() else {
+            return Ok(());
+        };
+        run.transmit(i, m);
         loop {
             let m = self.procs[i].m.as_mut().expect("live");
             let Some((seq, sender, rec)) = m.poll_delivery(|d| {
                 let rec = match d.what {
                     Delivered::Message { msg_id, payload } => {
-                        Rec::Msg(d.sender, msg_id, hash(payload))
+                        Rec::Msg(d.sender, msg_id, Digest::of(payload))
                     }
                     Delivered::Joined(a) => Rec::Joined(a),
                     Delivered::Left(a) => Rec::Left(a),
@@ -578,7 +468,7 @@ impl Sim {
             }) else {
                 break;
             };
-            self.check_delivery(i, seq, sender, rec)?;
+            self.check_delivery(run, i, seq, sender, rec)?;
         }
         loop {
             let m = self.procs[i].m.as_mut().expect("live");
@@ -586,10 +476,10 @@ impl Sim {
                 break;
             };
             let addr = self.procs[i].addr;
-            if self.trace {
+            if run.trace > 0 {
                 eprintln!(
                     "{:>10} {addr} event {ev:?} {:?}",
-                    self.now,
+                    run.ns(),
                     self.procs[i].m.as_ref().map(|m| m.info().epoch)
                 );
             }
@@ -598,7 +488,7 @@ impl Sim {
                 GroupEvent::JoinFailed => {
                     // Try again through someone else.
                     self.procs[i].m = None;
-                    self.spawn_joiner();
+                    self.spawn_joiner(run);
                     return Ok(());
                 }
                 GroupEvent::LeaveDone => self.procs[i].done = true,
@@ -608,8 +498,8 @@ impl Sim {
                     // alone may be lost, as for a crash); it starts again as a new process.
                     let log = std::mem::take(&mut self.procs[i].log);
                     self.crashed_logs.push((addr, log));
-                    self.expulsions += 1;
-                    self.spawn_joiner();
+                    self.churn.expulsions += 1;
+                    self.spawn_joiner(run);
                 }
                 _ => {}
             }
@@ -619,19 +509,20 @@ impl Sim {
 
     fn check_delivery(
         &mut self,
+        run: &mut Run,
         i: usize,
         seq: u64,
         sender: Address,
         rec: Rec,
     ) -> Result<(), Violation> {
         let who = self.procs[i].addr;
-        if self.trace {
-            eprintln!("{:>10} {who} deliver {seq} {rec:?}", self.now);
+        if run.trace > 0 {
+            eprintln!("{:>10} {who} deliver {seq} {rec:?}", run.ns());
         }
-        self.digest.add_u64(seq);
+        run.digest.add_u64(seq);
         let p = &mut self.procs[i];
         if p.last_seq != 0 && seq != p.last_seq + 1 {
-            return Err(self.fail(format!(
+            return Err(run.fail(format!(
                 "{who} delivered seq {seq} after {}",
                 self.procs[i].last_seq
             )));
@@ -639,18 +530,18 @@ impl Sim {
         p.last_seq = seq;
         if let Rec::Msg(s, id, h) = &rec {
             if !p.seen.insert((*s, *id)) {
-                return Err(self.fail(format!("{who} delivered {s}#{id} twice")));
+                return Err(run.fail(format!("{who} delivered {s}#{id} twice")));
             }
             // The first message seen from a sender may follow ones ordered before this process
             // joined; after that, each is the next.
             let prev = p.last_id.insert(*s, *id).unwrap_or(*id - 1);
             if *id != prev + 1 {
-                return Err(self.fail(format!("{who}: FIFO from {s} broken: {id} after {prev}")));
+                return Err(run.fail(format!("{who}: FIFO from {s} broken: {id} after {prev}")));
             }
             match self.sent.get(&(*s, *id)) {
                 Some(x) if x == h => {}
-                Some(_) => return Err(self.fail(format!("{who} delivered {s}#{id} altered"))),
-                None => return Err(self.fail(format!("{who} delivered {s}#{id}, never sent"))),
+                Some(_) => return Err(run.fail(format!("{who} delivered {s}#{id} altered"))),
+                None => return Err(run.fail(format!("{who} delivered {s}#{id}, never sent"))),
             }
             let _ = sender;
         }
@@ -662,7 +553,7 @@ impl Sim {
     /// sequence number. With at most r crashes, so do the crashed ones. With more, a crashed
     /// process may have delivered records no survivor got, and the survivors renumber what
     /// follows (total order is not uniform beyond r crashes, as in paper 003).
-    fn check_order(&mut self) -> Result<(), Violation> {
+    fn check_order(&mut self, run: &mut Run) -> Result<(), Violation> {
         // Processes that left are checked with the failed ones, below: a leaver stops taking
         // part, so what it delivered is exactly as durable as a crashed process's deliveries
         // (held by r more members, and by one even with r = 0).
@@ -670,7 +561,7 @@ impl Sim {
             for (seq, rec) in &p.log {
                 match self.global.get(seq) {
                     Some(r) if r != rec => {
-                        return Err(self.fail(format!(
+                        return Err(run.fail(format!(
                             "total order: {} delivered {rec:?} at seq {seq}, others {r:?}",
                             p.addr
                         )))
@@ -695,7 +586,7 @@ impl Sim {
             for (who, log) in self.crashed_logs.iter().map(|(a, l)| (*a, l)).chain(left) {
                 for (seq, rec) in log {
                     if let Some(other) = self.global.get(seq).filter(|&o| o != rec) {
-                        return Err(self.fail(format!(
+                        return Err(run.fail(format!(
                             "failed {who} delivered {rec:?} at {seq}; the survivors have {other:?} ({} failures, r = {r})",
                             self.failures()
                         )));
@@ -770,7 +661,7 @@ impl Sim {
         running * 2 <= view.len()
     }
 
-    fn check_final(&self) -> Result<(), Violation> {
+    fn check_final(&self, run: &Run) -> Result<(), Violation> {
         if !self.converged() && self.majority_lost() {
             // Blocked, as it must be; what a recovery would have delivered cannot be checked.
             return Ok(());
@@ -795,9 +686,9 @@ impl Sim {
                     )
                 })
                 .collect();
-            return Err(self.fail(format!(
+            return Err(run.fail(format!(
                 "no convergence after healing ({}):\n  {}",
-                self.describe(),
+                self.describe(run),
                 states.join("\n  ")
             )));
         }
@@ -824,12 +715,12 @@ impl Sim {
                 continue;
             }
             let Some(&q) = ordered_at.get(&(*s, *id)) else {
-                return Err(self.fail(format!("completed send {s}#{id} delivered nowhere")));
+                return Err(run.fail(format!("completed send {s}#{id} delivered nowhere")));
             };
             for i in self.live() {
                 let p = &self.procs[i];
                 if p.joined_at < q && !p.seen.contains(&(*s, *id)) {
-                    return Err(self.fail(format!(
+                    return Err(run.fail(format!(
                         "completed send {s}#{id} (seq {q}) lost: {} never delivered it ({} failures, r = {r})",
                         p.addr,
                         self.failures()
@@ -839,15 +730,6 @@ impl Sim {
         }
         Ok(())
     }
-}
-
-/// Runs `seeds` seeds from `first`; returns the reports or the first violation.
-pub fn run_group_seeds(
-    first: u64,
-    seeds: u64,
-    opts: &GroupSimOptions,
-) -> Result<Vec<GroupSimReport>, Violation> {
-    (first..first + seeds).map(|s| run_group(s, opts)).collect()
 }
 
 /// For the simulator's `NodeId` users: which slot an address is (the site number).

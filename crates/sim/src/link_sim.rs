@@ -1,8 +1,9 @@
 //! The reliable link under simulated faults, with its checker: every message sent is delivered
 //! exactly once, in order, unaltered, and nothing is invented.
 
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::{Digest, Node, NodeId};
+use crate::{Node, NodeId};
 use txcast_proto::link::{Link, LinkConfig, LinkCounters, LinkSendError};
 use txcast_proto::pack::PackMode;
 use txcast_proto::rng::Rng;
@@ -24,6 +25,10 @@ pub struct LinkSimOptions {
     pub liveness_ns: u64,
     /// Draw the fault mix from the seed; otherwise run fault-free.
     pub faults: bool,
+    /// With `faults`, let the seed cut the network in two now and then.
+    pub partitions: bool,
+    /// With `faults`, let the seed clog paths now and then.
+    pub clogs: bool,
 }
 
 impl Default for LinkSimOptions {
@@ -34,6 +39,8 @@ impl Default for LinkSimOptions {
             safety_ns: 2_000_000_000,
             liveness_ns: 60_000_000_000,
             faults: true,
+            partitions: true,
+            clogs: true,
         }
     }
 }
@@ -107,7 +114,7 @@ impl LinkNode {
 }
 
 impl Node for LinkNode {
-    fn handle_datagram(&mut self, now: Instant, bytes: &[u8]) {
+    fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
         match Packet::parse(bytes, CLUSTER, None) {
             Ok(p) => {
                 let from = p.header.source.site as usize;
@@ -132,14 +139,20 @@ impl Node for LinkNode {
         }
     }
 
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(NodeId, usize)> {
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        to: &mut Vec<NodeId>,
+    ) -> Option<usize> {
         let n = self.links.len();
         for k in 0..n {
             let j = (self.next_link + k) % n;
             if let Some(l) = self.links[j].as_mut() {
                 if let Some(len) = l.poll_transmit(now, buf) {
                     self.next_link = (j + 1) % n;
-                    return Some((j, len));
+                    to.push(j);
+                    return Some(len);
                 }
             }
         }
@@ -209,17 +222,43 @@ fn link_config(rng: &mut Rng) -> LinkConfig {
     cfg
 }
 
+/// The checker's view of each stream i -> j (indexed `[i][j]`).
+struct Streams {
+    /// Messages sent.
+    sent: Vec<Vec<u32>>,
+    /// The sender incarnation last delivered.
+    seen_inc: Vec<Vec<u32>>,
+    /// The counter due next (`None` right after the receiver restarted: a new receiver may
+    /// start anywhere).
+    next_expected: Vec<Vec<Option<u32>>>,
+    /// Counters a crashed receiver may have acknowledged without its application taking
+    /// them: below this, a gap is loss by that crash, not a bug.
+    skip_limit: Vec<Vec<u32>>,
+    /// `first_sent[i][j][k]`: the first counter incarnation k+1 of i sent to j.
+    first_sent: Vec<Vec<Vec<u32>>>,
+}
+
+struct LinkWorld {
+    opts: LinkSimOptions,
+    cfg: LinkConfig,
+    rng: Rng,
+    faults: FaultConfig,
+    stall: f64,
+    restarts: usize,
+    nodes: Vec<LinkNode>,
+    incarnation: Vec<u32>,
+    s: Streams,
+    next_send_at: Vec<Instant>,
+    msg: Vec<u8>,
+    expect: Vec<u8>,
+    total: u32,
+    delivered: u64,
+}
+
 /// Runs one seed; `Err` describes the first violation, with the replay command.
-pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, String> {
-    let fail = |what: String| {
-        format!("link simulation seed {seed}: {what}\n  replay: cargo run --release -- sim link --seed {seed}")
-    };
+pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Violation> {
     let mut rng = Rng::new(seed);
-    let faults = if opts.faults {
-        FaultConfig::swarm(&mut rng).with_clogs(&mut Rng::new(seed ^ 0xc10c_c10c))
-    } else {
-        FaultConfig::none()
-    };
+    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
     let cfg = link_config(&mut rng);
     // A slow application on some seeds: deliveries are refused at random, so the receive
     // buffers fill, credit closes, and the window must reopen when the application catches up.
@@ -231,244 +270,246 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Strin
     let n = opts.nodes;
     // Crashes and restarts on some seeds: a node loses every link's state and comes back with
     // a newer incarnation.
-    let mut restarts: Vec<(u64, NodeId)> = Vec::new();
-    if opts.faults && rng.chance(0.3) {
-        for _ in 0..1 + rng.below(3) {
-            restarts.push((rng.below(opts.safety_ns), rng.below(n as u64) as usize));
-        }
-        restarts.sort_unstable();
+    let restarts = draw_restarts(&mut rng, opts.faults, 0.3, 3, opts.safety_ns, n);
+    let plan = Plan {
+        buf_bytes: cfg.packet_bytes_max,
+        ..Plan::event(
+            "link",
+            seed,
+            Network::new(n, faults.clone(), rng.fork()),
+            restarts.clone(),
+            opts.safety_ns,
+            opts.safety_ns + opts.liveness_ns,
+        )
+    };
+    let world = LinkWorld {
+        opts: opts.clone(),
+        nodes: (0..n).map(|i| LinkNode::new(i, n, &cfg)).collect(),
+        cfg,
+        rng,
+        faults,
+        stall,
+        restarts: restarts.len(),
+        incarnation: vec![1; n],
+        s: Streams {
+            sent: vec![vec![0; n]; n],
+            seen_inc: vec![vec![0; n]; n],
+            next_expected: vec![vec![Some(0); n]; n],
+            skip_limit: vec![vec![0; n]; n],
+            first_sent: vec![vec![vec![0]; n]; n],
+        },
+        next_send_at: vec![Instant::ZERO; n],
+        msg: Vec::new(),
+        expect: Vec::new(),
+        total: (n * (n - 1)) as u32 * opts.messages_per_pair,
+        delivered: 0,
+    };
+    harness::run(world, plan)
+}
+
+impl LinkWorld {
+    fn all_sent(&self) -> bool {
+        self.s.sent.iter().flatten().sum::<u32>() == self.total
     }
-    let restart_count = restarts.len();
-    let mut incarnation = vec![1u32; n];
-    let mut net = Network::new(n, faults.clone(), rng.fork());
-    let mut nodes: Vec<LinkNode> = (0..n).map(|i| LinkNode::new(i, n, &cfg)).collect();
-    let mut sent = vec![vec![0u32; n]; n];
-    // The checker's view of each stream i -> j: the sender incarnation last delivered, the
-    // counter due next from it (`None` right after the receiver restarted: a new receiver may
-    // start anywhere), and the counters a crashed receiver may have acknowledged without its
-    // application taking them (below `skip_limit`, a gap is loss by that crash, not a bug).
-    let mut seen_inc = vec![vec![0u32; n]; n];
-    let mut next_expected: Vec<Vec<Option<u32>>> = vec![vec![Some(0); n]; n];
-    let mut skip_limit = vec![vec![0u32; n]; n];
-    // first_sent[i][j][k]: the first counter incarnation k+1 of i sent to j.
-    let mut first_sent: Vec<Vec<Vec<u32>>> = vec![vec![vec![0]; n]; n];
-    let mut next_send_at = vec![Instant::ZERO; n];
-    let mut digest = Digest::default();
-    let mut buf = vec![0u8; cfg.packet_bytes_max];
-    let mut msg = Vec::new();
-    let mut expect = Vec::new();
-    let mut now = Instant::ZERO;
-    let total = (n * (n - 1)) as u64 * opts.messages_per_pair as u64;
-    let mut delivered = 0u64;
-    let mut healed = false;
-    loop {
-        if !healed && now.0 >= opts.safety_ns {
-            net.heal();
-            healed = true;
-        }
-        if !healed {
-            net.step_partitions();
-            net.step_clogs(now);
-        }
-        while restarts.first().is_some_and(|&(t, _)| t <= now.0) {
-            let (_, k) = restarts.remove(0);
-            if std::env::var_os("TXCAST_SIM_TRACE").is_some() {
-                eprintln!("t={} restart node {k}; sent {:?}", now.0, sent);
+
+    /// Whether stream i -> j has nothing left: the sender's link idle, nothing held for the
+    /// receiver's application.
+    fn stream_done(&self, i: NodeId, j: NodeId) -> bool {
+        i == j
+            || (self.nodes[i].link_ref(j).is_idle()
+                && !self.nodes[j].link_ref(i).has_pending_delivery())
+    }
+
+    /// The application at `j` takes what the link from `i` delivers; each through the checker.
+    fn take(&mut self, run: &mut Run, i: NodeId, j: NodeId) -> Result<(), Violation> {
+        let s = &mut self.s;
+        loop {
+            if !run.healed && self.stall > 0.0 && self.rng.chance(self.stall) {
+                return Ok(());
             }
-            incarnation[k] += 1;
-            nodes[k] = LinkNode::with_incarnation(k, n, &cfg, incarnation[k] as u64);
-            for other in 0..n {
-                next_expected[other][k] = None;
-                seen_inc[other][k] = 0;
-                skip_limit[other][k] = sent[other][k];
-                first_sent[k][other].push(sent[k][other]);
+            let Some(got) = self.nodes[j].link(i).poll_delivery(|m| m.to_vec()) else {
+                return Ok(());
+            };
+            let word = |at: usize| {
+                u32::from_le_bytes(
+                    got.get(at..at + 4)
+                        .and_then(|b| b.try_into().ok())
+                        .unwrap_or([0xff; 4]),
+                )
+            };
+            let (counter, inc) = (word(4), word(8));
+            if counter >= s.sent[i][j] || inc == 0 || inc > self.incarnation[i] {
+                return Err(run.fail(format!(
+                    "node {j} got #{counter} (incarnation {inc}) from {i}, which was never sent"
+                )));
             }
-            digest.add_u64(now.0 ^ k as u64);
+            message(i, j, inc, counter, got.len(), &mut self.expect);
+            if got != self.expect {
+                return Err(run.fail(format!("node {j} from {i}: #{counter} corrupted")));
+            }
+            let seen = s.seen_inc[i][j];
+            if inc < seen {
+                return Err(run.fail(format!(
+                    "node {j} from {i}: #{counter} of incarnation {inc} after incarnation {seen}"
+                )));
+            }
+            if inc > seen {
+                // A new stream: it starts at its first message, or later only past messages a
+                // crashed receiver may have acknowledged.
+                let first = s.first_sent[i][j][inc as usize - 1];
+                let ok = counter == first || (counter > first && counter - 1 < s.skip_limit[i][j]);
+                if !ok {
+                    return Err(run.fail(format!(
+                        "node {j} from {i}: incarnation {inc} starts at #{counter}, its first message was #{first}"
+                    )));
+                }
+            } else if let Some(want) = s.next_expected[i][j] {
+                let lost_by_crash = counter > want && counter - 1 < s.skip_limit[i][j];
+                if counter != want && !lost_by_crash {
+                    return Err(run.fail(format!(
+                        "node {j} from {i}: got #{counter}, expected #{want} (order/duplicate/loss)"
+                    )));
+                }
+            }
+            if run.trace > 0 && (counter % 50 == 0 || s.next_expected[i][j] != Some(counter)) {
+                eprintln!(
+                    "t={} {i}->{j} #{counter} inc {inc} (expected {:?} of inc {seen})",
+                    run.ns(),
+                    s.next_expected[i][j]
+                );
+            }
+            s.seen_inc[i][j] = inc;
+            s.next_expected[i][j] = Some(counter + 1);
+            run.digest.add_u64(run.ns());
+            run.digest.add(&got[..12]);
+            self.delivered += 1;
         }
-        while let Some((to, bytes)) = net.pop_due(now) {
-            nodes[to].handle_datagram(now, &bytes);
+    }
+}
+
+impl World for LinkWorld {
+    type Report = LinkSimReport;
+
+    fn restart(&mut self, run: &mut Run, k: NodeId) {
+        let n = self.nodes.len();
+        if run.trace > 0 {
+            eprintln!("t={} restart node {k}; sent {:?}", run.ns(), self.s.sent);
         }
-        for node in nodes.iter_mut() {
-            if node.poll_timeout().is_some_and(|t| t <= now) {
+        self.incarnation[k] += 1;
+        self.nodes[k] = LinkNode::with_incarnation(k, n, &self.cfg, self.incarnation[k] as u64);
+        let s = &mut self.s;
+        for other in 0..n {
+            s.next_expected[other][k] = None;
+            s.seen_inc[other][k] = 0;
+            s.skip_limit[other][k] = s.sent[other][k];
+            s.first_sent[k][other].push(s.sent[k][other]);
+        }
+    }
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        self.nodes[to].handle_message(run.now, &bytes);
+        Ok(())
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (n, now) = (self.nodes.len(), run.now);
+        for node in self.nodes.iter_mut() {
+            if run.due(node) {
                 node.handle_timeout(now);
             }
         }
         // Workload: each node sends to a random peer that still has messages to get (through
         // the liveness phase too, so a run slowed by back-pressure still sends everything).
         for i in 0..n {
-            if next_send_at[i] > now {
+            if self.next_send_at[i] > now {
                 continue;
             }
-            let j = (i + 1 + rng.below(n as u64 - 1) as usize) % n;
-            if sent[i][j] < opts.messages_per_pair {
-                let len = message_len(&mut rng);
-                message(i, j, incarnation[i], sent[i][j], len, &mut msg);
-                match nodes[i].link(j).send(now, &msg) {
-                    Ok(()) => sent[i][j] += 1,
+            let j = (i + 1 + self.rng.below(n as u64 - 1) as usize) % n;
+            if self.s.sent[i][j] < self.opts.messages_per_pair {
+                let len = message_len(&mut self.rng);
+                message(
+                    i,
+                    j,
+                    self.incarnation[i],
+                    self.s.sent[i][j],
+                    len,
+                    &mut self.msg,
+                );
+                match self.nodes[i].link(j).send(now, &self.msg) {
+                    Ok(()) => self.s.sent[i][j] += 1,
                     Err(LinkSendError::Full) => {}
-                    Err(e) => return Err(fail(format!("send refused: {e}"))),
+                    Err(e) => return Err(run.fail(format!("send refused: {e}"))),
                 }
             }
-            next_send_at[i] = Instant(now.0 + rng.below(200_000));
+            self.next_send_at[i] = Instant(now.0 + self.rng.below(200_000));
         }
-        for (i, node) in nodes.iter_mut().enumerate() {
-            while let Some((to, len)) = node.poll_transmit(now, &mut buf) {
-                net.send(now, i, to, &buf[..len]);
-            }
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            run.transmit(i, node);
         }
-        // Deliveries and the checker.
         for j in 0..n {
-            for i in 0..n {
-                if i == j {
-                    continue;
-                }
-                loop {
-                    if !healed && stall > 0.0 && rng.chance(stall) {
-                        break;
-                    }
-                    let got = nodes[j].link(i).poll_delivery(|m| m.to_vec());
-                    let Some(got) = got else { break };
-                    let word = |at: usize| {
-                        u32::from_le_bytes(
-                            got.get(at..at + 4)
-                                .and_then(|b| b.try_into().ok())
-                                .unwrap_or([0xff; 4]),
-                        )
-                    };
-                    let (counter, inc) = (word(4), word(8));
-                    if counter >= sent[i][j] || inc == 0 || inc > incarnation[i] {
-                        return Err(fail(format!(
-                            "node {j} got #{counter} (incarnation {inc}) from {i}, which was never sent"
-                        )));
-                    }
-                    message(i, j, inc, counter, got.len(), &mut expect);
-                    if got != expect {
-                        return Err(fail(format!("node {j} from {i}: #{counter} corrupted")));
-                    }
-                    let seen = seen_inc[i][j];
-                    if inc < seen {
-                        return Err(fail(format!(
-                            "node {j} from {i}: #{counter} of incarnation {inc} after incarnation {seen}"
-                        )));
-                    }
-                    if inc > seen {
-                        // A new stream: it starts at its first message, or later only past
-                        // messages a crashed receiver may have acknowledged.
-                        let first = first_sent[i][j][inc as usize - 1];
-                        let ok =
-                            counter == first || (counter > first && counter - 1 < skip_limit[i][j]);
-                        if !ok {
-                            return Err(fail(format!(
-                                "node {j} from {i}: incarnation {inc} starts at #{counter}, its first message was #{first}"
-                            )));
-                        }
-                    } else if let Some(want) = next_expected[i][j] {
-                        let lost_by_crash = counter > want && counter - 1 < skip_limit[i][j];
-                        if counter != want && !lost_by_crash {
-                            return Err(fail(format!(
-                                "node {j} from {i}: got #{counter}, expected #{want} (order/duplicate/loss)"
-                            )));
-                        }
-                    }
-                    if std::env::var_os("TXCAST_SIM_TRACE").is_some()
-                        && (counter % 50 == 0 || next_expected[i][j] != Some(counter))
-                    {
-                        eprintln!(
-                            "t={} {i}->{j} #{counter} inc {inc} (expected {:?} of inc {seen})",
-                            now.0, next_expected[i][j]
-                        );
-                    }
-                    seen_inc[i][j] = inc;
-                    next_expected[i][j] = Some(counter + 1);
-                    digest.add_u64(now.0);
-                    digest.add(&got[..12]);
-                    delivered += 1;
-                }
+            for i in (0..n).filter(|&i| i != j) {
+                self.take(run, i, j)?;
             }
         }
-        // Done when everything was sent, every sender's link is idle (all acknowledged by
-        // the receiver's current incarnation or a crashed one), and no receiver holds a
-        // message its application has not taken.
-        let all_sent = sent.iter().flatten().sum::<u32>() == total as u32;
-        if healed
-            && all_sent
-            && (0..n).all(|i| {
-                (0..n).all(|j| {
-                    i == j
-                        || (nodes[i].link(j).is_idle() && !nodes[j].link(i).has_pending_delivery())
-                })
-            })
-        {
-            break;
-        }
-        if now.0 > opts.safety_ns + opts.liveness_ns {
-            let missing: Vec<String> = (0..n)
-                .flat_map(|i| (0..n).map(move |j| (i, j)))
-                .filter(|&(i, j)| {
-                    i != j
-                        && (!nodes[i].link_ref(j).is_idle()
-                            || nodes[j].link_ref(i).has_pending_delivery())
-                })
-                .map(|(i, j)| {
-                    format!(
-                        "{i}->{j}: next {:?}/{} (sender {}; receiver {})",
-                        next_expected[i][j],
-                        sent[i][j],
-                        nodes[i].link_ref(j).debug_state(),
-                        nodes[j].link_ref(i).debug_state()
-                    )
-                })
-                .collect();
-            return Err(fail(format!(
-                "liveness: not everything delivered after healing: {}",
-                missing.join(", ")
-            )));
-        }
-        // Advance virtual time to the next event.
-        let mut next = net.next_arrival();
-        for node in &nodes {
-            next = min_opt(next, node.poll_timeout());
-        }
-        if !all_sent {
-            for &t in &next_send_at {
-                next = min_opt(next, Some(t));
-            }
-        }
-        if !healed {
-            next = min_opt(next, Some(Instant(opts.safety_ns)));
-        }
-        now = match next {
-            Some(t) if t > now => t,
-            Some(_) => Instant(now.0 + 1),
-            None => Instant(now.0 + 1_000_000),
-        };
+        Ok(())
     }
-    let mut links = LinkCounters::default();
-    for node in nodes.iter_mut() {
-        for j in 0..n {
-            if j != node.id {
-                links.add(node.link(j).counters());
-            }
-        }
-    }
-    digest.add_u64(net.digest.0);
-    Ok(LinkSimReport {
-        seed,
-        faults,
-        stall,
-        restarts: restart_count,
-        delivered,
-        net: net.counters.clone(),
-        links,
-        end_ns: now.0,
-        digest: digest.0,
-    })
-}
 
-/// The earlier of two optional instants.
-pub(crate) fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, y) => x.or(y),
+    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
+        let mut next = self.nodes.iter().filter_map(|n| n.poll_timeout()).min();
+        if !self.all_sent() {
+            next = min_opt(next, self.next_send_at.iter().copied().min());
+        }
+        next
+    }
+
+    /// Done when everything was sent, every sender's link is idle (all acknowledged by the
+    /// receiver's current incarnation or a crashed one), and no receiver holds a message its
+    /// application has not taken.
+    fn done(&self, run: &Run) -> bool {
+        let n = self.nodes.len();
+        run.healed && self.all_sent() && (0..n).all(|i| (0..n).all(|j| self.stream_done(i, j)))
+    }
+
+    fn stalled(&self, _run: &Run) -> String {
+        let n = self.nodes.len();
+        let missing: Vec<String> = (0..n)
+            .flat_map(|i| (0..n).map(move |j| (i, j)))
+            .filter(|&(i, j)| !self.stream_done(i, j))
+            .map(|(i, j)| {
+                format!(
+                    "{i}->{j}: next {:?}/{} (sender {}; receiver {})",
+                    self.s.next_expected[i][j],
+                    self.s.sent[i][j],
+                    self.nodes[i].link_ref(j).debug_state(),
+                    self.nodes[j].link_ref(i).debug_state()
+                )
+            })
+            .collect();
+        format!(
+            "not everything delivered after healing: {}",
+            missing.join(", ")
+        )
+    }
+
+    fn finish(mut self, run: &mut Run) -> Result<LinkSimReport, Violation> {
+        let mut links = LinkCounters::default();
+        for node in self.nodes.iter_mut() {
+            for j in 0..node.links.len() {
+                if j != node.id {
+                    links.add(node.link(j).counters());
+                }
+            }
+        }
+        Ok(LinkSimReport {
+            seed: run.seed,
+            faults: self.faults,
+            stall: self.stall,
+            restarts: self.restarts,
+            delivered: self.delivered,
+            net: run.net.counters.clone(),
+            links,
+            end_ns: run.ns(),
+            digest: run.digest_with_net(),
+        })
     }
 }

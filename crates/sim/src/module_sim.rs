@@ -4,9 +4,11 @@
 //! and never early, and after healing a module whose peer restarted learns it, so a message
 //! sent then reaches the peer's current incarnation.
 
-use crate::link_sim::{min_opt, LinkNode};
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::link_sim::LinkNode;
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::{Digest, Node, NodeId};
+use crate::{Node, NodeId};
+use std::collections::HashMap;
 use std::time::Duration;
 use txcast_proto::link::{LinkConfig, LinkSendError};
 use txcast_proto::module::{
@@ -32,6 +34,10 @@ pub struct ModuleSimOptions {
     pub safety_ns: u64,
     pub liveness_ns: u64,
     pub faults: bool,
+    /// With `faults`, let the seed cut the network in two now and then.
+    pub partitions: bool,
+    /// With `faults`, let the seed clog paths now and then.
+    pub clogs: bool,
 }
 
 impl Default for ModuleSimOptions {
@@ -42,6 +48,8 @@ impl Default for ModuleSimOptions {
             safety_ns: 2_000_000_000,
             liveness_ns: 30_000_000_000,
             faults: true,
+            partitions: true,
+            clogs: true,
         }
     }
 }
@@ -198,17 +206,41 @@ impl SimNode {
     }
 }
 
+/// The checker's state, indexed by node (`[j][i]`: what j knows of i).
+struct ModuleWorld {
+    opts: ModuleSimOptions,
+    cfg: LinkConfig,
+    rng: Rng,
+    faults: FaultConfig,
+    restarts: usize,
+    nodes: Vec<SimNode>,
+    incarnation: Vec<u64>,
+    /// `sent[i][inc-1][j]`: every message incarnation inc of i sent to j, by counter.
+    sent: Vec<Vec<Vec<Vec<Sent>>>>,
+    /// `last[j][i]`: (incarnation of i, counter) last received by j's current incarnation.
+    last: Vec<Vec<Option<(u64, u32)>>>,
+    /// `believed[j][i]`: the incarnation of i that j's module last heard from or was told of.
+    believed: Vec<Vec<Option<u64>>>,
+    /// Timers armed: (node, incarnation, token) -> deadline.
+    armed: HashMap<(NodeId, u64, u64), Instant>,
+    issued: Vec<u32>,
+    next_issue: Vec<Instant>,
+    delivered: u64,
+    token: u64,
+    instruction: u64,
+    /// After healing: two final rounds, each a message from every node to every other. The
+    /// first may meet restarts its senders have not heard of (they learn them); the second
+    /// must reach every current incarnation.
+    final_at: [u64; 2],
+    finals_sent: usize,
+    /// (round, from, to, counter) of the final messages.
+    finals: Vec<(usize, NodeId, NodeId, u32)>,
+}
+
 /// Runs one seed; `Err` describes the first violation, with the replay command.
-pub fn run_module(seed: u64, opts: &ModuleSimOptions) -> Result<ModuleSimReport, String> {
-    let fail = |what: String| {
-        format!("module simulation seed {seed}: {what}\n  replay: cargo run --release -- sim module --seed {seed}")
-    };
+pub fn run_module(seed: u64, opts: &ModuleSimOptions) -> Result<ModuleSimReport, Violation> {
     let mut rng = Rng::new(seed);
-    let faults = if opts.faults {
-        FaultConfig::swarm(&mut rng).with_clogs(&mut Rng::new(seed ^ 0xc10c_c10c))
-    } else {
-        FaultConfig::none()
-    };
+    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
     let mut cfg = LinkConfig {
         message_bytes_max: txcast_proto::module::msg::HEADER_BYTES
             + txcast_proto::module::msg::CONTROL_BODY_MAX,
@@ -219,90 +251,194 @@ pub fn run_module(seed: u64, opts: &ModuleSimOptions) -> Result<ModuleSimReport,
         cfg.recv_buffer_msgs = 32 + rng.below(100) as u32;
         cfg.send_buffer_msgs = cfg.window_msgs.max(cfg.recv_buffer_msgs) + 32;
     }
-    cfg.validate().map_err(|e| fail(format!("config: {e:?}")))?;
+    cfg.validate()
+        .map_err(|e| Violation::at_start("module", seed, format!("config: {e:?}")))?;
     let n = opts.nodes;
-    let mut restarts: Vec<(u64, NodeId)> = Vec::new();
-    if opts.faults && rng.chance(0.5) {
-        for _ in 0..1 + rng.below(3) {
-            restarts.push((rng.below(opts.safety_ns), rng.below(n as u64) as usize));
-        }
-        restarts.sort_unstable();
-    }
-    let restart_count = restarts.len();
-    let mut incarnation = vec![1u64; n];
-    let mut net = Network::new(n, faults.clone(), rng.fork());
-    let mut nodes: Vec<SimNode> = (0..n)
-        .map(|i| SimNode::new(i, n, &cfg, 1, Instant::ZERO))
-        .collect();
-    // sent[i][inc-1][j]: every message incarnation inc of i sent to j, by counter.
-    let mut sent: Vec<Vec<Vec<Vec<Sent>>>> = vec![vec![vec![Vec::new(); n]]; n];
-    // last[j][i]: (incarnation of i, counter) last received by j's current incarnation from i.
-    let mut last: Vec<Vec<Option<(u64, u32)>>> = vec![vec![None; n]; n];
-    // believed[j][i]: the incarnation of i that j's module last heard from or was told of.
-    let mut believed: Vec<Vec<Option<u64>>> = vec![vec![None; n]; n];
-    // Timers armed: (node, incarnation, token) -> deadline; and the ones that fired.
-    let mut armed: std::collections::HashMap<(NodeId, u64, u64), Instant> = Default::default();
-    let mut issued = vec![0u32; n];
-    let mut next_issue = vec![Instant::ZERO; n];
-    let mut digest = Digest::default();
-    let mut buf = vec![0u8; cfg.packet_bytes_max];
-    let mut now = Instant::ZERO;
-    let mut delivered = 0u64;
-    let mut healed = false;
-    let mut token = 0u64;
-    // After healing: two final rounds, each a message from every node to every other. The
-    // first may meet restarts its senders have not heard of (they learn them); the second
-    // must reach every current incarnation.
+    let restarts = draw_restarts(&mut rng, opts.faults, 0.5, 3, opts.safety_ns, n);
     let settle = 2_000_000_000;
-    let final_at = [opts.safety_ns + settle, opts.safety_ns + 2 * settle];
-    let mut finals_sent = 0usize;
-    // (round, from, to, counter) of the final messages.
-    let mut finals: Vec<(usize, NodeId, NodeId, u32)> = Vec::new();
-    let mut instruction = 0u64;
-    let mut issue = |node: &mut SimNode, now: Instant, to: NodeId, token: u64, delay: u64| {
-        instruction += 1;
+    let plan = Plan {
+        steps_max: Some(STEPS_MAX),
+        buf_bytes: cfg.packet_bytes_max,
+        ..Plan::event(
+            "module",
+            seed,
+            Network::new(n, faults.clone(), rng.fork()),
+            restarts.clone(),
+            opts.safety_ns,
+            opts.safety_ns + opts.liveness_ns,
+        )
+    };
+    let world = ModuleWorld {
+        opts: opts.clone(),
+        nodes: (0..n)
+            .map(|i| SimNode::new(i, n, &cfg, 1, Instant::ZERO))
+            .collect(),
+        cfg,
+        rng,
+        faults,
+        restarts: restarts.len(),
+        incarnation: vec![1; n],
+        sent: vec![vec![vec![Vec::new(); n]]; n],
+        last: vec![vec![None; n]; n],
+        believed: vec![vec![None; n]; n],
+        armed: HashMap::new(),
+        issued: vec![0; n],
+        next_issue: vec![Instant::ZERO; n],
+        delivered: 0,
+        token: 0,
+        instruction: 0,
+        final_at: [opts.safety_ns + settle, opts.safety_ns + 2 * settle],
+        finals_sent: 0,
+        finals: Vec::new(),
+    };
+    harness::run(world, plan)
+}
+
+impl ModuleWorld {
+    /// Node `i` is told to send a message to `to` and arm timer `token` `delay` ns on.
+    fn issue(&mut self, now: Instant, i: NodeId, to: NodeId, delay: u64) {
+        self.instruction += 1;
+        self.token += 1;
         let mut args = [0u8; 17];
         args[0] = to as u8;
-        args[1..9].copy_from_slice(&token.to_le_bytes());
+        args[1..9].copy_from_slice(&self.token.to_le_bytes());
         args[9..17].copy_from_slice(&delay.to_le_bytes());
-        node.host
-            .instruct(now, InstructionId(instruction), MODULE, KEY, SEND, &args)
-            .expect("instruction taken");
-        while node.host.poll_event().is_some() {}
-    };
-    let mut steps = 0u64;
-    loop {
-        steps += 1;
-        if steps > STEPS_MAX {
-            return Err(fail(format!(
-                "{STEPS_MAX} steps without an end, at {} ns",
-                now.0
-            )));
+        let host = &mut self.nodes[i].host;
+        host.instruct(
+            now,
+            InstructionId(self.instruction),
+            MODULE,
+            KEY,
+            SEND,
+            &args,
+        )
+        .expect("instruction taken");
+        while host.poll_event().is_some() {}
+        self.armed
+            .insert((i, self.incarnation[i], self.token), Instant(now.0 + delay));
+    }
+
+    /// What node `j`'s module sent, heard and fired since the last step, through the checker.
+    fn check(&mut self, run: &mut Run, j: NodeId) -> Result<(), Violation> {
+        let r = self.incarnation[j];
+        let m = self.nodes[j].module();
+        for (to, counter, meant) in m.sent.drain(..) {
+            let list = &mut self.sent[j][r as usize - 1][to];
+            debug_assert_eq!(list.len() as u32, counter);
+            list.push(Sent { meant });
         }
-        if !healed && now.0 >= opts.safety_ns {
-            net.heal();
-            healed = true;
-        }
-        if !healed {
-            net.step_partitions();
-            net.step_clogs(now);
-        }
-        while restarts.first().is_some_and(|&(t, _)| t <= now.0) {
-            let (_, k) = restarts.remove(0);
-            incarnation[k] += 1;
-            nodes[k] = SimNode::new(k, n, &cfg, incarnation[k], now);
-            sent[k].push(vec![Vec::new(); n]);
-            for other in 0..n {
-                last[k][other] = None;
-                believed[k][other] = None;
+        let heard: Vec<_> = m.heard.drain(..).collect();
+        let fired: Vec<_> = m.fired.drain(..).collect();
+        for h in heard {
+            let (i, s, counter, meant) = match h {
+                Heard::Restart { peer, incarnation } => {
+                    if self.believed[j][peer].is_some_and(|k| incarnation <= k) {
+                        return Err(run.fail(format!(
+                            "node {j}.{r} told that {peer} restarted as {incarnation}, not newer than it knew"
+                        )));
+                    }
+                    self.believed[j][peer] = Some(incarnation);
+                    continue;
+                }
+                Heard::Message {
+                    from,
+                    incarnation,
+                    counter,
+                    meant,
+                } => (from, incarnation, counter, meant),
+            };
+            match self.believed[j][i] {
+                Some(k) if s > k => {
+                    return Err(run.fail(format!(
+                        "node {j}.{r}: a message from {i}.{s} before the module was told {i}.{k} was gone"
+                    )))
+                }
+                Some(k) if s < k => {
+                    return Err(run.fail(format!(
+                        "node {j}.{r}: a message from {i}.{s} after {i}.{k} was heard"
+                    )))
+                }
+                _ => self.believed[j][i] = Some(s),
             }
-            digest.add_u64(now.0 ^ k as u64);
+            let Some(msg) = self.sent[i]
+                .get(s as usize - 1)
+                .and_then(|v| v[j].get(counter as usize))
+            else {
+                return Err(run.fail(format!(
+                    "node {j} got #{counter} from {i} (incarnation {s}), never sent"
+                )));
+            };
+            if msg.meant != meant || (meant != 0 && meant != r) {
+                return Err(run.fail(format!(
+                    "node {j} (incarnation {r}) took #{counter} from {i}.{s} meant for {meant}"
+                )));
+            }
+            if let Some((ls, lc)) = self.last[j][i] {
+                if s < ls || (s == ls && counter <= lc) {
+                    return Err(run.fail(format!(
+                        "node {j}.{r} from {i}: #{counter} of {s} after #{lc} of {ls} (order or duplicate)"
+                    )));
+                }
+                if s == ls {
+                    for g in lc + 1..counter {
+                        let skipped = self.sent[i][s as usize - 1][j][g as usize];
+                        if skipped.meant == 0 || skipped.meant == r {
+                            return Err(run.fail(format!(
+                                "node {j}.{r} from {i}.{s}: #{g} (meant for {}) lost between #{lc} and #{counter}",
+                                skipped.meant
+                            )));
+                        }
+                    }
+                }
+            }
+            self.last[j][i] = Some((s, counter));
+            run.digest
+                .add_u64(run.ns() ^ (i as u64) << 32 ^ counter as u64);
+            self.delivered += 1;
         }
-        while let Some((to, bytes)) = net.pop_due(now) {
-            nodes[to].links.handle_datagram(now, &bytes);
+        for (tok, at) in fired {
+            match self.armed.remove(&(j, r, tok)) {
+                Some(deadline) if at >= deadline => {}
+                Some(deadline) => {
+                    return Err(run.fail(format!(
+                        "node {j}: timer {tok} fired at {} before its deadline {}",
+                        at.0, deadline.0
+                    )))
+                }
+                None => {
+                    return Err(run.fail(format!(
+                        "node {j}: timer {tok} fired twice or was never armed"
+                    )))
+                }
+            }
         }
-        for node in nodes.iter_mut() {
-            if node.links.poll_timeout().is_some_and(|t| t <= now) {
+        Ok(())
+    }
+}
+
+impl World for ModuleWorld {
+    type Report = ModuleSimReport;
+
+    fn restart(&mut self, run: &mut Run, k: NodeId) {
+        let n = self.nodes.len();
+        self.incarnation[k] += 1;
+        self.nodes[k] = SimNode::new(k, n, &self.cfg, self.incarnation[k], run.now);
+        self.sent[k].push(vec![Vec::new(); n]);
+        for other in 0..n {
+            self.last[k][other] = None;
+            self.believed[k][other] = None;
+        }
+    }
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        self.nodes[to].links.handle_message(run.now, &bytes);
+        Ok(())
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (n, now) = (self.nodes.len(), run.now);
+        for node in self.nodes.iter_mut() {
+            if run.due(&node.links) {
                 node.links.handle_timeout(now);
             }
             if node.host.poll_timeout().is_some_and(|t| t <= now) {
@@ -311,199 +447,104 @@ pub fn run_module(seed: u64, opts: &ModuleSimOptions) -> Result<ModuleSimReport,
         }
         // Workload: instructions during the safety phase, then the final rounds.
         for i in 0..n {
-            if !healed && issued[i] < opts.messages_per_node && next_issue[i] <= now {
-                let j = (i + 1 + rng.below(n as u64 - 1) as usize) % n;
-                token += 1;
-                let delay = rng.below(50_000_000);
-                issue(&mut nodes[i], now, j, token, delay);
-                armed.insert((i, incarnation[i], token), Instant(now.0 + delay));
-                issued[i] += 1;
-                next_issue[i] = Instant(now.0 + rng.below(4_000_000));
+            if !run.healed
+                && self.issued[i] < self.opts.messages_per_node
+                && self.next_issue[i] <= now
+            {
+                let j = (i + 1 + self.rng.below(n as u64 - 1) as usize) % n;
+                let delay = self.rng.below(50_000_000);
+                self.issue(now, i, j, delay);
+                self.issued[i] += 1;
+                self.next_issue[i] = Instant(now.0 + self.rng.below(4_000_000));
             }
         }
-        if finals_sent < 2 && now.0 >= final_at[finals_sent] {
+        if self.finals_sent < 2 && now.0 >= self.final_at[self.finals_sent] {
             for i in 0..n {
                 for j in (0..n).filter(|&j| j != i) {
-                    let counter = nodes[i].module().next[j];
-                    token += 1;
-                    issue(&mut nodes[i], now, j, token, 1);
-                    armed.insert((i, incarnation[i], token), Instant(now.0 + 1));
-                    if nodes[i].module().next[j] == counter {
-                        return Err(fail(format!(
-                            "final round {finals_sent}: node {i} could not send to {j}"
+                    let counter = self.nodes[i].module().next[j];
+                    self.issue(now, i, j, 1);
+                    if self.nodes[i].module().next[j] == counter {
+                        return Err(run.fail(format!(
+                            "final round {}: node {i} could not send to {j}",
+                            self.finals_sent
                         )));
                     }
-                    finals.push((finals_sent, i, j, counter));
+                    self.finals.push((self.finals_sent, i, j, counter));
                 }
             }
-            finals_sent += 1;
+            self.finals_sent += 1;
         }
-        for node in nodes.iter_mut() {
+        for node in self.nodes.iter_mut() {
             node.pump(now, n);
         }
-        for (i, node) in nodes.iter_mut().enumerate() {
-            while let Some((to, len)) = node.links.poll_transmit(now, &mut buf) {
-                net.send(now, i, to, &buf[..len]);
-            }
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            run.transmit(i, &mut node.links);
         }
-        // The checker.
         for j in 0..n {
-            let r = incarnation[j];
-            let m = nodes[j].module();
-            for (to, counter, meant) in m.sent.drain(..) {
-                let list = &mut sent[j][r as usize - 1][to];
-                debug_assert_eq!(list.len() as u32, counter);
-                list.push(Sent { meant });
-            }
-            let heard: Vec<_> = m.heard.drain(..).collect();
-            let fired: Vec<_> = m.fired.drain(..).collect();
-            for h in heard {
-                let (i, s, counter, meant) = match h {
-                    Heard::Restart { peer, incarnation } => {
-                        if believed[j][peer].is_some_and(|k| incarnation <= k) {
-                            return Err(fail(format!(
-                                "node {j}.{r} told that {peer} restarted as {incarnation}, not newer than it knew"
-                            )));
-                        }
-                        believed[j][peer] = Some(incarnation);
-                        continue;
-                    }
-                    Heard::Message {
-                        from,
-                        incarnation,
-                        counter,
-                        meant,
-                    } => (from, incarnation, counter, meant),
-                };
-                match believed[j][i] {
-                    Some(k) if s > k => {
-                        return Err(fail(format!(
-                            "node {j}.{r}: a message from {i}.{s} before the module was told {i}.{k} was gone"
-                        )))
-                    }
-                    Some(k) if s < k => {
-                        return Err(fail(format!(
-                            "node {j}.{r}: a message from {i}.{s} after {i}.{k} was heard"
-                        )))
-                    }
-                    _ => believed[j][i] = Some(s),
-                }
-                let Some(msg) = sent[i]
-                    .get(s as usize - 1)
-                    .and_then(|v| v[j].get(counter as usize))
-                else {
-                    return Err(fail(format!(
-                        "node {j} got #{counter} from {i} (incarnation {s}), never sent"
-                    )));
-                };
-                if msg.meant != meant || (meant != 0 && meant != r) {
-                    return Err(fail(format!(
-                        "node {j} (incarnation {r}) took #{counter} from {i}.{s} meant for {meant}"
-                    )));
-                }
-                if let Some((ls, lc)) = last[j][i] {
-                    if s < ls || (s == ls && counter <= lc) {
-                        return Err(fail(format!(
-                            "node {j}.{r} from {i}: #{counter} of {s} after #{lc} of {ls} (order or duplicate)"
-                        )));
-                    }
-                    if s == ls {
-                        for g in lc + 1..counter {
-                            let skipped = sent[i][s as usize - 1][j][g as usize];
-                            if skipped.meant == 0 || skipped.meant == r {
-                                return Err(fail(format!(
-                                    "node {j}.{r} from {i}.{s}: #{g} (meant for {}) lost between #{lc} and #{counter}",
-                                    skipped.meant
-                                )));
-                            }
-                        }
-                    }
-                }
-                last[j][i] = Some((s, counter));
-                digest.add_u64(now.0 ^ (i as u64) << 32 ^ counter as u64);
-                delivered += 1;
-            }
-            for (tok, at) in fired {
-                match armed.remove(&(j, r, tok)) {
-                    Some(deadline) if at >= deadline => {}
-                    Some(deadline) => {
-                        return Err(fail(format!(
-                            "node {j}: timer {tok} fired at {} before its deadline {}",
-                            at.0, deadline.0
-                        )))
-                    }
-                    None => {
-                        return Err(fail(format!(
-                            "node {j}: timer {tok} fired twice or was never armed"
-                        )))
-                    }
-                }
+            self.check(run, j)?;
+        }
+        Ok(())
+    }
+
+    fn next_wakeup(&self, run: &Run) -> Option<Instant> {
+        let mut next = self.nodes.iter().filter_map(|n| n.poll_timeout()).min();
+        for i in 0..self.nodes.len() {
+            if !run.healed && self.issued[i] < self.opts.messages_per_node {
+                next = min_opt(next, Some(self.next_issue[i]));
             }
         }
-        let quiet = nodes.iter().all(|nd| {
-            (0..n).all(|j| j == nd.module_ref_me() || nd.links.link_ref(j).is_idle())
+        if self.finals_sent < 2 {
+            next = min_opt(next, Some(Instant(self.final_at[self.finals_sent])));
+        }
+        next
+    }
+
+    fn done(&self, run: &Run) -> bool {
+        let quiet = self.nodes.iter().all(|nd| {
+            (0..self.nodes.len()).all(|j| j == nd.module_ref_me() || nd.links.link_ref(j).is_idle())
                 && nd.host.outbox_len() == 0
         });
-        if finals_sent == 2 && quiet && now.0 > final_at[1] {
-            break;
+        self.finals_sent == 2 && quiet && run.ns() > self.final_at[1]
+    }
+
+    fn stalled(&self, _run: &Run) -> String {
+        "the links did not go quiet after healing".to_string()
+    }
+
+    fn finish(self, run: &mut Run) -> Result<ModuleSimReport, Violation> {
+        // Every timer of a live incarnation fired; the second final round reached everyone.
+        if let Some(((node, inc, tok), _)) = self
+            .armed
+            .iter()
+            .find(|((k, inc, _), _)| self.incarnation[*k] == *inc)
+        {
+            return Err(run.fail(format!("node {node}.{inc}: timer {tok} never fired")));
         }
-        if now.0 > opts.safety_ns + opts.liveness_ns {
-            return Err(fail(
-                "liveness: the links did not go quiet after healing".to_string(),
-            ));
-        }
-        let mut next = net.next_arrival();
-        for node in &nodes {
-            next = min_opt(next, node.poll_timeout());
-        }
-        for i in 0..n {
-            if !healed && issued[i] < opts.messages_per_node {
-                next = min_opt(next, Some(next_issue[i]));
+        for &(round, i, j, counter) in &self.finals {
+            let got =
+                self.last[j][i].is_some_and(|(s, c)| s == self.incarnation[i] && c >= counter);
+            if round == 1 && !got {
+                return Err(run.fail(format!(
+                    "liveness: node {i}'s final message #{counter} never reached node {j}.{}",
+                    self.incarnation[j]
+                )));
             }
         }
-        if finals_sent < 2 {
-            next = min_opt(next, Some(Instant(final_at[finals_sent])));
+        let mut hosts = HostCounters::default();
+        for node in &self.nodes {
+            hosts.add(node.host.counters());
         }
-        if !healed {
-            next = min_opt(next, Some(Instant(opts.safety_ns)));
-        }
-        now = match next {
-            Some(t) if t > now => t,
-            Some(_) => Instant(now.0 + 1),
-            None => Instant(now.0 + 1_000_000),
-        };
+        Ok(ModuleSimReport {
+            seed: run.seed,
+            faults: self.faults,
+            restarts: self.restarts,
+            delivered: self.delivered,
+            net: run.net.counters.clone(),
+            hosts,
+            end_ns: run.ns(),
+            digest: run.digest_with_net(),
+        })
     }
-    // Every timer of a live incarnation fired; the second final round reached everyone.
-    if let Some(((node, inc, tok), _)) = armed
-        .iter()
-        .find(|((k, inc, _), _)| incarnation[*k] == *inc)
-    {
-        return Err(fail(format!("node {node}.{inc}: timer {tok} never fired")));
-    }
-    for &(round, i, j, counter) in &finals {
-        let got = last[j][i].is_some_and(|(s, c)| s == incarnation[i] && c >= counter);
-        if round == 1 && !got {
-            return Err(fail(format!(
-                "liveness: node {i}'s final message #{counter} never reached node {j}.{}",
-                incarnation[j]
-            )));
-        }
-    }
-    let mut hosts = HostCounters::default();
-    for node in &nodes {
-        hosts.add(node.host.counters());
-    }
-    digest.add_u64(net.digest.0);
-    Ok(ModuleSimReport {
-        seed,
-        faults,
-        restarts: restart_count,
-        delivered,
-        net: net.counters.clone(),
-        hosts,
-        end_ns: now.0,
-        digest: digest.0,
-    })
 }
 
 impl SimNode {

@@ -49,6 +49,32 @@ impl FaultConfig {
         self
     }
 
+    /// The fault mix of an event-clocked simulator's seed (`on`, else none): [`Self::swarm`]
+    /// from `rng`, clogs from a generator of their own, and partitions unless
+    /// `partitions` is off (turning either off replays the seed's other faults unchanged).
+    pub fn for_seed(seed: u64, rng: &mut Rng, on: bool, partitions: bool, clogs: bool) -> Self {
+        if !on {
+            return FaultConfig::none();
+        }
+        let mut f = FaultConfig::swarm(rng);
+        if clogs {
+            f = f.with_clogs(&mut Rng::new(seed ^ 0xc10c_c10c));
+        }
+        if !partitions {
+            f.partition_flip = 0.0;
+        }
+        f
+    }
+
+    /// The network faults of a group simulator's seed: [`Self::swarm`] without partitions
+    /// (they come from their own schedule, in virtual time) and with delays of at most 2 ms.
+    pub fn for_group(rng: &mut Rng) -> Self {
+        let mut f = FaultConfig::swarm(rng);
+        f.partition_flip = 0.0;
+        f.delay_max_ns = f.delay_max_ns.min(f.delay_min_ns + 2_000_000);
+        f
+    }
+
     /// A fault mix drawn from `rng`: each fault is on or off, and its strength random.
     pub fn swarm(rng: &mut Rng) -> Self {
         let pick = |rng: &mut Rng, max: f64| {
@@ -142,6 +168,11 @@ impl Network {
             counters: NetCounters::default(),
             digest: Digest::default(),
         }
+    }
+
+    /// Nodes on the network.
+    pub fn nodes(&self) -> usize {
+        self.side.len()
     }
 
     /// Turns every fault off and heals partitions (the liveness phase).

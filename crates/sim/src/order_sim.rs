@@ -19,9 +19,10 @@
 //! joins through a live member, as in [`crate::group_sim`]. Protocol, packing, stability and
 //! the group's parameters are drawn from the seed unless fixed by [`OrderSimOptions`].
 
-use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{begin_leave, choose_down, Down, Faults};
-use crate::Digest;
+use crate::harness::{self, Run, Violation, World};
+use crate::net::{FaultConfig, NetCounters};
+use crate::schedule::{fire, group_plan, next_timer, receive, Churn, Down, MAX_SLOTS};
+use crate::{member_node, Digest, NodeId};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use txcast_proto::order::{Delivered, Member, OrderConfig, OrderEvent, Protocol};
@@ -136,31 +137,6 @@ pub struct OrderSimReport {
     pub digest: u64,
 }
 
-/// A broken guarantee, with the seed that shows it.
-#[derive(Clone, Debug)]
-pub struct Violation {
-    pub seed: u64,
-    pub protocol: Protocol,
-    /// The options that replay it with the same protocol, packing and stability (fixing one
-    /// to the value the seed drew replays the seed unchanged).
-    pub replay: String,
-    pub what: String,
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "seed {} ({}): {}\nreplay: cargo run --release -- sim order --seed {} {}",
-            self.seed,
-            self.protocol.name(),
-            self.what,
-            self.seed,
-            self.replay
-        )
-    }
-}
-
 /// One entry of a process's ordered stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Entry {
@@ -223,14 +199,7 @@ impl Proc {
 
 crate::schedule::group_process!(Proc, Member, m, VsState);
 
-const MAX_SLOTS: usize = 24;
-const STEP_NS: u64 = 1_000_000;
-
-fn hash(p: &[u8]) -> u64 {
-    let mut d = Digest::default();
-    d.add(p);
-    d.0
-}
+member_node!(Member, Dest);
 
 /// Message `k` of `addr`: names its sender and number, then a filler of a length that varies
 /// from none to the longest allowed.
@@ -250,28 +219,17 @@ fn payload_for(addr: Address, k: u64, max: usize) -> Vec<u8> {
 }
 
 struct Sim {
-    seed: u64,
     opts: OrderSimOptions,
     cfg: OrderConfig,
     rng: Rng,
-    net: Network,
     procs: Vec<Proc>,
-    now: u64,
     /// (sender, msg_id) -> payload hash, for everything `send` took.
     sent: HashMap<(Address, u64), u64>,
     /// Every view installed anywhere, with its members.
     views: HashMap<ViewId, Vec<Address>>,
-    crashes: u32,
-    expulsions: u32,
-    leaves: u32,
-    joins: u32,
-    crash_p: f64,
-    leave_p: f64,
-    digest: Digest,
-    buf: Vec<u8>,
-    faults: Faults,
-    stuck: u32,
-    trace: bool,
+    churn: Churn,
+    /// The seed's fault mix, for the report.
+    faults: String,
 }
 
 /// The group's configuration for a seed: protocol, packing and stability from the options or
@@ -318,113 +276,144 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
     let mut cfg_rng = rng.fork();
     let mut fault_rng = rng.fork();
     let cfg = config_for(&mut cfg_rng, opts);
-    let protocol = cfg.protocol;
     if let Err(e) = cfg.validate() {
-        return Err(Violation {
-            seed,
-            protocol,
-            replay: replay_args(&cfg),
-            what: format!("configuration: {e}"),
-        });
+        let mut v = Violation::at_start("order", seed, format!("configuration: {e}"));
+        v.replay = replay_args(&cfg);
+        return Err(v);
     }
-    let (faults, crash_p, leave_p) = if opts.faults {
-        let mut f = FaultConfig::swarm(&mut fault_rng);
-        f.partition_flip = 0.0;
-        f.delay_max_ns = f.delay_max_ns.min(f.delay_min_ns + 2_000_000);
-        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
-        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
-        (f, crash_p, leave_p)
+    let (faults, churn) = if opts.faults {
+        let f = FaultConfig::for_group(&mut fault_rng);
+        (f, Churn::draw(&mut cfg_rng))
     } else {
-        (FaultConfig::none(), 0.0, 0.0)
+        (FaultConfig::none(), Churn::default())
     };
-    let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
-    let mut sim = Sim {
+    // Fixing the protocol, packing and stability the seed drew replays it unchanged.
+    let plan = group_plan(
+        "order",
         seed,
+        &faults,
+        &mut rng,
+        (opts.faults, opts.partitions, opts.clogs),
+        opts.safety_ns,
+        opts.liveness_ns,
+        format!(" {}", replay_args(&cfg)),
+    );
+    let sim = Sim {
         opts: opts.clone(),
-        cfg: cfg.clone(),
+        cfg,
         rng,
-        net,
         procs: Vec::new(),
-        now: 0,
         sent: HashMap::new(),
         views: HashMap::new(),
-        crashes: 0,
-        expulsions: 0,
-        leaves: 0,
-        joins: 0,
-        crash_p,
-        leave_p,
-        digest: Digest::default(),
-        buf: vec![0u8; 65536],
-        faults: Faults::for_seed(
-            seed,
-            opts.faults && opts.partitions,
-            opts.faults && opts.clogs,
-            opts.safety_ns,
+        churn,
+        faults: format!(
+            "{faults:?} crash_p={} leave_p={}",
+            churn.crash_p, churn.leave_p
         ),
-        stuck: 0,
-        trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1"),
     };
-    sim.start()?;
-    while sim.now < opts.safety_ns {
-        sim.step()?;
+    harness::run(sim, plan)
+}
+
+impl World for Sim {
+    type Report = OrderSimReport;
+
+    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
+        Sim::start(self, run)
     }
-    sim.faults.on = false;
-    sim.net.faults = FaultConfig::none();
-    sim.net.heal();
-    let end = opts.safety_ns + opts.liveness_ns;
-    while sim.now < end {
-        sim.step()?;
-        if sim.converged() {
-            break;
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        receive(&mut self.procs, run, to, &bytes);
+        self.drain(run, to)
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        for i in 0..self.procs.len() {
+            if fire(&mut self.procs[i], run) {
+                self.drain(run, i)?;
+            }
         }
+        self.workload(run)
     }
-    let blocked = sim.check_final()?;
-    sim.check_order()?;
-    sim.check_virtual_synchrony()?;
-    sim.check_fifo()?;
-    if !blocked {
-        sim.check_no_loss()?;
+
+    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
+        next_timer(&self.procs)
     }
-    let live: Vec<usize> = sim.live().collect();
-    Ok(OrderSimReport {
-        seed,
-        config: sim.describe_config(),
-        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
-        net: sim.net.counters.clone(),
-        sent: sim.sent.len() as u64,
-        completed: sim.procs.iter().map(|p| p.done.len() as u64).sum(),
-        delivered: sim
+
+    /// Healed links carry every packet after the minimum delay of a network without faults.
+    fn heal(&mut self, run: &mut Run) {
+        run.net.faults = FaultConfig::none();
+    }
+
+    fn done(&self, run: &Run) -> bool {
+        self.converged(run)
+    }
+
+    fn stalled(&self, run: &Run) -> String {
+        let due: Vec<String> = self
             .procs
             .iter()
-            .map(|p| p.log.iter().filter(|e| matches!(e, Entry::Msg(..))).count() as u64)
-            .sum(),
-        crashes: sim.crashes,
-        expulsions: sim.expulsions,
-        leaves: sim.leaves,
-        joins: sim.joins,
-        partitions: sim.faults.cuts,
-        clogs: sim.faults.clogged,
-        views: sim.views.keys().map(|v| v.number).max().unwrap_or(0),
-        final_members: live.len(),
-        orphans: live.iter().filter(|&&i| sim.orphan(i)).count(),
-        blocked,
-        digest: sim.digest.0,
-    })
+            .filter_map(|p| {
+                let m = p.m.as_ref()?;
+                run.due(m).then(|| {
+                    format!(
+                        "{} (vs due {:?}): {m:?}\n    {}",
+                        p.addr,
+                        m.vs().poll_timeout(),
+                        m.vs().debug_state()
+                    )
+                })
+            })
+            .collect();
+        format!("\n  {}", due.join("\n  "))
+    }
+
+    fn running(&self) -> Vec<NodeId> {
+        self.live().collect()
+    }
+
+    fn address(&self, node: NodeId) -> Address {
+        self.procs[node].addr
+    }
+
+    fn finish(self, run: &mut Run) -> Result<OrderSimReport, Violation> {
+        let blocked = self.check_final(run)?;
+        self.check_order(run)?;
+        self.check_virtual_synchrony(run)?;
+        self.check_fifo(run)?;
+        if !blocked {
+            self.check_no_loss(run)?;
+        }
+        let live: Vec<usize> = self.live().collect();
+        Ok(OrderSimReport {
+            seed: run.seed,
+            config: self.describe_config(),
+            faults: self.faults.clone(),
+            net: run.net.counters.clone(),
+            sent: self.sent.len() as u64,
+            completed: self.procs.iter().map(|p| p.done.len() as u64).sum(),
+            delivered: self
+                .procs
+                .iter()
+                .map(|p| p.log.iter().filter(|e| matches!(e, Entry::Msg(..))).count() as u64)
+                .sum(),
+            crashes: self.churn.crashes,
+            expulsions: self.churn.expulsions,
+            leaves: self.churn.leaves,
+            joins: self.churn.joins,
+            partitions: run.faults.cuts,
+            clogs: run.faults.clogged,
+            views: self.views.keys().map(|v| v.number).max().unwrap_or(0),
+            final_members: live.len(),
+            orphans: live.iter().filter(|&&i| self.orphan(i)).count(),
+            blocked,
+            digest: run.digest.0,
+        })
+    }
 }
 
 impl Sim {
-    fn fail(&self, what: String) -> Violation {
-        Violation {
-            seed: self.seed,
-            protocol: self.cfg.protocol,
-            replay: replay_args(&self.cfg),
-            what: format!(
-                "at {} ms: {what}\n  {}",
-                self.now / 1_000_000,
-                self.describe()
-            ),
-        }
+    fn fail(&self, run: &Run, what: String) -> Violation {
+        run.fail(format!("{what}\n  {}", self.describe(run)))
     }
 
     fn describe_config(&self) -> String {
@@ -444,24 +433,20 @@ impl Sim {
         )
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, run: &Run) -> String {
         format!(
             "{}; crashes {} expulsions {} leaves {} joins {} partitions {} clogs {}",
             self.describe_config(),
-            self.crashes,
-            self.expulsions,
-            self.leaves,
-            self.joins,
-            self.faults.cuts,
-            self.faults.clogged
+            self.churn.crashes,
+            self.churn.expulsions,
+            self.churn.leaves,
+            self.churn.joins,
+            run.faults.cuts,
+            run.faults.clogged
         )
     }
 
-    fn t(&self) -> Instant {
-        Instant(self.now)
-    }
-
-    fn new_proc(&mut self) -> Option<usize> {
+    fn new_proc(&mut self, run: &mut Run) -> Option<usize> {
         if self.procs.len() >= MAX_SLOTS {
             return None;
         }
@@ -471,7 +456,7 @@ impl Sim {
             m: None,
             fate: Fate::Running,
             sent: 0,
-            next_send_at: self.now + self.rng.below(20_000_000),
+            next_send_at: run.ns() + self.rng.below(20_000_000),
             leaving: false,
             log: Vec::new(),
             seen: HashSet::new(),
@@ -485,21 +470,21 @@ impl Sim {
         Some(i)
     }
 
-    fn start(&mut self) -> Result<(), Violation> {
-        let first = self.new_proc().expect("slot");
+    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let first = self.new_proc(run).expect("slot");
         let a = self.procs[first].addr;
-        let m =
-            Member::create(self.cfg.clone(), a, self.t()).map_err(|e| self.fail(e.to_string()))?;
+        let m = Member::create(self.cfg.clone(), a, run.now)
+            .map_err(|e| self.fail(run, e.to_string()))?;
         self.procs[first].m = Some(m);
-        self.drain(first)?;
+        self.drain(run, first)?;
         for _ in 1..self.opts.members {
-            self.spawn_joiner();
+            self.spawn_joiner(run);
         }
         Ok(())
     }
 
     /// A new process joins through a live member (one in good standing if there is one).
-    fn spawn_joiner(&mut self) {
+    fn spawn_joiner(&mut self, run: &mut Run) {
         let mut contacts: Vec<Address> = self
             .live()
             .filter(|&i| {
@@ -520,21 +505,23 @@ impl Sim {
         if contacts.is_empty() {
             return;
         }
-        let Some(i) = self.new_proc() else {
+        let Some(i) = self.new_proc(run) else {
             return;
         };
         let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
-        if self.trace {
+        if run.trace > 0 {
             eprintln!(
                 "{:>10} SPAWN {} via {}",
-                self.now, self.procs[i].addr, contact
+                run.ns(),
+                self.procs[i].addr,
+                contact
             );
         }
-        let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
+        let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, run.now)
             .expect("valid config");
         self.procs[i].m = Some(m);
         self.procs[i].blocked_reported = false;
-        self.joins += 1;
+        self.churn.joins += 1;
     }
 
     /// Processes that run (members, or becoming members).
@@ -549,89 +536,8 @@ impl Sim {
         crate::schedule::slot_of(&self.procs, a)
     }
 
-    fn step(&mut self) -> Result<(), Violation> {
-        let mut next = self.now + STEP_NS;
-        if let Some(t) = self.net.next_arrival() {
-            next = next.min(t.0);
-        }
-        for p in &self.procs {
-            if let Some(t) = p.m.as_ref().and_then(|m| m.poll_timeout()) {
-                next = next.min(t.0);
-            }
-        }
-        if next <= self.now {
-            self.stuck += 1;
-            if self.stuck > 100_000 {
-                let due: Vec<String> = self
-                    .procs
-                    .iter()
-                    .filter_map(|p| {
-                        let m = p.m.as_ref()?;
-                        let t = m.poll_timeout()?;
-                        (t.0 <= self.now).then(|| {
-                            format!(
-                                "{} (vs due {:?}): {m:?}\n    {}",
-                                p.addr,
-                                m.vs().poll_timeout(),
-                                m.vs().debug_state()
-                            )
-                        })
-                    })
-                    .collect();
-                return Err(self.fail(format!(
-                    "virtual time stopped: a timer stays due:\n  {}",
-                    due.join("\n  ")
-                )));
-            }
-        } else {
-            self.stuck = 0;
-        }
-        self.now = next.max(self.now);
-        let now = self.t();
-        self.step_faults();
-        self.net.step_clogs(now);
-        while let Some((to, bytes)) = self.net.pop_due(now) {
-            self.digest.add_u64(to as u64);
-            self.digest.add(&bytes);
-            if let Some(m) = self.procs.get_mut(to).and_then(|p| p.m.as_mut()) {
-                m.handle_message(now, &bytes);
-            }
-            self.drain(to)?;
-        }
-        for i in 0..self.procs.len() {
-            let due = self.procs[i]
-                .m
-                .as_ref()
-                .and_then(|m| m.poll_timeout())
-                .is_some_and(|t| t <= now);
-            if due {
-                self.procs[i].m.as_mut().expect("live").handle_timeout(now);
-                self.drain(i)?;
-            }
-        }
-        self.workload()?;
-        Ok(())
-    }
-
-    /// Partitions and clogs, as the seed's schedules say (see `Faults::step`).
-    fn step_faults(&mut self) {
-        if !self.faults.on {
-            return;
-        }
-        let running: Vec<usize> = self.live().collect();
-        let procs = &self.procs;
-        self.faults.step(
-            self.now,
-            &mut self.net,
-            MAX_SLOTS,
-            &running,
-            |i| procs[i].addr,
-            self.trace,
-        );
-    }
-
-    fn workload(&mut self) -> Result<(), Violation> {
-        let now = self.t();
+    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
         let max = self.cfg.message_bytes_max();
         for i in 0..self.procs.len() {
             let burst = 1 + self.rng.below(6);
@@ -641,7 +547,7 @@ impl Sim {
             };
             if p.leaving
                 || p.sent >= self.opts.messages_per_member as u64
-                || self.now < p.next_send_at
+                || run.ns() < p.next_send_at
                 || !matches!(m.state(), VsState::Normal | VsState::Flushing)
             {
                 continue;
@@ -657,70 +563,45 @@ impl Sim {
                         if id != p.sent {
                             let what =
                                 format!("{} send returned msg_id {id}, not {}", p.addr, p.sent);
-                            return Err(self.fail(what));
+                            return Err(self.fail(run, what));
                         }
-                        self.sent.insert((p.addr, id), hash(&payload));
+                        self.sent.insert((p.addr, id), Digest::of(&payload));
                     }
                     // Full: back-pressure, try again later.
                     Err(_) => break,
                 }
             }
-            p.next_send_at = self.now + self.rng.below(8_000_000);
-            self.drain(i)?;
+            p.next_send_at = run.ns() + self.rng.below(8_000_000);
+            self.drain(run, i)?;
         }
-        if !self.faults.on {
+        if run.healed {
             return Ok(());
         }
         let running: Vec<usize> = self.live().collect();
-        match choose_down(
-            &self.procs,
-            running.into_iter(),
-            &mut self.rng,
-            self.crash_p,
-            self.leave_p,
-        ) {
+        match self
+            .churn
+            .step(&mut self.procs, running, &mut self.rng, run)
+        {
             Some(Down::Crash(victim)) => {
                 self.procs[victim].m = None;
                 self.procs[victim].fate = Fate::Crashed;
-                if self.trace {
-                    eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
-                }
-                self.crashes += 1;
-                self.digest.add_u64(0xdead ^ victim as u64);
-                self.spawn_joiner();
+                self.spawn_joiner(run);
             }
-            Some(Down::Leave(who))
-                if begin_leave(&mut self.procs[who], now, self.now, self.trace) =>
-            {
-                self.leaves += 1;
-                self.drain(who)?;
-                self.spawn_joiner();
+            Some(Down::Leave(who)) => {
+                self.drain(run, who)?;
+                self.spawn_joiner(run);
             }
-            Some(Down::Leave(_)) | None => {}
+            None => {}
         }
         Ok(())
     }
 
     /// Sends what a process has to send; takes its deliveries and events through the checkers.
-    fn drain(&mut self, i: usize) -> Result<(), Violation> {
-        let now = self.t();
-        loop {
-            let Some(m) = self.procs[i].m.as_mut() else {
-                return Ok(());
-            };
-            let Some((dest, len)) = m.poll_transmit(now, &mut self.buf) else {
-                break;
-            };
-            let targets: Vec<Address> = match dest {
-                Dest::To(a) => vec![a],
-                Dest::All => m.fanout().collect(),
-            };
-            for a in targets {
-                if let Some(j) = self.slot_of(a) {
-                    self.net.send(now, i, j, &self.buf[..len]);
-                }
-            }
-        }
+    fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
+        let Some(m) = self.procs[i].m.as_mut() else {
+            return Ok(());
+        };
+        run.transmit(i, m);
         enum D {
             Msg(Address, u64, Vec<u8>),
             View(ViewId, Vec<Address>),
@@ -734,10 +615,10 @@ impl Sim {
                 break;
             };
             match d {
-                D::Msg(s, id, p) => self.check_message(i, s, id, &p)?,
+                D::Msg(s, id, p) => self.check_message(run, i, s, id, &p)?,
                 D::View(v, members) => {
                     self.procs[i].blocked_reported = false;
-                    self.check_view(i, v, members)?
+                    self.check_view(run, i, v, members)?
                 }
             }
         }
@@ -747,8 +628,8 @@ impl Sim {
                 break;
             };
             let addr = self.procs[i].addr;
-            if self.trace {
-                eprintln!("{:>10} {addr} event {ev:?}", self.now);
+            if run.trace > 0 {
+                eprintln!("{:>10} {addr} event {ev:?}", run.ns());
             }
             let fate = match ev {
                 OrderEvent::SendDone { msg_id } => {
@@ -760,7 +641,7 @@ impl Sim {
                             "{addr}: SendDone {msg_id} out of place (done {:?})",
                             p.done.last()
                         );
-                        return Err(self.fail(what));
+                        return Err(self.fail(run, what));
                     }
                     p.done.push(msg_id);
                     continue;
@@ -771,25 +652,25 @@ impl Sim {
                         let what = format!(
                             "{addr}: Blocked ({reachable} of {needed}) outside a view change"
                         );
-                        return Err(self.fail(what));
+                        return Err(self.fail(run, what));
                     }
                     self.procs[i].blocked_reported = true;
                     continue;
                 }
                 OrderEvent::JoinFailed => Fate::JoinFailed,
                 OrderEvent::Left => {
-                    self.leaves_done(i);
+                    self.leaves_done(run, i);
                     Fate::Left
                 }
                 OrderEvent::Expelled => {
-                    self.expulsions += 1;
+                    self.churn.expulsions += 1;
                     Fate::Expelled
                 }
             };
             // The process is done; a new one takes its place.
             self.procs[i].m = None;
             self.procs[i].fate = fate;
-            self.spawn_joiner();
+            self.spawn_joiner(run);
             return Ok(());
         }
         let m = self.procs[i].m.as_ref().expect("live");
@@ -800,7 +681,7 @@ impl Sim {
                 m.sends_pending(),
                 self.cfg.send_queue_max
             );
-            return Err(self.fail(what));
+            return Err(self.fail(run, what));
         }
         if m.vs().unstable() > self.cfg.vs.window {
             let what = format!(
@@ -809,40 +690,47 @@ impl Sim {
                 m.vs().unstable(),
                 self.cfg.vs.window
             );
-            return Err(self.fail(what));
+            return Err(self.fail(run, what));
         }
         Ok(())
     }
 
-    fn leaves_done(&mut self, i: usize) {
-        if self.trace {
-            eprintln!("{:>10} {} left", self.now, self.procs[i].addr);
+    fn leaves_done(&mut self, run: &mut Run, i: usize) {
+        if run.trace > 0 {
+            eprintln!("{:>10} {} left", run.ns(), self.procs[i].addr);
         }
     }
 
-    fn check_view(&mut self, i: usize, v: ViewId, members: Vec<Address>) -> Result<(), Violation> {
+    fn check_view(
+        &mut self,
+        run: &mut Run,
+        i: usize,
+        v: ViewId,
+        members: Vec<Address>,
+    ) -> Result<(), Violation> {
         let who = self.procs[i].addr;
-        if self.trace {
+        if run.trace > 0 {
             eprintln!(
                 "{:>10} {who} view {v} {:?}",
-                self.now,
+                run.ns(),
                 members.iter().map(|a| a.site).collect::<Vec<_>>()
             );
         }
-        self.digest.add_u64(v.number);
+        run.digest.add_u64(v.number);
         if !members.contains(&who) {
-            return Err(self.fail(format!("{who} installed view {v} without itself")));
+            return Err(self.fail(run, format!("{who} installed view {v} without itself")));
         }
         if let Some(old) = self.procs[i].view {
             if v <= old {
-                return Err(self.fail(format!("{who} installed view {v} after {old}")));
+                return Err(self.fail(run, format!("{who} installed view {v} after {old}")));
             }
         }
         match self.views.get(&v) {
             Some(m) if *m != members => {
-                return Err(self.fail(format!(
-                    "view {v}: {who} has members {members:?}, others {m:?}"
-                )))
+                return Err(self.fail(
+                    run,
+                    format!("view {v}: {who} has members {members:?}, others {m:?}"),
+                ))
             }
             Some(_) => {}
             None => {
@@ -858,41 +746,49 @@ impl Sim {
 
     fn check_message(
         &mut self,
+        run: &mut Run,
         i: usize,
         s: Address,
         id: u64,
         payload: &[u8],
     ) -> Result<(), Violation> {
         let who = self.procs[i].addr;
-        if self.trace {
-            eprintln!("{:>10} {who} deliver {s}#{id}", self.now);
+        if run.trace > 0 {
+            eprintln!("{:>10} {who} deliver {s}#{id}", run.ns());
         }
-        self.digest.add_u64(s.site as u64);
-        self.digest.add_u64(id);
+        run.digest.add_u64(s.site as u64);
+        run.digest.add_u64(id);
         let p = &self.procs[i];
         let Some(v) = p.view else {
-            return Err(self.fail(format!("{who} delivered {s}#{id} before any view")));
+            return Err(self.fail(run, format!("{who} delivered {s}#{id} before any view")));
         };
         if !p.view_members.contains(&s) {
-            return Err(self.fail(format!(
-                "{who} delivered {s}#{id} in view {v}, which {s} is not in"
-            )));
+            return Err(self.fail(
+                run,
+                format!("{who} delivered {s}#{id} in view {v}, which {s} is not in"),
+            ));
         }
         if p.seen.contains(&(s, id)) {
-            return Err(self.fail(format!("{who} delivered {s}#{id} twice")));
+            return Err(self.fail(run, format!("{who} delivered {s}#{id} twice")));
         }
         match self.sent.get(&(s, id)) {
-            Some(&h) if h == hash(payload) => {}
-            Some(_) => return Err(self.fail(format!("{who} delivered {s}#{id} altered"))),
-            None => return Err(self.fail(format!("{who} delivered {s}#{id}, never sent"))),
+            Some(&h) if h == Digest::of(payload) => {}
+            Some(_) => return Err(self.fail(run, format!("{who} delivered {s}#{id} altered"))),
+            None => return Err(self.fail(run, format!("{who} delivered {s}#{id}, never sent"))),
         }
         if !payload.starts_with(format!("{s}#{id}#").as_bytes()) {
-            return Err(self.fail(format!("{who} delivered {s}#{id} with another's payload")));
+            return Err(self.fail(
+                run,
+                format!("{who} delivered {s}#{id} with another's payload"),
+            ));
         }
         let p = &mut self.procs[i];
         if let Some(&last) = p.last_id.get(&s) {
             if id <= last {
-                return Err(self.fail(format!("{who}: FIFO from {s} broken: {id} after {last}")));
+                return Err(self.fail(
+                    run,
+                    format!("{who}: FIFO from {s} broken: {id} after {last}"),
+                ));
             }
             if id > last + 1 {
                 p.gaps.push((s, last, id));
@@ -930,9 +826,9 @@ impl Sim {
         self.live().filter(|&i| !self.orphan(i)).collect()
     }
 
-    fn converged(&self) -> bool {
+    fn converged(&self, run: &Run) -> bool {
         // An orphan takes a few flush timeouts to say it is blocked: wait for that too.
-        let now = Instant(self.now);
+        let now = run.now;
         if self.live().any(|i| {
             self.orphan(i)
                 && !(self.procs[i].blocked_reported
@@ -981,20 +877,23 @@ impl Sim {
     }
 
     /// Liveness; returns whether the group blocked (correctly).
-    fn check_final(&self) -> Result<bool, Violation> {
+    fn check_final(&self, run: &Run) -> Result<bool, Violation> {
         // An orphan blocks, correctly, and says so.
         for i in self.live().filter(|&i| self.orphan(i)) {
             let p = &self.procs[i];
             let m = p.m.as_ref().expect("live");
-            if !(m.blocked(Instant(self.now)) && p.blocked_reported) {
-                return Err(self.fail(format!(
+            if !(m.blocked(run.now) && p.blocked_reported) {
+                return Err(self.fail(
+                    run,
+                    format!(
                     "{} is cut off from a majority of its view but does not say it is blocked: {}",
                     p.addr,
                     m.vs().debug_state()
-                )));
+                ),
+                ));
             }
         }
-        if self.converged() {
+        if self.converged(run) {
             return Ok(false);
         }
         if self.majority_lost() {
@@ -1022,14 +921,14 @@ impl Sim {
                 )
             })
             .collect();
-        Err(self.fail(format!(
-            "no convergence after healing:\n  {}",
-            states.join("\n  ")
-        )))
+        Err(self.fail(
+            run,
+            format!("no convergence after healing:\n  {}", states.join("\n  ")),
+        ))
     }
 
     /// Any two processes deliver the messages both delivered in the same relative order.
-    fn check_order(&self) -> Result<(), Violation> {
+    fn check_order(&self, run: &Run) -> Result<(), Violation> {
         let logs: Vec<&[Entry]> = self.procs.iter().map(|p| p.ordered_log()).collect();
         let pos: Vec<HashMap<(Address, u64), usize>> = logs
             .iter()
@@ -1056,7 +955,7 @@ impl Sim {
                     };
                     if let Some((prev, pk)) = last {
                         if k < pk {
-                            return Err(self.fail(format!(
+                            return Err(self.fail(run, format!(
                                 "total order: {} ({:?}) delivered {}#{} before {a}#{id}, {} ({:?}) after",
                                 p.addr, p.fate, prev.0, prev.1, q.addr, q.fate
                             )));
@@ -1071,7 +970,7 @@ impl Sim {
 
     /// Views form one chain, and processes that install the same two consecutive views
     /// deliver the same messages between them.
-    fn check_virtual_synchrony(&self) -> Result<(), Violation> {
+    fn check_virtual_synchrony(&self, run: &Run) -> Result<(), Violation> {
         type Between = (ViewId, Vec<(Address, u64)>, Address);
         let mut next: HashMap<ViewId, (ViewId, Address)> = HashMap::new();
         let mut between: HashMap<(ViewId, ViewId), Between> = HashMap::new();
@@ -1085,10 +984,13 @@ impl Sim {
                         if let Some(c) = cur {
                             match next.get(&c) {
                                 Some((n, who)) if n != v => {
-                                    return Err(self.fail(format!(
+                                    return Err(self.fail(
+                                        run,
+                                        format!(
                                     "views fork: {who} installed {n} after {c}, {} installed {v}",
                                     p.addr
-                                )))
+                                ),
+                                    ))
                                 }
                                 Some(_) => {}
                                 None => {
@@ -1098,7 +1000,7 @@ impl Sim {
                             match between.get(&(c, *v)) {
                                 Some((_, m, who)) if *m != msgs => {
                                     let diff = first_difference(m, &msgs);
-                                    return Err(self.fail(format!(
+                                    return Err(self.fail(run, format!(
                                         "virtual synchrony: between views {c} and {v}, {who} delivered {} messages, {} delivered {} ({diff})",
                                         m.len(),
                                         p.addr,
@@ -1121,17 +1023,20 @@ impl Sim {
     }
 
     /// FIFO gaps only in the messages of a sender that failed.
-    fn check_fifo(&self) -> Result<(), Violation> {
+    fn check_fifo(&self, run: &Run) -> Result<(), Violation> {
         for p in &self.procs {
             for &(s, last, got) in &p.gaps {
                 let failed = self
                     .slot_of(s)
                     .is_some_and(|j| matches!(self.procs[j].fate, Fate::Crashed | Fate::Expelled));
                 if !failed {
-                    return Err(self.fail(format!(
-                        "{}: FIFO from {s} broken: {got} after {last} ({s} did not fail)",
-                        p.addr
-                    )));
+                    return Err(self.fail(
+                        run,
+                        format!(
+                            "{}: FIFO from {s} broken: {got} after {last} ({s} did not fail)",
+                            p.addr
+                        ),
+                    ));
                 }
             }
         }
@@ -1140,7 +1045,7 @@ impl Sim {
 
     /// Every message of a sender still in the group is delivered by it (`SendDone`) and by
     /// every process still in the group that installed the view it was delivered in.
-    fn check_no_loss(&self) -> Result<(), Violation> {
+    fn check_no_loss(&self, run: &Run) -> Result<(), Violation> {
         let live = self.settled();
         for &i in &live {
             let s = &self.procs[i];
@@ -1158,18 +1063,20 @@ impl Sim {
             let done: HashSet<u64> = s.done.iter().copied().collect();
             for id in 1..=s.sent {
                 let Some(v) = view_of.get(&id) else {
-                    return Err(self.fail(format!(
-                        "{}#{id} lost: its sender never delivered it",
-                        s.addr
-                    )));
+                    return Err(self.fail(
+                        run,
+                        format!("{}#{id} lost: its sender never delivered it", s.addr),
+                    ));
                 };
                 if !done.contains(&id) {
-                    return Err(self.fail(format!("{}#{id}: delivered but no SendDone", s.addr)));
+                    return Err(
+                        self.fail(run, format!("{}#{id}: delivered but no SendDone", s.addr))
+                    );
                 }
                 for &j in &live {
                     let q = &self.procs[j];
                     if q.log.contains(&Entry::View(*v)) && !q.seen.contains(&(s.addr, id)) {
-                        return Err(self.fail(format!(
+                        return Err(self.fail(run, format!(
                             "{}#{id} (delivered in view {v}) lost: {} installed that view and never delivered it",
                             s.addr, q.addr
                         )));
@@ -1188,13 +1095,4 @@ fn first_difference(a: &[(Address, u64)], b: &[(Address, u64)]) -> String {
         a.get(k).map(|(s, id)| format!("{s}#{id}")),
         b.get(k).map(|(s, id)| format!("{s}#{id}"))
     )
-}
-
-/// Runs `seeds` seeds from `first`; returns the reports or the first violation.
-pub fn run_order_seeds(
-    first: u64,
-    seeds: u64,
-    opts: &OrderSimOptions,
-) -> Result<Vec<OrderSimReport>, Violation> {
-    (first..first + seeds).map(|s| run_order(s, opts)).collect()
 }

@@ -15,6 +15,7 @@
 //!   exactly the servers that did not answer; a call complete has enough answers, one out of
 //!   time has too few and ended at its deadline, not before; no call outlives its deadline.
 
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::{Digest, NodeId};
 use std::collections::{HashMap, HashSet};
@@ -37,6 +38,10 @@ pub struct RpcSimOptions {
     pub calls_per_client: u32,
     pub safety_ns: u64,
     pub faults: bool,
+    /// With `faults`, let the seed cut the network in two now and then.
+    pub partitions: bool,
+    /// With `faults`, let the seed clog paths now and then.
+    pub clogs: bool,
     /// Some handlers take up to 30 ms (and so outlive short deadlines).
     pub slow_handlers: bool,
 }
@@ -49,6 +54,8 @@ impl Default for RpcSimOptions {
             calls_per_client: 120,
             safety_ns: 3_000 * MS,
             faults: true,
+            partitions: true,
+            clogs: true,
             slow_handlers: true,
         }
     }
@@ -128,23 +135,56 @@ fn rpc_config(rng: &mut Rng, clients: usize, shares: usize) -> RpcConfig {
     }
 }
 
-pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> {
-    let fail = |what: String| {
-        format!("rpc simulation seed {seed}: {what}\n  replay: cargo run --release -- sim rpc --seed {seed}")
-    };
+/// (server, server incarnation, server called, client address, client incarnation, call id)
+/// executed: the server called is the executing one, or the one that handed the call on.
+type Run1 = (NodeId, u32, Address, Address, u64, u64);
+
+struct RpcWorld {
+    opts: RpcSimOptions,
+    cfg: RpcConfig,
+    rng: Rng,
+    /// Forwarding and probes draw from their own generator, so the rest of a seed's run draws
+    /// as it did before they existed.
+    forward_rng: Rng,
+    forward: f64,
+    probe: f64,
+    slow: f64,
+    faults: FaultConfig,
+    crashes: usize,
+    servers: Vec<SimServer>,
+    clients: Vec<SimClient>,
+    executed: HashSet<Run1>,
+    /// (server called, client address, client incarnation, call id) executed by any server
+    /// or incarnation.
+    executed_any: HashSet<(Address, Address, u64, u64)>,
+    executed_after_restart: u64,
+    /// Per call handed on, (client, client incarnation, call id, forwarder) -> what the
+    /// client's request named at the forwarder, and the incarnation of the target the
+    /// forwarder was told to name.
+    forwarded_named: HashMap<(Address, u64, u64, Address), (u64, u64)>,
+    /// (client node, incarnation, call id, server node) of requests a server got whole.
+    delivered_whole: HashSet<(NodeId, u64, u64, NodeId)>,
+    executions: u64,
+    calls: u64,
+    complete: u64,
+    timed_out: u64,
+    buf: Vec<u8>,
+    /// Liveness: after healing and a quiet spell, each client calls every server once more.
+    liveness_at: u64,
+    liveness_calls: HashSet<(usize, u64)>,
+    liveness_started: bool,
+}
+
+pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, Violation> {
     let mut rng = Rng::new(seed);
-    let faults = if opts.faults {
-        FaultConfig::swarm(&mut rng).with_clogs(&mut Rng::new(seed ^ 0xc10c_c10c))
-    } else {
-        FaultConfig::none()
-    };
+    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
     if faults.delay_max_ns + faults.clog_max_ns >= 100 * MS {
-        return Err(fail(
-            "the network's delays exceed the packet lifetime".into(),
+        return Err(Violation::at_start(
+            "rpc",
+            seed,
+            "the network's delays exceed the packet lifetime",
         ));
     }
-    // Forwarding draws from its own generator, so the rest of a seed's run draws as it did
-    // before forwarding existed.
     let mut forward_rng = Rng::new(seed ^ 0xf0f0_f0f0);
     let forward = if forward_rng.chance(0.4) {
         forward_rng.below(400) as f64 / 1000.0
@@ -172,15 +212,15 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
     };
     let (ns, nc) = (opts.servers, opts.clients);
     let n = ns + nc;
-    let mut net = Network::new(n, faults.clone(), rng.fork());
-    let mut servers: Vec<SimServer> = (0..ns)
+    let net = Network::new(n, faults.clone(), rng.fork());
+    let servers = (0..ns)
         .map(|_| SimServer {
             server: Server::with_incarnation(cfg, 1).expect("config"),
             incarnation: 1,
             running: Vec::new(),
         })
         .collect();
-    let mut clients: Vec<SimClient> = (0..nc)
+    let clients = (0..nc)
         .map(|_| SimClient {
             client: Client::new(cfg, 1).expect("config"),
             incarnation: 1,
@@ -189,170 +229,163 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
             calls: HashMap::new(),
         })
         .collect();
-    // Crashes: (time, node), servers and clients alike.
-    let mut crashes: Vec<(u64, NodeId)> = Vec::new();
-    if opts.faults && rng.chance(0.4) {
-        for _ in 0..1 + rng.below(4) {
-            crashes.push((rng.below(opts.safety_ns), rng.below(n as u64) as usize));
+    // Crashes: servers and clients alike.
+    let restarts = draw_restarts(&mut rng, opts.faults, 0.4, 4, opts.safety_ns, n);
+    let plan = Plan::event(
+        "rpc",
+        seed,
+        net,
+        restarts.clone(),
+        opts.safety_ns,
+        opts.safety_ns + 2_000 * MS,
+    );
+    let world = RpcWorld {
+        opts: opts.clone(),
+        rng,
+        forward_rng,
+        forward,
+        probe,
+        slow,
+        faults,
+        crashes: restarts.len(),
+        servers,
+        clients,
+        executed: HashSet::new(),
+        executed_any: HashSet::new(),
+        executed_after_restart: 0,
+        forwarded_named: HashMap::new(),
+        delivered_whole: HashSet::new(),
+        executions: 0,
+        calls: 0,
+        complete: 0,
+        timed_out: 0,
+        buf: vec![0u8; cfg.message_bytes_max],
+        cfg,
+        liveness_at: opts.safety_ns + 500 * MS,
+        liveness_calls: HashSet::new(),
+        liveness_started: false,
+    };
+    harness::run(world, plan)
+}
+
+/// The fixed part of the run: an arrival, handlers, timers, calls, outcomes and outputs.
+impl RpcWorld {
+    fn arrival(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        let (now, ns) = (run.now, self.opts.servers);
+        let incarnations: Vec<u64> = self.servers.iter().map(|s| s.incarnation as u64).collect();
+        let (from, body) = unstamp(&bytes);
+        let Ok((header, payload)) = msg::decode(body) else {
+            return Err(run.fail(format!("node {to} got a malformed message")));
+        };
+        match header {
+            RpcHeader::Request(r) => {
+                if to >= ns {
+                    return Err(run.fail("a request reached a client"));
+                }
+                // As a long request's transfer completing: its next copies may be probes.
+                self.delivered_whole
+                    .insert((from.site as usize, r.incarnation, r.call_id, to));
+                let s = &mut self.servers[to];
+                if let Verdict::Execute {
+                    token,
+                    deadline,
+                    request_type,
+                } = s.server.handle_request(now, from, &r)
+                {
+                    // Some servers hand some calls on to another (forward_request).
+                    if ns > 1 && self.forward > 0.0 && self.forward_rng.chance(self.forward) {
+                        let other = (to + 1 + self.forward_rng.below(ns as u64 - 1) as usize) % ns;
+                        // The forwarder names the target's incarnation (as one that
+                        // called it before knows it).
+                        let key = (token.client, token.incarnation, token.call_id, address(to));
+                        self.forwarded_named
+                            .insert(key, (r.server_incarnation, incarnations[other]));
+                        s.server.forward(
+                            token,
+                            address(other),
+                            incarnations[other],
+                            request_type,
+                            r.deadline_us,
+                            payload,
+                        );
+                        return Ok(());
+                    }
+                    let at = if self.slow > 0.0 && self.rng.chance(self.slow) {
+                        Instant(now.0 + self.rng.below(30 * MS))
+                    } else {
+                        now
+                    };
+                    let named = r.server_incarnation;
+                    s.running
+                        .push((at, token, deadline, payload.to_vec(), named));
+                }
+            }
+            RpcHeader::Probe(r) => {
+                if to >= ns {
+                    return Err(run.fail("a self.probe reached a client"));
+                }
+                // A probe never executes anything.
+                let v = self.servers[to].server.handle_probe(now, from, &r);
+                if matches!(v, Verdict::Execute { .. }) {
+                    return Err(run.fail("a self.probe was self.executed"));
+                }
+            }
+            RpcHeader::Forwarded(r, client) => {
+                if to >= ns {
+                    return Err(run.fail("a forwarded request reached a client"));
+                }
+                let s = &mut self.servers[to];
+                if let Verdict::Execute {
+                    token, deadline, ..
+                } = s.server.handle_forwarded(now, from, client, &r)
+                {
+                    // Protected only if the client named the forwarder's incarnation and
+                    // the forwarder named ours.
+                    // (What the server put in the header is not trusted: what it was told
+                    // to name is.)
+                    let key = (token.client, token.incarnation, token.call_id, from);
+                    let (client_named, told) =
+                        self.forwarded_named.get(&key).copied().unwrap_or((0, 0));
+                    let named = if client_named == 0 { 0 } else { told };
+                    s.running
+                        .push((now, token, deadline, payload.to_vec(), named));
+                }
+            }
+            RpcHeader::Reply(r) => {
+                if to < ns {
+                    return Err(run.fail("a reply reached a server"));
+                }
+                if r.status == Status::Resend {
+                    self.delivered_whole.remove(&(
+                        to,
+                        r.incarnation,
+                        r.call_id,
+                        from.site as usize,
+                    ));
+                }
+                self.clients[to - ns].client.handle_reply(from, &r, payload);
+            }
+            RpcHeader::ForwardedReply(r, called) => {
+                if to < ns {
+                    return Err(run.fail("a reply reached a server"));
+                }
+                if r.status == Status::Resend {
+                    let server = called.site as usize;
+                    self.delivered_whole
+                        .remove(&(to, r.incarnation, r.call_id, server));
+                }
+                self.clients[to - ns]
+                    .client
+                    .handle_forwarded_reply(from, called, &r, payload);
+            }
         }
-        crashes.sort_unstable();
+        Ok(())
     }
-    let crash_count = crashes.len();
-    // Checker state.
-    // (server, server incarnation, server called, client address, client incarnation, call id)
-    // executed: the server called is the executing one, or the one that handed the call on.
-    type Run = (NodeId, u32, Address, Address, u64, u64);
-    let mut executed: HashSet<Run> = HashSet::new();
-    // (server called, client address, client incarnation, call id) executed by any server or
-    // incarnation.
-    let mut executed_any: HashSet<(Address, Address, u64, u64)> = HashSet::new();
-    let mut executed_after_restart = 0u64;
-    // What a client's request named at the forwarder, per call handed on: (client, client
-    // incarnation, call id, forwarder).
-    // and the incarnation of the target the forwarder was told to name.
-    let mut forwarded_named: HashMap<(Address, u64, u64, Address), (u64, u64)> = HashMap::new();
-    // (client node, incarnation, call id, server node) of requests a server got whole.
-    let mut delivered_whole: HashSet<(NodeId, u64, u64, NodeId)> = HashSet::new();
-    let mut executions = 0u64;
-    let (mut calls, mut complete, mut timed_out) = (0u64, 0u64, 0u64);
-    let mut digest = Digest::default();
-    let mut buf = vec![0u8; cfg.message_bytes_max];
-    let mut now = Instant::ZERO;
-    let mut healed = false;
-    let end_ns = opts.safety_ns + 2_000 * MS;
-    // Liveness: after healing and a quiet spell, each client calls every server once more.
-    let liveness_at = opts.safety_ns + 500 * MS;
-    let mut liveness_calls: HashMap<(usize, u64), ()> = HashMap::new();
-    let mut liveness_started = false;
-    loop {
-        if !healed && now.0 >= opts.safety_ns {
-            net.heal();
-            healed = true;
-        }
-        if !healed {
-            net.step_partitions();
-            net.step_clogs(now);
-        }
-        while crashes.first().is_some_and(|&(t, _)| t <= now.0) {
-            let (_, k) = crashes.remove(0);
-            digest.add_u64(now.0 ^ k as u64);
-            if k < ns {
-                let s = &mut servers[k];
-                s.incarnation += 1;
-                s.server = Server::with_incarnation(cfg, s.incarnation as u64).expect("config");
-                s.running.clear();
-            } else {
-                let c = &mut clients[k - ns];
-                c.incarnation += 1;
-                c.client = Client::new(cfg, c.incarnation).expect("config");
-                c.calls.clear();
-            }
-        }
-        // Arrivals.
-        while let Some((to, bytes)) = net.pop_due(now) {
-            let incarnations: Vec<u64> = servers.iter().map(|s| s.incarnation as u64).collect();
-            let (from, body) = unstamp(&bytes);
-            let Ok((header, payload)) = msg::decode(body) else {
-                return Err(fail(format!("node {to} got a malformed message")));
-            };
-            match header {
-                RpcHeader::Request(r) => {
-                    if to >= ns {
-                        return Err(fail("a request reached a client".into()));
-                    }
-                    // As a long request's transfer completing: its next copies may be probes.
-                    delivered_whole.insert((from.site as usize, r.incarnation, r.call_id, to));
-                    let s = &mut servers[to];
-                    if let Verdict::Execute {
-                        token,
-                        deadline,
-                        request_type,
-                    } = s.server.handle_request(now, from, &r)
-                    {
-                        // Some servers hand some calls on to another (forward_request).
-                        if ns > 1 && forward > 0.0 && forward_rng.chance(forward) {
-                            let other = (to + 1 + forward_rng.below(ns as u64 - 1) as usize) % ns;
-                            // The forwarder names the target's incarnation (as one that
-                            // called it before knows it).
-                            let key = (token.client, token.incarnation, token.call_id, address(to));
-                            forwarded_named
-                                .insert(key, (r.server_incarnation, incarnations[other]));
-                            s.server.forward(
-                                token,
-                                address(other),
-                                incarnations[other],
-                                request_type,
-                                r.deadline_us,
-                                payload,
-                            );
-                            continue;
-                        }
-                        let at = if slow > 0.0 && rng.chance(slow) {
-                            Instant(now.0 + rng.below(30 * MS))
-                        } else {
-                            now
-                        };
-                        let named = r.server_incarnation;
-                        s.running
-                            .push((at, token, deadline, payload.to_vec(), named));
-                    }
-                }
-                RpcHeader::Probe(r) => {
-                    if to >= ns {
-                        return Err(fail("a probe reached a client".into()));
-                    }
-                    // A probe never executes anything.
-                    let v = servers[to].server.handle_probe(now, from, &r);
-                    if matches!(v, Verdict::Execute { .. }) {
-                        return Err(fail("a probe was executed".into()));
-                    }
-                }
-                RpcHeader::Forwarded(r, client) => {
-                    if to >= ns {
-                        return Err(fail("a forwarded request reached a client".into()));
-                    }
-                    let s = &mut servers[to];
-                    if let Verdict::Execute {
-                        token, deadline, ..
-                    } = s.server.handle_forwarded(now, from, client, &r)
-                    {
-                        // Protected only if the client named the forwarder's incarnation and
-                        // the forwarder named ours.
-                        // (What the server put in the header is not trusted: what it was told
-                        // to name is.)
-                        let key = (token.client, token.incarnation, token.call_id, from);
-                        let (client_named, told) =
-                            forwarded_named.get(&key).copied().unwrap_or((0, 0));
-                        let named = if client_named == 0 { 0 } else { told };
-                        s.running
-                            .push((now, token, deadline, payload.to_vec(), named));
-                    }
-                }
-                RpcHeader::Reply(r) => {
-                    if to < ns {
-                        return Err(fail("a reply reached a server".into()));
-                    }
-                    if r.status == Status::Resend {
-                        delivered_whole.remove(&(to, r.incarnation, r.call_id, from.site as usize));
-                    }
-                    clients[to - ns].client.handle_reply(from, &r, payload);
-                }
-                RpcHeader::ForwardedReply(r, called) => {
-                    if to < ns {
-                        return Err(fail("a reply reached a server".into()));
-                    }
-                    if r.status == Status::Resend {
-                        let server = called.site as usize;
-                        delivered_whole.remove(&(to, r.incarnation, r.call_id, server));
-                    }
-                    clients[to - ns]
-                        .client
-                        .handle_forwarded_reply(from, called, &r, payload);
-                }
-            }
-        }
+
+    fn handlers(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
         // Handlers that finish now.
-        for (k, s) in servers.iter_mut().enumerate() {
+        for (k, s) in self.servers.iter_mut().enumerate() {
             let mut i = 0;
             while i < s.running.len() {
                 if s.running[i].0 > now {
@@ -372,24 +405,24 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         token.incarnation,
                         token.call_id,
                     );
-                    if !executed.insert(key) {
-                        return Err(fail(format!(
-                            "server {k} (incarnation {}) executed call {} of {} (incarnation {}) twice",
+                    if !self.executed.insert(key) {
+                        return Err(run.fail(format!(
+                            "server {k} (incarnation {}) self.executed call {} of {} (incarnation {}) twice",
                             s.incarnation, token.call_id, token.client, token.incarnation
                         )));
                     }
-                    executions += 1;
-                    if !executed_any.insert((
+                    self.executions += 1;
+                    if !self.executed_any.insert((
                         called,
                         token.client,
                         token.incarnation,
                         token.call_id,
                     )) {
-                        executed_after_restart += 1;
+                        self.executed_after_restart += 1;
                         // Allowed only for a call started before its client heard from this
                         // server at all (its requests name no incarnation).
                         if named != 0 {
-                            return Err(fail(format!(
+                            return Err(run.fail(format!(
                                 "server {k} (incarnation {}) ran call {} of {} again, though \
                                  its request named incarnation {named}",
                                 s.incarnation, token.call_id, token.client
@@ -405,31 +438,40 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                 s.server.reply(token, status, &out);
             }
         }
+        Ok(())
+    }
+
+    fn timers(&mut self, run: &mut Run) {
+        let now = run.now;
         // Timers.
-        for s in servers.iter_mut() {
+        for s in self.servers.iter_mut() {
             if s.server.poll_timeout().is_some_and(|t| t <= now) {
                 s.server.handle_timeout(now);
             }
         }
-        for c in clients.iter_mut() {
+        for c in self.clients.iter_mut() {
             if c.client.poll_timeout().is_some_and(|t| t <= now) {
                 c.client.handle_timeout(now);
             }
         }
+    }
+
+    fn new_calls(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (now, ns) = (run.now, self.opts.servers);
         // New calls.
-        for (k, c) in clients.iter_mut().enumerate() {
+        for (k, c) in self.clients.iter_mut().enumerate() {
             let me = address(ns + k);
-            if !healed && c.started < opts.calls_per_client && c.next_call_at <= now {
-                c.next_call_at = Instant(now.0 + rng.below(8 * MS));
-                let m = 1 + rng.below(ns as u64) as usize;
+            if !run.healed && c.started < self.opts.calls_per_client && c.next_call_at <= now {
+                c.next_call_at = Instant(now.0 + self.rng.below(8 * MS));
+                let m = 1 + self.rng.below(ns as u64) as usize;
                 let mut dests: Vec<Address> = (0..ns).map(address).collect();
                 for i in (1..dests.len()).rev() {
-                    dests.swap(i, rng.below(i as u64 + 1) as usize);
+                    dests.swap(i, self.rng.below(i as u64 + 1) as usize);
                 }
                 dests.truncate(m);
-                let completion = match rng.below(3) {
+                let completion = match self.rng.below(3) {
                     0 => Completion::First,
-                    1 => Completion::Quorum(1 + rng.below(m as u64) as usize),
+                    1 => Completion::Quorum(1 + self.rng.below(m as u64) as usize),
                     _ => Completion::All,
                 };
                 let need = match completion {
@@ -437,24 +479,24 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                     Completion::Quorum(q) => q,
                     Completion::All => m,
                 };
-                let deadline = (5 + rng.below(200)) * MS;
-                let mut payload = vec![rng.below(256) as u8; 1 + rng.below(40) as usize];
+                let deadline = (5 + self.rng.below(200)) * MS;
+                let mut payload = vec![self.rng.below(256) as u8; 1 + self.rng.below(40) as usize];
                 payload.extend_from_slice(&me.site.to_le_bytes());
                 if let Ok(id) = c.client.call(
                     now,
                     &dests,
-                    rng.below(4) as u16,
+                    self.rng.below(4) as u16,
                     &payload,
                     completion,
                     std::time::Duration::from_nanos(deadline),
                 ) {
                     c.started += 1;
-                    calls += 1;
+                    self.calls += 1;
                     c.calls
                         .insert(id.0, (dests, need, now, Instant(now.0 + deadline), payload));
                 }
             }
-            if !liveness_started && now.0 >= liveness_at {
+            if !self.liveness_started && now.0 >= self.liveness_at {
                 let all: Vec<Address> = (0..ns).map(address).collect();
                 let id = c
                     .client
@@ -466,52 +508,55 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         Completion::All,
                         std::time::Duration::from_millis(1000),
                     )
-                    .map_err(|e| fail(format!("liveness call refused: {e}")))?;
+                    .map_err(|e| run.fail(format!("liveness call refused: {e}")))?;
                 c.calls.insert(
                     id.0,
                     (all, ns, now, Instant(now.0 + 1000 * MS), vec![1, 2, 3]),
                 );
-                liveness_calls.insert((k, id.0), ());
-                calls += 1;
+                self.liveness_calls.insert((k, id.0));
+                self.calls += 1;
             }
         }
-        if !liveness_started && now.0 >= liveness_at {
-            liveness_started = true;
+        if !self.liveness_started && now.0 >= self.liveness_at {
+            self.liveness_started = true;
         }
+        Ok(())
+    }
+
+    fn outcomes(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (now, ns) = (run.now, self.opts.servers);
         // Outcomes and the checker.
-        for (k, c) in clients.iter_mut().enumerate() {
+        for (k, c) in self.clients.iter_mut().enumerate() {
             let me = address(ns + k);
             while let Some((CallId(id), o)) = c.client.poll_event() {
                 let Some((dests, need, start, deadline, payload)) = c.calls.remove(&id) else {
-                    return Err(fail(format!(
-                        "client {k}: an outcome for unknown call {id}"
-                    )));
+                    return Err(run.fail(format!("client {k}: an outcome for unknown call {id}")));
                 };
                 let mut answered = HashSet::new();
                 for (from, r) in &o.replies {
                     let Some(s) = dests.iter().position(|d| d == from) else {
-                        return Err(fail(format!(
+                        return Err(run.fail(format!(
                             "client {k}: call {id} answered by {from}, not asked"
                         )));
                     };
                     if !answered.insert(*from) {
-                        return Err(fail(format!(
-                            "client {k}: call {id} answered twice by {from}"
-                        )));
+                        return Err(
+                            run.fail(format!("client {k}: call {id} answered twice by {from}"))
+                        );
                     }
                     debug_assert_eq!(*from, dests[s]);
-                    let ran = executed_any.contains(&(*from, me, c.incarnation, id));
+                    let ran = self.executed_any.contains(&(*from, me, c.incarnation, id));
                     match r {
                         Ok(bytes) => {
                             if !ran || fails(&payload) || *bytes != result_of(&payload) {
-                                return Err(fail(format!(
+                                return Err(run.fail(format!(
                                     "client {k}: call {id} got a result from {from} it never computed"
                                 )));
                             }
                         }
                         Err(RemoteError::Failed(m)) => {
                             if !ran || !fails(&payload) || m != "refused" {
-                                return Err(fail(format!(
+                                return Err(run.fail(format!(
                                     "client {k}: call {id} got a failure from {from} it never reported"
                                 )));
                             }
@@ -520,14 +565,14 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                         // The server restarted since the client last heard from it (or the
                         // one it handed the call on to did).
                         Err(RemoteError::Restarted) => {
-                            if servers.iter().all(|s| s.incarnation < 2) {
-                                return Err(fail(format!(
+                            if self.servers.iter().all(|s| s.incarnation < 2) {
+                                return Err(run.fail(format!(
                                     "client {k}: call {id}: Restarted from {from}, never restarted"
                                 )));
                             }
                         }
                         Err(e) => {
-                            return Err(fail(format!("client {k}: call {id}: unexpected {e}")));
+                            return Err(run.fail(format!("client {k}: call {id}: unexpected {e}")));
                         }
                     }
                 }
@@ -539,150 +584,180 @@ pub fn run_rpc(seed: u64, opts: &RpcSimOptions) -> Result<RpcSimReport, String> 
                 if o.missing.iter().copied().collect::<HashSet<_>>() != missing
                     || o.missing.len() != missing.len()
                 {
-                    return Err(fail(format!("client {k}: call {id}: wrong missing list")));
+                    return Err(run.fail(format!("client {k}: call {id}: wrong missing list")));
                 }
                 match o.end {
                     End::Complete => {
-                        complete += 1;
+                        self.complete += 1;
                         if o.replies.len() < need {
-                            return Err(fail(format!(
-                                "client {k}: call {id} complete with too few answers"
+                            return Err(run.fail(format!(
+                                "client {k}: call {id} self.complete with too few answers"
                             )));
                         }
                     }
                     End::DeadlinePassed => {
-                        timed_out += 1;
+                        self.timed_out += 1;
                         if o.replies.len() >= need || now < deadline {
-                            return Err(fail(format!(
+                            return Err(run.fail(format!(
                                 "client {k}: call {id} out of time wrongly ({} answers, at {} of {})",
                                 o.replies.len(),
                                 now.0 - start.0,
                                 deadline.0 - start.0
                             )));
                         }
-                        if liveness_calls.contains_key(&(k, id)) {
-                            return Err(fail(format!(
+                        if self.liveness_calls.contains(&(k, id)) {
+                            return Err(run.fail(format!(
                                 "liveness: client {k}'s call to every server got no answer from {:?}",
                                 o.missing
                             )));
                         }
                     }
                     End::Cancelled => {
-                        return Err(fail("a cancelled call raised an event".into()));
+                        return Err(run.fail("a cancelled call raised an event"));
                     }
                 }
-                liveness_calls.remove(&(k, id));
-                digest.add_u64(id ^ now.0);
+                self.liveness_calls.remove(&(k, id));
+                run.digest.add_u64(id ^ now.0);
             }
             if let Some((id, _)) = c.calls.iter().find(|(_, v)| v.3 .0 + MS < now.0) {
-                return Err(fail(format!("client {k}: call {id} outlived its deadline")));
+                return Err(run.fail(format!("client {k}: call {id} outlived its deadline")));
             }
         }
+        Ok(())
+    }
+
+    fn output(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (now, ns) = (run.now, self.opts.servers);
+        let n = ns + self.opts.clients;
         // Output.
-        for (k, s) in servers.iter_mut().enumerate() {
-            while let Some((to, len)) = s.server.poll_transmit(&mut buf) {
+        for (k, s) in self.servers.iter_mut().enumerate() {
+            while let Some((to, len)) = s.server.poll_transmit(&mut self.buf) {
                 let dst = to.site as usize;
                 // To a client (an answer), or to another server (a call handed on).
                 if dst >= n || dst == k {
-                    return Err(fail(format!("server {k} answered {to}")));
+                    return Err(run.fail(format!("server {k} answered {to}")));
                 }
-                let m = stamp(&buf[..len], k);
-                net.send(now, k, dst, &m);
+                let m = stamp(&self.buf[..len], k);
+                run.net.send(now, k, dst, &m);
             }
         }
-        for (k, c) in clients.iter_mut().enumerate() {
-            while let Some((to, len)) = c.client.poll_transmit(now, &mut buf) {
+        for (k, c) in self.clients.iter_mut().enumerate() {
+            while let Some((to, len)) = c.client.poll_transmit(now, &mut self.buf) {
                 let dst = to.site as usize;
                 // Some copies of requests the server got whole go as probes (the header alone,
                 // as for a request whose payload went as a long message): the server answers
                 // them from memory or asks for the whole request.
                 let key = (
                     ns + k,
-                    u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")),
-                    u64::from_le_bytes(buf[16..24].try_into().expect("8 bytes")),
+                    u64::from_le_bytes(self.buf[8..16].try_into().expect("8 bytes")),
+                    u64::from_le_bytes(self.buf[16..24].try_into().expect("8 bytes")),
                     dst,
                 );
-                let len =
-                    if probe > 0.0 && delivered_whole.contains(&key) && forward_rng.chance(probe) {
-                        buf[1] = 5;
-                        RPC_HEADER_BYTES
-                    } else {
-                        len
-                    };
-                let m = stamp(&buf[..len], ns + k);
-                net.send(now, ns + k, dst, &m);
+                let len = if self.probe > 0.0
+                    && self.delivered_whole.contains(&key)
+                    && self.forward_rng.chance(self.probe)
+                {
+                    self.buf[1] = 5;
+                    RPC_HEADER_BYTES
+                } else {
+                    len
+                };
+                let m = stamp(&self.buf[..len], ns + k);
+                run.net.send(now, ns + k, dst, &m);
             }
         }
-        if liveness_started
-            && liveness_calls.is_empty()
-            && clients.iter().all(|c| c.calls.is_empty())
-        {
-            break;
+        Ok(())
+    }
+}
+
+impl World for RpcWorld {
+    type Report = RpcSimReport;
+
+    fn restart(&mut self, _run: &mut Run, k: NodeId) {
+        let ns = self.opts.servers;
+        if k < ns {
+            let s = &mut self.servers[k];
+            s.incarnation += 1;
+            s.server = Server::with_incarnation(self.cfg, s.incarnation as u64).expect("config");
+            s.running.clear();
+        } else {
+            let c = &mut self.clients[k - ns];
+            c.incarnation += 1;
+            c.client = Client::new(self.cfg, c.incarnation).expect("config");
+            c.calls.clear();
         }
-        if now.0 > end_ns {
-            return Err(fail(format!(
-                "liveness: {} calls to every server never ended",
-                liveness_calls.len()
-            )));
-        }
-        // Next event.
-        let mut next = net.next_arrival();
-        let mut consider = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |x: Instant| x.min(t)));
-            }
-        };
-        for s in &servers {
-            consider(s.server.poll_timeout());
+    }
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        self.arrival(run, to, bytes)
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        self.handlers(run)?;
+        self.timers(run);
+        self.new_calls(run)?;
+        self.outcomes(run)?;
+        self.output(run)
+    }
+
+    fn next_wakeup(&self, run: &Run) -> Option<Instant> {
+        let mut next = run.next_restart();
+        for s in &self.servers {
+            next = min_opt(next, s.server.poll_timeout());
             for r in &s.running {
-                consider(Some(r.0));
+                next = min_opt(next, Some(r.0));
             }
         }
-        for c in &clients {
-            consider(c.client.poll_timeout());
-            if !healed && c.started < opts.calls_per_client {
-                consider(Some(c.next_call_at));
+        for c in &self.clients {
+            next = min_opt(next, c.client.poll_timeout());
+            if !run.healed && c.started < self.opts.calls_per_client {
+                next = min_opt(next, Some(c.next_call_at));
             }
         }
-        if let Some(&(t, _)) = crashes.first() {
-            consider(Some(Instant(t)));
+        if !self.liveness_started {
+            next = min_opt(next, Some(Instant(self.liveness_at)));
         }
-        if !healed {
-            consider(Some(Instant(opts.safety_ns)));
+        next
+    }
+
+    fn done(&self, _run: &Run) -> bool {
+        self.liveness_started
+            && self.liveness_calls.is_empty()
+            && self.clients.iter().all(|c| c.calls.is_empty())
+    }
+
+    fn stalled(&self, _run: &Run) -> String {
+        format!(
+            "{} calls to every server never ended",
+            self.liveness_calls.len()
+        )
+    }
+
+    fn finish(self, run: &mut Run) -> Result<RpcSimReport, Violation> {
+        let mut client = ClientCounters::default();
+        for c in &self.clients {
+            client.add(&c.client.counters);
         }
-        if !liveness_started {
-            consider(Some(Instant(liveness_at)));
+        let mut server = ServerCounters::default();
+        for s in &self.servers {
+            server.add(&s.server.counters);
         }
-        now = match next {
-            Some(t) if t > now => t,
-            Some(_) => Instant(now.0 + 1),
-            None => Instant(now.0 + MS),
-        };
+        Ok(RpcSimReport {
+            seed: run.seed,
+            faults: self.faults,
+            crashes: self.crashes,
+            calls: self.calls,
+            complete: self.complete,
+            timed_out: self.timed_out,
+            executions: self.executions,
+            executed_after_restart: self.executed_after_restart,
+            client,
+            server,
+            net: run.net.counters.clone(),
+            end_ns: run.ns(),
+            digest: run.digest_with_net(),
+        })
     }
-    let mut client = ClientCounters::default();
-    for c in &clients {
-        client.add(&c.client.counters);
-    }
-    let mut server = ServerCounters::default();
-    for s in &servers {
-        server.add(&s.server.counters);
-    }
-    digest.add_u64(net.digest.0);
-    Ok(RpcSimReport {
-        seed,
-        faults,
-        crashes: crash_count,
-        calls,
-        complete,
-        timed_out,
-        executions,
-        executed_after_restart,
-        client,
-        server,
-        net: net.counters.clone(),
-        end_ns: now.0,
-        digest: digest.0,
-    })
 }
 
 /// The simulated network carries bytes only: the sender's node rides in a trailer the receiving

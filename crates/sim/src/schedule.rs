@@ -2,10 +2,19 @@
 //! `order`). Each is drawn from a generator of its own, so turning one off replays a seed's
 //! other faults unchanged.
 
-use crate::net::Network;
+use crate::harness::{Clock, Plan, Run};
+use crate::net::{FaultConfig, Network};
+use crate::Node;
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
+
+/// Process slots of a group simulator, at most (restarts are new processes).
+pub const MAX_SLOTS: usize = 24;
+/// A group simulator's clock tick ([`crate::Clock::Tick`]): the workload's time step.
+pub const STEP_NS: u64 = 1_000_000;
+/// A group simulator's packet buffer.
+pub const BUF_BYTES: usize = 65536;
 
 /// Some seeds (40 %) cut the network in two at random times, for anything from a blip the
 /// failure detector never notices to longer than a view change takes.
@@ -124,6 +133,16 @@ impl Faults {
             cuts: 0,
             clogged: 0,
         }
+    }
+
+    /// No schedules (simulators whose faults are all in the network's mix).
+    pub fn none() -> Faults {
+        Faults::for_seed(0, false, false, 0)
+    }
+
+    /// Whether there is a schedule to step.
+    pub fn has_schedule(&self) -> bool {
+        self.on && (self.partitions.is_some() || self.clogs.is_some())
     }
 
     /// Cuts or heals the network of `slots` nodes, then clogs a path between two of `running`,
@@ -280,4 +299,119 @@ pub fn begin_leave<P: Process>(p: &mut P, now: Instant, clock: u64, trace: bool)
     }
     p.set_leaving();
     true
+}
+
+/// A group simulator's churn: the seed's crash and leave rates, and what happened.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Churn {
+    pub crash_p: f64,
+    pub leave_p: f64,
+    pub crashes: u32,
+    /// Members left out of a view (to the group, they failed).
+    pub expulsions: u32,
+    pub leaves: u32,
+    pub joins: u32,
+}
+
+impl Churn {
+    /// The rates of a seed with faults: crashes on 60 % of seeds, leaves on 30 %.
+    pub fn draw(rng: &mut Rng) -> Churn {
+        let crash_p = if rng.chance(0.6) { 0.002 } else { 0.0 };
+        let leave_p = if rng.chance(0.3) { 0.001 } else { 0.0 };
+        Churn {
+            crash_p,
+            leave_p,
+            ..Churn::default()
+        }
+    }
+
+    /// This step's crash or leave among `running` (see [`choose_down`]), counted and traced; a
+    /// leave has begun. The simulator does the rest (a crashed member is dropped, a leaver
+    /// drained, and either is replaced by a new process).
+    pub fn step<P: Process>(
+        &mut self,
+        procs: &mut [P],
+        running: Vec<usize>,
+        rng: &mut Rng,
+        run: &mut Run,
+    ) -> Option<Down> {
+        match choose_down(procs, running.into_iter(), rng, self.crash_p, self.leave_p)? {
+            Down::Crash(v) => {
+                if run.trace > 0 {
+                    eprintln!("{:>10} CRASH {}", run.ns(), procs[v].addr());
+                }
+                self.crashes += 1;
+                run.digest.add_u64(0xdead ^ v as u64);
+                Some(Down::Crash(v))
+            }
+            Down::Leave(w) if begin_leave(&mut procs[w], run.now, run.ns(), run.trace > 0) => {
+                self.leaves += 1;
+                Some(Down::Leave(w))
+            }
+            Down::Leave(_) => None,
+        }
+    }
+}
+
+/// The runner's plan for a group simulator's seed: ticks of [`STEP_NS`], [`MAX_SLOTS`] slots
+/// on a network with `faults`, and partitions and clogs on their own schedules when `on`.
+#[allow(clippy::too_many_arguments)]
+pub fn group_plan(
+    sim: &'static str,
+    seed: u64,
+    faults: &FaultConfig,
+    rng: &mut Rng,
+    (on, partitions, clogs): (bool, bool, bool),
+    safety_ns: u64,
+    liveness_ns: u64,
+    replay: String,
+) -> Plan {
+    Plan {
+        sim,
+        seed,
+        clock: Clock::Tick(STEP_NS),
+        net: Network::new(MAX_SLOTS, faults.clone(), rng.fork()),
+        faults: Faults::for_seed(seed, on && partitions, on && clogs, safety_ns),
+        restarts: Vec::new(),
+        safety_ns,
+        end_ns: safety_ns + liveness_ns,
+        steps_max: None,
+        buf_bytes: BUF_BYTES,
+        replay,
+    }
+}
+
+/// A packet for slot `to`: into the trace digest, then to its member if it runs one.
+pub fn receive<P: Process>(procs: &mut [P], run: &mut Run, to: usize, bytes: &[u8])
+where
+    P::Member: Node,
+{
+    run.digest.add_u64(to as u64);
+    run.digest.add(bytes);
+    if let Some(m) = procs.get_mut(to).and_then(|p| p.member_mut()) {
+        m.handle_message(run.now, bytes);
+    }
+}
+
+/// Fires `p`'s member's timers if they are due; true if it did.
+pub fn fire<P: Process>(p: &mut P, run: &Run) -> bool
+where
+    P::Member: Node,
+{
+    let Some(m) = p.member_mut().filter(|m| run.due(&**m)) else {
+        return false;
+    };
+    m.handle_timeout(run.now);
+    true
+}
+
+/// The earliest timer of any member.
+pub fn next_timer<P: Process>(procs: &[P]) -> Option<Instant>
+where
+    P::Member: Node,
+{
+    procs
+        .iter()
+        .filter_map(|p| p.member().and_then(|m| m.poll_timeout()))
+        .min()
 }

@@ -16,9 +16,10 @@
 //! Processes are slots: a crash is for good, and a restart is a new process (a new address)
 //! that joins through a live member, as in `group_sim`.
 
-use crate::net::{FaultConfig, NetCounters, Network};
-use crate::schedule::{begin_leave, choose_down, Down, Faults};
-use crate::Digest;
+use crate::harness::{self, min_opt, Run, Violation, World};
+use crate::net::{FaultConfig, NetCounters};
+use crate::schedule::{fire, group_plan, receive, Churn, Down, MAX_SLOTS};
+use crate::{member_node, Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::pack::PackMode;
 use txcast_proto::rng::Rng;
@@ -85,23 +86,6 @@ pub struct VsSimReport {
     pub digest: u64,
 }
 
-/// A broken guarantee, with the seed that shows it.
-#[derive(Clone, Debug)]
-pub struct Violation {
-    pub seed: u64,
-    pub what: String,
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "vs seed {}: {}\nreplay: cargo run --release -- sim vs --seed {} (TXCAST_SIM_TRACE=1 for the events)",
-            self.seed, self.what, self.seed
-        )
-    }
-}
-
 /// One process's part in the current view, as the checkers follow it.
 #[derive(Clone, Debug, Default)]
 struct InView {
@@ -137,14 +121,7 @@ struct CastRec {
 
 crate::schedule::group_process!(Proc, Vs, vs, VsState);
 
-const MAX_SLOTS: usize = 24;
-const STEP_NS: u64 = 1_000_000;
-
-fn hash(p: &[u8]) -> u64 {
-    let mut d = Digest::default();
-    d.add(p);
-    d.0
-}
+member_node!(Vs, Dest);
 
 /// The `k`th cast of `addr`: it names both, and its length varies (packing gets exercised).
 fn payload_for(addr: Address, k: u64) -> Vec<u8> {
@@ -166,13 +143,10 @@ fn parse_payload(p: &[u8]) -> Option<(String, u64)> {
 }
 
 struct Sim {
-    seed: u64,
     opts: VsSimOptions,
     cfg: VsConfig,
     rng: Rng,
-    net: Network,
     procs: Vec<Proc>,
-    now: u64,
     casts: HashMap<(Address, u64), CastRec>,
     flush_casts: u64,
     delivered: u64,
@@ -182,19 +156,9 @@ struct Sim {
     numbers: HashMap<u64, ViewId>,
     /// (view, next view) -> what the first process to install both delivered in the first.
     synchrony: HashMap<(ViewId, ViewId), (Address, Vec<u64>)>,
-    crashes: u32,
-    leaves: u32,
-    joins: u32,
-    expulsions: u32,
-    crash_p: f64,
-    leave_p: f64,
-    digest: Digest,
-    buf: Vec<u8>,
-    faults: Faults,
-    stuck: u32,
-    trace: bool,
-    /// Every message delivered, decoded (`TXCAST_SIM_TRACE=2`).
-    trace_msgs: bool,
+    churn: Churn,
+    /// The seed's fault mix, for the report.
+    faults: String,
 }
 
 /// Runs one seed; `Err` names the first guarantee broken.
@@ -217,7 +181,7 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         flush_timeout: std::time::Duration::from_millis(150),
         join_attempts_max: 100,
     };
-    let (faults, crash_p, leave_p) = if opts.faults {
+    let (faults, churn) = if opts.faults {
         cfg.stability = if cfg_rng.chance(0.5) {
             Stability::Piggyback
         } else {
@@ -233,128 +197,175 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
             },
         };
         cfg.window = 16 + cfg_rng.below(49) as usize;
-        let mut f = FaultConfig::swarm(&mut fault_rng);
-        f.partition_flip = 0.0;
-        f.delay_max_ns = f.delay_max_ns.min(f.delay_min_ns + 2_000_000);
-        let crash_p = if cfg_rng.chance(0.6) { 0.002 } else { 0.0 };
-        let leave_p = if cfg_rng.chance(0.3) { 0.001 } else { 0.0 };
-        (f, crash_p, leave_p)
+        let f = FaultConfig::for_group(&mut fault_rng);
+        (f, Churn::draw(&mut cfg_rng))
     } else {
-        (FaultConfig::none(), 0.0, 0.0)
+        (FaultConfig::none(), Churn::default())
     };
-    cfg.validate().map_err(|e| Violation {
+    cfg.validate()
+        .map_err(|e| Violation::at_start("vs", seed, format!("configuration: {e}")))?;
+    let plan = group_plan(
+        "vs",
         seed,
-        what: format!("configuration: {e}"),
-    })?;
-    let net = Network::new(MAX_SLOTS, faults.clone(), rng.fork());
-    let mut sim = Sim {
-        seed,
+        &faults,
+        &mut rng,
+        (opts.faults, opts.partitions, opts.clogs),
+        opts.safety_ns,
+        opts.liveness_ns,
+        String::new(),
+    );
+    let sim = Sim {
         opts: opts.clone(),
-        cfg: cfg.clone(),
+        cfg,
         rng,
-        net,
         procs: Vec::new(),
-        now: 0,
         casts: HashMap::new(),
         flush_casts: 0,
         delivered: 0,
         views: BTreeMap::new(),
         numbers: HashMap::new(),
         synchrony: HashMap::new(),
-        crashes: 0,
-        leaves: 0,
-        joins: 0,
-        expulsions: 0,
-        crash_p,
-        leave_p,
-        digest: Digest::default(),
-        buf: vec![0u8; 65536],
-        faults: Faults::for_seed(
-            seed,
-            opts.faults && opts.partitions,
-            opts.faults && opts.clogs,
-            opts.safety_ns,
+        churn,
+        faults: format!(
+            "{faults:?} crash_p={} leave_p={}",
+            churn.crash_p, churn.leave_p
         ),
-        stuck: 0,
-        trace: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "1" || v == "2"),
-        trace_msgs: std::env::var("TXCAST_SIM_TRACE").is_ok_and(|v| v == "2"),
     };
-    sim.start()?;
-    while sim.now < opts.safety_ns {
-        sim.step()?;
+    harness::run(sim, plan)
+}
+
+impl World for Sim {
+    type Report = VsSimReport;
+
+    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
+        Sim::start(self, run)
     }
-    sim.faults.on = false;
-    sim.net.heal();
-    if sim.trace {
-        eprintln!("{:>10} HEAL", sim.now);
-    }
-    let end = opts.safety_ns + opts.liveness_ns;
-    while sim.now < end {
-        sim.step()?;
-        if sim.converged() {
-            break;
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        if run.trace > 1 {
+            if let Ok((h, m)) = txcast_proto::vsync::msg::parse(&bytes) {
+                let m = match m {
+                        txcast_proto::vsync::msg::VsMsg::Data {
+                            stream,
+                            first,
+                            received,
+                            records,
+                        } => format!(
+                            "Data {{ stream: {stream}, first: {first}, received: {received:?}, records: {} }}",
+                            records.len()
+                        ),
+                        m => format!("{m:?}"),
+                    };
+                eprintln!(
+                    "{:>10} {} -> {} in {}: {m}",
+                    run.ns(),
+                    h.from,
+                    self.procs[to].addr,
+                    h.view
+                );
+            }
         }
+        receive(&mut self.procs, run, to, &bytes);
+        self.drain(run, to)
     }
-    let blocked = sim.check_final()?;
-    let last = sim.views.keys().next_back().copied().unwrap_or_default();
-    Ok(VsSimReport {
-        seed,
-        config: format!(
-            "window={} stability={:?} pack={:?}",
-            cfg.window, cfg.stability, cfg.pack
-        ),
-        faults: format!("{faults:?} crash_p={crash_p} leave_p={leave_p}"),
-        net: sim.net.counters.clone(),
-        casts: sim.casts.len() as u64,
-        flush_casts: sim.flush_casts,
-        delivered: sim.delivered,
-        crashes: sim.crashes,
-        leaves: sim.leaves,
-        joins: sim.joins,
-        expulsions: sim.expulsions,
-        partitions: sim.faults.cuts,
-        clogs: sim.faults.clogged,
-        views: sim.views.len() as u64,
-        final_view: last.number,
-        final_members: sim.live().count(),
-        blocked,
-        end_ns: sim.now,
-        digest: sim.digest.0,
-    })
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        for i in 0..self.procs.len() {
+            if fire(&mut self.procs[i], run) {
+                self.drain(run, i)?;
+            }
+        }
+        self.flushes(run)?;
+        self.workload(run)
+    }
+
+    /// Timers, and flushes the layer above finishes.
+    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
+        let mut next = None;
+        for p in &self.procs {
+            next = min_opt(next, p.vs.as_ref().and_then(|v| v.poll_timeout()));
+            if let Some((t, _)) = p.flush_at.filter(|_| p.vs.is_some()) {
+                next = min_opt(next, Some(Instant(t)));
+            }
+        }
+        next
+    }
+
+    fn done(&self, run: &Run) -> bool {
+        self.converged(run)
+    }
+
+    fn stalled(&self, run: &Run) -> String {
+        let due: Vec<String> = self
+            .procs
+            .iter()
+            .filter_map(|p| p.vs.as_ref())
+            .filter(|v| run.due(*v))
+            .map(|v| v.debug_state())
+            .collect();
+        format!("{due:?}")
+    }
+
+    fn running(&self) -> Vec<NodeId> {
+        self.live().collect()
+    }
+
+    fn address(&self, node: NodeId) -> Address {
+        self.procs[node].addr
+    }
+
+    fn finish(self, run: &mut Run) -> Result<VsSimReport, Violation> {
+        let blocked = self.check_final(run)?;
+        let last = self.views.keys().next_back().copied().unwrap_or_default();
+        let cfg = &self.cfg;
+        Ok(VsSimReport {
+            seed: run.seed,
+            config: format!(
+                "window={} stability={:?} pack={:?}",
+                cfg.window, cfg.stability, cfg.pack
+            ),
+            faults: self.faults.clone(),
+            net: run.net.counters.clone(),
+            casts: self.casts.len() as u64,
+            flush_casts: self.flush_casts,
+            delivered: self.delivered,
+            crashes: self.churn.crashes,
+            leaves: self.churn.leaves,
+            joins: self.churn.joins,
+            expulsions: self.churn.expulsions,
+            partitions: run.faults.cuts,
+            clogs: run.faults.clogged,
+            views: self.views.len() as u64,
+            final_view: last.number,
+            final_members: self.live().count(),
+            blocked,
+            end_ns: run.ns(),
+            digest: run.digest.0,
+        })
+    }
 }
 
 impl Sim {
-    fn fail(&self, what: String) -> Violation {
-        Violation {
-            seed: self.seed,
-            what: format!(
-                "at {} ms ({}): {what}",
-                self.now / 1_000_000,
-                self.describe()
-            ),
-        }
+    fn fail(&self, run: &Run, what: String) -> Violation {
+        run.fail(format!("({}): {what}", self.describe(run)))
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, run: &Run) -> String {
         format!(
             "window={} {:?} {:?}; crashes {} leaves {} joins {} expulsions {} partitions {} clogs {}",
             self.cfg.window,
             self.cfg.stability,
             self.cfg.pack,
-            self.crashes,
-            self.leaves,
-            self.joins,
-            self.expulsions,
-            self.faults.cuts,
-            self.faults.clogged
+            self.churn.crashes,
+            self.churn.leaves,
+            self.churn.joins,
+            self.churn.expulsions,
+            run.faults.cuts,
+            run.faults.clogged
         )
     }
 
-    fn t(&self) -> Instant {
-        Instant(self.now)
-    }
-
-    fn new_proc(&mut self) -> Option<usize> {
+    fn new_proc(&mut self, run: &mut Run) -> Option<usize> {
         if self.procs.len() >= MAX_SLOTS {
             return None;
         }
@@ -363,7 +374,7 @@ impl Sim {
             addr: Address::new(1, i as u16, 1, 0),
             vs: None,
             casts_left: self.opts.casts_per_member,
-            next_cast_at: self.now + self.rng.below(20_000_000),
+            next_cast_at: run.ns() + self.rng.below(20_000_000),
             flush_at: None,
             view: None,
             seen: HashSet::new(),
@@ -373,20 +384,21 @@ impl Sim {
         Some(i)
     }
 
-    fn start(&mut self) -> Result<(), Violation> {
-        let first = self.new_proc().expect("slot");
+    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let first = self.new_proc(run).expect("slot");
         let a = self.procs[first].addr;
-        let vs = Vs::create(self.cfg.clone(), a, self.t()).map_err(|e| self.fail(e.to_string()))?;
+        let vs =
+            Vs::create(self.cfg.clone(), a, run.now).map_err(|e| self.fail(run, e.to_string()))?;
         self.procs[first].vs = Some(vs);
-        self.drain(first)?;
+        self.drain(run, first)?;
         for _ in 1..self.opts.members {
-            self.spawn_joiner();
+            self.spawn_joiner(run);
         }
         Ok(())
     }
 
     /// A new process joins through a live member (in a view, preferably a settled one).
-    fn spawn_joiner(&mut self) {
+    fn spawn_joiner(&mut self, run: &mut Run) {
         let in_state = |s: &Sim, i: usize, ok: &[VsState]| {
             s.procs[i]
                 .vs
@@ -408,21 +420,23 @@ impl Sim {
         if contacts.is_empty() {
             return;
         }
-        let Some(i) = self.new_proc() else {
+        let Some(i) = self.new_proc(run) else {
             return;
         };
         let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
-        if self.trace {
+        if run.trace > 0 {
             eprintln!(
                 "{:>10} SPAWN {} via {}",
-                self.now, self.procs[i].addr, contact
+                run.ns(),
+                self.procs[i].addr,
+                contact
             );
         }
-        let vs = Vs::join(self.cfg.clone(), self.procs[i].addr, contact, self.t())
-            .expect("valid config");
+        let vs =
+            Vs::join(self.cfg.clone(), self.procs[i].addr, contact, run.now).expect("valid config");
         self.procs[i].vs = Some(vs);
         self.procs[i].blocked_reported = false;
-        self.joins += 1;
+        self.churn.joins += 1;
     }
 
     /// Processes that run and are (or are becoming) members.
@@ -443,104 +457,9 @@ impl Sim {
         crate::schedule::slot_of(&self.procs, a)
     }
 
-    fn step(&mut self) -> Result<(), Violation> {
-        let mut next = self.now + STEP_NS;
-        if let Some(t) = self.net.next_arrival() {
-            next = next.min(t.0);
-        }
-        for p in &self.procs {
-            if let Some(t) = p.vs.as_ref().and_then(|v| v.poll_timeout()) {
-                next = next.min(t.0);
-            }
-            if let Some((t, _)) = p.flush_at {
-                if p.vs.is_some() {
-                    next = next.min(t);
-                }
-            }
-        }
-        if next <= self.now {
-            self.stuck += 1;
-            if self.stuck > 100_000 {
-                let due: Vec<String> = self
-                    .procs
-                    .iter()
-                    .filter_map(|p| p.vs.as_ref())
-                    .filter(|v| v.poll_timeout().is_some_and(|t| t.0 <= self.now))
-                    .map(|v| v.debug_state())
-                    .collect();
-                return Err(self.fail(format!("virtual time stopped: a timer stays due: {due:?}")));
-            }
-        } else {
-            self.stuck = 0;
-        }
-        self.now = next.max(self.now);
-        let now = self.t();
-        self.step_faults();
-        self.net.step_clogs(now);
-        while let Some((to, bytes)) = self.net.pop_due(now) {
-            self.digest.add_u64(to as u64);
-            self.digest.add(&bytes);
-            if self.trace_msgs {
-                if let Ok((h, m)) = txcast_proto::vsync::msg::parse(&bytes) {
-                    let m = match m {
-                        txcast_proto::vsync::msg::VsMsg::Data {
-                            stream,
-                            first,
-                            received,
-                            records,
-                        } => format!(
-                            "Data {{ stream: {stream}, first: {first}, received: {received:?}, records: {} }}",
-                            records.len()
-                        ),
-                        m => format!("{m:?}"),
-                    };
-                    eprintln!(
-                        "{:>10} {} -> {} in {}: {m}",
-                        self.now, h.from, self.procs[to].addr, h.view
-                    );
-                }
-            }
-            if let Some(vs) = self.procs.get_mut(to).and_then(|p| p.vs.as_mut()) {
-                vs.handle_message(now, &bytes);
-            }
-            self.drain(to)?;
-        }
-        for i in 0..self.procs.len() {
-            let due = self.procs[i]
-                .vs
-                .as_ref()
-                .and_then(|v| v.poll_timeout())
-                .is_some_and(|t| t <= now);
-            if due {
-                self.procs[i].vs.as_mut().expect("live").handle_timeout(now);
-                self.drain(i)?;
-            }
-        }
-        self.flushes()?;
-        self.workload()?;
-        Ok(())
-    }
-
-    /// Partitions and clogs, as the seed's schedules say (see `Faults::step`).
-    fn step_faults(&mut self) {
-        if !self.faults.on {
-            return;
-        }
-        let running: Vec<usize> = self.live().collect();
-        let procs = &self.procs;
-        self.faults.step(
-            self.now,
-            &mut self.net,
-            MAX_SLOTS,
-            &running,
-            |i| procs[i].addr,
-            self.trace,
-        );
-    }
-
     /// Makes the `k`th cast of process `i` if its member takes it now.
-    fn cast(&mut self, i: usize) -> Result<bool, Violation> {
-        let now = self.t();
+    fn cast(&mut self, run: &mut Run, i: usize) -> Result<bool, Violation> {
+        let now = run.now;
         let p = &mut self.procs[i];
         let Some(vs) = p.vs.as_mut() else {
             return Ok(false);
@@ -554,39 +473,40 @@ impl Sim {
             Ok(seq) => seq,
             Err(e) => {
                 let who = p.addr;
-                return Err(self.fail(format!("{who}: can_cast() but cast refused: {e}")));
+                return Err(self.fail(run, format!("{who}: can_cast() but cast refused: {e}")));
             }
         };
         p.casts_left -= 1;
         let addr = p.addr;
         let Some(v) = p.view.as_mut() else {
-            return Err(self.fail(format!("{addr} cast before it installed a view")));
+            return Err(self.fail(run, format!("{addr} cast before it installed a view")));
         };
         v.own += 1;
         let view = v.id;
         if seq != v.own {
             let own = v.own;
-            return Err(self.fail(format!(
-                "{addr}: cast numbered {seq}, its cast number {own} in view {view}"
-            )));
+            return Err(self.fail(
+                run,
+                format!("{addr}: cast numbered {seq}, its cast number {own} in view {view}"),
+            ));
         }
-        if self.trace {
-            eprintln!("{:>10} {addr} cast #{k} = {view} seq {seq}", self.now);
+        if run.trace > 0 {
+            eprintln!("{:>10} {addr} cast #{k} = {view} seq {seq}", run.ns());
         }
         self.casts.insert(
             (addr, k),
             CastRec {
                 view,
                 seq,
-                hash: hash(&payload),
+                hash: Digest::of(&payload),
             },
         );
         Ok(true)
     }
 
     /// The layer above's part in a flush: some casts, then `flush_ready`.
-    fn flushes(&mut self) -> Result<(), Violation> {
-        let now = self.t();
+    fn flushes(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
         for i in 0..self.procs.len() {
             let Some((at, extra)) = self.procs[i].flush_at else {
                 continue;
@@ -595,90 +515,63 @@ impl Sim {
                 self.procs[i].flush_at = None;
                 continue;
             }
-            if at > self.now {
+            if at > run.ns() {
                 continue;
             }
             for _ in 0..extra {
-                if self.cast(i)? {
+                if self.cast(run, i)? {
                     self.flush_casts += 1;
                 }
             }
             self.procs[i].flush_at = None;
-            if self.trace {
-                eprintln!("{:>10} {} flush_ready", self.now, self.procs[i].addr);
+            if run.trace > 0 {
+                eprintln!("{:>10} {} flush_ready", run.ns(), self.procs[i].addr);
             }
             self.procs[i].vs.as_mut().expect("live").flush_ready(now);
-            self.drain(i)?;
+            self.drain(run, i)?;
         }
         Ok(())
     }
 
-    fn workload(&mut self) -> Result<(), Violation> {
-        let now = self.t();
+    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
         for i in 0..self.procs.len() {
-            if self.procs[i].vs.is_none() || self.now < self.procs[i].next_cast_at {
+            if self.procs[i].vs.is_none() || run.ns() < self.procs[i].next_cast_at {
                 continue;
             }
-            if self.cast(i)? {
-                self.procs[i].next_cast_at = self.now + self.rng.below(8_000_000);
-                self.drain(i)?;
+            if self.cast(run, i)? {
+                self.procs[i].next_cast_at = run.ns() + self.rng.below(8_000_000);
+                self.drain(run, i)?;
             }
         }
-        if !self.faults.on {
+        if run.healed {
             return Ok(());
         }
         let running: Vec<usize> = self.live().collect();
-        match choose_down(
-            &self.procs,
-            running.into_iter(),
-            &mut self.rng,
-            self.crash_p,
-            self.leave_p,
-        ) {
+        match self
+            .churn
+            .step(&mut self.procs, running, &mut self.rng, run)
+        {
             Some(Down::Crash(victim)) => {
                 self.procs[victim].vs = None;
-                if self.trace {
-                    eprintln!("{:>10} CRASH {}", self.now, self.procs[victim].addr);
-                }
-                self.crashes += 1;
-                self.digest.add_u64(0xdead ^ victim as u64);
-                self.spawn_joiner();
+                self.spawn_joiner(run);
             }
-            Some(Down::Leave(who))
-                if begin_leave(&mut self.procs[who], now, self.now, self.trace) =>
-            {
-                self.leaves += 1;
-                self.drain(who)?;
-                self.spawn_joiner();
+            Some(Down::Leave(who)) => {
+                self.drain(run, who)?;
+                self.spawn_joiner(run);
             }
-            Some(Down::Leave(_)) | None => {}
+            None => {}
         }
         Ok(())
     }
 
     /// Sends what a process has to send; takes its upcalls through the checkers.
-    fn drain(&mut self, i: usize) -> Result<(), Violation> {
-        let now = self.t();
+    fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
         loop {
             let mut busy = false;
-            loop {
-                let Some(vs) = self.procs[i].vs.as_mut() else {
-                    return Ok(());
-                };
-                let Some((dest, len)) = vs.poll_transmit(now, &mut self.buf) else {
-                    break;
-                };
-                busy = true;
-                let targets: Vec<Address> = match dest {
-                    Dest::To(a) => vec![a],
-                    Dest::All => vs.fanout().collect(),
-                };
-                for a in targets {
-                    if let Some(j) = self.slot_of(a) {
-                        self.net.send(now, i, j, &self.buf[..len]);
-                    }
-                }
-            }
+            let Some(vs) = self.procs[i].vs.as_mut() else {
+                return Ok(());
+            };
+            busy |= run.transmit(i, vs);
             loop {
                 let Some(vs) = self.procs[i].vs.as_mut() else {
                     return Ok(());
@@ -700,15 +593,18 @@ impl Sim {
                     break;
                 };
                 busy = true;
-                self.upcall(i, up)?;
+                self.upcall(run, i, up)?;
             }
             if let Some(vs) = self.procs[i].vs.as_ref() {
                 let unstable = vs.unstable();
                 if unstable > self.cfg.window {
-                    return Err(self.fail(format!(
-                        "{}: {unstable} casts unstable > window {}",
-                        self.procs[i].addr, self.cfg.window
-                    )));
+                    return Err(self.fail(
+                        run,
+                        format!(
+                            "{}: {unstable} casts unstable > window {}",
+                            self.procs[i].addr, self.cfg.window
+                        ),
+                    ));
                 }
             }
             if !busy {
@@ -717,13 +613,13 @@ impl Sim {
         }
     }
 
-    fn upcall(&mut self, i: usize, up: Up) -> Result<(), Violation> {
+    fn upcall(&mut self, run: &mut Run, i: usize, up: Up) -> Result<(), Violation> {
         let who = self.procs[i].addr;
         match up {
-            Up::Cast(sender, seq, payload) => self.check_cast(i, sender, seq, &payload)?,
+            Up::Cast(sender, seq, payload) => self.check_cast(run, i, sender, seq, &payload)?,
             Up::View(id, members) => {
                 self.procs[i].blocked_reported = false;
-                self.check_view(i, id, members)?
+                self.check_view(run, i, id, members)?
             }
             Up::Blocked => {
                 let p = &self.procs[i];
@@ -731,15 +627,16 @@ impl Sim {
                     p.vs.as_ref()
                         .is_some_and(|vs| vs.state() == VsState::Flushing);
                 if !flushing || p.blocked_reported {
-                    return Err(self.fail(format!(
-                        "{who}: Blocked outside a view change, or twice in one"
-                    )));
+                    return Err(self.fail(
+                        run,
+                        format!("{who}: Blocked outside a view change, or twice in one"),
+                    ));
                 }
                 self.procs[i].blocked_reported = true;
             }
             Up::Flush => {
-                if self.trace {
-                    eprintln!("{:>10} {who} flush upcall", self.now);
+                if run.trace > 0 {
+                    eprintln!("{:>10} {who} flush upcall", run.ns());
                 }
                 // The layer above may take a while, and cast a little, before it is ready.
                 let delay = if self.rng.chance(0.5) {
@@ -748,32 +645,32 @@ impl Sim {
                     self.rng.below(5_000_000)
                 };
                 let extra = self.rng.below(4) as u32;
-                self.procs[i].flush_at = Some((self.now + delay, extra));
+                self.procs[i].flush_at = Some((run.ns() + delay, extra));
             }
             Up::Left => {
-                if self.trace {
-                    eprintln!("{:>10} {who} LEFT", self.now);
+                if run.trace > 0 {
+                    eprintln!("{:>10} {who} LEFT", run.ns());
                 }
                 if !self.procs[i].leaving {
-                    return Err(self.fail(format!("{who} left without asking")));
+                    return Err(self.fail(run, format!("{who} left without asking")));
                 }
                 self.procs[i].vs = None;
             }
             Up::Expelled => {
-                if self.trace {
-                    eprintln!("{:>10} {who} EXPELLED", self.now);
+                if run.trace > 0 {
+                    eprintln!("{:>10} {who} EXPELLED", run.ns());
                 }
                 // Left out of a view: to the group it failed; it starts again as a new process.
                 self.procs[i].vs = None;
-                self.expulsions += 1;
-                self.spawn_joiner();
+                self.churn.expulsions += 1;
+                self.spawn_joiner(run);
             }
             Up::JoinFailed => {
-                if self.trace {
-                    eprintln!("{:>10} {who} JOIN FAILED", self.now);
+                if run.trace > 0 {
+                    eprintln!("{:>10} {who} JOIN FAILED", run.ns());
                 }
                 self.procs[i].vs = None;
-                self.spawn_joiner();
+                self.spawn_joiner(run);
             }
             Up::Other => {}
         }
@@ -782,75 +679,97 @@ impl Sim {
 
     fn check_cast(
         &mut self,
+        run: &mut Run,
         i: usize,
         sender: Address,
         seq: u64,
         payload: &[u8],
     ) -> Result<(), Violation> {
         let who = self.procs[i].addr;
-        self.digest.add_u64(i as u64);
-        self.digest.add_u64(seq);
-        self.digest.add(payload);
+        run.digest.add_u64(i as u64);
+        run.digest.add_u64(seq);
+        run.digest.add(payload);
         self.delivered += 1;
         let Some(v) = self.procs[i].view.as_mut() else {
-            return Err(self.fail(format!("{who} delivered a cast before any view")));
+            return Err(self.fail(run, format!("{who} delivered a cast before any view")));
         };
         let view = v.id;
         let Some(r) = v.members.iter().position(|&a| a == sender) else {
-            return Err(self.fail(format!(
-                "{who} delivered a cast of {sender}, not in its view {view}"
-            )));
+            return Err(self.fail(
+                run,
+                format!("{who} delivered a cast of {sender}, not in its view {view}"),
+            ));
         };
         if seq != v.delivered[r] + 1 {
             let last = v.delivered[r];
-            return Err(self.fail(format!(
-                "{who}: FIFO from {sender} in view {view} broken: seq {seq} after {last}"
-            )));
+            return Err(self.fail(
+                run,
+                format!("{who}: FIFO from {sender} in view {view} broken: seq {seq} after {last}"),
+            ));
         }
         v.delivered[r] = seq;
         let Some((a, k)) = parse_payload(payload) else {
-            return Err(self.fail(format!("{who} delivered a payload never cast: {payload:?}")));
+            return Err(self.fail(
+                run,
+                format!("{who} delivered a payload never cast: {payload:?}"),
+            ));
         };
         if a != sender.to_string() {
-            return Err(self.fail(format!("{who} delivered {a}#{k} as a cast of {sender}")));
+            return Err(self.fail(
+                run,
+                format!("{who} delivered {a}#{k} as a cast of {sender}"),
+            ));
         }
         match self.casts.get(&(sender, k)) {
-            None => return Err(self.fail(format!("{who} delivered {sender}#{k}, never cast"))),
-            Some(c) if c.hash != hash(payload) => {
-                return Err(self.fail(format!("{who} delivered {sender}#{k} altered")))
+            None => return Err(self.fail(run, format!("{who} delivered {sender}#{k}, never cast"))),
+            Some(c) if c.hash != Digest::of(payload) => {
+                return Err(self.fail(run, format!("{who} delivered {sender}#{k} altered")))
             }
             Some(c) if c.view != view || c.seq != seq => {
-                return Err(self.fail(format!(
+                return Err(self.fail(
+                    run,
+                    format!(
                 "{who} delivered {sender}#{k} as seq {seq} in view {view}; it was cast as {} in {}",
                 c.seq, c.view
-            )))
+            ),
+                ))
             }
             Some(_) => {}
         }
         if !self.procs[i].seen.insert((sender, k)) {
-            return Err(self.fail(format!("{who} delivered {sender}#{k} twice")));
+            return Err(self.fail(run, format!("{who} delivered {sender}#{k} twice")));
         }
         Ok(())
     }
 
-    fn check_view(&mut self, i: usize, id: ViewId, members: Vec<Address>) -> Result<(), Violation> {
+    fn check_view(
+        &mut self,
+        run: &mut Run,
+        i: usize,
+        id: ViewId,
+        members: Vec<Address>,
+    ) -> Result<(), Violation> {
         let who = self.procs[i].addr;
-        if self.trace {
+        if run.trace > 0 {
             eprintln!(
                 "{:>10} {who} VIEW {id} {:?}",
-                self.now,
+                run.ns(),
                 members.iter().map(|a| a.site).collect::<Vec<_>>()
             );
         }
-        self.digest.add_u64(id.number);
+        run.digest.add_u64(id.number);
         if !members.contains(&who) {
-            return Err(self.fail(format!("{who} installed {id} without itself: {members:?}")));
+            return Err(self.fail(
+                run,
+                format!("{who} installed {id} without itself: {members:?}"),
+            ));
         }
         match self.views.get(&id) {
             Some(m) if *m != members => {
-                return Err(self.fail(format!(
-                    "view agreement: {who} installed {id} as {members:?}, others as {m:?}"
-                )))
+                return Err(self.fail(
+                    run,
+                    format!("view agreement: {who} installed {id} as {members:?}, others as {m:?}"),
+                ))
             }
             Some(_) => {}
             None => {
@@ -859,9 +778,12 @@ impl Sim {
         }
         match self.numbers.get(&id.number) {
             Some(other) if *other != id => {
-                return Err(self.fail(format!(
+                return Err(self.fail(
+                    run,
+                    format!(
                     "primary partition: {who} installed {id}, others {other} with the same number"
-                )))
+                ),
+                ))
             }
             Some(_) => {}
             None => {
@@ -870,23 +792,26 @@ impl Sim {
         }
         if let Some(old) = self.procs[i].view.take() {
             if id.number != old.id.number + 1 {
-                return Err(self.fail(format!(
-                    "{who} went from view {} to {id}, not the next",
-                    old.id
-                )));
+                return Err(self.fail(
+                    run,
+                    format!("{who} went from view {} to {id}, not the next", old.id),
+                ));
             }
             // Self-delivery: every own cast of the view is delivered before the next.
             let me = old.members.iter().position(|&a| a == who).expect("member");
             if old.delivered[me] != old.own {
-                return Err(self.fail(format!(
-                    "self-delivery: {who} cast {} in {} and delivered {} of them before {id}",
-                    old.own, old.id, old.delivered[me]
-                )));
+                return Err(self.fail(
+                    run,
+                    format!(
+                        "self-delivery: {who} cast {} in {} and delivered {} of them before {id}",
+                        old.own, old.id, old.delivered[me]
+                    ),
+                ));
             }
             // Virtual synchrony: the same casts in the view at all who go on to the same next.
             match self.synchrony.get(&(old.id, id)) {
                 Some((other, d)) if *d != old.delivered => {
-                    return Err(self.fail(format!(
+                    return Err(self.fail(run, format!(
                         "virtual synchrony: from {} to {id}, {who} delivered {:?} and {other} {d:?} (by rank of {:?})",
                         old.id,
                         old.delivered,
@@ -933,24 +858,27 @@ impl Sim {
 
     /// An orphan (or a member of a newest view whose majority is gone) that does not say it
     /// is blocked.
-    fn check_blocked(&self, i: usize) -> Result<(), Violation> {
+    fn check_blocked(&self, run: &Run, i: usize) -> Result<(), Violation> {
         let p = &self.procs[i];
         let vs = p.vs.as_ref().expect("live");
-        if vs.blocked(self.t()) && p.blocked_reported {
+        if vs.blocked(run.now) && p.blocked_reported {
             return Ok(());
         }
-        Err(self.fail(format!(
-            "{} is cut off from a majority of its view but does not say it is blocked: {}",
-            p.addr,
-            vs.debug_state()
-        )))
+        Err(self.fail(
+            run,
+            format!(
+                "{} is cut off from a majority of its view but does not say it is blocked: {}",
+                p.addr,
+                vs.debug_state()
+            ),
+        ))
     }
 
-    fn converged(&self) -> bool {
+    fn converged(&self, run: &Run) -> bool {
         // An orphan takes a few flush timeouts to say it is blocked: wait for that too.
         if self
             .live()
-            .any(|i| self.orphan(i) && self.check_blocked(i).is_err())
+            .any(|i| self.orphan(i) && self.check_blocked(run, i).is_err())
         {
             return false;
         }
@@ -1008,11 +936,11 @@ impl Sim {
     }
 
     /// Convergence after healing, or a justified block; `Ok(true)` for the latter.
-    fn check_final(&self) -> Result<bool, Violation> {
+    fn check_final(&self, run: &Run) -> Result<bool, Violation> {
         for i in self.live().filter(|&i| self.orphan(i)) {
-            self.check_blocked(i)?;
+            self.check_blocked(run, i)?;
         }
-        if self.converged() {
+        if self.converged(run) {
             return Ok(false);
         }
         if self.majority_lost() {
@@ -1025,7 +953,7 @@ impl Sim {
                 if members.contains(&p.addr)
                     && matches!(vs.state(), VsState::Normal | VsState::Flushing)
                 {
-                    self.check_blocked(i)?;
+                    self.check_blocked(run, i)?;
                 }
             }
             return Ok(true);
@@ -1049,10 +977,10 @@ impl Sim {
                 )
             })
             .collect();
-        Err(self.fail(format!(
-            "no convergence after healing:\n  {}",
-            states.join("\n  ")
-        )))
+        Err(self.fail(
+            run,
+            format!("no convergence after healing:\n  {}", states.join("\n  ")),
+        ))
     }
 }
 
@@ -1066,13 +994,4 @@ enum Up {
     JoinFailed,
     Blocked,
     Other,
-}
-
-/// Runs `seeds` seeds from `first`; returns the reports or the first violation.
-pub fn run_vs_seeds(
-    first: u64,
-    seeds: u64,
-    opts: &VsSimOptions,
-) -> Result<Vec<VsSimReport>, Violation> {
-    (first..first + seeds).map(|s| run_vs(s, opts)).collect()
 }

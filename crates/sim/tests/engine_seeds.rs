@@ -12,7 +12,7 @@ fn fault_free_run_delivers_everything_through_the_bounded_ring() {
     let n = opts.nodes as u64;
     let mut held_back = 0;
     for seed in 0..8 {
-        let r = run_engine(seed, &opts).unwrap_or_else(|e| panic!("{e}"));
+        let r = run_engine(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
         assert_eq!(r.delivered, n * (n - 1) * opts.messages_per_pair as u64);
         assert_eq!(r.links.retransmitted, 0, "no loss, no retransmission");
         if r.refused > 0 {
@@ -31,7 +31,7 @@ fn fixed_seeds_under_faults_deliver_exactly_once_in_order() {
     let n = opts.nodes as u64;
     let (mut intruded, mut restarted, mut refused, mut misaddressed) = (0, 0, 0, 0);
     for seed in 0..150u64 {
-        let r = run_engine(seed, &opts).unwrap_or_else(|e| panic!("{e}"));
+        let r = run_engine(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
         if r.restarts == 0 {
             assert_eq!(r.delivered, n * (n - 1) * opts.messages_per_pair as u64);
         } else {
@@ -59,7 +59,7 @@ fn fixed_seeds_under_faults_deliver_exactly_once_in_order() {
 #[test]
 fn a_seed_replays_exactly() {
     let opts = EngineSimOptions::default();
-    let a = run_engine(7, &opts).unwrap_or_else(|e| panic!("{e}"));
-    let b = run_engine(7, &opts).unwrap_or_else(|e| panic!("{e}"));
+    let a = run_engine(7, &opts).unwrap_or_else(|v| panic!("{v}"));
+    let b = run_engine(7, &opts).unwrap_or_else(|v| panic!("{v}"));
     assert_eq!(a.digest, b.digest);
 }

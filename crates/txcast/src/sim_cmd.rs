@@ -1,40 +1,125 @@
 //! `txcast sim`: runs protocols in the deterministic simulator.
+//!
+//! Every kind takes the one option block [`Common`] (which seeds, threads, trace, fault
+//! toggles), parsed once, and its own workload options.
 
 use crate::opt;
+use txcast_sim::engine_sim::{run_engine, EngineSimOptions};
 use txcast_sim::frag_sim::{run_frag, FragSimOptions};
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
+use txcast_sim::harness::{self, Violation};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
 use txcast_sim::module_sim::{run_module, ModuleSimOptions};
+use txcast_sim::oracle_sim::{run_oracle, OracleSimOptions};
 use txcast_sim::order_sim::{pack_from_name, run_order, OrderSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
+use txcast_sim::txn_sim::{run_txn, TxnSimOptions};
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
 
+const USAGE: &str = "usage: txcast sim KIND [--seed S | --seeds N [--first F] [--threads T]] [--trace [2]] [--no-faults] [--no-partitions] [--no-clogs] [KIND OPTIONS]\n\
+     \x20 link    [--nodes N] [--messages N]\n\
+     \x20 group   [--members N] [--messages N]\n\
+     \x20 rpc     [--servers N] [--clients N] [--calls N]\n\
+     \x20 frag    [--nodes N] [--messages N]\n\
+     \x20 vs      [--members N] [--casts N]\n\
+     \x20 order   [--protocol totem|total|dynseq|dynord] [--pack off|adaptive|fixed] [--stability piggyback|pinwheel] [--members N] [--messages N]\n\
+     \x20 module  [--nodes N] [--messages N]\n\
+     \x20 oracle  [--servers N]\n\
+     \x20 txn     [--nodes N] [--txns N] [--packets N]   (transaction multicast)\n\
+     \x20 engine  [--nodes N] [--messages N]   (link table, packet rule, bounded ring)\n\
+     \x20 --seed S runs one seed and prints its report (with --trace, its events; TXCAST_SIM_TRACE=1 or 2 likewise);\n\
+     \x20 --seeds N (default 1000) from --first F (default 0) on --threads T (default 1) prints each failure and a summary";
+
 pub fn run(args: &[String]) -> i32 {
-    match args.first().map(String::as_str) {
-        Some("link") => link(&args[1..]),
-        Some("group") => group(&args[1..]),
-        Some("rpc") => rpc(&args[1..]),
-        Some("frag") => frag(&args[1..]),
-        Some("vs") => vs(&args[1..]),
-        Some("order") => order(&args[1..]),
-        Some("module") => module(&args[1..]),
+    let Some(kind) = args.first().map(String::as_str) else {
+        eprintln!("{USAGE}");
+        return 2;
+    };
+    let args = &args[1..];
+    let c = Common::parse(args);
+    match kind {
+        "link" => link(args, &c),
+        "group" => group(args, &c),
+        "rpc" => rpc(args, &c),
+        "frag" => frag(args, &c),
+        "vs" => vs(args, &c),
+        "order" => order(args, &c),
+        "module" => module(args, &c),
+        "oracle" => oracle(args, &c),
+        "txn" => txn(args, &c),
+        "engine" => engine(args, &c),
         _ => {
-            eprintln!(
-                "usage: txcast sim link [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
-                 \x20      txcast sim group [--seed S | --seeds N [--first F] [--threads T]] [--members N] [--messages N] [--no-partitions] [--no-clogs]\n\
-                 \x20      txcast sim rpc [--seed S | --seeds N [--first F]] [--servers N] [--clients N] [--calls N]\n\
-                 \x20      txcast sim frag [--seed S | --seeds N [--first F]] [--nodes N] [--messages N]\n\
-                 \x20      txcast sim vs [--seed S | --seeds N [--first F]] [--members N] [--casts N] [--no-partitions] [--no-clogs]\n\
-                 \x20      txcast sim order [--seed S | --seeds N [--first F] [--threads T]] [--protocol totem|total|dynseq|dynord] [--pack off|adaptive|fixed] [--stability piggyback|pinwheel] [--members N] [--messages N] [--no-partitions] [--no-clogs]\n\
-                 \x20      txcast sim module [--seed S | --seeds N [--first F] [--threads T]] [--nodes N] [--messages N]\n\
-                 \x20 TXCAST_SIM_TRACE=1 with --seed prints the run's events"
-            );
+            eprintln!("{USAGE}");
             2
         }
     }
 }
 
-fn link(args: &[String]) -> i32 {
+/// The options every kind shares.
+struct Common {
+    /// Replay this one seed.
+    seed: Option<u64>,
+    seeds: u64,
+    first: u64,
+    threads: u64,
+    /// Faults drawn from the seed (`--no-faults`: a perfect network, no crashes).
+    faults: bool,
+    partitions: bool,
+    clogs: bool,
+}
+
+impl Common {
+    fn parse(args: &[String]) -> Common {
+        if flag(args, "--trace") {
+            harness::set_trace(opt::<u8>(args, "--trace").unwrap_or(1));
+        }
+        Common {
+            seed: opt(args, "--seed"),
+            seeds: opt(args, "--seeds").unwrap_or(1000),
+            first: opt(args, "--first").unwrap_or(0),
+            threads: opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64),
+            faults: !flag(args, "--no-faults"),
+            partitions: !flag(args, "--no-partitions"),
+            clogs: !flag(args, "--no-clogs"),
+        }
+    }
+
+    /// `--seed S`: runs it and prints its report with `print`; otherwise runs the range of
+    /// seeds on the threads asked for. The exit code says whether any failed.
+    fn drive<R>(
+        &self,
+        kind: &str,
+        run: impl Fn(u64) -> Result<R, Violation> + Sync,
+        print: impl FnOnce(&R),
+    ) -> i32 {
+        if let Some(seed) = self.seed {
+            return match run(seed) {
+                Ok(r) => {
+                    println!("seed {seed}: ok");
+                    print(&r);
+                    0
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    1
+                }
+            };
+        }
+        let started = std::time::Instant::now();
+        let failures = harness::sweep(kind, self.first, self.seeds, self.threads, |s| {
+            run(s).map(|_| ())
+        });
+        println!(
+            "{kind} simulation: {} seeds from {}, {failures} failures, {:.1} s",
+            self.seeds,
+            self.first,
+            started.elapsed().as_secs_f64()
+        );
+        i32::from(failures > 0)
+    }
+}
+
+fn link(args: &[String], c: &Common) -> i32 {
     let mut opts = LinkSimOptions::default();
     if let Some(n) = opt::<usize>(args, "--nodes") {
         opts.nodes = n.max(2);
@@ -42,8 +127,11 @@ fn link(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--messages") {
         opts.messages_per_pair = m;
     }
-    if let Some(seed) = opt::<u64>(args, "--seed") {
-        return one_seed(seed, run_link(seed, &opts), |r| {
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "link",
+        |s| run_link(s, &opts),
+        |r| {
             println!("  faults:  {:?}", r.faults);
             println!("  network: {:?}", r.net);
             println!("  links:   {:?}", r.links);
@@ -53,33 +141,11 @@ fn link(args: &[String]) -> i32 {
                 r.end_ns as f64 / 1e9,
                 r.digest
             );
-        });
-    }
-    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
-    let first = opt::<u64>(args, "--first").unwrap_or(0);
-    let started = std::time::Instant::now();
-    let mut failures = 0u64;
-    for (k, seed) in (first..first + seeds).enumerate() {
-        if let Err(e) = run_link(seed, &opts) {
-            failures += 1;
-            eprintln!("{e}");
-        }
-        if (k + 1) % 1000 == 0 {
-            eprintln!(
-                "  {} / {seeds} seeds, {failures} failures, {:.0} s",
-                k + 1,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    println!(
-        "link simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    i32::from(failures > 0)
+        },
+    )
 }
 
-fn module(args: &[String]) -> i32 {
+fn module(args: &[String], c: &Common) -> i32 {
     let mut opts = ModuleSimOptions::default();
     if let Some(n) = opt::<usize>(args, "--nodes") {
         opts.nodes = n.clamp(2, 16);
@@ -87,8 +153,11 @@ fn module(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--messages") {
         opts.messages_per_node = m;
     }
-    if let Some(seed) = opt::<u64>(args, "--seed") {
-        return one_seed(seed, run_module(seed, &opts), |r| {
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "module",
+        |s| run_module(s, &opts),
+        |r| {
             println!("  faults:  {:?}", r.faults);
             println!("  network: {:?}", r.net);
             println!("  hosts:   {:?}", r.hosts);
@@ -99,18 +168,11 @@ fn module(args: &[String]) -> i32 {
                 r.end_ns as f64 / 1e9,
                 r.digest
             );
-        });
-    }
-    let threads = opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64);
-    let opts = &opts;
-    seed_range_threads(args, "module", threads, |seed| {
-        run_module(seed, opts)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
+        },
+    )
 }
 
-fn group(args: &[String]) -> i32 {
+fn group(args: &[String], c: &Common) -> i32 {
     let mut opts = GroupSimOptions::default();
     if let Some(n) = opt::<usize>(args, "--members") {
         opts.members = n.clamp(2, 12);
@@ -118,26 +180,22 @@ fn group(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--messages") {
         opts.messages_per_member = m;
     }
-    opts.partitions &= !flag(args, "--no-partitions");
-    opts.clogs &= !flag(args, "--no-clogs");
-    if let Some(seed) = opt::<u64>(args, "--seed") {
-        return one_seed(seed, run_group(seed, &opts), |r| {
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "group",
+        |s| run_group(s, &opts),
+        |r| {
             print_setup(&r.config, &r.faults, &r.net);
             println!(
                 "  {} sent, {} completed, {} delivered; {} crashes, {} leaves, {} joins, {} partitions, {} rebuilds; {} members at the end, last seq {}; trace digest {:016x}",
                 r.sent, r.completed, r.delivered, r.crashes, r.leaves, r.joins, r.partitions, r.resets,
                 r.final_members, r.highest_seq, r.digest
             );
-        });
-    }
-    let threads = opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64);
-    let opts = &opts;
-    seed_range_threads(args, "group", threads, |seed| {
-        run_group(seed, opts).map(|_| ()).map_err(|e| e.to_string())
-    })
+        },
+    )
 }
 
-fn rpc(args: &[String]) -> i32 {
+fn rpc(args: &[String], c: &Common) -> i32 {
     let mut opts = RpcSimOptions::default();
     if let Some(n) = opt::<usize>(args, "--servers") {
         opts.servers = n.clamp(1, 8);
@@ -148,8 +206,11 @@ fn rpc(args: &[String]) -> i32 {
     if let Some(n) = opt::<u32>(args, "--calls") {
         opts.calls_per_client = n;
     }
-    if let Some(seed) = opt::<u64>(args, "--seed") {
-        return one_seed(seed, run_rpc(seed, &opts), |r| {
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "rpc",
+        |s| run_rpc(s, &opts),
+        |r| {
             println!("  faults:  {:?}", r.faults);
             println!("  network: {:?}", r.net);
             println!("  clients: {:?}", r.client);
@@ -165,12 +226,11 @@ fn rpc(args: &[String]) -> i32 {
                 r.end_ns as f64 / 1e9,
                 r.digest
             );
-        });
-    }
-    seed_range(args, "rpc", |seed| run_rpc(seed, &opts).map(|_| ()))
+        },
+    )
 }
 
-fn frag(args: &[String]) -> i32 {
+fn frag(args: &[String], c: &Common) -> i32 {
     let mut opts = FragSimOptions::default();
     if let Some(n) = opt::<usize>(args, "--nodes") {
         opts.nodes = n.clamp(2, 8);
@@ -178,8 +238,11 @@ fn frag(args: &[String]) -> i32 {
     if let Some(n) = opt::<u32>(args, "--messages") {
         opts.messages_per_node = n;
     }
-    if let Some(seed) = opt::<u64>(args, "--seed") {
-        return one_seed(seed, run_frag(seed, &opts), |r| {
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "frag",
+        |s| run_frag(s, &opts),
+        |r| {
             println!("  faults:   {:?}", r.faults);
             println!("  network:  {:?}", r.net);
             println!("  senders:  {:?}", r.sender);
@@ -193,12 +256,11 @@ fn frag(args: &[String]) -> i32 {
                 r.end_ns as f64 / 1e9,
                 r.digest
             );
-        });
-    }
-    seed_range(args, "frag", |seed| run_frag(seed, &opts).map(|_| ()))
+        },
+    )
 }
 
-fn vs(args: &[String]) -> i32 {
+fn vs(args: &[String], c: &Common) -> i32 {
     let mut opts = VsSimOptions::default();
     if let Some(n) = opt::<usize>(args, "--members") {
         opts.members = n.clamp(1, 12);
@@ -206,10 +268,11 @@ fn vs(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--casts") {
         opts.casts_per_member = m;
     }
-    opts.partitions &= !flag(args, "--no-partitions");
-    opts.clogs &= !flag(args, "--no-clogs");
-    if let Some(seed) = opt::<u64>(args, "--seed") {
-        return one_seed(seed, run_vs(seed, &opts), |r| {
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "vs",
+        |s| run_vs(s, &opts),
+        |r| {
             print_setup(&r.config, &r.faults, &r.net);
             println!(
                 "  {} casts ({} during flushes), {} delivered; {} crashes, {} leaves, {} joins, {} expulsions, {} partitions, {} clogs",
@@ -224,14 +287,11 @@ fn vs(args: &[String]) -> i32 {
                 r.end_ns as f64 / 1e9,
                 r.digest
             );
-        });
-    }
-    seed_range(args, "vs", |seed| {
-        run_vs(seed, &opts).map(|_| ()).map_err(|v| v.to_string())
-    })
+        },
+    )
 }
 
-fn order(args: &[String]) -> i32 {
+fn order(args: &[String], c: &Common) -> i32 {
     let mut opts = OrderSimOptions::default();
     if let Some(n) = opt::<usize>(args, "--members") {
         opts.members = n.clamp(2, 12);
@@ -239,8 +299,7 @@ fn order(args: &[String]) -> i32 {
     if let Some(m) = opt::<u32>(args, "--messages") {
         opts.messages_per_member = m;
     }
-    opts.partitions &= !flag(args, "--no-partitions");
-    opts.clogs &= !flag(args, "--no-clogs");
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
     if let Some(p) = opt::<String>(args, "--protocol") {
         let Some(p) = txcast_proto::order::Protocol::from_name(&p) else {
             eprintln!("unknown protocol {p} (totem, total, dynseq, dynord)");
@@ -265,8 +324,10 @@ fn order(args: &[String]) -> i32 {
             }
         });
     }
-    if let Some(seed) = opt::<u64>(args, "--seed") {
-        return one_seed(seed, run_order(seed, &opts), |r| {
+    c.drive(
+        "order",
+        |s| run_order(s, &opts),
+        |r| {
             print_setup(&r.config, &r.faults, &r.net);
             println!(
                 "  {} sent, {} completed, {} delivered; {} crashes, {} expulsions, {} leaves, {} joins, {} partitions, {} clogs; {} views, {} members at the end ({} cut off){}; trace digest {:016x}",
@@ -275,116 +336,80 @@ fn order(args: &[String]) -> i32 {
                 if r.blocked { " (blocked: a majority of the newest view is gone)" } else { "" },
                 r.digest
             );
-        });
-    }
-    let threads = opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64);
-    let opts = &opts;
-    seed_range_threads(args, "order", threads, |seed| {
-        run_order(seed, opts).map(|_| ()).map_err(|e| e.to_string())
-    })
+        },
+    )
 }
 
-/// [`seed_range`] on `threads` threads (seeds interleaved).
-fn seed_range_threads(
-    args: &[String],
-    name: &str,
-    threads: u64,
-    run: impl Fn(u64) -> Result<(), String> + Sync,
-) -> i32 {
-    if threads <= 1 {
-        return seed_range(args, name, run);
+fn oracle(args: &[String], c: &Common) -> i32 {
+    let mut opts = OracleSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--servers") {
+        opts.servers = n.clamp(1, 60);
     }
-    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
-    let first = opt::<u64>(args, "--first").unwrap_or(0);
-    let started = std::time::Instant::now();
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let failures = std::sync::atomic::AtomicU64::new(0);
-    std::thread::scope(|scope| {
-        for t in 0..threads {
-            let (run, done, failures) = (&run, &done, &failures);
-            scope.spawn(move || {
-                let mut seed = first + t;
-                while seed < first + seeds {
-                    let err = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed))) {
-                        Ok(Ok(())) => None,
-                        Ok(Err(e)) => Some(e),
-                        Err(_) => Some(format!(
-                            "{name} simulation seed {seed}: panicked\n  replay: cargo run --release -- sim {name} --seed {seed}"
-                        )),
-                    };
-                    if let Some(e) = err {
-                        failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        eprintln!("{e}");
-                    }
-                    let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    if k % 1000 == 0 {
-                        eprintln!(
-                            "  {k} / {seeds} seeds, {} failures, {:.0} s",
-                            failures.load(std::sync::atomic::Ordering::Relaxed),
-                            started.elapsed().as_secs_f64()
-                        );
-                    }
-                    seed += threads;
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner();
-    println!(
-        "{name} simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    i32::from(failures > 0)
-}
-
-/// The report of one seed's run (`--seed S`), printed by `print`, or its failure; the exit
-/// code.
-fn one_seed<R, E: std::fmt::Display>(seed: u64, run: Result<R, E>, print: impl FnOnce(&R)) -> i32 {
-    match run {
-        Ok(r) => {
-            println!("seed {seed}: ok");
-            print(&r);
-            0
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            1
-        }
-    }
-}
-
-/// Runs `--seeds N` seeds from `--first F` (defaults 1000 and 0) of the simulation `name`,
-/// printing each failure (a panic counts) and a summary; the exit code says whether any failed.
-fn seed_range(args: &[String], name: &str, run: impl Fn(u64) -> Result<(), String>) -> i32 {
-    let seeds = opt::<u64>(args, "--seeds").unwrap_or(1000);
-    let first = opt::<u64>(args, "--first").unwrap_or(0);
-    let started = std::time::Instant::now();
-    let mut failures = 0u64;
-    for (k, seed) in (first..first + seeds).enumerate() {
-        let err = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed))) {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e),
-            Err(_) => Some(format!(
-                "{name} simulation seed {seed}: panicked\n  replay: cargo run --release -- sim {name} --seed {seed}"
-            )),
-        };
-        if let Some(e) = err {
-            failures += 1;
-            eprintln!("{e}");
-        }
-        if (k + 1) % 1000 == 0 {
-            eprintln!(
-                "  {} / {seeds} seeds, {failures} failures, {:.0} s",
-                k + 1,
-                started.elapsed().as_secs_f64()
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "oracle",
+        |s| run_oracle(s, &opts),
+        |r| {
+            println!("  faults:  {}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!(
+                "  {} requests: {} registrations taken, {} refused, {} malformed; {} notifications; {} failed entries evicted; {} oracle restarts; virtual end {:.3} s; trace digest {:016x}",
+                r.requests, r.registered, r.refused, r.malformed, r.notifications, r.evicted,
+                r.oracle_restarts, r.end_ns as f64 / 1e9, r.digest
             );
-        }
+        },
+    )
+}
+
+fn txn(args: &[String], c: &Common) -> i32 {
+    let mut opts = TxnSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--nodes") {
+        opts.nodes = n.clamp(2, 64);
     }
-    println!(
-        "{name} simulation: {seeds} seeds from {first}, {failures} failures, {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    i32::from(failures > 0)
+    if let Some(n) = opt::<usize>(args, "--txns") {
+        opts.txns = n.clamp(1, 64);
+    }
+    if let Some(n) = opt::<u32>(args, "--packets") {
+        opts.packets_per_node = n;
+    }
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "txn",
+        |s| run_txn(s, &opts),
+        |r| {
+            println!("  faults:  {}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!(
+                "  {} messages multicast, {} taken by members, {} packets dropped at non-members; {} damaged or forged packets sent, {} copies refused; virtual end {:.3} s; trace digest {:016x}",
+                r.sent, r.taken, r.not_joined, r.damaged, r.refused, r.end_ns as f64 / 1e9, r.digest
+            );
+        },
+    )
+}
+
+fn engine(args: &[String], c: &Common) -> i32 {
+    let mut opts = EngineSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--nodes") {
+        opts.nodes = n.clamp(2, 64);
+    }
+    if let Some(n) = opt::<u32>(args, "--messages") {
+        opts.messages_per_pair = n;
+    }
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "engine",
+        |s| run_engine(s, &opts),
+        |r| {
+            println!("  faults:  {:?}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!("  links:   {:?}", r.links);
+            println!(
+                "  ring of {}: {} messages delivered, {} deliveries held back by a full ring; {} restarts; intruder {}; {} packets refused for the link limit, {} misaddressed; virtual end {:.3} s; trace digest {:016x}",
+                r.ring_capacity, r.delivered, r.refused, r.restarts, r.intruder, r.link_limit,
+                r.misaddressed, r.end_ns as f64 / 1e9, r.digest
+            );
+        },
+    )
 }
 
 /// Whether the bare flag `name` was given.
