@@ -504,9 +504,16 @@ impl Engine {
         let mut deadline: Option<Instant> = None;
         let eps = self.shared.endpoints.read().expect("engine lock");
         for ep in eps.iter() {
-            if let Some(t) = ep.links.lock().expect("links lock").next_deadline() {
+            let links = ep.links.lock().expect("links lock");
+            if links.is_blocked() && !ep.ring_blocked.load(Ordering::SeqCst) {
+                // Held deliveries and room in the ring (seen by `run_links` after it raised
+                // the flag, so no `room_made` will wake us): run again before sleeping.
+                return Some(Instant::ZERO);
+            }
+            if let Some(t) = links.next_deadline() {
                 deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
+            drop(links);
             for x in ep.extensions.iter() {
                 if let Some(t) = x.next_deadline() {
                     deadline = Some(deadline.map_or(t, |d| d.min(t)));
