@@ -17,8 +17,8 @@
 //!   `finish` judges liveness. Time that stops advancing (a timer that stays due) is a
 //!   violation.
 
+use crate::faults::Faults;
 use crate::net::Network;
-use crate::schedule::Faults;
 use crate::{Digest, Node, NodeId};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use txcast_proto::rng::Rng;

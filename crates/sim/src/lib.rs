@@ -10,6 +10,7 @@
 //! node setup, workload and checkers (`*_sim.rs`).
 
 pub mod engine_sim;
+pub mod faults;
 pub mod frag_sim;
 pub mod group_sim;
 pub mod harness;
