@@ -1,0 +1,16 @@
+//! CRMem, the Cluster Recoverable Memory of Roşu & Schwan (*Support for Recoverable Memory in
+//! the Distributed Virtual Communication Machine*, §3): transactions on memory segments
+//! replicated on other nodes, in the LRVM model (`begin`, `set_range`, `commit`, `abort`),
+//! with lock-mapping functions for concurrency and a replicated commit log.
+//!
+//! The core here is sans-IO ([`Node`]); a driver runs it on txcast's extension modules.
+
+pub mod lock;
+pub mod msg;
+pub mod node;
+
+pub use lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
+pub use node::{
+    AbortReason, Config, Counters, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId,
+    TxnId, MESSAGE_BYTES_MAX, SEGMENTS_MAX,
+};

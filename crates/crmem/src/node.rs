@@ -1,0 +1,870 @@
+//! One CRMem node, sans-IO: the application's calls in (`begin`, `set_range`, `range_mut`,
+//! `commit`, `abort`), messages from the other nodes in, time in; messages out
+//! (`poll_transmit`) and events out (`poll_event`). The channel under it is reliable and in
+//! order per pair of nodes (a module's control messages over the link); a node that dies is
+//! reported with [`Node::peer_down`].
+//!
+//! This is the mirror configuration (§3): the primary runs every transaction and is the home
+//! node of every segment, so its locks are all local; each backup keeps a replica of every
+//! segment and of the primary's commit log.
+//!
+//! **Commit.** `commit` ships the transaction's write set to every backup as a remote atomic
+//! write: one or more WRITE parts, applied by a backup only when the last has come, then
+//! acknowledged. The transaction's commit record takes its place in the commit log (a byte
+//! budget: a record that does not fit is refused with [`CrError::LogFull`]) and its locks are
+//! released at once; the application hears [`Event::Committed`] when every backup has
+//! acknowledged it and every earlier commit. Releasing before the acknowledgement is safe:
+//! a transaction that saw this one's writes commits after it in the log, every backup applies
+//! the log in order, and commits complete in log order, so it can never be durable while this
+//! one is lost. A read-only transaction completes behind the commits before it for the same
+//! reason.
+
+use crate::lock::{LockId, LockMapping, LockTable, LOCKS_PER_RANGE_MAX};
+use crate::msg::{self, Msg, WriteBuilder, RANGE_HEADER, WRITE_HEADER};
+use std::collections::{HashMap, VecDeque};
+use thiserror::Error;
+use txcast_proto::time::Instant;
+
+/// A node of the cluster.
+pub type NodeId = u16;
+/// A transaction, unique at its node.
+pub type TxnId = u64;
+/// A segment, by the order in which every replica added it.
+pub type SegmentId = u16;
+
+/// Segments a node holds at most.
+pub const SEGMENTS_MAX: usize = 256;
+/// Bytes of a message at most (a module message's body).
+pub const MESSAGE_BYTES_MAX: usize = 1024;
+
+/// A node's limits.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node: NodeId,
+    /// Transactions open at once at most.
+    pub txns_max: usize,
+    /// The commit log: bytes of write sets sent and not yet acknowledged by every backup.
+    pub log_bytes: usize,
+    /// Bytes of one message at most (WRITE parts are cut to fit).
+    pub message_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            node: 0,
+            txns_max: 1024,
+            log_bytes: 4 << 20,
+            message_bytes: MESSAGE_BYTES_MAX,
+        }
+    }
+}
+
+/// What a node is in the mirror configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Runs the transactions; ships commits to these backups.
+    Primary { backups: Vec<NodeId> },
+    /// Holds a replica; applies the primary's commits.
+    Backup { primary: NodeId },
+    /// Restarted: waits for a snapshot from `from` before it serves.
+    Recovering { from: NodeId },
+}
+
+/// Read or write access to a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Read,
+    Write,
+}
+
+/// What `set_range` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// The locks are held: the range may be used.
+    Granted,
+    /// Another transaction holds some: [`Event::Granted`] comes when they are free, or
+    /// [`Event::Aborted`] at the deadline.
+    Waiting,
+}
+
+/// Why a transaction was aborted by CRMem itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbortReason {
+    /// Its locks did not come by its deadline.
+    LockTimeout,
+}
+
+/// What the application hears.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A waiting `set_range` got its locks.
+    Granted(TxnId),
+    /// The transaction is on every backup (or on every one still alive).
+    Committed(TxnId),
+    /// The transaction was rolled back.
+    Aborted(TxnId, AbortReason),
+    /// This backup became the primary (its primary died).
+    Promoted,
+    /// The snapshot came: this node is a backup now.
+    Recovered,
+    /// A backup died; commits go on to the others (none left: the primary alone holds them).
+    BackupLost(NodeId),
+}
+
+/// A call refused.
+#[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
+pub enum CrError {
+    #[error("no such transaction")]
+    UnknownTxn,
+    #[error("no such segment")]
+    UnknownSegment,
+    #[error("range outside the segment or empty")]
+    OutOfRange,
+    #[error("range not declared with set_range in that mode")]
+    NotSet,
+    #[error("the transaction waits for locks or is committing")]
+    NotActive,
+    #[error("too many transactions open")]
+    TooManyTxns,
+    #[error("the range maps to more than {LOCKS_PER_RANGE_MAX} locks")]
+    TooManyLocks,
+    #[error("only the primary runs transactions")]
+    NotPrimary,
+    #[error("the commit log is full until backups acknowledge")]
+    LogFull,
+    #[error("the write set does not fit the commit log")]
+    TooLarge,
+    #[error("segment limits: at most {SEGMENTS_MAX} segments of at most 4 GiB, a valid mapping")]
+    BadSegment,
+}
+
+/// What a node counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub begun: u64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub lock_waits: u64,
+    pub lock_timeouts: u64,
+    /// Commits applied as a backup.
+    pub applied: u64,
+    /// Messages that did not parse, came from a node with no business sending them, or broke
+    /// the protocol (a part out of order, a range outside a segment): dropped.
+    pub refused: u64,
+    /// WRITE parts of commits applied already (a retransmission after failover).
+    pub duplicates: u64,
+    /// Commits that completed with fewer backups than configured.
+    pub degraded: u64,
+}
+
+struct Segment {
+    mem: Vec<u8>,
+    mapping: LockMapping,
+    locks: LockTable,
+}
+
+#[derive(Clone, Copy)]
+struct SetRange {
+    segment: SegmentId,
+    offset: u32,
+    len: u32,
+    mode: Mode,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TxnState {
+    Active,
+    Waiting,
+}
+
+struct Txn {
+    state: TxnState,
+    deadline: Instant,
+    ranges: Vec<SetRange>,
+    /// Old contents of every write range, in the order taken.
+    undo: Vec<(SegmentId, u32, Vec<u8>)>,
+    /// Locks held: (segment, lock, exclusive).
+    held: Vec<(SegmentId, LockId, bool)>,
+}
+
+/// A commit sent and not yet complete.
+struct Pending {
+    seq: u64,
+    txn: TxnId,
+    bytes: usize,
+    missing: Vec<NodeId>,
+}
+
+/// A remote atomic write being received.
+struct Assembly {
+    seq: u64,
+    parts: u16,
+    got: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+/// One CRMem node (see the module comment).
+pub struct Node {
+    cfg: Config,
+    role: Role,
+    segments: Vec<Segment>,
+    txns: HashMap<TxnId, Txn>,
+    next_txn: TxnId,
+    waiting: VecDeque<TxnId>,
+    /// Commit sequence numbers: the last one given (primary), the last one applied (backup).
+    seq: u64,
+    log_used: usize,
+    pending: VecDeque<Pending>,
+    assembling: Option<Assembly>,
+    out: VecDeque<(NodeId, Vec<u8>)>,
+    events: VecDeque<Event>,
+    counters: Counters,
+    scratch: Vec<LockId>,
+    buf: Vec<u8>,
+}
+
+impl Node {
+    /// A node; `cfg.message_bytes` is raised to 64 if it is below.
+    pub fn new(mut cfg: Config, role: Role) -> Node {
+        cfg.message_bytes = cfg.message_bytes.max(64);
+        let mut n = Node {
+            cfg,
+            role,
+            segments: Vec::new(),
+            txns: HashMap::new(),
+            next_txn: 1,
+            waiting: VecDeque::new(),
+            seq: 0,
+            log_used: 0,
+            pending: VecDeque::new(),
+            assembling: None,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            scratch: Vec::new(),
+            buf: Vec::new(),
+        };
+        if let Role::Recovering { from } = n.role {
+            let mut m = Vec::new();
+            msg::snap_req(&mut m);
+            n.out.push_back((from, m));
+        }
+        n
+    }
+
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The last commit sequence number given (primary) or applied (backup).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Adds a segment of `bytes` zeroed bytes with its lock mapping. Every replica adds the
+    /// same segments in the same order.
+    pub fn add_segment(
+        &mut self,
+        bytes: usize,
+        mapping: LockMapping,
+    ) -> Result<SegmentId, CrError> {
+        if self.segments.len() >= SEGMENTS_MAX || bytes > u32::MAX as usize || !mapping.is_valid() {
+            return Err(CrError::BadSegment);
+        }
+        let locks = LockTable::new(mapping.lock_count(bytes));
+        self.segments.push(Segment {
+            mem: vec![0; bytes],
+            mapping,
+            locks,
+        });
+        Ok((self.segments.len() - 1) as SegmentId)
+    }
+
+    /// A segment's memory as it is (committed and in-flight writes alike), for inspection.
+    pub fn segment(&self, s: SegmentId) -> Option<&[u8]> {
+        self.segments.get(s as usize).map(|g| &g.mem[..])
+    }
+
+    /// Locks of a segment (its mapping's count).
+    pub fn lock_count(&self, s: SegmentId) -> Option<usize> {
+        self.segments.get(s as usize).map(|g| g.locks.len())
+    }
+
+    /// Starts a transaction that must have its locks by `deadline`.
+    pub fn begin(&mut self, deadline: Instant) -> Result<TxnId, CrError> {
+        if !matches!(self.role, Role::Primary { .. }) {
+            return Err(CrError::NotPrimary);
+        }
+        if self.txns.len() >= self.cfg.txns_max {
+            return Err(CrError::TooManyTxns);
+        }
+        let id = self.next_txn;
+        self.next_txn += 1;
+        self.txns.insert(
+            id,
+            Txn {
+                state: TxnState::Active,
+                deadline,
+                ranges: Vec::new(),
+                undo: Vec::new(),
+                held: Vec::new(),
+            },
+        );
+        self.counters.begun += 1;
+        Ok(id)
+    }
+
+    /// Declares that `txn` will use `len` bytes at `offset` of `segment` in `mode`: takes the
+    /// locks the segment's mapping gives (all or none), and for a write keeps the range's old
+    /// contents for `abort`.
+    pub fn set_range(
+        &mut self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        mode: Mode,
+    ) -> Result<Lock, CrError> {
+        let t = self.txns.get(&txn).ok_or(CrError::UnknownTxn)?;
+        if t.state != TxnState::Active {
+            return Err(CrError::NotActive);
+        }
+        let g = self
+            .segments
+            .get(segment as usize)
+            .ok_or(CrError::UnknownSegment)?;
+        if len == 0 || offset as usize + len as usize > g.mem.len() {
+            return Err(CrError::OutOfRange);
+        }
+        g.mapping.map(offset, len, &mut self.scratch);
+        if self.scratch.len() > LOCKS_PER_RANGE_MAX
+            || self.scratch.iter().any(|&l| l as usize >= g.locks.len())
+        {
+            return Err(CrError::TooManyLocks);
+        }
+        let r = SetRange {
+            segment,
+            offset,
+            len,
+            mode,
+        };
+        if self.try_take(txn, r) {
+            return Ok(Lock::Granted);
+        }
+        let t = self.txns.get_mut(&txn).expect("checked above");
+        t.state = TxnState::Waiting;
+        t.ranges.push(r);
+        self.waiting.push_back(txn);
+        self.counters.lock_waits += 1;
+        Ok(Lock::Waiting)
+    }
+
+    /// Takes `r`'s locks (in `self.scratch`) for `txn` if all are free to it, and records
+    /// the range.
+    fn try_take(&mut self, txn: TxnId, r: SetRange) -> bool {
+        let t = self.txns.get_mut(&txn).expect("caller checked");
+        let g = &mut self.segments[r.segment as usize];
+        let write = r.mode == Mode::Write;
+        let holds_shared = |l: LockId| {
+            t.held
+                .iter()
+                .any(|&(s, h, x)| s == r.segment && h == l && !x)
+        };
+        if !g.locks.can_take(txn, &self.scratch, write, holds_shared) {
+            return false;
+        }
+        for &l in &self.scratch {
+            match g.locks.take(txn, l, write) {
+                None => {}
+                Some(true) => {
+                    let h = t
+                        .held
+                        .iter_mut()
+                        .find(|(s, h, _)| *s == r.segment && *h == l)
+                        .expect("upgraded a lock it held");
+                    h.2 = true;
+                }
+                Some(false) => t.held.push((r.segment, l, write)),
+            }
+        }
+        if write {
+            let (a, b) = (r.offset as usize, (r.offset + r.len) as usize);
+            t.undo.push((r.segment, r.offset, g.mem[a..b].to_vec()));
+        }
+        t.ranges.push(r);
+        true
+    }
+
+    fn covered(
+        &self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        write: bool,
+    ) -> Result<(), CrError> {
+        let t = self.txns.get(&txn).ok_or(CrError::UnknownTxn)?;
+        if t.state != TxnState::Active {
+            return Err(CrError::NotActive);
+        }
+        let end = offset as u64 + len as u64;
+        let ok = t.ranges.iter().any(|r| {
+            r.segment == segment
+                && r.offset <= offset
+                && end <= r.offset as u64 + r.len as u64
+                && (!write || r.mode == Mode::Write)
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(CrError::NotSet)
+        }
+    }
+
+    /// The bytes of a range `txn` declared (in either mode), read in place.
+    pub fn range(
+        &self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+    ) -> Result<&[u8], CrError> {
+        self.covered(txn, segment, offset, len, false)?;
+        let (a, b) = (offset as usize, offset as usize + len as usize);
+        Ok(&self.segments[segment as usize].mem[a..b])
+    }
+
+    /// The bytes of a range `txn` declared for writing, written in place.
+    pub fn range_mut(
+        &mut self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+    ) -> Result<&mut [u8], CrError> {
+        self.covered(txn, segment, offset, len, true)?;
+        let (a, b) = (offset as usize, offset as usize + len as usize);
+        Ok(&mut self.segments[segment as usize].mem[a..b])
+    }
+
+    /// Rolls `txn` back: every written range gets its old contents, its locks go.
+    pub fn abort(&mut self, txn: TxnId) -> Result<(), CrError> {
+        let t = self.txns.remove(&txn).ok_or(CrError::UnknownTxn)?;
+        self.roll_back(txn, t);
+        self.grant_waiting();
+        Ok(())
+    }
+
+    fn roll_back(&mut self, txn: TxnId, t: Txn) {
+        for (s, off, old) in t.undo.into_iter().rev() {
+            let a = off as usize;
+            self.segments[s as usize].mem[a..a + old.len()].copy_from_slice(&old);
+        }
+        for &(s, l, x) in &t.held {
+            self.segments[s as usize].locks.release(l, x);
+        }
+        if t.state == TxnState::Waiting {
+            self.waiting.retain(|&w| w != txn);
+        }
+        self.counters.aborted += 1;
+    }
+
+    /// Waiting transactions whose locks are free now take them, first come first served.
+    fn grant_waiting(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let txn = self.waiting[i];
+            let Some(t) = self.txns.get_mut(&txn) else {
+                self.waiting.remove(i);
+                continue;
+            };
+            let r = t
+                .ranges
+                .pop()
+                .expect("a waiting transaction has its range last");
+            self.segments[r.segment as usize]
+                .mapping
+                .map(r.offset, r.len, &mut self.scratch);
+            if self.try_take(txn, r) {
+                self.txns.get_mut(&txn).expect("present").state = TxnState::Active;
+                self.waiting.remove(i);
+                self.events.push_back(Event::Granted(txn));
+            } else {
+                self.txns.get_mut(&txn).expect("present").ranges.push(r);
+                i += 1;
+            }
+        }
+    }
+
+    /// Commits `txn`: its write set goes to every backup as a remote atomic write, its locks
+    /// are released; [`Event::Committed`] says when it is on every backup. The commit's
+    /// sequence number.
+    pub fn commit(&mut self, txn: TxnId) -> Result<u64, CrError> {
+        let backups = match &self.role {
+            Role::Primary { backups } => backups.clone(),
+            _ => return Err(CrError::NotPrimary),
+        };
+        let t = self.txns.get(&txn).ok_or(CrError::UnknownTxn)?;
+        if t.state != TxnState::Active {
+            return Err(CrError::NotActive);
+        }
+        let room = self
+            .cfg
+            .message_bytes
+            .saturating_sub(WRITE_HEADER + RANGE_HEADER)
+            .max(1);
+        let writes: Vec<SetRange> = t
+            .ranges
+            .iter()
+            .filter(|r| r.mode == Mode::Write)
+            .copied()
+            .collect();
+        let (parts, bytes) = plan_parts(&writes, room, self.cfg.message_bytes);
+        if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
+            return Err(CrError::TooLarge);
+        }
+        if self.log_used + bytes > self.cfg.log_bytes {
+            return Err(CrError::LogFull);
+        }
+        let t = self.txns.remove(&txn).expect("checked above");
+        let seq = if writes.is_empty() {
+            self.seq
+        } else {
+            self.seq += 1;
+            self.seq
+        };
+        if !writes.is_empty() && !backups.is_empty() {
+            self.ship(seq, &writes, parts as u16, room, &backups);
+        }
+        for &(s, l, x) in &t.held {
+            self.segments[s as usize].locks.release(l, x);
+        }
+        self.log_used += bytes;
+        self.pending.push_back(Pending {
+            seq,
+            txn,
+            bytes,
+            missing: if writes.is_empty() {
+                Vec::new()
+            } else {
+                backups
+            },
+        });
+        self.complete();
+        self.grant_waiting();
+        Ok(seq)
+    }
+
+    /// Sends commit `seq`'s write ranges to `backups` in `parts` WRITE messages.
+    fn ship(&mut self, seq: u64, writes: &[SetRange], parts: u16, room: usize, backups: &[NodeId]) {
+        let mut part = 0u16;
+        let mut m = Vec::with_capacity(self.cfg.message_bytes);
+        let mut b = WriteBuilder::new(&mut m, seq, part, parts);
+        let mut used = WRITE_HEADER;
+        for r in writes {
+            let mem = &self.segments[r.segment as usize].mem;
+            let (mut off, end) = (r.offset as usize, (r.offset + r.len) as usize);
+            while off < end {
+                if used + RANGE_HEADER >= self.cfg.message_bytes {
+                    b.finish();
+                    for &k in backups {
+                        self.out.push_back((k, m.clone()));
+                    }
+                    part += 1;
+                    b = WriteBuilder::new(&mut m, seq, part, parts);
+                    used = WRITE_HEADER;
+                }
+                let n = (end - off)
+                    .min(self.cfg.message_bytes - used - RANGE_HEADER)
+                    .min(room);
+                b.range(r.segment, off as u32, &mem[off..off + n]);
+                used += RANGE_HEADER + n;
+                off += n;
+            }
+        }
+        b.finish();
+        debug_assert_eq!(part + 1, parts);
+        for &k in backups {
+            self.out.push_back((k, m.clone()));
+        }
+    }
+
+    /// Commits at the head of the log whose backups have all acknowledged complete, in order.
+    fn complete(&mut self) {
+        while self.pending.front().is_some_and(|p| p.missing.is_empty()) {
+            let p = self.pending.pop_front().expect("front");
+            self.log_used -= p.bytes;
+            self.counters.committed += 1;
+            self.events.push_back(Event::Committed(p.txn));
+        }
+    }
+
+    /// Lock deadlines: waiting transactions past theirs are aborted.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let late: Vec<TxnId> = self
+            .waiting
+            .iter()
+            .copied()
+            .filter(|w| self.txns.get(w).is_some_and(|t| t.deadline <= now))
+            .collect();
+        for txn in late {
+            let t = self
+                .txns
+                .remove(&txn)
+                .expect("waiting transactions are open");
+            self.roll_back(txn, t);
+            self.counters.lock_timeouts += 1;
+            self.events
+                .push_back(Event::Aborted(txn, AbortReason::LockTimeout));
+        }
+        self.grant_waiting();
+    }
+
+    /// The earliest lock deadline of a waiting transaction.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.waiting
+            .iter()
+            .filter_map(|w| self.txns.get(w).map(|t| t.deadline))
+            .min()
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<(NodeId, Vec<u8>)> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// A message from node `from`.
+    pub fn handle_message(&mut self, from: NodeId, bytes: &[u8]) {
+        let Ok(m) = Msg::parse(bytes) else {
+            self.counters.refused += 1;
+            return;
+        };
+        match (m, self.role.clone()) {
+            (Msg::Write(w), Role::Backup { primary }) if from == primary => {
+                self.on_write(from, w.seq, w.part, w.parts, bytes)
+            }
+            (Msg::Ack { seq }, Role::Primary { .. }) => {
+                for p in self.pending.iter_mut().filter(|p| p.seq == seq) {
+                    p.missing.retain(|&k| k != from);
+                }
+                self.complete();
+            }
+            (Msg::SnapReq, Role::Primary { mut backups }) => {
+                self.send_snapshot(from);
+                if !backups.contains(&from) {
+                    backups.push(from);
+                }
+                self.role = Role::Primary { backups };
+            }
+            (Msg::Snap(s), Role::Recovering { from: src }) if from == src => {
+                let ok = self
+                    .segments
+                    .get_mut(s.segment as usize)
+                    .and_then(|g| {
+                        let a = s.offset as usize;
+                        g.mem.get_mut(a..a + s.bytes.len())
+                    })
+                    .map(|dst| dst.copy_from_slice(s.bytes))
+                    .is_some();
+                if !ok {
+                    self.counters.refused += 1;
+                    return;
+                }
+                if s.last {
+                    self.seq = s.seq;
+                    self.role = Role::Backup { primary: from };
+                    self.events.push_back(Event::Recovered);
+                }
+            }
+            _ => self.counters.refused += 1,
+        }
+    }
+
+    fn on_write(&mut self, from: NodeId, seq: u64, part: u16, parts: u16, bytes: &[u8]) {
+        if seq <= self.seq {
+            self.counters.duplicates += 1;
+            return;
+        }
+        let fresh = part == 0 && seq == self.seq + 1;
+        match &mut self.assembling {
+            Some(a) if a.seq == seq && a.got.len() == part as usize && a.parts == parts => {
+                a.bytes += bytes.len();
+                if a.bytes > self.cfg.log_bytes {
+                    self.assembling = None;
+                    self.counters.refused += 1;
+                    return;
+                }
+                a.got.push(bytes.to_vec());
+            }
+            _ if fresh => {
+                self.assembling = Some(Assembly {
+                    seq,
+                    parts,
+                    got: vec![bytes.to_vec()],
+                    bytes: bytes.len(),
+                })
+            }
+            _ => {
+                // Out of order on an in-order channel: a broken or hostile sender.
+                self.assembling = None;
+                self.counters.refused += 1;
+                return;
+            }
+        }
+        let a = self.assembling.as_ref().expect("set above");
+        if a.got.len() < a.parts as usize {
+            return;
+        }
+        let a = self.assembling.take().expect("set above");
+        // Check every range before writing any: a commit is applied whole or not at all.
+        let fits = |r: &msg::Range<'_>| {
+            self.segments
+                .get(r.segment as usize)
+                .is_some_and(|g| r.offset as usize + r.bytes.len() <= g.mem.len())
+        };
+        let all_fit = a.got.iter().all(|m| match Msg::parse(m) {
+            Ok(Msg::Write(w)) => w.ranges().all(|r| fits(&r)),
+            _ => false,
+        });
+        if !all_fit {
+            self.counters.refused += 1;
+            return;
+        }
+        for m in &a.got {
+            if let Ok(Msg::Write(w)) = Msg::parse(m) {
+                for r in w.ranges() {
+                    let o = r.offset as usize;
+                    self.segments[r.segment as usize].mem[o..o + r.bytes.len()]
+                        .copy_from_slice(r.bytes);
+                }
+            }
+        }
+        self.seq = seq;
+        self.counters.applied += 1;
+        msg::ack(seq, &mut self.buf);
+        self.out.push_back((from, self.buf.clone()));
+    }
+
+    /// Sends every segment to `to` as it would be with every open transaction rolled back,
+    /// and the commit sequence number it covers. Commits after it follow on the same
+    /// in-order channel.
+    fn send_snapshot(&mut self, to: NodeId) {
+        let piece = self
+            .cfg
+            .message_bytes
+            .saturating_sub(msg::SNAP_HEADER)
+            .max(1);
+        let n = self.segments.len();
+        if n == 0 {
+            let mut m = Vec::new();
+            msg::snap(true, self.seq, 0, 0, &[], &mut m);
+            self.out.push_back((to, m));
+            return;
+        }
+        for s in 0..n {
+            let mut img = self.segments[s].mem.clone();
+            for t in self.txns.values() {
+                for (us, off, old) in t.undo.iter().rev() {
+                    if *us as usize == s {
+                        let a = *off as usize;
+                        img[a..a + old.len()].copy_from_slice(old);
+                    }
+                }
+            }
+            let mut off = 0;
+            loop {
+                let end = (off + piece).min(img.len());
+                let last = s + 1 == n && end == img.len();
+                let mut m = Vec::new();
+                msg::snap(
+                    last,
+                    self.seq,
+                    s as SegmentId,
+                    off as u32,
+                    &img[off..end],
+                    &mut m,
+                );
+                self.out.push_back((to, m));
+                off = end;
+                if off >= img.len() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Backup `k` is dead (the failure detector or the transport said so): commits stop
+    /// waiting for it. A backup restarted later comes back through a snapshot.
+    pub fn peer_down(&mut self, k: NodeId) {
+        let Role::Primary { mut backups } = self.role.clone() else {
+            return;
+        };
+        if !backups.contains(&k) {
+            return;
+        }
+        backups.retain(|&b| b != k);
+        for p in self.pending.iter_mut() {
+            if p.missing.contains(&k) {
+                p.missing.retain(|&b| b != k);
+                if p.missing.is_empty() {
+                    self.counters.degraded += 1;
+                }
+            }
+        }
+        self.role = Role::Primary { backups };
+        self.events.push_back(Event::BackupLost(k));
+        self.complete();
+    }
+
+    /// This backup's primary is dead and `successor` takes over (the backups agree on it,
+    /// e.g. the lowest live node of the configuration). If that is this node it becomes the
+    /// primary; otherwise it takes a snapshot from the successor, whose log may hold a
+    /// prefix of the old primary's other than this node's. A commit whose last part never
+    /// came was never acknowledged: it is dropped.
+    pub fn primary_down(&mut self, successor: NodeId) {
+        if !matches!(self.role, Role::Backup { .. }) {
+            return;
+        }
+        self.assembling = None;
+        if successor == self.cfg.node {
+            self.role = Role::Primary {
+                backups: Vec::new(),
+            };
+            self.events.push_back(Event::Promoted);
+        } else {
+            self.role = Role::Recovering { from: successor };
+            let mut m = Vec::new();
+            msg::snap_req(&mut m);
+            self.out.push_back((successor, m));
+        }
+    }
+}
+
+/// How many WRITE parts the ranges take, and the bytes of the commit record.
+fn plan_parts(writes: &[SetRange], room: usize, message_bytes: usize) -> (usize, usize) {
+    let mut parts = 1usize;
+    let mut used = WRITE_HEADER;
+    let mut bytes = 0usize;
+    for r in writes {
+        let mut left = r.len as usize;
+        while left > 0 {
+            if used + RANGE_HEADER >= message_bytes {
+                parts += 1;
+                used = WRITE_HEADER;
+            }
+            let n = left.min(message_bytes - used - RANGE_HEADER).min(room);
+            used += RANGE_HEADER + n;
+            bytes += RANGE_HEADER + n;
+            left -= n;
+        }
+    }
+    (parts, bytes)
+}

@@ -1,0 +1,310 @@
+//! The CRMem core through its public API: one primary and its backups, messages carried in
+//! order by a loop.
+
+use txcast_crmem::{
+    AbortReason, Config, CrError, Event, Lock, LockMapping, Mode, Node, NodeId, Role,
+};
+use txcast_proto::time::Instant;
+
+const FAR: Instant = Instant(u64::MAX);
+
+fn cfg(node: NodeId) -> Config {
+    Config {
+        node,
+        ..Config::default()
+    }
+}
+
+/// A primary (node 0) with backups 1..=n, each with one 4,000-byte segment of 100-byte
+/// records, ten to a lock.
+fn cluster(backups: u16) -> Vec<Node> {
+    let mut v = vec![Node::new(
+        cfg(0),
+        Role::Primary {
+            backups: (1..=backups).collect(),
+        },
+    )];
+    for k in 1..=backups {
+        v.push(Node::new(cfg(k), Role::Backup { primary: 0 }));
+    }
+    for n in &mut v {
+        n.add_segment(
+            4000,
+            LockMapping::Records {
+                record_bytes: 100,
+                per_lock: 10,
+            },
+        )
+        .unwrap();
+    }
+    v
+}
+
+/// Delivers every message until none is left (nodes marked dead drop theirs).
+fn pump(nodes: &mut [Node], dead: &[NodeId]) {
+    loop {
+        let mut any = false;
+        for i in 0..nodes.len() {
+            while let Some((to, m)) = nodes[i].poll_transmit() {
+                any = true;
+                if !dead.contains(&(i as NodeId)) && !dead.contains(&to) {
+                    nodes[to as usize].handle_message(i as NodeId, &m);
+                }
+            }
+        }
+        if !any {
+            return;
+        }
+    }
+}
+
+fn events(n: &mut Node) -> Vec<Event> {
+    std::iter::from_fn(|| n.poll_event()).collect()
+}
+
+fn write(n: &mut Node, t: u64, off: u32, bytes: &[u8]) {
+    assert_eq!(
+        n.set_range(t, 0, off, bytes.len() as u32, Mode::Write),
+        Ok(Lock::Granted)
+    );
+    n.range_mut(t, 0, off, bytes.len() as u32)
+        .unwrap()
+        .copy_from_slice(bytes);
+}
+
+#[test]
+fn abort_restores_every_written_range() {
+    let mut c = cluster(1);
+    let p = &mut c[0];
+    let t = p.begin(FAR).unwrap();
+    write(p, t, 0, &[1; 150]);
+    p.commit(t).unwrap();
+    let before = p.segment(0).unwrap().to_vec();
+    let t = p.begin(FAR).unwrap();
+    write(p, t, 100, &[2; 100]);
+    write(p, t, 50, &[3; 100]); // overlaps the first write
+    write(p, t, 3000, &[4; 10]);
+    assert_ne!(p.segment(0).unwrap(), &before[..]);
+    p.abort(t).unwrap();
+    assert_eq!(p.segment(0).unwrap(), &before[..]);
+    // The aborted transaction's locks are free again.
+    let t = p.begin(FAR).unwrap();
+    write(p, t, 100, &[5; 10]);
+}
+
+#[test]
+fn ranges_must_be_declared_in_the_right_mode() {
+    let mut c = cluster(1);
+    let p = &mut c[0];
+    let t = p.begin(FAR).unwrap();
+    assert_eq!(p.range(t, 0, 0, 1), Err(CrError::NotSet));
+    p.set_range(t, 0, 0, 100, Mode::Read).unwrap();
+    assert!(p.range(t, 0, 10, 20).is_ok());
+    assert_eq!(p.range_mut(t, 0, 10, 20).err(), Some(CrError::NotSet));
+    assert_eq!(p.range(t, 0, 90, 20).err(), Some(CrError::NotSet));
+    assert_eq!(
+        p.set_range(t, 0, 3990, 20, Mode::Read),
+        Err(CrError::OutOfRange)
+    );
+    assert_eq!(
+        p.set_range(t, 0, 0, 0, Mode::Read),
+        Err(CrError::OutOfRange)
+    );
+    assert_eq!(
+        p.set_range(t, 9, 0, 1, Mode::Read),
+        Err(CrError::UnknownSegment)
+    );
+    assert_eq!(
+        p.set_range(77, 0, 0, 1, Mode::Read),
+        Err(CrError::UnknownTxn)
+    );
+    // Upgrade: the only reader may write.
+    assert_eq!(p.set_range(t, 0, 0, 100, Mode::Write), Ok(Lock::Granted));
+    assert!(p.range_mut(t, 0, 10, 20).is_ok());
+    // A backup runs no transactions.
+    assert_eq!(c[1].begin(FAR), Err(CrError::NotPrimary));
+}
+
+#[test]
+fn a_conflict_waits_for_the_holder_and_a_late_one_aborts() {
+    let mut c = cluster(1);
+    let p = &mut c[0];
+    let a = p.begin(FAR).unwrap();
+    write(p, a, 0, &[1; 10]);
+    let b = p.begin(Instant(1_000)).unwrap();
+    assert_eq!(p.set_range(b, 0, 1500, 10, Mode::Read), Ok(Lock::Granted));
+    assert_eq!(p.set_range(b, 0, 5, 10, Mode::Read), Ok(Lock::Waiting));
+    assert_eq!(p.range(b, 0, 1500, 10).err(), Some(CrError::NotActive));
+    p.commit(a).unwrap();
+    assert_eq!(events(p), [Event::Granted(b)]);
+    let mut seen = [1u8; 10];
+    seen[5..].fill(0);
+    assert_eq!(p.range(b, 0, 5, 10).unwrap(), &seen[..]);
+    // C waits on B's shared lock to write, past its deadline.
+    let cx = p.begin(Instant(2_000)).unwrap();
+    write(p, cx, 3000, &[9; 10]);
+    assert_eq!(p.set_range(cx, 0, 0, 1, Mode::Write), Ok(Lock::Waiting));
+    assert_eq!(p.poll_timeout(), Some(Instant(2_000)));
+    p.handle_timeout(Instant(1_999));
+    assert!(events(p).is_empty());
+    p.handle_timeout(Instant(2_000));
+    assert_eq!(events(p), [Event::Aborted(cx, AbortReason::LockTimeout)]);
+    assert_eq!(&p.segment(0).unwrap()[3000..3010], &[0; 10]);
+    assert_eq!(p.counters().lock_timeouts, 1);
+    pump(&mut c, &[]);
+    assert_eq!(events(&mut c[0]), [Event::Committed(a)]);
+}
+
+#[test]
+fn commits_complete_when_every_backup_has_them_in_order() {
+    let mut c = cluster(2);
+    let t1 = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t1, 0, &[7; 2500]); // several parts
+    assert_eq!(c[0].commit(t1), Ok(1));
+    let t2 = c[0].begin(FAR).unwrap();
+    c[0].set_range(t2, 0, 0, 10, Mode::Read).unwrap();
+    assert_eq!(c[0].commit(t2), Ok(1)); // read-only: behind commit 1
+    assert!(events(&mut c[0]).is_empty());
+    // Everything but the last part of commit 1 reaches backup 1: nothing is applied.
+    let msgs: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
+    let to1: Vec<_> = msgs.iter().filter(|(k, _)| *k == 1).collect();
+    assert!(to1.len() >= 3, "{} parts", to1.len());
+    for (_, m) in &to1[..to1.len() - 1] {
+        c[1].handle_message(0, m);
+    }
+    assert_eq!(c[1].segment(0).unwrap()[0], 0);
+    c[1].handle_message(0, &to1.last().unwrap().1);
+    assert_eq!(&c[1].segment(0).unwrap()[..2500], &[7; 2500][..]);
+    pump(&mut c, &[]);
+    assert!(
+        events(&mut c[0]).is_empty(),
+        "backup 2 has not acknowledged"
+    );
+    for (k, m) in msgs.iter().filter(|(k, _)| *k == 2) {
+        c[*k as usize].handle_message(0, m);
+    }
+    pump(&mut c, &[]);
+    assert_eq!(
+        events(&mut c[0]),
+        [Event::Committed(t1), Event::Committed(t2)]
+    );
+    assert_eq!(c[2].segment(0), c[0].segment(0));
+    assert_eq!((c[1].seq(), c[2].seq()), (1, 1));
+}
+
+#[test]
+fn bad_messages_are_refused_whole_and_counted() {
+    let mut c = cluster(1);
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 0, &[1; 1500]);
+    c[0].commit(t).unwrap();
+    let parts: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
+    assert_eq!(parts.len(), 2);
+    let b = &mut c[1];
+    b.handle_message(0, b"\xC7");
+    b.handle_message(0, &[0xC7, 99, 0, 0]);
+    b.handle_message(3, &parts[0].1); // not its primary
+    b.handle_message(0, &parts[1].1); // the last part first
+    assert_eq!(b.counters().refused, 4);
+    assert_eq!(b.segment(0).unwrap()[0], 0);
+    // A whole commit whose range runs past the segment: nothing of it is applied.
+    let mut bad = parts[1].1.clone();
+    let at = 16 + 2; // the first range's offset
+    bad[at..at + 4].copy_from_slice(&3999u32.to_le_bytes());
+    b.handle_message(0, &parts[0].1);
+    b.handle_message(0, &bad);
+    assert_eq!(b.counters().refused, 5);
+    assert_eq!(b.segment(0).unwrap()[0], 0);
+    assert_eq!(b.seq(), 0);
+    // The good commit still applies.
+    b.handle_message(0, &parts[0].1);
+    b.handle_message(0, &parts[1].1);
+    assert_eq!(b.seq(), 1);
+    assert_eq!(&b.segment(0).unwrap()[..1500], &[1; 1500][..]);
+}
+
+#[test]
+fn the_backup_takes_over_without_a_half_received_commit() {
+    let mut c = cluster(1);
+    let t1 = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t1, 0, &[1; 100]);
+    c[0].commit(t1).unwrap();
+    pump(&mut c, &[]);
+    assert_eq!(events(&mut c[0]), [Event::Committed(t1)]);
+    let t2 = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t2, 0, &[2; 2000]);
+    c[0].commit(t2).unwrap();
+    // The primary dies after its first part left.
+    let (to, first) = c[0].poll_transmit().unwrap();
+    c[to as usize].handle_message(0, &first);
+    c[1].primary_down(1);
+    assert_eq!(events(&mut c[1]), [Event::Promoted]);
+    assert_eq!(c[1].role(), &Role::Primary { backups: vec![] });
+    assert_eq!(&c[1].segment(0).unwrap()[..100], &[1; 100][..]);
+    assert_eq!(c[1].segment(0).unwrap()[100], 0);
+    // It runs transactions now, numbered after what it applied.
+    let t = c[1].begin(FAR).unwrap();
+    write(&mut c[1], t, 200, &[3; 10]);
+    assert_eq!(c[1].commit(t), Ok(2));
+    assert_eq!(events(&mut c[1]), [Event::Committed(t)]);
+    // The old primary comes back as a new process and recovers from it; an open
+    // transaction's writes are not in the snapshot, later commits follow it.
+    let open = c[1].begin(FAR).unwrap();
+    write(&mut c[1], open, 300, &[4; 10]);
+    c[0] = Node::new(cfg(0), Role::Recovering { from: 1 });
+    c[0].add_segment(4000, LockMapping::None).unwrap();
+    pump(&mut c, &[]);
+    assert_eq!(events(&mut c[0]), [Event::Recovered]);
+    assert_eq!(c[0].role(), &Role::Backup { primary: 1 });
+    assert_eq!(c[0].seq(), 2);
+    assert_eq!(&c[0].segment(0).unwrap()[300..310], &[0; 10]);
+    c[1].commit(open).unwrap();
+    pump(&mut c, &[]);
+    assert_eq!(events(&mut c[1]), [Event::Committed(open)]);
+    assert_eq!(c[0].segment(0), c[1].segment(0));
+}
+
+#[test]
+fn a_lost_backup_lets_commits_complete_degraded() {
+    let mut c = cluster(2);
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 0, &[1; 10]);
+    c[0].commit(t).unwrap();
+    pump(&mut c, &[2]);
+    assert!(events(&mut c[0]).is_empty());
+    c[0].peer_down(2);
+    assert_eq!(
+        events(&mut c[0]),
+        [Event::BackupLost(2), Event::Committed(t)]
+    );
+    assert_eq!(c[0].counters().degraded, 1);
+}
+
+#[test]
+fn the_other_backups_follow_the_successor_through_a_snapshot() {
+    let mut c = cluster(2);
+    let t1 = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t1, 0, &[1; 10]);
+    c[0].commit(t1).unwrap();
+    // Commit 1 reaches backup 1 only; then the primary dies.
+    let msgs: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
+    for (k, m) in msgs.iter().filter(|(k, _)| *k == 1) {
+        c[*k as usize].handle_message(0, m);
+    }
+    assert_eq!((c[1].seq(), c[2].seq()), (1, 0));
+    c[1].primary_down(1);
+    c[2].primary_down(1);
+    assert_eq!(c[2].role(), &Role::Recovering { from: 1 });
+    pump(&mut c, &[0]);
+    assert_eq!(events(&mut c[1]), [Event::Promoted]);
+    assert_eq!(events(&mut c[2]), [Event::Recovered]);
+    assert_eq!(c[2].seq(), 1);
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+    // Backup 2 serves the new primary from here on.
+    let t = c[1].begin(FAR).unwrap();
+    write(&mut c[1], t, 20, &[2; 10]);
+    c[1].commit(t).unwrap();
+    pump(&mut c, &[0]);
+    assert_eq!(events(&mut c[1]), [Event::Committed(t)]);
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+}
