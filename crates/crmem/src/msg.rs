@@ -6,9 +6,12 @@
 //!   index and count, then ranges `(segment u16, offset u32, len u32, bytes)`. The backup
 //!   applies a commit only when its last part has come.
 //! - `ACK`: the commit sequence number the backup applied.
-//! - `SNAP_REQ`: a restarted node asks a live replica for its segments.
-//! - `SNAP`: a piece of one segment (`segment, offset, bytes`), flagged last on the final
-//!   piece of the final segment, with the commit sequence number the snapshot covers.
+//! - `SNAP_REQ`: a restarted node asks a live replica for its segments, naming the request
+//!   (a nonce: pieces of a snapshot sent to an earlier request, or to the node's previous
+//!   incarnation and retransmitted by the link to this one, are not taken for this one's).
+//! - `SNAP`: a piece of one segment (`segment, offset, bytes`) for request `nonce`, flagged
+//!   last on the final piece of the final segment, with the commit sequence number the
+//!   snapshot covers.
 
 use thiserror::Error;
 
@@ -22,8 +25,8 @@ pub const SNAP: u8 = 4;
 pub const WRITE_HEADER: usize = 2 + 8 + 2 + 2 + 2;
 /// One range's fixed fields: segment, offset, length.
 pub const RANGE_HEADER: usize = 2 + 4 + 4;
-/// A SNAP piece's fixed fields: magic, kind, last, seq, segment, offset.
-pub const SNAP_HEADER: usize = 2 + 1 + 8 + 2 + 4;
+/// A SNAP piece's fixed fields: magic, kind, last, nonce, seq, segment, offset.
+pub const SNAP_HEADER: usize = 2 + 1 + 8 + 8 + 2 + 4;
 
 /// Why a message was refused.
 #[derive(Debug, Error, PartialEq, Eq, Clone, Copy)]
@@ -47,7 +50,7 @@ pub enum MsgError {
 pub enum Msg<'a> {
     Write(WritePart<'a>),
     Ack { seq: u64 },
-    SnapReq,
+    SnapReq { nonce: u64 },
     Snap(SnapPiece<'a>),
 }
 
@@ -71,6 +74,7 @@ pub struct Range<'a> {
 #[derive(Debug, PartialEq, Eq)]
 pub struct SnapPiece<'a> {
     pub last: bool,
+    pub nonce: u64,
     pub seq: u64,
     pub segment: u16,
     pub offset: u32,
@@ -136,16 +140,24 @@ impl<'a> Msg<'a> {
                 }
                 Ok(Msg::Ack { seq: u64_at(b, 2) })
             }
-            SNAP_REQ => Ok(Msg::SnapReq),
+            SNAP_REQ => {
+                if b.len() != 10 {
+                    return Err(MsgError::Short);
+                }
+                Ok(Msg::SnapReq {
+                    nonce: u64_at(b, 2),
+                })
+            }
             SNAP => {
                 if b.len() < SNAP_HEADER {
                     return Err(MsgError::Short);
                 }
                 Ok(Msg::Snap(SnapPiece {
                     last: b[2] != 0,
-                    seq: u64_at(b, 3),
-                    segment: u16_at(b, 11),
-                    offset: u32_at(b, 13),
+                    nonce: u64_at(b, 3),
+                    seq: u64_at(b, 11),
+                    segment: u16_at(b, 19),
+                    offset: u32_at(b, 21),
                     bytes: &b[SNAP_HEADER..],
                 }))
             }
@@ -209,14 +221,32 @@ pub fn ack(seq: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&seq.to_le_bytes());
 }
 
-pub fn snap_req(out: &mut Vec<u8>) {
+pub fn snap_req(nonce: u64, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&[MAGIC, SNAP_REQ]);
+    out.extend_from_slice(&nonce.to_le_bytes());
 }
 
-pub fn snap(last: bool, seq: u64, segment: u16, offset: u32, bytes: &[u8], out: &mut Vec<u8>) {
+/// A SNAP piece (see the module comment).
+pub struct SnapFields {
+    pub last: bool,
+    pub nonce: u64,
+    pub seq: u64,
+    pub segment: u16,
+    pub offset: u32,
+}
+
+pub fn snap(f: SnapFields, bytes: &[u8], out: &mut Vec<u8>) {
+    let SnapFields {
+        last,
+        nonce,
+        seq,
+        segment,
+        offset,
+    } = f;
     out.clear();
     out.extend_from_slice(&[MAGIC, SNAP, u8::from(last)]);
+    out.extend_from_slice(&nonce.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&segment.to_le_bytes());
     out.extend_from_slice(&offset.to_le_bytes());
@@ -270,15 +300,23 @@ mod tests {
         assert_eq!(Msg::parse(&out), Ok(Msg::Ack { seq: 42 }));
         out.pop();
         assert_eq!(Msg::parse(&out), Err(MsgError::Short));
-        snap(true, 9, 3, 4096, b"xy", &mut out);
+        let f = SnapFields {
+            last: true,
+            nonce: 5,
+            seq: 9,
+            segment: 3,
+            offset: 4096,
+        };
+        snap(f, b"xy", &mut out);
         let Ok(Msg::Snap(s)) = Msg::parse(&out) else {
             panic!("no parse");
         };
+        assert_eq!(s.nonce, 5);
         assert_eq!(
             (s.last, s.seq, s.segment, s.offset, s.bytes),
             (true, 9, 3, 4096, &b"xy"[..])
         );
-        snap_req(&mut out);
-        assert_eq!(Msg::parse(&out), Ok(Msg::SnapReq));
+        snap_req(77, &mut out);
+        assert_eq!(Msg::parse(&out), Ok(Msg::SnapReq { nonce: 77 }));
     }
 }

@@ -41,6 +41,9 @@ pub const MESSAGE_BYTES_MAX: usize = 1024;
 #[derive(Clone, Debug)]
 pub struct Config {
     pub node: NodeId,
+    /// This process's incarnation (the port's): names its snapshot requests, so a snapshot
+    /// sent to an earlier incarnation and retransmitted to this one is not taken.
+    pub incarnation: u64,
     /// Transactions open at once at most.
     pub txns_max: usize,
     /// The commit log: bytes of write sets sent and not yet acknowledged by every backup.
@@ -53,6 +56,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             node: 0,
+            incarnation: 0,
             txns_max: 1024,
             log_bytes: 4 << 20,
             message_bytes: MESSAGE_BYTES_MAX,
@@ -222,6 +226,11 @@ pub struct Node {
     counters: Counters,
     scratch: Vec<LockId>,
     buf: Vec<u8>,
+    /// The snapshot this node asked for (while recovering): its nonce, how many it asked
+    /// for in this incarnation, and where the next piece must start.
+    snap_nonce: u64,
+    snap_asked: u64,
+    snap_next: (SegmentId, u32),
 }
 
 impl Node {
@@ -244,13 +253,25 @@ impl Node {
             counters: Counters::default(),
             scratch: Vec::new(),
             buf: Vec::new(),
+            snap_nonce: 0,
+            snap_asked: 0,
+            snap_next: (0, 0),
         };
         if let Role::Recovering { from } = n.role {
-            let mut m = Vec::new();
-            msg::snap_req(&mut m);
-            n.out.push_back((from, m));
+            n.ask_snapshot(from);
         }
         n
+    }
+
+    /// Becomes a node recovering from `from`, and asks it for a snapshot.
+    fn ask_snapshot(&mut self, from: NodeId) {
+        self.snap_asked += 1;
+        self.snap_nonce = self.cfg.incarnation << 20 | (self.snap_asked & 0xF_FFFF);
+        self.snap_next = (0, 0);
+        self.role = Role::Recovering { from };
+        let mut m = Vec::new();
+        msg::snap_req(self.snap_nonce, &mut m);
+        self.out.push_back((from, m));
     }
 
     pub fn role(&self) -> &Role {
@@ -657,24 +678,47 @@ impl Node {
                 }
                 self.complete();
             }
-            (Msg::SnapReq, Role::Primary { mut backups }) => {
-                self.send_snapshot(from);
+            (Msg::SnapReq { nonce }, Role::Primary { mut backups }) => {
+                self.send_snapshot(from, nonce);
                 if !backups.contains(&from) {
                     backups.push(from);
                 }
                 self.role = Role::Primary { backups };
             }
-            (Msg::Snap(s), Role::Recovering { from: src }) if from == src => {
-                let ok = self
-                    .segments
-                    .get_mut(s.segment as usize)
-                    .and_then(|g| {
-                        let a = s.offset as usize;
-                        g.mem.get_mut(a..a + s.bytes.len())
-                    })
-                    .map(|dst| dst.copy_from_slice(s.bytes))
-                    .is_some();
+            (Msg::Snap(s), Role::Recovering { from: src })
+                if from == src && s.nonce == self.snap_nonce =>
+            {
+                // Pieces come in order and cover every segment whole.
+                let (seg, off) = self.snap_next;
+                let empty = self.segments.is_empty();
+                if (seg, off) != (s.segment, s.offset) && !(empty && s.last && s.bytes.is_empty()) {
+                    self.counters.refused += 1;
+                    return;
+                }
+                let ok = empty
+                    || self
+                        .segments
+                        .get_mut(s.segment as usize)
+                        .and_then(|g| {
+                            let a = s.offset as usize;
+                            g.mem.get_mut(a..a + s.bytes.len())
+                        })
+                        .map(|dst| dst.copy_from_slice(s.bytes))
+                        .is_some();
                 if !ok {
+                    self.counters.refused += 1;
+                    return;
+                }
+                if !empty {
+                    let end = off + s.bytes.len() as u32;
+                    self.snap_next = if end as usize == self.segments[seg as usize].mem.len() {
+                        (seg + 1, 0)
+                    } else {
+                        (seg, end)
+                    };
+                }
+                let whole = empty || self.snap_next == (self.segments.len() as SegmentId, 0);
+                if s.last != whole {
                     self.counters.refused += 1;
                     return;
                 }
@@ -756,7 +800,7 @@ impl Node {
     /// Sends every segment to `to` as it would be with every open transaction rolled back,
     /// and the commit sequence number it covers. Commits after it follow on the same
     /// in-order channel.
-    fn send_snapshot(&mut self, to: NodeId) {
+    fn send_snapshot(&mut self, to: NodeId, nonce: u64) {
         let piece = self
             .cfg
             .message_bytes
@@ -765,7 +809,14 @@ impl Node {
         let n = self.segments.len();
         if n == 0 {
             let mut m = Vec::new();
-            msg::snap(true, self.seq, 0, 0, &[], &mut m);
+            let f = msg::SnapFields {
+                last: true,
+                nonce,
+                seq: self.seq,
+                segment: 0,
+                offset: 0,
+            };
+            msg::snap(f, &[], &mut m);
             self.out.push_back((to, m));
             return;
         }
@@ -784,14 +835,14 @@ impl Node {
                 let end = (off + piece).min(img.len());
                 let last = s + 1 == n && end == img.len();
                 let mut m = Vec::new();
-                msg::snap(
+                let f = msg::SnapFields {
                     last,
-                    self.seq,
-                    s as SegmentId,
-                    off as u32,
-                    &img[off..end],
-                    &mut m,
-                );
+                    nonce,
+                    seq: self.seq,
+                    segment: s as SegmentId,
+                    offset: off as u32,
+                };
+                msg::snap(f, &img[off..end], &mut m);
                 self.out.push_back((to, m));
                 off = end;
                 if off >= img.len() {
@@ -840,10 +891,7 @@ impl Node {
             };
             self.events.push_back(Event::Promoted);
         } else {
-            self.role = Role::Recovering { from: successor };
-            let mut m = Vec::new();
-            msg::snap_req(&mut m);
-            self.out.push_back((successor, m));
+            self.ask_snapshot(successor);
         }
     }
 }

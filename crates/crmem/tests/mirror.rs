@@ -308,3 +308,46 @@ fn the_other_backups_follow_the_successor_through_a_snapshot() {
     assert_eq!(events(&mut c[1]), [Event::Committed(t)]);
     assert_eq!(c[2].segment(0), c[1].segment(0));
 }
+
+#[test]
+fn a_snapshot_for_another_request_is_not_taken() {
+    let mut c = cluster(1);
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 0, &[1; 3000]);
+    c[0].commit(t).unwrap();
+    pump(&mut c, &[]);
+    // Backup 1 restarts twice; the snapshot sent to its first new incarnation reaches the
+    // second (as a link retransmits to a peer that restarted).
+    c[0].peer_down(1);
+    let mut first = Node::new(
+        Config {
+            node: 1,
+            incarnation: 2,
+            ..Config::default()
+        },
+        Role::Recovering { from: 0 },
+    );
+    first.add_segment(4000, LockMapping::None).unwrap();
+    let (_, req) = first.poll_transmit().unwrap();
+    c[0].handle_message(1, &req);
+    let stale: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
+    assert!(stale.len() >= 2);
+    c[1] = Node::new(
+        Config {
+            node: 1,
+            incarnation: 3,
+            ..Config::default()
+        },
+        Role::Recovering { from: 0 },
+    );
+    c[1].add_segment(4000, LockMapping::None).unwrap();
+    for (_, m) in &stale {
+        c[1].handle_message(0, m);
+    }
+    assert_eq!(c[1].role(), &Role::Recovering { from: 0 });
+    assert_eq!(c[1].counters().refused, stale.len() as u64);
+    // Its own snapshot comes whole.
+    pump(&mut c, &[]);
+    assert_eq!(events(&mut c[1]), [Event::Recovered]);
+    assert_eq!(c[1].segment(0), c[0].segment(0));
+}

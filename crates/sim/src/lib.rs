@@ -9,6 +9,7 @@
 //! [`harness`] is the runner every simulator is written on: a simulator is a small file of
 //! node setup, workload and checkers (`*_sim.rs`).
 
+pub mod crmem_sim;
 pub mod engine_sim;
 pub mod faults;
 pub mod frag_sim;

@@ -4,6 +4,7 @@
 //! toggles), parsed once, and its own workload options.
 
 use crate::opt;
+use txcast_sim::crmem_sim::{run_crmem, CrmemSimOptions};
 use txcast_sim::engine_sim::{run_engine, EngineSimOptions};
 use txcast_sim::frag_sim::{run_frag, FragSimOptions};
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
@@ -27,6 +28,7 @@ const USAGE: &str = "usage: txcast sim KIND [--seed S | --seeds N [--first F] [-
      \x20 oracle  [--servers N]\n\
      \x20 txn     [--nodes N] [--txns N] [--packets N]   (transaction multicast)\n\
      \x20 engine  [--nodes N] [--messages N]   (link table, packet rule, bounded ring)\n\
+     \x20 crmem   [--nodes N] [--txns N]   (CRMem mirror: TpcB at the primary, failovers)\n\
      \x20 --seed S runs one seed and prints its report (with --trace, its events; TXCAST_SIM_TRACE=1 or 2 likewise);\n\
      \x20 --seeds N (default 1000) from --first F (default 0) on --threads T (default 1) prints each failure and a summary";
 
@@ -48,6 +50,7 @@ pub fn run(args: &[String]) -> i32 {
         "oracle" => oracle(args, &c),
         "txn" => txn(args, &c),
         "engine" => engine(args, &c),
+        "crmem" => crmem(args, &c),
         _ => {
             eprintln!("{USAGE}");
             2
@@ -407,6 +410,31 @@ fn engine(args: &[String], c: &Common) -> i32 {
                 "  ring of {}: {} messages delivered, {} deliveries held back by a full ring; {} restarts; intruder {}; {} packets refused for the link limit, {} misaddressed; virtual end {:.3} s; trace digest {:016x}",
                 r.ring_capacity, r.delivered, r.refused, r.restarts, r.intruder, r.link_limit,
                 r.misaddressed, r.end_ns as f64 / 1e9, r.digest
+            );
+        },
+    )
+}
+
+fn crmem(args: &[String], c: &Common) -> i32 {
+    let mut opts = CrmemSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--nodes") {
+        opts.nodes = n.clamp(2, 5);
+    }
+    if let Some(n) = opt::<u32>(args, "--txns") {
+        opts.txns_per_client = n;
+    }
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "crmem",
+        |s| run_crmem(s, &opts),
+        |r| {
+            println!("  faults:  {:?}", r.faults);
+            println!("  network: {:?}", r.net);
+            println!("  nodes:   {:?}", r.nodes);
+            println!(
+                "  {} clients: {} commits, {} aborted on purpose, {} lock timeouts, {} audits; {} restarts ({} failovers), {} crashes skipped; virtual end {:.3} s; trace digest {:016x}",
+                r.clients, r.committed, r.aborted_on_purpose, r.timeouts, r.audits, r.restarts,
+                r.failovers, r.skipped_crashes, r.end_ns as f64 / 1e9, r.digest
             );
         },
     )

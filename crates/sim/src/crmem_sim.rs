@@ -1,0 +1,794 @@
+//! CRMem in the mirror configuration (`txcast_crmem::Node`) over reliable links under
+//! simulated faults, running a small TpcB: clients at the primary move money between an
+//! account, its teller and its branch and record it in a history ring with a running total,
+//! with their locks taken in random order (so deadlocks happen and deadlines break them),
+//! some aborting on purpose, some auditing the branches. Crashes restart a node as a new
+//! process that recovers from the primary; a crashed primary is replaced by its first backup,
+//! the others resync from it. The world plays the failure detector: it tells the survivors
+//! of a crash when it happens (a second crash while a node is still recovering would be a
+//! double failure, which mirroring does not cover: it is skipped and counted).
+//!
+//! Checked: commit numbers are consecutive; every acknowledged commit survives a failover
+//! (the successor's log reaches it); every replica's memory is, at each failover and at the
+//! end, exactly the committed transactions replayed in commit order (so aborts leave no trace
+//! and no update is lost: serializability); audits see the TpcB invariant; at the end the
+//! invariant holds everywhere (accounts = tellers = branches = history total), all replicas
+//! agree, and every client finished its transactions (liveness after healing).
+
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::link_sim::LinkNode;
+use crate::net::{FaultConfig, NetCounters, Network};
+use crate::{Node as SimNodeTrait, NodeId};
+use std::collections::{HashMap, VecDeque};
+use txcast_crmem::{
+    Config, Counters, Event, Lock, LockMapping, Mode, Node, Role, SegmentId, TxnId,
+};
+use txcast_proto::link::{LinkConfig, LinkSendError};
+use txcast_proto::rng::Rng;
+use txcast_proto::time::Instant;
+
+const ACCOUNTS: u32 = 1000;
+const TELLERS: u32 = 64;
+const BRANCHES: u32 = 8;
+const HISTORY: u32 = 100;
+const RECORD: u32 = 100;
+const HISTORY_RECORD: u32 = 50;
+/// The history ring's tail: count of transactions, then their total.
+const TAIL: u32 = HISTORY * HISTORY_RECORD;
+const ACC: SegmentId = 0;
+const TEL: SegmentId = 1;
+const BR: SegmentId = 2;
+const HIST: SegmentId = 3;
+const STEPS_MAX: u64 = 20_000_000;
+
+/// Knobs of one CRMem simulation.
+#[derive(Clone, Debug)]
+pub struct CrmemSimOptions {
+    /// The primary and its backups.
+    pub nodes: usize,
+    /// Transactions each client runs to the end (commit or its own abort).
+    pub txns_per_client: u32,
+    pub safety_ns: u64,
+    pub liveness_ns: u64,
+    pub faults: bool,
+    pub partitions: bool,
+    pub clogs: bool,
+}
+
+impl Default for CrmemSimOptions {
+    fn default() -> Self {
+        CrmemSimOptions {
+            nodes: 3,
+            txns_per_client: 60,
+            safety_ns: 2_000_000_000,
+            liveness_ns: 60_000_000_000,
+            faults: true,
+            partitions: true,
+            clogs: true,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug)]
+pub struct CrmemSimReport {
+    pub seed: u64,
+    pub faults: FaultConfig,
+    pub clients: usize,
+    pub committed: u64,
+    pub aborted_on_purpose: u64,
+    pub timeouts: u64,
+    pub audits: u64,
+    pub failovers: u64,
+    pub restarts: u64,
+    pub skipped_crashes: u64,
+    pub net: NetCounters,
+    pub nodes: Counters,
+    pub end_ns: u64,
+    pub digest: u64,
+}
+
+/// A committed transaction's effect, to replay.
+#[derive(Clone, Copy, Debug)]
+struct Delta {
+    account: u32,
+    teller: u32,
+    branch: u32,
+    amount: i64,
+}
+
+fn i64_at(m: &[u8], at: u32) -> i64 {
+    i64::from_le_bytes(m[at as usize..at as usize + 8].try_into().expect("8 bytes"))
+}
+
+fn add_i64(m: &mut [u8], at: u32, d: i64) {
+    let v = i64_at(m, at).wrapping_add(d);
+    m[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The segments as a fresh replica has them.
+fn segments(n: &mut Node) {
+    let rec = |per_lock| LockMapping::Records {
+        record_bytes: RECORD,
+        per_lock,
+    };
+    n.add_segment((ACCOUNTS * RECORD) as usize, rec(10))
+        .expect("accounts");
+    n.add_segment((TELLERS * RECORD) as usize, rec(2))
+        .expect("tellers");
+    n.add_segment((BRANCHES * RECORD) as usize, rec(1))
+        .expect("branches");
+    n.add_segment(
+        (TAIL + 16) as usize,
+        LockMapping::Records {
+            record_bytes: HISTORY_RECORD,
+            per_lock: 1,
+        },
+    )
+    .expect("history");
+}
+
+/// The four segments after replaying `deltas` from zero.
+fn replay(deltas: &[Delta]) -> [Vec<u8>; 4] {
+    let mut s = [
+        vec![0u8; (ACCOUNTS * RECORD) as usize],
+        vec![0u8; (TELLERS * RECORD) as usize],
+        vec![0u8; (BRANCHES * RECORD) as usize],
+        vec![0u8; (TAIL + 16) as usize],
+    ];
+    for d in deltas {
+        add_i64(&mut s[0], d.account * RECORD, d.amount);
+        add_i64(&mut s[1], d.teller * RECORD, d.amount);
+        add_i64(&mut s[2], d.branch * RECORD, d.amount);
+        let count = i64_at(&s[3], TAIL) as u32;
+        let slot = (count % HISTORY) * HISTORY_RECORD;
+        write_history(&mut s[3], slot, d);
+        add_i64(&mut s[3], TAIL, 1);
+        add_i64(&mut s[3], TAIL + 8, d.amount);
+    }
+    s
+}
+
+fn write_history(h: &mut [u8], slot: u32, d: &Delta) {
+    let s = slot as usize;
+    h[s..s + 8].copy_from_slice(&d.amount.to_le_bytes());
+    h[s + 8..s + 12].copy_from_slice(&d.account.to_le_bytes());
+    h[s + 12..s + 16].copy_from_slice(&d.teller.to_le_bytes());
+    h[s + 16..s + 20].copy_from_slice(&d.branch.to_le_bytes());
+}
+
+/// A replica's TpcB invariant: accounts, tellers, branches and the history total agree.
+fn invariant(n: &Node) -> Result<(), String> {
+    let sum = |s: SegmentId, count: u32| -> i64 {
+        let m = n.segment(s).expect("segment");
+        (0..count).map(|i| i64_at(m, i * RECORD)).sum()
+    };
+    let (a, t, b) = (sum(ACC, ACCOUNTS), sum(TEL, TELLERS), sum(BR, BRANCHES));
+    let h = i64_at(n.segment(HIST).expect("history"), TAIL + 8);
+    if a == t && t == b && b == h {
+        Ok(())
+    } else {
+        Err(format!(
+            "TpcB invariant: accounts {a}, tellers {t}, branches {b}, history {h}"
+        ))
+    }
+}
+
+/// A node: its links and its CRMem core, and what the links would not take yet.
+struct SimNode {
+    links: LinkNode,
+    cr: Node,
+    outbox: VecDeque<(NodeId, Vec<u8>)>,
+}
+
+impl SimNode {
+    fn new(id: NodeId, n: usize, cfg: &LinkConfig, incarnation: u64, role: Role) -> SimNode {
+        let mut cr = Node::new(
+            Config {
+                node: id as u16,
+                incarnation,
+                ..Config::default()
+            },
+            role,
+        );
+        segments(&mut cr);
+        SimNode {
+            links: LinkNode::with_incarnation(id, n, cfg, incarnation),
+            cr,
+            outbox: VecDeque::new(),
+        }
+    }
+
+    /// Link deliveries into the core, the core's messages into the links.
+    fn pump(&mut self, now: Instant, me: NodeId, n: usize) {
+        for i in (0..n).filter(|&i| i != me) {
+            let cr = &mut self.cr;
+            while self
+                .links
+                .link(i)
+                .poll_delivery(|m| cr.handle_message(i as u16, m))
+                .is_some()
+            {}
+        }
+        while let Some(m) = self.cr.poll_transmit() {
+            self.outbox.push_back((m.0 as NodeId, m.1));
+        }
+        while let Some((to, m)) = self.outbox.front() {
+            match self.links.link(*to).send(now, m) {
+                Err(LinkSendError::Full) => break,
+                _ => {
+                    self.outbox.pop_front();
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Between transactions.
+    Idle,
+    /// Taking range `k` of the transaction's list.
+    Take(usize),
+    /// Waiting for the locks of range `k`.
+    Wait(usize),
+    /// Committed; waiting for the acknowledgement.
+    Committing(u64),
+}
+
+struct Client {
+    txn: Option<TxnId>,
+    step: Step,
+    next_at: Instant,
+    done: u32,
+    audit: bool,
+    abort_on_purpose: bool,
+    /// The transaction's ranges in the order it takes them: (segment, offset, len).
+    order: Vec<(SegmentId, u32, u32)>,
+    delta: Delta,
+}
+
+struct CrmemWorld {
+    opts: CrmemSimOptions,
+    cfg: LinkConfig,
+    rng: Rng,
+    faults: FaultConfig,
+    nodes: Vec<SimNode>,
+    incarnation: Vec<u64>,
+    primary: NodeId,
+    clients: Vec<Client>,
+    /// Committed write transactions by commit number (index = seq - 1).
+    log: Vec<Delta>,
+    /// The highest commit number whose completion a client heard.
+    acked: u64,
+    /// Commit numbers of transactions in flight: txn -> seq.
+    in_flight: HashMap<TxnId, u64>,
+    aborted_on_purpose: u64,
+    timeouts: u64,
+    audits: u64,
+    failovers: u64,
+    restarts: u64,
+    skipped: u64,
+    counters: Counters,
+}
+
+/// Runs one seed: its report, or the first rule broken.
+pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Violation> {
+    let mut rng = Rng::new(seed);
+    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
+    let cfg = LinkConfig {
+        message_bytes_max: txcast_crmem::MESSAGE_BYTES_MAX,
+        ..LinkConfig::default()
+    };
+    let n = opts.nodes.clamp(2, 5);
+    let clients = 1 + rng.below(8) as usize;
+    let restarts = draw_restarts(&mut rng, opts.faults, 0.6, 3, opts.safety_ns, n);
+    let plan = Plan {
+        steps_max: Some(STEPS_MAX),
+        buf_bytes: cfg.packet_bytes_max,
+        ..Plan::event(
+            "crmem",
+            seed,
+            Network::new(n, faults.clone(), rng.fork()),
+            restarts,
+            opts.safety_ns,
+            opts.safety_ns + opts.liveness_ns,
+        )
+    };
+    let nodes = (0..n)
+        .map(|i| {
+            let role = if i == 0 {
+                Role::Primary {
+                    backups: (1..n as u16).collect(),
+                }
+            } else {
+                Role::Backup { primary: 0 }
+            };
+            SimNode::new(i, n, &cfg, 1, role)
+        })
+        .collect();
+    let world = CrmemWorld {
+        opts: opts.clone(),
+        cfg,
+        rng,
+        faults,
+        nodes,
+        incarnation: vec![1; n],
+        primary: 0,
+        clients: (0..clients)
+            .map(|_| Client {
+                txn: None,
+                step: Step::Idle,
+                next_at: Instant::ZERO,
+                done: 0,
+                audit: false,
+                abort_on_purpose: false,
+                order: Vec::new(),
+                delta: Delta {
+                    account: 0,
+                    teller: 0,
+                    branch: 0,
+                    amount: 0,
+                },
+            })
+            .collect(),
+        log: Vec::new(),
+        acked: 0,
+        in_flight: HashMap::new(),
+        aborted_on_purpose: 0,
+        timeouts: 0,
+        audits: 0,
+        failovers: 0,
+        restarts: 0,
+        skipped: 0,
+        counters: Counters::default(),
+    };
+    harness::run(world, plan)
+}
+
+impl CrmemWorld {
+    fn n(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Checks that node `k`'s memory is the log replayed to its commit number.
+    fn check_replica(&self, run: &Run, k: NodeId, why: &str) -> Result<(), Violation> {
+        let cr = &self.nodes[k].cr;
+        let seq = cr.seq() as usize;
+        if seq > self.log.len() {
+            return Err(run.fail(format!(
+                "{why}: node {k} applied commit {seq}, the log has {}",
+                self.log.len()
+            )));
+        }
+        let want = replay(&self.log[..seq]);
+        for (s, w) in want.iter().enumerate() {
+            if cr.segment(s as SegmentId).expect("segment") != &w[..] {
+                return Err(run.fail(format!(
+                    "{why}: node {k}'s segment {s} is not the {seq} committed transactions replayed"
+                )));
+            }
+        }
+        invariant(cr).map_err(|e| run.fail(format!("{why}: node {k}: {e}")))
+    }
+
+    /// A new transaction for client `c`: a transfer (its ranges in random order), now and
+    /// then an audit of the branches.
+    fn start(&mut self, run: &mut Run, c: usize) -> Result<(), Violation> {
+        let now = run.now;
+        let deadline = Instant(now.0 + 1_000_000 + self.rng.below(20_000_000));
+        let p = self.primary;
+        let Ok(txn) = self.nodes[p].cr.begin(deadline) else {
+            return Err(run.fail("begin refused at the primary"));
+        };
+        let rng = &mut self.rng;
+        let cl = &mut self.clients[c];
+        cl.txn = Some(txn);
+        cl.audit = rng.chance(0.1);
+        cl.abort_on_purpose = !cl.audit && rng.chance(0.05);
+        cl.order.clear();
+        if cl.audit {
+            cl.order.push((BR, 0, BRANCHES * RECORD));
+            cl.order.push((HIST, TAIL, 16));
+        } else {
+            let account = rng.below(ACCOUNTS as u64) as u32;
+            let teller = rng.below(TELLERS as u64) as u32;
+            cl.delta = Delta {
+                account,
+                teller,
+                branch: teller % BRANCHES,
+                amount: rng.below(2_000) as i64 - 1_000,
+            };
+            let mut v = vec![
+                (ACC, account * RECORD, RECORD),
+                (TEL, teller * RECORD, RECORD),
+                (BR, (teller % BRANCHES) * RECORD, RECORD),
+            ];
+            for i in (1..v.len()).rev() {
+                v.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            cl.order = v;
+            cl.order.push((HIST, TAIL, 16));
+        }
+        cl.step = Step::Take(0);
+        Ok(())
+    }
+
+    /// Client `c` goes as far as it can now.
+    fn advance(&mut self, run: &mut Run, c: usize) -> Result<(), Violation> {
+        let p = self.primary;
+        loop {
+            let cl = &mut self.clients[c];
+            let txn = cl.txn.expect("a running client has a transaction");
+            match cl.step {
+                Step::Take(k) if k < cl.order.len() => {
+                    let (s, off, len) = cl.order[k];
+                    let mode = if cl.audit { Mode::Read } else { Mode::Write };
+                    match self.nodes[p].cr.set_range(txn, s, off, len, mode) {
+                        Ok(Lock::Granted) => {
+                            cl.step = Step::Take(k + 1);
+                            // Mostly the client works a while before its next range, so
+                            // transactions overlap and contend.
+                            if self.rng.chance(0.7) {
+                                cl.next_at = Instant(run.ns() + 1 + self.rng.below(300_000));
+                                return Ok(());
+                            }
+                        }
+                        Ok(Lock::Waiting) => {
+                            cl.step = Step::Wait(k);
+                            return Ok(());
+                        }
+                        Err(e) => return Err(run.fail(format!("set_range refused: {e}"))),
+                    }
+                }
+                Step::Take(_) => return self.finish_txn(run, c, txn),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Every range is held: do the work, then commit (or abort on purpose).
+    fn finish_txn(&mut self, run: &mut Run, c: usize, txn: TxnId) -> Result<(), Violation> {
+        let p = self.primary;
+        let cr = &mut self.nodes[p].cr;
+        let cl = &mut self.clients[c];
+        if cl.audit {
+            let b = cr.range(txn, BR, 0, BRANCHES * RECORD).expect("declared");
+            let sum: i64 = (0..BRANCHES).map(|i| i64_at(b, i * RECORD)).sum();
+            let total = i64_at(cr.range(txn, HIST, TAIL, 16).expect("declared"), 8);
+            if sum != total {
+                return Err(run.fail(format!(
+                    "audit: branches sum to {sum}, the history total is {total}"
+                )));
+            }
+            self.audits += 1;
+        } else {
+            let d = cl.delta;
+            for (s, rec) in [(ACC, d.account), (TEL, d.teller), (BR, d.branch)] {
+                let m = cr
+                    .range_mut(txn, s, rec * RECORD, RECORD)
+                    .expect("declared");
+                add_i64(m, 0, d.amount);
+            }
+            let tail = cr.range_mut(txn, HIST, TAIL, 16).expect("declared");
+            let count = i64_at(tail, 0) as u32;
+            add_i64(tail, 0, 1);
+            add_i64(tail, 8, d.amount);
+            let slot = (count % HISTORY) * HISTORY_RECORD;
+            if cr.set_range(txn, HIST, slot, HISTORY_RECORD, Mode::Write) != Ok(Lock::Granted) {
+                // The slot's lock is free: only the holder of the tail lock takes slots.
+                return Err(run.fail("a history slot's lock was not free"));
+            }
+            write_history(
+                cr.range_mut(txn, HIST, slot, HISTORY_RECORD)
+                    .expect("declared"),
+                0,
+                &d,
+            );
+        }
+        if cl.abort_on_purpose {
+            cr.abort(txn)
+                .map_err(|e| run.fail(format!("abort refused: {e}")))?;
+            self.aborted_on_purpose += 1;
+            cl.txn = None;
+            cl.step = Step::Idle;
+            cl.done += 1;
+            return Ok(());
+        }
+        match cr.commit(txn) {
+            Ok(seq) => {
+                if !cl.audit {
+                    if seq != self.log.len() as u64 + 1 {
+                        return Err(run.fail(format!(
+                            "commit number {seq} after {}: not consecutive",
+                            self.log.len()
+                        )));
+                    }
+                    self.log.push(cl.delta);
+                }
+                self.in_flight.insert(txn, seq);
+                cl.step = Step::Committing(seq);
+                Ok(())
+            }
+            Err(txcast_crmem::CrError::LogFull) => {
+                // The log waits for the backups: give the transaction up and try later.
+                cr.abort(txn)
+                    .map_err(|e| run.fail(format!("abort refused: {e}")))?;
+                cl.txn = None;
+                cl.step = Step::Idle;
+                cl.next_at = Instant(run.ns() + 1_000_000);
+                Ok(())
+            }
+            Err(e) => Err(run.fail(format!("commit refused: {e}"))),
+        }
+    }
+
+    /// The primary's events, to the clients they concern.
+    fn route_events(&mut self, run: &mut Run) -> Result<(), Violation> {
+        for k in 0..self.n() {
+            while let Some(e) = self.nodes[k].cr.poll_event() {
+                if run.trace > 1 {
+                    eprintln!("{:>10} node {k}: {e:?}", run.ns());
+                }
+                let c = match e {
+                    Event::Granted(t) | Event::Committed(t) | Event::Aborted(t, _) => {
+                        if k != self.primary {
+                            return Err(run.fail(format!("node {k}, not the primary, said {e:?}")));
+                        }
+                        self.clients.iter().position(|cl| cl.txn == Some(t))
+                    }
+                    _ => None,
+                };
+                let Some(c) = c else { continue };
+                let think = self.think_ns();
+                let cl = &mut self.clients[c];
+                match e {
+                    Event::Granted(_) => {
+                        let Step::Wait(i) = cl.step else {
+                            return Err(run.fail("granted a transaction that was not waiting"));
+                        };
+                        cl.step = Step::Take(i + 1);
+                        self.advance(run, c)?;
+                    }
+                    Event::Committed(t) => {
+                        let seq = self.in_flight.remove(&t).unwrap_or(0);
+                        self.acked = self.acked.max(seq);
+                        cl.txn = None;
+                        cl.step = Step::Idle;
+                        cl.done += 1;
+                        cl.next_at = Instant(run.ns() + self.rng.below(think));
+                    }
+                    Event::Aborted(..) => {
+                        self.timeouts += 1;
+                        cl.txn = None;
+                        cl.step = Step::Idle;
+                        cl.next_at = Instant(run.ns() + self.rng.below(1_000_000));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A client's pause between transactions, drawn below this: its transactions spread
+    /// over the safety phase, where the crashes are.
+    fn think_ns(&self) -> u64 {
+        (2 * self.opts.safety_ns / self.opts.txns_per_client.max(1) as u64).max(1)
+    }
+
+    /// Whether any node is still catching up.
+    fn recovering(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|nd| matches!(nd.cr.role(), Role::Recovering { .. }))
+    }
+}
+
+impl World for CrmemWorld {
+    type Report = CrmemSimReport;
+
+    fn restart(&mut self, run: &mut Run, k: NodeId) {
+        // Mirroring covers one failure at a time: a crash while a node still recovers (or
+        // with no backup to take over) is skipped.
+        let n = self.n();
+        let successor =
+            (0..n).find(|&i| i != k && matches!(self.nodes[i].cr.role(), Role::Backup { .. }));
+        if self.recovering() || (k == self.primary && successor.is_none()) {
+            self.skipped += 1;
+            return;
+        }
+        self.restarts += 1;
+        self.incarnation[k] += 1;
+        let old = &self.nodes[k].cr;
+        add_counters(&mut self.counters, old.counters());
+        if k == self.primary {
+            let s = successor.expect("checked above");
+            for i in (0..n).filter(|&i| i != k) {
+                self.nodes[i].cr.primary_down(s as u16);
+            }
+            self.primary = s;
+            self.failovers += 1;
+            // Open transactions died with the primary; the clients start again there.
+            for cl in &mut self.clients {
+                cl.txn = None;
+                cl.step = Step::Idle;
+            }
+            self.in_flight.clear();
+        } else {
+            let p = self.primary;
+            self.nodes[p].cr.peer_down(k as u16);
+        }
+        let from = self.primary as u16;
+        self.nodes[k] = SimNode::new(
+            k,
+            n,
+            &self.cfg,
+            self.incarnation[k],
+            Role::Recovering { from },
+        );
+        if run.trace > 0 {
+            eprintln!(
+                "{:>10} crash of node {k}; primary {}",
+                run.ns(),
+                self.primary
+            );
+        }
+    }
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        self.nodes[to].links.handle_message(run.now, &bytes);
+        Ok(())
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (n, now) = (self.n(), run.now);
+        for nd in self.nodes.iter_mut() {
+            if run.due(&nd.links) {
+                nd.links.handle_timeout(now);
+            }
+            if nd.cr.poll_timeout().is_some_and(|t| t <= now) {
+                nd.cr.handle_timeout(now);
+            }
+        }
+        for k in 0..n {
+            self.nodes[k].pump(now, k, n);
+        }
+        // A failover is checked once the successor is the primary: it holds every commit a
+        // client heard of, and exactly the log replayed to its number.
+        let p = self.primary;
+        if matches!(self.nodes[p].cr.role(), Role::Primary { .. }) {
+            let seq = self.nodes[p].cr.seq();
+            if (seq as usize) < self.log.len() {
+                if seq < self.acked {
+                    return Err(run.fail(format!(
+                        "durability: the new primary {p} has commits to {seq}, clients heard of {}",
+                        self.acked
+                    )));
+                }
+                self.check_replica(run, p, "failover")?;
+                // Commits it never got were never acknowledged: they are gone.
+                self.log.truncate(seq as usize);
+            }
+        }
+        self.route_events(run)?;
+        for c in 0..self.clients.len() {
+            let cl = &self.clients[c];
+            if cl.next_at > now
+                || !matches!(self.nodes[self.primary].cr.role(), Role::Primary { .. })
+            {
+                continue;
+            }
+            match cl.step {
+                Step::Idle if cl.done < self.opts.txns_per_client => {
+                    self.start(run, c)?;
+                    self.advance(run, c)?;
+                }
+                Step::Take(_) => self.advance(run, c)?,
+                _ => {}
+            }
+        }
+        self.route_events(run)?;
+        for k in 0..n {
+            self.nodes[k].pump(now, k, n);
+        }
+        for (i, nd) in self.nodes.iter_mut().enumerate() {
+            run.transmit(i, &mut nd.links);
+        }
+        Ok(())
+    }
+
+    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
+        let mut next = None;
+        for nd in &self.nodes {
+            next = min_opt(next, nd.links.poll_timeout());
+            next = min_opt(next, nd.cr.poll_timeout());
+        }
+        for cl in &self.clients {
+            let idle = cl.step == Step::Idle && cl.done < self.opts.txns_per_client;
+            if idle || matches!(cl.step, Step::Take(_)) {
+                next = min_opt(next, Some(cl.next_at));
+            }
+        }
+        next
+    }
+
+    fn done(&self, run: &Run) -> bool {
+        let n = self.n();
+        let seq = self.nodes[self.primary].cr.seq();
+        run.healed
+            && self
+                .clients
+                .iter()
+                .all(|c| c.done >= self.opts.txns_per_client)
+            && !self.recovering()
+            && self
+                .nodes
+                .iter()
+                .all(|nd| nd.cr.seq() == seq && nd.outbox.is_empty())
+            && (0..n).all(|k| (0..n).all(|j| j == k || self.nodes[k].links.link_ref(j).is_idle()))
+    }
+
+    fn stalled(&self, _run: &Run) -> String {
+        let clients: Vec<String> = self
+            .clients
+            .iter()
+            .map(|c| format!("{}/{} {:?}", c.done, self.opts.txns_per_client, c.step))
+            .collect();
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|nd| format!("{:?} seq {}", nd.cr.role(), nd.cr.seq()))
+            .collect();
+        format!(
+            "primary {}; clients {}; nodes {}",
+            self.primary,
+            clients.join(", "),
+            nodes.join("; ")
+        )
+    }
+
+    fn finish(mut self, run: &mut Run) -> Result<CrmemSimReport, Violation> {
+        for k in 0..self.n() {
+            self.check_replica(run, k, "end")?;
+            if self.nodes[k].cr.seq() != self.log.len() as u64 {
+                return Err(run.fail(format!(
+                    "end: node {k} at commit {}, the log has {}",
+                    self.nodes[k].cr.seq(),
+                    self.log.len()
+                )));
+            }
+        }
+        for nd in &self.nodes {
+            add_counters(&mut self.counters, nd.cr.counters());
+        }
+        Ok(CrmemSimReport {
+            seed: run.seed,
+            faults: self.faults,
+            clients: self.clients.len(),
+            committed: self.log.len() as u64,
+            aborted_on_purpose: self.aborted_on_purpose,
+            timeouts: self.timeouts,
+            audits: self.audits,
+            failovers: self.failovers,
+            restarts: self.restarts,
+            skipped_crashes: self.skipped,
+            net: run.net.counters.clone(),
+            nodes: self.counters,
+            end_ns: run.ns(),
+            digest: run.digest_with_net(),
+        })
+    }
+}
+
+fn add_counters(a: &mut Counters, b: &Counters) {
+    a.begun += b.begun;
+    a.committed += b.committed;
+    a.aborted += b.aborted;
+    a.lock_waits += b.lock_waits;
+    a.lock_timeouts += b.lock_timeouts;
+    a.applied += b.applied;
+    a.refused += b.refused;
+    a.duplicates += b.duplicates;
+    a.degraded += b.degraded;
+}
