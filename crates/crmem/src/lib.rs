@@ -3,12 +3,14 @@
 //! replicated on other nodes, in the LRVM model (`begin`, `set_range`, `commit`, `abort`),
 //! with lock-mapping functions for concurrency and a replicated commit log.
 //!
-//! The core here is sans-IO ([`Node`]); a driver runs it on txcast's extension modules.
+//! The core is sans-IO ([`Node`]); [`Crmem`] runs it on txcast's extension modules.
 
+pub mod driver;
 pub mod lock;
 pub mod msg;
 pub mod node;
 
+pub use driver::{Crmem, CrmemConfig, CrmemError};
 pub use lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
 pub use node::{
     AbortReason, Config, Counters, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId,

@@ -342,6 +342,12 @@ impl ModuleHost {
         self.inner.incarnation
     }
 
+    /// The engine's clock, the one module handlers see (`Context::now`): deadlines an
+    /// application hands its modules are read from it.
+    pub fn now(&self) -> txcast_proto::time::Instant {
+        self.inner.engine.now()
+    }
+
     /// Runs `f` on the engine's side between two of its steps.
     fn with<R>(&self, f: impl FnOnce(&mut Served) -> R) -> R {
         let r = self

@@ -1,0 +1,470 @@
+//! CRMem on txcast's extension modules (the paper's *CoProcessor* implementation, §3.3-3.4):
+//! a [`CrmemModule`] on each node's engine loop takes the other nodes' CRMem messages (remote
+//! atomic writes, their acknowledgements, snapshots), applies them to the replica and answers
+//! with no application thread involved; the application runs transactions on its own threads
+//! against the same [`Node`], whose memory it reads and writes in place.
+//!
+//! The node sits behind one mutex shared by the application's threads and the engine's.
+//! `commit` hands the write set to the module with a FLUSH instruction (only a handler may
+//! send) and waits until the node reports the commit complete. A heartbeat every
+//! `heartbeat` and a silence of `suspect_after` make a peer dead (as does its restart, which
+//! the module host reports): the primary stops waiting for a dead backup; a backup whose
+//! primary died hands over to the successor, the live node with the lowest id.
+//!
+//! The failure detector trusts time-outs: a primary cut off by a partition longer than
+//! `suspect_after` is taken for dead while it still runs, and the two sides diverge (mirror
+//! mode assumes crashes, not partitions; the chaos tests of the cluster issue will fence it).
+
+use crate::lock::LockMapping;
+use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+use txcast_port::{ModuleHost, ModuleHostError};
+use txcast_proto::module::{Context, Control, Instruction, Module, ModuleId, Registration};
+use txcast_proto::time::Instant;
+use txcast_proto::Address;
+
+/// The instruction that makes the module send what the node queued.
+pub const FLUSH: u16 = 1;
+/// Control-message types: CRMem's own messages, and heartbeats.
+pub const CONTROL: u16 = 0x4352;
+pub const HEARTBEAT: u16 = 0x4353;
+const TIMER_BEAT: u64 = 1;
+const TIMER_NODE: u64 = 2;
+const TIMER_MORE: u64 = 3;
+
+/// How a node of a CRMem cluster is set up.
+#[derive(Clone, Debug)]
+pub struct CrmemConfig {
+    /// The module id and key CRMem is loaded under (the same on every node).
+    pub module: ModuleId,
+    pub key: u64,
+    /// Every node's module-host address; a node's id is its index.
+    pub nodes: Vec<Address>,
+    /// This node's id.
+    pub me: NodeId,
+    /// The node that starts as primary.
+    pub primary: NodeId,
+    /// Start by recovering from the primary (a node that restarts) rather than as a fresh
+    /// replica.
+    pub recover: bool,
+    pub heartbeat: Duration,
+    pub suspect_after: Duration,
+    pub core: Config,
+}
+
+impl CrmemConfig {
+    pub fn new(nodes: Vec<Address>, me: NodeId) -> CrmemConfig {
+        CrmemConfig {
+            module: 20,
+            key: 0xc7e3,
+            nodes,
+            me,
+            primary: 0,
+            recover: false,
+            heartbeat: Duration::from_millis(10),
+            suspect_after: Duration::from_millis(300),
+            core: Config::default(),
+        }
+    }
+}
+
+/// Why a CRMem call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CrmemError {
+    #[error(transparent)]
+    Core(#[from] CrError),
+    #[error("module host: {0}")]
+    Host(#[from] ModuleHostError),
+    #[error("the transaction was aborted: its locks did not come by its deadline")]
+    LockTimeout,
+    #[error("no outcome in time (the primary may have failed)")]
+    Timeout,
+    #[error("this node's id is not in the node list")]
+    BadConfig,
+}
+
+/// What the engine's module and the application's threads share.
+struct State {
+    node: Node,
+    /// Outcomes of transactions, for the threads that wait for them.
+    outcomes: HashMap<TxnId, Event>,
+    /// Role changes and lost backups, for [`Crmem::notices`] (bounded: oldest dropped).
+    notices: VecDeque<Event>,
+    /// Messages the node produced that the module has not sent yet.
+    outq: VecDeque<(NodeId, Vec<u8>)>,
+    last_heard: Vec<Instant>,
+    dead: Vec<bool>,
+}
+
+const NOTICES_MAX: usize = 256;
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The module on the engine's loop.
+pub struct CrmemModule {
+    shared: Arc<Shared>,
+    nodes: Vec<Address>,
+    me: NodeId,
+    heartbeat: u64,
+    suspect_after: u64,
+    beating: bool,
+}
+
+impl CrmemModule {
+    fn node_of(&self, a: Address) -> Option<NodeId> {
+        self.nodes.iter().position(|&n| n == a).map(|i| i as NodeId)
+    }
+
+    /// Sends what the node queued (as much as this handler may), files its events, and
+    /// arms the node's deadline.
+    fn drain(&self, cx: &mut Context<'_>, st: &mut State) {
+        while let Some(m) = st.node.poll_transmit() {
+            st.outq.push_back(m);
+        }
+        while let Some((to, m)) = st.outq.front() {
+            let to = *to;
+            if st.dead[to as usize] {
+                st.outq.pop_front();
+                continue;
+            }
+            match cx.send(self.nodes[to as usize], CONTROL, m) {
+                Ok(()) => {
+                    st.outq.pop_front();
+                }
+                Err(_) => {
+                    // The handler's budget or the outbox is spent: go on in a moment.
+                    let _ = cx.arm(cx.now(), TIMER_MORE);
+                    break;
+                }
+            }
+        }
+        let mut any = false;
+        while let Some(e) = st.node.poll_event() {
+            any = true;
+            match e {
+                Event::Granted(t) | Event::Committed(t) | Event::Aborted(t, _) => {
+                    st.outcomes.insert(t, e);
+                }
+                other => {
+                    if st.notices.len() >= NOTICES_MAX {
+                        st.notices.pop_front();
+                    }
+                    st.notices.push_back(other);
+                }
+            }
+        }
+        if let Some(t) = st.node.poll_timeout() {
+            let _ = cx.arm(t, TIMER_NODE);
+        }
+        if any {
+            self.shared.changed.notify_all();
+        }
+    }
+
+    /// Peer `k` is dead: the primary stops waiting for it; a backup whose primary it was
+    /// hands over to the live node with the lowest id.
+    fn down(&self, st: &mut State, k: NodeId) {
+        if st.dead[k as usize] {
+            return;
+        }
+        st.dead[k as usize] = true;
+        match st.node.role().clone() {
+            Role::Primary { .. } => st.node.peer_down(k),
+            Role::Backup { primary } if primary == k => {
+                let successor = (0..self.nodes.len() as NodeId)
+                    .find(|&i| !st.dead[i as usize])
+                    .unwrap_or(self.me);
+                st.node.primary_down(successor);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Module for CrmemModule {
+    fn registration(&self) -> Registration {
+        Registration {
+            name: "crmem",
+            instructions: &[FLUSH],
+            controls: &[CONTROL, HEARTBEAT],
+        }
+    }
+
+    fn on_instruction(&mut self, cx: &mut Context<'_>, ins: Instruction<'_>) {
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        if ins.ty == FLUSH {
+            self.drain(cx, &mut st);
+        }
+        let _ = cx.complete(ins.id, 0, &[]);
+        if !self.beating {
+            // The first instruction (`Crmem::open` issues one) starts the heartbeat.
+            self.beating = cx
+                .arm(Instant(cx.now().0 + self.heartbeat), TIMER_BEAT)
+                .is_ok();
+        }
+    }
+
+    fn on_control(&mut self, cx: &mut Context<'_>, msg: Control<'_>) {
+        let Some(from) = self.node_of(msg.from) else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        if st.dead[from as usize] {
+            // Taken for dead in this incarnation: what it still says is not listened to.
+            return;
+        }
+        st.last_heard[from as usize] = cx.now();
+        if msg.ty == CONTROL {
+            st.node.handle_message(from, msg.body);
+            self.drain(cx, &mut st);
+        }
+    }
+
+    fn on_timeout(&mut self, cx: &mut Context<'_>, token: u64) {
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        let now = cx.now();
+        match token {
+            TIMER_BEAT => {
+                for k in 0..self.nodes.len() as NodeId {
+                    if k == self.me || st.dead[k as usize] {
+                        continue;
+                    }
+                    let _ = cx.send(self.nodes[k as usize], HEARTBEAT, &[]);
+                    if now.0.saturating_sub(st.last_heard[k as usize].0) > self.suspect_after {
+                        self.down(&mut st, k);
+                    }
+                }
+                let _ = cx.arm(Instant(now.0 + self.heartbeat), TIMER_BEAT);
+            }
+            TIMER_NODE => st.node.handle_timeout(now),
+            _ => {}
+        }
+        self.drain(cx, &mut st);
+    }
+
+    fn on_peer_restart(&mut self, cx: &mut Context<'_>, peer: Address, _incarnation: u64) {
+        let Some(k) = self.node_of(peer) else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        if !st.dead[k as usize] {
+            self.down(&mut st, k);
+        }
+        // Its new incarnation recovers through a snapshot; listen to it again.
+        st.dead[k as usize] = false;
+        st.last_heard[k as usize] = cx.now();
+        self.drain(cx, &mut st);
+    }
+}
+
+/// A CRMem node: its module host, the module loaded on it, and the application's calls.
+pub struct Crmem {
+    host: ModuleHost,
+    shared: Arc<Shared>,
+    module: ModuleId,
+    key: u64,
+}
+
+impl Crmem {
+    /// Opens the node: a module host at `cfg.nodes[cfg.me]`, the segments made by
+    /// `segments` (the same on every node, in the same order), and the CRMem module loaded.
+    pub fn open(cfg: CrmemConfig, segments: &[(usize, LockMapping)]) -> Result<Crmem, CrmemError> {
+        let me = cfg.me as usize;
+        if me >= cfg.nodes.len() || cfg.primary as usize >= cfg.nodes.len() {
+            return Err(CrmemError::BadConfig);
+        }
+        let host = ModuleHost::open(cfg.nodes[me])?;
+        let role = if cfg.recover {
+            Role::Recovering { from: cfg.primary }
+        } else if cfg.me == cfg.primary {
+            Role::Primary {
+                backups: (0..cfg.nodes.len() as NodeId)
+                    .filter(|&k| k != cfg.me)
+                    .collect(),
+            }
+        } else {
+            Role::Backup {
+                primary: cfg.primary,
+            }
+        };
+        let core = Config {
+            node: cfg.me,
+            incarnation: host.incarnation(),
+            ..cfg.core.clone()
+        };
+        let mut node = Node::new(core, role);
+        for (bytes, mapping) in segments {
+            node.add_segment(*bytes, mapping.clone())?;
+        }
+        let n = cfg.nodes.len();
+        let now = host.now();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                node,
+                outcomes: HashMap::new(),
+                notices: VecDeque::new(),
+                outq: VecDeque::new(),
+                last_heard: vec![now; n],
+                dead: vec![false; n],
+            }),
+            changed: Condvar::new(),
+        });
+        let module = CrmemModule {
+            shared: shared.clone(),
+            nodes: cfg.nodes.clone(),
+            me: cfg.me,
+            heartbeat: cfg.heartbeat.as_nanos() as u64,
+            suspect_after: cfg.suspect_after.as_nanos() as u64,
+            beating: false,
+        };
+        host.load(cfg.module, cfg.key, module)?;
+        let c = Crmem {
+            host,
+            shared,
+            module: cfg.module,
+            key: cfg.key,
+        };
+        // Starts the heartbeat and sends what the node queued (a snapshot request).
+        c.flush()?;
+        Ok(c)
+    }
+
+    fn flush(&self) -> Result<(), CrmemError> {
+        self.host.instruct(self.module, self.key, FLUSH, &[])?;
+        Ok(())
+    }
+
+    /// This node's role now.
+    pub fn role(&self) -> Role {
+        self.shared.lock().node.role().clone()
+    }
+
+    /// The last commit number given (primary) or applied (backup).
+    pub fn seq(&self) -> u64 {
+        self.shared.lock().node.seq()
+    }
+
+    /// Role changes and lost backups since the last call.
+    pub fn notices(&self) -> Vec<Event> {
+        self.shared.lock().notices.drain(..).collect()
+    }
+
+    pub fn counters(&self) -> crate::node::Counters {
+        self.shared.lock().node.counters().clone()
+    }
+
+    /// A copy of a segment as it is now (committed and in-flight writes alike).
+    pub fn snapshot_segment(&self, s: SegmentId) -> Option<Vec<u8>> {
+        self.shared.lock().node.segment(s).map(|m| m.to_vec())
+    }
+
+    /// Starts a transaction whose locks must all come within `lock_timeout`.
+    pub fn begin(&self, lock_timeout: Duration) -> Result<TxnId, CrmemError> {
+        let deadline = Instant(self.host.now().0 + lock_timeout.as_nanos() as u64);
+        Ok(self.shared.lock().node.begin(deadline)?)
+    }
+
+    /// Declares a range (see [`Node::set_range`]); waits for its locks if another
+    /// transaction holds them, up to the transaction's deadline.
+    pub fn set_range(
+        &self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        mode: Mode,
+    ) -> Result<(), CrmemError> {
+        let r = self
+            .shared
+            .lock()
+            .node
+            .set_range(txn, segment, offset, len, mode)?;
+        if r == Lock::Granted {
+            return Ok(());
+        }
+        // The module arms the deadline and grants the locks when they come free.
+        self.flush()?;
+        match self.wait(txn, Duration::from_secs(3600))? {
+            Event::Granted(_) => Ok(()),
+            _ => Err(CrmemError::LockTimeout),
+        }
+    }
+
+    /// Reads a declared range in place.
+    pub fn read<R>(
+        &self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, CrmemError> {
+        let st = self.shared.lock();
+        Ok(f(st.node.range(txn, segment, offset, len)?))
+    }
+
+    /// Writes a range declared for writing, in place.
+    pub fn write<R>(
+        &self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, CrmemError> {
+        let mut st = self.shared.lock();
+        Ok(f(st.node.range_mut(txn, segment, offset, len)?))
+    }
+
+    /// Rolls the transaction back.
+    pub fn abort(&self, txn: TxnId) -> Result<(), CrmemError> {
+        self.shared.lock().node.abort(txn)?;
+        Ok(())
+    }
+
+    /// Commits: returns once every live backup holds the transaction (its commit number),
+    /// or fails after `timeout`.
+    pub fn commit(&self, txn: TxnId, timeout: Duration) -> Result<u64, CrmemError> {
+        let seq = self.shared.lock().node.commit(txn)?;
+        self.flush()?;
+        match self.wait(txn, timeout)? {
+            Event::Committed(_) => Ok(seq),
+            _ => Err(CrmemError::Timeout),
+        }
+    }
+
+    fn wait(&self, txn: TxnId, timeout: Duration) -> Result<Event, CrmemError> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(e) = st.outcomes.remove(&txn) {
+                return Ok(e);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(CrmemError::Timeout);
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}

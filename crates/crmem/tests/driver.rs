@@ -1,0 +1,124 @@
+//! CRMem on the module hosts of two sites (UDP links on loopback), through the public API.
+
+use std::time::{Duration, Instant};
+use txcast_crmem::{Crmem, CrmemConfig, CrmemError, Event, LockMapping, Mode, Role};
+use txcast_proto::Address;
+
+const SECOND: Duration = Duration::from_secs(5);
+
+/// Sites 0 and 1 (two hosts on loopback), one server instance per test.
+fn nodes(server: u16) -> Vec<Address> {
+    vec![
+        Address::new(0, 0, 10, server),
+        Address::new(0, 1, 10, server),
+    ]
+}
+
+fn segments() -> Vec<(usize, LockMapping)> {
+    vec![(
+        4000,
+        LockMapping::Records {
+            record_bytes: 100,
+            per_lock: 10,
+        },
+    )]
+}
+
+fn open(server: u16, me: u16, primary: u16, recover: bool) -> Crmem {
+    let mut cfg = CrmemConfig::new(nodes(server), me);
+    cfg.primary = primary;
+    cfg.recover = recover;
+    Crmem::open(cfg, &segments()).expect("open")
+}
+
+fn until(what: &str, f: impl Fn() -> bool) {
+    let end = Instant::now() + SECOND;
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn transfer(c: &Crmem, off: u32, byte: u8) -> Result<u64, CrmemError> {
+    let t = c.begin(SECOND)?;
+    c.set_range(t, 0, off, 10, Mode::Write)?;
+    c.write(t, 0, off, 10, |m| m.fill(byte))?;
+    c.commit(t, SECOND)
+}
+
+#[test]
+fn a_commit_returns_once_the_backup_holds_it_and_abort_leaves_nothing() {
+    let p = open(1, 0, 0, false);
+    let b = open(1, 1, 0, false);
+    assert_eq!(transfer(&p, 0, 7).unwrap(), 1);
+    // The commit returned after the backup acknowledged: it is there now.
+    assert_eq!(b.seq(), 1);
+    assert_eq!(&b.snapshot_segment(0).unwrap()[..10], &[7; 10]);
+    let t = p.begin(SECOND).unwrap();
+    p.set_range(t, 0, 100, 10, Mode::Write).unwrap();
+    p.write(t, 0, 100, 10, |m| m.fill(9)).unwrap();
+    p.abort(t).unwrap();
+    assert_eq!(&p.snapshot_segment(0).unwrap()[100..110], &[0; 10]);
+    assert_eq!(transfer(&p, 200, 8).unwrap(), 2);
+    assert_eq!(b.snapshot_segment(0), p.snapshot_segment(0));
+    assert!(matches!(
+        b.begin(SECOND),
+        Err(CrmemError::Core(txcast_crmem::CrError::NotPrimary))
+    ));
+}
+
+#[test]
+fn a_lock_wait_past_its_deadline_aborts() {
+    let p = open(2, 0, 0, false);
+    let _b = open(2, 1, 0, false);
+    let a = p.begin(SECOND).unwrap();
+    p.set_range(a, 0, 0, 10, Mode::Write).unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let t = p.begin(Duration::from_millis(50)).unwrap();
+            let started = Instant::now();
+            let r = p.set_range(t, 0, 5, 10, Mode::Read);
+            (r, started.elapsed())
+        });
+        let (r, waited) = waiter.join().unwrap();
+        assert!(matches!(r, Err(CrmemError::LockTimeout)), "{r:?}");
+        assert!(waited >= Duration::from_millis(50), "{waited:?}");
+    });
+    // And one that gets its lock when the holder commits.
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let t = p.begin(SECOND).unwrap();
+            p.set_range(t, 0, 5, 10, Mode::Read).unwrap();
+            p.read(t, 0, 0, 10, |m| m.to_vec()).unwrap_err();
+            let v = p.read(t, 0, 5, 10, |m| m.to_vec()).unwrap();
+            p.commit(t, SECOND).unwrap();
+            v
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        p.write(a, 0, 0, 10, |m| m.fill(3)).unwrap();
+        p.commit(a, SECOND).unwrap();
+        let v = waiter.join().unwrap();
+        assert_eq!(v, [3, 3, 3, 3, 3, 0, 0, 0, 0, 0]);
+    });
+}
+
+#[test]
+fn the_backup_takes_over_and_the_old_primary_recovers_from_it() {
+    let p = open(3, 0, 0, false);
+    let b = open(3, 1, 0, false);
+    assert_eq!(transfer(&p, 0, 1).unwrap(), 1);
+    drop(p); // the primary's process is gone: the backup hears nothing more
+    until("the backup's promotion", || {
+        matches!(b.role(), Role::Primary { .. })
+    });
+    assert!(b.notices().contains(&Event::Promoted));
+    assert_eq!(transfer(&b, 100, 2).unwrap(), 2);
+    // The old primary comes back as a new process and recovers.
+    let p = open(3, 0, 1, true);
+    until("recovery", || {
+        matches!(p.role(), Role::Backup { primary: 1 })
+    });
+    assert_eq!(transfer(&b, 200, 3).unwrap(), 3);
+    assert_eq!(p.seq(), 3);
+    assert_eq!(p.snapshot_segment(0), b.snapshot_segment(0));
+}
