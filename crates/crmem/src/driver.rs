@@ -18,6 +18,7 @@
 use crate::lock::LockMapping;
 use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 use txcast_port::{ModuleHost, ModuleHostError};
@@ -103,6 +104,8 @@ const NOTICES_MAX: usize = 256;
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// A FLUSH is posted and its handler has not started: later commits need not post one.
+    flush_posted: AtomicBool,
 }
 
 impl Shared {
@@ -203,6 +206,10 @@ impl Module for CrmemModule {
 
     fn on_instruction(&mut self, cx: &mut Context<'_>, ins: Instruction<'_>) {
         let shared = self.shared.clone();
+        if ins.ty == FLUSH {
+            // Cleared before the drain: what is queued after this point posts again.
+            shared.flush_posted.store(false, Ordering::SeqCst);
+        }
         let mut st = shared.lock();
         if ins.ty == FLUSH {
             self.drain(cx, &mut st);
@@ -323,6 +330,7 @@ impl Crmem {
                 dead: vec![false; n],
             }),
             changed: Condvar::new(),
+            flush_posted: AtomicBool::new(false),
         });
         let module = CrmemModule {
             shared: shared.clone(),
@@ -344,8 +352,14 @@ impl Crmem {
         Ok(c)
     }
 
+    /// Has the module send what the node queued (one FLUSH at a time is enough).
     fn flush(&self) -> Result<(), CrmemError> {
-        self.host.instruct(self.module, self.key, FLUSH, &[])?;
+        if !self.shared.flush_posted.swap(true, Ordering::SeqCst) {
+            if let Err(e) = self.host.post(self.module, self.key, FLUSH, &[]) {
+                self.shared.flush_posted.store(false, Ordering::SeqCst);
+                return Err(e.into());
+            }
+        }
         Ok(())
     }
 

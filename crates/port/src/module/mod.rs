@@ -466,6 +466,38 @@ impl ModuleHost {
         Ok(Ticket(id))
     }
 
+    /// Issues instruction `ty` with no ticket: its completion (or refusal) is dropped. For
+    /// an instruction that only wakes a module to do its work, issued often enough that
+    /// collecting every ticket would cost more than the instruction.
+    pub fn post(
+        &self,
+        module: ModuleId,
+        key: u64,
+        ty: u16,
+        args: &[u8],
+    ) -> Result<(), ModuleHostError> {
+        if args.len() > ARGS_BYTES_MAX {
+            return Err(ModuleHostError::ArgsTooLong(args.len()));
+        }
+        let id = self.inner.mailbox.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        {
+            let mut p = self.inner.mailbox.pending.lock().expect("lock");
+            if p.len() >= MAILBOX_MAX {
+                return Err(ModuleHostError::MailboxFull);
+            }
+            p.push_back(Pending {
+                id,
+                module,
+                key,
+                ty,
+                args: args.to_vec(),
+            });
+            self.inner.mailbox.waiting.store(true, Ordering::SeqCst);
+        }
+        self.inner.engine.wake_if_sleeping();
+        Ok(())
+    }
+
     /// The completion of `t` if it has come (then the ticket is spent).
     pub fn poll(&self, t: Ticket) -> Result<Option<Completed>, ModuleHostError> {
         let mut done = self.inner.mailbox.done.lock().expect("lock");

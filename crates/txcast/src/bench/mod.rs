@@ -7,6 +7,7 @@
 //! `--key value` options.
 
 pub mod burst;
+pub mod crmem;
 pub mod group;
 pub mod long;
 mod machine;
@@ -74,6 +75,12 @@ usage: txcast bench <what> [options]
               [--sections latency,rate,push] [--bytes 8,64,256,1000] [--exchanges N]
               [--messages N] [--dests 1,2,4,8,16] [--invokes N] [--repeat R]
 
+  crmem       CRMem (paper 004 §3), mirror with one backup in another process: commit
+              latency against the remote port round trip; synthetic and TpcB transactions
+              per second by parallelism (Figures 7 and 8)
+              [--sections commit,synthetic,tpcb] [--commits N] [--parallel 1,2,4,8,16]
+              [--seconds S]
+
   --json      JSON lines on stdout, the human table on stderr
 ";
 
@@ -92,6 +99,7 @@ pub fn run(args: &[String]) -> i32 {
         "long" => long::run(&args[1..]),
         "burst" => burst::run(&args[1..]),
         "modules" => modules::run(&args[1..]),
+        "crmem" => crmem::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             0
@@ -126,6 +134,7 @@ pub fn child(args: &[String]) -> i32 {
         Some("long") => long::child(&args[1..]),
         Some("burst") => burst::child(&args[1..]),
         Some("modules") => modules::child(&args[1..]),
+        Some("crmem") => crmem::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;

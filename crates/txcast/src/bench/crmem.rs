@@ -1,0 +1,358 @@
+//! `txcast bench crmem`: CRMem in the mirror configuration (Roşu & Schwan §3.6), the primary
+//! in this process and one backup in a partner process at another site (UDP and the
+//! reliable link on loopback), remote operations on the engine's extension modules (the
+//! paper's *CoProcessor* implementation).
+//!
+//! - **commit**: commit latency of a one-record transaction at parallelism 1, against the
+//!   remote port round trip (`bench rtt`'s `txcast-remote-spin` and `txcast-remote-park`)
+//!   measured in the same run.
+//! - **synthetic** (Figure 7): 10,000 three-field records in one segment, 1,000 locks,
+//!   uniform mapping; each transaction picks a record and stores the sum of its first two
+//!   fields in the third. Transactions per second at parallelism 1..16 (application threads).
+//! - **tpcb** (Figure 8, mirror): 10,000 accounts (ten to a lock), 256 tellers (two to a
+//!   lock), 32 branches, a 100-record history (one lock each); each transaction moves an
+//!   amount on an account, its teller and the teller's branch and writes a history record.
+//!   At the end the accounts, tellers and branches must sum to the same total on both nodes.
+
+use super::rtt;
+use super::stats::{Samples, Summary};
+use super::{bench_options, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use txcast_crmem::{Crmem, CrmemConfig, LockMapping, Mode};
+use txcast_proto::rng::Rng;
+use txcast_proto::Address;
+
+/// Server type of the benchmark's nodes.
+const HOST_TYPE: u16 = 12;
+const PARTNER_LIFE: Duration = Duration::from_secs(600);
+const WAIT: Duration = Duration::from_secs(10);
+
+const RECORDS: u32 = 10_000;
+const FIELDS: u32 = 24;
+const ACCOUNTS: u32 = 10_000;
+const TELLERS: u32 = 256;
+const BRANCHES: u32 = 32;
+const HISTORY: u32 = 100;
+const ROW: u32 = 100;
+const HISTORY_ROW: u32 = 50;
+/// Segments: the synthetic records, then TpcB's accounts, tellers, branches, history.
+const SYN: u16 = 0;
+const ACC: u16 = 1;
+const TEL: u16 = 2;
+const BR: u16 = 3;
+const HIST: u16 = 4;
+
+struct Plan {
+    sections: Vec<String>,
+    commits: u64,
+    warmup: u64,
+    parallel: Vec<usize>,
+    seconds: f64,
+}
+
+fn usage() -> String {
+    "usage: txcast bench crmem [--sections commit,synthetic,tpcb] [--commits N] [--warmup N]\n\
+     \x20      [--parallel 1,2,4,8,16] [--seconds S]\n"
+        .to_string()
+}
+
+fn plan(args: &[String]) -> Result<Option<Plan>, String> {
+    let valued = ["sections", "commits", "warmup", "parallel", "seconds"];
+    let Some(o) = bench_options(args, &valued)? else {
+        return Ok(None);
+    };
+    let sections = o.list_or("sections", &["commit", "synthetic", "tpcb"]);
+    if let Some(s) = sections
+        .iter()
+        .find(|s| !["commit", "synthetic", "tpcb"].contains(&s.as_str()))
+    {
+        return Err(format!("--sections: unknown section {s:?}"));
+    }
+    let seconds = o.u64_or("seconds", 2)?.clamp(1, 600) as f64;
+    Ok(Some(Plan {
+        sections,
+        commits: o.u64_or("commits", 10_000)?.clamp(1, 10_000_000),
+        warmup: o.u64_or("warmup", 1_000)?.clamp(1, 1_000_000),
+        parallel: usize_list_in(&o, "parallel", &[1, 2, 4, 8, 16], 1..=64)?,
+        seconds,
+    }))
+}
+
+fn nodes() -> Vec<Address> {
+    vec![
+        Address::new(0, 0, HOST_TYPE, 0),
+        Address::new(0, 1, HOST_TYPE, 0),
+    ]
+}
+
+fn segments() -> Vec<(usize, LockMapping)> {
+    let rows = |per_lock| LockMapping::Records {
+        record_bytes: ROW,
+        per_lock,
+    };
+    vec![
+        (
+            (RECORDS * FIELDS) as usize,
+            LockMapping::Uniform {
+                locks: 1000,
+                granule: FIELDS,
+            },
+        ),
+        ((ACCOUNTS * ROW) as usize, rows(10)),
+        ((TELLERS * ROW) as usize, rows(2)),
+        ((BRANCHES * ROW) as usize, rows(1)),
+        (
+            (HISTORY * HISTORY_ROW) as usize,
+            LockMapping::Records {
+                record_bytes: HISTORY_ROW,
+                per_lock: 1,
+            },
+        ),
+    ]
+}
+
+fn open(me: u16) -> io::Result<Crmem> {
+    let cfg = CrmemConfig::new(nodes(), me);
+    Crmem::open(cfg, &segments()).map_err(|e| io::Error::other(e.to_string()))
+}
+
+fn err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// The backup: serves until `stop` exists, then writes its TpcB sums into `stop.sums`.
+pub fn child(args: &[String]) -> io::Result<()> {
+    let [stop] = args else {
+        return Err(io::Error::other("usage: crmem <stop file>"));
+    };
+    let c = open(1)?;
+    let stop = Path::new(stop);
+    let end = Instant::now() + PARTNER_LIFE;
+    while !stop.exists() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sums = tpcb_sums(&c).map(|(a, t, b)| format!("{a} {t} {b} {}", c.seq()));
+    std::fs::write(stop.with_extension("sums"), sums.unwrap_or_default())?;
+    Ok(())
+}
+
+fn i64_at(m: &[u8], at: usize) -> i64 {
+    i64::from_le_bytes(m[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn add_i64(m: &mut [u8], at: usize, d: i64) {
+    let v = i64_at(m, at).wrapping_add(d);
+    m[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Sums of the accounts', tellers' and branches' balances as the node has them.
+fn tpcb_sums(c: &Crmem) -> Option<(i64, i64, i64)> {
+    let sum = |s: u16, rows: u32| -> Option<i64> {
+        let m = c.snapshot_segment(s)?;
+        Some((0..rows).map(|i| i64_at(&m, (i * ROW) as usize)).sum())
+    };
+    Some((sum(ACC, ACCOUNTS)?, sum(TEL, TELLERS)?, sum(BR, BRANCHES)?))
+}
+
+pub fn run(args: &[String]) -> i32 {
+    let plan = match plan_or_exit("crmem", plan(args), usage) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    match bench(&plan) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("txcast bench crmem: {e}");
+            EXIT_FAILED
+        }
+    }
+}
+
+fn bench(plan: &Plan) -> io::Result<()> {
+    let has = |s: &str| plan.sections.iter().any(|x| x == s);
+    // The yardsticks first, with nothing else running.
+    let (spin, park) = if has("commit") {
+        let case = |name| rtt::find_case(name).ok_or_else(|| io::Error::other("no rtt case"));
+        let n = plan.commits;
+        (
+            Some(rtt::measure_in_processes(
+                case("txcast-remote-spin")?,
+                64,
+                plan.warmup,
+                n,
+            )?),
+            Some(rtt::measure_in_processes(
+                case("txcast-remote-park")?,
+                64,
+                plan.warmup,
+                n,
+            )?),
+        )
+    } else {
+        (None, None)
+    };
+    let stop = std::env::temp_dir().join(format!("txcast-bench-crmem-{}.stop", std::process::id()));
+    let _ = std::fs::remove_file(&stop);
+    let _ = std::fs::remove_file(stop.with_extension("sums"));
+    let mut partner = spawn_child(&["crmem".to_string(), stop.to_string_lossy().into_owned()])?;
+    let r = (|| -> io::Result<()> {
+        let c = open(0)?;
+        // Warm up: the link comes up, the backup answers.
+        for i in 0..plan.warmup {
+            synthetic_txn(&c, (i % RECORDS as u64) as u32)?;
+        }
+        if let (Some(spin), Some(park)) = (&spin, &park) {
+            commit_latency(plan, &c, spin, park)?;
+        }
+        if has("synthetic") {
+            throughput(plan, &c, "synthetic", |c, rng| {
+                synthetic_txn(c, rng.below(RECORDS as u64) as u32)
+            })?;
+        }
+        if has("tpcb") {
+            throughput(plan, &c, "tpcb", tpcb_txn)?;
+            let mine = tpcb_sums(&c).ok_or_else(|| io::Error::other("no segments"))?;
+            std::fs::write(&stop, b"")?;
+            super::wait_child(&mut partner, Duration::from_secs(30))?;
+            let theirs = std::fs::read_to_string(stop.with_extension("sums"))?;
+            let want = format!("{} {} {} {}", mine.0, mine.1, mine.2, c.seq());
+            let ok = mine.0 == mine.1 && mine.1 == mine.2 && theirs.trim() == want;
+            println!(
+                "tpcb check: primary sums (accounts tellers branches, commit) {want}, backup {}: {}",
+                theirs.trim(),
+                if ok { "consistent" } else { "INCONSISTENT" }
+            );
+            if !ok {
+                return Err(io::Error::other("TpcB sums differ"));
+            }
+        }
+        println!("counters: {:?}", c.counters());
+        Ok(())
+    })();
+    let _ = std::fs::write(&stop, b"");
+    let r = super::finish_child(&mut partner, r, Duration::from_secs(30));
+    let _ = std::fs::remove_file(&stop);
+    let _ = std::fs::remove_file(stop.with_extension("sums"));
+    r
+}
+
+/// One synthetic transaction on `record`: field 3 = field 1 + field 2, field 1 += 1.
+fn synthetic_txn(c: &Crmem, record: u32) -> io::Result<()> {
+    let t = c.begin(WAIT).map_err(err)?;
+    let off = record * FIELDS;
+    c.set_range(t, SYN, off, FIELDS, Mode::Write).map_err(err)?;
+    c.write(t, SYN, off, FIELDS, |m| {
+        let s = i64_at(m, 0).wrapping_add(i64_at(m, 8));
+        m[16..24].copy_from_slice(&s.to_le_bytes());
+        add_i64(m, 0, 1);
+    })
+    .map_err(err)?;
+    c.commit(t, WAIT).map_err(err)?;
+    Ok(())
+}
+
+/// One TpcB transaction.
+fn tpcb_txn(c: &Crmem, rng: &mut Rng) -> io::Result<()> {
+    let account = rng.below(ACCOUNTS as u64) as u32;
+    let teller = rng.below(TELLERS as u64) as u32;
+    let branch = teller / (TELLERS / BRANCHES);
+    let slot = rng.below(HISTORY as u64) as u32;
+    let amount = rng.below(2_000) as i64 - 1_000;
+    let t = c.begin(WAIT).map_err(err)?;
+    for (s, row, len) in [
+        (ACC, account * ROW, ROW),
+        (TEL, teller * ROW, ROW),
+        (BR, branch * ROW, ROW),
+        (HIST, slot * HISTORY_ROW, HISTORY_ROW),
+    ] {
+        if let Err(e) = c.set_range(t, s, row, len, Mode::Write) {
+            let _ = c.abort(t);
+            return Err(err(e));
+        }
+        c.write(t, s, row, len, |m| {
+            if s == HIST {
+                m[..8].copy_from_slice(&amount.to_le_bytes());
+                m[8..12].copy_from_slice(&account.to_le_bytes());
+            } else {
+                add_i64(m, 0, amount);
+            }
+        })
+        .map_err(err)?;
+    }
+    c.commit(t, WAIT).map_err(err)?;
+    Ok(())
+}
+
+fn commit_latency(plan: &Plan, c: &Crmem, spin: &Summary, park: &Summary) -> io::Result<()> {
+    let mut s = Samples::with_capacity(plan.commits as usize);
+    let mut rng = Rng::new(7);
+    for _ in 0..plan.commits {
+        let rec = rng.below(RECORDS as u64) as u32;
+        let t0 = Instant::now();
+        synthetic_txn(c, rec)?;
+        s.record(t0.elapsed());
+    }
+    let m = s.summary().ok_or_else(|| io::Error::other("no samples"))?;
+    let us = |s: &Summary| format!("{:.1}/{:.1}", s.p50_ns as f64 / 1e3, s.p99_ns as f64 / 1e3);
+    let ratio = |a: &Summary, b: &Summary| a.p50_ns as f64 / b.p50_ns.max(1) as f64;
+    println!(
+        "commit latency, parallelism 1, {} commits (p50/p99 us): crmem {}, remote port round trip spinning {}, parked {}; crmem/spinning {:.2}, crmem/parked {:.2} (target <= 1.5 against the round trip)",
+        plan.commits,
+        us(&m),
+        us(spin),
+        us(park),
+        ratio(&m, spin),
+        ratio(&m, park)
+    );
+    Ok(())
+}
+
+fn throughput(
+    plan: &Plan,
+    c: &Crmem,
+    name: &str,
+    txn: impl Fn(&Crmem, &mut Rng) -> io::Result<()> + Sync,
+) -> io::Result<()> {
+    println!(
+        "{name}: transactions per second, mirror with one backup, {} s a point",
+        plan.seconds
+    );
+    println!(
+        "{:>11} {:>14} {:>12}",
+        "parallelism", "txn/s", "transactions"
+    );
+    for &p in &plan.parallel {
+        let done = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let failed: std::sync::Mutex<Option<io::Error>> = std::sync::Mutex::new(None);
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            for k in 0..p {
+                let (done, stop, failed, txn) = (&done, &stop, &failed, &txn);
+                s.spawn(move || {
+                    let mut rng = Rng::new(k as u64 + 1);
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Err(e) = txn(c, &mut rng) {
+                            *failed.lock().expect("lock") = Some(e);
+                            stop.store(true, Ordering::Relaxed);
+                            return;
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_secs_f64(plan.seconds));
+            stop.store(true, Ordering::Relaxed);
+        });
+        if let Some(e) = failed.into_inner().expect("lock") {
+            return Err(e);
+        }
+        let n = done.load(Ordering::Relaxed);
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        println!("{p:>11} {rate:>14.0} {n:>12}");
+    }
+    Ok(())
+}
