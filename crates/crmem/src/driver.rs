@@ -19,7 +19,7 @@ use crate::lock::LockMapping;
 use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use txcast_port::{ModuleHost, ModuleHostError};
 use txcast_proto::module::{Context, Control, Instruction, Module, ModuleId, Registration};
@@ -91,6 +91,8 @@ struct State {
     node: Node,
     /// Outcomes of transactions, for the threads that wait for them.
     outcomes: HashMap<TxnId, Event>,
+    /// The thread waiting for each transaction's outcome.
+    waiters: HashMap<TxnId, std::thread::Thread>,
     /// Role changes and lost backups, for [`Crmem::notices`] (bounded: oldest dropped).
     notices: VecDeque<Event>,
     /// Messages the node produced that the module has not sent yet.
@@ -103,7 +105,6 @@ const NOTICES_MAX: usize = 256;
 
 struct Shared {
     state: Mutex<State>,
-    changed: Condvar,
     /// A FLUSH is posted and its handler has not started: later commits need not post one.
     flush_posted: AtomicBool,
 }
@@ -152,12 +153,14 @@ impl CrmemModule {
                 }
             }
         }
-        let mut any = false;
         while let Some(e) = st.node.poll_event() {
-            any = true;
             match e {
                 Event::Granted(t) | Event::Committed(t) | Event::Aborted(t, _) => {
                     st.outcomes.insert(t, e);
+                    // Only the thread waiting for this transaction is woken.
+                    if let Some(w) = st.waiters.remove(&t) {
+                        w.unpark();
+                    }
                 }
                 other => {
                     if st.notices.len() >= NOTICES_MAX {
@@ -169,9 +172,6 @@ impl CrmemModule {
         }
         if let Some(t) = st.node.poll_timeout() {
             let _ = cx.arm(t, TIMER_NODE);
-        }
-        if any {
-            self.shared.changed.notify_all();
         }
     }
 
@@ -324,12 +324,12 @@ impl Crmem {
             state: Mutex::new(State {
                 node,
                 outcomes: HashMap::new(),
+                waiters: HashMap::new(),
                 notices: VecDeque::new(),
                 outq: VecDeque::new(),
                 last_heard: vec![now; n],
                 dead: vec![false; n],
             }),
-            changed: Condvar::new(),
             flush_posted: AtomicBool::new(false),
         });
         let module = CrmemModule {
@@ -462,23 +462,25 @@ impl Crmem {
         }
     }
 
+    /// Waits for `txn`'s outcome: parks this thread, which the module unparks when it files
+    /// the outcome (a condition variable shared by every waiter woke them all for each).
     fn wait(&self, txn: TxnId, timeout: Duration) -> Result<Event, CrmemError> {
         let deadline = std::time::Instant::now() + timeout;
-        let mut st = self.shared.lock();
         loop {
-            if let Some(e) = st.outcomes.remove(&txn) {
-                return Ok(e);
+            {
+                let mut st = self.shared.lock();
+                if let Some(e) = st.outcomes.remove(&txn) {
+                    st.waiters.remove(&txn);
+                    return Ok(e);
+                }
+                st.waiters.insert(txn, std::thread::current());
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
+                self.shared.lock().waiters.remove(&txn);
                 return Err(CrmemError::Timeout);
             }
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            std::thread::park_timeout(left);
         }
     }
 }
