@@ -139,6 +139,7 @@ pub(crate) fn pid_exists(pid: u32) -> bool {
 /// never reserves slots under its parent's pid, which the consumer would take for a dead
 /// producer once the parent died.
 #[inline]
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) fn my_pid() -> u32 {
     match PID.load(Ordering::Relaxed) {
         0 => first_pid(),
@@ -147,10 +148,12 @@ pub(crate) fn my_pid() -> u32 {
 }
 
 /// `my_pid`'s cache: 0 until first asked.
+#[cfg_attr(loom, allow(dead_code))]
 static PID: AtomicU32 = AtomicU32::new(0);
 
 /// The first `my_pid`: records the pid and registers the handler that refreshes it in a child.
 #[cold]
+#[cfg_attr(loom, allow(dead_code))]
 fn first_pid() -> u32 {
     static REGISTER: Once = Once::new();
     extern "C" fn refresh_in_child() {

@@ -37,6 +37,7 @@
 //! A scribbler can wedge the ring or lose messages, but cannot make this side read or write out
 //! of bounds or panic.
 
+#[cfg(not(loom))]
 mod futex;
 mod layout;
 mod liveness;
@@ -44,8 +45,11 @@ mod receiver;
 mod reclaim;
 mod segment;
 mod sender;
+mod sync;
 
-#[cfg(test)]
+#[cfg(all(test, loom))]
+mod loom;
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 use std::fmt;

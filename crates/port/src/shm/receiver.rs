@@ -5,11 +5,12 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+// The consumer's own bookkeeping (stall timing) stays on std's atomics: no other thread
+// writes it, so the model checker need not follow it.
+use std::sync::atomic::AtomicU64 as LocalU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::futex;
 use super::layout::{
     meta, meta_kind, meta_len, Layout, HEADER_BYTES, KIND_MESSAGE, KIND_RESERVED, KIND_SKIP, MAGIC,
     VERSION,
@@ -18,6 +19,7 @@ use super::liveness::ProcessIdentity;
 use super::reclaim::{self, Verdict};
 use super::segment::Segment;
 use super::sender::{self, Claim, RingSender};
+use super::sync::{fence, futex, pid_exists, AtomicU64, Ordering};
 use super::{IdleStrategy, RingConfig, RingCounters, SendError, ShmError};
 use crate::idle::{Backoff, Idle};
 
@@ -39,20 +41,26 @@ pub struct RingReceiver {
     /// The position whose reserved slot stalls the head, and when that was first seen (ns
     /// since `born`); `stall_since_ns` 0: no stall seen. A stall at another position starts
     /// the clock again.
-    stall_pos: AtomicU64,
-    stall_since_ns: AtomicU64,
+    stall_pos: LocalU64,
+    stall_since_ns: LocalU64,
     /// Sightings of a reserved head by polls (`try_recv`), which look at the clock only on
     /// every `POLL_SIGHTINGS_PER_LOOK`th.
-    stall_sightings: AtomicU64,
+    stall_sightings: LocalU64,
     born: Instant,
 }
 
 /// How long a reserved, unpublished head slot may stay so before the consumer asks whether
 /// its producer is still alive, and how long a park may last while it waits on one.
-const STALL_CHECK: Duration = Duration::from_millis(10);
+/// Under the model checker, at once: a stall is judged on its second sighting.
+const STALL_CHECK: Duration = if cfg!(loom) {
+    Duration::ZERO
+} else {
+    Duration::from_millis(10)
+};
 /// A poll finds the head reserved for the moment a live producer writes it nearly every time
 /// it catches up with one; it looks at the clock (to time the stall) on every this many.
-const POLL_SIGHTINGS_PER_LOOK: u64 = 8;
+/// (Every time under the model checker.)
+const POLL_SIGHTINGS_PER_LOOK: u64 = if cfg!(loom) { 1 } else { 8 };
 
 /// A new segment's file while it is built: unnamed (`O_TMPFILE`) where the file system allows
 /// it, so nothing is left if its creator dies; else under a name no other creator uses
@@ -80,7 +88,7 @@ impl Aside {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {}
             Err(e) => return Err(ShmError::from(e)),
         }
-        static NEXT: AtomicU64 = AtomicU64::new(0);
+        static NEXT: LocalU64 = LocalU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let named = reclaim::building_path(path, std::process::id(), n)
             .ok_or(ShmError::InvalidConfig("segment path must name a file"))?;
@@ -184,11 +192,30 @@ impl RingReceiver {
             file_id,
             me,
             reclaimed,
-            stall_pos: AtomicU64::new(0),
-            stall_since_ns: AtomicU64::new(0),
-            stall_sightings: AtomicU64::new(0),
+            stall_pos: LocalU64::new(0),
+            stall_since_ns: LocalU64::new(0),
+            stall_sightings: LocalU64::new(0),
             born: Instant::now(),
         })
+    }
+
+    /// A receiver over a segment in ordinary memory, for the model checker (`shm::loom`).
+    /// Its owner is this process; it has no file.
+    #[cfg(all(test, loom))]
+    pub(crate) fn model(cfg: RingConfig) -> RingReceiver {
+        let layout = Layout::compute(cfg.slot_count, cfg.slot_bytes).expect("a valid shape");
+        RingReceiver {
+            seg: Arc::new(Segment::model(layout)),
+            head: 0,
+            path: PathBuf::new(),
+            file_id: (0, 0),
+            me: ProcessIdentity::current().expect("own identity"),
+            reclaimed: 0,
+            stall_pos: LocalU64::new(0),
+            stall_since_ns: LocalU64::new(0),
+            stall_sightings: LocalU64::new(0),
+            born: Instant::now(),
+        }
     }
 
     /// Sizes, maps and writes a new segment (its magic last); returns the mapping and the
@@ -278,6 +305,7 @@ impl RingReceiver {
                     seg,
                     head: &mut self.head,
                 };
+                seg.note_read(pos);
                 // SAFETY: the slot at `pos` is ready and ours until released (by `release`,
                 // also if `f` panics); `len <= slot_bytes` keeps the slice inside the slot. The
                 // higher-ranked `f` cannot keep the slice past the call.
@@ -378,7 +406,7 @@ impl RingReceiver {
         let slot = self.seg.slot(pos);
         // Kind and pid come from one load, so the pid is the reserving producer's own.
         let m = slot.meta.load(Ordering::Acquire);
-        if meta_kind(m) != KIND_RESERVED || super::liveness::pid_exists(meta_len(m)) {
+        if meta_kind(m) != KIND_RESERVED || pid_exists(meta_len(m)) {
             return false;
         }
         // The producer is gone, so nothing else writes this word; the exchange still keeps us
@@ -618,7 +646,7 @@ impl RingReceiver {
     /// file. Dropping the receiver does the same.
     pub fn close(self) {}
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn segment(&self) -> &Segment {
         &self.seg
     }
@@ -626,6 +654,12 @@ impl RingReceiver {
 
 impl Drop for RingReceiver {
     fn drop(&mut self) {
+        // A model check that failed unwinds out of loom's scheduler, which then takes no more
+        // atomic operations: touching the model here would abort the test binary.
+        #[cfg(loom)]
+        if std::thread::panicking() {
+            return;
+        }
         self.seg.header().id.0.closed.store(1, Ordering::Release);
         self.seg.wake_senders();
         let _ = reclaim::unlink_if_same(&self.path, self.file_id);
@@ -646,7 +680,10 @@ impl RingWaker {
 }
 
 fn wake_segment(seg: &Segment) {
-    seg.interrupt.store(true, Ordering::SeqCst);
+    // An exchange, not a store: on x86 the same instruction (a SeqCst store is an xchg), and
+    // loom 0.7 can let a plain store slip between the read and the write of the receiver's
+    // concurrent `swap` (tokio-rs/loom#254), a lost interrupt that the hardware never shows.
+    seg.interrupt.swap(true, Ordering::SeqCst);
     seg.wake_receiver();
 }
 

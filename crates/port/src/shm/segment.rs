@@ -4,20 +4,26 @@
 
 use std::fs::File;
 use std::io;
+#[cfg(not(loom))]
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 
-use super::futex;
-use super::layout::{
-    meta, Header, Layout, SlotHeader, HEADER_BYTES, KIND_MESSAGE, KIND_RESERVED, SLOT_HEADER_BYTES,
-};
+use super::layout::{meta, Header, Layout, SlotHeader, KIND_MESSAGE, KIND_RESERVED};
+#[cfg(not(loom))]
+use super::layout::{HEADER_BYTES, SLOT_HEADER_BYTES};
+use super::sync::{fence, futex, my_pid, AtomicBool, AtomicU64, Ordering};
 use super::SendError;
 
 /// One `mmap` of a whole segment file, with the geometry validated when it was mapped.
 pub(crate) struct Segment {
+    /// The mapping: header at offset 0, slots after it.
+    #[cfg(not(loom))]
     base: NonNull<u8>,
+    #[cfg(not(loom))]
     map_bytes: usize,
+    /// Under the model checker, the same words in ordinary memory.
+    #[cfg(loom)]
+    model: ModelMemory,
     pub layout: Layout,
     /// Process-local: set by [`RingWaker::wake`](super::RingWaker) so a parked receiver returns.
     pub interrupt: AtomicBool,
@@ -67,6 +73,7 @@ unsafe impl Sync for Segment {}
 impl Segment {
     /// Maps `map_bytes` of `file` read-write and shared. `layout` must describe at most
     /// `map_bytes` bytes.
+    #[cfg(not(loom))]
     pub fn map(file: &File, map_bytes: usize, layout: Layout) -> io::Result<Segment> {
         assert!(map_bytes >= HEADER_BYTES && layout.total_bytes <= map_bytes);
         // SAFETY: mapping a file descriptor we own; the kernel picks the address.
@@ -94,13 +101,55 @@ impl Segment {
         })
     }
 
+    #[cfg(loom)]
+    pub fn map(_file: &File, _map_bytes: usize, _layout: Layout) -> io::Result<Segment> {
+        Err(io::Error::other("a segment is not mapped under loom"))
+    }
+
+    /// A segment in ordinary memory for the model checker, initialized as
+    /// `RingReceiver::create` initializes a new mapping.
+    #[cfg(loom)]
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn model(layout: Layout) -> Segment {
+        let slots: Box<[SlotHeader]> = (0..layout.slot_count as u64)
+            .map(|pos| SlotHeader {
+                seq: AtomicU64::new(pos),
+                meta: AtomicU64::new(0),
+            })
+            .collect();
+        let data_bytes = layout.slot_count as usize * layout.slot_bytes as usize;
+        let data = Box::into_raw(vec![0u8; data_bytes].into_boxed_slice());
+        Segment {
+            model: ModelMemory {
+                header: Box::default(),
+                slots,
+                data: NonNull::new(data.cast::<u8>()).expect("a box is not null"),
+                data_bytes,
+                access: (0..layout.slot_count)
+                    .map(|_| loom::cell::UnsafeCell::new(()))
+                    .collect(),
+            },
+            layout,
+            interrupt: AtomicBool::new(false),
+            doorbell: std::sync::OnceLock::new(),
+            cached_head: AtomicU64::new(0),
+        }
+    }
+
+    #[cfg(not(loom))]
     pub fn header(&self) -> &Header {
         // SAFETY: the mapping is page-aligned and at least HEADER_BYTES long; Header consists of
         // atomics, valid for any bit pattern.
         unsafe { &*self.base.as_ptr().cast::<Header>() }
     }
 
+    #[cfg(loom)]
+    pub fn header(&self) -> &Header {
+        &self.model.header
+    }
+
     /// The record header of the slot holding position `pos`.
+    #[cfg(not(loom))]
     pub fn slot(&self, pos: u64) -> &SlotHeader {
         let offset = self.layout.slot_offset((pos & self.layout.mask) as usize);
         // SAFETY: offset + stride <= total_bytes <= map_bytes by the layout; the offset is a
@@ -108,11 +157,45 @@ impl Segment {
         unsafe { &*self.base.as_ptr().add(offset).cast::<SlotHeader>() }
     }
 
+    #[cfg(loom)]
+    pub fn slot(&self, pos: u64) -> &SlotHeader {
+        &self.model.slots[(pos & self.layout.mask) as usize]
+    }
+
     /// Start of the payload of the slot holding position `pos`; `slot_bytes` bytes are valid.
+    #[cfg(not(loom))]
     pub fn slot_data(&self, pos: u64) -> *mut u8 {
         let offset = self.layout.slot_offset((pos & self.layout.mask) as usize);
         // SAFETY: offset + SLOT_HEADER_BYTES + slot_bytes <= offset + stride <= map_bytes.
         unsafe { self.base.as_ptr().add(offset + SLOT_HEADER_BYTES) }
+    }
+
+    #[cfg(loom)]
+    pub fn slot_data(&self, pos: u64) -> *mut u8 {
+        let index = (pos & self.layout.mask) as usize;
+        // SAFETY: index < slot_count, so the slot's payload lies inside `data`.
+        unsafe {
+            self.model
+                .data
+                .as_ptr()
+                .add(index * self.layout.slot_bytes as usize)
+        }
+    }
+
+    /// The producer holding position `pos` writes its payload from here on. Nothing in
+    /// production; under loom, a write access to the slot that loom checks is ordered after
+    /// every earlier access (a data race on the payload otherwise).
+    #[inline(always)]
+    pub fn note_write(&self, _pos: u64) {
+        #[cfg(loom)]
+        self.model.access[(_pos & self.layout.mask) as usize].with_mut(|_| ());
+    }
+
+    /// The consumer reads the payload at `pos` from here on: as `note_write`, a read access.
+    #[inline(always)]
+    pub fn note_read(&self, _pos: u64) {
+        #[cfg(loom)]
+        self.model.access[(_pos & self.layout.mask) as usize].with(|_| ());
     }
 
     pub fn slot_bytes(&self) -> usize {
@@ -167,10 +250,10 @@ impl Segment {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    self.slot(pos).meta.store(
-                        meta(KIND_RESERVED, super::liveness::my_pid()),
-                        Ordering::Release,
-                    );
+                    self.slot(pos)
+                        .meta
+                        .store(meta(KIND_RESERVED, my_pid()), Ordering::Release);
+                    self.note_write(pos);
                     return Ok(pos);
                 }
                 Err(current) => pos = current,
@@ -181,6 +264,7 @@ impl Segment {
     /// Publishes the record at the reserved position `pos` and wakes a parked receiver.
     pub fn publish(&self, pos: u64, len: usize, kind: u32) {
         debug_assert!(len <= self.slot_bytes());
+        self.note_write(pos);
         let slot = self.slot(pos);
         // The sequence first: until `meta` follows, the consumer sees a published slot that
         // is still reserved and waits (or, if we die here, recovers it by our pid).
@@ -265,9 +349,31 @@ impl Segment {
     }
 }
 
+#[cfg(not(loom))]
 impl Drop for Segment {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly what `map` mapped; no references outlive `self`.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_bytes) };
+    }
+}
+
+/// A segment's words and payload in ordinary memory, for the model checker.
+#[cfg(loom)]
+struct ModelMemory {
+    header: Box<Header>,
+    slots: Box<[SlotHeader]>,
+    /// `slot_count * slot_bytes` payload bytes, from a boxed slice freed on drop.
+    data: NonNull<u8>,
+    data_bytes: usize,
+    /// One per slot: stands for its payload in loom's data-race check.
+    access: Box<[loom::cell::UnsafeCell<()>]>,
+}
+
+#[cfg(loom)]
+impl Drop for ModelMemory {
+    fn drop(&mut self) {
+        let data = std::ptr::slice_from_raw_parts_mut(self.data.as_ptr(), self.data_bytes);
+        // SAFETY: `data` came from `Box::into_raw` of a slice of this length, freed only here.
+        drop(unsafe { Box::from_raw(data) });
     }
 }

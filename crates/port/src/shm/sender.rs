@@ -5,18 +5,18 @@ use std::io;
 use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::futex;
 use super::layout::{IdentityValues, Layout, HEADER_BYTES, KIND_MESSAGE, KIND_SKIP};
 use super::liveness::ProcessIdentity;
 use super::segment::Segment;
+use super::sync::{fence, futex, spin_loop, Ordering};
 use super::{SendError, ShmError, SEGMENT_BYTES_MAX};
 
-/// Busy retries of a full ring before a sender sleeps on the back-pressure futex.
-const SEND_SPINS: u32 = 256;
+/// Busy retries of a full ring before a sender sleeps on the back-pressure futex (one under
+/// the model checker, where each retry multiplies the interleavings to explore).
+const SEND_SPINS: u32 = if cfg!(loom) { 1 } else { 256 };
 /// Longest single sleep of a blocked sender; between sleeps it checks the owner is alive.
 const SEND_PARK_SLICE: Duration = Duration::from_millis(20);
 
@@ -136,7 +136,7 @@ impl RingSender {
     fn send_until(&self, msg: &[u8], deadline: Option<Instant>) -> Result<(), SendError> {
         for _ in 0..SEND_SPINS {
             match self.seg.try_send(msg) {
-                Err(SendError::Full) => std::hint::spin_loop(),
+                Err(SendError::Full) => spin_loop(),
                 other => return other,
             }
         }
@@ -168,7 +168,7 @@ impl RingSender {
             if self.seg.has_room() {
                 return Ok(());
             }
-            std::hint::spin_loop();
+            spin_loop();
         }
         let room = || {
             if self.seg.has_room() {
@@ -240,10 +240,11 @@ impl RingSender {
     /// doorbell. (Any message published after this is seen by the receiver's re-check of the
     /// ring once its park returns.)
     pub(crate) fn receiver_awake(&self) {
-        self.seg.header().sleeping.0.store(
-            super::segment::SLEEPING_NO,
-            std::sync::atomic::Ordering::SeqCst,
-        );
+        self.seg
+            .header()
+            .sleeping
+            .0
+            .store(super::segment::SLEEPING_NO, Ordering::SeqCst);
     }
 
     pub fn set_doorbell(&self, to: std::net::SocketAddr) {
