@@ -245,7 +245,9 @@ impl EngineWorld {
             };
             match r {
                 Ok(()) => self.streams.sent_one(i, j),
-                Err(TableSendError::Full) => {}
+                // Back-pressure, or a peer silent through `unreachable_after_timeouts`
+                // retransmissions (a long partition or clog): the application tries later.
+                Err(TableSendError::Full) | Err(TableSendError::Unreachable) => {}
                 Err(e) => return Err(run.fail(format!("node {i}: send to {j} refused: {e:?}"))),
             }
             if self.rng.chance(0.01) {

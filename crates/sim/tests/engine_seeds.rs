@@ -57,6 +57,17 @@ fn fixed_seeds_under_faults_deliver_exactly_once_in_order() {
 }
 
 #[test]
+fn regression_seeds() {
+    // 114132: a send after healing to a peer the link had declared unreachable (silent
+    // through ten retransmission timeouts of a partition) was taken for a bug; it is the
+    // link's fail-fast answer, and the application sends again later.
+    let opts = EngineSimOptions::default();
+    for seed in [114132] {
+        run_engine(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
+    }
+}
+
+#[test]
 fn a_seed_replays_exactly() {
     let opts = EngineSimOptions::default();
     let a = run_engine(7, &opts).unwrap_or_else(|v| panic!("{v}"));
