@@ -17,8 +17,8 @@
 
 use crate::lock::LockMapping;
 use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId};
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use txcast_port::{ModuleHost, ModuleHostError};
@@ -93,6 +93,10 @@ struct State {
     outcomes: HashMap<TxnId, Event>,
     /// The thread waiting for each transaction's outcome.
     waiters: HashMap<TxnId, std::thread::Thread>,
+    /// Transactions committed with `commit_async`: nobody waits for their outcome.
+    async_txns: HashSet<TxnId>,
+    /// Threads waiting until a commit number is durable.
+    durable_waiters: Vec<(u64, std::thread::Thread)>,
     /// Role changes and lost backups, for [`Crmem::notices`] (bounded: oldest dropped).
     notices: VecDeque<Event>,
     /// Messages the node produced that the module has not sent yet.
@@ -107,6 +111,8 @@ struct Shared {
     state: Mutex<State>,
     /// A FLUSH is posted and its handler has not started: later commits need not post one.
     flush_posted: AtomicBool,
+    /// Commits up to this number are complete (the node's `durable`, as last filed).
+    durable: AtomicU64,
 }
 
 impl Shared {
@@ -155,6 +161,7 @@ impl CrmemModule {
         }
         while let Some(e) = st.node.poll_event() {
             match e {
+                Event::Committed(t) if st.async_txns.remove(&t) => {}
                 Event::Granted(t) | Event::Committed(t) | Event::Aborted(t, _) => {
                     st.outcomes.insert(t, e);
                     // Only the thread waiting for this transaction is woken.
@@ -169,6 +176,17 @@ impl CrmemModule {
                     st.notices.push_back(other);
                 }
             }
+        }
+        let d = st.node.durable();
+        if d > self.shared.durable.load(Ordering::Relaxed) {
+            self.shared.durable.store(d, Ordering::Release);
+            st.durable_waiters.retain(|(seq, w)| {
+                let done = *seq <= d;
+                if done {
+                    w.unpark();
+                }
+                !done
+            });
         }
         if let Some(t) = st.node.poll_timeout() {
             let _ = cx.arm(t, TIMER_NODE);
@@ -325,12 +343,15 @@ impl Crmem {
                 node,
                 outcomes: HashMap::new(),
                 waiters: HashMap::new(),
+                async_txns: HashSet::new(),
+                durable_waiters: Vec::new(),
                 notices: VecDeque::new(),
                 outq: VecDeque::new(),
                 last_heard: vec![now; n],
                 dead: vec![false; n],
             }),
             flush_posted: AtomicBool::new(false),
+            durable: AtomicU64::new(0),
         });
         let module = CrmemModule {
             shared: shared.clone(),
@@ -459,6 +480,53 @@ impl Crmem {
         match self.wait(txn, timeout)? {
             Event::Committed(_) => Ok(seq),
             _ => Err(CrmemError::Timeout),
+        }
+    }
+
+    /// Commits without waiting (LRVM's no-flush commit): the locks are released and the
+    /// write set is on its way; the commit number is returned at once. The transaction is
+    /// durable once [`Crmem::durable`] reaches that number ([`Crmem::wait_durable`]); one
+    /// thread may keep many commits in flight, and they complete in order.
+    pub fn commit_async(&self, txn: TxnId) -> Result<u64, CrmemError> {
+        let seq = {
+            let mut st = self.shared.lock();
+            let seq = st.node.commit(txn)?;
+            st.async_txns.insert(txn);
+            seq
+        };
+        self.flush()?;
+        Ok(seq)
+    }
+
+    /// Commits up to this number are on every live backup.
+    pub fn durable(&self) -> u64 {
+        self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// Waits until commit `seq` is durable, or `timeout` passes.
+    pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), CrmemError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.durable() >= seq {
+                return Ok(());
+            }
+            {
+                let mut st = self.shared.lock();
+                if self.durable() >= seq {
+                    return Ok(());
+                }
+                st.durable_waiters.push((seq, std::thread::current()));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                let me = std::thread::current().id();
+                self.shared
+                    .lock()
+                    .durable_waiters
+                    .retain(|(_, w)| w.id() != me);
+                return Err(CrmemError::Timeout);
+            }
+            std::thread::park_timeout(left);
         }
     }
 

@@ -218,6 +218,8 @@ pub struct Node {
     waiting: VecDeque<TxnId>,
     /// Commit sequence numbers: the last one given (primary), the last one applied (backup).
     seq: u64,
+    /// The highest commit number complete, in order (primary).
+    durable: u64,
     log_used: usize,
     pending: VecDeque<Pending>,
     assembling: Option<Assembly>,
@@ -245,6 +247,7 @@ impl Node {
             next_txn: 1,
             waiting: VecDeque::new(),
             seq: 0,
+            durable: 0,
             log_used: 0,
             pending: VecDeque::new(),
             assembling: None,
@@ -285,6 +288,11 @@ impl Node {
     /// The last commit sequence number given (primary) or applied (backup).
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// Commits up to this number are complete (on every live backup), at the primary.
+    pub fn durable(&self) -> u64 {
+        self.durable
     }
 
     /// Adds a segment of `bytes` zeroed bytes with its lock mapping. Every replica adds the
@@ -620,6 +628,7 @@ impl Node {
         while self.pending.front().is_some_and(|p| p.missing.is_empty()) {
             let p = self.pending.pop_front().expect("front");
             self.log_used -= p.bytes;
+            self.durable = self.durable.max(p.seq);
             self.counters.committed += 1;
             self.events.push_back(Event::Committed(p.txn));
         }
@@ -886,6 +895,8 @@ impl Node {
         }
         self.assembling = None;
         if successor == self.cfg.node {
+            // What it applied is on the surviving replica set: complete.
+            self.durable = self.seq;
             self.role = Role::Primary {
                 backups: Vec::new(),
             };

@@ -122,3 +122,31 @@ fn the_backup_takes_over_and_the_old_primary_recovers_from_it() {
     assert_eq!(p.seq(), 3);
     assert_eq!(p.snapshot_segment(0), b.snapshot_segment(0));
 }
+
+#[test]
+fn async_commits_complete_in_order_and_wait_durable_waits_for_the_backup() {
+    let p = open(4, 0, 0, false);
+    let b = open(4, 1, 0, false);
+    let mut last = 0;
+    for i in 0..200u32 {
+        let t = p.begin(SECOND).unwrap();
+        let off = (i % 40) * 100;
+        p.set_range(t, 0, off, 8, Mode::Write).unwrap();
+        p.write(t, 0, off, 8, |m| {
+            m.copy_from_slice(&(i as u64).to_le_bytes())
+        })
+        .unwrap();
+        let seq = p.commit_async(t).unwrap();
+        assert_eq!(seq, last + 1);
+        last = seq;
+    }
+    p.wait_durable(last, SECOND).unwrap();
+    assert!(p.durable() >= last);
+    // Durable means on the backup.
+    assert!(b.seq() >= last);
+    assert_eq!(b.snapshot_segment(0), p.snapshot_segment(0));
+    assert!(matches!(
+        p.wait_durable(last + 1, Duration::from_millis(20)),
+        Err(CrmemError::Timeout)
+    ));
+}

@@ -188,6 +188,7 @@ fn commits_complete_when_every_backup_has_them_in_order() {
         events(&mut c[0]),
         [Event::Committed(t1), Event::Committed(t2)]
     );
+    assert_eq!(c[0].durable(), 1);
     assert_eq!(c[2].segment(0), c[0].segment(0));
     assert_eq!((c[1].seq(), c[2].seq()), (1, 1));
 }

@@ -8,7 +8,9 @@
 //!   measured in the same run.
 //! - **synthetic** (Figure 7): 10,000 three-field records in one segment, 1,000 locks,
 //!   uniform mapping; each transaction picks a record and stores the sum of its first two
-//!   fields in the third. Transactions per second at parallelism 1..16 (application threads).
+//!   fields in the third. Transactions per second at parallelism 1..16 (application threads
+//!   each waiting for its commit), then one thread with 1..256 commits in flight
+//!   (`commit_async`, `wait_durable`).
 //! - **tpcb** (Figure 8, mirror): 10,000 accounts (ten to a lock), 256 tellers (two to a
 //!   lock), 32 branches, a 100-record history (one lock each); each transaction moves an
 //!   amount on an account, its teller and the teller's branch and writes a history record.
@@ -50,17 +52,20 @@ struct Plan {
     commits: u64,
     warmup: u64,
     parallel: Vec<usize>,
+    depths: Vec<usize>,
     seconds: f64,
 }
 
 fn usage() -> String {
     "usage: txcast bench crmem [--sections commit,synthetic,tpcb] [--commits N] [--warmup N]\n\
-     \x20      [--parallel 1,2,4,8,16] [--seconds S]\n"
+     \x20      [--parallel 1,2,4,8,16] [--depths 1,16,64,256] [--seconds S]\n"
         .to_string()
 }
 
 fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let valued = ["sections", "commits", "warmup", "parallel", "seconds"];
+    let valued = [
+        "sections", "commits", "warmup", "parallel", "depths", "seconds",
+    ];
     let Some(o) = bench_options(args, &valued)? else {
         return Ok(None);
     };
@@ -77,6 +82,7 @@ fn plan(args: &[String]) -> Result<Option<Plan>, String> {
         commits: o.u64_or("commits", 10_000)?.clamp(1, 10_000_000),
         warmup: o.u64_or("warmup", 1_000)?.clamp(1, 1_000_000),
         parallel: usize_list_in(&o, "parallel", &[1, 2, 4, 8, 16], 1..=64)?,
+        depths: usize_list_in(&o, "depths", &[1, 16, 64, 256], 1..=4096)?,
         seconds,
     }))
 }
@@ -211,9 +217,13 @@ fn bench(plan: &Plan) -> io::Result<()> {
             throughput(plan, &c, "synthetic", |c, rng| {
                 synthetic_txn(c, rng.below(RECORDS as u64) as u32)
             })?;
+            pipelined(plan, &c, "synthetic", |c, rng| {
+                synthetic(c, rng.below(RECORDS as u64) as u32, End::Async)
+            })?;
         }
         if has("tpcb") {
             throughput(plan, &c, "tpcb", tpcb_txn)?;
+            pipelined(plan, &c, "tpcb", |c, rng| tpcb(c, rng, End::Async))?;
             let mine = tpcb_sums(&c).ok_or_else(|| io::Error::other("no segments"))?;
             std::fs::write(&stop, b"")?;
             super::wait_child(&mut partner, Duration::from_secs(30))?;
@@ -239,8 +249,27 @@ fn bench(plan: &Plan) -> io::Result<()> {
     r
 }
 
+/// How a benchmark transaction ends: `commit` (waits until the backup has it) or
+/// `commit_async` (returns at once; the caller waits for durability in batches).
+#[derive(Clone, Copy)]
+enum End {
+    Wait,
+    Async,
+}
+
+fn end(c: &Crmem, t: u64, how: End) -> io::Result<u64> {
+    match how {
+        End::Wait => c.commit(t, WAIT).map_err(err),
+        End::Async => c.commit_async(t).map_err(err),
+    }
+}
+
 /// One synthetic transaction on `record`: field 3 = field 1 + field 2, field 1 += 1.
 fn synthetic_txn(c: &Crmem, record: u32) -> io::Result<()> {
+    synthetic(c, record, End::Wait).map(|_| ())
+}
+
+fn synthetic(c: &Crmem, record: u32, how: End) -> io::Result<u64> {
     let t = c.begin(WAIT).map_err(err)?;
     let off = record * FIELDS;
     c.set_range(t, SYN, off, FIELDS, Mode::Write).map_err(err)?;
@@ -250,12 +279,15 @@ fn synthetic_txn(c: &Crmem, record: u32) -> io::Result<()> {
         add_i64(m, 0, 1);
     })
     .map_err(err)?;
-    c.commit(t, WAIT).map_err(err)?;
-    Ok(())
+    end(c, t, how)
 }
 
 /// One TpcB transaction.
 fn tpcb_txn(c: &Crmem, rng: &mut Rng) -> io::Result<()> {
+    tpcb(c, rng, End::Wait).map(|_| ())
+}
+
+fn tpcb(c: &Crmem, rng: &mut Rng, how: End) -> io::Result<u64> {
     let account = rng.below(ACCOUNTS as u64) as u32;
     let teller = rng.below(TELLERS as u64) as u32;
     let branch = teller / (TELLERS / BRANCHES);
@@ -282,7 +314,43 @@ fn tpcb_txn(c: &Crmem, rng: &mut Rng) -> io::Result<()> {
         })
         .map_err(err)?;
     }
-    c.commit(t, WAIT).map_err(err)?;
+    end(c, t, how)
+}
+
+/// One application thread keeping up to `depth` commits in flight (`commit_async`, then
+/// `wait_durable` on the oldest): the parallelism of the paper's figures without a thread
+/// per transaction.
+fn pipelined(
+    plan: &Plan,
+    c: &Crmem,
+    name: &str,
+    txn: impl Fn(&Crmem, &mut Rng) -> io::Result<u64>,
+) -> io::Result<()> {
+    println!(
+        "{name}, one thread with commits in flight: transactions per second, {} s a point",
+        plan.seconds
+    );
+    println!("{:>11} {:>14} {:>12}", "in flight", "txn/s", "transactions");
+    for &depth in &plan.depths {
+        let mut rng = Rng::new(depth as u64);
+        let mut flight = std::collections::VecDeque::with_capacity(depth);
+        let started = Instant::now();
+        let until = started + Duration::from_secs_f64(plan.seconds);
+        let mut n = 0u64;
+        while Instant::now() < until {
+            if flight.len() >= depth {
+                let oldest = flight.pop_front().expect("in flight");
+                c.wait_durable(oldest, WAIT).map_err(err)?;
+            }
+            flight.push_back(txn(c, &mut rng)?);
+            n += 1;
+        }
+        if let Some(&last) = flight.back() {
+            c.wait_durable(last, WAIT).map_err(err)?;
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        println!("{depth:>11} {rate:>14.0} {n:>12}");
+    }
     Ok(())
 }
 
