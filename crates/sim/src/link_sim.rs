@@ -3,6 +3,7 @@
 
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
+use crate::streams::{message, message_len};
 use crate::{Node, NodeId};
 use txcast_proto::link::{Link, LinkConfig, LinkCounters, LinkSendError};
 use txcast_proto::pack::PackMode;
@@ -165,36 +166,6 @@ impl Node for LinkNode {
             .flatten()
             .filter_map(|l| l.poll_timeout())
             .min()
-    }
-}
-
-/// The bytes of message `counter` from `from` to `to`: a header the checker reads back and a
-/// filler that depends on all three, so any corruption or mix-up is caught.
-fn message(
-    from: NodeId,
-    to: NodeId,
-    incarnation: u32,
-    counter: u32,
-    len: usize,
-    out: &mut Vec<u8>,
-) {
-    out.clear();
-    out.extend_from_slice(&(from as u16).to_le_bytes());
-    out.extend_from_slice(&(to as u16).to_le_bytes());
-    out.extend_from_slice(&counter.to_le_bytes());
-    out.extend_from_slice(&incarnation.to_le_bytes());
-    let mut x = (from as u32) << 24 ^ (to as u32) << 16 ^ counter ^ incarnation << 8;
-    while out.len() < len.max(12) {
-        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-        out.push((x >> 16) as u8);
-    }
-}
-
-fn message_len(rng: &mut Rng) -> usize {
-    match rng.below(20) {
-        0 => 2000 + rng.below(9000) as usize, // fragmented
-        1..=3 => 500 + rng.below(1500) as usize,
-        _ => 8 + rng.below(120) as usize,
     }
 }
 
