@@ -436,6 +436,32 @@ impl ModuleHost {
         ty: u16,
         args: &[u8],
     ) -> Result<Ticket, ModuleHostError> {
+        self.enqueue(module, key, ty, args, true).map(Ticket)
+    }
+
+    /// Issues instruction `ty` with no ticket: its completion (or refusal) is dropped. For
+    /// an instruction that only wakes a module to do its work, issued often enough that
+    /// collecting every ticket would cost more than the instruction.
+    pub fn post(
+        &self,
+        module: ModuleId,
+        key: u64,
+        ty: u16,
+        args: &[u8],
+    ) -> Result<(), ModuleHostError> {
+        self.enqueue(module, key, ty, args, false).map(|_| ())
+    }
+
+    /// Puts an instruction in the engine's mailbox (with a slot for its completion if
+    /// `ticket`) and wakes the engine; the instruction's id.
+    fn enqueue(
+        &self,
+        module: ModuleId,
+        key: u64,
+        ty: u16,
+        args: &[u8],
+        ticket: bool,
+    ) -> Result<u64, ModuleHostError> {
         if args.len() > ARGS_BYTES_MAX {
             return Err(ModuleHostError::ArgsTooLong(args.len()));
         }
@@ -445,11 +471,13 @@ impl ModuleHost {
             if p.len() >= MAILBOX_MAX {
                 return Err(ModuleHostError::MailboxFull);
             }
-            let mut done = self.inner.mailbox.done.lock().expect("lock");
-            if done.len() >= TICKETS_MAX {
-                return Err(ModuleHostError::TooManyTickets);
+            if ticket {
+                let mut done = self.inner.mailbox.done.lock().expect("lock");
+                if done.len() >= TICKETS_MAX {
+                    return Err(ModuleHostError::TooManyTickets);
+                }
+                done.insert(id, None);
             }
-            done.insert(id, None);
             p.push_back(Pending {
                 id,
                 module,
@@ -463,39 +491,7 @@ impl ModuleHost {
         // The engine looks at the mailbox before it sleeps (`Service::arm`), after it
         // announced the sleep: one of the two sees the other.
         self.inner.engine.wake_if_sleeping();
-        Ok(Ticket(id))
-    }
-
-    /// Issues instruction `ty` with no ticket: its completion (or refusal) is dropped. For
-    /// an instruction that only wakes a module to do its work, issued often enough that
-    /// collecting every ticket would cost more than the instruction.
-    pub fn post(
-        &self,
-        module: ModuleId,
-        key: u64,
-        ty: u16,
-        args: &[u8],
-    ) -> Result<(), ModuleHostError> {
-        if args.len() > ARGS_BYTES_MAX {
-            return Err(ModuleHostError::ArgsTooLong(args.len()));
-        }
-        let id = self.inner.mailbox.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        {
-            let mut p = self.inner.mailbox.pending.lock().expect("lock");
-            if p.len() >= MAILBOX_MAX {
-                return Err(ModuleHostError::MailboxFull);
-            }
-            p.push_back(Pending {
-                id,
-                module,
-                key,
-                ty,
-                args: args.to_vec(),
-            });
-            self.inner.mailbox.waiting.store(true, Ordering::SeqCst);
-        }
-        self.inner.engine.wake_if_sleeping();
-        Ok(())
+        Ok(id)
     }
 
     /// The completion of `t` if it has come (then the ticket is spent).
