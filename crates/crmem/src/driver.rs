@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use txcast_port::{ModuleHost, ModuleHostError};
-use txcast_proto::module::{Context, Control, Instruction, Module, ModuleId, Registration};
+use txcast_proto::module::{
+    Context, Control, Instruction, Module, ModuleError, ModuleId, Registration,
+};
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
 
@@ -82,6 +84,8 @@ pub enum CrmemError {
     LockTimeout,
     #[error("no outcome in time (the primary may have failed)")]
     Timeout,
+    #[error("commit {seq} is not on every backup yet (wait_durable({seq}) waits for it)")]
+    CommitPending { seq: u64 },
     #[error("this node's id is not in the node list")]
     BadConfig,
 }
@@ -152,10 +156,15 @@ impl CrmemModule {
                 Ok(()) => {
                     st.outq.pop_front();
                 }
-                Err(_) => {
+                Err(ModuleError::Budget) | Err(ModuleError::OutboxFull) => {
                     // The handler's budget or the outbox is spent: go on in a moment.
                     let _ = cx.arm(cx.now(), TIMER_MORE);
                     break;
+                }
+                Err(_) => {
+                    // Cannot be sent at all (the node keeps messages within a control body):
+                    // dropped rather than retried for ever.
+                    st.outq.pop_front();
                 }
             }
         }
@@ -202,11 +211,12 @@ impl CrmemModule {
         st.dead[k as usize] = true;
         match st.node.role().clone() {
             Role::Primary { .. } => st.node.peer_down(k),
-            Role::Backup { primary } if primary == k => {
-                let successor = (0..self.nodes.len() as NodeId)
-                    .find(|&i| !st.dead[i as usize])
-                    .unwrap_or(self.me);
-                st.node.primary_down(successor);
+            Role::Backup { primary: p } | Role::Recovering { from: p } if p == k => {
+                let live: Vec<NodeId> = (0..self.nodes.len() as NodeId)
+                    .filter(|&i| !st.dead[i as usize])
+                    .collect();
+                let successor = live.first().copied().unwrap_or(self.me);
+                st.node.primary_down(successor, &live);
             }
             _ => {}
         }
@@ -469,7 +479,8 @@ impl Crmem {
     /// Rolls the transaction back.
     pub fn abort(&self, txn: TxnId) -> Result<(), CrmemError> {
         self.shared.lock().node.abort(txn)?;
-        Ok(())
+        // Its locks may grant a waiter: the module files that.
+        self.flush()
     }
 
     /// Commits: returns once every live backup holds the transaction (its commit number),
@@ -477,9 +488,23 @@ impl Crmem {
     pub fn commit(&self, txn: TxnId, timeout: Duration) -> Result<u64, CrmemError> {
         let seq = self.shared.lock().node.commit(txn)?;
         self.flush()?;
-        match self.wait(txn, timeout)? {
-            Event::Committed(_) => Ok(seq),
-            _ => Err(CrmemError::Timeout),
+        match self.wait(txn, timeout) {
+            Ok(Event::Committed(_)) => Ok(seq),
+            Ok(_) => Err(CrmemError::Timeout),
+            Err(CrmemError::Timeout) => {
+                // Still on its way: nobody will take its outcome now; the caller can wait
+                // for `seq` with `wait_durable`.
+                let mut st = self.shared.lock();
+                if let Some(e) = st.outcomes.remove(&txn) {
+                    return match e {
+                        Event::Committed(_) => Ok(seq),
+                        _ => Err(CrmemError::Timeout),
+                    };
+                }
+                st.async_txns.insert(txn);
+                Err(CrmemError::CommitPending { seq })
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -36,6 +36,10 @@ pub type SegmentId = u16;
 pub const SEGMENTS_MAX: usize = 256;
 /// Bytes of a message at most (a module message's body).
 pub const MESSAGE_BYTES_MAX: usize = 1024;
+/// What a commit costs the log at least (a read-only one, which ships nothing).
+const PENDING_COST: usize = 64;
+/// A recovering node asks again when its snapshot makes no progress for this long.
+const SNAPSHOT_RETRY_NS: u64 = 200_000_000;
 
 /// A node's limits.
 #[derive(Clone, Debug)]
@@ -233,12 +237,14 @@ pub struct Node {
     snap_nonce: u64,
     snap_asked: u64,
     snap_next: (SegmentId, u32),
+    /// When the snapshot last made progress (`None`: not yet seen by a clock).
+    snap_heard: Option<Instant>,
 }
 
 impl Node {
-    /// A node; `cfg.message_bytes` is raised to 64 if it is below.
+    /// A node; `cfg.message_bytes` is kept within 64..=[`MESSAGE_BYTES_MAX`].
     pub fn new(mut cfg: Config, role: Role) -> Node {
-        cfg.message_bytes = cfg.message_bytes.max(64);
+        cfg.message_bytes = cfg.message_bytes.clamp(64, MESSAGE_BYTES_MAX);
         let mut n = Node {
             cfg,
             role,
@@ -259,6 +265,7 @@ impl Node {
             snap_nonce: 0,
             snap_asked: 0,
             snap_next: (0, 0),
+            snap_heard: None,
         };
         if let Role::Recovering { from } = n.role {
             n.ask_snapshot(from);
@@ -271,6 +278,7 @@ impl Node {
         self.snap_asked += 1;
         self.snap_nonce = self.cfg.incarnation << 20 | (self.snap_asked & 0xF_FFFF);
         self.snap_next = (0, 0);
+        self.snap_heard = None;
         self.role = Role::Recovering { from };
         let mut m = Vec::new();
         msg::snap_req(self.snap_nonce, &mut m);
@@ -408,6 +416,12 @@ impl Node {
             return false;
         }
         for &l in &self.scratch {
+            // A lock it holds already in this mode (or exclusive) is not taken twice: a
+            // second shared count would keep it from ever upgrading.
+            let held = t.held.iter().find(|&&(s, h, _)| s == r.segment && h == l);
+            if held.is_some_and(|&(_, _, x)| x || !write) {
+                continue;
+            }
             match g.locks.take(txn, l, write) {
                 None => {}
                 Some(true) => {
@@ -557,6 +571,9 @@ impl Node {
         if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
             return Err(CrError::TooLarge);
         }
+        // Every entry costs something, so read-only commits behind a slow backup are bounded
+        // by the log too.
+        let bytes = bytes.max(PENDING_COST);
         if self.log_used + bytes > self.cfg.log_bytes {
             return Err(CrError::LogFull);
         }
@@ -636,6 +653,18 @@ impl Node {
 
     /// Lock deadlines: waiting transactions past theirs are aborted.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let Role::Recovering { from } = self.role {
+            // A request can be refused (the successor not promoted yet) or its pieces lost
+            // with a restart: ask again when nothing came for a while.
+            match self.snap_heard {
+                None => self.snap_heard = Some(now),
+                Some(t) if now.0 >= t.0 + SNAPSHOT_RETRY_NS => {
+                    self.ask_snapshot(from);
+                    self.snap_heard = Some(now);
+                }
+                _ => {}
+            }
+        }
         let late: Vec<TxnId> = self
             .waiting
             .iter()
@@ -657,9 +686,15 @@ impl Node {
 
     /// The earliest lock deadline of a waiting transaction.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let snap = match (&self.role, self.snap_heard) {
+            (Role::Recovering { .. }, None) => Some(Instant::ZERO),
+            (Role::Recovering { .. }, Some(t)) => Some(Instant(t.0 + SNAPSHOT_RETRY_NS)),
+            _ => None,
+        };
         self.waiting
             .iter()
             .filter_map(|w| self.txns.get(w).map(|t| t.deadline))
+            .chain(snap)
             .min()
     }
 
@@ -682,7 +717,8 @@ impl Node {
                 self.on_write(from, w.seq, w.part, w.parts, bytes)
             }
             (Msg::Ack { seq }, Role::Primary { .. }) => {
-                for p in self.pending.iter_mut().filter(|p| p.seq == seq) {
+                // Cumulative: a backup applies in order (or took a snapshot up to `seq`).
+                for p in self.pending.iter_mut().take_while(|p| p.seq <= seq) {
                     p.missing.retain(|&k| k != from);
                 }
                 self.complete();
@@ -735,7 +771,11 @@ impl Node {
                     self.seq = s.seq;
                     self.role = Role::Backup { primary: from };
                     self.events.push_back(Event::Recovered);
+                    // The primary's commits up to the snapshot wait for this.
+                    msg::ack(s.seq, &mut self.buf);
+                    self.out.push_back((from, self.buf.clone()));
                 }
+                self.snap_heard = None;
             }
             _ => self.counters.refused += 1,
         }
@@ -889,17 +929,29 @@ impl Node {
     /// primary; otherwise it takes a snapshot from the successor, whose log may hold a
     /// prefix of the old primary's other than this node's. A commit whose last part never
     /// came was never acknowledged: it is dropped.
-    pub fn primary_down(&mut self, successor: NodeId) {
-        if !matches!(self.role, Role::Backup { .. }) {
-            return;
+    ///
+    /// `live` are the other nodes believed alive: a new primary makes them its backups, so
+    /// its commits wait until they have rejoined (through a snapshot, acknowledged) rather
+    /// than complete on one replica. A node still recovering from the dead primary asks the
+    /// successor instead.
+    pub fn primary_down(&mut self, successor: NodeId, live: &[NodeId]) {
+        match self.role {
+            Role::Backup { .. } => {}
+            Role::Recovering { from } if from != successor && successor != self.cfg.node => {
+                self.ask_snapshot(successor);
+                return;
+            }
+            _ => return,
         }
         self.assembling = None;
         if successor == self.cfg.node {
-            // What it applied is on the surviving replica set: complete.
             self.durable = self.seq;
-            self.role = Role::Primary {
-                backups: Vec::new(),
-            };
+            let backups = live
+                .iter()
+                .copied()
+                .filter(|&k| k != self.cfg.node)
+                .collect();
+            self.role = Role::Primary { backups };
             self.events.push_back(Event::Promoted);
         } else {
             self.ask_snapshot(successor);

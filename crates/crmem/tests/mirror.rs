@@ -238,7 +238,7 @@ fn the_backup_takes_over_without_a_half_received_commit() {
     // The primary dies after its first part left.
     let (to, first) = c[0].poll_transmit().unwrap();
     c[to as usize].handle_message(0, &first);
-    c[1].primary_down(1);
+    c[1].primary_down(1, &[1]);
     assert_eq!(events(&mut c[1]), [Event::Promoted]);
     assert_eq!(c[1].role(), &Role::Primary { backups: vec![] });
     assert_eq!(&c[1].segment(0).unwrap()[..100], &[1; 100][..]);
@@ -293,8 +293,8 @@ fn the_other_backups_follow_the_successor_through_a_snapshot() {
         c[*k as usize].handle_message(0, m);
     }
     assert_eq!((c[1].seq(), c[2].seq()), (1, 0));
-    c[1].primary_down(1);
-    c[2].primary_down(1);
+    c[1].primary_down(1, &[1, 2]);
+    c[2].primary_down(1, &[1, 2]);
     assert_eq!(c[2].role(), &Role::Recovering { from: 1 });
     pump(&mut c, &[0]);
     assert_eq!(events(&mut c[1]), [Event::Promoted]);
@@ -351,4 +351,78 @@ fn a_snapshot_for_another_request_is_not_taken() {
     pump(&mut c, &[]);
     assert_eq!(events(&mut c[1]), [Event::Recovered]);
     assert_eq!(c[1].segment(0), c[0].segment(0));
+}
+
+#[test]
+fn reading_a_lock_twice_still_lets_the_transaction_write() {
+    let mut c = cluster(1);
+    let p = &mut c[0];
+    let t = p.begin(FAR).unwrap();
+    // Both ranges map to lock 0 (ten 100-byte records to a lock).
+    assert_eq!(p.set_range(t, 0, 0, 10, Mode::Read), Ok(Lock::Granted));
+    assert_eq!(p.set_range(t, 0, 200, 10, Mode::Read), Ok(Lock::Granted));
+    assert_eq!(p.set_range(t, 0, 0, 10, Mode::Write), Ok(Lock::Granted));
+    p.commit(t).unwrap();
+    let u = p.begin(FAR).unwrap();
+    assert_eq!(p.set_range(u, 0, 0, 10, Mode::Write), Ok(Lock::Granted));
+}
+
+#[test]
+fn a_snapshot_request_refused_before_the_promotion_is_asked_again() {
+    let mut c = cluster(2);
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 0, &[1; 10]);
+    c[0].commit(t).unwrap();
+    pump(&mut c, &[]);
+    // Backup 2 hears of the primary's death first: its request reaches 1, still a backup.
+    c[2].primary_down(1, &[1, 2]);
+    pump(&mut c, &[0]);
+    assert_eq!(c[2].role(), &Role::Recovering { from: 1 });
+    assert_eq!(c[1].counters().refused, 1);
+    c[1].primary_down(1, &[1, 2]);
+    // The request goes again once nothing came for a while.
+    let now = Instant(1_000);
+    c[2].handle_timeout(now);
+    pump(&mut c, &[0]);
+    assert_eq!(c[2].role(), &Role::Recovering { from: 1 });
+    let later = Instant(now.0 + 200_000_000);
+    assert_eq!(c[2].poll_timeout(), Some(later));
+    c[2].handle_timeout(later);
+    pump(&mut c, &[0]);
+    assert_eq!(c[2].role(), &Role::Backup { primary: 1 });
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+}
+
+#[test]
+fn a_new_primary_waits_for_the_live_backups_to_rejoin() {
+    let mut c = cluster(2);
+    c[1].primary_down(1, &[1, 2]);
+    c[2].primary_down(1, &[1, 2]);
+    assert_eq!(events(&mut c[1]), [Event::Promoted]);
+    let t = c[1].begin(FAR).unwrap();
+    write(&mut c[1], t, 0, &[5; 10]);
+    c[1].commit(t).unwrap();
+    assert!(events(&mut c[1]).is_empty(), "complete on one replica");
+    pump(&mut c, &[0]);
+    assert_eq!(events(&mut c[1]), [Event::Committed(t)]);
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+}
+
+#[test]
+fn read_only_commits_behind_a_silent_backup_are_bounded() {
+    let mut c = cluster(1);
+    let p = &mut c[0];
+    let t = p.begin(FAR).unwrap();
+    write(p, t, 0, &[1; 10]);
+    p.commit(t).unwrap(); // never acknowledged: everything queues behind it
+    let mut refused = false;
+    for _ in 0..200_000 {
+        let r = p.begin(FAR).unwrap();
+        p.set_range(r, 0, 500, 10, Mode::Read).unwrap();
+        if p.commit(r) == Err(CrError::LogFull) {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "read-only commits queued without bound");
 }

@@ -604,8 +604,9 @@ impl World for CrmemWorld {
         add_counters(&mut self.counters, old.counters());
         if k == self.primary {
             let s = successor.expect("checked above");
+            let live: Vec<u16> = (0..n as u16).filter(|&i| i as usize != k).collect();
             for i in (0..n).filter(|&i| i != k) {
-                self.nodes[i].cr.primary_down(s as u16);
+                self.nodes[i].cr.primary_down(s as u16, &live);
             }
             self.primary = s;
             self.failovers += 1;
