@@ -106,7 +106,10 @@ struct State {
     /// Messages the node produced that the module has not sent yet.
     outq: VecDeque<(NodeId, Vec<u8>)>,
     last_heard: Vec<Instant>,
+    /// Taken for dead: not listened to in this incarnation.
     dead: Vec<bool>,
+    /// Backups this primary stopped counting on, told so whenever they speak.
+    dropped: Vec<bool>,
 }
 
 const NOTICES_MAX: usize = 256;
@@ -205,20 +208,25 @@ impl CrmemModule {
     /// Peer `k` is dead: the primary stops waiting for it; a backup whose primary it was
     /// hands over to the live node with the lowest id.
     fn down(&self, st: &mut State, k: NodeId) {
-        if st.dead[k as usize] {
+        if st.dead[k as usize] || st.dropped[k as usize] {
             return;
         }
-        st.dead[k as usize] = true;
         match st.node.role().clone() {
-            Role::Primary { .. } => st.node.peer_down(k),
+            Role::Primary { .. } => {
+                // Not listened away: if it still runs it is told it was dropped (on_control)
+                // and recovers, rather than later take itself for the survivor.
+                st.dropped[k as usize] = true;
+                st.node.peer_down(k);
+            }
             Role::Backup { primary: p } | Role::Recovering { from: p } if p == k => {
+                st.dead[k as usize] = true;
                 let live: Vec<NodeId> = (0..self.nodes.len() as NodeId)
                     .filter(|&i| !st.dead[i as usize])
                     .collect();
                 let successor = live.first().copied().unwrap_or(self.me);
                 st.node.primary_down(successor, &live);
             }
-            _ => {}
+            _ => st.dead[k as usize] = true,
         }
     }
 }
@@ -264,8 +272,16 @@ impl Module for CrmemModule {
         st.last_heard[from as usize] = cx.now();
         if msg.ty == CONTROL {
             st.node.handle_message(from, msg.body);
-            self.drain(cx, &mut st);
         }
+        if st.dropped[from as usize] {
+            if st.node.has_backup(from) {
+                // It recovered (asked for a snapshot): counted again.
+                st.dropped[from as usize] = false;
+            } else {
+                st.node.tell_dropped(from);
+            }
+        }
+        self.drain(cx, &mut st);
     }
 
     fn on_timeout(&mut self, cx: &mut Context<'_>, token: u64) {
@@ -279,7 +295,8 @@ impl Module for CrmemModule {
                         continue;
                     }
                     let _ = cx.send(self.nodes[k as usize], HEARTBEAT, &[]);
-                    if now.0.saturating_sub(st.last_heard[k as usize].0) > self.suspect_after {
+                    let silent = now.0.saturating_sub(st.last_heard[k as usize].0);
+                    if !st.dropped[k as usize] && silent > self.suspect_after {
                         self.down(&mut st, k);
                     }
                 }
@@ -302,6 +319,7 @@ impl Module for CrmemModule {
         }
         // Its new incarnation recovers through a snapshot; listen to it again.
         st.dead[k as usize] = false;
+        st.dropped[k as usize] = false;
         st.last_heard[k as usize] = cx.now();
         self.drain(cx, &mut st);
     }
@@ -359,6 +377,7 @@ impl Crmem {
                 outq: VecDeque::new(),
                 last_heard: vec![now; n],
                 dead: vec![false; n],
+                dropped: vec![false; n],
             }),
             flush_posted: AtomicBool::new(false),
             durable: AtomicU64::new(0),

@@ -9,6 +9,8 @@
 //! - `SNAP_REQ`: a restarted node asks a live replica for its segments, naming the request
 //!   (a nonce: pieces of a snapshot sent to an earlier request, or to the node's previous
 //!   incarnation and retransmitted by the link to this one, are not taken for this one's).
+//! - `DROPPED`: the primary tells a backup it stopped counting on it (it took it for dead);
+//!   the backup recovers through a snapshot before it counts again.
 //! - `SNAP`: a piece of one segment (`segment, offset, bytes`) for request `nonce`, flagged
 //!   last on the final piece of the final segment, with the commit sequence number the
 //!   snapshot covers.
@@ -20,6 +22,7 @@ pub const WRITE: u8 = 1;
 pub const ACK: u8 = 2;
 pub const SNAP_REQ: u8 = 3;
 pub const SNAP: u8 = 4;
+pub const DROPPED: u8 = 5;
 
 /// A WRITE part's fixed fields: magic, kind, seq, part, parts, ranges.
 pub const WRITE_HEADER: usize = 2 + 8 + 2 + 2 + 2;
@@ -52,6 +55,7 @@ pub enum Msg<'a> {
     Ack { seq: u64 },
     SnapReq { nonce: u64 },
     Snap(SnapPiece<'a>),
+    Dropped,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -161,6 +165,12 @@ impl<'a> Msg<'a> {
                     bytes: &b[SNAP_HEADER..],
                 }))
             }
+            DROPPED => {
+                if b.len() != 2 {
+                    return Err(MsgError::Short);
+                }
+                Ok(Msg::Dropped)
+            }
             k => Err(MsgError::Kind(k)),
         }
     }
@@ -219,6 +229,11 @@ pub fn ack(seq: u64, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&[MAGIC, ACK]);
     out.extend_from_slice(&seq.to_le_bytes());
+}
+
+pub fn dropped(out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&[MAGIC, DROPPED]);
 }
 
 pub fn snap_req(nonce: u64, out: &mut Vec<u8>) {

@@ -730,6 +730,12 @@ impl Node {
                 }
                 self.role = Role::Primary { backups };
             }
+            (Msg::Dropped, Role::Backup { primary }) if from == primary => {
+                // The primary stopped counting on this replica (it took it for dead): it must
+                // not serve, nor take over, from what it has; it recovers first.
+                self.assembling = None;
+                self.ask_snapshot(from);
+            }
             (Msg::Snap(s), Role::Recovering { from: src })
                 if from == src && s.nonce == self.snap_nonce =>
             {
@@ -922,6 +928,19 @@ impl Node {
         self.role = Role::Primary { backups };
         self.events.push_back(Event::BackupLost(k));
         self.complete();
+    }
+
+    /// Tells node `k`, which this primary dropped as dead ([`Node::peer_down`]) but which
+    /// still speaks, that it is out: it recovers through a snapshot and is counted again.
+    pub fn tell_dropped(&mut self, k: NodeId) {
+        let mut m = Vec::new();
+        msg::dropped(&mut m);
+        self.out.push_back((k, m));
+    }
+
+    /// Whether `k` is one of this primary's backups.
+    pub fn has_backup(&self, k: NodeId) -> bool {
+        matches!(&self.role, Role::Primary { backups } if backups.contains(&k))
     }
 
     /// This backup's primary is dead and `successor` takes over (the backups agree on it,

@@ -426,3 +426,33 @@ fn read_only_commits_behind_a_silent_backup_are_bounded() {
     }
     assert!(refused, "read-only commits queued without bound");
 }
+
+#[test]
+fn a_dropped_backup_that_still_speaks_recovers_before_it_counts_again() {
+    let mut c = cluster(1);
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 0, &[1; 10]);
+    c[0].commit(t).unwrap();
+    pump(&mut c, &[]);
+    // The primary takes backup 1 for dead (it stalled); commits go on without it.
+    c[0].peer_down(1);
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 100, &[2; 10]);
+    c[0].commit(t).unwrap();
+    assert!(!c[0].has_backup(1));
+    // It speaks again: told it was dropped, it recovers and is counted again.
+    c[0].tell_dropped(1);
+    pump(&mut c, &[]);
+    assert_eq!(events(&mut c[1]), [Event::Recovered]);
+    assert!(c[0].has_backup(1));
+    assert_eq!(c[1].segment(0), c[0].segment(0));
+    // Its own stale view never served: it went through Recovering (no promotion possible).
+    assert_eq!(c[1].role(), &Role::Backup { primary: 0 });
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 200, &[3; 10]);
+    c[0].commit(t).unwrap();
+    events(&mut c[0]);
+    assert!(events(&mut c[0]).is_empty());
+    pump(&mut c, &[]);
+    assert_eq!(events(&mut c[0]), [Event::Committed(t)]);
+}
