@@ -136,6 +136,8 @@ pub struct CrmemModule {
     heartbeat: u64,
     suspect_after: u64,
     beating: bool,
+    /// When the heartbeat timer last fired.
+    last_beat: Instant,
 }
 
 impl CrmemModule {
@@ -253,6 +255,7 @@ impl Module for CrmemModule {
         let _ = cx.complete(ins.id, 0, &[]);
         if !self.beating {
             // The first instruction (`Crmem::open` issues one) starts the heartbeat.
+            self.last_beat = cx.now();
             self.beating = cx
                 .arm(Instant(cx.now().0 + self.heartbeat), TIMER_BEAT)
                 .is_ok();
@@ -290,6 +293,12 @@ impl Module for CrmemModule {
         let now = cx.now();
         match token {
             TIMER_BEAT => {
+                // Woken far later than asked: this process itself stalled, and its peers'
+                // silence proves nothing. They get a fresh window.
+                if now.0 > self.last_beat.0 + 2 * self.heartbeat {
+                    st.last_heard.iter_mut().for_each(|t| *t = now);
+                }
+                self.last_beat = now;
                 for k in 0..self.nodes.len() as NodeId {
                     if k == self.me || st.dead[k as usize] {
                         continue;
@@ -389,6 +398,7 @@ impl Crmem {
             heartbeat: cfg.heartbeat.as_nanos() as u64,
             suspect_after: cfg.suspect_after.as_nanos() as u64,
             beating: false,
+            last_beat: now,
         };
         host.load(cfg.module, cfg.key, module)?;
         let c = Crmem {
