@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use txcast_port::{ModuleHost, ModuleHostError};
+use txcast_port::{Engine, ModuleHost, ModuleHostError, Port, PortConfig};
 use txcast_proto::module::{
     Context, Control, Instruction, Module, ModuleError, ModuleId, Registration,
 };
@@ -351,6 +351,35 @@ impl Crmem {
             return Err(CrmemError::BadConfig);
         }
         let host = ModuleHost::open(cfg.nodes[me])?;
+        Crmem::on_host(host, cfg, segments)
+    }
+
+    /// [`Crmem::open`] on an engine of the caller's (an engine thread of its own).
+    pub fn open_on(
+        engine: &Engine,
+        cfg: CrmemConfig,
+        segments: &[(usize, LockMapping)],
+    ) -> Result<Crmem, CrmemError> {
+        let me = cfg.me as usize;
+        if me >= cfg.nodes.len() || cfg.primary as usize >= cfg.nodes.len() {
+            return Err(CrmemError::BadConfig);
+        }
+        let port = Port::open_on(engine, cfg.nodes[me], PortConfig::default())
+            .map_err(|e| CrmemError::Host(ModuleHostError::Port(e)))?;
+        let host = ModuleHost::serve(port).map_err(|(e, _)| CrmemError::Host(e))?;
+        Crmem::on_host(host, cfg, segments)
+    }
+
+    /// The module host the node runs on (its counters, or a closure between engine steps).
+    pub fn host(&self) -> &ModuleHost {
+        &self.host
+    }
+
+    fn on_host(
+        host: ModuleHost,
+        cfg: CrmemConfig,
+        segments: &[(usize, LockMapping)],
+    ) -> Result<Crmem, CrmemError> {
         let role = if cfg.recover {
             Role::Recovering { from: cfg.primary }
         } else if cfg.me == cfg.primary {

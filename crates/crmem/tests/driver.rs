@@ -150,3 +150,44 @@ fn async_commits_complete_in_order_and_wait_durable_waits_for_the_backup() {
         Err(CrmemError::Timeout)
     ));
 }
+
+#[test]
+fn a_stalled_backup_is_dropped_then_recovers_and_never_takes_over() {
+    use txcast_crmem::driver::CrmemModule;
+    use txcast_port::{Engine, EngineConfig};
+    // Each node on an engine thread of its own, so one can stall alone.
+    let (ep, eb) = (
+        Engine::start(EngineConfig::default()).unwrap(),
+        Engine::start(EngineConfig::default()).unwrap(),
+    );
+    let cfg = |me| CrmemConfig::new(nodes(5), me);
+    let p = Crmem::open_on(&ep, cfg(0), &segments()).unwrap();
+    let b = Crmem::open_on(&eb, cfg(1), &segments()).unwrap();
+    assert_eq!(transfer(&p, 0, 1).unwrap(), 1);
+    std::thread::scope(|s| {
+        // The backup's engine is held for 600 ms (twice the failure detector's timeout).
+        let stall = s.spawn(|| {
+            b.host().with_module::<CrmemModule, _>(20, |_| {
+                std::thread::sleep(Duration::from_millis(600))
+            })
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // The primary drops it and goes on alone meanwhile.
+        assert_eq!(transfer(&p, 100, 2).unwrap(), 2);
+        stall.join().unwrap();
+    });
+    // Told it was dropped, it recovers; it never becomes a primary.
+    until("the backup's recovery", || {
+        b.notices().contains(&Event::Recovered)
+    });
+    assert_eq!(b.role(), Role::Backup { primary: 0 });
+    until(
+        "the backup counted again",
+        || matches!(p.role(), Role::Primary { backups } if backups == [1]),
+    );
+    assert_eq!(transfer(&p, 200, 3).unwrap(), 3);
+    assert_eq!(b.snapshot_segment(0), p.snapshot_segment(0));
+    drop((p, b));
+    ep.shutdown();
+    eb.shutdown();
+}
