@@ -3,7 +3,7 @@
 
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::streams::{message, message_len};
+use crate::streams::{message_len, Streams};
 use crate::{Node, NodeId};
 use txcast_proto::link::{Link, LinkConfig, LinkCounters, LinkSendError};
 use txcast_proto::pack::PackMode;
@@ -193,22 +193,6 @@ fn link_config(rng: &mut Rng) -> LinkConfig {
     cfg
 }
 
-/// The checker's view of each stream i -> j (indexed `[i][j]`).
-struct Streams {
-    /// Messages sent.
-    sent: Vec<Vec<u32>>,
-    /// The sender incarnation last delivered.
-    seen_inc: Vec<Vec<u32>>,
-    /// The counter due next (`None` right after the receiver restarted: a new receiver may
-    /// start anywhere).
-    next_expected: Vec<Vec<Option<u32>>>,
-    /// Counters a crashed receiver may have acknowledged without its application taking
-    /// them: below this, a gap is loss by that crash, not a bug.
-    skip_limit: Vec<Vec<u32>>,
-    /// `first_sent[i][j][k]`: the first counter incarnation k+1 of i sent to j.
-    first_sent: Vec<Vec<Vec<u32>>>,
-}
-
 struct LinkWorld {
     opts: LinkSimOptions,
     cfg: LinkConfig,
@@ -217,13 +201,10 @@ struct LinkWorld {
     stall: f64,
     restarts: usize,
     nodes: Vec<LinkNode>,
-    incarnation: Vec<u32>,
     s: Streams,
     next_send_at: Vec<Instant>,
     msg: Vec<u8>,
-    expect: Vec<u8>,
     total: u32,
-    delivered: u64,
 }
 
 /// Runs one seed; `Err` describes the first violation, with the replay command.
@@ -261,19 +242,10 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Viola
         faults,
         stall,
         restarts: restarts.len(),
-        incarnation: vec![1; n],
-        s: Streams {
-            sent: vec![vec![0; n]; n],
-            seen_inc: vec![vec![0; n]; n],
-            next_expected: vec![vec![Some(0); n]; n],
-            skip_limit: vec![vec![0; n]; n],
-            first_sent: vec![vec![vec![0]; n]; n],
-        },
+        s: Streams::new(n),
         next_send_at: vec![Instant::ZERO; n],
         msg: Vec::new(),
-        expect: Vec::new(),
         total: (n * (n - 1)) as u32 * opts.messages_per_pair,
-        delivered: 0,
     };
     harness::run(world, plan)
 }
@@ -293,7 +265,6 @@ impl LinkWorld {
 
     /// The application at `j` takes what the link from `i` delivers; each through the checker.
     fn take(&mut self, run: &mut Run, i: NodeId, j: NodeId) -> Result<(), Violation> {
-        let s = &mut self.s;
         loop {
             if !run.healed && self.stall > 0.0 && self.rng.chance(self.stall) {
                 return Ok(());
@@ -301,59 +272,14 @@ impl LinkWorld {
             let Some(got) = self.nodes[j].link(i).poll_delivery(|m| m.to_vec()) else {
                 return Ok(());
             };
-            let word = |at: usize| {
-                u32::from_le_bytes(
-                    got.get(at..at + 4)
-                        .and_then(|b| b.try_into().ok())
-                        .unwrap_or([0xff; 4]),
-                )
-            };
-            let (counter, inc) = (word(4), word(8));
-            if counter >= s.sent[i][j] || inc == 0 || inc > self.incarnation[i] {
-                return Err(run.fail(format!(
-                    "node {j} got #{counter} (incarnation {inc}) from {i}, which was never sent"
-                )));
+            let want = self.s.expected(i, j);
+            self.s.delivered(i, j, &got).map_err(|e| run.fail(e))?;
+            let counter = self.s.expected(i, j).map_or(0, |c| c - 1);
+            if run.trace > 0 && (counter.is_multiple_of(50) || want != Some(counter)) {
+                eprintln!("t={} {i}->{j} #{counter} (expected {want:?})", run.ns());
             }
-            message(i, j, inc, counter, got.len(), &mut self.expect);
-            if got != self.expect {
-                return Err(run.fail(format!("node {j} from {i}: #{counter} corrupted")));
-            }
-            let seen = s.seen_inc[i][j];
-            if inc < seen {
-                return Err(run.fail(format!(
-                    "node {j} from {i}: #{counter} of incarnation {inc} after incarnation {seen}"
-                )));
-            }
-            if inc > seen {
-                // A new stream: it starts at its first message, or later only past messages a
-                // crashed receiver may have acknowledged.
-                let first = s.first_sent[i][j][inc as usize - 1];
-                let ok = counter == first || (counter > first && counter - 1 < s.skip_limit[i][j]);
-                if !ok {
-                    return Err(run.fail(format!(
-                        "node {j} from {i}: incarnation {inc} starts at #{counter}, its first message was #{first}"
-                    )));
-                }
-            } else if let Some(want) = s.next_expected[i][j] {
-                let lost_by_crash = counter > want && counter - 1 < s.skip_limit[i][j];
-                if counter != want && !lost_by_crash {
-                    return Err(run.fail(format!(
-                        "node {j} from {i}: got #{counter}, expected #{want} (order/duplicate/loss)"
-                    )));
-                }
-            }
-            if run.trace > 0 && (counter % 50 == 0 || s.next_expected[i][j] != Some(counter)) {
-                eprintln!(
-                    "t={} {i}->{j} #{counter} inc {inc} (expected {:?} of inc {seen})",
-                    run.ns(),
-                    s.next_expected[i][j]
-                );
-            }
-            s.seen_inc[i][j] = inc;
-            s.next_expected[i][j] = Some(counter + 1);
             run.digest.add_u64(run.ns());
             run.digest.add(&got[..12]);
-            self.delivered += 1;
         }
     }
 }
@@ -366,15 +292,9 @@ impl World for LinkWorld {
         if run.trace > 0 {
             eprintln!("t={} restart node {k}; sent {:?}", run.ns(), self.s.sent);
         }
-        self.incarnation[k] += 1;
-        self.nodes[k] = LinkNode::with_incarnation(k, n, &self.cfg, self.incarnation[k] as u64);
-        let s = &mut self.s;
-        for other in 0..n {
-            s.next_expected[other][k] = None;
-            s.seen_inc[other][k] = 0;
-            s.skip_limit[other][k] = s.sent[other][k];
-            s.first_sent[k][other].push(s.sent[k][other]);
-        }
+        self.s.restart(k);
+        let incarnation = self.s.incarnation[k] as u64;
+        self.nodes[k] = LinkNode::with_incarnation(k, n, &self.cfg, incarnation);
     }
 
     fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
@@ -398,16 +318,9 @@ impl World for LinkWorld {
             let j = (i + 1 + self.rng.below(n as u64 - 1) as usize) % n;
             if self.s.sent[i][j] < self.opts.messages_per_pair {
                 let len = message_len(&mut self.rng);
-                message(
-                    i,
-                    j,
-                    self.incarnation[i],
-                    self.s.sent[i][j],
-                    len,
-                    &mut self.msg,
-                );
+                self.s.next_message(i, j, len, &mut self.msg);
                 match self.nodes[i].link(j).send(now, &self.msg) {
-                    Ok(()) => self.s.sent[i][j] += 1,
+                    Ok(()) => self.s.sent_one(i, j),
                     Err(LinkSendError::Full) => {}
                     Err(e) => return Err(run.fail(format!("send refused: {e}"))),
                 }
@@ -449,7 +362,7 @@ impl World for LinkWorld {
             .map(|(i, j)| {
                 format!(
                     "{i}->{j}: next {:?}/{} (sender {}; receiver {})",
-                    self.s.next_expected[i][j],
+                    self.s.expected(i, j),
                     self.s.sent[i][j],
                     self.nodes[i].link_ref(j).debug_state(),
                     self.nodes[j].link_ref(i).debug_state()
@@ -476,7 +389,7 @@ impl World for LinkWorld {
             faults: self.faults,
             stall: self.stall,
             restarts: self.restarts,
-            delivered: self.delivered,
+            delivered: self.s.delivered,
             net: run.net.counters.clone(),
             links,
             end_ns: run.ns(),
