@@ -20,6 +20,7 @@ pub mod module_sim;
 pub mod net;
 pub mod oracle_sim;
 pub mod order_sim;
+pub mod raid_sim;
 pub mod rpc_sim;
 pub mod schedule;
 pub mod streams;

@@ -13,6 +13,7 @@ use txcast_sim::link_sim::{run_link, LinkSimOptions};
 use txcast_sim::module_sim::{run_module, ModuleSimOptions};
 use txcast_sim::oracle_sim::{run_oracle, OracleSimOptions};
 use txcast_sim::order_sim::{pack_from_name, run_order, OrderSimOptions};
+use txcast_sim::raid_sim::{run_raid, RaidSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
 use txcast_sim::txn_sim::{run_txn, TxnSimOptions};
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
@@ -29,6 +30,7 @@ const USAGE: &str = "usage: txcast sim KIND [--seed S | --seeds N [--first F] [-
      \x20 txn     [--nodes N] [--txns N] [--packets N]   (transaction multicast)\n\
      \x20 engine  [--nodes N] [--messages N]   (link table, packet rule, bounded ring)\n\
      \x20 crmem   [--nodes N] [--txns N]   (CRMem mirror: TpcB at the primary, failovers)\n\
+     \x20 raid    [--sites N] [--txns N]   (Raid: DebitCredit, 2PC read-one-write-all, logs on simulated disks)\n\
      \x20 --seed S runs one seed and prints its report (with --trace, its events; TXCAST_SIM_TRACE=1 or 2 likewise);\n\
      \x20 --seeds N (default 1000) from --first F (default 0) on --threads T (default 1) prints each failure and a summary";
 
@@ -51,6 +53,7 @@ pub fn run(args: &[String]) -> i32 {
         "txn" => txn(args, &c),
         "engine" => engine(args, &c),
         "crmem" => crmem(args, &c),
+        "raid" => raid(args, &c),
         _ => {
             eprintln!("{USAGE}");
             2
@@ -435,6 +438,31 @@ fn crmem(args: &[String], c: &Common) -> i32 {
                 "  {} clients: {} commits, {} aborted on purpose, {} lock timeouts, {} audits; {} restarts ({} failovers), {} crashes skipped; virtual end {:.3} s; trace digest {:016x}",
                 r.clients, r.committed, r.aborted_on_purpose, r.timeouts, r.audits, r.restarts,
                 r.failovers, r.skipped_crashes, r.end_ns as f64 / 1e9, r.digest
+            );
+        },
+    )
+}
+
+fn raid(args: &[String], c: &Common) -> i32 {
+    let mut opts = RaidSimOptions::default();
+    if let Some(n) = opt::<usize>(args, "--sites") {
+        opts.sites = n.clamp(1, 8);
+    }
+    if let Some(n) = opt::<u32>(args, "--txns") {
+        opts.txns_per_client = n;
+    }
+    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+    c.drive(
+        "raid",
+        |s| run_raid(s, &opts),
+        |r| {
+            println!("  faults:   {:?}", r.faults);
+            println!("  network:  {:?}", r.net);
+            println!("  counters: {:?}", r.counters);
+            println!(
+                "  {} sites, {} clients: {} transfers committed, {} given up, {} lost with their site; {} restarts; virtual end {:.3} s; trace digest {:016x}",
+                r.sites, r.clients, r.committed, r.given_up, r.lost_in_crash, r.restarts,
+                r.end_ns as f64 / 1e9, r.digest
             );
         },
     )

@@ -1,0 +1,454 @@
+//! What sites say to each other, and what the access manager writes to its log. Little-endian,
+//! read and written with `txcast_proto::codec`; a decoder refuses bad input with the rule it
+//! broke and changes nothing.
+//!
+//! A packet: magic, version, the sender's site and incarnation, then messages to its end,
+//! each a kind byte and its fields. Many messages share a packet: a site batches what it has
+//! for a peer in one step (the coordinator's prepares and decisions, the participant's votes
+//! and acknowledgements).
+//!
+//! - `PREPARE` (coordinator → participant): the transaction, its timestamp, its write set
+//!   and its history row. The participant locks, logs, then votes.
+//! - `VOTE`: yes, or no with the cause.
+//! - `DECIDE`: commit or abort.
+//! - `ACK`: the participant's commit record is durable; the coordinator may forget.
+//! - `QUERY`: a participant in doubt (prepared, no decision) asks the coordinator.
+//!
+//! Log records (framed by [`crate::log`]): `PREPARE` as above (a participant's), `COMMIT`
+//! with the data (the coordinator's: its decision and its own redo), `COMMITTED` (a
+//! participant's decision on a prepared transaction), `ABORTED`, and `END` (every
+//! participant acknowledged a commit).
+
+use crate::db::{HistoryRow, Key, Op, Write};
+use crate::lock::Ts;
+use crate::TxnId;
+use thiserror::Error;
+use txcast_proto::codec::{CodecError, Reader, Writer};
+
+pub const MAGIC: u8 = 0xDC;
+pub const VERSION: u8 = 1;
+/// Magic, version, site, incarnation.
+pub const PACKET_HEADER: usize = 1 + 1 + 2 + 4;
+/// Writes a transaction may have.
+pub const WRITES_MAX: usize = 16;
+/// A transaction id on the wire: site, incarnation, sequence.
+pub const TXN_BYTES: usize = 2 + 4 + 8;
+/// One write: key, op, value.
+pub const WRITE_BYTES: usize = 4 + 1 + 8;
+
+pub const PREPARE: u8 = 1;
+pub const VOTE: u8 = 2;
+pub const DECIDE: u8 = 3;
+pub const ACK: u8 = 4;
+pub const QUERY: u8 = 5;
+
+pub const REC_PREPARE: u8 = 1;
+pub const REC_COMMIT: u8 = 2;
+pub const REC_COMMITTED: u8 = 3;
+pub const REC_ABORTED: u8 = 4;
+pub const REC_END: u8 = 5;
+
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum MsgError {
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error("not a Raid packet (magic {0:#x})")]
+    Magic(u8),
+    #[error("Raid packet version {0}, this site speaks {VERSION}")]
+    Version(u8),
+    #[error("unknown message kind {0}")]
+    Kind(u8),
+    #[error("unknown write op {0}")]
+    Op(u8),
+    #[error("unknown vote {0}")]
+    Vote(u8),
+    #[error("a key of no relation: {0:#x}")]
+    Key(u32),
+}
+
+/// A participant's answer to a prepare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Vote {
+    Yes,
+    /// It would have waited for an older transaction (wait-die).
+    Conflict,
+    /// Its table of prepared transactions is full.
+    Busy,
+    /// Its log failed: it takes no more work.
+    Broken,
+    /// A tuple of the write set does not exist there.
+    BadKey,
+}
+
+impl Vote {
+    fn code(self) -> u8 {
+        match self {
+            Vote::Yes => 0,
+            Vote::Conflict => 1,
+            Vote::Busy => 2,
+            Vote::Broken => 3,
+            Vote::BadKey => 4,
+        }
+    }
+    fn from_code(c: u8) -> Result<Vote, MsgError> {
+        Ok(match c {
+            0 => Vote::Yes,
+            1 => Vote::Conflict,
+            2 => Vote::Busy,
+            3 => Vote::Broken,
+            4 => Vote::BadKey,
+            c => return Err(MsgError::Vote(c)),
+        })
+    }
+}
+
+/// A transaction's work: what a participant prepares and a log redoes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Work {
+    pub txn: TxnId,
+    pub ts: Ts,
+    pub writes: Vec<Write>,
+    pub row: Option<HistoryRow>,
+}
+
+fn put_txn(w: &mut Writer, t: TxnId) {
+    w.u16(t.site).u32(t.incarnation).u64(t.seq);
+}
+
+fn get_txn(r: &mut Reader) -> Result<TxnId, MsgError> {
+    Ok(TxnId {
+        site: r.u16()?,
+        incarnation: r.u32()?,
+        seq: r.u64()?,
+    })
+}
+
+impl Work {
+    pub fn put(&self, w: &mut Writer) {
+        put_txn(w, self.txn);
+        w.u64(self.ts.time).u16(self.ts.site).u64(self.ts.seq);
+        w.u16(self.writes.len() as u16);
+        for wr in &self.writes {
+            let (op, v) = match wr.op {
+                Op::Set(v) => (0, v),
+                Op::Add(v) => (1, v),
+            };
+            w.u32(wr.key.0).u8(op).i64(v);
+        }
+        match &self.row {
+            None => {
+                w.u8(0);
+            }
+            Some(r) => {
+                w.u8(1)
+                    .u32(r.account)
+                    .u32(r.teller)
+                    .u32(r.branch)
+                    .i64(r.delta);
+            }
+        }
+    }
+
+    pub fn get(r: &mut Reader) -> Result<Work, MsgError> {
+        let txn = get_txn(r)?;
+        let ts = Ts {
+            time: r.u64()?,
+            site: r.u16()?,
+            seq: r.u64()?,
+        };
+        let n = r.count(WRITES_MAX, WRITE_BYTES)?;
+        let mut writes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = Key(r.u32()?);
+            if key.table().is_none() {
+                return Err(MsgError::Key(key.0));
+            }
+            let op = match r.u8()? {
+                0 => Op::Set(r.i64()?),
+                1 => Op::Add(r.i64()?),
+                o => return Err(MsgError::Op(o)),
+            };
+            writes.push(Write { key, op });
+        }
+        let row = match r.u8()? {
+            0 => None,
+            1 => Some(HistoryRow {
+                txn,
+                account: r.u32()?,
+                teller: r.u32()?,
+                branch: r.u32()?,
+                delta: r.i64()?,
+            }),
+            o => return Err(MsgError::Op(o)),
+        };
+        Ok(Work {
+            txn,
+            ts,
+            writes,
+            row,
+        })
+    }
+}
+
+/// One message between sites.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    Prepare(Work),
+    Vote { txn: TxnId, vote: Vote },
+    Decide { txn: TxnId, commit: bool },
+    Ack { txn: TxnId },
+    Query { txn: TxnId },
+}
+
+impl Msg {
+    pub fn put(&self, w: &mut Writer) {
+        match self {
+            Msg::Prepare(work) => {
+                w.u8(PREPARE);
+                work.put(w);
+            }
+            Msg::Vote { txn, vote } => {
+                w.u8(VOTE);
+                put_txn(w, *txn);
+                w.u8(vote.code());
+            }
+            Msg::Decide { txn, commit } => {
+                w.u8(DECIDE);
+                put_txn(w, *txn);
+                w.u8(*commit as u8);
+            }
+            Msg::Ack { txn } => {
+                w.u8(ACK);
+                put_txn(w, *txn);
+            }
+            Msg::Query { txn } => {
+                w.u8(QUERY);
+                put_txn(w, *txn);
+            }
+        }
+    }
+
+    pub fn get(r: &mut Reader) -> Result<Msg, MsgError> {
+        Ok(match r.u8()? {
+            PREPARE => Msg::Prepare(Work::get(r)?),
+            VOTE => Msg::Vote {
+                txn: get_txn(r)?,
+                vote: Vote::from_code(r.u8()?)?,
+            },
+            DECIDE => Msg::Decide {
+                txn: get_txn(r)?,
+                commit: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => return Err(MsgError::Vote(v)),
+                },
+            },
+            ACK => Msg::Ack { txn: get_txn(r)? },
+            QUERY => Msg::Query { txn: get_txn(r)? },
+            k => return Err(MsgError::Kind(k)),
+        })
+    }
+}
+
+/// A packet's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub site: u16,
+    pub incarnation: u32,
+}
+
+pub fn put_header(w: &mut Writer, h: Header) {
+    w.u8(MAGIC).u8(VERSION).u16(h.site).u32(h.incarnation);
+}
+
+/// Decodes a whole packet: its header and every message, or the first error (then nothing of
+/// it is used).
+pub fn decode_packet(bytes: &[u8]) -> Result<(Header, Vec<Msg>), MsgError> {
+    let mut r = Reader::new(bytes);
+    let magic = r.u8()?;
+    if magic != MAGIC {
+        return Err(MsgError::Magic(magic));
+    }
+    let version = r.u8()?;
+    if version != VERSION {
+        return Err(MsgError::Version(version));
+    }
+    let h = Header {
+        site: r.u16()?,
+        incarnation: r.u32()?,
+    };
+    let mut msgs = Vec::new();
+    while r.left() > 0 {
+        msgs.push(Msg::get(&mut r)?);
+    }
+    Ok((h, msgs))
+}
+
+/// One record of the access manager's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A participant prepared (its vote is yes once this is durable).
+    Prepare(Work),
+    /// A coordinator decided commit; its own site's redo.
+    Commit(Work),
+    /// A participant learned commit.
+    Committed(TxnId),
+    /// A participant learned abort.
+    Aborted(TxnId),
+    /// Every participant acknowledged a coordinator's commit.
+    End(TxnId),
+}
+
+impl Record {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        match self {
+            Record::Prepare(work) => {
+                w.u8(REC_PREPARE);
+                work.put(&mut w);
+            }
+            Record::Commit(work) => {
+                w.u8(REC_COMMIT);
+                work.put(&mut w);
+            }
+            Record::Committed(t) => {
+                w.u8(REC_COMMITTED);
+                put_txn(&mut w, *t);
+            }
+            Record::Aborted(t) => {
+                w.u8(REC_ABORTED);
+                put_txn(&mut w, *t);
+            }
+            Record::End(t) => {
+                w.u8(REC_END);
+                put_txn(&mut w, *t);
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Record, MsgError> {
+        let mut r = Reader::new(bytes);
+        let rec = match r.u8()? {
+            REC_PREPARE => Record::Prepare(Work::get(&mut r)?),
+            REC_COMMIT => Record::Commit(Work::get(&mut r)?),
+            REC_COMMITTED => Record::Committed(get_txn(&mut r)?),
+            REC_ABORTED => Record::Aborted(get_txn(&mut r)?),
+            REC_END => Record::End(get_txn(&mut r)?),
+            k => return Err(MsgError::Kind(k)),
+        };
+        r.finish()?;
+        Ok(rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work() -> Work {
+        let txn = TxnId {
+            site: 2,
+            incarnation: 7,
+            seq: 99,
+        };
+        Work {
+            txn,
+            ts: Ts {
+                time: 5,
+                site: 2,
+                seq: 98,
+            },
+            writes: vec![
+                Write {
+                    key: Key::account(4),
+                    op: Op::Set(-3),
+                },
+                Write {
+                    key: Key::teller(1),
+                    op: Op::Add(12),
+                },
+            ],
+            row: Some(HistoryRow {
+                txn,
+                account: 4,
+                teller: 1,
+                branch: 0,
+                delta: 12,
+            }),
+        }
+    }
+
+    #[test]
+    fn packets_and_records_round_trip() {
+        let msgs = vec![
+            Msg::Prepare(work()),
+            Msg::Vote {
+                txn: work().txn,
+                vote: Vote::Conflict,
+            },
+            Msg::Decide {
+                txn: work().txn,
+                commit: true,
+            },
+            Msg::Ack { txn: work().txn },
+            Msg::Query { txn: work().txn },
+        ];
+        let mut b = Vec::new();
+        let mut w = Writer::new(&mut b);
+        put_header(
+            &mut w,
+            Header {
+                site: 1,
+                incarnation: 3,
+            },
+        );
+        for m in &msgs {
+            m.put(&mut w);
+        }
+        let (h, got) = decode_packet(&b).unwrap();
+        assert_eq!(h.site, 1);
+        assert_eq!(got, msgs);
+        // A truncation is refused, or (cut between messages) is the messages before the cut.
+        for cut in 0..b.len() {
+            if let Ok((_, got)) = decode_packet(&b[..cut]) {
+                assert!(
+                    got.len() < msgs.len() && got[..] == msgs[..got.len()],
+                    "cut at {cut}"
+                );
+            }
+        }
+        let mut bad = b.clone();
+        bad[0] = 0;
+        assert_eq!(decode_packet(&bad), Err(MsgError::Magic(0)));
+
+        for rec in [
+            Record::Prepare(work()),
+            Record::Commit(work()),
+            Record::Committed(work().txn),
+            Record::Aborted(work().txn),
+            Record::End(work().txn),
+        ] {
+            let mut b = Vec::new();
+            rec.encode(&mut b);
+            assert_eq!(Record::decode(&b).unwrap(), rec);
+            b.push(0);
+            assert!(Record::decode(&b).is_err());
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut x: u64 = 0x1234_5678;
+        for len in 0..400usize {
+            let mut b = vec![MAGIC, VERSION];
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b.push(x as u8);
+            }
+            let _ = decode_packet(&b);
+            let _ = Record::decode(&b[2..]);
+        }
+    }
+}
