@@ -9,12 +9,18 @@
 //! - [`msg`]: messages between sites and log records.
 //! - [`log`]: the log's framing on disk.
 //! - [`site`]: one site, sans-IO (AD, AC, CC, AM and RC in one state machine).
+//! - [`driver`]: a site on a txcast port with its log in a file (group commit), and its
+//!   clients; [`cluster`] runs several in one process.
+//! - [`stats`]: the latency histogram of the reports.
 
+pub mod cluster;
 pub mod db;
+pub mod driver;
 pub mod lock;
 pub mod log;
 pub mod msg;
 pub mod site;
+pub mod stats;
 
 pub use db::{Db, DbError, HistoryRow, Key, Op, Scale, Table, Totals, Write};
 pub use site::{Cause, ConfigError, Counters, Event, Site, SiteConfig, SubmitError, Transfer};

@@ -1,6 +1,7 @@
 //! The `txcast` command: demo, benchmarks, simulator runs.
 
 mod bench;
+mod dc;
 mod demo;
 mod group_cmd;
 mod oracle_cmd;
@@ -37,6 +38,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let code = match args.get(1).map(String::as_str) {
         Some("demo") => demo::run(&args[2..]),
+        Some("dc") => dc::run(&args[2..]),
         Some("bench") => bench::run(&args[2..]),
         Some("sim") => sim_cmd::run(&args[2..]),
         Some("stat") => stat::run(&args[2..]),

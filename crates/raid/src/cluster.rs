@@ -1,0 +1,126 @@
+//! Several sites of one cluster in one process (a thread per site, and one per log writer):
+//! the embedded cluster of `txcast dc` and of the tests. The sites talk through their ports
+//! exactly as separate processes would.
+
+use crate::db::Totals;
+use crate::driver::{run_site, ClusterConfig, Load, RaidError, RunControl, SiteReport};
+use crate::site::Cause;
+use crate::stats::Histogram;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a DebitCredit run did, over every site.
+#[derive(Clone, Debug)]
+pub struct DcReport {
+    pub sites: u16,
+    pub clients_per_site: usize,
+    /// The measured time (after the warm-up).
+    pub measured: Duration,
+    /// Transfers committed in the measured time.
+    pub committed: u64,
+    /// Committed per second of the measured time.
+    pub tps: f64,
+    /// Commit latency (submit to acknowledgement at the origin), µs.
+    pub latency_us: Histogram,
+    /// Attempts retried, by cause.
+    pub retries: Vec<(&'static str, u64)>,
+    /// Transfers given up, by cause.
+    pub given_up: Vec<(Cause, u64)>,
+    /// Every site's totals satisfy DebitCredit's invariant.
+    pub conserved: bool,
+    /// Every site holds the same copy (tuples and history).
+    pub identical: bool,
+    /// Site 0's totals.
+    pub totals: Totals,
+    pub per_site: Vec<SiteReport>,
+}
+
+/// Runs every site of `cluster` in this process with `load` on each, until the load has run
+/// and the sites are quiet; `progress(elapsed, committed)` is called about twice a second.
+pub fn run_embedded(
+    cluster: &ClusterConfig,
+    load: &Load,
+    mut progress: impl FnMut(Duration, u64),
+) -> Result<DcReport, RaidError> {
+    let control = Arc::new(RunControl::default());
+    let started = std::time::Instant::now();
+    let threads: Vec<_> = (0..cluster.sites)
+        .map(|s| {
+            let (c, l, ctl) = (cluster.clone(), load.clone(), control.clone());
+            std::thread::Builder::new()
+                .name(format!("raid-site-{s}"))
+                .spawn(move || run_site(&c, s, Some(l), ctl))
+                .map_err(|e| RaidError::Cluster(format!("spawn site {s}: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    // The sites end together once quiet; a run that does not end within a minute of its
+    // load is stopped (and its report says what was left).
+    let limit = load.warmup + load.measure + Duration::from_secs(60);
+    while !threads.iter().all(|t| t.is_finished()) {
+        std::thread::sleep(Duration::from_millis(50));
+        let el = started.elapsed();
+        if el.as_millis() % 500 < 50 {
+            progress(el, control.committed.load(Ordering::Relaxed));
+        }
+        if el > limit {
+            control.stop.store(true, Ordering::SeqCst);
+        }
+    }
+    let mut per_site = Vec::new();
+    for t in threads {
+        let r = t
+            .join()
+            .map_err(|_| RaidError::Cluster("a site thread panicked".into()))??;
+        per_site.push(r);
+    }
+    Ok(summarize(cluster, load, per_site))
+}
+
+/// The cluster-wide report from the sites' reports.
+pub fn summarize(cluster: &ClusterConfig, load: &Load, per_site: Vec<SiteReport>) -> DcReport {
+    let mut latency_us = Histogram::new();
+    let mut committed = 0;
+    let mut given_up: Vec<(Cause, u64)> = Vec::new();
+    let (mut conflict, mut busy, mut timeout) = (0, 0, 0);
+    for r in &per_site {
+        latency_us.merge(&r.latency_us);
+        committed += r.committed;
+        for &(c, n) in &r.given_up {
+            match given_up.iter_mut().find(|(x, _)| *x == c) {
+                Some(e) => e.1 += n,
+                None => given_up.push((c, n)),
+            }
+        }
+        conflict += r.counters.retries_conflict;
+        busy += r.counters.retries_busy;
+        timeout += r.counters.retries_timeout;
+    }
+    let measured = per_site
+        .iter()
+        .map(|r| r.measured)
+        .max()
+        .unwrap_or(load.measure)
+        .max(Duration::from_millis(1));
+    let first = per_site.first();
+    DcReport {
+        sites: cluster.sites,
+        clients_per_site: load.clients,
+        measured,
+        committed,
+        tps: committed as f64 / measured.as_secs_f64(),
+        latency_us,
+        retries: vec![("conflict", conflict), ("busy", busy), ("timeout", timeout)],
+        given_up,
+        conserved: per_site.iter().all(|r| r.totals.conserved()),
+        identical: first.is_some_and(|f| per_site.iter().all(|r| r.digest == f.digest)),
+        totals: first.map(|f| f.totals).unwrap_or(Totals {
+            accounts: 0,
+            tellers: 0,
+            branches: 0,
+            history: 0,
+            history_rows: 0,
+        }),
+        per_site,
+    }
+}

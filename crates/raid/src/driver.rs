@@ -1,0 +1,535 @@
+//! Runs a [`Site`] on txcast: its packets on a port (shared memory to a site on the same host,
+//! UDP to others), its log in a file written by a thread of its own with group commit (one
+//! `fdatasync` for every record appended while the previous one ran), and its action drivers
+//! as closed-loop clients in the site's thread (Raid's multi-server per process).
+//!
+//! Threads of a site: the site thread (the port, the state machine, the clients) and the log
+//! writer. The writer tells the site what is durable by a message to the site's port from a
+//! port of its own, so the site thread has one place to wait: its port.
+
+use crate::db::{Scale, Totals};
+use crate::log::{frame, unframe};
+use crate::site::{Cause, Counters, Event, Site, SiteConfig, Transfer};
+use crate::stats::Histogram;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use thiserror::Error;
+use txcast_port::{IdleStrategy, Port, PortConfig, PortError};
+use txcast_proto::rng::Rng;
+use txcast_proto::{Address, Instant};
+
+/// The server type of a Raid site's ports (server 0: the site; 1: its log writer).
+pub const RAID_SITE_TYPE: u16 = 14;
+const SITE_SERVER: u16 = 0;
+const WRITER_SERVER: u16 = 1;
+/// The writer's message to its site: what is durable (`u64`), or that the log failed.
+const WRITER_DURABLE: u8 = 1;
+const WRITER_FAILED: u8 = 2;
+
+#[derive(Debug, Error)]
+pub enum RaidError {
+    #[error("port: {0:?}")]
+    Port(PortError),
+    #[error("log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Config(#[from] crate::site::ConfigError),
+    #[error("cluster: {0}")]
+    Cluster(String),
+}
+
+impl From<PortError> for RaidError {
+    fn from(e: PortError) -> RaidError {
+        RaidError::Port(e)
+    }
+}
+
+/// A cluster's shape, the same on every site.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// The txcast instance the sites' addresses use.
+    pub instance: u16,
+    pub sites: u16,
+    pub scale: Scale,
+    /// Where each site keeps `site-N.log` and `site-N.incarnation`.
+    pub data_dir: PathBuf,
+    /// `fdatasync` before a record counts as durable (off only to measure what it costs).
+    pub sync: bool,
+    /// How a site's thread waits for its port.
+    pub idle: IdleStrategy,
+    /// The sites' protocol settings (site, sites and incarnation are set per site).
+    pub site: SiteConfig,
+}
+
+impl ClusterConfig {
+    pub fn new(sites: u16, scale: Scale, data_dir: PathBuf) -> ClusterConfig {
+        ClusterConfig {
+            instance: 7,
+            sites,
+            scale,
+            data_dir,
+            sync: true,
+            idle: IdleStrategy::Park,
+            site: SiteConfig::new(0, sites, 1, scale),
+        }
+    }
+
+    pub fn address(&self, site: u16) -> Address {
+        Address::new(self.instance, site, RAID_SITE_TYPE, SITE_SERVER)
+    }
+
+    pub fn log_path(&self, site: u16) -> PathBuf {
+        self.data_dir.join(format!("site-{site}.log"))
+    }
+}
+
+/// The clients a site runs.
+#[derive(Clone, Debug)]
+pub struct Load {
+    /// Closed-loop clients: each submits its next transfer when the last one ends.
+    pub clients: usize,
+    /// Transfers in this first part are not measured.
+    pub warmup: Duration,
+    /// Measured time after the warm-up.
+    pub measure: Duration,
+    pub seed: u64,
+}
+
+/// What one site did.
+#[derive(Clone, Debug)]
+pub struct SiteReport {
+    pub site: u16,
+    /// Transfers committed in the measured time.
+    pub committed: u64,
+    pub measured: Duration,
+    /// Commit latency of the measured transfers, in µs.
+    pub latency_us: Histogram,
+    /// Given up, by cause.
+    pub given_up: Vec<(Cause, u64)>,
+    pub counters: Counters,
+    pub totals: Totals,
+    pub digest: u64,
+    pub incarnation: u32,
+    /// Why the log failed, if it did (the site then took no more work).
+    pub log_error: Option<String>,
+}
+
+/// Shared by the sites of one process to end a run together.
+#[derive(Default)]
+pub struct RunControl {
+    /// Set to stop every site at once.
+    pub stop: AtomicBool,
+    /// Bit per site: quiet now (no client running, nothing under way).
+    pub quiet: AtomicU64,
+    /// Transfers committed so far by every site (for progress lines).
+    pub committed: AtomicU64,
+}
+
+/// Nanoseconds since the Unix epoch, steadily increasing: the sites' clock (wait-die
+/// compares the start times of transactions of different sites).
+struct Clock {
+    epoch_ns: u64,
+    start: std::time::Instant,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        let epoch_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Clock {
+            epoch_ns,
+            start: std::time::Instant::now(),
+        }
+    }
+    fn now(&self) -> Instant {
+        Instant(self.epoch_ns + self.start.elapsed().as_nanos() as u64)
+    }
+}
+
+/// The log file and its writer thread.
+struct LogShared {
+    buf: Mutex<(Vec<u8>, u64)>,
+    ready: Condvar,
+    stop: AtomicBool,
+    /// Why the log failed, once it has.
+    error: Mutex<Option<String>>,
+}
+
+struct LogWriter {
+    shared: Arc<LogShared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Records handed to the writer.
+    handed: u64,
+}
+
+impl LogWriter {
+    fn start(
+        file: File,
+        path: PathBuf,
+        sync: bool,
+        port: Port,
+        site: Address,
+        base: u64,
+    ) -> LogWriter {
+        let shared = Arc::new(LogShared {
+            buf: Mutex::new((Vec::new(), base)),
+            ready: Condvar::new(),
+            stop: AtomicBool::new(false),
+            error: Mutex::new(None),
+        });
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("raid-log-{}", site.site))
+            .spawn(move || writer_loop(sh, file, path, sync, port, site))
+            .expect("spawn the log writer");
+        LogWriter {
+            shared,
+            thread: Some(thread),
+            handed: base,
+        }
+    }
+
+    fn append(&mut self, records: &[Vec<u8>]) {
+        if records.is_empty() {
+            return;
+        }
+        let mut g = self.shared.buf.lock().expect("log buffer");
+        for r in records {
+            frame(r, &mut g.0);
+        }
+        self.handed += records.len() as u64;
+        g.1 = self.handed;
+        drop(g);
+        self.shared.ready.notify_one();
+    }
+}
+
+impl Drop for LogWriter {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.ready.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn writer_loop(
+    sh: Arc<LogShared>,
+    mut file: File,
+    path: PathBuf,
+    sync: bool,
+    mut port: Port,
+    site: Address,
+) {
+    let mut bytes = Vec::new();
+    loop {
+        let upto = {
+            let mut g = sh.buf.lock().expect("log buffer");
+            while g.0.is_empty() && !sh.stop.load(Ordering::SeqCst) {
+                g = sh.ready.wait(g).expect("log buffer");
+            }
+            if g.0.is_empty() {
+                return;
+            }
+            std::mem::swap(&mut bytes, &mut g.0);
+            g.1
+        };
+        let r = file
+            .write_all(&bytes)
+            .and_then(|()| if sync { file.sync_data() } else { Ok(()) });
+        bytes.clear();
+        let msg = match r {
+            Ok(()) => {
+                let mut m = vec![WRITER_DURABLE];
+                m.extend_from_slice(&upto.to_le_bytes());
+                m
+            }
+            Err(e) => {
+                *sh.error.lock().expect("log error") = Some(format!("{}: {e}", path.display()));
+                vec![WRITER_FAILED]
+            }
+        };
+        if port.send(site, &msg).is_err() || msg[0] == WRITER_FAILED {
+            return;
+        }
+    }
+}
+
+/// Opens (or creates) a site's log, cuts a torn tail, and returns the file positioned at its
+/// end with the records it holds.
+fn open_log(path: &Path) -> Result<(File, Vec<Vec<u8>>), RaidError> {
+    let err = |source| RaidError::Log {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(err)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(err)?;
+    let (bodies, valid) = unframe(&bytes);
+    let records = bodies.into_iter().map(|b| b.to_vec()).collect();
+    if valid < bytes.len() {
+        file.set_len(valid as u64).map_err(err)?;
+    }
+    file.seek(SeekFrom::End(0)).map_err(err)?;
+    Ok((file, records))
+}
+
+/// Reads, increments and stores (synced) a site's incarnation.
+fn next_incarnation(path: &Path) -> Result<u32, RaidError> {
+    let err = |source| RaidError::Log {
+        path: path.to_owned(),
+        source,
+    };
+    let last = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    let next = last
+        .checked_add(1)
+        .ok_or_else(|| RaidError::Cluster(format!("{}: incarnations exhausted", path.display())))?;
+    let mut f = File::create(path).map_err(err)?;
+    f.write_all(format!("{next}\n").as_bytes()).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    Ok(next)
+}
+
+/// A client's next transfer, TPC-B style: a teller at random, its branch, an account of
+/// that branch 85% of the time (else of any branch), a delta of up to ±999,999.
+pub fn next_transfer(rng: &mut Rng, scale: &Scale) -> Transfer {
+    let teller = rng.below(scale.tellers() as u64) as u32;
+    let branch = teller / scale.tellers_per_branch;
+    let account_branch = if scale.branches > 1 && rng.chance(0.15) {
+        rng.below(scale.branches as u64) as u32
+    } else {
+        branch
+    };
+    let account = account_branch * scale.accounts_per_branch
+        + rng.below(scale.accounts_per_branch as u64) as u32;
+    let delta = rng.below(1_999_999) as i64 - 999_999;
+    Transfer {
+        account,
+        teller,
+        branch,
+        delta,
+    }
+}
+
+/// A message at the site's port: from its log writer, or a packet of a peer site (anything
+/// else is not for this site and is dropped).
+fn on_message(
+    core: &mut Site,
+    now: Instant,
+    source: Address,
+    m: &[u8],
+    writer: Address,
+    peers: &[Address],
+) {
+    if source == writer {
+        match m.first() {
+            Some(&WRITER_DURABLE) if m.len() == 9 => {
+                let upto = u64::from_le_bytes(m[1..9].try_into().expect("8 bytes"));
+                core.logged(now, upto);
+            }
+            _ => core.log_failed(now),
+        }
+    } else if peers.contains(&source) {
+        // A malformed packet is counted by the site and dropped.
+        let _ = core.handle_packet(now, m);
+    }
+}
+
+/// Runs site `site` of the cluster until `control.stop`, or, with a load, until the load has
+/// run and every site of the process is quiet. Returns what it did.
+pub fn run_site(
+    cluster: &ClusterConfig,
+    site: u16,
+    load: Option<Load>,
+    control: Arc<RunControl>,
+) -> Result<SiteReport, RaidError> {
+    if site >= cluster.sites {
+        return Err(RaidError::Cluster(format!(
+            "site {site} of a cluster of {}",
+            cluster.sites
+        )));
+    }
+    std::fs::create_dir_all(&cluster.data_dir).map_err(|source| RaidError::Log {
+        path: cluster.data_dir.clone(),
+        source,
+    })?;
+    let incarnation = next_incarnation(&cluster.data_dir.join(format!("site-{site}.incarnation")))?;
+    let clock = Clock::new();
+    let mut cfg = cluster.site.clone();
+    cfg.site = site;
+    cfg.sites = cluster.sites;
+    cfg.incarnation = incarnation;
+    cfg.scale = cluster.scale;
+    let log_path = cluster.log_path(site);
+    let (file, records) = open_log(&log_path)?;
+    let mut core = Site::recover(cfg, clock.now(), records.iter().map(|r| &r[..]))?;
+    let port_cfg = PortConfig {
+        idle: cluster.idle,
+        slot_count: 4096,
+        ..PortConfig::default()
+    };
+    let me = cluster.address(site);
+    let mut port = Port::open(me, port_cfg)?;
+    let writer_port = Port::open(
+        Address::new(cluster.instance, site, RAID_SITE_TYPE, WRITER_SERVER),
+        PortConfig {
+            idle: IdleStrategy::Park,
+            slot_count: 16,
+            ..PortConfig::default()
+        },
+    )?;
+    let writer_addr = writer_port.address();
+    let mut writer = LogWriter::start(file, log_path, cluster.sync, writer_port, me, core.taken());
+    let peers: Vec<Address> = (0..cluster.sites).map(|s| cluster.address(s)).collect();
+
+    let mut rng = Rng::new(load.as_ref().map_or(1, |l| l.seed) ^ (site as u64) << 32);
+    let scale = cluster.scale;
+    let started = std::time::Instant::now();
+    let (warm_end, load_end) = match &load {
+        Some(l) => (started + l.warmup, started + l.warmup + l.measure),
+        None => (started, started),
+    };
+    let clients = load.as_ref().map_or(0, |l| l.clients);
+    // Per client: running, and when its transfer was submitted.
+    let mut running = vec![false; clients];
+    let mut hist = Histogram::new();
+    let mut committed = 0u64;
+    let mut given_up: Vec<(Cause, u64)> = Vec::new();
+    let mut records = Vec::new();
+    let mut buf = vec![0u8; port.message_bytes_max()];
+    let mut quiet_since: Option<std::time::Instant> = None;
+    let mut measured = Duration::ZERO;
+
+    loop {
+        let now_std = std::time::Instant::now();
+        let now = clock.now();
+        // Everything waiting in the port.
+        while let Some(r) = port.try_recv(&mut buf) {
+            on_message(&mut core, now, r.source, &buf[..r.len], writer_addr, &peers);
+        }
+        if core.next_deadline().is_some_and(|t| t <= now) {
+            core.handle_timeout(now);
+        }
+        while let Some(e) = core.poll_event() {
+            match e {
+                Event::Committed { tag, submitted, .. } => {
+                    if let Some(r) = running.get_mut(tag as usize) {
+                        *r = false;
+                    }
+                    control.committed.fetch_add(1, Ordering::Relaxed);
+                    if now_std >= warm_end && now_std < load_end {
+                        committed += 1;
+                        hist.record(now.0.saturating_sub(submitted.0) / 1000);
+                    }
+                }
+                Event::Aborted { tag, cause, .. } => {
+                    if let Some(r) = running.get_mut(tag as usize) {
+                        *r = false;
+                    }
+                    match given_up.iter_mut().find(|(c, _)| *c == cause) {
+                        Some(e) => e.1 += 1,
+                        None => given_up.push((cause, 1)),
+                    }
+                }
+            }
+        }
+        // The clients: a new transfer for each idle one while the load runs.
+        if now_std < load_end && !control.stop.load(Ordering::Relaxed) {
+            for (c, run) in running.iter_mut().enumerate() {
+                if !*run {
+                    let t = next_transfer(&mut rng, &scale);
+                    if core.submit(now, c as u64, t).is_ok() {
+                        *run = true;
+                    }
+                }
+            }
+        }
+        while let Some(r) = core.poll_log() {
+            records.push(r);
+        }
+        writer.append(&records);
+        records.clear();
+        while let Some((to, p)) = core.poll_transmit() {
+            if let Err(e) = port.send(peers[to as usize], &p) {
+                // The link to a site that is down fills: the site's protocol sends again.
+                let _ = e;
+            }
+        }
+        // The end of a run with a load: every site of the process quiet for a while.
+        if load.is_some() {
+            if now_std >= load_end && measured == Duration::ZERO {
+                measured = now_std.saturating_duration_since(warm_end);
+            }
+            let idle = now_std >= load_end && running.iter().all(|r| !r) && core.is_quiet();
+            let bit = 1u64 << site;
+            if idle {
+                control.quiet.fetch_or(bit, Ordering::SeqCst);
+            } else {
+                control.quiet.fetch_and(!bit, Ordering::SeqCst);
+            }
+            let all = (1u64 << cluster.sites) - 1;
+            if idle && control.quiet.load(Ordering::SeqCst) & all == all {
+                let since = *quiet_since.get_or_insert(now_std);
+                if now_std.duration_since(since) > Duration::from_millis(100) {
+                    break;
+                }
+            } else {
+                quiet_since = None;
+            }
+        }
+        if control.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        // Wait for the port, at most until the next timer (and a tick while ending a run).
+        let until = core
+            .next_deadline()
+            .map(|t| Duration::from_nanos(t.0.saturating_sub(clock.now().0)))
+            .unwrap_or(Duration::from_millis(100))
+            .min(Duration::from_millis(if load.is_some() { 5 } else { 100 }));
+        if until > Duration::ZERO {
+            if let Ok(r) = port.recv_timeout(&mut buf, Some(until)) {
+                on_message(
+                    &mut core,
+                    clock.now(),
+                    r.source,
+                    &buf[..r.len],
+                    writer_addr,
+                    &peers,
+                );
+            }
+        }
+    }
+    let log_error = writer.shared.error.lock().expect("log error").clone();
+    drop(writer);
+    let db = core.db();
+    Ok(SiteReport {
+        site,
+        committed,
+        measured,
+        latency_us: hist,
+        given_up,
+        counters: core.counters(),
+        totals: db.totals(),
+        digest: db.digest(),
+        incarnation,
+        log_error,
+    })
+}

@@ -1,0 +1,270 @@
+//! `txcast dc`: DebitCredit on Raid. With no cluster named, an embedded cluster of `--sites`
+//! sites on loopback in this process (each site its own port, log file and threads), a
+//! closed-loop load of `--clients` per site, a progress line, and the report: transactions
+//! per second, commit latency, retries and give-ups by cause, and the conservation check
+//! (sum of accounts = tellers = branches = history, the same copy on every site).
+
+use crate::opt;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+use txcast_raid::cluster::{run_embedded, DcReport};
+use txcast_raid::driver::{ClusterConfig, Load};
+use txcast_raid::Scale;
+
+pub const USAGE: &str = "\
+usage: txcast dc [--sites N] [--clients N] [--seconds S] [--warmup S] [--branches N]
+                 [--data DIR] [--no-sync] [--json]
+  an embedded cluster of N sites (default 3) on loopback runs DebitCredit (TPC-B's scale:
+  per branch 10 tellers and 100,000 accounts) with N closed-loop clients per site (default
+  32) for S seconds (default 5) after a warm-up (default 1); the logs go to DIR (default a
+  temporary directory, removed after); --no-sync skips fdatasync (to measure its cost only)";
+
+/// The options of a run.
+pub struct DcOptions {
+    pub sites: u16,
+    pub clients: usize,
+    pub seconds: f64,
+    pub warmup: f64,
+    pub branches: u32,
+    pub data: Option<PathBuf>,
+    pub sync: bool,
+    pub json: bool,
+}
+
+impl DcOptions {
+    pub fn parse(args: &[String]) -> Result<DcOptions, String> {
+        let known = [
+            "--sites",
+            "--clients",
+            "--seconds",
+            "--warmup",
+            "--branches",
+            "--data",
+        ];
+        let flags = ["--no-sync", "--json"];
+        let mut i = 0;
+        while i < args.len() {
+            let a = args[i].as_str();
+            if known.contains(&a) {
+                if args.get(i + 1).is_none() {
+                    return Err(format!("{a} needs a value"));
+                }
+                i += 2;
+            } else if flags.contains(&a) {
+                i += 1;
+            } else {
+                return Err(format!("unknown option {a:?}"));
+            }
+        }
+        let num = |k: &str| -> Result<Option<f64>, String> {
+            match args.iter().position(|a| a == k) {
+                None => Ok(None),
+                Some(i) => args[i + 1]
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .map(Some)
+                    .ok_or_else(|| format!("{k} {:?}: not a number", args[i + 1])),
+            }
+        };
+        let sites = num("--sites")?.unwrap_or(3.0);
+        if !(1.0..=16.0).contains(&sites) || sites.fract() != 0.0 {
+            return Err("--sites: 1 to 16".into());
+        }
+        let clients = num("--clients")?.unwrap_or(32.0);
+        if !(1.0..=4096.0).contains(&clients) || clients.fract() != 0.0 {
+            return Err("--clients: 1 to 4096 per site".into());
+        }
+        let branches = num("--branches")?.unwrap_or(1.0);
+        if !(1.0..=100.0).contains(&branches) || branches.fract() != 0.0 {
+            return Err("--branches: 1 to 100".into());
+        }
+        Ok(DcOptions {
+            sites: sites as u16,
+            clients: clients as usize,
+            seconds: num("--seconds")?.unwrap_or(5.0).max(0.1),
+            warmup: num("--warmup")?.unwrap_or(1.0),
+            branches: branches as u32,
+            data: opt::<PathBuf>(args, "--data"),
+            sync: !args.iter().any(|a| a == "--no-sync"),
+            json: args.iter().any(|a| a == "--json"),
+        })
+    }
+}
+
+pub fn run(args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return 0;
+    }
+    match DcOptions::parse(args) {
+        Ok(o) => run_with(&o),
+        Err(e) => {
+            eprintln!("txcast dc: {e}\n{USAGE}");
+            2
+        }
+    }
+}
+
+/// Runs DebitCredit with these options and prints the report; the exit code says whether
+/// the run held its checks.
+pub fn run_with(o: &DcOptions) -> i32 {
+    let scale = Scale::tpcb(o.branches);
+    let (dir, temporary) = match &o.data {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!(
+                "txcast-dc-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            )),
+            true,
+        ),
+    };
+    let mut cluster = ClusterConfig::new(o.sites, scale, dir.clone());
+    cluster.sync = o.sync;
+    cluster.site.coordinated_max = o.clients.max(64);
+    let load = Load {
+        clients: o.clients,
+        warmup: Duration::from_secs_f64(o.warmup),
+        measure: Duration::from_secs_f64(o.seconds),
+        seed: std::process::id() as u64,
+    };
+    if !o.json {
+        println!(
+            "DebitCredit on Raid: {} site{} on loopback in this process, {} clients per site, {} branch{} ({} tellers, {} accounts), fdatasync {}, logs in {}",
+            o.sites,
+            if o.sites == 1 { "" } else { "s" },
+            o.clients,
+            o.branches,
+            if o.branches == 1 { "" } else { "es" },
+            scale.tellers(),
+            scale.accounts(),
+            if o.sync { "on" } else { "OFF" },
+            dir.display()
+        );
+    }
+    let tty = std::io::stderr().is_terminal();
+    let mut last = 0u64;
+    let result = run_embedded(&cluster, &load, |el, committed| {
+        if o.json {
+            return;
+        }
+        let rate = (committed - last.min(committed)) * 2;
+        last = committed;
+        let line = format!(
+            "  {:5.1} s  {committed:>10} committed  ~{rate} txn/s{}",
+            el.as_secs_f64(),
+            if el < load.warmup { "  (warm-up)" } else { "" }
+        );
+        if tty {
+            eprint!("\r{line}   ");
+        } else {
+            eprintln!("{line}");
+        }
+    });
+    if tty && !o.json {
+        eprintln!();
+    }
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    match result {
+        Ok(r) => {
+            print_report(&r, o.json);
+            let failed: Vec<&str> = r
+                .per_site
+                .iter()
+                .filter_map(|s| s.log_error.as_deref())
+                .collect();
+            if !failed.is_empty() {
+                eprintln!("txcast dc: log failed: {}", failed.join("; "));
+                return 1;
+            }
+            if r.conserved && r.identical {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("txcast dc: {e}");
+            1
+        }
+    }
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.2} ms", us as f64 / 1000.0)
+}
+
+pub fn print_report(r: &DcReport, json: bool) {
+    let h = &r.latency_us;
+    if json {
+        let given: Vec<String> = r
+            .given_up
+            .iter()
+            .map(|(c, n)| format!("\"{c:?}\":{n}"))
+            .collect();
+        let retries: Vec<String> = r
+            .retries
+            .iter()
+            .map(|(c, n)| format!("\"{c}\":{n}"))
+            .collect();
+        println!(
+            "{{\"bench\":\"dc\",\"sites\":{},\"clients_per_site\":{},\"seconds\":{:.3},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"max_us\":{},\"retries\":{{{}}},\"given_up\":{{{}}},\"conserved\":{},\"identical\":{}}}",
+            r.sites, r.clients_per_site, r.measured.as_secs_f64(), r.committed, r.tps,
+            h.quantile(0.5), h.quantile(0.99), h.quantile(0.999), h.max(),
+            retries.join(","), given.join(","), r.conserved, r.identical
+        );
+        return;
+    }
+    println!(
+        "  committed  {} in {:.2} s: {:.0} transactions/s",
+        r.committed,
+        r.measured.as_secs_f64(),
+        r.tps
+    );
+    println!(
+        "  latency    p50 {}  p99 {}  p999 {}  max {}",
+        ms(h.quantile(0.5)),
+        ms(h.quantile(0.99)),
+        ms(h.quantile(0.999)),
+        ms(h.max())
+    );
+    let retries: Vec<String> = r.retries.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    println!("  retries    {}", retries.join(", "));
+    if r.given_up.is_empty() {
+        println!("  given up   none");
+    } else {
+        let g: Vec<String> = r
+            .given_up
+            .iter()
+            .map(|(c, n)| format!("{c:?} {n}"))
+            .collect();
+        println!("  given up   {}", g.join(", "));
+    }
+    let t = r.totals;
+    println!(
+        "  check      {}: accounts {} tellers {} branches {} history {} ({} rows); {}",
+        if r.conserved {
+            "money conserved on every site"
+        } else {
+            "MONEY NOT CONSERVED"
+        },
+        t.accounts,
+        t.tellers,
+        t.branches,
+        t.history,
+        t.history_rows,
+        if r.identical {
+            format!("all {} copies identical", r.sites)
+        } else {
+            "COPIES DIFFER".to_string()
+        }
+    );
+}
