@@ -119,6 +119,8 @@ pub struct SiteReport {
     pub incarnation: u32,
     /// Why the log failed, if it did (the site then took no more work).
     pub log_error: Option<String>,
+    /// Messages at the site's port from neither a peer site nor its log writer: dropped.
+    pub foreign: u64,
 }
 
 /// Shared by the sites of one process to end a run together.
@@ -278,8 +280,10 @@ fn open_log(path: &Path) -> Result<(File, Vec<Vec<u8>>), RaidError> {
         .create(true)
         .open(path)
         .map_err(err)?;
+    // Read what the file holds now (a device such as /dev/full holds nothing).
+    let len = file.metadata().map_err(err)?.len();
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(err)?;
+    (&mut file).take(len).read_to_end(&mut bytes).map_err(err)?;
     let (bodies, valid) = unframe(&bytes);
     let records = bodies.into_iter().map(|b| b.to_vec()).collect();
     if valid < bytes.len() {
@@ -338,6 +342,7 @@ fn on_message(
     m: &[u8],
     writer: Address,
     peers: &[Address],
+    foreign: &mut u64,
 ) {
     if source == writer {
         match m.first() {
@@ -350,6 +355,8 @@ fn on_message(
     } else if peers.contains(&source) {
         // A malformed packet is counted by the site and dropped.
         let _ = core.handle_packet(now, m);
+    } else {
+        *foreign += 1;
     }
 }
 
@@ -417,13 +424,22 @@ pub fn run_site(
     let mut buf = vec![0u8; port.message_bytes_max()];
     let mut quiet_since: Option<std::time::Instant> = None;
     let mut measured = Duration::ZERO;
+    let mut foreign = 0u64;
 
     loop {
         let now_std = std::time::Instant::now();
         let now = clock.now();
         // Everything waiting in the port.
         while let Some(r) = port.try_recv(&mut buf) {
-            on_message(&mut core, now, r.source, &buf[..r.len], writer_addr, &peers);
+            on_message(
+                &mut core,
+                now,
+                r.source,
+                &buf[..r.len],
+                writer_addr,
+                &peers,
+                &mut foreign,
+            );
         }
         if core.next_deadline().is_some_and(|t| t <= now) {
             core.handle_timeout(now);
@@ -513,6 +529,7 @@ pub fn run_site(
                     &buf[..r.len],
                     writer_addr,
                     &peers,
+                    &mut foreign,
                 );
             }
         }
@@ -531,5 +548,6 @@ pub fn run_site(
         digest: db.digest(),
         incarnation,
         log_error,
+        foreign,
     })
 }

@@ -574,6 +574,10 @@ impl Site {
     }
 
     fn append(&mut self, rec: Record, wait: Option<LogWait>) {
+        if self.broken {
+            // Nothing more is written, or waited for, on a failed log.
+            return;
+        }
         let mut b = Vec::with_capacity(128);
         rec.encode(&mut b);
         self.counters.log_records += 1;
@@ -991,6 +995,7 @@ impl Site {
                 // outcome when this site recovers; the client only that it was not
                 // acknowledged.
                 let c = self.coord.remove(&txn).expect("listed");
+                self.locks.release(txn);
                 self.give_up(c.client, Cause::Broken);
             } else {
                 self.abort_coord(now, txn, Cause::Broken);

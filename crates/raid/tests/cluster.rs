@@ -1,0 +1,122 @@
+//! Raid clusters embedded in the test process, through the public API: real ports, real log
+//! files with fdatasync, the sites' own threads.
+
+use std::path::PathBuf;
+use std::time::Duration;
+use txcast_port::{Port, PortConfig};
+use txcast_proto::Address;
+use txcast_raid::cluster::run_embedded;
+use txcast_raid::driver::{ClusterConfig, Load};
+use txcast_raid::{Cause, Scale};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("txcast-raid-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn small() -> Scale {
+    Scale {
+        branches: 2,
+        tellers_per_branch: 10,
+        accounts_per_branch: 500,
+        history_rows: 1_000_000,
+    }
+}
+
+fn load(clients: usize, ms: u64) -> Load {
+    Load {
+        clients,
+        warmup: Duration::from_millis(100),
+        measure: Duration::from_millis(ms),
+        seed: 7,
+    }
+}
+
+#[test]
+fn three_sites_commit_conserve_agree_and_recover_from_their_logs() {
+    let dir = temp_dir("three");
+    let mut cluster = ClusterConfig::new(3, small(), dir.clone());
+    cluster.instance = 31;
+    let r = run_embedded(&cluster, &load(16, 700), |_, _| {}).unwrap();
+    assert!(r.committed > 100, "{} committed", r.committed);
+    assert!(r.conserved, "{:?}", r.totals);
+    assert!(r.identical);
+    assert!(r.given_up.is_empty(), "{:?}", r.given_up);
+    assert!(r.latency_us.count() == r.committed);
+    let rows = r.totals.history_rows;
+    assert!(rows >= r.committed);
+    let digests: Vec<u64> = r.per_site.iter().map(|s| s.digest).collect();
+
+    // Started again on the same logs, with no load: each site rebuilds its copy from its
+    // log, a new incarnation, and the copies are the ones the run ended with.
+    let again = run_embedded(&cluster, &load(0, 0), |_, _| {}).unwrap();
+    assert_eq!(
+        again.per_site.iter().map(|s| s.digest).collect::<Vec<_>>(),
+        digests
+    );
+    assert_eq!(again.totals.history_rows, rows);
+    assert!(again.per_site.iter().all(|s| s.incarnation == 2));
+
+    // And a second run goes on from there.
+    let more = run_embedded(&cluster, &load(8, 300), |_, _| {}).unwrap();
+    assert!(more.conserved && more.identical);
+    assert!(more.totals.history_rows > rows);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_log_that_cannot_be_written_is_an_error_and_acknowledges_nothing() {
+    let dir = temp_dir("full");
+    // The log of site 0 is a device on which every write fails with "no space".
+    std::os::unix::fs::symlink("/dev/full", dir.join("site-0.log")).unwrap();
+    let mut cluster = ClusterConfig::new(1, small(), dir.clone());
+    cluster.instance = 32;
+    let r = run_embedded(&cluster, &load(4, 300), |_, _| {}).unwrap();
+    let site = &r.per_site[0];
+    let err = site.log_error.as_deref().expect("the log failed");
+    assert!(err.contains("space"), "{err}");
+    assert_eq!(r.committed, 0);
+    assert_eq!(site.counters.committed, 0);
+    assert!(
+        r.given_up.iter().any(|&(c, n)| c == Cause::Broken && n > 0),
+        "{:?}",
+        r.given_up
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn messages_from_strangers_are_dropped_and_the_sites_go_on() {
+    let dir = temp_dir("strangers");
+    let mut cluster = ClusterConfig::new(2, small(), dir.clone());
+    cluster.instance = 33;
+    let target = cluster.address(0);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let noise = std::thread::spawn(move || {
+        let mut p = Port::open(Address::new(33, 0, 5, 0), PortConfig::default()).unwrap();
+        let mut sent = 0u64;
+        let mut x: u64 = 99;
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let len = (x % 300) as usize;
+            let bytes: Vec<u8> = (0..len).map(|i| (x >> (i % 56)) as u8).collect();
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if p.try_send(target, &bytes).is_ok() {
+                sent += 1;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        sent
+    });
+    let r = run_embedded(&cluster, &load(8, 600), |_, _| {}).unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = noise.join().unwrap();
+    assert!(sent > 0);
+    assert!(r.per_site[0].foreign > 0, "{:?}", r.per_site[0].foreign);
+    assert!(r.committed > 50 && r.conserved && r.identical);
+    let _ = std::fs::remove_dir_all(&dir);
+}
