@@ -2,8 +2,12 @@
 //! read and written with `txcast_proto::codec`; a decoder refuses bad input with the rule it
 //! broke and changes nothing.
 //!
-//! A packet: magic, version, the sender's site and incarnation, then messages to its end,
-//! each a kind byte and its fields. Many messages share a packet: a site batches what it has
+//! A packet: magic, version, the sender's site and incarnation, the incarnation of the
+//! receiver it was written for (0: not known yet), then messages to its end, each a kind
+//! byte and its fields. A packet of messages is taken only by the incarnation it was written
+//! for, so nothing meant for a site's previous life (a link may deliver what it still held
+//! for it) reaches the new one; a packet with no message is a hello, by which sites learn
+//! each other's incarnations. Many messages share a packet: a site batches what it has
 //! for a peer in one step (the coordinator's prepares and decisions, the participant's votes
 //! and acknowledgements).
 //!
@@ -27,8 +31,8 @@ use txcast_proto::codec::{CodecError, Reader, Writer};
 
 pub const MAGIC: u8 = 0xDC;
 pub const VERSION: u8 = 1;
-/// Magic, version, site, incarnation.
-pub const PACKET_HEADER: usize = 1 + 1 + 2 + 4;
+/// Magic, version, site, incarnation, receiver's incarnation.
+pub const PACKET_HEADER: usize = 1 + 1 + 2 + 4 + 4;
 /// Writes a transaction may have.
 pub const WRITES_MAX: usize = 16;
 /// A transaction id on the wire: site, incarnation, sequence.
@@ -255,10 +259,16 @@ impl Msg {
 pub struct Header {
     pub site: u16,
     pub incarnation: u32,
+    /// The receiver's incarnation the packet was written for (0: not known).
+    pub to: u32,
 }
 
 pub fn put_header(w: &mut Writer, h: Header) {
-    w.u8(MAGIC).u8(VERSION).u16(h.site).u32(h.incarnation);
+    w.u8(MAGIC)
+        .u8(VERSION)
+        .u16(h.site)
+        .u32(h.incarnation)
+        .u32(h.to);
 }
 
 /// Decodes a whole packet: its header and every message, or the first error (then nothing of
@@ -276,6 +286,7 @@ pub fn decode_packet(bytes: &[u8]) -> Result<(Header, Vec<Msg>), MsgError> {
     let h = Header {
         site: r.u16()?,
         incarnation: r.u32()?,
+        to: r.u32()?,
     };
     let mut msgs = Vec::new();
     while r.left() > 0 {
@@ -400,6 +411,7 @@ mod tests {
             Header {
                 site: 1,
                 incarnation: 3,
+                to: 4,
             },
         );
         for m in &msgs {

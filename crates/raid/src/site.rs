@@ -176,7 +176,12 @@ pub struct Counters {
     pub packets_in: u64,
     pub packets_out: u64,
     pub dropped_malformed: u64,
+    /// Packets of an earlier life of their sender, or written for an earlier life of this
+    /// site.
     pub dropped_stale: u64,
+    /// Messages not sent because the peer's incarnation was not known yet.
+    pub unsent_unknown: u64,
+    pub hellos: u64,
     pub dropped_foreign: u64,
     pub unexpected: u64,
     pub log_records: u64,
@@ -265,7 +270,12 @@ pub struct Site {
     out: Vec<Vec<u8>>,
     tx: VecDeque<(u16, Vec<u8>)>,
     events: VecDeque<Event>,
+    /// Each peer's incarnation as last heard (0: not heard from yet).
     peer_inc: Vec<u32>,
+    /// Whether each peer has shown it knows this site's incarnation (a packet written for
+    /// it); hellos go to those that have not, every `resend`.
+    known_by: Vec<bool>,
+    hello_at: Instant,
     counters: Counters,
 }
 
@@ -318,6 +328,8 @@ impl Site {
             tx: VecDeque::new(),
             events: VecDeque::new(),
             peer_inc: vec![0; n],
+            known_by: vec![false; n],
+            hello_at: Instant::ZERO,
             counters: Counters::default(),
         })
     }
@@ -589,32 +601,56 @@ impl Site {
         }
     }
 
+    /// Queues `msg` for site `to`, in the packet being filled for it. A peer whose incarnation
+    /// is not known yet gets nothing (what matters is sent again once it is).
     fn send(&mut self, to: u16, msg: &Msg) {
+        let peer = self.peer_inc[to as usize];
+        if peer == 0 {
+            self.counters.unsent_unknown += 1;
+            return;
+        }
+        let header = Header {
+            site: self.cfg.site,
+            incarnation: self.cfg.incarnation,
+            to: peer,
+        };
         let buf = &mut self.out[to as usize];
         if buf.is_empty() {
-            put_header(
-                &mut Writer::new(buf),
-                Header {
-                    site: self.cfg.site,
-                    incarnation: self.cfg.incarnation,
-                },
-            );
+            put_header(&mut Writer::new(buf), header);
         }
         let mark = buf.len();
         msg.put(&mut Writer::new(buf));
         if buf.len() > self.cfg.packet_bytes && mark > crate::msg::PACKET_HEADER {
             let tail = buf.split_off(mark);
             let full = std::mem::take(buf);
-            put_header(
-                &mut Writer::new(buf),
-                Header {
-                    site: self.cfg.site,
-                    incarnation: self.cfg.incarnation,
-                },
-            );
+            put_header(&mut Writer::new(buf), header);
             buf.extend_from_slice(&tail);
             self.tx.push_back((to, full));
             self.counters.packets_out += 1;
+        }
+    }
+
+    /// A hello (a packet with no message) to each peer that has not shown it knows this
+    /// site's incarnation.
+    fn hellos(&mut self, now: Instant) {
+        if now < self.hello_at {
+            return;
+        }
+        self.hello_at = now + self.cfg.resend;
+        for s in self.others().collect::<Vec<_>>() {
+            if !self.known_by[s as usize] {
+                let mut b = Vec::with_capacity(crate::msg::PACKET_HEADER);
+                put_header(
+                    &mut Writer::new(&mut b),
+                    Header {
+                        site: self.cfg.site,
+                        incarnation: self.cfg.incarnation,
+                        to: self.peer_inc[s as usize],
+                    },
+                );
+                self.tx.push_back((s, b));
+                self.counters.hellos += 1;
+            }
         }
     }
 
@@ -739,12 +775,23 @@ impl Site {
             self.counters.dropped_foreign += 1;
             return Ok(());
         }
-        let known = &mut self.peer_inc[h.site as usize];
-        if h.incarnation < *known {
+        let from = h.site as usize;
+        if h.incarnation < self.peer_inc[from] {
             self.counters.dropped_stale += 1;
             return Ok(());
         }
-        *known = h.incarnation;
+        if h.incarnation > self.peer_inc[from] {
+            // A peer's new life: it does not know this site yet.
+            self.peer_inc[from] = h.incarnation;
+            self.known_by[from] = false;
+        }
+        if h.to == self.cfg.incarnation {
+            self.known_by[from] = true;
+        } else if !msgs.is_empty() {
+            // Written for an earlier life of this site (or before the peer knew it).
+            self.counters.dropped_stale += 1;
+            return Ok(());
+        }
         self.counters.packets_in += 1;
         for m in msgs {
             self.handle_msg(now, h, m);
@@ -1009,6 +1056,14 @@ impl Site {
     /// Timers due: lock waits and vote deadlines, prepares, decisions and queries sent
     /// again, retries started.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self
+            .known_by
+            .iter()
+            .enumerate()
+            .any(|(s, &k)| !k && s != self.cfg.site as usize)
+        {
+            self.hellos(now);
+        }
         while let Some(&Reverse((at, key))) = self.timers.peek() {
             if at > now {
                 break;
@@ -1112,7 +1167,18 @@ impl Site {
 
     /// When the site next needs [`Site::handle_timeout`].
     pub fn next_deadline(&self) -> Option<Instant> {
+        let me = self.cfg.site as usize;
+        let hello = self
+            .known_by
+            .iter()
+            .enumerate()
+            .any(|(s, &k)| !k && s != me)
+            .then_some(self.hello_at);
         let t = self.timers.peek().map(|Reverse((at, _))| *at);
+        let t = match (t, hello) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let r = self.retries.first_key_value().map(|(&(at, _), _)| at);
         match (t, r) {
             (Some(a), Some(b)) => Some(a.min(b)),

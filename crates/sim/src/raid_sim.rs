@@ -494,6 +494,8 @@ fn add_counters(a: &mut Counters, b: Counters) {
     a.packets_out += b.packets_out;
     a.dropped_malformed += b.dropped_malformed;
     a.dropped_stale += b.dropped_stale;
+    a.unsent_unknown += b.unsent_unknown;
+    a.hellos += b.hellos;
     a.dropped_foreign += b.dropped_foreign;
     a.unexpected += b.unexpected;
     a.log_records += b.log_records;

@@ -39,6 +39,16 @@ fn fixed_seeds_serialize_conserve_and_keep_every_acknowledged_commit() {
 }
 
 #[test]
+fn regression_seeds() {
+    // 13122: a link delivered to a restarted participant a prepare it had held for the
+    // participant's previous life; the new life prepared the transaction again and, told
+    // commit by the coordinator (still waiting for the old life's acknowledgement), applied
+    // it twice.
+    let opts = RaidSimOptions::default();
+    run_raid(13122, &opts).unwrap_or_else(|v| panic!("{v}"));
+}
+
+#[test]
 fn a_seed_replays_exactly() {
     let opts = RaidSimOptions::default();
     let a = run_raid(21, &opts).unwrap_or_else(|v| panic!("{v}"));
