@@ -58,7 +58,7 @@ impl DcOptions {
             }
         }
         let num = |k: &str| -> Result<Option<f64>, String> {
-            match args.iter().position(|a| a == k) {
+            match args.iter().rposition(|a| a == k) {
                 None => Ok(None),
                 Some(i) => args[i + 1]
                     .parse::<f64>()
@@ -90,6 +90,32 @@ impl DcOptions {
             sync: !args.iter().any(|a| a == "--no-sync"),
             json: args.iter().any(|a| a == "--json"),
         })
+    }
+}
+
+/// `txcast demo`: the DebitCredit run with a short load (3 s after a 0.5 s warm-up, 128
+/// clients per site) unless options say otherwise.
+pub fn demo(args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return 0;
+    }
+    let mut a = vec![
+        "--seconds".to_string(),
+        "3".into(),
+        "--warmup".into(),
+        "0.5".into(),
+        "--clients".into(),
+        "128".into(),
+    ];
+    // Later options win: the caller's come after the defaults.
+    a.extend(args.iter().cloned());
+    match DcOptions::parse(&a) {
+        Ok(o) => run_with(&o),
+        Err(e) => {
+            eprintln!("txcast demo: {e}\n{USAGE}");
+            2
+        }
     }
 }
 

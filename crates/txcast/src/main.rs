@@ -14,13 +14,20 @@ const USAGE: &str = "\
 txcast: a communication facility for distributed transaction processing
 
 usage:
-  txcast demo [--txns N] [--pings N]     start a 3-site cluster on loopback and exchange local,
-                                         remote and transaction-multicast traffic
+  txcast demo [dc options]               DebitCredit on Raid: an embedded 3-site cluster on
+                                         loopback, a short load, the report and its checks
+  txcast demo comm [--txns N] [--pings N]
+                                         the communication demo: a 3-site cluster in four
+                                         processes exchanging local, remote and transaction-
+                                         multicast traffic
+  txcast dc [--sites N] [--clients N] [--seconds S] ...
+                                         DebitCredit on Raid (`txcast dc --help`)
   txcast bench <rtt|multicast|throughput|group|rpc|long|burst|modules> [options]
                                          benchmarks with their baselines (see `txcast bench --help`)
   txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
   txcast sim group [--seed S | --seeds N] run groups (crashes, joins, leaves) in the simulator
-  txcast sim rpc | frag | vs | order | module [--seed S | --seeds N]
+  txcast sim rpc | frag | vs | order | module | oracle | txn | engine | crmem | raid
+                                         [--seed S | --seeds N]
                                          RPC, long messages, virtually synchronous
                                          groups, ordering protocols, extension
                                          modules in the simulator
@@ -37,7 +44,10 @@ usage:
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let code = match args.get(1).map(String::as_str) {
-        Some("demo") => demo::run(&args[2..]),
+        Some("demo") => match args.get(2).map(String::as_str) {
+            Some("comm") => demo::run(&args[3..]),
+            _ => dc::demo(&args[2..]),
+        },
         Some("dc") => dc::run(&args[2..]),
         Some("bench") => bench::run(&args[2..]),
         Some("sim") => sim_cmd::run(&args[2..]),
