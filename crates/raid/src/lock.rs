@@ -19,7 +19,8 @@
 
 use crate::db::Key;
 use crate::TxnId;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeSet, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -65,29 +66,65 @@ struct Entry {
     mode: Mode,
 }
 
+const MODES: [Mode; 3] = [Mode::Shared, Mode::Exclusive, Mode::Increment];
+
+fn slot(m: Mode) -> usize {
+    match m {
+        Mode::Shared => 0,
+        Mode::Exclusive => 1,
+        Mode::Increment => 2,
+    }
+}
+
+/// One key's holders, by mode and age (a branch's increment lock may have thousands), and
+/// its FIFO of waiters.
 #[derive(Default, Debug)]
 struct Queue {
-    holders: Vec<Entry>,
+    held: [BTreeSet<(Ts, TxnId)>; 3],
     waiters: VecDeque<Entry>,
 }
 
 impl Queue {
+    fn holders_compatible(&self, mode: Mode) -> bool {
+        MODES
+            .iter()
+            .all(|&m| m.compatible(mode) || self.held[slot(m)].is_empty())
+    }
+
     fn grantable(&self, mode: Mode) -> bool {
-        self.holders.iter().all(|h| h.mode.compatible(mode))
-            && self.waiters.iter().all(|w| w.mode.compatible(mode))
+        self.holders_compatible(mode) && self.waiters.iter().all(|w| w.mode.compatible(mode))
+    }
+
+    /// Whether a holder or waiter that conflicts with `mode` is older than `ts`.
+    fn older_conflict(&self, mode: Mode, ts: Ts) -> bool {
+        MODES.iter().any(|&m| {
+            !m.compatible(mode) && self.held[slot(m)].first().is_some_and(|&(t, _)| t < ts)
+        }) || self
+            .waiters
+            .iter()
+            .any(|w| !w.mode.compatible(mode) && w.ts < ts)
+    }
+
+    fn hold(&mut self, e: Entry) {
+        self.held[slot(e.mode)].insert((e.ts, e.txn));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.waiters.is_empty() && self.held.iter().all(|h| h.is_empty())
     }
 }
 
 #[derive(Debug)]
 struct Held {
-    keys: Vec<Key>,
+    ts: Ts,
+    locks: Vec<(Key, Mode)>,
     missing: usize,
 }
 
 #[derive(Default, Debug)]
 pub struct LockTable {
-    keys: HashMap<Key, Queue>,
-    txns: HashMap<TxnId, Held>,
+    keys: FxHashMap<Key, Queue>,
+    txns: FxHashMap<TxnId, Held>,
     granted: VecDeque<TxnId>,
     pub waits: u64,
     pub deaths: u64,
@@ -117,12 +154,7 @@ impl LockTable {
                 continue;
             }
             all = false;
-            let older = q
-                .holders
-                .iter()
-                .chain(q.waiters.iter())
-                .any(|e| !e.mode.compatible(mode) && e.ts < ts);
-            if older {
+            if q.older_conflict(mode, ts) {
                 self.deaths += 1;
                 return Grant::Die;
             }
@@ -132,14 +164,20 @@ impl LockTable {
             let q = self.keys.entry(key).or_default();
             let e = Entry { txn, ts, mode };
             if q.grantable(mode) {
-                q.holders.push(e);
+                q.hold(e);
             } else {
                 q.waiters.push_back(e);
                 missing += 1;
             }
         }
-        let keys = locks.iter().map(|&(k, _)| k).collect();
-        self.txns.insert(txn, Held { keys, missing });
+        self.txns.insert(
+            txn,
+            Held {
+                ts,
+                locks: locks.to_vec(),
+                missing,
+            },
+        );
         if all {
             Grant::Granted
         } else {
@@ -158,19 +196,20 @@ impl LockTable {
         let Some(held) = self.txns.remove(&txn) else {
             return;
         };
-        for key in held.keys {
+        for (key, mode) in held.locks {
             let Some(q) = self.keys.get_mut(&key) else {
                 continue;
             };
-            q.holders.retain(|e| e.txn != txn);
-            q.waiters.retain(|e| e.txn != txn);
+            if !q.held[slot(mode)].remove(&(held.ts, txn)) {
+                q.waiters.retain(|e| e.txn != txn);
+            }
             // Waiters at the front join the holders while they are compatible with them.
             while let Some(w) = q.waiters.front().copied() {
-                if !q.holders.iter().all(|h| h.mode.compatible(w.mode)) {
+                if !q.holders_compatible(w.mode) {
                     break;
                 }
                 q.waiters.pop_front();
-                q.holders.push(w);
+                q.hold(w);
                 if let Some(h) = self.txns.get_mut(&w.txn) {
                     h.missing -= 1;
                     if h.missing == 0 {
@@ -178,7 +217,7 @@ impl LockTable {
                     }
                 }
             }
-            if q.holders.is_empty() && q.waiters.is_empty() {
+            if q.is_empty() {
                 self.keys.remove(&key);
             }
         }

@@ -32,8 +32,9 @@ use crate::db::{Db, DbError, HistoryRow, Key, Op, Scale, Write};
 use crate::lock::{Grant, LockTable, Mode, Ts};
 use crate::msg::{decode_packet, put_header, Header, Msg, MsgError, Record, Vote, Work};
 use crate::TxnId;
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::Duration;
 use thiserror::Error;
 use txcast_proto::codec::Writer;
@@ -312,9 +313,9 @@ impl Site {
             db,
             locks: LockTable::new(),
             next_seq: 0,
-            coord: HashMap::new(),
-            decided: HashMap::new(),
-            parts: HashMap::new(),
+            coord: HashMap::default(),
+            decided: HashMap::default(),
+            parts: HashMap::default(),
             retries: BTreeMap::new(),
             retry_uniq: 0,
             timers: BinaryHeap::new(),
