@@ -33,15 +33,20 @@ use crate::lock::{Grant, LockTable, Mode, Ts};
 use crate::msg::{decode_packet, put_header, Header, Msg, MsgError, Record, Vote, Work};
 use crate::TxnId;
 use rustc_hash::FxHashMap as HashMap;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use thiserror::Error;
 use txcast_proto::codec::Writer;
+use txcast_proto::timer::TimerWheel;
 use txcast_proto::Instant;
 
 /// Sites a database may have (votes and acknowledgements are bit sets).
 pub const SITES_MAX: u16 = 64;
+/// The timer wheel: 1 ms ticks, a second around, and room for every timer of a site's
+/// bounded tables many times over (stale entries are dropped when the wheel fills).
+const TIMER_TICK_NS: u64 = 1_000_000;
+const TIMER_SLOTS: usize = 1024;
+const TIMERS_MAX: usize = 1 << 20;
 
 #[derive(Clone, Debug)]
 pub struct SiteConfig {
@@ -260,7 +265,10 @@ pub struct Site {
     parts: HashMap<TxnId, Part>,
     retries: BTreeMap<(Instant, u64), Client>,
     retry_uniq: u64,
-    timers: BinaryHeap<Reverse<(Instant, TimerKey)>>,
+    /// Every transaction's next timer (entries of finished or rescheduled ones are skipped
+    /// when they come up: each entity keeps the time it is waiting for).
+    timers: TimerWheel<TimerKey>,
+    fired: Vec<(Instant, TimerKey)>,
     /// Records emitted; the driver has made `durable` of them durable.
     lsn: u64,
     taken: u64,
@@ -318,7 +326,8 @@ impl Site {
             parts: HashMap::default(),
             retries: BTreeMap::new(),
             retry_uniq: 0,
-            timers: BinaryHeap::new(),
+            timers: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, TIMERS_MAX, Instant::ZERO),
+            fired: Vec::new(),
             lsn: 0,
             taken: 0,
             durable: 0,
@@ -390,7 +399,7 @@ impl Site {
                     timer: now,
                 },
             );
-            s.timers.push(Reverse((now, TimerKey::Part(txn))));
+            s.arm(now, TimerKey::Part(txn));
         }
         for (txn, ()) in decided {
             s.counters.recovered_decided += 1;
@@ -401,7 +410,7 @@ impl Site {
                     timer: now,
                 },
             );
-            s.timers.push(Reverse((now, TimerKey::Decided(txn))));
+            s.arm(now, TimerKey::Decided(txn));
         }
         Ok(s)
     }
@@ -529,7 +538,7 @@ impl Site {
             Grant::Waiting => {
                 self.counters.lock_waits += 1;
                 self.coord.insert(txn, c);
-                self.timers.push(Reverse((deadline, TimerKey::Coord(txn))));
+                self.arm(deadline, TimerKey::Coord(txn));
             }
         }
     }
@@ -583,7 +592,24 @@ impl Site {
                 self.send(s, &msg);
             }
         }
-        self.timers.push(Reverse((timer, TimerKey::Coord(txn))));
+        self.arm(timer, TimerKey::Coord(txn));
+    }
+
+    /// Schedules `key` at `at`. A full wheel first drops the entries no entity waits for.
+    fn arm(&mut self, at: Instant, key: TimerKey) {
+        if self.timers.schedule(at, key).is_ok() {
+            return;
+        }
+        let (coord, decided, parts) = (&self.coord, &self.decided, &self.parts);
+        self.timers.retain(|d, k| match k {
+            TimerKey::Coord(t) => coord.get(&t).is_some_and(|c| c.timer == d),
+            TimerKey::Decided(t) => decided.get(&t).is_some_and(|c| c.timer == d),
+            TimerKey::Part(t) => parts.get(&t).is_some_and(|c| c.timer == d),
+        });
+        if self.timers.schedule(at, key).is_err() {
+            // More live timers than the tables can hold: cannot happen with their bounds.
+            self.counters.unexpected += 1;
+        }
     }
 
     fn append(&mut self, rec: Record, wait: Option<LogWait>) {
@@ -887,7 +913,7 @@ impl Site {
                     self.prepared(txn);
                 } else {
                     self.counters.lock_waits += 1;
-                    self.timers.push(Reverse((deadline, TimerKey::Part(txn))));
+                    self.arm(deadline, TimerKey::Part(txn));
                 }
             }
         }
@@ -978,7 +1004,7 @@ impl Site {
                             p.deadline = now + self.cfg.vote_timeout;
                             p.timer = p.deadline;
                             let timer = p.timer;
-                            self.timers.push(Reverse((timer, TimerKey::Part(txn))));
+                            self.arm(timer, TimerKey::Part(txn));
                             self.vote(txn.site, txn, Vote::Yes);
                         }
                     }
@@ -1022,7 +1048,7 @@ impl Site {
             }
             let timer = now + self.cfg.resend;
             self.decided.insert(txn, Decided { acked: 0, timer });
-            self.timers.push(Reverse((timer, TimerKey::Decided(txn))));
+            self.arm(timer, TimerKey::Decided(txn));
         }
     }
 
@@ -1065,11 +1091,9 @@ impl Site {
         {
             self.hellos(now);
         }
-        while let Some(&Reverse((at, key))) = self.timers.peek() {
-            if at > now {
-                break;
-            }
-            self.timers.pop();
+        let mut fired = std::mem::take(&mut self.fired);
+        self.timers.expire(now, |at, key| fired.push((at, key)));
+        for &(at, key) in &fired {
             match key {
                 TimerKey::Coord(txn) => self.coord_timer(now, at, txn),
                 TimerKey::Decided(txn) => {
@@ -1083,7 +1107,7 @@ impl Site {
                     }
                     d.timer = now + resend;
                     let (timer, acked) = (d.timer, d.acked);
-                    self.timers.push(Reverse((timer, TimerKey::Decided(txn))));
+                    self.arm(timer, TimerKey::Decided(txn));
                     for s in self.others().collect::<Vec<_>>() {
                         if all & acked & bit(s) == 0 {
                             self.counters.resent += 1;
@@ -1094,6 +1118,8 @@ impl Site {
                 TimerKey::Part(txn) => self.part_timer(now, at, txn),
             }
         }
+        fired.clear();
+        self.fired = fired;
         while let Some((&(at, uniq), _)) = self.retries.first_key_value() {
             if at > now || self.coord.len() >= self.cfg.coordinated_max {
                 break;
@@ -1129,7 +1155,7 @@ impl Site {
                 c.timer = (now + self.cfg.resend).min(c.deadline);
                 let (timer, yes) = (c.timer, c.yes);
                 let msg = Msg::Prepare(c.work.clone().expect("voting"));
-                self.timers.push(Reverse((timer, TimerKey::Coord(txn))));
+                self.arm(timer, TimerKey::Coord(txn));
                 for s in self.others().collect::<Vec<_>>() {
                     if yes & bit(s) == 0 {
                         self.counters.resent += 1;
@@ -1158,7 +1184,7 @@ impl Site {
             PPhase::Voted => {
                 p.timer = now + resend;
                 let timer = p.timer;
-                self.timers.push(Reverse((timer, TimerKey::Part(txn))));
+                self.arm(timer, TimerKey::Part(txn));
                 self.counters.queries += 1;
                 self.send(txn.site, &Msg::Query { txn });
             }
@@ -1175,7 +1201,7 @@ impl Site {
             .enumerate()
             .any(|(s, &k)| !k && s != me)
             .then_some(self.hello_at);
-        let t = self.timers.peek().map(|Reverse((at, _))| *at);
+        let t = self.timers.next_deadline();
         let t = match (t, hello) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
