@@ -43,7 +43,7 @@ pub fn run_embedded(
     load: &Load,
     mut progress: impl FnMut(Duration, u64),
 ) -> Result<DcReport, RaidError> {
-    let control = Arc::new(RunControl::default());
+    let control = Arc::new(RunControl::new());
     let started = std::time::Instant::now();
     let threads: Vec<_> = (0..cluster.sites)
         .map(|s| {

@@ -124,14 +124,40 @@ pub struct SiteReport {
 }
 
 /// Shared by the sites of one process to end a run together.
-#[derive(Default)]
 pub struct RunControl {
     /// Set to stop every site at once.
     pub stop: AtomicBool,
+    /// Sites with a load end once their load has run and every site of `local` has been
+    /// quiet for 100 ms, if this is set (`RunControl::new` sets it).
+    pub end_when_quiet: AtomicBool,
+    /// The sites that run in this process, a bit each (0: every site of the cluster).
+    pub local: AtomicU64,
     /// Bit per site: quiet now (no client running, nothing under way).
     pub quiet: AtomicU64,
     /// Transfers committed so far by every site (for progress lines).
     pub committed: AtomicU64,
+    /// If set, each commit's transaction id, as its client learns it.
+    pub commits: Mutex<Option<std::sync::mpsc::Sender<crate::TxnId>>>,
+}
+
+impl Default for RunControl {
+    fn default() -> Self {
+        RunControl::new()
+    }
+}
+
+impl RunControl {
+    /// Every site of the cluster in this process, ending together once quiet.
+    pub fn new() -> RunControl {
+        RunControl {
+            stop: AtomicBool::new(false),
+            end_when_quiet: AtomicBool::new(true),
+            local: AtomicU64::new(0),
+            quiet: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            commits: Mutex::new(None),
+        }
+    }
 }
 
 /// Nanoseconds since the Unix epoch, steadily increasing: the sites' clock (wait-die
@@ -368,6 +394,16 @@ pub fn run_site(
     load: Option<Load>,
     control: Arc<RunControl>,
 ) -> Result<SiteReport, RaidError> {
+    run_site_db(cluster, site, load, control).map(|(r, _)| r)
+}
+
+/// [`run_site`], returning the site's copy of the database as well.
+pub fn run_site_db(
+    cluster: &ClusterConfig,
+    site: u16,
+    load: Option<Load>,
+    control: Arc<RunControl>,
+) -> Result<(SiteReport, crate::db::Db), RaidError> {
     if site >= cluster.sites {
         return Err(RaidError::Cluster(format!(
             "site {site} of a cluster of {}",
@@ -425,6 +461,7 @@ pub fn run_site(
     let mut quiet_since: Option<std::time::Instant> = None;
     let mut measured = Duration::ZERO;
     let mut foreign = 0u64;
+    let commits = control.commits.lock().expect("commits").clone();
 
     loop {
         let now_std = std::time::Instant::now();
@@ -446,11 +483,19 @@ pub fn run_site(
         }
         while let Some(e) = core.poll_event() {
             match e {
-                Event::Committed { tag, submitted, .. } => {
+                Event::Committed {
+                    tag,
+                    submitted,
+                    txn,
+                    ..
+                } => {
                     if let Some(r) = running.get_mut(tag as usize) {
                         *r = false;
                     }
                     control.committed.fetch_add(1, Ordering::Relaxed);
+                    if let Some(tx) = commits.as_ref() {
+                        let _ = tx.send(txn);
+                    }
                     if now_std >= warm_end && now_std < load_end {
                         committed += 1;
                         hist.record(now.0.saturating_sub(submitted.0) / 1000);
@@ -501,8 +546,14 @@ pub fn run_site(
             } else {
                 control.quiet.fetch_and(!bit, Ordering::SeqCst);
             }
-            let all = (1u64 << cluster.sites) - 1;
-            if idle && control.quiet.load(Ordering::SeqCst) & all == all {
+            let all = match control.local.load(Ordering::Relaxed) {
+                0 => (1u64 << cluster.sites) - 1,
+                m => m,
+            };
+            if idle
+                && control.end_when_quiet.load(Ordering::SeqCst)
+                && control.quiet.load(Ordering::SeqCst) & all == all
+            {
                 let since = *quiet_since.get_or_insert(now_std);
                 if now_std.duration_since(since) > Duration::from_millis(100) {
                     break;
@@ -537,7 +588,7 @@ pub fn run_site(
     let log_error = writer.shared.error.lock().expect("log error").clone();
     drop(writer);
     let db = core.db();
-    Ok(SiteReport {
+    let report = SiteReport {
         site,
         committed,
         measured,
@@ -549,5 +600,6 @@ pub fn run_site(
         incarnation,
         log_error,
         foreign,
-    })
+    };
+    Ok((report, db.clone()))
 }
