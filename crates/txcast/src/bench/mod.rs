@@ -83,8 +83,9 @@ usage: txcast bench <what> [options]
               [--seconds S]
 
   pgbench     PostgreSQL's pgbench (TPC-B-like) on a throwaway cluster, fsync and synchronous
-              commit on: the DebitCredit yardstick; skipped when PostgreSQL is not installed
-              [--clients 8] [--threads 2] [--seconds 20] [--scale 1]
+              commit on, optionally with a synchronous streaming standby: the DebitCredit
+              yardstick; skipped when PostgreSQL is not installed
+              [--clients 8] [--threads 2] [--seconds 20] [--scale 1] [--standby]
 
   --json      JSON lines on stdout, the human table on stderr
 ";

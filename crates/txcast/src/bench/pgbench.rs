@@ -1,6 +1,7 @@
 //! `txcast bench pgbench`: PostgreSQL's pgbench (its TPC-B-like default script) on a throwaway
 //! cluster, the yardstick for the DebitCredit benchmark: transactions per second and mean
-//! latency with every commit flushed to disk (`fsync=on`, `synchronous_commit=on`).
+//! latency with every commit flushed to disk (`fsync=on`, `synchronous_commit=on`), optionally
+//! also acknowledged by a synchronous streaming standby.
 //!
 //! The cluster lives in a fresh directory under the temporary directory and listens only on a
 //! Unix socket there. [`run_pgbench`] stops its servers and removes the directory on every way
@@ -24,16 +25,20 @@ pub const NOT_FOUND: &str = "PostgreSQL not found";
 const SUPERUSER: &str = "postgres";
 /// Allowed to each step other than the timed run and the initialisation.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Allowed to a standby to become a streaming synchronous standby.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// A Unix socket path's limit (`sun_path`, with its terminating NUL).
 const SOCKET_PATH_MAX: usize = 107;
 
-/// What to run: pgbench's `-c`, `-j`, `-T`, `-i -s`.
+/// What to run: pgbench's `-c`, `-j`, `-T`, `-i -s`, and whether commits also wait for a
+/// synchronous streaming standby.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgOptions {
     pub clients: u32,
     pub threads: u32,
     pub seconds: u32,
     pub scale: u32,
+    pub standby: bool,
 }
 
 impl Default for PgOptions {
@@ -43,6 +48,7 @@ impl Default for PgOptions {
             threads: 2,
             seconds: 20,
             scale: 1,
+            standby: false,
         }
     }
 }
@@ -60,6 +66,9 @@ pub struct PgResult {
     pub transactions: Option<u64>,
     /// As the server reports it, e.g. `PostgreSQL 15.18 (Debian 15.18-0+deb12u1)`.
     pub version: String,
+    /// With a standby: how it was checked to be streaming and synchronous, before and after
+    /// the timed run.
+    pub replication: Option<String>,
 }
 
 /// Runs pgbench on a throwaway cluster (see the module documentation). An error starting with
@@ -81,9 +90,10 @@ pub fn run_pgbench(opts: &PgOptions) -> Result<PgResult, String> {
             opts.threads, opts.clients
         ));
     }
-    let tools = Tools::find()?;
+    let tools = Tools::find(opts.standby)?;
     let mut s = Scratch::create(&tools)?;
-    let port = free_ports(1)?[0];
+    let ports = free_ports(2)?;
+    let (port, standby_port) = (ports[0], ports[1]);
 
     let primary = s.dir.join("primary");
     s.run(
@@ -95,19 +105,46 @@ pub fn run_pgbench(opts: &PgOptions) -> Result<PgResult, String> {
             .args(["--no-locale", "--no-sync"]),
         STEP_TIMEOUT,
     )?;
-    let conf = format!(
+    let mut conf = format!(
         "\n# txcast bench pgbench\n\
          listen_addresses = ''\n\
          unix_socket_directories = '{}'\n\
          port = {port}\n\
          max_connections = {}\n\
          fsync = on\n\
-         synchronous_commit = on\n",
+         synchronous_commit = on\n\
+         wal_level = replica\n\
+         max_wal_senders = 4\n",
         s.dir.to_string_lossy().replace('\'', "''"),
         opts.clients.saturating_add(10).max(100)
     );
+    if opts.standby {
+        conf.push_str("synchronous_standby_names = '*'\n");
+    }
     append(&primary.join("postgresql.conf"), &conf)?;
     s.start(&primary, "primary")?;
+
+    let mut replication = None;
+    if opts.standby {
+        let standby = s.dir.join("standby");
+        let basebackup = tools.pg_basebackup.as_deref().ok_or("no pg_basebackup")?;
+        // -R: standby.signal and primary_conninfo (this socket and port) in the copy.
+        s.run(
+            "pg_basebackup",
+            s.command(basebackup)
+                .args(s.connection(port))
+                .arg("-D")
+                .arg(&standby)
+                .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]),
+            STEP_TIMEOUT,
+        )?;
+        append(
+            &standby.join("postgresql.conf"),
+            &format!("\n# the standby\nport = {standby_port}\n"),
+        )?;
+        s.start(&standby, "standby")?;
+        replication = Some(s.wait_sync(&tools, port)?);
+    }
 
     let init_timeout = STEP_TIMEOUT + Duration::from_secs(30 * u64::from(opts.scale));
     s.run(
@@ -121,6 +158,7 @@ pub fn run_pgbench(opts: &PgOptions) -> Result<PgResult, String> {
         ]),
         init_timeout,
     )?;
+    // A standby that stops acknowledging blocks every commit: the timeout ends the run then.
     let output = s.run(
         "pgbench",
         s.command(&tools.pgbench)
@@ -131,7 +169,18 @@ pub fn run_pgbench(opts: &PgOptions) -> Result<PgResult, String> {
         STEP_TIMEOUT + Duration::from_secs(u64::from(opts.seconds)),
     )?;
     let mut result = parse_output(&output)?;
+    if let Some(before) = replication {
+        let after = s.sync_state(&tools, port)?.ok_or_else(|| {
+            "the standby was no longer a streaming synchronous standby after the run".to_string()
+        })?;
+        replication = Some(if after == before {
+            format!("{before} (before and after the run)")
+        } else {
+            format!("{before} before the run, {after} after")
+        });
+    }
     result.version = tools.version.clone();
+    result.replication = replication;
     Ok(result)
 }
 
@@ -140,13 +189,15 @@ struct Tools {
     initdb: PathBuf,
     pg_ctl: PathBuf,
     pgbench: PathBuf,
+    pg_basebackup: Option<PathBuf>,
+    psql: Option<PathBuf>,
     version: String,
 }
 
 impl Tools {
     /// PostgreSQL 15's directory if it is there, else the directory of `initdb` on PATH (its
     /// symlinks resolved); a program missing there is looked for on PATH.
-    fn find() -> Result<Tools, String> {
+    fn find(standby: bool) -> Result<Tools, String> {
         let bin = if Path::new(PG15_BIN).join("initdb").is_file() {
             PathBuf::from(PG15_BIN)
         } else {
@@ -176,6 +227,12 @@ impl Tools {
             initdb: need("initdb")?,
             pg_ctl,
             pgbench: need("pgbench")?,
+            pg_basebackup: if standby {
+                Some(need("pg_basebackup")?)
+            } else {
+                find("pg_basebackup")
+            },
+            psql: find("psql"),
             version,
         })
     }
@@ -352,6 +409,58 @@ impl Scratch {
         })
     }
 
+    /// Waits until the primary on `port` has a streaming synchronous standby; describes it.
+    fn wait_sync(&mut self, tools: &Tools, port: u16) -> Result<String, String> {
+        let deadline = Instant::now() + SYNC_TIMEOUT;
+        loop {
+            if let Some(state) = self.sync_state(tools, port)? {
+                return Ok(state);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the standby did not become a streaming synchronous standby within {SYNC_TIMEOUT:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The primary's streaming synchronous standby as pg_stat_replication shows it, through
+    /// psql; without psql, a pgbench script that fails (division by zero) when there is none.
+    fn sync_state(&mut self, tools: &Tools, port: u16) -> Result<Option<String>, String> {
+        let wanted = "state = 'streaming' AND sync_state = 'sync'";
+        if let Some(psql) = &tools.psql {
+            let query = format!(
+                "SELECT application_name, state, sync_state FROM pg_stat_replication WHERE {wanted}"
+            );
+            let rows = self.run(
+                "psql",
+                self.command(psql)
+                    .args(["-X", "-A", "-t", "-F", " "])
+                    .args(self.connection(port))
+                    .args(["-d", "postgres", "-c", &query]),
+                STEP_TIMEOUT,
+            )?;
+            let row = rows.lines().next().map(str::trim).filter(|r| !r.is_empty());
+            return Ok(row.map(|r| format!("pg_stat_replication: {r}")));
+        }
+        let script = self.dir.join("sync-check.sql");
+        let text = format!("SELECT 1 / count(*) FROM pg_stat_replication WHERE {wanted};\n");
+        fs::write(&script, text).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        let checked = self.run(
+            "pgbench sync check",
+            self.command(&tools.pgbench)
+                .args(self.connection(port))
+                .args(["-n", "-t", "1", "-f"])
+                .arg(&script)
+                .arg("postgres"),
+            STEP_TIMEOUT,
+        );
+        Ok(checked.ok().map(|_| {
+            "streaming, sync (pg_stat_replication checked with pgbench: no psql)".to_string()
+        }))
+    }
+
     /// `pg_ctl -m immediate stop`; kills the postmaster if it outlives that.
     fn stop(&mut self, data: &Path) {
         let postmaster = fs::read_to_string(data.join("postmaster.pid"))
@@ -436,7 +545,7 @@ fn end(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The figures of pgbench's report (version left empty).
+/// The figures of pgbench's report (version and replication left empty).
 fn parse_output(text: &str) -> Result<PgResult, String> {
     let after = |prefix: &str| {
         text.lines()
@@ -461,6 +570,7 @@ fn parse_output(text: &str) -> Result<PgResult, String> {
             failed: count("number of failed transactions: "),
             transactions: count("number of transactions actually processed: "),
             version: String::new(),
+            replication: None,
         }),
         _ => Err(format!(
             "no tps or latency in pgbench's output:\n{}",
@@ -476,8 +586,9 @@ struct Plan {
 
 fn usage() -> String {
     "usage: txcast bench pgbench [--clients N] [--threads N] [--seconds S] [--scale N] \
-     [--json]\n\
-     \x20 defaults: --clients 8 --threads 2 --seconds 20 --scale 1\n"
+     [--standby] [--json]\n\
+     \x20 defaults: --clients 8 --threads 2 --seconds 20 --scale 1; --standby adds a \
+     synchronous streaming standby\n"
         .to_string()
 }
 
@@ -485,7 +596,7 @@ fn plan(args: &[String]) -> Result<Option<Plan>, String> {
     let o = Options::parse(
         args,
         &["clients", "threads", "seconds", "scale"],
-        &["json", "help"],
+        &["json", "help", "standby"],
     )?;
     if o.flag("help") {
         return Ok(None);
@@ -509,6 +620,7 @@ fn plan(args: &[String]) -> Result<Option<Plan>, String> {
             threads,
             seconds: number("seconds", d.seconds, 3600)?,
             scale: number("scale", d.scale, 10_000)?,
+            standby: o.flag("standby"),
         },
         json: o.flag("json"),
     }))
@@ -520,7 +632,7 @@ pub fn run(args: &[String]) -> i32 {
         Err(code) => return code,
     };
     let o = &plan.opts;
-    let case = "single";
+    let case = if o.standby { "standby" } else { "single" };
     let r = match run_pgbench(o) {
         Ok(r) => r,
         Err(e) if e.starts_with(NOT_FOUND) => {
@@ -536,10 +648,13 @@ pub fn run(args: &[String]) -> i32 {
             return EXIT_FAILED;
         }
     };
-    let heading = format!(
+    let mut heading = format!(
         "pgbench: {}, TPC-B-like script, scale {}, fsync=on, synchronous_commit=on, Unix socket\n",
         r.version, o.scale
     );
+    if let Some(replication) = &r.replication {
+        heading.push_str(&format!("synchronous streaming standby: {replication}\n"));
+    }
     let optional = |n: Option<u64>| n.map_or("-".to_string(), |n| n.to_string());
     let mut table = Table::new([
         "case",
@@ -571,7 +686,7 @@ pub fn run(args: &[String]) -> i32 {
         println!(
             "{{\"bench\":\"pgbench\",\"case\":\"{case}\",\"clients\":{},\"threads\":{},\
              \"seconds\":{},\"scale\":{},\"tps\":{},\"latency_ms\":{},\"failed\":{},\
-             \"transactions\":{},\"version\":{}}}",
+             \"transactions\":{},\"version\":{},\"replication\":{}}}",
             o.clients,
             o.threads,
             o.seconds,
@@ -580,7 +695,10 @@ pub fn run(args: &[String]) -> i32 {
             json_number(r.latency_ms, 3),
             optional(r.failed),
             optional(r.transactions),
-            json_string(&r.version)
+            json_string(&r.version),
+            r.replication
+                .as_deref()
+                .map_or("null".to_string(), json_string)
         );
     } else {
         print!("{human}");
@@ -628,13 +746,14 @@ tps = 617.093517 (without initial connection time)
 
     #[test]
     fn command_line_parses() {
-        let p = plan(&strings(&["--clients", "4", "--json"]))
+        let p = plan(&strings(&["--clients", "4", "--standby", "--json"]))
             .unwrap()
             .unwrap();
         assert_eq!(
             p.opts,
             PgOptions {
                 clients: 4,
+                standby: true,
                 ..PgOptions::default()
             }
         );
@@ -653,12 +772,13 @@ tps = 617.093517 (without initial connection time)
     }
 
     /// The figures of a short run, or `None` (after a printed line) without PostgreSQL.
-    fn short_run() -> Option<PgResult> {
+    fn short_run(standby: bool) -> Option<PgResult> {
         let opts = PgOptions {
             clients: 2,
             threads: 1,
             seconds: 2,
             scale: 1,
+            standby,
         };
         match run_pgbench(&opts) {
             Ok(r) => Some(r),
@@ -672,15 +792,26 @@ tps = 617.093517 (without initial connection time)
 
     #[test]
     fn pgbench_runs_on_a_throwaway_cluster() {
-        let Some(r) = short_run() else { return };
+        let Some(r) = short_run(false) else { return };
         assert!(r.tps > 0.0 && r.latency_ms > 0.0, "{r:?}");
         assert_eq!(r.failed, Some(0));
         assert!(r.version.starts_with("PostgreSQL "), "{}", r.version);
+        assert!(r.replication.is_none());
+    }
+
+    #[test]
+    fn pgbench_runs_with_a_synchronous_standby() {
+        let Some(r) = short_run(true) else { return };
+        assert!(r.tps > 0.0, "{r:?}");
+        assert!(
+            r.replication.as_deref().is_some_and(|s| s.contains("sync")),
+            "{r:?}"
+        );
     }
 
     #[test]
     fn a_panic_still_stops_the_server_and_removes_the_directory() {
-        let Ok(tools) = Tools::find() else {
+        let Ok(tools) = Tools::find(false) else {
             println!("skipped: {NOT_FOUND}");
             return;
         };
