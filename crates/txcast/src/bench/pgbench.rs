@@ -5,8 +5,8 @@
 //!
 //! The cluster lives in a fresh directory under the temporary directory and listens only on a
 //! Unix socket there. [`run_pgbench`] stops its servers and removes the directory on every way
-//! out: success, error and panic. As root, the PostgreSQL programs run as `nobody`:
-//! PostgreSQL refuses to run as root.
+//! out: success, error, panic, and Ctrl-C while it runs (which then ends the process as usual).
+//! As root, the PostgreSQL programs run as `nobody`: PostgreSQL refuses to run as root.
 
 use super::stats::{json_number, json_string, Table};
 use super::{plan_or_exit, Options, EXIT_FAILED};
@@ -15,6 +15,8 @@ use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Where Debian installs PostgreSQL 15's programs; PATH is the fallback.
@@ -91,6 +93,8 @@ pub fn run_pgbench(opts: &PgOptions) -> Result<PgResult, String> {
         ));
     }
     let tools = Tools::find(opts.standby)?;
+    // Declared first, dropped last: Ctrl-C ends the process only after the cleanup.
+    let _sigint = SigintDeferred::install();
     let mut s = Scratch::create(&tools)?;
     let ports = free_ports(2)?;
     let (port, standby_port) = (ports[0], ports[1]);
@@ -357,7 +361,7 @@ impl Scratch {
         .into()
     }
 
-    /// Runs `command` to its end, ending it past `timeout`; its stdout, or an
+    /// Runs `command` to its end, ending it past `timeout` or on Ctrl-C; its stdout, or an
     /// error with the tail of its output. The output goes to files, not pipes: a server that
     /// pg_ctl starts may keep them open.
     fn run(
@@ -376,7 +380,7 @@ impl Scratch {
             .stderr(err)
             .spawn()
             .map_err(|e| format!("cannot start {what}: {e}"))?;
-        let status = wait(&mut child, timeout);
+        let status = wait(&mut child, timeout, true);
         let stdout = fs::read_to_string(&out_path).unwrap_or_default();
         let stderr = fs::read_to_string(&err_path).unwrap_or_default();
         match status {
@@ -415,6 +419,9 @@ impl Scratch {
         loop {
             if let Some(state) = self.sync_state(tools, port)? {
                 return Ok(state);
+            }
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Err("interrupted".to_string());
             }
             if Instant::now() >= deadline {
                 return Err(format!(
@@ -474,7 +481,7 @@ impl Scratch {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Ok(mut child) = command.spawn() {
-            let _ = wait(&mut child, Duration::from_secs(40));
+            let _ = wait(&mut child, Duration::from_secs(40), false);
         }
         if let Some(pid) = postmaster.filter(|&pid| is_postgres(pid)) {
             // SAFETY: kill has no memory preconditions; the pid is a postgres process of ours.
@@ -509,9 +516,9 @@ fn is_postgres(pid: libc::pid_t) -> bool {
     stat.contains(" (postgres) ") && !matches!(state, Some('Z' | 'X'))
 }
 
-/// Waits for `child`; past `timeout`, asks it to end (SIGTERM, which runuser passes on),
-/// then kills it.
-fn wait(child: &mut Child, timeout: Duration) -> Result<ExitStatus, String> {
+/// Waits for `child`; past `timeout`, or on Ctrl-C when `interruptible`, asks it to end
+/// (SIGTERM, which runuser passes on), then kills it.
+fn wait(child: &mut Child, timeout: Duration, interruptible: bool) -> Result<ExitStatus, String> {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
@@ -519,9 +526,14 @@ fn wait(child: &mut Child, timeout: Duration) -> Result<ExitStatus, String> {
             Ok(None) => {}
             Err(e) => return Err(format!("cannot wait: {e}")),
         }
-        if Instant::now() >= deadline {
+        let interrupted = interruptible && INTERRUPTED.load(Ordering::SeqCst);
+        if interrupted || Instant::now() >= deadline {
             end(child);
-            return Err(format!("did not finish within {timeout:?}; ended"));
+            return Err(if interrupted {
+                "interrupted".to_string()
+            } else {
+                format!("did not finish within {timeout:?}; ended")
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -543,6 +555,61 @@ fn end(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Set by the SIGINT handler while a run defers Ctrl-C.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// How many runs defer Ctrl-C now, and the SIGINT disposition the first one replaced.
+static SIGINT_HOLDERS: Mutex<(usize, Option<libc::sigaction>)> = Mutex::new((0, None));
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// While held, Ctrl-C only sets [`INTERRUPTED`] (the programs we run still get it and die,
+/// since exec resets a handler); when the last holder lets go, the old disposition is
+/// restored and a deferred Ctrl-C raised again.
+struct SigintDeferred;
+
+impl SigintDeferred {
+    fn install() -> SigintDeferred {
+        let mut holders = SIGINT_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        if holders.0 == 0 {
+            INTERRUPTED.store(false, Ordering::SeqCst);
+            // SAFETY: both structs are zeroed then filled as sigaction expects; the handler
+            // only stores to an atomic, which is async-signal-safe.
+            unsafe {
+                let mut new: libc::sigaction = std::mem::zeroed();
+                new.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                new.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut new.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(libc::SIGINT, &new, &mut old) == 0 {
+                    holders.1 = Some(old);
+                }
+            }
+        }
+        holders.0 += 1;
+        SigintDeferred
+    }
+}
+
+impl Drop for SigintDeferred {
+    fn drop(&mut self) {
+        let mut holders = SIGINT_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        holders.0 -= 1;
+        if holders.0 > 0 {
+            return;
+        }
+        if let Some(old) = holders.1.take() {
+            // SAFETY: `old` is the disposition sigaction returned; restoring it is sound.
+            unsafe { libc::sigaction(libc::SIGINT, &old, std::ptr::null_mut()) };
+            if INTERRUPTED.swap(false, Ordering::SeqCst) {
+                // SAFETY: raise has no preconditions.
+                unsafe { libc::raise(libc::SIGINT) };
+            }
+        }
+    }
 }
 
 /// The figures of pgbench's report (version and replication left empty).
