@@ -14,6 +14,7 @@ mod machine;
 mod mapping;
 pub mod modules;
 pub mod multicast;
+pub mod pgbench;
 pub mod rpc;
 pub mod rtt;
 pub mod stats;
@@ -81,6 +82,11 @@ usage: txcast bench <what> [options]
               [--sections commit,synthetic,tpcb] [--commits N] [--parallel 1,2,4,8,16]
               [--seconds S]
 
+  pgbench     PostgreSQL's pgbench (TPC-B-like) on a throwaway cluster, fsync and synchronous
+              commit on, optionally with a synchronous streaming standby: the DebitCredit
+              yardstick; skipped when PostgreSQL is not installed
+              [--clients 8] [--threads 2] [--seconds 20] [--scale 1] [--standby]
+
   --json      JSON lines on stdout, the human table on stderr
 ";
 
@@ -100,6 +106,7 @@ pub fn run(args: &[String]) -> i32 {
         "burst" => burst::run(&args[1..]),
         "modules" => modules::run(&args[1..]),
         "crmem" => crmem::run(&args[1..]),
+        "pgbench" => pgbench::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             0
