@@ -8,6 +8,7 @@
 
 pub mod burst;
 pub mod crmem;
+pub mod dc;
 pub mod group;
 pub mod long;
 mod machine;
@@ -87,6 +88,10 @@ usage: txcast bench <what> [options]
               yardstick; skipped when PostgreSQL is not installed
               [--clients 8] [--threads 2] [--seconds 20] [--scale 1] [--standby]
 
+  dc          DebitCredit on Raid (3 sites, 1 site) against PostgreSQL's pgbench alone and
+              with a synchronous standby, same machine, fdatasync on every side
+              [--seconds S] [--clients N] [--rounds R] [--pg-seconds S] [--no-pg]
+
   --json      JSON lines on stdout, the human table on stderr
 ";
 
@@ -106,6 +111,7 @@ pub fn run(args: &[String]) -> i32 {
         "burst" => burst::run(&args[1..]),
         "modules" => modules::run(&args[1..]),
         "crmem" => crmem::run(&args[1..]),
+        "dc" => dc::run(&args[1..]),
         "pgbench" => pgbench::run(&args[1..]),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
