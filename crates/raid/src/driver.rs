@@ -7,6 +7,7 @@
 //! writer. The writer tells the site what is durable by a message to the site's port from a
 //! port of its own, so the site thread has one place to wait: its port.
 
+use crate::client::{encode_reply, Outcome, Refusal};
 use crate::db::{Scale, Totals};
 use crate::log::{frame, unframe};
 use crate::site::{Cause, Counters, Event, Site, SiteConfig, Transfer};
@@ -119,8 +120,13 @@ pub struct SiteReport {
     pub incarnation: u32,
     /// Why the log failed, if it did (the site then took no more work).
     pub log_error: Option<String>,
-    /// Messages at the site's port from neither a peer site nor its log writer: dropped.
+    /// Messages at the site's port from neither a peer site nor its log writer that were no
+    /// client request: dropped.
     pub foreign: u64,
+    /// Requests of clients in other processes (`crate::client`), and replies their full
+    /// ports refused.
+    pub requests: u64,
+    pub replies_dropped: u64,
 }
 
 /// Shared by the sites of one process to end a run together.
@@ -359,6 +365,74 @@ pub fn next_transfer(rng: &mut Rng, scale: &Scale) -> Transfer {
     }
 }
 
+/// Tags of external clients' transfers have this bit (the site's own clients count from 0).
+const EXTERNAL: u64 = 1 << 63;
+
+/// Requests of clients in other processes ([`crate::client`]): what is under way, and the
+/// replies to send.
+#[derive(Default)]
+struct External {
+    next: u64,
+    /// Tag -> the client's port and its request id.
+    pending: rustc_hash::FxHashMap<u64, (Address, u64)>,
+    replies: Vec<(Address, Vec<u8>)>,
+    /// Messages that were no request (dropped), and replies a full client port refused.
+    foreign: u64,
+    replies_dropped: u64,
+    requests: u64,
+}
+
+impl External {
+    fn request(&mut self, core: &mut Site, now: Instant, source: Address, m: &[u8]) {
+        let (id, t) = match crate::client::decode_request(m) {
+            Ok(r) => r,
+            Err(bad) => {
+                match bad.id {
+                    Some(id) => {
+                        let o = Outcome::Refused {
+                            reason: Refusal::Malformed,
+                            detail: bad.why,
+                        };
+                        self.replies.push((source, encode_reply(id, &o)));
+                    }
+                    None => self.foreign += 1,
+                }
+                return;
+            }
+        };
+        self.requests += 1;
+        self.next += 1;
+        let tag = EXTERNAL | self.next;
+        match core.submit(now, tag, t) {
+            Ok(()) => {
+                self.pending.insert(tag, (source, id));
+            }
+            Err(e) => {
+                let o = Outcome::Refused {
+                    reason: crate::client::refusal(&e),
+                    detail: e.to_string(),
+                };
+                self.replies.push((source, encode_reply(id, &o)));
+            }
+        }
+    }
+
+    /// An outcome for tag `tag`, if it is an external client's.
+    fn outcome(&mut self, tag: u64, o: Outcome) {
+        if let Some((to, id)) = self.pending.remove(&tag) {
+            self.replies.push((to, encode_reply(id, &o)));
+        }
+    }
+
+    fn flush(&mut self, port: &mut Port) {
+        for (to, r) in self.replies.drain(..) {
+            if port.try_send(to, &r).is_err() {
+                self.replies_dropped += 1;
+            }
+        }
+    }
+}
+
 /// A message at the site's port: from its log writer, or a packet of a peer site (anything
 /// else is not for this site and is dropped).
 fn on_message(
@@ -368,7 +442,7 @@ fn on_message(
     m: &[u8],
     writer: Address,
     peers: &[Address],
-    foreign: &mut u64,
+    ext: &mut External,
 ) {
     if source == writer {
         match m.first() {
@@ -382,7 +456,7 @@ fn on_message(
         // A malformed packet is counted by the site and dropped.
         let _ = core.handle_packet(now, m);
     } else {
-        *foreign += 1;
+        ext.request(core, now, source, m);
     }
 }
 
@@ -460,7 +534,7 @@ pub fn run_site_db(
     let mut buf = vec![0u8; port.message_bytes_max()];
     let mut quiet_since: Option<std::time::Instant> = None;
     let mut measured = Duration::ZERO;
-    let mut foreign = 0u64;
+    let mut ext = External::default();
     let commits = control.commits.lock().expect("commits").clone();
 
     loop {
@@ -475,7 +549,7 @@ pub fn run_site_db(
                 &buf[..r.len],
                 writer_addr,
                 &peers,
-                &mut foreign,
+                &mut ext,
             );
         }
         if core.next_deadline().is_some_and(|t| t <= now) {
@@ -487,10 +561,19 @@ pub fn run_site_db(
                     tag,
                     submitted,
                     txn,
-                    ..
+                    balance,
+                    attempts,
                 } => {
                     if let Some(r) = running.get_mut(tag as usize) {
                         *r = false;
+                    }
+                    if tag & EXTERNAL != 0 {
+                        let o = Outcome::Committed {
+                            txn,
+                            balance,
+                            attempts,
+                        };
+                        ext.outcome(tag, o);
                     }
                     control.committed.fetch_add(1, Ordering::Relaxed);
                     if let Some(tx) = commits.as_ref() {
@@ -501,9 +584,16 @@ pub fn run_site_db(
                         hist.record(now.0.saturating_sub(submitted.0) / 1000);
                     }
                 }
-                Event::Aborted { tag, cause, .. } => {
+                Event::Aborted {
+                    tag,
+                    cause,
+                    attempts,
+                } => {
                     if let Some(r) = running.get_mut(tag as usize) {
                         *r = false;
+                    }
+                    if tag & EXTERNAL != 0 {
+                        ext.outcome(tag, Outcome::Aborted { cause, attempts });
                     }
                     match given_up.iter_mut().find(|(c, _)| *c == cause) {
                         Some(e) => e.1 += 1,
@@ -528,6 +618,7 @@ pub fn run_site_db(
         }
         writer.append(&records);
         records.clear();
+        ext.flush(&mut port);
         while let Some((to, p)) = core.poll_transmit() {
             if let Err(e) = port.send(peers[to as usize], &p) {
                 // The link to a site that is down fills: the site's protocol sends again.
@@ -539,7 +630,10 @@ pub fn run_site_db(
             if now_std >= load_end && measured == Duration::ZERO {
                 measured = now_std.saturating_duration_since(warm_end);
             }
-            let idle = now_std >= load_end && running.iter().all(|r| !r) && core.is_quiet();
+            let idle = now_std >= load_end
+                && running.iter().all(|r| !r)
+                && ext.pending.is_empty()
+                && core.is_quiet();
             let bit = 1u64 << site;
             if idle {
                 control.quiet.fetch_or(bit, Ordering::SeqCst);
@@ -580,7 +674,7 @@ pub fn run_site_db(
                     &buf[..r.len],
                     writer_addr,
                     &peers,
-                    &mut foreign,
+                    &mut ext,
                 );
             }
         }
@@ -599,7 +693,9 @@ pub fn run_site_db(
         digest: db.digest(),
         incarnation,
         log_error,
-        foreign,
+        foreign: ext.foreign,
+        requests: ext.requests,
+        replies_dropped: ext.replies_dropped,
     };
     Ok((report, db.clone()))
 }

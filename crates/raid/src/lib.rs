@@ -11,8 +11,10 @@
 //! - [`site`]: one site, sans-IO (AD, AC, CC, AM and RC in one state machine).
 //! - [`driver`]: a site on a txcast port with its log in a file (group commit), and its
 //!   clients; [`cluster`] runs several in one process.
+//! - [`client`]: clients of a site in other processes ([`client::RaidClient`]).
 //! - [`stats`]: the latency histogram of the reports.
 
+pub mod client;
 pub mod cluster;
 pub mod db;
 pub mod driver;

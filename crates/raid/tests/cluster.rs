@@ -120,3 +120,101 @@ fn messages_from_strangers_are_dropped_and_the_sites_go_on() {
     assert!(r.committed > 50 && r.conserved && r.identical);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn clients_in_other_processes_commit_and_bad_requests_are_refused() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use txcast_raid::client::{Outcome, RaidClient, Refusal};
+    use txcast_raid::driver::{run_site_db, RunControl};
+    use txcast_raid::Transfer;
+
+    let dir = temp_dir("clients");
+    let mut cluster = ClusterConfig::new(3, small(), dir.clone());
+    cluster.instance = 35;
+    let control = Arc::new(RunControl::new());
+    control.end_when_quiet.store(false, Ordering::SeqCst);
+    let sites: Vec<_> = (0..3u16)
+        .map(|s| {
+            let (c, ctl) = (cluster.clone(), control.clone());
+            std::thread::spawn(move || run_site_db(&c, s, Some(load(0, 0)), ctl))
+        })
+        .collect();
+    // A client at site 2's host talks to site 0, one transfer at a time on one account:
+    // each balance it is told is the previous one plus its delta.
+    let mut c = RaidClient::open(Address::new(35, 2, 6, 0), cluster.address(0)).unwrap();
+    let wait = Duration::from_secs(10);
+    let mut balance = 0i64;
+    for i in 0..200i64 {
+        let t = Transfer {
+            account: 17,
+            teller: (i % 20) as u32,
+            branch: ((i % 20) / 10) as u32,
+            delta: i - 100,
+        };
+        match c.transfer(&t, wait).unwrap() {
+            Outcome::Committed { balance: b, .. } => {
+                balance += t.delta;
+                assert_eq!(b, balance, "transfer {i}");
+            }
+            o => panic!("transfer {i}: {o:?}"),
+        }
+    }
+    // Bad requests: a key out of range, a request cut short, bytes that are no request.
+    let bad = Transfer {
+        account: 5_000_000,
+        teller: 0,
+        branch: 0,
+        delta: 1,
+    };
+    match c.transfer(&bad, wait).unwrap() {
+        Outcome::Refused { reason, detail } => {
+            assert_eq!(reason, Refusal::BadKey);
+            assert!(detail.contains("no tuple"), "{detail}");
+        }
+        o => panic!("{o:?}"),
+    }
+    let cut = txcast_raid::client::encode_request(777, &bad);
+    c.send_raw(&cut[..20]).unwrap();
+    match c.poll(wait).unwrap() {
+        (777, Outcome::Refused { reason, detail }) => {
+            assert_eq!(reason, Refusal::Malformed);
+            assert!(detail.contains("ends at byte 20"), "{detail}");
+        }
+        o => panic!("{o:?}"),
+    }
+    c.send_raw(b"hello").unwrap();
+    // Pipelined: many in flight from one client, all answered.
+    let ids: Vec<u64> = (0..300)
+        .map(|i| {
+            let t = Transfer {
+                account: i,
+                teller: i % 20,
+                branch: (i % 20) / 10,
+                delta: 1,
+            };
+            c.submit(&t).unwrap()
+        })
+        .collect();
+    let mut answered = 0;
+    while answered < ids.len() {
+        let (id, o) = c.poll(wait).unwrap();
+        assert!(ids.contains(&id), "reply to {id}");
+        assert!(matches!(o, Outcome::Committed { .. }), "{o:?}");
+        answered += 1;
+    }
+    control.end_when_quiet.store(true, Ordering::SeqCst);
+    let mut digests = Vec::new();
+    for t in sites {
+        let (r, db) = t.join().unwrap().unwrap();
+        assert!(r.totals.conserved());
+        assert_eq!(db.history_count(), 500);
+        digests.push(r.digest);
+        if r.site == 0 {
+            assert_eq!(r.requests, 501, "200 + 1 bad key + 300");
+            assert_eq!(r.foreign, 1, "the bytes that were no request");
+        }
+    }
+    assert!(digests.windows(2).all(|w| w[0] == w[1]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
