@@ -53,7 +53,7 @@ impl From<PortError> for RaidError {
 }
 
 /// A cluster's shape, the same on every site.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ClusterConfig {
     /// The txcast instance the sites' addresses use.
     pub instance: u16,
@@ -67,6 +67,9 @@ pub struct ClusterConfig {
     pub idle: IdleStrategy,
     /// The sites' protocol settings (site, sites and incarnation are set per site).
     pub site: SiteConfig,
+    /// The engine the sites' ports open on (with its cluster configuration: which host each
+    /// site is on); `None`: the process's embedded engine (every site on loopback).
+    pub engine: Option<txcast_port::Engine>,
 }
 
 impl ClusterConfig {
@@ -79,6 +82,7 @@ impl ClusterConfig {
             sync: true,
             idle: IdleStrategy::Park,
             site: SiteConfig::new(0, sites, 1, scale),
+            engine: None,
         }
     }
 
@@ -138,6 +142,9 @@ pub struct RunControl {
     pub end_when_quiet: AtomicBool,
     /// The sites that run in this process, a bit each (0: every site of the cluster).
     pub local: AtomicU64,
+    /// How long they must have been quiet, in ms (default 100; sites in separate processes
+    /// wait longer, for what their peers may still ask).
+    pub quiet_ms: AtomicU64,
     /// Bit per site: quiet now (no client running, nothing under way).
     pub quiet: AtomicU64,
     /// Transfers committed so far by every site (for progress lines).
@@ -159,6 +166,7 @@ impl RunControl {
             stop: AtomicBool::new(false),
             end_when_quiet: AtomicBool::new(true),
             local: AtomicU64::new(0),
+            quiet_ms: AtomicU64::new(100),
             quiet: AtomicU64::new(0),
             committed: AtomicU64::new(0),
             commits: Mutex::new(None),
@@ -504,8 +512,12 @@ pub fn run_site_db(
         ..PortConfig::default()
     };
     let me = cluster.address(site);
-    let mut port = Port::open(me, port_cfg)?;
-    let writer_port = Port::open(
+    let open = |addr, cfg| match &cluster.engine {
+        Some(e) => Port::open_on(e, addr, cfg),
+        None => Port::open(addr, cfg),
+    };
+    let mut port = open(me, port_cfg)?;
+    let writer_port = open(
         Address::new(cluster.instance, site, RAID_SITE_TYPE, WRITER_SERVER),
         PortConfig {
             idle: IdleStrategy::Park,
@@ -649,7 +661,8 @@ pub fn run_site_db(
                 && control.quiet.load(Ordering::SeqCst) & all == all
             {
                 let since = *quiet_since.get_or_insert(now_std);
-                if now_std.duration_since(since) > Duration::from_millis(100) {
+                let wait = Duration::from_millis(control.quiet_ms.load(Ordering::Relaxed));
+                if now_std.duration_since(since) > wait {
                     break;
                 }
             } else {

@@ -6,6 +6,7 @@ mod demo;
 mod group_cmd;
 mod oracle_cmd;
 mod program_cmd;
+mod raid_node;
 mod rpc_cmd;
 mod sim_cmd;
 mod stat;
@@ -35,6 +36,9 @@ usage:
   txcast oracle [--config FILE] [--state PATH] [--standby K]
                                          the oracle name server at the configured address
                                          (--standby K: the K-th standby replica)
+  txcast node --site S [--sites N] [--config FILE] [--data DIR] ...
+                                         one Raid site as a long-lived process
+                                         (`txcast node --site 0 --help`)
   txcast node --at ADDR --control ADDR   host extension modules, with a control endpoint
   txcast program load|list|unload|invoke --control ADDR ...
                                          Push programs in a running node (`txcast program`)
@@ -53,6 +57,7 @@ fn main() {
         Some("sim") => sim_cmd::run(&args[2..]),
         Some("stat") => stat::run(&args[2..]),
         Some("oracle") => oracle_cmd::run(&args[2..]),
+        Some("node") if args[2..].iter().any(|a| a == "--site") => raid_node::run(&args[2..]),
         Some("node") => program_cmd::node(&args[2..]),
         Some("program") => program_cmd::program(&args[2..]),
         Some("__bench-child") => bench::child(&args[2..]),
