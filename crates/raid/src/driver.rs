@@ -81,6 +81,7 @@ impl ClusterConfig {
             data_dir,
             sync: true,
             idle: IdleStrategy::Park,
+            // Packets of one datagram (1,400 bytes): 8,000 measured no faster side by side.
             site: SiteConfig::new(0, sites, 1, scale),
             engine: None,
         }
@@ -506,9 +507,15 @@ pub fn run_site_db(
     let log_path = cluster.log_path(site);
     let (file, records) = open_log(&log_path)?;
     let mut core = Site::recover(cfg, clock.now(), records.iter().map(|r| &r[..]))?;
+    // A slot holds the longest packet a peer sends (the sites share `packet_bytes`) and its
+    // envelope.
+    let slot_bytes = (cluster.site.packet_bytes + 64)
+        .next_multiple_of(64)
+        .max(2048) as u32;
     let port_cfg = PortConfig {
         idle: cluster.idle,
         slot_count: 4096,
+        slot_bytes,
         ..PortConfig::default()
     };
     let me = cluster.address(site);

@@ -12,6 +12,9 @@ use txcast_raid::Scale;
 
 const USAGE: &str = "\
 usage: txcast bench dc [--seconds S] [--clients N] [--rounds R] [--pg-seconds S] [--no-pg] [--json]
+       txcast bench dc --paper [--seconds S]
+  --paper: one transaction at a time (the papers' concurrency level) on 1, 2 and 5 sites:
+  commit latency and CPU per transaction, beside Bhargava, Mafla & Riedl's Table 3
   per round: Raid 3 sites, Raid 1 site (N closed-loop clients per site, default 256, S
   seconds, default 5, after a 1 s warm-up), pgbench -c 8 -j 2 -T S (default 20) alone and
   with a synchronous standby; R rounds (default 1); ratios per round, medians at the end";
@@ -56,6 +59,58 @@ fn raid(sites: u16, clients: usize, seconds: f64) -> Result<DcReport, String> {
     Ok(r)
 }
 
+fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(u.ru_utime), s(u.ru_stime))
+}
+
+/// The papers' setting: one transaction at a time, 1, 2 and 5 sites.
+fn paper(seconds: f64, json: bool) -> i32 {
+    if !json {
+        println!("one DebitCredit transfer at a time (1 client), ROWA, fdatasync on; paper 001 Table 3 (Sun 3/50s, 10 Mbps Ethernet): update one tuple 100 ms on 1 site, 120 ms on 2 sites (LAN)");
+    }
+    for sites in [1u16, 2, 5] {
+        let before = cpu_seconds();
+        let r = match raid(sites, 1, seconds) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("txcast bench dc --paper: {e}");
+                return super::EXIT_FAILED;
+            }
+        };
+        let after = cpu_seconds();
+        // CPU of the whole run (warm-up and end included) per transaction committed in it.
+        let n = r
+            .per_site
+            .iter()
+            .map(|s| s.counters.committed)
+            .sum::<u64>()
+            .max(1) as f64;
+        let (user, sys) = (
+            (after.0 - before.0) / n * 1e6,
+            (after.1 - before.1) / n * 1e6,
+        );
+        let (p50, p99) = (
+            r.latency_us.quantile(0.5) as f64 / 1000.0,
+            r.latency_us.quantile(0.99) as f64 / 1000.0,
+        );
+        let paper_ms = match sites {
+            1 => "100",
+            2 => "120",
+            _ => "-",
+        };
+        if json {
+            println!("{{\"bench\":\"dc-paper\",\"sites\":{sites},\"tps\":{:.0},\"p50_ms\":{p50:.3},\"p99_ms\":{p99:.3},\"user_us_per_txn\":{user:.1},\"sys_us_per_txn\":{sys:.1},\"paper_ms\":\"{paper_ms}\"}}", r.tps);
+        } else {
+            println!("  {sites} site(s): {:>7.0} txn/s   p50 {p50:>6.2} ms   p99 {p99:>6.2} ms   CPU per transaction: user {user:>6.1} us, system {sys:>6.1} us   (paper: {paper_ms} ms)", r.tps);
+        }
+    }
+    0
+}
+
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -75,7 +130,7 @@ pub fn run(args: &[String]) -> i32 {
         let a = args[i].as_str();
         if known.contains(&a) {
             i += 2;
-        } else if a == "--no-pg" || a == "--json" {
+        } else if a == "--no-pg" || a == "--json" || a == "--paper" {
             i += 1;
         } else {
             eprintln!("txcast bench dc: unknown option {a:?}\n{USAGE}");
@@ -98,6 +153,9 @@ pub fn run(args: &[String]) -> i32 {
         }
     };
     let json = args.iter().any(|a| a == "--json");
+    if args.iter().any(|a| a == "--paper") {
+        return paper(seconds, json);
+    }
     let mut pg = !args.iter().any(|a| a == "--no-pg");
     let (mut r3, mut r1, mut p1, mut p2, mut q3, mut q1) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
