@@ -5,7 +5,8 @@
 //! A request: magic, version, kind (1: a DebitCredit transfer), the client's request id, then
 //! account, teller, branch (`u32`) and delta (`i64`). A reply: magic, version, the request
 //! id, then `0` committed (transaction id, the account's new balance, attempts), `1` given up
-//! (cause, attempts) or `2` refused (reason, and a text for people). A request that does not
+//! (cause, attempts), `2` refused (reason, and a text for people) or `3` unknown (the site's
+//! log failed while the commit was being written; attempts). A request that does not
 //! decode is refused with the rule it broke, if its id could be read (else dropped and
 //! counted); either way the site goes on.
 
@@ -56,6 +57,11 @@ pub enum Outcome {
     Refused {
         reason: Refusal,
         detail: String,
+    },
+    /// The site's log failed while the commit record was being written: decided when the
+    /// site restarts (read the account then).
+    Unknown {
+        attempts: u32,
     },
 }
 
@@ -209,6 +215,9 @@ pub fn encode_reply(id: u64, o: &Outcome) -> Vec<u8> {
                 .u16(d.len() as u16)
                 .bytes(d);
         }
+        Outcome::Unknown { attempts } => {
+            w.u8(3).u32(*attempts);
+        }
     }
     b
 }
@@ -240,6 +249,9 @@ pub fn decode_reply(b: &[u8]) -> Option<(u64, Outcome)> {
             let detail = String::from_utf8_lossy(r.take(n).ok()?).into_owned();
             Outcome::Refused { reason, detail }
         }
+        3 => Outcome::Unknown {
+            attempts: r.u32().ok()?,
+        },
         _ => return None,
     };
     r.finish().ok()?;
@@ -371,6 +383,7 @@ mod tests {
                 reason: Refusal::BadKey,
                 detail: "no tuple".into(),
             },
+            Outcome::Unknown { attempts: 3 },
         ] {
             let r = encode_reply(4, &o);
             assert_eq!(decode_reply(&r), Some((4, o)));

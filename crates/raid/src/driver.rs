@@ -603,6 +603,14 @@ pub fn run_site_db(
                         hist.record(now.0.saturating_sub(submitted.0) / 1000);
                     }
                 }
+                Event::Unknown { tag, attempts } => {
+                    if let Some(r) = running.get_mut(tag as usize) {
+                        *r = false;
+                    }
+                    if tag & EXTERNAL != 0 {
+                        ext.outcome(tag, Outcome::Unknown { attempts });
+                    }
+                }
                 Event::Aborted {
                     tag,
                     cause,

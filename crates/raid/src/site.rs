@@ -142,6 +142,10 @@ pub enum Event {
         cause: Cause,
         attempts: u32,
     },
+    /// This site's log failed while the transfer's commit record was being written: it may
+    /// or may not be on disk, and the transfer is decided by what the site finds there when
+    /// it restarts. Not acknowledged.
+    Unknown { tag: u64, attempts: u32 },
 }
 
 #[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +176,9 @@ pub struct Counters {
     pub submitted: u64,
     pub committed: u64,
     pub given_up: u64,
+    /// Transfers whose outcome this site could not tell its client (its log failed while
+    /// their commit record was being written).
+    pub unknown: u64,
     pub retries_conflict: u64,
     pub retries_busy: u64,
     pub retries_timeout: u64,
@@ -276,6 +283,9 @@ pub struct Site {
     log_out: VecDeque<Vec<u8>>,
     log_waits: VecDeque<(u64, LogWait)>,
     broken: bool,
+    /// Transactions whose commit record was being written when the log failed: it may be on
+    /// disk, so no abort is answered for them (the restarted site will know).
+    uncertain: rustc_hash::FxHashSet<TxnId>,
     out: Vec<Vec<u8>>,
     tx: VecDeque<(u16, Vec<u8>)>,
     events: VecDeque<Event>,
@@ -334,6 +344,7 @@ impl Site {
             log_out: VecDeque::new(),
             log_waits: VecDeque::new(),
             broken: false,
+            uncertain: Default::default(),
             out: vec![Vec::new(); n],
             tx: VecDeque::new(),
             events: VecDeque::new(),
@@ -871,7 +882,7 @@ impl Site {
                 }
                 if self.decided.contains_key(&txn) {
                     self.send(from.site, &Msg::Decide { txn, commit: true });
-                } else if !self.coord.contains_key(&txn) {
+                } else if !self.coord.contains_key(&txn) && !self.uncertain.contains(&txn) {
                     // No record of it: never committed (presumed abort).
                     self.send(from.site, &Msg::Decide { txn, commit: false });
                 }
@@ -922,7 +933,7 @@ impl Site {
     fn on_vote(&mut self, now: Instant, from: u16, txn: TxnId, vote: Vote) {
         let all = self.all_others();
         let Some(c) = self.coord.get_mut(&txn) else {
-            if vote == Vote::Yes {
+            if vote == Vote::Yes && !self.uncertain.contains(&txn) {
                 // A vote for a decided or forgotten transaction: the decision again.
                 let commit = self.decided.contains_key(&txn);
                 self.send(from, &Msg::Decide { txn, commit });
@@ -1066,11 +1077,15 @@ impl Site {
             let phase = self.coord[&txn].phase;
             if phase == CPhase::Logging {
                 // Its commit record may or may not be on disk: the participants learn the
-                // outcome when this site recovers; the client only that it was not
-                // acknowledged.
+                // outcome when this site recovers; the client only that it is unknown.
                 let c = self.coord.remove(&txn).expect("listed");
                 self.locks.release(txn);
-                self.give_up(c.client, Cause::Broken);
+                self.uncertain.insert(txn);
+                self.counters.unknown += 1;
+                self.events.push_back(Event::Unknown {
+                    tag: c.client.tag,
+                    attempts: c.client.attempts,
+                });
             } else {
                 self.abort_coord(now, txn, Cause::Broken);
             }

@@ -3,7 +3,9 @@
 //! with two-phase commit read-one-write-all across the sites. Each site's log is a simulated
 //! disk: records reach it when a simulated `fdatasync` completes; a crash keeps what was
 //! durable plus a random prefix of what was written but not yet synced, and the site restarts
-//! from it as a new incarnation (its clients' open transactions end unknown to them).
+//! from it as a new incarnation (its clients' open transactions end unknown to them). Now
+//! and then a site's disk fails before one of its restarts: every sync fails from then on,
+//! the site is told (`log_failed`), and the restart repairs it.
 //!
 //! Every transfer has a delta of its own, so a history row names the transfer it records.
 //! Checked:
@@ -70,6 +72,8 @@ pub struct RaidSimReport {
     pub given_up: u64,
     pub lost_in_crash: u64,
     pub restarts: u64,
+    /// Sites whose disk failed (and were repaired by their restart).
+    pub disk_failures: u64,
     pub net: NetCounters,
     pub counters: Counters,
     pub end_ns: u64,
@@ -85,6 +89,8 @@ struct Disk {
     pending: Vec<Vec<u8>>,
     /// The sync under way: how many of `pending` it covers, and when it ends.
     sync: Option<(usize, Instant)>,
+    /// From this time every sync fails (a full disk, an I/O error), until the site restarts.
+    fail_at: Option<Instant>,
 }
 
 struct SimSite {
@@ -130,6 +136,7 @@ struct RaidWorld {
     transfers: HashMap<u64, (Transfer, Fate)>,
     next_tag: u64,
     restarts: u64,
+    disk_failures: u64,
     steps: u64,
     /// A client's pause between transfers is drawn below this.
     think_ns: u64,
@@ -167,6 +174,13 @@ pub fn run_raid(seed: u64, opts: &RaidSimOptions) -> Result<RaidSimReport, Viola
     } else {
         1 + rng.below(spread / 20 + 1)
     };
+    // Now and then a site's disk fails some time before one of its restarts (which repairs
+    // it): its syncs fail from then on.
+    let mut disk_fail = vec![None; n];
+    if opts.faults && !restarts.is_empty() && rng.chance(0.3) {
+        let (t, k) = restarts[rng.below(restarts.len() as u64) as usize];
+        disk_fail[k] = Some(Instant(rng.below(t.max(1))));
+    }
     let plan = Plan {
         steps_max: Some(STEPS_MAX),
         buf_bytes: link_cfg.packet_bytes_max,
@@ -180,7 +194,7 @@ pub fn run_raid(seed: u64, opts: &RaidSimOptions) -> Result<RaidSimReport, Viola
         )
     };
     let mut sites = Vec::new();
-    for k in 0..n {
+    for (k, &fail_at) in disk_fail.iter().enumerate() {
         let cfg = SiteConfig {
             site: k as u16,
             ..site_cfg.clone()
@@ -189,7 +203,10 @@ pub fn run_raid(seed: u64, opts: &RaidSimOptions) -> Result<RaidSimReport, Viola
         sites.push(SimSite {
             links: LinkNode::with_incarnation(k, n, &link_cfg, 1),
             site,
-            disk: Disk::default(),
+            disk: Disk {
+                fail_at,
+                ..Disk::default()
+            },
             outbox: VecDeque::new(),
         });
     }
@@ -214,6 +231,7 @@ pub fn run_raid(seed: u64, opts: &RaidSimOptions) -> Result<RaidSimReport, Viola
         transfers: HashMap::new(),
         next_tag: 1,
         restarts: 0,
+        disk_failures: disk_fail.iter().filter(|f| f.is_some()).count() as u64,
         steps: 0,
         think_ns,
         counters: Counters::default(),
@@ -238,9 +256,12 @@ impl SimSite {
         if self.site.next_deadline().is_some_and(|t| t <= now) {
             self.site.handle_timeout(now);
         }
-        // The disk: a sync that ended makes its records durable.
+        // The disk: a sync that ended makes its records durable, or fails.
         if let Some((k, at)) = self.disk.sync {
-            if at <= now {
+            if at <= now && self.disk.fail_at.is_some_and(|f| f <= at) {
+                self.disk.sync = None;
+                self.site.log_failed(now);
+            } else if at <= now {
                 let synced: Vec<Vec<u8>> = self.disk.pending.drain(..k).collect();
                 self.disk.durable.extend(synced);
                 self.disk.sync = None;
@@ -250,7 +271,7 @@ impl SimSite {
         while let Some(r) = self.site.poll_log() {
             self.disk.pending.push(r);
         }
-        if self.disk.sync.is_none() && !self.disk.pending.is_empty() {
+        if self.disk.sync.is_none() && !self.disk.pending.is_empty() && !self.site.is_broken() {
             let at = Instant(now.0 + 20_000 + rng.below(2_000_000));
             self.disk.sync = Some((self.disk.pending.len(), at));
         }
@@ -289,6 +310,7 @@ impl RaidWorld {
                         tag, txn, balance, ..
                     } => (tag, Fate::Committed { txn, balance }),
                     Event::Aborted { tag, .. } => (tag, Fate::GivenUp),
+                    Event::Unknown { tag, .. } => (tag, Fate::Unknown),
                 };
                 let Some(entry) = self.transfers.get_mut(&tag) else {
                     return Err(run.fail(format!("site {k} answered unknown tag {tag}")));
@@ -353,6 +375,11 @@ impl RaidWorld {
                 let cl = &mut self.clients[c];
                 cl.tag = tag;
                 cl.step = Step::Running;
+                Ok(())
+            }
+            Err(txcast_raid::SubmitError::Broken) => {
+                // The site's disk failed: its clients wait for its repair (a restart).
+                self.clients[c].next_at = Instant(run.ns() + 10_000_000);
                 Ok(())
             }
             Err(e) => Err(run.fail(format!("site {k} refused a transfer: {e}"))),
@@ -483,6 +510,7 @@ fn add_counters(a: &mut Counters, b: Counters) {
     a.submitted += b.submitted;
     a.committed += b.committed;
     a.given_up += b.given_up;
+    a.unknown += b.unknown;
     a.retries_conflict += b.retries_conflict;
     a.retries_busy += b.retries_busy;
     a.retries_timeout += b.retries_timeout;
@@ -648,6 +676,7 @@ impl World for RaidWorld {
             given_up: count(|f| *f == Fate::GivenUp),
             lost_in_crash: count(|f| *f == Fate::Unknown),
             restarts: self.restarts,
+            disk_failures: self.disk_failures,
             net: run.net.counters.clone(),
             counters: self.counters,
             end_ns: run.ns(),
