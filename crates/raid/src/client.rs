@@ -22,6 +22,9 @@ pub const REQUEST_MAGIC: u8 = 0xD1;
 pub const REPLY_MAGIC: u8 = 0xD2;
 pub const VERSION: u8 = 1;
 pub const KIND_TRANSFER: u8 = 1;
+pub const KIND_AUDIT: u8 = 2;
+/// Audits a site holds until it is quiet; more are refused as `Full`.
+pub const AUDITS_MAX: usize = 16;
 /// Bytes of a transfer request.
 pub const REQUEST_BYTES: usize = 3 + 8 + 4 + 4 + 4 + 8;
 /// The longest text a refusal carries.
@@ -62,6 +65,11 @@ pub enum Outcome {
     /// site restarts (read the account then).
     Unknown {
         attempts: u32,
+    },
+    /// An audit's answer: the site's totals and the digest of its copy, taken while quiet.
+    Audit {
+        totals: crate::db::Totals,
+        digest: u64,
     },
 }
 
@@ -154,7 +162,44 @@ pub struct BadRequest {
     pub why: String,
 }
 
-/// Decodes a request: its id and transfer.
+/// What a client asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    Transfer(Transfer),
+    /// The site's totals and digest, once it is quiet (nothing under way).
+    Audit,
+}
+
+pub fn encode_audit(id: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(11);
+    Writer::new(&mut b)
+        .u8(REQUEST_MAGIC)
+        .u8(VERSION)
+        .u8(KIND_AUDIT)
+        .u64(id);
+    b
+}
+
+/// Decodes a request: its id and what it asks.
+pub fn decode(b: &[u8]) -> Result<(u64, Request), BadRequest> {
+    if b.len() > 2 && b[2] == KIND_AUDIT && b[0] == REQUEST_MAGIC && b[1] == VERSION {
+        let mut r = Reader::new(&b[3..]);
+        let id = r.u64().map_err(|e| BadRequest {
+            id: None,
+            why: e.to_string(),
+        })?;
+        return match r.finish() {
+            Ok(()) => Ok((id, Request::Audit)),
+            Err(e) => Err(BadRequest {
+                id: Some(id),
+                why: e.to_string(),
+            }),
+        };
+    }
+    decode_request(b).map(|(id, t)| (id, Request::Transfer(t)))
+}
+
+/// Decodes a transfer request: its id and transfer.
 pub fn decode_request(b: &[u8]) -> Result<(u64, Transfer), BadRequest> {
     let mut r = Reader::new(b);
     let bad = |id, why: String| BadRequest { id, why };
@@ -218,6 +263,15 @@ pub fn encode_reply(id: u64, o: &Outcome) -> Vec<u8> {
         Outcome::Unknown { attempts } => {
             w.u8(3).u32(*attempts);
         }
+        Outcome::Audit { totals, digest } => {
+            w.u8(4)
+                .i64(totals.accounts)
+                .i64(totals.tellers)
+                .i64(totals.branches)
+                .i64(totals.history)
+                .u64(totals.history_rows)
+                .u64(*digest);
+        }
     }
     b
 }
@@ -252,6 +306,16 @@ pub fn decode_reply(b: &[u8]) -> Option<(u64, Outcome)> {
         3 => Outcome::Unknown {
             attempts: r.u32().ok()?,
         },
+        4 => Outcome::Audit {
+            totals: crate::db::Totals {
+                accounts: r.i64().ok()?,
+                tellers: r.i64().ok()?,
+                branches: r.i64().ok()?,
+                history: r.i64().ok()?,
+                history_rows: r.u64().ok()?,
+            },
+            digest: r.u64().ok()?,
+        },
         _ => return None,
     };
     r.finish().ok()?;
@@ -269,17 +333,28 @@ pub struct RaidClient {
 }
 
 impl RaidClient {
-    /// A client at `addr` of the site at `site` (`ClusterConfig::address`).
+    /// A client at `addr` of the site at `site` (`ClusterConfig::address`), on the
+    /// process's embedded engine.
     pub fn open(addr: Address, site: Address) -> Result<RaidClient, ClientError> {
-        let port = Port::open(
-            addr,
-            PortConfig {
-                idle: IdleStrategy::Park,
-                slot_count: 1024,
-                slot_bytes: 512,
-                ..PortConfig::default()
-            },
-        )?;
+        RaidClient::open_on(None, addr, site)
+    }
+
+    /// The same on `engine` (one with the cluster's configuration), if given.
+    pub fn open_on(
+        engine: Option<&txcast_port::Engine>,
+        addr: Address,
+        site: Address,
+    ) -> Result<RaidClient, ClientError> {
+        let cfg = PortConfig {
+            idle: IdleStrategy::Park,
+            slot_count: 4096,
+            slot_bytes: 512,
+            ..PortConfig::default()
+        };
+        let port = match engine {
+            Some(e) => Port::open_on(e, addr, cfg)?,
+            None => Port::open(addr, cfg)?,
+        };
         let buf = vec![0u8; port.message_bytes_max()];
         Ok(RaidClient {
             port,
@@ -319,6 +394,21 @@ impl RaidClient {
                 }
             }
             self.dropped += 1;
+        }
+    }
+
+    /// The site's totals and digest once it is quiet (every transfer under way there ended).
+    pub fn audit(&mut self, timeout: Duration) -> Result<Outcome, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.port.send(self.site, &encode_audit(id))?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let (got, o) = self.poll(left)?;
+            if got == id {
+                return Ok(o);
+            }
         }
     }
 
@@ -364,6 +454,11 @@ mod tests {
         let mut kind = b.clone();
         kind[2] = 9;
         assert_eq!(decode_request(&kind).unwrap_err().id, Some(9));
+        assert_eq!(decode(&encode_audit(5)), Ok((5, Request::Audit)));
+        let mut audit = encode_audit(5);
+        audit.push(1);
+        assert_eq!(decode(&audit).unwrap_err().id, Some(5));
+        assert_eq!(decode(&b), Ok((9, Request::Transfer(t))));
 
         for o in [
             Outcome::Committed {
@@ -384,6 +479,16 @@ mod tests {
                 detail: "no tuple".into(),
             },
             Outcome::Unknown { attempts: 3 },
+            Outcome::Audit {
+                totals: crate::db::Totals {
+                    accounts: 1,
+                    tellers: 2,
+                    branches: 3,
+                    history: 4,
+                    history_rows: 5,
+                },
+                digest: 6,
+            },
         ] {
             let r = encode_reply(4, &o);
             assert_eq!(decode_reply(&r), Some((4, o)));

@@ -7,7 +7,7 @@
 //! writer. The writer tells the site what is durable by a message to the site's port from a
 //! port of its own, so the site thread has one place to wait: its port.
 
-use crate::client::{encode_reply, Outcome, Refusal};
+use crate::client::{encode_reply, Outcome, Refusal, Request};
 use crate::db::{Scale, Totals};
 use crate::log::{frame, unframe};
 use crate::site::{Cause, Counters, Event, Site, SiteConfig, Transfer};
@@ -389,12 +389,26 @@ struct External {
     foreign: u64,
     replies_dropped: u64,
     requests: u64,
+    /// Audits waiting for the site to be quiet.
+    audits: Vec<(Address, u64)>,
 }
 
 impl External {
     fn request(&mut self, core: &mut Site, now: Instant, source: Address, m: &[u8]) {
-        let (id, t) = match crate::client::decode_request(m) {
-            Ok(r) => r,
+        let (id, t) = match crate::client::decode(m) {
+            Ok((id, Request::Transfer(t))) => (id, t),
+            Ok((id, Request::Audit)) => {
+                if self.audits.len() < crate::client::AUDITS_MAX {
+                    self.audits.push((source, id));
+                } else {
+                    let o = Outcome::Refused {
+                        reason: Refusal::Full,
+                        detail: "too many audits waiting".into(),
+                    };
+                    self.replies.push((source, encode_reply(id, &o)));
+                }
+                return;
+            }
             Err(bad) => {
                 match bad.id {
                     Some(id) => {
@@ -429,6 +443,20 @@ impl External {
     /// An outcome for tag `tag`, if it is an external client's.
     fn outcome(&mut self, tag: u64, o: Outcome) {
         if let Some((to, id)) = self.pending.remove(&tag) {
+            self.replies.push((to, encode_reply(id, &o)));
+        }
+    }
+
+    /// Answers the audits waiting, if the site is quiet.
+    fn audit(&mut self, core: &Site) {
+        if self.audits.is_empty() || !core.is_quiet() || !self.pending.is_empty() {
+            return;
+        }
+        let o = Outcome::Audit {
+            totals: core.db().totals(),
+            digest: core.db().digest(),
+        };
+        for (to, id) in std::mem::take(&mut self.audits) {
             self.replies.push((to, encode_reply(id, &o)));
         }
     }
@@ -645,6 +673,7 @@ pub fn run_site_db(
         }
         writer.append(&records);
         records.clear();
+        ext.audit(&core);
         ext.flush(&mut port);
         while let Some((to, p)) = core.poll_transmit() {
             if let Err(e) = port.send(peers[to as usize], &p) {

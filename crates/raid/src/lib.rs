@@ -12,6 +12,7 @@
 //! - [`driver`]: a site on a txcast port with its log in a file (group commit), and its
 //!   clients; [`cluster`] runs several in one process.
 //! - [`client`]: clients of a site in other processes ([`client::RaidClient`]).
+//! - [`remote`]: a load generator against a running cluster, with its audit.
 //! - [`stats`]: the latency histogram of the reports.
 
 pub mod client;
@@ -21,6 +22,7 @@ pub mod driver;
 pub mod lock;
 pub mod log;
 pub mod msg;
+pub mod remote;
 pub mod site;
 pub mod stats;
 

@@ -227,3 +227,36 @@ fn clients_in_other_processes_commit_and_bad_requests_are_refused() {
     assert!(digests.windows(2).all(|w| w[0] == w[1]));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_load_generator_in_another_thread_drives_a_running_cluster_and_audits_it() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use txcast_raid::driver::{run_site, RunControl};
+    use txcast_raid::remote::run_remote;
+
+    let dir = temp_dir("remote");
+    let mut cluster = ClusterConfig::new(3, small(), dir.clone());
+    cluster.instance = 39;
+    let control = Arc::new(RunControl::new());
+    control.end_when_quiet.store(false, Ordering::SeqCst);
+    let sites: Vec<_> = (0..3u16)
+        .map(|s| {
+            let (c, ctl) = (cluster.clone(), control.clone());
+            std::thread::spawn(move || run_site(&c, s, Some(load(0, 0)), ctl))
+        })
+        .collect();
+    let r = run_remote(&cluster, &load(16, 600), |_, _| {}).unwrap();
+    assert!(r.committed > 100, "{}", r.committed);
+    assert!(r.conserved, "{:?}", r.audits);
+    assert!(r.identical, "{:?}", r.audits);
+    assert_eq!(r.refused + r.unknown, 0);
+    // The audit counts every transfer the generator ran, warm-up included.
+    assert!(r.audits[0].0.history_rows >= r.committed);
+    control.stop.store(true, Ordering::SeqCst);
+    for t in sites {
+        let s = t.join().unwrap().unwrap();
+        assert_eq!(s.digest, r.audits[0].1);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

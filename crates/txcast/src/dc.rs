@@ -15,6 +15,10 @@ use txcast_raid::Scale;
 pub const USAGE: &str = "\
 usage: txcast dc [--sites N] [--clients N] [--seconds S] [--warmup S] [--branches N]
                  [--data DIR] [--no-sync] [--json]
+       txcast dc --connect [--sites N] [--instance I] [--config FILE] [--branches N]
+                 [--clients N] [--seconds S] [--warmup S]
+  --connect: the load generator against a running cluster (txcast node --site S ...):
+  N transfers in flight per site from this process, then an audit of every site
   an embedded cluster of N sites (default 3) on loopback runs DebitCredit (TPC-B's scale:
   per branch 10 tellers and 100,000 accounts) with N closed-loop clients per site (default
   32) for S seconds (default 5) after a warm-up (default 1); the logs go to DIR (default a
@@ -30,6 +34,10 @@ pub struct DcOptions {
     pub data: Option<PathBuf>,
     pub sync: bool,
     pub json: bool,
+    /// Drive a running cluster instead of an embedded one.
+    pub connect: bool,
+    pub instance: u16,
+    pub config: Option<PathBuf>,
 }
 
 impl DcOptions {
@@ -41,8 +49,10 @@ impl DcOptions {
             "--warmup",
             "--branches",
             "--data",
+            "--instance",
+            "--config",
         ];
-        let flags = ["--no-sync", "--json"];
+        let flags = ["--no-sync", "--json", "--connect"];
         let mut i = 0;
         while i < args.len() {
             let a = args[i].as_str();
@@ -89,6 +99,9 @@ impl DcOptions {
             data: opt::<PathBuf>(args, "--data"),
             sync: !args.iter().any(|a| a == "--no-sync"),
             json: args.iter().any(|a| a == "--json"),
+            connect: args.iter().any(|a| a == "--connect"),
+            instance: num("--instance")?.map_or(7, |v| v as u16),
+            config: opt::<PathBuf>(args, "--config"),
         })
     }
 }
@@ -136,6 +149,9 @@ pub fn run(args: &[String]) -> i32 {
 /// Runs DebitCredit with these options and prints the report; the exit code says whether
 /// the run held its checks.
 pub fn run_with(o: &DcOptions) -> i32 {
+    if o.connect {
+        return connect(o);
+    }
     let scale = Scale::tpcb(o.branches);
     let (dir, temporary) = match &o.data {
         Some(d) => (d.clone(), false),
@@ -221,6 +237,100 @@ pub fn run_with(o: &DcOptions) -> i32 {
             eprintln!("txcast dc: {e}");
             1
         }
+    }
+}
+
+/// `--connect`: the load generator against running sites, then their audit.
+fn connect(o: &DcOptions) -> i32 {
+    let mut cluster = ClusterConfig::new(o.sites, Scale::tpcb(o.branches), PathBuf::new());
+    cluster.instance = o.instance;
+    if let Some(path) = &o.config {
+        let naming = match txcast_port::ClusterConfig::load(path) {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("txcast dc: {}: {e}", path.display());
+                return 2;
+            }
+        };
+        match txcast_port::Engine::start(txcast_port::EngineConfig {
+            cluster: naming,
+            ..txcast_port::EngineConfig::default()
+        }) {
+            Ok(e) => cluster.engine = Some(e),
+            Err(e) => {
+                eprintln!("txcast dc: engine: {e}");
+                return 1;
+            }
+        }
+    }
+    let load = Load {
+        clients: o.clients,
+        warmup: Duration::from_secs_f64(o.warmup),
+        measure: Duration::from_secs_f64(o.seconds),
+        seed: std::process::id() as u64,
+    };
+    if !o.json {
+        println!(
+            "DebitCredit against a running cluster: {} sites of instance {}, {} transfers in flight per site",
+            o.sites, o.instance, o.clients
+        );
+    }
+    let r = match txcast_raid::remote::run_remote(&cluster, &load, |el, n| {
+        if !o.json {
+            eprintln!("  {:5.1} s  {n:>10} committed", el.as_secs_f64());
+        }
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("txcast dc: {e}");
+            return 1;
+        }
+    };
+    let h = &r.latency_us;
+    if o.json {
+        println!(
+            "{{\"bench\":\"dc-connect\",\"sites\":{},\"clients_per_site\":{},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"refused\":{},\"unknown\":{},\"conserved\":{},\"identical\":{}}}",
+            r.sites, r.clients_per_site, r.committed, r.tps, h.quantile(0.5), h.quantile(0.99),
+            h.quantile(0.999), r.refused, r.unknown, r.conserved, r.identical
+        );
+    } else {
+        println!(
+            "  committed  {} in {:.2} s: {:.0} transactions/s",
+            r.committed,
+            r.measured.as_secs_f64(),
+            r.tps
+        );
+        println!(
+            "  latency    p50 {}  p99 {}  p999 {}  max {}",
+            ms(h.quantile(0.5)),
+            ms(h.quantile(0.99)),
+            ms(h.quantile(0.999)),
+            ms(h.max())
+        );
+        println!(
+            "  given up   {:?}; refused {}; unknown {}",
+            r.given_up, r.refused, r.unknown
+        );
+        let t = r.audits.first().map(|a| a.0);
+        println!(
+            "  audit      {}; {}; site 0: {:?}",
+            if r.conserved {
+                "money conserved on every site"
+            } else {
+                "MONEY NOT CONSERVED"
+            },
+            if r.identical {
+                "all copies identical"
+            } else {
+                "COPIES DIFFER"
+            },
+            t
+        );
+    }
+    if r.conserved && r.identical {
+        0
+    } else {
+        1
     }
 }
 

@@ -1,0 +1,219 @@
+//! A load generator against a running cluster (`txcast node` processes, or sites served in
+//! any process): per site, one client port with `clients` transfers in flight (closed loop:
+//! a new one when one ends), then, once every reply is in, an audit of every site (its
+//! totals and digest, taken when it is quiet) for the conservation check and the comparison
+//! of copies.
+
+use crate::client::{ClientError, Outcome, RaidClient};
+use crate::db::Totals;
+use crate::driver::{next_transfer, ClusterConfig, Load, RaidError};
+use crate::site::Cause;
+use crate::stats::Histogram;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use txcast_port::PortError;
+use txcast_proto::rng::Rng;
+use txcast_proto::Address;
+
+/// The server type of the load generator's client ports.
+pub const CLIENT_TYPE: u16 = 6;
+
+/// What a run against a cluster did.
+#[derive(Clone, Debug)]
+pub struct RemoteReport {
+    pub sites: u16,
+    pub clients_per_site: usize,
+    pub measured: Duration,
+    pub committed: u64,
+    pub tps: f64,
+    pub latency_us: Histogram,
+    pub given_up: Vec<(Cause, u64)>,
+    pub refused: u64,
+    pub unknown: u64,
+    /// Each site's totals and digest after the run.
+    pub audits: Vec<(Totals, u64)>,
+    pub conserved: bool,
+    pub identical: bool,
+}
+
+struct SiteRun {
+    committed: u64,
+    hist: Histogram,
+    given_up: Vec<(Cause, u64)>,
+    refused: u64,
+    unknown: u64,
+    audit: (Totals, u64),
+}
+
+fn client_error(site: u16, e: ClientError) -> RaidError {
+    RaidError::Cluster(format!("client of site {site}: {e}"))
+}
+
+fn drive(
+    cluster: &ClusterConfig,
+    site: u16,
+    load: &Load,
+    committed_all: &AtomicU64,
+) -> Result<SiteRun, RaidError> {
+    let me = Address::new(cluster.instance, site, CLIENT_TYPE, 0);
+    let mut c = RaidClient::open_on(cluster.engine.as_ref(), me, cluster.address(site))
+        .map_err(|e| client_error(site, e))?;
+    // The site may still be starting (no port yet, or its predecessor's): wait for it.
+    let up_by = Instant::now() + Duration::from_secs(10);
+    let first = next_transfer(&mut Rng::new(load.seed), &cluster.scale);
+    let first_id = loop {
+        match c.submit(&first) {
+            Ok(id) => break id,
+            Err(ClientError::Port(PortError::NoSuchPort(_) | PortError::OwnerDead(_)))
+                if Instant::now() < up_by =>
+            {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => return Err(client_error(site, e)),
+        }
+    };
+    let mut rng = Rng::new(load.seed ^ ((site as u64) << 40));
+    let started = Instant::now();
+    let warm_end = started + load.warmup;
+    let load_end = warm_end + load.measure;
+    let mut in_flight: HashMap<u64, Instant> = HashMap::new();
+    in_flight.insert(first_id, Instant::now());
+    let mut run = SiteRun {
+        committed: 0,
+        hist: Histogram::new(),
+        given_up: Vec::new(),
+        refused: 0,
+        unknown: 0,
+        audit: (
+            Totals {
+                accounts: 0,
+                tellers: 0,
+                branches: 0,
+                history: 0,
+                history_rows: 0,
+            },
+            0,
+        ),
+    };
+    let drain_end = load_end + Duration::from_secs(30);
+    loop {
+        let now = Instant::now();
+        if now < load_end {
+            while in_flight.len() < load.clients {
+                let t = next_transfer(&mut rng, &cluster.scale);
+                let id = c.submit(&t).map_err(|e| client_error(site, e))?;
+                in_flight.insert(id, Instant::now());
+            }
+        } else if in_flight.is_empty() {
+            break;
+        } else if now > drain_end {
+            return Err(RaidError::Cluster(format!(
+                "site {site}: {} replies missing 30 s after the load",
+                in_flight.len()
+            )));
+        }
+        let (id, o) = match c.poll(Duration::from_millis(100)) {
+            Ok(r) => r,
+            Err(ClientError::Timeout) => continue,
+            Err(e) => return Err(client_error(site, e)),
+        };
+        let Some(sent) = in_flight.remove(&id) else {
+            continue;
+        };
+        let at = Instant::now();
+        match o {
+            Outcome::Committed { .. } => {
+                committed_all.fetch_add(1, Ordering::Relaxed);
+                if sent >= warm_end && at <= load_end {
+                    run.committed += 1;
+                    run.hist.record(at.duration_since(sent).as_micros() as u64);
+                }
+            }
+            Outcome::Aborted { cause, .. } => {
+                match run.given_up.iter_mut().find(|(c, _)| *c == cause) {
+                    Some(e) => e.1 += 1,
+                    None => run.given_up.push((cause, 1)),
+                }
+            }
+            Outcome::Refused { .. } => run.refused += 1,
+            Outcome::Unknown { .. } => run.unknown += 1,
+            Outcome::Audit { .. } => {}
+        }
+    }
+    Ok(run)
+}
+
+/// Runs `load` against every site of `cluster` from this process, then audits them.
+pub fn run_remote(
+    cluster: &ClusterConfig,
+    load: &Load,
+    mut progress: impl FnMut(Duration, u64),
+) -> Result<RemoteReport, RaidError> {
+    let committed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let threads: Vec<_> = (0..cluster.sites)
+        .map(|s| {
+            let (c, l, n) = (cluster.clone(), load.clone(), committed.clone());
+            std::thread::spawn(move || drive(&c, s, &l, &n))
+        })
+        .collect();
+    while !threads.iter().all(|t| t.is_finished()) {
+        std::thread::sleep(Duration::from_millis(500));
+        progress(started.elapsed(), committed.load(Ordering::Relaxed));
+    }
+    let mut runs = Vec::new();
+    for t in threads {
+        runs.push(
+            t.join()
+                .map_err(|_| RaidError::Cluster("a client thread panicked".into()))??,
+        );
+    }
+    // Every reply is in: audit each site once it is quiet.
+    for (s, run) in runs.iter_mut().enumerate() {
+        let s = s as u16;
+        let me = Address::new(cluster.instance, s, CLIENT_TYPE, 1);
+        let mut c = RaidClient::open_on(cluster.engine.as_ref(), me, cluster.address(s))
+            .map_err(|e| client_error(s, e))?;
+        match c
+            .audit(Duration::from_secs(30))
+            .map_err(|e| client_error(s, e))?
+        {
+            Outcome::Audit { totals, digest } => run.audit = (totals, digest),
+            o => {
+                return Err(RaidError::Cluster(format!(
+                    "site {s} answered the audit with {o:?}"
+                )))
+            }
+        }
+    }
+    let mut latency_us = Histogram::new();
+    let mut given_up: Vec<(Cause, u64)> = Vec::new();
+    for r in &runs {
+        latency_us.merge(&r.hist);
+        for &(c, n) in &r.given_up {
+            match given_up.iter_mut().find(|(x, _)| *x == c) {
+                Some(e) => e.1 += n,
+                None => given_up.push((c, n)),
+            }
+        }
+    }
+    let committed: u64 = runs.iter().map(|r| r.committed).sum();
+    let measured = load.measure.max(Duration::from_millis(1));
+    let audits: Vec<(Totals, u64)> = runs.iter().map(|r| r.audit).collect();
+    Ok(RemoteReport {
+        sites: cluster.sites,
+        clients_per_site: load.clients,
+        measured,
+        committed,
+        tps: committed as f64 / measured.as_secs_f64(),
+        latency_us,
+        given_up,
+        refused: runs.iter().map(|r| r.refused).sum(),
+        unknown: runs.iter().map(|r| r.unknown).sum(),
+        conserved: audits.iter().all(|(t, _)| t.conserved()),
+        identical: audits.windows(2).all(|w| w[0].1 == w[1].1),
+        audits,
+    })
+}
