@@ -4,7 +4,7 @@
 
 use crate::db::Totals;
 use crate::driver::{run_site, ClusterConfig, Load, RaidError, RunControl, SiteReport};
-use crate::site::Cause;
+use crate::site::{count_cause, Cause};
 use crate::stats::Histogram;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -87,10 +87,7 @@ pub fn summarize(cluster: &ClusterConfig, load: &Load, per_site: Vec<SiteReport>
         latency_us.merge(&r.latency_us);
         committed += r.committed;
         for &(c, n) in &r.given_up {
-            match given_up.iter_mut().find(|(x, _)| *x == c) {
-                Some(e) => e.1 += n,
-                None => given_up.push((c, n)),
-            }
+            count_cause(&mut given_up, c, n);
         }
         conflict += r.counters.retries_conflict;
         busy += r.counters.retries_busy;

@@ -10,7 +10,7 @@
 use crate::client::{encode_reply, Outcome, Refusal, Request};
 use crate::db::{Scale, Totals};
 use crate::log::{frame, unframe};
-use crate::site::{Cause, Counters, Event, Site, SiteConfig, Transfer};
+use crate::site::{count_cause, Cause, Counters, Event, Site, SiteConfig, Transfer};
 use crate::stats::Histogram;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write as _};
@@ -650,10 +650,7 @@ pub fn run_site_db(
                     if tag & EXTERNAL != 0 {
                         ext.outcome(tag, Outcome::Aborted { cause, attempts });
                     }
-                    match given_up.iter_mut().find(|(c, _)| *c == cause) {
-                        Some(e) => e.1 += 1,
-                        None => given_up.push((cause, 1)),
-                    }
+                    count_cause(&mut given_up, cause, 1);
                 }
             }
         }

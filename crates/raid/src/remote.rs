@@ -7,7 +7,7 @@
 use crate::client::{ClientError, Outcome, RaidClient};
 use crate::db::Totals;
 use crate::driver::{next_transfer, ClusterConfig, Load, RaidError};
-use crate::site::Cause;
+use crate::site::{count_cause, Cause};
 use crate::stats::Histogram;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,10 +132,7 @@ fn drive(
                 }
             }
             Outcome::Aborted { cause, .. } => {
-                match run.given_up.iter_mut().find(|(c, _)| *c == cause) {
-                    Some(e) => e.1 += 1,
-                    None => run.given_up.push((cause, 1)),
-                }
+                count_cause(&mut run.given_up, cause, 1);
             }
             Outcome::Refused { .. } => run.refused += 1,
             Outcome::Unknown { .. } => run.unknown += 1,
@@ -193,10 +190,7 @@ pub fn run_remote(
     for r in &runs {
         latency_us.merge(&r.hist);
         for &(c, n) in &r.given_up {
-            match given_up.iter_mut().find(|(x, _)| *x == c) {
-                Some(e) => e.1 += n,
-                None => given_up.push((c, n)),
-            }
+            count_cause(&mut given_up, c, n);
         }
     }
     let committed: u64 = runs.iter().map(|r| r.committed).sum();

@@ -125,6 +125,14 @@ pub enum Cause {
     Attempts,
 }
 
+/// Adds `n` to the count of `cause` in a list of counts by cause.
+pub fn count_cause(counts: &mut Vec<(Cause, u64)>, cause: Cause, n: u64) {
+    match counts.iter_mut().find(|(c, _)| *c == cause) {
+        Some(e) => e.1 += n,
+        None => counts.push((cause, n)),
+    }
+}
+
 /// What the site tells its clients.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {

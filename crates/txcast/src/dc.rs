@@ -294,19 +294,7 @@ fn connect(o: &DcOptions) -> i32 {
             h.quantile(0.999), r.refused, r.unknown, r.conserved, r.identical
         );
     } else {
-        println!(
-            "  committed  {} in {:.2} s: {:.0} transactions/s",
-            r.committed,
-            r.measured.as_secs_f64(),
-            r.tps
-        );
-        println!(
-            "  latency    p50 {}  p99 {}  p999 {}  max {}",
-            ms(h.quantile(0.5)),
-            ms(h.quantile(0.99)),
-            ms(h.quantile(0.999)),
-            ms(h.max())
-        );
+        print_rate(r.committed, r.measured, r.tps, h);
         println!(
             "  given up   {:?}; refused {}; unknown {}",
             r.given_up, r.refused, r.unknown
@@ -338,6 +326,21 @@ fn ms(us: u64) -> String {
     format!("{:.2} ms", us as f64 / 1000.0)
 }
 
+/// The report's first two lines: what committed, and its latency.
+fn print_rate(committed: u64, measured: Duration, tps: f64, h: &txcast_raid::stats::Histogram) {
+    println!(
+        "  committed  {committed} in {:.2} s: {tps:.0} transactions/s",
+        measured.as_secs_f64()
+    );
+    println!(
+        "  latency    p50 {}  p99 {}  p999 {}  max {}",
+        ms(h.quantile(0.5)),
+        ms(h.quantile(0.99)),
+        ms(h.quantile(0.999)),
+        ms(h.max())
+    );
+}
+
 pub fn print_report(r: &DcReport, json: bool) {
     let h = &r.latency_us;
     if json {
@@ -359,19 +362,7 @@ pub fn print_report(r: &DcReport, json: bool) {
         );
         return;
     }
-    println!(
-        "  committed  {} in {:.2} s: {:.0} transactions/s",
-        r.committed,
-        r.measured.as_secs_f64(),
-        r.tps
-    );
-    println!(
-        "  latency    p50 {}  p99 {}  p999 {}  max {}",
-        ms(h.quantile(0.5)),
-        ms(h.quantile(0.99)),
-        ms(h.quantile(0.999)),
-        ms(h.max())
-    );
+    print_rate(r.committed, r.measured, r.tps, h);
     let retries: Vec<String> = r.retries.iter().map(|(c, n)| format!("{c} {n}")).collect();
     println!("  retries    {}", retries.join(", "));
     if r.given_up.is_empty() {

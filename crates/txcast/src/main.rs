@@ -76,6 +76,19 @@ fn main() {
     std::process::exit(code);
 }
 
+/// The value after `key` in `args`, parsed: `Ok(None)` if `key` is absent, an error naming
+/// `key` if its value is missing or does not parse.
+pub fn opt_checked<T: std::str::FromStr>(args: &[String], key: &str) -> Result<Option<T>, String> {
+    match args.iter().position(|a| a == key) {
+        None => Ok(None),
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .map(Some)
+            .ok_or_else(|| format!("{key}: a value of the right kind is needed")),
+    }
+}
+
 /// The value after `key` in `args`, parsed; `None` if absent or unparsable.
 pub fn opt<T: std::str::FromStr>(args: &[String], key: &str) -> Option<T> {
     args.iter()

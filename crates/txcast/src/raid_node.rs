@@ -3,7 +3,7 @@
 //! (`txcast_raid::client`), optionally with a load of its own. Ends on SIGINT or SIGTERM,
 //! or with `--exit-when-done` once its load has run and it has been quiet for a second.
 
-use crate::opt;
+use crate::{opt, opt_checked as num};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,17 +26,6 @@ static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::SeqCst);
-}
-
-fn num<T: std::str::FromStr>(args: &[String], key: &str) -> Result<Option<T>, String> {
-    match args.iter().position(|a| a == key) {
-        None => Ok(None),
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .map(Some)
-            .ok_or_else(|| format!("{key}: a number is needed")),
-    }
 }
 
 pub fn run(args: &[String]) -> i32 {

@@ -5,6 +5,7 @@
 //! four in turn; the ratios are taken round by round and their median reported.
 
 use super::pgbench::{run_pgbench, PgOptions, NOT_FOUND};
+use crate::opt_checked as value;
 use std::time::Duration;
 use txcast_raid::cluster::{run_embedded, DcReport};
 use txcast_raid::driver::{ClusterConfig, Load};
@@ -18,17 +19,6 @@ usage: txcast bench dc [--seconds S] [--clients N] [--rounds R] [--pg-seconds S]
   per round: Raid 3 sites, Raid 1 site (N closed-loop clients per site, default 256, S
   seconds, default 5, after a 1 s warm-up), pgbench -c 8 -j 2 -T S (default 20) alone and
   with a synchronous standby; R rounds (default 1); ratios per round, medians at the end";
-
-fn value<T: std::str::FromStr>(args: &[String], key: &str) -> Result<Option<T>, String> {
-    match args.iter().position(|a| a == key) {
-        None => Ok(None),
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .map(Some)
-            .ok_or_else(|| format!("{key}: a value is needed")),
-    }
-}
 
 fn raid(sites: u16, clients: usize, seconds: f64) -> Result<DcReport, String> {
     let dir = std::env::temp_dir().join(format!(
