@@ -10,6 +10,7 @@
 
 use crate::TxnId;
 use thiserror::Error;
+use txcast_proto::codec::{CodecError, Reader, Writer};
 
 /// Bytes of a branch, teller or account tuple.
 pub const TUPLE_BYTES: usize = 100;
@@ -160,12 +161,14 @@ impl Scale {
 }
 
 /// What the database refused.
-#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum DbError {
     #[error("no tuple {0:?} in this database")]
     NoSuchKey(Key),
     #[error("scale {0:?}: every relation needs between 1 and 2^30 rows")]
     Scale(Scale),
+    #[error("a database image that does not decode: {0}")]
+    Image(String),
 }
 
 /// The conservation check's figures.
@@ -326,6 +329,60 @@ impl Db {
         }
     }
 
+    /// The copy as bytes, for a compacted log: every balance, then the history's count,
+    /// total, hash and the rows kept (oldest first).
+    pub fn encode_image(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        for t in self
+            .branches
+            .iter()
+            .chain(&self.tellers)
+            .chain(&self.accounts)
+        {
+            w.i64(balance_of(t));
+        }
+        w.u64(self.history_count)
+            .i64(self.history_total)
+            .u64(self.history_hash)
+            .u32(self.history.len() as u32);
+        for row in self.history() {
+            w.bytes(&row.encode());
+        }
+    }
+
+    /// A copy of `scale` from [`Db::encode_image`]'s bytes.
+    pub fn decode_image(scale: Scale, b: &[u8]) -> Result<Db, DbError> {
+        let mut db = Db::new(scale)?;
+        let bad = |e: CodecError| DbError::Image(e.to_string());
+        let mut r = Reader::new(b);
+        for t in db
+            .branches
+            .iter_mut()
+            .chain(db.tellers.iter_mut())
+            .chain(db.accounts.iter_mut())
+        {
+            t[4..12].copy_from_slice(&r.i64().map_err(bad)?.to_le_bytes());
+        }
+        db.history_count = r.u64().map_err(bad)?;
+        db.history_total = r.i64().map_err(bad)?;
+        db.history_hash = r.u64().map_err(bad)?;
+        let kept = r.u32().map_err(bad)? as usize;
+        if kept > scale.history_rows as usize || kept as u64 > db.history_count {
+            return Err(DbError::Image(format!("{kept} history rows kept")));
+        }
+        for _ in 0..kept {
+            db.history.push(r.array().map_err(bad)?);
+        }
+        r.finish().map_err(bad)?;
+        // The ring continues where it was: row `count % cap` is the next to go.
+        let cap = scale.history_rows as usize;
+        if kept == cap && cap > 0 {
+            let start = (db.history_count % cap as u64) as usize;
+            db.history.rotate_right(start);
+        }
+        Ok(db)
+    }
+
     /// A digest of the copy: every tuple in order, and the history's count, total and
     /// order-independent hash (sites append the same rows in different orders).
     pub fn digest(&self) -> u64 {
@@ -435,6 +492,38 @@ mod tests {
             ..small()
         })
         .is_err());
+    }
+
+    #[test]
+    fn an_image_gives_the_same_copy() {
+        let mut db = Db::new(small()).unwrap();
+        for i in 0..7u32 {
+            let row = HistoryRow {
+                txn: TxnId {
+                    site: 0,
+                    incarnation: 1,
+                    seq: i as u64,
+                },
+                account: i,
+                teller: 1,
+                branch: 0,
+                delta: i as i64,
+            };
+            db.apply(
+                &[Write {
+                    key: Key::account(i),
+                    op: Op::Add(i as i64),
+                }],
+                Some(&row),
+            )
+            .unwrap();
+            let mut b = Vec::new();
+            db.encode_image(&mut b);
+            let back = Db::decode_image(small(), &b).unwrap();
+            assert_eq!(back.digest(), db.digest());
+            assert!(back.history().eq(db.history()), "after {i}");
+            assert!(Db::decode_image(small(), &b[..b.len() - 1]).is_err());
+        }
     }
 
     #[test]

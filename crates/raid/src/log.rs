@@ -8,8 +8,9 @@
 
 /// Bytes before a frame's body.
 pub const FRAME_HEADER: usize = 8;
-/// The longest body a frame may carry (a record is a few hundred bytes).
-pub const BODY_MAX: usize = 64 * 1024;
+/// The longest body a frame may carry (a record is a few hundred bytes; the image that starts
+/// a compacted log is the whole copy).
+pub const BODY_MAX: usize = 1 << 31;
 
 /// Appends `body` framed to `out`.
 pub fn frame(body: &[u8], out: &mut Vec<u8>) {

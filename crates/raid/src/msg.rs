@@ -21,7 +21,8 @@
 //! Log records (framed by [`crate::log`]): `PREPARE` as above (a participant's), `COMMIT`
 //! with the data (the coordinator's: its decision and its own redo), `COMMITTED` (a
 //! participant's decision on a prepared transaction), `ABORTED`, and `END` (every
-//! participant acknowledged a commit).
+//! participant acknowledged a commit); a compacted log starts with `IMAGE` (the copy) and
+//! carries `DECIDED` for commits not yet acknowledged by every participant.
 
 use crate::db::{HistoryRow, Key, Op, Write};
 use crate::lock::Ts;
@@ -51,6 +52,8 @@ pub const REC_COMMIT: u8 = 2;
 pub const REC_COMMITTED: u8 = 3;
 pub const REC_ABORTED: u8 = 4;
 pub const REC_END: u8 = 5;
+pub const REC_IMAGE: u8 = 6;
+pub const REC_DECIDED: u8 = 7;
 
 #[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
 pub enum MsgError {
@@ -308,6 +311,11 @@ pub enum Record {
     Aborted(TxnId),
     /// Every participant acknowledged a coordinator's commit.
     End(TxnId),
+    /// The first record of a compacted log: the copy at that point ([`crate::Db::encode_image`]).
+    Image(Vec<u8>),
+    /// In a compacted log: a commit of this site's whose participants have not all
+    /// acknowledged (its redo is in the image).
+    Decided(TxnId),
 }
 
 impl Record {
@@ -334,6 +342,13 @@ impl Record {
                 w.u8(REC_END);
                 put_txn(&mut w, *t);
             }
+            Record::Image(b) => {
+                w.u8(REC_IMAGE).bytes(b);
+            }
+            Record::Decided(t) => {
+                w.u8(REC_DECIDED);
+                put_txn(&mut w, *t);
+            }
         }
     }
 
@@ -345,6 +360,8 @@ impl Record {
             REC_COMMITTED => Record::Committed(get_txn(&mut r)?),
             REC_ABORTED => Record::Aborted(get_txn(&mut r)?),
             REC_END => Record::End(get_txn(&mut r)?),
+            REC_IMAGE => Record::Image(r.take(r.left())?.to_vec()),
+            REC_DECIDED => Record::Decided(get_txn(&mut r)?),
             k => return Err(MsgError::Kind(k)),
         };
         r.finish()?;
@@ -439,12 +456,19 @@ mod tests {
             Record::Committed(work().txn),
             Record::Aborted(work().txn),
             Record::End(work().txn),
+            Record::Image(vec![1, 2, 3]),
+            Record::Decided(work().txn),
         ] {
             let mut b = Vec::new();
             rec.encode(&mut b);
             assert_eq!(Record::decode(&b).unwrap(), rec);
             b.push(0);
-            assert!(Record::decode(&b).is_err());
+            // An image is every byte after its kind (the database checks its length).
+            assert_eq!(
+                Record::decode(&b).is_err(),
+                !matches!(rec, Record::Image(_)),
+                "{rec:?}"
+            );
         }
     }
 

@@ -209,6 +209,8 @@ pub struct Counters {
     pub log_bytes: u64,
     pub lock_waits: u64,
     pub recovered_in_doubt: u64,
+    /// Logs compacted ([`Site::compact`]).
+    pub compactions: u64,
     pub recovered_decided: u64,
 }
 
@@ -398,6 +400,12 @@ impl Site {
                 }
                 Record::End(t) => {
                     decided.remove(&t);
+                }
+                Record::Image(b) => {
+                    s.db = Db::decode_image(s.cfg.scale, &b)?;
+                }
+                Record::Decided(t) => {
+                    decided.insert(t, ());
                 }
             }
         }
@@ -1248,6 +1256,60 @@ impl Site {
             }
         }
         self.tx.pop_front()
+    }
+
+    /// Whether every record taken from [`Site::poll_log`] is durable: the moment a log can
+    /// be compacted (records not taken yet follow the compacted log).
+    pub fn log_settled(&self) -> bool {
+        self.durable == self.taken && !self.broken
+    }
+
+    /// The log compacted: records that recover this site as its durable log does (the copy
+    /// as an image, the prepares it holds in doubt, its commits not yet acknowledged by
+    /// every participant), to replace the whole log once durable. Only when the log is
+    /// settled ([`Site::log_settled`]). Records not yet taken from [`Site::poll_log`] come
+    /// after them: their effects are not in the image, except a participant's commit, applied
+    /// already, whose prepare is then left out (its committed record finds no prepare). The
+    /// records count as the whole log from here on.
+    pub fn compact(&mut self) -> Option<Vec<Vec<u8>>> {
+        if !self.log_settled() {
+            return None;
+        }
+        let mut image = Vec::new();
+        self.db.encode_image(&mut image);
+        let mut recs = vec![Record::Image(image)];
+        let mut prepared: Vec<&Part> = self
+            .parts
+            .values()
+            .filter(|p| p.phase == PPhase::Voted)
+            .collect();
+        prepared.sort_by_key(|p| p.work.txn);
+        recs.extend(
+            prepared
+                .into_iter()
+                .map(|p| Record::Prepare(p.work.clone())),
+        );
+        let mut decided: Vec<TxnId> = self.decided.keys().copied().collect();
+        decided.sort();
+        recs.extend(decided.into_iter().map(Record::Decided));
+        let out: Vec<Vec<u8>> = recs
+            .iter()
+            .map(|r| {
+                let mut b = Vec::new();
+                r.encode(&mut b);
+                b
+            })
+            .collect();
+        let n = out.len() as u64;
+        // Records waiting to be taken keep their order after the compacted ones.
+        let old_taken = self.taken;
+        for (lsn, _) in self.log_waits.iter_mut() {
+            *lsn = n + (*lsn - old_taken);
+        }
+        self.lsn = n + self.log_out.len() as u64;
+        (self.taken, self.durable) = (n, n);
+        self.counters.compactions += 1;
+        Some(out)
     }
 
     /// The next log record to append (unframed), in order.

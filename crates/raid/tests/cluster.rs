@@ -39,11 +39,28 @@ fn three_sites_commit_conserve_agree_and_recover_from_their_logs() {
     let dir = temp_dir("three");
     let mut cluster = ClusterConfig::new(3, small(), dir.clone());
     cluster.instance = 31;
+    // Small logs: compacted many times during the run.
+    cluster.compact_bytes = 256 << 10;
     let r = run_embedded(&cluster, &load(16, 700), |_, _| {}).unwrap();
+    assert!(
+        r.per_site.iter().all(|s| s.counters.compactions > 2),
+        "{:?}",
+        r.per_site
+            .iter()
+            .map(|s| s.counters.compactions)
+            .collect::<Vec<_>>()
+    );
+    let log_len = std::fs::metadata(dir.join("site-0.log")).unwrap().len();
+    assert!(log_len < 2 << 20, "a compacted log of {log_len} bytes");
     assert!(r.committed > 100, "{} committed", r.committed);
     assert!(r.conserved, "{:?}", r.totals);
     assert!(r.identical);
-    assert!(r.given_up.is_empty(), "{:?}", r.given_up);
+    assert!(
+        r.given_up.is_empty(),
+        "{:?} {:?}",
+        r.given_up,
+        r.per_site.iter().map(|s| s.counters).collect::<Vec<_>>()
+    );
     assert!(r.latency_us.count() == r.committed);
     let rows = r.totals.history_rows;
     assert!(rows >= r.committed);

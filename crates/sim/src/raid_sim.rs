@@ -5,7 +5,9 @@
 //! durable plus a random prefix of what was written but not yet synced, and the site restarts
 //! from it as a new incarnation (its clients' open transactions end unknown to them). Now
 //! and then a site's disk fails before one of its restarts: every sync fails from then on,
-//! the site is told (`log_failed`), and the restart repairs it.
+//! the site is told (`log_failed`), and the restart repairs it. When nothing is in flight to
+//! a disk, its log is now and then compacted (`Site::compact`), so restarts also recover
+//! from a compacted log.
 //!
 //! Every transfer has a delta of its own, so a history row names the transfer it records.
 //! Checked:
@@ -266,6 +268,18 @@ impl SimSite {
                 self.disk.durable.extend(synced);
                 self.disk.sync = None;
                 self.site.logged(now, self.disk.durable.len() as u64);
+            }
+        }
+        // Now and then, when nothing is in flight to the disk, the log is compacted: the
+        // records that recover the site as it is replace the whole log at once (the driver
+        // writes them aside and renames them over it).
+        if self.disk.sync.is_none()
+            && self.disk.pending.is_empty()
+            && self.site.log_settled()
+            && rng.chance(0.01)
+        {
+            if let Some(recs) = self.site.compact() {
+                self.disk.durable = recs;
             }
         }
         while let Some(r) = self.site.poll_log() {
@@ -531,6 +545,7 @@ fn add_counters(a: &mut Counters, b: Counters) {
     a.lock_waits += b.lock_waits;
     a.recovered_in_doubt += b.recovered_in_doubt;
     a.recovered_decided += b.recovered_decided;
+    a.compactions += b.compactions;
 }
 
 impl World for RaidWorld {

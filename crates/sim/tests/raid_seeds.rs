@@ -8,7 +8,7 @@ fn fixed_seeds_serialize_conserve_and_keep_every_acknowledged_commit() {
     let opts = RaidSimOptions::default();
     let (mut in_doubt, mut decided, mut lost, mut timeouts, mut conflicts, mut committed) =
         (0, 0, 0, 0, 0, 0);
-    let (mut multi, mut disks) = (0, 0);
+    let (mut multi, mut disks, mut compacted) = (0, 0, 0);
     for seed in 0..300u64 {
         let r = run_raid(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
         in_doubt += u64::from(r.counters.recovered_in_doubt > 0);
@@ -19,6 +19,7 @@ fn fixed_seeds_serialize_conserve_and_keep_every_acknowledged_commit() {
         committed += r.committed;
         multi += u64::from(r.sites > 1);
         disks += r.disk_failures;
+        compacted += u64::from(r.counters.compactions > 0 && r.restarts > 0);
     }
     // The seeds reach the paths the checkers are there for.
     assert!(multi > 150, "{multi} seeds with several sites");
@@ -38,6 +39,10 @@ fn fixed_seeds_serialize_conserve_and_keep_every_acknowledged_commit() {
     assert!(conflicts > 1000, "{conflicts} wait-die retries");
     assert!(committed > 30_000, "{committed} transfers committed");
     assert!(disks > 20, "{disks} seeds with a failed disk");
+    assert!(
+        compacted > 50,
+        "{compacted} seeds with compacted logs and restarts"
+    );
 }
 
 #[test]
