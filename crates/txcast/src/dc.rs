@@ -41,6 +41,16 @@ pub struct DcOptions {
 }
 
 impl DcOptions {
+    /// The clients each site runs (or the generator keeps in flight per site).
+    pub fn load(&self) -> Load {
+        Load {
+            clients: self.clients,
+            warmup: Duration::from_secs_f64(self.warmup),
+            measure: Duration::from_secs_f64(self.seconds),
+            seed: std::process::id() as u64,
+        }
+    }
+
     pub fn parse(args: &[String]) -> Result<DcOptions, String> {
         let known = [
             "--sites",
@@ -170,12 +180,7 @@ pub fn run_with(o: &DcOptions) -> i32 {
     let mut cluster = ClusterConfig::new(o.sites, scale, dir.clone());
     cluster.sync = o.sync;
     cluster.site.coordinated_max = o.clients.max(64);
-    let load = Load {
-        clients: o.clients,
-        warmup: Duration::from_secs_f64(o.warmup),
-        measure: Duration::from_secs_f64(o.seconds),
-        seed: std::process::id() as u64,
-    };
+    let load = o.load();
     if !o.json {
         println!(
             "DebitCredit on Raid: {} site{} on loopback in this process, {} clients per site, {} branch{} ({} tellers, {} accounts), fdatasync {}, logs in {}",
@@ -263,12 +268,7 @@ fn connect(o: &DcOptions) -> i32 {
             }
         }
     }
-    let load = Load {
-        clients: o.clients,
-        warmup: Duration::from_secs_f64(o.warmup),
-        measure: Duration::from_secs_f64(o.seconds),
-        seed: std::process::id() as u64,
-    };
+    let load = o.load();
     if !o.json {
         println!(
             "DebitCredit against a running cluster: {} sites of instance {}, {} transfers in flight per site",
