@@ -23,7 +23,7 @@ usage:
                                          multicast traffic
   txcast dc [--sites N] [--clients N] [--seconds S] ...
                                          DebitCredit on Raid (`txcast dc --help`)
-  txcast bench <rtt|multicast|throughput|group|rpc|long|burst|modules> [options]
+  txcast bench <rtt|multicast|throughput|group|rpc|long|burst|modules|crmem|dc|pgbench> [options]
                                          benchmarks with their baselines (see `txcast bench --help`)
   txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
   txcast sim group [--seed S | --seeds N] run groups (crashes, joins, leaves) in the simulator
