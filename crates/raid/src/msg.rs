@@ -208,12 +208,15 @@ pub enum Msg {
 }
 
 impl Msg {
+    /// A `PREPARE` of `work`, from a reference (the coordinator keeps its work).
+    pub fn put_prepare(w: &mut Writer, work: &Work) {
+        w.u8(PREPARE);
+        work.put(w);
+    }
+
     pub fn put(&self, w: &mut Writer) {
         match self {
-            Msg::Prepare(work) => {
-                w.u8(PREPARE);
-                work.put(w);
-            }
+            Msg::Prepare(work) => Msg::put_prepare(w, work),
             Msg::Vote { txn, vote } => {
                 w.u8(VOTE);
                 put_txn(w, *txn);
@@ -298,6 +301,11 @@ pub fn decode_packet(bytes: &[u8]) -> Result<(Header, Vec<Msg>), MsgError> {
     Ok((h, msgs))
 }
 
+fn put_work_record(w: &mut Writer, commit: bool, work: &Work) {
+    w.u8(if commit { REC_COMMIT } else { REC_PREPARE });
+    work.put(w);
+}
+
 /// One record of the access manager's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
@@ -319,17 +327,16 @@ pub enum Record {
 }
 
 impl Record {
+    /// A `PREPARE` (`commit` false) or `COMMIT` record of `work`, from a reference.
+    pub fn encode_work(commit: bool, work: &Work, out: &mut Vec<u8>) {
+        put_work_record(&mut Writer::new(out), commit, work);
+    }
+
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut w = Writer::new(out);
         match self {
-            Record::Prepare(work) => {
-                w.u8(REC_PREPARE);
-                work.put(&mut w);
-            }
-            Record::Commit(work) => {
-                w.u8(REC_COMMIT);
-                work.put(&mut w);
-            }
+            Record::Prepare(work) => put_work_record(&mut w, false, work),
+            Record::Commit(work) => put_work_record(&mut w, true, work),
             Record::Committed(t) => {
                 w.u8(REC_COMMITTED);
                 put_txn(&mut w, *t);

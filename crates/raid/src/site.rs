@@ -301,6 +301,8 @@ pub struct Site {
     events: VecDeque<Event>,
     /// Each peer's incarnation as last heard (0: not heard from yet).
     peer_inc: Vec<u32>,
+    /// A message being encoded (kept to reuse its allocation).
+    scratch: Vec<u8>,
     /// Whether each peer has shown it knows this site's incarnation (a packet written for
     /// it); hellos go to those that have not, every `resend`.
     known_by: Vec<bool>,
@@ -359,6 +361,7 @@ impl Site {
             tx: VecDeque::new(),
             events: VecDeque::new(),
             peer_inc: vec![0; n],
+            scratch: Vec::new(),
             known_by: vec![false; n],
             hello_at: Instant::ZERO,
             counters: Counters::default(),
@@ -605,20 +608,24 @@ impl Site {
         };
         if self.cfg.sites == 1 {
             c.phase = CPhase::Logging;
-            c.work = Some(work.clone());
-            self.append(Record::Commit(work), Some(LogWait::CoordCommit(txn)));
+            let mut b = Vec::with_capacity(128);
+            Record::encode_work(true, &work, &mut b);
+            c.work = Some(work);
+            self.push_record(b, Some(LogWait::CoordCommit(txn)));
             return;
         }
         c.phase = CPhase::Voting;
         c.timer = (now + self.cfg.resend).min(c.deadline);
         let timer = c.timer;
-        let msg = Msg::Prepare(work.clone());
+        // One encoding of the prepare for every peer.
+        let mut m = std::mem::take(&mut self.scratch);
+        m.clear();
+        Msg::put_prepare(&mut Writer::new(&mut m), &work);
         c.work = Some(work);
-        for s in 0..self.cfg.sites {
-            if s != self.cfg.site {
-                self.send(s, &msg);
-            }
+        for s in self.others().collect::<Vec<_>>() {
+            self.send_encoded(s, &m);
         }
+        self.scratch = m;
         self.arm(timer, TimerKey::Coord(txn));
     }
 
@@ -640,12 +647,17 @@ impl Site {
     }
 
     fn append(&mut self, rec: Record, wait: Option<LogWait>) {
+        let mut b = Vec::with_capacity(128);
+        rec.encode(&mut b);
+        self.push_record(b, wait);
+    }
+
+    /// Queues an encoded record for the log, and what waits for it to be durable.
+    fn push_record(&mut self, b: Vec<u8>, wait: Option<LogWait>) {
         if self.broken {
             // Nothing more is written, or waited for, on a failed log.
             return;
         }
-        let mut b = Vec::with_capacity(128);
-        rec.encode(&mut b);
         self.counters.log_records += 1;
         self.counters.log_bytes += b.len() as u64;
         self.log_out.push_back(b);
@@ -658,6 +670,15 @@ impl Site {
     /// Queues `msg` for site `to`, in the packet being filled for it. A peer whose incarnation
     /// is not known yet gets nothing (what matters is sent again once it is).
     fn send(&mut self, to: u16, msg: &Msg) {
+        let mut m = std::mem::take(&mut self.scratch);
+        m.clear();
+        msg.put(&mut Writer::new(&mut m));
+        self.send_encoded(to, &m);
+        self.scratch = m;
+    }
+
+    /// Queues an encoded message (see [`Site::send`]).
+    fn send_encoded(&mut self, to: u16, msg: &[u8]) {
         let peer = self.peer_inc[to as usize];
         if peer == 0 {
             self.counters.unsent_unknown += 1;
@@ -673,7 +694,7 @@ impl Site {
             put_header(&mut Writer::new(buf), header);
         }
         let mark = buf.len();
-        msg.put(&mut Writer::new(buf));
+        buf.extend_from_slice(msg);
         if buf.len() > self.cfg.packet_bytes && mark > crate::msg::PACKET_HEADER {
             let tail = buf.split_off(mark);
             let full = std::mem::take(buf);
@@ -802,9 +823,10 @@ impl Site {
             return;
         };
         p.phase = PPhase::Logging;
-        let rec = Record::Prepare(p.work.clone());
+        let mut b = Vec::with_capacity(128);
+        Record::encode_work(false, &p.work, &mut b);
         self.counters.prepared += 1;
-        self.append(rec, Some(LogWait::PartVote(txn)));
+        self.push_record(b, Some(LogWait::PartVote(txn)));
     }
 
     fn vote(&mut self, to: u16, txn: TxnId, vote: Vote) {
@@ -964,8 +986,10 @@ impl Site {
                 c.yes |= bit(from);
                 if c.yes == all {
                     c.phase = CPhase::Logging;
-                    let work = c.work.clone().expect("a voting transaction has its work");
-                    self.append(Record::Commit(work), Some(LogWait::CoordCommit(txn)));
+                    let work = c.work.as_ref().expect("a voting transaction has its work");
+                    let mut b = Vec::with_capacity(128);
+                    Record::encode_work(true, work, &mut b);
+                    self.push_record(b, Some(LogWait::CoordCommit(txn)));
                 }
                 return;
             }
@@ -993,8 +1017,7 @@ impl Site {
             }
             (true, _) => {
                 p.phase = PPhase::Acking;
-                let w = p.work.clone();
-                if self.db.apply(&w.writes, w.row.as_ref()).is_err() {
+                if self.db.apply(&p.work.writes, p.work.row.as_ref()).is_err() {
                     self.counters.unexpected += 1;
                 }
                 self.locks.release(txn);
@@ -1185,14 +1208,17 @@ impl Site {
                 }
                 c.timer = (now + self.cfg.resend).min(c.deadline);
                 let (timer, yes) = (c.timer, c.yes);
-                let msg = Msg::Prepare(c.work.clone().expect("voting"));
+                let mut m = std::mem::take(&mut self.scratch);
+                m.clear();
+                Msg::put_prepare(&mut Writer::new(&mut m), c.work.as_ref().expect("voting"));
                 self.arm(timer, TimerKey::Coord(txn));
                 for s in self.others().collect::<Vec<_>>() {
                     if yes & bit(s) == 0 {
                         self.counters.resent += 1;
-                        self.send(s, &msg);
+                        self.send_encoded(s, &m);
                     }
                 }
+                self.scratch = m;
             }
         }
     }
