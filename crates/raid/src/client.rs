@@ -95,6 +95,7 @@ fn cause_code(c: Cause) -> u8 {
         Cause::Broken => 3,
         Cause::BadKey => 4,
         Cause::Attempts => 5,
+        Cause::View => 6,
     }
 }
 
@@ -106,6 +107,7 @@ fn cause_of(c: u8) -> Option<Cause> {
         3 => Cause::Broken,
         4 => Cause::BadKey,
         5 => Cause::Attempts,
+        6 => Cause::View,
         _ => return None,
     })
 }

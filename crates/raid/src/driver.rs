@@ -749,7 +749,8 @@ pub fn run_site_db(
             let idle = now_std >= load_end
                 && running.iter().all(|r| !r)
                 && ext.pending.is_empty()
-                && core.is_quiet();
+                // A site whose log failed does nothing more.
+                && (core.is_quiet() || (core.is_broken() && core.coordinating() == 0));
             let bit = 1u64 << site;
             if idle {
                 control.quiet.fetch_or(bit, Ordering::SeqCst);

@@ -1,14 +1,15 @@
 //! Raid, the distributed database of Bhargava, Mafla & Riedl (*Communication in the Raid
 //! Distributed Database System*), as a replicated DebitCredit database on txcast: the
 //! benchmark of Mafla & Bhargava (*Implementation and Performance of a Communication Facility
-//! for Distributed Transaction Processing*, §3.4) on every site, read-one-write-all, with
-//! two-phase commit and a durable redo log.
+//! for Distributed Transaction Processing*, §3.4) on every site, read-one-write-all-available
+//! over views agreed by a majority, with two-phase commit and a durable redo log.
 //!
 //! - [`db`]: one site's copy of the database (branches, tellers, accounts, history).
 //! - [`lock`]: the concurrency controller's lock table (strict 2PL, wait-die).
 //! - [`msg`]: messages between sites and log records.
 //! - [`log`]: the log's framing on disk.
-//! - [`site`]: one site, sans-IO (AD, AC, CC, AM and RC in one state machine).
+//! - [`site`]: one site, sans-IO (AD, AC, CC, AM and RC in one state machine); its views
+//!   and snapshots in `site/view.rs`.
 //! - [`driver`]: a site on a txcast port with its log in a file (group commit), and its
 //!   clients; [`cluster`] runs several in one process.
 //! - [`client`]: clients of a site in other processes ([`client::RaidClient`]).

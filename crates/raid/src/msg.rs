@@ -11,18 +11,31 @@
 //! for a peer in one step (the coordinator's prepares and decisions, the participant's votes
 //! and acknowledgements).
 //!
-//! - `PREPARE` (coordinator → participant): the transaction, its timestamp, its write set
-//!   and its history row. The participant locks, logs, then votes.
+//! Transactions (within one view, see [`crate::site`]):
+//! - `PREPARE` (coordinator → participant): the view's ballot, the transaction, its
+//!   timestamp, its write set and its history row. The participant locks, logs, then votes.
 //! - `VOTE`: yes, or no with the cause.
 //! - `DECIDE`: commit or abort.
-//! - `ACK`: the participant's commit record is durable; the coordinator may forget.
-//! - `QUERY`: a participant in doubt (prepared, no decision) asks the coordinator.
+//! - `ACK`: the participant applied the commit and its record is durable.
+//! - `END`: every participant acknowledged; the participant may forget the transaction.
+//! - `QUERY`: a participant asks the coordinator about a transaction (in doubt, or applied
+//!   with no `END` yet).
+//!
+//! Views (the replication controller's membership, agreed by a majority of the sites):
+//! - `JOIN`: a site outside every live view asks to be let in (with the ballot of the view
+//!   its copy is synced to).
+//! - `PROPOSE` / `PROMISE` / `NACK`: a proposer asks the sites of a new view to promise it
+//!   (no smaller ballot taken after); a promise carries the promiser's synced ballot.
+//! - `INSTALL` / `INSTALLED`: the new view, with the donor whose copy every other member
+//!   takes.
+//! - `VIEW`: the sender's view, told to a site that is not in it or is behind.
+//! - `SNAPGET` / `SNAPDATA`: a member pulls the donor's snapshot in chunks.
 //!
 //! Log records (framed by [`crate::log`]): `PREPARE` as above (a participant's), `COMMIT`
 //! with the data (the coordinator's: its decision and its own redo), `COMMITTED` (a
-//! participant's decision on a prepared transaction), `ABORTED`, and `END` (every
-//! participant acknowledged a commit); a compacted log starts with `IMAGE` (the copy) and
-//! carries `DECIDED` for commits not yet acknowledged by every participant.
+//! participant's decision on a prepared transaction), `ABORTED`, `IMAGE` (a whole copy: a
+//! compacted log starts with one, a member that took a snapshot writes one), `PROMISE` (the
+//! ballot promised) and `SYNCED` (the ballot of the view the copy is synced to).
 
 use crate::db::{HistoryRow, Key, Op, Write};
 use crate::lock::Ts;
@@ -31,7 +44,7 @@ use thiserror::Error;
 use txcast_proto::codec::{CodecError, Reader, Writer};
 
 pub const MAGIC: u8 = 0xDC;
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Magic, version, site, incarnation, receiver's incarnation.
 pub const PACKET_HEADER: usize = 1 + 1 + 2 + 4 + 4;
 /// Writes a transaction may have.
@@ -46,14 +59,29 @@ pub const VOTE: u8 = 2;
 pub const DECIDE: u8 = 3;
 pub const ACK: u8 = 4;
 pub const QUERY: u8 = 5;
+pub const END: u8 = 6;
+pub const JOIN: u8 = 7;
+pub const PROPOSE: u8 = 8;
+pub const PROMISE: u8 = 9;
+pub const NACK: u8 = 10;
+pub const INSTALL: u8 = 11;
+pub const INSTALLED: u8 = 12;
+pub const VIEW: u8 = 13;
+pub const SNAPGET: u8 = 14;
+pub const SNAPDATA: u8 = 15;
+
+/// Bytes of snapshot in one `SNAPDATA`.
+pub const CHUNK: usize = 1024;
+/// A member of a view on the wire: site, incarnation.
+pub const MEMBER_BYTES: usize = 2 + 4;
 
 pub const REC_PREPARE: u8 = 1;
 pub const REC_COMMIT: u8 = 2;
 pub const REC_COMMITTED: u8 = 3;
 pub const REC_ABORTED: u8 = 4;
-pub const REC_END: u8 = 5;
 pub const REC_IMAGE: u8 = 6;
-pub const REC_DECIDED: u8 = 7;
+pub const REC_PROMISE: u8 = 8;
+pub const REC_SYNCED: u8 = 9;
 
 #[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
 pub enum MsgError {
@@ -71,6 +99,10 @@ pub enum MsgError {
     Vote(u8),
     #[error("a key of no relation: {0:#x}")]
     Key(u32),
+    #[error("view members must be distinct sites below {max}, in order")]
+    Members { max: u16 },
+    #[error("a snapshot chunk of {len} bytes at {offset} of {total}")]
+    Chunk { offset: u32, len: usize, total: u32 },
 }
 
 /// A participant's answer to a prepare.
@@ -200,23 +232,110 @@ impl Work {
 /// One message between sites.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
-    Prepare(Work),
-    Vote { txn: TxnId, vote: Vote },
-    Decide { txn: TxnId, commit: bool },
-    Ack { txn: TxnId },
-    Query { txn: TxnId },
+    Prepare {
+        ballot: u64,
+        work: Work,
+    },
+    Vote {
+        txn: TxnId,
+        vote: Vote,
+    },
+    Decide {
+        txn: TxnId,
+        commit: bool,
+    },
+    Ack {
+        txn: TxnId,
+    },
+    Query {
+        txn: TxnId,
+    },
+    End {
+        txn: TxnId,
+    },
+    Join {
+        synced: u64,
+    },
+    Propose {
+        ballot: u64,
+        members: Vec<Member>,
+    },
+    Promise {
+        ballot: u64,
+        synced: u64,
+    },
+    Nack {
+        ballot: u64,
+        promised: u64,
+    },
+    Install {
+        ballot: u64,
+        donor: u16,
+        /// The ballot the donor's copy is synced to.
+        synced: u64,
+        members: Vec<Member>,
+    },
+    Installed {
+        ballot: u64,
+    },
+    View {
+        ballot: u64,
+        members: Vec<Member>,
+    },
+    SnapGet {
+        ballot: u64,
+        offset: u32,
+    },
+    SnapData {
+        ballot: u64,
+        offset: u32,
+        total: u32,
+        data: Vec<u8>,
+    },
+}
+
+/// A site of a view, in the incarnation that took part in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Member {
+    pub site: u16,
+    pub incarnation: u32,
+}
+
+fn put_members(w: &mut Writer, members: &[Member]) {
+    w.u16(members.len() as u16);
+    for m in members {
+        w.u16(m.site).u32(m.incarnation);
+    }
+}
+
+fn get_members(r: &mut Reader) -> Result<Vec<Member>, MsgError> {
+    let max = crate::site::SITES_MAX;
+    let n = r.count(max as usize, MEMBER_BYTES)?;
+    let mut out: Vec<Member> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let m = Member {
+            site: r.u16()?,
+            incarnation: r.u32()?,
+        };
+        if m.site >= max || out.last().is_some_and(|l| l.site >= m.site) {
+            return Err(MsgError::Members { max });
+        }
+        out.push(m);
+    }
+    Ok(out)
 }
 
 impl Msg {
-    /// A `PREPARE` of `work`, from a reference (the coordinator keeps its work).
-    pub fn put_prepare(w: &mut Writer, work: &Work) {
-        w.u8(PREPARE);
+    /// A `PREPARE` of `work` in the view of `ballot`, from a reference (the coordinator
+    /// keeps its work).
+    pub fn put_prepare(w: &mut Writer, ballot: u64, work: &Work) {
+        w.u8(PREPARE).u64(ballot);
         work.put(w);
     }
 
     pub fn put(&self, w: &mut Writer) {
         match self {
-            Msg::Prepare(work) => Msg::put_prepare(w, work),
+            Msg::Prepare { ballot, work } => Msg::put_prepare(w, *ballot, work),
             Msg::Vote { txn, vote } => {
                 w.u8(VOTE);
                 put_txn(w, *txn);
@@ -235,12 +354,64 @@ impl Msg {
                 w.u8(QUERY);
                 put_txn(w, *txn);
             }
+            Msg::End { txn } => {
+                w.u8(END);
+                put_txn(w, *txn);
+            }
+            Msg::Join { synced } => {
+                w.u8(JOIN).u64(*synced);
+            }
+            Msg::Propose { ballot, members } => {
+                w.u8(PROPOSE).u64(*ballot);
+                put_members(w, members);
+            }
+            Msg::Promise { ballot, synced } => {
+                w.u8(PROMISE).u64(*ballot).u64(*synced);
+            }
+            Msg::Nack { ballot, promised } => {
+                w.u8(NACK).u64(*ballot).u64(*promised);
+            }
+            Msg::Install {
+                ballot,
+                donor,
+                synced,
+                members,
+            } => {
+                w.u8(INSTALL).u64(*ballot).u16(*donor).u64(*synced);
+                put_members(w, members);
+            }
+            Msg::Installed { ballot } => {
+                w.u8(INSTALLED).u64(*ballot);
+            }
+            Msg::View { ballot, members } => {
+                w.u8(VIEW).u64(*ballot);
+                put_members(w, members);
+            }
+            Msg::SnapGet { ballot, offset } => {
+                w.u8(SNAPGET).u64(*ballot).u32(*offset);
+            }
+            Msg::SnapData {
+                ballot,
+                offset,
+                total,
+                data,
+            } => {
+                w.u8(SNAPDATA)
+                    .u64(*ballot)
+                    .u32(*offset)
+                    .u32(*total)
+                    .u16(data.len() as u16)
+                    .bytes(data);
+            }
         }
     }
 
     pub fn get(r: &mut Reader) -> Result<Msg, MsgError> {
         Ok(match r.u8()? {
-            PREPARE => Msg::Prepare(Work::get(r)?),
+            PREPARE => Msg::Prepare {
+                ballot: r.u64()?,
+                work: Work::get(r)?,
+            },
             VOTE => Msg::Vote {
                 txn: get_txn(r)?,
                 vote: Vote::from_code(r.u8()?)?,
@@ -255,6 +426,52 @@ impl Msg {
             },
             ACK => Msg::Ack { txn: get_txn(r)? },
             QUERY => Msg::Query { txn: get_txn(r)? },
+            END => Msg::End { txn: get_txn(r)? },
+            JOIN => Msg::Join { synced: r.u64()? },
+            PROPOSE => Msg::Propose {
+                ballot: r.u64()?,
+                members: get_members(r)?,
+            },
+            PROMISE => Msg::Promise {
+                ballot: r.u64()?,
+                synced: r.u64()?,
+            },
+            NACK => Msg::Nack {
+                ballot: r.u64()?,
+                promised: r.u64()?,
+            },
+            INSTALL => Msg::Install {
+                ballot: r.u64()?,
+                donor: r.u16()?,
+                synced: r.u64()?,
+                members: get_members(r)?,
+            },
+            INSTALLED => Msg::Installed { ballot: r.u64()? },
+            VIEW => Msg::View {
+                ballot: r.u64()?,
+                members: get_members(r)?,
+            },
+            SNAPGET => Msg::SnapGet {
+                ballot: r.u64()?,
+                offset: r.u32()?,
+            },
+            SNAPDATA => {
+                let (ballot, offset, total) = (r.u64()?, r.u32()?, r.u32()?);
+                let len = r.count(CHUNK, 1)?;
+                let data = r.take(len)?.to_vec();
+                let ok = (offset as usize).is_multiple_of(CHUNK)
+                    && (offset as usize) < total as usize
+                    && len == CHUNK.min(total as usize - offset as usize);
+                if !ok {
+                    return Err(MsgError::Chunk { offset, len, total });
+                }
+                Msg::SnapData {
+                    ballot,
+                    offset,
+                    total,
+                    data,
+                }
+            }
             k => return Err(MsgError::Kind(k)),
         })
     }
@@ -317,13 +534,13 @@ pub enum Record {
     Committed(TxnId),
     /// A participant learned abort.
     Aborted(TxnId),
-    /// Every participant acknowledged a coordinator's commit.
-    End(TxnId),
-    /// The first record of a compacted log: the copy at that point ([`crate::Db::encode_image`]).
+    /// The copy as a whole ([`crate::Db::encode_image`]): it replaces what the records
+    /// before it built, and settles every prepare before it.
     Image(Vec<u8>),
-    /// In a compacted log: a commit of this site's whose participants have not all
-    /// acknowledged (its redo is in the image).
-    Decided(TxnId),
+    /// The site promised this ballot: it takes part in no view of a smaller one.
+    Promise(u64),
+    /// The copy is synced to the view of this ballot.
+    Synced(u64),
 }
 
 impl Record {
@@ -345,16 +562,14 @@ impl Record {
                 w.u8(REC_ABORTED);
                 put_txn(&mut w, *t);
             }
-            Record::End(t) => {
-                w.u8(REC_END);
-                put_txn(&mut w, *t);
-            }
             Record::Image(b) => {
                 w.u8(REC_IMAGE).bytes(b);
             }
-            Record::Decided(t) => {
-                w.u8(REC_DECIDED);
-                put_txn(&mut w, *t);
+            Record::Promise(b) => {
+                w.u8(REC_PROMISE).u64(*b);
+            }
+            Record::Synced(b) => {
+                w.u8(REC_SYNCED).u64(*b);
             }
         }
     }
@@ -366,9 +581,9 @@ impl Record {
             REC_COMMIT => Record::Commit(Work::get(&mut r)?),
             REC_COMMITTED => Record::Committed(get_txn(&mut r)?),
             REC_ABORTED => Record::Aborted(get_txn(&mut r)?),
-            REC_END => Record::End(get_txn(&mut r)?),
             REC_IMAGE => Record::Image(r.take(r.left())?.to_vec()),
-            REC_DECIDED => Record::Decided(get_txn(&mut r)?),
+            REC_PROMISE => Record::Promise(r.u64()?),
+            REC_SYNCED => Record::Synced(r.u64()?),
             k => return Err(MsgError::Kind(k)),
         };
         r.finish()?;
@@ -415,8 +630,21 @@ mod tests {
 
     #[test]
     fn packets_and_records_round_trip() {
+        let members = vec![
+            Member {
+                site: 0,
+                incarnation: 3,
+            },
+            Member {
+                site: 2,
+                incarnation: 1,
+            },
+        ];
         let msgs = vec![
-            Msg::Prepare(work()),
+            Msg::Prepare {
+                ballot: 9,
+                work: work(),
+            },
             Msg::Vote {
                 txn: work().txn,
                 vote: Vote::Conflict,
@@ -427,6 +655,41 @@ mod tests {
             },
             Msg::Ack { txn: work().txn },
             Msg::Query { txn: work().txn },
+            Msg::End { txn: work().txn },
+            Msg::Join { synced: 4 },
+            Msg::Propose {
+                ballot: 5,
+                members: members.clone(),
+            },
+            Msg::Promise {
+                ballot: 5,
+                synced: 4,
+            },
+            Msg::Nack {
+                ballot: 5,
+                promised: 6,
+            },
+            Msg::Install {
+                ballot: 5,
+                donor: 2,
+                synced: 4,
+                members: members.clone(),
+            },
+            Msg::Installed { ballot: 5 },
+            Msg::View {
+                ballot: 5,
+                members: members.clone(),
+            },
+            Msg::SnapGet {
+                ballot: 5,
+                offset: 2048,
+            },
+            Msg::SnapData {
+                ballot: 5,
+                offset: 2048,
+                total: 2051,
+                data: vec![7, 8, 9],
+            },
         ];
         let mut b = Vec::new();
         let mut w = Writer::new(&mut b);
@@ -462,9 +725,9 @@ mod tests {
             Record::Commit(work()),
             Record::Committed(work().txn),
             Record::Aborted(work().txn),
-            Record::End(work().txn),
             Record::Image(vec![1, 2, 3]),
-            Record::Decided(work().txn),
+            Record::Promise(5),
+            Record::Synced(4),
         ] {
             let mut b = Vec::new();
             rec.encode(&mut b);
@@ -475,6 +738,45 @@ mod tests {
                 Record::decode(&b).is_err(),
                 !matches!(rec, Record::Image(_)),
                 "{rec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn views_and_chunks_out_of_rule_are_refused() {
+        let decode = |m: &Msg| {
+            let mut b = Vec::new();
+            m.put(&mut Writer::new(&mut b));
+            Msg::get(&mut Reader::new(&b))
+        };
+        let m = |site, incarnation| Member { site, incarnation };
+        // Members must be distinct sites in order, below SITES_MAX.
+        for members in [
+            vec![m(2, 1), m(1, 1)],
+            vec![m(1, 1), m(1, 2)],
+            vec![m(crate::site::SITES_MAX, 1)],
+        ] {
+            let v = Msg::View { ballot: 3, members };
+            assert!(matches!(decode(&v), Err(MsgError::Members { .. })), "{v:?}");
+        }
+        // A chunk at a multiple of CHUNK, inside the snapshot, and of the length left.
+        let chunk = |offset: u32, total: u32, len: usize| Msg::SnapData {
+            ballot: 1,
+            offset,
+            total,
+            data: vec![0; len],
+        };
+        assert!(decode(&chunk(0, 10, 10)).is_ok());
+        assert!(decode(&chunk(CHUNK as u32, CHUNK as u32 + 1, 1)).is_ok());
+        for bad in [
+            chunk(1, 10, 9),
+            chunk(0, 10, 9),
+            chunk(CHUNK as u32, CHUNK as u32, 0),
+            chunk(0, 5000, CHUNK - 1),
+        ] {
+            assert!(
+                matches!(decode(&bad), Err(MsgError::Chunk { .. })),
+                "{bad:?}"
             );
         }
     }

@@ -1,8 +1,10 @@
-//! The atomicity controller killed between prepare and commit, at the two points that matter,
+//! The atomicity controller killed between prepare and commit, at the points that matter,
 //! through the sans-IO site: three sites, their packets carried by hand, their logs in
-//! vectors (a record counts once the "disk" has synced it). No transaction is left in doubt
-//! once the coordinator is back: without a commit record it answers abort, with one it
-//! sends commit again, and every copy ends the same.
+//! vectors (a record counts once the "disk" has synced it). The two survivors suspect the
+//! dead coordinator, form a view without it and go on; the transfer in doubt is settled by
+//! the new view's donor; the coordinator, restarted, joins and takes the donor's copy. No
+//! transaction is left in doubt, every copy ends the same, and the client of the dead
+//! coordinator was never told of a commit that is not there.
 
 use txcast_proto::Instant;
 use txcast_raid::{Event, Key, Scale, Site, SiteConfig, Transfer};
@@ -41,6 +43,8 @@ struct Net {
     /// Whether each site's disk syncs (a crash is modelled by not syncing, then restarting).
     syncing: Vec<bool>,
     down: Vec<bool>,
+    /// Packets from these sites are lost.
+    mute: Vec<bool>,
 }
 
 impl Net {
@@ -55,7 +59,7 @@ impl Net {
             }
             n.site.handle_timeout(now);
             while let Some((to, p)) = n.site.poll_transmit() {
-                packets.push((to as usize, p));
+                packets.push((k, to as usize, p));
             }
             while let Some(r) = n.site.poll_log() {
                 n.pending.push(r);
@@ -66,8 +70,8 @@ impl Net {
                 n.site.logged(now, n.durable.len() as u64);
             }
         }
-        for (to, p) in packets {
-            if !self.down[to] {
+        for (from, to, p) in packets {
+            if !self.down[to] && !self.mute[from] {
                 let _ = self.nodes[to].site.handle_packet(now, &p);
             }
         }
@@ -105,8 +109,14 @@ fn net() -> Net {
         now: 0,
         syncing: vec![true; 3],
         down: vec![false; 3],
+        mute: vec![false; 3],
     };
-    n.steps(20); // hellos: every site learns the others' incarnations
+    // Hellos (every site learns the others' incarnations), then the first view of all three.
+    n.steps(200);
+    for node in &n.nodes {
+        let v = node.site.view().expect("a member");
+        assert_eq!(v.members.len(), 3, "{}", node.site.describe());
+    }
     n
 }
 
@@ -121,11 +131,51 @@ fn committed(site: &mut Site) -> Vec<Event> {
     std::iter::from_fn(|| site.poll_event()).collect()
 }
 
+/// Every site a member of one view of all three, quiet, with the same copy, conserving.
+fn converged(n: &Net) {
+    let v0 = n.nodes[0].site.view().cloned();
+    for (k, node) in n.nodes.iter().enumerate() {
+        let s = &node.site;
+        assert!(s.is_quiet(), "{}", s.describe());
+        assert_eq!(s.view().cloned(), v0, "site {k}");
+        assert_eq!(s.view().map(|v| v.members.len()), Some(3));
+        assert_eq!(s.db().digest(), n.nodes[0].site.db().digest(), "site {k}");
+        assert!(s.db().totals().conserved());
+    }
+}
+
+/// While site 0 is down, sites 1 and 2 go on: a transfer at site 1 commits.
+fn survivors_go_on(n: &mut Net) {
+    let t = Transfer {
+        account: 7,
+        teller: 0,
+        branch: 0,
+        delta: 5,
+    };
+    n.nodes[1].site.submit(Instant(n.now), 9, t).unwrap();
+    let mut events = Vec::new();
+    for _ in 0..2000 {
+        n.step();
+        events.extend(committed(&mut n.nodes[1].site));
+        if !events.is_empty() {
+            break;
+        }
+    }
+    assert!(
+        matches!(events[..], [Event::Committed { tag: 9, .. }]),
+        "{events:?}; {}",
+        n.nodes[1].site.describe()
+    );
+    let v = n.nodes[1].site.view().expect("a member");
+    assert_eq!(v.members.iter().map(|m| m.site).collect::<Vec<_>>(), [1, 2]);
+}
+
 #[test]
-fn killed_before_its_commit_record_is_durable_the_transfer_aborts_everywhere() {
+fn killed_before_its_commit_record_is_durable_its_decision_holds_where_it_arrived() {
     let mut n = net();
     // Site 0's disk stops syncing: the participants prepare and vote, site 0 appends its
-    // commit record, which never becomes durable; then site 0 dies.
+    // commit record (never durable) and sends its decision, which the participants apply;
+    // then site 0 dies with its client untold.
     n.syncing[0] = false;
     n.nodes[0].site.submit(Instant(n.now), 1, T).unwrap();
     n.steps(5);
@@ -135,45 +185,86 @@ fn killed_before_its_commit_record_is_durable_the_transfer_aborts_everywhere() {
         "no acknowledgement without the record"
     );
     n.kill(0);
-    n.steps(300); // the participants are in doubt, asking a dead coordinator
-    assert!(!n.nodes[1].site.is_quiet() && !n.nodes[2].site.is_quiet());
+    assert_eq!(n.nodes[1].site.db().balance(Key::account(3)), Ok(50));
+    survivors_go_on(&mut n);
     n.restart(0, 2);
-    n.steps(300);
-    for k in 0..3 {
-        let s = &n.nodes[k].site;
-        assert!(s.is_quiet(), "{}", s.describe());
-        assert_eq!(s.db().balance(Key::account(3)), Ok(0), "site {k}");
-        assert_eq!(s.db().history_count(), 0);
+    n.steps(2000);
+    converged(&n);
+    // The restarted site lost the record, and takes the donor's copy, which has it.
+    for node in &n.nodes {
+        assert_eq!(node.site.db().balance(Key::account(3)), Ok(50));
+        assert_eq!(node.site.db().balance(Key::account(7)), Ok(5));
+        assert_eq!(node.site.db().history_count(), 2);
     }
 }
 
 #[test]
-fn killed_after_its_commit_record_is_durable_the_transfer_commits_everywhere() {
+fn killed_with_its_decision_durable_and_unsent_the_new_view_settles_it() {
     let mut n = net();
     n.nodes[0].site.submit(Instant(n.now), 1, T).unwrap();
-    // Until the commit record is synced (the client is told), then the coordinator dies
-    // before its decision reaches anyone.
-    for _ in 0..20 {
+    // Until site 0 has decided (its commit record durable and the transfer applied there),
+    // while its packets are lost: its decision reaches no one, then it dies.
+    for _ in 0..50 {
         n.step();
-        if !committed(&mut n.nodes[0].site).is_empty() {
+        if n.nodes[0].site.db().balance(Key::account(3)) == Ok(50) {
+            break;
+        }
+        n.mute[0] = n.nodes[1].site.counters().prepared == 1;
+    }
+    n.step();
+    assert_eq!(n.nodes[0].site.db().balance(Key::account(3)), Ok(50));
+    assert!(
+        committed(&mut n.nodes[0].site).is_empty(),
+        "not told before every participant holds it"
+    );
+    n.kill(0);
+    n.mute[0] = false;
+    assert_eq!(n.nodes[1].site.db().balance(Key::account(3)), Ok(0));
+    survivors_go_on(&mut n);
+    n.restart(0, 2);
+    n.steps(2000);
+    converged(&n);
+    // The survivors' donor had it in doubt: it is in no copy, and the restarted site's
+    // durable commit record is undone by the donor's copy.
+    for node in &n.nodes {
+        assert_eq!(node.site.db().balance(Key::account(3)), Ok(0));
+        assert_eq!(node.site.db().history_count(), 1);
+    }
+}
+
+#[test]
+fn a_committed_transfer_is_told_once_every_site_holds_it_and_survives_its_coordinator() {
+    let mut n = net();
+    n.nodes[0].site.submit(Instant(n.now), 1, T).unwrap();
+    let mut told = Vec::new();
+    for _ in 0..50 {
+        n.step();
+        told.extend(committed(&mut n.nodes[0].site));
+        if !told.is_empty() {
             break;
         }
     }
-    assert_eq!(n.nodes[0].site.db().balance(Key::account(3)), Ok(50));
-    n.kill(0); // the DECIDE packets it queued are never sent
-    n.steps(300);
-    assert_eq!(
-        n.nodes[1].site.db().balance(Key::account(3)),
-        Ok(0),
-        "still in doubt"
+    assert!(
+        matches!(
+            told[..],
+            [Event::Committed {
+                tag: 1,
+                balance: 50,
+                ..
+            }]
+        ),
+        "{told:?}"
     );
+    for node in &n.nodes {
+        assert_eq!(node.site.db().balance(Key::account(3)), Ok(50));
+    }
+    n.kill(0);
+    survivors_go_on(&mut n);
     n.restart(0, 2);
-    n.steps(300);
-    for k in 0..3 {
-        let s = &n.nodes[k].site;
-        assert!(s.is_quiet(), "{}", s.describe());
-        assert_eq!(s.db().balance(Key::account(3)), Ok(50), "site {k}");
-        assert_eq!(s.db().history_count(), 1);
-        assert!(s.db().totals().conserved());
+    n.steps(2000);
+    converged(&n);
+    for node in &n.nodes {
+        assert_eq!(node.site.db().balance(Key::account(3)), Ok(50));
+        assert_eq!(node.site.db().history_count(), 2);
     }
 }

@@ -1,6 +1,7 @@
 //! Raid (`txcast_raid::Site`) over reliable links under simulated faults: every site runs
 //! DebitCredit clients against a small database (few accounts, so transactions conflict),
-//! with two-phase commit read-one-write-all across the sites. Each site's log is a simulated
+//! with two-phase commit read-one-write-all-available across the members of a view, and
+//! view changes (suspicions, joins, snapshots) when sites crash, restart or are cut off. Each site's log is a simulated
 //! disk: records reach it when a simulated `fdatasync` completes; a crash keeps what was
 //! durable plus a random prefix of what was written but not yet synced, and the site restarts
 //! from it as a new incarnation (its clients' open transactions end unknown to them). Now
@@ -20,7 +21,9 @@
 //! - serializability: replaying each site's history in its order, every account's running
 //!   balance equals the balance the committing client was told, and the final tuples equal
 //!   the replay;
-//! - liveness: after healing, every client finishes and every site is quiet.
+//! - each site's copy is what its log redoes (the copy a restart would recover);
+//! - liveness: after healing, every client finishes, every site is a member of one view of
+//!   all sites with its copy synced to it, and every site is quiet.
 
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::link_sim::LinkNode;
@@ -508,6 +511,15 @@ impl RaidWorld {
                 }
             }
         }
+        // Each copy is what its log redoes.
+        for (k, s) in self.sites.iter().enumerate() {
+            let cfg = s.site.config().clone();
+            let again = Site::recover(cfg, run.now, s.disk.durable.iter().map(|r| &r[..]))
+                .map_err(|e| run.fail(format!("site {k}'s log does not recover: {e}")))?;
+            if again.db().digest() != s.site.db().digest() {
+                return Err(run.fail(format!("site {k}'s copy is not what its log redoes")));
+            }
+        }
         let applied = first.map(|(t, _)| t).unwrap_or_default();
         for (tag, (_, fate)) in &self.transfers {
             if matches!(fate, Fate::Committed { .. }) && applied.binary_search(tag).is_err() {
@@ -544,8 +556,16 @@ fn add_counters(a: &mut Counters, b: Counters) {
     a.log_bytes += b.log_bytes;
     a.lock_waits += b.lock_waits;
     a.recovered_in_doubt += b.recovered_in_doubt;
-    a.recovered_decided += b.recovered_decided;
     a.compactions += b.compactions;
+    a.retries_view += b.retries_view;
+    a.proposals += b.proposals;
+    a.views += b.views;
+    a.donated += b.donated;
+    a.snapshots += b.snapshots;
+    a.snapshot_chunks += b.snapshot_chunks;
+    a.suspicions += b.suspicions;
+    a.left_out += b.left_out;
+    a.dropped_view += b.dropped_view;
 }
 
 impl World for RaidWorld {
@@ -656,7 +676,11 @@ impl World for RaidWorld {
                 .iter()
                 .all(|c| c.done >= self.opts.txns_per_client)
             && self.sites.iter().all(|s| {
-                s.site.is_quiet()
+                // One view of every site, every copy synced to it.
+                s.site
+                    .view()
+                    .is_some_and(|v| v.members.len() == n && Some(v) == self.sites[0].site.view())
+                    && s.site.is_quiet()
                     && s.outbox.is_empty()
                     && s.disk.pending.is_empty()
                     && s.disk.sync.is_none()

@@ -1,4 +1,4 @@
-//! Raid (DebitCredit, two-phase commit, read-one-write-all) in the simulator for a fixed set
+//! Raid (DebitCredit, two-phase commit, read-one-write-all-available) in the simulator for a fixed set
 //! of seeds.
 
 use txcast_sim::raid_sim::{run_raid, RaidSimOptions};
@@ -6,13 +6,13 @@ use txcast_sim::raid_sim::{run_raid, RaidSimOptions};
 #[test]
 fn fixed_seeds_serialize_conserve_and_keep_every_acknowledged_commit() {
     let opts = RaidSimOptions::default();
-    let (mut in_doubt, mut decided, mut lost, mut timeouts, mut conflicts, mut committed) =
+    let (mut in_doubt, mut snapshots, mut lost, mut timeouts, mut conflicts, mut committed) =
         (0, 0, 0, 0, 0, 0);
     let (mut multi, mut disks, mut compacted) = (0, 0, 0);
     for seed in 0..300u64 {
         let r = run_raid(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
         in_doubt += u64::from(r.counters.recovered_in_doubt > 0);
-        decided += u64::from(r.counters.recovered_decided > 0);
+        snapshots += u64::from(r.counters.snapshots > 0);
         lost += u64::from(r.lost_in_crash > 0);
         timeouts += u64::from(r.counters.retries_timeout > 0);
         conflicts += r.counters.retries_conflict;
@@ -28,8 +28,8 @@ fn fixed_seeds_serialize_conserve_and_keep_every_acknowledged_commit() {
         "{in_doubt} seeds with a participant restarted in doubt"
     );
     assert!(
-        decided > 10,
-        "{decided} seeds with a coordinator restarted before every ack"
+        snapshots > 50,
+        "{snapshots} seeds where a site took the donor's snapshot"
     );
     assert!(
         lost > 20,
@@ -57,6 +57,13 @@ fn regression_seeds() {
     // queries about them with abort (presumed abort); restarted, it found some of them on
     // disk and committed them: copies diverged.
     for seed in [35, 244] {
+        run_raid(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
+    }
+    // Views: 157, a site out of every view kept a member's join timer and stepped without
+    // end; 5358, 18284, 18813, two sites, the donor restarted while the other pulled its
+    // snapshot, and neither could form a view; 18835, a member whose snapshot stopped coming
+    // went out, and the donor, seeing a member ask to join, proposed nothing.
+    for seed in [157, 5358, 18284, 18813, 18835] {
         run_raid(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
     }
 }

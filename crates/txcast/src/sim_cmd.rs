@@ -30,7 +30,7 @@ const USAGE: &str = "usage: txcast sim KIND [--seed S | --seeds N [--first F] [-
      \x20 txn     [--nodes N] [--txns N] [--packets N]   (transaction multicast)\n\
      \x20 engine  [--nodes N] [--messages N]   (link table, packet rule, bounded ring)\n\
      \x20 crmem   [--nodes N] [--txns N]   (CRMem mirror: TpcB at the primary, failovers)\n\
-     \x20 raid    [--sites N] [--txns N]   (Raid: DebitCredit, 2PC read-one-write-all, logs on simulated disks)\n\
+     \x20 raid    [--sites N] [--txns N]   (Raid: DebitCredit, 2PC read-one-write-all-available with views, logs on simulated disks)\n\
      \x20 --seed S runs one seed and prints its report (with --trace, its events; TXCAST_SIM_TRACE=1 or 2 likewise);\n\
      \x20 --seeds N (default 1000) from --first F (default 0) on --threads T (default 1) prints each failure and a summary";
 

@@ -9,28 +9,38 @@
 //!    increment (all at once, wait-die, [`crate::lock`]), reads the account (read one: the
 //!    local copy) and builds the write set: the account's new balance, the deltas of teller
 //!    and branch, the history row.
-//! 2. AC + RC (read-one-write-all): the origin sends `PREPARE` to every other site. Each
-//!    locks the same tuples, appends a prepare record, and once it is durable votes yes.
+//! 2. AC + RC (read-one-write-all-available): the origin sends `PREPARE` to every other
+//!    member of its view. Each locks the same tuples, appends a prepare record, and once it
+//!    is durable votes yes.
 //! 3. AC: on every yes the origin appends its commit record (the decision, with its own
-//!    redo); once durable it applies the writes, releases its locks, answers the client, and
-//!    sends `DECIDE` commit. Each participant applies, releases, appends a committed record,
-//!    and acknowledges once that is durable; with every acknowledgement the origin forgets.
-//!    A no vote, or no vote by the deadline, aborts (presumed abort: no record), and the
-//!    transaction is retried with its first timestamp after a backoff.
+//!    redo), applies it, and sends `DECIDE` commit. Each participant applies, releases,
+//!    appends a committed record, and acknowledges once that is durable. With its own record
+//!    durable the origin releases its locks; with every acknowledgement too it answers the
+//!    client and sends `END`, on which participants forget. A no vote, or no vote by the
+//!    deadline, aborts (presumed abort: no record), and the transaction is retried with its
+//!    first timestamp after a backoff.
 //!
-//! Failures: a participant in doubt (prepared, no decision) asks the coordinator until it
-//! answers; a coordinator answers from its commit records (kept until every participant has
-//! acknowledged), and any transaction it has no record of is aborted. A restarted site
-//! rebuilds its copy from its log ([`Site::recover`]): committed work redone, prepared work
-//! locked again and resolved by asking, its own unacknowledged commits sent again.
+//! A client is answered only once every member of the view holds the commit durably, so a
+//! committed transfer survives any failure that leaves one member of the view's successor
+//! able to give its copy (see [`view`]).
 //!
-//! Write-all means every site takes part in every transaction: while one is down or cut off,
-//! transactions time out and retry, and go on when it is back. (Excluding failed sites from
-//! the write set, with catch-up on return, is the next step: see `docs/ARCHITECTURE.md`.)
+//! Views ([`view`]): the sites that take part in transactions are a view, agreed by a
+//! majority of all sites with ballots (a site promises a ballot durably before it answers).
+//! A site that does not vote or acknowledge in time is suspected, and a view without it is
+//! proposed; a restarted site (a new incarnation) or a site left out asks to join, and a
+//! view with it is proposed. A new view settles everything of the old one without its
+//! coordinators: the proposer picks as donor the member whose copy is synced to the latest
+//! view, and every other member takes the donor's copy (a snapshot pulled in chunks) with
+//! the list of the old view's transactions applied there, from which a coordinator learns
+//! which of its own committed. Transactions run only within an installed view whose members
+//! all hold the same copy.
+//!
+//! A restarted site rebuilds its copy from its log ([`Site::recover`]) and joins: as the
+//! donor if its copy is synced to the latest view, otherwise by taking a snapshot.
 
 use crate::db::{Db, DbError, HistoryRow, Key, Op, Scale, Write};
 use crate::lock::{Grant, LockTable, Mode, Ts};
-use crate::msg::{decode_packet, put_header, Header, Msg, MsgError, Record, Vote, Work};
+use crate::msg::{decode_packet, put_header, Header, Member, Msg, MsgError, Record, Vote, Work};
 use crate::TxnId;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, VecDeque};
@@ -39,6 +49,10 @@ use thiserror::Error;
 use txcast_proto::codec::Writer;
 use txcast_proto::timer::TimerWheel;
 use txcast_proto::Instant;
+
+mod view;
+pub use view::View;
+use view::{Phase, Proposal, Sync};
 
 /// Sites a database may have (votes and acknowledgements are bit sets).
 pub const SITES_MAX: u16 = 64;
@@ -59,11 +73,9 @@ pub struct SiteConfig {
     /// Transactions this site coordinates at once (running or waiting to retry); `submit`
     /// refuses more.
     pub coordinated_max: usize,
-    /// Transactions of other sites prepared here at once; more are voted `Busy`.
+    /// Transactions of other sites prepared (or applied, until their `END`) here at once;
+    /// more are voted `Busy`.
     pub prepared_max: usize,
-    /// Commit decisions kept until every participant acknowledged; while full, no new
-    /// transaction starts here.
-    pub decided_max: usize,
     /// A coordinator aborts a transaction not locked or voted on by then; a participant gives
     /// up a lock wait by then, and asks the coordinator once in doubt that long.
     pub vote_timeout: Duration,
@@ -76,6 +88,11 @@ pub struct SiteConfig {
     pub attempts_max: u32,
     /// Bytes of a packet to a peer (messages are batched up to this).
     pub packet_bytes: usize,
+    /// A proposer waits this long for promises and installs; a site fenced by a promise, or
+    /// pulling a snapshot with no progress, this long before it proposes again.
+    pub view_timeout: Duration,
+    /// Snapshot chunks a member asks for at once.
+    pub sync_window: usize,
 }
 
 impl SiteConfig {
@@ -87,13 +104,14 @@ impl SiteConfig {
             scale,
             coordinated_max: 4096,
             prepared_max: 16384,
-            decided_max: 16384,
             vote_timeout: Duration::from_millis(500),
             resend: Duration::from_millis(50),
             backoff: Duration::from_micros(200),
             backoff_max: Duration::from_millis(20),
             attempts_max: 1000,
             packet_bytes: 1400,
+            view_timeout: Duration::from_millis(300),
+            sync_window: 64,
         }
     }
 }
@@ -117,6 +135,8 @@ pub enum Cause {
     Busy,
     /// Not locked or voted on in time (a site down or cut off).
     Timeout,
+    /// Ended by a view change before it could commit.
+    View,
     /// A log write or `fdatasync` failed at a site.
     Broken,
     /// A tuple does not exist at a participant.
@@ -150,9 +170,10 @@ pub enum Event {
         cause: Cause,
         attempts: u32,
     },
-    /// This site's log failed while the transfer's commit record was being written: it may
-    /// or may not be on disk, and the transfer is decided by what the site finds there when
-    /// it restarts. Not acknowledged.
+    /// The outcome cannot be told: this site's log failed while the transfer's commit
+    /// record was being written, or the site was left out of the view while the commit was
+    /// under way. The transfer is applied everywhere or nowhere; which, the site cannot
+    /// say. Not acknowledged.
     Unknown { tag: u64, attempts: u32 },
 }
 
@@ -208,10 +229,24 @@ pub struct Counters {
     pub log_records: u64,
     pub log_bytes: u64,
     pub lock_waits: u64,
+    /// Prepares without an outcome found by recovery (settled by the next view).
     pub recovered_in_doubt: u64,
     /// Logs compacted ([`Site::compact`]).
     pub compactions: u64,
-    pub recovered_decided: u64,
+    pub retries_view: u64,
+    /// Views proposed by this site, views installed here, and of those as the donor.
+    pub proposals: u64,
+    pub views: u64,
+    pub donated: u64,
+    /// Snapshots taken, and their chunks received.
+    pub snapshots: u64,
+    pub snapshot_chunks: u64,
+    /// Sites this site suspected (no vote, acknowledgement or answer in time).
+    pub suspicions: u64,
+    /// Times this site found itself left out of the view.
+    pub left_out: u64,
+    /// Messages of a view this site is not in, or of another ballot, ignored.
+    pub dropped_view: u64,
 }
 
 struct Client {
@@ -226,20 +261,30 @@ struct Client {
 enum CPhase {
     Locking,
     Voting,
-    Logging,
+    /// Decided commit: record appended and applied, `DECIDE` sent; waiting for the record
+    /// to be durable and for every acknowledgement.
+    Committing,
+    /// Committing when a view change came to a site that is not its donor: the outcome is
+    /// whether the donor's copy has it.
+    Resolving,
 }
 
 struct Coord {
     client: Client,
     work: Option<Work>,
     phase: CPhase,
+    /// Participants (the view's other members when it executed), their yes votes, their
+    /// acknowledgements.
+    parts: u64,
     yes: u64,
-    deadline: Instant,
-    timer: Instant,
-}
-
-struct Decided {
     acked: u64,
+    /// The commit record is durable.
+    logged: bool,
+    /// Resolving: the ballot of the view whose donor's copy tells the outcome, and whether
+    /// that copy has it.
+    resolve: u64,
+    known: bool,
+    deadline: Instant,
     timer: Instant,
 }
 
@@ -248,7 +293,10 @@ enum PPhase {
     Locking,
     Logging,
     Voted,
+    /// Applied; the committed record is being made durable.
     Acking,
+    /// Applied and acknowledged: kept until `END` (a view change asks what was applied).
+    Applied,
 }
 
 struct Part {
@@ -261,7 +309,6 @@ struct Part {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum TimerKey {
     Coord(TxnId),
-    Decided(TxnId),
     Part(TxnId),
 }
 
@@ -270,6 +317,10 @@ enum LogWait {
     CoordCommit(TxnId),
     PartVote(TxnId),
     PartAck(TxnId),
+    /// A promise of this ballot is durable: answer its proposer.
+    Promise(u64),
+    /// The snapshot of this ballot's view is durable here.
+    Synced(u64),
 }
 
 pub struct Site {
@@ -278,7 +329,6 @@ pub struct Site {
     locks: LockTable,
     next_seq: u64,
     coord: HashMap<TxnId, Coord>,
-    decided: HashMap<TxnId, Decided>,
     parts: HashMap<TxnId, Part>,
     retries: BTreeMap<(Instant, u64), Client>,
     retry_uniq: u64,
@@ -308,10 +358,47 @@ pub struct Site {
     known_by: Vec<bool>,
     hello_at: Instant,
     counters: Counters,
+    /// Views: what this site is (out of every view, taking a snapshot, or a member), the
+    /// view installed last, the ballot promised, the ballot its copy is synced to.
+    phase: Phase,
+    view: View,
+    promised: u64,
+    synced: u64,
+    /// When the promise went above the view (a view change under way).
+    fenced_at: Instant,
+    proposal: Option<Proposal>,
+    /// As the donor of a view: its ballot and the snapshot (applied list and image).
+    snapshot: Option<(u64, Vec<u8>)>,
+    sync: Option<Sync>,
+    /// The next step of the view machinery.
+    view_at: Instant,
+    /// Joins heard: each site's incarnation, synced ballot and when.
+    joins: Vec<Option<(u32, u64, Instant)>>,
+    /// A member proposes the joiners it heard at this time (spread by rank).
+    join_due: Option<Instant>,
+    /// When this site last heard of a live view it is not in, and since when it is out.
+    live_seen: Option<Instant>,
+    out_since: Instant,
+    /// When each peer was last told this site's view.
+    told: Vec<Instant>,
+    /// Messages to this site itself (a proposer is a member of its proposal).
+    local: VecDeque<Msg>,
+    /// The highest ballot heard of (a proposal goes above it).
+    seen: u64,
+    /// The log position of the last promise (answered once durable).
+    promise_lsn: u64,
+    installed_at: Instant,
+    /// A member tells every site its view at this time.
+    gossip_at: Instant,
 }
 
 fn bit(site: u16) -> u64 {
     1u64 << site
+}
+
+/// The sites of a bit set, lowest first.
+fn sites_of(set: u64) -> impl Iterator<Item = u16> {
+    (0..SITES_MAX).filter(move |&s| set & bit(s) != 0)
 }
 
 fn locks_of(writes: &[Write]) -> Vec<(Key, Mode)> {
@@ -344,7 +431,6 @@ impl Site {
             locks: LockTable::new(),
             next_seq: 0,
             coord: HashMap::default(),
-            decided: HashMap::default(),
             parts: HashMap::default(),
             retries: BTreeMap::new(),
             retry_uniq: 0,
@@ -365,13 +451,32 @@ impl Site {
             known_by: vec![false; n],
             hello_at: Instant::ZERO,
             counters: Counters::default(),
+            phase: Phase::Out,
+            view: View::default(),
+            promised: 0,
+            synced: 0,
+            fenced_at: Instant::ZERO,
+            proposal: None,
+            snapshot: None,
+            sync: None,
+            view_at: Instant::ZERO,
+            joins: vec![None; n],
+            join_due: None,
+            live_seen: None,
+            out_since: Instant::ZERO,
+            told: vec![Instant::ZERO; n],
+            local: VecDeque::new(),
+            seen: 0,
+            promise_lsn: 0,
+            installed_at: Instant::ZERO,
+            gossip_at: Instant::ZERO,
         })
     }
 
     /// A restarted site: its copy rebuilt from the records of its log (the bodies of the
     /// whole frames, in order; all of them durable). Committed work is redone; work prepared
-    /// with no decision is locked again and resolved by asking its coordinator; this site's
-    /// own commits not yet acknowledged by every participant are sent again.
+    /// with no outcome is dropped (the view the site joins settles it: its donor's copy is
+    /// the outcome). The site starts out of every view and asks to join.
     pub fn recover<'a>(
         cfg: SiteConfig,
         now: Instant,
@@ -379,7 +484,6 @@ impl Site {
     ) -> Result<Site, ConfigError> {
         let mut s = Site::new(cfg)?;
         let mut prepared: BTreeMap<TxnId, Work> = BTreeMap::new();
-        let mut decided: BTreeMap<TxnId, ()> = BTreeMap::new();
         for (index, body) in records.into_iter().enumerate() {
             let rec = Record::decode(body).map_err(|error| ConfigError::Log { index, error })?;
             s.lsn += 1;
@@ -389,9 +493,6 @@ impl Site {
                 }
                 Record::Commit(w) => {
                     s.db.apply(&w.writes, w.row.as_ref())?;
-                    if s.cfg.sites > 1 {
-                        decided.insert(w.txn, ());
-                    }
                 }
                 Record::Committed(t) => {
                     if let Some(w) = prepared.remove(&t) {
@@ -401,47 +502,22 @@ impl Site {
                 Record::Aborted(t) => {
                     prepared.remove(&t);
                 }
-                Record::End(t) => {
-                    decided.remove(&t);
-                }
                 Record::Image(b) => {
                     s.db = Db::decode_image(s.cfg.scale, &b)?;
+                    prepared.clear();
                 }
-                Record::Decided(t) => {
-                    decided.insert(t, ());
+                Record::Promise(b) => s.promised = s.promised.max(b),
+                Record::Synced(b) => {
+                    s.synced = b;
+                    s.promised = s.promised.max(b);
                 }
             }
         }
         s.durable = s.lsn;
         s.taken = s.lsn;
-        for (txn, w) in prepared {
-            if s.locks.request(txn, w.ts, &locks_of(&w.writes)) != Grant::Granted {
-                // Prepared transactions held their locks together before the crash.
-                s.counters.unexpected += 1;
-            }
-            s.counters.recovered_in_doubt += 1;
-            s.parts.insert(
-                txn,
-                Part {
-                    work: w,
-                    phase: PPhase::Voted,
-                    deadline: now,
-                    timer: now,
-                },
-            );
-            s.arm(now, TimerKey::Part(txn));
-        }
-        for (txn, ()) in decided {
-            s.counters.recovered_decided += 1;
-            s.decided.insert(
-                txn,
-                Decided {
-                    acked: 0,
-                    timer: now,
-                },
-            );
-            s.arm(now, TimerKey::Decided(txn));
-        }
+        s.counters.recovered_in_doubt = prepared.len() as u64;
+        s.out_since = now;
+        s.view_at = now;
         Ok(s)
     }
 
@@ -467,25 +543,41 @@ impl Site {
     }
 
     /// Whether nothing is under way here: no transaction, no lock, no decision to deliver,
-    /// no record to write.
+    /// no record to write, no view change.
     pub fn is_quiet(&self) -> bool {
         self.coord.is_empty()
             && self.retries.is_empty()
-            && self.decided.is_empty()
             && self.parts.is_empty()
             && self.locks.is_empty()
             && self.log_out.is_empty()
             && self.log_waits.is_empty()
+            && self.proposal.is_none()
+            && self.phase == Phase::Normal
+    }
+
+    /// The view this site is a member of, synced (none while out or taking a snapshot).
+    pub fn view(&self) -> Option<&View> {
+        (self.phase == Phase::Normal).then_some(&self.view)
+    }
+
+    /// The ballot this site's copy is synced to.
+    pub fn synced(&self) -> u64 {
+        self.synced
     }
 
     /// What is under way, for a report.
     pub fn describe(&self) -> String {
         format!(
-            "site {}: coordinating {} (+{} to retry), decided {} unacknowledged, prepared {}, locks {}, log {} to write {} waiting",
+            "site {} ({:?}, view {:#x} of {:?}, promised {:#x}, synced {:#x}{}): coordinating {} (+{} to retry), prepared {}, locks {}, log {} to write {} waiting",
             self.cfg.site,
+            self.phase,
+            self.view.ballot,
+            self.view.members.iter().map(|m| m.site).collect::<Vec<_>>(),
+            self.promised,
+            self.synced,
+            if self.proposal.is_some() { ", proposing" } else { "" },
             self.coord.len(),
             self.retries.len(),
-            self.decided.len(),
             self.parts.len(),
             self.locks.len(),
             self.log_out.len(),
@@ -530,9 +622,15 @@ impl Site {
         Ok(())
     }
 
+    /// Whether transactions may start here: a synced member of a view no change is under
+    /// way from.
+    fn can_run(&self) -> bool {
+        self.phase == Phase::Normal && self.promised == self.view.ballot && !self.broken
+    }
+
     fn start(&mut self, now: Instant, mut client: Client) {
-        if self.decided.len() >= self.cfg.decided_max {
-            // Wait for acknowledgements before deciding more.
+        if !self.can_run() {
+            // Waits for the view (retries start once it is there).
             self.backoff(now, client);
             return;
         }
@@ -555,7 +653,12 @@ impl Site {
             client,
             work: None,
             phase: CPhase::Locking,
+            parts: 0,
             yes: 0,
+            acked: 0,
+            logged: false,
+            resolve: 0,
+            known: false,
             deadline,
             timer: deadline,
         };
@@ -575,6 +678,7 @@ impl Site {
 
     /// The origin holds its locks: read, build the write set, prepare everywhere else.
     fn execute(&mut self, now: Instant, txn: TxnId) {
+        let parts = self.view_others();
         let Some(c) = self.coord.get_mut(&txn) else {
             return;
         };
@@ -606,27 +710,84 @@ impl Site {
                 delta: t.delta,
             }),
         };
-        if self.cfg.sites == 1 {
-            c.phase = CPhase::Logging;
-            let mut b = Vec::with_capacity(128);
-            Record::encode_work(true, &work, &mut b);
-            c.work = Some(work);
-            self.push_record(b, Some(LogWait::CoordCommit(txn)));
-            return;
+        c.work = Some(work);
+        c.parts = parts;
+        if parts == 0 {
+            return self.decide_commit(now, txn);
         }
         c.phase = CPhase::Voting;
         c.timer = (now + self.cfg.resend).min(c.deadline);
         let timer = c.timer;
-        // One encoding of the prepare for every peer.
+        // One encoding of the prepare for every participant.
         let mut m = std::mem::take(&mut self.scratch);
         m.clear();
-        Msg::put_prepare(&mut Writer::new(&mut m), &work);
-        c.work = Some(work);
-        for s in self.others().collect::<Vec<_>>() {
+        Msg::put_prepare(
+            &mut Writer::new(&mut m),
+            self.view.ballot,
+            c.work.as_ref().expect("set above"),
+        );
+        for s in sites_of(parts) {
             self.send_encoded(s, &m);
         }
         self.scratch = m;
         self.arm(timer, TimerKey::Coord(txn));
+    }
+
+    /// Every participant voted yes: the commit record appended and applied (in the log's
+    /// order, so the copy is always what the log redoes), the decision sent.
+    fn decide_commit(&mut self, now: Instant, txn: TxnId) {
+        let Some(c) = self.coord.get_mut(&txn) else {
+            return;
+        };
+        c.phase = CPhase::Committing;
+        c.deadline = now + self.cfg.vote_timeout;
+        c.timer = now + self.cfg.resend;
+        let (timer, parts) = (c.timer, c.parts);
+        let work = c
+            .work
+            .as_ref()
+            .expect("a committing transaction has its work");
+        let mut b = Vec::with_capacity(128);
+        Record::encode_work(true, work, &mut b);
+        if self.db.apply(&work.writes, work.row.as_ref()).is_err() {
+            self.counters.unexpected += 1;
+        }
+        self.push_record(b, Some(LogWait::CoordCommit(txn)));
+        if parts != 0 {
+            let msg = Msg::Decide { txn, commit: true };
+            for s in sites_of(parts) {
+                self.send(s, &msg);
+            }
+            self.arm(timer, TimerKey::Coord(txn));
+        }
+    }
+
+    /// A committing transaction with its record durable and every acknowledgement: the
+    /// client answered, the participants told to forget.
+    fn maybe_finish(&mut self, txn: TxnId) {
+        let done = self.coord.get(&txn).is_some_and(|c| {
+            c.phase == CPhase::Committing && c.logged && c.acked & c.parts == c.parts
+        });
+        if !done {
+            return;
+        }
+        let c = self.coord.remove(&txn).expect("checked");
+        let work = c.work.expect("a committing transaction has its work");
+        let balance = match work.writes[0].op {
+            Op::Set(v) => v,
+            Op::Add(v) => v,
+        };
+        self.counters.committed += 1;
+        self.events.push_back(Event::Committed {
+            tag: c.client.tag,
+            txn,
+            balance,
+            attempts: c.client.attempts,
+            submitted: c.client.submitted,
+        });
+        for s in sites_of(c.parts) {
+            self.send(s, &Msg::End { txn });
+        }
     }
 
     /// Schedules `key` at `at`. A full wheel first drops the entries no entity waits for.
@@ -634,10 +795,9 @@ impl Site {
         if self.timers.schedule(at, key).is_ok() {
             return;
         }
-        let (coord, decided, parts) = (&self.coord, &self.decided, &self.parts);
+        let (coord, parts) = (&self.coord, &self.parts);
         self.timers.retain(|d, k| match k {
             TimerKey::Coord(t) => coord.get(&t).is_some_and(|c| c.timer == d),
-            TimerKey::Decided(t) => decided.get(&t).is_some_and(|c| c.timer == d),
             TimerKey::Part(t) => parts.get(&t).is_some_and(|c| c.timer == d),
         });
         if self.timers.schedule(at, key).is_err() {
@@ -667,9 +827,14 @@ impl Site {
         }
     }
 
-    /// Queues `msg` for site `to`, in the packet being filled for it. A peer whose incarnation
-    /// is not known yet gets nothing (what matters is sent again once it is).
+    /// Queues `msg` for site `to`, in the packet being filled for it; a message to this
+    /// site itself is handled after the current step. A peer whose incarnation is not known
+    /// yet gets nothing (what matters is sent again once it is).
     fn send(&mut self, to: u16, msg: &Msg) {
+        if to == self.cfg.site {
+            self.local.push_back(msg.clone());
+            return;
+        }
         let mut m = std::mem::take(&mut self.scratch);
         m.clear();
         msg.put(&mut Writer::new(&mut m));
@@ -734,8 +899,14 @@ impl Site {
         (0..self.cfg.sites).filter(move |&s| s != me)
     }
 
-    fn all_others(&self) -> u64 {
-        self.others().fold(0, |m, s| m | bit(s))
+    /// The other members of this site's view, as a bit set.
+    fn view_others(&self) -> u64 {
+        let me = self.cfg.site;
+        self.view
+            .members
+            .iter()
+            .filter(|m| m.site != me)
+            .fold(0, |a, m| a | bit(m.site))
     }
 
     /// An attempt failed: retried after a backoff, or given up.
@@ -744,6 +915,7 @@ impl Site {
             Cause::Conflict => self.counters.retries_conflict += 1,
             Cause::Busy => self.counters.retries_busy += 1,
             Cause::Timeout => self.counters.retries_timeout += 1,
+            Cause::View => self.counters.retries_view += 1,
             Cause::Broken | Cause::BadKey | Cause::Attempts => {
                 return self.give_up(client, cause);
             }
@@ -790,7 +962,7 @@ impl Site {
         self.locks.release(txn);
         if c.phase == CPhase::Voting {
             let msg = Msg::Decide { txn, commit: false };
-            for s in self.others().collect::<Vec<_>>() {
+            for s in sites_of(c.parts) {
                 self.send(s, &msg);
             }
         }
@@ -872,17 +1044,55 @@ impl Site {
         for m in msgs {
             self.handle_msg(now, h, m);
         }
-        self.grant_waiters(now);
+        self.settle(now);
         Ok(())
+    }
+
+    /// After a step: lock waiters granted, messages to itself handled.
+    fn settle(&mut self, now: Instant) {
+        loop {
+            self.grant_waiters(now);
+            let Some(m) = self.local.pop_front() else {
+                break;
+            };
+            let me = Header {
+                site: self.cfg.site,
+                incarnation: self.cfg.incarnation,
+                to: self.cfg.incarnation,
+            };
+            self.handle_msg(now, me, m);
+        }
+    }
+
+    /// Whether `from` is a member of this site's view, in that incarnation.
+    fn is_member(&self, from: Header) -> bool {
+        self.view
+            .members
+            .iter()
+            .any(|m| m.site == from.site && m.incarnation == from.incarnation)
     }
 
     fn handle_msg(&mut self, now: Instant, from: Header, m: Msg) {
         let me = self.cfg.site;
         match m {
-            Msg::Prepare(work) => {
+            Msg::Prepare { ballot, work } => {
                 if work.txn.site != from.site || work.txn.incarnation != from.incarnation {
                     self.counters.unexpected += 1;
                     return;
+                }
+                if ballot != self.view.ballot
+                    || self.phase != Phase::Normal
+                    || !self.is_member(from)
+                {
+                    self.counters.dropped_view += 1;
+                    if ballot < self.view.ballot && self.phase == Phase::Normal {
+                        self.tell_view(now, from.site);
+                    }
+                    return;
+                }
+                if self.promised != ballot {
+                    // A view change is under way: nothing new is prepared.
+                    return self.vote(from.site, work.txn, Vote::Busy);
                 }
                 self.on_prepare(now, from.site, work);
             }
@@ -905,26 +1115,61 @@ impl Site {
                     self.counters.unexpected += 1;
                     return;
                 }
-                if let Some(d) = self.decided.get_mut(&txn) {
-                    d.acked |= bit(from.site);
-                    if d.acked == self.all_others() {
-                        self.decided.remove(&txn);
-                        self.append(Record::End(txn), None);
+                if let Some(c) = self.coord.get_mut(&txn) {
+                    if c.phase == CPhase::Committing {
+                        c.acked |= bit(from.site) & c.parts;
+                        self.maybe_finish(txn);
                     }
                 }
             }
-            Msg::Query { txn } => {
-                if txn.site != me {
+            Msg::End { txn } => {
+                if txn.site != from.site {
                     self.counters.unexpected += 1;
                     return;
                 }
-                if self.decided.contains_key(&txn) {
-                    self.send(from.site, &Msg::Decide { txn, commit: true });
-                } else if !self.coord.contains_key(&txn) && !self.uncertain.contains(&txn) {
-                    // No record of it: never committed (presumed abort).
-                    self.send(from.site, &Msg::Decide { txn, commit: false });
+                if self
+                    .parts
+                    .get(&txn)
+                    .is_some_and(|p| p.phase == PPhase::Applied)
+                {
+                    self.parts.remove(&txn);
                 }
             }
+            Msg::Query { txn } => {
+                if txn.site != me || txn.incarnation != self.cfg.incarnation {
+                    // An earlier life's transaction: the view change settles it.
+                    return;
+                }
+                match self.coord.get(&txn).map(|c| c.phase) {
+                    Some(CPhase::Committing) => {
+                        self.send(from.site, &Msg::Decide { txn, commit: true })
+                    }
+                    Some(_) => {}
+                    None if self.uncertain.contains(&txn) => {}
+                    // No record of it: never committed (presumed abort), or committed,
+                    // acknowledged by all and forgotten (then the asker only waits for END).
+                    None => self.send(from.site, &Msg::Decide { txn, commit: false }),
+                }
+            }
+            Msg::Join { synced } => self.on_join(now, from, synced),
+            Msg::Propose { ballot, members } => self.on_propose(now, from, ballot, members),
+            Msg::Promise { ballot, synced } => self.on_promise(now, from, ballot, synced),
+            Msg::Nack { ballot, promised } => self.on_nack(now, ballot, promised),
+            Msg::Install {
+                ballot,
+                donor,
+                synced,
+                members,
+            } => self.on_install(now, from, ballot, donor, synced, members),
+            Msg::Installed { ballot } => self.on_installed(now, from, ballot),
+            Msg::View { ballot, members } => self.on_view(now, from, ballot, members),
+            Msg::SnapGet { ballot, offset } => self.on_snap_get(from, ballot, offset),
+            Msg::SnapData {
+                ballot,
+                offset,
+                total,
+                data,
+            } => self.on_snap_data(now, from, ballot, offset, total, data),
         }
     }
 
@@ -969,33 +1214,43 @@ impl Site {
     }
 
     fn on_vote(&mut self, now: Instant, from: u16, txn: TxnId, vote: Vote) {
-        let all = self.all_others();
         let Some(c) = self.coord.get_mut(&txn) else {
-            if vote == Vote::Yes && !self.uncertain.contains(&txn) {
-                // A vote for a decided or forgotten transaction: the decision again.
-                let commit = self.decided.contains_key(&txn);
-                self.send(from, &Msg::Decide { txn, commit });
+            if vote == Vote::Yes
+                && txn.incarnation == self.cfg.incarnation
+                && !self.uncertain.contains(&txn)
+            {
+                // A vote for a forgotten transaction (aborted, or ended): it did not commit
+                // in the voter's lifetime of it.
+                self.send(from, &Msg::Decide { txn, commit: false });
             }
             return;
         };
-        if c.phase != CPhase::Voting {
+        if c.parts & bit(from) == 0 {
             return;
+        }
+        match c.phase {
+            CPhase::Voting => {}
+            CPhase::Committing if vote == Vote::Yes && c.acked & bit(from) == 0 => {
+                // Its decision was lost: again.
+                return self.send(from, &Msg::Decide { txn, commit: true });
+            }
+            _ => return,
         }
         let cause = match vote {
             Vote::Yes => {
                 c.yes |= bit(from);
-                if c.yes == all {
-                    c.phase = CPhase::Logging;
-                    let work = c.work.as_ref().expect("a voting transaction has its work");
-                    let mut b = Vec::with_capacity(128);
-                    Record::encode_work(true, work, &mut b);
-                    self.push_record(b, Some(LogWait::CoordCommit(txn)));
+                if c.yes == c.parts {
+                    self.decide_commit(now, txn);
                 }
                 return;
             }
             Vote::Conflict => Cause::Conflict,
             Vote::Busy => Cause::Busy,
-            Vote::Broken => Cause::Broken,
+            Vote::Broken => {
+                // A participant whose log failed: a view without it goes on.
+                self.suspect(now, bit(from));
+                Cause::View
+            }
             Vote::BadKey => Cause::BadKey,
         };
         self.abort_coord(now, txn, cause);
@@ -1003,14 +1258,15 @@ impl Site {
 
     fn on_decide(&mut self, now: Instant, from: u16, txn: TxnId, commit: bool) {
         let Some(p) = self.parts.get_mut(&txn) else {
-            if commit {
-                // Applied and acknowledged before (its record is durable): again.
-                self.send(from, &Msg::Ack { txn });
-            }
             return;
         };
         match (commit, p.phase) {
             (_, PPhase::Acking) => {}
+            (true, PPhase::Applied) => self.send(from, &Msg::Ack { txn }),
+            (false, PPhase::Applied) => {
+                // The coordinator forgot it: every participant acknowledged.
+                self.parts.remove(&txn);
+            }
             (true, PPhase::Locking) => {
                 // A commit needs this site's yes vote, which needs its locks.
                 self.counters.unexpected += 1;
@@ -1052,7 +1308,7 @@ impl Site {
                         if p.phase == PPhase::Logging {
                             p.phase = PPhase::Voted;
                             p.deadline = now + self.cfg.vote_timeout;
-                            p.timer = p.deadline;
+                            p.timer = now + self.cfg.resend;
                             let timer = p.timer;
                             self.arm(timer, TimerKey::Part(txn));
                             self.vote(txn.site, txn, Vote::Yes);
@@ -1060,45 +1316,34 @@ impl Site {
                     }
                 }
                 LogWait::PartAck(txn) => {
-                    if self.parts.remove(&txn).is_some() {
-                        self.send(txn.site, &Msg::Ack { txn });
+                    if let Some(p) = self.parts.get_mut(&txn) {
+                        if p.phase == PPhase::Acking {
+                            p.phase = PPhase::Applied;
+                            p.timer = now + self.cfg.vote_timeout;
+                            let timer = p.timer;
+                            self.arm(timer, TimerKey::Part(txn));
+                            self.send(txn.site, &Msg::Ack { txn });
+                        }
                     }
                 }
+                LogWait::Promise(ballot) => self.promise_durable(now, ballot),
+                LogWait::Synced(ballot) => self.synced_durable(now, ballot),
             }
         }
-        self.grant_waiters(now);
+        self.settle(now);
     }
 
-    /// The coordinator's commit record is durable: apply, release, answer, tell.
+    /// The coordinator's commit record is durable: its locks released; answered once every
+    /// participant acknowledged too.
     fn committed(&mut self, now: Instant, txn: TxnId) {
-        let Some(c) = self.coord.remove(&txn) else {
+        let Some(c) = self.coord.get_mut(&txn) else {
             return;
         };
-        let work = c.work.expect("a committing transaction has its work");
-        if self.db.apply(&work.writes, work.row.as_ref()).is_err() {
-            self.counters.unexpected += 1;
-        }
-        self.locks.release(txn);
-        let balance = match work.writes[0].op {
-            Op::Set(v) => v,
-            Op::Add(v) => v,
-        };
-        self.counters.committed += 1;
-        self.events.push_back(Event::Committed {
-            tag: c.client.tag,
-            txn,
-            balance,
-            attempts: c.client.attempts,
-            submitted: c.client.submitted,
-        });
-        if self.cfg.sites > 1 {
-            let msg = Msg::Decide { txn, commit: true };
-            for s in self.others().collect::<Vec<_>>() {
-                self.send(s, &msg);
-            }
-            let timer = now + self.cfg.resend;
-            self.decided.insert(txn, Decided { acked: 0, timer });
-            self.arm(timer, TimerKey::Decided(txn));
+        c.logged = true;
+        if c.phase == CPhase::Committing {
+            self.locks.release(txn);
+            self.maybe_finish(txn);
+            self.grant_waiters(now);
         }
     }
 
@@ -1113,29 +1358,35 @@ impl Site {
         self.log_out.clear();
         let txns: Vec<TxnId> = self.coord.keys().copied().collect();
         for txn in txns {
-            let phase = self.coord[&txn].phase;
-            if phase == CPhase::Logging {
-                // Its commit record may or may not be on disk: the participants learn the
-                // outcome when this site recovers; the client only that it is unknown.
-                let c = self.coord.remove(&txn).expect("listed");
-                self.locks.release(txn);
-                self.uncertain.insert(txn);
-                self.counters.unknown += 1;
-                self.events.push_back(Event::Unknown {
-                    tag: c.client.tag,
-                    attempts: c.client.attempts,
-                });
-            } else {
-                self.abort_coord(now, txn, Cause::Broken);
+            let c = &self.coord[&txn];
+            match c.phase {
+                CPhase::Committing if c.logged => {
+                    // Durable and applied here: it finishes with its acknowledgements.
+                }
+                CPhase::Committing | CPhase::Resolving => {
+                    // Its commit record may or may not be on disk (or its outcome is the
+                    // donor's, which this site cannot take now): the client learns only
+                    // that it is unknown.
+                    let c = self.coord.remove(&txn).expect("listed");
+                    self.locks.release(txn);
+                    self.uncertain.insert(txn);
+                    self.counters.unknown += 1;
+                    self.events.push_back(Event::Unknown {
+                        tag: c.client.tag,
+                        attempts: c.client.attempts,
+                    });
+                }
+                CPhase::Locking | CPhase::Voting => self.abort_coord(now, txn, Cause::Broken),
             }
         }
         for (_, c) in std::mem::take(&mut self.retries) {
             self.give_up(c, Cause::Broken);
         }
+        self.settle(now);
     }
 
     /// Timers due: lock waits and vote deadlines, prepares, decisions and queries sent
-    /// again, retries started.
+    /// again, retries started, the view machinery.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self
             .known_by
@@ -1145,30 +1396,14 @@ impl Site {
         {
             self.hellos(now);
         }
+        if self.view_due().is_some_and(|t| now >= t) {
+            self.view_tick(now);
+        }
         let mut fired = std::mem::take(&mut self.fired);
         self.timers.expire(now, |at, key| fired.push((at, key)));
         for &(at, key) in &fired {
             match key {
                 TimerKey::Coord(txn) => self.coord_timer(now, at, txn),
-                TimerKey::Decided(txn) => {
-                    let resend = self.cfg.resend;
-                    let all = self.all_others();
-                    let Some(d) = self.decided.get_mut(&txn) else {
-                        continue;
-                    };
-                    if d.timer != at {
-                        continue;
-                    }
-                    d.timer = now + resend;
-                    let (timer, acked) = (d.timer, d.acked);
-                    self.arm(timer, TimerKey::Decided(txn));
-                    for s in self.others().collect::<Vec<_>>() {
-                        if all & acked & bit(s) == 0 {
-                            self.counters.resent += 1;
-                            self.send(s, &Msg::Decide { txn, commit: true });
-                        }
-                    }
-                }
                 TimerKey::Part(txn) => self.part_timer(now, at, txn),
             }
         }
@@ -1185,7 +1420,7 @@ impl Site {
                 self.start(now, c);
             }
         }
-        self.grant_waiters(now);
+        self.settle(now);
     }
 
     fn coord_timer(&mut self, now: Instant, at: Instant, txn: TxnId) {
@@ -1196,7 +1431,7 @@ impl Site {
             return;
         }
         match c.phase {
-            CPhase::Logging => {}
+            CPhase::Resolving => {}
             CPhase::Locking => {
                 if now >= c.deadline {
                     self.abort_coord(now, txn, Cause::Timeout);
@@ -1204,21 +1439,45 @@ impl Site {
             }
             CPhase::Voting => {
                 if now >= c.deadline {
+                    let silent = c.parts & !c.yes;
+                    self.suspect(now, silent);
                     return self.abort_coord(now, txn, Cause::Timeout);
                 }
                 c.timer = (now + self.cfg.resend).min(c.deadline);
-                let (timer, yes) = (c.timer, c.yes);
+                let (timer, missing) = (c.timer, c.parts & !c.yes);
                 let mut m = std::mem::take(&mut self.scratch);
                 m.clear();
-                Msg::put_prepare(&mut Writer::new(&mut m), c.work.as_ref().expect("voting"));
+                Msg::put_prepare(
+                    &mut Writer::new(&mut m),
+                    self.view.ballot,
+                    c.work.as_ref().expect("voting"),
+                );
                 self.arm(timer, TimerKey::Coord(txn));
-                for s in self.others().collect::<Vec<_>>() {
-                    if yes & bit(s) == 0 {
-                        self.counters.resent += 1;
-                        self.send_encoded(s, &m);
-                    }
+                for s in sites_of(missing) {
+                    self.counters.resent += 1;
+                    self.send_encoded(s, &m);
                 }
                 self.scratch = m;
+            }
+            CPhase::Committing => {
+                let missing = c.parts & !c.acked;
+                if missing == 0 {
+                    return;
+                }
+                c.timer = now + self.cfg.resend;
+                let timer = c.timer;
+                let late = now >= c.deadline;
+                if late {
+                    c.deadline = now + self.cfg.vote_timeout;
+                }
+                self.arm(timer, TimerKey::Coord(txn));
+                for s in sites_of(missing) {
+                    self.counters.resent += 1;
+                    self.send(s, &Msg::Decide { txn, commit: true });
+                }
+                if late {
+                    self.suspect(now, missing);
+                }
             }
         }
     }
@@ -1238,12 +1497,25 @@ impl Site {
                 self.locks.release(txn);
                 self.vote(txn.site, txn, Vote::Conflict);
             }
-            PPhase::Voted => {
-                p.timer = now + resend;
+            PPhase::Voted | PPhase::Applied => {
+                let late = p.phase == PPhase::Voted && now >= p.deadline;
+                if late {
+                    p.deadline = now + self.cfg.vote_timeout;
+                }
+                p.timer = now
+                    + if p.phase == PPhase::Voted {
+                        resend
+                    } else {
+                        self.cfg.vote_timeout
+                    };
                 let timer = p.timer;
                 self.arm(timer, TimerKey::Part(txn));
                 self.counters.queries += 1;
                 self.send(txn.site, &Msg::Query { txn });
+                if late {
+                    // In doubt this long: its coordinator is suspected.
+                    self.suspect(now, bit(txn.site));
+                }
             }
             PPhase::Logging | PPhase::Acking => {}
         }
@@ -1258,16 +1530,18 @@ impl Site {
             .enumerate()
             .any(|(s, &k)| !k && s != me)
             .then_some(self.hello_at);
-        let t = self.timers.next_deadline();
-        let t = match (t, hello) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let r = self.retries.first_key_value().map(|(&(at, _), _)| at);
-        match (t, r) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let mut t = self.timers.next_deadline();
+        for other in [
+            hello,
+            self.view_due(),
+            self.retries.first_key_value().map(|(&(at, _), _)| at),
+        ] {
+            t = match (t, other) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
+        t
     }
 
     /// The next packet to send: (site, bytes). Messages batched for a peer go out when no
@@ -1291,23 +1565,29 @@ impl Site {
     }
 
     /// The log compacted: records that recover this site as its durable log does (the copy
-    /// as an image, the prepares it holds in doubt, its commits not yet acknowledged by
-    /// every participant), to replace the whole log once durable. Only when the log is
-    /// settled ([`Site::log_settled`]). Records not yet taken from [`Site::poll_log`] come
-    /// after them: their effects are not in the image, except a participant's commit, applied
-    /// already, whose prepare is then left out (its committed record finds no prepare). The
-    /// records count as the whole log from here on.
+    /// as an image, the prepares it holds, the ballot promised and the one synced to), to
+    /// replace the whole log once durable. Only when the log is settled
+    /// ([`Site::log_settled`]). Records not yet taken from [`Site::poll_log`] come after
+    /// them. The copy applies a record when it is appended, so the image already holds
+    /// their effects: a waiting coordinator's commit record becomes a committed record of
+    /// no prepare (redoing nothing, still durable at its place for what waits on it), and a
+    /// participant's commit finds its prepare left out of the compacted log. The records
+    /// count as the whole log from here on.
     pub fn compact(&mut self) -> Option<Vec<Vec<u8>>> {
         if !self.log_settled() {
             return None;
         }
         let mut image = Vec::new();
         self.db.encode_image(&mut image);
-        let mut recs = vec![Record::Image(image)];
+        let mut recs = vec![
+            Record::Image(image),
+            Record::Promise(self.promised),
+            Record::Synced(self.synced),
+        ];
         let mut prepared: Vec<&Part> = self
             .parts
             .values()
-            .filter(|p| p.phase == PPhase::Voted)
+            .filter(|p| matches!(p.phase, PPhase::Logging | PPhase::Voted))
             .collect();
         prepared.sort_by_key(|p| p.work.txn);
         recs.extend(
@@ -1315,9 +1595,6 @@ impl Site {
                 .into_iter()
                 .map(|p| Record::Prepare(p.work.clone())),
         );
-        let mut decided: Vec<TxnId> = self.decided.keys().copied().collect();
-        decided.sort();
-        recs.extend(decided.into_iter().map(Record::Decided));
         let out: Vec<Vec<u8>> = recs
             .iter()
             .map(|r| {
@@ -1326,6 +1603,14 @@ impl Site {
                 b
             })
             .collect();
+        for b in self.log_out.iter_mut() {
+            if b.first() == Some(&crate::msg::REC_COMMIT) {
+                if let Ok(Record::Commit(w)) = Record::decode(b) {
+                    b.clear();
+                    Record::Committed(w.txn).encode(b);
+                }
+            }
+        }
         let n = out.len() as u64;
         // Records waiting to be taken keep their order after the compacted ones.
         let old_taken = self.taken;
