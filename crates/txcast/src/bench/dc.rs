@@ -14,6 +14,10 @@ use txcast_raid::Scale;
 const USAGE: &str = "\
 usage: txcast bench dc [--seconds S] [--clients N] [--rounds R] [--pg-seconds S] [--no-pg] [--json]
        txcast bench dc --paper [--seconds S]
+       txcast bench dc --failover [--clients N] [--rounds R] [--json]
+  --failover: 3 sites under load; site 2 stops (its port closes, as a crash looks to the
+  others), then starts again on its log: how long sites 0 and 1 stall, and how long site 2
+  takes to commit again (a view change without it, then one with it and its snapshot)
   --paper: one transaction at a time (the papers' concurrency level) on 1, 2 and 5 sites:
   commit latency and CPU per transaction, beside Bhargava, Mafla & Riedl's Table 3
   per round: Raid 3 sites, Raid 1 site (N closed-loop clients per site, default 256, S
@@ -101,6 +105,167 @@ fn paper(seconds: f64, json: bool) -> i32 {
     0
 }
 
+/// What one failover round measured.
+struct Failover {
+    /// Committed per second by sites 0 and 1 before the stop.
+    before_tps: f64,
+    /// The longest time without a commit at sites 0 and 1 after site 2 stopped, and after it
+    /// started again.
+    stall_stop: Duration,
+    stall_join: Duration,
+    /// From site 2's start to its first commit.
+    rejoin: Duration,
+    snapshots: u64,
+    views: u64,
+    identical: bool,
+}
+
+/// The longest time without a new commit in `samples` (time, committed so far) within
+/// `[from, to)`.
+fn longest_gap(samples: &[(Duration, u64)], from: Duration, to: Duration) -> Duration {
+    let mut last = from;
+    let mut prev: Option<u64> = None;
+    let mut gap = Duration::ZERO;
+    for &(t, c) in samples.iter().filter(|(t, _)| *t >= from && *t < to) {
+        if prev.is_some_and(|p| c > p) {
+            gap = gap.max(t - last);
+            last = t;
+        }
+        prev = Some(c);
+    }
+    gap.max(to.saturating_sub(last))
+}
+
+fn failover_round(clients: usize) -> Result<Failover, String> {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use txcast_raid::driver::{run_site, RunControl};
+    let dir = std::env::temp_dir().join(format!(
+        "txcast-bench-failover-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let mut cluster = ClusterConfig::new(3, Scale::tpcb(1), dir.clone());
+    cluster.site.coordinated_max = clients.max(64);
+    // Sites 0 and 1 run 8 s; site 2 runs 2 s, is stopped, and runs again from 5 s to 8 s.
+    let (stop_at, start_at, end_at) = (2.0, 5.0, 8.0);
+    let load = |secs: f64, seed| Load {
+        clients,
+        warmup: Duration::ZERO,
+        measure: Duration::from_secs_f64(secs),
+        seed,
+    };
+    let group = |mask: u64| {
+        let c = Arc::new(RunControl::new());
+        c.local.store(mask, Ordering::SeqCst);
+        c
+    };
+    let (c01, c2, c2b) = (group(0b011), group(0b100), group(0b100));
+    c2.end_when_quiet.store(false, Ordering::SeqCst);
+    let spawn = |s: u16, l: Load, c: Arc<RunControl>| {
+        let cl = cluster.clone();
+        std::thread::spawn(move || run_site(&cl, s, Some(l), c))
+    };
+    let started = std::time::Instant::now();
+    let t01: Vec<_> = [0u16, 1]
+        .into_iter()
+        .map(|s| spawn(s, load(end_at, s as u64), c01.clone()))
+        .collect();
+    let first2 = spawn(2, load(60.0, 2), c2.clone());
+    let mut samples: Vec<(Duration, u64)> = Vec::new();
+    let mut second2 = None;
+    let mut joined: Option<Duration> = None;
+    let (mut stopped, mut restarted) = (Duration::ZERO, Duration::ZERO);
+    while !t01.iter().all(|t| t.is_finished()) {
+        std::thread::sleep(Duration::from_millis(2));
+        let t = started.elapsed();
+        samples.push((t, c01.committed.load(Ordering::Relaxed)));
+        if stopped.is_zero() && t.as_secs_f64() >= stop_at {
+            c2.stop.store(true, Ordering::SeqCst);
+            stopped = t;
+        }
+        if second2.is_none() && t.as_secs_f64() >= start_at {
+            restarted = t;
+            second2 = Some(spawn(2, load(end_at - start_at, 22), c2b.clone()));
+        }
+        if second2.is_some() && joined.is_none() && c2b.committed.load(Ordering::Relaxed) > 0 {
+            joined = Some(t - restarted);
+        }
+        if t > Duration::from_secs_f64(end_at + 60.0) {
+            c01.stop.store(true, Ordering::SeqCst);
+            c2b.stop.store(true, Ordering::SeqCst);
+        }
+    }
+    let mut reports = Vec::new();
+    for t in t01 {
+        reports.push(
+            t.join()
+                .map_err(|_| "a site panicked")?
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    first2
+        .join()
+        .map_err(|_| "site 2 panicked")?
+        .map_err(|e| e.to_string())?;
+    let r2 = second2
+        .ok_or("site 2 never started again")?
+        .join()
+        .map_err(|_| "site 2 panicked")?
+        .map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let count_at = |t: Duration| {
+        samples
+            .iter()
+            .take_while(|(s, _)| *s <= t)
+            .last()
+            .map_or(0, |(_, c)| *c)
+    };
+    let one = Duration::from_secs(1);
+    let before_tps =
+        (count_at(stopped) - count_at(one)) as f64 / (stopped.as_secs_f64() - 1.0).max(0.1);
+    Ok(Failover {
+        before_tps,
+        stall_stop: longest_gap(&samples, stopped, restarted),
+        stall_join: longest_gap(&samples, restarted, restarted + 2 * one),
+        rejoin: joined.unwrap_or(Duration::MAX),
+        snapshots: r2.counters.snapshots,
+        views: reports[0].counters.views,
+        identical: reports.iter().all(|r| r.digest == r2.digest)
+            && reports.iter().chain([&r2]).all(|r| r.totals.conserved()),
+    })
+}
+
+/// A site stopped and started again under load, `rounds` times.
+fn failover(clients: usize, rounds: u32, json: bool) -> i32 {
+    if !json {
+        let vote = txcast_raid::SiteConfig::new(0, 3, 1, Scale::tpcb(1)).vote_timeout;
+        println!("3 sites, {clients} clients per site, TPC-B scale 1, fdatasync on, vote timeout {} ms: site 2 stops at 2 s and starts again at 5 s", vote.as_millis());
+    }
+    for round in 1..=rounds.max(1) {
+        let f = match failover_round(clients) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("txcast bench dc --failover: {e}");
+                return super::EXIT_FAILED;
+            }
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        if json {
+            println!("{{\"bench\":\"dc-failover\",\"round\":{round},\"before_tps\":{:.0},\"stall_stop_ms\":{:.1},\"stall_join_ms\":{:.1},\"rejoin_ms\":{:.1},\"snapshots\":{},\"views\":{},\"identical\":{}}}", f.before_tps, ms(f.stall_stop), ms(f.stall_join), ms(f.rejoin), f.snapshots, f.views, f.identical);
+        } else {
+            println!("  round {round}: sites 0-1 {:.0} txn/s before; no commit for {:.0} ms after the stop, {:.0} ms at the join; site 2 committed again {:.0} ms after its start ({} snapshot, {} views at site 0); copies {}", f.before_tps, ms(f.stall_stop), ms(f.stall_join), ms(f.rejoin), f.snapshots, f.views, if f.identical { "identical, money conserved" } else { "DIFFER" });
+        }
+        if !f.identical {
+            return super::EXIT_FAILED;
+        }
+    }
+    0
+}
+
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -120,7 +285,7 @@ pub fn run(args: &[String]) -> i32 {
         let a = args[i].as_str();
         if known.contains(&a) {
             i += 2;
-        } else if a == "--no-pg" || a == "--json" || a == "--paper" {
+        } else if a == "--no-pg" || a == "--json" || a == "--paper" || a == "--failover" {
             i += 1;
         } else {
             eprintln!("txcast bench dc: unknown option {a:?}\n{USAGE}");
@@ -145,6 +310,10 @@ pub fn run(args: &[String]) -> i32 {
     let json = args.iter().any(|a| a == "--json");
     if args.iter().any(|a| a == "--paper") {
         return paper(seconds, json);
+    }
+    if args.iter().any(|a| a == "--failover") {
+        let clients = value(args, "--clients").ok().flatten().unwrap_or(64);
+        return failover(clients, rounds, json);
     }
     let mut pg = !args.iter().any(|a| a == "--no-pg");
     let (mut r3, mut r1, mut p1, mut p2, mut q3, mut q1) =
