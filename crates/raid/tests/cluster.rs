@@ -277,3 +277,120 @@ fn a_load_generator_in_another_thread_drives_a_running_cluster_and_audits_it() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn concurrent_conflicting_transfers_serialize_by_an_external_check_of_the_history() {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use txcast_raid::client::{Outcome, RaidClient};
+    use txcast_raid::driver::{run_site_db, RunControl};
+    use txcast_raid::{Key, Transfer, TxnId};
+
+    let dir = temp_dir("serial");
+    let mut cluster = ClusterConfig::new(3, small(), dir.clone());
+    cluster.instance = 36;
+    let control = Arc::new(RunControl::new());
+    control.end_when_quiet.store(false, Ordering::SeqCst);
+    let sites: Vec<_> = (0..3u16)
+        .map(|s| {
+            let (c, ctl) = (cluster.clone(), control.clone());
+            std::thread::spawn(move || run_site_db(&c, s, Some(load(0, 0)), ctl))
+        })
+        .collect();
+    // Three clients, one per site, each with 40 transfers in flight on four accounts: they
+    // conflict all the time, at every site. Every delta is distinct, so a history row names
+    // its transfer.
+    const ACCOUNTS: u32 = 4;
+    const EACH: i64 = 600;
+    let clients: Vec<_> = (0..3u16)
+        .map(|s| {
+            let target = cluster.address(s);
+            std::thread::spawn(move || {
+                let mut c = RaidClient::open(Address::new(36, s, 6, 1), target).unwrap();
+                let mut told: HashMap<i64, (TxnId, i64, u32)> = HashMap::new();
+                let mut sent: HashMap<u64, Transfer> = HashMap::new();
+                let (mut next, mut done) = (0i64, 0i64);
+                while done < EACH {
+                    while next < EACH && sent.len() < 40 {
+                        let delta = (s as i64 + 1) * 1_000_000 + next;
+                        let t = Transfer {
+                            account: (next as u32 * 7 + s as u32) % ACCOUNTS,
+                            teller: (next % 20) as u32,
+                            branch: ((next % 20) / 10) as u32,
+                            delta: if next % 2 == 0 { delta } else { -delta },
+                        };
+                        // The site's port may not be open yet when the first goes.
+                        let mut tries = 0;
+                        let id = loop {
+                            match c.submit(&t) {
+                                Ok(id) => break id,
+                                Err(e) if tries < 500 => {
+                                    let _ = e;
+                                    tries += 1;
+                                    std::thread::sleep(Duration::from_millis(10));
+                                }
+                                Err(e) => panic!("{e}"),
+                            }
+                        };
+                        sent.insert(id, t);
+                        next += 1;
+                    }
+                    let (id, o) = c.poll(Duration::from_secs(20)).unwrap();
+                    let t = sent.remove(&id).expect("a reply to a request");
+                    match o {
+                        Outcome::Committed { txn, balance, .. } => {
+                            told.insert(t.delta, (txn, balance, t.account));
+                        }
+                        o => panic!("{o:?}"),
+                    }
+                    done += 1;
+                }
+                told
+            })
+        })
+        .collect();
+    let mut told = HashMap::new();
+    for c in clients {
+        told.extend(c.join().unwrap());
+    }
+    assert_eq!(told.len(), 3 * EACH as usize);
+    control.end_when_quiet.store(true, Ordering::SeqCst);
+    let mut histories = Vec::new();
+    for t in sites {
+        let (r, db) = t.join().unwrap().unwrap();
+        // Replay the site's history in its order: each transfer leaves its account at the
+        // balance its client was told, and the tuples are the replay's end.
+        let mut acct = vec![0i64; ACCOUNTS as usize];
+        let mut seen = HashSet::new();
+        for row in db.history() {
+            let (txn, balance, account) = told[&row.delta];
+            assert_eq!((row.txn, row.account), (txn, account), "site {}", r.site);
+            assert!(
+                seen.insert(row.delta),
+                "site {} applied {} twice",
+                r.site,
+                row.delta
+            );
+            acct[account as usize] += row.delta;
+            assert_eq!(
+                acct[account as usize], balance,
+                "site {}: transfer {} is not serialized where its client was told",
+                r.site, row.delta
+            );
+        }
+        assert_eq!(
+            seen.len(),
+            told.len(),
+            "site {}: every commit applied",
+            r.site
+        );
+        for (a, &b) in acct.iter().enumerate() {
+            assert_eq!(db.balance(Key::account(a as u32)), Ok(b));
+        }
+        assert!(r.totals.conserved());
+        histories.push(r.digest);
+    }
+    assert!(histories.windows(2).all(|w| w[0] == w[1]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
