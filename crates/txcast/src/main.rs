@@ -46,6 +46,12 @@ usage:
 ";
 
 fn main() {
+    // Output into a closed pipe (`txcast stat | head`) ends the process quietly, as for
+    // other command-line tools, rather than panicking in `println!`.
+    // SAFETY: restoring a signal's default disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args: Vec<String> = std::env::args().collect();
     let code = match args.get(1).map(String::as_str) {
         Some("demo") => match args.get(2).map(String::as_str) {
