@@ -30,6 +30,8 @@
 //!   takes.
 //! - `VIEW`: the sender's view, told to a site that is not in it or is behind.
 //! - `SNAPGET` / `SNAPDATA`: a member pulls the donor's snapshot in chunks.
+//! - `SYNCED`: the sender's copy is durably synced to the view (asking for the receiver's
+//!   `SYNCED` back when it has not heard it yet).
 //!
 //! Log records (framed by [`crate::log`]): `PREPARE` as above (a participant's), `COMMIT`
 //! with the data (the coordinator's: its decision and its own redo), `COMMITTED` (a
@@ -69,6 +71,7 @@ pub const INSTALLED: u8 = 12;
 pub const VIEW: u8 = 13;
 pub const SNAPGET: u8 = 14;
 pub const SNAPDATA: u8 = 15;
+pub const SYNCED: u8 = 16;
 
 /// Bytes of snapshot in one `SNAPDATA`.
 pub const CHUNK: usize = 1024;
@@ -292,6 +295,10 @@ pub enum Msg {
         total: u32,
         data: Vec<u8>,
     },
+    Synced {
+        ballot: u64,
+        ask: bool,
+    },
 }
 
 /// A site of a view, in the incarnation that took part in it.
@@ -403,6 +410,9 @@ impl Msg {
                     .u16(data.len() as u16)
                     .bytes(data);
             }
+            Msg::Synced { ballot, ask } => {
+                w.u8(SYNCED).u64(*ballot).u8(*ask as u8);
+            }
         }
     }
 
@@ -472,6 +482,14 @@ impl Msg {
                     data,
                 }
             }
+            SYNCED => Msg::Synced {
+                ballot: r.u64()?,
+                ask: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => return Err(MsgError::Vote(v)),
+                },
+            },
             k => return Err(MsgError::Kind(k)),
         })
     }
@@ -689,6 +707,10 @@ mod tests {
                 offset: 2048,
                 total: 2051,
                 data: vec![7, 8, 9],
+            },
+            Msg::Synced {
+                ballot: 5,
+                ask: true,
             },
         ];
         let mut b = Vec::new();

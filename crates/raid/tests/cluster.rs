@@ -40,7 +40,7 @@ fn three_sites_commit_conserve_agree_and_recover_from_their_logs() {
     let mut cluster = ClusterConfig::new(3, small(), dir.clone());
     cluster.instance = 31;
     // Small logs: compacted many times during the run.
-    cluster.compact_bytes = 256 << 10;
+    cluster.compact_bytes = 64 << 10;
     let r = run_embedded(&cluster, &load(16, 700), |_, _| {}).unwrap();
     assert!(
         r.per_site.iter().all(|s| s.counters.compactions > 2),

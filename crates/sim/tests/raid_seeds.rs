@@ -66,6 +66,15 @@ fn regression_seeds() {
     for seed in [157, 5358, 18284, 18813, 18835] {
         run_raid(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
     }
+    // 22444 (5 sites): two proposals of one round raced; the lower was installed at its
+    // proposer (the donor) and one other site but never at a third, which took the higher;
+    // the donor answered its own old-view commit at once, and the higher view's donor had
+    // no copy of it.
+    let five = RaidSimOptions {
+        sites: 5,
+        ..RaidSimOptions::default()
+    };
+    run_raid(22444, &five).unwrap_or_else(|v| panic!("{v}"));
 }
 
 #[test]

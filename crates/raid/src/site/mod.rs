@@ -281,7 +281,8 @@ struct Coord {
     /// The commit record is durable.
     logged: bool,
     /// Resolving: the ballot of the view whose donor's copy tells the outcome, and whether
-    /// that copy has it.
+    /// that copy has it (then it is answered once that view is complete: every member
+    /// durably synced to it, so every later view's copy descends from it).
     resolve: u64,
     known: bool,
     deadline: Instant,
@@ -390,6 +391,9 @@ pub struct Site {
     installed_at: Instant,
     /// A member tells every site its view at this time.
     gossip_at: Instant,
+    /// Members of the view known to be durably synced to it (this site's bit once its own
+    /// sync is durable): with all of them the view is complete.
+    complete: u64,
 }
 
 fn bit(site: u16) -> u64 {
@@ -470,6 +474,7 @@ impl Site {
             promise_lsn: 0,
             installed_at: Instant::ZERO,
             gossip_at: Instant::ZERO,
+            complete: 0,
         })
     }
 
@@ -1170,6 +1175,7 @@ impl Site {
                 total,
                 data,
             } => self.on_snap_data(now, from, ballot, offset, total, data),
+            Msg::Synced { ballot, ask } => self.on_synced(now, from, ballot, ask),
         }
     }
 

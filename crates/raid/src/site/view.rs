@@ -19,6 +19,10 @@
 //!    applied there, then the image) and goes on; every other member pulls the snapshot in
 //!    chunks, takes it, writes it to its log as an image, and goes on. A client was told of
 //!    a commit only once every member held it durably, so the donor has every one.
+//! 5. A view is complete once every member's copy is durably synced to it (`SYNCED`): every
+//!    later view's donor then descends from it. An old view's commit that the donor's copy
+//!    has is answered only then (a view may be installed at some members and never at
+//!    others, when a higher ballot took them first: its donor's copy is then no one's).
 //!
 //! Sites at ballot 0 (nothing ever committed) hold the same copy, so the first view needs no
 //! snapshot.
@@ -103,7 +107,8 @@ impl Site {
         let busy = self.phase != Phase::Normal
             || self.proposal.is_some()
             || self.join_due.is_some()
-            || self.promised > self.view.ballot;
+            || self.promised > self.view.ballot
+            || !self.view_complete();
         if busy {
             Some(self.view_at)
         } else {
@@ -336,19 +341,20 @@ impl Site {
                     let c = self.coord.remove(&txn).expect("listed");
                     self.retry(now, c.client, Cause::View);
                 }
-                CPhase::Resolving if c.known => {}
                 CPhase::Committing | CPhase::Resolving if am_donor => {
-                    // In the donor's copy: committed; answered once its record is durable.
-                    c.phase = CPhase::Committing;
-                    c.parts = 0;
-                    self.maybe_finish(txn);
+                    // In the donor's copy (applied when its record was appended, or taken
+                    // with a snapshot that had it): committed once this view is complete.
+                    c.phase = CPhase::Resolving;
+                    c.resolve = ballot;
+                    c.known = true;
                 }
                 CPhase::Committing => {
                     c.phase = CPhase::Resolving;
                     c.resolve = ballot;
                 }
                 CPhase::Resolving => {
-                    // Its outcome was the previous donor's, never received.
+                    // Its outcome was the previous donor's, never received, or that view never
+                    // completed: this donor's copy may or may not descend from it.
                     let c = self.coord.remove(&txn).expect("listed");
                     self.counters.unknown += 1;
                     self.events.push_back(Event::Unknown {
@@ -359,6 +365,7 @@ impl Site {
             }
         }
         self.view = View { ballot, members };
+        self.complete = 0;
         self.installed_at = now;
         self.join_due = None;
         if self.proposal.as_ref().is_some_and(|p| p.ballot < ballot) {
@@ -383,7 +390,7 @@ impl Site {
                 self.counters.donated += 1;
             }
             self.synced = ballot;
-            self.append(Record::Synced(ballot), None);
+            self.append(Record::Synced(ballot), Some(LogWait::Synced(ballot)));
             self.phase = Phase::Normal;
         } else {
             self.phase = Phase::Syncing;
@@ -508,7 +515,6 @@ impl Site {
                     let c = self.coord.remove(&txn).expect("listed");
                     self.retry(now, c.client, Cause::View);
                 }
-                CPhase::Resolving if c.known => {}
                 CPhase::Committing | CPhase::Resolving => {
                     let c = self.coord.remove(&txn).expect("listed");
                     self.counters.unknown += 1;
@@ -696,8 +702,48 @@ impl Site {
         self.counters.snapshots += 1;
     }
 
-    /// The snapshot is durable here: this site's commits the donor had are answered.
-    pub(super) fn synced_durable(&mut self, _now: Instant, _ballot: u64) {
+    /// This site's copy is durably synced to the view of `ballot`: the other members are
+    /// told.
+    pub(super) fn synced_durable(&mut self, now: Instant, ballot: u64) {
+        if ballot != self.view.ballot || self.phase == Phase::Out {
+            return;
+        }
+        self.complete |= bit(self.cfg.site);
+        let missing = self.members_bits() & !self.complete;
+        for s in sites_of(self.members_bits() & !bit(self.cfg.site)) {
+            let ask = missing & bit(s) != 0;
+            self.send(s, &Msg::Synced { ballot, ask });
+        }
+        self.maybe_complete(now);
+    }
+
+    fn members_bits(&self) -> u64 {
+        self.view.members.iter().fold(0, |a, m| a | bit(m.site))
+    }
+
+    /// Whether every member of the view is durably synced to it.
+    pub(super) fn view_complete(&self) -> bool {
+        let all = self.members_bits();
+        self.complete & all == all
+    }
+
+    pub(super) fn on_synced(&mut self, now: Instant, from: Header, ballot: u64, ask: bool) {
+        if ballot != self.view.ballot || !self.is_member(from) {
+            return;
+        }
+        self.complete |= bit(from.site);
+        let me = bit(self.cfg.site);
+        if ask && self.complete & me != 0 {
+            self.send(from.site, &Msg::Synced { ballot, ask: false });
+        }
+        self.maybe_complete(now);
+    }
+
+    /// With the view complete, the old view's commits its copy has are answered.
+    fn maybe_complete(&mut self, _now: Instant) {
+        if !self.view_complete() {
+            return;
+        }
         let txns: Vec<TxnId> = self
             .coord
             .iter()
@@ -848,6 +894,12 @@ impl Site {
                 }
             }
             Phase::Normal => {
+                if !self.view_complete() && self.complete & bit(self.cfg.site) != 0 {
+                    let ballot = self.view.ballot;
+                    for s in sites_of(self.members_bits() & !self.complete) {
+                        self.send(s, &Msg::Synced { ballot, ask: true });
+                    }
+                }
                 if self.join_due.is_some_and(|t| now >= t) {
                     self.join_due = None;
                     // Sites not in the view, and members that ask to join again well after
