@@ -18,7 +18,12 @@ fn a_closed_pipe_ends_the_command_quietly() {
     // The reader goes away before the simulation has printed its report.
     drop(child.stdout.take());
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let status = child.wait().unwrap();
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(status.signal(), Some(SIGPIPE), "{status:?}");
