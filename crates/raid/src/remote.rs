@@ -35,6 +35,8 @@ pub struct RemoteReport {
     /// Requests with no reply within the generator's reply timeout (their outcome unknown to
     /// the client: a site that crashed with them may have committed them).
     pub unanswered: u64,
+    /// Transfers not sent because their site's port was unreachable (sent again later).
+    pub unreachable: u64,
     /// Each site's totals and digest after the run.
     pub audits: Vec<(Totals, u64)>,
     pub conserved: bool,
@@ -48,6 +50,7 @@ struct SiteRun {
     refused: u64,
     unknown: u64,
     unanswered: u64,
+    unreachable: u64,
     audit: (Totals, u64),
 }
 
@@ -128,6 +131,7 @@ fn drive(
         refused: 0,
         unknown: 0,
         unanswered: 0,
+        unreachable: 0,
         audit: (
             Totals {
                 accounts: 0,
@@ -153,8 +157,18 @@ fn drive(
         if now < load_end {
             while in_flight.len() < load.clients {
                 let t = next_transfer(&mut rng, &cluster.scale);
-                let id = c.submit(&t).map_err(|e| client_error(site, e))?;
-                in_flight.insert(id, Instant::now());
+                match c.submit(&t) {
+                    Ok(id) => {
+                        in_flight.insert(id, Instant::now());
+                    }
+                    // The site has acknowledged nothing for a while (down, or cut off): the
+                    // transfer was not sent; try again after the poll below.
+                    Err(ClientError::Port(PortError::Unreachable(_))) => {
+                        run.unreachable += 1;
+                        break;
+                    }
+                    Err(e) => return Err(client_error(site, e)),
+                }
             }
         } else if in_flight.is_empty() {
             break;
@@ -268,6 +282,7 @@ pub fn run_remote_with(
         refused: runs.iter().map(|r| r.refused).sum(),
         unknown: runs.iter().map(|r| r.unknown).sum(),
         unanswered: runs.iter().map(|r| r.unanswered).sum(),
+        unreachable: runs.iter().map(|r| r.unreachable).sum(),
         conserved: audits.iter().all(|(t, _)| t.conserved()),
         identical: audits.windows(2).all(|w| w[0].1 == w[1].1),
         audits,

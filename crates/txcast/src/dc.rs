@@ -309,15 +309,15 @@ fn connect(o: &DcOptions) -> i32 {
     let h = &r.latency_us;
     if o.json {
         println!(
-            "{{\"bench\":\"dc-connect\",\"sites\":{},\"clients_per_site\":{},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"refused\":{},\"unknown\":{},\"unanswered\":{},\"conserved\":{},\"identical\":{}}}",
+            "{{\"bench\":\"dc-connect\",\"sites\":{},\"clients_per_site\":{},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"refused\":{},\"unknown\":{},\"unanswered\":{},\"unreachable\":{},\"conserved\":{},\"identical\":{}}}",
             r.sites, r.clients_per_site, r.committed, r.tps, h.quantile(0.5), h.quantile(0.99),
-            h.quantile(0.999), r.refused, r.unknown, r.unanswered, r.conserved, r.identical
+            h.quantile(0.999), r.refused, r.unknown, r.unanswered, r.unreachable, r.conserved, r.identical
         );
     } else {
         print_rate(r.committed, r.measured, r.tps, h);
         println!(
-            "  given up   {:?}; refused {}; unknown {}; unanswered {}",
-            r.given_up, r.refused, r.unknown, r.unanswered
+            "  given up   {:?}; refused {}; unknown {}; unanswered {}; not sent (unreachable) {}",
+            r.given_up, r.refused, r.unknown, r.unanswered, r.unreachable
         );
         let t = r.audits.first().map(|a| a.0);
         println!(
