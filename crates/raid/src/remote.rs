@@ -32,6 +32,11 @@ pub struct RemoteReport {
     pub given_up: Vec<(Cause, u64)>,
     pub refused: u64,
     pub unknown: u64,
+    /// Requests with no reply within the generator's reply timeout (their outcome unknown to
+    /// the client: a site that crashed with them may have committed them).
+    pub unanswered: u64,
+    /// Transfers not sent because their site's port was unreachable (sent again later).
+    pub unreachable: u64,
     /// Each site's totals and digest after the run.
     pub audits: Vec<(Totals, u64)>,
     pub conserved: bool,
@@ -44,6 +49,8 @@ struct SiteRun {
     given_up: Vec<(Cause, u64)>,
     refused: u64,
     unknown: u64,
+    unanswered: u64,
+    unreachable: u64,
     audit: (Totals, u64),
 }
 
@@ -51,13 +58,50 @@ fn client_error(site: u16, e: ClientError) -> RaidError {
     RaidError::Cluster(format!("client of site {site}: {e}"))
 }
 
+/// Where the generator's clients are, and how long each request waits for its reply.
+#[derive(Clone, Copy, Debug)]
+pub struct Generator {
+    /// The site whose host every client is on (a cluster file names the generator's host as
+    /// a site no node uses), over UDP to every site; `None`: each client on the host of the
+    /// site it drives (shared memory when the generator runs there).
+    pub from: Option<u16>,
+    /// A request unanswered this long is counted unanswered and its slot reused: its site
+    /// crashed with it (a new incarnation never answers it) or is cut off.
+    pub reply_timeout: Duration,
+}
+
+impl Default for Generator {
+    fn default() -> Self {
+        Generator {
+            from: None,
+            reply_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The address of the generator's client of `site`: server 0 of that site's host, or server
+/// `2 * site` of `from`'s; `audit`: the port asking for the audit, the next server.
+pub fn client_address(
+    cluster: &ClusterConfig,
+    from: Option<u16>,
+    site: u16,
+    audit: bool,
+) -> Address {
+    let a = audit as u16;
+    match from {
+        None => Address::new(cluster.instance, site, CLIENT_TYPE, a),
+        Some(f) => Address::new(cluster.instance, f, CLIENT_TYPE, 2 * site + a),
+    }
+}
+
 fn drive(
     cluster: &ClusterConfig,
+    gen: Generator,
     site: u16,
     load: &Load,
     committed_all: &AtomicU64,
 ) -> Result<SiteRun, RaidError> {
-    let me = Address::new(cluster.instance, site, CLIENT_TYPE, 0);
+    let me = client_address(cluster, gen.from, site, false);
     let mut c = RaidClient::open_on(cluster.engine.as_ref(), me, cluster.address(site))
         .map_err(|e| client_error(site, e))?;
     // The site may still be starting (no port yet, or its predecessor's): wait for it.
@@ -86,6 +130,8 @@ fn drive(
         given_up: Vec::new(),
         refused: 0,
         unknown: 0,
+        unanswered: 0,
+        unreachable: 0,
         audit: (
             Totals {
                 accounts: 0,
@@ -98,13 +144,31 @@ fn drive(
         ),
     };
     let drain_end = load_end + Duration::from_secs(30);
+    let mut swept_at = Instant::now();
     loop {
         let now = Instant::now();
+        // Requests past their reply timeout are given up (at most every 100 ms: a scan).
+        if now.duration_since(swept_at) >= Duration::from_millis(100) {
+            swept_at = now;
+            let before = in_flight.len();
+            in_flight.retain(|_, sent| now.duration_since(*sent) < gen.reply_timeout);
+            run.unanswered += (before - in_flight.len()) as u64;
+        }
         if now < load_end {
             while in_flight.len() < load.clients {
                 let t = next_transfer(&mut rng, &cluster.scale);
-                let id = c.submit(&t).map_err(|e| client_error(site, e))?;
-                in_flight.insert(id, Instant::now());
+                match c.submit(&t) {
+                    Ok(id) => {
+                        in_flight.insert(id, Instant::now());
+                    }
+                    // The site has acknowledged nothing for a while (down, or cut off): the
+                    // transfer was not sent; try again after the poll below.
+                    Err(ClientError::Port(PortError::Unreachable(_))) => {
+                        run.unreachable += 1;
+                        break;
+                    }
+                    Err(e) => return Err(client_error(site, e)),
+                }
             }
         } else if in_flight.is_empty() {
             break;
@@ -142,9 +206,20 @@ fn drive(
     Ok(run)
 }
 
-/// Runs `load` against every site of `cluster` from this process, then audits them.
+/// Runs `load` against every site of `cluster` from this process, then audits them; each
+/// client on the host of the site it drives (see [`run_remote_from`]).
 pub fn run_remote(
     cluster: &ClusterConfig,
+    load: &Load,
+    progress: impl FnMut(Duration, u64),
+) -> Result<RemoteReport, RaidError> {
+    run_remote_with(cluster, Generator::default(), load, progress)
+}
+
+/// [`run_remote`] with the clients where `gen` puts them and its reply timeout.
+pub fn run_remote_with(
+    cluster: &ClusterConfig,
+    gen: Generator,
     load: &Load,
     mut progress: impl FnMut(Duration, u64),
 ) -> Result<RemoteReport, RaidError> {
@@ -153,7 +228,7 @@ pub fn run_remote(
     let threads: Vec<_> = (0..cluster.sites)
         .map(|s| {
             let (c, l, n) = (cluster.clone(), load.clone(), committed.clone());
-            std::thread::spawn(move || drive(&c, s, &l, &n))
+            std::thread::spawn(move || drive(&c, gen, s, &l, &n))
         })
         .collect();
     while !threads.iter().all(|t| t.is_finished()) {
@@ -170,7 +245,7 @@ pub fn run_remote(
     // Every reply is in: audit each site once it is quiet.
     for (s, run) in runs.iter_mut().enumerate() {
         let s = s as u16;
-        let me = Address::new(cluster.instance, s, CLIENT_TYPE, 1);
+        let me = client_address(cluster, gen.from, s, true);
         let mut c = RaidClient::open_on(cluster.engine.as_ref(), me, cluster.address(s))
             .map_err(|e| client_error(s, e))?;
         match c
@@ -206,6 +281,8 @@ pub fn run_remote(
         given_up,
         refused: runs.iter().map(|r| r.refused).sum(),
         unknown: runs.iter().map(|r| r.unknown).sum(),
+        unanswered: runs.iter().map(|r| r.unanswered).sum(),
+        unreachable: runs.iter().map(|r| r.unreachable).sum(),
         conserved: audits.iter().all(|(t, _)| t.conserved()),
         identical: audits.windows(2).all(|w| w[0].1 == w[1].1),
         audits,

@@ -15,10 +15,13 @@ use txcast_raid::Scale;
 pub const USAGE: &str = "\
 usage: txcast dc [--sites N] [--clients N] [--seconds S] [--warmup S] [--branches N]
                  [--data DIR] [--no-sync] [--json]
-       txcast dc --connect [--sites N] [--instance I] [--config FILE] [--branches N]
-                 [--clients N] [--seconds S] [--warmup S]
+       txcast dc --connect [--sites N] [--instance I] [--config FILE] [--from-site F]
+                 [--reply-timeout S] [--branches N] [--clients N] [--seconds S] [--warmup S]
   --connect: the load generator against a running cluster (txcast node --site S ...):
-  N transfers in flight per site from this process, then an audit of every site
+  N transfers in flight per site from this process, then an audit of every site; its
+  client of site S is on S's host unless --from-site F puts them all on the host the
+  cluster file names for site F (the generator's own, a site number no node uses); a
+  request unanswered for S seconds (default 5: its site crashed) counts as unanswered
   an embedded cluster of N sites (default 3) on loopback runs DebitCredit (TPC-B's scale:
   per branch 10 tellers and 100,000 accounts) with N closed-loop clients per site (default
   32) for S seconds (default 5) after a warm-up (default 1); the logs go to DIR (default a
@@ -38,6 +41,10 @@ pub struct DcOptions {
     pub connect: bool,
     pub instance: u16,
     pub config: Option<PathBuf>,
+    /// `--connect`: the site (in the cluster file) whose host the generator runs on.
+    pub from_site: Option<u16>,
+    /// `--connect`: seconds a request waits for its reply before it counts as unanswered.
+    pub reply_timeout: f64,
 }
 
 impl DcOptions {
@@ -61,6 +68,8 @@ impl DcOptions {
             "--data",
             "--instance",
             "--config",
+            "--from-site",
+            "--reply-timeout",
         ];
         let flags = ["--no-sync", "--json", "--connect"];
         let mut i = 0;
@@ -96,6 +105,11 @@ impl DcOptions {
         if !(1.0..=4096.0).contains(&clients) || clients.fract() != 0.0 {
             return Err("--clients: 1 to 4096 per site".into());
         }
+        let from_site = match num("--from-site")? {
+            None => None,
+            Some(f) if f.fract() == 0.0 && f < 256.0 => Some(f as u16),
+            Some(_) => return Err("--from-site: a site number 0 to 255".into()),
+        };
         let branches = num("--branches")?.unwrap_or(1.0);
         if !(1.0..=100.0).contains(&branches) || branches.fract() != 0.0 {
             return Err("--branches: 1 to 100".into());
@@ -112,6 +126,8 @@ impl DcOptions {
             connect: args.iter().any(|a| a == "--connect"),
             instance: num("--instance")?.map_or(7, |v| v as u16),
             config: opt::<PathBuf>(args, "--config"),
+            from_site,
+            reply_timeout: num("--reply-timeout")?.unwrap_or(5.0).max(0.1),
         })
     }
 }
@@ -275,7 +291,11 @@ fn connect(o: &DcOptions) -> i32 {
             o.sites, o.instance, o.clients
         );
     }
-    let r = match txcast_raid::remote::run_remote(&cluster, &load, |el, n| {
+    let gen = txcast_raid::remote::Generator {
+        from: o.from_site,
+        reply_timeout: Duration::from_secs_f64(o.reply_timeout),
+    };
+    let r = match txcast_raid::remote::run_remote_with(&cluster, gen, &load, |el, n| {
         if !o.json {
             eprintln!("  {:5.1} s  {n:>10} committed", el.as_secs_f64());
         }
@@ -289,15 +309,15 @@ fn connect(o: &DcOptions) -> i32 {
     let h = &r.latency_us;
     if o.json {
         println!(
-            "{{\"bench\":\"dc-connect\",\"sites\":{},\"clients_per_site\":{},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"refused\":{},\"unknown\":{},\"conserved\":{},\"identical\":{}}}",
+            "{{\"bench\":\"dc-connect\",\"sites\":{},\"clients_per_site\":{},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"refused\":{},\"unknown\":{},\"unanswered\":{},\"unreachable\":{},\"conserved\":{},\"identical\":{}}}",
             r.sites, r.clients_per_site, r.committed, r.tps, h.quantile(0.5), h.quantile(0.99),
-            h.quantile(0.999), r.refused, r.unknown, r.conserved, r.identical
+            h.quantile(0.999), r.refused, r.unknown, r.unanswered, r.unreachable, r.conserved, r.identical
         );
     } else {
         print_rate(r.committed, r.measured, r.tps, h);
         println!(
-            "  given up   {:?}; refused {}; unknown {}",
-            r.given_up, r.refused, r.unknown
+            "  given up   {:?}; refused {}; unknown {}; unanswered {}; not sent (unreachable) {}",
+            r.given_up, r.refused, r.unknown, r.unanswered, r.unreachable
         );
         let t = r.audits.first().map(|a| a.0);
         println!(
