@@ -260,15 +260,25 @@ impl Cluster {
         Some(c)
     }
 
+    /// The namespace that holds the bridge: a switch of its own, so the host's firewall
+    /// (a FORWARD policy that drops, as container hosts set) never sees the bridged traffic.
+    fn switch(&self) -> String {
+        format!("txcast-{}-sw", self.id)
+    }
+
     fn build(&mut self, n: usize) -> Result<(), String> {
         let br = self.bridge.clone();
-        run("ip", &["link", "add", &br, "type", "bridge"])?;
+        let sw = self.switch();
+        run("ip", &["netns", "add", &sw])?;
+        let in_switch = |args: &[&str]| {
+            let mut a = vec!["-n", sw.as_str()];
+            a.extend_from_slice(args);
+            run("ip", &a)
+        };
+        in_switch(&["link", "add", &br, "type", "bridge"])?;
         // Multicast flooded to every port (no querier on this bridge for snooping to learn from).
-        run(
-            "ip",
-            &["link", "set", &br, "type", "bridge", "mcast_snooping", "0"],
-        )?;
-        run("ip", &["link", "set", &br, "up"])?;
+        in_switch(&["link", "set", &br, "type", "bridge", "mcast_snooping", "0"])?;
+        in_switch(&["link", "set", &br, "up"])?;
         for i in 0..n {
             if i > 0 {
                 let ns = format!("txcast-{}-h{i}", self.id);
@@ -284,11 +294,12 @@ impl Cluster {
             run(
                 "ip",
                 &[
-                    "link", "add", &outer, "type", "veth", "peer", "name", "eth0", "netns", &h.ns,
+                    "link", "add", &outer, "netns", &sw, "type", "veth", "peer", "name", "eth0",
+                    "netns", &h.ns,
                 ],
             )?;
             self.veths.push(outer.clone());
-            run("ip", &["link", "set", &outer, "master", &br, "up"])?;
+            in_switch(&["link", "set", &outer, "master", &br, "up"])?;
             let inside = |args: &[&str]| {
                 let mut a = vec!["-n", h.ns.as_str()];
                 a.extend_from_slice(args);
@@ -425,6 +436,7 @@ impl Drop for Cluster {
         for h in &self.hosts {
             let _ = run("ip", &["netns", "del", &h.ns]);
         }
+        let _ = run("ip", &["netns", "del", &self.switch()]);
         // Deleting a namespace deletes its veth ends, and so the peers; in case not:
         for v in &self.veths {
             let _ = Command::new("ip")
@@ -474,7 +486,9 @@ fn remove_stale() {
         let (Ok(pid), Ok(seq)) = (pid.parse::<u32>(), seq.parse::<u32>()) else {
             continue;
         };
-        if !host.starts_with('h') || Path::new("/proc").join(pid.to_string()).exists() {
+        if !(host.starts_with('h') || host == "sw")
+            || Path::new("/proc").join(pid.to_string()).exists()
+        {
             continue;
         }
         let _ = run("ip", &["netns", "del", name]);
