@@ -16,6 +16,7 @@
 //!   snapshot covers.
 
 use thiserror::Error;
+use txcast_proto::codec::{CodecError, Reader, Writer};
 
 pub const MAGIC: u8 = 0xC7;
 pub const WRITE: u8 = 1;
@@ -85,90 +86,66 @@ pub struct SnapPiece<'a> {
     pub bytes: &'a [u8],
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+impl From<CodecError> for MsgError {
+    fn from(e: CodecError) -> MsgError {
+        match e {
+            CodecError::Short { .. } | CodecError::Count { .. } => MsgError::Short,
+            CodecError::Trailing(_) => MsgError::Trailing,
+        }
+    }
 }
 
 impl<'a> Msg<'a> {
     pub fn parse(b: &'a [u8]) -> Result<Msg<'a>, MsgError> {
-        if b.len() < 2 {
-            return Err(MsgError::Short);
-        }
-        if b[0] != MAGIC {
+        let mut r = Reader::new(b);
+        r.need(2)?;
+        if r.u8()? != MAGIC {
             return Err(MsgError::Magic);
         }
-        match b[1] {
+        // A message of fixed size with more bytes is refused as `Short`, like one with fewer.
+        let fixed = |r: Reader<'_>| r.finish().map_err(|_| MsgError::Short);
+        match r.u8()? {
             WRITE => {
-                if b.len() < WRITE_HEADER {
-                    return Err(MsgError::Short);
-                }
-                let (part, parts) = (u16_at(b, 10), u16_at(b, 12));
+                let seq = r.u64()?;
+                let (part, parts, count) = (r.u16()?, r.u16()?, r.u16()?);
                 if parts == 0 || part >= parts {
                     return Err(MsgError::Part { part, parts });
                 }
                 let w = WritePart {
-                    seq: u64_at(b, 2),
+                    seq,
                     part,
                     parts,
-                    count: u16_at(b, 14),
-                    body: &b[WRITE_HEADER..],
+                    count,
+                    body: r.rest(),
                 };
                 // Walk the ranges once now, so that `ranges` cannot fail later.
-                let mut rest = w.body;
+                let mut body = Reader::new(w.body);
                 for _ in 0..w.count {
-                    if rest.len() < RANGE_HEADER {
-                        return Err(MsgError::RangeTruncated);
-                    }
-                    let len = u32_at(rest, 6) as usize;
-                    if rest.len() - RANGE_HEADER < len {
-                        return Err(MsgError::RangeTruncated);
-                    }
-                    rest = &rest[RANGE_HEADER + len..];
+                    read_range(&mut body).map_err(|_| MsgError::RangeTruncated)?;
                 }
-                if !rest.is_empty() {
-                    return Err(MsgError::Trailing);
-                }
+                body.finish()?;
                 Ok(Msg::Write(w))
             }
             ACK => {
-                if b.len() != 10 {
-                    return Err(MsgError::Short);
-                }
-                Ok(Msg::Ack { seq: u64_at(b, 2) })
+                let seq = r.u64()?;
+                fixed(r)?;
+                Ok(Msg::Ack { seq })
             }
             SNAP_REQ => {
-                if b.len() != 10 {
-                    return Err(MsgError::Short);
-                }
-                Ok(Msg::SnapReq {
-                    nonce: u64_at(b, 2),
-                })
+                let nonce = r.u64()?;
+                fixed(r)?;
+                Ok(Msg::SnapReq { nonce })
             }
-            SNAP => {
-                if b.len() < SNAP_HEADER {
-                    return Err(MsgError::Short);
-                }
-                Ok(Msg::Snap(SnapPiece {
-                    last: b[2] != 0,
-                    nonce: u64_at(b, 3),
-                    seq: u64_at(b, 11),
-                    segment: u16_at(b, 19),
-                    offset: u32_at(b, 21),
-                    bytes: &b[SNAP_HEADER..],
-                }))
-            }
+            SNAP => Ok(Msg::Snap(SnapPiece {
+                last: r.u8()? != 0,
+                nonce: r.u64()?,
+                seq: r.u64()?,
+                segment: r.u16()?,
+                offset: r.u32()?,
+                bytes: r.rest(),
+            })),
             DROPPED => {
-                if b.len() != 2 {
-                    return Err(MsgError::Short);
-                }
+                fixed(r)?;
                 Ok(Msg::Dropped)
             }
             k => Err(MsgError::Kind(k)),
@@ -176,20 +153,23 @@ impl<'a> Msg<'a> {
     }
 }
 
+/// One range: segment, offset, length, bytes.
+fn read_range<'a>(r: &mut Reader<'a>) -> Result<Range<'a>, CodecError> {
+    let segment = r.u16()?;
+    let offset = r.u32()?;
+    let len = r.u32()? as usize;
+    Ok(Range {
+        segment,
+        offset,
+        bytes: r.take(len)?,
+    })
+}
+
 impl<'a> WritePart<'a> {
     /// The part's ranges (checked by `parse`).
     pub fn ranges(&self) -> impl Iterator<Item = Range<'a>> + 'a {
-        let mut rest = self.body;
-        (0..self.count).map(move |_| {
-            let len = u32_at(rest, 6) as usize;
-            let r = Range {
-                segment: u16_at(rest, 0),
-                offset: u32_at(rest, 2),
-                bytes: &rest[RANGE_HEADER..RANGE_HEADER + len],
-            };
-            rest = &rest[RANGE_HEADER + len..];
-            r
-        })
+        let mut r = Reader::new(self.body);
+        (0..self.count).map_while(move |_| read_range(&mut r).ok())
     }
 }
 
@@ -200,46 +180,49 @@ pub struct WriteBuilder<'o> {
     count: u16,
 }
 
+/// Where the range count sits in a WRITE part.
+const COUNT_AT: usize = WRITE_HEADER - 2;
+
 impl<'o> WriteBuilder<'o> {
     pub fn new(out: &'o mut Vec<u8>, seq: u64, part: u16, parts: u16) -> WriteBuilder<'o> {
         out.clear();
-        out.extend_from_slice(&[MAGIC, WRITE]);
-        out.extend_from_slice(&seq.to_le_bytes());
-        out.extend_from_slice(&part.to_le_bytes());
-        out.extend_from_slice(&parts.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
+        Writer::new(out)
+            .u8(MAGIC)
+            .u8(WRITE)
+            .u64(seq)
+            .u16(part)
+            .u16(parts)
+            .u16(0);
         WriteBuilder { out, count: 0 }
     }
 
     pub fn range(&mut self, segment: u16, offset: u32, bytes: &[u8]) {
-        self.out.extend_from_slice(&segment.to_le_bytes());
-        self.out.extend_from_slice(&offset.to_le_bytes());
-        self.out
-            .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        self.out.extend_from_slice(bytes);
+        Writer::new(self.out)
+            .u16(segment)
+            .u32(offset)
+            .u32(bytes.len() as u32)
+            .bytes(bytes);
         self.count += 1;
     }
 
     pub fn finish(self) {
-        self.out[14..16].copy_from_slice(&self.count.to_le_bytes());
+        Writer::new(self.out).set_u16(COUNT_AT, self.count);
     }
 }
 
 pub fn ack(seq: u64, out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(&[MAGIC, ACK]);
-    out.extend_from_slice(&seq.to_le_bytes());
+    Writer::new(out).u8(MAGIC).u8(ACK).u64(seq);
 }
 
 pub fn dropped(out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(&[MAGIC, DROPPED]);
+    Writer::new(out).u8(MAGIC).u8(DROPPED);
 }
 
 pub fn snap_req(nonce: u64, out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(&[MAGIC, SNAP_REQ]);
-    out.extend_from_slice(&nonce.to_le_bytes());
+    Writer::new(out).u8(MAGIC).u8(SNAP_REQ).u64(nonce);
 }
 
 /// A SNAP piece (see the module comment).
@@ -260,12 +243,15 @@ pub fn snap(f: SnapFields, bytes: &[u8], out: &mut Vec<u8>) {
         offset,
     } = f;
     out.clear();
-    out.extend_from_slice(&[MAGIC, SNAP, u8::from(last)]);
-    out.extend_from_slice(&nonce.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&segment.to_le_bytes());
-    out.extend_from_slice(&offset.to_le_bytes());
-    out.extend_from_slice(bytes);
+    Writer::new(out)
+        .u8(MAGIC)
+        .u8(SNAP)
+        .u8(u8::from(last))
+        .u64(nonce)
+        .u64(seq)
+        .u16(segment)
+        .u32(offset)
+        .bytes(bytes);
 }
 
 #[cfg(test)]

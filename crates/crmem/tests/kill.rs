@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use txcast_crmem::{Crmem, CrmemConfig, LockMapping, Mode, Role};
+use txcast_proto::codec::u64_at;
 use txcast_proto::Address;
 
 const CHILD: &str = "TXCAST_CRMEM_KILL_CHILD";
@@ -53,10 +54,6 @@ fn primary_child() {
         println!("{seq}");
         next += 1;
     }
-}
-
-fn u64_at(m: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(m[at..at + 8].try_into().unwrap())
 }
 
 #[test]

@@ -3,6 +3,10 @@
 //! naming the offset it needed, and a decoder ends with [`Reader::finish`], which refuses
 //! trailing bytes. Counts read from the wire are checked against a bound and against the
 //! bytes left before anything is allocated for them ([`Reader::count`]).
+//!
+//! [`Writer`] appends to a vector; [`SliceWriter`] fills a caller's buffer and reports a
+//! field that did not fit at [`SliceWriter::finish`]. Headers parsed once per packet after a
+//! single length check read their fields with [`u16_at`], [`u32_at`] and [`u64_at`].
 
 use thiserror::Error;
 
@@ -32,6 +36,24 @@ impl<'a> Reader<'a> {
     /// Bytes not read yet.
     pub fn left(&self) -> usize {
         self.b.len() - self.at
+    }
+
+    /// Fails unless `n` more bytes are there; reads nothing.
+    pub fn need(&self, n: usize) -> Result<(), CodecError> {
+        if n > self.left() {
+            return Err(CodecError::Short {
+                need: self.at.saturating_add(n),
+                have: self.b.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Every byte not read yet.
+    pub fn rest(&mut self) -> &'a [u8] {
+        let s = &self.b[self.at..];
+        self.at = self.b.len();
+        s
     }
 
     /// The next `n` bytes.
@@ -84,13 +106,7 @@ impl<'a> Reader<'a> {
         if n > max {
             return Err(CodecError::Count { count: n, max });
         }
-        let need = n.saturating_mul(item_bytes);
-        if need > self.left() {
-            return Err(CodecError::Short {
-                need: self.at.saturating_add(need),
-                have: self.b.len(),
-            });
-        }
+        self.need(n.saturating_mul(item_bytes))?;
         Ok(n)
     }
 
@@ -148,6 +164,113 @@ impl<'b> Writer<'b> {
     pub fn i64(&mut self, v: i64) -> &mut Self {
         self.bytes(&v.to_le_bytes())
     }
+
+    /// Overwrites the `u16` at byte `at` of the vector (a count written before its items).
+    pub fn set_u16(&mut self, at: usize, v: u16) -> &mut Self {
+        self.b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        self
+    }
+}
+
+/// Fills a caller's buffer with fields, in the order a [`Reader`] reads them. A field that
+/// does not fit is not written, nor is anything after it, and [`SliceWriter::finish`]
+/// returns `None`.
+#[derive(Debug)]
+pub struct SliceWriter<'b> {
+    b: &'b mut [u8],
+    at: usize,
+    overflow: bool,
+}
+
+impl<'b> SliceWriter<'b> {
+    pub fn new(b: &'b mut [u8]) -> SliceWriter<'b> {
+        SliceWriter {
+            b,
+            at: 0,
+            overflow: false,
+        }
+    }
+
+    /// Bytes written.
+    pub fn len(&self) -> usize {
+        self.at
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.at == 0
+    }
+
+    /// Bytes of the buffer not written yet (0 after a field did not fit).
+    pub fn room(&self) -> usize {
+        if self.overflow {
+            0
+        } else {
+            self.b.len() - self.at
+        }
+    }
+
+    pub fn bytes(&mut self, s: &[u8]) -> &mut Self {
+        if s.len() > self.room() {
+            self.overflow = true;
+        } else {
+            self.b[self.at..self.at + s.len()].copy_from_slice(s);
+            self.at += s.len();
+        }
+        self
+    }
+
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.bytes(&[v])
+    }
+
+    pub fn u16(&mut self, v: u16) -> &mut Self {
+        self.bytes(&v.to_le_bytes())
+    }
+
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.bytes(&v.to_le_bytes())
+    }
+
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.bytes(&v.to_le_bytes())
+    }
+
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.bytes(&v.to_le_bytes())
+    }
+
+    /// Overwrites the `u16` written at byte `at` (a count written before its items).
+    pub fn set_u16(&mut self, at: usize, v: u16) -> &mut Self {
+        match at.checked_add(2).filter(|&e| e <= self.at) {
+            Some(e) => self.b[at..e].copy_from_slice(&v.to_le_bytes()),
+            None => self.overflow = true,
+        }
+        self
+    }
+
+    /// The bytes written, or `None` if a field did not fit.
+    pub fn finish(self) -> Option<usize> {
+        (!self.overflow).then_some(self.at)
+    }
+}
+
+/// The `u16` at byte `at` of `b`, for a fixed header whose length the caller has checked
+/// (out of range panics).
+#[inline]
+pub fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+/// The `u32` at byte `at` of `b` (see [`u16_at`]).
+#[inline]
+pub fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// The `u64` at byte `at` of `b` (see [`u16_at`]).
+#[inline]
+pub fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]
@@ -188,5 +311,30 @@ mod tests {
             Err(CodecError::Short { need: 12, have: 6 })
         );
         assert_eq!(Reader::new(&b).count(100, 0), Ok(10));
+
+        let mut r = Reader::new(&b);
+        assert_eq!(r.need(6), Ok(()));
+        assert_eq!(r.need(7), Err(CodecError::Short { need: 7, have: 6 }));
+        r.u16().unwrap();
+        assert_eq!(r.rest(), &[0, 0, 0, 0]);
+        assert_eq!(r.finish(), Ok(()));
+        assert_eq!((u16_at(&b, 0), u32_at(&b, 2)), (10, 0));
+    }
+
+    #[test]
+    fn slice_writer_stops_at_the_first_field_that_does_not_fit() {
+        let mut buf = [0u8; 7];
+        let mut w = SliceWriter::new(&mut buf);
+        w.u16(0).u32(9);
+        assert_eq!(w.room(), 1);
+        w.set_u16(0, 3);
+        assert_eq!(w.finish(), Some(6));
+        assert_eq!(buf[..6], [3, 0, 9, 0, 0, 0]);
+        assert_eq!(u32_at(&buf, 2), 9);
+
+        let mut w = SliceWriter::new(&mut buf);
+        w.u32(1).u32(2).u8(3);
+        assert_eq!((w.len(), w.room()), (4, 0));
+        assert_eq!(w.finish(), None);
     }
 }

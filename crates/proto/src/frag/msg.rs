@@ -28,7 +28,7 @@
 //!
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
 
-use crate::wire::{u16_at, u32_at, u64_at};
+use crate::codec::{u16_at, u32_at, u64_at};
 use core::fmt;
 
 pub const LDG_MAGIC: u8 = 0xA8;

@@ -11,6 +11,7 @@
 //! little-endian. A decoder error names the rule the bytes broke.
 
 use crate::addr::{Address, ADDRESS_BYTES};
+use crate::codec::{u16_at, u32_at, u64_at, CodecError, Reader, SliceWriter};
 use core::fmt;
 
 pub const GROUP_HEADER_BYTES: usize = 32;
@@ -159,12 +160,30 @@ impl fmt::Display for GroupWireError {
 
 impl std::error::Error for GroupWireError {}
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+impl From<CodecError> for GroupWireError {
+    fn from(e: CodecError) -> GroupWireError {
+        match e {
+            CodecError::Short { .. } => GroupWireError::TooShort,
+            CodecError::Trailing(_) => GroupWireError::TrailingBytes,
+            CodecError::Count { .. } => GroupWireError::BadMemberList,
+        }
+    }
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+fn overrun(_: CodecError) -> GroupWireError {
+    GroupWireError::RecordOverrun
+}
+
+fn address(r: &mut Reader<'_>) -> Result<Address, CodecError> {
+    Ok(Address::from_bytes(r.array()?))
+}
+
+/// An epoch as it is written: its number, then its coordinator.
+fn epoch(r: &mut Reader<'_>) -> Result<Epoch, CodecError> {
+    Ok(Epoch {
+        number: r.u64()?,
+        coordinator: address(r)?,
+    })
 }
 
 /// The group header of a message.
@@ -288,22 +307,23 @@ pub const REBUILD_MSG_MAX: usize =
     GROUP_HEADER_BYTES + 48 + 16 + VIEW_VALUE_FIXED + MEMBERS_MAX * SURVIVOR_BYTES;
 
 impl<'a> ViewValue<'a> {
-    fn parse(b: &'a [u8]) -> Result<ViewValue<'a>, GroupWireError> {
-        if b.len() < VIEW_VALUE_FIXED {
-            return Err(GroupWireError::TooShort);
-        }
+    /// Reads a value that ends the message.
+    fn read(r: &mut Reader<'a>) -> Result<ViewValue<'a>, GroupWireError> {
+        r.need(VIEW_VALUE_FIXED)?;
         Ok(ViewValue {
-            epoch: epoch_at(b, 0),
-            start_seq: u64_at(b, 16),
-            sequencer: Address::read_from(&b[24..32]),
-            quorum: u64_at(b, 32),
-            base: epoch_at(b, 40),
-            members: Survivors::parse(&b[VIEW_VALUE_FIXED..])?,
+            epoch: epoch(r)?,
+            start_seq: r.u64()?,
+            sequencer: address(r)?,
+            quorum: r.u64()?,
+            base: epoch(r)?,
+            members: Survivors::parse(r.rest())?,
         })
     }
 }
 
-/// Parses and checks a group message. `payload_max` bounds every payload.
+/// Parses and checks a group message. `payload_max` bounds every payload. The header is read
+/// at fixed offsets after one length check (every packet has one); the body through a
+/// [`Reader`].
 pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), GroupWireError> {
     if b.len() < GROUP_HEADER_BYTES {
         return Err(GroupWireError::TooShort);
@@ -313,171 +333,126 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
     if flags & !FLAGS_KNOWN != 0 {
         return Err(GroupWireError::UnknownFlags(flags));
     }
-    if b[2] != 0 || b[3] != 0 {
+    if u16_at(b, 2) != 0 {
         return Err(GroupWireError::ReservedNotZero);
     }
     let hdr = GroupHeader {
         kind,
         flags,
         group: u32_at(b, 4),
-        epoch: epoch_at(b, 8),
+        epoch: Epoch {
+            number: u64_at(b, 8),
+            coordinator: Address::read_from(&b[16..24]),
+        },
         from: Address::read_from(&b[24..32]),
     };
-    let body = &b[GROUP_HEADER_BYTES..];
-    let fixed = |n: usize| -> Result<(), GroupWireError> {
-        match body.len().cmp(&n) {
-            core::cmp::Ordering::Less => Err(GroupWireError::TooShort),
-            core::cmp::Ordering::Greater => Err(GroupWireError::TrailingBytes),
-            core::cmp::Ordering::Equal => Ok(()),
-        }
-    };
+    let mut r = Reader::new(&b[GROUP_HEADER_BYTES..]);
     let msg = match kind {
         MsgKind::Submit => {
-            if body.len() < SUBMIT_FIXED_BYTES {
-                return Err(GroupWireError::TooShort);
-            }
-            let records = SubmitRecords {
-                bytes: &body[SUBMIT_FIXED_BYTES..],
-            };
+            let (consumed, received) = (r.u64()?, r.u64()?);
+            let records = SubmitRecords { bytes: r.rest() };
             records.validate(payload_max)?;
             Msg::Submit {
-                consumed: u64_at(body, 0),
-                received: u64_at(body, 8),
+                consumed,
+                received,
                 records,
             }
         }
         MsgKind::Order => {
-            if body.len() < ORDER_FIXED_BYTES {
-                return Err(GroupWireError::TooShort);
-            }
-            let records = OrderRecords {
-                bytes: &body[ORDER_FIXED_BYTES..],
-            };
+            let (ordered_upto, accepted_upto, stable_upto) = (r.u64()?, r.u64()?, r.u64()?);
+            let records = OrderRecords { bytes: r.rest() };
             records.validate(payload_max)?;
             Msg::Order {
-                ordered_upto: u64_at(body, 0),
-                accepted_upto: u64_at(body, 8),
-                stable_upto: u64_at(body, 16),
+                ordered_upto,
+                accepted_upto,
+                stable_upto,
                 records,
             }
         }
-        MsgKind::Ack => {
-            fixed(16)?;
-            Msg::Ack {
-                consumed: u64_at(body, 0),
-                received: u64_at(body, 8),
-            }
-        }
+        MsgKind::Ack => Msg::Ack {
+            consumed: r.u64()?,
+            received: r.u64()?,
+        },
         MsgKind::Nak => {
-            fixed(32)?;
-            let (from, to) = (u64_at(body, 16), u64_at(body, 24));
+            let (consumed, received, from, to) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            // A wrong length is refused before a bad range.
+            r.clone().finish()?;
             if from == 0 || to < from {
                 return Err(GroupWireError::BadNakRange);
             }
             Msg::Nak {
-                consumed: u64_at(body, 0),
-                received: u64_at(body, 8),
+                consumed,
+                received,
                 from,
                 to,
             }
         }
-        MsgKind::Probe => {
-            fixed(0)?;
-            Msg::Probe
-        }
-        MsgKind::JoinRequest => {
-            fixed(8)?;
-            Msg::JoinRequest {
-                join_id: u64_at(body, 0),
-            }
-        }
-        MsgKind::Redirect => {
-            fixed(ADDRESS_BYTES)?;
-            Msg::Redirect {
-                sequencer: Address::read_from(body),
-            }
-        }
+        MsgKind::Probe => Msg::Probe,
+        MsgKind::JoinRequest => Msg::JoinRequest { join_id: r.u64()? },
+        MsgKind::Redirect => Msg::Redirect {
+            sequencer: address(&mut r)?,
+        },
         MsgKind::Welcome => {
-            if body.len() < 32 {
-                return Err(GroupWireError::TooShort);
-            }
-            if body[17..24].iter().any(|&x| x != 0) {
+            let (join_seq, stable_upto, resilience) = (r.u64()?, r.u64()?, r.u8()?);
+            let reserved = r.take(7)?;
+            let sequencer = address(&mut r)?;
+            if reserved.iter().any(|&x| x != 0) {
                 return Err(GroupWireError::ReservedNotZero);
             }
             Msg::Welcome {
-                join_seq: u64_at(body, 0),
-                stable_upto: u64_at(body, 8),
-                resilience: body[16],
-                sequencer: Address::read_from(&body[24..32]),
-                members: MemberIds::parse(&body[32..])?,
+                join_seq,
+                stable_upto,
+                resilience,
+                sequencer,
+                members: MemberIds::parse(r.rest())?,
             }
         }
-        MsgKind::LeaveRequest => {
-            fixed(0)?;
-            Msg::LeaveRequest
-        }
-        MsgKind::Invite => {
-            fixed(24)?;
-            Msg::Invite {
-                base: epoch_at(body, 0),
-                config_seq: u64_at(body, 16),
-            }
-        }
+        MsgKind::LeaveRequest => Msg::LeaveRequest,
+        MsgKind::Invite => Msg::Invite {
+            base: epoch(&mut r)?,
+            config_seq: r.u64()?,
+        },
         MsgKind::InviteReply => {
-            if body.len() < 48 {
-                return Err(GroupWireError::TooShort);
-            }
-            let accepted = if body.len() == 48 {
+            let (consumed, received, held_from) = (r.u64()?, r.u64()?, r.u64()?);
+            let (view, config_seq) = (epoch(&mut r)?, r.u64()?);
+            let accepted = if r.left() == 0 {
                 None
-            } else if body.len() < 48 + 16 {
-                return Err(GroupWireError::TooShort);
             } else {
-                Some((epoch_at(body, 48), ViewValue::parse(&body[64..])?))
+                Some((epoch(&mut r)?, ViewValue::read(&mut r)?))
             };
             Msg::InviteReply {
-                consumed: u64_at(body, 0),
-                received: u64_at(body, 8),
-                held_from: u64_at(body, 16),
-                view: epoch_at(body, 24),
-                config_seq: u64_at(body, 40),
+                consumed,
+                received,
+                held_from,
+                view,
+                config_seq,
                 accepted,
             }
         }
         MsgKind::Propose => Msg::Propose {
-            value: ViewValue::parse(body)?,
+            value: ViewValue::read(&mut r)?,
         },
-        MsgKind::Accepted => {
-            fixed(0)?;
-            Msg::Accepted
-        }
+        MsgKind::Accepted => Msg::Accepted,
         MsgKind::NewView => {
-            if body.len() < 48 {
-                return Err(GroupWireError::TooShort);
-            }
-            let committed = match u64_at(body, 24) {
+            let (start_seq, sequencer, quorum) = (r.u64()?, address(&mut r)?, r.u64()?);
+            let (committed, base) = (r.u64()?, epoch(&mut r)?);
+            let committed = match committed {
                 0 => false,
                 1 => true,
                 _ => return Err(GroupWireError::ReservedNotZero),
             };
             Msg::NewView {
-                start_seq: u64_at(body, 0),
-                sequencer: Address::read_from(&body[8..16]),
-                quorum: u64_at(body, 16),
+                start_seq,
+                sequencer,
+                quorum,
                 committed,
-                base: epoch_at(body, 32),
-                members: Survivors::parse(&body[48..])?,
+                base,
+                members: Survivors::parse(r.rest())?,
             }
         }
     };
+    r.finish()?;
     Ok((hdr, msg))
-}
-
-/// An epoch as it is written: its number, then its coordinator.
-fn epoch_at(b: &[u8], at: usize) -> Epoch {
-    Epoch {
-        number: u64_at(b, at),
-        coordinator: Address::read_from(&b[at + 8..at + 16]),
-    }
 }
 
 /// A checked list of `(member, oldest record held, received up to)` triples.
@@ -536,36 +511,30 @@ pub struct SubmitRecords<'a> {
 }
 
 impl<'a> SubmitRecords<'a> {
+    /// Reads one record.
+    fn read(r: &mut Reader<'a>, payload_max: usize) -> Result<(u64, &'a [u8]), GroupWireError> {
+        let id = r.u64().map_err(overrun)?;
+        let len = r.u32().map_err(overrun)? as usize;
+        if len > payload_max {
+            return Err(GroupWireError::PayloadTooLong(len));
+        }
+        Ok((id, r.take(len).map_err(overrun)?))
+    }
+
     fn validate(&self, payload_max: usize) -> Result<(), GroupWireError> {
-        let mut b = self.bytes;
-        while !b.is_empty() {
-            if b.len() < SUBMIT_RECORD_BYTES {
-                return Err(GroupWireError::RecordOverrun);
-            }
-            let len = u32_at(b, 8) as usize;
-            if len > payload_max {
-                return Err(GroupWireError::PayloadTooLong(len));
-            }
-            if b.len() - SUBMIT_RECORD_BYTES < len {
-                return Err(GroupWireError::RecordOverrun);
-            }
-            b = &b[SUBMIT_RECORD_BYTES + len..];
+        let mut r = Reader::new(self.bytes);
+        while r.left() > 0 {
+            Self::read(&mut r, payload_max)?;
         }
         Ok(())
     }
 
     /// `(msg_id, payload)` of each record (validated at parse).
     pub fn iter(&self) -> impl Iterator<Item = (u64, &'a [u8])> + 'a {
-        let mut b = self.bytes;
-        core::iter::from_fn(move || {
-            if b.is_empty() {
-                return None;
-            }
-            let id = u64_at(b, 0);
-            let len = u32_at(b, 8) as usize;
-            let p = &b[SUBMIT_RECORD_BYTES..SUBMIT_RECORD_BYTES + len];
-            b = &b[SUBMIT_RECORD_BYTES + len..];
-            Some((id, p))
+        let mut r = Reader::new(self.bytes);
+        core::iter::from_fn(move || match r.left() {
+            0 => None,
+            _ => Self::read(&mut r, usize::MAX).ok(),
         })
     }
 }
@@ -589,52 +558,52 @@ pub struct OrderRecords<'a> {
 }
 
 impl<'a> OrderRecords<'a> {
+    /// Reads and checks one record.
+    fn read(r: &mut Reader<'a>, payload_max: usize) -> Result<OrderRecord<'a>, GroupWireError> {
+        r.need(ORDER_RECORD_BYTES).map_err(overrun)?;
+        let seq = r.u64()?;
+        let sender = address(r)?;
+        let msg_id = r.u64()?;
+        let kind = RecordKind::from_u8(r.u8()?)?;
+        let flags = r.u8()?;
+        if flags & !RECORD_HAS_PAYLOAD != 0 {
+            return Err(GroupWireError::UnknownRecordFlags(flags));
+        }
+        if r.u16()? != 0 {
+            return Err(GroupWireError::ReservedNotZero);
+        }
+        let len = r.u32()? as usize;
+        let has_payload = flags & RECORD_HAS_PAYLOAD != 0;
+        if !has_payload && len != 0 {
+            return Err(GroupWireError::RecordOverrun);
+        }
+        if len > payload_max {
+            return Err(GroupWireError::PayloadTooLong(len));
+        }
+        let payload = r.take(len).map_err(overrun)?;
+        Ok(OrderRecord {
+            seq,
+            sender,
+            msg_id,
+            kind,
+            payload: has_payload.then_some(payload),
+        })
+    }
+
     fn validate(&self, payload_max: usize) -> Result<(), GroupWireError> {
-        let mut b = self.bytes;
-        while !b.is_empty() {
-            if b.len() < ORDER_RECORD_BYTES {
-                return Err(GroupWireError::RecordOverrun);
-            }
-            RecordKind::from_u8(b[24])?;
-            let flags = b[25];
-            if flags & !RECORD_HAS_PAYLOAD != 0 {
-                return Err(GroupWireError::UnknownRecordFlags(flags));
-            }
-            if b[26] != 0 || b[27] != 0 {
-                return Err(GroupWireError::ReservedNotZero);
-            }
-            let len = u32_at(b, 28) as usize;
-            if flags & RECORD_HAS_PAYLOAD == 0 && len != 0 {
-                return Err(GroupWireError::RecordOverrun);
-            }
-            if len > payload_max {
-                return Err(GroupWireError::PayloadTooLong(len));
-            }
-            if b.len() - ORDER_RECORD_BYTES < len {
-                return Err(GroupWireError::RecordOverrun);
-            }
-            b = &b[ORDER_RECORD_BYTES + len..];
+        let mut r = Reader::new(self.bytes);
+        while r.left() > 0 {
+            Self::read(&mut r, payload_max)?;
         }
         Ok(())
     }
 
+    /// The records (validated at parse).
     pub fn iter(&self) -> impl Iterator<Item = OrderRecord<'a>> + 'a {
-        let mut b = self.bytes;
-        core::iter::from_fn(move || {
-            if b.is_empty() {
-                return None;
-            }
-            let len = u32_at(b, 28) as usize;
-            let r = OrderRecord {
-                seq: u64_at(b, 0),
-                sender: Address::read_from(&b[8..16]),
-                msg_id: u64_at(b, 16),
-                kind: RecordKind::from_u8(b[24]).expect("validated"),
-                payload: (b[25] & RECORD_HAS_PAYLOAD != 0)
-                    .then(|| &b[ORDER_RECORD_BYTES..ORDER_RECORD_BYTES + len]),
-            };
-            b = &b[ORDER_RECORD_BYTES + len..];
-            Some(r)
+        let mut r = Reader::new(self.bytes);
+        core::iter::from_fn(move || match r.left() {
+            0 => None,
+            _ => Self::read(&mut r, usize::MAX).ok(),
         })
     }
 }
@@ -642,12 +611,11 @@ impl<'a> OrderRecords<'a> {
 /// Builds one message in a caller's buffer. Methods that add records return `false` (and
 /// write nothing) when the record does not fit.
 pub struct MsgWriter<'b> {
-    buf: &'b mut [u8],
-    len: usize,
+    w: SliceWriter<'b>,
 }
 
 impl<'b> MsgWriter<'b> {
-    /// Starts a message; `None` if `buf` cannot hold the header and `fixed` bytes.
+    /// Starts a message; `None` if `buf` cannot hold the header.
     pub fn start(
         buf: &'b mut [u8],
         kind: MsgKind,
@@ -660,22 +628,19 @@ impl<'b> MsgWriter<'b> {
             return None;
         }
         debug_assert_eq!(flags & !FLAGS_KNOWN, 0);
-        buf[0] = kind as u8;
-        buf[1] = flags;
-        buf[2] = 0;
-        buf[3] = 0;
-        buf[4..8].copy_from_slice(&group.to_le_bytes());
-        buf[8..16].copy_from_slice(&epoch.number.to_le_bytes());
-        epoch.coordinator.write_to(&mut buf[16..24]);
-        from.write_to(&mut buf[24..32]);
-        Some(MsgWriter {
-            buf,
-            len: GROUP_HEADER_BYTES,
-        })
+        let mut w = SliceWriter::new(buf);
+        w.u8(kind as u8)
+            .u8(flags)
+            .u16(0)
+            .u32(group)
+            .u64(epoch.number)
+            .bytes(&epoch.coordinator.to_bytes())
+            .bytes(&from.to_bytes());
+        Some(MsgWriter { w })
     }
 
     pub fn room(&self) -> usize {
-        self.buf.len() - self.len
+        self.w.room()
     }
 
     pub fn u64(&mut self, v: u64) -> bool {
@@ -718,17 +683,15 @@ impl<'b> MsgWriter<'b> {
     }
 
     pub fn address(&mut self, a: Address) -> bool {
-        let mut b = [0u8; ADDRESS_BYTES];
-        a.write_to(&mut b);
-        self.bytes(&b)
+        self.bytes(&a.to_bytes())
     }
 
+    /// Writes `b`, or nothing (and returns `false`) if it does not fit.
     pub fn bytes(&mut self, b: &[u8]) -> bool {
         if self.room() < b.len() {
             return false;
         }
-        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
-        self.len += b.len();
+        self.w.bytes(b);
         true
     }
 
@@ -736,24 +699,28 @@ impl<'b> MsgWriter<'b> {
         if self.room() < m.len() * SURVIVOR_BYTES {
             return false;
         }
-        m.iter()
-            .all(|&(a, from, upto)| self.address(a) && self.u64(from) && self.u64(upto))
+        for &(a, from, upto) in m {
+            self.w.bytes(&a.to_bytes()).u64(from).u64(upto);
+        }
+        true
     }
 
     pub fn member_ids(&mut self, m: &[(Address, u64)]) -> bool {
         if self.room() < m.len() * (ADDRESS_BYTES + 8) {
             return false;
         }
-        m.iter().all(|&(a, id)| self.address(a) && self.u64(id))
+        for &(a, id) in m {
+            self.w.bytes(&a.to_bytes()).u64(id);
+        }
+        true
     }
 
     pub fn submit_record(&mut self, msg_id: u64, payload: &[u8]) -> bool {
         if self.room() < SUBMIT_RECORD_BYTES + payload.len() {
             return false;
         }
-        self.u64(msg_id);
-        self.bytes(&(payload.len() as u32).to_le_bytes());
-        self.bytes(payload)
+        self.w.u64(msg_id).u32(payload.len() as u32).bytes(payload);
+        true
     }
 
     pub fn order_record(&mut self, r: &OrderRecord<'_>) -> bool {
@@ -761,21 +728,25 @@ impl<'b> MsgWriter<'b> {
         if self.room() < ORDER_RECORD_BYTES + len {
             return false;
         }
-        self.u64(r.seq);
-        self.address(r.sender);
-        self.u64(r.msg_id);
         let flags = if r.payload.is_some() {
             RECORD_HAS_PAYLOAD
         } else {
             0
         };
-        self.bytes(&[r.kind as u8, flags, 0, 0]);
-        self.bytes(&(len as u32).to_le_bytes());
-        self.bytes(r.payload.unwrap_or(&[]))
+        self.w
+            .u64(r.seq)
+            .bytes(&r.sender.to_bytes())
+            .u64(r.msg_id)
+            .u8(r.kind as u8)
+            .u8(flags)
+            .u16(0)
+            .u32(len as u32)
+            .bytes(r.payload.unwrap_or(&[]));
+        true
     }
 
     pub fn finish(self) -> usize {
-        self.len
+        self.w.len()
     }
 }
 

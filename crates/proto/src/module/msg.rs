@@ -9,7 +9,7 @@
 //! Little-endian. A stale notice has no body: it tells a peer that the incarnation it addressed
 //! is gone and which one runs now (its source incarnation).
 
-use crate::wire::{u16_at, u64_at};
+use crate::codec::{u16_at, u64_at};
 
 pub const MAGIC: u8 = 0xD5;
 pub const HEADER_BYTES: usize = 32;

@@ -12,7 +12,8 @@
 //! A `Submit` (a direct to the sequencer) is `kind | 0 | count u16`, then `count` entries
 //! `vseq u32 | msg_id u64 | len u32 | payload`.
 
-use crate::addr::{Address, ADDRESS_BYTES};
+use crate::addr::Address;
+use crate::codec::{CodecError, Reader, Writer};
 use core::fmt;
 
 pub const HEAD_BYTES: usize = 40;
@@ -95,49 +96,44 @@ pub enum Record<'a> {
     Submit(Vec<(u32, u64, &'a [u8])>),
 }
 
-fn short(need: usize, have: usize) -> RecordError {
-    RecordError::Short { need, have }
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+impl From<CodecError> for RecordError {
+    fn from(e: CodecError) -> RecordError {
+        match e {
+            CodecError::Short { need, have } => RecordError::Short { need, have },
+            CodecError::Trailing(n) => RecordError::Trailing(n),
+            CodecError::Count { count, .. } => RecordError::TooManyEntries(count),
+        }
+    }
 }
 
 /// Decodes one record.
 pub fn parse(b: &[u8]) -> Result<Record<'_>, RecordError> {
-    if b.len() < 4 {
-        return Err(short(4, b.len()));
-    }
-    let kind = b[0];
-    let flags = b[1];
+    let mut r = Reader::new(b);
+    r.need(4)?;
+    let kind = r.u8()?;
+    let flags = r.u8()?;
     if flags & !FLAGS_KNOWN != 0 {
         return Err(RecordError::BadFlags(flags & !FLAGS_KNOWN));
     }
     match kind {
         1..=4 => {
-            if b.len() < HEAD_BYTES {
-                return Err(short(HEAD_BYTES, b.len()));
-            }
+            r.need(HEAD_BYTES - 2)?;
+            r.u16()?;
+            let request = r.u32()?;
+            let vseq = r.u32()?;
+            r.u32()?;
             let h = Head {
                 flags,
-                request: u32_at(b, 4),
-                vseq: u32_at(b, 8),
-                msg_id: u64_at(b, 16),
-                origin: Address::read_from(&b[24..24 + ADDRESS_BYTES]),
-                next: Address::read_from(&b[32..32 + ADDRESS_BYTES]),
+                request,
+                vseq,
+                msg_id: r.u64()?,
+                origin: Address::from_bytes(r.array()?),
+                next: Address::from_bytes(r.array()?),
             };
-            let payload = &b[HEAD_BYTES..];
-            let no_payload = |r: Record<'static>| {
+            let payload = r.rest();
+            let no_payload = |rec: Record<'static>| {
                 if payload.is_empty() {
-                    Ok(r)
+                    Ok(rec)
                 } else {
                     Err(RecordError::Trailing(payload.len()))
                 }
@@ -150,49 +146,24 @@ pub fn parse(b: &[u8]) -> Result<Record<'_>, RecordError> {
             }
         }
         5 => {
-            let n = u16_at(b, 2) as usize;
-            if n > ENTRIES_MAX {
-                return Err(RecordError::TooManyEntries(n));
-            }
-            let need = 4 + n * ORDER_ENTRY_BYTES;
-            if b.len() < need {
-                return Err(short(need, b.len()));
-            }
-            if b.len() > need {
-                return Err(RecordError::Trailing(b.len() - need));
-            }
-            Ok(Record::Order(
-                (0..n)
-                    .map(|i| {
-                        let at = 4 + i * ORDER_ENTRY_BYTES;
-                        (u16_at(b, at), u64_at(b, at + 2))
-                    })
-                    .collect(),
-            ))
+            let n = r.count(ENTRIES_MAX, ORDER_ENTRY_BYTES)?;
+            let entries = (0..n)
+                .map(|_| Ok((r.u16()?, r.u64()?)))
+                .collect::<Result<_, CodecError>>()?;
+            r.finish()?;
+            Ok(Record::Order(entries))
         }
         6 => {
-            let n = u16_at(b, 2) as usize;
-            if n > ENTRIES_MAX {
-                return Err(RecordError::TooManyEntries(n));
-            }
-            let mut at = 4;
+            let n = r.count(ENTRIES_MAX, 0)?;
             let mut out = Vec::with_capacity(n.min(b.len() / SUBMIT_ENTRY_BYTES));
             for _ in 0..n {
-                if b.len() < at + SUBMIT_ENTRY_BYTES {
-                    return Err(short(at + SUBMIT_ENTRY_BYTES, b.len()));
-                }
-                let vseq = u32_at(b, at);
-                let msg_id = u64_at(b, at + 4);
-                let len = u32_at(b, at + 12) as usize;
-                at += SUBMIT_ENTRY_BYTES;
-                let end = at.checked_add(len).filter(|&e| e <= b.len());
-                let end = end.ok_or(short(at.saturating_add(len), b.len()))?;
-                out.push((vseq, msg_id, &b[at..end]));
-                at = end;
+                r.need(SUBMIT_ENTRY_BYTES)?;
+                let vseq = r.u32()?;
+                let msg_id = r.u64()?;
+                let len = r.u32()? as usize;
+                out.push((vseq, msg_id, r.take(len)?));
             }
-            if at != b.len() {
-                return Err(RecordError::Trailing(b.len() - at));
-            }
+            r.finish()?;
             Ok(Record::Submit(out))
         }
         k => Err(RecordError::UnknownKind(k)),
@@ -203,44 +174,41 @@ pub fn parse(b: &[u8]) -> Result<Record<'_>, RecordError> {
 pub fn write_head(out: &mut Vec<u8>, kind: Kind, h: &Head, payload: &[u8]) {
     out.clear();
     out.reserve(HEAD_BYTES + payload.len());
-    out.extend_from_slice(&[kind as u8, h.flags, 0, 0]);
-    out.extend_from_slice(&h.request.to_le_bytes());
-    out.extend_from_slice(&h.vseq.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&h.msg_id.to_le_bytes());
-    let mut a = [0u8; ADDRESS_BYTES];
-    h.origin.write_to(&mut a);
-    out.extend_from_slice(&a);
-    h.next.write_to(&mut a);
-    out.extend_from_slice(&a);
-    out.extend_from_slice(payload);
+    Writer::new(out)
+        .u8(kind as u8)
+        .u8(h.flags)
+        .u16(0)
+        .u32(h.request)
+        .u32(h.vseq)
+        .u32(0)
+        .u64(h.msg_id)
+        .bytes(&h.origin.to_bytes())
+        .bytes(&h.next.to_bytes())
+        .bytes(payload);
 }
 
 /// Writes an `Order` record (at most [`ENTRIES_MAX`] entries are taken).
 pub fn write_order(out: &mut Vec<u8>, entries: &[(u16, u64)]) {
     let entries = &entries[..entries.len().min(ENTRIES_MAX)];
     out.clear();
-    out.extend_from_slice(&[Kind::Order as u8, 0]);
-    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    let mut w = Writer::new(out);
+    w.u8(Kind::Order as u8).u8(0).u16(entries.len() as u16);
     for &(r, upto) in entries {
-        out.extend_from_slice(&r.to_le_bytes());
-        out.extend_from_slice(&upto.to_le_bytes());
+        w.u16(r).u64(upto);
     }
 }
 
 /// Writes a `Submit` of `entries` (the caller bounds their number and size).
 pub fn write_submit<'p>(out: &mut Vec<u8>, entries: impl Iterator<Item = (u32, u64, &'p [u8])>) {
     out.clear();
-    out.extend_from_slice(&[Kind::Submit as u8, 0, 0, 0]);
+    let mut w = Writer::new(out);
+    w.u8(Kind::Submit as u8).u8(0).u16(0);
     let mut n = 0u16;
     for (vseq, msg_id, p) in entries {
-        out.extend_from_slice(&vseq.to_le_bytes());
-        out.extend_from_slice(&msg_id.to_le_bytes());
-        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        out.extend_from_slice(p);
+        w.u32(vseq).u64(msg_id).u32(p.len() as u32).bytes(p);
         n += 1;
     }
-    out[2..4].copy_from_slice(&n.to_le_bytes());
+    w.set_u16(2, n);
 }
 
 /// Bytes a `Submit` entry of `len` payload bytes adds.

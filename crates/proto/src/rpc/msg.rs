@@ -27,7 +27,7 @@
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
 
 use crate::addr::{Address, ADDRESS_BYTES};
-use crate::wire::{u16_at, u32_at, u64_at};
+use crate::codec::{u16_at, u32_at, u64_at};
 use core::fmt;
 
 pub const RPC_HEADER_BYTES: usize = 40;

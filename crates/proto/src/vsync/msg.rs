@@ -14,6 +14,7 @@
 
 use super::{Ballot, Proposal, ViewId};
 use crate::addr::{Address, ADDRESS_BYTES};
+use crate::codec::{CodecError, Reader, SliceWriter};
 use core::fmt;
 
 pub const HEADER_BYTES: usize = 32;
@@ -172,111 +173,69 @@ pub enum VsMsg<'a> {
     Gone,
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+impl From<CodecError> for VsWireError {
+    fn from(e: CodecError) -> VsWireError {
+        match e {
+            CodecError::Short { need, have } => VsWireError::Short { need, have },
+            CodecError::Trailing(n) => VsWireError::Trailing(n),
+            CodecError::Count { count, .. } => VsWireError::TooManyMembers(count),
+        }
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], VsWireError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let end = end.ok_or(VsWireError::Short {
-            need: self.at.saturating_add(n),
-            have: self.b.len(),
-        })?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
+fn addr(r: &mut Reader<'_>) -> Result<Address, CodecError> {
+    Ok(Address::from_bytes(r.array()?))
+}
+
+fn ballot(r: &mut Reader<'_>) -> Result<Ballot, CodecError> {
+    Ok(Ballot {
+        number: r.u64()?,
+        coordinator: addr(r)?,
+    })
+}
+
+/// A vector: a count, then that many `u64`.
+fn vector(r: &mut Reader<'_>) -> Result<Vec<u64>, CodecError> {
+    let n = r.count(MEMBERS_MAX, 8)?;
+    (0..n).map(|_| r.u64()).collect()
+}
+
+fn proposal(r: &mut Reader<'_>) -> Result<Proposal, VsWireError> {
+    let coordinator = addr(r)?;
+    let n = r.count(MEMBERS_MAX, ADDRESS_BYTES)?;
+    let members = (0..n).map(|_| addr(r)).collect::<Result<Vec<_>, _>>()?;
+    let cut = vector(r)?;
+    if members.is_empty() {
+        return Err(VsWireError::BadProposal);
     }
-    fn u16(&mut self) -> Result<u16, VsWireError> {
-        let s = self.take(2)?;
-        Ok(u16::from_le_bytes([s[0], s[1]]))
-    }
-    fn u32(&mut self) -> Result<u32, VsWireError> {
-        let s = self.take(4)?;
-        Ok(u32::from_le_bytes(s.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self) -> Result<u64, VsWireError> {
-        let s = self.take(8)?;
-        Ok(u64::from_le_bytes(s.try_into().expect("8 bytes")))
-    }
-    fn addr(&mut self) -> Result<Address, VsWireError> {
-        Ok(Address::read_from(self.take(ADDRESS_BYTES)?))
-    }
-    fn ballot(&mut self) -> Result<Ballot, VsWireError> {
-        Ok(Ballot {
-            number: self.u64()?,
-            coordinator: self.addr()?,
-        })
-    }
-    fn count(&mut self) -> Result<usize, VsWireError> {
-        let n = self.u16()? as usize;
-        if n > MEMBERS_MAX {
-            return Err(VsWireError::TooManyMembers(n));
-        }
-        Ok(n)
-    }
-    /// Fails unless `n` more bytes are there (checked before a list is allocated).
-    fn need(&self, n: usize) -> Result<(), VsWireError> {
-        if self.b.len() - self.at < n {
-            return Err(VsWireError::Short {
-                need: self.at + n,
-                have: self.b.len(),
-            });
-        }
-        Ok(())
-    }
-    fn vector(&mut self) -> Result<Vec<u64>, VsWireError> {
-        let n = self.count()?;
-        self.need(n * 8)?;
-        (0..n).map(|_| self.u64()).collect()
-    }
-    fn members(&mut self) -> Result<Vec<Address>, VsWireError> {
-        let n = self.count()?;
-        self.need(n * ADDRESS_BYTES)?;
-        (0..n).map(|_| self.addr()).collect()
-    }
-    fn proposal(&mut self) -> Result<Proposal, VsWireError> {
-        let coordinator = self.addr()?;
-        let members = self.members()?;
-        let cut = self.vector()?;
-        if members.is_empty() {
-            return Err(VsWireError::BadProposal);
-        }
-        Ok(Proposal {
-            coordinator,
-            members,
-            cut,
-        })
-    }
-    fn end(&self) -> Result<(), VsWireError> {
-        match self.b.len() - self.at {
-            0 => Ok(()),
-            n => Err(VsWireError::Trailing(n)),
-        }
-    }
+    Ok(Proposal {
+        coordinator,
+        members,
+        cut,
+    })
 }
 
 /// Decodes one message.
 pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
-    let mut r = Reader { b, at: 0 };
-    let head = r.take(HEADER_BYTES)?;
-    if head[0] != MAGIC {
-        return Err(VsWireError::BadMagic(head[0]));
+    let mut r = Reader::new(b);
+    r.need(HEADER_BYTES)?;
+    let magic = r.u8()?;
+    if magic != MAGIC {
+        return Err(VsWireError::BadMagic(magic));
     }
-    let kind = head[1];
-    let flags = head[2];
-    if head[3] != 0 {
-        return Err(VsWireError::Reserved(head[3]));
+    let kind = r.u8()?;
+    let flags = r.u8()?;
+    let reserved = r.u8()?;
+    if reserved != 0 {
+        return Err(VsWireError::Reserved(reserved));
     }
-    let mut h = Reader { b: head, at: 4 };
     let header = Header {
-        group: h.u32()?,
+        group: r.u32()?,
         view: ViewId {
-            number: h.u64()?,
-            coordinator: h.addr()?,
+            number: r.u64()?,
+            coordinator: addr(&mut r)?,
         },
-        from: h.addr()?,
+        from: addr(&mut r)?,
     };
     let known = if kind == Kind::FlushOk as u8 {
         FLAG_ACCEPTED
@@ -288,14 +247,14 @@ pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
     }
     let msg = match kind {
         k if k == Kind::Data as u8 => {
-            let stream = r.addr()?;
+            let stream = addr(&mut r)?;
             let first = r.u64()?;
-            let received = r.vector()?;
-            let n = r.u16()? as usize;
-            if n > RECORDS_MAX {
-                return Err(VsWireError::TooManyRecords(n));
-            }
-            let mut records = Vec::with_capacity(n.min((b.len() - r.at) / RECORD_HEADER_BYTES));
+            let received = vector(&mut r)?;
+            let n = r.count(RECORDS_MAX, 0).map_err(|e| match e {
+                CodecError::Count { count, .. } => VsWireError::TooManyRecords(count),
+                e => e.into(),
+            })?;
+            let mut records = Vec::with_capacity(n.min(r.left() / RECORD_HEADER_BYTES));
             for _ in 0..n {
                 let len = r.u32()? as usize;
                 records.push(r.take(len).map_err(|_| VsWireError::RecordOverrun)?);
@@ -309,122 +268,98 @@ pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
         }
         k if k == Kind::Status as u8 => VsMsg::Status {
             last: r.u64()?,
-            received: r.vector()?,
+            received: vector(&mut r)?,
         },
         k if k == Kind::Nak as u8 => VsMsg::Nak {
-            stream: r.addr()?,
+            stream: addr(&mut r)?,
             from: r.u64()?,
             to: r.u64()?,
         },
-        k if k == Kind::Direct as u8 => {
-            let rest = b.len() - r.at;
-            VsMsg::Direct {
-                payload: r.take(rest)?,
-            }
-        }
+        k if k == Kind::Direct as u8 => VsMsg::Direct { payload: r.rest() },
         k if k == Kind::Token as u8 => VsMsg::Token {
             round: r.u64()?,
-            acc: r.vector()?,
-            stable: r.vector()?,
+            acc: vector(&mut r)?,
+            stable: vector(&mut r)?,
         },
-        k if k == Kind::Join as u8 => VsMsg::Join { joiner: r.addr()? },
+        k if k == Kind::Join as u8 => VsMsg::Join {
+            joiner: addr(&mut r)?,
+        },
         k if k == Kind::Leave as u8 => VsMsg::Leave,
-        k if k == Kind::Suspect as u8 => VsMsg::Suspect { who: r.addr()? },
+        k if k == Kind::Suspect as u8 => VsMsg::Suspect { who: addr(&mut r)? },
         k if k == Kind::Flush as u8 => VsMsg::Flush {
-            ballot: r.ballot()?,
+            ballot: ballot(&mut r)?,
         },
         k if k == Kind::FlushOk as u8 => {
-            let ballot = r.ballot()?;
-            let frozen = r.vector()?;
+            let ballot_ = ballot(&mut r)?;
+            let frozen = vector(&mut r)?;
             let accepted = if flags & FLAG_ACCEPTED != 0 {
-                Some((r.ballot()?, r.proposal()?))
+                Some((ballot(&mut r)?, proposal(&mut r)?))
             } else {
                 None
             };
             VsMsg::FlushOk {
-                ballot,
+                ballot: ballot_,
                 frozen,
                 accepted,
             }
         }
         k if k == Kind::Propose as u8 => VsMsg::Propose {
-            ballot: r.ballot()?,
-            proposal: r.proposal()?,
+            ballot: ballot(&mut r)?,
+            proposal: proposal(&mut r)?,
         },
         k if k == Kind::Accept as u8 => VsMsg::Accept {
-            ballot: r.ballot()?,
+            ballot: ballot(&mut r)?,
         },
         k if k == Kind::Commit as u8 => VsMsg::Commit {
-            ballot: r.ballot()?,
-            proposal: r.proposal()?,
+            ballot: ballot(&mut r)?,
+            proposal: proposal(&mut r)?,
         },
         k if k == Kind::Gone as u8 => VsMsg::Gone,
         k => return Err(VsWireError::UnknownKind(k)),
     };
-    r.end()?;
+    r.finish()?;
     Ok((header, msg))
 }
 
-/// Writes messages into a caller's buffer; every writer returns the length, or `None` if the
-/// buffer is too short (the caller sized it from the configuration, so that is a bug there).
-pub struct Writer<'b> {
-    b: &'b mut [u8],
-    at: usize,
+/// Starts a message in `buf` with the header.
+fn start<'b>(buf: &'b mut [u8], kind: Kind, flags: u8, h: &Header) -> SliceWriter<'b> {
+    let mut w = SliceWriter::new(buf);
+    w.u8(MAGIC)
+        .u8(kind as u8)
+        .u8(flags)
+        .u8(0)
+        .u32(h.group)
+        .u64(h.view.number)
+        .bytes(&h.view.coordinator.to_bytes())
+        .bytes(&h.from.to_bytes());
+    w
 }
 
-impl<'b> Writer<'b> {
-    fn new(b: &'b mut [u8], kind: Kind, flags: u8, h: &Header) -> Option<Writer<'b>> {
-        let mut w = Writer { b, at: 0 };
-        w.put(&[MAGIC, kind as u8, flags, 0])?;
-        w.u32(h.group)?;
-        w.u64(h.view.number)?;
-        w.addr(h.view.coordinator)?;
-        w.addr(h.from)?;
-        Some(w)
+fn put_ballot(w: &mut SliceWriter<'_>, b: Ballot) {
+    w.u64(b.number).bytes(&b.coordinator.to_bytes());
+}
+
+fn put_vector(w: &mut SliceWriter<'_>, v: &[u64]) -> Option<()> {
+    if v.len() > MEMBERS_MAX {
+        return None;
     }
-    fn put(&mut self, s: &[u8]) -> Option<()> {
-        let end = self.at.checked_add(s.len())?;
-        self.b.get_mut(self.at..end)?.copy_from_slice(s);
-        self.at = end;
-        Some(())
+    w.u16(v.len() as u16);
+    for &x in v {
+        w.u64(x);
     }
-    fn u16(&mut self, v: u16) -> Option<()> {
-        self.put(&v.to_le_bytes())
+    Some(())
+}
+
+fn put_proposal(w: &mut SliceWriter<'_>, p: &Proposal) -> Option<()> {
+    if p.members.len() > MEMBERS_MAX {
+        return None;
     }
-    fn u32(&mut self, v: u32) -> Option<()> {
-        self.put(&v.to_le_bytes())
+    w.bytes(&p.coordinator.to_bytes())
+        .u16(p.members.len() as u16);
+    for a in &p.members {
+        w.bytes(&a.to_bytes());
     }
-    fn u64(&mut self, v: u64) -> Option<()> {
-        self.put(&v.to_le_bytes())
-    }
-    fn addr(&mut self, a: Address) -> Option<()> {
-        let mut x = [0u8; ADDRESS_BYTES];
-        a.write_to(&mut x);
-        self.put(&x)
-    }
-    fn ballot(&mut self, b: Ballot) -> Option<()> {
-        self.u64(b.number)?;
-        self.addr(b.coordinator)
-    }
-    fn vector(&mut self, v: &[u64]) -> Option<()> {
-        if v.len() > MEMBERS_MAX {
-            return None;
-        }
-        self.u16(v.len() as u16)?;
-        v.iter().try_for_each(|&x| self.u64(x))
-    }
-    fn proposal(&mut self, p: &Proposal) -> Option<()> {
-        if p.members.len() > MEMBERS_MAX {
-            return None;
-        }
-        self.addr(p.coordinator)?;
-        self.u16(p.members.len() as u16)?;
-        p.members.iter().try_for_each(|&a| self.addr(a))?;
-        self.vector(&p.cut)
-    }
-    fn done(self) -> Option<usize> {
-        Some(self.at)
-    }
+    put_vector(w, &p.cut)
 }
 
 /// Bytes a `Data` message with a vector of `n` and these record lengths takes.
@@ -432,56 +367,55 @@ pub fn data_bytes(n: usize, record_lens: impl Iterator<Item = usize>) -> usize {
     DATA_FIXED_BYTES + 8 * n + record_lens.map(|l| RECORD_HEADER_BYTES + l).sum::<usize>()
 }
 
-/// Writes any message but `Data` (see [`write_data`]).
+/// Writes any message into `buf` and returns its length, or `None` if `buf` is too short (the
+/// caller sized it from the configuration, so that is a bug there).
 pub fn write(buf: &mut [u8], h: &Header, msg: &VsMsg<'_>) -> Option<usize> {
-    match msg {
+    let w = match msg {
         VsMsg::Data {
             stream,
             first,
             received,
             records,
-        } => write_data(buf, h, *stream, *first, received, records.iter().copied()),
+        } => return write_data(buf, h, *stream, *first, received, records.iter().copied()),
         VsMsg::Status { last, received } => {
-            let mut w = Writer::new(buf, Kind::Status, 0, h)?;
-            w.u64(*last)?;
-            w.vector(received)?;
-            w.done()
+            let mut w = start(buf, Kind::Status, 0, h);
+            w.u64(*last);
+            put_vector(&mut w, received)?;
+            w
         }
         VsMsg::Nak { stream, from, to } => {
-            let mut w = Writer::new(buf, Kind::Nak, 0, h)?;
-            w.addr(*stream)?;
-            w.u64(*from)?;
-            w.u64(*to)?;
-            w.done()
+            let mut w = start(buf, Kind::Nak, 0, h);
+            w.bytes(&stream.to_bytes()).u64(*from).u64(*to);
+            w
         }
         VsMsg::Direct { payload } => {
-            let mut w = Writer::new(buf, Kind::Direct, 0, h)?;
-            w.put(payload)?;
-            w.done()
+            let mut w = start(buf, Kind::Direct, 0, h);
+            w.bytes(payload);
+            w
         }
         VsMsg::Token { round, acc, stable } => {
-            let mut w = Writer::new(buf, Kind::Token, 0, h)?;
-            w.u64(*round)?;
-            w.vector(acc)?;
-            w.vector(stable)?;
-            w.done()
+            let mut w = start(buf, Kind::Token, 0, h);
+            w.u64(*round);
+            put_vector(&mut w, acc)?;
+            put_vector(&mut w, stable)?;
+            w
         }
         VsMsg::Join { joiner } => {
-            let mut w = Writer::new(buf, Kind::Join, 0, h)?;
-            w.addr(*joiner)?;
-            w.done()
+            let mut w = start(buf, Kind::Join, 0, h);
+            w.bytes(&joiner.to_bytes());
+            w
         }
-        VsMsg::Leave => Writer::new(buf, Kind::Leave, 0, h)?.done(),
-        VsMsg::Gone => Writer::new(buf, Kind::Gone, 0, h)?.done(),
+        VsMsg::Leave => start(buf, Kind::Leave, 0, h),
+        VsMsg::Gone => start(buf, Kind::Gone, 0, h),
         VsMsg::Suspect { who } => {
-            let mut w = Writer::new(buf, Kind::Suspect, 0, h)?;
-            w.addr(*who)?;
-            w.done()
+            let mut w = start(buf, Kind::Suspect, 0, h);
+            w.bytes(&who.to_bytes());
+            w
         }
         VsMsg::Flush { ballot } => {
-            let mut w = Writer::new(buf, Kind::Flush, 0, h)?;
-            w.ballot(*ballot)?;
-            w.done()
+            let mut w = start(buf, Kind::Flush, 0, h);
+            put_ballot(&mut w, *ballot);
+            w
         }
         VsMsg::FlushOk {
             ballot,
@@ -489,33 +423,34 @@ pub fn write(buf: &mut [u8], h: &Header, msg: &VsMsg<'_>) -> Option<usize> {
             accepted,
         } => {
             let flags = if accepted.is_some() { FLAG_ACCEPTED } else { 0 };
-            let mut w = Writer::new(buf, Kind::FlushOk, flags, h)?;
-            w.ballot(*ballot)?;
-            w.vector(frozen)?;
+            let mut w = start(buf, Kind::FlushOk, flags, h);
+            put_ballot(&mut w, *ballot);
+            put_vector(&mut w, frozen)?;
             if let Some((b, p)) = accepted {
-                w.ballot(*b)?;
-                w.proposal(p)?;
+                put_ballot(&mut w, *b);
+                put_proposal(&mut w, p)?;
             }
-            w.done()
+            w
         }
         VsMsg::Propose { ballot, proposal } => {
-            let mut w = Writer::new(buf, Kind::Propose, 0, h)?;
-            w.ballot(*ballot)?;
-            w.proposal(proposal)?;
-            w.done()
+            let mut w = start(buf, Kind::Propose, 0, h);
+            put_ballot(&mut w, *ballot);
+            put_proposal(&mut w, proposal)?;
+            w
         }
         VsMsg::Accept { ballot } => {
-            let mut w = Writer::new(buf, Kind::Accept, 0, h)?;
-            w.ballot(*ballot)?;
-            w.done()
+            let mut w = start(buf, Kind::Accept, 0, h);
+            put_ballot(&mut w, *ballot);
+            w
         }
         VsMsg::Commit { ballot, proposal } => {
-            let mut w = Writer::new(buf, Kind::Commit, 0, h)?;
-            w.ballot(*ballot)?;
-            w.proposal(proposal)?;
-            w.done()
+            let mut w = start(buf, Kind::Commit, 0, h);
+            put_ballot(&mut w, *ballot);
+            put_proposal(&mut w, proposal)?;
+            w
         }
-    }
+    };
+    w.finish()
 }
 
 /// Writes a `Data` message of `records` (casts `first..`), with `received` piggybacked.
@@ -527,21 +462,22 @@ pub fn write_data<'r>(
     received: &[u64],
     records: impl Iterator<Item = &'r [u8]>,
 ) -> Option<usize> {
-    let mut w = Writer::new(buf, Kind::Data, 0, h)?;
-    w.addr(stream)?;
-    w.u64(first)?;
-    w.vector(received)?;
-    let count_at = w.at;
-    w.u16(0)?;
+    let mut w = start(buf, Kind::Data, 0, h);
+    w.bytes(&stream.to_bytes()).u64(first);
+    put_vector(&mut w, received)?;
+    let count_at = w.len();
+    w.u16(0);
     let mut n = 0usize;
     for r in records {
-        w.u32(u32::try_from(r.len()).ok()?)?;
-        w.put(r)?;
+        if RECORD_HEADER_BYTES + r.len() > w.room() {
+            return None;
+        }
+        w.u32(u32::try_from(r.len()).ok()?).bytes(r);
         n += 1;
     }
     if n > RECORDS_MAX {
         return None;
     }
-    w.b[count_at..count_at + 2].copy_from_slice(&(n as u16).to_le_bytes());
-    w.done()
+    w.set_u16(count_at, n as u16);
+    w.finish()
 }

@@ -1,5 +1,6 @@
-use super::{u16_at, u32_at, u64_at, Records, WireError};
+use super::{Records, WireError};
 use crate::addr::TxnId;
+use crate::codec::{u16_at, u32_at, u64_at};
 
 pub const DATA_PREFIX_BYTES: usize = 36;
 pub const ACK_PREFIX_BYTES: usize = 24;

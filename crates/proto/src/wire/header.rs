@@ -1,5 +1,6 @@
-use super::{u16_at, u32_at, u64_at, WireError};
+use super::WireError;
 use crate::addr::Address;
+use crate::codec::{u16_at, u32_at, u64_at};
 
 pub const MAGIC: u16 = 0x5854; // "TX" in little-endian byte order
 pub const VERSION: u8 = 1;

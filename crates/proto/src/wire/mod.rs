@@ -43,15 +43,5 @@ pub const PACKET_BYTES_MAX: usize = 65507;
 /// prefix, a MAC and a fragment record with some payload.
 pub const PACKET_BYTES_MIN: usize = 256;
 
-pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
 #[cfg(test)]
 mod tests;

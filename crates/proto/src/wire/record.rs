@@ -1,4 +1,5 @@
-use super::{u16_at, u32_at, WireError};
+use super::WireError;
+use crate::codec::{u16_at, u32_at};
 
 pub const RECORD_HEADER_BYTES: usize = 4;
 pub const FRAG_EXTRA_BYTES: usize = 12;
