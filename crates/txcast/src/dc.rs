@@ -14,7 +14,7 @@ use txcast_raid::Scale;
 
 pub const USAGE: &str = "\
 usage: txcast dc [--sites N] [--clients N] [--seconds S] [--warmup S] [--branches N]
-                 [--data DIR] [--no-sync] [--json]
+                 [--data DIR] [--vote-timeout MS] [--no-sync] [--json]
        txcast dc --connect [--sites N] [--instance I] [--config FILE] [--from-site F]
                  [--reply-timeout S] [--branches N] [--clients N] [--seconds S] [--warmup S]
   --connect: the load generator against a running cluster (txcast node --site S ...):
@@ -25,7 +25,8 @@ usage: txcast dc [--sites N] [--clients N] [--seconds S] [--warmup S] [--branche
   an embedded cluster of N sites (default 3) on loopback runs DebitCredit (TPC-B's scale:
   per branch 10 tellers and 100,000 accounts) with N closed-loop clients per site (default
   32) for S seconds (default 5) after a warm-up (default 1); the logs go to DIR (default a
-  temporary directory, removed after); --no-sync skips fdatasync (to measure its cost only)";
+  temporary directory, removed after); --no-sync skips fdatasync (to measure its cost only);
+  --vote-timeout MS (default 500): a site silent that long is left out of the view";
 
 /// The options of a run.
 pub struct DcOptions {
@@ -45,6 +46,8 @@ pub struct DcOptions {
     pub from_site: Option<u16>,
     /// `--connect`: seconds a request waits for its reply before it counts as unanswered.
     pub reply_timeout: f64,
+    /// The sites' vote timeout (suspicion), ms.
+    pub vote_timeout_ms: Option<u64>,
 }
 
 impl DcOptions {
@@ -70,6 +73,7 @@ impl DcOptions {
             "--config",
             "--from-site",
             "--reply-timeout",
+            "--vote-timeout",
         ];
         let flags = ["--no-sync", "--json", "--connect"];
         let mut i = 0;
@@ -128,6 +132,11 @@ impl DcOptions {
             config: opt::<PathBuf>(args, "--config"),
             from_site,
             reply_timeout: num("--reply-timeout")?.unwrap_or(5.0).max(0.1),
+            vote_timeout_ms: match num("--vote-timeout")? {
+                None => None,
+                Some(ms) if (10.0..=600_000.0).contains(&ms) => Some(ms as u64),
+                Some(_) => return Err("--vote-timeout: 10 to 600000 ms".into()),
+            },
         })
     }
 }
@@ -196,6 +205,9 @@ pub fn run_with(o: &DcOptions) -> i32 {
     let mut cluster = ClusterConfig::new(o.sites, scale, dir.clone());
     cluster.sync = o.sync;
     cluster.site.coordinated_max = o.clients.max(64);
+    if let Some(ms) = o.vote_timeout_ms {
+        cluster.site.vote_timeout = Duration::from_millis(ms);
+    }
     let load = o.load();
     if !o.json {
         println!(

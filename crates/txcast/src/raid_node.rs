@@ -15,12 +15,14 @@ use txcast_raid::Scale;
 pub const USAGE: &str = "\
 usage: txcast node --site S [--sites N] [--config FILE] [--instance I] [--data DIR]
                    [--branches N] [--clients N] [--seconds S | --until UNIX_MS]
-                   [--exit-when-done] [--json]
+                   [--vote-timeout MS] [--exit-when-done] [--json]
   runs Raid site S of a cluster of N sites (default 3) until SIGINT/SIGTERM: its log and
   incarnation in DIR (default: the system's temporary directory, txcast-raid-I-S), the
   hosts from the cluster file (default: every site on loopback), clients in other processes
   served at its port; --clients N runs N closed-loop DebitCredit clients of its own for S
-  seconds (or until the given Unix time in ms, for sites started apart to stop together)";
+  seconds (or until the given Unix time in ms, for sites started apart to stop together);
+  --vote-timeout MS (default 500): a site that does not vote or acknowledge within it is
+  suspected and left out of the view (the failover time)";
 
 static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
@@ -53,6 +55,7 @@ fn serve(args: &[String]) -> Result<i32, String> {
         "--clients",
         "--seconds",
         "--until",
+        "--vote-timeout",
     ];
     let mut i = 0;
     while i < args.len() {
@@ -90,6 +93,12 @@ fn serve(args: &[String]) -> Result<i32, String> {
     let mut cluster = ClusterConfig::new(sites, Scale::tpcb(branches), data.clone());
     cluster.instance = instance;
     cluster.site.coordinated_max = clients.max(4096);
+    if let Some(ms) = num::<u64>(args, "--vote-timeout")? {
+        if !(10..=600_000).contains(&ms) {
+            return Err("--vote-timeout: 10 to 600000 ms".into());
+        }
+        cluster.site.vote_timeout = Duration::from_millis(ms);
+    }
     if let Some(path) = opt::<String>(args, "--config") {
         let naming = Naming::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
         let engine = Engine::start(EngineConfig {

@@ -35,6 +35,8 @@ fn three_node_processes_end_with_identical_copies() {
                     "37",
                     "--clients",
                     "4",
+                    "--vote-timeout",
+                    "300",
                 ])
                 .args(["--until", &until, "--exit-when-done", "--json", "--data"])
                 .arg(&dir)
@@ -94,5 +96,11 @@ fn a_serving_node_ends_on_sigterm() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
+    let bad = Command::new(env!("CARGO_BIN_EXE_txcast"))
+        .args(["node", "--site", "0", "--vote-timeout", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--vote-timeout"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,7 +14,7 @@ use txcast_raid::Scale;
 const USAGE: &str = "\
 usage: txcast bench dc [--seconds S] [--clients N] [--rounds R] [--pg-seconds S] [--no-pg] [--json]
        txcast bench dc --paper [--seconds S]
-       txcast bench dc --failover [--clients N] [--rounds R] [--json]
+       txcast bench dc --failover [--clients N] [--rounds R] [--vote-timeout MS] [--json]
   --failover: 3 sites under load; site 2 stops (its port closes, as a crash looks to the
   others), then starts again on its log: how long sites 0 and 1 stall, and how long site 2
   takes to commit again (a view change without it, then one with it and its snapshot)
@@ -136,7 +136,7 @@ fn longest_gap(samples: &[(Duration, u64)], from: Duration, to: Duration) -> Dur
     gap.max(to.saturating_sub(last))
 }
 
-fn failover_round(clients: usize) -> Result<Failover, String> {
+fn failover_round(clients: usize, vote: Option<Duration>) -> Result<Failover, String> {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use txcast_raid::driver::{run_site, RunControl};
@@ -150,6 +150,9 @@ fn failover_round(clients: usize) -> Result<Failover, String> {
     ));
     let mut cluster = ClusterConfig::new(3, Scale::tpcb(1), dir.clone());
     cluster.site.coordinated_max = clients.max(64);
+    if let Some(v) = vote {
+        cluster.site.vote_timeout = v;
+    }
     // Sites 0 and 1 run 8 s; site 2 runs 2 s, is stopped, and runs again from 5 s to 8 s.
     let (stop_at, start_at, end_at) = (2.0, 5.0, 8.0);
     let load = |secs: f64, seed| Load {
@@ -240,13 +243,14 @@ fn failover_round(clients: usize) -> Result<Failover, String> {
 }
 
 /// A site stopped and started again under load, `rounds` times.
-fn failover(clients: usize, rounds: u32, json: bool) -> i32 {
+fn failover(clients: usize, rounds: u32, json: bool, vote_timeout: Option<Duration>) -> i32 {
     if !json {
-        let vote = txcast_raid::SiteConfig::new(0, 3, 1, Scale::tpcb(1)).vote_timeout;
+        let vote = vote_timeout
+            .unwrap_or(txcast_raid::SiteConfig::new(0, 3, 1, Scale::tpcb(1)).vote_timeout);
         println!("3 sites, {clients} clients per site, TPC-B scale 1, fdatasync on, vote timeout {} ms: site 2 stops at 2 s and starts again at 5 s", vote.as_millis());
     }
     for round in 1..=rounds.max(1) {
-        let f = match failover_round(clients) {
+        let f = match failover_round(clients, vote_timeout) {
             Ok(f) => f,
             Err(e) => {
                 eprintln!("txcast bench dc --failover: {e}");
@@ -279,7 +283,13 @@ pub fn run(args: &[String]) -> i32 {
         println!("{USAGE}");
         return 0;
     }
-    let known = ["--seconds", "--clients", "--rounds", "--pg-seconds"];
+    let known = [
+        "--seconds",
+        "--clients",
+        "--rounds",
+        "--pg-seconds",
+        "--vote-timeout",
+    ];
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
@@ -313,7 +323,16 @@ pub fn run(args: &[String]) -> i32 {
     }
     if args.iter().any(|a| a == "--failover") {
         let clients = value(args, "--clients").ok().flatten().unwrap_or(64);
-        return failover(clients, rounds, json);
+        let vote = match value::<u64>(args, "--vote-timeout") {
+            Ok(v) if v.is_none_or(|ms| (10..=600_000).contains(&ms)) => {
+                v.map(Duration::from_millis)
+            }
+            _ => {
+                eprintln!("txcast bench dc: --vote-timeout: 10 to 600000 ms\n{USAGE}");
+                return super::EXIT_USAGE;
+            }
+        };
+        return failover(clients, rounds, json, vote);
     }
     let mut pg = !args.iter().any(|a| a == "--no-pg");
     let (mut r3, mut r1, mut p1, mut p2, mut q3, mut q1) =
