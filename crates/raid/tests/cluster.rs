@@ -25,6 +25,32 @@ fn small() -> Scale {
     }
 }
 
+type SiteThread = std::thread::JoinHandle<
+    Result<(txcast_raid::driver::SiteReport, txcast_raid::Db), txcast_raid::driver::RaidError>,
+>;
+
+/// Every site of `cluster` on a thread of its own with no clients of its own, served until
+/// the test sets `end_when_quiet` (or `stop`) on the control returned.
+fn start_sites(
+    cluster: &ClusterConfig,
+) -> (
+    std::sync::Arc<txcast_raid::driver::RunControl>,
+    Vec<SiteThread>,
+) {
+    use std::sync::atomic::Ordering;
+    let control = std::sync::Arc::new(txcast_raid::driver::RunControl::new());
+    control.end_when_quiet.store(false, Ordering::SeqCst);
+    let sites = (0..cluster.sites)
+        .map(|s| {
+            let (c, ctl) = (cluster.clone(), control.clone());
+            std::thread::spawn(move || {
+                txcast_raid::driver::run_site_db(&c, s, Some(load(0, 0)), ctl)
+            })
+        })
+        .collect();
+    (control, sites)
+}
+
 fn load(clients: usize, ms: u64) -> Load {
     Load {
         clients,
@@ -150,22 +176,13 @@ fn messages_from_strangers_are_dropped_and_the_sites_go_on() {
 #[test]
 fn clients_in_other_processes_commit_and_bad_requests_are_refused() {
     use std::sync::atomic::Ordering;
-    use std::sync::Arc;
     use txcast_raid::client::{Outcome, RaidClient, Refusal};
-    use txcast_raid::driver::{run_site_db, RunControl};
     use txcast_raid::Transfer;
 
     let dir = temp_dir("clients");
     let mut cluster = ClusterConfig::new(3, small(), dir.clone());
     cluster.instance = 35;
-    let control = Arc::new(RunControl::new());
-    control.end_when_quiet.store(false, Ordering::SeqCst);
-    let sites: Vec<_> = (0..3u16)
-        .map(|s| {
-            let (c, ctl) = (cluster.clone(), control.clone());
-            std::thread::spawn(move || run_site_db(&c, s, Some(load(0, 0)), ctl))
-        })
-        .collect();
+    let (control, sites) = start_sites(&cluster);
     // A client at site 2's host talks to site 0, one transfer at a time on one account:
     // each balance it is told is the previous one plus its delta.
     let mut c = RaidClient::open(Address::new(35, 2, 6, 0), cluster.address(0)).unwrap();
@@ -248,21 +265,12 @@ fn clients_in_other_processes_commit_and_bad_requests_are_refused() {
 #[test]
 fn a_load_generator_in_another_thread_drives_a_running_cluster_and_audits_it() {
     use std::sync::atomic::Ordering;
-    use std::sync::Arc;
-    use txcast_raid::driver::{run_site, RunControl};
     use txcast_raid::remote::run_remote;
 
     let dir = temp_dir("remote");
     let mut cluster = ClusterConfig::new(3, small(), dir.clone());
     cluster.instance = 39;
-    let control = Arc::new(RunControl::new());
-    control.end_when_quiet.store(false, Ordering::SeqCst);
-    let sites: Vec<_> = (0..3u16)
-        .map(|s| {
-            let (c, ctl) = (cluster.clone(), control.clone());
-            std::thread::spawn(move || run_site(&c, s, Some(load(0, 0)), ctl))
-        })
-        .collect();
+    let (control, sites) = start_sites(&cluster);
     let r = run_remote(&cluster, &load(16, 600), |_, _| {}).unwrap();
     assert!(r.committed > 100, "{}", r.committed);
     assert!(r.conserved, "{:?}", r.audits);
@@ -272,7 +280,7 @@ fn a_load_generator_in_another_thread_drives_a_running_cluster_and_audits_it() {
     assert!(r.audits[0].0.history_rows >= r.committed);
     control.stop.store(true, Ordering::SeqCst);
     for t in sites {
-        let s = t.join().unwrap().unwrap();
+        let (s, _) = t.join().unwrap().unwrap();
         assert_eq!(s.digest, r.audits[0].1);
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -341,22 +349,13 @@ fn a_load_generator_on_its_own_host_rides_out_a_site_that_stops_and_starts_again
 fn concurrent_conflicting_transfers_serialize_by_an_external_check_of_the_history() {
     use std::collections::{HashMap, HashSet};
     use std::sync::atomic::Ordering;
-    use std::sync::Arc;
     use txcast_raid::client::{Outcome, RaidClient};
-    use txcast_raid::driver::{run_site_db, RunControl};
     use txcast_raid::{Key, Transfer, TxnId};
 
     let dir = temp_dir("serial");
     let mut cluster = ClusterConfig::new(3, small(), dir.clone());
     cluster.instance = 36;
-    let control = Arc::new(RunControl::new());
-    control.end_when_quiet.store(false, Ordering::SeqCst);
-    let sites: Vec<_> = (0..3u16)
-        .map(|s| {
-            let (c, ctl) = (cluster.clone(), control.clone());
-            std::thread::spawn(move || run_site_db(&c, s, Some(load(0, 0)), ctl))
-        })
-        .collect();
+    let (control, sites) = start_sites(&cluster);
     // Three clients, one per site, each with 40 transfers in flight on four accounts: they
     // conflict all the time, at every site. Every delta is distinct, so a history row names
     // its transfer.
