@@ -144,6 +144,15 @@ fn converged(n: &Net) {
     }
 }
 
+/// With site 0 down, sites 1 and 2 go on; then site 0 restarts on its log, joins, and the
+/// three converge.
+fn survivors_go_on_then_site_0_rejoins(n: &mut Net) {
+    survivors_go_on(n);
+    n.restart(0, 2);
+    n.steps(2000);
+    converged(n);
+}
+
 /// While site 0 is down, sites 1 and 2 go on: a transfer at site 1 commits.
 fn survivors_go_on(n: &mut Net) {
     let t = Transfer {
@@ -186,10 +195,7 @@ fn killed_before_its_commit_record_is_durable_its_decision_holds_where_it_arrive
     );
     n.kill(0);
     assert_eq!(n.nodes[1].site.db().balance(Key::account(3)), Ok(50));
-    survivors_go_on(&mut n);
-    n.restart(0, 2);
-    n.steps(2000);
-    converged(&n);
+    survivors_go_on_then_site_0_rejoins(&mut n);
     // The restarted site lost the record, and takes the donor's copy, which has it.
     for node in &n.nodes {
         assert_eq!(node.site.db().balance(Key::account(3)), Ok(50));
@@ -220,10 +226,7 @@ fn killed_with_its_decision_durable_and_unsent_the_new_view_settles_it() {
     n.kill(0);
     n.mute[0] = false;
     assert_eq!(n.nodes[1].site.db().balance(Key::account(3)), Ok(0));
-    survivors_go_on(&mut n);
-    n.restart(0, 2);
-    n.steps(2000);
-    converged(&n);
+    survivors_go_on_then_site_0_rejoins(&mut n);
     // The survivors' donor had it in doubt: it is in no copy, and the restarted site's
     // durable commit record is undone by the donor's copy.
     for node in &n.nodes {
@@ -259,10 +262,7 @@ fn a_committed_transfer_is_told_once_every_site_holds_it_and_survives_its_coordi
         assert_eq!(node.site.db().balance(Key::account(3)), Ok(50));
     }
     n.kill(0);
-    survivors_go_on(&mut n);
-    n.restart(0, 2);
-    n.steps(2000);
-    converged(&n);
+    survivors_go_on_then_site_0_rejoins(&mut n);
     for node in &n.nodes {
         assert_eq!(node.site.db().balance(Key::account(3)), Ok(50));
         assert_eq!(node.site.db().history_count(), 2);
