@@ -276,6 +276,9 @@ pub enum Msg {
         donor: u16,
         /// The ballot the donor's copy is synced to.
         synced: u64,
+        /// The donor's copy's fingerprint, when the donor installed before sending (a member
+        /// whose copy has the same one takes no snapshot).
+        fingerprint: Option<u64>,
         members: Vec<Member>,
     },
     Installed {
@@ -382,9 +385,14 @@ impl Msg {
                 ballot,
                 donor,
                 synced,
+                fingerprint,
                 members,
             } => {
                 w.u8(INSTALL).u64(*ballot).u16(*donor).u64(*synced);
+                match fingerprint {
+                    None => w.u8(0),
+                    Some(f) => w.u8(1).u64(*f),
+                };
                 put_members(w, members);
             }
             Msg::Installed { ballot } => {
@@ -454,6 +462,11 @@ impl Msg {
                 ballot: r.u64()?,
                 donor: r.u16()?,
                 synced: r.u64()?,
+                fingerprint: match r.u8()? {
+                    0 => None,
+                    1 => Some(r.u64()?),
+                    v => return Err(MsgError::Vote(v)),
+                },
                 members: get_members(r)?,
             },
             INSTALLED => Msg::Installed { ballot: r.u64()? },
@@ -691,6 +704,7 @@ mod tests {
                 ballot: 5,
                 donor: 2,
                 synced: 4,
+                fingerprint: Some(77),
                 members: members.clone(),
             },
             Msg::Installed { ballot: 5 },

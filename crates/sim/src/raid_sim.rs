@@ -563,6 +563,7 @@ fn add_counters(a: &mut Counters, b: Counters) {
     a.donated += b.donated;
     a.snapshots += b.snapshots;
     a.snapshot_chunks += b.snapshot_chunks;
+    a.snapshots_spared += b.snapshots_spared;
     a.suspicions += b.suspicions;
     a.left_out += b.left_out;
     a.dropped_view += b.dropped_view;

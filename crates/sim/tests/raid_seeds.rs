@@ -8,11 +8,12 @@ fn fixed_seeds_serialize_conserve_and_keep_every_acknowledged_commit() {
     let opts = RaidSimOptions::default();
     let (mut in_doubt, mut snapshots, mut lost, mut timeouts, mut conflicts, mut committed) =
         (0, 0, 0, 0, 0, 0);
-    let (mut multi, mut disks, mut compacted) = (0, 0, 0);
+    let (mut multi, mut disks, mut compacted, mut spared) = (0, 0, 0, 0);
     for seed in 0..300u64 {
         let r = run_raid(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
         in_doubt += u64::from(r.counters.recovered_in_doubt > 0);
         snapshots += u64::from(r.counters.snapshots > 0);
+        spared += u64::from(r.counters.snapshots_spared > 0);
         lost += u64::from(r.lost_in_crash > 0);
         timeouts += u64::from(r.counters.retries_timeout > 0);
         conflicts += r.counters.retries_conflict;
@@ -30,6 +31,10 @@ fn fixed_seeds_serialize_conserve_and_keep_every_acknowledged_commit() {
     assert!(
         snapshots > 50,
         "{snapshots} seeds where a site took the donor's snapshot"
+    );
+    assert!(
+        spared > 100,
+        "{spared} seeds where a member's copy had the donor's fingerprint"
     );
     assert!(
         lost > 20,

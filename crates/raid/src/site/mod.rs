@@ -238,8 +238,10 @@ pub struct Counters {
     pub proposals: u64,
     pub views: u64,
     pub donated: u64,
-    /// Snapshots taken, and their chunks received.
+    /// Snapshots taken, and their chunks received; installs that needed none (the copy had
+    /// the donor's fingerprint).
     pub snapshots: u64,
+    pub snapshots_spared: u64,
     pub snapshot_chunks: u64,
     /// Sites this site suspected (no vote, acknowledgement or answer in time).
     pub suspicions: u64,
@@ -1164,8 +1166,19 @@ impl Site {
                 ballot,
                 donor,
                 synced,
+                fingerprint,
                 members,
-            } => self.on_install(now, from, ballot, donor, synced, members),
+            } => self.on_install(
+                now,
+                from,
+                view::Install {
+                    ballot,
+                    donor,
+                    synced,
+                    fingerprint,
+                    members,
+                },
+            ),
             Msg::Installed { ballot } => self.on_installed(now, from, ballot),
             Msg::View { ballot, members } => self.on_view(now, from, ballot, members),
             Msg::SnapGet { ballot, offset } => self.on_snap_get(from, ballot, offset),

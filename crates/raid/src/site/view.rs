@@ -53,10 +53,21 @@ pub(super) struct Proposal {
     members: Vec<Member>,
     promised: u64,
     synced: Vec<(u16, u64)>,
-    /// Set once every member promised.
+    /// Set once every member promised: the donor, its synced ballot, and its copy's
+    /// fingerprint when the donor is this site (it installs first).
     donor: Option<(u16, u64)>,
+    fingerprint: Option<u64>,
     installed: u64,
     deadline: Instant,
+}
+
+/// An `INSTALL` as received.
+pub(super) struct Install {
+    pub ballot: u64,
+    pub donor: u16,
+    pub synced: u64,
+    pub fingerprint: Option<u64>,
+    pub members: Vec<Member>,
 }
 
 pub(super) struct Sync {
@@ -146,6 +157,7 @@ impl Site {
             promised: 0,
             synced: Vec::new(),
             donor: None,
+            fingerprint: None,
             installed: 0,
             deadline: now + self.cfg.view_timeout,
         });
@@ -216,6 +228,9 @@ impl Site {
     }
 
     pub(super) fn on_promise(&mut self, now: Instant, from: Header, ballot: u64, synced: u64) {
+        if self.broken {
+            return;
+        }
         let Some(p) = self.proposal.as_mut() else {
             return;
         };
@@ -248,15 +263,29 @@ impl Site {
         };
         p.donor = Some((donor, best));
         p.deadline = now + self.cfg.view_timeout;
+        let members = p.members.clone();
+        // The donor installs before it sends, so the install carries its copy's fingerprint.
+        let fingerprint = if donor == me {
+            let f = self.install(now, ballot, donor, best, None, members.clone());
+            if let Some(p) = self.proposal.as_mut() {
+                p.installed |= bit(me);
+                p.fingerprint = f;
+            }
+            f
+        } else {
+            None
+        };
         let msg = Msg::Install {
             ballot,
             donor,
             synced: best,
-            members: p.members.clone(),
+            fingerprint,
+            members: members.clone(),
         };
-        let sites: Vec<u16> = p.members.iter().map(|m| m.site).collect();
-        for s in sites {
-            self.send(s, &msg);
+        for m in members {
+            if !(donor == me && m.site == me) {
+                self.send(m.site, &msg);
+            }
         }
     }
 
@@ -267,15 +296,14 @@ impl Site {
         }
     }
 
-    pub(super) fn on_install(
-        &mut self,
-        now: Instant,
-        from: Header,
-        ballot: u64,
-        donor: u16,
-        donor_synced: u64,
-        members: Vec<Member>,
-    ) {
+    pub(super) fn on_install(&mut self, now: Instant, from: Header, i: Install) {
+        let Install {
+            ballot,
+            donor,
+            synced: donor_synced,
+            fingerprint,
+            members,
+        } = i;
         if self.broken {
             return;
         }
@@ -289,19 +317,21 @@ impl Site {
             self.counters.dropped_view += 1;
             return;
         }
-        self.install(now, ballot, donor, donor_synced, members);
+        self.install(now, ballot, donor, donor_synced, fingerprint, members);
         self.send(from.site, &Msg::Installed { ballot });
     }
 
     /// Installs the view of `ballot`: everything of the old view ends here (see the module).
+    /// The donor returns its copy's fingerprint.
     fn install(
         &mut self,
         now: Instant,
         ballot: u64,
         donor: u16,
         donor_synced: u64,
+        donor_fingerprint: Option<u64>,
         members: Vec<Member>,
-    ) {
+    ) -> Option<u64> {
         let me = self.cfg.site;
         let am_donor = donor == me;
         self.counters.views += 1;
@@ -373,10 +403,23 @@ impl Site {
         }
         self.sync = None;
         self.snapshot = None;
-        if am_donor || (donor_synced == 0 && self.synced == 0) {
+        // A member whose copy is the donor's (the same fingerprint) needs no snapshot: its
+        // commits under way are in the donor's copy as they are in its own.
+        let same = !am_donor && donor_fingerprint.is_some_and(|f| f == self.db.fingerprint());
+        if same {
+            self.counters.snapshots_spared += 1;
+            for c in self.coord.values_mut() {
+                if c.phase == CPhase::Resolving && c.resolve == ballot {
+                    c.known = true;
+                }
+            }
+        }
+        let mut fingerprint = None;
+        if am_donor || same || (donor_synced == 0 && self.synced == 0) {
             // The donor's copy (or, before anything ever committed, every copy) is the
             // view's.
             if am_donor {
+                fingerprint = Some(self.db.fingerprint());
                 let mut blob = Vec::new();
                 let mut w = Writer::new(&mut blob);
                 for list in [&applied, &doubt] {
@@ -408,6 +451,7 @@ impl Site {
             self.ask_chunks(now);
         }
         self.soon(now + self.cfg.resend);
+        fingerprint
     }
 
     pub(super) fn on_installed(&mut self, _now: Instant, from: Header, ballot: u64) {
@@ -818,6 +862,7 @@ impl Site {
                         ballot,
                         donor,
                         synced,
+                        fingerprint: p.fingerprint,
                         members: members.clone(),
                     },
                 };
