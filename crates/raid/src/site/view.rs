@@ -91,6 +91,16 @@ impl Site {
         }
     }
 
+    /// Whether every member named is a site of this database (a view from the network may
+    /// name any site number the format allows).
+    fn valid_members(&mut self, members: &[Member]) -> bool {
+        let ok = members.iter().all(|m| m.site < self.cfg.sites);
+        if !ok {
+            self.counters.dropped_malformed += 1;
+        }
+        ok
+    }
+
     fn majority(&self) -> usize {
         self.cfg.sites as usize / 2 + 1
     }
@@ -193,6 +203,9 @@ impl Site {
         ballot: u64,
         members: Vec<Member>,
     ) {
+        if !self.valid_members(&members) {
+            return;
+        }
         self.seen = self.seen.max(ballot);
         if self.broken || !members.contains(&self.me()) {
             self.counters.dropped_view += 1;
@@ -304,7 +317,7 @@ impl Site {
             fingerprint,
             members,
         } = i;
-        if self.broken {
+        if self.broken || !self.valid_members(&members) {
             return;
         }
         if ballot == self.view.ballot && self.phase != Phase::Out {
@@ -512,6 +525,9 @@ impl Site {
         ballot: u64,
         members: Vec<Member>,
     ) {
+        if !self.valid_members(&members) {
+            return;
+        }
         self.seen = self.seen.max(ballot);
         let live = members
             .iter()
