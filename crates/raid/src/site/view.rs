@@ -15,17 +15,19 @@
 //!    latest view anything committed in is never older than the donor's.
 //! 4. A member installs: the old view's transactions end (prepares dropped, its own attempts
 //!    not decided retried, its decided ones resolved by the donor's copy). The donor's copy
-//!    is the new view's: it keeps a snapshot of it (the list of the old view's transactions
-//!    applied there, then the image) and goes on; every other member pulls the snapshot in
-//!    chunks, takes it, writes it to its log as an image, and goes on. A client was told of
-//!    a commit only once every member held it durably, so the donor has every one.
+//!    is the new view's: it keeps a snapshot of it (the lists of the old view's transactions
+//!    applied there and in doubt there, then the image) and goes on; every other member
+//!    pulls the snapshot in chunks, takes it, writes it to its log as an image, and goes on.
+//!    A member whose copy has the fingerprint the donor sent (when the proposer is the
+//!    donor, it installs first) keeps its copy instead. A client was told of a commit only
+//!    once every member held it durably, so the donor has every one.
 //! 5. A view is complete once every member's copy is durably synced to it (`SYNCED`): every
 //!    later view's donor then descends from it. An old view's commit that the donor's copy
 //!    has is answered only then (a view may be installed at some members and never at
 //!    others, when a higher ballot took them first: its donor's copy is then no one's).
 //!
 //! Sites at ballot 0 (nothing ever committed) hold the same copy, so the first view needs no
-//! snapshot.
+//! snapshot. View messages naming a site the database does not have are dropped.
 
 use super::*;
 use crate::msg::CHUNK;
