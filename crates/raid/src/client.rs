@@ -404,19 +404,17 @@ impl RaidClient {
         let id = self.next_id;
         self.next_id += 1;
         self.port.send(self.site, &encode_audit(id))?;
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let (got, o) = self.poll(left)?;
-            if got == id {
-                return Ok(o);
-            }
-        }
+        self.wait_for(id, timeout)
     }
 
     /// One transfer, waiting for its outcome (replies to earlier requests are skipped).
     pub fn transfer(&mut self, t: &Transfer, timeout: Duration) -> Result<Outcome, ClientError> {
         let id = self.submit(t)?;
+        self.wait_for(id, timeout)
+    }
+
+    /// The reply to request `id` (replies to other requests are skipped), by `timeout`.
+    fn wait_for(&mut self, id: u64, timeout: Duration) -> Result<Outcome, ClientError> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
