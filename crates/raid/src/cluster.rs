@@ -3,7 +3,9 @@
 //! exactly as separate processes would.
 
 use crate::db::Totals;
-use crate::driver::{run_site, ClusterConfig, Load, RaidError, RunControl, SiteReport};
+use crate::driver::{
+    engine_config, run_site, ClusterConfig, Load, RaidError, RunControl, SiteReport,
+};
 use crate::site::{count_cause, Cause};
 use crate::stats::Histogram;
 use std::sync::atomic::Ordering;
@@ -44,6 +46,19 @@ pub fn run_embedded(
     mut progress: impl FnMut(Duration, u64),
 ) -> Result<DcReport, RaidError> {
     let control = Arc::new(RunControl::new());
+    // Every site on loopback: an engine of their own, tuned for sites that sleep.
+    let mut own;
+    let cluster = match &cluster.engine {
+        Some(_) => cluster,
+        None => {
+            own = cluster.clone();
+            let e =
+                txcast_port::Engine::start(engine_config(txcast_port::ClusterConfig::default()))
+                    .map_err(|e| RaidError::Cluster(format!("engine: {e}")))?;
+            own.engine = Some(e);
+            &own
+        }
+    };
     let started = std::time::Instant::now();
     let threads: Vec<_> = (0..cluster.sites)
         .map(|s| {

@@ -75,6 +75,22 @@ pub struct ClusterConfig {
     pub engine: Option<txcast_port::Engine>,
 }
 
+/// How long the engine under Raid's sites keeps polling its sockets after its last packet
+/// before it sleeps on them. The sites themselves sleep between packets (several sites and
+/// their log writers share a few cores), so an engine that spins takes a core from them;
+/// side by side at 128 clients per site on 3 sites, 50 µs of spin (the engine's default)
+/// cost 10 % more CPU per transaction than none (see docs/BENCHMARKS.md).
+pub const ENGINE_SPIN: Duration = Duration::ZERO;
+
+/// The engine configuration Raid's sites run on: `naming` says where each site is.
+pub fn engine_config(naming: txcast_port::ClusterConfig) -> txcast_port::EngineConfig {
+    txcast_port::EngineConfig {
+        cluster: naming,
+        idle_spin: ENGINE_SPIN,
+        ..txcast_port::EngineConfig::default()
+    }
+}
+
 impl ClusterConfig {
     pub fn new(sites: u16, scale: Scale, data_dir: PathBuf) -> ClusterConfig {
         ClusterConfig {

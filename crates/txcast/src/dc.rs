@@ -285,10 +285,7 @@ fn connect(o: &DcOptions) -> i32 {
                 return 2;
             }
         };
-        match txcast_port::Engine::start(txcast_port::EngineConfig {
-            cluster: naming,
-            ..txcast_port::EngineConfig::default()
-        }) {
+        match txcast_port::Engine::start(txcast_raid::driver::engine_config(naming)) {
             Ok(e) => cluster.engine = Some(e),
             Err(e) => {
                 eprintln!("txcast dc: engine: {e}");

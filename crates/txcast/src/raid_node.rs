@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use txcast_port::{ClusterConfig as Naming, Engine, EngineConfig};
+use txcast_port::{ClusterConfig as Naming, Engine};
 use txcast_raid::driver::{run_site, ClusterConfig, Load, RunControl};
 use txcast_raid::Scale;
 
@@ -101,11 +101,8 @@ fn serve(args: &[String]) -> Result<i32, String> {
     }
     if let Some(path) = opt::<String>(args, "--config") {
         let naming = Naming::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
-        let engine = Engine::start(EngineConfig {
-            cluster: naming,
-            ..EngineConfig::default()
-        })
-        .map_err(|e| e.to_string())?;
+        let engine =
+            Engine::start(txcast_raid::driver::engine_config(naming)).map_err(|e| e.to_string())?;
         cluster.engine = Some(engine);
     }
     for sig in [libc::SIGINT, libc::SIGTERM] {
