@@ -747,7 +747,9 @@ pub fn run_site_db(
                 records.push(r);
             }
             writer.append(&records);
-            records.clear();
+            for r in records.drain(..) {
+                core.recycle_record(r);
+            }
         }
         ext.audit(&core);
         ext.flush(&mut port);
@@ -756,6 +758,7 @@ pub fn run_site_db(
                 // The link to a site that is down fills: the site's protocol sends again.
                 let _ = e;
             }
+            core.recycle_packet(p);
         }
         // The end of a run with a load: every site of the process quiet for a while.
         if load.is_some() {

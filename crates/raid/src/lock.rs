@@ -16,11 +16,18 @@
 //!   so none starves.
 //!
 //! Bounded by the transactions a site admits (its coordinator and participant tables).
+//!
+//! Holders are kept per mode in hash maps: granting and releasing cost the same whether a key
+//! has one holder or thousands (a branch's increment lock has every transaction in flight).
+//! The oldest conflicting holder is found by a scan, and only for a request that cannot be
+//! granted at once. Emptied queues are kept for reuse (up to [`SPARE_QUEUES`]), so a key
+//! locked and released again takes no allocation.
 
 use crate::db::Key;
 use crate::TxnId;
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeSet, VecDeque};
+use smallvec::SmallVec;
+use std::collections::VecDeque;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -76,13 +83,18 @@ fn slot(m: Mode) -> usize {
     }
 }
 
-/// One key's holders, by mode and age (a branch's increment lock may have thousands), and
-/// its FIFO of waiters.
+/// One key's holders by mode (with their ages), and its FIFO of waiters.
 #[derive(Default, Debug)]
 struct Queue {
-    held: [BTreeSet<(Ts, TxnId)>; 3],
+    held: [FxHashMap<TxnId, Ts>; 3],
     waiters: VecDeque<Entry>,
 }
+
+/// Emptied queues kept for reuse.
+pub const SPARE_QUEUES: usize = 256;
+
+/// The locks a transaction asked for (DebitCredit's three fit inline).
+pub type Locks = SmallVec<[(Key, Mode); 4]>;
 
 impl Queue {
     fn holders_compatible(&self, mode: Mode) -> bool {
@@ -97,16 +109,17 @@ impl Queue {
 
     /// Whether a holder or waiter that conflicts with `mode` is older than `ts`.
     fn older_conflict(&self, mode: Mode, ts: Ts) -> bool {
-        MODES.iter().any(|&m| {
-            !m.compatible(mode) && self.held[slot(m)].first().is_some_and(|&(t, _)| t < ts)
-        }) || self
-            .waiters
+        MODES
             .iter()
-            .any(|w| !w.mode.compatible(mode) && w.ts < ts)
+            .any(|&m| !m.compatible(mode) && self.held[slot(m)].values().any(|&t| t < ts))
+            || self
+                .waiters
+                .iter()
+                .any(|w| !w.mode.compatible(mode) && w.ts < ts)
     }
 
     fn hold(&mut self, e: Entry) {
-        self.held[slot(e.mode)].insert((e.ts, e.txn));
+        self.held[slot(e.mode)].insert(e.txn, e.ts);
     }
 
     fn is_empty(&self) -> bool {
@@ -116,8 +129,7 @@ impl Queue {
 
 #[derive(Debug)]
 struct Held {
-    ts: Ts,
-    locks: Vec<(Key, Mode)>,
+    locks: Locks,
     missing: usize,
 }
 
@@ -126,6 +138,7 @@ pub struct LockTable {
     keys: FxHashMap<Key, Queue>,
     txns: FxHashMap<TxnId, Held>,
     granted: VecDeque<TxnId>,
+    spare: Vec<Queue>,
     pub waits: u64,
     pub deaths: u64,
 }
@@ -161,7 +174,10 @@ impl LockTable {
         }
         let mut missing = 0;
         for &(key, mode) in locks {
-            let q = self.keys.entry(key).or_default();
+            let q = self
+                .keys
+                .entry(key)
+                .or_insert_with(|| self.spare.pop().unwrap_or_default());
             let e = Entry { txn, ts, mode };
             if q.grantable(mode) {
                 q.hold(e);
@@ -173,8 +189,7 @@ impl LockTable {
         self.txns.insert(
             txn,
             Held {
-                ts,
-                locks: locks.to_vec(),
+                locks: Locks::from_slice(locks),
                 missing,
             },
         );
@@ -200,7 +215,7 @@ impl LockTable {
             let Some(q) = self.keys.get_mut(&key) else {
                 continue;
             };
-            if !q.held[slot(mode)].remove(&(held.ts, txn)) {
+            if q.held[slot(mode)].remove(&txn).is_none() {
                 q.waiters.retain(|e| e.txn != txn);
             }
             // Waiters at the front join the holders while they are compatible with them.
@@ -218,7 +233,11 @@ impl LockTable {
                 }
             }
             if q.is_empty() {
-                self.keys.remove(&key);
+                if let Some(q) = self.keys.remove(&key) {
+                    if self.spare.len() < SPARE_QUEUES {
+                        self.spare.push(q);
+                    }
+                }
             }
         }
     }

@@ -144,12 +144,15 @@ impl Vote {
     }
 }
 
+/// A write set: DebitCredit's three writes are kept inline, without an allocation.
+pub type Writes = smallvec::SmallVec<[Write; 4]>;
+
 /// A transaction's work: what a participant prepares and a log redoes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Work {
     pub txn: TxnId,
     pub ts: Ts,
-    pub writes: Vec<Write>,
+    pub writes: Writes,
     pub row: Option<HistoryRow>,
 }
 
@@ -199,7 +202,7 @@ impl Work {
             seq: r.u64()?,
         };
         let n = r.count(WRITES_MAX, WRITE_BYTES)?;
-        let mut writes = Vec::with_capacity(n);
+        let mut writes = Writes::with_capacity(n);
         for _ in 0..n {
             let key = Key(r.u32()?);
             if key.table().is_none() {
@@ -528,6 +531,23 @@ pub fn put_header(w: &mut Writer, h: Header) {
 /// Decodes a whole packet: its header and every message, or the first error (then nothing of
 /// it is used).
 pub fn decode_packet(bytes: &[u8]) -> Result<(Header, Vec<Msg>), MsgError> {
+    let mut msgs = Vec::new();
+    let h = decode_packet_into(bytes, &mut msgs)?;
+    Ok((h, msgs))
+}
+
+/// [`decode_packet`] into `msgs` (cleared first; a receiver reuses one vector for every
+/// packet). On an error `msgs` holds nothing to act on: the packet is refused whole.
+pub fn decode_packet_into(bytes: &[u8], msgs: &mut Vec<Msg>) -> Result<Header, MsgError> {
+    msgs.clear();
+    let r = decode_into(bytes, msgs);
+    if r.is_err() {
+        msgs.clear();
+    }
+    r
+}
+
+fn decode_into(bytes: &[u8], msgs: &mut Vec<Msg>) -> Result<Header, MsgError> {
     let mut r = Reader::new(bytes);
     let magic = r.u8()?;
     if magic != MAGIC {
@@ -542,11 +562,10 @@ pub fn decode_packet(bytes: &[u8]) -> Result<(Header, Vec<Msg>), MsgError> {
         incarnation: r.u32()?,
         to: r.u32()?,
     };
-    let mut msgs = Vec::new();
     while r.left() > 0 {
         msgs.push(Msg::get(&mut r)?);
     }
-    Ok((h, msgs))
+    Ok(h)
 }
 
 fn put_work_record(w: &mut Writer, commit: bool, work: &Work) {
@@ -639,7 +658,7 @@ mod tests {
                 site: 2,
                 seq: 98,
             },
-            writes: vec![
+            writes: smallvec::smallvec![
                 Write {
                     key: Key::account(4),
                     op: Op::Set(-3),

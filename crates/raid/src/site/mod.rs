@@ -40,7 +40,9 @@
 
 use crate::db::{Db, DbError, HistoryRow, Key, Op, Scale, Write};
 use crate::lock::{Grant, LockTable, Mode, Ts};
-use crate::msg::{decode_packet, put_header, Header, Member, Msg, MsgError, Record, Vote, Work};
+use crate::msg::{
+    decode_packet_into, put_header, Header, Member, Msg, MsgError, Record, Vote, Work,
+};
 use crate::TxnId;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, VecDeque};
@@ -58,6 +60,8 @@ use view::{Phase, Proposal, Sync};
 pub const SITES_MAX: u16 = 64;
 /// The timer wheel: 1 ms ticks, a second around, and room for every timer of a site's
 /// bounded tables many times over (stale entries are dropped when the wheel fills).
+/// Record and packet buffers a site keeps for reuse (see [`Site::recycle_record`]).
+pub const SPARE_BUFFERS: usize = 1024;
 const TIMER_TICK_NS: u64 = 1_000_000;
 const TIMER_SLOTS: usize = 1024;
 const TIMERS_MAX: usize = 1 << 20;
@@ -356,6 +360,11 @@ pub struct Site {
     peer_inc: Vec<u32>,
     /// A message being encoded (kept to reuse its allocation).
     scratch: Vec<u8>,
+    /// The messages of the packet being handled (kept to reuse its allocation).
+    rx: Vec<Msg>,
+    /// Buffers of records and packets the driver gave back, for the next ones.
+    spare_records: Vec<Vec<u8>>,
+    spare_packets: Vec<Vec<u8>>,
     /// Whether each peer has shown it knows this site's incarnation (a packet written for
     /// it); hellos go to those that have not, every `resend`.
     known_by: Vec<bool>,
@@ -407,7 +416,7 @@ fn sites_of(set: u64) -> impl Iterator<Item = u16> {
     (0..SITES_MAX).filter(move |&s| set & bit(s) != 0)
 }
 
-fn locks_of(writes: &[Write]) -> Vec<(Key, Mode)> {
+fn locks_of(writes: &[Write]) -> crate::lock::Locks {
     writes
         .iter()
         .map(|w| {
@@ -454,6 +463,9 @@ impl Site {
             events: VecDeque::new(),
             peer_inc: vec![0; n],
             scratch: Vec::new(),
+            rx: Vec::new(),
+            spare_records: Vec::new(),
+            spare_packets: Vec::new(),
             known_by: vec![false; n],
             hello_at: Instant::ZERO,
             counters: Counters::default(),
@@ -695,7 +707,7 @@ impl Site {
         let work = Work {
             txn,
             ts: c.client.ts,
-            writes: vec![
+            writes: smallvec::smallvec![
                 Write {
                     key: acct,
                     op: Op::Set(balance),
@@ -814,7 +826,10 @@ impl Site {
     }
 
     fn append(&mut self, rec: Record, wait: Option<LogWait>) {
-        let mut b = Vec::with_capacity(128);
+        let mut b = self
+            .spare_records
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(128));
         rec.encode(&mut b);
         self.push_record(b, wait);
     }
@@ -861,19 +876,41 @@ impl Site {
             incarnation: self.cfg.incarnation,
             to: peer,
         };
+        let room = self.cfg.packet_bytes;
+        let buf = &mut self.out[to as usize];
+        // A message that would take the packet past `packet_bytes` starts the next one (a
+        // message longer than that goes alone).
+        if buf.len() > crate::msg::PACKET_HEADER && buf.len() + msg.len() > room {
+            let next = self
+                .spare_packets
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(room));
+            let full = std::mem::replace(buf, next);
+            self.tx.push_back((to, full));
+            self.counters.packets_out += 1;
+        }
         let buf = &mut self.out[to as usize];
         if buf.is_empty() {
             put_header(&mut Writer::new(buf), header);
         }
-        let mark = buf.len();
         buf.extend_from_slice(msg);
-        if buf.len() > self.cfg.packet_bytes && mark > crate::msg::PACKET_HEADER {
-            let tail = buf.split_off(mark);
-            let full = std::mem::take(buf);
-            put_header(&mut Writer::new(buf), header);
-            buf.extend_from_slice(&tail);
-            self.tx.push_back((to, full));
-            self.counters.packets_out += 1;
+    }
+
+    /// Gives back a record's buffer taken from [`Site::poll_log`] once it is written, for a
+    /// later record (at most [`SPARE_BUFFERS`] are kept).
+    pub fn recycle_record(&mut self, mut b: Vec<u8>) {
+        if self.spare_records.len() < SPARE_BUFFERS {
+            b.clear();
+            self.spare_records.push(b);
+        }
+    }
+
+    /// Gives back a packet's buffer taken from [`Site::poll_transmit`] once it is sent (at
+    /// most [`SPARE_BUFFERS`] are kept).
+    pub fn recycle_packet(&mut self, mut b: Vec<u8>) {
+        if self.spare_packets.len() < SPARE_BUFFERS {
+            b.clear();
+            self.spare_packets.push(b);
         }
     }
 
@@ -1019,8 +1056,21 @@ impl Site {
     /// and packets claiming to be from this site or from no site of the database are dropped
     /// and counted.
     pub fn handle_packet(&mut self, now: Instant, bytes: &[u8]) -> Result<(), MsgError> {
-        let (h, msgs) = match decode_packet(bytes) {
-            Ok(p) => p,
+        let mut msgs = std::mem::take(&mut self.rx);
+        let r = self.handle_decoded(now, bytes, &mut msgs);
+        msgs.clear();
+        self.rx = msgs;
+        r
+    }
+
+    fn handle_decoded(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        msgs: &mut Vec<Msg>,
+    ) -> Result<(), MsgError> {
+        let h = match decode_packet_into(bytes, msgs) {
+            Ok(h) => h,
             Err(e) => {
                 self.counters.dropped_malformed += 1;
                 return Err(e);
@@ -1048,7 +1098,7 @@ impl Site {
             return Ok(());
         }
         self.counters.packets_in += 1;
-        for m in msgs {
+        for m in msgs.drain(..) {
             self.handle_msg(now, h, m);
         }
         self.settle(now);
@@ -1569,7 +1619,8 @@ impl Site {
         if self.tx.is_empty() {
             for (s, buf) in self.out.iter_mut().enumerate() {
                 if !buf.is_empty() {
-                    self.tx.push_back((s as u16, std::mem::take(buf)));
+                    let next = self.spare_packets.pop().unwrap_or_default();
+                    self.tx.push_back((s as u16, std::mem::replace(buf, next)));
                     self.counters.packets_out += 1;
                 }
             }
