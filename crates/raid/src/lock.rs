@@ -20,8 +20,8 @@
 //! Holders are kept per mode in hash maps: granting and releasing cost the same whether a key
 //! has one holder or thousands (a branch's increment lock has every transaction in flight).
 //! The oldest conflicting holder is found by a scan, and only for a request that cannot be
-//! granted at once. Emptied queues are kept for reuse (up to [`SPARE_QUEUES`]), so a key
-//! locked and released again takes no allocation.
+//! granted at once. Queues live in a slab that keeps its slots (as many as keys were ever
+//! locked at once), so a key locked and released again takes no allocation.
 
 use crate::db::Key;
 use crate::TxnId;
@@ -90,9 +90,6 @@ struct Queue {
     waiters: VecDeque<Entry>,
 }
 
-/// Emptied queues kept for reuse.
-pub const SPARE_QUEUES: usize = 256;
-
 /// The locks a transaction asked for (DebitCredit's three fit inline).
 pub type Locks = SmallVec<[(Key, Mode); 4]>;
 
@@ -135,10 +132,15 @@ struct Held {
 
 #[derive(Default, Debug)]
 pub struct LockTable {
-    keys: FxHashMap<Key, Queue>,
+    /// Each locked key's queue, as an index into `queues`: the map stays small and dense
+    /// (it is probed for every lock), and a key's queue is not moved when it comes and goes.
+    keys: FxHashMap<Key, u32>,
+    queues: Vec<Queue>,
+    /// Slots of `queues` free for the next key, the last freed first (warm in the cache;
+    /// its maps keep their room).
+    free: Vec<u32>,
     txns: FxHashMap<TxnId, Held>,
     granted: VecDeque<TxnId>,
-    spare: Vec<Queue>,
     pub waits: u64,
     pub deaths: u64,
 }
@@ -146,6 +148,26 @@ pub struct LockTable {
 impl LockTable {
     pub fn new() -> LockTable {
         LockTable::default()
+    }
+
+    /// The queue of `key`, made if it has none.
+    fn queue(&mut self, key: Key) -> u32 {
+        let (queues, free) = (&mut self.queues, &mut self.free);
+        *self.keys.entry(key).or_insert_with(|| match free.pop() {
+            Some(i) => i,
+            None => {
+                queues.push(Queue::default());
+                (queues.len() - 1) as u32
+            }
+        })
+    }
+
+    /// Drops `key`'s queue if nothing holds or waits for it.
+    fn settle_key(&mut self, key: Key, i: u32) {
+        if self.queues[i as usize].is_empty() {
+            self.keys.remove(&key);
+            self.free.push(i);
+        }
     }
 
     /// Asks for `locks` (distinct keys) for `txn`. A transaction asks once; asking again
@@ -158,29 +180,22 @@ impl LockTable {
                 Grant::Waiting
             };
         }
-        let mut all = true;
-        for &(key, mode) in locks {
-            let Some(q) = self.keys.get(&key) else {
-                continue;
-            };
-            if q.grantable(mode) {
-                continue;
-            }
-            all = false;
-            if q.older_conflict(mode, ts) {
-                self.deaths += 1;
-                return Grant::Die;
-            }
-        }
+        // One pass: each lock is held or queued as it is looked at; a request that must
+        // die undoes what it did on the keys before.
         let mut missing = 0;
-        for &(key, mode) in locks {
-            let q = self
-                .keys
-                .entry(key)
-                .or_insert_with(|| self.spare.pop().unwrap_or_default());
+        for (n, &(key, mode)) in locks.iter().enumerate() {
+            let i = self.queue(key);
+            let q = &mut self.queues[i as usize];
             let e = Entry { txn, ts, mode };
             if q.grantable(mode) {
                 q.hold(e);
+            } else if q.older_conflict(mode, ts) {
+                self.settle_key(key, i);
+                for &(k, m) in &locks[..n] {
+                    self.drop_entry(txn, k, m);
+                }
+                self.deaths += 1;
+                return Grant::Die;
             } else {
                 q.waiters.push_back(e);
                 missing += 1;
@@ -193,12 +208,24 @@ impl LockTable {
                 missing,
             },
         );
-        if all {
+        if missing == 0 {
             Grant::Granted
         } else {
             self.waits += 1;
             Grant::Waiting
         }
+    }
+
+    /// Takes `txn`'s hold or wait on `key` away (nothing else changes).
+    fn drop_entry(&mut self, txn: TxnId, key: Key, mode: Mode) {
+        let Some(&i) = self.keys.get(&key) else {
+            return;
+        };
+        let q = &mut self.queues[i as usize];
+        if q.held[slot(mode)].remove(&txn).is_none() {
+            q.waiters.retain(|e| e.txn != txn);
+        }
+        self.settle_key(key, i);
     }
 
     /// Whether `txn` holds every lock it asked for.
@@ -212,9 +239,10 @@ impl LockTable {
             return;
         };
         for (key, mode) in held.locks {
-            let Some(q) = self.keys.get_mut(&key) else {
+            let Some(&i) = self.keys.get(&key) else {
                 continue;
             };
+            let q = &mut self.queues[i as usize];
             if q.held[slot(mode)].remove(&txn).is_none() {
                 q.waiters.retain(|e| e.txn != txn);
             }
@@ -232,13 +260,7 @@ impl LockTable {
                     }
                 }
             }
-            if q.is_empty() {
-                if let Some(q) = self.keys.remove(&key) {
-                    if self.spare.len() < SPARE_QUEUES {
-                        self.spare.push(q);
-                    }
-                }
-            }
+            self.settle_key(key, i);
         }
     }
 
@@ -330,5 +352,30 @@ mod tests {
         assert!(l.keys.is_empty());
         assert_eq!(l.request(t(3), ts(4), &both), Grant::Granted);
         assert_eq!(l.deaths, 0);
+    }
+
+    #[test]
+    fn a_request_that_dies_undoes_what_it_took_on_earlier_keys() {
+        let mut l = LockTable::new();
+        assert_eq!(
+            l.request(t(1), ts(1), &[(B, Mode::Exclusive)]),
+            Grant::Granted
+        );
+        // Takes A, then meets the older holder of B: dies, and A is free again.
+        let both = [(A, Mode::Exclusive), (B, Mode::Exclusive)];
+        assert_eq!(l.request(t(2), ts(9), &both), Grant::Die);
+        assert_eq!(l.deaths, 1);
+        assert!(!l.holds_all(t(2)));
+        assert_eq!(l.len(), 1);
+        assert_eq!(
+            l.request(t(3), ts(10), &[(A, Mode::Exclusive)]),
+            Grant::Granted
+        );
+        l.release(t(3));
+        l.release(t(1));
+        assert!(l.keys.is_empty());
+        // The freed queues are used again.
+        assert_eq!(l.request(t(2), ts(9), &both), Grant::Granted);
+        assert_eq!(l.queues.len(), 2);
     }
 }
