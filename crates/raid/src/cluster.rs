@@ -38,6 +38,31 @@ pub struct DcReport {
     pub per_site: Vec<SiteReport>,
 }
 
+/// What a run cost per committed transfer, over the whole run (warm-up included) and every
+/// site: packets sent between sites, log records, and log batches made durable (each one
+/// `fdatasync`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Traffic {
+    pub committed: u64,
+    pub packets: f64,
+    pub records: f64,
+    pub batches: f64,
+}
+
+impl DcReport {
+    pub fn traffic(&self) -> Traffic {
+        let sum = |f: &dyn Fn(&SiteReport) -> u64| self.per_site.iter().map(f).sum::<u64>();
+        let committed = sum(&|r| r.counters.committed);
+        let per = |n: u64| n as f64 / committed.max(1) as f64;
+        Traffic {
+            committed,
+            packets: per(sum(&|r| r.counters.packets_out)),
+            records: per(sum(&|r| r.counters.log_records)),
+            batches: per(sum(&|r| r.log_batches)),
+        }
+    }
+}
+
 /// Runs every site of `cluster` in this process with `load` on each, until the load has run
 /// and the sites are quiet; `progress(elapsed, committed)` is called about twice a second.
 pub fn run_embedded(

@@ -145,6 +145,9 @@ pub struct SiteReport {
     pub incarnation: u32,
     /// Why the log failed, if it did (the site then took no more work).
     pub log_error: Option<String>,
+    /// Batches of records its log writer made durable (group commit: one `fdatasync` for
+    /// every record appended while the previous one ran).
+    pub log_batches: u64,
     /// Messages at the site's port from neither a peer site nor its log writer that were no
     /// client request: dropped.
     pub foreign: u64,
@@ -227,6 +230,8 @@ struct LogShared {
     stop: AtomicBool,
     /// Why the log failed, once it has.
     error: Mutex<Option<String>>,
+    /// Batches written and made durable (one `fdatasync` each when syncing).
+    batches: AtomicU64,
 }
 
 struct LogWriter {
@@ -250,6 +255,7 @@ impl LogWriter {
             ready: Condvar::new(),
             stop: AtomicBool::new(false),
             error: Mutex::new(None),
+            batches: AtomicU64::new(0),
         });
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
@@ -353,6 +359,7 @@ fn writer_loop(
         bytes.clear();
         let msg = match r {
             Ok(()) => {
+                sh.batches.fetch_add(1, Ordering::Relaxed);
                 let mut m = vec![WRITER_DURABLE];
                 m.extend_from_slice(&upto.to_le_bytes());
                 m
@@ -817,6 +824,7 @@ pub fn run_site_db(
         }
     }
     let log_error = writer.shared.error.lock().expect("log error").clone();
+    let log_batches = writer.shared.batches.load(Ordering::Relaxed);
     drop(writer);
     let db = core.db();
     let report = SiteReport {
@@ -830,6 +838,7 @@ pub fn run_site_db(
         digest: db.digest(),
         incarnation,
         log_error,
+        log_batches,
         foreign: ext.foreign,
         requests: ext.requests,
         replies_dropped: ext.replies_dropped,

@@ -88,6 +88,13 @@ fn three_sites_commit_conserve_agree_and_recover_from_their_logs() {
         r.per_site.iter().map(|s| s.counters).collect::<Vec<_>>()
     );
     assert!(r.latency_us.count() == r.committed);
+    // Each committed transfer leaves a commit record at its origin and a prepare and a
+    // committed record at both other sites; the log writers batch them (group commit).
+    let t = r.traffic();
+    assert!(t.committed >= r.committed);
+    assert!((5.0..12.0).contains(&t.records), "{t:?}");
+    assert!(t.batches > 0.0 && t.batches < t.records, "{t:?}");
+    assert!(t.packets > 0.0, "{t:?}");
     let rows = r.totals.history_rows;
     assert!(rows >= r.committed);
     let digests: Vec<u64> = r.per_site.iter().map(|s| s.digest).collect();
