@@ -4,6 +4,7 @@
 //! struct in the module that runs it.
 
 mod bench;
+mod config_cmd;
 mod dc;
 mod demo;
 mod group_cmd;
@@ -45,6 +46,8 @@ enum Command {
     Node(raid_node::NodeArgs),
     /// Push programs in a running node: load, list, unload, invoke
     Program(program_cmd::ProgramArgs),
+    /// Cluster files: `txcast config check FILE` validates one and prints the cluster
+    Config(config_cmd::ConfigArgs),
     /// Prints a shell completion script for txcast on stdout
     Completions {
         /// The shell to complete for
@@ -97,6 +100,7 @@ fn main() {
         Command::Oracle(args) => oracle_cmd::run(&args),
         Command::Node(args) => raid_node::run(args),
         Command::Program(args) => program_cmd::program(&args),
+        Command::Config(args) => config_cmd::run(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "txcast", &mut std::io::stdout());
             0

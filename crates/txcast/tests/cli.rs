@@ -39,6 +39,7 @@ fn help_lists_every_subcommand_and_hides_the_internal_ones() {
         "oracle",
         "node",
         "program",
+        "config",
         "completions",
         "help",
     ] {
@@ -85,6 +86,8 @@ fn every_subcommand_has_help() {
         &["program"],
         &["program", "load"],
         &["program", "invoke"],
+        &["config"],
+        &["config", "check"],
         &["completions"],
     ];
     for words in commands {
@@ -202,5 +205,64 @@ fn version_and_completions() {
         assert_eq!(code, 0, "{shell}: {err}");
         assert!(out.contains("txcast"), "{shell}: {out}");
         assert!(out.contains("--clients"), "{shell}: no options completed");
+    }
+}
+
+/// A file in a directory of this test's own, removed by the caller.
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn config_check_prints_the_cluster_or_names_the_file_and_key() {
+    let dir = std::env::temp_dir().join(format!("txcast-cli-config-{}", std::process::id()));
+    let good = write(
+        &dir,
+        "good.toml",
+        "cluster = 3\nloopback_default = false\nbase_port = 21000\noracle = \"0.1.15.0\"\n\
+         oracle_standbys = [\"0.2.15.0\"]\n[sites]\n0 = \"10.0.0.1\"\n1 = \"10.0.0.2\"\n\
+         2 = \"10.0.0.3\"\n[multicast]\nenabled = true\ngroup_prefix = [239, 193]\n\
+         port = 19000\ninterface = \"10.0.0.1\"\n",
+    );
+    let bad_value = write(
+        &dir,
+        "bad-value.toml",
+        "cluster = 3\n[multicast]\nenabled = true\nport = \"x\"\n",
+    );
+    let unknown_key = write(&dir, "unknown-key.toml", "cluster = 3\nclsuter = 4\n");
+    let no_host = write(
+        &dir,
+        "no-host.toml",
+        "loopback_default = false\noracle = \"0.7.15.0\"\n",
+    );
+    let results = [
+        txcast(&["config", "check", &good]),
+        txcast(&["config", "check", &bad_value]),
+        txcast(&["config", "check", &unknown_key]),
+        txcast(&["config", "check", &no_host]),
+    ];
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) = &results[0];
+    assert_eq!(*code, 0, "{err}");
+    for expected in [
+        "good.toml: valid",
+        "0 10.0.0.1, 1 10.0.0.2, 2 10.0.0.3",
+        "UDP 21000 +",
+        "0.1.15.0 at 10.0.0.2:21960",
+        "0.2.15.0 at 10.0.0.3:21960",
+        "groups 239.193.x.y, port 19000, interface 10.0.0.1",
+    ] {
+        assert!(out.contains(expected), "{expected} missing:\n{out}");
+    }
+    for ((code, _, err), (file, key)) in results[1..].iter().zip([
+        ("bad-value.toml", "key `multicast.port` (line 4)"),
+        ("unknown-key.toml", "key `clsuter` (line 2)"),
+        ("no-host.toml", "key `oracle`"),
+    ]) {
+        assert_eq!(*code, 2, "{file}: {err}");
+        assert!(err.contains(file) && err.contains(key), "{file}: {err}");
     }
 }
