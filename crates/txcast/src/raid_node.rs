@@ -34,39 +34,39 @@ pub struct NodeArgs {
     #[arg(long, value_name = "S", required_unless_present = "at", conflicts_with_all = ["at", "control"])]
     pub site: Option<u16>,
     /// Sites in the cluster, 1 to 16
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=16))]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=16), conflicts_with = "at")]
     pub sites: u16,
     /// The cluster file naming the sites' hosts [default: every site on loopback]
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "at")]
     pub config: Option<PathBuf>,
     /// The cluster's instance number
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 7, conflicts_with = "at")]
     pub instance: u16,
     /// The site's log and incarnation [default: the system's temporary directory,
     /// txcast-raid-I-S]
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "at")]
     pub data: Option<PathBuf>,
     /// Branches of the database (TPC-B scale)
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "at")]
     pub branches: u32,
     /// Closed-loop DebitCredit clients of the site's own
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "at")]
     pub clients: usize,
     /// Seconds the site's own clients run
-    #[arg(long, value_name = "S", conflicts_with = "until", value_parser = crate::dc::seconds)]
+    #[arg(long, value_name = "S", conflicts_with_all = ["until", "at"], value_parser = crate::dc::seconds)]
     pub seconds: Option<f64>,
     /// The Unix time (ms) until which the site's own clients run
-    #[arg(long, value_name = "UNIX_MS")]
+    #[arg(long, value_name = "UNIX_MS", conflicts_with = "at")]
     pub until: Option<u64>,
     /// A site that does not vote or acknowledge within MS (10 to 600000) is suspected
     /// [default: 500]
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=600_000), conflicts_with = "at")]
     pub vote_timeout: Option<u64>,
     /// Exit once the site's load has run and it has been quiet for a second
-    #[arg(long)]
+    #[arg(long, conflicts_with = "at")]
     pub exit_when_done: bool,
     /// The report as JSON on stdout
-    #[arg(long)]
+    #[arg(long, conflicts_with = "at")]
     pub json: bool,
     /// Module host: the address of the modules' port
     #[arg(long, value_name = "ADDR", requires = "control", value_parser = crate::program_cmd::address)]

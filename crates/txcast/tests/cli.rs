@@ -168,6 +168,18 @@ fn unknown_options_missing_and_bad_values_exit_2_naming_them() {
     refused(&["node", "--at", "0.0.13.0"], "--control");
     refused(&["node", "--site", "0", "--at", "0.0.13.0"], "--at");
     refused(
+        &[
+            "node",
+            "--at",
+            "0.0.13.0",
+            "--control",
+            "0.0.14.0",
+            "--clients",
+            "4",
+        ],
+        "--clients",
+    );
+    refused(
         &["program", "list", "--control", "not-an-address"],
         "--control",
     );
