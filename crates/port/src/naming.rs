@@ -109,6 +109,32 @@ impl Default for ClusterConfig {
     }
 }
 
+/// The dotted key (`multicast.port`) written on the line holding byte `at` of `text`, and the
+/// line's number from 1: the key before its `=`, under the last `[table]` header above it, or
+/// the header itself. `None` on a line with neither.
+fn key_at(text: &str, at: usize) -> Option<(String, usize)> {
+    let start = text[..at.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+    let number = text[..start].matches('\n').count() + 1;
+    let line = text[start..].lines().next().unwrap_or("").trim();
+    let header = |l: &str| {
+        l.strip_prefix('[')
+            .and_then(|l| l.split(']').next())
+            .map(|name| name.trim_matches(['[', ' ']).to_string())
+    };
+    if let Some(name) = header(line) {
+        return Some((name, number));
+    }
+    let key = line.split_once('=')?.0.trim().trim_matches('"').to_string();
+    let table = text[..start].lines().rev().find_map(|l| header(l.trim()));
+    Some((
+        match table {
+            Some(t) => format!("{t}.{key}"),
+            None => key,
+        },
+        number,
+    ))
+}
+
 /// TOML table keys are strings: `[sites]` maps `"0" = "10.0.0.1"`.
 fn sites_from_toml<'de, D: serde::Deserializer<'de>>(
     d: D,
@@ -124,18 +150,29 @@ fn sites_from_toml<'de, D: serde::Deserializer<'de>>(
 }
 
 impl ClusterConfig {
-    /// Reads a TOML configuration.
+    /// Reads a TOML configuration. An error names the key it is about (`multicast.port`) and
+    /// its line.
     pub fn from_toml(text: &str) -> Result<Self, NamingError> {
-        let c: ClusterConfig =
-            toml::from_str(text).map_err(|e| NamingError::Config(e.to_string()))?;
+        let c: ClusterConfig = toml::from_str(text).map_err(|e| {
+            let message = e.message().trim_end();
+            NamingError::Config(match e.span().and_then(|span| key_at(text, span.start)) {
+                Some((key, line)) => format!("key `{key}` (line {line}): {message}"),
+                None => message.to_string(),
+            })
+        })?;
         c.validate()?;
         Ok(c)
     }
 
+    /// Reads the TOML configuration in `path`; an error names the file.
     pub fn load(path: &Path) -> Result<Self, NamingError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| NamingError::Config(format!("{}: {e}", path.display())))?;
-        Self::from_toml(&text)
+        let named =
+            |e: &dyn std::fmt::Display| NamingError::Config(format!("{}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| named(&e))?;
+        Self::from_toml(&text).map_err(|e| match e {
+            NamingError::Config(m) => named(&m),
+            other => named(&other),
+        })
     }
 
     /// The oracle's address.
@@ -156,10 +193,9 @@ impl ClusterConfig {
             .collect()
     }
 
+    /// Checks what the types cannot: the oracles' addresses and the port numbering. An error
+    /// names the keys it is about.
     pub fn validate(&self) -> Result<(), NamingError> {
-        for oracle in self.oracles()? {
-            self.udp_port(oracle)?;
-        }
         if self.server_types_max == 0 || self.server_instances_max == 0 {
             return Err(NamingError::Config(
                 "server_types_max and server_instances_max must be positive".into(),
@@ -170,6 +206,14 @@ impl ClusterConfig {
             return Err(NamingError::Config(
                 "base_port + server_types_max * server_instances_max exceeds 65535".into(),
             ));
+        }
+        let keys = std::iter::once("oracle").chain(std::iter::repeat("oracle_standbys"));
+        for (key, text) in keys.zip(std::iter::once(&self.oracle).chain(&self.oracle_standbys)) {
+            let bad = |e: &dyn std::fmt::Display| {
+                NamingError::Config(format!("key `{key}`: `{text}`: {e}"))
+            };
+            let address: Address = text.parse().map_err(|e: &str| bad(&e))?;
+            self.udp_port(address).map_err(|e| bad(&e))?;
         }
         Ok(())
     }
@@ -295,6 +339,31 @@ mod tests {
         assert_eq!(o.len(), 3);
         assert_eq!((o[0].site, o[1].site, o[2].site), (0, 1, 2));
         assert!(ClusterConfig::from_toml("oracle_standbys = [\"nope\"]").is_err());
+    }
+
+    #[test]
+    fn errors_name_the_key_and_its_line() {
+        let error = |text: &str| ClusterConfig::from_toml(text).unwrap_err().to_string();
+        let e = error("cluster = 1\nnonsense = 1\n");
+        assert!(e.contains("key `nonsense` (line 2)"), "{e}");
+        let e = error("cluster = 1\n[multicast]\nenabled = true\nport = \"x\"\n");
+        assert!(e.contains("key `multicast.port` (line 4)"), "{e}");
+        let e = error("[sites]\n0 = \"10.0.0.300\"\n");
+        assert!(e.contains("key `sites.0` (line 2)"), "{e}");
+        let e = error("oracle_standbys = [\"0.1.15.0\", \"0.1.99.0\"]\n");
+        assert!(e.contains("key `oracle_standbys`: `0.1.99.0`"), "{e}");
+        let e = error("server_types_max = 0\n");
+        assert!(e.contains("server_types_max"), "{e}");
+        let dir = std::env::temp_dir().join(format!("txcast-naming-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bad.toml");
+        std::fs::write(&file, "base_port = \"x\"\n").unwrap();
+        let e = ClusterConfig::load(&file).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            e.contains("bad.toml") && e.contains("key `base_port` (line 1)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! per second, commit latency, retries and give-ups by cause, and the conservation check
 //! (sum of accounts = tellers = branches = history, the same copy on every site).
 
-use crate::opt;
+use clap::{Args, Subcommand};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,21 +12,108 @@ use txcast_raid::cluster::{run_embedded, DcReport};
 use txcast_raid::driver::{ClusterConfig, Load};
 use txcast_raid::Scale;
 
-pub const USAGE: &str = "\
-usage: txcast dc [--sites N] [--clients N] [--seconds S] [--warmup S] [--branches N]
-                 [--data DIR] [--vote-timeout MS] [--no-sync] [--json]
-       txcast dc --connect [--sites N] [--instance I] [--config FILE] [--from-site F]
-                 [--reply-timeout S] [--branches N] [--clients N] [--seconds S] [--warmup S]
-  --connect: the load generator against a running cluster (txcast node --site S ...):
-  N transfers in flight per site from this process, then an audit of every site; its
-  client of site S is on S's host unless --from-site F puts them all on the host the
-  cluster file names for site F (the generator's own, a site number no node uses); a
-  request unanswered for S seconds (default 5: its site crashed) counts as unanswered
-  an embedded cluster of N sites (default 3) on loopback runs DebitCredit (TPC-B's scale:
-  per branch 10 tellers and 100,000 accounts) with N closed-loop clients per site (default
-  32) for S seconds (default 5) after a warm-up (default 1); the logs go to DIR (default a
-  temporary directory, removed after); --no-sync skips fdatasync (to measure its cost only);
-  --vote-timeout MS (default 500): a site silent that long is left out of the view";
+/// What `txcast dc --help` says after the options.
+const AFTER_HELP: &str = "\
+An embedded cluster of --sites sites on loopback runs DebitCredit (TPC-B's scale: per branch
+10 tellers and 100,000 accounts) with --clients closed-loop clients per site for --seconds
+after a --warmup; the logs go to --data (default a temporary directory, removed after).
+
+--connect: the load generator against a running cluster (txcast node --site S ...):
+--clients transfers in flight per site from this process, then an audit of every site; its
+client of site S is on S's host unless --from-site F puts them all on the host the cluster
+file names for site F (the generator's own, a site number no node uses); a request
+unanswered for --reply-timeout seconds (its site crashed) counts as unanswered.";
+
+/// The options of `txcast dc` (its load: 32 clients per site, 5 s after 1 s of warm-up).
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct DcArgs {
+    /// Closed-loop clients per site (with --connect: transfers in flight per site), 1 to 4096
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub clients: u16,
+    /// Seconds of measured load (at least 0.1)
+    #[arg(long, default_value_t = 5.0, value_parser = seconds)]
+    pub seconds: f64,
+    /// Seconds of load before the measurement
+    #[arg(long, default_value_t = 1.0, value_parser = seconds)]
+    pub warmup: f64,
+    #[command(flatten)]
+    pub shared: DcShared,
+}
+
+/// The options of `txcast demo` (DebitCredit with a short load: 128 clients per site, 3 s
+/// after 0.5 s of warm-up), or its `comm` subcommand.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, after_help = AFTER_HELP)]
+pub struct DemoArgs {
+    #[command(subcommand)]
+    pub command: Option<DemoCommand>,
+    /// Closed-loop clients per site (with --connect: transfers in flight per site), 1 to 4096
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub clients: u16,
+    /// Seconds of measured load (at least 0.1)
+    #[arg(long, default_value_t = 3.0, value_parser = seconds)]
+    pub seconds: f64,
+    /// Seconds of load before the measurement
+    #[arg(long, default_value_t = 0.5, value_parser = seconds)]
+    pub warmup: f64,
+    #[command(flatten)]
+    pub shared: DcShared,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DemoCommand {
+    /// The communication demo: a 3-site cluster in four processes exchanging local, remote
+    /// and transaction-multicast traffic
+    Comm(crate::demo::CommArgs),
+}
+
+/// The options `txcast dc` and `txcast demo` share.
+#[derive(Args, Debug)]
+pub struct DcShared {
+    /// Sites in the cluster, 1 to 16
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub sites: u16,
+    /// Branches of the database (TPC-B scale), 1 to 100
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub branches: u32,
+    /// Directory of the sites' logs [default: a temporary directory, removed after]
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// A site silent this long (ms, 10 to 600000) is left out of the view [default: 500]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub vote_timeout: Option<u64>,
+    /// Skip fdatasync (to measure its cost only)
+    #[arg(long)]
+    pub no_sync: bool,
+    /// The report as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// Drive a running cluster (txcast node --site S ...) instead of an embedded one
+    #[arg(long)]
+    pub connect: bool,
+    /// --connect: the cluster's instance number
+    #[arg(long, default_value_t = 7)]
+    pub instance: u16,
+    /// --connect: the cluster file naming the sites' hosts
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// --connect: the site (0 to 255) whose host in the cluster file the generator runs on
+    #[arg(long, value_name = "F", value_parser = clap::value_parser!(u16).range(0..=255))]
+    pub from_site: Option<u16>,
+    /// --connect: seconds a request waits for its reply before it counts as unanswered
+    /// (at least 0.1)
+    #[arg(long, default_value_t = 5.0, value_parser = seconds)]
+    pub reply_timeout: f64,
+}
+
+/// A number of seconds: finite and not negative.
+pub fn seconds(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| format!("{text:?} is not a number of seconds"))
+}
 
 /// The options of a run.
 pub struct DcOptions {
@@ -61,124 +148,35 @@ impl DcOptions {
         }
     }
 
-    pub fn parse(args: &[String]) -> Result<DcOptions, String> {
-        let known = [
-            "--sites",
-            "--clients",
-            "--seconds",
-            "--warmup",
-            "--branches",
-            "--data",
-            "--instance",
-            "--config",
-            "--from-site",
-            "--reply-timeout",
-            "--vote-timeout",
-        ];
-        let flags = ["--no-sync", "--json", "--connect"];
-        let mut i = 0;
-        while i < args.len() {
-            let a = args[i].as_str();
-            if known.contains(&a) {
-                if args.get(i + 1).is_none() {
-                    return Err(format!("{a} needs a value"));
-                }
-                i += 2;
-            } else if flags.contains(&a) {
-                i += 1;
-            } else {
-                return Err(format!("unknown option {a:?}"));
-            }
-        }
-        let num = |k: &str| -> Result<Option<f64>, String> {
-            match args.iter().rposition(|a| a == k) {
-                None => Ok(None),
-                Some(i) => args[i + 1]
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| v.is_finite() && *v >= 0.0)
-                    .map(Some)
-                    .ok_or_else(|| format!("{k} {:?}: not a number", args[i + 1])),
-            }
-        };
-        let sites = num("--sites")?.unwrap_or(3.0);
-        if !(1.0..=16.0).contains(&sites) || sites.fract() != 0.0 {
-            return Err("--sites: 1 to 16".into());
-        }
-        let clients = num("--clients")?.unwrap_or(32.0);
-        if !(1.0..=4096.0).contains(&clients) || clients.fract() != 0.0 {
-            return Err("--clients: 1 to 4096 per site".into());
-        }
-        let from_site = match num("--from-site")? {
-            None => None,
-            Some(f) if f.fract() == 0.0 && f < 256.0 => Some(f as u16),
-            Some(_) => return Err("--from-site: a site number 0 to 255".into()),
-        };
-        let branches = num("--branches")?.unwrap_or(1.0);
-        if !(1.0..=100.0).contains(&branches) || branches.fract() != 0.0 {
-            return Err("--branches: 1 to 100".into());
-        }
-        Ok(DcOptions {
-            sites: sites as u16,
-            clients: clients as usize,
-            seconds: num("--seconds")?.unwrap_or(5.0).max(0.1),
-            warmup: num("--warmup")?.unwrap_or(1.0),
-            branches: branches as u32,
-            data: opt::<PathBuf>(args, "--data"),
-            sync: !args.iter().any(|a| a == "--no-sync"),
-            json: args.iter().any(|a| a == "--json"),
-            connect: args.iter().any(|a| a == "--connect"),
-            instance: num("--instance")?.map_or(7, |v| v as u16),
-            config: opt::<PathBuf>(args, "--config"),
-            from_site,
-            reply_timeout: num("--reply-timeout")?.unwrap_or(5.0).max(0.1),
-            vote_timeout_ms: match num("--vote-timeout")? {
-                None => None,
-                Some(ms) if (10.0..=600_000.0).contains(&ms) => Some(ms as u64),
-                Some(_) => return Err("--vote-timeout: 10 to 600000 ms".into()),
-            },
-        })
-    }
-}
-
-/// `txcast demo`: the DebitCredit run with a short load (3 s after a 0.5 s warm-up, 128
-/// clients per site) unless options say otherwise.
-pub fn demo(args: &[String]) -> i32 {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return 0;
-    }
-    let mut a = vec![
-        "--seconds".to_string(),
-        "3".into(),
-        "--warmup".into(),
-        "0.5".into(),
-        "--clients".into(),
-        "128".into(),
-    ];
-    // Later options win: the caller's come after the defaults.
-    a.extend(args.iter().cloned());
-    match DcOptions::parse(&a) {
-        Ok(o) => run_with(&o),
-        Err(e) => {
-            eprintln!("txcast demo: {e}\n{USAGE}");
-            2
+    /// The options of a run with this load and the shared options.
+    fn new(clients: u16, seconds: f64, warmup: f64, s: &DcShared) -> DcOptions {
+        DcOptions {
+            sites: s.sites,
+            clients: usize::from(clients),
+            seconds: seconds.max(0.1),
+            warmup,
+            branches: s.branches,
+            data: s.data.clone(),
+            sync: !s.no_sync,
+            json: s.json,
+            connect: s.connect,
+            instance: s.instance,
+            config: s.config.clone(),
+            from_site: s.from_site,
+            reply_timeout: s.reply_timeout.max(0.1),
+            vote_timeout_ms: s.vote_timeout,
         }
     }
 }
 
-pub fn run(args: &[String]) -> i32 {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return 0;
-    }
-    match DcOptions::parse(args) {
-        Ok(o) => run_with(&o),
-        Err(e) => {
-            eprintln!("txcast dc: {e}\n{USAGE}");
-            2
-        }
-    }
+/// `txcast demo`: the DebitCredit run with a short load (its own defaults, see [`DemoArgs`]).
+pub fn demo(a: &DemoArgs) -> i32 {
+    run_with(&DcOptions::new(a.clients, a.seconds, a.warmup, &a.shared))
+}
+
+/// `txcast dc`.
+pub fn run(a: &DcArgs) -> i32 {
+    run_with(&DcOptions::new(a.clients, a.seconds, a.warmup, &a.shared))
 }
 
 /// Runs DebitCredit with these options and prints the report; the exit code says whether

@@ -8,7 +8,6 @@
 //! decision to the group, which each RC acknowledges before it leaves the group.
 
 use crate::bench::{kill_child, wait_child};
-use crate::opt;
 use std::time::{Duration, Instant};
 use txcast_port::{IdleStrategy, Port, PortConfig, PortError};
 use txcast_proto::{Address, TxnId};
@@ -32,12 +31,8 @@ fn port_config() -> PortConfig {
     }
 }
 
-/// The child process of one site.
-pub fn site(args: &[String]) -> i32 {
-    let Some(site) = args.first().and_then(|s| s.parse::<u16>().ok()) else {
-        eprintln!("usage: txcast __demo-site <site>");
-        return 2;
-    };
+/// `txcast __demo-site <site>`: the CC and RC ports of one site, in a child process.
+pub fn site(site: u16) -> i32 {
     let threads: Vec<_> = [CC, RC]
         .into_iter()
         .map(|ty| {
@@ -93,10 +88,20 @@ struct Row {
     note: String,
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let pings: u64 = opt(args, "--pings").unwrap_or(2000);
-    let txns: u64 = opt(args, "--txns").unwrap_or(300);
-    match drive(pings, txns) {
+/// The options of `txcast demo comm`.
+#[derive(clap::Args, Debug)]
+pub struct CommArgs {
+    /// Transactions the AC runs (a read at every RC, then one multicast of the decision)
+    #[arg(long, default_value_t = 300)]
+    pub txns: u64,
+    /// Pings of each CC (its own site's and the two remote ones)
+    #[arg(long, default_value_t = 2000)]
+    pub pings: u64,
+}
+
+/// `txcast demo comm`.
+pub fn run(args: &CommArgs) -> i32 {
+    match drive(args.pings, args.txns) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("demo failed: {e}");

@@ -11,7 +11,6 @@
 //! sequencer by default) and `--pack off|adaptive|fixed` the packing of the layered ones. For
 //! those, `seq` is the process's own count of entries and every view is a rebuild record.
 
-use crate::opt;
 use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -34,7 +33,45 @@ fn hash(p: &[u8]) -> u64 {
     h
 }
 
-pub fn member(args: &[String]) -> i32 {
+/// The options of `txcast __group-member`.
+#[derive(clap::Args, Debug)]
+pub struct MemberArgs {
+    /// The instance of the member's address
+    #[arg(long)]
+    instance: u16,
+    /// The member's site (0 creates the group, the others join through it)
+    #[arg(long)]
+    site: u16,
+    /// Members the group waits for before the sending starts
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// Messages each member sends
+    #[arg(long, default_value_t = 100)]
+    messages: u64,
+    /// The sequencer group's resilience
+    #[arg(long, default_value_t = 1)]
+    resilience: u8,
+    /// Fail after this many ms
+    #[arg(long, default_value_t = 30_000)]
+    deadline_ms: u64,
+    /// The file the deliveries are logged to
+    #[arg(long)]
+    log: String,
+    /// Stop only after a rebuild record too
+    #[arg(long)]
+    expect_rebuild: bool,
+    /// Microseconds between a member's sends
+    #[arg(long, default_value_t = 2_000)]
+    pace_us: u64,
+    /// The ordering protocol: sequencer, totem, total, dynseq or dynord
+    #[arg(long, default_value = "sequencer")]
+    protocol: String,
+    /// The packing of the layered protocols: off, adaptive or fixed
+    #[arg(long, default_value = "adaptive")]
+    pack: String,
+}
+
+pub fn member(args: &MemberArgs) -> i32 {
     match run(args) {
         Ok(()) => 0,
         Err(e) => {
@@ -44,29 +81,27 @@ pub fn member(args: &[String]) -> i32 {
     }
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let instance: u16 = opt(args, "--instance").ok_or("--instance")?;
-    let site: u16 = opt(args, "--site").ok_or("--site")?;
-    let members: usize = opt(args, "--members").unwrap_or(3);
-    let messages: u64 = opt(args, "--messages").unwrap_or(100);
-    let resilience: u8 = opt(args, "--resilience").unwrap_or(1);
-    let deadline = Duration::from_millis(opt(args, "--deadline-ms").unwrap_or(30_000));
-    let log_path: String = opt(args, "--log").ok_or("--log")?;
-    let expect_rebuild = args.iter().any(|a| a == "--expect-rebuild");
-    let pace = Duration::from_micros(opt(args, "--pace-us").unwrap_or(2_000));
+fn run(args: &MemberArgs) -> Result<(), String> {
+    let (instance, site, members, messages) =
+        (args.instance, args.site, args.members, args.messages);
+    let resilience = args.resilience;
+    let deadline = Duration::from_millis(args.deadline_ms);
+    let log_path = &args.log;
+    let expect_rebuild = args.expect_rebuild;
+    let pace = Duration::from_micros(args.pace_us);
     let started = Instant::now();
     let me = Address::new(instance, site, GROUP_TYPE, 0);
     let port = Port::open(me, PortConfig::default()).map_err(|e| e.to_string())?;
-    let protocol: String = opt(args, "--protocol").unwrap_or_else(|| "sequencer".into());
-    let pack = match opt::<String>(args, "--pack").as_deref() {
-        None | Some("adaptive") => PackMode::Adaptive {
+    let protocol = &args.protocol;
+    let pack = match args.pack.as_str() {
+        "adaptive" => PackMode::Adaptive {
             delay_max: Duration::from_micros(500),
         },
-        Some("off") => PackMode::Off,
-        Some("fixed") => PackMode::Fixed {
+        "off" => PackMode::Off,
+        "fixed" => PackMode::Fixed {
             delay: Duration::from_millis(1),
         },
-        Some(x) => return Err(format!("--pack {x}: off, adaptive or fixed")),
+        x => return Err(format!("--pack {x}: off, adaptive or fixed")),
     };
     let cfg: GroupSpec = match protocol.as_str() {
         "sequencer" => GroupConfig {
@@ -116,7 +151,7 @@ fn run(args: &[String]) -> Result<(), String> {
         }
     };
     let mut log = std::io::BufWriter::new(
-        std::fs::File::create(&log_path).map_err(|e| format!("{log_path}: {e}"))?,
+        std::fs::File::create(log_path).map_err(|e| format!("{log_path}: {e}"))?,
     );
     // Wait until everyone is in, logging what arrives meanwhile.
     let mut counts: HashMap<Address, u64> = HashMap::new();

@@ -1,6 +1,10 @@
 //! The `txcast` command: demo, benchmarks, simulator runs.
+//!
+//! The command line is one [`Cli`] parsed by clap; each subcommand's options are a typed
+//! struct in the module that runs it.
 
 mod bench;
+mod config_cmd;
 mod dc;
 mod demo;
 mod group_cmd;
@@ -11,39 +15,69 @@ mod rpc_cmd;
 mod sim_cmd;
 mod stat;
 
-const USAGE: &str = "\
-txcast: a communication facility for distributed transaction processing
+use clap::{CommandFactory, Parser, Subcommand};
 
-usage:
-  txcast demo [dc options]               DebitCredit on Raid: an embedded 3-site cluster on
-                                         loopback, a short load, the report and its checks
-  txcast demo comm [--txns N] [--pings N]
-                                         the communication demo: a 3-site cluster in four
-                                         processes exchanging local, remote and transaction-
-                                         multicast traffic
-  txcast dc [--sites N] [--clients N] [--seconds S] ...
-                                         DebitCredit on Raid (`txcast dc --help`)
-  txcast bench <rtt|multicast|throughput|group|rpc|long|burst|modules|crmem|dc|pgbench> [options]
-                                         benchmarks with their baselines (see `txcast bench --help`)
-  txcast sim link [--seed S | --seeds N] run the reliable link in the deterministic simulator
-  txcast sim group [--seed S | --seeds N] run groups (crashes, joins, leaves) in the simulator
-  txcast sim rpc | frag | vs | order | module | oracle | txn | engine | crmem | raid
-                                         [--seed S | --seeds N]
-                                         RPC, long messages, virtually synchronous
-                                         groups, ordering protocols, extension
-                                         modules in the simulator
-  txcast stat [--config FILE] [--json]   the ports open on this host and their ring counters
-  txcast oracle [--config FILE] [--state PATH] [--standby K]
-                                         the oracle name server at the configured address
-                                         (--standby K: the K-th standby replica)
-  txcast node --site S [--sites N] [--config FILE] [--data DIR] ...
-                                         one Raid site as a long-lived process
-                                         (`txcast node --site 0 --help`)
-  txcast node --at ADDR --control ADDR   host extension modules, with a control endpoint
-  txcast program load|list|unload|invoke --control ADDR ...
-                                         Push programs in a running node (`txcast program`)
-  txcast help                            this text
-";
+/// txcast: a communication facility for distributed transaction processing.
+#[derive(Parser, Debug)]
+#[command(name = "txcast", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// DebitCredit on Raid: an embedded 3-site cluster on loopback, a short load, the report
+    /// and its checks (`txcast demo comm`: the communication demo)
+    Demo(dc::DemoArgs),
+    /// DebitCredit on Raid: an embedded cluster, or (`--connect`) the load generator against
+    /// a running one
+    Dc(dc::DcArgs),
+    /// Benchmarks with their baselines
+    Bench(bench::BenchArgs),
+    /// Runs of the deterministic simulator, one kind of component each
+    Sim(sim_cmd::SimArgs),
+    /// The ports open on this host and their ring counters
+    Stat(stat::StatArgs),
+    /// The oracle name server at the configured address
+    Oracle(oracle_cmd::OracleArgs),
+    /// One Raid site as a long-lived process (`--site S`), or a host of extension modules
+    /// with a control endpoint (`--at ADDR --control ADDR`)
+    Node(raid_node::NodeArgs),
+    /// Push programs in a running node: load, list, unload, invoke
+    Program(program_cmd::ProgramArgs),
+    /// Cluster files: `txcast config check FILE` validates one and prints the cluster
+    Config(config_cmd::ConfigArgs),
+    /// Prints a shell completion script for txcast on stdout
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
+    /// The partner process of a two-process benchmark (internal)
+    #[command(name = "__bench-child", hide = true)]
+    BenchChild(RawArgs),
+    /// One site of `txcast demo comm` (internal)
+    #[command(name = "__demo-site", hide = true)]
+    DemoSite {
+        /// The site number
+        site: u16,
+    },
+    /// One member process of a group, for the cross-process tests (internal)
+    #[command(name = "__group-member", hide = true)]
+    GroupMember(group_cmd::MemberArgs),
+    /// One RPC server process, for the cross-process tests (internal)
+    #[command(name = "__rpc-server", hide = true)]
+    RpcServer(rpc_cmd::ServerArgs),
+}
+
+/// The words after an internal subcommand, passed on unparsed: the parent process that
+/// wrote them parses them itself.
+#[derive(clap::Args, Debug)]
+#[command(disable_help_flag = true)]
+struct RawArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<String>,
+}
 
 fn main() {
     // Output into a closed pipe (`txcast stat | head`) ends the process quietly, as for
@@ -52,53 +86,61 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let args: Vec<String> = std::env::args().collect();
-    let code = match args.get(1).map(String::as_str) {
-        Some("demo") => match args.get(2).map(String::as_str) {
-            Some("comm") => demo::run(&args[3..]),
-            _ => dc::demo(&args[2..]),
+    // A bad command line exits 2 with clap's message; `--help` and `--version` exit 0.
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Demo(args) => match args.command {
+            Some(dc::DemoCommand::Comm(comm)) => demo::run(&comm),
+            None => dc::demo(&args),
         },
-        Some("dc") => dc::run(&args[2..]),
-        Some("bench") => bench::run(&args[2..]),
-        Some("sim") => sim_cmd::run(&args[2..]),
-        Some("stat") => stat::run(&args[2..]),
-        Some("oracle") => oracle_cmd::run(&args[2..]),
-        Some("node") if args[2..].iter().any(|a| a == "--site") => raid_node::run(&args[2..]),
-        Some("node") => program_cmd::node(&args[2..]),
-        Some("program") => program_cmd::program(&args[2..]),
-        Some("__bench-child") => bench::child(&args[2..]),
-        Some("__demo-site") => demo::site(&args[2..]),
-        Some("__group-member") => group_cmd::member(&args[2..]),
-        Some("__rpc-server") => rpc_cmd::server(&args[2..]),
-        Some("help") | Some("--help") | Some("-h") | None => {
-            print!("{USAGE}");
+        Command::Dc(args) => dc::run(&args),
+        Command::Bench(args) => bench::run(args),
+        Command::Sim(args) => sim_cmd::run(args),
+        Command::Stat(args) => stat::run(&args),
+        Command::Oracle(args) => oracle_cmd::run(&args),
+        Command::Node(args) => raid_node::run(args),
+        Command::Program(args) => program_cmd::program(&args),
+        Command::Config(args) => config_cmd::run(&args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "txcast", &mut std::io::stdout());
             0
         }
-        Some(other) => {
-            eprintln!("txcast: unknown command `{other}`\n\n{USAGE}");
-            2
-        }
+        Command::BenchChild(raw) => bench::child(&raw.args),
+        Command::DemoSite { site } => demo::site(site),
+        Command::GroupMember(args) => group_cmd::member(&args),
+        Command::RpcServer(args) => rpc_cmd::server(&args),
     };
     std::process::exit(code);
 }
 
-/// The value after `key` in `args`, parsed: `Ok(None)` if `key` is absent, an error naming
-/// `key` if its value is missing or does not parse.
-pub fn opt_checked<T: std::str::FromStr>(args: &[String], key: &str) -> Result<Option<T>, String> {
-    match args.iter().position(|a| a == key) {
-        None => Ok(None),
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .map(Some)
-            .ok_or_else(|| format!("{key}: a value of the right kind is needed")),
+/// A check clap cannot express failed (a range, a combination): prints `message` the way
+/// clap prints its own errors, with the usage of the subcommand at `path` (e.g.
+/// `["bench", "rtt"]`), and returns exit code 2 as clap's errors have.
+pub fn usage_error(path: &[&str], message: &str) -> i32 {
+    let mut root = Cli::command();
+    // Building the whole tree gives each subcommand its full name for the usage line.
+    root.build();
+    let mut cmd = &root;
+    for name in path {
+        match cmd.find_subcommand(name) {
+            Some(sub) => cmd = sub,
+            None => break,
+        }
     }
+    // If stderr is gone there is nobody to tell; the exit code still says it.
+    let _ = cmd
+        .clone()
+        .error(clap::error::ErrorKind::ValueValidation, message)
+        .print();
+    2
 }
 
-/// The value after `key` in `args`, parsed; `None` if absent or unparsable.
-pub fn opt<T: std::str::FromStr>(args: &[String], key: &str) -> Option<T> {
-    args.iter()
-        .position(|a| a == key)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

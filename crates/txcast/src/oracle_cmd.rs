@@ -9,15 +9,34 @@
 //! group if none does; its state file is `txcast-oracle-standby-K.state` unless `--state`
 //! says otherwise.
 
-use crate::opt;
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use txcast_port::{ClusterConfig, Engine, EngineConfig, EngineMode, OracleServer};
 
 /// The group the oracle's replicas form.
 const ORACLE_GROUP: u32 = 0x0AC1E;
 
-pub fn run(args: &[String]) -> i32 {
+/// The options of `txcast oracle`.
+#[derive(clap::Args, Debug)]
+pub struct OracleArgs {
+    /// The cluster file naming the oracle's address and its standbys [default: the built-in
+    /// cluster, the oracle at 0.0.15.0]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The registry's state file, kept across restarts [default: txcast-oracle.state, or
+    /// txcast-oracle-standby-K.state for standby K, in the working directory]
+    #[arg(long, value_name = "PATH")]
+    pub state: Option<PathBuf>,
+    /// Serve this many seconds, then exit [default: until killed]
+    #[arg(long, value_name = "N")]
+    pub seconds: Option<u64>,
+    /// Run as the K-th standby replica (from 1) the configuration names; 0 is the oracle
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub standby: usize,
+}
+
+pub fn run(args: &OracleArgs) -> i32 {
     match serve(args) {
         Ok(()) => 0,
         Err(e) => {
@@ -27,20 +46,18 @@ pub fn run(args: &[String]) -> i32 {
     }
 }
 
-fn serve(args: &[String]) -> Result<(), String> {
-    let cluster = match opt::<String>(args, "--config") {
-        Some(path) => {
-            ClusterConfig::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?
-        }
+fn serve(args: &OracleArgs) -> Result<(), String> {
+    let cluster = match &args.config {
+        Some(path) => ClusterConfig::load(path).map_err(|e| e.to_string())?,
         None => ClusterConfig::default(),
     };
-    let seconds: Option<u64> = opt(args, "--seconds");
+    let seconds = args.seconds;
     let oracles = cluster.oracles().map_err(|e| e.to_string())?;
-    let which: usize = opt(args, "--standby").unwrap_or(0);
+    let which = args.standby;
     // Replicas started in one directory keep apart files.
-    let state = opt::<String>(args, "--state").unwrap_or_else(|| match which {
+    let state = args.state.clone().unwrap_or_else(|| match which {
         0 => "txcast-oracle.state".into(),
-        k => format!("txcast-oracle-standby-{k}.state"),
+        k => format!("txcast-oracle-standby-{k}.state").into(),
     });
     let Some(&addr) = oracles.get(which) else {
         return Err(format!(
@@ -54,7 +71,7 @@ fn serve(args: &[String]) -> Result<(), String> {
         ..EngineConfig::default()
     })
     .map_err(|e| e.to_string())?;
-    let state = Some(std::path::Path::new(&state));
+    let state = Some(state.as_path());
     let mut oracle = if oracles.len() == 1 {
         OracleServer::open(&engine, addr, state)
     } else {

@@ -1,49 +1,31 @@
 //! `txcast node`: a process hosting extension modules, with a control endpoint;
 //! `txcast program load|list|unload|invoke`: Push programs in such a process, from outside it.
 
-use crate::opt;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
 use std::time::Duration;
 use txcast_port::{ControlClient, ModuleHost, Port, PortConfig};
 use txcast_proto::Address;
 use txcast_push::{Limits, Program, ProgramModule};
 
-const USAGE: &str = "\
-usage:
-  txcast node --at ADDR --control ADDR
-      host extension modules at ADDR (a port served by the engine thread) and a control
-      endpoint at CONTROL; runs until killed
-  txcast program load --control ADDR --id N --key K [--label TEXT] FILE.wat|FILE.wasm
-  txcast program list --control ADDR
-  txcast program unload --control ADDR --id N --key K
-  txcast program invoke --control ADDR --id N --key K [--args-hex HEX] [--timeout-ms MS]
-ADDR is instance.site.type.server (e.g. 0.0.13.0); N below 64; K a number (0x... allowed)
-";
-
-fn address(args: &[String], key: &str) -> Result<Address, String> {
-    let text = args
-        .iter()
-        .position(|a| a == key)
-        .and_then(|i| args.get(i + 1))
-        .ok_or(format!("{key} is required"))?;
+/// A port address, `instance.site.type.server` (e.g. `0.0.13.0`).
+pub fn address(text: &str) -> Result<Address, String> {
     text.parse()
-        .map_err(|e| format!("{key} {text:?}: {e} (want instance.site.type.server)"))
+        .map_err(|e| format!("{e} (want instance.site.type.server)"))
 }
 
-fn number(args: &[String], key: &str) -> Result<u64, String> {
-    let text = args
-        .iter()
-        .position(|a| a == key)
-        .and_then(|i| args.get(i + 1))
-        .ok_or(format!("{key} is required"))?;
+/// A number, decimal or `0x` hexadecimal.
+fn number(text: &str) -> Result<u64, String> {
     let parsed = match text.strip_prefix("0x") {
         Some(hex) => u64::from_str_radix(hex, 16),
         None => text.parse(),
     };
-    parsed.map_err(|_| format!("{key} {text:?} is not a number"))
+    parsed.map_err(|_| format!("{text:?} is not a number"))
 }
 
-fn module_id(args: &[String]) -> Result<u16, String> {
-    let id = number(args, "--id")?;
+/// A module id, below `MODULES_MAX`.
+fn module_id(text: &str) -> Result<u16, String> {
+    let id = number(text)?;
     if id >= txcast_proto::module::MODULES_MAX as u64 {
         return Err(format!(
             "--id {id}: module ids are below {}",
@@ -51,6 +33,73 @@ fn module_id(args: &[String]) -> Result<u16, String> {
         ));
     }
     Ok(id as u16)
+}
+
+/// The options of `txcast program`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "ADDR is instance.site.type.server (e.g. 0.0.13.0); N below 64; K a number \
+                  (0x... allowed)"
+)]
+pub struct ProgramArgs {
+    #[command(subcommand)]
+    pub command: ProgramCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProgramCommand {
+    /// Loads a Push program (FILE.wat or FILE.wasm) as module N
+    Load {
+        #[command(flatten)]
+        module: Module,
+        /// The label `list` shows [default: the file name]
+        #[arg(long)]
+        label: Option<String>,
+        /// The program, WebAssembly text or binary
+        file: PathBuf,
+    },
+    /// Lists the modules loaded: id, kind and label
+    List {
+        #[command(flatten)]
+        control: Control,
+    },
+    /// Unloads module N
+    Unload {
+        #[command(flatten)]
+        module: Module,
+    },
+    /// Invokes module N and prints its status and result
+    Invoke {
+        #[command(flatten)]
+        module: Module,
+        /// The invocation's argument bytes, in hexadecimal
+        #[arg(long, value_name = "HEX", value_parser = hex)]
+        args_hex: Option<Bytes>,
+        /// How long to wait for the result (ms)
+        #[arg(long, value_name = "MS", default_value_t = 5_000)]
+        timeout_ms: u64,
+    },
+}
+
+/// The control endpoint a `txcast program` command talks to.
+#[derive(Args, Debug)]
+pub struct Control {
+    /// The node's control endpoint
+    #[arg(long, value_name = "ADDR", value_parser = address)]
+    pub control: Address,
+}
+
+/// A module of a node: its control endpoint, id and key.
+#[derive(Args, Debug)]
+pub struct Module {
+    #[command(flatten)]
+    pub control: Control,
+    /// The module id (below 64)
+    #[arg(long, value_name = "N", value_parser = module_id)]
+    pub id: u16,
+    /// The module's key (0x... allowed)
+    #[arg(long, value_name = "K", value_parser = number)]
+    pub key: u64,
 }
 
 /// Makes a program module of the bytes of a `LOAD`.
@@ -64,10 +113,9 @@ fn load_program(
     Ok(Box::new(module))
 }
 
-pub fn node(args: &[String]) -> i32 {
+/// `txcast node --at ADDR --control ADDR`: hosts extension modules until killed.
+pub fn node(at: Address, control: Address) -> i32 {
     let run = || -> Result<(), String> {
-        let at = address(args, "--at")?;
-        let control = address(args, "--control")?;
         let host = ModuleHost::open(at).map_err(|e| e.to_string())?;
         let port = Port::open(control, PortConfig::default()).map_err(|e| e.to_string())?;
         let _server = host
@@ -83,7 +131,7 @@ pub fn node(args: &[String]) -> i32 {
     match run() {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("txcast node: {e}\n{USAGE}");
+            eprintln!("txcast node: {e}");
             2
         }
     }
@@ -109,62 +157,66 @@ fn client(control: Address) -> Result<ControlClient, String> {
     Err(format!("no client port free: {last}"))
 }
 
-fn hex(text: &str) -> Result<Vec<u8>, String> {
+/// The bytes of `--args-hex` (a newtype: clap would take a bare `Vec` for many values).
+#[derive(Clone, Debug)]
+pub struct Bytes(Vec<u8>);
+
+/// Bytes written as hexadecimal digits, two a byte.
+fn hex(text: &str) -> Result<Bytes, String> {
     if !text.len().is_multiple_of(2) {
-        return Err("--args-hex needs an even number of digits".into());
+        return Err("an even number of hexadecimal digits is needed".into());
     }
     (0..text.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| format!("bad hex {text:?}")))
-        .collect()
+        .collect::<Result<_, _>>()
+        .map(Bytes)
 }
 
-pub fn program(args: &[String]) -> i32 {
-    let Some(what) = args.first().map(String::as_str) else {
-        eprint!("{USAGE}");
-        return 2;
+/// `txcast program load|list|unload|invoke`.
+pub fn program(args: &ProgramArgs) -> i32 {
+    let (what, control) = match &args.command {
+        ProgramCommand::Load { module, .. } => ("load", module.control.control),
+        ProgramCommand::List { control } => ("list", control.control),
+        ProgramCommand::Unload { module } => ("unload", module.control.control),
+        ProgramCommand::Invoke { module, .. } => ("invoke", module.control.control),
     };
-    let args = &args[1..];
-    let run = || -> Result<Result<(), String>, String> {
-        let control = address(args, "--control")?;
+    let run = || -> Result<(), String> {
         let mut c = client(control)?;
-        Ok(match what {
-            "list" => c.list().map_err(|e| e.to_string()).map(|l| {
+        match &args.command {
+            ProgramCommand::List { .. } => c.list().map_err(|e| e.to_string()).map(|l| {
                 for (id, name, label) in l {
                     println!("{id}\t{name}\t{label}");
                 }
             }),
-            "load" => {
-                let (id, key) = (module_id(args)?, number(args, "--key")?);
-                let file = args
-                    .last()
-                    .filter(|f| !f.starts_with("--"))
-                    .ok_or("the program file is required")?;
-                let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
-                let label = opt::<String>(args, "--label").unwrap_or_else(|| file.clone());
-                c.load(id, key, &label, &bytes)
+            ProgramCommand::Load {
+                module,
+                label,
+                file,
+            } => {
+                let shown = file.display().to_string();
+                let bytes = std::fs::read(file).map_err(|e| format!("{shown}: {e}"))?;
+                let label = label.clone().unwrap_or_else(|| shown.clone());
+                c.load(module.id, module.key, &label, &bytes)
                     .map_err(|e| e.to_string())
-                    .map(|_| println!("loaded {file} as module {id}"))
+                    .map(|_| println!("loaded {shown} as module {}", module.id))
             }
-            "unload" => {
-                let (id, key) = (module_id(args)?, number(args, "--key")?);
-                c.unload(id, key)
-                    .map_err(|e| e.to_string())
-                    .map(|_| println!("unloaded module {id}"))
-            }
-            "invoke" => {
-                let (id, key) = (module_id(args)?, number(args, "--key")?);
-                let bytes = match opt::<String>(args, "--args-hex") {
-                    Some(h) => hex(&h)?,
-                    None => Vec::new(),
-                };
-                let ms = opt::<u64>(args, "--timeout-ms").unwrap_or(5_000);
+            ProgramCommand::Unload { module } => c
+                .unload(module.id, module.key)
+                .map_err(|e| e.to_string())
+                .map(|_| println!("unloaded module {}", module.id)),
+            ProgramCommand::Invoke {
+                module,
+                args_hex,
+                timeout_ms,
+            } => {
+                let bytes = args_hex.as_ref().map_or(&[][..], |b| &b.0[..]);
                 c.invoke(
-                    id,
-                    key,
+                    module.id,
+                    module.key,
                     txcast_push::module::INVOKE,
-                    &bytes,
-                    Duration::from_millis(ms),
+                    bytes,
+                    Duration::from_millis(*timeout_ms),
                 )
                 .map_err(|e| e.to_string())
                 .map(|done| {
@@ -172,18 +224,13 @@ pub fn program(args: &[String]) -> i32 {
                     println!("status {} result {result}", done.status as i32);
                 })
             }
-            other => return Err(format!("unknown program command {other:?}")),
-        })
+        }
     };
     match run() {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
+        Ok(()) => 0,
+        Err(e) => {
             eprintln!("txcast program {what}: {e}");
             1
-        }
-        Err(e) => {
-            eprintln!("txcast program: {e}\n{USAGE}");
-            2
         }
     }
 }

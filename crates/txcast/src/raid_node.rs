@@ -3,26 +3,78 @@
 //! (`txcast_raid::client`), optionally with a load of its own. Ends on SIGINT or SIGTERM,
 //! or with `--exit-when-done` once its load has run and it has been quiet for a second.
 
-use crate::{opt, opt_checked as num};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use txcast_port::{ClusterConfig as Naming, Engine};
+use txcast_proto::Address;
 use txcast_raid::driver::{run_site, ClusterConfig, Load, RunControl};
 use txcast_raid::Scale;
 
-pub const USAGE: &str = "\
-usage: txcast node --site S [--sites N] [--config FILE] [--instance I] [--data DIR]
-                   [--branches N] [--clients N] [--seconds S | --until UNIX_MS]
-                   [--vote-timeout MS] [--exit-when-done] [--json]
-  runs Raid site S of a cluster of N sites (default 3) until SIGINT/SIGTERM: its log and
-  incarnation in DIR (default: the system's temporary directory, txcast-raid-I-S), the
-  hosts from the cluster file (default: every site on loopback), clients in other processes
-  served at its port; --clients N runs N closed-loop DebitCredit clients of its own for S
-  seconds (or until the given Unix time in ms, for sites started apart to stop together);
-  --vote-timeout MS (default 500): a site that does not vote or acknowledge within it is
-  suspected and left out of the view (the failover time)";
+/// What `txcast node --help` says after the options.
+const AFTER_HELP: &str = "\
+txcast node --site S: runs Raid site S of a cluster of --sites sites until SIGINT/SIGTERM:
+its log and incarnation in --data, the hosts from the cluster file (default: every site on
+loopback), clients in other processes served at its port; --clients N runs N closed-loop
+DebitCredit clients of its own for --seconds (or until the Unix time --until in ms, for
+sites started apart to stop together); a site that does not vote or acknowledge within
+--vote-timeout is suspected and left out of the view (the failover time).
+
+txcast node --at ADDR --control ADDR: hosts extension modules at ADDR (a port served by the
+engine thread) and a control endpoint at CONTROL for `txcast program`; runs until killed.
+ADDR is instance.site.type.server (e.g. 0.0.13.0).";
+
+/// The options of `txcast node`, in its two forms: a Raid site (`--site`) or a module host
+/// (`--at` and `--control`).
+#[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct NodeArgs {
+    /// Run Raid site S (below --sites)
+    #[arg(long, value_name = "S", required_unless_present = "at", conflicts_with_all = ["at", "control"])]
+    pub site: Option<u16>,
+    /// Sites in the cluster, 1 to 16
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=16), conflicts_with = "at")]
+    pub sites: u16,
+    /// The cluster file naming the sites' hosts [default: every site on loopback]
+    #[arg(long, value_name = "FILE", conflicts_with = "at")]
+    pub config: Option<PathBuf>,
+    /// The cluster's instance number
+    #[arg(long, default_value_t = 7, conflicts_with = "at")]
+    pub instance: u16,
+    /// The site's log and incarnation [default: the system's temporary directory,
+    /// txcast-raid-I-S]
+    #[arg(long, value_name = "DIR", conflicts_with = "at")]
+    pub data: Option<PathBuf>,
+    /// Branches of the database (TPC-B scale)
+    #[arg(long, default_value_t = 1, conflicts_with = "at")]
+    pub branches: u32,
+    /// Closed-loop DebitCredit clients of the site's own
+    #[arg(long, default_value_t = 0, conflicts_with = "at")]
+    pub clients: usize,
+    /// Seconds the site's own clients run
+    #[arg(long, value_name = "S", conflicts_with_all = ["until", "at"], value_parser = crate::dc::seconds)]
+    pub seconds: Option<f64>,
+    /// The Unix time (ms) until which the site's own clients run
+    #[arg(long, value_name = "UNIX_MS", conflicts_with = "at")]
+    pub until: Option<u64>,
+    /// A site that does not vote or acknowledge within MS (10 to 600000) is suspected
+    /// [default: 500]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=600_000), conflicts_with = "at")]
+    pub vote_timeout: Option<u64>,
+    /// Exit once the site's load has run and it has been quiet for a second
+    #[arg(long, conflicts_with = "at")]
+    pub exit_when_done: bool,
+    /// The report as JSON on stdout
+    #[arg(long, conflicts_with = "at")]
+    pub json: bool,
+    /// Module host: the address of the modules' port
+    #[arg(long, value_name = "ADDR", requires = "control", value_parser = crate::program_cmd::address)]
+    pub at: Option<Address>,
+    /// Module host: the address of the control endpoint
+    #[arg(long, value_name = "ADDR", requires = "at", value_parser = crate::program_cmd::address)]
+    pub control: Option<Address>,
+}
 
 static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
@@ -30,57 +82,34 @@ extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
 
-pub fn run(args: &[String]) -> i32 {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return 0;
-    }
-    match serve(args) {
+/// `txcast node`: a Raid site with `--site`, otherwise a module host.
+pub fn run(args: NodeArgs) -> i32 {
+    let (Some(site), None) = (args.site, args.at) else {
+        return match (args.at, args.control) {
+            (Some(at), Some(control)) => crate::program_cmd::node(at, control),
+            // clap requires --site or both of --at and --control.
+            _ => crate::usage_error(&["node"], "--site, or --at and --control, are needed"),
+        };
+    };
+    match serve(site, &args) {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("txcast node: {e}\n{USAGE}");
-            2
-        }
+        Err(e) => crate::usage_error(&["node"], &e),
     }
 }
 
-fn serve(args: &[String]) -> Result<i32, String> {
-    let valued = [
-        "--site",
-        "--sites",
-        "--config",
-        "--instance",
-        "--data",
-        "--branches",
-        "--clients",
-        "--seconds",
-        "--until",
-        "--vote-timeout",
-    ];
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
-        if valued.contains(&a) {
-            i += 2;
-        } else if a == "--exit-when-done" || a == "--json" {
-            i += 1;
-        } else {
-            return Err(format!("unknown option {a:?}"));
-        }
+fn serve(site: u16, args: &NodeArgs) -> Result<i32, String> {
+    let sites = args.sites;
+    if site >= sites {
+        return Err(format!("--site {site}: a site below --sites {sites}"));
     }
-    let site: u16 = num(args, "--site")?.ok_or("--site is needed")?;
-    let sites: u16 = num(args, "--sites")?.unwrap_or(3);
-    if sites == 0 || sites > 16 || site >= sites {
-        return Err(format!("site {site} of {sites}: sites 1 to 16, site below"));
-    }
-    let instance: u16 = num(args, "--instance")?.unwrap_or(7);
-    let branches: u32 = num(args, "--branches")?.unwrap_or(1);
-    let clients: usize = num(args, "--clients")?.unwrap_or(0);
-    let json = args.iter().any(|a| a == "--json");
-    let data = opt::<PathBuf>(args, "--data")
+    let (instance, branches, clients, json) =
+        (args.instance, args.branches, args.clients, args.json);
+    let data = args
+        .data
+        .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("txcast-raid-{instance}-{site}")));
-    let measure = match (num::<f64>(args, "--seconds")?, num::<u64>(args, "--until")?) {
-        (Some(s), _) => Duration::from_secs_f64(s.max(0.0)),
+    let measure = match (args.seconds, args.until) {
+        (Some(s), _) => Duration::from_secs_f64(s),
         (None, Some(until)) => {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -93,14 +122,11 @@ fn serve(args: &[String]) -> Result<i32, String> {
     let mut cluster = ClusterConfig::new(sites, Scale::tpcb(branches), data.clone());
     cluster.instance = instance;
     cluster.site.coordinated_max = clients.max(4096);
-    if let Some(ms) = num::<u64>(args, "--vote-timeout")? {
-        if !(10..=600_000).contains(&ms) {
-            return Err("--vote-timeout: 10 to 600000 ms".into());
-        }
+    if let Some(ms) = args.vote_timeout {
         cluster.site.vote_timeout = Duration::from_millis(ms);
     }
-    if let Some(path) = opt::<String>(args, "--config") {
-        let naming = Naming::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
+    if let Some(path) = &args.config {
+        let naming = Naming::load(path).map_err(|e| e.to_string())?;
         let engine =
             Engine::start(txcast_raid::driver::engine_config(naming)).map_err(|e| e.to_string())?;
         cluster.engine = Some(engine);
@@ -118,10 +144,9 @@ fn serve(args: &[String]) -> Result<i32, String> {
     let control = Arc::new(RunControl::new());
     control.local.store(1 << site, Ordering::SeqCst);
     control.quiet_ms.store(1000, Ordering::SeqCst);
-    control.end_when_quiet.store(
-        args.iter().any(|a| a == "--exit-when-done"),
-        Ordering::SeqCst,
-    );
+    control
+        .end_when_quiet
+        .store(args.exit_when_done, Ordering::SeqCst);
     let c2 = control.clone();
     std::thread::spawn(move || loop {
         if SIGNALLED.load(Ordering::SeqCst) {

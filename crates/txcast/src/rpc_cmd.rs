@@ -14,7 +14,6 @@
 //! address maps (a server that moved to another host). It prints `ready` on stdout once its
 //! port is open (and registered).
 
-use crate::opt;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +23,36 @@ use txcast_port::{
 };
 use txcast_proto::Address;
 
-pub fn server(args: &[String]) -> i32 {
+/// The options of `txcast __rpc-server`.
+#[derive(clap::Args, Debug)]
+pub struct ServerArgs {
+    /// The instance of the server's address
+    #[arg(long)]
+    instance: u16,
+    /// The site of the server's address
+    #[arg(long)]
+    site: u16,
+    /// The server type: 1 echo, 2 count, 3 slow, 9 quit
+    #[arg(long = "type", default_value_t = 2)]
+    server_type: u16,
+    /// The fraction of outgoing datagrams dropped
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Serve at most this long without a QUIT
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// The cluster file
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Open the port at this IP:PORT instead of where its address maps
+    #[arg(long)]
+    at: Option<std::net::SocketAddr>,
+    /// Register with the oracle the configuration names
+    #[arg(long)]
+    oracle: bool,
+}
+
+pub fn server(args: &ServerArgs) -> i32 {
     match run(args) {
         Ok(()) => 0,
         Err(e) => {
@@ -34,14 +62,11 @@ pub fn server(args: &[String]) -> i32 {
     }
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let instance: u16 = opt(args, "--instance").ok_or("--instance")?;
-    let site: u16 = opt(args, "--site").ok_or("--site")?;
-    let server_type: u16 = opt(args, "--type").unwrap_or(2);
-    let loss: f64 = opt(args, "--loss").unwrap_or(0.0);
-    let seconds: u64 = opt(args, "--seconds").unwrap_or(60);
-    let cluster = match opt::<String>(args, "--config") {
-        Some(p) => ClusterConfig::load(std::path::Path::new(&p)).map_err(|e| e.to_string())?,
+fn run(args: &ServerArgs) -> Result<(), String> {
+    let (instance, site, server_type) = (args.instance, args.site, args.server_type);
+    let (loss, seconds) = (args.loss, args.seconds);
+    let cluster = match &args.config {
+        Some(p) => ClusterConfig::load(p).map_err(|e| e.to_string())?,
         None => ClusterConfig::default(),
     };
     let engine = Engine::start(EngineConfig {
@@ -53,7 +78,7 @@ fn run(args: &[String]) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let me = Address::new(instance, site, server_type, 0);
-    if let Some(at) = opt::<std::net::SocketAddr>(args, "--at") {
+    if let Some(at) = args.at {
         engine.set_location(me, at);
     }
     let port = Port::open_on(
@@ -80,7 +105,7 @@ fn run(args: &[String]) -> Result<(), String> {
         q.store(true, Ordering::SeqCst);
         Ok(Vec::new())
     });
-    if args.iter().any(|a| a == "--oracle") {
+    if args.oracle {
         let mut oc = OracleClient::new(&mut rpc).map_err(|e| e.to_string())?;
         // A server that moved is registered once the lease of its old place runs out.
         let end = Instant::now() + Duration::from_secs(10);

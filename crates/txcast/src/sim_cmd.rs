@@ -3,7 +3,7 @@
 //! Every kind takes the one option block [`Common`] (which seeds, threads, trace, fault
 //! toggles), parsed once, and its own workload options.
 
-use crate::opt;
+use clap::{Args, Subcommand};
 use txcast_sim::crmem_sim::{run_crmem, CrmemSimOptions};
 use txcast_sim::engine_sim::{run_engine, EngineSimOptions};
 use txcast_sim::frag_sim::{run_frag, FragSimOptions};
@@ -18,76 +18,265 @@ use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
 use txcast_sim::txn_sim::{run_txn, TxnSimOptions};
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
 
-const USAGE: &str = "usage: txcast sim KIND [--seed S | --seeds N [--first F] [--threads T]] [--trace [2]] [--no-faults] [--no-partitions] [--no-clogs] [KIND OPTIONS]\n\
-     \x20 link    [--nodes N] [--messages N]\n\
-     \x20 group   [--members N] [--messages N]\n\
-     \x20 rpc     [--servers N] [--clients N] [--calls N]\n\
-     \x20 frag    [--nodes N] [--messages N]\n\
-     \x20 vs      [--members N] [--casts N]\n\
-     \x20 order   [--protocol totem|total|dynseq|dynord] [--pack off|adaptive|fixed] [--stability piggyback|pinwheel] [--members N] [--messages N]\n\
-     \x20 module  [--nodes N] [--messages N]\n\
-     \x20 oracle  [--servers N]\n\
-     \x20 txn     [--nodes N] [--txns N] [--packets N]   (transaction multicast)\n\
-     \x20 engine  [--nodes N] [--messages N]   (link table, packet rule, bounded ring)\n\
-     \x20 crmem   [--nodes N] [--txns N]   (CRMem mirror: TpcB at the primary, failovers)\n\
-     \x20 raid    [--sites N] [--txns N]   (Raid: DebitCredit, 2PC read-one-write-all-available with views, logs on simulated disks)\n\
-     \x20 --seed S runs one seed and prints its report (with --trace, its events; TXCAST_SIM_TRACE=1 or 2 likewise);\n\
-     \x20 --seeds N (default 1000) from --first F (default 0) on --threads T (default 1) prints each failure and a summary";
+/// The options of `txcast sim`: one kind of component.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "--seed S runs one seed and prints its report (with --trace, its events; \
+TXCAST_SIM_TRACE=1 or 2 likewise); otherwise --seeds N from --first F on --threads T, \
+printing each failure and a summary. The workload sizes are clamped to the ranges given."
+)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    kind: Kind,
+}
 
-pub fn run(args: &[String]) -> i32 {
-    let Some(kind) = args.first().map(String::as_str) else {
-        eprintln!("{USAGE}");
-        return 2;
-    };
-    let args = &args[1..];
-    let c = Common::parse(args);
-    match kind {
-        "link" => link(args, &c),
-        "group" => group(args, &c),
-        "rpc" => rpc(args, &c),
-        "frag" => frag(args, &c),
-        "vs" => vs(args, &c),
-        "order" => order(args, &c),
-        "module" => module(args, &c),
-        "oracle" => oracle(args, &c),
-        "txn" => txn(args, &c),
-        "engine" => engine(args, &c),
-        "crmem" => crmem(args, &c),
-        "raid" => raid(args, &c),
-        _ => {
-            eprintln!("{USAGE}");
-            2
-        }
+#[derive(Subcommand, Debug)]
+enum Kind {
+    /// The reliable link
+    Link(LinkArgs),
+    /// Groups (crashes, joins, leaves)
+    Group(GroupArgs),
+    /// RPC
+    Rpc(RpcArgs),
+    /// Long messages (fragmentation)
+    Frag(FragArgs),
+    /// Virtually synchronous groups
+    Vs(VsArgs),
+    /// Ordering protocols over virtually synchronous groups
+    Order(OrderArgs),
+    /// Extension modules
+    Module(ModuleArgs),
+    /// The oracle name server
+    Oracle(OracleArgs),
+    /// Transaction multicast
+    Txn(TxnArgs),
+    /// The engine: link table, packet rule, bounded ring
+    Engine(EngineArgs),
+    /// CRMem mirror: TpcB at the primary, failovers
+    Crmem(CrmemArgs),
+    /// Raid: DebitCredit, 2PC read-one-write-all-available with views, logs on simulated disks
+    Raid(RaidArgs),
+}
+
+/// The options of `txcast sim link`.
+#[derive(Args, Debug)]
+struct LinkArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Nodes (at least 2)
+    #[arg(long, default_value_t = LinkSimOptions::default().nodes)]
+    nodes: usize,
+    /// Messages per pair of nodes
+    #[arg(long, default_value_t = LinkSimOptions::default().messages_per_pair)]
+    messages: u32,
+}
+
+/// The options of `txcast sim group`.
+#[derive(Args, Debug)]
+struct GroupArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Members, 2 to 12
+    #[arg(long, default_value_t = GroupSimOptions::default().members)]
+    members: usize,
+    /// Messages per member
+    #[arg(long, default_value_t = GroupSimOptions::default().messages_per_member)]
+    messages: u32,
+}
+
+/// The options of `txcast sim rpc`.
+#[derive(Args, Debug)]
+struct RpcArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Servers, 1 to 8
+    #[arg(long, default_value_t = RpcSimOptions::default().servers)]
+    servers: usize,
+    /// Clients, 1 to 8
+    #[arg(long, default_value_t = RpcSimOptions::default().clients)]
+    clients: usize,
+    /// Calls per client
+    #[arg(long, default_value_t = RpcSimOptions::default().calls_per_client)]
+    calls: u32,
+}
+
+/// The options of `txcast sim frag`.
+#[derive(Args, Debug)]
+struct FragArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Nodes, 2 to 8
+    #[arg(long, default_value_t = FragSimOptions::default().nodes)]
+    nodes: usize,
+    /// Messages per node
+    #[arg(long, default_value_t = FragSimOptions::default().messages_per_node)]
+    messages: u32,
+}
+
+/// The options of `txcast sim vs`.
+#[derive(Args, Debug)]
+struct VsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Members, 1 to 12
+    #[arg(long, default_value_t = VsSimOptions::default().members)]
+    members: usize,
+    /// Casts per member
+    #[arg(long, default_value_t = VsSimOptions::default().casts_per_member)]
+    casts: u32,
+}
+
+/// The options of `txcast sim order`.
+#[derive(Args, Debug)]
+struct OrderArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Members, 2 to 12
+    #[arg(long, default_value_t = OrderSimOptions::default().members)]
+    members: usize,
+    /// Messages per member
+    #[arg(long, default_value_t = OrderSimOptions::default().messages_per_member)]
+    messages: u32,
+    /// The ordering protocol [default: drawn from the seed]
+    #[arg(long, value_parser = ["totem", "total", "dynseq", "dynord"])]
+    protocol: Option<String>,
+    /// The packing [default: drawn from the seed]
+    #[arg(long, value_parser = ["off", "adaptive", "fixed"])]
+    pack: Option<String>,
+    /// How stability is learned [default: drawn from the seed]
+    #[arg(long, value_parser = ["piggyback", "pinwheel"])]
+    stability: Option<String>,
+}
+
+/// The options of `txcast sim module`.
+#[derive(Args, Debug)]
+struct ModuleArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Nodes, 2 to 16
+    #[arg(long, default_value_t = ModuleSimOptions::default().nodes)]
+    nodes: usize,
+    /// Messages per node
+    #[arg(long, default_value_t = ModuleSimOptions::default().messages_per_node)]
+    messages: u32,
+}
+
+/// The options of `txcast sim oracle`.
+#[derive(Args, Debug)]
+struct OracleArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Servers, 1 to 60
+    #[arg(long, default_value_t = OracleSimOptions::default().servers)]
+    servers: usize,
+}
+
+/// The options of `txcast sim txn`.
+#[derive(Args, Debug)]
+struct TxnArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Nodes, 2 to 64
+    #[arg(long, default_value_t = TxnSimOptions::default().nodes)]
+    nodes: usize,
+    /// Transactions, 1 to 64
+    #[arg(long, default_value_t = TxnSimOptions::default().txns)]
+    txns: usize,
+    /// Packets per node
+    #[arg(long, default_value_t = TxnSimOptions::default().packets_per_node)]
+    packets: u32,
+}
+
+/// The options of `txcast sim engine`.
+#[derive(Args, Debug)]
+struct EngineArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Nodes, 2 to 64
+    #[arg(long, default_value_t = EngineSimOptions::default().nodes)]
+    nodes: usize,
+    /// Messages per pair of nodes
+    #[arg(long, default_value_t = EngineSimOptions::default().messages_per_pair)]
+    messages: u32,
+}
+
+/// The options of `txcast sim crmem`.
+#[derive(Args, Debug)]
+struct CrmemArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Nodes, 2 to 5
+    #[arg(long, default_value_t = CrmemSimOptions::default().nodes)]
+    nodes: usize,
+    /// Transactions per client
+    #[arg(long, default_value_t = CrmemSimOptions::default().txns_per_client)]
+    txns: u32,
+}
+
+/// The options of `txcast sim raid`.
+#[derive(Args, Debug)]
+struct RaidArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Sites, 1 to 8
+    #[arg(long, default_value_t = RaidSimOptions::default().sites)]
+    sites: usize,
+    /// Transactions per client
+    #[arg(long, default_value_t = RaidSimOptions::default().txns_per_client)]
+    txns: u32,
+}
+
+/// `txcast sim KIND`: the seeds asked for; the exit code says whether any failed.
+pub fn run(args: SimArgs) -> i32 {
+    match &args.kind {
+        Kind::Link(a) => link(a),
+        Kind::Group(a) => group(a),
+        Kind::Rpc(a) => rpc(a),
+        Kind::Frag(a) => frag(a),
+        Kind::Vs(a) => vs(a),
+        Kind::Order(a) => order(a),
+        Kind::Module(a) => module(a),
+        Kind::Oracle(a) => oracle(a),
+        Kind::Txn(a) => txn(a),
+        Kind::Engine(a) => engine(a),
+        Kind::Crmem(a) => crmem(a),
+        Kind::Raid(a) => raid(a),
     }
 }
 
 /// The options every kind shares.
+#[derive(Args, Debug)]
 struct Common {
-    /// Replay this one seed.
+    /// Replay this one seed and print its report
+    #[arg(long)]
     seed: Option<u64>,
+    /// Seeds to run
+    #[arg(long, default_value_t = 1000)]
     seeds: u64,
+    /// The first seed of the range
+    #[arg(long, default_value_t = 0)]
     first: u64,
+    /// Threads the seeds run on (1 to 64)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     threads: u64,
-    /// Faults drawn from the seed (`--no-faults`: a perfect network, no crashes).
-    faults: bool,
-    partitions: bool,
-    clogs: bool,
+    /// Print the events of the seed (level 1, or 2 for more)
+    #[arg(long, value_name = "LEVEL", num_args = 0..=1, default_missing_value = "1")]
+    trace: Option<u8>,
+    /// A perfect network and no crashes (faults are otherwise drawn from the seed)
+    #[arg(long)]
+    no_faults: bool,
+    /// No partitions of the network
+    #[arg(long)]
+    no_partitions: bool,
+    /// No clogged paths
+    #[arg(long)]
+    no_clogs: bool,
 }
 
 impl Common {
-    fn parse(args: &[String]) -> Common {
-        if flag(args, "--trace") {
-            harness::set_trace(opt::<u8>(args, "--trace").unwrap_or(1));
-        }
-        Common {
-            seed: opt(args, "--seed"),
-            seeds: opt(args, "--seeds").unwrap_or(1000),
-            first: opt(args, "--first").unwrap_or(0),
-            threads: opt::<u64>(args, "--threads").unwrap_or(1).clamp(1, 64),
-            faults: !flag(args, "--no-faults"),
-            partitions: !flag(args, "--no-partitions"),
-            clogs: !flag(args, "--no-clogs"),
-        }
+    /// Whether faults, partitions and clogs are drawn from the seed.
+    fn faults(&self) -> (bool, bool, bool) {
+        (!self.no_faults, !self.no_partitions, !self.no_clogs)
     }
 
     /// `--seed S`: runs it and prints its report with `print`; otherwise runs the range of
@@ -98,6 +287,9 @@ impl Common {
         run: impl Fn(u64) -> Result<R, Violation> + Sync,
         print: impl FnOnce(&R),
     ) -> i32 {
+        if let Some(level) = self.trace {
+            harness::set_trace(level);
+        }
         if let Some(seed) = self.seed {
             return match run(seed) {
                 Ok(r) => {
@@ -125,15 +317,14 @@ impl Common {
     }
 }
 
-fn link(args: &[String], c: &Common) -> i32 {
-    let mut opts = LinkSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--nodes") {
-        opts.nodes = n.max(2);
-    }
-    if let Some(m) = opt::<u32>(args, "--messages") {
-        opts.messages_per_pair = m;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn link(a: &LinkArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = LinkSimOptions {
+        nodes: a.nodes.max(2),
+        messages_per_pair: a.messages,
+        ..LinkSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "link",
         |s| run_link(s, &opts),
@@ -151,15 +342,14 @@ fn link(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn module(args: &[String], c: &Common) -> i32 {
-    let mut opts = ModuleSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--nodes") {
-        opts.nodes = n.clamp(2, 16);
-    }
-    if let Some(m) = opt::<u32>(args, "--messages") {
-        opts.messages_per_node = m;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn module(a: &ModuleArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = ModuleSimOptions {
+        nodes: a.nodes.clamp(2, 16),
+        messages_per_node: a.messages,
+        ..ModuleSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "module",
         |s| run_module(s, &opts),
@@ -178,15 +368,14 @@ fn module(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn group(args: &[String], c: &Common) -> i32 {
-    let mut opts = GroupSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--members") {
-        opts.members = n.clamp(2, 12);
-    }
-    if let Some(m) = opt::<u32>(args, "--messages") {
-        opts.messages_per_member = m;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn group(a: &GroupArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = GroupSimOptions {
+        members: a.members.clamp(2, 12),
+        messages_per_member: a.messages,
+        ..GroupSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "group",
         |s| run_group(s, &opts),
@@ -201,18 +390,15 @@ fn group(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn rpc(args: &[String], c: &Common) -> i32 {
-    let mut opts = RpcSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--servers") {
-        opts.servers = n.clamp(1, 8);
-    }
-    if let Some(n) = opt::<usize>(args, "--clients") {
-        opts.clients = n.clamp(1, 8);
-    }
-    if let Some(n) = opt::<u32>(args, "--calls") {
-        opts.calls_per_client = n;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn rpc(a: &RpcArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = RpcSimOptions {
+        servers: a.servers.clamp(1, 8),
+        clients: a.clients.clamp(1, 8),
+        calls_per_client: a.calls,
+        ..RpcSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "rpc",
         |s| run_rpc(s, &opts),
@@ -236,15 +422,14 @@ fn rpc(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn frag(args: &[String], c: &Common) -> i32 {
-    let mut opts = FragSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--nodes") {
-        opts.nodes = n.clamp(2, 8);
-    }
-    if let Some(n) = opt::<u32>(args, "--messages") {
-        opts.messages_per_node = n;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn frag(a: &FragArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = FragSimOptions {
+        nodes: a.nodes.clamp(2, 8),
+        messages_per_node: a.messages,
+        ..FragSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "frag",
         |s| run_frag(s, &opts),
@@ -266,15 +451,14 @@ fn frag(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn vs(args: &[String], c: &Common) -> i32 {
-    let mut opts = VsSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--members") {
-        opts.members = n.clamp(1, 12);
-    }
-    if let Some(m) = opt::<u32>(args, "--casts") {
-        opts.casts_per_member = m;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn vs(a: &VsArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = VsSimOptions {
+        members: a.members.clamp(1, 12),
+        casts_per_member: a.casts,
+        ..VsSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "vs",
         |s| run_vs(s, &opts),
@@ -297,30 +481,29 @@ fn vs(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn order(args: &[String], c: &Common) -> i32 {
-    let mut opts = OrderSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--members") {
-        opts.members = n.clamp(2, 12);
-    }
-    if let Some(m) = opt::<u32>(args, "--messages") {
-        opts.messages_per_member = m;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
-    if let Some(p) = opt::<String>(args, "--protocol") {
-        let Some(p) = txcast_proto::order::Protocol::from_name(&p) else {
+fn order(a: &OrderArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = OrderSimOptions {
+        members: a.members.clamp(2, 12),
+        messages_per_member: a.messages,
+        ..OrderSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
+    if let Some(p) = &a.protocol {
+        let Some(p) = txcast_proto::order::Protocol::from_name(p) else {
             eprintln!("unknown protocol {p} (totem, total, dynseq, dynord)");
             return 2;
         };
         opts.protocol = Some(p);
     }
-    if let Some(p) = opt::<String>(args, "--pack") {
-        let Some(p) = pack_from_name(&p) else {
+    if let Some(p) = &a.pack {
+        let Some(p) = pack_from_name(p) else {
             eprintln!("unknown packing {p} (off, adaptive, fixed)");
             return 2;
         };
         opts.pack = Some(p);
     }
-    if let Some(s) = opt::<String>(args, "--stability") {
+    if let Some(s) = &a.stability {
         opts.stability = Some(match s.as_str() {
             "piggyback" => txcast_proto::vsync::Stability::Piggyback,
             "pinwheel" => txcast_proto::vsync::Stability::Pinwheel,
@@ -346,12 +529,13 @@ fn order(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn oracle(args: &[String], c: &Common) -> i32 {
-    let mut opts = OracleSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--servers") {
-        opts.servers = n.clamp(1, 60);
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn oracle(a: &OracleArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = OracleSimOptions {
+        servers: a.servers.clamp(1, 60),
+        ..OracleSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "oracle",
         |s| run_oracle(s, &opts),
@@ -367,18 +551,15 @@ fn oracle(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn txn(args: &[String], c: &Common) -> i32 {
-    let mut opts = TxnSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--nodes") {
-        opts.nodes = n.clamp(2, 64);
-    }
-    if let Some(n) = opt::<usize>(args, "--txns") {
-        opts.txns = n.clamp(1, 64);
-    }
-    if let Some(n) = opt::<u32>(args, "--packets") {
-        opts.packets_per_node = n;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn txn(a: &TxnArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = TxnSimOptions {
+        nodes: a.nodes.clamp(2, 64),
+        txns: a.txns.clamp(1, 64),
+        packets_per_node: a.packets,
+        ..TxnSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "txn",
         |s| run_txn(s, &opts),
@@ -393,15 +574,14 @@ fn txn(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn engine(args: &[String], c: &Common) -> i32 {
-    let mut opts = EngineSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--nodes") {
-        opts.nodes = n.clamp(2, 64);
-    }
-    if let Some(n) = opt::<u32>(args, "--messages") {
-        opts.messages_per_pair = n;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn engine(a: &EngineArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = EngineSimOptions {
+        nodes: a.nodes.clamp(2, 64),
+        messages_per_pair: a.messages,
+        ..EngineSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "engine",
         |s| run_engine(s, &opts),
@@ -418,15 +598,14 @@ fn engine(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn crmem(args: &[String], c: &Common) -> i32 {
-    let mut opts = CrmemSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--nodes") {
-        opts.nodes = n.clamp(2, 5);
-    }
-    if let Some(n) = opt::<u32>(args, "--txns") {
-        opts.txns_per_client = n;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn crmem(a: &CrmemArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = CrmemSimOptions {
+        nodes: a.nodes.clamp(2, 5),
+        txns_per_client: a.txns,
+        ..CrmemSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "crmem",
         |s| run_crmem(s, &opts),
@@ -443,15 +622,14 @@ fn crmem(args: &[String], c: &Common) -> i32 {
     )
 }
 
-fn raid(args: &[String], c: &Common) -> i32 {
-    let mut opts = RaidSimOptions::default();
-    if let Some(n) = opt::<usize>(args, "--sites") {
-        opts.sites = n.clamp(1, 8);
-    }
-    if let Some(n) = opt::<u32>(args, "--txns") {
-        opts.txns_per_client = n;
-    }
-    (opts.faults, opts.partitions, opts.clogs) = (c.faults, c.partitions, c.clogs);
+fn raid(a: &RaidArgs) -> i32 {
+    let c = &a.common;
+    let mut opts = RaidSimOptions {
+        sites: a.sites.clamp(1, 8),
+        txns_per_client: a.txns,
+        ..RaidSimOptions::default()
+    };
+    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "raid",
         |s| run_raid(s, &opts),
@@ -466,11 +644,6 @@ fn raid(args: &[String], c: &Common) -> i32 {
             );
         },
     )
-}
-
-/// Whether the bare flag `name` was given.
-fn flag(args: &[String], name: &str) -> bool {
-    args.iter().any(|a| a == name)
 }
 
 /// The lines every group simulator prints first for one seed.

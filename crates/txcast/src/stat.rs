@@ -1,13 +1,25 @@
 //! `txcast stat`: the ports open on this host, read from their shared-memory segments.
 
-use crate::opt;
+use std::path::PathBuf;
 use txcast_port::shm::survey;
 use txcast_port::ClusterConfig;
 use txcast_proto::Address;
 
-pub fn run(args: &[String]) -> i32 {
-    let cluster = match opt::<String>(args, "--config") {
-        Some(path) => match ClusterConfig::load(std::path::Path::new(&path)) {
+/// The options of `txcast stat`.
+#[derive(clap::Args, Debug)]
+pub struct StatArgs {
+    /// The cluster file (its segment directory is where the rings are) [default: the
+    /// built-in cluster]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// One JSON object per port on stdout instead of the table
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &StatArgs) -> i32 {
+    let cluster = match &args.config {
+        Some(path) => match ClusterConfig::load(path) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("txcast stat: {e}");
@@ -16,7 +28,7 @@ pub fn run(args: &[String]) -> i32 {
         },
         None => ClusterConfig::default(),
     };
-    let json = args.iter().any(|a| a == "--json");
+    let json = args.json;
     let dir = cluster.segment_dir();
     let found = match survey(&dir) {
         Ok(f) => f,

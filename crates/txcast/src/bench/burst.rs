@@ -10,7 +10,7 @@
 //! `--svg DIR` draws the paper's four figures. A point that does not finish in
 //! `--point-seconds` is reported as collapsed (the paper's Dynseq collapsed past 60).
 
-use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
+use super::{kill_child, parse_u64, spawn_child, wait_child, EXIT_FAILED};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io;
@@ -34,12 +34,37 @@ const POINT_MESSAGES: u64 = 20_000;
 const ROUNDS_MIN: u64 = 3;
 const ROUNDS_MAX: u64 = 100;
 
-const USAGE: &str = "\
-usage: txcast bench burst [--protocols sequencer,totem,total,dynseq,dynord] [--packs off,adaptive]
-                          [--experiments all,one] [--m 1,10,100,1000,5000] [--members 3]
-                          [--bytes 64] [--point-seconds 20] [--svg DIR] [--json]
-  packs: off, adaptive (send at once when idle, pack while busy, at most 1 ms), fixed (1 ms)
-";
+// The options of `txcast bench burst` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The ordering protocols
+    #[arg(long, value_delimiter = ',', default_values_t = ["sequencer".to_string(), "totem".to_string(), "total".to_string(), "dynseq".to_string(), "dynord".to_string()])]
+    pub protocols: Vec<String>,
+    /// The packings: off, adaptive (send at once when idle, pack while busy, at most 1 ms), fixed (1 ms)
+    #[arg(long, value_delimiter = ',', default_values_t = ["off".to_string(), "adaptive".to_string()])]
+    pub packs: Vec<String>,
+    /// The experiments: all (every member sends) and one (one sender)
+    #[arg(long, value_delimiter = ',', default_values_t = ["all".to_string(), "one".to_string()])]
+    pub experiments: Vec<String>,
+    /// Burst lengths (1 to 100000)
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 100, 1000, 5000], value_parser = parse_u64)]
+    pub m: Vec<u64>,
+    /// Member processes (2 to 16)
+    #[arg(long, default_value_t = 3, value_parser = parse_u64)]
+    pub members: u64,
+    /// Message size in bytes (1 to 1024)
+    #[arg(long, default_value_t = 64, value_parser = parse_u64)]
+    pub bytes: u64,
+    /// Seconds measured per point
+    #[arg(long, default_value_t = 20.0, value_parser = crate::dc::seconds)]
+    pub point_seconds: f64,
+    /// Write the paper's four figures as SVG into DIR
+    #[arg(long, value_name = "DIR")]
+    pub svg: Option<String>,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Experiment {
@@ -522,72 +547,39 @@ fn point(
     Ok((delivered as f64 / secs, lat))
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let opts = match Options::parse(
-        args,
-        &[
-            "protocols",
-            "packs",
-            "experiments",
-            "m",
-            "members",
-            "bytes",
-            "point-seconds",
-            "svg",
-        ],
-        &["json"],
-    ) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("txcast bench burst: {e}");
-            eprint!("{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
-    let usage = |e: String| {
-        eprintln!("txcast bench burst: {e}");
-        EXIT_USAGE
-    };
-    let protocols = opts.list_or(
-        "protocols",
-        &["sequencer", "totem", "total", "dynseq", "dynord"],
-    );
-    let packs = opts.list_or("packs", &["off", "adaptive"]);
+pub fn run(opts: &Args) -> i32 {
+    let usage = |e: String| crate::usage_error(&["bench", "burst"], &e);
+    let (protocols, packs) = (opts.protocols.clone(), opts.packs.clone());
     for p in &protocols {
         if spec(p, PackMode::Off).is_none() {
-            return usage(format!("unknown protocol {p}"));
+            return usage(format!("--protocols: unknown protocol {p}"));
         }
     }
     for p in &packs {
         if pack_of(p).is_none() {
-            return usage(format!("unknown pack {p}"));
+            return usage(format!("--packs: unknown pack {p}"));
         }
     }
     let mut experiments = Vec::new();
-    for e in opts.list_or("experiments", &["all", "one"]) {
+    for e in &opts.experiments {
         experiments.push(match e.as_str() {
             "all" => Experiment::All,
             "one" => Experiment::One,
-            _ => return usage(format!("unknown experiment {e}")),
+            _ => return usage(format!("--experiments: unknown experiment {e}")),
         });
     }
-    let ms = match opts.u64_list_or("m", &[1, 10, 100, 1000, 5000]) {
-        Ok(v) if !v.is_empty() && v.iter().all(|m| (1..=100_000).contains(m)) => v,
-        Ok(_) => return usage("--m: burst lengths 1..=100000".to_string()),
-        Err(e) => return usage(e),
-    };
-    let (members, bytes) = match (opts.u64_or("members", 3), opts.u64_or("bytes", 64)) {
-        (Ok(n), Ok(b)) if (2..=16).contains(&n) && (1..=1024).contains(&b) => {
-            (n as usize, b as usize)
-        }
-        (Err(e), _) | (_, Err(e)) => return usage(e),
+    let ms = opts.m.clone();
+    if ms.is_empty() || !ms.iter().all(|m| (1..=100_000).contains(m)) {
+        return usage("--m: burst lengths 1..=100000".to_string());
+    }
+    let (members, bytes) = match (opts.members, opts.bytes) {
+        (n, b) if (2..=16).contains(&n) && (1..=1024).contains(&b) => (n as usize, b as usize),
         _ => return usage("--members 2..=16, --bytes 1..=1024".to_string()),
     };
-    let point_s: f64 = match opts.value("point-seconds").map(str::parse::<f64>) {
-        None => 20.0,
-        Some(Ok(s)) if s.is_finite() && s > 0.0 => s,
-        Some(_) => return usage("--point-seconds: a positive number of seconds".to_string()),
-    };
+    let point_s = opts.point_seconds;
+    if point_s <= 0.0 {
+        return usage("--point-seconds: a positive number of seconds".to_string());
+    }
     let plan = Plan {
         experiments,
         ms,
@@ -612,7 +604,7 @@ pub fn run(args: &[String]) -> i32 {
         }
     }
     print_summary(&points, &packs);
-    if opts.flag("json") {
+    if opts.json {
         for p in &points {
             println!(
                 "{{\"bench\":\"burst\",\"protocol\":\"{}\",\"pack\":\"{}\",\"experiment\":\"{}\",\"m\":{},\"members\":{},\"bytes\":{},\"rounds\":{},\"msgs_per_s\":{},\"round_p50_us\":{:.1},\"round_p99_us\":{:.1},\"records_per_packet\":{:.2},\"packets\":{},\"heartbeats\":{},\"acks\":{}}}",
@@ -633,7 +625,7 @@ pub fn run(args: &[String]) -> i32 {
             );
         }
     }
-    if let Some(dir) = opts.value("svg") {
+    if let Some(dir) = opts.svg.as_deref() {
         if let Err(e) = write_figures(dir, &points, members, bytes) {
             eprintln!("txcast bench burst: --svg {dir}: {e}");
             return EXIT_FAILED;

@@ -18,7 +18,7 @@
 
 use super::rtt;
 use super::stats::{Samples, Summary};
-use super::{bench_options, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
+use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,35 +56,49 @@ struct Plan {
     seconds: f64,
 }
 
-fn usage() -> String {
-    "usage: txcast bench crmem [--sections commit,synthetic,tpcb] [--commits N] [--warmup N]\n\
-     \x20      [--parallel 1,2,4,8,16] [--depths 1,16,64,256] [--seconds S]\n"
-        .to_string()
+// The options of `txcast bench crmem` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The parts to run: commit, synthetic, tpcb
+    #[arg(long, value_delimiter = ',', default_values_t = ["commit".to_string(), "synthetic".to_string(), "tpcb".to_string()])]
+    pub sections: Vec<String>,
+    /// Commits timed (clamped to 1..=10000000)
+    #[arg(long, default_value_t = 10_000, value_parser = parse_u64)]
+    pub commits: u64,
+    /// Commits before the timed ones (clamped to 1..=1000000)
+    #[arg(long, default_value_t = 1_000, value_parser = parse_u64)]
+    pub warmup: u64,
+    /// Parallelism of the transaction rates (1 to 64)
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16], value_parser = parse_u64)]
+    pub parallel: Vec<u64>,
+    /// Commits in flight on one thread, per pipelined point (1 to 4096)
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 16, 64, 256], value_parser = parse_u64)]
+    pub depths: Vec<u64>,
+    /// Seconds per point (clamped to 1..=600)
+    #[arg(long, default_value_t = 2, value_parser = parse_u64)]
+    pub seconds: u64,
+    /// Accepted for the other benchmarks' sake; crmem prints its table only
+    #[arg(long)]
+    pub json: bool,
 }
 
-fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let valued = [
-        "sections", "commits", "warmup", "parallel", "depths", "seconds",
-    ];
-    let Some(o) = bench_options(args, &valued)? else {
-        return Ok(None);
-    };
-    let sections = o.list_or("sections", &["commit", "synthetic", "tpcb"]);
+fn plan(o: &Args) -> Result<Plan, String> {
+    let sections = o.sections.clone();
     if let Some(s) = sections
         .iter()
         .find(|s| !["commit", "synthetic", "tpcb"].contains(&s.as_str()))
     {
         return Err(format!("--sections: unknown section {s:?}"));
     }
-    let seconds = o.u64_or("seconds", 2)?.clamp(1, 600) as f64;
-    Ok(Some(Plan {
+    let seconds = o.seconds.clamp(1, 600) as f64;
+    Ok(Plan {
         sections,
-        commits: o.u64_or("commits", 10_000)?.clamp(1, 10_000_000),
-        warmup: o.u64_or("warmup", 1_000)?.clamp(1, 1_000_000),
-        parallel: usize_list_in(&o, "parallel", &[1, 2, 4, 8, 16], 1..=64)?,
-        depths: usize_list_in(&o, "depths", &[1, 16, 64, 256], 1..=4096)?,
+        commits: o.commits.clamp(1, 10_000_000),
+        warmup: o.warmup.clamp(1, 1_000_000),
+        parallel: usize_list_in("parallel", &o.parallel, 1..=64)?,
+        depths: usize_list_in("depths", &o.depths, 1..=4096)?,
         seconds,
-    }))
+    })
 }
 
 fn nodes() -> Vec<Address> {
@@ -163,8 +177,8 @@ fn tpcb_sums(c: &Crmem) -> Option<(i64, i64, i64)> {
     Some((sum(ACC, ACCOUNTS)?, sum(TEL, TELLERS)?, sum(BR, BRANCHES)?))
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let plan = match plan_or_exit("crmem", plan(args), usage) {
+pub fn run(args: &Args) -> i32 {
+    let plan = match plan_or_exit("crmem", plan(args)) {
         Ok(p) => p,
         Err(code) => return code,
     };

@@ -5,24 +5,53 @@
 //! four in turn; the ratios are taken round by round and their median reported.
 
 use super::pgbench::{run_pgbench, PgOptions, NOT_FOUND};
-use crate::opt_checked as value;
 use std::time::Duration;
 use txcast_raid::cluster::{run_embedded, DcReport};
 use txcast_raid::driver::{ClusterConfig, Load};
 use txcast_raid::Scale;
 
-const USAGE: &str = "\
-usage: txcast bench dc [--seconds S] [--clients N] [--rounds R] [--pg-seconds S] [--no-pg] [--json]
-       txcast bench dc --paper [--seconds S]
-       txcast bench dc --failover [--clients N] [--rounds R] [--vote-timeout MS] [--json]
-  --failover: 3 sites under load; site 2 stops (its port closes, as a crash looks to the
-  others), then starts again on its log: how long sites 0 and 1 stall, and how long site 2
-  takes to commit again (a view change without it, then one with it and its snapshot)
-  --paper: one transaction at a time (the papers' concurrency level) on 1, 2 and 5 sites:
-  commit latency and CPU per transaction, beside Bhargava, Mafla & Riedl's Table 3
-  per round: Raid 3 sites, Raid 1 site (N closed-loop clients per site, default 256, S
-  seconds, default 5, after a 1 s warm-up), pgbench -c 8 -j 2 -T S (default 20) alone and
-  with a synchronous standby; R rounds (default 1); ratios per round, medians at the end";
+// The options of `txcast bench dc` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Per round: Raid 3 sites, Raid 1 site (--clients closed-loop clients per site, --seconds
+after a 1 s warm-up), pgbench -c 8 -j 2 -T --pg-seconds alone and with a synchronous
+standby; --rounds rounds; ratios per round, medians at the end.
+
+--failover: 3 sites under load; site 2 stops (its port closes, as a crash looks to the
+others), then starts again on its log: how long sites 0 and 1 stall, and how long site 2
+takes to commit again (a view change without it, then one with it and its snapshot).
+
+--paper: one transaction at a time (the papers' concurrency level) on 1, 2 and 5 sites:
+commit latency and CPU per transaction, beside Bhargava, Mafla & Riedl's Table 3.")]
+pub struct Args {
+    /// Seconds of Raid load per measurement
+    #[arg(long, default_value_t = 5.0, value_parser = crate::dc::seconds)]
+    pub seconds: f64,
+    /// Closed-loop clients per site [default: 256, 64 with --failover]
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// Rounds of the measurements
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
+    /// Seconds of each pgbench run
+    #[arg(long, default_value_t = 20)]
+    pub pg_seconds: u32,
+    /// Leave PostgreSQL out
+    #[arg(long)]
+    pub no_pg: bool,
+    /// The failover measurement instead
+    #[arg(long, conflicts_with = "paper")]
+    pub failover: bool,
+    /// One transaction at a time on 1, 2 and 5 sites, beside the paper's Table 3
+    #[arg(long)]
+    pub paper: bool,
+    /// --failover: the sites' vote timeout, ms (10 to 600000) [default: 500]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub vote_timeout: Option<u64>,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
+}
 
 fn raid(sites: u16, clients: usize, seconds: f64) -> Result<DcReport, String> {
     let dir = std::env::temp_dir().join(format!(
@@ -278,63 +307,19 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-pub fn run(args: &[String]) -> i32 {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return 0;
-    }
-    let known = [
-        "--seconds",
-        "--clients",
-        "--rounds",
-        "--pg-seconds",
-        "--vote-timeout",
-    ];
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
-        if known.contains(&a) {
-            i += 2;
-        } else if a == "--no-pg" || a == "--json" || a == "--paper" || a == "--failover" {
-            i += 1;
-        } else {
-            eprintln!("txcast bench dc: unknown option {a:?}\n{USAGE}");
-            return super::EXIT_USAGE;
-        }
-    }
-    let parsed = (|| -> Result<(f64, usize, u32, u32), String> {
-        Ok((
-            value(args, "--seconds")?.unwrap_or(5.0),
-            value(args, "--clients")?.unwrap_or(256),
-            value(args, "--rounds")?.unwrap_or(1),
-            value(args, "--pg-seconds")?.unwrap_or(20),
-        ))
-    })();
-    let (seconds, clients, rounds, pg_seconds) = match parsed {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("txcast bench dc: {e}\n{USAGE}");
-            return super::EXIT_USAGE;
-        }
-    };
-    let json = args.iter().any(|a| a == "--json");
-    if args.iter().any(|a| a == "--paper") {
+pub fn run(args: &Args) -> i32 {
+    let (seconds, rounds, pg_seconds, json) =
+        (args.seconds, args.rounds, args.pg_seconds, args.json);
+    if args.paper {
         return paper(seconds, json);
     }
-    if args.iter().any(|a| a == "--failover") {
-        let clients = value(args, "--clients").ok().flatten().unwrap_or(64);
-        let vote = match value::<u64>(args, "--vote-timeout") {
-            Ok(v) if v.is_none_or(|ms| (10..=600_000).contains(&ms)) => {
-                v.map(Duration::from_millis)
-            }
-            _ => {
-                eprintln!("txcast bench dc: --vote-timeout: 10 to 600000 ms\n{USAGE}");
-                return super::EXIT_USAGE;
-            }
-        };
+    if args.failover {
+        let clients = args.clients.unwrap_or(64);
+        let vote = args.vote_timeout.map(Duration::from_millis);
         return failover(clients, rounds, json, vote);
     }
-    let mut pg = !args.iter().any(|a| a == "--no-pg");
+    let clients = args.clients.unwrap_or(256);
+    let mut pg = !args.no_pg;
     let (mut r3, mut r1, mut p1, mut p2, mut q3, mut q1) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut p99_3, mut p99_1) = (vec![], vec![]);

@@ -13,7 +13,7 @@ mod fanout;
 
 use super::rtt::{find_case, measure_in_processes};
 use super::stats::{Report, Samples};
-use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
+use super::{kill_child, parse_u64, spawn_child, wait_child, EXIT_FAILED, EXIT_USAGE};
 use std::io;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -31,11 +31,40 @@ const PACK_ON: PackMode = PackMode::Adaptive {
     delay_max: Duration::from_millis(1),
 };
 
-const USAGE: &str = "\
-usage: txcast bench group [--cases delay,throughput,parallel,resilience] [--sizes 2,3,4,8,16]
-                          [--bytes 0,1024,4096,8000] [--methods pb,bb] [--iterations N] [--warmup N]
-                          [--seconds S] [--parallel 1,2,4] [--resilience 0,1,2,3] [--json]
-";
+// The options of `txcast bench group` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The parts to run: delay, throughput, parallel, resilience
+    #[arg(long, value_delimiter = ',', default_values_t = ["delay".to_string(), "throughput".to_string(), "parallel".to_string(), "resilience".to_string()])]
+    pub cases: Vec<String>,
+    /// Group sizes
+    #[arg(long, value_delimiter = ',', default_values_t = [2, 3, 4, 8, 16], value_parser = parse_u64)]
+    pub sizes: Vec<u64>,
+    /// Message sizes in bytes
+    #[arg(long, value_delimiter = ',', default_values_t = [0, 1024, 4096, 8000], value_parser = parse_u64)]
+    pub bytes: Vec<u64>,
+    /// The methods: pb (point-to-point, then broadcast) and bb (broadcast, then broadcast)
+    #[arg(long, value_delimiter = ',', default_values_t = ["pb".to_string(), "bb".to_string()])]
+    pub methods: Vec<String>,
+    /// Sends timed per point
+    #[arg(long, default_value_t = 2000, value_parser = parse_u64)]
+    pub iterations: u64,
+    /// Sends before the timed ones
+    #[arg(long, default_value_t = 200, value_parser = parse_u64)]
+    pub warmup: u64,
+    /// Seconds of every member sending, per throughput point
+    #[arg(long, default_value_t = 2, value_parser = parse_u64)]
+    pub seconds: u64,
+    /// Counts of parallel groups
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4], value_parser = parse_u64)]
+    pub parallel: Vec<u64>,
+    /// Resilience degrees r
+    #[arg(long, value_delimiter = ',', default_values_t = [0, 1, 2, 3], value_parser = parse_u64)]
+    pub resilience: Vec<u64>,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
+}
 
 fn member_cfg(group: u32, method: Method, r: u8, pack: PackMode) -> GroupConfig {
     GroupConfig {
@@ -480,52 +509,25 @@ pub fn child(args: &[String]) -> io::Result<()> {
     }
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let opts = match Options::parse(
-        args,
-        &[
-            "cases",
-            "sizes",
-            "bytes",
-            "methods",
-            "iterations",
-            "warmup",
-            "seconds",
-            "parallel",
-            "resilience",
-        ],
-        &["json", "help"],
-    ) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("txcast bench group: {e}\n{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
-    if opts.flag("help") {
-        print!("{USAGE}");
-        return 0;
+pub fn run(opts: &Args) -> i32 {
+    // Names are checked before anything runs.
+    let known = ["delay", "throughput", "parallel", "resilience"];
+    if let Some(c) = opts.cases.iter().find(|c| !known.contains(&c.as_str())) {
+        return crate::usage_error(
+            &["bench", "group"],
+            &format!("--cases: unknown case {c:?} (known: {})", known.join(" ")),
+        );
     }
-    let get = || -> Result<_, String> {
-        Ok((
-            opts.list_or("cases", &["delay", "throughput", "parallel", "resilience"]),
-            opts.u64_list_or("sizes", &[2, 3, 4, 8, 16])?,
-            opts.u64_list_or("bytes", &[0, 1024, 4096, 8000])?,
-            opts.list_or("methods", &["pb", "bb"]),
-            opts.u64_or("iterations", 2000)?,
-            opts.u64_or("warmup", 200)?,
-            opts.u64_or("seconds", 2)?,
-            opts.u64_list_or("parallel", &[1, 2, 4])?,
-            opts.u64_list_or("resilience", &[0, 1, 2, 3])?,
-        ))
-    };
-    let (cases, sizes, bytes, methods, iterations, warmup, seconds, parallel, rs) = match get() {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("txcast bench group: {e}\n{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
+    if let Some(m) = opts.methods.iter().find(|m| parse_method(m).is_none()) {
+        return crate::usage_error(
+            &["bench", "group"],
+            &format!("--methods: unknown method {m:?} (known: pb bb)"),
+        );
+    }
+    let (cases, sizes, bytes) = (opts.cases.clone(), opts.sizes.clone(), opts.bytes.clone());
+    let methods = opts.methods.clone();
+    let (iterations, warmup, seconds) = (opts.iterations, opts.warmup, opts.seconds);
+    let (parallel, rs) = (opts.parallel.clone(), opts.resilience.clone());
     let mut report = Report::new("group", &["raw-udp-blocking"]);
     let mut failures = 0;
     let mut group_id = 100u32;
@@ -642,7 +644,7 @@ pub fn run(args: &[String]) -> i32 {
                 }
             }
             other => {
-                eprintln!("txcast bench group: unknown case {other}\n{USAGE}");
+                eprintln!("txcast bench group: unknown case {other}");
                 return EXIT_USAGE;
             }
         }
@@ -656,7 +658,7 @@ pub fn run(args: &[String]) -> i32 {
          (latencies in µs)\n"
     );
     let fanout_ratios = fanout_ratios(&report);
-    if opts.flag("json") {
+    if opts.json {
         eprint!("{heading}{}", report.table());
         print!("{}", report.json_lines());
     } else {

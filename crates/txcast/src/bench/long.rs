@@ -9,7 +9,7 @@
 //! twice the length. The echo is checked byte for byte outside the timed region.
 
 use super::stats::{Report, Samples};
-use super::{finish_child, spawn_child, Options, EXIT_FAILED, EXIT_USAGE};
+use super::{finish_child, parse_u64, spawn_child, EXIT_FAILED};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -22,13 +22,23 @@ const LENGTHS: &[u64] = &[64, 512, 2048, 8192, 32_768, 500_000, 8_000_000];
 /// Bytes each row moves one way, roughly (fewer round trips for longer messages).
 const BYTES_PER_ROW: u64 = 48 << 20;
 
-const USAGE: &str = "\
-usage: txcast bench long [--bytes 64,512,2048,8192,32768,500000,8000000]
-                         [--cases tcp,raw-udp,raw-udp-f60000[-spin],txcast-local-f8000,
-                                  txcast-remote-f8000,
-                                  txcast-local-f60000,txcast-remote-f60000]
-                         [--iterations-max N] [--json]
-";
+// The options of `txcast bench long` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+#[command(after_help = format!("cases: {}", CASES.join(" ")))]
+pub struct Args {
+    /// Message lengths in bytes (1 to 64 MiB each)
+    #[arg(long, value_delimiter = ',', default_values_t = LENGTHS.to_vec(), value_parser = parse_u64)]
+    pub bytes: Vec<u64>,
+    /// The cases to measure (see below)
+    #[arg(long, value_delimiter = ',', default_values_t = CASES.iter().map(|c| c.to_string()))]
+    pub cases: Vec<String>,
+    /// Round trips per row at most (fewer for longer messages)
+    #[arg(long, default_value_t = 2000, value_parser = parse_u64)]
+    pub iterations_max: u64,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
+}
 
 const CASES: &[&str] = &[
     "tcp",
@@ -410,40 +420,16 @@ pub fn child(args: &[String]) -> io::Result<()> {
     }
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let opts = match Options::parse(
-        args,
-        &["bytes", "cases", "iterations-max"],
-        &["json", "help"],
-    ) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("txcast bench long: {e}\n{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
-    if opts.flag("help") {
-        print!("{USAGE}");
-        return 0;
+pub fn run(opts: &Args) -> i32 {
+    let usage = |message: String| crate::usage_error(&["bench", "long"], &message);
+    if opts.bytes.iter().any(|&l| l == 0 || l > 64 << 20) {
+        return usage("--bytes: each 1..=64 MiB".into());
     }
-    let parsed = (|| -> Result<_, String> {
-        let lengths = opts.u64_list_or("bytes", LENGTHS)?;
-        if lengths.iter().any(|&l| l == 0 || l > 64 << 20) {
-            return Err("--bytes: each 1..=64 MiB".into());
-        }
-        let cases = opts.list_or("cases", CASES);
-        if let Some(c) = cases.iter().find(|c| !CASES.contains(&c.as_str())) {
-            return Err(format!("unknown case {c}"));
-        }
-        Ok((lengths, cases, opts.u64_or("iterations-max", 2000)?.max(1)))
-    })();
-    let (lengths, cases, max) = match parsed {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("txcast bench long: {e}\n{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
+    if let Some(c) = opts.cases.iter().find(|c| !CASES.contains(&c.as_str())) {
+        return usage(format!("--cases: unknown case {c:?}"));
+    }
+    let (lengths, cases) = (opts.bytes.clone(), opts.cases.clone());
+    let max = opts.iterations_max.max(1);
     let mut report = Report::new("long", &["tcp"]);
     let mut failures = 0;
     for case in &cases {
@@ -501,7 +487,7 @@ pub fn run(args: &[String]) -> i32 {
         table.push_str(&line);
         table.push('\n');
     }
-    if opts.flag("json") {
+    if opts.json {
         eprint!("{heading}{table}");
         print!("{}", report.json_lines());
     } else {

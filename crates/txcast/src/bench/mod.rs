@@ -3,8 +3,8 @@
 //!
 //! `txcast bench <what> [options]` lands in [`run`]; the partner process of a two-process
 //! benchmark is the same executable re-run as `txcast __bench-child <what> ...`, which lands in
-//! [`child`]. [`spawn_child`] and [`wait_child`] do the re-executing; [`Options`] parses
-//! `--key value` options.
+//! [`child`]. [`spawn_child`] and [`wait_child`] do the re-executing. Each benchmark's options
+//! are a clap struct in its module, gathered in [`Bench`].
 
 pub mod burst;
 pub mod crmem;
@@ -34,94 +34,66 @@ pub const EXIT_USAGE: i32 = 2;
 /// Exit code for a benchmark that failed while running.
 pub const EXIT_FAILED: i32 = 1;
 
-const USAGE: &str = "\
-usage: txcast bench <what> [options]
+/// The options of `txcast bench`: which benchmark, with its options.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "--json (every benchmark): JSON lines on stdout, the human table on stderr")]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: Bench,
+}
 
-  rtt         round-trip latency between two processes, per transport
-              [--iterations N] [--warmup N] [--bytes 64,1000] [--cases a,b,c] [--json]
-              cases: raw-udp-blocking raw-udp-busypoll unix-dgram pipe raw-shm-spin raw-shm-futex
-  multicast   sender's cost of one message to 1..16 destinations: naive sendto loop,
-              sendmmsg, txcast fan-out (engine thread), IP multicast; CPU per call
-              [--iterations N] [--warmup N] [--bytes 20,1000] [--dests 1,2,4,8,16]
-              [--methods a,b] [--json]
-              methods: naive-sendto sendmmsg-inline txcast-fanout ip-multicast
-                       (opt-in: txcast-fanout-park)
-  throughput  messages/s and one-way latency of a stream of 64-byte messages between two
-              processes: txcast local vs a raw shared-memory ring, remote packing off vs on
-              [--messages N] [--remote-messages N] [--warmup N] [--latency-every K]
-              [--delay-us D] [--remote-idle spin|park] [--repeat R] [--cases a,b,c] [--json]
-              cases: raw-spsc-ring txcast-local txcast-remote-pack-off txcast-remote-pack-on
-  group       paper 003 §4: send delay vs group size and message size (PB, BB), throughput
-              with every member sending (packing off, on), parallel groups, delay vs r;
-              every member a process; raw UDP round trip as the yardstick
-              [--cases delay,throughput,parallel,resilience] [--sizes 2,3,4,8,16]
-              [--bytes 0,1024,4096,8000] [--methods pb,bb] [--iterations N] [--seconds S]
-  rpc         null RPC round trip local and remote against the raw UDP round trip and
-              txcast's port round trips; multicast RPC to n servers, first / majority / all
-              [--cases null,multicast] [--servers 1,2,4,8,16] [--iterations N]
-              [--multicast-iterations N]
-  long        round trips of long messages, 64 B to 8 MB: txcast local and remote (8,000- and
-              60,000-byte fragments), raw UDP, TCP over loopback (the yardstick)
-              [--bytes 64,...,8000000] [--cases a,b,c] [--iterations-max N]
-  burst       paper 002 §4: bursts of m messages, all-to-all and one sender, for every
-              ordering protocol with packing off and on; throughput and round latency
-              against m, and the paper's four figures as SVG
-              [--protocols sequencer,totem,total,dynseq,dynord] [--packs off,adaptive]
-              [--experiments all,one] [--m 1,10,100,1000,5000] [--members 3] [--bytes 64]
-              [--point-seconds 20] [--svg DIR]
+#[derive(clap::Subcommand, Debug)]
+pub enum Bench {
+    /// Round-trip latency between two processes, per transport
+    Rtt(rtt::Args),
+    /// Sender's cost of one message to 1..16 destinations: naive sendto loop, sendmmsg,
+    /// txcast fan-out (engine thread), IP multicast; CPU per call
+    Multicast(multicast::Args),
+    /// Messages/s and one-way latency of a stream of 64-byte messages between two processes:
+    /// txcast local vs a raw shared-memory ring, remote packing off vs on
+    Throughput(throughput::Args),
+    /// Paper 003 §4: send delay vs group size and message size (PB, BB), throughput with
+    /// every member sending (packing off, on), parallel groups, delay vs r; every member a
+    /// process; raw UDP round trip as the yardstick
+    Group(group::Args),
+    /// Null RPC round trip local and remote against the raw UDP round trip and txcast's port
+    /// round trips; multicast RPC to n servers, first / majority / all
+    Rpc(rpc::Args),
+    /// Round trips of long messages, 64 B to 8 MB: txcast local and remote (8,000- and
+    /// 60,000-byte fragments), raw UDP, TCP over loopback (the yardstick)
+    Long(long::Args),
+    /// Paper 002 §4: bursts of m messages, all-to-all and one sender, for every ordering
+    /// protocol with packing off and on; throughput and round latency against m, and the
+    /// paper's four figures as SVG
+    Burst(burst::Args),
+    /// Extension modules (paper 004 §2) and Push programs (paper 001 Table 4): module
+    /// round trip, module stream rate, the Appendix B multicast program
+    Modules(modules::Args),
+    /// CRMem (paper 004 §3), mirror with one backup in another process: commit latency;
+    /// synthetic and TpcB transactions per second by parallelism (Figures 7 and 8)
+    Crmem(crmem::Args),
+    /// PostgreSQL's pgbench (TPC-B-like) on a throwaway cluster, fsync and synchronous
+    /// commit on, optionally with a synchronous streaming standby; skipped without PostgreSQL
+    Pgbench(pgbench::Args),
+    /// DebitCredit on Raid (3 sites, 1 site) against PostgreSQL's pgbench alone and with a
+    /// synchronous standby, same machine, fdatasync on every side
+    Dc(dc::Args),
+}
 
-  modules     extension modules (paper 004 §2) and Push programs (paper 001 Table 4): module
-              PING/PONG round trip against raw busy-polling UDP and the parked application
-              round trip; module stream rate against unpacked application messages; the
-              Appendix B multicast program against native fan-out and a loop of sends
-              [--sections latency,rate,push] [--bytes 8,64,256,1000] [--exchanges N]
-              [--messages N] [--dests 1,2,4,8,16] [--invokes N] [--repeat R]
-
-  crmem       CRMem (paper 004 §3), mirror with one backup in another process: commit
-              latency against the remote port round trip; synthetic and TpcB transactions
-              per second by parallelism (Figures 7 and 8)
-              [--sections commit,synthetic,tpcb] [--commits N] [--parallel 1,2,4,8,16]
-              [--seconds S]
-
-  pgbench     PostgreSQL's pgbench (TPC-B-like) on a throwaway cluster, fsync and synchronous
-              commit on, optionally with a synchronous streaming standby: the DebitCredit
-              yardstick; skipped when PostgreSQL is not installed
-              [--clients 8] [--threads 2] [--seconds 20] [--scale 1] [--standby]
-
-  dc          DebitCredit on Raid (3 sites, 1 site) against PostgreSQL's pgbench alone and
-              with a synchronous standby, same machine, fdatasync on every side
-              [--seconds S] [--clients N] [--rounds R] [--pg-seconds S] [--no-pg]
-
-  --json      JSON lines on stdout, the human table on stderr
-";
-
-/// `txcast bench <args>`: runs one benchmark, returns the process exit code.
-pub fn run(args: &[String]) -> i32 {
-    let Some(what) = args.first() else {
-        eprint!("{USAGE}");
-        return EXIT_USAGE;
-    };
-    match what.as_str() {
-        "rtt" => rtt::run(&args[1..]),
-        "throughput" => throughput::run(&args[1..]),
-        "multicast" => multicast::run(&args[1..]),
-        "group" => group::run(&args[1..]),
-        "rpc" => rpc::run(&args[1..]),
-        "long" => long::run(&args[1..]),
-        "burst" => burst::run(&args[1..]),
-        "modules" => modules::run(&args[1..]),
-        "crmem" => crmem::run(&args[1..]),
-        "dc" => dc::run(&args[1..]),
-        "pgbench" => pgbench::run(&args[1..]),
-        "-h" | "--help" | "help" => {
-            print!("{USAGE}");
-            0
-        }
-        other => {
-            eprintln!("txcast bench: unknown benchmark {other:?}");
-            eprint!("{USAGE}");
-            EXIT_USAGE
-        }
+/// `txcast bench <what>`: runs one benchmark, returns the process exit code.
+pub fn run(args: BenchArgs) -> i32 {
+    match &args.what {
+        Bench::Rtt(a) => rtt::run(a),
+        Bench::Throughput(a) => throughput::run(a),
+        Bench::Multicast(a) => multicast::run(a),
+        Bench::Group(a) => group::run(a),
+        Bench::Rpc(a) => rpc::run(a),
+        Bench::Long(a) => long::run(a),
+        Bench::Burst(a) => burst::run(a),
+        Bench::Modules(a) => modules::run(a),
+        Bench::Crmem(a) => crmem::run(a),
+        Bench::Dc(a) => dc::run(a),
+        Bench::Pgbench(a) => pgbench::run(a),
     }
 }
 
@@ -264,158 +236,39 @@ fn check_status(status: ExitStatus) -> io::Result<()> {
     }
 }
 
-/// Command-line options of a benchmark: positional words, `--key value` pairs and bare
-/// `--flag`s. Which keys are bare flags must be declared, so `--bytes 64` and `--json` parse
-/// unambiguously; `--key=value` is accepted too.
-#[derive(Debug, Default, Clone)]
-pub struct Options {
-    pub positional: Vec<String>,
-    values: Vec<(String, String)>,
-    flags: Vec<String>,
+/// The plan of `txcast bench <bench>`, or the exit code when its options do not make one: a
+/// check clap could not make failed (a range, a name in a list), said as clap says its own.
+pub fn plan_or_exit<P>(bench: &str, planned: Result<P, String>) -> Result<P, i32> {
+    planned.map_err(|message| crate::usage_error(&["bench", bench], &message))
 }
 
-impl Options {
-    /// Parses `args`; `valued` are the keys that take a value, `flags` the bare flags (names
-    /// without the leading `--`). Anything else starting with `--` is an error.
-    pub fn parse(args: &[String], valued: &[&str], flags: &[&str]) -> Result<Options, String> {
-        let mut options = Options::default();
-        let mut words = args.iter();
-        while let Some(word) = words.next() {
-            let Some(key) = word.strip_prefix("--") else {
-                options.positional.push(word.clone());
-                continue;
-            };
-            if let Some((key, value)) = key.split_once('=') {
-                if !valued.contains(&key) {
-                    return Err(format!("unknown option --{key}"));
-                }
-                options.values.push((key.to_string(), value.to_string()));
-            } else if flags.contains(&key) {
-                options.flags.push(key.to_string());
-            } else if valued.contains(&key) {
-                let value = words
-                    .next()
-                    .ok_or_else(|| format!("option --{key} needs a value"))?;
-                options.values.push((key.to_string(), value.clone()));
-            } else {
-                return Err(format!("unknown option --{key}"));
-            }
-        }
-        Ok(options)
-    }
-
-    /// The last value given for `key`.
-    pub fn value(&self, key: &str) -> Option<&str> {
-        self.values
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn flag(&self, key: &str) -> bool {
-        self.flags.iter().any(|f| f == key)
-    }
-
-    /// The value of `key` as a number, or `default` when absent.
-    pub fn u64_or(&self, key: &str, default: u64) -> Result<u64, String> {
-        match self.value(key) {
-            None => Ok(default),
-            Some(text) => parse_u64(text).map_err(|e| format!("--{key}: {e}")),
-        }
-    }
-
-    /// The comma-separated list given for `key`, or `default` when absent.
-    pub fn list_or(&self, key: &str, default: &[&str]) -> Vec<String> {
-        match self.value(key) {
-            None => default.iter().map(|s| s.to_string()).collect(),
-            Some(text) => text
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect(),
-        }
-    }
-
-    /// The comma-separated numbers given for `key`, or `default` when absent.
-    pub fn u64_list_or(&self, key: &str, default: &[u64]) -> Result<Vec<u64>, String> {
-        match self.value(key) {
-            None => Ok(default.to_vec()),
-            Some(_) => self
-                .list_or(key, &[])
-                .iter()
-                .map(|s| parse_u64(s).map_err(|e| format!("--{key}: {e}")))
-                .collect(),
-        }
-    }
-}
-
-/// The plan of `txcast bench <bench>`, or the exit code when there is nothing to run: 0 after
-/// `--help` (`Ok(None)`; the usage on stdout), [`EXIT_USAGE`] after a bad command line (the
-/// complaint and the usage on stderr).
-pub fn plan_or_exit<P>(
-    bench: &str,
-    planned: Result<Option<P>, String>,
-    usage: impl FnOnce() -> String,
-) -> Result<P, i32> {
-    match planned {
-        Ok(Some(plan)) => Ok(plan),
-        Ok(None) => {
-            print!("{}", usage());
-            Err(0)
-        }
-        Err(message) => {
-            eprintln!("txcast bench {bench}: {message}");
-            eprint!("{}", usage());
-            Err(EXIT_USAGE)
-        }
-    }
-}
-
-/// A benchmark's command line: the `valued` keys, the `--json` and `--help` flags, no
-/// positional words. `None` when `--help` was asked for.
-pub fn bench_options(args: &[String], valued: &[&str]) -> Result<Option<Options>, String> {
-    let options = Options::parse(args, valued, &["json", "help"])?;
-    if options.flag("help") {
-        return Ok(None);
-    }
-    if let Some(word) = options.positional.first() {
-        return Err(format!("unexpected argument {word:?}"));
-    }
-    Ok(Some(options))
-}
-
-/// `--iterations` (1..=`max`, default `iterations_default`) and `--warmup` (at most `max`,
-/// default the lesser of `warmup_default` and the iterations), in that order.
+/// `--iterations` (1..=`max`) and `--warmup` (at most `max`, default the lesser of
+/// `warmup_default` and the iterations), in that order.
 pub fn iterations_and_warmup(
-    options: &Options,
-    iterations_default: u64,
+    iterations: u64,
+    warmup: Option<u64>,
     warmup_default: u64,
     max: u64,
 ) -> Result<(u64, u64), String> {
-    let iterations = options.u64_or("iterations", iterations_default)?;
     if !(1..=max).contains(&iterations) {
         return Err(format!("--iterations must be 1..={max}"));
     }
-    let warmup = options.u64_or("warmup", warmup_default.min(iterations))?;
+    let warmup = warmup.unwrap_or(warmup_default.min(iterations));
     if warmup > max {
         return Err(format!("--warmup must be at most {max}"));
     }
     Ok((iterations, warmup))
 }
 
-/// The comma-separated numbers given for `key` (or `default`), each within `range`.
+/// The numbers given for `--key`, each within `range`.
 pub fn usize_list_in(
-    options: &Options,
     key: &str,
-    default: &[u64],
+    values: &[u64],
     range: RangeInclusive<usize>,
 ) -> Result<Vec<usize>, String> {
-    options
-        .u64_list_or(key, default)?
-        .into_iter()
-        .map(|n| match usize::try_from(n) {
+    values
+        .iter()
+        .map(|&n| match usize::try_from(n) {
             Ok(n) if range.contains(&n) => Ok(n),
             _ => Err(format!(
                 "--{key}: {n} not in {}..={}",
@@ -449,64 +302,36 @@ pub fn strings(words: &[&str]) -> Vec<String> {
     words.iter().map(|s| s.to_string()).collect()
 }
 
+/// A benchmark's options struct parsed from `words`, as clap parses them after
+/// `txcast bench <what>`; clap's complaint as the error. `parse(&[])` gives the defaults.
+pub fn parse<A: clap::Args>(words: &[&str]) -> Result<A, String> {
+    let command = A::augment_args(clap::Command::new("bench"));
+    let matches = command
+        .try_get_matches_from(std::iter::once("bench").chain(words.iter().copied()))
+        .map_err(|e| e.to_string())?;
+    A::from_arg_matches(&matches).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn options_parse_values_flags_and_positionals() {
-        let args = strings(&["a", "--bytes", "64,1000", "--json", "--iterations=5k", "b"]);
-        let options = Options::parse(&args, &["bytes", "iterations"], &["json"]).unwrap();
-        assert_eq!(options.positional, strings(&["a", "b"]));
-        assert!(options.flag("json"));
-        assert!(!options.flag("help"));
-        assert_eq!(options.u64_list_or("bytes", &[1]).unwrap(), vec![64, 1000]);
-        assert_eq!(options.u64_or("iterations", 7).unwrap(), 5000);
-        assert_eq!(options.u64_or("warmup", 7).unwrap(), 7);
-        assert_eq!(options.list_or("cases", &["x"]), strings(&["x"]));
-    }
-
-    #[test]
-    fn options_reject_unknown_and_missing_values() {
-        assert!(Options::parse(&strings(&["--nope"]), &[], &[]).is_err());
-        assert!(Options::parse(&strings(&["--bytes"]), &["bytes"], &[]).is_err());
-        assert!(Options::parse(&strings(&["--json=1"]), &[], &["json"]).is_err());
-        let options = Options::parse(&strings(&["--n", "x"]), &["n"], &[]).unwrap();
-        assert!(options.u64_or("n", 0).is_err());
-    }
-
-    #[test]
-    fn bench_options_take_json_and_help_but_no_words() {
-        let options = bench_options(&strings(&["--json", "--n", "3"]), &["n"]).unwrap();
-        assert!(options.unwrap().flag("json"));
-        assert!(bench_options(&strings(&["--help"]), &[]).unwrap().is_none());
-        assert!(bench_options(&strings(&["extra"]), &[]).is_err());
-    }
-
-    #[test]
     fn iterations_bound_warmup_by_default() {
-        let counts = |words: &[&str]| {
-            let options = Options::parse(&strings(words), &["iterations", "warmup"], &[]).unwrap();
-            iterations_and_warmup(&options, 100, 20, 1000)
-        };
-        assert_eq!(counts(&[]), Ok((100, 20)));
-        assert_eq!(counts(&["--iterations", "5"]), Ok((5, 5)));
-        assert_eq!(
-            counts(&["--iterations", "5", "--warmup", "50"]),
-            Ok((5, 50))
-        );
-        assert!(counts(&["--iterations", "0"]).is_err());
-        assert!(counts(&["--warmup", "1001"]).is_err());
+        assert_eq!(iterations_and_warmup(100, None, 20, 1000), Ok((100, 20)));
+        assert_eq!(iterations_and_warmup(5, None, 20, 1000), Ok((5, 5)));
+        assert_eq!(iterations_and_warmup(5, Some(50), 20, 1000), Ok((5, 50)));
+        assert!(iterations_and_warmup(0, None, 20, 1000).is_err());
+        assert!(iterations_and_warmup(5, Some(1001), 20, 1000).is_err());
     }
 
     #[test]
     fn usize_lists_stay_in_range() {
-        let options = Options::parse(&strings(&["--dests", "1,17"]), &["dests"], &[]).unwrap();
         assert_eq!(
-            usize_list_in(&options, "dests", &[], 1..=16),
+            usize_list_in("dests", &[1, 17], 1..=16),
             Err("--dests: 17 not in 1..=16".to_string())
         );
-        assert_eq!(usize_list_in(&options, "bytes", &[8], 8..=9), Ok(vec![8]));
+        assert_eq!(usize_list_in("bytes", &[8], 8..=9), Ok(vec![8]));
     }
 
     #[test]
@@ -516,5 +341,19 @@ mod tests {
         assert!(parse_u64("").is_err());
         assert!(parse_u64("-1").is_err());
         assert!(parse_u64("99999999999999999999k").is_err());
+    }
+
+    #[test]
+    fn counts_and_lists_parse_through_clap() {
+        let a: rtt::Args = parse(&["--iterations=5k", "--bytes", "64,1000", "--json"]).unwrap();
+        assert_eq!(
+            (a.iterations, a.bytes, a.json),
+            (5000, vec![64, 1000], true)
+        );
+        assert!(parse::<rtt::Args>(&["--nope"]).is_err());
+        assert!(parse::<rtt::Args>(&["--bytes"]).is_err());
+        assert!(parse::<rtt::Args>(&["--json=1"]).is_err());
+        assert!(parse::<rtt::Args>(&["--iterations", "x"]).is_err());
+        assert!(parse::<rtt::Args>(&["extra"]).is_err());
     }
 }

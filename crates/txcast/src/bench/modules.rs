@@ -15,7 +15,7 @@
 use super::rtt;
 use super::stats::{Samples, Summary};
 use super::throughput;
-use super::{bench_options, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
+use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use std::io;
 use std::time::{Duration, Instant};
 use txcast_port::{Engine, EngineConfig, ModuleHost, Port, PortConfig};
@@ -48,28 +48,40 @@ struct Plan {
     json: bool,
 }
 
-fn usage() -> String {
-    "usage: txcast bench modules [--sections latency,rate,push] [--bytes 8,64,256,1000]\n\
-     \x20      [--exchanges N] [--warmup N] [--messages N] [--dests 1,2,4,8,16] [--invokes N]\n\
-     \x20      [--repeat R] [--json]\n"
-        .to_string()
+// The options of `txcast bench modules` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The parts to run: latency, rate, push
+    #[arg(long, value_delimiter = ',', default_values_t = ["latency".to_string(), "rate".to_string(), "push".to_string()])]
+    pub sections: Vec<String>,
+    /// Message body sizes in bytes (8 to the control body maximum)
+    #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 256, 1000], value_parser = parse_u64)]
+    pub bytes: Vec<u64>,
+    /// PING/PONG exchanges timed (clamped to 1..=1048576)
+    #[arg(long, default_value_t = 20_000, value_parser = parse_u64)]
+    pub exchanges: u64,
+    /// Exchanges before the timed ones (clamped to 1..=1048576)
+    #[arg(long, default_value_t = 2_000, value_parser = parse_u64)]
+    pub warmup: u64,
+    /// Messages of the stream (clamped to 1..=4294967295)
+    #[arg(long, default_value_t = 1_000_000, value_parser = parse_u64)]
+    pub messages: u64,
+    /// Destination counts of the multicast program (1 to 64)
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16], value_parser = parse_u64)]
+    pub dests: Vec<u64>,
+    /// Program invocations timed (clamped to 1..=10000000)
+    #[arg(long, default_value_t = 20_000, value_parser = parse_u64)]
+    pub invokes: u64,
+    /// Runs of every section (clamped to 1..=99)
+    #[arg(long, default_value_t = 1, value_parser = parse_u64)]
+    pub repeat: u64,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
 }
 
-fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let valued = [
-        "sections",
-        "bytes",
-        "exchanges",
-        "warmup",
-        "messages",
-        "dests",
-        "invokes",
-        "repeat",
-    ];
-    let Some(o) = bench_options(args, &valued)? else {
-        return Ok(None);
-    };
-    let sections = o.list_or("sections", &["latency", "rate", "push"]);
+fn plan(o: &Args) -> Result<Plan, String> {
+    let sections = o.sections.clone();
     if let Some(s) = sections
         .iter()
         .find(|s| !["latency", "rate", "push"].contains(&s.as_str()))
@@ -79,20 +91,20 @@ fn plan(args: &[String]) -> Result<Option<Plan>, String> {
     let body_max = txcast_proto::module::msg::CONTROL_BODY_MAX;
     let plan = Plan {
         sections,
-        bytes: usize_list_in(&o, "bytes", &[8, 64, 256, 1000], 8..=body_max)?,
-        exchanges: o.u64_or("exchanges", 20_000)?.clamp(1, 1 << 20),
-        warmup: o.u64_or("warmup", 2_000)?.clamp(1, 1 << 20),
-        messages: o.u64_or("messages", 1_000_000)?.clamp(1, u32::MAX as u64),
-        dests: usize_list_in(&o, "dests", &[1, 2, 4, 8, 16], 1..=64)?,
-        invokes: o.u64_or("invokes", 20_000)?.clamp(1, 10_000_000),
-        repeat: o.u64_or("repeat", 1)?.clamp(1, 99),
-        json: o.flag("json"),
+        bytes: usize_list_in("bytes", &o.bytes, 8..=body_max)?,
+        exchanges: o.exchanges.clamp(1, 1 << 20),
+        warmup: o.warmup.clamp(1, 1 << 20),
+        messages: o.messages.clamp(1, u32::MAX as u64),
+        dests: usize_list_in("dests", &o.dests, 1..=64)?,
+        invokes: o.invokes.clamp(1, 10_000_000),
+        repeat: o.repeat.clamp(1, 99),
+        json: o.json,
     };
-    Ok(Some(plan))
+    Ok(plan)
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let plan = match plan_or_exit("modules", plan(args), usage) {
+pub fn run(args: &Args) -> i32 {
+    let plan = match plan_or_exit("modules", plan(args)) {
         Ok(p) => p,
         Err(code) => return code,
     };

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use super::machine::{cpus, cpus_busy, load_average, show, BUSY_SAMPLE};
 use super::stats::{json_number, json_string, micros, Report, Samples, Summary, Table};
 use super::{
-    bench_options, finish_child, iterations_and_warmup, plan_or_exit, usize_list_in,
-    CHILD_SUBCOMMAND, EXIT_FAILED,
+    finish_child, iterations_and_warmup, parse_u64, plan_or_exit, usize_list_in, CHILD_SUBCOMMAND,
+    EXIT_FAILED,
 };
 use txcast_proto::{Address, TxnId};
 
@@ -207,52 +207,69 @@ pub struct Plan {
     pub json: bool,
 }
 
-pub fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let valued = ["iterations", "warmup", "bytes", "dests", "methods"];
-    let Some(options) = bench_options(args, &valued)? else {
-        return Ok(None);
-    };
-    let (iterations, warmup) =
-        iterations_and_warmup(&options, ITERATIONS_DEFAULT, WARMUP_DEFAULT, ITERATIONS_MAX)?;
+// The options of `txcast bench multicast` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+#[command(after_help = after_help())]
+pub struct Args {
+    /// Calls timed per method, size and destination count
+    #[arg(long, default_value_t = ITERATIONS_DEFAULT, value_parser = parse_u64)]
+    pub iterations: u64,
+    /// Calls before the timed ones [default: 250, at most --iterations]
+    #[arg(long, value_parser = parse_u64)]
+    pub warmup: Option<u64>,
+    /// Message sizes in bytes (8 to 1400)
+    #[arg(long, value_delimiter = ',', default_values_t = BYTES_DEFAULT.to_vec(), value_parser = parse_u64)]
+    pub bytes: Vec<u64>,
+    /// Destination counts (1 to 16)
+    #[arg(long, value_delimiter = ',', default_values_t = DESTS_DEFAULT.to_vec(), value_parser = parse_u64)]
+    pub dests: Vec<u64>,
+    /// The methods to measure (see below)
+    #[arg(long, value_delimiter = ',', default_values_t = Method::DEFAULT.map(|m| m.name().to_string()))]
+    pub methods: Vec<String>,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The methods, for `txcast bench multicast --help`.
+fn after_help() -> String {
+    format!("methods: {}", known())
+}
+
+pub fn plan(options: &Args) -> Result<Plan, String> {
+    let (iterations, warmup) = iterations_and_warmup(
+        options.iterations,
+        options.warmup,
+        WARMUP_DEFAULT,
+        ITERATIONS_MAX,
+    )?;
     let bytes = usize_list_in(
-        &options,
         "bytes",
-        BYTES_DEFAULT,
+        &options.bytes,
         MESSAGE_BYTES_MIN..=MESSAGE_BYTES_MAX,
     )?;
-    let dests = usize_list_in(&options, "dests", DESTS_DEFAULT, 1..=DESTS_MAX as usize)?;
-    let default: Vec<&str> = Method::DEFAULT.iter().map(|m| m.name()).collect();
+    let dests = usize_list_in("dests", &options.dests, 1..=DESTS_MAX as usize)?;
     let mut methods = Vec::new();
-    for name in options.list_or("methods", &default) {
-        let method = Method::from_name(&name)
+    for name in options.methods.iter().filter(|n| !n.is_empty()) {
+        let method = Method::from_name(name)
             .ok_or_else(|| format!("--methods: unknown method {name:?} (known: {})", known()))?;
         methods.push(method);
     }
     if methods.is_empty() || bytes.is_empty() || dests.is_empty() {
         return Err("nothing to measure".to_string());
     }
-    Ok(Some(Plan {
+    Ok(Plan {
         methods,
         bytes,
         dests,
         warmup,
         iterations,
-        json: options.flag("json"),
-    }))
+        json: options.json,
+    })
 }
 
 fn known() -> String {
     Method::ALL.map(Method::name).join(" ")
-}
-
-fn usage() -> String {
-    format!(
-        "usage: txcast bench multicast [--iterations N] [--warmup N] [--bytes 20,1000] \
-         [--dests 1,2,4,8,16] [--methods a,b] [--json]\n  defaults: --iterations \
-         {ITERATIONS_DEFAULT} --warmup {WARMUP_DEFAULT} --methods {}\n  methods: {}\n",
-        Method::DEFAULT.map(Method::name).join(","),
-        known()
-    )
 }
 
 /// One row's measurements.
@@ -309,8 +326,8 @@ pub fn case_name(method: Method, dests: usize) -> String {
 }
 
 /// `txcast bench multicast [options]`.
-pub fn run(args: &[String]) -> i32 {
-    let plan = match plan_or_exit("multicast", plan(args), usage) {
+pub fn run(args: &Args) -> i32 {
+    let plan = match plan_or_exit("multicast", plan(args)) {
         Ok(plan) => plan,
         Err(code) => return code,
     };

@@ -9,7 +9,7 @@
 //! As root, the PostgreSQL programs run as `nobody`: PostgreSQL refuses to run as root.
 
 use super::stats::{json_number, json_string, Table};
-use super::{plan_or_exit, Options, EXIT_FAILED};
+use super::{parse_u64, plan_or_exit, EXIT_FAILED};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::net::TcpListener;
@@ -651,50 +651,57 @@ struct Plan {
     json: bool,
 }
 
-fn usage() -> String {
-    "usage: txcast bench pgbench [--clients N] [--threads N] [--seconds S] [--scale N] \
-     [--standby] [--json]\n\
-     \x20 defaults: --clients 8 --threads 2 --seconds 20 --scale 1; --standby adds a \
-     synchronous streaming standby\n"
-        .to_string()
+// The options of `txcast bench pgbench` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// pgbench's clients (1 to 1000)
+    #[arg(long, default_value_t = u64::from(PgOptions::default().clients), value_parser = parse_u64)]
+    pub clients: u64,
+    /// pgbench's threads (1 to --clients) [default: 2, at most --clients]
+    #[arg(long, value_parser = parse_u64)]
+    pub threads: Option<u64>,
+    /// Seconds of load (1 to 3600)
+    #[arg(long, default_value_t = u64::from(PgOptions::default().seconds), value_parser = parse_u64)]
+    pub seconds: u64,
+    /// pgbench's scale factor (1 to 10000)
+    #[arg(long, default_value_t = u64::from(PgOptions::default().scale), value_parser = parse_u64)]
+    pub scale: u64,
+    /// Add a synchronous streaming standby
+    #[arg(long)]
+    pub standby: bool,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
 }
 
-fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let o = Options::parse(
-        args,
-        &["clients", "threads", "seconds", "scale"],
-        &["json", "help", "standby"],
-    )?;
-    if o.flag("help") {
-        return Ok(None);
-    }
-    if let Some(word) = o.positional.first() {
-        return Err(format!("unexpected argument {word:?}"));
-    }
+fn plan(o: &Args) -> Result<Plan, String> {
     let d = PgOptions::default();
-    let number = |key: &str, default: u32, max: u32| -> Result<u32, String> {
-        let n = o.u64_or(key, u64::from(default))?;
+    let number = |key: &str, n: u64, max: u32| -> Result<u32, String> {
         match u32::try_from(n) {
             Ok(n) if (1..=max).contains(&n) => Ok(n),
             _ => Err(format!("--{key} must be 1..={max}")),
         }
     };
-    let clients = number("clients", d.clients, 1000)?;
-    let threads = number("threads", d.threads.min(clients), clients)?;
-    Ok(Some(Plan {
+    let clients = number("clients", o.clients, 1000)?;
+    let threads = number(
+        "threads",
+        o.threads.unwrap_or(u64::from(d.threads.min(clients))),
+        clients,
+    )?;
+    Ok(Plan {
         opts: PgOptions {
             clients,
             threads,
-            seconds: number("seconds", d.seconds, 3600)?,
-            scale: number("scale", d.scale, 10_000)?,
-            standby: o.flag("standby"),
+            seconds: number("seconds", o.seconds, 3600)?,
+            scale: number("scale", o.scale, 10_000)?,
+            standby: o.standby,
         },
-        json: o.flag("json"),
-    }))
+        json: o.json,
+    })
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let plan = match plan_or_exit("pgbench", plan(args), usage) {
+pub fn run(args: &Args) -> i32 {
+    let plan = match plan_or_exit("pgbench", plan(args)) {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -776,7 +783,6 @@ pub fn run(args: &[String]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::strings;
     use std::sync::Mutex;
 
     const REPORT: &str = "\
@@ -813,9 +819,8 @@ tps = 617.093517 (without initial connection time)
 
     #[test]
     fn command_line_parses() {
-        let p = plan(&strings(&["--clients", "4", "--standby", "--json"]))
-            .unwrap()
-            .unwrap();
+        let try_plan = |words: &[&str]| plan(&super::super::parse::<Args>(words)?);
+        let p = try_plan(&["--clients", "4", "--standby", "--json"]).unwrap();
         assert_eq!(
             p.opts,
             PgOptions {
@@ -825,17 +830,10 @@ tps = 617.093517 (without initial connection time)
             }
         );
         assert!(p.json);
-        assert_eq!(
-            plan(&strings(&["--clients", "1"]))
-                .unwrap()
-                .unwrap()
-                .opts
-                .threads,
-            1
-        );
-        assert!(plan(&strings(&["--clients", "2", "--threads", "3"])).is_err());
-        assert!(plan(&strings(&["--seconds", "0"])).is_err());
-        assert!(plan(&strings(&["--help"])).unwrap().is_none());
+        assert_eq!(try_plan(&["--clients", "1"]).unwrap().opts.threads, 1);
+        assert!(try_plan(&["--clients", "2", "--threads", "3"]).is_err());
+        assert!(try_plan(&["--seconds", "0"]).is_err());
+        assert!(try_plan(&["--seconds=x"]).is_err());
     }
 
     /// The figures of a short run, or `None` (after a printed line) without PostgreSQL.

@@ -8,7 +8,7 @@
 
 use super::rtt::{find_case, measure_in_processes};
 use super::stats::{Report, Samples};
-use super::{kill_child, spawn_child, wait_child, Options, EXIT_FAILED, EXIT_USAGE};
+use super::{kill_child, parse_u64, spawn_child, wait_child, EXIT_FAILED};
 use std::io;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -28,10 +28,28 @@ const QUIT: u16 = 2;
 const CALL_DEADLINE: Duration = Duration::from_secs(2);
 const SERVER_LIFETIME_MAX: Duration = Duration::from_secs(600);
 
-const USAGE: &str = "\
-usage: txcast bench rpc [--cases null,multicast] [--iterations N] [--warmup N]
-                        [--servers 1,2,4,8,16] [--multicast-iterations N] [--json]
-";
+// The options of `txcast bench rpc` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The parts to run: null (one server), multicast (n servers)
+    #[arg(long, value_delimiter = ',', default_values_t = ["null".to_string(), "multicast".to_string()])]
+    pub cases: Vec<String>,
+    /// Null calls timed per case
+    #[arg(long, default_value_t = 20_000, value_parser = parse_u64)]
+    pub iterations: u64,
+    /// Calls before the timed ones
+    #[arg(long, default_value_t = 2_000, value_parser = parse_u64)]
+    pub warmup: u64,
+    /// Server counts of the multicast calls (1 to 32 each)
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16], value_parser = parse_u64)]
+    pub servers: Vec<u64>,
+    /// Multicast calls timed per server count
+    #[arg(long, default_value_t = 2_000, value_parser = parse_u64)]
+    pub multicast_iterations: u64,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
+}
 
 fn addr(site: u16, server_type: u16) -> Address {
     Address::new(INSTANCE, site, server_type, 0)
@@ -299,52 +317,23 @@ pub fn child(args: &[String]) -> io::Result<()> {
     Ok(())
 }
 
-pub fn run(args: &[String]) -> i32 {
-    let opts = match Options::parse(
-        args,
-        &[
-            "cases",
-            "iterations",
-            "warmup",
-            "servers",
-            "multicast-iterations",
-        ],
-        &["json", "help"],
-    ) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("txcast bench rpc: {e}\n{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
-    if opts.flag("help") {
-        print!("{USAGE}");
-        return 0;
+pub fn run(opts: &Args) -> i32 {
+    let usage = |message: String| crate::usage_error(&["bench", "rpc"], &message);
+    if opts.servers.iter().any(|&n| n == 0 || n > 32) {
+        return usage("--servers: each 1..=32".into());
     }
-    let get = || -> Result<_, String> {
-        let servers = opts.u64_list_or("servers", &[1, 2, 4, 8, 16])?;
-        if servers.iter().any(|&n| n == 0 || n > 32) {
-            return Err("--servers: each 1..=32".into());
-        }
-        Ok((
-            opts.list_or("cases", &["null", "multicast"]),
-            opts.u64_or("iterations", 20_000)?,
-            opts.u64_or("warmup", 2_000)?,
-            servers,
-            opts.u64_or("multicast-iterations", 2_000)?,
-        ))
-    };
-    let (cases, iterations, warmup, server_counts, mc_iterations) = match get() {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("txcast bench rpc: {e}\n{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
-    if let Some(c) = cases.iter().find(|c| *c != "null" && *c != "multicast") {
-        eprintln!("txcast bench rpc: unknown case {c}\n{USAGE}");
-        return EXIT_USAGE;
+    if let Some(c) = opts
+        .cases
+        .iter()
+        .find(|c| *c != "null" && *c != "multicast")
+    {
+        return usage(format!(
+            "--cases: unknown case {c:?} (known: null multicast)"
+        ));
     }
+    let (cases, server_counts) = (opts.cases.clone(), opts.servers.clone());
+    let (iterations, warmup, mc_iterations) =
+        (opts.iterations, opts.warmup, opts.multicast_iterations);
     let mut report = Report::new("rpc", &["raw-udp-blocking"]);
     let mut failures = 0;
     // The yardsticks: raw UDP, and txcast's port round trips under the same RPC.
@@ -423,7 +412,7 @@ pub fn run(args: &[String]) -> i32 {
          local = same site (shared memory), remote = site 1 (UDP); multicast = null calls to \
          n remote servers ({mc_iterations} each); yardsticks at 40 bytes (latencies in µs)\n"
     );
-    if opts.flag("json") {
+    if opts.json {
         eprint!("{heading}{}", report.table());
         print!("{}", report.json_lines());
     } else {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::machine::{cpus, cpus_busy, load_average, show, BUSY_SAMPLE};
 use super::stats::{paired_line, Report, Samples, Summary};
 use super::{
-    bench_options, finish_child, iterations_and_warmup, plan_or_exit, spawn_child, usize_list_in,
+    finish_child, iterations_and_warmup, parse_u64, plan_or_exit, spawn_child, usize_list_in,
     EXIT_FAILED,
 };
 use std::collections::BTreeMap;
@@ -201,59 +201,91 @@ impl std::fmt::Debug for Case {
     }
 }
 
-fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let Some(options) = bench_options(
-        args,
-        &[
-            "iterations",
-            "warmup",
-            "bytes",
-            "cases",
-            "repeat",
-            "slot-count",
-        ],
-    )?
-    else {
-        return Ok(None);
+// The options of `txcast bench rtt` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+#[command(after_help = after_help())]
+pub struct Args {
+    /// Round trips timed per case and size
+    #[arg(long, default_value_t = ITERATIONS_DEFAULT, value_parser = parse_u64)]
+    pub iterations: u64,
+    /// Round trips before the timed ones [default: 2000, at most --iterations]
+    #[arg(long, value_parser = parse_u64)]
+    pub warmup: Option<u64>,
+    /// Message sizes in bytes
+    #[arg(long, value_delimiter = ',', default_values_t = BYTES_DEFAULT.to_vec(), value_parser = parse_u64)]
+    pub bytes: Vec<u64>,
+    /// The cases to measure (see below) [default: all]
+    #[arg(long, value_delimiter = ',')]
+    pub cases: Vec<String>,
+    /// Rounds of every case, in turn; each txcast case's p50 is printed against its
+    /// baseline's of the same round
+    #[arg(long, default_value_t = 1, value_parser = parse_u64)]
+    pub repeat: u64,
+    /// Receive slots of the txcast ports' rings (a power of two)
+    #[arg(long, default_value_t = u64::from(txcast::slot_count_default()), value_parser = parse_u64)]
+    pub slot_count: u64,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The cases and baselines, for `txcast bench rtt --help`.
+fn after_help() -> String {
+    let names: Vec<&str> = CASES.iter().map(|case| case.name).collect();
+    format!(
+        "cases: {}\nbaselines: {}",
+        names.join(" "),
+        BASELINES.join(" ")
+    )
+}
+
+fn plan(options: &Args) -> Result<Plan, String> {
+    let (iterations, warmup) = iterations_and_warmup(
+        options.iterations,
+        options.warmup,
+        WARMUP_DEFAULT,
+        ITERATIONS_MAX,
+    )?;
+    let bytes = usize_list_in("bytes", &options.bytes, 1..=MESSAGE_BYTES_MAX)?;
+    let all: Vec<String> = CASES.iter().map(|case| case.name.to_string()).collect();
+    let names = if options.cases.is_empty() {
+        &all
+    } else {
+        &options.cases
     };
-    let (iterations, warmup) =
-        iterations_and_warmup(&options, ITERATIONS_DEFAULT, WARMUP_DEFAULT, ITERATIONS_MAX)?;
-    let bytes = usize_list_in(&options, "bytes", BYTES_DEFAULT, 1..=MESSAGE_BYTES_MAX)?;
-    let all: Vec<&str> = CASES.iter().map(|case| case.name).collect();
     let mut cases = Vec::new();
-    for name in options.list_or("cases", &all) {
-        let case = find_case(&name)
+    for name in names {
+        let case = find_case(name)
             .ok_or_else(|| format!("--cases: unknown case {name:?} (known: {})", all.join(" ")))?;
         cases.push(case);
     }
     if cases.is_empty() || bytes.is_empty() {
         return Err("nothing to measure".to_string());
     }
-    let repeat = options.u64_or("repeat", 1)?;
+    let repeat = options.repeat;
     if !(1..=REPEAT_MAX).contains(&repeat) {
         return Err(format!("--repeat must be 1..={REPEAT_MAX}"));
     }
-    let slot_count = options.u64_or("slot-count", u64::from(txcast::slot_count_default()))?;
-    let slot_count = u32::try_from(slot_count)
+    let slot_count = u32::try_from(options.slot_count)
         .ok()
         .filter(|n| n.is_power_of_two() && (SLOT_COUNT_MIN..=SLOT_COUNT_MAX).contains(n))
         .ok_or_else(|| {
             format!("--slot-count must be a power of two in {SLOT_COUNT_MIN}..={SLOT_COUNT_MAX}")
         })?;
-    Ok(Some(Plan {
+    Ok(Plan {
         cases,
         bytes,
         warmup,
         iterations,
         repeat,
         slot_count,
-        json: options.flag("json"),
-    }))
+        json: options.json,
+    })
 }
 
 /// `txcast bench rtt [options]`.
-pub fn run(args: &[String]) -> i32 {
-    let plan = match plan_or_exit("rtt", plan(args), usage) {
+pub fn run(args: &Args) -> i32 {
+    let plan = match plan_or_exit("rtt", plan(args)) {
         Ok(plan) => plan,
         Err(code) => return code,
     };
@@ -364,21 +396,6 @@ fn machine_note(start: Option<f64>, end: Option<f64>, busy: Option<f64>) -> Stri
         BUSY_SAMPLE.as_secs_f64(),
         show(start),
         show(end)
-    )
-}
-
-fn usage() -> String {
-    let names: Vec<&str> = CASES.iter().map(|case| case.name).collect();
-    format!(
-        "usage: txcast bench rtt [--iterations N] [--warmup N] [--bytes 64,1000] \
-         [--cases a,b,c] [--repeat R] [--slot-count N] [--json]\n  defaults: --iterations \
-         {ITERATIONS_DEFAULT} --warmup {WARMUP_DEFAULT} --bytes 64,1000 --repeat 1 (R rounds of \
-         every case, in turn, print each txcast case's p50 against its baseline's of the same \
-         round) --slot-count {} (receive slots of the txcast ports' rings; the port default)\n  \
-         cases: {}\n  baselines: {}\n",
-        txcast::slot_count_default(),
-        names.join(" "),
-        BASELINES.join(" ")
     )
 }
 
@@ -553,40 +570,32 @@ mod tests {
 
     #[test]
     fn plan_parses_defaults_and_rejects_nonsense() {
-        use super::super::strings;
-        let plan = plan(&[]).unwrap().unwrap();
+        let try_plan = |words: &[&str]| super::plan(&super::super::parse::<Args>(words)?);
+        let plan = try_plan(&[]).unwrap();
         assert_eq!(plan.cases.len(), CASES.len());
         assert_eq!(plan.bytes, vec![64, 1000]);
         assert_eq!(plan.iterations, ITERATIONS_DEFAULT);
-        let small = super::plan(&strings(&["--iterations", "10", "--cases", "pipe"]))
-            .unwrap()
-            .unwrap();
+        let small = try_plan(&["--iterations", "10", "--cases", "pipe"]).unwrap();
         assert_eq!(
             (small.iterations, small.warmup, small.cases.len()),
             (10, 10, 1)
         );
-        assert!(super::plan(&strings(&["--cases", "carrier-pigeon"])).is_err());
-        assert!(super::plan(&strings(&["--bytes", "0"])).is_err());
-        assert!(super::plan(&strings(&["--bytes", "65001"])).is_err());
-        assert!(super::plan(&strings(&["--iterations", "0"])).is_err());
-        assert!(super::plan(&strings(&["extra"])).is_err());
-        assert!(super::plan(&strings(&["--help"])).unwrap().is_none());
+        assert!(try_plan(&["--cases", "carrier-pigeon"]).is_err());
+        assert!(try_plan(&["--bytes", "0"]).is_err());
+        assert!(try_plan(&["--bytes", "65001"]).is_err());
+        assert!(try_plan(&["--iterations", "0"]).is_err());
+        assert!(try_plan(&["extra"]).is_err());
         assert_eq!(plan.repeat, 1);
-        let rounds = super::plan(&strings(&["--repeat", "3"])).unwrap().unwrap();
+        let rounds = try_plan(&["--repeat", "3"]).unwrap();
         assert_eq!(rounds.repeat, 3);
-        assert!(super::plan(&strings(&["--repeat", "0"])).is_err());
-        assert!(super::plan(&strings(&["--repeat", "100"])).is_err());
-        assert!(super::plan(&strings(&["--repeat", "many"])).is_err());
+        assert!(try_plan(&["--repeat", "0"]).is_err());
+        assert!(try_plan(&["--repeat", "100"]).is_err());
+        assert!(try_plan(&["--repeat", "many"]).is_err());
         assert_eq!(plan.slot_count, txcast::slot_count_default());
-        let slots = super::plan(&strings(&["--slot-count", "16"]))
-            .unwrap()
-            .unwrap();
+        let slots = try_plan(&["--slot-count", "16"]).unwrap();
         assert_eq!(slots.slot_count, 16);
         for bad in ["12", "1", "0", "2097152", "4294967312"] {
-            assert!(
-                super::plan(&strings(&["--slot-count", bad])).is_err(),
-                "{bad}"
-            );
+            assert!(try_plan(&["--slot-count", bad]).is_err(), "{bad}");
         }
     }
 

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use super::machine::{clock_ns, cpus, load_average, show};
 use super::stats::{json_number, json_string, messages_per_second, Report, Samples, Summary};
-use super::{bench_options, finish_child, plan_or_exit, spawn_child, EXIT_FAILED};
+use super::{finish_child, parse_u64, plan_or_exit, spawn_child, EXIT_FAILED};
 use txcast_port::IdleStrategy;
 
 /// Bytes per message: sequence number (8), send time (8), filler.
@@ -569,55 +569,88 @@ impl Plan {
     }
 }
 
-fn plan(args: &[String]) -> Result<Option<Plan>, String> {
-    let valued = [
-        "messages",
-        "remote-messages",
-        "warmup",
-        "latency-every",
-        "delay-us",
-        "remote-idle",
-        "repeat",
-        "cases",
-    ];
-    let Some(options) = bench_options(args, &valued)? else {
-        return Ok(None);
-    };
-    let warmup = options.u64_or("warmup", WARMUP_DEFAULT)?;
-    let every = options.value("latency-every").is_some();
+// The options of `txcast bench throughput` (the variant in `super::Bench` says what it does).
+#[derive(clap::Args, Debug)]
+#[command(after_help = after_help())]
+pub struct Args {
+    /// Messages timed per run of a shared-memory case
+    #[arg(long, default_value_t = MESSAGES_DEFAULT, value_parser = parse_u64)]
+    pub messages: u64,
+    /// Messages timed per run of a remote case
+    #[arg(long, default_value_t = REMOTE_MESSAGES_DEFAULT, value_parser = parse_u64)]
+    pub remote_messages: u64,
+    /// Messages before the timed ones
+    #[arg(long, default_value_t = WARMUP_DEFAULT, value_parser = parse_u64)]
+    pub warmup: u64,
+    /// Sample the latency of every K-th message [default: 16 local, 1 remote; given, both]
+    #[arg(long, value_name = "K", value_parser = parse_u64)]
+    pub latency_every: Option<u64>,
+    /// Packing delay of txcast-remote-pack-on, µs
+    #[arg(long, default_value_t = DELAY_US_DEFAULT, value_parser = parse_u64)]
+    pub delay_us: u64,
+    /// How the receiver of the remote cases waits
+    #[arg(long, default_value_t = REMOTE_IDLE_DEFAULT.name().to_string(),
+          value_parser = ["spin", "park", "invoker"])]
+    pub remote_idle: String,
+    /// Runs of every case; the run with the median messages/s is reported
+    #[arg(long, default_value_t = REPEAT_DEFAULT, value_parser = parse_u64)]
+    pub repeat: u64,
+    /// The cases to measure (see below) [default: all]
+    #[arg(long, value_delimiter = ',')]
+    pub cases: Vec<String>,
+    /// JSON lines on stdout, the human table on stderr
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The cases, for `txcast bench throughput --help`.
+fn after_help() -> String {
+    let names: Vec<&str> = Case::ALL.iter().map(|case| case.name()).collect();
+    format!("cases: {}", names.join(" "))
+}
+
+fn plan(options: &Args) -> Result<Plan, String> {
+    let warmup = options.warmup;
     let local = Stream {
         warmup,
-        messages: options.u64_or("messages", MESSAGES_DEFAULT)?,
-        latency_every: options.u64_or("latency-every", LATENCY_EVERY_LOCAL_DEFAULT)?,
+        messages: options.messages,
+        latency_every: options.latency_every.unwrap_or(LATENCY_EVERY_LOCAL_DEFAULT),
     };
     let remote = Stream {
         warmup,
-        messages: options.u64_or("remote-messages", REMOTE_MESSAGES_DEFAULT)?,
-        latency_every: if every {
-            local.latency_every
-        } else {
-            LATENCY_EVERY_REMOTE_DEFAULT
-        },
+        messages: options.remote_messages,
+        latency_every: options
+            .latency_every
+            .unwrap_or(LATENCY_EVERY_REMOTE_DEFAULT),
     };
     local.validate()?;
     remote.validate()?;
-    let delay_us = options.u64_or("delay-us", DELAY_US_DEFAULT)?;
+    let delay_us = options.delay_us;
     if delay_us > DELAY_US_MAX {
         return Err(format!("--delay-us must be at most {DELAY_US_MAX}"));
     }
-    let repeat = options.u64_or("repeat", REPEAT_DEFAULT)?;
+    let repeat = options.repeat;
     if !(1..=REPEAT_MAX).contains(&repeat) {
         return Err(format!("--repeat must be 1..={REPEAT_MAX}"));
     }
-    let remote_idle = match options.value("remote-idle") {
-        None => REMOTE_IDLE_DEFAULT,
-        Some(name) => RemoteIdle::from_name(name)
-            .ok_or_else(|| format!("--remote-idle: {name:?} is neither spin nor park"))?,
+    let remote_idle = RemoteIdle::from_name(&options.remote_idle).ok_or_else(|| {
+        format!(
+            "--remote-idle: {:?} is not spin, park or invoker",
+            options.remote_idle
+        )
+    })?;
+    let all: Vec<String> = Case::ALL
+        .iter()
+        .map(|case| case.name().to_string())
+        .collect();
+    let names = if options.cases.is_empty() {
+        &all
+    } else {
+        &options.cases
     };
-    let all: Vec<&str> = Case::ALL.iter().map(|case| case.name()).collect();
     let mut cases = Vec::new();
-    for name in options.list_or("cases", &all) {
-        let case = Case::from_name(&name)
+    for name in names {
+        let case = Case::from_name(name)
             .ok_or_else(|| format!("--cases: unknown case {name:?} (known: {})", all.join(" ")))?;
         if !cases.contains(&case) {
             cases.push(case);
@@ -626,36 +659,20 @@ fn plan(args: &[String]) -> Result<Option<Plan>, String> {
     if cases.is_empty() {
         return Err("nothing to measure".to_string());
     }
-    Ok(Some(Plan {
+    Ok(Plan {
         cases,
         local,
         remote,
         delay_us,
         remote_idle,
         repeat,
-        json: options.flag("json"),
-    }))
-}
-
-fn usage() -> String {
-    let names: Vec<&str> = Case::ALL.iter().map(|case| case.name()).collect();
-    format!(
-        "usage: txcast bench throughput [--messages N] [--remote-messages N] [--warmup N] \
-         [--latency-every K] [--delay-us D] [--remote-idle spin|park|invoker] [--repeat R] [--cases a,b,c] \
-         [--json]\n  \
-         defaults: --messages {MESSAGES_DEFAULT} --remote-messages {REMOTE_MESSAGES_DEFAULT} \
-         --warmup {WARMUP_DEFAULT} --latency-every {LATENCY_EVERY_LOCAL_DEFAULT} (local), \
-         {LATENCY_EVERY_REMOTE_DEFAULT} (remote) --delay-us {DELAY_US_DEFAULT} --remote-idle {} \
-         --repeat {REPEAT_DEFAULT}\n  \
-         cases: {}\n",
-        REMOTE_IDLE_DEFAULT.name(),
-        names.join(" ")
-    )
+        json: options.json,
+    })
 }
 
 /// `txcast bench throughput [options]`.
-pub fn run(args: &[String]) -> i32 {
-    let plan = match plan_or_exit("throughput", plan(args), usage) {
+pub fn run(args: &Args) -> i32 {
+    let plan = match plan_or_exit("throughput", plan(args)) {
         Ok(plan) => plan,
         Err(code) => return code,
     };
@@ -876,9 +893,7 @@ fn render(measured: &[Measured]) -> (String, String) {
 /// The application-level stream of unpacked remote messages (`txcast-remote-pack-off` with
 /// the default options), for benchmarks that compare with it.
 pub fn measure_remote_pack_off(messages: u64) -> io::Result<Outcome> {
-    let plan = plan(&[])
-        .map_err(io::Error::other)?
-        .ok_or_else(|| io::Error::other("no default plan"))?;
+    let plan = plan(&super::parse(&[]).map_err(io::Error::other)?).map_err(io::Error::other)?;
     let stream = Stream {
         warmup: WARMUP_DEFAULT,
         messages,
@@ -1172,7 +1187,8 @@ mod tests {
 
     #[test]
     fn plan_parses_defaults_and_rejects_nonsense() {
-        let plan = super::plan(&[]).unwrap().unwrap();
+        let try_plan = |words: &[&str]| super::plan(&super::super::parse::<Args>(words)?);
+        let plan = try_plan(&[]).unwrap();
         assert_eq!(plan.cases, Case::ALL.to_vec());
         assert_eq!(plan.local.messages, MESSAGES_DEFAULT);
         assert_eq!(plan.remote.messages, REMOTE_MESSAGES_DEFAULT);
@@ -1180,7 +1196,7 @@ mod tests {
         assert_eq!(plan.remote.latency_every, LATENCY_EVERY_REMOTE_DEFAULT);
         assert_eq!(plan.remote_idle, REMOTE_IDLE_DEFAULT);
         assert_eq!(plan.repeat, REPEAT_DEFAULT);
-        let small = super::plan(&strings(&[
+        let small = try_plan(&[
             "--messages",
             "10k",
             "--latency-every",
@@ -1189,8 +1205,7 @@ mod tests {
             "txcast-local,raw-spsc-ring",
             "--remote-idle",
             "spin",
-        ]))
-        .unwrap()
+        ])
         .unwrap();
         assert_eq!(small.cases, vec![Case::TxcastLocal, Case::RawSpscRing]);
         assert_eq!(small.local.messages, 10_000);
@@ -1209,9 +1224,8 @@ mod tests {
             &["--repeat", "0"],
             &["extra"],
         ] {
-            assert!(super::plan(&strings(bad)).is_err(), "{bad:?}");
+            assert!(try_plan(bad).is_err(), "{bad:?}");
         }
-        assert!(super::plan(&strings(&["--help"])).unwrap().is_none());
     }
 
     #[test]
