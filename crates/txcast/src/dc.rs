@@ -381,11 +381,12 @@ pub fn print_report(r: &DcReport, json: bool) {
             .iter()
             .map(|(c, n)| format!("\"{c}\":{n}"))
             .collect();
+        let t = r.traffic();
         println!(
-            "{{\"bench\":\"dc\",\"sites\":{},\"clients_per_site\":{},\"seconds\":{:.3},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"max_us\":{},\"retries\":{{{}}},\"given_up\":{{{}}},\"conserved\":{},\"identical\":{}}}",
+            "{{\"bench\":\"dc\",\"sites\":{},\"clients_per_site\":{},\"seconds\":{:.3},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"max_us\":{},\"retries\":{{{}}},\"given_up\":{{{}}},\"packets_per_txn\":{:.3},\"records_per_txn\":{:.3},\"syncs_per_txn\":{:.4},\"conserved\":{},\"identical\":{}}}",
             r.sites, r.clients_per_site, r.measured.as_secs_f64(), r.committed, r.tps,
             h.quantile(0.5), h.quantile(0.99), h.quantile(0.999), h.max(),
-            retries.join(","), given.join(","), r.conserved, r.identical
+            retries.join(","), given.join(","), t.packets, t.records, t.batches, r.conserved, r.identical
         );
         return;
     }
@@ -402,6 +403,11 @@ pub fn print_report(r: &DcReport, json: bool) {
             .collect();
         println!("  given up   {}", g.join(", "));
     }
+    let c = r.traffic();
+    println!(
+        "  per txn    {:.2} packets between sites, {:.2} log records, {:.3} log syncs (all sites, warm-up included)",
+        c.packets, c.records, c.batches
+    );
     let t = r.totals;
     println!(
         "  check      {}: accounts {} tellers {} branches {} history {} ({} rows); {}",
