@@ -12,15 +12,15 @@
 
 mod attack;
 
-use attack::{raw_available, reseal, send_paced, v4, Captured, Rng, Sniffer, Spoofer};
+use attack::{
+    garbage, raw_available, send_paced, v4, Captured, Rng, Sniffer, Spoofer, CLUSTER, PASSPHRASE,
+};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use txcast_port::{ClusterConfig, Engine, EngineConfig, Port, PortConfig, PortCounters, Refusals};
-use txcast_proto::wire::{ClusterKey, Kind, PacketHeader, PacketWriter, FLAG_MAC, MAC_BYTES};
+use txcast_proto::wire::Kind;
 use txcast_proto::Address;
 
-const CLUSTER: u16 = 23;
-const PASSPHRASE: &str = "issue 23 attacker";
 const WAIT: Duration = Duration::from_secs(10);
 
 /// A cluster of its own: its own id (so its segments' directory), ports below any other
@@ -103,105 +103,6 @@ fn diff(now: &Refusals, before: &Refusals) -> Refusals {
         mac_unexpected: now.mac_unexpected - before.mac_unexpected,
         body: now.body - before.body,
     }
-}
-
-/// The garbage of every kind, built from one captured valid packet `p`, with the refusal
-/// each must be counted under.
-fn garbage(p: &[u8], rng: &mut Rng) -> (Vec<Vec<u8>>, Refusals) {
-    let mut out = Vec::new();
-    let mut want = Refusals::default();
-    // Random datagrams (0 to 1,500 bytes; the first byte is never the magic's, so each one is
-    // malformed whatever follows).
-    for _ in 0..400 {
-        let len = rng.below(1501) as usize;
-        let mut d: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-        if let Some(b) = d.first_mut() {
-            if *b == 0x54 {
-                *b = 0;
-            }
-        }
-        out.push(d);
-        want.malformed += 1;
-    }
-    // Truncated: every cut of the captured packet (shorter than a header, or shorter than its
-    // length field says).
-    for cut in 0..p.len() {
-        out.push(p[..cut].to_vec());
-        want.malformed += 1;
-    }
-    // Oversized: bytes past the length field, up to the largest UDP datagram.
-    for extra in [1usize, 100, 65_507 - p.len()] {
-        let mut d = p.to_vec();
-        d.resize(p.len() + extra, 0xAA);
-        out.push(d);
-        want.malformed += 1;
-    }
-    // Oversized with its length and checksum made to match: only the MAC can tell.
-    let mut d = p.to_vec();
-    d.resize(60_000, 0xAA);
-    reseal(&mut d);
-    out.push(d);
-    want.mac_mismatch += 1;
-    // A byte of the body changed, checksum left: the checksum says so.
-    let mut d = p.to_vec();
-    d[45] ^= 1;
-    out.push(d);
-    want.checksum += 1;
-    // A byte of the body changed and the checksum recomputed: the MAC says so.
-    let mut d = p.to_vec();
-    d[45] ^= 1;
-    reseal(&mut d);
-    out.push(d);
-    want.mac_mismatch += 1;
-    // A MAC byte changed.
-    let mut d = p.to_vec();
-    let last = d.len() - 1;
-    d[last] ^= 0x80;
-    reseal(&mut d);
-    out.push(d);
-    want.mac_mismatch += 1;
-    // The MAC taken off, its flag cleared, the rest made consistent.
-    let mut d = p[..p.len() - MAC_BYTES].to_vec();
-    d[4] &= !FLAG_MAC;
-    reseal(&mut d);
-    out.push(d);
-    want.mac_missing += 1;
-    // The cluster field changed.
-    let mut d = p.to_vec();
-    d[6] ^= 1;
-    reseal(&mut d);
-    out.push(d);
-    want.wrong_cluster += 1;
-    // Built by txcast's own encoder: another cluster with our key and with another key,
-    // ours with another key, and ours unsigned.
-    let ours = ClusterKey::from_passphrase(PASSPHRASE);
-    let theirs = ClusterKey::from_passphrase("another cluster");
-    let h = PacketHeader {
-        kind: Kind::Datagram,
-        flags: 0,
-        cluster: CLUSTER,
-        incarnation: 1,
-        source: Address::new(1, 0, 1, 0),
-        destination: Address::new(1, 1, 1, 0),
-    };
-    for (cluster, key, reason) in [
-        (CLUSTER + 1, Some(&ours), 0),
-        (CLUSTER + 1, Some(&theirs), 0),
-        (CLUSTER, Some(&theirs), 1),
-        (CLUSTER, None, 2),
-    ] {
-        let mut buf = vec![0u8; 256];
-        let mut w = PacketWriter::datagram(&mut buf, PacketHeader { cluster, ..h }, key);
-        assert!(w.push(b"forged"));
-        let n = w.finish();
-        out.push(buf[..n].to_vec());
-        match reason {
-            0 => want.wrong_cluster += 1,
-            1 => want.mac_mismatch += 1,
-            _ => want.mac_missing += 1,
-        }
-    }
-    (out, want)
 }
 
 fn is_kind(c: &Captured, kind: Kind) -> bool {
