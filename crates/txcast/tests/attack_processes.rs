@@ -219,10 +219,9 @@ fn running_servers_survive_the_attacker_and_execute_each_call_once() {
 }
 
 /// Replays of a server's captured requests sent to its successor (the server restarted at the
-/// same address): none may be executed again. Fails today: a request that names no server
-/// incarnation (a client's first call to a server) is executed by whichever server gets it.
+/// same address): none may be executed again. (Before the replay guard, a request naming no
+/// server incarnation, a client's first call to a server, ran at whichever server got it.)
 #[test]
-#[ignore = "RPC replay gap (issue 23): a captured first call is executed again by a restarted server"]
 fn a_restarted_server_executes_no_replayed_request() {
     if !raw_available() {
         println!("attack_processes: skipped, raw sockets need root (CAP_NET_RAW)");
@@ -284,11 +283,10 @@ fn a_restarted_server_executes_no_replayed_request() {
 }
 
 /// Replays of captured requests to the same server process after it forgot the calls (their
-/// deadline plus the packet lifetime, 5 + 2 s, passed): none may be executed again. Fails
-/// today: the server's at-most-once memory assumes no datagram lives longer than the packet
-/// lifetime, and a replayed one does; once forgotten, a call is executed again.
+/// deadline plus the packet lifetime, 5 + 2 s, passed): none may be executed again. (Before
+/// the replay guard, the at-most-once memory assumed no datagram lives longer than the packet
+/// lifetime; a replayed one does, and a forgotten call ran again.)
 #[test]
-#[ignore = "RPC replay gap (issue 23): a call replayed after the server forgot it is executed again"]
 fn a_server_executes_no_request_replayed_after_it_forgot_the_call() {
     if !raw_available() {
         println!("attack_processes: skipped, raw sockets need root (CAP_NET_RAW)");
@@ -311,7 +309,7 @@ fn a_server_executes_no_request_replayed_after_it_forgot_the_call() {
         RpcConfig::default(),
     )
     .unwrap();
-    let s = Server::start(&config, 3);
+    let s = Server::start(&config, 4);
     let at = v4(cluster.socket_addr(s.addr).unwrap());
     let sniffer = Sniffer::start(move |p| p.from == client_at && p.to == at).unwrap();
     calls(&mut c, s.addr, "first", 10);
