@@ -256,7 +256,10 @@ impl Rng {
 pub fn send_paced(sock: &std::net::UdpSocket, to: SocketAddr, packets: &[Vec<u8>]) {
     for (i, p) in packets.iter().enumerate() {
         sock.send_to(p, to).expect("attacker send");
-        if i % 16 == 15 {
+        if p.len() > 4096 {
+            // Three of these fill a default socket buffer: let the receiver read it first.
+            std::thread::sleep(Duration::from_millis(10));
+        } else if i % 16 == 15 {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
