@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{LinkConfig, LinkIo, LinkTable, TableRefusal};
-use txcast_proto::wire::{parse_datagram, ClusterKey, Kind, MulticastBody, Packet, Records};
+use txcast_proto::wire::{
+    parse_datagram, ClusterKey, Kind, MulticastBody, Packet, Records, WireError,
+};
 use txcast_proto::{Address, Instant, TxnId};
 
 /// Bytes each message carries in a ring ahead of its payload: the source address and the
@@ -95,12 +97,78 @@ impl Default for EngineConfig {
     }
 }
 
+/// Why the engine refused a datagram as bad (each one is also counted in `dropped_bad`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Not a txcast header: too short or long, wrong magic, version, kind, flags, reserved
+    /// fields or length, or longer than the engine's buffer.
+    Malformed = 0,
+    Checksum = 1,
+    WrongCluster = 2,
+    MacMissing = 3,
+    MacMismatch = 4,
+    MacUnexpected = 5,
+    /// A valid header whose body breaks its kind's rules.
+    Body = 6,
+}
+
+const REFUSALS: usize = 7;
+
+impl Refusal {
+    fn of(e: WireError) -> Refusal {
+        match e {
+            WireError::ChecksumMismatch => Refusal::Checksum,
+            WireError::WrongCluster { .. } => Refusal::WrongCluster,
+            WireError::MacMissing => Refusal::MacMissing,
+            WireError::MacMismatch => Refusal::MacMismatch,
+            WireError::MacUnexpected => Refusal::MacUnexpected,
+            _ => Refusal::Malformed,
+        }
+    }
+}
+
+/// Datagrams a port refused as bad, by reason (their sum is `PortCounters::dropped_bad` less
+/// the ring records counted there).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// Not a txcast header (length, magic, version, kind, flags, reserved fields), or a
+    /// datagram longer than any packet.
+    pub malformed: u64,
+    /// The CRC-32 does not match.
+    pub checksum: u64,
+    /// Another cluster's packet.
+    pub wrong_cluster: u64,
+    /// A cluster key is set and the packet has no MAC.
+    pub mac_missing: u64,
+    /// The MAC does not verify under the cluster key.
+    pub mac_mismatch: u64,
+    /// A MAC where no key is set.
+    pub mac_unexpected: u64,
+    /// A valid header with a body that breaks its kind's rules.
+    pub body: u64,
+}
+
+impl Refusals {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.malformed
+            + self.checksum
+            + self.wrong_cluster
+            + self.mac_missing
+            + self.mac_mismatch
+            + self.mac_unexpected
+            + self.body
+    }
+}
+
 /// What an endpoint (the network side of a port) has seen.
 #[derive(Debug, Default)]
 pub(crate) struct EndpointCounters {
     pub packets_received: AtomicU64,
     pub packets_sent: AtomicU64,
     pub dropped_bad: AtomicU64,
+    /// `dropped_bad`'s datagrams by [`Refusal`].
+    pub refused: [AtomicU64; REFUSALS],
     pub dropped_misaddressed: AtomicU64,
     pub dropped_not_joined: AtomicU64,
     pub dropped_ring_full: AtomicU64,
@@ -109,6 +177,27 @@ pub(crate) struct EndpointCounters {
     pub datagrams_received: AtomicU64,
     pub multicast_received: AtomicU64,
     pub doorbells: AtomicU64,
+}
+
+impl EndpointCounters {
+    /// Counts a datagram refused as bad, by its reason.
+    pub fn refuse(&self, why: Refusal) {
+        self.dropped_bad.fetch_add(1, Ordering::Relaxed);
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn refusals(&self) -> Refusals {
+        let r = |w: Refusal| self.refused[w as usize].load(Ordering::Relaxed);
+        Refusals {
+            malformed: r(Refusal::Malformed),
+            checksum: r(Refusal::Checksum),
+            wrong_cluster: r(Refusal::WrongCluster),
+            mac_missing: r(Refusal::MacMissing),
+            mac_mismatch: r(Refusal::MacMismatch),
+            mac_unexpected: r(Refusal::MacUnexpected),
+            body: r(Refusal::Body),
+        }
+    }
 }
 
 /// The network side of one port, shared between the port's owner and the engine.
@@ -985,7 +1074,7 @@ impl Engine {
                 (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from, now),
                 _ => {
                     // Longer than any packet this cluster builds, or from no address.
-                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    ep.counters.refuse(Refusal::Malformed);
                 }
             }
         }
@@ -1000,8 +1089,8 @@ impl Engine {
         let cfg = &self.shared.cfg;
         let p = match Packet::parse(bytes, cfg.cluster.cluster, self.shared.key.as_ref()) {
             Ok(p) => p,
-            Err(_) => {
-                ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+            Err(e) => {
+                ep.counters.refuse(Refusal::of(e));
                 return;
             }
         };
@@ -1031,19 +1120,19 @@ impl Engine {
                             .fetch_add(1, Ordering::Relaxed);
                     }
                     Err(TableRefusal::Bad) => {
-                        ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                        ep.counters.refuse(Refusal::Body);
                     }
                 }
             }
             Kind::Datagram | Kind::Group => {
                 if parse_datagram(p.body).is_err() {
-                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    ep.counters.refuse(Refusal::Body);
                     return;
                 }
                 let ext = ep.extensions.for_kind(h.kind);
                 for r in Records::new(p.body).flatten() {
                     if r.fragment.is_some() {
-                        ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                        ep.counters.refuse(Refusal::Body);
                         continue;
                     }
                     if h.kind == Kind::Datagram {
@@ -1057,13 +1146,13 @@ impl Engine {
                     if h.kind == Kind::Datagram {
                         deliver(ep, h.source, TxnId(0), r.payload);
                     } else {
-                        ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                        ep.counters.refuse(Refusal::Body);
                     }
                 }
             }
             Kind::Multicast => {
                 let Ok(m) = MulticastBody::parse(p.body) else {
-                    ep.counters.dropped_bad.fetch_add(1, Ordering::Relaxed);
+                    ep.counters.refuse(Refusal::Body);
                     return;
                 };
                 if !ep.joined.read().expect("joined lock").contains(&m.txn) {

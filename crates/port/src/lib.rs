@@ -14,7 +14,7 @@ pub mod port;
 pub mod rpc;
 pub mod shm;
 
-pub use engine::{Engine, EngineConfig, EngineMode};
+pub use engine::{Engine, EngineConfig, EngineMode, Refusals};
 pub use extension::ServiceClash;
 pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord, GroupSpec};
 pub use ldg::{Ldg, LdgCallError, LdgCounters};

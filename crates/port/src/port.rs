@@ -142,6 +142,8 @@ pub struct PortCounters {
     /// Malformed packets, and ring records too short to be a txcast message (written by
     /// something else that can write the port's segment).
     pub dropped_bad: u64,
+    /// The datagrams of `dropped_bad`, by why they were refused.
+    pub refused: crate::engine::Refusals,
     pub dropped_misaddressed: u64,
     pub dropped_not_joined: u64,
     pub dropped_ring_full: u64,
@@ -1121,6 +1123,7 @@ impl Port {
             packets_received: c.packets_received.load(Ordering::Relaxed),
             packets_sent: c.packets_sent.load(Ordering::Relaxed),
             dropped_bad: c.dropped_bad.load(Ordering::Relaxed),
+            refused: c.refusals(),
             dropped_misaddressed: c.dropped_misaddressed.load(Ordering::Relaxed),
             dropped_not_joined: c.dropped_not_joined.load(Ordering::Relaxed),
             dropped_ring_full: c.dropped_ring_full.load(Ordering::Relaxed),

@@ -407,7 +407,12 @@ impl Rpc {
             .min(port.message_bytes_max())
             .min(datagram);
         let client = Client::new(cfg, port.incarnation())?;
-        let server = Server::with_incarnation(cfg, port.incarnation())?;
+        let mut server = Server::with_incarnation(cfg, port.incarnation())?;
+        if port.engine().shared.key.is_some() {
+            // Packets are authenticated, so every request was sent by a client once, but any
+            // may be a copy captured and sent again: refuse those (issue 23).
+            server.guard_replays();
+        }
         let long = if cfg.long_bytes_max > 0 {
             Some(Long::new(&cfg, port.incarnation())?)
         } else {

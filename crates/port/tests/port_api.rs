@@ -436,6 +436,8 @@ fn a_cluster_key_drops_unsigned_and_wrongly_signed_packets() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(b.counters().dropped_bad, 2);
+    assert_eq!(b.counters().refused.mac_mismatch, 1);
+    assert_eq!(b.counters().refused.mac_missing, 1);
     assert!(b.try_recv(&mut buf).is_none());
     drop((a, b, bad));
     engine.shutdown();

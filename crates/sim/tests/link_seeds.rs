@@ -8,9 +8,16 @@ fn fault_free_run_delivers_everything() {
         faults: false,
         ..LinkSimOptions::default()
     };
-    let r = run_link(1, &opts).unwrap_or_else(|e| panic!("{e}"));
+    let r = run_link(2, &opts).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r.delivered, 6 * opts.messages_per_pair as u64);
     assert_eq!(r.links.retransmitted, 0, "no loss, no retransmission");
+    // Odd seeds run with a cluster key: what was sent before the peer named the receiver's
+    // incarnation is refused once and sent again, and nothing waits for a timeout.
+    let r = run_link(1, &opts).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.delivered, 6 * opts.messages_per_pair as u64);
+    assert!(r.links.unconfirmed_dropped > 0, "{:?}", r.links);
+    assert_eq!(r.links.rto_fired, 0, "{:?}", r.links);
+    assert_eq!(r.links.duplicates_dropped, 0, "{:?}", r.links);
 }
 
 #[test]

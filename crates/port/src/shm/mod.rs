@@ -35,7 +35,8 @@
 //! derived from the configuration copied and validated at open time, every length read from a
 //! slot is checked against `slot_bytes`, and bad records are dropped and counted (`dropped_bad`).
 //! A scribbler can wedge the ring or lose messages, but cannot make this side read or write out
-//! of bounds or panic.
+//! of bounds or panic; one that truncates the file breaks the ring for good, but kills nobody
+//! (`sigbus`).
 
 #[cfg(not(loom))]
 mod futex;
@@ -45,6 +46,8 @@ mod receiver;
 mod reclaim;
 mod segment;
 mod sender;
+#[cfg(not(loom))]
+mod sigbus;
 mod sync;
 
 #[cfg(all(test, loom))]

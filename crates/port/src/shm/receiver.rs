@@ -270,6 +270,12 @@ impl RingReceiver {
     }
 
     /// True when creation replaced a dead owner's segment at the same path.
+    /// The segment's file was truncated under the mapping (by another process of the user):
+    /// the ring takes and delivers nothing any more (see `shm::sigbus`).
+    pub fn is_broken(&self) -> bool {
+        self.seg.is_broken()
+    }
+
     pub fn reclaimed(&self) -> bool {
         self.reclaimed > 0
     }
@@ -285,6 +291,10 @@ impl RingReceiver {
     #[inline]
     pub fn try_recv<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let seg = &*self.seg;
+        if seg.is_broken() {
+            // Truncated under us: what the ring holds now is zeros of our own.
+            return None;
+        }
         let slot_bytes = seg.slot_bytes();
         let consumer = &seg.header().consumer.0;
         for _ in 0..seg.layout.slot_count {

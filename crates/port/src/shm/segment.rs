@@ -21,6 +21,9 @@ pub(crate) struct Segment {
     base: NonNull<u8>,
     #[cfg(not(loom))]
     map_bytes: usize,
+    /// Its entry among the mappings guarded against truncation (`super::sigbus`).
+    #[cfg(not(loom))]
+    guard: Option<usize>,
     /// Under the model checker, the same words in ordinary memory.
     #[cfg(loom)]
     model: ModelMemory,
@@ -94,6 +97,7 @@ impl Segment {
         Ok(Segment {
             base,
             map_bytes,
+            guard: super::sigbus::register(ptr as usize, map_bytes),
             layout,
             interrupt: AtomicBool::new(false),
             doorbell: std::sync::OnceLock::new(),
@@ -206,6 +210,18 @@ impl Segment {
         self.header().id.0.closed.load(Ordering::Acquire) != 0
     }
 
+    /// The file was truncated under the mapping, whose pages are now zeros of this process's
+    /// own (see `super::sigbus`): nothing written or read here reaches anyone.
+    #[cfg(not(loom))]
+    pub fn is_broken(&self) -> bool {
+        self.guard.is_some_and(super::sigbus::is_broken)
+    }
+
+    #[cfg(loom)]
+    pub fn is_broken(&self) -> bool {
+        false
+    }
+
     /// Whether a slot is free (a claim would likely succeed now).
     pub fn has_room(&self) -> bool {
         let header = self.header();
@@ -218,7 +234,7 @@ impl Segment {
     /// position less than one lap past a head we read is free.
     #[inline]
     pub fn reserve(&self) -> Result<u64, SendError> {
-        if self.is_closed() {
+        if self.is_closed() || self.is_broken() {
             return Err(SendError::Closed);
         }
         let header = self.header();
@@ -352,6 +368,9 @@ impl Segment {
 #[cfg(not(loom))]
 impl Drop for Segment {
     fn drop(&mut self) {
+        if let Some(i) = self.guard {
+            super::sigbus::unregister(i);
+        }
         // SAFETY: unmapping exactly what `map` mapped; no references outlive `self`.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_bytes) };
     }

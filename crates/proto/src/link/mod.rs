@@ -194,6 +194,10 @@ pub struct LinkCounters {
     pub send_full: u64,
     /// Packets that broke the protocol (a DATA base beyond what we acknowledged).
     pub protocol_violations: u64,
+    /// With a cluster key: DATA refused because it does not name this incarnation of ours as
+    /// the one it acknowledges (sent before the peer heard from us, or replayed from an
+    /// earlier incarnation of ours); answered with an ACK that tells the peer who we are.
+    pub unconfirmed_dropped: u64,
     /// Times the link declared its peer unreachable.
     pub unreachable_declared: u64,
 }
@@ -219,6 +223,7 @@ impl LinkCounters {
         self.peer_restarts += c.peer_restarts;
         self.send_full += c.send_full;
         self.protocol_violations += c.protocol_violations;
+        self.unconfirmed_dropped += c.unconfirmed_dropped;
         self.unreachable_declared += c.unreachable_declared;
     }
 }
@@ -368,7 +373,14 @@ impl Link {
                 self.peer_incarnation = Some(h.incarnation);
             }
             Some(_) => {}
-            None => self.peer_incarnation = Some(h.incarnation),
+            None => {
+                self.peer_incarnation = Some(h.incarnation);
+                if self.key.is_some() {
+                    // Our DATA so far named no incarnation of the peer, so it refused all of
+                    // it (below): send it again now that our packets can name it.
+                    self.tx.peer_restarted(&self.cfg);
+                }
+            }
         }
         // Acknowledgements count only if they were meant for this incarnation of ours: a peer
         // that has not yet seen our restart still acknowledges our predecessor's stream.
@@ -377,6 +389,16 @@ impl Link {
             Body::Data(d) => {
                 if d.ack_incarnation == mine {
                     self.on_ack(now, d.ack, d.credit, core::iter::empty());
+                }
+                if self.key.is_some() && self.rx.is_fresh() && d.ack_incarnation != mine {
+                    // With a cluster key, a stream is taken up only from a packet that names
+                    // this incarnation of ours: a packet captured before we (re)started names
+                    // another, so a replay of it after a restart is not delivered again.
+                    // Once the stream is taken up, sequence numbers refuse replays. The ACK
+                    // tells the peer our incarnation; it then sends what we refused again.
+                    self.counters.unconfirmed_dropped += 1;
+                    self.rx.owe_ack();
+                    return Ok(());
                 }
                 self.rx
                     .on_data(&self.cfg, now, &d, h.flags, &mut self.counters);

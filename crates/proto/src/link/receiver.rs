@@ -144,6 +144,16 @@ impl Receiver {
         }
     }
 
+    /// No DATA of the peer's current incarnation has been taken yet.
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Sends an acknowledgement at the next chance (it tells the peer our incarnation).
+    pub fn owe_ack(&mut self) {
+        self.ack_now = true;
+    }
+
     /// An acknowledgement (or NAK) is waiting to be sent.
     pub fn ack_owed(&self) -> bool {
         self.ack_now || self.ack_due.is_some() || self.has_gap()

@@ -30,6 +30,9 @@ pub struct ClientCounters {
     pub busy: u64,
     /// Probes answered `Resend`.
     pub resend_asked: u64,
+    /// Calls sent again naming the server's incarnation after a server that guards against
+    /// replays refused them for naming none.
+    pub named_again: u64,
     pub completed: u64,
     pub timed_out: u64,
     pub cancelled: u64,
@@ -45,6 +48,7 @@ crate::counters_sum!(ClientCounters {
     replies_stranger,
     busy,
     resend_asked,
+    named_again,
     completed,
     timed_out,
     cancelled,
@@ -55,6 +59,8 @@ struct PerDest {
     answered: bool,
     /// The server incarnation known when the call started (0: none).
     expected: u64,
+    /// Sent again naming the incarnation a server told in its refusal (see `take_reply`).
+    renamed: bool,
 }
 
 struct Call {
@@ -212,6 +218,7 @@ impl Client {
                 .map(|d| PerDest {
                     answered: false,
                     expected: self.servers.get(d).copied().unwrap_or(0),
+                    renamed: false,
                 })
                 .collect(),
             need,
@@ -410,6 +417,29 @@ impl Client {
                 return true;
             }
             Status::Ok => Ok(payload.to_vec()),
+            Status::Restarted
+                if call.per_dest[i].expected == 0
+                    && reply.server_incarnation != 0
+                    && !call.per_dest[i].renamed =>
+            {
+                // A server that guards against replays executes no request naming none of
+                // its incarnations (so nobody executed this one): send it again, naming the
+                // one it told. Once: a second refusal is the server restarting again.
+                call.per_dest[i].expected = reply.server_incarnation;
+                call.per_dest[i].renamed = true;
+                call.queued += 1;
+                self.transmit.push_back((call_id, from, true));
+                self.counters.named_again += 1;
+                return true;
+            }
+            Status::Restarted
+                if call.per_dest[i].renamed
+                    && reply.server_incarnation == call.per_dest[i].expected =>
+            {
+                // The refusal of another copy that named none (a retransmission, or one the
+                // network duplicated): the copies naming it are on their way.
+                return true;
+            }
             Status::NoHandler => Err(RemoteError::NoHandler),
             Status::DeadlinePassed => Err(RemoteError::DeadlinePassed),
             Status::Failed => Err(RemoteError::Failed(

@@ -23,6 +23,11 @@
 //! again), never by forgetting a call still in its window. Clients say in every request which
 //! of their calls are finished (`acked_below`), so the server forgets those early.
 //!
+//! A copy sent on purpose after the window (a replay, which a cluster key does not stop: the
+//! packet is genuine) would be executed again; a server with [`Server::guard_replays`] (what
+//! a keyed cluster runs) keeps, for longer and in less room, which calls it executed, and
+//! executes no request of a client that does not name its incarnation.
+//!
 //! Both sides are sans-IO: `handle_*` for input, `poll_transmit` / `poll_event` /
 //! `poll_timeout` for output, time passed in.
 

@@ -63,6 +63,15 @@ pub struct ServerCounters {
     /// Replies for calls no longer remembered (their window closed while they ran).
     pub replies_unknown: u64,
     pub forgotten: u64,
+    /// With the replay guard: requests naming no incarnation of this server (answered
+    /// `Restarted`, not executed; the client sends them again naming it).
+    pub unnamed: u64,
+    /// With the replay guard: copies of calls executed and forgotten, and requests of a
+    /// client older than one heard from at the same address (dropped, not executed).
+    pub replays_refused: u64,
+    /// With the replay guard: what was kept of clients, dropped to make room (a copy of
+    /// one of their calls could run again).
+    pub retired_evicted: u64,
 }
 
 crate::counters_sum!(ServerCounters {
@@ -80,6 +89,9 @@ crate::counters_sum!(ServerCounters {
     replies_sent,
     replies_unknown,
     forgotten,
+    unnamed,
+    replays_refused,
+    retired_evicted,
 });
 
 struct Entry {
@@ -124,7 +136,37 @@ struct ClientRecord {
     floor: u64,
     expires: Instant,
     calls: BTreeSet<u64>,
+    /// With the replay guard: the calls executed at or above `floor` (kept when their
+    /// replies are forgotten).
+    executed: BTreeSet<u64>,
 }
+
+/// With the replay guard, what a server keeps of a client it forgot: enough to refuse
+/// copies of the calls it executed for it.
+struct Retired {
+    /// Its place in `Guard::order`.
+    generation: u64,
+    floor: u64,
+    executed: BTreeSet<u64>,
+}
+
+/// The replay guard (see [`Server::guard_replays`]).
+#[derive(Default)]
+struct Guard {
+    retired: HashMap<ClientKey, Retired>,
+    /// Retired clients, oldest first, by generation (entries of clients that came back are
+    /// skipped when they surface).
+    order: VecDeque<(u64, ClientKey)>,
+    generation: u64,
+    /// The newest client incarnation heard from at each address, and the order they came in.
+    newest: HashMap<Address, u64>,
+    newest_order: VecDeque<Address>,
+}
+
+/// Clients a guarded server keeps after forgetting their replies, per client it remembers
+/// in full (`RpcConfig::clients_max`); the same bound holds for the addresses whose newest
+/// client incarnation it keeps.
+pub const RETIRED_PER_CLIENT: usize = 64;
 
 enum Out {
     /// The reply remembered for this call.
@@ -151,6 +193,8 @@ pub struct Server {
     bytes: usize,
     /// This server's incarnation (0: none, requests are not checked).
     incarnation: u64,
+    /// Set by [`Server::guard_replays`].
+    guard: Option<Guard>,
     pub counters: ServerCounters,
 }
 
@@ -165,6 +209,7 @@ impl Server {
             expiries: BinaryHeap::new(),
             bytes: 0,
             incarnation: 0,
+            guard: None,
             counters: ServerCounters::default(),
         })
     }
@@ -181,6 +226,29 @@ impl Server {
 
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// Refuses replayed requests, for a cluster whose packets are authenticated (where every
+    /// request that arrives was sent by a client once, but may be a copy captured and sent
+    /// again at any time). Without it, a server forgets a call a packet lifetime after its
+    /// deadline and would execute a copy arriving later; and a server executes requests that
+    /// name no incarnation of it, so a restarted one would run a copy of a client's first
+    /// call to its predecessor. With it:
+    /// - a request naming no incarnation of this server is answered `Restarted` (carrying
+    ///   ours) and not executed; the client sends it again naming ours (never executed
+    ///   anywhere, so that is safe). A call handed on by another server is exempt (the
+    ///   forwarder may not know us; see docs/ARCHITECTURE.md);
+    /// - what the server executed for a client is kept after its replies are forgotten (its
+    ///   floor and the calls above it), for up to `RETIRED_PER_CLIENT * clients_max` clients,
+    ///   so a copy arriving later is dropped;
+    /// - a request from a client incarnation older than one heard from at the same address
+    ///   (a predecessor of the client, gone) is dropped.
+    ///
+    /// Needs a non-zero incarnation ([`Server::with_incarnation`]).
+    pub fn guard_replays(&mut self) {
+        if self.incarnation != 0 && self.guard.is_none() {
+            self.guard = Some(Guard::default());
+        }
     }
 
     /// Calls remembered (running or answered).
@@ -268,6 +336,29 @@ impl Server {
             return Verdict::Dropped;
         }
         let key = token.key();
+        if self.guard.is_some() && server_incarnation == 0 && called.is_none() && !probe {
+            // Nobody executes a request naming none of our incarnations, so this one was
+            // never executed anywhere: the client may send it again naming ours.
+            self.counters.unnamed += 1;
+            self.queue(Out::Bare(token, Status::Restarted));
+            return Verdict::Dropped;
+        }
+        let mut revived = None;
+        if let Some(g) = self.guard.as_mut() {
+            if !g.admit_client(from, incarnation, self.cfg.clients_max * RETIRED_PER_CLIENT) {
+                self.counters.replays_refused += 1;
+                return Verdict::Dropped;
+            }
+            if !self.clients.contains_key(&key) {
+                if let Some(r) = g.retired.get(&key) {
+                    if call_id < r.floor || r.executed.contains(&call_id) {
+                        self.counters.replays_refused += 1;
+                        return Verdict::Dropped;
+                    }
+                    revived = Some((r.floor, r.executed.clone()));
+                }
+            }
+        }
         if !self.clients.contains_key(&key) {
             if self.clients.len() >= self.cfg.clients_max
                 || self.entries.len() >= self.cfg.replies_max
@@ -277,12 +368,17 @@ impl Server {
             }
             // Forgotten after a packet lifetime unless a call it makes keeps it longer.
             let expires = now + self.cfg.packet_lifetime;
+            let (floor, executed) = revived.unwrap_or_default();
+            if let Some(g) = self.guard.as_mut() {
+                g.retired.remove(&key);
+            }
             self.clients.insert(
                 key,
                 ClientRecord {
-                    floor: 0,
+                    floor,
                     expires,
                     calls: BTreeSet::new(),
+                    executed,
                 },
             );
             self.expiries.push(Reverse((expires, Expiry::Client(key))));
@@ -292,6 +388,7 @@ impl Server {
             record.floor = acked_below;
             let keep = record.calls.split_off(&acked_below);
             let done = std::mem::replace(&mut record.calls, keep);
+            record.executed = record.executed.split_off(&acked_below);
             for call_id in done {
                 let t = Token { call_id, ..token };
                 if self.forget(&t) {
@@ -321,6 +418,11 @@ impl Server {
                 Verdict::Dropped
             };
         }
+        if self.guard.is_some() && record.executed.contains(&call_id) {
+            // Executed here, its reply forgotten since: a copy sent again.
+            self.counters.replays_refused += 1;
+            return Verdict::Dropped;
+        }
         if probe {
             // The payload is not here: the client sends the whole request again.
             self.counters.probes_unknown += 1;
@@ -347,6 +449,9 @@ impl Server {
         );
         let record = self.clients.get_mut(&key).expect("present");
         record.calls.insert(call_id);
+        if self.guard.is_some() {
+            record.executed.insert(call_id);
+        }
         self.expiries.push(Reverse((expires, Expiry::Call(token))));
         if expires > record.expires {
             record.expires = expires;
@@ -571,7 +676,12 @@ impl Server {
                 Expiry::Client(k) => {
                     // Its calls expire no later than it does, so it holds none by now.
                     if self.clients.get(&k).is_some_and(|r| r.expires == t) {
-                        let r = self.clients.remove(&k).expect("present");
+                        let mut r = self.clients.remove(&k).expect("present");
+                        if let Some(g) = self.guard.as_mut() {
+                            let max = self.cfg.clients_max * RETIRED_PER_CLIENT;
+                            let executed = std::mem::take(&mut r.executed);
+                            self.counters.retired_evicted += g.retire(k, r.floor, executed, max);
+                        }
                         let (client, incarnation, called) = k;
                         for call_id in r.calls {
                             let token = Token {
@@ -592,4 +702,64 @@ impl Server {
 /// `d` before `t` (not before time 0).
 fn before(t: Instant, d: Duration) -> Instant {
     Instant(t.0.saturating_sub(d.as_nanos().min(u64::MAX as u128) as u64))
+}
+
+impl Guard {
+    /// Whether a request of client incarnation `incarnation` at `client` may be taken: not if
+    /// a newer incarnation was heard from there. Remembers the newest (at most `max`
+    /// addresses, the oldest dropped first).
+    fn admit_client(&mut self, client: Address, incarnation: u64, max: usize) -> bool {
+        match self.newest.get_mut(&client) {
+            Some(n) if incarnation < *n => return false,
+            Some(n) => *n = incarnation,
+            None => {
+                while self.newest.len() >= max {
+                    let Some(a) = self.newest_order.pop_front() else {
+                        break;
+                    };
+                    self.newest.remove(&a);
+                }
+                self.newest.insert(client, incarnation);
+                self.newest_order.push_back(client);
+            }
+        }
+        true
+    }
+
+    /// Keeps what was executed for client `key`, whose record is being forgotten; how many
+    /// retired clients were dropped to stay within `max`.
+    fn retire(&mut self, key: ClientKey, floor: u64, executed: BTreeSet<u64>, max: usize) -> u64 {
+        self.generation += 1;
+        let generation = self.generation;
+        self.retired.insert(
+            key,
+            Retired {
+                generation,
+                floor,
+                executed,
+            },
+        );
+        self.order.push_back((generation, key));
+        let mut evicted = 0;
+        while self.retired.len() > max {
+            let Some((g, k)) = self.order.pop_front() else {
+                break;
+            };
+            if self.retired.get(&k).is_some_and(|r| r.generation == g) {
+                self.retired.remove(&k);
+                evicted += 1;
+            }
+        }
+        // Entries of clients that came back (and left again) pile up: rebuild now and then.
+        if self.order.len() > 2 * max + 16 {
+            let mut live: Vec<(u64, ClientKey)> = self
+                .retired
+                .iter()
+                .map(|(k, r)| (r.generation, *k))
+                .collect();
+            live.sort_unstable();
+            self.order = live.into();
+        }
+        evicted
+    }
 }

@@ -1420,3 +1420,139 @@ fn a_server_restarted_with_a_smaller_incarnation_is_called_again() {
         );
     }
 }
+
+fn guarded(c: RpcConfig, incarnation: u64) -> Server {
+    let mut s = Server::with_incarnation(c, incarnation).unwrap();
+    s.guard_replays();
+    s
+}
+
+fn request(client_incarnation: u64, call_id: u64, server_incarnation: u64) -> RequestHeader {
+    RequestHeader {
+        request_type: 9,
+        deadline_us: 50_000,
+        incarnation: client_incarnation,
+        call_id,
+        acked_below: call_id,
+        server_incarnation,
+    }
+}
+
+fn executes(v: Verdict) -> Option<Token> {
+    match v {
+        Verdict::Execute { token, .. } => Some(token),
+        _ => None,
+    }
+}
+
+/// With the replay guard, a client's first call names no incarnation of the server: it is
+/// refused with the server's incarnation and sent again at once naming it, and runs once.
+#[test]
+fn with_the_replay_guard_a_first_call_takes_one_more_round_trip_and_runs_once() {
+    let mut n = Net::new(&[Behaviour::Echo]);
+    n.servers[0].0.guard_replays();
+    let id = n.call(&[server_addr(0)], b"abc", Completion::First, 100 * MS);
+    let o = n.outcome(id).expect("finished without waiting for a retry");
+    assert_eq!(o.replies, vec![(server_addr(0), Ok(b"cba".to_vec()))]);
+    assert_eq!(n.executed[0].len(), 1);
+    assert_eq!(n.servers[0].0.counters.unnamed, 1);
+    assert_eq!(n.client.counters.named_again, 1);
+    // The next call names it from the start.
+    let id = n.call(&[server_addr(0)], b"de", Completion::First, 100 * MS);
+    assert!(n.outcome(id).is_some());
+    assert_eq!(n.servers[0].0.counters.unnamed, 1);
+    assert_eq!(n.executed[0].len(), 2);
+}
+
+/// Issue 23: a request captured and sent again after the server forgot the call (a packet
+/// lifetime past its deadline) was executed again. With the guard it is dropped; the
+/// client's next call still runs.
+#[test]
+fn with_the_replay_guard_a_copy_sent_after_the_call_was_forgotten_is_not_executed() {
+    let t0 = Instant(1_000_000_000);
+    let later = t0 + Duration::from_secs(10);
+    let r = request(77, 1, 5);
+    for guard in [false, true] {
+        let mut s = Server::with_incarnation(cfg(), 5).unwrap();
+        if guard {
+            s.guard_replays();
+        }
+        let token = executes(s.handle_request(t0, CLIENT, &r)).expect("executed");
+        assert!(s.reply(token, Status::Ok, b"done"));
+        while s.poll_transmit(&mut vec![0; 256]).is_some() {}
+        s.handle_timeout(later);
+        assert_eq!((s.remembered(), s.clients()), (0, 0), "forgotten");
+        let again = executes(s.handle_request(later, CLIENT, &r));
+        if guard {
+            assert_eq!(again, None, "a forgotten call executed again");
+            assert_eq!(s.counters.replays_refused, 1);
+            assert!(executes(s.handle_request(later, CLIENT, &request(77, 2, 5))).is_some());
+        } else {
+            assert!(
+                again.is_some(),
+                "without the guard a forgotten call runs again"
+            );
+        }
+    }
+}
+
+/// With the guard: a request naming no incarnation is answered `Restarted` (carrying ours) and
+/// not executed, so a restarted server does not run a copy of a first call to its
+/// predecessor; a request of a client older than one heard from at its address is dropped.
+#[test]
+fn with_the_replay_guard_unnamed_requests_and_older_clients_are_refused() {
+    let t = Instant(1_000_000_000);
+    let mut s = guarded(cfg(), 6);
+    assert_eq!(
+        s.handle_request(t, CLIENT, &request(77, 1, 0)),
+        Verdict::Dropped
+    );
+    assert_eq!(s.counters.unnamed, 1);
+    let mut buf = vec![0; 256];
+    let (to, len) = s.poll_transmit(&mut buf).expect("an answer");
+    assert_eq!(to, CLIENT);
+    match msg::decode(&buf[..len]).unwrap().0 {
+        RpcHeader::Reply(r) => {
+            assert_eq!(r.status, Status::Restarted);
+            assert_eq!(r.server_incarnation, 6);
+        }
+        h => panic!("{h:?}"),
+    }
+    assert!(executes(s.handle_request(t, CLIENT, &request(78, 1, 6))).is_some());
+    assert_eq!(
+        s.handle_request(t, CLIENT, &request(77, 2, 6)),
+        Verdict::Dropped
+    );
+    assert_eq!(s.counters.replays_refused, 1);
+    assert_eq!(s.counters.executed, 1);
+}
+
+/// What a guarded server keeps of forgotten clients is bounded; dropping some is counted.
+#[test]
+fn with_the_replay_guard_retired_clients_are_bounded_and_evictions_counted() {
+    let c = RpcConfig {
+        clients_max: 2,
+        ..cfg()
+    };
+    let mut s = guarded(c, 5);
+    let mut t = Instant(1_000_000_000);
+    let clients = 3 * 2 * server::RETIRED_PER_CLIENT as u16;
+    for k in 0..clients {
+        let from = Address::new(1, 0, 1, k);
+        let token = executes(s.handle_request(t, from, &request(77, 1, 5))).expect("executed");
+        assert!(s.reply(token, Status::Ok, b""));
+        while s.poll_transmit(&mut vec![0; 256]).is_some() {}
+        t = t + Duration::from_secs(1);
+        s.handle_timeout(t);
+    }
+    let kept = 2 * server::RETIRED_PER_CLIENT as u64;
+    assert_eq!(s.counters.retired_evicted, clients as u64 - kept);
+    // The newest are still refused, the oldest run again (counted above).
+    let newest = Address::new(1, 0, 1, clients - 1);
+    assert_eq!(
+        s.handle_request(t, newest, &request(77, 1, 5)),
+        Verdict::Dropped
+    );
+    let oldest = Address::new(1, 0, 1, 0);
+    assert!(executes(s.handle_request(t, oldest, &request(77, 1, 5))).is_some());
+}
