@@ -41,7 +41,7 @@ pub struct DcArgs {
     pub shared: DcShared,
 }
 
-/// The options of `txcast demo` (DebitCredit with a short load: 128 clients per site, 3 s
+/// The options of `txcast demo` (DebitCredit with a short load: 512 clients per site, 3 s
 /// after 0.5 s of warm-up), or its `comm` subcommand.
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, after_help = AFTER_HELP)]
@@ -49,7 +49,7 @@ pub struct DemoArgs {
     #[command(subcommand)]
     pub command: Option<DemoCommand>,
     /// Closed-loop clients per site (with --connect: transfers in flight per site), 1 to 4096
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub clients: u16,
     /// Seconds of measured load (at least 0.1)
     #[arg(long, default_value_t = 3.0, value_parser = seconds)]

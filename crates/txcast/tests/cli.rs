@@ -127,7 +127,7 @@ fn dc_help_shows_the_defaults() {
     }
     // The demo's own, shorter load.
     let (_, demo, _) = txcast(&["demo", "--help"]);
-    assert!(demo.contains("[default: 128]"), "{demo}");
+    assert!(demo.contains("[default: 512]"), "{demo}");
     // A benchmark's.
     let (_, rtt, _) = txcast(&["bench", "rtt", "--help"]);
     assert!(rtt.contains("[default: 20000]"), "{rtt}");
