@@ -12,7 +12,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What a DebitCredit run did, over every site.
+/// What a DebitCredit load did, over every site: a run of the embedded cluster
+/// ([`run_embedded`]) or of the load generator against running sites
+/// ([`crate::remote::run_remote`]). The generator sees only what its clients heard and the
+/// sites' audits, so `retries` and `per_site` are empty for it, and `refused`, `unanswered`
+/// and `unreachable` are its clients' alone.
 #[derive(Clone, Debug)]
 pub struct DcReport {
     pub sites: u16,
@@ -29,12 +33,24 @@ pub struct DcReport {
     pub retries: Vec<(&'static str, u64)>,
     /// Transfers given up, by cause.
     pub given_up: Vec<(Cause, u64)>,
+    /// Requests a site refused (malformed, or a site that takes no work).
+    pub refused: u64,
+    /// Transfers whose outcome their site could not tell (applied everywhere or nowhere).
+    pub unknown: u64,
+    /// Requests with no reply within the generator's reply timeout (their outcome unknown to
+    /// the client: a site that crashed with them may have committed them).
+    pub unanswered: u64,
+    /// Transfers not sent because their site's port was unreachable (sent again later).
+    pub unreachable: u64,
+    /// Each site's totals and digest at the end.
+    pub audits: Vec<(Totals, u64)>,
     /// Every site's totals satisfy DebitCredit's invariant.
     pub conserved: bool,
     /// Every site holds the same copy (tuples and history).
     pub identical: bool,
     /// Site 0's totals.
     pub totals: Totals,
+    /// Each site's own report (the embedded cluster's runs only).
     pub per_site: Vec<SiteReport>,
 }
 
@@ -139,7 +155,7 @@ pub fn summarize(cluster: &ClusterConfig, load: &Load, per_site: Vec<SiteReport>
         .max()
         .unwrap_or(load.measure)
         .max(Duration::from_millis(1));
-    let first = per_site.first();
+    let audits: Vec<(Totals, u64)> = per_site.iter().map(|r| (r.totals, r.digest)).collect();
     DcReport {
         sites: cluster.sites,
         clients_per_site: load.clients,
@@ -149,15 +165,14 @@ pub fn summarize(cluster: &ClusterConfig, load: &Load, per_site: Vec<SiteReport>
         latency_us,
         retries: vec![("conflict", conflict), ("busy", busy), ("timeout", timeout)],
         given_up,
+        refused: 0,
+        unknown: per_site.iter().map(|r| r.counters.unknown).sum(),
+        unanswered: 0,
+        unreachable: 0,
         conserved: per_site.iter().all(|r| r.totals.conserved()),
-        identical: first.is_some_and(|f| per_site.iter().all(|r| r.digest == f.digest)),
-        totals: first.map(|f| f.totals).unwrap_or(Totals {
-            accounts: 0,
-            tellers: 0,
-            branches: 0,
-            history: 0,
-            history_rows: 0,
-        }),
+        identical: audits.windows(2).all(|w| w[0].1 == w[1].1),
+        totals: audits.first().map(|a| a.0).unwrap_or(Totals::ZERO),
+        audits,
         per_site,
     }
 }

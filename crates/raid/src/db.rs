@@ -182,6 +182,15 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Nothing yet (an empty database's totals).
+    pub const ZERO: Totals = Totals {
+        accounts: 0,
+        tellers: 0,
+        branches: 0,
+        history: 0,
+        history_rows: 0,
+    };
+
     /// DebitCredit's invariant: every transaction moved the same delta in each relation.
     pub fn conserved(&self) -> bool {
         self.accounts == self.tellers

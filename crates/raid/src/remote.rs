@@ -5,6 +5,7 @@
 //! of copies.
 
 use crate::client::{ClientError, Outcome, RaidClient};
+use crate::cluster::DcReport;
 use crate::db::Totals;
 use crate::driver::{next_transfer, ClusterConfig, Load, RaidError};
 use crate::site::{count_cause, Cause};
@@ -19,29 +20,6 @@ use txcast_proto::Address;
 
 /// The server type of the load generator's client ports.
 pub const CLIENT_TYPE: u16 = 6;
-
-/// What a run against a cluster did.
-#[derive(Clone, Debug)]
-pub struct RemoteReport {
-    pub sites: u16,
-    pub clients_per_site: usize,
-    pub measured: Duration,
-    pub committed: u64,
-    pub tps: f64,
-    pub latency_us: Histogram,
-    pub given_up: Vec<(Cause, u64)>,
-    pub refused: u64,
-    pub unknown: u64,
-    /// Requests with no reply within the generator's reply timeout (their outcome unknown to
-    /// the client: a site that crashed with them may have committed them).
-    pub unanswered: u64,
-    /// Transfers not sent because their site's port was unreachable (sent again later).
-    pub unreachable: u64,
-    /// Each site's totals and digest after the run.
-    pub audits: Vec<(Totals, u64)>,
-    pub conserved: bool,
-    pub identical: bool,
-}
 
 struct SiteRun {
     committed: u64,
@@ -132,16 +110,7 @@ fn drive(
         unknown: 0,
         unanswered: 0,
         unreachable: 0,
-        audit: (
-            Totals {
-                accounts: 0,
-                tellers: 0,
-                branches: 0,
-                history: 0,
-                history_rows: 0,
-            },
-            0,
-        ),
+        audit: (Totals::ZERO, 0),
     };
     let drain_end = load_end + Duration::from_secs(30);
     let mut swept_at = Instant::now();
@@ -212,7 +181,7 @@ pub fn run_remote(
     cluster: &ClusterConfig,
     load: &Load,
     progress: impl FnMut(Duration, u64),
-) -> Result<RemoteReport, RaidError> {
+) -> Result<DcReport, RaidError> {
     run_remote_with(cluster, Generator::default(), load, progress)
 }
 
@@ -222,7 +191,7 @@ pub fn run_remote_with(
     gen: Generator,
     load: &Load,
     mut progress: impl FnMut(Duration, u64),
-) -> Result<RemoteReport, RaidError> {
+) -> Result<DcReport, RaidError> {
     let committed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let threads: Vec<_> = (0..cluster.sites)
@@ -271,13 +240,14 @@ pub fn run_remote_with(
     let committed: u64 = runs.iter().map(|r| r.committed).sum();
     let measured = load.measure.max(Duration::from_millis(1));
     let audits: Vec<(Totals, u64)> = runs.iter().map(|r| r.audit).collect();
-    Ok(RemoteReport {
+    Ok(DcReport {
         sites: cluster.sites,
         clients_per_site: load.clients,
         measured,
         committed,
         tps: committed as f64 / measured.as_secs_f64(),
         latency_us,
+        retries: Vec::new(),
         given_up,
         refused: runs.iter().map(|r| r.refused).sum(),
         unknown: runs.iter().map(|r| r.unknown).sum(),
@@ -285,6 +255,8 @@ pub fn run_remote_with(
         unreachable: runs.iter().map(|r| r.unreachable).sum(),
         conserved: audits.iter().all(|(t, _)| t.conserved()),
         identical: audits.windows(2).all(|w| w[0].1 == w[1].1),
+        totals: audits.first().map(|a| a.0).unwrap_or(Totals::ZERO),
         audits,
+        per_site: Vec::new(),
     })
 }

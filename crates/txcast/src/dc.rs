@@ -313,35 +313,7 @@ fn connect(o: &DcOptions) -> i32 {
             return 1;
         }
     };
-    let h = &r.latency_us;
-    if o.json {
-        println!(
-            "{{\"bench\":\"dc-connect\",\"sites\":{},\"clients_per_site\":{},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"refused\":{},\"unknown\":{},\"unanswered\":{},\"unreachable\":{},\"conserved\":{},\"identical\":{}}}",
-            r.sites, r.clients_per_site, r.committed, r.tps, h.quantile(0.5), h.quantile(0.99),
-            h.quantile(0.999), r.refused, r.unknown, r.unanswered, r.unreachable, r.conserved, r.identical
-        );
-    } else {
-        print_rate(r.committed, r.measured, r.tps, h);
-        println!(
-            "  given up   {:?}; refused {}; unknown {}; unanswered {}; not sent (unreachable) {}",
-            r.given_up, r.refused, r.unknown, r.unanswered, r.unreachable
-        );
-        let t = r.audits.first().map(|a| a.0);
-        println!(
-            "  audit      {}; {}; site 0: {:?}",
-            if r.conserved {
-                "money conserved on every site"
-            } else {
-                "MONEY NOT CONSERVED"
-            },
-            if r.identical {
-                "all copies identical"
-            } else {
-                "COPIES DIFFER"
-            },
-            t
-        );
-    }
+    print_report(&r, o.json);
     if r.conserved && r.identical {
         0
     } else {
@@ -368,46 +340,127 @@ fn print_rate(committed: u64, measured: Duration, tps: f64, h: &txcast_raid::sta
     );
 }
 
+/// A report as one JSON object (`--json`).
+#[derive(serde::Serialize)]
+struct ReportJson {
+    bench: &'static str,
+    sites: u16,
+    clients_per_site: usize,
+    seconds: f64,
+    committed: u64,
+    tps: f64,
+    p50_us: u64,
+    p99_us: u64,
+    p999_us: u64,
+    max_us: u64,
+    retries: std::collections::BTreeMap<&'static str, u64>,
+    given_up: std::collections::BTreeMap<String, u64>,
+    refused: u64,
+    unknown: u64,
+    unanswered: u64,
+    unreachable: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packets_per_txn: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records_per_txn: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    syncs_per_txn: Option<f64>,
+    conserved: bool,
+    identical: bool,
+    totals: TotalsJson,
+}
+
+/// Site 0's totals, as the JSON report gives them.
+#[derive(serde::Serialize)]
+struct TotalsJson {
+    accounts: i64,
+    tellers: i64,
+    branches: i64,
+    history: i64,
+    history_rows: u64,
+}
+
+/// The report of a run, embedded (`dc`) or against a running cluster (`dc --connect`: no
+/// retries or per-transfer costs, which only the sites know).
 pub fn print_report(r: &DcReport, json: bool) {
     let h = &r.latency_us;
+    let embedded = !r.per_site.is_empty();
+    let t = embedded.then(|| r.traffic());
     if json {
-        let given: Vec<String> = r
-            .given_up
-            .iter()
-            .map(|(c, n)| format!("\"{c:?}\":{n}"))
-            .collect();
-        let retries: Vec<String> = r
-            .retries
-            .iter()
-            .map(|(c, n)| format!("\"{c}\":{n}"))
-            .collect();
-        let t = r.traffic();
-        println!(
-            "{{\"bench\":\"dc\",\"sites\":{},\"clients_per_site\":{},\"seconds\":{:.3},\"committed\":{},\"tps\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"max_us\":{},\"retries\":{{{}}},\"given_up\":{{{}}},\"packets_per_txn\":{:.3},\"records_per_txn\":{:.3},\"syncs_per_txn\":{:.4},\"conserved\":{},\"identical\":{}}}",
-            r.sites, r.clients_per_site, r.measured.as_secs_f64(), r.committed, r.tps,
-            h.quantile(0.5), h.quantile(0.99), h.quantile(0.999), h.max(),
-            retries.join(","), given.join(","), t.packets, t.records, t.batches, r.conserved, r.identical
-        );
+        let j = ReportJson {
+            bench: if embedded { "dc" } else { "dc-connect" },
+            sites: r.sites,
+            clients_per_site: r.clients_per_site,
+            seconds: r.measured.as_secs_f64(),
+            committed: r.committed,
+            tps: r.tps.round(),
+            p50_us: h.quantile(0.5),
+            p99_us: h.quantile(0.99),
+            p999_us: h.quantile(0.999),
+            max_us: h.max(),
+            retries: r.retries.iter().copied().collect(),
+            given_up: r
+                .given_up
+                .iter()
+                .map(|(c, n)| (format!("{c:?}"), *n))
+                .collect(),
+            refused: r.refused,
+            unknown: r.unknown,
+            unanswered: r.unanswered,
+            unreachable: r.unreachable,
+            packets_per_txn: t.map(|t| t.packets),
+            records_per_txn: t.map(|t| t.records),
+            syncs_per_txn: t.map(|t| t.batches),
+            conserved: r.conserved,
+            identical: r.identical,
+            totals: TotalsJson {
+                accounts: r.totals.accounts,
+                tellers: r.totals.tellers,
+                branches: r.totals.branches,
+                history: r.totals.history,
+                history_rows: r.totals.history_rows,
+            },
+        };
+        match serde_json::to_string(&j) {
+            Ok(line) => println!("{line}"),
+            Err(e) => eprintln!("txcast dc: the report as JSON: {e}"),
+        }
         return;
     }
     print_rate(r.committed, r.measured, r.tps, h);
-    let retries: Vec<String> = r.retries.iter().map(|(c, n)| format!("{c} {n}")).collect();
-    println!("  retries    {}", retries.join(", "));
-    if r.given_up.is_empty() {
-        println!("  given up   none");
-    } else {
-        let g: Vec<String> = r
-            .given_up
-            .iter()
-            .map(|(c, n)| format!("{c:?} {n}"))
-            .collect();
-        println!("  given up   {}", g.join(", "));
+    if embedded {
+        let retries: Vec<String> = r.retries.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        println!("  retries    {}", retries.join(", "));
     }
-    let c = r.traffic();
+    let mut g: Vec<String> = r
+        .given_up
+        .iter()
+        .map(|(c, n)| format!("{c:?} {n}"))
+        .collect();
+    for (what, n) in [
+        ("refused", r.refused),
+        ("unknown", r.unknown),
+        ("unanswered", r.unanswered),
+        ("not sent (unreachable)", r.unreachable),
+    ] {
+        if n > 0 {
+            g.push(format!("{what} {n}"));
+        }
+    }
     println!(
-        "  per txn    {:.2} packets between sites, {:.2} log records, {:.3} log syncs (all sites, warm-up included)",
-        c.packets, c.records, c.batches
+        "  given up   {}",
+        if g.is_empty() {
+            "none".to_string()
+        } else {
+            g.join(", ")
+        }
     );
+    if let Some(c) = t {
+        println!(
+            "  per txn    {:.2} packets between sites, {:.2} log records, {:.3} log syncs (all sites, warm-up included)",
+            c.packets, c.records, c.batches
+        );
+    }
     let t = r.totals;
     println!(
         "  check      {}: accounts {} tellers {} branches {} history {} ({} rows); {}",
@@ -422,7 +475,7 @@ pub fn print_report(r: &DcReport, json: bool) {
         t.history,
         t.history_rows,
         if r.identical {
-            format!("all {} copies identical", r.sites)
+            format!("all {} copies identical", r.audits.len())
         } else {
             "COPIES DIFFER".to_string()
         }

@@ -5,6 +5,11 @@
 //! - type 1 (ECHO): answers the payload reversed;
 //! - type 2 (COUNT): answers the payload and counts the execution;
 //! - type 3 (SLOW): sleeps 300 ms, then answers;
+//! - type 4 (TICKET): answers the payload followed by this process's id (4 bytes) and the
+//!   number of TICKET calls it has executed, this one included (8 bytes), little-endian: a
+//!   reply that names the execution it came from. With `--exec-log FILE`, each execution
+//!   first appends `<client> <payload in hex> <pid> <number>` to FILE (one write, so a
+//!   kill -9 leaves whole lines);
 //! - type 9 (QUIT): answers, then the process prints `executed <COUNT executions>` on stdout,
 //!   serves 200 ms more (copies of the QUIT) and exits 0.
 //!
@@ -50,6 +55,9 @@ pub struct ServerArgs {
     /// Register with the oracle the configuration names
     #[arg(long)]
     oracle: bool,
+    /// Append one line per executed TICKET call to this file
+    #[arg(long, value_name = "FILE")]
+    exec_log: Option<std::path::PathBuf>,
 }
 
 pub fn server(args: &ServerArgs) -> i32 {
@@ -99,6 +107,31 @@ fn run(args: &ServerArgs) -> Result<(), String> {
     rpc.register(3, |_, _| {
         std::thread::sleep(Duration::from_millis(300));
         Ok(b"slow".to_vec())
+    });
+    let mut log = match &args.exec_log {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let mut tickets = 0u64;
+    let pid = std::process::id();
+    rpc.register(4, move |client, p| {
+        tickets += 1;
+        if let Some(f) = log.as_mut() {
+            let hex: String = p.iter().map(|b| format!("{b:02x}")).collect();
+            // Logged before the reply exists: an answered call's execution is on file.
+            f.write_all(format!("{client} {hex} {pid} {tickets}\n").as_bytes())
+                .map_err(|e| format!("exec log: {e}"))?;
+        }
+        let mut reply = p.to_vec();
+        reply.extend_from_slice(&pid.to_le_bytes());
+        reply.extend_from_slice(&tickets.to_le_bytes());
+        Ok(reply)
     });
     let q = quit.clone();
     rpc.register(9, move |_, _| {

@@ -218,7 +218,7 @@ struct CrmemArgs {
 struct RaidArgs {
     #[command(flatten)]
     common: Common,
-    /// Sites, 1 to 8
+    /// Sites, 1 to 8 (0: drawn from each seed, 1 to 4)
     #[arg(long, default_value_t = RaidSimOptions::default().sites)]
     sites: usize,
     /// Transactions per client
@@ -625,7 +625,8 @@ fn crmem(a: &CrmemArgs) -> i32 {
 fn raid(a: &RaidArgs) -> i32 {
     let c = &a.common;
     let mut opts = RaidSimOptions {
-        sites: a.sites.clamp(1, 8),
+        // 0 (the default) draws the number from each seed.
+        sites: if a.sites == 0 { 0 } else { a.sites.clamp(1, 8) },
         txns_per_client: a.txns,
         ..RaidSimOptions::default()
     };

@@ -221,6 +221,31 @@ fn version_and_completions() {
 }
 
 /// A file in a directory of this test's own, removed by the caller.
+/// Workload sizes left at their defaults keep the simulators' own defaults: `sim raid`'s
+/// default of 0 sites draws 1 to 4 from each seed (the command line once made it 1).
+#[test]
+fn simulator_defaults_are_the_simulators_own() {
+    let sites: Vec<String> = (1..=8)
+        .map(|seed| {
+            let (code, out, err) = txcast(&["sim", "raid", "--seed", &seed.to_string()]);
+            assert_eq!(code, 0, "{out}{err}");
+            out.lines()
+                .find_map(|l| {
+                    l.trim()
+                        .split(" sites, ")
+                        .next()
+                        .filter(|_| l.contains(" sites, "))
+                })
+                .unwrap_or_else(|| panic!("no sites in {out}"))
+                .trim()
+                .to_string()
+        })
+        .collect();
+    assert!(sites.iter().any(|n| n != "1"), "{sites:?}");
+    let (_, one, _) = txcast(&["sim", "raid", "--seed", "1", "--sites", "1"]);
+    assert!(one.contains(" 1 sites, "), "{one}");
+}
+
 fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join(name);

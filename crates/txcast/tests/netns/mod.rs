@@ -131,6 +131,24 @@ impl Proc {
             .unwrap_or('?')
     }
 
+    /// Reads one line of its stdout (byte by byte, so nothing after it is consumed and lost
+    /// to [`Proc::wait_output`]); `None` at end of file.
+    pub fn read_line(&mut self) -> Option<String> {
+        use std::io::Read;
+        let out = self.child.as_mut()?.stdout.as_mut()?;
+        let mut line = Vec::new();
+        let mut b = [0u8];
+        loop {
+            match out.read(&mut b) {
+                Ok(1) if b[0] == b'\n' => break,
+                Ok(1) => line.push(b[0]),
+                _ if line.is_empty() => return None,
+                _ => break,
+            }
+        }
+        Some(String::from_utf8_lossy(&line).into_owned())
+    }
+
     /// Whether it has exited (reaping it if so).
     pub fn exited(&mut self) -> Option<ExitStatus> {
         let c = self.child.as_mut()?;
