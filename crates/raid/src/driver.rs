@@ -798,7 +798,7 @@ pub fn run_site_db(
             if let Some(recs) = core.compact() {
                 let before = log_bytes;
                 log_bytes = recs.iter().map(|r| (r.len() + FRAME_HEADER) as u64).sum();
-                tracing::info!(
+                tracing::debug!(
                     site,
                     before,
                     after = log_bytes,
