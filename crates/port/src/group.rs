@@ -366,6 +366,8 @@ pub(crate) struct GroupState {
     sleepers: usize,
     /// The view last logged: a new one is logged once, when `flush` first sees it.
     logged_epoch: Epoch,
+    /// The layered stack's suspicions as last logged.
+    logged_suspicions: u64,
 }
 
 /// Shared between the application's [`Group`] handle and the engine.
@@ -439,6 +441,17 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
                     needed,
                 },
             });
+        }
+        let suspicions = m.vs_counters().suspicions;
+        if suspicions != st.logged_suspicions {
+            // The layered stack reports no failure event: its count of suspicions tells.
+            tracing::warn!(
+                port = %ep.addr,
+                group = g.id,
+                suspected = suspicions - st.logged_suspicions,
+                "members suspected to have failed"
+            );
+            st.logged_suspicions = suspicions;
         }
         if !st.joined && m.state() == VsState::Normal {
             st.joined = true;
@@ -646,6 +659,7 @@ impl Group {
                 out: crate::mmsg::SendBatch::new(),
                 sleepers: 0,
                 logged_epoch: Epoch::default(),
+                logged_suspicions: 0,
             }),
             cond: Condvar::new(),
             dirty: std::sync::atomic::AtomicBool::new(false),

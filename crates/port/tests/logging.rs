@@ -1,10 +1,10 @@
 //! What the port layer logs through `tracing`, captured by a subscriber that writes into a
 //! buffer: refused datagrams (one line per reason per second, with the count since the last
-//! one) and a peer's restart.
+//! one), a peer's restart, a group's views and the member it suspects.
 //!
 //! The subscriber is the process's global one (the engine thread logs, not the test's), so
-//! each test looks only at the lines that name its own ports. Instance 44 with server types 5 and 6 is
-//! used by no other test.
+//! each test looks only at the lines that name its own ports. Instance 44 with server types
+//! 5, 6 and 7 is used by no other test.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -129,4 +129,47 @@ fn a_peer_restart_is_logged_by_the_port_that_sees_it() {
     let lines = lines_with(&words);
     assert_eq!(lines.len(), 1, "{lines:#?}");
     assert!(lines[0].contains("INFO"), "{}", lines[0]);
+}
+
+#[test]
+fn a_group_logs_its_views_and_the_member_it_suspects() {
+    use txcast_proto::group::{GroupConfig, MinMembers};
+    let _ = log();
+    let ports: Vec<Port> = (0..3)
+        .map(|s| Port::open(Address::new(44, s, 7, 0), cfg()).unwrap())
+        .collect();
+    let fast = GroupConfig {
+        group: 5,
+        silence_timeout: Duration::from_millis(200),
+        heartbeat_interval: Duration::from_millis(20),
+        probe_interval: Duration::from_millis(40),
+        auto_reset: Some(MinMembers::Majority),
+        ..GroupConfig::default()
+    };
+    let a = ports[0].create_group(fast.clone()).unwrap();
+    let b = ports[1]
+        .join_group(fast.clone(), ports[0].address(), WAIT)
+        .unwrap();
+    let c = ports[2]
+        .join_group(fast.clone(), ports[0].address(), WAIT)
+        .unwrap();
+    b.send(b"before", WAIT).unwrap();
+    let at_b = format!("port={}", ports[1].address());
+    let views = || lines_with(&[&at_b, "group view installed"]);
+    assert_eq!(views().len(), 1, "{:#?}", views());
+    // The sequencer's process "crashes": b suspects it, and the group is rebuilt without it.
+    drop(a);
+    c.send(b"after", WAIT).unwrap();
+    assert!(wait_for(|| views().len() == 2), "{:#?}", views());
+    // b or c (whichever noticed first) names the sequencer as suspected.
+    let gone = format!("suspect={}", ports[0].address());
+    let suspected = lines_with(&["WARN", "suspected", &gone]);
+    assert!(!suspected.is_empty(), "{:#?}", lines_with(&["group=5"]));
+    let rebuilt = &views()[1];
+    assert!(rebuilt.contains("INFO"), "{rebuilt}");
+    assert!(
+        !rebuilt.contains(&ports[0].address().to_string()),
+        "{rebuilt}"
+    );
+    drop((b, c));
 }
