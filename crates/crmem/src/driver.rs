@@ -184,6 +184,20 @@ impl CrmemModule {
                     }
                 }
                 other => {
+                    match other {
+                        Event::Promoted => {
+                            tracing::info!(node = self.me, "crmem: promoted to primary");
+                        }
+                        Event::Recovered => {
+                            tracing::info!(node = self.me, "crmem: recovered, a backup again");
+                        }
+                        Event::BackupLost(k) => tracing::warn!(
+                            node = self.me,
+                            backup = k,
+                            "crmem: backup lost, commits go on without it"
+                        ),
+                        _ => {}
+                    }
                     if st.notices.len() >= NOTICES_MAX {
                         st.notices.pop_front();
                     }
@@ -213,6 +227,7 @@ impl CrmemModule {
         if st.dead[k as usize] || st.dropped[k as usize] {
             return;
         }
+        tracing::warn!(node = self.me, peer = k, "crmem: peer taken for dead");
         match st.node.role().clone() {
             Role::Primary { .. } => {
                 // Not listened away: if it still runs it is told it was dropped (on_control)
@@ -321,6 +336,11 @@ impl Module for CrmemModule {
         let Some(k) = self.node_of(peer) else {
             return;
         };
+        tracing::info!(
+            node = self.me,
+            peer = k,
+            "crmem: peer restarted, it recovers through a snapshot"
+        );
         let shared = self.shared.clone();
         let mut st = shared.lock();
         if !st.dead[k as usize] {

@@ -17,7 +17,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
-use txcast_proto::link::{LinkConfig, LinkIo, LinkTable, TableRefusal};
+use txcast_proto::link::{LinkConfig, LinkEvent, LinkIo, LinkTable, TableRefusal};
 use txcast_proto::wire::{
     parse_datagram, ClusterKey, Kind, MulticastBody, Packet, Records, WireError,
 };
@@ -114,7 +114,24 @@ pub(crate) enum Refusal {
 
 const REFUSALS: usize = 7;
 
+/// A port logs refused datagrams at most once a second per reason (a flood of garbage must not
+/// become a flood of log lines); each line counts what was refused since the one before.
+const REFUSAL_LOG_INTERVAL_NS: u64 = 1_000_000_000;
+
 impl Refusal {
+    /// The reason as the log names it (the field names of [`Refusals`]).
+    fn name(self) -> &'static str {
+        match self {
+            Refusal::Malformed => "malformed",
+            Refusal::Checksum => "checksum",
+            Refusal::WrongCluster => "wrong_cluster",
+            Refusal::MacMissing => "mac_missing",
+            Refusal::MacMismatch => "mac_mismatch",
+            Refusal::MacUnexpected => "mac_unexpected",
+            Refusal::Body => "body",
+        }
+    }
+
     fn of(e: WireError) -> Refusal {
         match e {
             WireError::ChecksumMismatch => Refusal::Checksum,
@@ -169,6 +186,10 @@ pub(crate) struct EndpointCounters {
     pub dropped_bad: AtomicU64,
     /// `dropped_bad`'s datagrams by [`Refusal`].
     pub refused: [AtomicU64; REFUSALS],
+    /// Per [`Refusal`]: when (engine clock, nanoseconds; 0 for never) the last log line about
+    /// it was written, and its count in `refused` then.
+    refusal_logged_at: [AtomicU64; REFUSALS],
+    refusal_logged: [AtomicU64; REFUSALS],
     pub dropped_misaddressed: AtomicU64,
     pub dropped_not_joined: AtomicU64,
     pub dropped_ring_full: AtomicU64,
@@ -180,10 +201,30 @@ pub(crate) struct EndpointCounters {
 }
 
 impl EndpointCounters {
-    /// Counts a datagram refused as bad, by its reason.
-    pub fn refuse(&self, why: Refusal) {
+    /// Counts a datagram refused as bad, by its reason, and logs it (rate-limited) for the
+    /// port at `port`.
+    pub fn refuse(&self, why: Refusal, port: Address, now: Instant) {
         self.dropped_bad.fetch_add(1, Ordering::Relaxed);
-        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+        let total = self.refused[why as usize].fetch_add(1, Ordering::Relaxed) + 1;
+        let i = why as usize;
+        let last = self.refusal_logged_at[i].load(Ordering::Relaxed);
+        if last != 0 && now.0.saturating_sub(last) < REFUSAL_LOG_INTERVAL_NS {
+            return;
+        }
+        // One thread wins the right to write this second's line.
+        let stamp = now.0.max(1);
+        if self.refusal_logged_at[i]
+            .compare_exchange(last, stamp, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            let count = total.saturating_sub(self.refusal_logged[i].swap(total, Ordering::Relaxed));
+            tracing::warn!(
+                port = %port,
+                reason = why.name(),
+                count,
+                "refused datagrams (count since the last line for this reason)"
+            );
+        }
     }
 
     pub fn refusals(&self) -> Refusals {
@@ -1074,7 +1115,7 @@ impl Engine {
                 (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from, now),
                 _ => {
                     // Longer than any packet this cluster builds, or from no address.
-                    ep.counters.refuse(Refusal::Malformed);
+                    ep.counters.refuse(Refusal::Malformed, ep.addr, now);
                 }
             }
         }
@@ -1090,7 +1131,7 @@ impl Engine {
         let p = match Packet::parse(bytes, cfg.cluster.cluster, self.shared.key.as_ref()) {
             Ok(p) => p,
             Err(e) => {
-                ep.counters.refuse(Refusal::of(e));
+                ep.counters.refuse(Refusal::of(e), ep.addr, now);
                 return;
             }
         };
@@ -1120,19 +1161,19 @@ impl Engine {
                             .fetch_add(1, Ordering::Relaxed);
                     }
                     Err(TableRefusal::Bad) => {
-                        ep.counters.refuse(Refusal::Body);
+                        ep.counters.refuse(Refusal::Body, ep.addr, now);
                     }
                 }
             }
             Kind::Datagram | Kind::Group => {
                 if parse_datagram(p.body).is_err() {
-                    ep.counters.refuse(Refusal::Body);
+                    ep.counters.refuse(Refusal::Body, ep.addr, now);
                     return;
                 }
                 let ext = ep.extensions.for_kind(h.kind);
                 for r in Records::new(p.body).flatten() {
                     if r.fragment.is_some() {
-                        ep.counters.refuse(Refusal::Body);
+                        ep.counters.refuse(Refusal::Body, ep.addr, now);
                         continue;
                     }
                     if h.kind == Kind::Datagram {
@@ -1146,13 +1187,13 @@ impl Engine {
                     if h.kind == Kind::Datagram {
                         deliver(ep, h.source, TxnId(0), r.payload);
                     } else {
-                        ep.counters.refuse(Refusal::Body);
+                        ep.counters.refuse(Refusal::Body, ep.addr, now);
                     }
                 }
             }
             Kind::Multicast => {
                 let Ok(m) = MulticastBody::parse(p.body) else {
-                    ep.counters.refuse(Refusal::Body);
+                    ep.counters.refuse(Refusal::Body, ep.addr, now);
                     return;
                 };
                 if !ep.joined.read().expect("joined lock").contains(&m.txn) {
@@ -1238,6 +1279,23 @@ impl LinkIo for EngineIo<'_> {
         }
         // Loss here is recovered by the link like loss on the wire.
         let _ = crate::mmsg::send_to(&self.ep.socket, packet, &to);
+    }
+
+    fn link_event(&mut self, peer: Address, event: LinkEvent) {
+        let port = self.ep.addr;
+        match event {
+            LinkEvent::PeerRestarted { incarnation } => {
+                tracing::info!(port = %port, %peer, incarnation, "peer restarted: link reset");
+            }
+            LinkEvent::Unreachable => tracing::warn!(
+                port = %port,
+                %peer,
+                "peer unreachable: link given up (sends fail until it answers)"
+            ),
+            LinkEvent::Reachable => {
+                tracing::info!(port = %port, %peer, "peer reachable again");
+            }
+        }
     }
 }
 

@@ -245,6 +245,27 @@ impl Proto {
         }
     }
 
+    /// The view this member is in: its number and coordinator.
+    fn epoch(&self) -> Epoch {
+        match self {
+            Proto::Sequencer(m) => m.epoch(),
+            Proto::Ordered(m) => {
+                let v = m.view();
+                Epoch {
+                    number: v.number,
+                    coordinator: v.coordinator,
+                }
+            }
+        }
+    }
+
+    fn members(&self) -> &[Address] {
+        match self {
+            Proto::Sequencer(m) => m.members(),
+            Proto::Ordered(m) => m.members(),
+        }
+    }
+
     fn state(&self) -> State {
         match self {
             Proto::Sequencer(m) => m.state(),
@@ -343,6 +364,10 @@ pub(crate) struct GroupState {
     /// Threads asleep on the condition variable. Notifying costs a system call even when
     /// nobody waits (every delivery would pay it, and in invoker mode nobody ever does).
     sleepers: usize,
+    /// The view last logged: a new one is logged once, when `flush` first sees it.
+    logged_epoch: Epoch,
+    /// The layered stack's suspicions as last logged.
+    logged_suspicions: u64,
 }
 
 /// Shared between the application's [`Group`] handle and the engine.
@@ -417,6 +442,17 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
                 },
             });
         }
+        let suspicions = m.vs_counters().suspicions;
+        if suspicions != st.logged_suspicions {
+            // The layered stack reports no failure event: its count of suspicions tells.
+            tracing::warn!(
+                port = %ep.addr,
+                group = g.id,
+                suspected = suspicions - st.logged_suspicions,
+                "members suspected to have failed"
+            );
+            st.logged_suspicions = suspicions;
+        }
         if !st.joined && m.state() == VsState::Normal {
             st.joined = true;
             woke = true;
@@ -431,15 +467,42 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
                 continue;
             }
             GroupEvent::JoinDone { .. } => st.joined = true,
-            GroupEvent::JoinFailed => st.join_failed = true,
+            GroupEvent::JoinFailed => {
+                tracing::warn!(port = %ep.addr, group = g.id, "join not answered");
+                st.join_failed = true;
+            }
             GroupEvent::LeaveDone => st.left = true,
-            GroupEvent::Expelled => st.expelled = true,
-            _ => {}
+            GroupEvent::Expelled => {
+                tracing::warn!(port = %ep.addr, group = g.id, "left out of the rebuilt group");
+                st.expelled = true;
+            }
+            GroupEvent::Failure { suspect } => {
+                tracing::warn!(port = %ep.addr, group = g.id, %suspect, "member suspected to have failed");
+            }
+            GroupEvent::ResetFailed { survivors, needed } => tracing::warn!(
+                port = %ep.addr,
+                group = g.id,
+                survivors,
+                needed,
+                "group rebuild found too few members: blocked, trying again"
+            ),
         }
         if st.events.len() >= EVENTS_MAX {
             st.events.pop_front();
         }
         st.events.push_back(ev);
+    }
+    let epoch = st.m.epoch();
+    if epoch != st.logged_epoch {
+        // A view change (or the first view): one line per view.
+        st.logged_epoch = epoch;
+        tracing::info!(
+            port = %ep.addr,
+            group = g.id,
+            view = %epoch,
+            members = ?st.m.members(),
+            "group view installed"
+        );
     }
     if woke {
         if st.sleepers > 0 {
@@ -595,6 +658,8 @@ impl Group {
                 to: Vec::new(),
                 out: crate::mmsg::SendBatch::new(),
                 sleepers: 0,
+                logged_epoch: Epoch::default(),
+                logged_suspicions: 0,
             }),
             cond: Condvar::new(),
             dirty: std::sync::atomic::AtomicBool::new(false),

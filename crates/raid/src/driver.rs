@@ -365,6 +365,7 @@ fn writer_loop(
                 m
             }
             Err(e) => {
+                tracing::warn!(log = %path.display(), error = %e, "site log failed: the site takes no more work");
                 *sh.error.lock().expect("log error") = Some(format!("{}: {e}", path.display()));
                 vec![WRITER_FAILED]
             }
@@ -537,6 +538,57 @@ impl External {
     }
 }
 
+/// The site's counters of rare happenings as last logged: a change is logged once.
+#[derive(Default)]
+struct Seen {
+    views: u64,
+    suspicions: u64,
+    left_out: u64,
+    snapshots: u64,
+}
+
+impl Seen {
+    /// Logs what changed since the last call: views installed, sites suspected, this site
+    /// left out of the view, snapshots taken. Called once per turn of the site's loop; only
+    /// four counters are compared when nothing happened.
+    fn log_changes(&mut self, site: u16, core: &Site) {
+        let c = core.counters_ref();
+        if c.views == self.views
+            && c.suspicions == self.suspicions
+            && c.left_out == self.left_out
+            && c.snapshots == self.snapshots
+        {
+            return;
+        }
+        if c.suspicions != self.suspicions {
+            tracing::warn!(
+                site,
+                suspected = c.suspicions - self.suspicions,
+                "sites suspected (no vote, acknowledgement or answer in time)"
+            );
+        }
+        if c.left_out != self.left_out {
+            tracing::warn!(site, "site left out of the view: asking to join");
+        }
+        if c.views != self.views {
+            match core.view() {
+                Some(v) => {
+                    let members: Vec<u16> = v.members.iter().map(|m| m.site).collect();
+                    tracing::info!(site, ballot = v.ballot, ?members, "view installed");
+                }
+                None => tracing::info!(site, "view installed: taking a snapshot of the donor"),
+            }
+        }
+        if c.snapshots != self.snapshots {
+            tracing::info!(site, "snapshot taken: the copy is synced to the view");
+        }
+        self.views = c.views;
+        self.suspicions = c.suspicions;
+        self.left_out = c.left_out;
+        self.snapshots = c.snapshots;
+    }
+}
+
 /// A message at the site's port: from its log writer, or a packet of a peer site (anything
 /// else is not for this site and is dropped).
 fn on_message(
@@ -654,6 +706,7 @@ pub fn run_site_db(
     let mut quiet_since: Option<std::time::Instant> = None;
     let mut measured = Duration::ZERO;
     let mut ext = External::default();
+    let mut seen = Seen::default();
     let commits = control.commits.lock().expect("commits").clone();
 
     loop {
@@ -743,7 +796,14 @@ pub fn run_site_db(
         let due = log_bytes >= compact_at;
         if due && core.log_settled() {
             if let Some(recs) = core.compact() {
+                let before = log_bytes;
                 log_bytes = recs.iter().map(|r| (r.len() + FRAME_HEADER) as u64).sum();
+                tracing::debug!(
+                    site,
+                    before,
+                    after = log_bytes,
+                    "site log compacted (bytes)"
+                );
                 // The next one once the log has grown as much again as it holds now.
                 compact_at = cluster.compact_bytes.max(2 * log_bytes);
                 writer.replace(&recs);
@@ -758,6 +818,7 @@ pub fn run_site_db(
                 core.recycle_record(r);
             }
         }
+        seen.log_changes(site, &core);
         ext.audit(&core);
         ext.flush(&mut port);
         while let Some((to, p)) = core.poll_transmit() {

@@ -54,9 +54,9 @@ pub struct MemberArgs {
     /// Fail after this many ms
     #[arg(long, default_value_t = 30_000)]
     deadline_ms: u64,
-    /// The file the deliveries are logged to
+    /// The file the deliveries are written to
     #[arg(long)]
-    log: String,
+    deliveries: String,
     /// Stop only after a rebuild record too
     #[arg(long)]
     expect_rebuild: bool,
@@ -86,7 +86,7 @@ fn run(args: &MemberArgs) -> Result<(), String> {
         (args.instance, args.site, args.members, args.messages);
     let resilience = args.resilience;
     let deadline = Duration::from_millis(args.deadline_ms);
-    let log_path = &args.log;
+    let log_path = &args.deliveries;
     let expect_rebuild = args.expect_rebuild;
     let pace = Duration::from_micros(args.pace_us);
     let started = Instant::now();

@@ -21,6 +21,11 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "txcast", version)]
 struct Cli {
+    /// Log what the libraries report (view changes, suspicions, restarts, refused packets) to
+    /// stderr, filtered as `RUST_LOG` would be (`info`, `debug`, `txcast_port=debug`...);
+    /// overrides `RUST_LOG`. Without either, nothing is logged
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -79,6 +84,28 @@ struct RawArgs {
     args: Vec<String>,
 }
 
+/// Sends the libraries' `tracing` events to stderr, filtered by `--log` or else `RUST_LOG`;
+/// with neither, no subscriber is installed and nothing is logged.
+fn init_logging(flag: Option<&str>) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match flag {
+        Some(f) => EnvFilter::try_new(f)
+            .map_err(|e| format!("invalid value '{f}' for '--log <FILTER>': {e}"))?,
+        None => match std::env::var("RUST_LOG") {
+            Ok(f) if !f.trim().is_empty() => {
+                EnvFilter::try_new(&f).map_err(|e| format!("invalid RUST_LOG '{f}': {e}"))?
+            }
+            _ => return Ok(()),
+        },
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    Ok(())
+}
+
 fn main() {
     // Output into a closed pipe (`txcast stat | head`) ends the process quietly, as for
     // other command-line tools, rather than panicking in `println!`.
@@ -88,6 +115,10 @@ fn main() {
     }
     // A bad command line exits 2 with clap's message; `--help` and `--version` exit 0.
     let cli = Cli::parse();
+    if let Err(e) = init_logging(cli.log.as_deref()) {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
     let code = match cli.command {
         Command::Demo(args) => match args.command {
             Some(dc::DemoCommand::Comm(comm)) => demo::run(&comm),

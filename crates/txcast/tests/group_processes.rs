@@ -25,7 +25,7 @@ fn spawn(
         &members.to_string(),
         "--messages",
         &messages.to_string(),
-        "--log",
+        "--deliveries",
         log,
         "--deadline-ms",
         "40000",

@@ -771,6 +771,11 @@ impl Member {
         &self.members
     }
 
+    /// The epoch of the view this member is in (it changes when a rebuilt view is installed).
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
     /// The last view this member knows to have committed, how recent its list of that view's
     /// members is (the sequence number of the last membership record it holds), and the
     /// members a rebuild it coordinates would need a majority of.

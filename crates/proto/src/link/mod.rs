@@ -251,7 +251,26 @@ pub struct Link {
     tx: Sender,
     rx: Receiver,
     counters: LinkCounters,
+    /// Rare happenings not yet taken by [`Link::poll_event`] (`NOTE_*` bits), and whether the
+    /// peer is declared unreachable (`NOTE_DOWN`, so that its recovery is reported too).
+    notes: u8,
 }
+
+/// Something rare that happened to a link, for the driver to report (a log line, say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The peer came back as a new incarnation: both streams started afresh.
+    PeerRestarted { incarnation: u64 },
+    /// The peer acknowledged nothing through `unreachable_after_timeouts` retransmission
+    /// timeouts: the link gives up on it (sends fail fast) until it answers again.
+    Unreachable,
+    /// A peer declared unreachable acknowledged something: sends go through again.
+    Reachable,
+}
+
+const NOTE_RESTARTED: u8 = 1;
+const NOTE_UNREACHABLE: u8 = 2;
+const NOTE_DOWN: u8 = 4;
 
 impl Link {
     /// A link from `local` (running as `incarnation`) to `peer`.
@@ -280,6 +299,7 @@ impl Link {
             peer_incarnation: None,
             cfg,
             counters: LinkCounters::default(),
+            notes: 0,
         })
     }
 
@@ -330,6 +350,31 @@ impl Link {
         limit > 0 && self.tx.silent_timeouts() >= limit
     }
 
+    /// Whether [`Link::poll_event`] may have something (one test of a byte, for the run loop).
+    #[inline]
+    pub fn has_notes(&self) -> bool {
+        self.notes != 0
+    }
+
+    /// The next rare event of this link: a peer restart, the peer given up on, or back.
+    pub fn poll_event(&mut self) -> Option<LinkEvent> {
+        if self.notes & NOTE_RESTARTED != 0 {
+            self.notes &= !NOTE_RESTARTED;
+            return Some(LinkEvent::PeerRestarted {
+                incarnation: self.peer_incarnation.unwrap_or(0),
+            });
+        }
+        if self.notes & NOTE_UNREACHABLE != 0 {
+            self.notes = (self.notes & !NOTE_UNREACHABLE) | NOTE_DOWN;
+            return Some(LinkEvent::Unreachable);
+        }
+        if self.notes & NOTE_DOWN != 0 && !self.is_unreachable() {
+            self.notes &= !NOTE_DOWN;
+            return Some(LinkEvent::Reachable);
+        }
+        None
+    }
+
     /// Nothing unacknowledged and nothing queued.
     pub fn is_idle(&self) -> bool {
         self.tx.is_empty()
@@ -368,6 +413,7 @@ impl Link {
                 // The peer restarted: what it held of our stream is gone, and its new stream
                 // starts afresh.
                 self.counters.peer_restarts += 1;
+                self.notes |= NOTE_RESTARTED;
                 self.rx.reset(&mut self.counters);
                 self.tx.peer_restarted(&self.cfg);
                 self.peer_incarnation = Some(h.incarnation);
@@ -435,6 +481,7 @@ impl Link {
         }
         if !was && self.is_unreachable() {
             self.counters.unreachable_declared += 1;
+            self.notes |= NOTE_UNREACHABLE;
         }
         // The receiver's timers (delayed ACK, NAK repeat) act in `poll_transmit`.
     }

@@ -8,7 +8,7 @@
 //! and a shared-memory ring; the simulator drives it over a faulty network and a bounded
 //! mailbox.
 
-use super::{ConfigError, Link, LinkConfig, LinkCounters, LinkSendError};
+use super::{ConfigError, Link, LinkConfig, LinkCounters, LinkEvent, LinkSendError};
 use crate::addr::{Address, AddressHash};
 use crate::time::Instant;
 use crate::timer::TimerWheel;
@@ -26,6 +26,9 @@ pub trait LinkIo {
     fn deliver(&mut self, peer: Address, msg: &[u8]) -> bool;
     /// A packet for `peer`.
     fn transmit(&mut self, peer: Address, packet: &[u8]);
+    /// Something rare happened to `peer`'s link (reported at the run after it happened).
+    /// Ignored unless the caller wants to report it.
+    fn link_event(&mut self, _peer: Address, _event: LinkEvent) {}
 }
 
 /// Why a packet was refused.
@@ -293,6 +296,11 @@ impl LinkTable {
             if link.poll_timeout().is_some_and(|t| t <= now) {
                 link.handle_timeout(now);
             }
+            if link.has_notes() {
+                while let Some(e) = link.poll_event() {
+                    io.link_event(peer, e);
+                }
+            }
             let mut refused = false;
             while link
                 .poll_delivery_if(|m| {
@@ -367,6 +375,83 @@ mod tests {
         fn transmit(&mut self, _: Address, _: &[u8]) {
             self.0 += 1;
         }
+    }
+
+    /// Keeps what it is given: packets sent and link events.
+    #[derive(Default)]
+    struct Keep {
+        packets: Vec<Vec<u8>>,
+        events: Vec<(Address, LinkEvent)>,
+    }
+
+    impl LinkIo for Keep {
+        fn deliver(&mut self, _: Address, _: &[u8]) -> bool {
+            true
+        }
+        fn transmit(&mut self, _: Address, p: &[u8]) {
+            self.packets.push(p.to_vec());
+        }
+        fn link_event(&mut self, peer: Address, e: LinkEvent) {
+            self.events.push((peer, e));
+        }
+    }
+
+    /// Runs `t` at each of its deadlines until `until`.
+    fn run_until(t: &mut LinkTable, now: &mut Instant, until: Instant, io: &mut Keep) {
+        while let Some(next) = t.next_deadline() {
+            if next > until {
+                break;
+            }
+            *now = next.max(*now);
+            t.run(*now, io);
+        }
+        *now = until;
+        t.run(*now, io);
+    }
+
+    #[test]
+    fn a_silent_peer_is_reported_unreachable_once_and_reachable_when_it_answers() {
+        let cfg = LinkConfig::default();
+        let a = Address::new(0, 1, 1, 0);
+        let b = Address::new(0, 2, 1, 0);
+        let mut ta = LinkTable::new(cfg.clone(), a, 1, 1, None, 4, Instant::ZERO).unwrap();
+        let mut tb = LinkTable::new(cfg, b, 1, 7, None, 4, Instant::ZERO).unwrap();
+        let (mut ia, mut ib) = (Keep::default(), Keep::default());
+        let mut now = Instant(1_000_000);
+        ta.send(now, b, b"hello", &mut ia).unwrap();
+        // b hears nothing for a minute: a gives up on it once, however often it retries.
+        run_until(&mut ta, &mut now, Instant(60_000_000_000), &mut ia);
+        assert_eq!(ia.events, vec![(b, LinkEvent::Unreachable)]);
+        assert!(ia.packets.len() > 10, "{} packets", ia.packets.len());
+        // Then b gets a's last retransmission and answers: a reports it back.
+        let last = ia.packets.pop().unwrap();
+        let p = Packet::parse(&last, 1, None).unwrap();
+        tb.handle_packet(now, &p).unwrap();
+        let until = Instant(now.0 + 1_000_000_000);
+        run_until(&mut tb, &mut now, until, &mut ib);
+        assert!(ib.events.is_empty(), "{:?}", ib.events);
+        for pkt in &ib.packets {
+            let p = Packet::parse(pkt, 1, None).unwrap();
+            ta.handle_packet(now, &p).unwrap();
+        }
+        ta.run(now, &mut ia);
+        assert_eq!(
+            ia.events,
+            vec![(b, LinkEvent::Unreachable), (b, LinkEvent::Reachable)]
+        );
+        // b restarts (a new incarnation): a reports that, with the incarnation.
+        let mut tb = LinkTable::new(LinkConfig::default(), b, 1, 8, None, 4, now).unwrap();
+        let mut ib = Keep::default();
+        tb.send(now, a, b"again", &mut ib).unwrap();
+        for pkt in &ib.packets {
+            let p = Packet::parse(pkt, 1, None).unwrap();
+            ta.handle_packet(now, &p).unwrap();
+        }
+        ta.run(now, &mut ia);
+        assert_eq!(
+            ia.events[2..],
+            [(b, LinkEvent::PeerRestarted { incarnation: 8 })]
+        );
     }
 
     #[test]

@@ -552,6 +552,11 @@ impl Site {
         self.counters
     }
 
+    /// The counters, without a copy (for a driver that looks at a few of them often).
+    pub fn counters_ref(&self) -> &Counters {
+        &self.counters
+    }
+
     pub fn is_broken(&self) -> bool {
         self.broken
     }
