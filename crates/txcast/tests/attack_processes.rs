@@ -94,37 +94,70 @@ fn calls(c: &mut Rpc, to: Address, tag: &str, n: usize) {
     }
 }
 
+/// A test's cluster file in a scratch directory, and an engine on that cluster for the
+/// client; the engine is shut down and the directory removed on drop.
+struct Bed {
+    dir: std::path::PathBuf,
+    config: std::path::PathBuf,
+    cluster: ClusterConfig,
+    engine: Engine,
+}
+
+impl Bed {
+    fn new(tag: &str) -> Bed {
+        let dir = std::env::temp_dir().join(format!("txcast-attack{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("cluster.toml");
+        std::fs::write(&config, toml()).unwrap();
+        let cluster = ClusterConfig::from_toml(&toml()).unwrap();
+        let engine = Engine::start(EngineConfig {
+            cluster: cluster.clone(),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        Bed {
+            dir,
+            config,
+            cluster,
+            engine,
+        }
+    }
+
+    /// A client on this host's server `ty` (drop it before the bed), and its socket address.
+    fn client(&self, ty: u16, cfg: RpcConfig) -> (SocketAddrV4, Rpc) {
+        let me = Address::new(INSTANCE, 0, ty, 0);
+        let at = v4(self.cluster.socket_addr(me).unwrap());
+        let port = Port::open_on(&self.engine, me, PortConfig::default()).unwrap();
+        (at, Rpc::new(port, cfg).unwrap())
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.engine.shutdown();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[test]
 fn running_servers_survive_the_attacker_and_execute_each_call_once() {
     if !raw_available() {
         println!("attack_processes: skipped, raw sockets need root (CAP_NET_RAW)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("txcast-attack-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("cluster.toml");
-    std::fs::write(&config, toml()).unwrap();
-    let cluster = ClusterConfig::from_toml(&toml()).unwrap();
-    let engine = Engine::start(EngineConfig {
-        cluster: cluster.clone(),
-        ..EngineConfig::default()
-    })
-    .unwrap();
-    let me = Address::new(INSTANCE, 0, 1, 0);
-    let client_at = v4(cluster.socket_addr(me).unwrap());
-    let cfg = RpcConfig {
-        retry_initial: Duration::from_millis(5),
-        retry_max: Duration::from_millis(50),
-        ..RpcConfig::default()
-    };
-    let mut c = Rpc::new(
-        Port::open_on(&engine, me, PortConfig::default()).unwrap(),
-        cfg,
-    )
-    .unwrap();
+    let bed = Bed::new("");
+    let (config, cluster) = (&bed.config, &bed.cluster);
+    let (client_at, mut c) = bed.client(
+        1,
+        RpcConfig {
+            retry_initial: Duration::from_millis(5),
+            retry_max: Duration::from_millis(50),
+            ..RpcConfig::default()
+        },
+    );
     let mut servers: Vec<Server> = [1u16, 2]
         .iter()
-        .map(|&s| Server::start(&config, s))
+        .map(|&s| Server::start(config, s))
         .collect();
     let server_at: Vec<SocketAddrV4> = servers
         .iter()
@@ -213,9 +246,6 @@ fn running_servers_survive_the_attacker_and_execute_each_call_once() {
          datagrams to the client (its own 40 calls' replies among them); 70 calls executed \
          once each per server"
     );
-    drop(c);
-    engine.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Replays of a server's captured requests sent to its successor (the server restarted at the
@@ -227,31 +257,17 @@ fn a_restarted_server_executes_no_replayed_request() {
         println!("attack_processes: skipped, raw sockets need root (CAP_NET_RAW)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("txcast-attack-r-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("cluster.toml");
-    std::fs::write(&config, toml()).unwrap();
-    let cluster = ClusterConfig::from_toml(&toml()).unwrap();
-    let engine = Engine::start(EngineConfig {
-        cluster: cluster.clone(),
-        ..EngineConfig::default()
-    })
-    .unwrap();
-    let me = Address::new(INSTANCE, 0, 3, 0);
-    let client_at = v4(cluster.socket_addr(me).unwrap());
-    let mut c = Rpc::new(
-        Port::open_on(&engine, me, PortConfig::default()).unwrap(),
-        RpcConfig::default(),
-    )
-    .unwrap();
-    let s = Server::start(&config, 3);
+    let bed = Bed::new("-r");
+    let (config, cluster) = (&bed.config, &bed.cluster);
+    let (client_at, mut c) = bed.client(3, RpcConfig::default());
+    let s = Server::start(config, 3);
     let at = v4(cluster.socket_addr(s.addr).unwrap());
     let sniffer = Sniffer::start(move |p| p.from == client_at && p.to == at).unwrap();
     calls(&mut c, s.addr, "first", 30);
     std::thread::sleep(Duration::from_millis(50));
     let requests: Vec<Vec<u8>> = sniffer.finish().into_iter().map(|p| p.payload).collect();
     assert_eq!(s.quit(&mut c), 30);
-    let s = Server::start(&config, 3);
+    let s = Server::start(config, 3);
     let spoofer = Spoofer::new().unwrap();
     for p in &requests {
         spoofer.send(client_at, at, p).unwrap();
@@ -277,9 +293,6 @@ fn a_restarted_server_executes_no_replayed_request() {
         executed, 5,
         "replayed requests executed again after the restart"
     );
-    drop(c);
-    engine.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Replays of captured requests to the same server process after it forgot the calls (their
@@ -292,24 +305,10 @@ fn a_server_executes_no_request_replayed_after_it_forgot_the_call() {
         println!("attack_processes: skipped, raw sockets need root (CAP_NET_RAW)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("txcast-attack-l-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("cluster.toml");
-    std::fs::write(&config, toml()).unwrap();
-    let cluster = ClusterConfig::from_toml(&toml()).unwrap();
-    let engine = Engine::start(EngineConfig {
-        cluster: cluster.clone(),
-        ..EngineConfig::default()
-    })
-    .unwrap();
-    let me = Address::new(INSTANCE, 0, 0, 0);
-    let client_at = v4(cluster.socket_addr(me).unwrap());
-    let mut c = Rpc::new(
-        Port::open_on(&engine, me, PortConfig::default()).unwrap(),
-        RpcConfig::default(),
-    )
-    .unwrap();
-    let s = Server::start(&config, 4);
+    let bed = Bed::new("-l");
+    let (config, cluster) = (&bed.config, &bed.cluster);
+    let (client_at, mut c) = bed.client(0, RpcConfig::default());
+    let s = Server::start(config, 4);
     let at = v4(cluster.socket_addr(s.addr).unwrap());
     let sniffer = Sniffer::start(move |p| p.from == client_at && p.to == at).unwrap();
     calls(&mut c, s.addr, "first", 10);
@@ -328,7 +327,4 @@ fn a_server_executes_no_request_replayed_after_it_forgot_the_call() {
         requests.len()
     );
     assert_eq!(executed, 10, "replayed requests executed again");
-    drop(c);
-    engine.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
