@@ -1,5 +1,5 @@
-//! Groups over ports (paper 003 Table 1): the sans-IO [`Member`] of `txcast-proto`, run by the
-//! engine over the port's UDP socket, behind a blocking API in the style of Amoeba's
+//! Groups over ports (paper 003 Table 1): a sans-IO group member of `txcast-proto` (any stack,
+//! through the one [`GroupMember`] interface), run by the engine over the port's UDP socket, behind a blocking API in the style of Amoeba's
 //! primitives (`create_group`, `join_group`, `send_to_group`, `receive_from_group`,
 //! `leave_group`, `reset_group`, `get_info_group`), with non-blocking variants.
 //!
@@ -15,13 +15,12 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
-use txcast_proto::group::{
-    Delivered, Dest, Epoch, GroupConfig, GroupCounters, GroupError, GroupEvent, GroupId, GroupInfo,
-    Member, MinMembers, State,
+use txcast_proto::member::{
+    Delivered, Dest, Epoch, GroupError, GroupEvent, GroupId, GroupInfo, GroupMember, MinMembers,
+    State,
 };
-use txcast_proto::order::{self, OrderConfig, OrderError, OrderEvent};
+pub use txcast_proto::stack::GroupSpec;
 use txcast_proto::time::Instant;
-use txcast_proto::vsync::VsState;
 use txcast_proto::wire::{Kind, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES};
 use txcast_proto::Address;
 
@@ -77,249 +76,6 @@ impl From<GroupError> for GroupCallError {
     }
 }
 
-impl From<OrderError> for GroupCallError {
-    fn from(e: OrderError) -> Self {
-        GroupCallError::Group(match e {
-            OrderError::NotMember(s) => GroupError::NotMember(state_of(s)),
-            OrderError::Full => GroupError::Full,
-            OrderError::TooLong { len, max } => GroupError::TooLong { len, max },
-        })
-    }
-}
-
-/// A group's ordering protocol, chosen at creation: Amoeba's sequencer (paper 003, the
-/// [`Member`] of `txcast_proto::group`), or one of paper 002's protocols over the virtually
-/// synchronous stack (`totem`, `total`, `dynseq`, `dynord`; [`order::Member`]).
-#[derive(Clone, Debug, PartialEq)]
-pub enum GroupSpec {
-    Sequencer(GroupConfig),
-    Ordered(OrderConfig),
-}
-
-impl From<GroupConfig> for GroupSpec {
-    fn from(c: GroupConfig) -> Self {
-        GroupSpec::Sequencer(c)
-    }
-}
-
-impl From<OrderConfig> for GroupSpec {
-    fn from(c: OrderConfig) -> Self {
-        GroupSpec::Ordered(c)
-    }
-}
-
-impl GroupSpec {
-    fn id(&self) -> GroupId {
-        match self {
-            GroupSpec::Sequencer(c) => c.group,
-            GroupSpec::Ordered(c) => c.vs.group,
-        }
-    }
-
-    fn packet_bytes_max(&self) -> usize {
-        match self {
-            GroupSpec::Sequencer(c) => c.packet_bytes_max,
-            GroupSpec::Ordered(c) => c.vs.packet_bytes_max,
-        }
-    }
-}
-
-/// The group states of the layered stack, as the sequencer protocol names them.
-fn state_of(s: VsState) -> State {
-    match s {
-        VsState::Joining => State::Joining,
-        VsState::Normal => State::Normal,
-        VsState::Flushing => State::Recovering,
-        VsState::Left => State::Left,
-        VsState::Expelled | VsState::Failed => State::Expelled,
-    }
-}
-
-/// The member of either kind of group.
-pub(crate) enum Proto {
-    Sequencer(Box<Member>),
-    Ordered(Box<order::Member>),
-}
-
-impl Proto {
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        match self {
-            Proto::Sequencer(m) => m.poll_transmit(now, buf),
-            Proto::Ordered(m) => m.poll_transmit(now, buf),
-        }
-    }
-
-    fn fanout(&self, out: &mut Vec<SocketAddr>, engine: &Engine) {
-        match self {
-            Proto::Sequencer(m) => {
-                out.extend(m.fanout().filter_map(|a| engine.socket_addr(a).ok()))
-            }
-            Proto::Ordered(m) => out.extend(m.fanout().filter_map(|a| engine.socket_addr(a).ok())),
-        }
-    }
-
-    fn has_delivery(&self) -> bool {
-        match self {
-            Proto::Sequencer(m) => m.has_delivery(),
-            Proto::Ordered(m) => m.has_delivery(),
-        }
-    }
-
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        match self {
-            Proto::Sequencer(m) => m.poll_timeout(),
-            Proto::Ordered(m) => m.poll_timeout(),
-        }
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        match self {
-            Proto::Sequencer(m) => m.handle_timeout(now),
-            Proto::Ordered(m) => m.handle_timeout(now),
-        }
-    }
-
-    fn handle_message(&mut self, now: Instant, msg: &[u8]) -> bool {
-        match self {
-            Proto::Sequencer(m) => m.handle_message(now, msg).is_ok(),
-            Proto::Ordered(m) => {
-                let bad = m.vs_counters().dropped_bad;
-                m.handle_message(now, msg);
-                m.vs_counters().dropped_bad == bad
-            }
-        }
-    }
-
-    fn send(&mut self, now: Instant, msg: &[u8]) -> Result<u64, GroupCallError> {
-        Ok(match self {
-            Proto::Sequencer(m) => m.send(now, msg)?,
-            Proto::Ordered(m) => m.send(now, msg)?,
-        })
-    }
-
-    fn sends_pending(&self) -> usize {
-        match self {
-            Proto::Sequencer(m) => m.sends_pending(),
-            Proto::Ordered(m) => m.sends_pending(),
-        }
-    }
-
-    /// The next entry of the ordered stream. The layered protocols' views arrive as
-    /// `Rebuilt` records (every view: after a failure, a join or a leave), and their `seq` is
-    /// this member's count of entries.
-    fn poll_delivery<R>(
-        &mut self,
-        seq: &mut u64,
-        f: impl FnOnce(txcast_proto::group::Delivery<'_>) -> R,
-    ) -> Option<R> {
-        match self {
-            Proto::Sequencer(m) => m.poll_delivery(f),
-            Proto::Ordered(m) => {
-                let me = m.address();
-                m.poll_delivery(|d| {
-                    *seq += 1;
-                    f(match d {
-                        order::Delivered::Message(d) => txcast_proto::group::Delivery {
-                            seq: *seq,
-                            sender: d.sender,
-                            what: Delivered::Message {
-                                msg_id: d.msg_id,
-                                payload: d.payload,
-                            },
-                        },
-                        order::Delivered::View(v) => txcast_proto::group::Delivery {
-                            seq: *seq,
-                            sender: me,
-                            what: Delivered::Rebuilt {
-                                epoch: Epoch {
-                                    number: v.id.number,
-                                    coordinator: v.id.coordinator,
-                                },
-                                members: v.members,
-                                removed: v.removed,
-                            },
-                        },
-                    })
-                })
-            }
-        }
-    }
-
-    /// The view this member is in: its number and coordinator.
-    fn epoch(&self) -> Epoch {
-        match self {
-            Proto::Sequencer(m) => m.epoch(),
-            Proto::Ordered(m) => {
-                let v = m.view();
-                Epoch {
-                    number: v.number,
-                    coordinator: v.coordinator,
-                }
-            }
-        }
-    }
-
-    fn members(&self) -> &[Address] {
-        match self {
-            Proto::Sequencer(m) => m.members(),
-            Proto::Ordered(m) => m.members(),
-        }
-    }
-
-    fn state(&self) -> State {
-        match self {
-            Proto::Sequencer(m) => m.state(),
-            Proto::Ordered(m) => state_of(m.state()),
-        }
-    }
-
-    fn info(&self, now: Instant) -> GroupInfo {
-        match self {
-            Proto::Sequencer(m) => m.info(),
-            Proto::Ordered(m) => {
-                let v = m.view();
-                let c = m.counters();
-                let vc = m.vs_counters();
-                GroupInfo {
-                    state: if m.blocked(now) {
-                        State::Blocked
-                    } else {
-                        state_of(m.state())
-                    },
-                    epoch: Epoch {
-                        number: v.number,
-                        coordinator: v.coordinator,
-                    },
-                    members: m.members().to_vec(),
-                    sequencer: m.holder().unwrap_or_default(),
-                    resilience: 0,
-                    received_upto: 0,
-                    consumed_upto: c.delivered,
-                    stable_upto: 0,
-                    counters: GroupCounters {
-                        sent: c.sent,
-                        delivered: c.delivered,
-                        packets_sent: vc.data_sent,
-                        packets_received: vc.data_received,
-                        records_multicast: vc.records_sent,
-                        records_retransmitted: vc.records_retransmitted,
-                        naks_sent: vc.naks_sent,
-                        naks_received: vc.naks_received,
-                        duplicates: vc.duplicates,
-                        dropped_bad: vc.dropped_bad + c.dropped_bad,
-                        heartbeats: vc.heartbeats,
-                        acks_sent: vc.acks,
-                        failures_detected: vc.suspicions,
-                        resets_started: vc.flushes_started,
-                        resets_completed: vc.views_installed,
-                        ..GroupCounters::default()
-                    },
-                }
-            }
-        }
-    }
-}
-
 /// One record of the ordered stream, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupDelivery {
@@ -344,11 +100,7 @@ pub enum GroupRecord {
 
 /// A member's protocol state and what the application waits on.
 pub(crate) struct GroupState {
-    pub m: Proto,
-    /// Entries handed out (the `seq` of the layered protocols' deliveries).
-    delivered: u64,
-    /// The layered stack's events, translated, before they are taken in.
-    pending_events: VecDeque<GroupEvent>,
+    pub m: Box<dyn GroupMember>,
     /// Highest msg_id of ours delivered (sends complete in order).
     done_upto: u64,
     events: VecDeque<GroupEvent>,
@@ -366,8 +118,6 @@ pub(crate) struct GroupState {
     sleepers: usize,
     /// The view last logged: a new one is logged once, when `flush` first sees it.
     logged_epoch: Epoch,
-    /// The layered stack's suspicions as last logged.
-    logged_suspicions: u64,
 }
 
 /// Shared between the application's [`Group`] handle and the engine.
@@ -415,7 +165,7 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
         to.clear();
         match dest {
             Dest::To(a) => to.extend(engine.socket_addr(a).ok()),
-            Dest::All => st.m.fanout(&mut to, engine),
+            Dest::All => st.m.fanout(&mut |a| to.extend(engine.socket_addr(a).ok())),
         }
         if !st.out.has_room(n, to.len()) {
             send_out(ep, st);
@@ -425,41 +175,7 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
     }
     send_out(ep, st);
     let mut woke = st.m.has_delivery();
-    if let Proto::Ordered(m) = &mut st.m {
-        // The layered stack's events, as the sequencer protocol names them.
-        let mut evs = Vec::new();
-        while let Some(ev) = m.poll_event() {
-            evs.push(match ev {
-                OrderEvent::SendDone { msg_id } => GroupEvent::SendDone { msg_id },
-                OrderEvent::Left => GroupEvent::LeaveDone,
-                OrderEvent::Expelled => GroupEvent::Expelled,
-                OrderEvent::JoinFailed => GroupEvent::JoinFailed,
-                // As for a sequencer group whose rebuild found too few survivors: blocked,
-                // and trying again.
-                OrderEvent::Blocked { reachable, needed } => GroupEvent::ResetFailed {
-                    survivors: reachable,
-                    needed,
-                },
-            });
-        }
-        let suspicions = m.vs_counters().suspicions;
-        if suspicions != st.logged_suspicions {
-            // The layered stack reports no failure event: its count of suspicions tells.
-            tracing::warn!(
-                port = %ep.addr,
-                group = g.id,
-                suspected = suspicions - st.logged_suspicions,
-                "members suspected to have failed"
-            );
-            st.logged_suspicions = suspicions;
-        }
-        if !st.joined && m.state() == VsState::Normal {
-            st.joined = true;
-            woke = true;
-        }
-        st.pending_events.extend(evs);
-    }
-    while let Some(ev) = next_event(st) {
+    while let Some(ev) = st.m.poll_event() {
         woke = true;
         match &ev {
             GroupEvent::SendDone { msg_id } => {
@@ -516,14 +232,6 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
     // otherwise fire more than `TIMER_SLACK` late: the engine never sleeps longer than
     // `PARK_MAX`, and waking it on every send would cost a context switch per message.
     engine.wake_for(st.m.poll_timeout().map(|t| t + TIMER_SLACK));
-}
-
-/// The next event of either kind of member.
-fn next_event(st: &mut GroupState) -> Option<GroupEvent> {
-    match &mut st.m {
-        Proto::Sequencer(m) => m.poll_event(),
-        Proto::Ordered(_) => st.pending_events.pop_front(),
-    }
 }
 
 /// Sends the datagrams [`flush`] gathered.
@@ -624,29 +332,11 @@ impl Group {
         let now = engine.now();
         let id = spec.id();
         let buf = vec![0u8; spec.packet_bytes_max()];
-        let bad = |e: txcast_proto::vsync::VsConfigError| {
-            GroupCallError::Group(GroupError::Config(txcast_proto::group::ConfigError(e.0)))
-        };
-        let m = match (spec, contact) {
-            (GroupSpec::Sequencer(cfg), None) => {
-                Proto::Sequencer(Box::new(Member::create(cfg, ep.addr, now)?))
-            }
-            (GroupSpec::Sequencer(cfg), Some(c)) => {
-                Proto::Sequencer(Box::new(Member::join(cfg, ep.addr, c, now)?))
-            }
-            (GroupSpec::Ordered(cfg), None) => Proto::Ordered(Box::new(
-                order::Member::create(cfg, ep.addr, now).map_err(bad)?,
-            )),
-            (GroupSpec::Ordered(cfg), Some(c)) => Proto::Ordered(Box::new(
-                order::Member::join(cfg, ep.addr, c, now).map_err(bad)?,
-            )),
-        };
+        let m = spec.start(ep.addr, contact, now)?;
         let shared = Arc::new(GroupShared {
             id,
             state: Mutex::new(GroupState {
                 m,
-                delivered: 0,
-                pending_events: VecDeque::new(),
                 done_upto: 0,
                 events: VecDeque::new(),
                 joined: contact.is_none(),
@@ -659,7 +349,6 @@ impl Group {
                 out: crate::mmsg::SendBatch::new(),
                 sleepers: 0,
                 logged_epoch: Epoch::default(),
-                logged_suspicions: 0,
             }),
             cond: Condvar::new(),
             dirty: std::sync::atomic::AtomicBool::new(false),
@@ -789,8 +478,7 @@ impl Group {
     /// rebuilds), waiting at most `timeout`.
     pub fn receive(&self, timeout: Option<Duration>) -> Result<GroupDelivery, GroupCallError> {
         let r = self.wait_until(timeout, |st| {
-            let GroupState { m, delivered, .. } = st;
-            m.poll_delivery(delivered, |d| GroupDelivery {
+            st.m.take_delivery(|d| GroupDelivery {
                 seq: d.seq,
                 sender: d.sender,
                 what: match d.what {
@@ -825,8 +513,7 @@ impl Group {
             self.engine.duty_cycle();
             st = self.shared.lock();
         }
-        let GroupState { m, delivered, .. } = &mut *st;
-        let r = m.poll_delivery(delivered, f);
+        let r = st.m.take_delivery(f);
         if r.is_some() {
             flush(&self.engine, &self.ep, &self.shared, &mut st);
         }
@@ -838,10 +525,7 @@ impl Group {
         {
             let mut st = self.shared.lock();
             let now = self.engine.now();
-            match &mut st.m {
-                Proto::Sequencer(m) => m.leave(now)?,
-                Proto::Ordered(m) => m.leave(now)?,
-            }
+            st.m.leave(now)?;
             flush(&self.engine, &self.ep, &self.shared, &mut st);
         }
         self.wait_until(timeout, |st| st.left.then_some(()))
@@ -857,10 +541,8 @@ impl Group {
         {
             let mut st = self.shared.lock();
             let now = self.engine.now();
-            // The layered stack rebuilds its views by itself.
-            if let Proto::Sequencer(m) = &mut st.m {
-                m.reset(now, min_members)?;
-            }
+            // (The layered stack rebuilds its views by itself: nothing to start.)
+            st.m.reset(now, min_members)?;
             flush(&self.engine, &self.ep, &self.shared, &mut st);
         }
         self.wait_until(timeout, |st| (st.m.state() == State::Normal).then_some(()))

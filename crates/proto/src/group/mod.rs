@@ -36,16 +36,16 @@ mod transmit;
 mod tests;
 
 use crate::addr::{Address, AddressHash};
+pub use crate::member::{
+    ConfigError, Delivered, Delivery, Dest, Epoch, GroupCounters, GroupError, GroupEvent, GroupId,
+    GroupInfo, MinMembers, State,
+};
 use crate::pack::{PackMode, Packer};
 use crate::time::Instant;
-use core::fmt;
 use core::time::Duration;
 use history::History;
-pub use msg::{Epoch, GroupWireError, RecordKind};
+pub use msg::{GroupWireError, RecordKind};
 use std::collections::{HashMap, VecDeque};
-
-/// Identifies a group among the groups of a cluster.
-pub type GroupId = u32;
 
 /// How a sender's message reaches the members (paper 003 §3.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,24 +56,6 @@ pub enum Method {
     Bb,
     /// BB for payloads of at least `bb_from_bytes`, PB below.
     BySize { bb_from_bytes: usize },
-}
-
-/// When recovery starts and how many members it needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MinMembers {
-    /// At least this many survivors, counting the coordinator.
-    Absolute(usize),
-    /// More than half of the view being rebuilt.
-    Majority,
-}
-
-impl MinMembers {
-    fn of(self, view: usize) -> usize {
-        match self {
-            MinMembers::Absolute(n) => n.max(1),
-            MinMembers::Majority => view / 2 + 1,
-        }
-    }
 }
 
 /// A group's parameters. Every member must use the same `group`, `resilience` (a joiner takes
@@ -143,18 +125,6 @@ impl Default for GroupConfig {
     }
 }
 
-/// A configuration that cannot work, with the rule it breaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConfigError(pub &'static str);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 impl GroupConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let one_record = msg::GROUP_HEADER_BYTES
@@ -203,172 +173,6 @@ impl GroupConfig {
             Method::BySize { bb_from_bytes } => len >= bb_from_bytes,
         }
     }
-}
-
-/// Where a message goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dest {
-    To(Address),
-    /// Every other member of the view ([`Member::fanout`]); IP multicast where there is one.
-    All,
-}
-
-/// One record of the ordered stream, as the application sees it.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Delivery<'a> {
-    pub seq: u64,
-    pub sender: Address,
-    pub what: Delivered<'a>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum Delivered<'a> {
-    Message {
-        msg_id: u64,
-        payload: &'a [u8],
-    },
-    Joined(Address),
-    Left(Address),
-    /// The group was rebuilt after a failure: its members now, and those it lost.
-    Rebuilt {
-        epoch: Epoch,
-        members: Vec<Address>,
-        removed: Vec<Address>,
-    },
-}
-
-/// Completions and failures, outside the ordered stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GroupEvent {
-    /// This member's message `msg_id` is delivered here, so it is ordered and held by r
-    /// members besides the sequencer.
-    SendDone {
-        msg_id: u64,
-    },
-    /// This process is a member (its join record is `seq`).
-    JoinDone {
-        seq: u64,
-    },
-    JoinFailed,
-    /// This member's leave record was delivered: it is no longer a member.
-    LeaveDone,
-    /// A member or the sequencer was declared dead; without `auto_reset` the group waits for
-    /// [`Member::reset`].
-    Failure {
-        suspect: Address,
-    },
-    /// Recovery found too few survivors; the group is blocked and will try again.
-    ResetFailed {
-        survivors: usize,
-        needed: usize,
-    },
-    /// A rebuilt view left this member out.
-    Expelled,
-}
-
-/// Where a member is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    Joining,
-    Normal,
-    /// A failure was detected and recovery waits for [`Member::reset`].
-    Failed,
-    Recovering,
-    /// Recovery found too few survivors.
-    Blocked,
-    /// The old sequencer after its own leave, serving retransmissions until the others have
-    /// everything up to its leave record.
-    Departing,
-    Left,
-    Expelled,
-}
-
-/// Why an application call failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GroupError {
-    /// The member is not in a state to do this.
-    NotMember(State),
-    /// Resilience r needs r + 1 members; the view has fewer.
-    TooFewMembers {
-        needed: usize,
-        have: usize,
-    },
-    /// The send queue is full (back-pressure).
-    Full,
-    TooLong {
-        len: usize,
-        max: usize,
-    },
-    Config(ConfigError),
-}
-
-impl fmt::Display for GroupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GroupError::NotMember(s) => write!(f, "not a member in a working group ({s:?})"),
-            GroupError::TooFewMembers { needed, have } => {
-                write!(f, "resilience needs {needed} members, the group has {have}")
-            }
-            GroupError::Full => f.write_str("send queue full"),
-            GroupError::TooLong { len, max } => write!(f, "message of {len} bytes > {max}"),
-            GroupError::Config(e) => write!(f, "bad group configuration: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for GroupError {}
-
-/// What a member counted.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GroupCounters {
-    pub sent: u64,
-    pub submits_sent: u64,
-    pub submits_resent: u64,
-    pub ordered: u64,
-    pub delivered: u64,
-    pub packets_sent: u64,
-    pub packets_received: u64,
-    pub records_multicast: u64,
-    pub records_retransmitted: u64,
-    pub naks_sent: u64,
-    pub naks_received: u64,
-    pub acks_sent: u64,
-    pub duplicates: u64,
-    pub dropped_bad: u64,
-    pub dropped_other_group: u64,
-    pub dropped_other_epoch: u64,
-    pub dropped_beyond_window: u64,
-    pub dropped_control_full: u64,
-    pub history_full: u64,
-    /// Times the sequencer held its own messages back: `send_window` of them were not yet
-    /// received by every member.
-    pub own_window_full: u64,
-    pub syncs: u64,
-    pub heartbeats: u64,
-    pub probes_sent: u64,
-    pub failures_detected: u64,
-    pub resets_started: u64,
-    pub resets_completed: u64,
-    pub resets_failed: u64,
-    /// Rebuilds this member coordinated and gave up because another member's list of
-    /// members was more recent.
-    pub resets_behind: u64,
-}
-
-/// A snapshot for `get_info_group`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GroupInfo {
-    pub state: State,
-    pub epoch: Epoch,
-    pub members: Vec<Address>,
-    pub sequencer: Address,
-    pub resilience: u8,
-    /// Highest sequence number received contiguously.
-    pub received_upto: u64,
-    /// Highest sequence number delivered to the application.
-    pub consumed_upto: u64,
-    pub stable_upto: u64,
-    pub counters: GroupCounters,
 }
 
 /// A message this member sent and has not yet seen delivered.
@@ -1022,4 +826,74 @@ fn encode_addr(a: Address) -> Vec<u8> {
     let mut b = vec![0u8; 8];
     a.write_to(&mut b);
     b
+}
+
+impl crate::member::GroupMember for Member {
+    fn address(&self) -> Address {
+        self.me
+    }
+
+    fn state(&self) -> State {
+        self.state
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    fn members(&self) -> &[Address] {
+        &self.members
+    }
+
+    fn info(&self, _now: Instant) -> GroupInfo {
+        Member::info(self)
+    }
+
+    fn send(&mut self, now: Instant, payload: &[u8]) -> Result<u64, GroupError> {
+        Member::send(self, now, payload)
+    }
+
+    fn sends_pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn leave(&mut self, now: Instant) -> Result<(), GroupError> {
+        Member::leave(self, now)
+    }
+
+    fn reset(&mut self, now: Instant, min_members: MinMembers) -> Result<(), GroupError> {
+        Member::reset(self, now, min_members)
+    }
+
+    fn handle_message(&mut self, now: Instant, bytes: &[u8]) -> bool {
+        Member::handle_message(self, now, bytes).is_ok()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Member::handle_timeout(self, now)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Member::poll_timeout(self)
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
+        Member::poll_transmit(self, now, buf)
+    }
+
+    fn fanout(&self, to: &mut dyn FnMut(Address)) {
+        Member::fanout(self).for_each(to)
+    }
+
+    fn poll_delivery(&mut self, f: &mut dyn FnMut(Delivery<'_>)) -> bool {
+        Member::poll_delivery(self, f).is_some()
+    }
+
+    fn has_delivery(&self) -> bool {
+        Member::has_delivery(self)
+    }
+
+    fn poll_event(&mut self) -> Option<GroupEvent> {
+        self.events.pop_front()
+    }
 }

@@ -24,19 +24,7 @@ pub const ORDER_RECORD_BYTES: usize = 32;
 /// Most members a view or welcome lists.
 pub const MEMBERS_MAX: usize = 256;
 
-/// The epoch of a view: a number and the coordinator that made it, compared in that order,
-/// so two coordinators racing with the same number still make distinct, ordered epochs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Epoch {
-    pub number: u64,
-    pub coordinator: Address,
-}
-
-impl fmt::Display for Epoch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}", self.number, self.coordinator)
-    }
-}
+pub use crate::member::Epoch;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -42,6 +42,7 @@
 //! in the next view, before any later message of its sender: nothing is lost or reordered,
 //! and the buffers are not pushed through a window that may be full.
 
+mod member;
 pub mod record;
 #[cfg(test)]
 mod tests;
@@ -347,6 +348,12 @@ pub struct Member {
     last_delivery_at: Instant,
     counters: OrderCounters,
     scratch: Vec<u8>,
+    /// For the [`crate::member::GroupMember`] interface: entries of the ordered stream the
+    /// application took, the entry of the last view it took, and whether a join is still to
+    /// be reported.
+    taken: u64,
+    view_taken: u64,
+    join_pending: bool,
 }
 
 impl fmt::Debug for Member {
@@ -383,7 +390,9 @@ impl Member {
     ) -> Result<Member, VsConfigError> {
         cfg.validate()?;
         let vs = Vs::join(cfg.vs.clone(), me, contact, now)?;
-        Ok(Member::new(cfg, vs, me, now))
+        let mut m = Member::new(cfg, vs, me, now);
+        m.join_pending = true;
+        Ok(m)
     }
 
     fn new(cfg: OrderConfig, vs: Vs, me: Address, now: Instant) -> Member {
@@ -424,6 +433,9 @@ impl Member {
             last_delivery_at: Instant::ZERO,
             counters: OrderCounters::default(),
             scratch: Vec::new(),
+            taken: 0,
+            view_taken: 0,
+            join_pending: false,
         }
     }
 

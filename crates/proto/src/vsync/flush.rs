@@ -878,6 +878,7 @@ impl Vs {
                 if let Some(c) = self.fl.promised.map(|b| b.coordinator) {
                     if c != self.me && self.suspects.insert(c) {
                         self.counters.suspicions += 1;
+                        self.note_suspected(c);
                     }
                 }
                 self.fl.touched = Some(now);

@@ -47,7 +47,7 @@ pub mod msg;
 mod tests;
 
 use crate::addr::Address;
-pub use crate::group::Dest;
+pub use crate::member::Dest;
 use crate::pack::{PackDecision, PackMode, Packer};
 use crate::time::Instant;
 use core::fmt;
@@ -413,6 +413,8 @@ const DIRECT_QUEUE_MAX: usize = 4096;
 const NAK_SPAN_MAX: u64 = 256;
 /// Recent commits kept, to tell members that missed them.
 const COMMITS_KEPT: usize = 8;
+/// Suspicions kept for [`Vs::take_suspected`] until the layer above asks.
+const SUSPECTED_KEPT: usize = 64;
 
 /// A queued upcall (casts are handed up from the streams, except at a view change).
 #[derive(Debug)]
@@ -509,6 +511,9 @@ pub struct Vs {
     /// Pinwheel: the stable vector of the last token this member passed on (as it left).
     token_passed_stable: Vec<u64>,
     suspects: BTreeSet<Address>,
+    /// Members suspected since the layer above last asked ([`Vs::take_suspected`]); the
+    /// oldest are dropped past [`SUSPECTED_KEPT`].
+    suspected: VecDeque<Address>,
     fl: flush::Flush,
     commits: VecDeque<(ViewId, Ballot, Proposal)>,
     /// Joining: whom to ask, when we last did, and how often.
@@ -593,6 +598,7 @@ impl Vs {
             token_passed_round: 0,
             token_passed_stable: Vec::new(),
             suspects: BTreeSet::new(),
+            suspected: VecDeque::new(),
             fl: flush::Flush::default(),
             commits: VecDeque::new(),
             contact,
@@ -689,6 +695,18 @@ impl Vs {
         self.streams
             .get(self.rank)
             .map_or(0, |s| (s.received - s.stable) as usize)
+    }
+
+    /// The next member suspected since the last call, for the layer above to report.
+    pub fn take_suspected(&mut self) -> Option<Address> {
+        self.suspected.pop_front()
+    }
+
+    fn note_suspected(&mut self, a: Address) {
+        if self.suspected.len() >= SUSPECTED_KEPT {
+            self.suspected.pop_front();
+        }
+        self.suspected.push_back(a);
     }
 
     /// For every member (by rank): casts received contiguously in the current view.
@@ -1690,6 +1708,7 @@ impl Vs {
         for a in new {
             self.counters.suspicions += 1;
             self.suspects.insert(a);
+            self.note_suspected(a);
         }
         if !self.suspects.is_empty() {
             self.report_suspects(now);
