@@ -167,6 +167,8 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
             Dest::To(a) => to.extend(engine.socket_addr(a).ok()),
             Dest::All => st.m.fanout(&mut |a| to.extend(engine.socket_addr(a).ok())),
         }
+        // The engine's fault injection drops each copy on its own, as the wire would.
+        to.retain(|_| !engine.inject_loss());
         if !st.out.has_room(n, to.len()) {
             send_out(ep, st);
         }
