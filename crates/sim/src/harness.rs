@@ -409,18 +409,26 @@ pub fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
+/// What a [`sweep`] reports as it goes.
+pub enum SweepNote<'a> {
+    /// A seed failed: its violation (a panic counts as one), with the replay command.
+    Failed(&'a str),
+    /// One more seed is done: how many so far, and how many of them failed.
+    Done { done: u64, failures: u64 },
+}
+
 /// Runs seeds `first..first + seeds` of simulator `sim` on `threads` threads (seeds
-/// interleaved), printing each violation (a panic counts as one) and progress every 1000
-/// seeds to stderr; returns how many failed.
+/// interleaved), telling `note` of each failure and each seed done (from any thread);
+/// returns how many failed.
 pub fn sweep(
     sim: &str,
     first: u64,
     seeds: u64,
     threads: u64,
     run: impl Fn(u64) -> Result<(), Violation> + Sync,
+    note: impl Fn(SweepNote<'_>) + Sync,
 ) -> u64 {
     let threads = threads.clamp(1, 64);
-    let started = std::time::Instant::now();
     let done = AtomicU64::new(0);
     let failures = AtomicU64::new(0);
     let one = |seed: u64| {
@@ -431,18 +439,17 @@ pub fn sweep(
                 "{sim} simulation seed {seed}: panicked\n  replay: cargo run --release -- sim {sim} --seed {seed}"
             )),
         };
-        if let Some(e) = err {
-            failures.fetch_add(1, Ordering::Relaxed);
-            eprintln!("{e}");
-        }
+        let failed = if let Some(e) = err {
+            note(SweepNote::Failed(&e));
+            failures.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            failures.load(Ordering::Relaxed)
+        };
         let k = done.fetch_add(1, Ordering::Relaxed) + 1;
-        if k.is_multiple_of(1000) {
-            eprintln!(
-                "  {k} / {seeds} seeds, {} failures, {:.0} s",
-                failures.load(Ordering::Relaxed),
-                started.elapsed().as_secs_f64()
-            );
-        }
+        note(SweepNote::Done {
+            done: k,
+            failures: failed,
+        });
     };
     std::thread::scope(|scope| {
         for t in 0..threads {

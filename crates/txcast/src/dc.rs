@@ -4,8 +4,8 @@
 //! per second, commit latency, retries and give-ups by cause, and the conservation check
 //! (sum of accounts = tellers = branches = history, the same copy on every site).
 
+use crate::progress::Progress;
 use clap::{Args, Subcommand};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 use txcast_raid::cluster::{run_embedded, DcReport};
@@ -221,7 +221,7 @@ pub fn run_with(o: &DcOptions) -> i32 {
             dir.display()
         );
     }
-    let tty = std::io::stderr().is_terminal();
+    let progress = Progress::timed("dc", load.warmup + load.measure);
     let mut last = 0u64;
     let result = run_embedded(&cluster, &load, |el, committed| {
         if o.json {
@@ -229,20 +229,17 @@ pub fn run_with(o: &DcOptions) -> i32 {
         }
         let rate = (committed - last.min(committed)) * 2;
         last = committed;
-        let line = format!(
-            "  {:5.1} s  {committed:>10} committed  ~{rate} txn/s{}",
-            el.as_secs_f64(),
-            if el < load.warmup { "  (warm-up)" } else { "" }
-        );
-        if tty {
-            eprint!("\r{line}   ");
+        let warm = if el < load.warmup { "  (warm-up)" } else { "" };
+        if progress.is_bar() {
+            progress.tick(el, format!("{committed} committed, ~{rate} txn/s{warm}"));
         } else {
-            eprintln!("{line}");
+            eprintln!(
+                "  {:5.1} s  {committed:>10} committed  ~{rate} txn/s{warm}",
+                el.as_secs_f64()
+            );
         }
     });
-    if tty && !o.json {
-        eprintln!();
-    }
+    progress.finish();
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }

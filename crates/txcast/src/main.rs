@@ -10,6 +10,7 @@ mod demo;
 mod group_cmd;
 mod oracle_cmd;
 mod program_cmd;
+mod progress;
 mod raid_node;
 mod rpc_cmd;
 mod sim_cmd;

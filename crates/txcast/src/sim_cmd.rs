@@ -3,12 +3,13 @@
 //! Every kind takes the one option block [`Common`] (which seeds, threads, trace, fault
 //! toggles), parsed once, and its own workload options.
 
+use crate::progress::Progress;
 use clap::{Args, Subcommand};
 use txcast_sim::crmem_sim::{run_crmem, CrmemSimOptions};
 use txcast_sim::engine_sim::{run_engine, EngineSimOptions};
 use txcast_sim::frag_sim::{run_frag, FragSimOptions};
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
-use txcast_sim::harness::{self, Violation};
+use txcast_sim::harness::{self, SweepNote, Violation};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
 use txcast_sim::module_sim::{run_module, ModuleSimOptions};
 use txcast_sim::oracle_sim::{run_oracle, OracleSimOptions};
@@ -304,9 +305,21 @@ impl Common {
             };
         }
         let started = std::time::Instant::now();
-        let failures = harness::sweep(kind, self.first, self.seeds, self.threads, |s| {
-            run(s).map(|_| ())
-        });
+        let progress = Progress::new(format!("sim {kind}"), self.seeds, "seeds");
+        let failures = harness::sweep(
+            kind,
+            self.first,
+            self.seeds,
+            self.threads,
+            |s| run(s).map(|_| ()),
+            |n| match n {
+                SweepNote::Failed(e) => progress.println(e),
+                SweepNote::Done { done, failures } => {
+                    progress.set(done, &format!("{failures} failures"))
+                }
+            },
+        );
+        progress.finish();
         println!(
             "{kind} simulation: {} seeds from {}, {failures} failures, {:.1} s",
             self.seeds,
