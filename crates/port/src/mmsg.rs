@@ -314,24 +314,14 @@ fn send_entries<const N: usize>(
 /// A socket for a port's transaction groups: bound to the group port on every address, shared
 /// with the other ports of the host (SO_REUSEADDR), receiving only the groups it joined.
 pub fn group_socket(port: u16) -> std::io::Result<UdpSocket> {
-    // SAFETY: plain socket(2); the result is checked and owned by the returned UdpSocket.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh socket we own.
-    let sock = unsafe { <UdpSocket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
-    let zero: libc::c_int = 0;
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &one)?;
-    setsockopt(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, &zero)?;
-    let (ss, len) = sockaddr_of(&SocketAddr::from(([0, 0, 0, 0], port)));
-    // SAFETY: `ss` holds a valid sockaddr_in of `len` bytes.
-    if unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
+    sock.set_reuse_address(true)?;
+    // Without this, Linux hands the socket every group any socket of the host joined.
+    sock.set_multicast_all_v4(false)?;
+    sock.bind(&SocketAddr::from(([0, 0, 0, 0], port)).into())?;
     sock.set_nonblocking(true)?;
-    Ok(sock)
+    Ok(sock.into())
 }
 
 /// Joins (or leaves) an IPv4 multicast group on the interface with address `interface`.
@@ -354,55 +344,20 @@ pub fn membership(
     }
 }
 
-fn setsockopt(fd: i32, level: i32, name: i32, v: &libc::c_int) -> std::io::Result<()> {
-    // SAFETY: passes a pointer to a live c_int and its size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            v as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Sends this socket's IP multicast out of the interface with address `interface`.
 pub fn multicast_interface(sock: &UdpSocket, interface: std::net::Ipv4Addr) -> std::io::Result<()> {
-    let addr = libc::in_addr {
-        s_addr: u32::from_ne_bytes(interface.octets()),
-    };
-    // SAFETY: passes a pointer to a live in_addr and its size.
-    let r = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(sock),
-            libc::IPPROTO_IP,
-            libc::IP_MULTICAST_IF,
-            &addr as *const libc::in_addr as *const libc::c_void,
-            std::mem::size_of::<libc::in_addr>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    socket2::SockRef::from(sock).set_multicast_if_v4(&interface)
 }
 
 /// Kernel buffer size asked for each port's socket (the kernel caps it at `rmem_max`/`wmem_max`):
 /// room for a full link window of small packets, so a burst is queued rather than dropped.
-pub const SOCKET_BUFFER_BYTES: libc::c_int = 4 << 20;
+pub const SOCKET_BUFFER_BYTES: usize = 4 << 20;
 
 /// Asks for large kernel send and receive buffers.
 pub fn size_buffers(sock: &UdpSocket) -> std::io::Result<()> {
-    let fd = sock.as_raw_fd();
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &SOCKET_BUFFER_BYTES)?;
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &SOCKET_BUFFER_BYTES)
+    let sock = socket2::SockRef::from(sock);
+    sock.set_recv_buffer_size(SOCKET_BUFFER_BYTES)?;
+    sock.set_send_buffer_size(SOCKET_BUFFER_BYTES)
 }
 
 /// Datagrams taken from a socket with one `recvmmsg(2)` (or one `recvfrom(2)` when traffic
