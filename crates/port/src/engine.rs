@@ -11,9 +11,10 @@ use crate::extension::Armed;
 use crate::idle::{Backoff, Idle, Phase};
 use crate::naming::ClusterConfig;
 use crate::shm::RingSender;
+use rustix::event::epoll;
 use std::collections::{BTreeSet, HashMap};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
@@ -288,12 +289,12 @@ pub(crate) struct Shared {
     pub endpoints: RwLock<Vec<Arc<Endpoint>>>,
     stop: AtomicBool,
     duty: Mutex<crate::mmsg::RecvBatch>,
-    wake_fd: i32,
+    wake_fd: OwnedFd,
     /// An epoll set of every socket the engine reads. Sleepers poll this one descriptor rather
     /// than the sockets themselves: a poll(2) in progress pins the files it waits on, so a
     /// port closed during it would keep its address bound until the sleeper woke, while epoll
     /// holds no reference and forgets a socket the moment it closes.
-    epoll_fd: i32,
+    epoll_fd: OwnedFd,
     /// Serialises `Engine::watch_pending`.
     watching: Mutex<()>,
     /// Steps of services that panicked.
@@ -361,19 +362,11 @@ impl Engine {
         cfg.link
             .validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-        // SAFETY: eventfd with valid flags; the result is checked.
-        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if wake_fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: epoll_create1 with a valid flag; the result is checked.
-        let epoll_fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epoll_fd < 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: closes the eventfd made above, which nothing else owns yet.
-            unsafe { libc::close(wake_fd) };
-            return Err(e);
-        }
+        let wake_fd = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+        )?;
+        let epoll_fd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let shared = Arc::new(Shared {
             key: cfg.cluster.key(),
             last_incarnation: AtomicU64::new(0),
@@ -408,15 +401,13 @@ impl Engine {
         if engine.shared.cfg.mode == EngineMode::Invoker {
             // Application threads sleep on the epoll set: the eventfd in it lets a call on
             // another thread that arms an earlier timer wake them (see `invoker_sleep`).
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: WAKE_TOKEN,
-            };
-            // SAFETY: valid epoll and eventfd descriptors and a valid event for the call.
-            let rc = unsafe { libc::epoll_ctl(epoll_fd, libc::EPOLL_CTL_ADD, wake_fd, &mut ev) };
-            if rc < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            let sh = &engine.shared;
+            epoll::add(
+                &sh.epoll_fd,
+                &sh.wake_fd,
+                epoll::EventData::new_u64(WAKE_TOKEN),
+                epoll::EventFlags::IN,
+            )?;
         }
         if engine.shared.cfg.mode == EngineMode::Thread {
             let e = engine.clone();
@@ -471,7 +462,7 @@ impl Engine {
     }
 
     pub(crate) fn register(&self, ep: Arc<Endpoint>) -> std::io::Result<()> {
-        let (fd, addr) = (ep.socket.as_raw_fd(), ep.addr);
+        let addr = ep.addr;
         if self.is_invoker() {
             self.shared.endpoints.write().expect("engine lock").push(ep);
             // A thread asleep on the epoll set wakes and goes back to sleep with this socket
@@ -480,8 +471,13 @@ impl Engine {
             return Ok(());
         }
         ep.watched.store(true, Ordering::SeqCst);
-        self.shared.endpoints.write().expect("engine lock").push(ep);
-        self.watch(fd).inspect_err(|_| self.unregister(addr))
+        self.shared
+            .endpoints
+            .write()
+            .expect("engine lock")
+            .push(ep.clone());
+        self.watch(ep.socket.as_fd())
+            .inspect_err(|_| self.unregister(addr))
     }
 
     /// Invoker mode, before a thread sleeps on the epoll set: adds the ports' sockets that are
@@ -493,8 +489,7 @@ impl Engine {
                 continue;
             }
             let _one = self.shared.watching.lock().expect("watching lock");
-            if !ep.watched.load(Ordering::Acquire) && self.epoll_add(ep.socket.as_raw_fd()).is_ok()
-            {
+            if !ep.watched.load(Ordering::Acquire) && self.epoll_add(ep.socket.as_fd()).is_ok() {
                 ep.watched.store(true, Ordering::Release);
             }
         }
@@ -504,58 +499,38 @@ impl Engine {
         let mut eps = self.shared.endpoints.write().expect("engine lock");
         for ep in eps.iter().filter(|e| e.addr == addr) {
             if ep.watched.load(Ordering::Acquire) {
-                self.unwatch(ep.socket.as_raw_fd());
+                self.unwatch(ep.socket.as_fd());
             }
             if let Some(g) = ep.group_socket.get() {
-                self.unwatch(g.as_raw_fd());
+                self.unwatch(g.as_fd());
             }
         }
         eps.retain(|e| e.addr != addr);
     }
 
     /// Adds a socket to the set sleepers wait on, and wakes the engine thread to read it.
-    pub(crate) fn watch(&self, fd: i32) -> std::io::Result<()> {
+    pub(crate) fn watch(&self, fd: BorrowedFd<'_>) -> std::io::Result<()> {
         self.epoll_add(fd)?;
         self.wake();
         Ok(())
     }
 
-    fn epoll_add(&self, fd: i32) -> std::io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: valid epoll and socket descriptors and a valid event for the call.
-        let rc = unsafe { libc::epoll_ctl(self.shared.epoll_fd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+    /// Adds a socket to the epoll set (its token is its descriptor).
+    fn epoll_add(&self, fd: BorrowedFd<'_>) -> std::io::Result<()> {
+        let token = epoll::EventData::new_u64(fd.as_raw_fd() as u64);
+        epoll::add(&self.shared.epoll_fd, fd, token, epoll::EventFlags::IN)?;
         Ok(())
     }
 
-    fn unwatch(&self, fd: i32) {
-        // SAFETY: removes `fd` from our epoll set; a null event is allowed for DEL.
-        unsafe {
-            libc::epoll_ctl(
-                self.shared.epoll_fd,
-                libc::EPOLL_CTL_DEL,
-                fd,
-                std::ptr::null_mut(),
-            )
-        };
+    fn unwatch(&self, fd: BorrowedFd<'_>) {
+        // A socket that was never added, or is gone, is not in the set: nothing to undo.
+        let _ = epoll::delete(&self.shared.epoll_fd, fd);
     }
 
     /// Wakes a parked engine thread (in invoker mode: a thread in [`Engine::invoker_sleep`]).
     pub(crate) fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our own eventfd.
-        unsafe {
-            libc::write(
-                self.shared.wake_fd,
-                &one as *const u64 as *const libc::c_void,
-                8,
-            );
-        }
+        // A full counter (never, in practice) is already a wake-up: the result can be ignored.
+        let _ = rustix::io::write(&self.shared.wake_fd, &1u64.to_ne_bytes());
         if self.is_invoker() {
             // After the write: a duty cycle that sees the flag drains what it wrote.
             self.shared.wake_pending.store(true, Ordering::SeqCst);
@@ -579,15 +554,8 @@ impl Engine {
     }
 
     fn drain_wake_fd(&self) {
-        let mut drain = 0u64;
-        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
-        unsafe {
-            libc::read(
-                self.shared.wake_fd,
-                &mut drain as *mut u64 as *mut libc::c_void,
-                8,
-            );
-        }
+        // Non-blocking: nothing to drain is `EAGAIN`, which is fine.
+        let _ = rustix::io::read(&self.shared.wake_fd, &mut [0u8; 8]);
     }
 
     /// Wakes the engine thread if it sleeps (or is about to: it announces a sleep before it
@@ -622,7 +590,7 @@ impl Engine {
     pub(crate) fn park_plan(&self, fds: &mut Vec<libc::pollfd>) -> Option<Instant> {
         fds.clear();
         fds.push(libc::pollfd {
-            fd: self.shared.epoll_fd,
+            fd: self.shared.epoll_fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         });
@@ -715,7 +683,10 @@ impl Engine {
             Some(n) => {
                 use crate::mmsg::EpollWake;
                 self.watch_pending();
-                match crate::mmsg::epoll_sleep(self.shared.epoll_fd, Duration::from_nanos(n)) {
+                match crate::mmsg::epoll_sleep(
+                    self.shared.epoll_fd.as_raw_fd(),
+                    Duration::from_nanos(n),
+                ) {
                     EpollWake::TimedOut => false,
                     EpollWake::Event(WAKE_TOKEN) => {
                         self.take_wake();
@@ -878,7 +849,7 @@ impl Engine {
             deadline = deadline.min(t);
         }
         fds.push(libc::pollfd {
-            fd: self.shared.wake_fd,
+            fd: self.shared.wake_fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         });
@@ -899,15 +870,7 @@ impl Engine {
         crate::mmsg::ppoll_for(&mut fds, Duration::from_nanos(deadline.0 - now.0));
         self.shared.sleeping_until.store(u64::MAX, Ordering::SeqCst);
         self.awake_extensions();
-        let mut drain = 0u64;
-        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking eventfd.
-        unsafe {
-            libc::read(
-                self.shared.wake_fd,
-                &mut drain as *mut u64 as *mut libc::c_void,
-                8,
-            );
-        }
+        self.drain_wake_fd();
     }
 
     /// Arms every port's extensions before a sleep: whether one has work ready, and whether
@@ -1306,16 +1269,6 @@ impl Drop for EngineIo<'_> {
                 .counters
                 .packets_sent
                 .fetch_add(self.sent, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: closes the eventfd and epoll set this struct owns.
-        unsafe {
-            libc::close(self.wake_fd);
-            libc::close(self.epoll_fd);
         }
     }
 }

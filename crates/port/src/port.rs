@@ -16,7 +16,7 @@ use crate::shm::{
 };
 use std::collections::{BTreeSet, HashMap};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -793,10 +793,10 @@ impl Port {
                 Some(s) => s,
                 None => {
                     let s = crate::mmsg::group_socket(group.port())?;
-                    let fd = s.as_raw_fd();
                     let _ = self.ep.group_socket.set(s);
-                    self.engine.watch(fd)?;
-                    self.ep.group_socket.get().expect("just set")
+                    let s = self.ep.group_socket.get().expect("just set");
+                    self.engine.watch(s.as_fd())?;
+                    s
                 }
             };
             if !self.in_group(group) {
