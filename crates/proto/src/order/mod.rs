@@ -581,7 +581,7 @@ impl Member {
         }
         if self.vs.state() == VsState::Normal {
             // With the window full the holder waits for stability (an input), not for time:
-            // a deadline it cannot act on would stay due (order sim seed 3).
+            // a deadline it cannot act on would stay due.
             if self.cfg.protocol == Protocol::Totem
                 && self.holder == self.rank
                 && !self.passed

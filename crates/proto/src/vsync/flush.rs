@@ -185,8 +185,7 @@ impl Flush {
         if let Some(r) = &self.round {
             let t = r.last_sent + retry;
             // The end of the first phase's wait, until a tick at or after it (which sends the
-            // silent the flush again): past it, it stayed due for good and the caller spun
-            // (simulator seed 65).
+            // silent the flush again): past it, it stayed due for good and the caller spun.
             return Some(match r.phase {
                 Phase::Prepare { .. } if r.last_sent < r.started + wait => t.min(r.started + wait),
                 _ => t,
@@ -333,7 +332,7 @@ impl Vs {
                 };
                 // Kept, like every member's, to tell members of the old view that missed it:
                 // a joiner may be the only one left who has it (its coordinator left with
-                // the view change, and the other commits were lost: simulator seed 2104).
+                // the view change, and the other commits were lost).
                 self.remember_commit(h.view, ballot, p.clone());
                 self.install(now, id, p.members, Vec::new());
             }
@@ -400,8 +399,8 @@ impl Vs {
             if self.fl.promised.is_some_and(|x| ballot < x) {
                 // Promised a higher ballot while the casts came in: accepting now would break
                 // that promise (the `FlushOk` to it said nothing was accepted, so its round
-                // may propose another view, and two could commit). Paxos; found by reading,
-                // unit test `no_accept_of_a_lower_ballot_after_a_higher_promise`.
+                // may propose another view, and two could commit). Paxos; unit test
+                // `no_accept_of_a_lower_ballot_after_a_higher_promise`.
                 self.fl.to_accept = None;
             } else if self.holds(&p.cut) {
                 self.fl.to_accept = None;
@@ -662,8 +661,7 @@ impl Vs {
     /// `to` speaks in view `old`, whose commit this member does not keep (more than
     /// `COMMITS_KEPT` views ago, or before it joined). If `to` is not in this member's view
     /// either, it was left out somewhere since `old` and can never catch up: say so, and it
-    /// takes itself out (`Expelled`) rather than flush alone for good (order sim seed
-    /// 103312).
+    /// takes itself out (`Expelled`) rather than flush alone for good.
     fn tell_gone(&mut self, to: Address, old: ViewId) {
         if old >= self.view
             || self.members.contains(&to)
@@ -756,7 +754,7 @@ impl Vs {
             !self.suspects.is_empty() || !self.fl.joiners.is_empty() || !self.fl.leavers.is_empty();
         // Another coordinator's round was heard from lately: let it finish. Without this
         // wait, members that suspected one another each started a higher ballot the moment
-        // theirs was beaten, and no round ever finished (vs sim seeds 31540, 34085).
+        // theirs was beaten, and no round ever finished.
         let other_round_alive = self.fl.promised.is_some_and(|p| p.coordinator != self.me)
             && self
                 .fl
@@ -805,7 +803,7 @@ impl Vs {
         // A round beaten by a higher ballot this member promised itself is over: its
         // messages are ignored everywhere, and while it lasted this member started no round
         // of its own. When the winner then died before it committed, every survivor kept a
-        // beaten round and the view change never ended (order sim seed 54614). Dropped, the
+        // beaten round and the view change never ended. Dropped, the
         // stalled-coordinator rule below lets the next coordinator start a higher ballot.
         if let (Some(r), Some(p)) = (&self.fl.round, self.fl.promised) {
             if r.ballot < p {
@@ -822,9 +820,9 @@ impl Vs {
             // A commit names this member, but the casts up to its cut are not to be had
             // (whoever held them moved on to a later view, and dropped them). It cannot
             // install the view without them: it gives up, as if it had failed, and the others
-            // flush it out. Before this it stayed in the old view for good (simulator seeds
-            // 82, 83, 92). It never installed the next view, so what it delivered in the old
-            // one (no more than its frozen vector, within the cut) breaks no promise.
+            // flush it out. Before this it stayed in the old view for good. It never installed the
+            // next view, so what it delivered in the old one (no more than its frozen vector,
+            // within the cut) breaks no promise.
             return self.left_out();
         }
         let retry = self.cfg.retransmit_timeout;

@@ -83,7 +83,7 @@ pub struct Proposal {
     /// The coordinator that first proposed it: the next view's id names it. Not the ballot's
     /// coordinator: a later round that adopts an accepted proposal commits the same view, and
     /// naming that round's coordinator made two ids for one view, whose members then dropped
-    /// each other's messages as another view's (simulator seed 2841).
+    /// each other's messages as another view's.
     pub coordinator: Address,
     pub members: Vec<Address>,
     pub cut: Vec<u64>,
@@ -382,7 +382,7 @@ impl Stream {
         // learn they are stable, and that knowledge can lag the sender's by more than a
         // window (a pinwheel round's result that died with a crashed member); a receiver that
         // refused even the next cast then could never reach a flush's cut, and the view change
-        // blocked for good (simulator seed 80).
+        // blocked for good.
         if seq > self.received + window as u64
             || (seq > self.received + 1 && self.held.len() >= 2 * window)
         {
@@ -443,8 +443,8 @@ enum Pending {
 /// did not accept the proposal (its `Propose` was lost, or came after a majority accepted)
 /// may have the commit but not every cast up to the cut. It asks the member that sent the
 /// commit, who installed the next view and dropped its streams: without these, nobody
-/// could answer, the laggard stayed in the old view for good, and the group flushed it out
-/// (simulator seed 86). Bounded: what was held of the old view up to its cut, one view's
+/// could answer, the laggard stayed in the old view for good, and the group flushed it out.
+/// Bounded: what was held of the old view up to its cut, one view's
 /// worth, dropped at the next view.
 #[derive(Debug)]
 struct Prev {
@@ -869,7 +869,7 @@ impl Vs {
             // own leave is gone once it commits), so every other NAK goes in turn to another
             // member of the view: those that accepted hold every cast up to the cut, and
             // those that installed the next view keep them (`Prev`). Asking only the sender
-            // left such a member unable to install (simulator seed 2104).
+            // left such a member unable to install.
             let k = self.counters.naks_sent as usize;
             let others: Vec<Address> = self
                 .members
@@ -957,9 +957,9 @@ impl Vs {
         self.streams[from_rank].last_heard = now;
         // A member heard again in this view is no longer suspected (a clogged path healed): a
         // suspicion kept for good made this member name another coordinator than the others
-        // did, and its leave and suspicions went where nobody acts on them (order sim seed
-        // 46747). Not during a flush: a coordinator whose round stalls still sends
-        // heartbeats, and the next one must be able to take over.
+        // did, and its leave and suspicions went where nobody acts on them. Not during a flush: a
+        // coordinator whose round stalls still sends heartbeats, and the next one must be able to
+        // take over.
         if self.state == VsState::Normal && self.suspects.remove(&h.from) {
             self.fl.suspects_sent_at = None;
         }
@@ -1006,8 +1006,8 @@ impl Vs {
     /// `to` talks in a later view: this member missed a commit. Commits are told to members
     /// heard in an old view, and members of the new view no longer send to this one in the
     /// old view; when the commit's other holders were gone (a leaver that coordinated its own
-    /// leave, and members left out), nobody told it, and it stayed in the old view for good
-    /// (simulator seed 2379). It says something in its view to `to`, who answers with the
+    /// leave, and members left out), nobody told it, and it stayed in the old view for good.
+    /// It says something in its view to `to`, who answers with the
     /// commit if it kept it (at most once a retransmission timeout).
     fn ask_commit(&mut self, now: Instant, to: Address) {
         if self
@@ -1113,7 +1113,7 @@ impl Vs {
             // A second token of a round this member served: one that was thought lost and
             // replaced came back. Two tokens a round apart never merge, and each then waits
             // a heartbeat at every member (nothing new since the other passed): stability
-            // crawled and the group never drained (order sim seed 4606).
+            // crawled and the group never drained.
             return;
         }
         self.counters.tokens += 1;
@@ -1318,8 +1318,7 @@ impl Vs {
         let own = self.streams.get(self.rank)?;
         // Own casts can become stable, and leave `held`, before the packer sent them: a NAK
         // (a flush's fetch of the cut) is answered from `held` while the packer still holds
-        // them back. Everyone has those; this panicked on the missing casts (simulator seed
-        // 143).
+        // them back. Everyone has those; this panicked on the missing casts.
         if self.sent_upto < own.stable {
             self.sent_upto = own.stable;
         }
@@ -1482,7 +1481,7 @@ impl Vs {
         // goes on at once too: the news is what a sender with a full window waits for. Held a
         // heartbeat at every member with nothing new of its own, a lone sender not at rank 0
         // (a `dynseq` sequencer at rank 2 of 11, window 8) got a window per two rounds of
-        // holds, 8 casts per 200 ms, and the group did not drain (order sim seed 21183).
+        // holds, 8 casts per 200 ms, and the group did not drain.
         // So does a token whose round, with this member's vector, makes news (its minimum
         // passes its stable vector): that round is the one a sender past rank 0 waits for.
         let news = t
@@ -1543,8 +1542,7 @@ impl Vs {
     /// Pinwheel: how long the lowest rank goes without the token before it makes a new one.
     /// An idle round takes up to a heartbeat interval at each member (nothing new to add), so
     /// the wait grows with the view: at `silence_timeout / 2` alone, a view of 10 with 20 ms
-    /// heartbeats made a new token every round, and the tokens ate each other's rounds
-    /// (order sim seed 4606).
+    /// heartbeats made a new token every round, and the tokens ate each other's rounds.
     fn token_lost_after(&self) -> Duration {
         self.cfg.silence_timeout / 2 + self.cfg.heartbeat_interval * (self.members.len() as u32 + 1)
     }
@@ -1591,7 +1589,7 @@ impl Vs {
             && self.state == VsState::Normal
         {
             // Only in Normal: `poll_token` starts no token during a flush, so a timer armed
-            // then stayed due and the caller spun (simulator seeds 49, order seed 5).
+            // then stayed due and the caller spun.
             at(self.token_seen_at + self.token_lost_after());
         }
         if self.leaving {
