@@ -1,7 +1,7 @@
 //! `txcast stat`: the ports open on this host, read from their shared-memory segments.
 
 use std::path::PathBuf;
-use txcast_port::shm::survey;
+use txcast_port::shm::{reclaim_dead, survey};
 use txcast_port::ClusterConfig;
 use txcast_proto::Address;
 
@@ -15,6 +15,10 @@ pub struct StatArgs {
     /// One JSON object per port on stdout instead of the table
     #[arg(long)]
     pub json: bool,
+    /// First remove the rings whose owner process is dead (or that were closed and left
+    /// behind), and the half-built ones of dead processes; says how many on stderr
+    #[arg(long)]
+    pub reclaim: bool,
 }
 
 pub fn run(args: &StatArgs) -> i32 {
@@ -30,6 +34,18 @@ pub fn run(args: &StatArgs) -> i32 {
     };
     let json = args.json;
     let dir = cluster.segment_dir();
+    if args.reclaim {
+        match reclaim_dead(&dir) {
+            Ok(n) => eprintln!("txcast stat: reclaimed {n} ring(s) of dead owners"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                eprintln!("txcast stat: reclaimed 0 ring(s) of dead owners")
+            }
+            Err(e) => {
+                eprintln!("txcast stat: reclaim in {}: {e}", dir.display());
+                return 1;
+            }
+        }
+    }
     let found = match survey(&dir) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
