@@ -76,3 +76,47 @@ fn reclaim_removes_the_rings_of_killed_owners_and_keeps_live_ones() {
     assert!(live_ring.exists(), "the live port's ring was removed");
     assert!(out.contains(&live.address().to_string()), "{out}");
 }
+
+/// The `--json` line of `stat` for `address`, parsed.
+fn stat_line(address: Address) -> serde_json::Value {
+    let (code, out, err) = stat(&["--json"]);
+    assert_eq!(code, 0, "{err}");
+    let name = address.to_string();
+    out.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .find(|v| v["address"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} not listed: {out}"))
+}
+
+#[test]
+fn stat_shows_the_link_counters_of_a_port() {
+    let (a, b) = (
+        Address::new(INSTANCE, 0, 5, 0),
+        Address::new(INSTANCE, 1, 5, 0),
+    );
+    let mut sender = Port::open(a, PortConfig::default()).unwrap();
+    let mut receiver = Port::open(b, PortConfig::default()).unwrap();
+    for _ in 0..25 {
+        sender.send(b, b"over a link").unwrap();
+    }
+    let mut buf = [0u8; 64];
+    for _ in 0..25 {
+        receiver
+            .recv_timeout(&mut buf, Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+    }
+    sender.flush(std::time::Duration::from_secs(5)).unwrap();
+    let (s, r) = (stat_line(a), stat_line(b));
+    assert_eq!(s["links"]["messages_sent"], 25, "{s}");
+    assert_eq!(r["links"]["messages_delivered"], 25, "{r}");
+    assert!(r["links"]["acks_sent"].as_u64().unwrap() > 0, "{r}");
+    // What the process itself counts, the segment shows.
+    let own = sender.counters().links;
+    assert_eq!(s["links"]["retransmitted"], own.retransmitted, "{s}");
+    // The table has the columns.
+    let (_, table, _) = stat(&[]);
+    assert!(
+        table.contains("retrans") && table.contains("dups"),
+        "{table}"
+    );
+}
