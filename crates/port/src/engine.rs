@@ -199,6 +199,8 @@ pub(crate) struct EndpointCounters {
     pub datagrams_received: AtomicU64,
     pub multicast_received: AtomicU64,
     pub doorbells: AtomicU64,
+    /// Runs of the port's links (paces the publication of their counters).
+    pub link_runs: AtomicU64,
 }
 
 impl EndpointCounters {
@@ -1184,6 +1186,19 @@ impl Engine {
         }
         let mut io = EngineIo::new(self, ep);
         let out = links.run(now, &mut io);
+        // For `txcast stat`: the link counters into the port's segment, on every run (sends
+        // counted on the application's thread are published at the run their ACK brings).
+        // Summing them is O(links), so a port with many links publishes on one run in 64.
+        if links.len() <= 16
+            || ep
+                .counters
+                .link_runs
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(64)
+        {
+            ep.ring
+                .publish_links(&crate::shm::LinkTotals::from(&links.counters()));
+        }
         if out.refused {
             // The ring is full: the link keeps the message until the application takes
             // something and tells us (`Endpoint::ring_blocked`).

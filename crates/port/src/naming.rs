@@ -33,9 +33,10 @@ impl std::fmt::Display for NamingError {
 }
 impl std::error::Error for NamingError {}
 
-/// IP multicast for transaction groups.
+/// IP multicast for transaction groups. A `[multicast]` table takes the defaults for the keys
+/// it omits.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct MulticastConfig {
     /// Use IP multicast for transaction groups; otherwise the engine fans out with sendmmsg.
     pub enabled: bool,
@@ -193,19 +194,67 @@ impl ClusterConfig {
             .collect()
     }
 
-    /// Checks what the types cannot: the oracles' addresses and the port numbering. An error
-    /// names the keys it is about.
+    /// Checks what the types cannot: the port numbering, values that would be unsafe (an
+    /// empty passphrase would look keyed and protect nothing; port 0 would be a random port
+    /// no peer can derive), the oracles' addresses. An error names the key it is about.
     pub fn validate(&self) -> Result<(), NamingError> {
-        if self.server_types_max == 0 || self.server_instances_max == 0 {
-            return Err(NamingError::Config(
-                "server_types_max and server_instances_max must be positive".into(),
-            ));
+        let bad = |key: &str, why: &str| Err(NamingError::Config(format!("key `{key}`: {why}")));
+        for (key, value) in [
+            ("server_types_max", self.server_types_max),
+            ("server_instances_max", self.server_instances_max),
+        ] {
+            if value == 0 {
+                return bad(key, "must be at least 1");
+            }
+        }
+        if self.base_port == 0 {
+            return bad(
+                "base_port",
+                "0 is not a fixed port (the system would choose one no peer can derive)",
+            );
         }
         let per_instance = self.server_types_max as u32 * self.server_instances_max as u32;
         if self.base_port as u32 + per_instance > 65536 {
-            return Err(NamingError::Config(
-                "base_port + server_types_max * server_instances_max exceeds 65535".into(),
-            ));
+            return bad(
+                "base_port",
+                "base_port + server_types_max * server_instances_max exceeds 65535",
+            );
+        }
+        if let Some(p) = &self.key_passphrase {
+            if p.trim().is_empty() {
+                return bad(
+                    "key_passphrase",
+                    "empty: leave the key out for no MAC, or give a passphrase",
+                );
+            }
+        }
+        if self.shm_dir.as_os_str().is_empty() {
+            return bad("shm_dir", "empty: name a directory (default /dev/shm)");
+        }
+        let m = &self.multicast;
+        if m.port == 0 {
+            return bad("multicast.port", "0 is not a fixed port");
+        }
+        // The servers' ports: every instance that fits below 65536.
+        let base = u32::from(self.base_port);
+        let servers = base..base + (65536 - base) / per_instance * per_instance;
+        if m.enabled && servers.contains(&u32::from(m.port)) {
+            return bad(
+                "multicast.port",
+                "a server's port (base_port onwards): pick one below base_port",
+            );
+        }
+        if !(224..=239).contains(&m.group_prefix[0]) {
+            return bad(
+                "multicast.group_prefix",
+                "not an IPv4 multicast prefix (224 to 239; 239.x is the scoped range)",
+            );
+        }
+        if m.enabled && !m.interface.is_unspecified() && m.interface.is_multicast() {
+            return bad(
+                "multicast.interface",
+                "a multicast address, not an interface's",
+            );
         }
         let keys = std::iter::once("oracle").chain(std::iter::repeat("oracle_standbys"));
         for (key, text) in keys.zip(std::iter::once(&self.oracle).chain(&self.oracle_standbys)) {
@@ -364,6 +413,80 @@ mod tests {
             e.contains("bad.toml") && e.contains("key `base_port` (line 1)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn partial_tables_take_the_defaults_for_what_they_omit() {
+        let c = ClusterConfig::from_toml("[multicast]\nenabled = true\n").unwrap();
+        let d = MulticastConfig::default();
+        assert!(c.multicast.enabled);
+        assert_eq!(
+            (
+                c.multicast.group_prefix,
+                c.multicast.port,
+                c.multicast.interface
+            ),
+            (d.group_prefix, d.port, d.interface)
+        );
+        let c = ClusterConfig::from_toml("[multicast]\nport = 18000\n").unwrap();
+        assert_eq!((c.multicast.port, c.multicast.enabled), (18000, false));
+        // An empty file is the embedded default, key by key.
+        let (c, d) = (
+            ClusterConfig::from_toml("").unwrap(),
+            ClusterConfig::default(),
+        );
+        assert_eq!(
+            (
+                c.cluster,
+                c.loopback_default,
+                c.base_port,
+                c.server_types_max
+            ),
+            (
+                d.cluster,
+                d.loopback_default,
+                d.base_port,
+                d.server_types_max
+            )
+        );
+        assert_eq!(
+            (c.server_instances_max, &c.shm_dir, &c.key_passphrase),
+            (d.server_instances_max, &d.shm_dir, &d.key_passphrase)
+        );
+        assert_eq!(
+            (&c.oracle, &c.oracle_standbys, &c.multicast),
+            (&d.oracle, &d.oracle_standbys, &d.multicast)
+        );
+    }
+
+    #[test]
+    fn unsafe_values_are_refused_naming_the_key() {
+        let refused = |text: &str, key: &str| {
+            let e = ClusterConfig::from_toml(text).unwrap_err().to_string();
+            assert!(e.contains(&format!("key `{key}`")), "{text:?}: {e}");
+        };
+        refused("key_passphrase = \"\"\n", "key_passphrase");
+        refused("key_passphrase = \"  \"\n", "key_passphrase");
+        refused("base_port = 0\n", "base_port");
+        refused("server_types_max = 0\n", "server_types_max");
+        refused("server_instances_max = 0\n", "server_instances_max");
+        refused("shm_dir = \"\"\n", "shm_dir");
+        refused("[multicast]\nport = 0\n", "multicast.port");
+        refused(
+            "[multicast]\nenabled = true\nport = 20001\n",
+            "multicast.port",
+        );
+        refused(
+            "[multicast]\ngroup_prefix = [10, 0]\n",
+            "multicast.group_prefix",
+        );
+        refused(
+            "[multicast]\nenabled = true\ninterface = \"239.0.0.1\"\n",
+            "multicast.interface",
+        );
+        // The same values where they are safe are taken.
+        assert!(ClusterConfig::from_toml("key_passphrase = \"s\"\nbase_port = 1\n").is_ok());
+        assert!(ClusterConfig::from_toml("[multicast]\nenabled = true\nport = 19000\n").is_ok());
     }
 
     #[test]

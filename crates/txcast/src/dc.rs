@@ -103,7 +103,7 @@ pub struct DcShared {
     pub from_site: Option<u16>,
     /// --connect: seconds a request waits for its reply before it counts as unanswered
     /// (at least 0.1)
-    #[arg(long, default_value_t = 5.0, value_parser = seconds)]
+    #[arg(long, default_value_t = 5.0, value_parser = timeout_seconds)]
     pub reply_timeout: f64,
 }
 
@@ -113,6 +113,15 @@ pub fn seconds(text: &str) -> Result<f64, String> {
         .ok()
         .filter(|v| v.is_finite() && *v >= 0.0)
         .ok_or_else(|| format!("{text:?} is not a number of seconds"))
+}
+
+/// A timeout in seconds: at least 0.1 (a shorter one would count every request as lost).
+fn timeout_seconds(text: &str) -> Result<f64, String> {
+    seconds(text)?;
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| *v >= 0.1)
+        .ok_or_else(|| format!("{text:?} is below the least timeout, 0.1 s"))
 }
 
 /// The options of a run.
@@ -163,7 +172,7 @@ impl DcOptions {
             instance: s.instance,
             config: s.config.clone(),
             from_site: s.from_site,
-            reply_timeout: s.reply_timeout.max(0.1),
+            reply_timeout: s.reply_timeout,
             vote_timeout_ms: s.vote_timeout,
         }
     }

@@ -1,13 +1,13 @@
-//! `txcast oracle [--config FILE] [--state PATH] [--seconds N] [--standby K]`: the oracle name
-//! server at the address the cluster configuration names (default `0.0.15.0`), its registry
-//! kept in the state file (default `txcast-oracle.state` in the working directory) across
-//! restarts. Runs until killed, or for `--seconds`. Prints `ready` once it serves.
+//! `txcast oracle [--config FILE] [--data DIR | --state PATH] [--seconds N] [--standby K]`: the
+//! oracle name server at the address the cluster configuration names (default `0.0.15.0`),
+//! its registry kept across restarts in a state file in the data directory (see
+//! [`data_dir`]), named after the cluster and the oracle's address. Runs until killed, or for
+//! `--seconds`. Prints `ready` once it serves.
 //!
 //! With standbys in the configuration (`oracle_standbys`), every oracle process is a replica
 //! over a group: `txcast oracle` is the oracle, `txcast oracle --standby K` the K-th standby
 //! (from 1). Each joins the replicas through the first other one that answers, or starts the
-//! group if none does; its state file is `txcast-oracle-standby-K.state` unless `--state`
-//! says otherwise.
+//! group if none does; each replica's file is named after its own address.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,8 +24,13 @@ pub struct OracleArgs {
     /// cluster, the oracle at 0.0.15.0]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The registry's state file, kept across restarts [default: txcast-oracle.state, or
-    /// txcast-oracle-standby-K.state for standby K, in the working directory]
+    /// The directory of the registry's state file, made if missing [default:
+    /// $XDG_STATE_HOME/txcast, else ~/.local/state/txcast, else a txcast-UID directory in the
+    /// system's temporary directory]
+    #[arg(long, value_name = "DIR", conflicts_with = "state")]
+    pub data: Option<PathBuf>,
+    /// The registry's state file itself, kept across restarts [default: DIR/oracle-cCLUSTER-
+    /// ADDRESS.state in the data directory]
     #[arg(long, value_name = "PATH")]
     pub state: Option<PathBuf>,
     /// Serve this many seconds, then exit [default: until killed]
@@ -34,6 +39,27 @@ pub struct OracleArgs {
     /// Run as the K-th standby replica (from 1) the configuration names; 0 is the oracle
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub standby: usize,
+}
+
+/// Where txcast keeps state across runs when not told: `$XDG_STATE_HOME/txcast`, else
+/// `$HOME/.local/state/txcast` (the XDG base directory rule), else `txcast-UID` in the
+/// system's temporary directory. Never the working directory.
+pub fn data_dir() -> PathBuf {
+    let set = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    // Relative values are ignored, as the XDG specification says.
+    if let Some(d) = set("XDG_STATE_HOME").filter(|d| d.is_absolute()) {
+        return d.join("txcast");
+    }
+    if let Some(h) = set("HOME").filter(|h| h.is_absolute()) {
+        return h.join(".local/state/txcast");
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("txcast-{uid}"))
 }
 
 pub fn run(args: &OracleArgs) -> i32 {
@@ -54,16 +80,21 @@ fn serve(args: &OracleArgs) -> Result<(), String> {
     let seconds = args.seconds;
     let oracles = cluster.oracles().map_err(|e| e.to_string())?;
     let which = args.standby;
-    // Replicas started in one directory keep apart files.
-    let state = args.state.clone().unwrap_or_else(|| match which {
-        0 => "txcast-oracle.state".into(),
-        k => format!("txcast-oracle-standby-{k}.state").into(),
-    });
     let Some(&addr) = oracles.get(which) else {
         return Err(format!(
             "--standby {which}: the configuration names {} standbys",
             oracles.len() - 1
         ));
+    };
+    // Replicas (and clusters) sharing a data directory keep apart files.
+    let state_path = match &args.state {
+        Some(path) => path.clone(),
+        None => {
+            let dir = args.data.clone().unwrap_or_else(data_dir);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("data directory {}: {e}", dir.display()))?;
+            dir.join(format!("oracle-c{}-{addr}.state", cluster.cluster))
+        }
     };
     let engine = Engine::start(EngineConfig {
         mode: EngineMode::Invoker,
@@ -71,7 +102,7 @@ fn serve(args: &OracleArgs) -> Result<(), String> {
         ..EngineConfig::default()
     })
     .map_err(|e| e.to_string())?;
-    let state = Some(state.as_path());
+    let state = Some(state_path.as_path());
     let mut oracle = if oracles.len() == 1 {
         OracleServer::open(&engine, addr, state)
     } else {
@@ -96,6 +127,7 @@ fn serve(args: &OracleArgs) -> Result<(), String> {
         }
     }
     .map_err(|e| e.to_string())?;
+    eprintln!("txcast oracle: {addr}, state in {}", state_path.display());
     println!("ready");
     let _ = std::io::stdout().flush();
     let end = seconds.map(|s| Instant::now() + Duration::from_secs(s));

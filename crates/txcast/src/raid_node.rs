@@ -172,12 +172,20 @@ fn serve(site: u16, args: &NodeArgs) -> Result<i32, String> {
     let r = run_site(&cluster, site, Some(load), control).map_err(|e| e.to_string())?;
     let h = &r.latency_us;
     if json {
-        println!(
-            "{{\"site\":{},\"incarnation\":{},\"committed\":{},\"seconds\":{:.3},\"p50_us\":{},\"p99_us\":{},\"requests\":{},\"history_rows\":{},\"conserved\":{},\"digest\":\"{:016x}\",\"log_error\":{}}}",
-            r.site, r.incarnation, r.committed, r.measured.as_secs_f64(), h.quantile(0.5),
-            h.quantile(0.99), r.requests, r.totals.history_rows, r.totals.conserved(), r.digest,
-            r.log_error.as_deref().map_or("null".to_string(), |e| format!("{e:?}"))
-        );
+        let line = serde_json::json!({
+            "site": r.site,
+            "incarnation": r.incarnation,
+            "committed": r.committed,
+            "seconds": (r.measured.as_secs_f64() * 1000.0).round() / 1000.0,
+            "p50_us": h.quantile(0.5),
+            "p99_us": h.quantile(0.99),
+            "requests": r.requests,
+            "history_rows": r.totals.history_rows,
+            "conserved": r.totals.conserved(),
+            "digest": format!("{:016x}", r.digest),
+            "log_error": r.log_error,
+        });
+        println!("{line}");
     } else {
         println!(
             "site {} (incarnation {}): {} committed by its clients, p50 {:.2} ms, p99 {:.2} ms; {} client requests; {} history rows; money {}; digest {:016x}",

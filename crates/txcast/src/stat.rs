@@ -1,7 +1,9 @@
-//! `txcast stat`: the ports open on this host, read from their shared-memory segments.
+//! `txcast stat`: the ports open on this host, read from their shared-memory segments: the
+//! ring's counters, and the counters of the port's links to other hosts as its engine last
+//! published them there.
 
 use std::path::PathBuf;
-use txcast_port::shm::survey;
+use txcast_port::shm::{reclaim_dead, survey};
 use txcast_port::ClusterConfig;
 use txcast_proto::Address;
 
@@ -12,9 +14,14 @@ pub struct StatArgs {
     /// built-in cluster]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// One JSON object per port on stdout instead of the table
+    /// One JSON object per port on stdout instead of the table (its link counters under
+    /// `links`)
     #[arg(long)]
     pub json: bool,
+    /// First remove the rings whose owner process is dead (or that were closed and left
+    /// behind), and the half-built ones of dead processes; says how many on stderr
+    #[arg(long)]
+    pub reclaim: bool,
 }
 
 pub fn run(args: &StatArgs) -> i32 {
@@ -30,6 +37,18 @@ pub fn run(args: &StatArgs) -> i32 {
     };
     let json = args.json;
     let dir = cluster.segment_dir();
+    if args.reclaim {
+        match reclaim_dead(&dir) {
+            Ok(n) => eprintln!("txcast stat: reclaimed {n} ring(s) of dead owners"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                eprintln!("txcast stat: reclaimed 0 ring(s) of dead owners")
+            }
+            Err(e) => {
+                eprintln!("txcast stat: reclaim in {}: {e}", dir.display());
+                return 1;
+            }
+        }
+    }
     let found = match survey(&dir) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -46,7 +65,7 @@ pub fn run(args: &StatArgs) -> i32 {
             found.len()
         );
         println!(
-            "{:<16} {:>8} {:>6} {:>7} {:>6} {:>7} {:>10} {:>8} {:>8} {:>7} {:>8}",
+            "{:<16} {:>8} {:>6} {:>7} {:>6} {:>7} {:>10} {:>8} {:>8} {:>7} {:>8} {:>10} {:>10} {:>8} {:>8} {:>6} {:>6}",
             "address",
             "owner",
             "state",
@@ -57,7 +76,13 @@ pub fn run(args: &StatArgs) -> i32 {
             "full",
             "wakeups",
             "parks",
-            "bad"
+            "bad",
+            "link sent",
+            "delivered",
+            "retrans",
+            "timeouts",
+            "naks",
+            "dups"
         );
     }
     for s in &found {
@@ -76,14 +101,40 @@ pub fn run(args: &StatArgs) -> i32 {
             "dead"
         };
         let c = &s.counters;
+        let l = &s.links;
         if json {
-            println!(
-                "{{\"address\":\"{name}\",\"owner_pid\":{},\"state\":\"{state}\",\"slots\":{},\"slot_bytes\":{},\"queued\":{},\"delivered\":{},\"full_rejections\":{},\"wakeups\":{},\"parks\":{},\"dropped_bad\":{}}}",
-                s.owner_pid, s.slot_count, s.slot_bytes, s.queued, c.delivered, c.full_rejections, c.wakeups, c.parks, c.dropped_bad
-            );
+            let links = serde_json::json!({
+                "messages_sent": l.messages_sent,
+                "messages_delivered": l.messages_delivered,
+                "retransmitted": l.retransmitted,
+                "rto_fired": l.rto_fired,
+                "naks_sent": l.naks_sent,
+                "naks_received": l.naks_received,
+                "acks_sent": l.acks_sent,
+                "duplicates_dropped": l.duplicates_dropped,
+                "beyond_window_dropped": l.beyond_window_dropped,
+                "stale_incarnation_dropped": l.stale_incarnation_dropped,
+                "peer_restarts": l.peer_restarts,
+                "unreachable_declared": l.unreachable_declared,
+            });
+            let line = serde_json::json!({
+                "address": name,
+                "owner_pid": s.owner_pid,
+                "state": state,
+                "slots": s.slot_count,
+                "slot_bytes": s.slot_bytes,
+                "queued": s.queued,
+                "delivered": c.delivered,
+                "full_rejections": c.full_rejections,
+                "wakeups": c.wakeups,
+                "parks": c.parks,
+                "dropped_bad": c.dropped_bad,
+                "links": links,
+            });
+            println!("{line}");
         } else {
             println!(
-                "{:<16} {:>8} {:>6} {:>7} {:>6} {:>7} {:>10} {:>8} {:>8} {:>7} {:>8}",
+                "{:<16} {:>8} {:>6} {:>7} {:>6} {:>7} {:>10} {:>8} {:>8} {:>7} {:>8} {:>10} {:>10} {:>8} {:>8} {:>6} {:>6}",
                 name,
                 s.owner_pid,
                 state,
@@ -94,7 +145,13 @@ pub fn run(args: &StatArgs) -> i32 {
                 c.full_rejections,
                 c.wakeups,
                 c.parks,
-                c.dropped_bad
+                c.dropped_bad,
+                l.messages_sent,
+                l.messages_delivered,
+                l.retransmitted,
+                l.rto_fired,
+                l.naks_received,
+                l.duplicates_dropped
             );
         }
     }

@@ -141,6 +141,14 @@ fn unknown_options_missing_and_bad_values_exit_2_naming_them() {
     refused(&["dc", "--clients", "0"], "--clients");
     refused(&["dc", "--sites", "17"], "--sites");
     refused(&["dc", "--seconds"], "--seconds");
+    refused(
+        &["dc", "--connect", "--reply-timeout", "0"],
+        "--reply-timeout",
+    );
+    refused(
+        &["dc", "--connect", "--reply-timeout=0.05"],
+        "--reply-timeout",
+    );
     refused(&["demo", "--warmup=-1"], "--warmup");
     refused(&["demo", "comm", "--txns", "many"], "--txns");
     refused(&["sim", "link", "--seed", "one"], "--seed");
@@ -302,4 +310,61 @@ fn config_check_prints_the_cluster_or_names_the_file_and_key() {
         assert_eq!(*code, 2, "{file}: {err}");
         assert!(err.contains(file) && err.contains(key), "{file}: {err}");
     }
+}
+
+#[test]
+fn unsafe_cluster_values_are_refused_and_partial_tables_take_defaults() {
+    let dir = std::env::temp_dir().join(format!("txcast-cli-unsafe-{}", std::process::id()));
+    let cases = [
+        (
+            "empty-key.toml",
+            "key_passphrase = \"\"\n",
+            "key `key_passphrase`",
+        ),
+        ("port-zero.toml", "base_port = 0\n", "key `base_port`"),
+        (
+            "no-types.toml",
+            "server_types_max = 0\n",
+            "key `server_types_max`",
+        ),
+        (
+            "mc-zero.toml",
+            "[multicast]\nport = 0\n",
+            "key `multicast.port`",
+        ),
+        (
+            "mc-clash.toml",
+            "[multicast]\nenabled = true\nport = 20100\n",
+            "key `multicast.port`",
+        ),
+    ];
+    let files: Vec<String> = cases
+        .iter()
+        .map(|(name, text, _)| write(&dir, name, text))
+        .collect();
+    let partial = write(&dir, "partial.toml", "[multicast]\nenabled = true\n");
+    let results: Vec<_> = files
+        .iter()
+        .map(|f| {
+            (
+                txcast(&["config", "check", f]),
+                txcast(&["stat", "--config", f]),
+            )
+        })
+        .collect();
+    let partial_result = txcast(&["config", "check", &partial]);
+    let _ = std::fs::remove_dir_all(&dir);
+    for ((check, stat), (name, _, key)) in results.iter().zip(cases) {
+        // Refused by every command that reads the file, naming the file and the key.
+        for (code, _, err) in [check, stat] {
+            assert_eq!(*code, 2, "{name}: {err}");
+            assert!(err.contains(name) && err.contains(key), "{name}: {err}");
+        }
+    }
+    let (code, out, err) = partial_result;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("groups 239.192.x.y, port 19999, interface 127.0.0.1"),
+        "{out}"
+    );
 }

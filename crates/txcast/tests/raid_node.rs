@@ -6,12 +6,19 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-fn field<'a>(json: &'a str, key: &str) -> &'a str {
-    let k = format!("\"{key}\":");
-    let at = json.find(&k).unwrap_or_else(|| panic!("{key} in {json}")) + k.len();
-    let rest = &json[at..];
-    let end = rest.find([',', '}']).unwrap();
-    rest[..end].trim_matches('"')
+/// The value of `key` in the JSON report line of `out` (which must parse), as text.
+fn field(out: &str, key: &str) -> String {
+    let json = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line in {out}"));
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    match &v[key] {
+        serde_json::Value::Null => panic!("{key} in {json}"),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 #[test]

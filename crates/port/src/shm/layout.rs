@@ -101,6 +101,19 @@ pub(crate) struct Header {
     pub space: Padded<SpaceWait>,
     pub producer: Padded<ProducerCounters>,
     pub consumer: Padded<ConsumerCounters>,
+    /// The port's link counters, published by its engine (zero in segments of older builds,
+    /// which left this line unused).
+    pub links: Padded<LinkStats>,
+}
+
+/// How many link counters the header holds (`super::LinkTotals`).
+pub(crate) const LINK_STATS: usize = 12;
+
+/// The link counters of the port (all its UDP peers), as its engine last published them.
+#[repr(C)]
+#[cfg_attr(loom, derive(Default))]
+pub(crate) struct LinkStats {
+    pub values: [AtomicU64; LINK_STATS],
 }
 
 /// Front of every slot; the payload follows.

@@ -179,6 +179,84 @@ impl std::error::Error for SendError {}
 
 pub use crate::idle::IdleStrategy;
 
+/// A port's link counters (all its UDP peers, summed), as its engine last published them in
+/// the port's segment: what `txcast stat` shows of another process's links. Untrusted memory,
+/// like [`RingCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkTotals {
+    pub messages_sent: u64,
+    pub messages_delivered: u64,
+    /// DATA packets sent again (after a timeout or a NAK).
+    pub retransmitted: u64,
+    pub rto_fired: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub acks_sent: u64,
+    /// DATA received twice (a retransmission whose first copy had arrived).
+    pub duplicates_dropped: u64,
+    pub beyond_window_dropped: u64,
+    pub stale_incarnation_dropped: u64,
+    pub peer_restarts: u64,
+    pub unreachable_declared: u64,
+}
+
+impl LinkTotals {
+    pub(crate) fn to_array(self) -> [u64; layout::LINK_STATS] {
+        [
+            self.messages_sent,
+            self.messages_delivered,
+            self.retransmitted,
+            self.rto_fired,
+            self.naks_sent,
+            self.naks_received,
+            self.acks_sent,
+            self.duplicates_dropped,
+            self.beyond_window_dropped,
+            self.stale_incarnation_dropped,
+            self.peer_restarts,
+            self.unreachable_declared,
+        ]
+    }
+
+    pub(crate) fn from_array(a: [u64; layout::LINK_STATS]) -> LinkTotals {
+        let [messages_sent, messages_delivered, retransmitted, rto_fired, naks_sent, naks_received, acks_sent, duplicates_dropped, beyond_window_dropped, stale_incarnation_dropped, peer_restarts, unreachable_declared] =
+            a;
+        LinkTotals {
+            messages_sent,
+            messages_delivered,
+            retransmitted,
+            rto_fired,
+            naks_sent,
+            naks_received,
+            acks_sent,
+            duplicates_dropped,
+            beyond_window_dropped,
+            stale_incarnation_dropped,
+            peer_restarts,
+            unreachable_declared,
+        }
+    }
+}
+
+impl From<&txcast_proto::link::LinkCounters> for LinkTotals {
+    fn from(c: &txcast_proto::link::LinkCounters) -> LinkTotals {
+        LinkTotals {
+            messages_sent: c.messages_sent,
+            messages_delivered: c.messages_delivered,
+            retransmitted: c.retransmitted,
+            rto_fired: c.rto_fired,
+            naks_sent: c.naks_sent,
+            naks_received: c.naks_received,
+            acks_sent: c.acks_sent,
+            duplicates_dropped: c.duplicates_dropped,
+            beyond_window_dropped: c.beyond_window_dropped,
+            stale_incarnation_dropped: c.stale_incarnation_dropped,
+            peer_restarts: c.peer_restarts,
+            unreachable_declared: c.unreachable_declared,
+        }
+    }
+}
+
 /// Counters of a ring, read from the segment header (so they include every sender's work).
 /// They live in untrusted memory: good for statistics, not for decisions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -190,6 +190,8 @@ pub struct SegmentStatus {
     /// Messages written and not yet taken.
     pub queued: u64,
     pub counters: super::RingCounters,
+    /// The port's link counters as its engine last published them.
+    pub links: super::LinkTotals,
 }
 
 /// Reads the header of every segment in `dir` (for `txcast stat`). Files that are not valid
@@ -252,6 +254,10 @@ pub fn survey(dir: &Path) -> io::Result<Vec<SegmentStatus>> {
                 dropped_bad: u64_at(consumer + offset_of!(ConsumerCounters, dropped_bad)),
                 skipped: u64_at(consumer + offset_of!(ConsumerCounters, skipped)),
                 reclaimed: 0,
+            },
+            links: {
+                let at = offset_of!(Header, links);
+                super::LinkTotals::from_array(std::array::from_fn(|i| u64_at(at + 8 * i)))
             },
         });
     }

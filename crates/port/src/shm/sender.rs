@@ -29,6 +29,14 @@ pub struct RingSender {
 }
 
 impl RingSender {
+    /// Writes the port's link counters into its segment's header, for `txcast stat`.
+    pub fn publish_links(&self, totals: &super::LinkTotals) {
+        let line = &self.seg.header().links.0.values;
+        for (slot, value) in line.iter().zip(totals.to_array()) {
+            slot.store(value, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn from_segment(seg: Arc<Segment>, owner: ProcessIdentity) -> RingSender {
         RingSender { seg, owner }
     }
