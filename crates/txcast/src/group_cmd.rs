@@ -83,9 +83,13 @@ pub struct MemberArgs {
     /// The failure detector: heartbeat interval (ms)
     #[arg(long, default_value_t = 20)]
     heartbeat_ms: u64,
-    /// The failure detector: silence before a member is suspected (ms)
+    /// The failure detector: silence before a member is suspected (ms); probes (sequencer)
+    /// every sixth of it, a flush (layered) times out after a third
     #[arg(long, default_value_t = 300)]
     silence_ms: u64,
+    /// The libraries' default failure detector instead (`GroupConfig`, `VsConfig`)
+    #[arg(long, conflicts_with_all = ["heartbeat_ms", "silence_ms"])]
+    library_detector: bool,
 }
 
 /// Exit code of a member left out of the group.
@@ -155,7 +159,7 @@ fn run(args: &MemberArgs, chaos: &mut Option<crate::chaos::Writer>) -> Result<()
         },
         x => return Err(format!("--pack {x}: off, adaptive or fixed")),
     };
-    let cfg: GroupSpec = match protocol.as_str() {
+    let mut cfg: GroupSpec = match protocol.as_str() {
         "sequencer" => GroupConfig {
             group: 11,
             resilience,
@@ -186,6 +190,23 @@ fn run(args: &MemberArgs, chaos: &mut Option<crate::chaos::Writer>) -> Result<()
         }
         .into(),
     };
+    if args.library_detector {
+        match &mut cfg {
+            GroupSpec::Sequencer(c) => {
+                let d = GroupConfig::default();
+                c.heartbeat_interval = d.heartbeat_interval;
+                c.silence_timeout = d.silence_timeout;
+                c.probe_interval = d.probe_interval;
+                c.probes_max = d.probes_max;
+            }
+            GroupSpec::Ordered(c) => {
+                let d = VsConfig::default();
+                c.vs.heartbeat_interval = d.heartbeat_interval;
+                c.vs.silence_timeout = d.silence_timeout;
+                c.vs.flush_timeout = d.flush_timeout;
+            }
+        }
+    }
     let group = if site == 0 {
         port.create_group(cfg).map_err(|e| e.to_string())?
     } else {

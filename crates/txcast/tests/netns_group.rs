@@ -15,9 +15,10 @@
 //! installed a view without the member it lost.
 //!
 //! CI runs each protocol once with 3 members (loss, kill) and once with 5 (loss,
-//! partition, kill). `netns_group_repeated` (ignored; `TXCAST_CHAOS_RUNS`, default 10)
-//! repeats every configuration for the p50/p99 of the recovery times. Skipped, with one
-//! line, where namespaces cannot be made.
+//! partition, kill). `netns_group_repeated` (ignored; `TXCAST_CHAOS_RUNS`, default 10;
+//! `TXCAST_CHAOS_PROTOCOLS` to choose) repeats every configuration for the p50/p99 of the
+//! recovery times. `TXCAST_CHAOS_MEMBER_ARGS` adds member options to every run (e.g.
+//! `--library-detector`). Skipped, with one line, where namespaces cannot be made.
 
 #[allow(dead_code)]
 #[path = "../src/chaos.rs"]
@@ -60,6 +61,16 @@ struct Outcome {
     partitioned_exit: Option<i32>,
     kill: Recovery,
     seconds: f64,
+}
+
+/// More options for every member, from `TXCAST_CHAOS_MEMBER_ARGS` (for example
+/// `--library-detector`, or `--heartbeat-ms 10 --silence-ms 120`).
+fn extra_args() -> Vec<String> {
+    std::env::var("TXCAST_CHAOS_MEMBER_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 fn site_of(addr: &str) -> Option<usize> {
@@ -152,6 +163,7 @@ fn run(cfg: Config) -> Option<Outcome> {
         ]
         .iter()
         .map(|a| a.to_string())
+        .chain(extra_args())
         .collect();
         procs.push(c.spawn(s, bin, &args));
         if s == 0 {
