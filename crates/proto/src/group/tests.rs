@@ -1391,7 +1391,7 @@ fn a_rebuild_does_not_wait_for_the_member_declared_dead() {
     };
     assert!(net.run_until(Duration::from_secs(5), rebuilt));
     // Detection: silence, then `probes_max` probes; then one exchange of the rebuild.
-    let detection = cfg.silence_timeout + cfg.probe_interval * cfg.probes_max as u32;
+    let detection = cfg.silence_timeout + cfg.probe_interval * cfg.probes_max;
     let took = net.now.saturating_since(start);
     assert!(
         took < detection + cfg.probe_interval * 2,
