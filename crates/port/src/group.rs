@@ -92,7 +92,9 @@ pub enum GroupRecord {
     },
     Joined(Address),
     Left(Address),
+    /// A new view: its epoch (a layered group's view id), members, and those it lost.
     Rebuilt {
+        epoch: Epoch,
         members: Vec<Address>,
         removed: Vec<Address>,
     },
@@ -491,8 +493,14 @@ impl Group {
                     Delivered::Joined(a) => GroupRecord::Joined(a),
                     Delivered::Left(a) => GroupRecord::Left(a),
                     Delivered::Rebuilt {
-                        members, removed, ..
-                    } => GroupRecord::Rebuilt { members, removed },
+                        epoch,
+                        members,
+                        removed,
+                    } => GroupRecord::Rebuilt {
+                        epoch,
+                        members,
+                        removed,
+                    },
                 },
             })
         })?;

@@ -136,7 +136,9 @@ fn members_see_joins_and_leaves_in_the_stream_and_a_crash_is_rebuilt() {
     let rebuilt = sc
         .iter()
         .find_map(|w| match w {
-            GroupRecord::Rebuilt { members, removed } => Some((members.clone(), removed.clone())),
+            GroupRecord::Rebuilt {
+                members, removed, ..
+            } => Some((members.clone(), removed.clone())),
             _ => None,
         })
         .expect("a rebuild record");

@@ -10,11 +10,16 @@
 //! `--protocol sequencer|totem|total|dynseq|dynord` chooses the ordering protocol (Amoeba's
 //! sequencer by default) and `--pack off|adaptive|fixed` the packing of the layered ones. For
 //! those, `seq` is the process's own count of entries and every view is a rebuild record.
+//!
+//! `--config FILE` places the sites as a cluster file says (hosts of their own), and
+//! `--chaos-log FILE` writes what the external checker (`crate::chaos`) reads: every send,
+//! its acknowledgement, every delivery and view, timestamped (see [`crate::chaos`] for the
+//! format). A member left out of the group (`Expelled`, after a partition) logs it and exits 3.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::time::{Duration, Instant};
-use txcast_port::GroupSpec;
+use txcast_port::{ClusterConfig, Engine, EngineConfig, GroupDelivery, GroupSpec};
 use txcast_port::{Group, GroupRecord, Port, PortConfig};
 use txcast_proto::group::{GroupConfig, Method, MinMembers};
 use txcast_proto::order::{OrderConfig, Protocol};
@@ -69,19 +74,56 @@ pub struct MemberArgs {
     /// The packing of the layered protocols: off, adaptive or fixed
     #[arg(long, default_value = "adaptive")]
     pack: String,
+    /// The cluster file (where each site's host is)
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Write the checker's log (sends, acknowledgements, deliveries, views) to this file
+    #[arg(long, value_name = "FILE")]
+    chaos_log: Option<std::path::PathBuf>,
+    /// The failure detector: heartbeat interval (ms)
+    #[arg(long, default_value_t = 20)]
+    heartbeat_ms: u64,
+    /// The failure detector: silence before a member is suspected (ms); probes (sequencer)
+    /// every sixth of it, a flush (layered) times out after a third
+    #[arg(long, default_value_t = 300)]
+    silence_ms: u64,
+    /// The libraries' default failure detector instead (`GroupConfig`, `VsConfig`)
+    #[arg(long, conflicts_with_all = ["heartbeat_ms", "silence_ms"])]
+    library_detector: bool,
 }
+
+/// Exit code of a member left out of the group.
+pub const EXIT_EXPELLED: i32 = 3;
 
 pub fn member(args: &MemberArgs) -> i32 {
-    match run(args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("group member: {e}");
-            1
-        }
+    let mut chaos = match &args.chaos_log {
+        Some(p) => match crate::chaos::Writer::create(p) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!("group member: {}: {e}", p.display());
+                return 1;
+            }
+        },
+        None => None,
+    };
+    let r = run(args, &mut chaos);
+    let (code, end) = match &r {
+        Ok(()) => (0, "done".to_string()),
+        Err(e) if e == EXPELLED => (EXIT_EXPELLED, "expelled".to_string()),
+        Err(e) => (1, format!("error {e}")),
+    };
+    if let Some(c) = chaos.as_mut() {
+        c.end(&end);
     }
+    if let Err(e) = r {
+        eprintln!("group member: {e}");
+    }
+    code
 }
 
-fn run(args: &MemberArgs) -> Result<(), String> {
+const EXPELLED: &str = "left out of the rebuilt group";
+
+fn run(args: &MemberArgs, chaos: &mut Option<crate::chaos::Writer>) -> Result<(), String> {
     let (instance, site, members, messages) =
         (args.instance, args.site, args.members, args.messages);
     let resilience = args.resilience;
@@ -91,7 +133,21 @@ fn run(args: &MemberArgs) -> Result<(), String> {
     let pace = Duration::from_micros(args.pace_us);
     let started = Instant::now();
     let me = Address::new(instance, site, GROUP_TYPE, 0);
-    let port = Port::open(me, PortConfig::default()).map_err(|e| e.to_string())?;
+    let port = match &args.config {
+        Some(p) => {
+            let cluster = ClusterConfig::load(p).map_err(|e| e.to_string())?;
+            let engine = Engine::start(EngineConfig {
+                cluster,
+                ..EngineConfig::default()
+            })
+            .map_err(|e| e.to_string())?;
+            Port::open_on(&engine, me, PortConfig::default())
+        }
+        None => Port::open(me, PortConfig::default()),
+    }
+    .map_err(|e| e.to_string())?;
+    let heartbeat_interval = Duration::from_millis(args.heartbeat_ms);
+    let silence_timeout = Duration::from_millis(args.silence_ms);
     let protocol = &args.protocol;
     let pack = match args.pack.as_str() {
         "adaptive" => PackMode::Adaptive {
@@ -103,16 +159,16 @@ fn run(args: &MemberArgs) -> Result<(), String> {
         },
         x => return Err(format!("--pack {x}: off, adaptive or fixed")),
     };
-    let cfg: GroupSpec = match protocol.as_str() {
+    let mut cfg: GroupSpec = match protocol.as_str() {
         "sequencer" => GroupConfig {
             group: 11,
             resilience,
             method: Method::BySize {
                 bb_from_bytes: 1024,
             },
-            heartbeat_interval: Duration::from_millis(20),
-            silence_timeout: Duration::from_millis(300),
-            probe_interval: Duration::from_millis(50),
+            heartbeat_interval,
+            silence_timeout,
+            probe_interval: (silence_timeout / 6).max(Duration::from_millis(1)),
             probes_max: 3,
             auto_reset: Some(MinMembers::Majority),
             ..GroupConfig::default()
@@ -125,15 +181,32 @@ fn run(args: &MemberArgs) -> Result<(), String> {
             vs: VsConfig {
                 group: 11,
                 pack,
-                heartbeat_interval: Duration::from_millis(20),
-                silence_timeout: Duration::from_millis(300),
-                flush_timeout: Duration::from_millis(100),
+                heartbeat_interval,
+                silence_timeout,
+                flush_timeout: (silence_timeout / 3).max(Duration::from_millis(1)),
                 ..VsConfig::default()
             },
             ..OrderConfig::default()
         }
         .into(),
     };
+    if args.library_detector {
+        match &mut cfg {
+            GroupSpec::Sequencer(c) => {
+                let d = GroupConfig::default();
+                c.heartbeat_interval = d.heartbeat_interval;
+                c.silence_timeout = d.silence_timeout;
+                c.probe_interval = d.probe_interval;
+                c.probes_max = d.probes_max;
+            }
+            GroupSpec::Ordered(c) => {
+                let d = VsConfig::default();
+                c.vs.heartbeat_interval = d.heartbeat_interval;
+                c.vs.silence_timeout = d.silence_timeout;
+                c.vs.flush_timeout = d.flush_timeout;
+            }
+        }
+    }
     let group = if site == 0 {
         port.create_group(cfg).map_err(|e| e.to_string())?
     } else {
@@ -153,102 +226,184 @@ fn run(args: &MemberArgs) -> Result<(), String> {
     let mut log = std::io::BufWriter::new(
         std::fs::File::create(log_path).map_err(|e| format!("{log_path}: {e}"))?,
     );
+    let mut m = Logs {
+        log: &mut log,
+        chaos,
+        counts: HashMap::new(),
+        rebuilt: false,
+        unacked: VecDeque::new(),
+        holder: None,
+        members: None,
+    };
+    if let Some(c) = m.chaos.as_mut() {
+        c.begin(me, protocol);
+        // The view this member starts in has no record in its stream.
+        c.view("?", &group.info().members);
+    }
     // Wait until everyone is in, logging what arrives meanwhile.
-    let mut counts: HashMap<Address, u64> = HashMap::new();
-    let mut rebuilt = false;
     while group.info().members.len() < members {
         if started.elapsed() > deadline {
             return Err("the group never filled".into());
         }
-        drain(
-            &group,
-            &mut log,
-            &mut counts,
-            &mut rebuilt,
-            Duration::from_millis(5),
-        )?;
+        m.drain(&group, Duration::from_millis(5))?;
     }
     let mut sent = 0u64;
+    let mut refused: Option<String> = None;
     let mut next_send = Instant::now();
     loop {
         if started.elapsed() > deadline {
-            log.flush().ok();
+            m.log.flush().ok();
             return Err(format!(
                 "deadline: sent {sent}, delivered {:?}, members {:?}",
-                counts,
+                m.counts,
                 group.info().members
             ));
         }
         if sent < messages && Instant::now() >= next_send {
             let payload = format!("{site}:{sent}");
             match group.send_async(payload.as_bytes()) {
-                Ok(_) => sent += 1,
-                Err(e) => eprintln!("site {site}: send: {e}"),
+                Ok(id) => {
+                    sent += 1;
+                    refused = None;
+                    m.unacked.push_back(id);
+                    if let Some(c) = m.chaos.as_mut() {
+                        c.send(id, hash(payload.as_bytes()));
+                    }
+                }
+                Err(e) => {
+                    // Once per kind of refusal in a row (a blocked member refuses every send).
+                    let e = e.to_string();
+                    if refused.as_ref() != Some(&e) {
+                        eprintln!("site {site}: send: {e}");
+                        refused = Some(e);
+                    }
+                }
             }
             next_send = Instant::now() + pace;
         }
-        drain(
-            &group,
-            &mut log,
-            &mut counts,
-            &mut rebuilt,
-            Duration::from_millis(1),
-        )?;
+        m.drain(&group, Duration::from_millis(1))?;
         let info = group.info();
         let done = sent == messages
             && group.sends_pending() == 0
-            && (!expect_rebuild || rebuilt)
+            && (!expect_rebuild || m.rebuilt)
             && info
                 .members
                 .iter()
-                .all(|m| counts.get(m).copied().unwrap_or(0) >= messages);
+                .all(|a| m.counts.get(a).copied().unwrap_or(0) >= messages);
         if done {
-            log.flush().map_err(|e| e.to_string())?;
+            m.log.flush().map_err(|e| e.to_string())?;
             // Stay a little so the others can still fetch from us.
             let until = Instant::now() + Duration::from_millis(500);
             while Instant::now() < until {
-                drain(
-                    &group,
-                    &mut log,
-                    &mut counts,
-                    &mut rebuilt,
-                    Duration::from_millis(5),
-                )?;
+                m.drain(&group, Duration::from_millis(5))?;
             }
-            log.flush().map_err(|e| e.to_string())?;
+            m.log.flush().map_err(|e| e.to_string())?;
             return Ok(());
         }
     }
 }
 
-fn drain(
-    group: &Group,
-    log: &mut impl Write,
-    counts: &mut HashMap<Address, u64>,
-    rebuilt: &mut bool,
-    wait: Duration,
-) -> Result<(), String> {
-    let mut wait = wait;
-    loop {
-        let d = match group.receive(Some(wait)) {
-            Ok(d) => d,
-            Err(txcast_port::GroupCallError::Timeout) => return Ok(()),
-            Err(e) => return Err(e.to_string()),
-        };
-        wait = Duration::ZERO;
+/// What a member logs, and the counts it stops by.
+struct Logs<'a, W: Write> {
+    log: &'a mut W,
+    chaos: &'a mut Option<crate::chaos::Writer>,
+    counts: HashMap<Address, u64>,
+    rebuilt: bool,
+    /// Own messages sent and not yet acknowledged, oldest first (they complete in order).
+    unacked: VecDeque<u64>,
+    /// The member that orders (sequencer, token holder, orderer) as last logged.
+    holder: Option<Address>,
+    /// The members as of the last membership record, once known (see `view_of`).
+    members: Option<Vec<Address>>,
+}
+
+impl<W: Write> Logs<'_, W> {
+    /// Logs what the group delivered (waiting at most `wait` for the first record), the
+    /// sends acknowledged since, and a change of the member that orders.
+    fn drain(&mut self, group: &Group, wait: Duration) -> Result<(), String> {
+        let mut wait = wait;
+        loop {
+            let d = match group.receive(Some(wait)) {
+                Ok(d) => d,
+                Err(txcast_port::GroupCallError::Timeout) => break,
+                Err(txcast_port::GroupCallError::Expelled) => return Err(EXPELLED.into()),
+                Err(e) => return Err(e.to_string()),
+            };
+            wait = Duration::ZERO;
+            self.record(&d)?;
+        }
+        // A send is acknowledged once `wait_sent` says so (see `crate::chaos`).
+        while let Some(&id) = self.unacked.front() {
+            if group.wait_sent(id, Some(Duration::ZERO)).is_err() {
+                break;
+            }
+            self.unacked.pop_front();
+            if let Some(c) = self.chaos.as_mut() {
+                c.ack(id);
+            }
+        }
+        if let Some(c) = self.chaos.as_mut() {
+            let holder = group.info().sequencer;
+            if self.holder != Some(holder) {
+                self.holder = Some(holder);
+                c.holder(holder);
+            }
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, d: &GroupDelivery) -> Result<(), String> {
         let line = match &d.what {
             GroupRecord::Message { msg_id, payload } => {
-                *counts.entry(d.sender).or_insert(0) += 1;
+                *self.counts.entry(d.sender).or_insert(0) += 1;
+                if let Some(c) = self.chaos.as_mut() {
+                    c.deliver(d.seq, d.sender, *msg_id, hash(payload));
+                }
                 format!("{} M {} {} {:016x}", d.seq, d.sender, msg_id, hash(payload))
             }
             GroupRecord::Joined(a) => format!("{} J {a}", d.seq),
             GroupRecord::Left(a) => format!("{} L {a}", d.seq),
-            GroupRecord::Rebuilt { members, removed } => {
-                *rebuilt = true;
+            GroupRecord::Rebuilt {
+                members, removed, ..
+            } => {
+                self.rebuilt = true;
                 format!("{} R {:?} -{:?}", d.seq, members, removed)
             }
         };
-        writeln!(log, "{line}").map_err(|e| e.to_string())?;
-        log.flush().map_err(|e| e.to_string())?;
+        if let Some((id, members)) = self.view_of(d) {
+            if let Some(c) = self.chaos.as_mut() {
+                c.view(&id, &members);
+            }
+        }
+        writeln!(self.log, "{line}").map_err(|e| e.to_string())?;
+        self.log.flush().map_err(|e| e.to_string())
+    }
+
+    /// The view a membership record installs: its id and members. A sequencer group's joins
+    /// and leaves are in the total order, so their sequence number names the view everywhere;
+    /// a rebuilt view (every view of a layered group) carries its epoch. The list of a join or
+    /// leave is known only from a rebuilt view on (before, the member knows only what `info`
+    /// said, which may run ahead of the stream): empty until then.
+    fn view_of(&mut self, d: &GroupDelivery) -> Option<(String, Vec<Address>)> {
+        let id = match &d.what {
+            GroupRecord::Message { .. } => return None,
+            GroupRecord::Rebuilt { epoch, members, .. } => {
+                self.members = Some(members.clone());
+                format!("{}@{}", epoch.number, epoch.coordinator)
+            }
+            GroupRecord::Joined(a) => {
+                if let Some(m) = self.members.as_mut().filter(|m| !m.contains(a)) {
+                    m.push(*a);
+                }
+                format!("s{}", d.seq)
+            }
+            GroupRecord::Left(a) => {
+                if let Some(m) = self.members.as_mut() {
+                    m.retain(|x| x != a);
+                }
+                format!("s{}", d.seq)
+            }
+        };
+        Some((id, self.members.clone().unwrap_or_default()))
     }
 }

@@ -4,6 +4,7 @@
 //! struct in the module that runs it.
 
 mod bench;
+mod chaos;
 mod config_cmd;
 mod dc;
 mod demo;
@@ -54,6 +55,8 @@ enum Command {
     Program(program_cmd::ProgramArgs),
     /// Cluster files: `txcast config check FILE` validates one and prints the cluster
     Config(config_cmd::ConfigArgs),
+    /// Chaos runs' checkers: `txcast chaos check LOG...` checks a group's member logs
+    Chaos(chaos::ChaosArgs),
     /// Prints a shell completion script for txcast on stdout
     Completions {
         /// The shell to complete for
@@ -133,6 +136,7 @@ fn main() {
         Command::Node(args) => raid_node::run(args),
         Command::Program(args) => program_cmd::program(&args),
         Command::Config(args) => config_cmd::run(&args),
+        Command::Chaos(args) => chaos::run(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "txcast", &mut std::io::stdout());
             0

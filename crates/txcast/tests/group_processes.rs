@@ -1,5 +1,6 @@
 //! A group of member processes over UDP on loopback: one is killed with SIGKILL mid-run, the
-//! others rebuild the group and finish, and every delivery log agrees.
+//! others rebuild the group and finish, every delivery log agrees, and `txcast chaos check`
+//! finds nothing wrong in their chaos logs.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command};
@@ -52,6 +53,35 @@ fn lines(path: &str) -> usize {
     std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
 }
 
+fn chaos_log(dir: &std::path::Path, s: u16) -> String {
+    dir.join(format!("chaos{s}.log"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `txcast chaos check` on the members' chaos logs (the killed one's too) finds nothing.
+fn chaos_check(dir: &std::path::Path, members: u16) {
+    let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
+        .args(["chaos", "check"])
+        .args((0..members).map(|s| chaos_log(dir, s)))
+        .output()
+        .expect("txcast chaos check");
+    assert!(
+        out.status.success(),
+        "txcast chaos check (logs in {dir:?}):\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Logs with nothing in them would pass too.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let delivered: u64 = text
+        .split(" distinct delivered")
+        .next()
+        .and_then(|t| t.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(delivered > 100, "the chaos logs hold too little: {text}");
+}
+
 fn kill(child: &mut Child) {
     // SAFETY: sends SIGKILL to a child we spawned and have not reaped.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
@@ -70,9 +100,18 @@ fn run(instance: u16, victim: u16) {
     let messages = 300u64;
     let mut children: Vec<(u16, Child)> = Vec::new();
     for s in 0..members as u16 {
+        let chaos = chaos_log(&dir, s);
         children.push((
             s,
-            spawn(instance, s, members, messages, &log(s), s != victim, &[]),
+            spawn(
+                instance,
+                s,
+                members,
+                messages,
+                &log(s),
+                s != victim,
+                &["--chaos-log", &chaos],
+            ),
         ));
         if s == 0 {
             std::thread::sleep(Duration::from_millis(300));
@@ -154,6 +193,7 @@ fn run(instance: u16, victim: u16) {
         ))),
         "no rebuild record removes the victim: {rebuilds:?}"
     );
+    chaos_check(&dir, members as u16);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -182,6 +222,9 @@ fn run_ordered(instance: u16, protocol: &str, pack: &str) {
     let extra = ["--protocol", protocol, "--pack", pack, "--pace-us", "1000"];
     let mut children: Vec<(u16, Child)> = Vec::new();
     for s in 0..members as u16 {
+        let chaos = chaos_log(&dir, s);
+        let mut extra = extra.to_vec();
+        extra.extend(["--chaos-log", &chaos]);
         children.push((
             s,
             spawn(instance, s, members, messages, &log(s), false, &extra),
@@ -233,6 +276,7 @@ fn run_ordered(instance: u16, protocol: &str, pack: &str) {
         ))),
         "{protocol}/{pack}: no view removes the victim: {views:?}"
     );
+    chaos_check(&dir, members as u16);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -323,6 +323,10 @@ struct Reset {
     /// The coordinator's, in the second phase: the view proposed, and who accepted it.
     proposal: Option<ViewNews>,
     accepts: Vec<Address>,
+    /// The coordinator's: the member whose death started the round (it went unanswered
+    /// through the silence timeout and every probe). The round decides once every other old
+    /// member answered, without waiting for it through the invitation rounds.
+    dead: Option<Address>,
 }
 
 impl ViewNews {
@@ -457,6 +461,8 @@ pub struct Member {
     /// Departing sequencer: serve until everyone has this record, or this deadline.
     depart: Option<(u64, Instant)>,
     blocked_retry_at: Option<Instant>,
+    /// The member just declared dead, for the rebuild it starts (see `Reset::dead`).
+    declared_dead: Option<Address>,
     packer: Packer,
     counters: GroupCounters,
     /// Submissions not yet transmitted since the oldest was queued (for packing).
@@ -549,6 +555,7 @@ impl Member {
             leave_at: None,
             depart: None,
             blocked_retry_at: None,
+            declared_dead: None,
             packer,
             counters: GroupCounters::default(),
             oldest_unsubmitted: None,

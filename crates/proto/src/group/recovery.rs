@@ -71,13 +71,17 @@ impl Member {
         self.counters.failures_detected += 1;
         self.events.push_back(GroupEvent::Failure { suspect });
         match self.cfg.auto_reset {
-            Some(min) => self.start_reset(now, min),
+            Some(min) => {
+                self.declared_dead = Some(suspect);
+                self.start_reset(now, min)
+            }
             None => self.state = State::Failed,
         }
     }
 
     /// Starts a rebuild with this member as coordinator.
     pub(super) fn start_reset(&mut self, now: Instant, min: MinMembers) {
+        let declared_dead = self.declared_dead.take();
         let (old_members, base, base_start) = match &self.reset {
             // A retry keeps the view being rebuilt.
             Some(r) if r.coordinator => (r.old_members.clone(), r.base, r.base_start),
@@ -117,6 +121,7 @@ impl Member {
             best: self.accepted_value(base),
             proposal: None,
             accepts: Vec::new(),
+            dead: declared_dead,
         });
         self.enter_recovering();
         self.blocked_retry_at = None;
@@ -246,6 +251,7 @@ impl Member {
             best: None,
             proposal: None,
             accepts: Vec::new(),
+            dead: None,
         });
         self.enter_recovering();
         self.push_control(hdr.from, Control::InviteReply { epoch: e, base });
@@ -319,7 +325,10 @@ impl Member {
         }
         // (Our own answer is among the replies, but we may not be among the members: a
         // leaving sequencer rebuilds the view it leaves.)
-        if r.old_members.iter().all(|m| r.replies.contains_key(m)) {
+        if r.old_members
+            .iter()
+            .all(|m| r.replies.contains_key(m) || r.dead == Some(*m))
+        {
             self.decide_view(now);
         }
     }

@@ -1373,6 +1373,32 @@ fn a_crashed_sequencer_is_replaced() {
     }
 }
 
+/// The rebuild after a crash decides once every member but the one just declared dead has
+/// answered: it does not wait for the dead one through `probes_max + 1` more invitation rounds
+/// (about 200 ms of a 650 ms recovery in the namespace chaos runs, `netns_group.rs`).
+#[test]
+fn a_rebuild_does_not_wait_for_the_member_declared_dead() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let start = net.now;
+    net.crashed.push(A);
+    let rebuilt = |n: &mut Net| {
+        [B, C].iter().all(|&a| {
+            n.delivered(a)
+                .iter()
+                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
+        })
+    };
+    assert!(net.run_until(Duration::from_secs(5), rebuilt));
+    // Detection: silence, then `probes_max` probes; then one exchange of the rebuild.
+    let detection = cfg.silence_timeout + cfg.probe_interval * cfg.probes_max;
+    let took = net.now.saturating_since(start);
+    assert!(
+        took < detection + cfg.probe_interval * 2,
+        "the rebuild took {took:?}, detection {detection:?}"
+    );
+}
+
 #[test]
 fn an_invitation_repeated_after_a_lost_answer_is_answered_again() {
     let cfg = cfg();
