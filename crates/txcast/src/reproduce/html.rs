@@ -11,6 +11,8 @@ pub struct Entry<'a> {
     pub outcome: Outcome,
     /// The benchmark's command line and its seconds, for measured figures.
     pub command: Option<(String, f64)>,
+    /// Points of its benchmark that failed (the others are shown).
+    pub warning: Option<String>,
 }
 
 fn esc(s: &str) -> String {
@@ -96,7 +98,7 @@ h1{font-size:1.5em}h2{margin-top:2em;border-bottom:1px solid #ccc}\
 .card.missing{background:#fff8e5}.card.failed{background:#fdecec}\
 img{max-width:100%;border:1px solid #eee}table{border-collapse:collapse;font-size:.9em;margin:.6em 0}\
 td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left;vertical-align:top}td.n{text-align:right;white-space:nowrap}\
-.src,.setup,.cmd{font-size:.85em;color:#555}code{font-size:.95em}";
+.warn{color:#a40}.src,.setup,.cmd{font-size:.85em;color:#555}code{font-size:.95em}";
 
 pub fn page(entries: &[Entry], m: &Machine, scale: Scale, took: Duration) -> String {
     let mut h = String::new();
@@ -177,6 +179,9 @@ pub fn page(entries: &[Entry], m: &Machine, scale: Scale, took: Duration) -> Str
             Outcome::Failed(why) => {
                 let _ = writeln!(h, "<p><b>The benchmark failed:</b> {}</p>", esc(why));
             }
+        }
+        if let Some(w) = &e.warning {
+            let _ = writeln!(h, "<p class=warn><b>Some points failed:</b> {}</p>", esc(w));
         }
         if let Some((cmd, secs)) = &e.command {
             let run = cmd.split_whitespace().nth(2).unwrap_or("");

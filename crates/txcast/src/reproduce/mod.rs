@@ -50,6 +50,8 @@ pub enum Outcome {
 /// What a benchmark run left: its JSON lines, how long it took, its command line.
 struct RunResult {
     lines: Result<Vec<serde_json::Value>, String>,
+    /// The run failed part way but left results: what it said.
+    warning: Option<String>,
     seconds: f64,
     command: String,
 }
@@ -128,7 +130,7 @@ pub fn run(args: &Args) -> i32 {
         .map(|r| figures::estimate_seconds(r, scale))
         .sum();
     println!(
-        "txcast reproduce ({}): {} figures from {} benchmark runs into {}; about {} on an idle 2-CPU machine",
+        "txcast reproduce ({}): {} figures from {} benchmark runs into {}; this takes about {} (more on a busy machine)",
         scale.name(),
         chosen.len(),
         runs.len(),
@@ -184,17 +186,18 @@ pub fn run(args: &Args) -> i32 {
         if matches!(outcome, Outcome::Failed(_)) {
             failed += 1;
         }
-        let command = match &f.kind {
+        let (command, warning) = match &f.kind {
             Kind::Measured { run, .. } => {
                 let r = &results[run];
-                Some((r.command.clone(), r.seconds))
+                (Some((r.command.clone(), r.seconds)), r.warning.clone())
             }
-            Kind::Card(_) => None,
+            Kind::Card(_) => (None, None),
         };
         entries.push(html::Entry {
             def: f,
             outcome,
             command,
+            warning,
         });
     }
     let index = args.out.join("index.html");
@@ -231,6 +234,7 @@ fn run_bench(out_dir: &Path, name: &'static str, scale: Scale) -> RunResult {
     let args = figures::bench_args(name, scale);
     let command = format!("txcast bench {} {} --json", name, args.join(" "));
     let t0 = Instant::now();
+    let mut warning = None;
     let lines = (|| -> Result<Vec<serde_json::Value>, String> {
         let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
         let out = Command::new(exe)
@@ -252,14 +256,25 @@ fn run_bench(out_dir: &Path, name: &'static str, scale: Scale) -> RunResult {
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect();
         if !out.status.success() {
+            // The lines that say what failed, else the last one.
             let err = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = err.lines().rev().take(3).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            return Err(format!(
-                "`{command}` failed ({}): {}",
+            let mut said: Vec<&str> = err
+                .lines()
+                .filter(|l| l.contains("FAILED") || l.contains("failed"))
+                .take(4)
+                .collect();
+            if said.is_empty() {
+                said.extend(err.lines().last());
+            }
+            let what = format!(
+                "`txcast bench {name}` exited with {}: {}",
                 out.status,
-                tail.join(" / ")
-            ));
+                said.join(" / ")
+            );
+            if values.is_empty() {
+                return Err(what);
+            }
+            warning = Some(what);
         }
         if values.is_empty() {
             return Err(format!("`{command}` printed no JSON lines"));
@@ -268,6 +283,7 @@ fn run_bench(out_dir: &Path, name: &'static str, scale: Scale) -> RunResult {
     })();
     RunResult {
         lines,
+        warning,
         seconds: t0.elapsed().as_secs_f64(),
         command,
     }
@@ -309,9 +325,10 @@ impl Progress {
     }
 
     fn done(&self, i: usize, name: &'static str, r: &RunResult) {
-        let what = match &r.lines {
-            Ok(v) => format!("{} results", v.len()),
-            Err(e) => format!("FAILED: {e}"),
+        let what = match (&r.lines, &r.warning) {
+            (Ok(v), None) => format!("{} results", v.len()),
+            (Ok(v), Some(w)) => format!("{} results, some points failed: {w}", v.len()),
+            (Err(e), _) => format!("FAILED: {e}"),
         };
         let line = format!(
             "[{}/{}] txcast bench {name}: {what} in {:.1} s",

@@ -12,6 +12,15 @@ use super::figures::{Figure, FigureDef, Series};
 
 const SIZE: (u32, u32) = (900, 540);
 const FONT: &str = "sans-serif";
+/// The papers' series: dark, apart from the bright colours of ours.
+const PAPER_COLORS: &[RGBColor] = &[
+    RGBColor(0, 0, 0),
+    RGBColor(110, 110, 110),
+    RGBColor(140, 70, 20),
+    RGBColor(90, 30, 120),
+    RGBColor(20, 80, 40),
+    RGBColor(20, 40, 120),
+];
 
 /// Where a sans-serif TrueType font usually is on Debian and other distributions
 /// (`fonts-dejavu-core`, `fonts-liberation`); `TXCAST_REPORT_FONT` overrides them
@@ -145,10 +154,16 @@ fn chart<DB: DrawingBackend>(
         series.iter().flat_map(|s| s.1.iter().map(|p| p.0)),
         fig.log_x,
     );
-    let yr = range(
+    let mut yr = range(
         series.iter().flat_map(|s| s.1.iter().map(|p| p.1)),
         fig.log_y,
     );
+    if text {
+        // Room at the top for the legend (upper left), so it covers no point.
+        let shown = series.iter().filter(|s| !s.1.is_empty()).count() as f64;
+        let share = ((shown * 17.0 + 16.0) / 430.0).min(0.6);
+        yr.end += (yr.end - yr.start) * share / (1.0 - share);
+    }
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut builder = ChartBuilder::on(root);
     builder.margin(18);
@@ -182,7 +197,7 @@ fn chart<DB: DrawingBackend>(
         }
         let color = if s.paper {
             theirs += 1;
-            Palette99::pick(theirs * 7 + 3).to_rgba()
+            PAPER_COLORS[(theirs - 1) % PAPER_COLORS.len()].to_rgba()
         } else {
             ours += 1;
             Palette99::pick(ours - 1).to_rgba()
