@@ -100,7 +100,14 @@ img{max-width:100%;border:1px solid #eee}table{border-collapse:collapse;font-siz
 td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left;vertical-align:top}td.n{text-align:right;white-space:nowrap}\
 .warn{color:#a40}.src,.setup,.cmd{font-size:.85em;color:#555}code{font-size:.95em}";
 
-pub fn page(entries: &[Entry], m: &Machine, scale: Scale, took: Duration) -> String {
+/// The page; `plot_text`: whether the plots have their own text (else a legend is added).
+pub fn page(
+    entries: &[Entry],
+    m: &Machine,
+    scale: Scale,
+    took: Duration,
+    plot_text: bool,
+) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -164,6 +171,22 @@ pub fn page(entries: &[Entry], m: &Machine, scale: Scale, took: Duration) -> Str
                     e.def.id,
                     esc(e.def.title)
                 );
+                if !plot_text {
+                    h.push_str("<p>Lines (the plot has no text: no font was found): ");
+                    for (label, color, paper) in super::plot::legend(fig) {
+                        let _ = write!(
+                            h,
+                            "<span style=\"color:{color}\">{} {}</span>; ",
+                            if paper { "×" } else { "●" },
+                            esc(&label)
+                        );
+                    }
+                    h.push_str("x: ");
+                    h.push_str(&esc(&fig.x_label));
+                    h.push_str(", y: ");
+                    h.push_str(&esc(&fig.y_label));
+                    h.push_str("</p>\n");
+                }
                 for r in &fig.rows {
                     h.push_str(&row_html(r));
                 }

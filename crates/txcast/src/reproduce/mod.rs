@@ -165,7 +165,7 @@ pub fn run(args: &Args) -> i32 {
     };
     let font = plot::load_font();
     if let Err(e) = &font {
-        println!("PNG text: {e}; the PNGs are drawn without text (the SVGs have it)");
+        println!("plot text: {e}; the plots are drawn without text (the tables in index.html carry the labels)");
     }
     let mut entries = Vec::new();
     let mut failed = 0;
@@ -201,7 +201,7 @@ pub fn run(args: &Args) -> i32 {
         });
     }
     let index = args.out.join("index.html");
-    let page = html::page(&entries, &machine, scale, started.elapsed());
+    let page = html::page(&entries, &machine, scale, started.elapsed(), font.is_ok());
     if let Err(e) = std::fs::write(&index, page) {
         eprintln!("txcast reproduce: cannot write {}: {e}", index.display());
         return 1;

@@ -1,6 +1,7 @@
 //! A figure's plot, drawn twice with plotters: SVG and PNG. Text goes through plotters'
 //! `ab_glyph` font support with a TrueType font read at run time (no fontconfig); without
-//! one the plots are drawn without text and the report's tables carry the labels.
+//! one both plots are drawn without text (lines and marks only) and the report's tables carry
+//! the labels.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -33,6 +34,39 @@ const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/liberation/LiberationSans-Regular.ttf",
     "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
 ];
+
+/// The colour of the next series drawn: ours bright, the papers' dark.
+fn series_color(paper: bool, ours: &mut usize, theirs: &mut usize) -> RGBColor {
+    if paper {
+        *theirs += 1;
+        PAPER_COLORS[(*theirs - 1) % PAPER_COLORS.len()]
+    } else {
+        *ours += 1;
+        let c = Palette99::pick(*ours - 1).to_rgba();
+        RGBColor(c.0, c.1, c.2)
+    }
+}
+
+/// The series a plot shows, with their colours as `#rrggbb` (a legend for plots without text).
+pub fn legend(fig: &Figure) -> Vec<(String, String, bool)> {
+    let (mut ours, mut theirs) = (0, 0);
+    fig.series
+        .iter()
+        .filter(|s| {
+            s.points
+                .iter()
+                .any(|&(x, y)| to_axis(x, fig.log_x).is_some() && to_axis(y, fig.log_y).is_some())
+        })
+        .map(|s| {
+            let c = series_color(s.paper, &mut ours, &mut theirs);
+            (
+                s.label.clone(),
+                format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2),
+                s.paper,
+            )
+        })
+        .collect()
+}
 
 /// Registers the first font found; once per process.
 pub fn load_font() -> Result<PathBuf, String> {
@@ -195,13 +229,7 @@ fn chart<DB: DrawingBackend>(
         if pts.is_empty() {
             continue;
         }
-        let color = if s.paper {
-            theirs += 1;
-            PAPER_COLORS[(theirs - 1) % PAPER_COLORS.len()].to_rgba()
-        } else {
-            ours += 1;
-            Palette99::pick(ours - 1).to_rgba()
-        };
+        let color = series_color(s.paper, &mut ours, &mut theirs).to_rgba();
         let width = if s.paper { 1 } else { 2 };
         let line = chart
             .draw_series(LineSeries::new(
@@ -248,6 +276,30 @@ mod tests {
         assert_eq!(tick(0.5, false), "0.5");
         assert_eq!(tick(3.5563, true), "3.6k");
         assert_eq!(tick(250.0, false), "250");
+    }
+
+    #[test]
+    fn the_legend_skips_what_is_not_drawn() {
+        let s = |label: &str, paper, x| Series {
+            label: label.into(),
+            paper,
+            points: vec![(x, 1.0)],
+        };
+        let fig = Figure {
+            x_label: String::new(),
+            y_label: String::new(),
+            log_x: true,
+            log_y: false,
+            series: vec![s("a", false, 1.0), s("b", false, 0.0), s("c", true, 2.0)],
+            rows: vec![],
+            setup: String::new(),
+        };
+        let l = legend(&fig);
+        assert_eq!(
+            l.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+            ["a", "c"]
+        );
+        assert_eq!((l[1].1.as_str(), l[1].2), ("#000000", true));
     }
 
     #[test]
