@@ -190,7 +190,7 @@ pub fn bench_args(run: &str, s: Scale) -> Vec<String> {
             "--m",
             s.pick("1,10", "1,10,100,1000", "1,10,100,1000,5000"),
             "--point-seconds",
-            s.pick("1", "5", "20"),
+            s.pick("2", "5", "20"),
         ],
         "group" => vec![
             "--sizes",
