@@ -13,6 +13,7 @@ mod oracle_cmd;
 mod program_cmd;
 mod progress;
 mod raid_node;
+mod reproduce;
 mod rpc_cmd;
 mod sim_cmd;
 mod stat;
@@ -42,6 +43,9 @@ enum Command {
     Dc(dc::DcArgs),
     /// Benchmarks with their baselines
     Bench(bench::BenchArgs),
+    /// The five papers' tables and figures measured on this machine, with the papers'
+    /// numbers beside ours, into one report folder (`index.html`)
+    Reproduce(reproduce::Args),
     /// Runs of the deterministic simulator, one kind of component each
     Sim(sim_cmd::SimArgs),
     /// The ports open on this host and their ring counters
@@ -130,6 +134,7 @@ fn main() {
         },
         Command::Dc(args) => dc::run(&args),
         Command::Bench(args) => bench::run(args),
+        Command::Reproduce(args) => reproduce::run(&args),
         Command::Sim(args) => sim_cmd::run(args),
         Command::Stat(args) => stat::run(&args),
         Command::Oracle(args) => oracle_cmd::run(&args),

@@ -54,6 +54,14 @@ struct Plan {
     parallel: Vec<usize>,
     depths: Vec<usize>,
     seconds: f64,
+    json: bool,
+}
+
+/// A line of the human table: on stdout, or on stderr under `--json` (stdout has the JSON).
+macro_rules! say {
+    ($plan:expr, $($t:tt)*) => {
+        if $plan.json { eprintln!($($t)*) } else { println!($($t)*) }
+    };
 }
 
 // The options of `txcast bench crmem` (the variant in `super::Bench` says what it does).
@@ -77,7 +85,7 @@ pub struct Args {
     /// Seconds per point (clamped to 1..=600)
     #[arg(long, default_value_t = 2, value_parser = parse_u64)]
     pub seconds: u64,
-    /// Accepted for the other benchmarks' sake; crmem prints its table only
+    /// JSON lines on stdout (one per point), the human table on stderr
     #[arg(long)]
     pub json: bool,
 }
@@ -98,6 +106,7 @@ fn plan(o: &Args) -> Result<Plan, String> {
         parallel: usize_list_in("parallel", &o.parallel, 1..=64)?,
         depths: usize_list_in("depths", &o.depths, 1..=4096)?,
         seconds,
+        json: o.json,
     })
 }
 
@@ -244,7 +253,8 @@ fn bench(plan: &Plan) -> io::Result<()> {
             let theirs = std::fs::read_to_string(stop.with_extension("sums"))?;
             let want = format!("{} {} {} {}", mine.0, mine.1, mine.2, c.seq());
             let ok = mine.0 == mine.1 && mine.1 == mine.2 && theirs.trim() == want;
-            println!(
+            say!(
+                plan,
                 "tpcb check: primary sums (accounts tellers branches, commit) {want}, backup {}: {}",
                 theirs.trim(),
                 if ok { "consistent" } else { "INCONSISTENT" }
@@ -253,7 +263,7 @@ fn bench(plan: &Plan) -> io::Result<()> {
                 return Err(io::Error::other("TpcB sums differ"));
             }
         }
-        println!("counters: {:?}", c.counters());
+        say!(plan, "counters: {:?}", c.counters());
         Ok(())
     })();
     let _ = std::fs::write(&stop, b"");
@@ -340,11 +350,18 @@ fn pipelined(
     name: &str,
     txn: impl Fn(&Crmem, &mut Rng) -> io::Result<u64>,
 ) -> io::Result<()> {
-    println!(
+    say!(
+        plan,
         "{name}, one thread with commits in flight: transactions per second, {} s a point",
         plan.seconds
     );
-    println!("{:>11} {:>14} {:>12}", "in flight", "txn/s", "transactions");
+    say!(
+        plan,
+        "{:>11} {:>14} {:>12}",
+        "in flight",
+        "txn/s",
+        "transactions"
+    );
     for &depth in &plan.depths {
         let mut rng = Rng::new(depth as u64);
         let mut flight = std::collections::VecDeque::with_capacity(depth);
@@ -363,7 +380,10 @@ fn pipelined(
             c.wait_durable(last, WAIT).map_err(err)?;
         }
         let rate = n as f64 / started.elapsed().as_secs_f64();
-        println!("{depth:>11} {rate:>14.0} {n:>12}");
+        say!(plan, "{depth:>11} {rate:>14.0} {n:>12}");
+        if plan.json {
+            println!("{{\"bench\":\"crmem\",\"section\":\"{name}\",\"mode\":\"in-flight\",\"depth\":{depth},\"txn_per_s\":{rate:.0},\"transactions\":{n}}}");
+        }
     }
     Ok(())
 }
@@ -380,7 +400,14 @@ fn commit_latency(plan: &Plan, c: &Crmem, spin: &Summary, park: &Summary) -> io:
     let m = s.summary().ok_or_else(|| io::Error::other("no samples"))?;
     let us = |s: &Summary| format!("{:.1}/{:.1}", s.p50_ns as f64 / 1e3, s.p99_ns as f64 / 1e3);
     let ratio = |a: &Summary, b: &Summary| a.p50_ns as f64 / b.p50_ns.max(1) as f64;
-    println!(
+    if plan.json {
+        println!(
+            "{{\"bench\":\"crmem\",\"section\":\"commit\",\"commit_p50_ns\":{},\"commit_p99_ns\":{},\"remote_spin_p50_ns\":{},\"remote_park_p50_ns\":{}}}",
+            m.p50_ns, m.p99_ns, spin.p50_ns, park.p50_ns
+        );
+    }
+    say!(
+        plan,
         "commit latency, parallelism 1, {} commits (p50/p99 us): crmem {}, remote port round trip spinning {}, parked {}; crmem/spinning {:.2}, crmem/parked {:.2} (target <= 1.5 against the round trip)",
         plan.commits,
         us(&m),
@@ -398,13 +425,17 @@ fn throughput(
     name: &str,
     txn: impl Fn(&Crmem, &mut Rng) -> io::Result<()> + Sync,
 ) -> io::Result<()> {
-    println!(
+    say!(
+        plan,
         "{name}: transactions per second, mirror with one backup, {} s a point",
         plan.seconds
     );
-    println!(
+    say!(
+        plan,
         "{:>11} {:>14} {:>12}",
-        "parallelism", "txn/s", "transactions"
+        "parallelism",
+        "txn/s",
+        "transactions"
     );
     for &p in &plan.parallel {
         let done = AtomicU64::new(0);
@@ -434,7 +465,10 @@ fn throughput(
         }
         let n = done.load(Ordering::Relaxed);
         let rate = n as f64 / started.elapsed().as_secs_f64();
-        println!("{p:>11} {rate:>14.0} {n:>12}");
+        say!(plan, "{p:>11} {rate:>14.0} {n:>12}");
+        if plan.json {
+            println!("{{\"bench\":\"crmem\",\"section\":\"{name}\",\"mode\":\"threads\",\"parallel\":{p},\"txn_per_s\":{rate:.0},\"transactions\":{n}}}");
+        }
     }
     Ok(())
 }
