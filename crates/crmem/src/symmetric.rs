@@ -58,7 +58,9 @@ const PENDING_COST: usize = 64;
 pub const SWRITE: u8 = 16;
 /// RELAY: `origin u16` then a whole WRITE part: a dead origin's commit, passed on.
 pub const RELAY: u8 = 17;
-/// LOCK: `txn u64, req u32, part u16, parts u16, segment u16, write u8, count u16`, locks.
+/// LOCK: `view u64, txn u64, req u32, part u16, parts u16, segment u16, write u8, count u16`,
+/// locks. A home takes requests of its own view only (a request of an earlier view, or to
+/// an earlier process of the home, was released with that view).
 pub const LOCK: u8 = 18;
 /// GRANT: `txn u64, req u32`.
 pub const GRANT: u8 = 19;
@@ -69,7 +71,7 @@ pub const FLUSH: u8 = 21;
 /// SEQS: `view u64, count u16, (node u16, seq u64)*`: the snapshot that follows covers these.
 pub const SEQS: u8 = 22;
 
-const LOCK_HEADER: usize = 2 + 8 + 4 + 2 + 2 + 2 + 1 + 2;
+const LOCK_HEADER: usize = 2 + 8 + 8 + 4 + 2 + 2 + 2 + 1 + 2;
 
 /// A symmetric message, decoded (borrowing the datagram). ACK and SNAP are msg.rs's.
 #[derive(Debug, PartialEq, Eq)]
@@ -89,6 +91,7 @@ pub enum SymMsg<'a> {
         inner: &'a [u8],
     },
     Lock {
+        view: u64,
         txn: u64,
         req: u32,
         part: u16,
@@ -154,7 +157,7 @@ impl<'a> SymMsg<'a> {
                 })
             }
             LOCK => {
-                let (txn, req) = (r.u64()?, r.u32()?);
+                let (view, txn, req) = (r.u64()?, r.u64()?, r.u32()?);
                 let (part, parts, segment) = (r.u16()?, r.u16()?, r.u16()?);
                 let write = r.u8()? != 0;
                 let count = r.u16()? as usize;
@@ -167,6 +170,7 @@ impl<'a> SymMsg<'a> {
                 let locks = r.take(count * 4)?;
                 r.finish()?;
                 Ok(SymMsg::Lock {
+                    view,
                     txn,
                     req,
                     part,
@@ -215,6 +219,7 @@ impl<'a> SymMsg<'a> {
 
 fn lock_msg(
     out: &mut Vec<u8>,
+    view: u64,
     (txn, req, part, parts): (u64, u32, u16, u16),
     segment: u16,
     write: bool,
@@ -224,6 +229,7 @@ fn lock_msg(
     let mut w = Writer::new(out);
     w.u8(MAGIC)
         .u8(LOCK)
+        .u64(view)
         .u64(txn)
         .u32(req)
         .u16(part)
@@ -508,7 +514,13 @@ impl SymNode {
         self.origins.get(origin as usize).map_or(0, |o| o.applied)
     }
 
-    /// Whether a commit is in flight or a lock held or asked here.
+    /// Commits in flight, open transactions, and remote transactions holding or asking
+    /// locks at this home.
+    pub fn open_counts(&self) -> (usize, usize, usize) {
+        (self.pending.len(), self.txns.len(), self.remote.len())
+    }
+
+    /// Whether no commit is in flight and no lock held or asked here.
     pub fn is_quiet(&self) -> bool {
         self.pending.is_empty() && self.txns.is_empty() && self.remote.is_empty()
     }
@@ -562,8 +574,10 @@ impl SymNode {
         if self.txns.len() >= self.cfg.txns_max {
             return Err(CrError::TooManyTxns);
         }
-        let id = (self.cfg.node as u64) << 48 | self.next_txn;
-        self.next_txn += 1;
+        // Unique across this node's incarnations too: a stale RELEASE names no new one.
+        let id =
+            (self.cfg.node as u64) << 48 | (self.cfg.incarnation & 0xFFFF) << 32 | self.next_txn;
+        self.next_txn = (self.next_txn + 1) & 0xFFFF_FFFF;
         self.txns.insert(
             id,
             Txn {
@@ -650,7 +664,14 @@ impl SymNode {
         let req = t.req;
         for (i, c) in ids.chunks(per).enumerate() {
             let mut m = Vec::new();
-            lock_msg(&mut m, (txn, req, i as u16, parts), r.segment, write, c);
+            lock_msg(
+                &mut m,
+                self.view,
+                (txn, req, i as u16, parts),
+                r.segment,
+                write,
+                c,
+            );
             self.out.push_back((home, m));
         }
         false
@@ -1239,6 +1260,7 @@ impl SymNode {
     fn on_locks(&mut self, from: NodeId, m: SymMsg<'_>) -> Option<()> {
         match m {
             SymMsg::Lock {
+                view,
                 txn,
                 req,
                 part,
@@ -1248,7 +1270,10 @@ impl SymNode {
                 locks,
             } => {
                 let g = self.segments.get(segment as usize)?;
-                if txn >> 48 != from as u64 || self.home_in(g.home, &self.live) != self.cfg.node {
+                if view != self.view
+                    || txn >> 48 != from as u64
+                    || self.home_in(g.home, &self.live) != self.cfg.node
+                {
                     return None;
                 }
                 let count = g.locks.len();
@@ -1279,6 +1304,9 @@ impl SymNode {
                             || w.locks.len() + ids.len() > LOCKS_PER_RANGE_MAX
                         {
                             rm.want = None;
+                            if rm.held.is_empty() {
+                                self.drop_remote(txn);
+                            }
                             return None;
                         }
                         w.locks.extend(ids);
@@ -1297,6 +1325,9 @@ impl SymNode {
                     }
                     _ => {
                         rm.want = None;
+                        if rm.held.is_empty() {
+                            self.drop_remote(txn);
+                        }
                         return None;
                     }
                 }
@@ -1420,7 +1451,8 @@ impl SymNode {
                 rc.seqs = seqs;
                 Some(())
             }
-            SymMsg::Write { .. } => {
+            // Held, in order, until the snapshot says which view this node is in.
+            SymMsg::Write { .. } | SymMsg::Lock { .. } | SymMsg::Release { .. } => {
                 if rc.held_bytes + bytes.len() > self.cfg.log_bytes * self.n {
                     return None;
                 }
@@ -1428,7 +1460,6 @@ impl SymNode {
                 rc.held.push_back((from, bytes.to_vec()));
                 Some(())
             }
-            SymMsg::Lock { .. } | SymMsg::Release { .. } => self.on_locks(from, m),
             SymMsg::Snap(s) => {
                 let (src, view) = rc.source?;
                 if from != src || s.nonce != view {
@@ -1691,9 +1722,12 @@ mod tests {
         }
         // Out of protocol: a lock id past the segment's, a txn not of the sender's.
         let mut m = Vec::new();
-        lock_msg(&mut m, (t, 9, 0, 1), 0, true, &[100]);
+        lock_msg(&mut m, 0, (t, 9, 0, 1), 0, true, &[100]);
         net.nodes[0].handle_message(1, &m);
-        lock_msg(&mut m, (5, 9, 0, 1), 0, true, &[1]);
+        lock_msg(&mut m, 0, (5, 9, 0, 1), 0, true, &[1]);
+        net.nodes[0].handle_message(1, &m);
+        // A request of another view.
+        lock_msg(&mut m, 7, (t, 9, 0, 1), 0, true, &[1]);
         net.nodes[0].handle_message(1, &m);
         // A node that does not exist, a range past the segment.
         net.nodes[0].handle_message(9, &msgs[0]);
@@ -1702,7 +1736,7 @@ mod tests {
         b.range(0, 998, b"abcd");
         b.finish();
         net.nodes[0].handle_message(1, &envelope(SWRITE, &0u64.to_le_bytes(), &w));
-        assert_eq!(net.nodes[0].counters().refused, refused + 4);
+        assert_eq!(net.nodes[0].counters().refused, refused + 5);
         assert_eq!(net.nodes[0].segment(0).unwrap()[998..], [0, 0]);
     }
 
