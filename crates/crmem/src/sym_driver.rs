@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use txcast_port::{ModuleHost, ModuleHostError};
+use txcast_port::{Engine, ModuleHost, ModuleHostError, Port, PortConfig};
 use txcast_proto::module::{
     Context, Control, Instruction, Module, ModuleError, ModuleId, Registration,
 };
@@ -212,6 +212,32 @@ impl SymCrmem {
             return Err(SymCrmemError::BadConfig);
         }
         let host = ModuleHost::open(cfg.nodes[cfg.me as usize])?;
+        SymCrmem::on_host(host, cfg, segments)
+    }
+
+    /// [`SymCrmem::open`] on an engine of the caller's (e.g. one that parks at once when
+    /// idle, for processes that share few cores).
+    pub fn open_on(
+        engine: &Engine,
+        cfg: SymCrmemConfig,
+        segments: &[(usize, LockMapping, NodeId)],
+    ) -> Result<SymCrmem, SymCrmemError> {
+        let n = cfg.nodes.len();
+        if cfg.me as usize >= n || segments.iter().any(|s| s.2 as usize >= n) {
+            return Err(SymCrmemError::BadConfig);
+        }
+        let port = Port::open_on(engine, cfg.nodes[cfg.me as usize], PortConfig::default())
+            .map_err(|e| SymCrmemError::Host(ModuleHostError::Port(e)))?;
+        let host = ModuleHost::serve(port).map_err(|(e, _)| SymCrmemError::Host(e))?;
+        SymCrmem::on_host(host, cfg, segments)
+    }
+
+    fn on_host(
+        host: ModuleHost,
+        cfg: SymCrmemConfig,
+        segments: &[(usize, LockMapping, NodeId)],
+    ) -> Result<SymCrmem, SymCrmemError> {
+        let n = cfg.nodes.len();
         let core = Config {
             node: cfg.me,
             incarnation: host.incarnation(),
