@@ -184,7 +184,7 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
     let plan = Plan {
         steps_max: Some(STEPS_MAX),
         buf_bytes: cfg.packet_bytes_max,
-        replay: " --config symmetric".into(),
+        replay: format!(" --config symmetric --nodes {n}"),
         ..Plan::event(
             "crmem",
             seed,
@@ -294,7 +294,14 @@ impl SymWorld {
                 Step::Take(i) if i < cl.order.len() => {
                     let (s, off, len) = cl.order[i];
                     let mode = if cl.audit { Mode::Read } else { Mode::Write };
-                    match self.nodes[k].cr.set_range(txn, s, off, len, mode) {
+                    let got = self.nodes[k].cr.set_range(txn, s, off, len, mode);
+                    if run.trace > 1 {
+                        eprintln!(
+                            "{:>10} client {c}: set_range {i} of {txn} (segment {s}): {got:?}",
+                            run.ns()
+                        );
+                    }
+                    match got {
                         Ok(Lock::Granted) => {
                             cl.step = Step::Take(i + 1);
                             if self.rng.chance(0.7) {
@@ -306,7 +313,12 @@ impl SymWorld {
                             cl.step = Step::Wait(i);
                             return Ok(());
                         }
-                        Err(e) => return Err(run.fail(format!("set_range refused: {e}"))),
+                        // Aborted since its last event (a view change): the Aborted
+                        // event that follows resets the client.
+                        Err(CrError::UnknownTxn) => return Ok(()),
+                        Err(e) => return Err(run.fail(format!(
+                            "set_range of client {c}'s transaction {txn} at node {k} refused: {e}"
+                        ))),
                     }
                 }
                 Step::Take(_) => return self.finish_txn(run, c, txn),

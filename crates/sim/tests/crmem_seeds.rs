@@ -76,6 +76,9 @@ fn symmetric_regression_seeds() {
     // took a RELEASE before the request it released, held until its snapshot.
     run_crmem(25, &symmetric(2)).unwrap_or_else(|v| panic!("{v}"));
     run_crmem(22, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+    // 4580 (4 nodes): a grant filed, then the transaction rolled back by a view change
+    // before the client saw the grant; the client must wait for the abort.
+    run_crmem(4580, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
 }
 
 #[test]
