@@ -3,12 +3,17 @@
 //! replicated on other nodes, in the LRVM model (`begin`, `set_range`, `commit`, `abort`),
 //! with lock-mapping functions for concurrency and a replicated commit log.
 //!
-//! The core is sans-IO ([`Node`]); [`Crmem`] runs it on txcast's extension modules.
+//! Two configurations, chosen per database: mirror ([`Node`]: one primary runs the
+//! transactions) and symmetric ([`SymNode`]: transactions on every node, locks at each
+//! segment's home node). The cores are sans-IO; [`Crmem`] and
+//! [`SymCrmem`] run them on txcast's extension modules.
 
 pub mod driver;
 pub mod lock;
 pub mod msg;
 pub mod node;
+pub mod sym_driver;
+pub mod symmetric;
 
 pub use driver::{Crmem, CrmemConfig, CrmemError};
 pub use lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
@@ -16,3 +21,5 @@ pub use node::{
     AbortReason, Config, Counters, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId,
     TxnId, MESSAGE_BYTES_MAX, SEGMENTS_MAX,
 };
+pub use sym_driver::{SymCrmem, SymCrmemConfig, SymCrmemError};
+pub use symmetric::{Phase, SymAbort, SymEvent, SymNode, LOCKS_PER_MESSAGE};

@@ -145,6 +145,8 @@ pub enum CrError {
     TooLarge,
     #[error("segment limits: at most {SEGMENTS_MAX} segments of at most 4 GiB, a valid mapping")]
     BadSegment,
+    #[error("the node is recovering or changing its view: no transaction may start")]
+    NotServing,
 }
 
 /// What a node counted.
@@ -980,11 +982,20 @@ impl Node {
 
 /// How many WRITE parts the ranges take, and the bytes of the commit record.
 fn plan_parts(writes: &[SetRange], room: usize, message_bytes: usize) -> (usize, usize) {
+    plan_lens(writes.iter().map(|r| r.len), room, message_bytes)
+}
+
+/// [`plan_parts`] for ranges of these lengths.
+pub(crate) fn plan_lens(
+    lens: impl Iterator<Item = u32>,
+    room: usize,
+    message_bytes: usize,
+) -> (usize, usize) {
     let mut parts = 1usize;
     let mut used = WRITE_HEADER;
     let mut bytes = 0usize;
-    for r in writes {
-        let mut left = r.len as usize;
+    for len in lens {
+        let mut left = len as usize;
         while left > 0 {
             if used + RANGE_HEADER >= message_bytes {
                 parts += 1;

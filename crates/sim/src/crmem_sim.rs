@@ -27,19 +27,19 @@ use txcast_proto::link::{LinkConfig, LinkSendError};
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 
-const ACCOUNTS: u32 = 1000;
-const TELLERS: u32 = 64;
-const BRANCHES: u32 = 8;
-const HISTORY: u32 = 100;
-const RECORD: u32 = 100;
-const HISTORY_RECORD: u32 = 50;
+pub(crate) const ACCOUNTS: u32 = 1000;
+pub(crate) const TELLERS: u32 = 64;
+pub(crate) const BRANCHES: u32 = 8;
+pub(crate) const HISTORY: u32 = 100;
+pub(crate) const RECORD: u32 = 100;
+pub(crate) const HISTORY_RECORD: u32 = 50;
 /// The history ring's tail: count of transactions, then their total.
-const TAIL: u32 = HISTORY * HISTORY_RECORD;
-const ACC: SegmentId = 0;
-const TEL: SegmentId = 1;
-const BR: SegmentId = 2;
-const HIST: SegmentId = 3;
-const STEPS_MAX: u64 = 20_000_000;
+pub(crate) const TAIL: u32 = HISTORY * HISTORY_RECORD;
+pub(crate) const ACC: SegmentId = 0;
+pub(crate) const TEL: SegmentId = 1;
+pub(crate) const BR: SegmentId = 2;
+pub(crate) const HIST: SegmentId = 3;
+pub(crate) const STEPS_MAX: u64 = 20_000_000;
 
 /// Knobs of one CRMem simulation.
 #[derive(Clone, Debug)]
@@ -53,6 +53,8 @@ pub struct CrmemSimOptions {
     pub faults: bool,
     pub partitions: bool,
     pub clogs: bool,
+    /// The symmetric configuration (crmem_sym_sim.rs) instead of the mirror.
+    pub symmetric: bool,
 }
 
 impl Default for CrmemSimOptions {
@@ -65,6 +67,7 @@ impl Default for CrmemSimOptions {
             faults: true,
             partitions: true,
             clogs: true,
+            symmetric: false,
         }
     }
 }
@@ -90,18 +93,18 @@ pub struct CrmemSimReport {
 
 /// A committed transaction's effect, to replay.
 #[derive(Clone, Copy, Debug)]
-struct Delta {
-    account: u32,
-    teller: u32,
-    branch: u32,
-    amount: i64,
+pub(crate) struct Delta {
+    pub account: u32,
+    pub teller: u32,
+    pub branch: u32,
+    pub amount: i64,
 }
 
-fn i64_at(m: &[u8], at: u32) -> i64 {
+pub(crate) fn i64_at(m: &[u8], at: u32) -> i64 {
     i64::from_le_bytes(m[at as usize..at as usize + 8].try_into().expect("8 bytes"))
 }
 
-fn add_i64(m: &mut [u8], at: u32, d: i64) {
+pub(crate) fn add_i64(m: &mut [u8], at: u32, d: i64) {
     let v = i64_at(m, at).wrapping_add(d);
     m[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
 }
@@ -129,7 +132,7 @@ fn segments(n: &mut Node) {
 }
 
 /// The four segments after replaying `deltas` from zero.
-fn replay(deltas: &[Delta]) -> [Vec<u8>; 4] {
+pub(crate) fn replay(deltas: &[Delta]) -> [Vec<u8>; 4] {
     let mut s = [
         vec![0u8; (ACCOUNTS * RECORD) as usize],
         vec![0u8; (TELLERS * RECORD) as usize],
@@ -149,7 +152,7 @@ fn replay(deltas: &[Delta]) -> [Vec<u8>; 4] {
     s
 }
 
-fn write_history(h: &mut [u8], slot: u32, d: &Delta) {
+pub(crate) fn write_history(h: &mut [u8], slot: u32, d: &Delta) {
     let s = slot as usize;
     h[s..s + 8].copy_from_slice(&d.amount.to_le_bytes());
     h[s + 8..s + 12].copy_from_slice(&d.account.to_le_bytes());
@@ -274,6 +277,9 @@ struct CrmemWorld {
 
 /// Runs one seed: its report, or the first rule broken.
 pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Violation> {
+    if opts.symmetric {
+        return crate::crmem_sym_sim::run_symmetric(seed, opts);
+    }
     let mut rng = Rng::new(seed);
     let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
     let cfg = LinkConfig {
@@ -782,7 +788,7 @@ impl World for CrmemWorld {
     }
 }
 
-fn add_counters(a: &mut Counters, b: &Counters) {
+pub(crate) fn add_counters(a: &mut Counters, b: &Counters) {
     a.begun += b.begun;
     a.committed += b.committed;
     a.aborted += b.aborted;

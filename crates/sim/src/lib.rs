@@ -10,6 +10,7 @@
 //! node setup, workload and checkers (`*_sim.rs`).
 
 pub mod crmem_sim;
+pub mod crmem_sym_sim;
 pub mod engine_sim;
 pub mod faults;
 pub mod frag_sim;

@@ -212,6 +212,17 @@ struct CrmemArgs {
     /// Transactions per client
     #[arg(long, default_value_t = CrmemSimOptions::default().txns_per_client)]
     txns: u32,
+    /// The configuration: mirror (one primary) or symmetric (transactions on every node,
+    /// 2 to 4 nodes)
+    #[arg(long, value_enum, default_value_t = CrmemConfigArg::Mirror)]
+    config: CrmemConfigArg,
+}
+
+/// A CRMem configuration, for `txcast sim crmem --config`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum CrmemConfigArg {
+    Mirror,
+    Symmetric,
 }
 
 /// The options of `txcast sim raid`.
@@ -616,6 +627,7 @@ fn crmem(a: &CrmemArgs) -> i32 {
     let mut opts = CrmemSimOptions {
         nodes: a.nodes.clamp(2, 5),
         txns_per_client: a.txns,
+        symmetric: a.config == CrmemConfigArg::Symmetric,
         ..CrmemSimOptions::default()
     };
     (opts.faults, opts.partitions, opts.clogs) = c.faults();

@@ -1,4 +1,5 @@
-//! `txcast bench crmem`: CRMem in the mirror configuration (Roşu & Schwan §3.6), the primary
+//! `txcast bench crmem`: CRMem in the mirror configuration (`--config symmetric`:
+//! crmem_sym.rs) (Roşu & Schwan §3.6), the primary
 //! in this process and one backup in a partner process at another site (UDP and the
 //! reliable link on loopback), remote operations on the engine's extension modules (the
 //! paper's *CoProcessor* implementation).
@@ -88,6 +89,20 @@ pub struct Args {
     /// JSON lines on stdout (one per point), the human table on stderr
     #[arg(long)]
     pub json: bool,
+    /// The configuration: mirror (primary here, one backup in a partner process) or
+    /// symmetric (TpcB on every node, one process each; sections other than tpcb ignored)
+    #[arg(long, value_enum, default_value_t = Config::Mirror)]
+    pub config: Config,
+    /// Node counts of the symmetric configuration (2 to 8)
+    #[arg(long, value_delimiter = ',', default_values_t = [2, 4], value_parser = parse_u64)]
+    pub nodes: Vec<u64>,
+}
+
+/// A CRMem configuration (`--config`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Config {
+    Mirror,
+    Symmetric,
 }
 
 fn plan(o: &Args) -> Result<Plan, String> {
@@ -191,6 +206,13 @@ pub fn run(args: &Args) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    if args.config == Config::Symmetric {
+        let nodes = match plan_or_exit("crmem", usize_list_in("nodes", &args.nodes, 2..=8)) {
+            Ok(n) => n,
+            Err(code) => return code,
+        };
+        return super::crmem_sym::run(&nodes, &plan.parallel, plan.seconds);
+    }
     match bench(&plan) {
         Ok(()) => 0,
         Err(e) => {

@@ -8,6 +8,7 @@
 
 pub mod burst;
 pub mod crmem;
+pub mod crmem_sym;
 pub mod dc;
 pub mod group;
 pub mod long;
@@ -70,7 +71,8 @@ pub enum Bench {
     /// round trip, module stream rate, the Appendix B multicast program
     Modules(modules::Args),
     /// CRMem (paper 004 §3), mirror with one backup in another process: commit latency;
-    /// synthetic and TpcB transactions per second by parallelism (Figures 7 and 8)
+    /// synthetic and TpcB transactions per second by parallelism (Figures 7 and 8);
+    /// `--config symmetric`: TpcB on 2 and 4 nodes, one process each
     Crmem(crmem::Args),
     /// PostgreSQL's pgbench (TPC-B-like) on a throwaway cluster, fsync and synchronous
     /// commit on, optionally with a synchronous streaming standby; skipped without PostgreSQL
@@ -120,6 +122,7 @@ pub fn child(args: &[String]) -> i32 {
         Some("burst") => burst::child(&args[1..]),
         Some("modules") => modules::child(&args[1..]),
         Some("crmem") => crmem::child(&args[1..]),
+        Some("crmem-sym") => crmem_sym::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;

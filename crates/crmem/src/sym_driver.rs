@@ -1,0 +1,421 @@
+//! CRMem's symmetric configuration on txcast's extension modules: a module on each node's
+//! engine loop takes the other nodes' messages (lock requests at this home, grants, remote
+//! atomic writes, acknowledgements, releases, view-change flushes, snapshots) and answers
+//! with no application thread involved; the application runs transactions on its own
+//! threads against the same [`SymNode`], reading and writing its replica in place.
+//!
+//! The node sits behind one mutex shared by the application's threads and the engine's;
+//! a thread that waits (for a remote grant, for a commit to complete) parks and is unparked
+//! by the module when the outcome is filed, so waiting threads use no CPU.
+//!
+//! Membership is the caller's: [`SymCrmem::view_change`] tells this node of a new view (every
+//! member is told the same view number and live set, e.g. by a group membership service);
+//! this driver has no failure detector of its own.
+
+use crate::lock::LockMapping;
+use crate::node::{Config, CrError, Lock, Mode, NodeId, SegmentId, TxnId};
+use crate::symmetric::{Phase, SymAbort, SymEvent, SymNode};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use txcast_port::{Engine, ModuleHost, ModuleHostError, Port, PortConfig};
+use txcast_proto::module::{
+    Context, Control, Instruction, Module, ModuleError, ModuleId, Registration,
+};
+use txcast_proto::time::Instant;
+use txcast_proto::Address;
+
+/// The instruction that makes the module send what the node queued.
+pub const SYM_FLUSH: u16 = 1;
+/// The control-message type of symmetric CRMem's messages.
+pub const SYM_CONTROL: u16 = 0x4354;
+const TIMER_NODE: u64 = 2;
+const TIMER_MORE: u64 = 3;
+/// Notices kept for [`SymCrmem::notices`] at most (the oldest go).
+const NOTICES_MAX: usize = 256;
+
+/// How a node of a symmetric CRMem database is set up.
+#[derive(Clone, Debug)]
+pub struct SymCrmemConfig {
+    pub module: ModuleId,
+    pub key: u64,
+    /// Every node's module-host address; a node's id is its index.
+    pub nodes: Vec<Address>,
+    pub me: NodeId,
+    /// A restarted node: it waits for a snapshot (sent when the others admit it with a
+    /// view change) before it serves.
+    pub recover: bool,
+    pub core: Config,
+}
+
+impl SymCrmemConfig {
+    pub fn new(nodes: Vec<Address>, me: NodeId) -> SymCrmemConfig {
+        SymCrmemConfig {
+            module: 21,
+            key: 0xc7e4,
+            nodes,
+            me,
+            recover: false,
+            core: Config::default(),
+        }
+    }
+}
+
+/// Why a symmetric CRMem call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SymCrmemError {
+    #[error(transparent)]
+    Core(#[from] CrError),
+    #[error("module host: {0}")]
+    Host(#[from] ModuleHostError),
+    #[error("the transaction was aborted: its locks did not come by its deadline")]
+    LockTimeout,
+    #[error("the transaction was aborted by a view change")]
+    ViewChange,
+    #[error("no outcome in time")]
+    Timeout,
+    #[error("this node's id is not in the node list, or a segment's home is not")]
+    BadConfig,
+}
+
+struct State {
+    node: SymNode,
+    outcomes: HashMap<TxnId, SymEvent>,
+    waiters: HashMap<TxnId, std::thread::Thread>,
+    /// Transactions whose waiter gave up: their outcome is not kept.
+    abandoned: HashSet<TxnId>,
+    notices: VecDeque<SymEvent>,
+    outq: VecDeque<(NodeId, Vec<u8>)>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    flush_posted: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct SymModule {
+    shared: Arc<Shared>,
+    nodes: Vec<Address>,
+}
+
+impl SymModule {
+    /// Sends what the node queued, files its events, arms its deadline.
+    fn drain(&self, cx: &mut Context<'_>, st: &mut State) {
+        while let Some(m) = st.node.poll_transmit() {
+            st.outq.push_back(m);
+        }
+        while let Some((to, m)) = st.outq.front() {
+            match cx.send(self.nodes[*to as usize], SYM_CONTROL, m) {
+                Ok(()) => {
+                    st.outq.pop_front();
+                }
+                Err(ModuleError::Budget) | Err(ModuleError::OutboxFull) => {
+                    let _ = cx.arm(cx.now(), TIMER_MORE);
+                    break;
+                }
+                Err(_) => {
+                    st.outq.pop_front();
+                }
+            }
+        }
+        while let Some(e) = st.node.poll_event() {
+            match e {
+                SymEvent::Granted(t) | SymEvent::Committed(t) | SymEvent::Aborted(t, _) => {
+                    if st.abandoned.remove(&t) {
+                        continue;
+                    }
+                    st.outcomes.insert(t, e);
+                    if let Some(w) = st.waiters.remove(&t) {
+                        w.unpark();
+                    }
+                }
+                other => {
+                    if st.notices.len() >= NOTICES_MAX {
+                        st.notices.pop_front();
+                    }
+                    st.notices.push_back(other);
+                }
+            }
+        }
+        if let Some(t) = st.node.poll_timeout() {
+            let _ = cx.arm(t, TIMER_NODE);
+        }
+    }
+}
+
+impl Module for SymModule {
+    fn registration(&self) -> Registration {
+        Registration {
+            name: "crmem-symmetric",
+            instructions: &[SYM_FLUSH],
+            controls: &[SYM_CONTROL],
+        }
+    }
+
+    fn on_instruction(&mut self, cx: &mut Context<'_>, ins: Instruction<'_>) {
+        let shared = self.shared.clone();
+        if ins.ty == SYM_FLUSH {
+            shared.flush_posted.store(false, Ordering::SeqCst);
+        }
+        let mut st = shared.lock();
+        self.drain(cx, &mut st);
+        let _ = cx.complete(ins.id, 0, &[]);
+    }
+
+    fn on_control(&mut self, cx: &mut Context<'_>, msg: Control<'_>) {
+        let Some(from) = self.nodes.iter().position(|&n| n == msg.from) else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        if msg.ty == SYM_CONTROL {
+            st.node.handle_message(from as NodeId, msg.body);
+        }
+        self.drain(cx, &mut st);
+    }
+
+    fn on_timeout(&mut self, cx: &mut Context<'_>, token: u64) {
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        if token == TIMER_NODE {
+            st.node.handle_timeout(cx.now());
+        }
+        self.drain(cx, &mut st);
+    }
+}
+
+/// A node of a symmetric CRMem database: its module host, the module, the application's
+/// calls.
+pub struct SymCrmem {
+    host: ModuleHost,
+    shared: Arc<Shared>,
+    module: ModuleId,
+    key: u64,
+}
+
+impl SymCrmem {
+    /// Opens the node: a module host at `cfg.nodes[cfg.me]`, the segments (size, mapping,
+    /// home node; the same on every node, in the same order), the module loaded.
+    pub fn open(
+        cfg: SymCrmemConfig,
+        segments: &[(usize, LockMapping, NodeId)],
+    ) -> Result<SymCrmem, SymCrmemError> {
+        let n = cfg.nodes.len();
+        if cfg.me as usize >= n || segments.iter().any(|s| s.2 as usize >= n) {
+            return Err(SymCrmemError::BadConfig);
+        }
+        let host = ModuleHost::open(cfg.nodes[cfg.me as usize])?;
+        SymCrmem::on_host(host, cfg, segments)
+    }
+
+    /// [`SymCrmem::open`] on an engine of the caller's (e.g. one that parks at once when
+    /// idle, for processes that share few cores).
+    pub fn open_on(
+        engine: &Engine,
+        cfg: SymCrmemConfig,
+        segments: &[(usize, LockMapping, NodeId)],
+    ) -> Result<SymCrmem, SymCrmemError> {
+        let n = cfg.nodes.len();
+        if cfg.me as usize >= n || segments.iter().any(|s| s.2 as usize >= n) {
+            return Err(SymCrmemError::BadConfig);
+        }
+        let port = Port::open_on(engine, cfg.nodes[cfg.me as usize], PortConfig::default())
+            .map_err(|e| SymCrmemError::Host(ModuleHostError::Port(e)))?;
+        let host = ModuleHost::serve(port).map_err(|(e, _)| SymCrmemError::Host(e))?;
+        SymCrmem::on_host(host, cfg, segments)
+    }
+
+    fn on_host(
+        host: ModuleHost,
+        cfg: SymCrmemConfig,
+        segments: &[(usize, LockMapping, NodeId)],
+    ) -> Result<SymCrmem, SymCrmemError> {
+        let n = cfg.nodes.len();
+        let core = Config {
+            node: cfg.me,
+            incarnation: host.incarnation(),
+            ..cfg.core.clone()
+        };
+        let mut node = SymNode::new(core, n, cfg.recover);
+        for (bytes, mapping, home) in segments {
+            node.add_segment(*bytes, mapping.clone(), *home)?;
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                node,
+                outcomes: HashMap::new(),
+                waiters: HashMap::new(),
+                abandoned: HashSet::new(),
+                notices: VecDeque::new(),
+                outq: VecDeque::new(),
+            }),
+            flush_posted: AtomicBool::new(false),
+        });
+        host.load(
+            cfg.module,
+            cfg.key,
+            SymModule {
+                shared: shared.clone(),
+                nodes: cfg.nodes.clone(),
+            },
+        )?;
+        Ok(SymCrmem {
+            host,
+            shared,
+            module: cfg.module,
+            key: cfg.key,
+        })
+    }
+
+    pub fn host(&self) -> &ModuleHost {
+        &self.host
+    }
+
+    fn flush(&self) -> Result<(), SymCrmemError> {
+        if !self.shared.flush_posted.swap(true, Ordering::SeqCst) {
+            if let Err(e) = self.host.post(self.module, self.key, SYM_FLUSH, &[]) {
+                self.shared.flush_posted.store(false, Ordering::SeqCst);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.shared.lock().node.phase()
+    }
+
+    /// Home moves, lost nodes, the end of view changes and recovery, since the last call.
+    pub fn notices(&self) -> Vec<SymEvent> {
+        self.shared.lock().notices.drain(..).collect()
+    }
+
+    pub fn counters(&self) -> crate::node::Counters {
+        self.shared.lock().node.counters().clone()
+    }
+
+    /// A copy of a segment as it is now.
+    pub fn snapshot_segment(&self, s: SegmentId) -> Option<Vec<u8>> {
+        self.shared.lock().node.segment(s).map(|m| m.to_vec())
+    }
+
+    /// The view is `live` now (see [`SymNode::view_change`]).
+    pub fn view_change(
+        &self,
+        view: u64,
+        live: &[NodeId],
+        joining: Option<NodeId>,
+    ) -> Result<(), SymCrmemError> {
+        self.shared.lock().node.view_change(view, live, joining);
+        self.flush()
+    }
+
+    /// Starts a transaction whose locks, here and at the homes, must come within
+    /// `lock_timeout`.
+    pub fn begin(&self, lock_timeout: Duration) -> Result<TxnId, SymCrmemError> {
+        let deadline = Instant(self.host.now().0 + lock_timeout.as_nanos() as u64);
+        Ok(self.shared.lock().node.begin(deadline)?)
+    }
+
+    /// Declares a range: takes its locks here and at the segment's home, waiting up to the
+    /// transaction's deadline ([`SymCrmemError::LockTimeout`] past it).
+    pub fn set_range(
+        &self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        mode: Mode,
+    ) -> Result<(), SymCrmemError> {
+        let r = self
+            .shared
+            .lock()
+            .node
+            .set_range(txn, segment, offset, len, mode)?;
+        if r == Lock::Granted {
+            return Ok(());
+        }
+        // The module sends the request, arms the deadline, and files the outcome.
+        self.flush()?;
+        match self.wait(txn, Duration::from_secs(3600))? {
+            SymEvent::Granted(_) => Ok(()),
+            SymEvent::Aborted(_, SymAbort::ViewChange) => Err(SymCrmemError::ViewChange),
+            _ => Err(SymCrmemError::LockTimeout),
+        }
+    }
+
+    pub fn read<R>(
+        &self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, SymCrmemError> {
+        let st = self.shared.lock();
+        Ok(f(st.node.range(txn, segment, offset, len)?))
+    }
+
+    pub fn write<R>(
+        &self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, SymCrmemError> {
+        let mut st = self.shared.lock();
+        Ok(f(st.node.range_mut(txn, segment, offset, len)?))
+    }
+
+    pub fn abort(&self, txn: TxnId) -> Result<(), SymCrmemError> {
+        self.shared.lock().node.abort(txn)?;
+        self.flush()
+    }
+
+    /// Commits: returns once every live node holds the transaction (its commit number at
+    /// this node), or fails after `timeout` (the commit goes on; its outcome is dropped).
+    pub fn commit(&self, txn: TxnId, timeout: Duration) -> Result<u64, SymCrmemError> {
+        let seq = self.shared.lock().node.commit(txn)?;
+        self.flush()?;
+        match self.wait(txn, timeout) {
+            Ok(SymEvent::Committed(_)) => Ok(seq),
+            Ok(SymEvent::Aborted(_, SymAbort::ViewChange)) => Err(SymCrmemError::ViewChange),
+            Ok(_) => Err(SymCrmemError::Timeout),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Parks until the module files `txn`'s outcome, or `timeout`.
+    fn wait(&self, txn: TxnId, timeout: Duration) -> Result<SymEvent, SymCrmemError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            {
+                let mut st = self.shared.lock();
+                if let Some(e) = st.outcomes.remove(&txn) {
+                    st.waiters.remove(&txn);
+                    return Ok(e);
+                }
+                st.waiters.insert(txn, std::thread::current());
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                let mut st = self.shared.lock();
+                st.waiters.remove(&txn);
+                if let Some(e) = st.outcomes.remove(&txn) {
+                    return Ok(e);
+                }
+                st.abandoned.insert(txn);
+                return Err(SymCrmemError::Timeout);
+            }
+            std::thread::park_timeout(left);
+        }
+    }
+}

@@ -1,0 +1,1843 @@
+//! One CRMem node in the symmetric configuration (Roşu & Schwan, *Support for Recoverable
+//! Memory in the Distributed Virtual Communication Machine*, §3), sans-IO: transactions run on
+//! every node; every node holds a replica of every segment and backs up every other.
+//!
+//! **Locks.** Every segment has a home node (configured per segment; when it is not in the
+//! view, the next live node after it). `set_range` maps the range to its locks and takes them
+//! in this node's lock table, then, when the home is another node, asks the home for them in
+//! one batched LOCK request (at most [`LOCKS_PER_MESSAGE`] locks a message; a larger set is cut
+//! into parts the home assembles and takes all or none). The home's table is shared by its
+//! own transactions and the remote holders. A wait, local or remote, past the transaction's
+//! deadline aborts it with [`SymAbort::LockTimeout`]; the home forgets the request when the
+//! RELEASE comes.
+//!
+//! **Commit.** The write set goes to every other live node as a remote atomic write (SWRITE
+//! parts, applied only when the last has come, acknowledged); every node's commit log is thus
+//! replicated on all the others. All, not one: every replica must hold every write before a
+//! conflicting transaction elsewhere may read it, so the write set reaches every node anyway,
+//! and any survivor can then complete a dead node's log. The commit completes (in this node's
+//! log order) when every live node has acknowledged it; only then are its locks released,
+//! here and at the homes. A transaction granted a lock thus finds every write made under it
+//! in its own replica already (the writer's SWRITE reached it before the writer's RELEASE
+//! reached the home).
+//!
+//! **Replicated logs.** Each node keeps, per origin, the commits it applied that the origin
+//! has not yet declared complete everywhere (each SWRITE carries the origin's complete mark),
+//! bounded by the log size.
+//!
+//! **View changes** ([`SymNode::view_change`], told by the failure detector on every member):
+//! open transactions are aborted ([`SymAbort::ViewChange`]); a dead node's locks at the homes
+//! are freed; each survivor relays to every other the dead node's commits it holds, so all
+//! reach the same prefix of the dead node's log; each then waits for its own commits to
+//! complete and sends FLUSH; when a node has every member's FLUSH, no commit is in flight and
+//! every lock is free, so the homes may move ([`SymEvent::HomeMoved`]) and it serves again
+//! ([`SymEvent::Ready`]). A restarted node joins through a view change: when the barrier
+//! ends, the lowest surviving member sends it every segment and the commit number it covers
+//! per origin (SEQS, then SNAP pieces); commits that reach it first are held and applied
+//! after. It serves once the snapshot is in ([`SymEvent::Recovered`]).
+
+use crate::lock::{LockId, LockMapping, LockTable, LOCKS_PER_RANGE_MAX};
+use crate::msg::{self, Msg, MsgError, WriteBuilder, MAGIC, RANGE_HEADER, WRITE_HEADER};
+use crate::node::{
+    plan_lens, Config, Counters, CrError, Lock, Mode, NodeId, SegmentId, TxnId, MESSAGE_BYTES_MAX,
+    SEGMENTS_MAX,
+};
+use std::collections::{HashMap, VecDeque};
+use txcast_proto::codec::{Reader, Writer};
+use txcast_proto::time::Instant;
+
+/// Locks one LOCK message names at most (the paper's implementation: 39, what fit in its
+/// control message); fewer when the configured message size is smaller.
+pub const LOCKS_PER_MESSAGE: usize = 39;
+/// Nodes of a symmetric database at most.
+pub const NODES_MAX: usize = 64;
+/// What a commit costs the log at least (a read-only one, which ships nothing).
+const PENDING_COST: usize = 64;
+
+/// SWRITE: `durable u64` then a whole WRITE part (msg.rs): a part of the sender's commit.
+pub const SWRITE: u8 = 16;
+/// RELAY: `origin u16` then a whole WRITE part: a dead origin's commit, passed on.
+pub const RELAY: u8 = 17;
+/// LOCK: `view u64, txn u64, req u32, part u16, parts u16, segment u16, write u8, count u16`,
+/// locks. A home takes requests of its own view only (a request of an earlier view, or to
+/// an earlier process of the home, was released with that view).
+pub const LOCK: u8 = 18;
+/// GRANT: `txn u64, req u32`.
+pub const GRANT: u8 = 19;
+/// RELEASE: `txn u64`: every lock the transaction holds or asked at this home.
+pub const RELEASE: u8 = 20;
+/// FLUSH: `view u64`: the sender's commits are complete and its relays sent.
+pub const FLUSH: u8 = 21;
+/// SEQS: `view u64, count u16, (node u16, seq u64)*`: the snapshot that follows covers these.
+pub const SEQS: u8 = 22;
+
+const LOCK_HEADER: usize = 2 + 8 + 8 + 4 + 2 + 2 + 2 + 1 + 2;
+
+/// A symmetric message, decoded (borrowing the datagram). ACK and SNAP are msg.rs's.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SymMsg<'a> {
+    Write {
+        durable: u64,
+        seq: u64,
+        part: u16,
+        parts: u16,
+        inner: &'a [u8],
+    },
+    Relay {
+        origin: u16,
+        seq: u64,
+        part: u16,
+        parts: u16,
+        inner: &'a [u8],
+    },
+    Lock {
+        view: u64,
+        txn: u64,
+        req: u32,
+        part: u16,
+        parts: u16,
+        segment: u16,
+        write: bool,
+        locks: &'a [u8],
+    },
+    Grant {
+        txn: u64,
+        req: u32,
+    },
+    Release {
+        txn: u64,
+    },
+    Flush {
+        view: u64,
+    },
+    Seqs {
+        view: u64,
+        seqs: Vec<(NodeId, u64)>,
+    },
+    Ack {
+        seq: u64,
+    },
+    Snap(msg::SnapPiece<'a>),
+}
+
+impl<'a> SymMsg<'a> {
+    pub fn parse(b: &'a [u8]) -> Result<SymMsg<'a>, MsgError> {
+        let mut r = Reader::new(b);
+        r.need(2)?;
+        if r.u8()? != MAGIC {
+            return Err(MsgError::Magic);
+        }
+        let inner_write = |inner: &'a [u8]| match Msg::parse(inner)? {
+            Msg::Write(w) => Ok((w.seq, w.part, w.parts)),
+            _ => Err(MsgError::Kind(inner.get(1).copied().unwrap_or(0))),
+        };
+        match r.u8()? {
+            SWRITE => {
+                let durable = r.u64()?;
+                let inner = r.rest();
+                let (seq, part, parts) = inner_write(inner)?;
+                Ok(SymMsg::Write {
+                    durable,
+                    seq,
+                    part,
+                    parts,
+                    inner,
+                })
+            }
+            RELAY => {
+                let origin = r.u16()?;
+                let inner = r.rest();
+                let (seq, part, parts) = inner_write(inner)?;
+                Ok(SymMsg::Relay {
+                    origin,
+                    seq,
+                    part,
+                    parts,
+                    inner,
+                })
+            }
+            LOCK => {
+                let (view, txn, req) = (r.u64()?, r.u64()?, r.u32()?);
+                let (part, parts, segment) = (r.u16()?, r.u16()?, r.u16()?);
+                let write = r.u8()? != 0;
+                let count = r.u16()? as usize;
+                if parts == 0 || part >= parts {
+                    return Err(MsgError::Part { part, parts });
+                }
+                if count > LOCKS_PER_MESSAGE {
+                    return Err(MsgError::RangeTruncated);
+                }
+                let locks = r.take(count * 4)?;
+                r.finish()?;
+                Ok(SymMsg::Lock {
+                    view,
+                    txn,
+                    req,
+                    part,
+                    parts,
+                    segment,
+                    write,
+                    locks,
+                })
+            }
+            GRANT => {
+                let (txn, req) = (r.u64()?, r.u32()?);
+                r.finish().map_err(|_| MsgError::Short)?;
+                Ok(SymMsg::Grant { txn, req })
+            }
+            RELEASE => {
+                let txn = r.u64()?;
+                r.finish().map_err(|_| MsgError::Short)?;
+                Ok(SymMsg::Release { txn })
+            }
+            FLUSH => {
+                let view = r.u64()?;
+                r.finish().map_err(|_| MsgError::Short)?;
+                Ok(SymMsg::Flush { view })
+            }
+            SEQS => {
+                let view = r.u64()?;
+                let count = r.u16()? as usize;
+                if count > NODES_MAX {
+                    return Err(MsgError::RangeTruncated);
+                }
+                let mut seqs = Vec::with_capacity(count);
+                for _ in 0..count {
+                    seqs.push((r.u16()?, r.u64()?));
+                }
+                r.finish()?;
+                Ok(SymMsg::Seqs { view, seqs })
+            }
+            _ => match Msg::parse(b)? {
+                Msg::Ack { seq } => Ok(SymMsg::Ack { seq }),
+                Msg::Snap(s) => Ok(SymMsg::Snap(s)),
+                _ => Err(MsgError::Kind(b[1])),
+            },
+        }
+    }
+}
+
+fn lock_msg(
+    out: &mut Vec<u8>,
+    view: u64,
+    (txn, req, part, parts): (u64, u32, u16, u16),
+    segment: u16,
+    write: bool,
+    locks: &[LockId],
+) {
+    out.clear();
+    let mut w = Writer::new(out);
+    w.u8(MAGIC)
+        .u8(LOCK)
+        .u64(view)
+        .u64(txn)
+        .u32(req)
+        .u16(part)
+        .u16(parts)
+        .u16(segment)
+        .u8(u8::from(write))
+        .u16(locks.len() as u16);
+    for &l in locks {
+        w.u32(l);
+    }
+}
+
+fn small(kind: u8, a: u64, b: Option<u32>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(14);
+    let mut w = Writer::new(&mut out);
+    w.u8(MAGIC).u8(kind).u64(a);
+    if let Some(b) = b {
+        w.u32(b);
+    }
+    out
+}
+
+fn envelope(kind: u8, head: &[u8], inner: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + head.len() + inner.len());
+    out.extend_from_slice(&[MAGIC, kind]);
+    out.extend_from_slice(head);
+    out.extend_from_slice(inner);
+    out
+}
+
+/// Why CRMem aborted a transaction itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SymAbort {
+    /// Its locks (here or at the home) did not come by its deadline.
+    LockTimeout,
+    /// The view changed (a node died or joined): open transactions are rolled back.
+    ViewChange,
+}
+
+/// What the application hears.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SymEvent {
+    /// A waiting `set_range` got its locks.
+    Granted(TxnId),
+    /// The transaction is on every live node.
+    Committed(TxnId),
+    /// The transaction was rolled back.
+    Aborted(TxnId, SymAbort),
+    /// A node left the view.
+    NodeLost(NodeId),
+    /// A segment's locks are held by another node now.
+    HomeMoved { segment: SegmentId, home: NodeId },
+    /// The view change is over: transactions may begin again.
+    Ready,
+    /// The snapshot is in: this restarted node serves.
+    Recovered,
+}
+
+/// Where a node is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Serving,
+    /// In a view change, waiting for the members' FLUSH.
+    Changing,
+    /// Restarted: waits for its snapshot.
+    Recovering,
+}
+
+struct Segment {
+    mem: Vec<u8>,
+    mapping: LockMapping,
+    locks: LockTable,
+    /// The configured home.
+    home: NodeId,
+}
+
+#[derive(Clone, Copy)]
+struct SetRange {
+    segment: SegmentId,
+    offset: u32,
+    len: u32,
+    mode: Mode,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum TxnState {
+    Active,
+    /// For locks in this node's table.
+    WaitLocal,
+    /// For the home's grant of request `req`.
+    WaitHome(u32),
+}
+
+type Held = Vec<(SegmentId, LockId, bool)>;
+
+struct Txn {
+    state: TxnState,
+    deadline: Instant,
+    ranges: Vec<SetRange>,
+    /// The range being taken, while waiting.
+    pend: Option<SetRange>,
+    undo: Vec<(SegmentId, u32, Vec<u8>)>,
+    held: Held,
+    /// Homes asked for locks (released there at the end).
+    homes: Vec<NodeId>,
+    req: u32,
+}
+
+struct Pending {
+    seq: u64,
+    txn: TxnId,
+    bytes: usize,
+    missing: Vec<NodeId>,
+    held: Held,
+    homes: Vec<NodeId>,
+}
+
+/// A remote transaction's locks at this home.
+#[derive(Default)]
+struct Remote {
+    from: NodeId,
+    held: Held,
+    /// The request being assembled or waiting: (req, parts seen, parts, segment, write, locks).
+    want: Option<Want>,
+}
+
+struct Want {
+    req: u32,
+    got: u16,
+    parts: u16,
+    segment: SegmentId,
+    write: bool,
+    locks: Vec<LockId>,
+}
+
+/// An origin's commits as this replica has them.
+#[derive(Default)]
+struct Origin {
+    applied: u64,
+    asm: Option<(u64, u16, Vec<Vec<u8>>, usize)>,
+    /// Applied commits the origin has not declared complete: (seq, WRITE parts).
+    tail: VecDeque<(u64, Vec<Vec<u8>>)>,
+    tail_bytes: usize,
+}
+
+struct Recovery {
+    source: Option<(NodeId, u64)>,
+    seqs: Vec<(NodeId, u64)>,
+    next: (SegmentId, u32),
+    held: VecDeque<(NodeId, Vec<u8>)>,
+    held_bytes: usize,
+}
+
+/// A symmetric CRMem node (see the module comment).
+pub struct SymNode {
+    cfg: Config,
+    n: usize,
+    live: Vec<NodeId>,
+    view: u64,
+    phase: Phase,
+    /// While changing: members whose FLUSH has not come, whether ours is sent, who joins.
+    flush_wait: Vec<NodeId>,
+    flushed: bool,
+    joining: Option<NodeId>,
+    early_flush: Vec<(NodeId, u64)>,
+    recovery: Option<Recovery>,
+    segments: Vec<Segment>,
+    txns: HashMap<TxnId, Txn>,
+    next_txn: u64,
+    /// Transactions waiting, local or at a home, in arrival order.
+    waiting: VecDeque<TxnId>,
+    remote: HashMap<TxnId, Remote>,
+    remote_waiting: VecDeque<TxnId>,
+    seq: u64,
+    durable: u64,
+    log_used: usize,
+    pending: VecDeque<Pending>,
+    origins: Vec<Origin>,
+    out: VecDeque<(NodeId, Vec<u8>)>,
+    events: VecDeque<SymEvent>,
+    counters: Counters,
+}
+
+/// Takes `ids` of `seg` in `locks` for `owner` (all or none), tracking them in `held`.
+/// `None`: some are taken by others; `Some(new)`: whether any was newly taken.
+fn take_into(
+    locks: &mut LockTable,
+    owner: u64,
+    seg: SegmentId,
+    ids: &[LockId],
+    write: bool,
+    held: &mut Held,
+) -> Option<bool> {
+    let hs = |l: LockId| held.iter().any(|&(s, h, x)| s == seg && h == l && !x);
+    if !locks.can_take(owner, ids, write, hs) {
+        return None;
+    }
+    let mut new = false;
+    for &l in ids {
+        let h = held.iter().position(|&(s, h, _)| s == seg && h == l);
+        if h.is_some_and(|i| held[i].2 || !write) {
+            continue;
+        }
+        new = true;
+        match (locks.take(owner, l, write), h) {
+            (Some(true), Some(i)) => held[i].2 = true,
+            (Some(_), _) => held.push((seg, l, write)),
+            (None, _) => {}
+        }
+    }
+    Some(new)
+}
+
+impl SymNode {
+    /// Node `cfg.node` of `nodes` nodes (0..nodes), all live. `recovering`: a restarted
+    /// process, which waits for a snapshot before it serves.
+    pub fn new(mut cfg: Config, nodes: usize, recovering: bool) -> SymNode {
+        cfg.message_bytes = cfg.message_bytes.clamp(64, MESSAGE_BYTES_MAX);
+        let n = nodes.clamp(1, NODES_MAX);
+        SymNode {
+            n,
+            live: if recovering {
+                Vec::new()
+            } else {
+                (0..n as NodeId).collect()
+            },
+            view: 0,
+            phase: if recovering {
+                Phase::Recovering
+            } else {
+                Phase::Serving
+            },
+            flush_wait: Vec::new(),
+            flushed: false,
+            joining: None,
+            early_flush: Vec::new(),
+            recovery: recovering.then(|| Recovery {
+                source: None,
+                seqs: Vec::new(),
+                next: (0, 0),
+                held: VecDeque::new(),
+                held_bytes: 0,
+            }),
+            segments: Vec::new(),
+            txns: HashMap::new(),
+            next_txn: 1,
+            waiting: VecDeque::new(),
+            remote: HashMap::new(),
+            remote_waiting: VecDeque::new(),
+            seq: 0,
+            durable: 0,
+            log_used: 0,
+            pending: VecDeque::new(),
+            origins: (0..n).map(|_| Origin::default()).collect(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            cfg,
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The nodes of the current view (empty while recovering).
+    pub fn live(&self) -> &[NodeId] {
+        &self.live
+    }
+
+    /// This node's last commit number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The last commit of `origin` applied here.
+    pub fn applied(&self, origin: NodeId) -> u64 {
+        self.origins.get(origin as usize).map_or(0, |o| o.applied)
+    }
+
+    /// Commits in flight, open transactions, and remote transactions holding or asking
+    /// locks at this home.
+    pub fn open_counts(&self) -> (usize, usize, usize) {
+        (self.pending.len(), self.txns.len(), self.remote.len())
+    }
+
+    /// Whether no commit is in flight and no lock held or asked here.
+    pub fn is_quiet(&self) -> bool {
+        self.pending.is_empty() && self.txns.is_empty() && self.remote.is_empty()
+    }
+
+    /// Adds a segment of `bytes` zeroed bytes, its lock mapping and its home node. Every
+    /// replica adds the same segments in the same order.
+    pub fn add_segment(
+        &mut self,
+        bytes: usize,
+        mapping: LockMapping,
+        home: NodeId,
+    ) -> Result<SegmentId, CrError> {
+        if self.segments.len() >= SEGMENTS_MAX
+            || bytes > u32::MAX as usize
+            || !mapping.is_valid()
+            || home as usize >= self.n
+        {
+            return Err(CrError::BadSegment);
+        }
+        let locks = LockTable::new(mapping.lock_count(bytes));
+        self.segments.push(Segment {
+            mem: vec![0; bytes],
+            mapping,
+            locks,
+            home,
+        });
+        Ok((self.segments.len() - 1) as SegmentId)
+    }
+
+    pub fn segment(&self, s: SegmentId) -> Option<&[u8]> {
+        self.segments.get(s as usize).map(|g| &g.mem[..])
+    }
+
+    /// The node holding segment `s`'s locks in the current view.
+    pub fn home(&self, s: SegmentId) -> Option<NodeId> {
+        let h = self.segments.get(s as usize)?.home;
+        Some(self.home_in(h, &self.live))
+    }
+
+    fn home_in(&self, h: NodeId, live: &[NodeId]) -> NodeId {
+        if live.is_empty() || live.contains(&h) {
+            return h;
+        }
+        live.iter().copied().find(|&k| k > h).unwrap_or(live[0])
+    }
+
+    pub fn begin(&mut self, deadline: Instant) -> Result<TxnId, CrError> {
+        if self.phase != Phase::Serving {
+            return Err(CrError::NotServing);
+        }
+        if self.txns.len() >= self.cfg.txns_max {
+            return Err(CrError::TooManyTxns);
+        }
+        // Unique across this node's incarnations too: a stale RELEASE names no new one.
+        let id =
+            (self.cfg.node as u64) << 48 | (self.cfg.incarnation & 0xFFFF) << 32 | self.next_txn;
+        self.next_txn = (self.next_txn + 1) & 0xFFFF_FFFF;
+        self.txns.insert(
+            id,
+            Txn {
+                state: TxnState::Active,
+                deadline,
+                ranges: Vec::new(),
+                pend: None,
+                undo: Vec::new(),
+                held: Vec::new(),
+                homes: Vec::new(),
+                req: 0,
+            },
+        );
+        self.counters.begun += 1;
+        Ok(id)
+    }
+
+    /// Declares the use of `len` bytes at `offset` of `segment` in `mode`: its locks here,
+    /// then at the segment's home (see the module comment).
+    pub fn set_range(
+        &mut self,
+        txn: TxnId,
+        segment: SegmentId,
+        offset: u32,
+        len: u32,
+        mode: Mode,
+    ) -> Result<Lock, CrError> {
+        let t = self.txns.get(&txn).ok_or(CrError::UnknownTxn)?;
+        if t.state != TxnState::Active {
+            return Err(CrError::NotActive);
+        }
+        let g = self
+            .segments
+            .get(segment as usize)
+            .ok_or(CrError::UnknownSegment)?;
+        if len == 0 || offset as usize + len as usize > g.mem.len() {
+            return Err(CrError::OutOfRange);
+        }
+        let mut ids = Vec::new();
+        g.mapping.map(offset, len, &mut ids);
+        if ids.len() > LOCKS_PER_RANGE_MAX || ids.iter().any(|&l| l as usize >= g.locks.len()) {
+            return Err(CrError::TooManyLocks);
+        }
+        self.txns.get_mut(&txn).expect("checked").pend = Some(SetRange {
+            segment,
+            offset,
+            len,
+            mode,
+        });
+        if self.proceed(txn) {
+            return Ok(Lock::Granted);
+        }
+        self.waiting.push_back(txn);
+        self.counters.lock_waits += 1;
+        Ok(Lock::Waiting)
+    }
+
+    /// Moves `txn`'s pending range on: local locks, then the home. True when granted.
+    fn proceed(&mut self, txn: TxnId) -> bool {
+        let r = self.txns[&txn].pend.expect("a range to take");
+        let home = self.home_in(self.segments[r.segment as usize].home, &self.live);
+        let t = self.txns.get_mut(&txn).expect("caller checked");
+        let g = &mut self.segments[r.segment as usize];
+        let mut ids = Vec::new();
+        g.mapping.map(r.offset, r.len, &mut ids);
+        let write = r.mode == Mode::Write;
+        let Some(new) = take_into(&mut g.locks, txn, r.segment, &ids, write, &mut t.held) else {
+            t.state = TxnState::WaitLocal;
+            return false;
+        };
+        if home == self.cfg.node || !new {
+            self.grant(txn);
+            return true;
+        }
+        t.req += 1;
+        t.state = TxnState::WaitHome(t.req);
+        if !t.homes.contains(&home) {
+            t.homes.push(home);
+        }
+        let per = LOCKS_PER_MESSAGE
+            .min((self.cfg.message_bytes - LOCK_HEADER) / 4)
+            .max(1);
+        let parts = ids.len().div_ceil(per).max(1) as u16;
+        let req = t.req;
+        for (i, c) in ids.chunks(per).enumerate() {
+            let mut m = Vec::new();
+            lock_msg(
+                &mut m,
+                self.view,
+                (txn, req, i as u16, parts),
+                r.segment,
+                write,
+                c,
+            );
+            self.out.push_back((home, m));
+        }
+        false
+    }
+
+    /// `txn` holds its pending range's locks everywhere: the range is usable.
+    fn grant(&mut self, txn: TxnId) {
+        let t = self.txns.get_mut(&txn).expect("caller checked");
+        let r = t.pend.take().expect("a range to grant");
+        t.state = TxnState::Active;
+        if r.mode == Mode::Write {
+            let (a, b) = (r.offset as usize, (r.offset + r.len) as usize);
+            let mem = &self.segments[r.segment as usize].mem;
+            t.undo.push((r.segment, r.offset, mem[a..b].to_vec()));
+        }
+        t.ranges.push(r);
+    }
+
+    fn covered(
+        &self,
+        txn: TxnId,
+        s: SegmentId,
+        off: u32,
+        len: u32,
+        w: bool,
+    ) -> Result<(), CrError> {
+        let t = self.txns.get(&txn).ok_or(CrError::UnknownTxn)?;
+        if t.state != TxnState::Active {
+            return Err(CrError::NotActive);
+        }
+        let end = off as u64 + len as u64;
+        let ok = t.ranges.iter().any(|r| {
+            r.segment == s
+                && r.offset <= off
+                && end <= r.offset as u64 + r.len as u64
+                && (!w || r.mode == Mode::Write)
+        });
+        ok.then_some(()).ok_or(CrError::NotSet)
+    }
+
+    pub fn range(&self, txn: TxnId, s: SegmentId, off: u32, len: u32) -> Result<&[u8], CrError> {
+        self.covered(txn, s, off, len, false)?;
+        let a = off as usize;
+        Ok(&self.segments[s as usize].mem[a..a + len as usize])
+    }
+
+    pub fn range_mut(
+        &mut self,
+        txn: TxnId,
+        s: SegmentId,
+        off: u32,
+        len: u32,
+    ) -> Result<&mut [u8], CrError> {
+        self.covered(txn, s, off, len, true)?;
+        let a = off as usize;
+        Ok(&mut self.segments[s as usize].mem[a..a + len as usize])
+    }
+
+    /// Rolls `txn` back: old contents back, locks released here and at its homes.
+    pub fn abort(&mut self, txn: TxnId) -> Result<(), CrError> {
+        let t = self.txns.remove(&txn).ok_or(CrError::UnknownTxn)?;
+        self.roll_back(txn, t);
+        self.grant_waiting();
+        Ok(())
+    }
+
+    fn roll_back(&mut self, txn: TxnId, t: Txn) {
+        for (s, off, old) in t.undo.into_iter().rev() {
+            let a = off as usize;
+            self.segments[s as usize].mem[a..a + old.len()].copy_from_slice(&old);
+        }
+        self.release(txn, &t.held, &t.homes);
+        if t.state != TxnState::Active {
+            self.waiting.retain(|&w| w != txn);
+        }
+        self.counters.aborted += 1;
+    }
+
+    fn release(&mut self, txn: TxnId, held: &Held, homes: &[NodeId]) {
+        for &(s, l, x) in held {
+            self.segments[s as usize].locks.release(l, x);
+        }
+        for &h in homes {
+            if h != self.cfg.node && self.live.contains(&h) {
+                self.out.push_back((h, small(RELEASE, txn, None)));
+            }
+        }
+    }
+
+    /// Waiting transactions (local, then remote at this home) take what is free now.
+    fn grant_waiting(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let txn = self.waiting[i];
+            match self.txns.get(&txn).map(|t| t.state) {
+                Some(TxnState::WaitLocal) => {
+                    if self.proceed(txn) {
+                        self.waiting.remove(i);
+                        self.events.push_back(SymEvent::Granted(txn));
+                        continue;
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    self.waiting.remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        if self.phase != Phase::Serving {
+            return;
+        }
+        let mut i = 0;
+        while i < self.remote_waiting.len() {
+            let txn = self.remote_waiting[i];
+            if self.try_remote(txn) {
+                self.remote_waiting.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Grants remote `txn`'s assembled request if its locks are free here.
+    fn try_remote(&mut self, txn: TxnId) -> bool {
+        let Some(rm) = self.remote.get_mut(&txn) else {
+            return true;
+        };
+        let Some(w) = rm.want.as_ref().filter(|w| w.got == w.parts) else {
+            return true;
+        };
+        let g = &mut self.segments[w.segment as usize];
+        if take_into(
+            &mut g.locks,
+            txn,
+            w.segment,
+            &w.locks,
+            w.write,
+            &mut rm.held,
+        )
+        .is_none()
+        {
+            return false;
+        }
+        let req = w.req;
+        rm.want = None;
+        self.out.push_back((rm.from, small(GRANT, txn, Some(req))));
+        true
+    }
+
+    /// Commits `txn`: ships its writes to every other live node; [`SymEvent::Committed`]
+    /// when all have acknowledged, and its locks are released then. Its commit number.
+    pub fn commit(&mut self, txn: TxnId) -> Result<u64, CrError> {
+        let t = self.txns.get(&txn).ok_or(CrError::UnknownTxn)?;
+        if t.state != TxnState::Active {
+            return Err(CrError::NotActive);
+        }
+        let room = self
+            .cfg
+            .message_bytes
+            .saturating_sub(WRITE_HEADER + RANGE_HEADER + 10)
+            .max(1);
+        let mb = self.cfg.message_bytes - 10;
+        let writes: Vec<SetRange> = t
+            .ranges
+            .iter()
+            .filter(|r| r.mode == Mode::Write)
+            .copied()
+            .collect();
+        let (parts, bytes) = plan_lens(writes.iter().map(|r| r.len), room, mb);
+        if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
+            return Err(CrError::TooLarge);
+        }
+        let bytes = bytes.max(PENDING_COST);
+        if self.log_used + bytes > self.cfg.log_bytes {
+            return Err(CrError::LogFull);
+        }
+        let t = self.txns.remove(&txn).expect("checked above");
+        let others: Vec<NodeId> = self
+            .live
+            .iter()
+            .copied()
+            .filter(|&k| k != self.cfg.node)
+            .collect();
+        let seq = if writes.is_empty() {
+            self.seq
+        } else {
+            self.seq += 1;
+            self.ship(self.seq, &writes, parts as u16, room, mb, &others);
+            self.seq
+        };
+        self.log_used += bytes;
+        self.pending.push_back(Pending {
+            seq,
+            txn,
+            bytes,
+            missing: if writes.is_empty() {
+                Vec::new()
+            } else {
+                others
+            },
+            held: t.held,
+            homes: t.homes,
+        });
+        self.complete();
+        Ok(seq)
+    }
+
+    fn ship(
+        &mut self,
+        seq: u64,
+        writes: &[SetRange],
+        parts: u16,
+        room: usize,
+        mb: usize,
+        to: &[NodeId],
+    ) {
+        let head = self.durable.to_le_bytes();
+        let mut part = 0u16;
+        let mut m = Vec::with_capacity(mb);
+        let mut b = WriteBuilder::new(&mut m, seq, part, parts);
+        let mut used = WRITE_HEADER;
+        let send = |m: &Vec<u8>, out: &mut VecDeque<(NodeId, Vec<u8>)>| {
+            let e = envelope(SWRITE, &head, m);
+            for &k in to {
+                out.push_back((k, e.clone()));
+            }
+        };
+        for r in writes {
+            let mem = &self.segments[r.segment as usize].mem;
+            let (mut off, end) = (r.offset as usize, (r.offset + r.len) as usize);
+            while off < end {
+                if used + RANGE_HEADER >= mb {
+                    b.finish();
+                    send(&m, &mut self.out);
+                    part += 1;
+                    b = WriteBuilder::new(&mut m, seq, part, parts);
+                    used = WRITE_HEADER;
+                }
+                let n = (end - off).min(mb - used - RANGE_HEADER).min(room);
+                b.range(r.segment, off as u32, &mem[off..off + n]);
+                used += RANGE_HEADER + n;
+                off += n;
+            }
+        }
+        b.finish();
+        send(&m, &mut self.out);
+    }
+
+    /// Commits at the head of the log that every live node holds complete, in order; their
+    /// locks go.
+    fn complete(&mut self) {
+        let mut any = false;
+        while self.pending.front().is_some_and(|p| p.missing.is_empty()) {
+            let p = self.pending.pop_front().expect("front");
+            self.log_used -= p.bytes;
+            self.durable = self.durable.max(p.seq);
+            self.release(p.txn, &p.held, &p.homes);
+            self.counters.committed += 1;
+            self.events.push_back(SymEvent::Committed(p.txn));
+            any = true;
+        }
+        if any {
+            self.grant_waiting();
+        }
+        self.maybe_flush();
+    }
+
+    fn maybe_flush(&mut self) {
+        if self.phase != Phase::Changing || self.flushed || !self.pending.is_empty() {
+            return;
+        }
+        self.flushed = true;
+        for &k in &self.live {
+            if k != self.cfg.node && Some(k) != self.joining {
+                self.out.push_back((k, small(FLUSH, self.view, None)));
+            }
+        }
+        self.maybe_ready();
+    }
+
+    fn maybe_ready(&mut self) {
+        if self.phase != Phase::Changing || !self.flushed || !self.flush_wait.is_empty() {
+            return;
+        }
+        self.phase = Phase::Serving;
+        if let Some(k) = self.joining.take() {
+            let source = self.live.iter().copied().find(|&i| i != k);
+            if source == Some(self.cfg.node) {
+                self.send_snapshot(k);
+            }
+        }
+        self.events.push_back(SymEvent::Ready);
+        self.grant_waiting();
+    }
+
+    /// The view is now `live` (sorted or not; `joining`, if any, is in it and restarted).
+    /// Told to every member of the new view but the joining node, at the same view number.
+    pub fn view_change(&mut self, view: u64, live: &[NodeId], joining: Option<NodeId>) {
+        if self.phase == Phase::Recovering || view <= self.view {
+            return;
+        }
+        let mut live: Vec<NodeId> = live
+            .iter()
+            .copied()
+            .filter(|&k| (k as usize) < self.n)
+            .collect();
+        live.sort_unstable();
+        live.dedup();
+        let old = std::mem::replace(&mut self.live, live);
+        let dead: Vec<NodeId> = old
+            .iter()
+            .copied()
+            .filter(|k| !self.live.contains(k))
+            .collect();
+        self.view = view;
+        for &d in &dead {
+            self.events.push_back(SymEvent::NodeLost(d));
+            for p in self.pending.iter_mut() {
+                if p.missing.contains(&d) {
+                    p.missing.retain(|&k| k != d);
+                    if p.missing.is_empty() {
+                        self.counters.degraded += 1;
+                    }
+                }
+                p.homes.retain(|&h| h != d);
+            }
+        }
+        // Remote holders that are dead, or that rejoin as a new process, hold nothing now.
+        let gone: Vec<TxnId> = {
+            let mut v: Vec<TxnId> = self
+                .remote
+                .iter()
+                .filter(|(_, r)| dead.contains(&r.from) || Some(r.from) == joining)
+                .map(|(&t, _)| t)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        for t in gone {
+            self.drop_remote(t);
+        }
+        if let Some(k) = joining {
+            if let Some(o) = self.origins.get_mut(k as usize) {
+                *o = Origin::default();
+            }
+        }
+        let mut open: Vec<TxnId> = self.txns.keys().copied().collect();
+        open.sort_unstable();
+        for txn in open {
+            let t = self.txns.remove(&txn).expect("listed");
+            self.roll_back(txn, t);
+            self.events
+                .push_back(SymEvent::Aborted(txn, SymAbort::ViewChange));
+        }
+        self.waiting.clear();
+        for s in 0..self.segments.len() {
+            let h = self.segments[s].home;
+            let (was, now) = (self.home_in(h, &old), self.home_in(h, &self.live));
+            if was != now {
+                self.events.push_back(SymEvent::HomeMoved {
+                    segment: s as SegmentId,
+                    home: now,
+                });
+            }
+        }
+        let members: Vec<NodeId> = self
+            .live
+            .iter()
+            .copied()
+            .filter(|&k| k != self.cfg.node && Some(k) != joining)
+            .collect();
+        for &d in &dead {
+            let Some(o) = self.origins.get(d as usize) else {
+                continue;
+            };
+            let head = d.to_le_bytes();
+            for (_, parts) in &o.tail {
+                for p in parts {
+                    let e = envelope(RELAY, &head, p);
+                    for &k in &members {
+                        self.out.push_back((k, e.clone()));
+                    }
+                }
+            }
+        }
+        self.flush_wait = members;
+        let early = std::mem::take(&mut self.early_flush);
+        for (k, v) in early {
+            if v == view {
+                self.flush_wait.retain(|&m| m != k);
+            }
+        }
+        self.flushed = false;
+        self.joining = joining;
+        self.phase = Phase::Changing;
+        self.complete();
+    }
+
+    fn drop_remote(&mut self, txn: TxnId) {
+        if let Some(r) = self.remote.remove(&txn) {
+            for &(s, l, x) in &r.held {
+                self.segments[s as usize].locks.release(l, x);
+            }
+            self.remote_waiting.retain(|&w| w != txn);
+        }
+    }
+
+    /// Sends every segment to `to` with the commit number it covers per origin.
+    fn send_snapshot(&mut self, to: NodeId) {
+        let mut m = Vec::new();
+        let mut w = Writer::new(&mut m);
+        w.u8(MAGIC).u8(SEQS).u64(self.view);
+        let seqs: Vec<(NodeId, u64)> = self
+            .live
+            .iter()
+            .filter(|&&k| k != to)
+            .map(|&k| {
+                let s = if k == self.cfg.node {
+                    self.seq
+                } else {
+                    self.origins[k as usize].applied
+                };
+                (k, s)
+            })
+            .collect();
+        w.u16(seqs.len() as u16);
+        for (k, s) in seqs {
+            w.u16(k).u64(s);
+        }
+        self.out.push_back((to, m));
+        let piece = self
+            .cfg
+            .message_bytes
+            .saturating_sub(msg::SNAP_HEADER)
+            .max(1);
+        let n = self.segments.len();
+        if n == 0 {
+            let mut m = Vec::new();
+            let f = msg::SnapFields {
+                last: true,
+                nonce: self.view,
+                seq: 0,
+                segment: 0,
+                offset: 0,
+            };
+            msg::snap(f, &[], &mut m);
+            self.out.push_back((to, m));
+            return;
+        }
+        for s in 0..n {
+            let img = &self.segments[s].mem;
+            let mut off = 0;
+            loop {
+                let end = (off + piece).min(img.len());
+                let f = msg::SnapFields {
+                    last: s + 1 == n && end == img.len(),
+                    nonce: self.view,
+                    seq: 0,
+                    segment: s as SegmentId,
+                    offset: off as u32,
+                };
+                let mut m = Vec::new();
+                msg::snap(f, &img[off..end], &mut m);
+                self.out.push_back((to, m));
+                off = end;
+                if off >= img.len() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Lock deadlines: transactions still waiting past theirs are aborted.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let late: Vec<TxnId> = self
+            .waiting
+            .iter()
+            .copied()
+            .filter(|w| self.txns.get(w).is_some_and(|t| t.deadline <= now))
+            .collect();
+        for txn in late {
+            let t = self
+                .txns
+                .remove(&txn)
+                .expect("waiting transactions are open");
+            self.roll_back(txn, t);
+            self.counters.lock_timeouts += 1;
+            self.events
+                .push_back(SymEvent::Aborted(txn, SymAbort::LockTimeout));
+        }
+        self.grant_waiting();
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.waiting
+            .iter()
+            .filter_map(|w| self.txns.get(w).map(|t| t.deadline))
+            .min()
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<(NodeId, Vec<u8>)> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<SymEvent> {
+        self.events.pop_front()
+    }
+
+    /// A message from node `from`. What does not parse, or breaks the protocol, is refused
+    /// and counted.
+    pub fn handle_message(&mut self, from: NodeId, bytes: &[u8]) {
+        if self.handle(from, bytes).is_none() {
+            self.counters.refused += 1;
+        }
+    }
+
+    fn handle(&mut self, from: NodeId, bytes: &[u8]) -> Option<()> {
+        if from as usize >= self.n || from == self.cfg.node {
+            return None;
+        }
+        let m = SymMsg::parse(bytes).ok()?;
+        if self.phase == Phase::Recovering {
+            return self.while_recovering(from, m, bytes);
+        }
+        if !self.live.contains(&from) {
+            return None;
+        }
+        match m {
+            SymMsg::Write {
+                durable,
+                seq,
+                part,
+                parts,
+                inner,
+            } => {
+                let applied = self.on_write(from, seq, part, parts, inner)?;
+                let o = &mut self.origins[from as usize];
+                while o.tail.front().is_some_and(|(s, _)| *s <= durable) {
+                    let (_, p) = o.tail.pop_front().expect("front");
+                    o.tail_bytes -= p.iter().map(Vec::len).sum::<usize>();
+                }
+                if applied {
+                    let mut a = Vec::new();
+                    msg::ack(seq, &mut a);
+                    self.out.push_back((from, a));
+                }
+                Some(())
+            }
+            SymMsg::Relay {
+                origin,
+                seq,
+                part,
+                parts,
+                inner,
+            } => {
+                if origin as usize >= self.n || self.live.contains(&origin) {
+                    return None;
+                }
+                self.on_write(origin, seq, part, parts, inner).map(|_| ())
+            }
+            SymMsg::Ack { seq } => {
+                for p in self.pending.iter_mut().take_while(|p| p.seq <= seq) {
+                    p.missing.retain(|&k| k != from);
+                }
+                self.complete();
+                Some(())
+            }
+            SymMsg::Flush { view } => {
+                if view == self.view && self.phase == Phase::Changing {
+                    self.flush_wait.retain(|&k| k != from);
+                    self.maybe_ready();
+                } else if view > self.view && self.early_flush.len() < self.n {
+                    self.early_flush.push((from, view));
+                } else {
+                    return None;
+                }
+                Some(())
+            }
+            m => self.on_locks(from, m),
+        }
+    }
+
+    /// LOCK, GRANT and RELEASE.
+    fn on_locks(&mut self, from: NodeId, m: SymMsg<'_>) -> Option<()> {
+        match m {
+            SymMsg::Lock {
+                view,
+                txn,
+                req,
+                part,
+                parts,
+                segment,
+                write,
+                locks,
+            } => {
+                let g = self.segments.get(segment as usize)?;
+                if view != self.view
+                    || txn >> 48 != from as u64
+                    || self.home_in(g.home, &self.live) != self.cfg.node
+                {
+                    return None;
+                }
+                let count = g.locks.len();
+                let ids: Vec<LockId> = locks
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                    .collect();
+                if ids.iter().any(|&l| l as usize >= count) {
+                    return None;
+                }
+                if !self.remote.contains_key(&txn) {
+                    if self.remote.len() >= self.cfg.txns_max * self.n {
+                        return None;
+                    }
+                    self.remote.insert(
+                        txn,
+                        Remote {
+                            from,
+                            ..Remote::default()
+                        },
+                    );
+                }
+                let rm = self.remote.get_mut(&txn).expect("inserted");
+                match &mut rm.want {
+                    Some(w) if w.req == req && w.got == part && w.parts == parts => {
+                        if w.segment != segment
+                            || w.write != write
+                            || w.locks.len() + ids.len() > LOCKS_PER_RANGE_MAX
+                        {
+                            rm.want = None;
+                            if rm.held.is_empty() {
+                                self.drop_remote(txn);
+                            }
+                            return None;
+                        }
+                        w.locks.extend(ids);
+                        w.got += 1;
+                    }
+                    // One request at a time: a transaction waits for its grant.
+                    None if part == 0 => {
+                        rm.want = Some(Want {
+                            req,
+                            got: 1,
+                            parts,
+                            segment,
+                            write,
+                            locks: ids,
+                        });
+                    }
+                    _ => {
+                        rm.want = None;
+                        if rm.held.is_empty() {
+                            self.drop_remote(txn);
+                        }
+                        return None;
+                    }
+                }
+                let whole = rm.want.as_ref().is_some_and(|w| w.got == w.parts);
+                if whole && (self.phase != Phase::Serving || !self.try_remote(txn)) {
+                    self.remote_waiting.push_back(txn);
+                }
+                Some(())
+            }
+            SymMsg::Grant { txn, req } => {
+                if txn >> 48 != self.cfg.node as u64 {
+                    return None;
+                }
+                // A grant for a transaction aborted since is stale: its RELEASE follows it.
+                if self
+                    .txns
+                    .get(&txn)
+                    .is_some_and(|t| t.state == TxnState::WaitHome(req))
+                {
+                    self.grant(txn);
+                    self.waiting.retain(|&w| w != txn);
+                    self.events.push_back(SymEvent::Granted(txn));
+                }
+                Some(())
+            }
+            SymMsg::Release { txn } => {
+                if txn >> 48 != from as u64 {
+                    return None;
+                }
+                self.drop_remote(txn);
+                self.grant_waiting();
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
+    /// A part of origin `o`'s commit `seq`: assembled, applied whole with the last part.
+    /// `Some(true)` when this part completed a commit, `Some(false)` when it waits for more
+    /// or was applied already, `None` when out of protocol.
+    fn on_write(
+        &mut self,
+        o: NodeId,
+        seq: u64,
+        part: u16,
+        parts: u16,
+        inner: &[u8],
+    ) -> Option<bool> {
+        let log_bytes = self.cfg.log_bytes;
+        let org = &mut self.origins[o as usize];
+        if seq <= org.applied {
+            self.counters.duplicates += 1;
+            return Some(false);
+        }
+        let fresh = part == 0 && seq == org.applied + 1;
+        match &mut org.asm {
+            Some((s, ps, got, b)) if *s == seq && got.len() == part as usize && *ps == parts => {
+                *b += inner.len();
+                if *b > log_bytes {
+                    org.asm = None;
+                    return None;
+                }
+                got.push(inner.to_vec());
+            }
+            _ if fresh => org.asm = Some((seq, parts, vec![inner.to_vec()], inner.len())),
+            _ => {
+                org.asm = None;
+                return None;
+            }
+        }
+        if org.asm.as_ref().is_some_and(|a| a.2.len() < parts as usize) {
+            return Some(false);
+        }
+        let (_, _, got, bytes) = org.asm.take().expect("set above");
+        let segs = &self.segments;
+        let fits = |r: &msg::Range<'_>| {
+            segs.get(r.segment as usize)
+                .is_some_and(|g| r.offset as usize + r.bytes.len() <= g.mem.len())
+        };
+        let all_fit = got.iter().all(|m| match Msg::parse(m) {
+            Ok(Msg::Write(w)) => w.ranges().all(|r| fits(&r)),
+            _ => false,
+        });
+        if !all_fit {
+            return None;
+        }
+        for m in &got {
+            if let Ok(Msg::Write(w)) = Msg::parse(m) {
+                for r in w.ranges() {
+                    let a = r.offset as usize;
+                    self.segments[r.segment as usize].mem[a..a + r.bytes.len()]
+                        .copy_from_slice(r.bytes);
+                }
+            }
+        }
+        let org = &mut self.origins[o as usize];
+        org.applied = seq;
+        org.tail.push_back((seq, got));
+        org.tail_bytes += bytes;
+        // The origin's log is bounded by the same size; past twice it (a broken origin
+        // that never declares its commits complete) the oldest go.
+        while org.tail_bytes > 2 * log_bytes {
+            let (_, p) = org.tail.pop_front().expect("non-empty while over");
+            org.tail_bytes -= p.iter().map(Vec::len).sum::<usize>();
+        }
+        self.counters.applied += 1;
+        Some(true)
+    }
+
+    fn while_recovering(&mut self, from: NodeId, m: SymMsg<'_>, bytes: &[u8]) -> Option<()> {
+        let rc = self.recovery.as_mut()?;
+        match m {
+            SymMsg::Seqs { view, seqs } if rc.source.is_none() => {
+                if seqs
+                    .iter()
+                    .any(|&(k, _)| k as usize >= self.n || k == self.cfg.node)
+                {
+                    return None;
+                }
+                rc.source = Some((from, view));
+                rc.seqs = seqs;
+                Some(())
+            }
+            // Held, in order, until the snapshot says which view this node is in.
+            SymMsg::Write { .. } | SymMsg::Lock { .. } | SymMsg::Release { .. } => {
+                if rc.held_bytes + bytes.len() > self.cfg.log_bytes * self.n {
+                    return None;
+                }
+                rc.held_bytes += bytes.len();
+                rc.held.push_back((from, bytes.to_vec()));
+                Some(())
+            }
+            SymMsg::Snap(s) => {
+                let (src, view) = rc.source?;
+                if from != src || s.nonce != view {
+                    return None;
+                }
+                let (seg, off) = rc.next;
+                let empty = self.segments.is_empty();
+                if (seg, off) != (s.segment, s.offset) && !(empty && s.last) {
+                    return None;
+                }
+                if !empty {
+                    let g = self.segments.get_mut(s.segment as usize)?;
+                    let a = s.offset as usize;
+                    g.mem
+                        .get_mut(a..a + s.bytes.len())?
+                        .copy_from_slice(s.bytes);
+                    let end = off + s.bytes.len() as u32;
+                    rc.next = if end as usize == g.mem.len() {
+                        (seg + 1, 0)
+                    } else {
+                        (seg, end)
+                    };
+                }
+                let whole = empty || rc.next == (self.segments.len() as SegmentId, 0);
+                if s.last != whole {
+                    return None;
+                }
+                if s.last {
+                    self.recovered(view);
+                }
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
+    /// The snapshot is in: take the view, then the commits that came before it.
+    fn recovered(&mut self, view: u64) {
+        let rc = self.recovery.take().expect("recovering");
+        let mut live: Vec<NodeId> = rc.seqs.iter().map(|&(k, _)| k).collect();
+        live.push(self.cfg.node);
+        live.sort_unstable();
+        live.dedup();
+        for &(k, s) in &rc.seqs {
+            self.origins[k as usize] = Origin {
+                applied: s,
+                ..Origin::default()
+            };
+        }
+        self.live = live;
+        self.view = view;
+        self.phase = Phase::Serving;
+        self.events.push_back(SymEvent::Recovered);
+        for (from, m) in rc.held {
+            self.handle_message(from, &m);
+        }
+        self.grant_waiting();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAR: Instant = Instant(u64::MAX);
+
+    /// Nodes on in-order channels; `cut` drops what a node sends to another (a crash in
+    /// the middle of a send).
+    struct Net {
+        nodes: Vec<SymNode>,
+        cut: Vec<(NodeId, NodeId)>,
+        sent: Vec<(NodeId, NodeId, u8)>,
+    }
+
+    impl Net {
+        fn new(n: usize, homes: &[NodeId]) -> Net {
+            let nodes = (0..n)
+                .map(|i| {
+                    let mut s = SymNode::new(
+                        Config {
+                            node: i as NodeId,
+                            ..Config::default()
+                        },
+                        n,
+                        false,
+                    );
+                    for &h in homes {
+                        s.add_segment(
+                            1000,
+                            LockMapping::Uniform {
+                                locks: 100,
+                                granule: 10,
+                            },
+                            h,
+                        )
+                        .unwrap();
+                    }
+                    s
+                })
+                .collect();
+            Net {
+                nodes,
+                cut: Vec::new(),
+                sent: Vec::new(),
+            }
+        }
+
+        fn pump(&mut self) {
+            loop {
+                let mut any = false;
+                for i in 0..self.nodes.len() {
+                    while let Some((to, m)) = self.nodes[i].poll_transmit() {
+                        any = true;
+                        self.sent.push((i as NodeId, to, m[1]));
+                        if !self.cut.contains(&(i as NodeId, to)) {
+                            self.nodes[to as usize].handle_message(i as NodeId, &m);
+                        }
+                    }
+                }
+                if !any {
+                    return;
+                }
+            }
+        }
+
+        fn events(&mut self, k: usize) -> Vec<SymEvent> {
+            std::iter::from_fn(|| self.nodes[k].poll_event()).collect()
+        }
+
+        /// Writes `v` at `off` of segment `s` on node `k`, committed.
+        fn write(&mut self, k: usize, s: SegmentId, off: u32, v: u8) -> TxnId {
+            let t = self.nodes[k].begin(FAR).unwrap();
+            let l = self.nodes[k].set_range(t, s, off, 4, Mode::Write).unwrap();
+            if l == Lock::Waiting {
+                self.pump();
+                assert!(self.events(k).contains(&SymEvent::Granted(t)));
+            }
+            self.nodes[k].range_mut(t, s, off, 4).unwrap().fill(v);
+            self.nodes[k].commit(t).unwrap();
+            t
+        }
+    }
+
+    #[test]
+    fn remote_lock_commit_reaches_every_replica_and_releases_at_home() {
+        let mut net = Net::new(3, &[0]);
+        let t = net.write(1, 0, 20, 7);
+        net.pump();
+        assert!(net.events(1).contains(&SymEvent::Committed(t)));
+        for k in 0..3 {
+            assert_eq!(
+                &net.nodes[k].segment(0).unwrap()[20..24],
+                &[7; 4],
+                "node {k}"
+            );
+        }
+        // The home asked once, released after the commit.
+        assert!(net.sent.contains(&(1, 0, LOCK)));
+        assert!(net.sent.contains(&(1, 0, RELEASE)));
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
+    }
+
+    #[test]
+    fn conflicting_transactions_serialize_at_the_home() {
+        let mut net = Net::new(2, &[0]);
+        let a = net.nodes[0].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[0].set_range(a, 0, 0, 4, Mode::Write),
+            Ok(Lock::Granted)
+        );
+        net.nodes[0].range_mut(a, 0, 0, 4).unwrap().fill(1);
+        let b = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(b, 0, 0, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert!(net.events(1).is_empty(), "b must wait for a");
+        net.nodes[0].commit(a).unwrap();
+        // Granted only once a is complete on node 1, which then reads a's write.
+        net.pump();
+        assert_eq!(net.events(1), [SymEvent::Granted(b)]);
+        assert_eq!(net.nodes[1].range(b, 0, 0, 4).unwrap(), &[1; 4]);
+        net.nodes[1].range_mut(b, 0, 0, 4).unwrap()[0] = 2;
+        net.nodes[1].commit(b).unwrap();
+        net.pump();
+        assert_eq!(&net.nodes[0].segment(0).unwrap()[..4], &[2, 1, 1, 1]);
+    }
+
+    #[test]
+    fn a_remote_wait_past_its_deadline_aborts_and_frees_the_home() {
+        let mut net = Net::new(2, &[0]);
+        let a = net.nodes[0].begin(FAR).unwrap();
+        net.nodes[0].set_range(a, 0, 0, 4, Mode::Write).unwrap();
+        let b = net.nodes[1].begin(Instant(1000)).unwrap();
+        net.nodes[1].set_range(b, 0, 0, 4, Mode::Write).unwrap();
+        net.pump();
+        assert_eq!(net.nodes[1].poll_timeout(), Some(Instant(1000)));
+        net.nodes[1].handle_timeout(Instant(999));
+        assert!(net.events(1).is_empty());
+        net.nodes[1].handle_timeout(Instant(1000));
+        assert_eq!(net.events(1), [SymEvent::Aborted(b, SymAbort::LockTimeout)]);
+        net.pump();
+        net.nodes[0].abort(a).unwrap();
+        net.pump();
+        // The home forgot b's request: nothing is held or queued.
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
+        assert_eq!(net.nodes[1].counters().lock_timeouts, 1);
+    }
+
+    #[test]
+    fn a_large_lock_set_goes_in_batches_taken_all_or_none() {
+        let mut net = Net::new(2, &[0]);
+        let t = net.nodes[1].begin(FAR).unwrap();
+        // 100 units of 10 bytes: 100 locks, three LOCK messages of at most 39.
+        assert_eq!(
+            net.nodes[1].set_range(t, 0, 0, 1000, Mode::Read),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        let locks = net.sent.iter().filter(|s| s.2 == LOCK).count();
+        assert_eq!(locks, 100usize.div_ceil(LOCKS_PER_MESSAGE));
+        assert_eq!(net.events(1), [SymEvent::Granted(t)]);
+        // A writer at the home now waits for every one of them.
+        let w = net.nodes[0].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[0].set_range(w, 0, 990, 10, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.nodes[1].commit(t).unwrap();
+        net.pump();
+        assert_eq!(net.events(0), [SymEvent::Granted(w)]);
+    }
+
+    #[test]
+    fn malformed_messages_are_refused_and_counted() {
+        let mut net = Net::new(2, &[0]);
+        let t = net.nodes[1].begin(FAR).unwrap();
+        net.nodes[1].set_range(t, 0, 0, 20, Mode::Write).unwrap();
+        let mut msgs = Vec::new();
+        while let Some((_, m)) = net.nodes[1].poll_transmit() {
+            msgs.push(m);
+        }
+        msgs.push(small(GRANT, t, Some(1)));
+        msgs.push(small(RELEASE, t, None));
+        msgs.push(small(FLUSH, 1, None));
+        let mut w = Vec::new();
+        let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
+        b.range(0, 0, b"abcd");
+        b.finish();
+        msgs.push(envelope(SWRITE, &0u64.to_le_bytes(), &w));
+        msgs.push(envelope(RELAY, &1u16.to_le_bytes(), &w));
+        let mut refused = 0;
+        for m in &msgs {
+            for n in 0..m.len() {
+                net.nodes[0].handle_message(1, &m[..n]);
+                refused += 1;
+                assert_eq!(net.nodes[0].counters().refused, refused, "{m:?} cut at {n}");
+            }
+        }
+        // Out of protocol: a lock id past the segment's, a txn not of the sender's.
+        let mut m = Vec::new();
+        lock_msg(&mut m, 0, (t, 9, 0, 1), 0, true, &[100]);
+        net.nodes[0].handle_message(1, &m);
+        lock_msg(&mut m, 0, (5, 9, 0, 1), 0, true, &[1]);
+        net.nodes[0].handle_message(1, &m);
+        // A request of another view.
+        lock_msg(&mut m, 7, (t, 9, 0, 1), 0, true, &[1]);
+        net.nodes[0].handle_message(1, &m);
+        // A node that does not exist, a range past the segment.
+        net.nodes[0].handle_message(9, &msgs[0]);
+        let mut w = Vec::new();
+        let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
+        b.range(0, 998, b"abcd");
+        b.finish();
+        net.nodes[0].handle_message(1, &envelope(SWRITE, &0u64.to_le_bytes(), &w));
+        assert_eq!(net.nodes[0].counters().refused, refused + 5);
+        assert_eq!(net.nodes[0].segment(0).unwrap()[998..], [0, 0]);
+    }
+
+    #[test]
+    fn a_dead_nodes_commit_reaches_every_survivor_and_its_homes_move() {
+        let mut net = Net::new(3, &[2, 0]);
+        // Node 2 commits; its write reaches node 0 only, then it dies.
+        net.cut.push((2, 1));
+        let t = net.nodes[2].begin(FAR).unwrap();
+        net.nodes[2].set_range(t, 1, 0, 4, Mode::Write).unwrap();
+        net.pump();
+        assert_eq!(net.events(2), [SymEvent::Granted(t)]);
+        net.nodes[2].range_mut(t, 1, 0, 4).unwrap().fill(9);
+        net.nodes[2].commit(t).unwrap();
+        net.pump();
+        assert_eq!(net.nodes[0].applied(2), 1);
+        assert_eq!(net.nodes[1].applied(2), 0);
+        // A transaction on node 1 waits for a lock node 2 holds at node 0 (home of 1).
+        let w = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(w, 1, 0, 4, Mode::Read),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        let dead = net.nodes.pop().unwrap();
+        drop(dead);
+        net.cut.clear();
+        for k in 0..2 {
+            net.nodes[k].view_change(1, &[0, 1], None);
+        }
+        net.pump();
+        for k in 0..2 {
+            let ev = net.events(k);
+            assert!(ev.contains(&SymEvent::NodeLost(2)), "{k}: {ev:?}");
+            assert!(
+                ev.contains(&SymEvent::HomeMoved {
+                    segment: 0,
+                    home: 0
+                }),
+                "{ev:?}"
+            );
+            assert!(ev.contains(&SymEvent::Ready), "{ev:?}");
+            assert_eq!(net.nodes[k].phase(), Phase::Serving);
+            assert_eq!(net.nodes[k].applied(2), 1, "node {k}");
+            assert_eq!(&net.nodes[k].segment(1).unwrap()[..4], &[9; 4]);
+            assert!(net.nodes[k].is_quiet(), "node {k}");
+        }
+        assert_eq!(net.nodes[0].home(0), Some(0));
+        // Segment 0's locks are at node 0 now.
+        net.write(1, 0, 0, 3);
+        net.pump();
+        assert_eq!(&net.nodes[0].segment(0).unwrap()[..4], &[3; 4]);
+    }
+
+    #[test]
+    fn a_restarted_node_recovers_then_serves() {
+        let mut net = Net::new(2, &[0, 1]);
+        net.write(0, 0, 0, 1);
+        net.write(1, 1, 0, 2);
+        net.pump();
+        for k in 0..2 {
+            net.nodes[k].view_change(1, &[0], None);
+        }
+        net.pump();
+        net.nodes[1] = SymNode::new(
+            Config {
+                node: 1,
+                incarnation: 2,
+                ..Config::default()
+            },
+            2,
+            true,
+        );
+        for h in 0..2 {
+            net.nodes[1]
+                .add_segment(
+                    1000,
+                    LockMapping::Uniform {
+                        locks: 100,
+                        granule: 10,
+                    },
+                    h,
+                )
+                .unwrap();
+        }
+        net.write(0, 1, 8, 5);
+        net.pump();
+        assert_eq!(net.nodes[1].begin(FAR), Err(CrError::NotServing));
+        net.nodes[0].view_change(2, &[0, 1], Some(1));
+        // A commit of node 0 right after the barrier: it follows the snapshot to node 1.
+        net.write(0, 0, 40, 6);
+        net.pump();
+        assert!(net.events(1).contains(&SymEvent::Recovered));
+        assert_eq!(net.nodes[1].phase(), Phase::Serving);
+        assert_eq!(net.nodes[0].segment(0), net.nodes[1].segment(0));
+        assert_eq!(net.nodes[0].segment(1), net.nodes[1].segment(1));
+        assert_eq!(&net.nodes[1].segment(0).unwrap()[40..44], &[6; 4]);
+        // Segment 1 is homed at node 1 again; its transactions run there.
+        assert_eq!(net.nodes[0].home(1), Some(1));
+        net.write(0, 1, 100, 4);
+        net.pump();
+        assert_eq!(&net.nodes[1].segment(1).unwrap()[100..104], &[4; 4]);
+    }
+}

@@ -1,0 +1,179 @@
+//! Symmetric CRMem on the module hosts of two sites (UDP links on loopback), through the
+//! public API: transactions on both nodes, every segment's locks at its home node.
+
+use std::time::Duration;
+use txcast_crmem::{LockMapping, Mode, SymCrmem, SymCrmemConfig, SymCrmemError};
+use txcast_proto::Address;
+
+const LONG: Duration = Duration::from_secs(10);
+
+fn nodes(server: u16) -> Vec<Address> {
+    vec![
+        Address::new(0, 0, 10, server),
+        Address::new(0, 1, 10, server),
+    ]
+}
+
+fn open(server: u16, me: u16, segments: &[(usize, LockMapping, u16)]) -> SymCrmem {
+    SymCrmem::open(SymCrmemConfig::new(nodes(server), me), segments).expect("open")
+}
+
+fn i64_at(m: &[u8], at: usize) -> i64 {
+    i64::from_le_bytes(m[at..at + 8].try_into().unwrap())
+}
+
+fn add(m: &mut [u8], d: i64) {
+    let v = i64_at(m, 0) + d;
+    m[..8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Adds 1 to the counter at offset 0 of segment 0, retrying lock timeouts.
+fn increment(c: &SymCrmem) {
+    loop {
+        let t = c.begin(Duration::from_millis(500)).unwrap();
+        match c.set_range(t, 0, 0, 8, Mode::Write) {
+            Ok(()) => {}
+            Err(SymCrmemError::LockTimeout) => continue,
+            Err(e) => panic!("{e}"),
+        }
+        c.write(t, 0, 0, 8, |m| add(m, 1)).unwrap();
+        c.commit(t, LONG).unwrap();
+        return;
+    }
+}
+
+#[test]
+fn conflicting_transactions_on_two_nodes_serialize_at_the_home() {
+    // The counter's home is node 0: node 1's transactions take its lock there.
+    let seg = [(
+        100,
+        LockMapping::Uniform {
+            locks: 1,
+            granule: 100,
+        },
+        0,
+    )];
+    let a = open(11, 0, &seg);
+    let b = open(11, 1, &seg);
+    const EACH: i64 = 200;
+    std::thread::scope(|s| {
+        for c in [&a, &b] {
+            s.spawn(move || (0..EACH).for_each(|_| increment(c)));
+        }
+    });
+    // A lost update (two transactions reading the same value) would leave less.
+    for c in [&a, &b] {
+        assert_eq!(i64_at(&c.snapshot_segment(0).unwrap(), 0), 2 * EACH);
+    }
+    assert!(b.counters().lock_waits > 0 || a.counters().lock_waits > 0);
+}
+
+#[test]
+fn a_remote_lock_wait_past_its_deadline_aborts_with_the_typed_error() {
+    let seg = [(
+        100,
+        LockMapping::Uniform {
+            locks: 1,
+            granule: 100,
+        },
+        0,
+    )];
+    let a = open(12, 0, &seg);
+    let b = open(12, 1, &seg);
+    let held = a.begin(LONG).unwrap();
+    a.set_range(held, 0, 0, 8, Mode::Write).unwrap();
+    a.write(held, 0, 0, 8, |m| add(m, 5)).unwrap();
+    let t = b.begin(Duration::from_millis(50)).unwrap();
+    let r = b.set_range(t, 0, 0, 8, Mode::Read);
+    assert!(matches!(r, Err(SymCrmemError::LockTimeout)), "{r:?}");
+    assert_eq!(b.counters().lock_timeouts, 1);
+    // The home forgot the request: once the holder commits, node 1 gets the lock and
+    // reads the committed value.
+    a.commit(held, LONG).unwrap();
+    let t = b.begin(LONG).unwrap();
+    b.set_range(t, 0, 0, 8, Mode::Read).unwrap();
+    assert_eq!(b.read(t, 0, 0, 8, |m| i64_at(m, 0)).unwrap(), 5);
+    b.commit(t, LONG).unwrap();
+}
+
+#[test]
+fn tpcb_on_both_nodes_keeps_the_invariant_on_both_replicas() {
+    const ACCOUNTS: usize = 1000;
+    const TELLERS: usize = 64;
+    const BRANCHES: usize = 8;
+    let rec = |per_lock| LockMapping::Records {
+        record_bytes: 100,
+        per_lock,
+    };
+    // Homes spread over the two nodes; the history total under one lock.
+    let segs = [
+        (ACCOUNTS * 100, rec(10), 0),
+        (TELLERS * 100, rec(2), 1),
+        (BRANCHES * 100, rec(1), 0),
+        (
+            16,
+            LockMapping::Uniform {
+                locks: 1,
+                granule: 16,
+            },
+            1,
+        ),
+    ];
+    let a = open(13, 0, &segs);
+    let b = open(13, 1, &segs);
+    let run = |c: &SymCrmem, seed: u64| {
+        let mut x = seed;
+        let mut done = 0;
+        while done < 150 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (acc, tel) = ((x >> 33) as usize % ACCOUNTS, (x >> 45) as usize % TELLERS);
+            let amount = (x >> 20) as i64 % 1000 - 500;
+            let t = c.begin(Duration::from_millis(200)).unwrap();
+            let ranges = [
+                (0, acc * 100),
+                (1, tel * 100),
+                (2, (tel % BRANCHES) * 100),
+                (3, 0),
+            ];
+            let mut ok = true;
+            for &(s, off) in &ranges {
+                match c.set_range(t, s, off as u32, 8, Mode::Write) {
+                    Ok(()) => {}
+                    Err(SymCrmemError::LockTimeout) => {
+                        ok = false;
+                        break;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            if !ok {
+                continue;
+            }
+            for &(s, off) in &ranges {
+                c.write(t, s, off as u32, 8, |m| add(m, amount)).unwrap();
+            }
+            if done % 10 == 9 {
+                c.abort(t).unwrap();
+            } else {
+                c.commit(t, LONG).unwrap();
+            }
+            done += 1;
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| run(&a, 1));
+        s.spawn(|| run(&b, 2));
+    });
+    let sum = |m: &[u8], n: usize| (0..n).map(|i| i64_at(m, i * 100)).sum::<i64>();
+    for c in [&a, &b] {
+        let accounts = sum(&c.snapshot_segment(0).unwrap(), ACCOUNTS);
+        let tellers = sum(&c.snapshot_segment(1).unwrap(), TELLERS);
+        let branches = sum(&c.snapshot_segment(2).unwrap(), BRANCHES);
+        let history = i64_at(&c.snapshot_segment(3).unwrap(), 0);
+        assert_eq!((accounts, tellers, branches), (history, history, history));
+    }
+    assert_eq!(a.snapshot_segment(0), b.snapshot_segment(0));
+    assert_eq!(a.counters().committed + b.counters().committed, 270);
+}

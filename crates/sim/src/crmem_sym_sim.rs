@@ -1,0 +1,707 @@
+//! CRMem in the symmetric configuration (`txcast_crmem::SymNode`) over reliable links under
+//! simulated faults, running the small TpcB of crmem_sim.rs on every node at once: each
+//! client is on one node and moves money between an account, its teller and its branch and
+//! records it in the history ring, taking its locks in random order (local, then at the
+//! segment's home); some abort on purpose, some audit the branches. The four segments have
+//! their homes spread over the nodes. A crash restarts a node as a new process: the world
+//! plays the failure detector and tells the survivors of a view without it at once, then,
+//! when they all serve again, of a view with it back (the restarted node recovers from a
+//! survivor's snapshot). A crash while a view change is still open would be a second failure,
+//! which replication on every node covers but this world does not draw: it is skipped and
+//! counted.
+//!
+//! Every write transaction reads and increments the history's count under its one lock, so
+//! the count a transaction read is its place in the serial order. Checked:
+//! - serializability: the counts committed transactions read are each the next one (a
+//!   count read twice by transactions that both survive is a lost update: a cycle), and at
+//!   the end every replica is exactly the surviving transactions replayed in count order;
+//!   audits see the TpcB invariant;
+//! - durability across a single failure: no transaction reads the count of one whose commit
+//!   was acknowledged (that commit would be lost), and every acknowledged commit is in the
+//!   final replay;
+//! - abort atomicity: aborted transactions are not in the replay, and the replicas equal it;
+//! - the TpcB invariant on every replica at the end;
+//! - liveness after healing: every client finishes its transactions and every node serves.
+
+use crate::crmem_sim::{
+    add_counters, add_i64, i64_at, replay, write_history, CrmemSimOptions, CrmemSimReport, Delta,
+    ACC, ACCOUNTS, BR, BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL, TEL,
+    TELLERS,
+};
+use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::link_sim::LinkNode;
+use crate::net::{FaultConfig, Network};
+use crate::{Node as SimNodeTrait, NodeId};
+use std::collections::VecDeque;
+use txcast_crmem::{
+    Config, Counters, CrError, Lock, LockMapping, Mode, Phase, SegmentId, SymEvent, SymNode, TxnId,
+};
+use txcast_proto::link::{LinkConfig, LinkSendError};
+use txcast_proto::rng::Rng;
+use txcast_proto::time::Instant;
+
+/// The segments as every replica has them, with their homes spread over `n` nodes. The
+/// history (ring and tail) is under one lock: a transaction that holds the tail takes its
+/// slot with no second round trip.
+fn segments(s: &mut SymNode, n: usize) {
+    let rec = |per_lock| LockMapping::Records {
+        record_bytes: RECORD,
+        per_lock,
+    };
+    let home = |i: usize| (i % n) as u16;
+    s.add_segment((ACCOUNTS * RECORD) as usize, rec(10), home(0))
+        .expect("accounts");
+    s.add_segment((TELLERS * RECORD) as usize, rec(2), home(1))
+        .expect("tellers");
+    s.add_segment((BRANCHES * RECORD) as usize, rec(1), home(2))
+        .expect("branches");
+    let hist = TAIL + 16;
+    s.add_segment(
+        hist as usize,
+        LockMapping::Records {
+            record_bytes: hist,
+            per_lock: 1,
+        },
+        home(3),
+    )
+    .expect("history");
+}
+
+struct SimNode {
+    links: LinkNode,
+    cr: SymNode,
+    outbox: VecDeque<(NodeId, Vec<u8>)>,
+}
+
+impl SimNode {
+    fn new(id: NodeId, n: usize, cfg: &LinkConfig, incarnation: u64, recovering: bool) -> SimNode {
+        let mut cr = SymNode::new(
+            Config {
+                node: id as u16,
+                incarnation,
+                ..Config::default()
+            },
+            n,
+            recovering,
+        );
+        segments(&mut cr, n);
+        SimNode {
+            links: LinkNode::with_incarnation(id, n, cfg, incarnation),
+            cr,
+            outbox: VecDeque::new(),
+        }
+    }
+
+    fn pump(&mut self, now: Instant, me: NodeId, n: usize) {
+        for i in (0..n).filter(|&i| i != me) {
+            let cr = &mut self.cr;
+            while self
+                .links
+                .link(i)
+                .poll_delivery(|m| cr.handle_message(i as u16, m))
+                .is_some()
+            {}
+        }
+        while let Some(m) = self.cr.poll_transmit() {
+            self.outbox.push_back((m.0 as NodeId, m.1));
+        }
+        while let Some((to, m)) = self.outbox.front() {
+            match self.links.link(*to).send(now, m) {
+                Err(LinkSendError::Full) => break,
+                _ => {
+                    self.outbox.pop_front();
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Idle,
+    Take(usize),
+    Wait(usize),
+    /// Committed as issued transaction `i`; waiting for the acknowledgement.
+    Committing(usize),
+}
+
+struct Client {
+    node: NodeId,
+    txn: Option<TxnId>,
+    step: Step,
+    next_at: Instant,
+    done: u32,
+    audit: bool,
+    abort_on_purpose: bool,
+    order: Vec<(SegmentId, u32, u32)>,
+    delta: Delta,
+}
+
+/// A write transaction whose commit was called: the count it read, what it did, whether
+/// its commit was acknowledged.
+struct Issued {
+    count: u32,
+    delta: Delta,
+    acked: bool,
+}
+
+struct SymWorld {
+    opts: CrmemSimOptions,
+    cfg: LinkConfig,
+    rng: Rng,
+    faults: FaultConfig,
+    nodes: Vec<SimNode>,
+    incarnation: Vec<u64>,
+    view: u64,
+    /// The live nodes of the current view.
+    live: Vec<u16>,
+    /// A restarted node that joins when the survivors serve again.
+    join: Option<NodeId>,
+    clients: Vec<Client>,
+    issued: Vec<Issued>,
+    /// For each count, the latest issued transaction that read it.
+    chain: Vec<usize>,
+    aborted_on_purpose: u64,
+    timeouts: u64,
+    audits: u64,
+    views: u64,
+    restarts: u64,
+    skipped: u64,
+    counters: Counters,
+}
+
+/// Runs one seed of the symmetric configuration.
+pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Violation> {
+    let mut rng = Rng::new(seed);
+    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
+    let cfg = LinkConfig {
+        message_bytes_max: txcast_crmem::MESSAGE_BYTES_MAX,
+        ..LinkConfig::default()
+    };
+    let n = opts.nodes.clamp(2, 4);
+    let clients = 1 + rng.below(8) as usize;
+    let restarts = draw_restarts(&mut rng, opts.faults, 0.6, 3, opts.safety_ns, n);
+    let plan = Plan {
+        steps_max: Some(STEPS_MAX),
+        buf_bytes: cfg.packet_bytes_max,
+        replay: format!(" --config symmetric --nodes {n}"),
+        ..Plan::event(
+            "crmem",
+            seed,
+            Network::new(n, faults.clone(), rng.fork()),
+            restarts,
+            opts.safety_ns,
+            opts.safety_ns + opts.liveness_ns,
+        )
+    };
+    let world = SymWorld {
+        opts: opts.clone(),
+        nodes: (0..n).map(|i| SimNode::new(i, n, &cfg, 1, false)).collect(),
+        cfg,
+        rng,
+        faults,
+        incarnation: vec![1; n],
+        view: 0,
+        live: (0..n as u16).collect(),
+        join: None,
+        clients: (0..clients)
+            .map(|c| Client {
+                node: c % n,
+                txn: None,
+                step: Step::Idle,
+                next_at: Instant::ZERO,
+                done: 0,
+                audit: false,
+                abort_on_purpose: false,
+                order: Vec::new(),
+                delta: Delta {
+                    account: 0,
+                    teller: 0,
+                    branch: 0,
+                    amount: 0,
+                },
+            })
+            .collect(),
+        issued: Vec::new(),
+        chain: Vec::new(),
+        aborted_on_purpose: 0,
+        timeouts: 0,
+        audits: 0,
+        views: 0,
+        restarts: 0,
+        skipped: 0,
+        counters: Counters::default(),
+    };
+    harness::run(world, plan)
+}
+
+impl SymWorld {
+    fn n(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn start(&mut self, run: &mut Run, c: usize) -> Result<(), Violation> {
+        let deadline = Instant(run.ns() + 1_000_000 + self.rng.below(20_000_000));
+        let k = self.clients[c].node;
+        let txn = match self.nodes[k].cr.begin(deadline) {
+            Ok(t) => t,
+            Err(CrError::NotServing) => {
+                // The node recovers or changes its view: try again a little later.
+                self.clients[c].next_at = Instant(run.ns() + 1_000_000);
+                return Ok(());
+            }
+            Err(e) => return Err(run.fail(format!("begin refused at node {k}: {e}"))),
+        };
+        let rng = &mut self.rng;
+        let cl = &mut self.clients[c];
+        cl.txn = Some(txn);
+        cl.audit = rng.chance(0.1);
+        cl.abort_on_purpose = !cl.audit && rng.chance(0.05);
+        cl.order.clear();
+        if cl.audit {
+            cl.order.push((BR, 0, BRANCHES * RECORD));
+            cl.order.push((HIST, TAIL, 16));
+        } else {
+            let account = rng.below(ACCOUNTS as u64) as u32;
+            let teller = rng.below(TELLERS as u64) as u32;
+            cl.delta = Delta {
+                account,
+                teller,
+                branch: teller % BRANCHES,
+                amount: rng.below(2_000) as i64 - 1_000,
+            };
+            let mut v = vec![
+                (ACC, account * RECORD, RECORD),
+                (TEL, teller * RECORD, RECORD),
+                (BR, (teller % BRANCHES) * RECORD, RECORD),
+            ];
+            for i in (1..v.len()).rev() {
+                v.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            cl.order = v;
+            cl.order.push((HIST, TAIL, 16));
+        }
+        cl.step = Step::Take(0);
+        Ok(())
+    }
+
+    fn advance(&mut self, run: &mut Run, c: usize) -> Result<(), Violation> {
+        let k = self.clients[c].node;
+        loop {
+            let cl = &mut self.clients[c];
+            let Some(txn) = cl.txn else { return Ok(()) };
+            match cl.step {
+                Step::Take(i) if i < cl.order.len() => {
+                    let (s, off, len) = cl.order[i];
+                    let mode = if cl.audit { Mode::Read } else { Mode::Write };
+                    let got = self.nodes[k].cr.set_range(txn, s, off, len, mode);
+                    if run.trace > 1 {
+                        eprintln!(
+                            "{:>10} client {c}: set_range {i} of {txn} (segment {s}): {got:?}",
+                            run.ns()
+                        );
+                    }
+                    match got {
+                        Ok(Lock::Granted) => {
+                            cl.step = Step::Take(i + 1);
+                            if self.rng.chance(0.7) {
+                                cl.next_at = Instant(run.ns() + 1 + self.rng.below(300_000));
+                                return Ok(());
+                            }
+                        }
+                        Ok(Lock::Waiting) => {
+                            cl.step = Step::Wait(i);
+                            return Ok(());
+                        }
+                        // Aborted since its last event (a view change): the Aborted
+                        // event that follows resets the client.
+                        Err(CrError::UnknownTxn) => return Ok(()),
+                        Err(e) => return Err(run.fail(format!(
+                            "set_range of client {c}'s transaction {txn} at node {k} refused: {e}"
+                        ))),
+                    }
+                }
+                Step::Take(_) => return self.finish_txn(run, c, txn),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    fn finish_txn(&mut self, run: &mut Run, c: usize, txn: TxnId) -> Result<(), Violation> {
+        let k = self.clients[c].node;
+        let cr = &mut self.nodes[k].cr;
+        let cl = &mut self.clients[c];
+        let mut count = 0;
+        if cl.audit {
+            let b = cr.range(txn, BR, 0, BRANCHES * RECORD).expect("declared");
+            let sum: i64 = (0..BRANCHES).map(|i| i64_at(b, i * RECORD)).sum();
+            let total = i64_at(cr.range(txn, HIST, TAIL, 16).expect("declared"), 8);
+            if sum != total {
+                return Err(run.fail(format!(
+                    "audit at node {k}: branches sum to {sum}, the history total is {total}"
+                )));
+            }
+            self.audits += 1;
+        } else {
+            let d = cl.delta;
+            for (s, rec) in [(ACC, d.account), (TEL, d.teller), (BR, d.branch)] {
+                let m = cr
+                    .range_mut(txn, s, rec * RECORD, RECORD)
+                    .expect("declared");
+                add_i64(m, 0, d.amount);
+            }
+            let tail = cr.range_mut(txn, HIST, TAIL, 16).expect("declared");
+            count = i64_at(tail, 0) as u32;
+            add_i64(tail, 0, 1);
+            add_i64(tail, 8, d.amount);
+            let slot = (count % HISTORY) * HISTORY_RECORD;
+            if cr.set_range(txn, HIST, slot, HISTORY_RECORD, Mode::Write) != Ok(Lock::Granted) {
+                return Err(run.fail("the history slot is under the tail's lock, held"));
+            }
+            write_history(
+                cr.range_mut(txn, HIST, slot, HISTORY_RECORD)
+                    .expect("declared"),
+                0,
+                &d,
+            );
+        }
+        if cl.abort_on_purpose {
+            cr.abort(txn)
+                .map_err(|e| run.fail(format!("abort refused: {e}")))?;
+            self.aborted_on_purpose += 1;
+            cl.txn = None;
+            cl.step = Step::Idle;
+            cl.done += 1;
+            return Ok(());
+        }
+        match cr.commit(txn) {
+            Ok(_) => {
+                if cl.audit {
+                    cl.step = Step::Committing(usize::MAX);
+                    return Ok(());
+                }
+                let d = cl.delta;
+                cl.step = Step::Committing(self.issued.len());
+                self.issue(run, count, d)
+            }
+            Err(CrError::LogFull) => {
+                cr.abort(txn)
+                    .map_err(|e| run.fail(format!("abort refused: {e}")))?;
+                cl.txn = None;
+                cl.step = Step::Idle;
+                cl.next_at = Instant(run.ns() + 1_000_000);
+                Ok(())
+            }
+            Err(e) => Err(run.fail(format!("commit refused: {e}"))),
+        }
+    }
+
+    /// A write transaction committed having read `count`: it must be the next count, or
+    /// one whose transaction was lost (never acknowledged) in a failure.
+    fn issue(&mut self, run: &mut Run, count: u32, delta: Delta) -> Result<(), Violation> {
+        let c = count as usize;
+        if c > self.chain.len() {
+            return Err(run.fail(format!(
+                "serializability: a transaction read count {c}, only {} were committed",
+                self.chain.len()
+            )));
+        }
+        if c < self.chain.len() {
+            if let Some(&i) = self.chain[c..].iter().find(|&&i| self.issued[i].acked) {
+                return Err(run.fail(format!(
+                    "durability: a transaction read count {c}, the acknowledged commit of count {} is lost",
+                    self.issued[i].count
+                )));
+            }
+            // The earlier transaction that read it must have died with its node; the end
+            // checks that it is in no replica.
+            self.chain.truncate(c);
+        }
+        self.chain.push(self.issued.len());
+        self.issued.push(Issued {
+            count,
+            delta,
+            acked: false,
+        });
+        Ok(())
+    }
+
+    fn route_events(&mut self, run: &mut Run) -> Result<(), Violation> {
+        for k in 0..self.n() {
+            while let Some(e) = self.nodes[k].cr.poll_event() {
+                if run.trace > 1 {
+                    eprintln!("{:>10} node {k}: {e:?}", run.ns());
+                }
+                let t = match e {
+                    SymEvent::Granted(t) | SymEvent::Committed(t) | SymEvent::Aborted(t, _) => t,
+                    _ => continue,
+                };
+                let Some(c) = self
+                    .clients
+                    .iter()
+                    .position(|cl| cl.node == k && cl.txn == Some(t))
+                else {
+                    return Err(run.fail(format!("node {k} said {e:?} of no client's transaction")));
+                };
+                let think = self.think_ns();
+                let cl = &mut self.clients[c];
+                match e {
+                    SymEvent::Granted(_) => {
+                        let Step::Wait(i) = cl.step else {
+                            return Err(run.fail("granted a transaction that was not waiting"));
+                        };
+                        cl.step = Step::Take(i + 1);
+                        self.advance(run, c)?;
+                    }
+                    SymEvent::Committed(_) => {
+                        let Step::Committing(i) = cl.step else {
+                            return Err(run.fail("a commit completed that was not asked"));
+                        };
+                        if let Some(is) = self.issued.get_mut(i) {
+                            is.acked = true;
+                        }
+                        cl.txn = None;
+                        cl.step = Step::Idle;
+                        cl.done += 1;
+                        cl.next_at = Instant(run.ns() + self.rng.below(think));
+                    }
+                    SymEvent::Aborted(..) => {
+                        if matches!(cl.step, Step::Committing(_)) {
+                            return Err(run.fail("a committed transaction was aborted"));
+                        }
+                        self.timeouts += 1;
+                        cl.txn = None;
+                        cl.step = Step::Idle;
+                        cl.next_at = Instant(run.ns() + self.rng.below(1_000_000));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn think_ns(&self) -> u64 {
+        (2 * self.opts.safety_ns / self.opts.txns_per_client.max(1) as u64).max(1)
+    }
+
+    fn settled(&self) -> bool {
+        self.join.is_none() && self.nodes.iter().all(|nd| nd.cr.phase() == Phase::Serving)
+    }
+
+    /// Checks node `k`'s memory against the surviving transactions replayed in count order.
+    fn check_replica(&self, run: &Run, k: NodeId) -> Result<(), Violation> {
+        let cr = &self.nodes[k].cr;
+        let count = i64_at(cr.segment(HIST).expect("history"), TAIL) as usize;
+        if count != self.chain.len() {
+            return Err(run.fail(format!(
+                "end: node {k} has {count} transactions, {} survive",
+                self.chain.len()
+            )));
+        }
+        let deltas: Vec<Delta> = self.chain.iter().map(|&i| self.issued[i].delta).collect();
+        let want = replay(&deltas);
+        for (s, w) in want.iter().enumerate() {
+            if cr.segment(s as SegmentId).expect("segment") != &w[..] {
+                return Err(run.fail(format!(
+                    "end: node {k}'s segment {s} is not the {count} surviving transactions replayed in order"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl World for SymWorld {
+    type Report = CrmemSimReport;
+
+    fn restart(&mut self, run: &mut Run, k: NodeId) {
+        if !self.settled() {
+            self.skipped += 1;
+            return;
+        }
+        self.restarts += 1;
+        self.incarnation[k] += 1;
+        add_counters(&mut self.counters, self.nodes[k].cr.counters());
+        self.view += 1;
+        self.views += 1;
+        self.live.retain(|&i| i as usize != k);
+        for &i in &self.live {
+            self.nodes[i as usize]
+                .cr
+                .view_change(self.view, &self.live, None);
+        }
+        for cl in self.clients.iter_mut().filter(|cl| cl.node == k) {
+            cl.txn = None;
+            cl.step = Step::Idle;
+        }
+        let n = self.n();
+        self.nodes[k] = SimNode::new(k, n, &self.cfg, self.incarnation[k], true);
+        self.join = Some(k);
+        if run.trace > 0 {
+            eprintln!("{:>10} crash of node {k}; view {}", run.ns(), self.view);
+        }
+    }
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        self.nodes[to].links.handle_message(run.now, &bytes);
+        Ok(())
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let (n, now) = (self.n(), run.now);
+        for nd in self.nodes.iter_mut() {
+            if run.due(&nd.links) {
+                nd.links.handle_timeout(now);
+            }
+            if nd.cr.poll_timeout().is_some_and(|t| t <= now) {
+                nd.cr.handle_timeout(now);
+            }
+        }
+        for k in 0..n {
+            self.nodes[k].pump(now, k, n);
+        }
+        // The restarted node joins once every survivor serves again.
+        if let Some(k) = self.join {
+            let ready = self
+                .live
+                .iter()
+                .all(|&i| self.nodes[i as usize].cr.phase() == Phase::Serving);
+            if ready {
+                self.view += 1;
+                self.views += 1;
+                self.live.push(k as u16);
+                self.live.sort_unstable();
+                for &i in self.live.iter().filter(|&&i| i as usize != k) {
+                    self.nodes[i as usize]
+                        .cr
+                        .view_change(self.view, &self.live, Some(k as u16));
+                }
+                self.join = None;
+                for k in 0..n {
+                    self.nodes[k].pump(now, k, n);
+                }
+            }
+        }
+        self.route_events(run)?;
+        for c in 0..self.clients.len() {
+            let cl = &self.clients[c];
+            if cl.next_at > now {
+                continue;
+            }
+            match cl.step {
+                Step::Idle if cl.done < self.opts.txns_per_client => {
+                    self.start(run, c)?;
+                    self.advance(run, c)?;
+                }
+                Step::Take(_) => self.advance(run, c)?,
+                _ => {}
+            }
+        }
+        self.route_events(run)?;
+        for k in 0..n {
+            self.nodes[k].pump(now, k, n);
+        }
+        for (i, nd) in self.nodes.iter_mut().enumerate() {
+            run.transmit(i, &mut nd.links);
+        }
+        Ok(())
+    }
+
+    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
+        let mut next = None;
+        for nd in &self.nodes {
+            next = min_opt(next, nd.links.poll_timeout());
+            next = min_opt(next, nd.cr.poll_timeout());
+        }
+        for cl in &self.clients {
+            let idle = cl.step == Step::Idle && cl.done < self.opts.txns_per_client;
+            if idle || matches!(cl.step, Step::Take(_)) {
+                next = min_opt(next, Some(cl.next_at));
+            }
+        }
+        next
+    }
+
+    fn done(&self, run: &Run) -> bool {
+        let n = self.n();
+        run.healed
+            && self.settled()
+            && self
+                .clients
+                .iter()
+                .all(|c| c.done >= self.opts.txns_per_client)
+            && self
+                .nodes
+                .iter()
+                .all(|nd| nd.cr.is_quiet() && nd.outbox.is_empty())
+            && (0..n).all(|k| (0..n).all(|j| j == k || self.nodes[k].links.link_ref(j).is_idle()))
+    }
+
+    fn stalled(&self, _run: &Run) -> String {
+        let clients: Vec<String> = self
+            .clients
+            .iter()
+            .map(|c| {
+                format!(
+                    "@{} {}/{} {:?}",
+                    c.node, c.done, self.opts.txns_per_client, c.step
+                )
+            })
+            .collect();
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|nd| {
+                format!(
+                    "{:?} live {:?} seq {} (pending, open, remote) {:?}",
+                    nd.cr.phase(),
+                    nd.cr.live(),
+                    nd.cr.seq(),
+                    nd.cr.open_counts()
+                )
+            })
+            .collect();
+        format!(
+            "view {} join {:?}; clients {}; nodes {}",
+            self.view,
+            self.join,
+            clients.join(", "),
+            nodes.join("; ")
+        )
+    }
+
+    fn finish(mut self, run: &mut Run) -> Result<CrmemSimReport, Violation> {
+        for k in 0..self.n() {
+            self.check_replica(run, k)?;
+        }
+        // Every acknowledged commit survives: it is the transaction of its count.
+        for (i, is) in self.issued.iter().enumerate() {
+            if is.acked && self.chain.get(is.count as usize) != Some(&i) {
+                return Err(run.fail(format!(
+                    "durability: the acknowledged transaction of count {} is not in the replicas",
+                    is.count
+                )));
+            }
+        }
+        for nd in &self.nodes {
+            add_counters(&mut self.counters, nd.cr.counters());
+        }
+        Ok(CrmemSimReport {
+            seed: run.seed,
+            faults: self.faults,
+            clients: self.clients.len(),
+            committed: self.chain.len() as u64,
+            aborted_on_purpose: self.aborted_on_purpose,
+            timeouts: self.timeouts,
+            audits: self.audits,
+            failovers: self.views,
+            restarts: self.restarts,
+            skipped_crashes: self.skipped,
+            net: run.net.counters.clone(),
+            nodes: self.counters,
+            end_ns: run.ns(),
+            digest: run.digest_with_net(),
+        })
+    }
+}

@@ -1,0 +1,313 @@
+//! `txcast bench crmem --config symmetric`: the simplified TpcB of Figure 8 (Roşu & Schwan
+//! §3.6) in the symmetric configuration, one process per node (sites on loopback),
+//! transactions on every node at once. The accounts', tellers', branches' and history's
+//! homes are spread over the nodes (nodes 0, 1, 2 and 3, modulo the node count), so most
+//! transactions take some of their locks at other nodes. Each transaction takes its four
+//! ranges in a fixed order (no deadlock) and commits when every node holds it.
+//!
+//! Processes beyond the first two run their engine with no idle spin: on a machine with
+//! fewer cores than processes, they park rather than poll.
+//!
+//! Per point, every node runs `parallelism` application threads for the point's seconds;
+//! the figure is the sum of the nodes' commits over the time. At the end the accounts',
+//! tellers' and branches' sums must agree, and be the same on every node.
+
+use super::{spawn_child, wait_child, EXIT_FAILED};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use txcast_crmem::{LockMapping, Mode, SymCrmem, SymCrmemConfig, SymCrmemError};
+use txcast_port::{Engine, EngineConfig};
+use txcast_proto::rng::Rng;
+use txcast_proto::Address;
+
+const HOST_TYPE: u16 = 13;
+const WAIT: Duration = Duration::from_secs(10);
+const PARTNER_LIFE: Duration = Duration::from_secs(900);
+const ACCOUNTS: u32 = 10_000;
+const TELLERS: u32 = 256;
+const BRANCHES: u32 = 32;
+const HISTORY: u32 = 100;
+const ROW: u32 = 100;
+const HISTORY_ROW: u32 = 50;
+const ACC: u16 = 0;
+const TEL: u16 = 1;
+const BR: u16 = 2;
+const HIST: u16 = 3;
+
+fn nodes(n: usize) -> Vec<Address> {
+    (0..n as u16)
+        .map(|i| Address::new(0, i, HOST_TYPE, 0))
+        .collect()
+}
+
+/// The paper's granularities: ten accounts to a lock, two tellers, one branch, one history
+/// record (as the mirror benchmark's TpcB: a record at random, no running total, so no
+/// lock every transaction takes).
+fn segments(n: usize) -> Vec<(usize, LockMapping, u16)> {
+    let rows = |per_lock| LockMapping::Records {
+        record_bytes: ROW,
+        per_lock,
+    };
+    let home = |i: usize| (i % n) as u16;
+    vec![
+        ((ACCOUNTS * ROW) as usize, rows(10), home(0)),
+        ((TELLERS * ROW) as usize, rows(2), home(1)),
+        ((BRANCHES * ROW) as usize, rows(1), home(2)),
+        (
+            (HISTORY * HISTORY_ROW) as usize,
+            LockMapping::Records {
+                record_bytes: HISTORY_ROW,
+                per_lock: 1,
+            },
+            home(3),
+        ),
+    ]
+}
+
+fn err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+fn open(n: usize, me: u16) -> io::Result<SymCrmem> {
+    let cfg = SymCrmemConfig::new(nodes(n), me);
+    if me < 2 {
+        return SymCrmem::open(cfg, &segments(n)).map_err(err);
+    }
+    let engine = Engine::start(EngineConfig {
+        idle_spin: Duration::ZERO,
+        ..EngineConfig::default()
+    })?;
+    SymCrmem::open_on(&engine, cfg, &segments(n)).map_err(err)
+}
+
+fn i64_at(m: &[u8], at: usize) -> i64 {
+    i64::from_le_bytes(m[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn add_i64(m: &mut [u8], at: usize, d: i64) {
+    let v = i64_at(m, at).wrapping_add(d);
+    m[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// One TpcB transaction; `Ok(false)` when a lock wait passed its deadline (aborted).
+fn tpcb(c: &SymCrmem, rng: &mut Rng) -> io::Result<bool> {
+    let account = rng.below(ACCOUNTS as u64) as u32;
+    let teller = rng.below(TELLERS as u64) as u32;
+    let branch = teller / (TELLERS / BRANCHES);
+    let slot = rng.below(HISTORY as u64) as u32;
+    let amount = rng.below(2_000) as i64 - 1_000;
+    let t = c.begin(WAIT).map_err(err)?;
+    for (s, off, len) in [
+        (ACC, account * ROW, ROW),
+        (TEL, teller * ROW, ROW),
+        (BR, branch * ROW, ROW),
+        (HIST, slot * HISTORY_ROW, HISTORY_ROW),
+    ] {
+        match c.set_range(t, s, off, len, Mode::Write) {
+            Ok(()) => {}
+            Err(SymCrmemError::LockTimeout) => return Ok(false),
+            Err(e) => {
+                let _ = c.abort(t);
+                return Err(err(e));
+            }
+        }
+        c.write(t, s, off, len, |m| {
+            if s == HIST {
+                m[..8].copy_from_slice(&amount.to_le_bytes());
+                m[8..12].copy_from_slice(&account.to_le_bytes());
+            } else {
+                add_i64(m, 0, amount);
+            }
+        })
+        .map_err(err)?;
+    }
+    c.commit(t, WAIT).map_err(err)?;
+    Ok(true)
+}
+
+/// Runs `p` threads of TpcB on `c` for `seconds`: the transactions committed.
+fn point(c: &SymCrmem, me: u16, p: usize, seconds: f64) -> io::Result<u64> {
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let failed: std::sync::Mutex<Option<io::Error>> = std::sync::Mutex::new(None);
+    std::thread::scope(|s| {
+        for k in 0..p {
+            let (done, stop, failed) = (&done, &stop, &failed);
+            s.spawn(move || {
+                let mut rng = Rng::new(((me as u64) << 32) | (k as u64 + 1));
+                while !stop.load(Ordering::Relaxed) {
+                    match tpcb(c, &mut rng) {
+                        Ok(true) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            *failed.lock().expect("lock") = Some(e);
+                            stop.store(true, Ordering::Relaxed);
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+        stop.store(true, Ordering::Relaxed);
+    });
+    if let Some(e) = failed.into_inner().expect("lock") {
+        return Err(e);
+    }
+    Ok(done.load(Ordering::Relaxed))
+}
+
+/// The accounts', tellers' and branches' sums, as this node has them.
+fn sums(c: &SymCrmem) -> io::Result<String> {
+    let seg = |s| c.snapshot_segment(s).ok_or_else(|| err("no segment"));
+    let sum =
+        |m: &[u8], rows: u32| -> i64 { (0..rows).map(|i| i64_at(m, (i * ROW) as usize)).sum() };
+    Ok(format!(
+        "{} {} {}",
+        sum(&seg(ACC)?, ACCOUNTS),
+        sum(&seg(TEL)?, TELLERS),
+        sum(&seg(BR)?, BRANCHES)
+    ))
+}
+
+/// Waits (parked in short sleeps) until `path` exists.
+fn wait_for(path: &Path, until: Instant) -> io::Result<()> {
+    while !path.exists() {
+        if Instant::now() > until {
+            return Err(err(format!("{} never came", path.display())));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// The node's part of every point: wait for `go.<i>`, run, file `done.<i>.<me>`; then
+/// file the sums and wait for `exit`.
+fn node(c: &SymCrmem, dir: &Path, me: u16, parallel: &[usize], seconds: f64) -> io::Result<()> {
+    let end = Instant::now() + PARTNER_LIFE;
+    for (i, &p) in parallel.iter().enumerate() {
+        wait_for(&dir.join(format!("go.{i}")), end)?;
+        let n = point(c, me, p, seconds)?;
+        std::fs::write(dir.join(format!("done.{i}.{me}")), n.to_string())?;
+    }
+    wait_for(&dir.join("stop"), end)?;
+    std::fs::write(dir.join(format!("sums.{me}")), sums(c)?)?;
+    Ok(())
+}
+
+/// `__bench-child crmem-sym <nodes> <me> <dir> <seconds> <parallelism>...`
+pub fn child(args: &[String]) -> io::Result<()> {
+    let [n, me, dir, seconds, parallel @ ..] = args else {
+        return Err(err(
+            "usage: crmem-sym <nodes> <me> <dir> <seconds> <parallelism>...",
+        ));
+    };
+    let parse = |s: &String| s.parse::<usize>().map_err(err);
+    let (n, me) = (parse(n)?, parse(me)? as u16);
+    let seconds: f64 = seconds.parse().map_err(err)?;
+    let parallel = parallel.iter().map(parse).collect::<io::Result<Vec<_>>>()?;
+    let c = open(n, me)?;
+    let dir = PathBuf::from(dir);
+    node(&c, &dir, me, &parallel, seconds)?;
+    // Serves the others' locks and commits until the parent is done with every node.
+    wait_for(&dir.join("exit"), Instant::now() + PARTNER_LIFE)
+}
+
+/// Runs the symmetric TpcB on each node count; prints a table per count.
+pub fn run(node_counts: &[usize], parallel: &[usize], seconds: f64) -> i32 {
+    for &n in node_counts {
+        if let Err(e) = one(n, parallel, seconds) {
+            eprintln!("txcast bench crmem --config symmetric: {n} nodes: {e}");
+            return EXIT_FAILED;
+        }
+    }
+    0
+}
+
+fn one(n: usize, parallel: &[usize], seconds: f64) -> io::Result<()> {
+    let dir =
+        std::env::temp_dir().join(format!("txcast-bench-crmem-sym-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut children = Vec::new();
+    for me in 1..n {
+        let mut a = vec![
+            "crmem-sym".to_string(),
+            n.to_string(),
+            me.to_string(),
+            dir.to_string_lossy().into_owned(),
+            seconds.to_string(),
+        ];
+        a.extend(parallel.iter().map(|p| p.to_string()));
+        children.push(spawn_child(&a)?);
+    }
+    let r = (|| -> io::Result<()> {
+        let c = open(n, 0)?;
+        println!(
+            "tpcb, symmetric on {n} nodes (one process each), transactions per second of all nodes, {seconds} s a point"
+        );
+        println!(
+            "{:>11} {:>14} {:>12}",
+            "parallelism", "txn/s", "transactions"
+        );
+        let end = Instant::now() + PARTNER_LIFE;
+        // Every node up: a first transaction from here reaches every home.
+        let mut rng = Rng::new(99);
+        while !tpcb(&c, &mut rng)? {}
+        for (i, &p) in parallel.iter().enumerate() {
+            std::fs::write(dir.join(format!("go.{i}")), b"")?;
+            let started = Instant::now();
+            let mut total = point(&c, 0, p, seconds)?;
+            for me in 1..n {
+                let f = dir.join(format!("done.{i}.{me}"));
+                wait_for(&f, end)?;
+                total += std::fs::read_to_string(&f)?
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(err)?;
+            }
+            let elapsed = started.elapsed().as_secs_f64().max(seconds);
+            println!("{p:>11} {:>14.0} {total:>12}", total as f64 / elapsed);
+        }
+        std::fs::write(dir.join("stop"), b"")?;
+        let mine = sums(&c)?;
+        let mut ok = {
+            let v: Vec<i64> = mine.split(' ').filter_map(|x| x.parse().ok()).collect();
+            v.len() == 3 && v.iter().all(|&x| x == v[0])
+        };
+        let mut all = vec![mine.clone()];
+        for me in 1..n {
+            let f = dir.join(format!("sums.{me}"));
+            wait_for(&f, end)?;
+            let theirs = std::fs::read_to_string(&f)?;
+            ok &= theirs.trim() == mine;
+            all.push(theirs.trim().to_string());
+        }
+        println!(
+            "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
+            all,
+            if ok { "consistent" } else { "INCONSISTENT" }
+        );
+        println!("counters (node 0): {:?}", c.counters());
+        std::fs::write(dir.join("exit"), b"")?;
+        if ok {
+            Ok(())
+        } else {
+            Err(err("TpcB sums differ"))
+        }
+    })();
+    let _ = std::fs::write(dir.join("exit"), b"");
+    let mut r = r;
+    for mut ch in children {
+        let w = wait_child(&mut ch, Duration::from_secs(30));
+        if r.is_ok() {
+            r = w;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
