@@ -33,6 +33,8 @@ pub const LOCATIONS_MAX: usize = 4096;
 pub const RECV_BATCH_MAX: usize = 64;
 /// Longest the engine thread parks when no link timer is pending (new timers wake it early).
 pub const PARK_MAX: Duration = Duration::from_millis(25);
+/// How often a busy port's link counters are published for `txcast stat`.
+const LINK_PUBLISH_EVERY: Duration = Duration::from_millis(1);
 /// Times the engine thread yields its core, after spinning and before parking.
 pub const ENGINE_IDLE_YIELDS: u32 = 2;
 
@@ -199,8 +201,8 @@ pub(crate) struct EndpointCounters {
     pub datagrams_received: AtomicU64,
     pub multicast_received: AtomicU64,
     pub doorbells: AtomicU64,
-    /// Runs of the port's links (paces the publication of their counters).
-    pub link_runs: AtomicU64,
+    /// When the port's link counters were last published (engine clock, ns).
+    pub links_published_at: AtomicU64,
 }
 
 impl EndpointCounters {
@@ -1186,16 +1188,15 @@ impl Engine {
         }
         let mut io = EngineIo::new(self, ep);
         let out = links.run(now, &mut io);
-        // For `txcast stat`: the link counters into the port's segment, on every run (sends
-        // counted on the application's thread are published at the run their ACK brings).
-        // Summing them is O(links), so a port with many links publishes on one run in 64.
-        if links.len() <= 16
-            || ep
-                .counters
-                .link_runs
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(64)
-        {
+        // For `txcast stat`: the link counters into the port's segment, at most once per
+        // `LINK_PUBLISH_EVERY` (summing them is O(links)). Every duty cycle runs every port's
+        // links, and an engine thread cycles at least once per `PARK_MAX`, so what a run
+        // leaves unpublished goes out at the next cycle past the interval.
+        let at = ep.counters.links_published_at.load(Ordering::Relaxed);
+        if now.0 >= at.saturating_add(LINK_PUBLISH_EVERY.as_nanos() as u64) || at == 0 {
+            ep.counters
+                .links_published_at
+                .store(now.0.max(1), Ordering::Relaxed);
             ep.ring
                 .publish_links(&crate::shm::LinkTotals::from(&links.counters()));
         }

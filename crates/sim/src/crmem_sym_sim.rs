@@ -316,9 +316,11 @@ impl SymWorld {
                         // Aborted since its last event (a view change): the Aborted
                         // event that follows resets the client.
                         Err(CrError::UnknownTxn) => return Ok(()),
-                        Err(e) => return Err(run.fail(format!(
+                        Err(e) => {
+                            return Err(run.fail(format!(
                             "set_range of client {c}'s transaction {txn} at node {k} refused: {e}"
-                        ))),
+                        )))
+                        }
                     }
                 }
                 Step::Take(_) => return self.finish_txn(run, c, txn),
