@@ -28,20 +28,29 @@ fn bursts_are_measured_for_each_protocol_and_packing_and_the_figures_drawn() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "failed:\n{stdout}\n{stderr}");
+    let points: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
     for protocol in ["sequencer", "total", "dynord"] {
         for pack in ["off", "adaptive"] {
             for exp in ["all", "one"] {
                 for m in [1, 50] {
-                    let key = format!(
-                        "\"protocol\":\"{protocol}\",\"pack\":\"{pack}\",\"experiment\":\"{exp}\",\"m\":{m},"
-                    );
-                    let line = stdout
-                        .lines()
-                        .find(|l| l.contains(&key))
-                        .unwrap_or_else(|| panic!("no point {key}:\n{stdout}\n{stderr}"));
+                    let point = points
+                        .iter()
+                        .find(|p| {
+                            p["bench"] == "burst"
+                                && p["protocol"] == protocol
+                                && p["pack"] == pack
+                                && p["experiment"] == exp
+                                && p["m"] == m
+                        })
+                        .unwrap_or_else(|| {
+                            panic!("no point {protocol}/{pack}/{exp}/{m}:\n{stdout}\n{stderr}")
+                        });
                     assert!(
-                        !line.contains("\"msgs_per_s\":null"),
-                        "collapsed: {line}\n{stderr}"
+                        point["msgs_per_s"].is_number(),
+                        "collapsed: {point}\n{stderr}"
                     );
                 }
             }

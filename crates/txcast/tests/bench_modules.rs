@@ -1,23 +1,49 @@
 //! `txcast bench modules` end to end, briefly: every section measures its module or program
-//! case and the baselines of the same run, and prints their ratios as JSON lines.
+//! case and the baselines of the same run, and prints their ratios as JSON lines. And the
+//! `--json` output of the quick benchmarks: every stdout line is one JSON object naming its
+//! benchmark.
 
+use serde_json::Value;
 use std::process::Command;
 
-fn number(line: &str, key: &str) -> f64 {
-    let at = line
-        .find(&format!("\"{key}\":"))
-        .unwrap_or_else(|| panic!("no {key} in {line}"));
-    let rest = &line[at + key.len() + 3..];
-    let end = rest.find([',', '}']).expect("a number ends");
-    rest[..end].parse().expect("a number")
+/// Runs `txcast bench <args>` and parses its stdout: every line must be a JSON object whose
+/// `"bench"` is `bench`.
+fn bench_json(bench: &str, args: &[&str]) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
+        .arg("bench")
+        .arg(bench)
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap_or_else(|e| panic!("run txcast bench {bench}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed:\n{stdout}\n{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| {
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            assert!(v.is_object(), "not an object: {l}");
+            assert_eq!(v["bench"], bench, "{l}");
+            v
+        })
+        .collect();
+    assert!(!lines.is_empty(), "no JSON lines:\n{stderr}");
+    lines
+}
+
+fn number(line: &Value, key: &str) -> f64 {
+    line[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {key} in {line}"))
 }
 
 #[test]
 fn the_modules_benchmark_measures_every_section_against_its_baselines() {
-    let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
-        .args([
-            "bench",
-            "modules",
+    let lines = bench_json(
+        "modules",
+        &[
             "--exchanges",
             "300",
             "--warmup",
@@ -30,34 +56,93 @@ fn the_modules_benchmark_measures_every_section_against_its_baselines() {
             "1,4",
             "--invokes",
             "200",
-            "--json",
-        ])
-        .output()
-        .expect("run txcast bench modules");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed:\n{stdout}\n{stderr}");
-    let lines: Vec<&str> = stdout.lines().collect();
-    let section = |name: &str| -> Vec<&str> {
-        lines
-            .iter()
-            .copied()
-            .filter(|l| l.contains(&format!("\"section\":\"{name}\"")))
-            .collect()
-    };
+        ],
+    );
+    let section =
+        |name: &str| -> Vec<&Value> { lines.iter().filter(|l| l["section"] == name).collect() };
     let latency = section("latency");
-    assert_eq!(latency.len(), 1, "{stdout}");
+    assert_eq!(latency.len(), 1, "{lines:?}");
     for key in ["module_p50_ns", "raw_busypoll_p50_ns", "app_parked_p50_ns"] {
         assert!(number(latency[0], key) > 0.0, "{key}");
     }
+    assert_eq!(latency[0]["bytes"], 64);
     let rate = section("rate");
-    assert_eq!(rate.len(), 1, "{stdout}");
+    assert_eq!(rate.len(), 1, "{lines:?}");
     assert!(number(rate[0], "module_msgs_per_s") > 0.0);
     assert!(number(rate[0], "app_pack_off_msgs_per_s") > 0.0);
     let push = section("push");
-    assert_eq!(push.len(), 2, "{stdout}");
+    assert_eq!(push.len(), 2, "{lines:?}");
     for l in push {
         assert!(number(l, "program_vs_native") > 0.0);
     }
     assert!(number(section("interpreter")[0], "ns_per_operator_p50") > 0.0);
+}
+
+#[test]
+fn the_quick_benchmarks_print_one_json_object_a_line() {
+    let rtt = bench_json(
+        "rtt",
+        &[
+            "--cases",
+            "txcast-local-spin",
+            "--iterations",
+            "200",
+            "--bytes",
+            "64",
+        ],
+    );
+    assert_eq!(rtt.len(), 1, "{rtt:?}");
+    assert_eq!(rtt[0]["case"], "txcast-local-spin");
+    assert_eq!(rtt[0]["count"], 200);
+    assert!(rtt[0]["vs"].is_object());
+
+    let multicast = bench_json(
+        "multicast",
+        &[
+            "--iterations",
+            "200",
+            "--warmup",
+            "20",
+            "--bytes",
+            "20",
+            "--dests",
+            "1,4",
+            "--methods",
+            "naive-sendto,txcast-fanout",
+        ],
+    );
+    let kinds = |lines: &[Value], kind: &str| lines.iter().filter(|l| l["kind"] == kind).count();
+    assert_eq!(kinds(&multicast, "latency"), 4, "{multicast:?}");
+    assert_eq!(kinds(&multicast, "cpu"), 4, "{multicast:?}");
+    assert_eq!(kinds(&multicast, "scaling"), 2, "{multicast:?}");
+
+    let throughput = bench_json(
+        "throughput",
+        &[
+            "--messages",
+            "20000",
+            "--remote-messages",
+            "5000",
+            "--warmup",
+            "1000",
+            "--repeat",
+            "1",
+            "--cases",
+            "txcast-local,txcast-remote-pack-on",
+        ],
+    );
+    let packing: Vec<&Value> = throughput
+        .iter()
+        .filter(|l| l["kind"] == "packing")
+        .collect();
+    assert_eq!(packing.len(), 1, "{throughput:?}");
+    assert!(packing[0]["histogram"].is_object(), "{throughput:?}");
+    assert!(kinds(&throughput, "target") > 0, "{throughput:?}");
+
+    let crmem = bench_json(
+        "crmem",
+        &["--sections", "commit", "--commits", "200", "--warmup", "20"],
+    );
+    assert_eq!(crmem.len(), 1, "{crmem:?}");
+    assert!(number(&crmem[0], "commit_p50_ns") > 0.0);
 }

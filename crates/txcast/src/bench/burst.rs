@@ -10,6 +10,7 @@
 //! `--svg DIR` draws the paper's four figures. A point that does not finish in
 //! `--point-seconds` is reported as collapsed (the paper's Dynseq collapsed past 60).
 
+use super::stats::{bench_json, rounded, whole};
 use super::{kill_child, parse_u64, spawn_child, wait_child, EXIT_FAILED};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -606,23 +607,24 @@ pub fn run(opts: &Args) -> i32 {
     print_summary(&points, &packs);
     if opts.json {
         for p in &points {
-            println!(
-                "{{\"bench\":\"burst\",\"protocol\":\"{}\",\"pack\":\"{}\",\"experiment\":\"{}\",\"m\":{},\"members\":{},\"bytes\":{},\"rounds\":{},\"msgs_per_s\":{},\"round_p50_us\":{:.1},\"round_p99_us\":{:.1},\"records_per_packet\":{:.2},\"packets\":{},\"heartbeats\":{},\"acks\":{}}}",
-                p.protocol,
-                p.pack,
-                p.exp.name(),
-                p.m,
-                members,
-                bytes,
-                p.rounds,
-                p.msgs_per_s.map_or("null".into(), |r| format!("{r:.0}")),
-                p.round_p50_us,
-                p.round_p99_us,
-                p.records_per_packet,
-                p.packets,
-                p.heartbeats,
-                p.acks
-            );
+            let line = bench_json! {
+                bench: "burst",
+                protocol: &p.protocol,
+                pack: &p.pack,
+                experiment: p.exp.name(),
+                m: p.m,
+                members: members,
+                bytes: bytes,
+                rounds: p.rounds,
+                msgs_per_s: p.msgs_per_s.and_then(whole),
+                round_p50_us: rounded(p.round_p50_us, 1),
+                round_p99_us: rounded(p.round_p99_us, 1),
+                records_per_packet: rounded(p.records_per_packet, 2),
+                packets: p.packets,
+                heartbeats: p.heartbeats,
+                acks: p.acks,
+            };
+            println!("{line}");
         }
     }
     if let Some(dir) = opts.svg.as_deref() {

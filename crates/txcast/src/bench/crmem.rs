@@ -18,7 +18,7 @@
 //!   At the end the accounts, tellers and branches must sum to the same total on both nodes.
 
 use super::rtt;
-use super::stats::{Samples, Summary};
+use super::stats::{bench_json, whole, Samples, Summary};
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use std::io;
 use std::path::Path;
@@ -404,7 +404,15 @@ fn pipelined(
         let rate = n as f64 / started.elapsed().as_secs_f64();
         say!(plan, "{depth:>11} {rate:>14.0} {n:>12}");
         if plan.json {
-            println!("{{\"bench\":\"crmem\",\"section\":\"{name}\",\"mode\":\"in-flight\",\"depth\":{depth},\"txn_per_s\":{rate:.0},\"transactions\":{n}}}");
+            let line = bench_json! {
+                bench: "crmem",
+                section: name,
+                mode: "in-flight",
+                depth: depth,
+                txn_per_s: whole(rate),
+                transactions: n,
+            };
+            println!("{line}");
         }
     }
     Ok(())
@@ -423,10 +431,15 @@ fn commit_latency(plan: &Plan, c: &Crmem, spin: &Summary, park: &Summary) -> io:
     let us = |s: &Summary| format!("{:.1}/{:.1}", s.p50_ns as f64 / 1e3, s.p99_ns as f64 / 1e3);
     let ratio = |a: &Summary, b: &Summary| a.p50_ns as f64 / b.p50_ns.max(1) as f64;
     if plan.json {
-        println!(
-            "{{\"bench\":\"crmem\",\"section\":\"commit\",\"commit_p50_ns\":{},\"commit_p99_ns\":{},\"remote_spin_p50_ns\":{},\"remote_park_p50_ns\":{}}}",
-            m.p50_ns, m.p99_ns, spin.p50_ns, park.p50_ns
-        );
+        let line = bench_json! {
+            bench: "crmem",
+            section: "commit",
+            commit_p50_ns: m.p50_ns,
+            commit_p99_ns: m.p99_ns,
+            remote_spin_p50_ns: spin.p50_ns,
+            remote_park_p50_ns: park.p50_ns,
+        };
+        println!("{line}");
     }
     say!(
         plan,
@@ -489,7 +502,15 @@ fn throughput(
         let rate = n as f64 / started.elapsed().as_secs_f64();
         say!(plan, "{p:>11} {rate:>14.0} {n:>12}");
         if plan.json {
-            println!("{{\"bench\":\"crmem\",\"section\":\"{name}\",\"mode\":\"threads\",\"parallel\":{p},\"txn_per_s\":{rate:.0},\"transactions\":{n}}}");
+            let line = bench_json! {
+                bench: "crmem",
+                section: name,
+                mode: "threads",
+                parallel: p,
+                txn_per_s: whole(rate),
+                transactions: n,
+            };
+            println!("{line}");
         }
     }
     Ok(())

@@ -5,6 +5,7 @@
 //! four in turn; the ratios are taken round by round and their median reported.
 
 use super::pgbench::{run_pgbench, PgOptions, NOT_FOUND};
+use super::stats::{bench_json, rounded, whole};
 use std::time::Duration;
 use txcast_raid::cluster::{run_embedded, DcReport};
 use txcast_raid::driver::{ClusterConfig, Load};
@@ -126,7 +127,17 @@ fn paper(seconds: f64, json: bool) -> i32 {
             _ => "-",
         };
         if json {
-            println!("{{\"bench\":\"dc-paper\",\"sites\":{sites},\"tps\":{:.0},\"p50_ms\":{p50:.3},\"p99_ms\":{p99:.3},\"user_us_per_txn\":{user:.1},\"sys_us_per_txn\":{sys:.1},\"paper_ms\":\"{paper_ms}\"}}", r.tps);
+            let line = bench_json! {
+                bench: "dc-paper",
+                sites: sites,
+                tps: whole(r.tps),
+                p50_ms: rounded(p50, 3),
+                p99_ms: rounded(p99, 3),
+                user_us_per_txn: rounded(user, 1),
+                sys_us_per_txn: rounded(sys, 1),
+                paper_ms: paper_ms,
+            };
+            println!("{line}");
         } else {
             println!("  {sites} site(s): {:>7.0} txn/s   p50 {p50:>6.2} ms   p99 {p99:>6.2} ms   CPU per transaction: user {user:>6.1} us, system {sys:>6.1} us   (paper: {paper_ms} ms)", r.tps);
         }
@@ -288,7 +299,18 @@ fn failover(clients: usize, rounds: u32, json: bool, vote_timeout: Option<Durati
         };
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         if json {
-            println!("{{\"bench\":\"dc-failover\",\"round\":{round},\"before_tps\":{:.0},\"stall_stop_ms\":{:.1},\"stall_join_ms\":{:.1},\"rejoin_ms\":{:.1},\"snapshots\":{},\"views\":{},\"identical\":{}}}", f.before_tps, ms(f.stall_stop), ms(f.stall_join), ms(f.rejoin), f.snapshots, f.views, f.identical);
+            let line = bench_json! {
+                bench: "dc-failover",
+                round: round,
+                before_tps: whole(f.before_tps),
+                stall_stop_ms: rounded(ms(f.stall_stop), 1),
+                stall_join_ms: rounded(ms(f.stall_join), 1),
+                rejoin_ms: rounded(ms(f.rejoin), 1),
+                snapshots: f.snapshots,
+                views: f.views,
+                identical: f.identical,
+            };
+            println!("{line}");
         } else {
             println!("  round {round}: sites 0-1 {:.0} txn/s before; no commit for {:.0} ms after the stop, {:.0} ms at the join; site 2 committed again {:.0} ms after its start ({} snapshot, {} views at site 0); copies {}", f.before_tps, ms(f.stall_stop), ms(f.stall_join), ms(f.rejoin), f.snapshots, f.views, if f.identical { "identical, money conserved" } else { "DIFFER" });
         }
@@ -342,10 +364,25 @@ pub fn run(args: &Args) -> i32 {
         let line = |case: &str, tps: f64, p50: f64, p99: Option<f64>| {
             match (json, p99) {
                 (true, Some(p99)) => println!(
-                    "{{\"bench\":\"dc\",\"round\":{round},\"case\":\"{case}\",\"tps\":{tps:.0},\"p50_ms\":{p50:.3},\"p99_ms\":{p99:.3}}}"
+                    "{}",
+                    bench_json! {
+                        bench: "dc",
+                        round: round,
+                        case: case,
+                        tps: whole(tps),
+                        p50_ms: rounded(p50, 3),
+                        p99_ms: rounded(p99, 3),
+                    }
                 ),
                 (true, None) => println!(
-                    "{{\"bench\":\"dc\",\"round\":{round},\"case\":\"{case}\",\"tps\":{tps:.0},\"mean_ms\":{p50:.3}}}"
+                    "{}",
+                    bench_json! {
+                        bench: "dc",
+                        round: round,
+                        case: case,
+                        tps: whole(tps),
+                        mean_ms: rounded(p50, 3),
+                    }
                 ),
                 (false, Some(p99)) => println!(
                     "  round {round}  {case:<28} {tps:>10.0} txn/s   p50  {p50:>7.2} ms   p99 {p99:>7.2} ms"
@@ -438,10 +475,7 @@ pub fn run(args: &Args) -> i32 {
         }
     );
     if json {
-        println!(
-            "{{\"bench\":\"dc\",\"summary\":{}}}",
-            super::stats::json_string(&summary)
-        );
+        println!("{}", bench_json! { bench: "dc", summary: summary });
     } else {
         println!("{summary}");
     }

@@ -13,7 +13,7 @@
 //!   and a user-level loop of sends; and the interpreter's cost per wasm operator.
 
 use super::rtt;
-use super::stats::{Samples, Summary};
+use super::stats::{bench_json, rounded, whole, Samples, Summary};
 use super::throughput;
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use std::io;
@@ -319,11 +319,22 @@ fn latency(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
             ratio(m, &parked)
         ));
         if plan.json {
-            println!(
-                "{{\"bench\":\"modules\",\"section\":\"latency\",\"bytes\":{bytes},\"module_p50_ns\":{},\"module_p99_ns\":{},\"raw_busypoll_p50_ns\":{},\"raw_busypoll_p99_ns\":{},\"app_spinning_p50_ns\":{},\"app_parked_p50_ns\":{},\"app_parked_p99_ns\":{},\"module_vs_raw\":{:.3},\"module_vs_app_spinning\":{:.3},\"module_vs_parked\":{:.3}}}",
-                m.p50_ns, m.p99_ns, raw.p50_ns, raw.p99_ns, spinning.p50_ns, parked.p50_ns, parked.p99_ns,
-                ratio(m, &raw), ratio(m, &spinning), ratio(m, &parked)
-            );
+            let line = bench_json! {
+                bench: "modules",
+                section: "latency",
+                bytes: bytes,
+                module_p50_ns: m.p50_ns,
+                module_p99_ns: m.p99_ns,
+                raw_busypoll_p50_ns: raw.p50_ns,
+                raw_busypoll_p99_ns: raw.p99_ns,
+                app_spinning_p50_ns: spinning.p50_ns,
+                app_parked_p50_ns: parked.p50_ns,
+                app_parked_p99_ns: parked.p99_ns,
+                module_vs_raw: rounded(ratio(m, &raw), 3),
+                module_vs_app_spinning: rounded(ratio(m, &spinning), 3),
+                module_vs_parked: rounded(ratio(m, &parked), 3),
+            };
+            println!("{line}");
         }
     }
     Ok(())
@@ -358,10 +369,15 @@ fn rate(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
         module_rate / app_rate
     ));
     if plan.json {
-        println!(
-            "{{\"bench\":\"modules\",\"section\":\"rate\",\"bytes\":64,\"module_msgs_per_s\":{module_rate:.0},\"app_pack_off_msgs_per_s\":{app_rate:.0},\"ratio\":{:.3}}}",
-            module_rate / app_rate
-        );
+        let line = bench_json! {
+            bench: "modules",
+            section: "rate",
+            bytes: 64,
+            module_msgs_per_s: whole(module_rate),
+            app_pack_off_msgs_per_s: whole(app_rate),
+            ratio: rounded(module_rate / app_rate, 3),
+        };
+        println!("{line}");
     }
     Ok(())
 }
@@ -506,10 +522,18 @@ fn push(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
             pl
         ));
         if plan.json {
-            println!(
-                "{{\"bench\":\"modules\",\"section\":\"push\",\"dests\":{n},\"program_sendmmsg_p50_ns\":{},\"native_sendmmsg_p50_ns\":{},\"program_sendto_p50_ns\":{},\"loop_sendto_p50_ns\":{},\"program_vs_native\":{pn:.3},\"program_vs_loop\":{pl:.3}}}",
-                a.0, b.0, c.0, d.0
-            );
+            let line = bench_json! {
+                bench: "modules",
+                section: "push",
+                dests: n,
+                program_sendmmsg_p50_ns: a.0,
+                native_sendmmsg_p50_ns: b.0,
+                program_sendto_p50_ns: c.0,
+                loop_sendto_p50_ns: d.0,
+                program_vs_native: rounded(pn, 3),
+                program_vs_loop: rounded(pl, 3),
+            };
+            println!("{line}");
         }
     }
     // The interpreter alone: a counting loop, ns per wasm operator.
@@ -538,10 +562,12 @@ fn push(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
         p99 as f64 / 1000.0
     ));
     if plan.json {
-        println!(
-            "{{\"bench\":\"modules\",\"section\":\"interpreter\",\"ns_per_operator_p50\":{:.3}}}",
-            p50 as f64 / 1000.0
-        );
+        let line = bench_json! {
+            bench: "modules",
+            section: "interpreter",
+            ns_per_operator_p50: rounded(p50 as f64 / 1000.0, 3),
+        };
+        println!("{line}");
     }
     Ok(())
 }

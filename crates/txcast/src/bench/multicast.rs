@@ -28,7 +28,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::machine::{cpus, cpus_busy, load_average, show, BUSY_SAMPLE};
-use super::stats::{json_number, json_string, micros, Report, Samples, Summary, Table};
+use super::stats::{bench_json, micros, rounded, Report, Samples, Summary, Table};
 use super::{
     finish_child, iterations_and_warmup, parse_u64, plan_or_exit, usize_list_in, CHILD_SUBCOMMAND,
     EXIT_FAILED,
@@ -830,42 +830,39 @@ fn scaling_table(scaling: &[Scaling]) -> String {
 }
 
 fn cpu_json(r: &RowResult) -> String {
-    format!(
-        "{{\"bench\":\"multicast\",\"kind\":\"cpu\",\"case\":{},\"method\":{},\"dests\":{},\
-         \"bytes\":{},\"calls\":{},\"call_cpu_ns\":{:.1},\"engine_ns_per_call\":{:.1},\
-         \"cpu_ns_per_call\":{:.1},\"rusage_self_ns_per_call\":{:.1},\"delivered\":{},\
-         \"expected\":{}}}",
-        json_string(&r.case()),
-        json_string(r.method.name()),
-        r.dests,
-        r.bytes,
-        r.calls(),
-        r.call_cpu_ns_per_call(),
-        r.other_threads_ns_per_call(),
-        r.cpu_ns_per_call(),
-        r.process_ns_per_call(),
-        r.delivered,
-        r.expected
-    )
+    bench_json! {
+        bench: "multicast",
+        kind: "cpu",
+        case: r.case(),
+        method: r.method.name(),
+        dests: r.dests,
+        bytes: r.bytes,
+        calls: r.calls(),
+        call_cpu_ns: rounded(r.call_cpu_ns_per_call(), 1),
+        engine_ns_per_call: rounded(r.other_threads_ns_per_call(), 1),
+        cpu_ns_per_call: rounded(r.cpu_ns_per_call(), 1),
+        rusage_self_ns_per_call: rounded(r.process_ns_per_call(), 1),
+        delivered: r.delivered,
+        expected: r.expected,
+    }
 }
 
 fn scaling_json(s: &Scaling) -> String {
-    format!(
-        "{{\"bench\":\"multicast\",\"kind\":\"scaling\",\"method\":{},\"bytes\":{},\
-         \"from_dests\":{},\"to_dests\":{},\"p50_from_ns\":{},\"p50_to_ns\":{},\
-         \"ratio_p50\":{},\"ratio_p99\":{},\"ratio_cpu\":{},\"target\":{},\"met\":{}}}",
-        json_string(s.method.name()),
-        s.bytes,
-        s.from_dests,
-        s.to_dests,
-        s.p50_from_ns,
-        s.p50_to_ns,
-        json_number(s.ratio_p50, 4),
-        json_number(s.ratio_p99, 4),
-        json_number(s.ratio_cpu, 4),
-        s.target().map_or("null".to_string(), |t| format!("{t:.1}")),
-        s.met().map_or("null".to_string(), |m| m.to_string())
-    )
+    bench_json! {
+        bench: "multicast",
+        kind: "scaling",
+        method: s.method.name(),
+        bytes: s.bytes,
+        from_dests: s.from_dests,
+        to_dests: s.to_dests,
+        p50_from_ns: s.p50_from_ns,
+        p50_to_ns: s.p50_to_ns,
+        ratio_p50: rounded(s.ratio_p50, 4),
+        ratio_p99: rounded(s.ratio_p99, 4),
+        ratio_cpu: rounded(s.ratio_cpu, 4),
+        target: s.target().and_then(|t| rounded(t, 1)),
+        met: s.met(),
+    }
 }
 
 #[cfg(test)]

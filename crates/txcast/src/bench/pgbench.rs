@@ -8,7 +8,7 @@
 //! out: success, error, panic, and Ctrl-C while it runs (which then ends the process as usual).
 //! As root, the PostgreSQL programs run as `nobody`: PostgreSQL refuses to run as root.
 
-use super::stats::{json_number, json_string, Table};
+use super::stats::{bench_json, rounded, Table};
 use super::{parse_u64, plan_or_exit, EXIT_FAILED};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
@@ -711,7 +711,7 @@ pub fn run(args: &Args) -> i32 {
         Ok(r) => r,
         Err(e) if e.starts_with(NOT_FOUND) => {
             if plan.json {
-                println!("{{\"bench\":\"pgbench\",\"skipped\":{}}}", json_string(&e));
+                println!("{}", bench_json! { bench: "pgbench", skipped: e });
             } else {
                 println!("txcast bench pgbench: skipped: {e}");
             }
@@ -756,24 +756,21 @@ pub fn run(args: &Args) -> i32 {
     );
     if plan.json {
         eprint!("{human}");
-        let optional = |n: Option<u64>| n.map_or("null".to_string(), |n| n.to_string());
-        println!(
-            "{{\"bench\":\"pgbench\",\"case\":\"{case}\",\"clients\":{},\"threads\":{},\
-             \"seconds\":{},\"scale\":{},\"tps\":{},\"latency_ms\":{},\"failed\":{},\
-             \"transactions\":{},\"version\":{},\"replication\":{}}}",
-            o.clients,
-            o.threads,
-            o.seconds,
-            o.scale,
-            json_number(r.tps, 3),
-            json_number(r.latency_ms, 3),
-            optional(r.failed),
-            optional(r.transactions),
-            json_string(&r.version),
-            r.replication
-                .as_deref()
-                .map_or("null".to_string(), json_string)
-        );
+        let line = bench_json! {
+            bench: "pgbench",
+            case: case,
+            clients: o.clients,
+            threads: o.threads,
+            seconds: o.seconds,
+            scale: o.scale,
+            tps: rounded(r.tps, 3),
+            latency_ms: rounded(r.latency_ms, 3),
+            failed: r.failed,
+            transactions: r.transactions,
+            version: &r.version,
+            replication: r.replication.as_deref(),
+        };
+        println!("{line}");
     } else {
         print!("{human}");
     }

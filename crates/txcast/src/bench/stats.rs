@@ -2,7 +2,7 @@
 //! prints rows as a human table and as JSON lines, each row with ratios against baseline rows
 //! measured in the same run.
 
-use std::fmt::Write as _;
+use serde::Serialize;
 use std::time::Duration;
 
 /// Per-iteration latencies in nanoseconds. The buffer is allocated up front so recording in
@@ -342,71 +342,121 @@ impl Report {
     }
 
     fn json_row(&self, row: &Row) -> String {
-        let mut out = String::from("{");
-        let _ = write!(
-            out,
-            "\"bench\":{},\"kind\":\"{}\",\"case\":{},\"bytes\":{}",
-            json_string(&self.bench),
-            row.measure.kind(),
-            json_string(&row.case),
-            row.bytes
-        );
-        match &row.measure {
-            Measure::Latency(s) => {
-                let _ = write!(
-                    out,
-                    ",\"count\":{},\"min_ns\":{},\"p50_ns\":{},\"p90_ns\":{},\"p99_ns\":{},\
-                     \"max_ns\":{},\"mean_ns\":{}",
-                    s.count,
-                    s.min_ns,
-                    s.p50_ns,
-                    s.p90_ns,
-                    s.p99_ns,
-                    s.max_ns,
-                    json_number(s.mean_ns, 1)
-                );
-            }
-            Measure::Throughput { messages, elapsed } => {
-                let _ = write!(
-                    out,
-                    ",\"messages\":{},\"elapsed_ns\":{},\"msgs_per_s\":{}",
-                    messages,
-                    elapsed.as_nanos(),
-                    json_number(messages_per_second(*messages, *elapsed), 1)
-                );
+        let measure = match &row.measure {
+            Measure::Latency(s) => JsonMeasure::Latency {
+                count: s.count,
+                min_ns: s.min_ns,
+                p50_ns: s.p50_ns,
+                p90_ns: s.p90_ns,
+                p99_ns: s.p99_ns,
+                max_ns: s.max_ns,
+                mean_ns: rounded(s.mean_ns, 1),
+            },
+            Measure::Throughput { messages, elapsed } => JsonMeasure::Throughput {
+                messages: *messages,
+                elapsed_ns: elapsed.as_nanos(),
+                msgs_per_s: rounded(messages_per_second(*messages, *elapsed), 1),
+            },
+        };
+        let vs = self
+            .ratios(row)
+            .into_iter()
+            .filter_map(|(name, ratio)| {
+                Some((
+                    name,
+                    match ratio? {
+                        Ratio::Latency { p50, p99 } => JsonRatio::Latency {
+                            ratio_p50: rounded(p50, 4),
+                            ratio_p99: rounded(p99, 4),
+                        },
+                        Ratio::Throughput {
+                            messages_per_second,
+                        } => JsonRatio::Throughput {
+                            ratio_msgs_per_s: rounded(messages_per_second, 4),
+                        },
+                    },
+                ))
+            })
+            .collect();
+        json_line(&JsonRow {
+            bench: &self.bench,
+            kind: row.measure.kind(),
+            case: &row.case,
+            bytes: row.bytes,
+            measure,
+            vs: InOrder(vs),
+        })
+    }
+}
+
+/// One row of [`Report::json_lines`]; fields in the order they are printed.
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    bench: &'a str,
+    kind: &'static str,
+    case: &'a str,
+    bytes: u64,
+    #[serde(flatten)]
+    measure: JsonMeasure,
+    vs: InOrder<&'a str, JsonRatio>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum JsonMeasure {
+    Latency {
+        count: u64,
+        min_ns: u64,
+        p50_ns: u64,
+        p90_ns: u64,
+        p99_ns: u64,
+        max_ns: u64,
+        mean_ns: Option<f64>,
+    },
+    Throughput {
+        messages: u64,
+        elapsed_ns: u128,
+        msgs_per_s: Option<f64>,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum JsonRatio {
+    Latency {
+        ratio_p50: Option<f64>,
+        ratio_p99: Option<f64>,
+    },
+    Throughput {
+        ratio_msgs_per_s: Option<f64>,
+    },
+}
+
+/// One JSON line (a `String`, no newline) of an object with these keys in this order, each
+/// value anything serializable (a non-finite float becomes `null`):
+/// `bench_json! { bench: "dc", round: 3, tps: whole(tps) }`. The keys become the fields of a
+/// struct derived with `Serialize`, so serde_json does all the quoting and escaping.
+macro_rules! bench_json {
+    ($($key:ident : $value:expr),+ $(,)?) => {{
+        // Each field's type parameter has the field's name.
+        #[allow(non_camel_case_types)]
+        mod line {
+            #[derive(::serde::Serialize)]
+            pub struct Line<$($key),+> {
+                $(pub $key: $key),+
             }
         }
-        out.push_str(",\"vs\":{");
-        let mut first = true;
-        for (name, ratio) in self.ratios(row) {
-            let Some(ratio) = ratio else { continue };
-            if !first {
-                out.push(',');
-            }
-            first = false;
-            let _ = write!(out, "{}:", json_string(name));
-            match ratio {
-                Ratio::Latency { p50, p99 } => {
-                    let _ = write!(
-                        out,
-                        "{{\"ratio_p50\":{},\"ratio_p99\":{}}}",
-                        json_number(p50, 4),
-                        json_number(p99, 4)
-                    );
-                }
-                Ratio::Throughput {
-                    messages_per_second,
-                } => {
-                    let _ = write!(
-                        out,
-                        "{{\"ratio_msgs_per_s\":{}}}",
-                        json_number(messages_per_second, 4)
-                    );
-                }
-            }
-        }
-        out.push_str("}}");
-        out
+        $crate::bench::stats::json_line(&line::Line { $($key: $value),+ })
+    }};
+}
+pub(crate) use bench_json;
+
+/// Pairs serialized as a JSON object in their own order (a `serde_json::Map` sorts its keys).
+pub(crate) struct InOrder<K, V>(pub Vec<(K, V)>);
+
+impl<K: Serialize, V: Serialize> Serialize for InOrder<K, V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
     }
 }
 
@@ -452,34 +502,22 @@ fn ratio_text(ratio: f64) -> String {
     }
 }
 
-/// A JSON number with `decimals` decimals, or `null` when not finite (JSON has no NaN).
-pub(crate) fn json_number(value: f64, decimals: usize) -> String {
-    if value.is_finite() {
-        format!("{value:.decimals$}")
-    } else {
-        "null".to_string()
-    }
+/// `value` rounded to `decimals` decimals for a JSON line, or `None` (JSON `null`) when not
+/// finite (JSON has no NaN).
+pub(crate) fn rounded(value: f64, decimals: i32) -> Option<f64> {
+    let scale = 10f64.powi(decimals);
+    let r = (value * scale).round() / scale;
+    r.is_finite().then_some(r)
 }
 
-/// A JSON string literal.
-pub fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// `value` rounded to a whole number for a JSON line, or `None` (JSON `null`) when not finite.
+pub(crate) fn whole(value: f64) -> Option<i64> {
+    value.is_finite().then(|| value.round() as i64)
+}
+
+/// One JSON line (without its newline) of a benchmark's `--json` output.
+pub(crate) fn json_line<T: Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).expect("a benchmark's JSON line serializes")
 }
 
 /// Columns aligned to their widest cell: the first column left-aligned, the rest right-aligned.
@@ -672,16 +710,28 @@ mod tests {
         let json = report.json_lines();
         let lines: Vec<&str> = json.lines().collect();
         assert_eq!(lines.len(), 5);
+        let row = |i: usize| -> serde_json::Value { serde_json::from_str(lines[i]).unwrap() };
         assert_eq!(
-            lines[1],
-            "{\"bench\":\"rtt\",\"kind\":\"latency\",\"case\":\"other\",\"bytes\":64,\
-             \"count\":10,\"min_ns\":1,\"p50_ns\":250,\"p90_ns\":250,\"p99_ns\":1000,\
-             \"max_ns\":1000,\"mean_ns\":250.0,\
-             \"vs\":{\"base\":{\"ratio_p50\":2.5000,\"ratio_p99\":2.5000}}}"
+            row(1),
+            serde_json::json!({
+                "bench": "rtt", "kind": "latency", "case": "other", "bytes": 64,
+                "count": 10, "min_ns": 1, "p50_ns": 250, "p90_ns": 250, "p99_ns": 1000,
+                "max_ns": 1000, "mean_ns": 250.0,
+                "vs": {"base": {"ratio_p50": 2.5, "ratio_p99": 2.5}}
+            })
         );
-        assert!(lines[2].ends_with("\"vs\":{}}"));
-        assert!(lines[4].contains("\"msgs_per_s\":1500.0"));
-        assert!(lines[4].ends_with("\"vs\":{\"base\":{\"ratio_msgs_per_s\":1.5000}}}"));
+        assert!(
+            lines[1].starts_with("{\"bench\":\"rtt\",\"kind\":\"latency\","),
+            "bench first: {}",
+            lines[1]
+        );
+        assert_eq!(row(2)["vs"], serde_json::json!({}));
+        assert_eq!(row(4)["msgs_per_s"], 1500.0);
+        assert_eq!(row(4)["elapsed_ns"], 2_000_000_000u64);
+        assert_eq!(
+            row(4)["vs"],
+            serde_json::json!({"base": {"ratio_msgs_per_s": 1.5}})
+        );
 
         let table = report.table();
         assert!(table.contains("p50/A"));
@@ -691,7 +741,16 @@ mod tests {
     }
 
     #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+    fn json_numbers_are_rounded_and_not_finite_ones_null() {
+        assert_eq!(rounded(2.46789, 2), Some(2.47));
+        assert_eq!(rounded(f64::NAN, 1), None);
+        assert_eq!(rounded(f64::INFINITY, 4), None);
+        assert_eq!(whole(1234.5), Some(1235));
+        assert_eq!(whole(f64::NAN), None);
+        let mut report = Report::new("rtt", &[]);
+        report.push_latency("a\"b\\c\n\u{1}", 64, summary(100, 400));
+        let line = report.json_lines();
+        let v: serde_json::Value = serde_json::from_str(line.trim_end()).unwrap();
+        assert_eq!(v["case"], "a\"b\\c\n\u{1}", "escaped: {line}");
     }
 }

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::machine::{clock_ns, cpus, load_average, show};
-use super::stats::{json_number, json_string, messages_per_second, Report, Samples, Summary};
+use super::stats::{bench_json, messages_per_second, rounded, InOrder, Report, Samples, Summary};
 use super::{finish_child, parse_u64, plan_or_exit, spawn_child, EXIT_FAILED};
 use txcast_port::IdleStrategy;
 
@@ -842,26 +842,25 @@ fn render(measured: &[Measured]) -> (String, String) {
                 p.send_full,
                 p.histogram_text(6)
             );
-            let bins: Vec<String> = p
+            let bins = p
                 .histogram
                 .iter()
                 .enumerate()
                 .filter(|&(_, &n)| n > 0)
-                .map(|(k, n)| format!("\"{k}\":{n}"))
+                .map(|(k, &n)| (k.to_string(), n))
                 .collect();
-            let _ = writeln!(
-                json,
-                "{{\"bench\":\"throughput\",\"kind\":\"packing\",\"case\":{},\
-                 \"messages_sent\":{},\"data_packets_sent\":{},\"retransmitted\":{},\
-                 \"send_full\":{},\"mean_messages_per_packet\":{},\"histogram\":{{{}}}}}",
-                json_string(m.case.name()),
-                p.messages_sent,
-                p.data_packets_sent,
-                p.retransmitted,
-                p.send_full,
-                json_number(p.mean_messages_per_packet(), 4),
-                bins.join(",")
-            );
+            json.push_str(&bench_json! {
+                bench: "throughput",
+                kind: "packing",
+                case: m.case.name(),
+                messages_sent: p.messages_sent,
+                data_packets_sent: p.data_packets_sent,
+                retransmitted: p.retransmitted,
+                send_full: p.send_full,
+                mean_messages_per_packet: rounded(p.mean_messages_per_packet(), 4),
+                histogram: InOrder(bins),
+            });
+            json.push('\n');
         }
     }
     let targets = targets(measured);
@@ -877,15 +876,16 @@ fn render(measured: &[Measured]) -> (String, String) {
             "  {:<40} {value:>8}  (target {relation} {}) {verdict}",
             t.name, t.bound
         );
-        let _ = writeln!(
-            json,
-            "{{\"bench\":\"throughput\",\"kind\":\"target\",\"name\":{},\"value\":{},\
-             \"bound\":{},\"relation\":\"{relation}\",\"met\":{}}}",
-            json_string(t.name),
-            t.value.map_or("null".to_string(), |v| json_number(v, 4)),
-            json_number(t.bound, 4),
-            t.met().map_or("null".to_string(), |m| m.to_string())
-        );
+        json.push_str(&bench_json! {
+            bench: "throughput",
+            kind: "target",
+            name: t.name,
+            value: t.value.and_then(|v| rounded(v, 4)),
+            bound: rounded(t.bound, 4),
+            relation: relation,
+            met: t.met(),
+        });
+        json.push('\n');
     }
     (table, json)
 }

@@ -138,9 +138,12 @@ fn scaling_compares_most_and_fewest_destinations() {
     ]);
     assert_eq!(missed[0].met(), Some(false));
     assert!(scaling_table(&missed).contains("MISSED"));
-    let json = scaling_json(&missed[0]);
-    assert!(json.contains("\"ratio_p50\":4.0000"), "{json}");
-    assert!(json.ends_with("\"target\":3.0,\"met\":false}"), "{json}");
+    let json: serde_json::Value = serde_json::from_str(&scaling_json(&missed[0])).unwrap();
+    assert_eq!(json["bench"], "multicast");
+    assert_eq!(json["kind"], "scaling");
+    assert_eq!(json["ratio_p50"], 4.0, "{json}");
+    assert_eq!(json["target"], 3.0, "{json}");
+    assert_eq!(json["met"], false, "{json}");
 }
 
 #[test]
@@ -150,9 +153,11 @@ fn cpu_rows_split_caller_and_engine() {
     assert_eq!(r.other_threads_ns_per_call(), 7_000.0);
     assert_eq!(r.cpu_ns_per_call(), 8_000.0);
     assert_eq!(r.process_ns_per_call(), 8_000.0);
-    let json = cpu_json(&r);
-    assert!(json.starts_with("{\"bench\":\"multicast\",\"kind\":\"cpu\""));
-    assert!(json.contains("\"cpu_ns_per_call\":8000.0"), "{json}");
+    let json: serde_json::Value = serde_json::from_str(&cpu_json(&r)).unwrap();
+    assert_eq!(json["bench"], "multicast");
+    assert_eq!(json["kind"], "cpu");
+    assert_eq!(json["case"], "txcast-fanout/16");
+    assert_eq!(json["cpu_ns_per_call"], 8000.0, "{json}");
     let table = cpu_table(&[r.clone(), row(Method::NaiveSendto, 1, 900, 0)]);
     let widths: Vec<usize> = table
         .lines()
