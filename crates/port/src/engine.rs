@@ -707,7 +707,7 @@ impl Engine {
                 use crate::mmsg::EpollWake;
                 self.watch_pending();
                 match crate::mmsg::epoll_sleep(
-                    self.shared.epoll_fd.as_raw_fd(),
+                    self.shared.epoll_fd.as_fd(),
                     Duration::from_nanos(n),
                 ) {
                     EpollWake::TimedOut => false,

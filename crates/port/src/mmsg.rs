@@ -1,66 +1,22 @@
 //! Batched sends: one `sendmmsg(2)` hands the same packet to many destinations.
 
+use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use rustix::net::{MMsgHdr, RecvFlags, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 
 /// Most destinations one call covers; longer lists take several calls.
 pub const FANOUT_BATCH_MAX: usize = 64;
 
-fn sockaddr_of(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
-            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: v6.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than sockaddr_in6 and suitably aligned.
-            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
-
-/// `sendto(2)` that never waits for room in the socket's buffer, whatever the socket's mode
+/// Flags of every send: never wait for room in the socket's buffer, whatever the socket's mode
 /// (a port's socket blocks for an invoker's sleep, see `Engine::invoker_sleep`; nothing else
-/// may wait on it).
+/// may wait on it), and no SIGPIPE.
+const SEND_FLAGS: SendFlags = SendFlags::DONTWAIT.union(SendFlags::NOSIGNAL);
+
+/// `sendto(2)` that never waits for room in the socket's buffer.
 pub fn send_to(socket: &UdpSocket, packet: &[u8], to: &SocketAddr) -> std::io::Result<usize> {
-    let (ss, len) = sockaddr_of(to);
-    // SAFETY: `packet` and `ss` are live buffers of the lengths given.
-    let n = unsafe {
-        libc::sendto(
-            socket.as_raw_fd(),
-            packet.as_ptr() as *const libc::c_void,
-            packet.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            &ss as *const libc::sockaddr_storage as *const libc::sockaddr,
-            len,
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(n as usize)
+    Ok(rustix::net::sendto(socket, packet, SEND_FLAGS, to)?)
 }
 
 /// `sendmsg(2)` of `parts` as one datagram to `to`, without copying them together (never
@@ -73,31 +29,17 @@ pub fn send_gather(socket: &UdpSocket, parts: &[&[u8]], to: &SocketAddr) -> std:
             "at most 8 parts",
         ));
     }
-    let (mut ss, len) = sockaddr_of(to);
-    // SAFETY: plain old data, zero is valid.
-    let mut iovs: [libc::iovec; PARTS_MAX] = unsafe { std::mem::zeroed() };
+    let mut iovs = [IoSlice::new(&[]); PARTS_MAX];
     for (v, p) in iovs.iter_mut().zip(parts) {
-        v.iov_base = p.as_ptr() as *mut libc::c_void;
-        v.iov_len = p.len();
+        *v = IoSlice::new(p);
     }
-    // SAFETY: plain old data, zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = &mut ss as *mut _ as *mut libc::c_void;
-    msg.msg_namelen = len;
-    msg.msg_iov = iovs.as_mut_ptr();
-    msg.msg_iovlen = parts.len() as _;
-    // SAFETY: `msg` points at live buffers (`ss`, `iovs` and the parts) for the call.
-    let n = unsafe {
-        libc::sendmsg(
-            socket.as_raw_fd(),
-            &msg,
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(n as usize)
+    Ok(rustix::net::sendmsg_addr(
+        socket,
+        to,
+        &iovs[..parts.len()],
+        &mut SendAncillaryBuffer::default(),
+        SEND_FLAGS,
+    )?)
 }
 
 /// Sends `packet` to every address in `to` with as few system calls as the batch bound allows.
@@ -138,53 +80,34 @@ fn send_one(socket: &UdpSocket, packet: &[u8], to: &SocketAddr) -> usize {
 /// Sends `packet` to every address of `chunk` (at most `N`); returns how many were accepted.
 fn send_chunk<const N: usize>(socket: &UdpSocket, packet: &[u8], chunk: &[SocketAddr]) -> usize {
     debug_assert!(chunk.len() <= N);
-    let mut addrs: [(libc::sockaddr_storage, libc::socklen_t); N] =
-        // SAFETY: plain old data, zero is valid.
-        unsafe { std::mem::zeroed() };
-    for (slot, a) in addrs.iter_mut().zip(chunk) {
-        *slot = sockaddr_of(a);
-    }
-    let mut iov = libc::iovec {
-        iov_base: packet.as_ptr() as *mut libc::c_void,
-        iov_len: packet.len(),
-    };
-    // SAFETY: mmsghdr is plain old data, zero is valid.
-    let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
-    for (m, (ss, len)) in msgs.iter_mut().zip(addrs.iter_mut()).take(chunk.len()) {
-        m.msg_hdr.msg_name = ss as *mut _ as *mut libc::c_void;
-        m.msg_hdr.msg_namelen = *len;
-        m.msg_hdr.msg_iov = &mut iov;
-        m.msg_hdr.msg_iovlen = 1;
-    }
+    let iov = [IoSlice::new(packet)];
+    // Entries past the chunk repeat its first address; only the chunk's are sent.
+    let addrs: [SocketAddrAny; N] =
+        std::array::from_fn(|i| SocketAddrAny::from(*chunk.get(i).unwrap_or(&chunk[0])));
+    let mut controls: [SendAncillaryBuffer<'_, '_, '_>; N] =
+        std::array::from_fn(|_| SendAncillaryBuffer::default());
+    let mut control = controls.iter_mut();
+    let mut msgs: [MMsgHdr<'_>; N] = std::array::from_fn(|i| {
+        MMsgHdr::new_with_addr(&addrs[i], &iov, control.next().expect("N controls"))
+    });
     send_headers(socket, &mut msgs[..chunk.len()])
 }
 
 /// Sends every prepared header with `sendmmsg`, as many calls as the kernel needs: a full
 /// socket buffer is waited out, a destination that refuses (unreachable, no route...) skipped.
-/// Returns how many datagrams the kernel accepted. The headers must point at live buffers.
-fn send_headers(socket: &UdpSocket, msgs: &mut [libc::mmsghdr]) -> usize {
+/// Returns how many datagrams the kernel accepted.
+fn send_headers(socket: &UdpSocket, msgs: &mut [MMsgHdr<'_>]) -> usize {
     let mut sent = 0;
     let mut off = 0;
     while off < msgs.len() {
-        // SAFETY: msgs[off..] are initialised headers pointing at live buffers (the caller's).
-        let n = unsafe {
-            libc::sendmmsg(
-                socket.as_raw_fd(),
-                msgs.as_mut_ptr().add(off),
-                (msgs.len() - off) as libc::c_uint,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock {
-                std::thread::yield_now();
-                continue;
+        match rustix::net::sendmmsg(socket, &mut msgs[off..], SEND_FLAGS) {
+            Ok(n) => {
+                off += n;
+                sent += n;
             }
-            off += 1;
-            continue;
+            Err(rustix::io::Errno::AGAIN) => std::thread::yield_now(),
+            Err(_) => off += 1,
         }
-        off += n as usize;
-        sent += n as usize;
     }
     sent
 }
@@ -287,27 +210,19 @@ fn send_entries<const N: usize>(
     chunk: &[(usize, usize, SocketAddr)],
 ) -> usize {
     debug_assert!(chunk.len() <= N);
-    // SAFETY: plain old data, zero is valid.
-    let mut addrs: [(libc::sockaddr_storage, libc::socklen_t); N] = unsafe { std::mem::zeroed() };
-    // SAFETY: plain old data, zero is valid.
-    let mut iovs: [libc::iovec; N] = unsafe { std::mem::zeroed() };
-    // SAFETY: plain old data, zero is valid.
-    let mut msgs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
-    for (i, (start, len, to)) in chunk.iter().enumerate() {
-        let packet = &bytes[*start..*start + len];
-        addrs[i] = sockaddr_of(to);
-        iovs[i] = libc::iovec {
-            iov_base: packet.as_ptr() as *mut libc::c_void,
-            iov_len: packet.len(),
-        };
-    }
-    for (i, m) in msgs.iter_mut().enumerate().take(chunk.len()) {
-        m.msg_hdr.msg_name = &mut addrs[i].0 as *mut _ as *mut libc::c_void;
-        m.msg_hdr.msg_namelen = addrs[i].1;
-        m.msg_hdr.msg_iov = &mut iovs[i];
-        m.msg_hdr.msg_iovlen = 1;
-    }
-    // `addrs`, `iovs` and `bytes` outlive the call.
+    // Entries past the chunk repeat its first one; only the chunk's are sent.
+    let entry = |i: usize| chunk.get(i).unwrap_or(&chunk[0]);
+    let addrs: [SocketAddrAny; N] = std::array::from_fn(|i| SocketAddrAny::from(entry(i).2));
+    let iovs: [[IoSlice<'_>; 1]; N] = std::array::from_fn(|i| {
+        let (start, len, _) = *entry(i);
+        [IoSlice::new(&bytes[start..start + len])]
+    });
+    let mut controls: [SendAncillaryBuffer<'_, '_, '_>; N] =
+        std::array::from_fn(|_| SendAncillaryBuffer::default());
+    let mut control = controls.iter_mut();
+    let mut msgs: [MMsgHdr<'_>; N] = std::array::from_fn(|i| {
+        MMsgHdr::new_with_addr(&addrs[i], &iovs[i], control.next().expect("N controls"))
+    });
     send_headers(socket, &mut msgs[..chunk.len()])
 }
 
@@ -361,7 +276,8 @@ pub fn size_buffers(sock: &UdpSocket) -> std::io::Result<()> {
 }
 
 /// Datagrams taken from a socket with one `recvmmsg(2)` (or one `recvfrom(2)` when traffic
-/// is light), in buffers and message headers set up once.
+/// is light), in buffers and message headers set up once. `recvmmsg` is called through libc:
+/// rustix, which makes the other calls here, does not offer it.
 pub struct RecvBatch {
     slot_bytes: usize,
     data: Vec<u8>,
@@ -371,6 +287,8 @@ pub struct RecvBatch {
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
     count: usize,
+    /// After a `recv_one`: slot 0's sender (`names` holds `recv`'s senders).
+    one_from: Option<Option<SocketAddr>>,
 }
 
 // SAFETY: the raw pointers in `iovs` and `msgs` point into this struct's own heap buffers,
@@ -392,6 +310,7 @@ impl RecvBatch {
             // SAFETY: mmsghdr is plain old data; all-zero is valid.
             msgs: vec![unsafe { std::mem::zeroed() }; slots],
             count: 0,
+            one_from: None,
         };
         let base = b.data.as_mut_ptr();
         for i in 0..slots {
@@ -417,41 +336,38 @@ impl RecvBatch {
     /// Reads one waiting datagram into slot 0 with `recvfrom(2)` (the cheapest poll of an
     /// idle socket), without blocking. Returns 0 or 1.
     pub fn recv_one(&mut self, sock: &UdpSocket) -> std::io::Result<usize> {
-        self.recv_one_with(sock, libc::MSG_DONTWAIT)
+        self.recv_one_with(sock, RecvFlags::DONTWAIT)
     }
 
     /// Reads one datagram into slot 0, waiting for it as long as the socket's mode and receive
     /// timeout say (a blocking socket with `SO_RCVTIMEO`). Returns 0 on the timeout or a
     /// signal, else 1.
     pub fn recv_one_waiting(&mut self, sock: &UdpSocket) -> std::io::Result<usize> {
-        match self.recv_one_with(sock, 0) {
+        match self.recv_one_with(sock, RecvFlags::empty()) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
             r => r,
         }
     }
 
-    fn recv_one_with(&mut self, sock: &UdpSocket, flags: libc::c_int) -> std::io::Result<usize> {
-        let mut namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: slot 0 and names[0] are live buffers of the sizes given.
-        let n = unsafe {
-            libc::recvfrom(
-                sock.as_raw_fd(),
-                self.data.as_mut_ptr() as *mut libc::c_void,
-                self.slot_bytes,
-                flags | libc::MSG_TRUNC,
-                &mut self.names[0] as *mut _ as *mut libc::sockaddr,
-                &mut namelen,
-            )
-        };
-        if n < 0 {
-            self.count = 0;
-            return nothing_on_would_block(std::io::Error::last_os_error());
+    fn recv_one_with(&mut self, sock: &UdpSocket, flags: RecvFlags) -> std::io::Result<usize> {
+        // With TRUNC the real length comes back even when the slot was too small.
+        match rustix::net::recvfrom(
+            sock,
+            &mut self.data[..self.slot_bytes],
+            flags | RecvFlags::TRUNC,
+        ) {
+            Ok((_, n, from)) => {
+                self.count = 1;
+                self.one_from = Some(from.and_then(|a| SocketAddr::try_from(a).ok()));
+                self.truncated[0] = n > self.slot_bytes;
+                self.lens[0] = n.min(self.slot_bytes);
+                Ok(1)
+            }
+            Err(e) => {
+                self.count = 0;
+                nothing_on_would_block(e.into())
+            }
         }
-        // With MSG_TRUNC the real length comes back even when the slot was too small.
-        self.count = 1;
-        self.truncated[0] = n as usize > self.slot_bytes;
-        self.lens[0] = (n as usize).min(self.slot_bytes);
-        Ok(1)
     }
 
     /// Reads as many waiting datagrams as fit, without blocking. Returns how many.
@@ -472,6 +388,7 @@ impl RecvBatch {
                 std::ptr::null_mut(),
             )
         };
+        self.one_from = None;
         if got < 0 {
             self.count = 0;
             return nothing_on_would_block(std::io::Error::last_os_error());
@@ -499,11 +416,11 @@ impl RecvBatch {
     /// a slot (then it is cut and should be dropped).
     pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>, bool) {
         let at = i * self.slot_bytes;
-        (
-            &self.data[at..at + self.lens[i]],
-            socket_addr_of(&self.names[i]),
-            self.truncated[i],
-        )
+        let from = match self.one_from {
+            Some(from) if i == 0 => from,
+            _ => socket_addr_of(&self.names[i]),
+        };
+        (&self.data[at..at + self.lens[i]], from, self.truncated[i])
     }
 }
 
@@ -559,48 +476,33 @@ pub enum EpollWake {
 ///
 /// Waits in `epoll_pwait2` on the set itself rather than in poll(2) on its descriptor: a
 /// socket's wake-up then reaches the sleeper straight from the set's callback, not through a
-/// second wait queue, and the timeout keeps nanosecond precision. Kernels before 5.11 lack
-/// the call; there it falls back to `ppoll` on the set's descriptor.
-pub fn epoll_sleep(epfd: i32, timeout: std::time::Duration) -> EpollWake {
+/// second wait queue, and the timeout keeps nanosecond precision (plain `epoll_wait` rounds
+/// it up to a millisecond). Kernels before 5.11 lack the call; there it falls back to
+/// `ppoll` on the set's descriptor.
+pub fn epoll_sleep(epfd: BorrowedFd<'_>, timeout: std::time::Duration) -> EpollWake {
+    use rustix::event::{epoll, PollFd, PollFlags, Timespec};
     use std::sync::atomic::{AtomicBool, Ordering};
     static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as _,
+        tv_nsec: timeout.subsec_nanos() as _,
     };
     if !NO_PWAIT2.load(Ordering::Relaxed) {
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: one writable event, a valid timespec, no signal mask (its size is ignored).
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_epoll_pwait2,
-                epfd,
-                &mut ev as *mut libc::epoll_event,
-                1 as libc::c_int,
-                &ts as *const libc::timespec,
-                std::ptr::null::<libc::sigset_t>(),
-                0 as libc::size_t,
-            )
-        };
-        if n > 0 {
-            return EpollWake::Event(ev.u64);
+        let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 1];
+        match epoll::wait(epfd, &mut events[..], Some(&ts)) {
+            Ok((ready, _)) => {
+                return match ready.first() {
+                    Some(ev) => EpollWake::Event(ev.data.u64()),
+                    None => EpollWake::TimedOut,
+                }
+            }
+            Err(rustix::io::Errno::NOSYS) => NO_PWAIT2.store(true, Ordering::Relaxed),
+            Err(_) => return EpollWake::Unknown,
         }
-        if n == 0 {
-            return EpollWake::TimedOut;
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
-            return EpollWake::Unknown;
-        }
-        NO_PWAIT2.store(true, Ordering::Relaxed);
     }
-    let mut fds = [libc::pollfd {
-        fd: epfd,
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    // SAFETY: `fds` is a valid pollfd array and `ts` a valid timespec for the call.
-    match unsafe { libc::ppoll(fds.as_mut_ptr(), 1, &ts, std::ptr::null()) } {
-        0 => EpollWake::TimedOut,
+    let mut fds = [PollFd::new(&epfd, PollFlags::IN)];
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(0) => EpollWake::TimedOut,
         _ => EpollWake::Unknown,
     }
 }

@@ -4,8 +4,6 @@
 
 use std::fs::File;
 use std::io;
-#[cfg(not(loom))]
-use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 
 use super::layout::{meta, Header, Layout, SlotHeader, KIND_MESSAGE, KIND_RESERVED};
@@ -16,11 +14,12 @@ use super::SendError;
 
 /// One `mmap` of a whole segment file, with the geometry validated when it was mapped.
 pub(crate) struct Segment {
-    /// The mapping: header at offset 0, slots after it.
+    /// The mapping's first byte: header at offset 0, slots after it.
     #[cfg(not(loom))]
     base: NonNull<u8>,
+    /// The mapping itself (shared, read-write), unmapped when dropped.
     #[cfg(not(loom))]
-    map_bytes: usize,
+    _map: memmap2::MmapRaw,
     /// Its entry among the mappings guarded against truncation (`super::sigbus`).
     #[cfg(not(loom))]
     guard: Option<usize>,
@@ -79,25 +78,12 @@ impl Segment {
     #[cfg(not(loom))]
     pub fn map(file: &File, map_bytes: usize, layout: Layout) -> io::Result<Segment> {
         assert!(map_bytes >= HEADER_BYTES && layout.total_bytes <= map_bytes);
-        // SAFETY: mapping a file descriptor we own; the kernel picks the address.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null");
+        let map = memmap2::MmapOptions::new().len(map_bytes).map_raw(file)?;
+        let base = NonNull::new(map.as_mut_ptr()).expect("mmap returned null");
         Ok(Segment {
             base,
-            map_bytes,
-            guard: super::sigbus::register(ptr as usize, map_bytes),
+            guard: super::sigbus::register(base.as_ptr() as usize, map_bytes),
+            _map: map,
             layout,
             interrupt: AtomicBool::new(false),
             doorbell: std::sync::OnceLock::new(),
@@ -368,11 +354,10 @@ impl Segment {
 #[cfg(not(loom))]
 impl Drop for Segment {
     fn drop(&mut self) {
+        // Before the mapping goes (the fields drop after this).
         if let Some(i) = self.guard {
             super::sigbus::unregister(i);
         }
-        // SAFETY: unmapping exactly what `map` mapped; no references outlive `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_bytes) };
     }
 }
 
