@@ -34,46 +34,29 @@ const EVENTS_MAX: usize = 256;
 const PACKET_OVERHEAD: usize = HEADER_BYTES + txcast_proto::wire::RECORD_HEADER_BYTES + MAC_BYTES;
 
 /// Why a group call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum GroupCallError {
     /// The protocol refused (not a member, too few members for r, queue full, too long...).
-    Group(GroupError),
+    #[error(transparent)]
+    Group(#[from] GroupError),
     /// The call did not complete in time (the operation may still complete later).
+    #[error("timed out")]
     Timeout,
     /// The join was not answered.
+    #[error("join not answered")]
     JoinFailed,
     /// This member was left out of a rebuilt group.
+    #[error("left out of the rebuilt group")]
     Expelled,
     /// The port already belongs to [`GROUPS_PER_PORT_MAX`] groups, or to this one.
+    #[error("the port is in too many groups")]
     TooManyGroups,
     /// The group's packets would not fit the engine's receive buffers.
+    #[error("group packet_bytes_max must be at most {max}")]
     PacketTooLong { max: usize },
     /// The port's engine would not take the port's groups.
+    #[error(transparent)]
     Service(ServiceClash),
-}
-
-impl std::fmt::Display for GroupCallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GroupCallError::Group(e) => write!(f, "{e}"),
-            GroupCallError::Timeout => f.write_str("timed out"),
-            GroupCallError::JoinFailed => f.write_str("join not answered"),
-            GroupCallError::Expelled => f.write_str("left out of the rebuilt group"),
-            GroupCallError::TooManyGroups => f.write_str("the port is in too many groups"),
-            GroupCallError::PacketTooLong { max } => {
-                write!(f, "group packet_bytes_max must be at most {max}")
-            }
-            GroupCallError::Service(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for GroupCallError {}
-
-impl From<GroupError> for GroupCallError {
-    fn from(e: GroupError) -> Self {
-        GroupCallError::Group(e)
-    }
 }
 
 /// One record of the ordered stream, owned.
