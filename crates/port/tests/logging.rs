@@ -229,3 +229,68 @@ fn retransmission_bursts_are_logged_with_a_count_at_most_once_a_second_per_peer(
         lines.len()
     );
 }
+
+#[test]
+fn a_group_member_logs_its_retransmission_bursts_with_a_count() {
+    use txcast_port::{Engine, EngineConfig};
+    use txcast_proto::group::GroupConfig;
+    let _ = log();
+    let engine = Engine::start(EngineConfig {
+        loss_injection: 0.3,
+        loss_seed: 4,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let ports: Vec<Port> = (0..2)
+        .map(|s| Port::open_on(&engine, Address::new(44, s, 3, 0), cfg()).unwrap())
+        .collect();
+    let spec = GroupConfig {
+        group: 6,
+        ..GroupConfig::default()
+    };
+    let a = ports[0].create_group(spec.clone()).unwrap();
+    let b = ports[1].join_group(spec, ports[0].address(), WAIT).unwrap();
+    let ours: Vec<String> = ports
+        .iter()
+        .map(|p| format!("port={}", p.address()))
+        .collect();
+    let bursts = || {
+        let mut l = lines_with(&["group retransmission burst", "group=6", &ours[0]]);
+        l.extend(lines_with(&[
+            "group retransmission burst",
+            "group=6",
+            &ours[1],
+        ]));
+        l
+    };
+    // Rounds of 50 messages in flight at once until a member names its burst (a member
+    // looks once a second): lost packets carry many records, and repairs resend them.
+    let mut rounds = 0;
+    while bursts().is_empty() && rounds < 300 {
+        for i in 0..50u32 {
+            b.send_async(&i.to_le_bytes()).unwrap();
+        }
+        for g in [&a, &b] {
+            let mut got = 0;
+            while got < 50 {
+                let d = g.receive(WAIT).expect("delivery");
+                if matches!(d.what, txcast_port::GroupRecord::Message { .. }) {
+                    got += 1;
+                }
+            }
+        }
+        rounds += 1;
+    }
+    let lines = bursts();
+    assert!(!lines.is_empty(), "{:#?}", lines_with(&["group=6"]));
+    assert!(lines[0].contains("WARN"), "{}", lines[0]);
+    assert!(lines[0].contains("interval_ms="), "{}", lines[0]);
+    let count: u64 = lines[0]
+        .split("count=")
+        .nth(1)
+        .and_then(|c| c.split_whitespace().next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("a count in {}", lines[0]));
+    assert!(count > 16, "a burst is more than 16: {}", lines[0]);
+    drop((a, b));
+}
