@@ -121,6 +121,14 @@ const REFUSALS: usize = 7;
 /// become a flood of log lines); each line counts what was refused since the one before.
 const REFUSAL_LOG_INTERVAL_NS: u64 = 1_000_000_000;
 
+/// A port looks at its links' retransmission counts at most once a second, where it publishes
+/// link counters (off the per-packet path), and logs a peer when more than
+/// `RETRANSMIT_BURST_MIN` messages were retransmitted to it since the last look.
+const RETRANSMIT_CHECK_INTERVAL_NS: u64 = 1_000_000_000;
+const RETRANSMIT_BURST_MIN: u64 = 16;
+/// Peers named in one look at most; the others in a burst are summed in one more line.
+const RETRANSMIT_LOG_PEERS_MAX: usize = 8;
+
 impl Refusal {
     /// The reason as the log names it (the field names of [`Refusals`]).
     fn name(self) -> &'static str {
@@ -203,6 +211,10 @@ pub(crate) struct EndpointCounters {
     pub doorbells: AtomicU64,
     /// When the port's link counters were last published (engine clock, ns).
     pub links_published_at: AtomicU64,
+    /// When the links' retransmissions were last looked at (engine clock, ns; 0 for never),
+    /// and each link's count then (one entry per link, so bounded like the links).
+    retransmits_checked_at: AtomicU64,
+    retransmits_seen: Mutex<HashMap<Address, u64>>,
 }
 
 impl EndpointCounters {
@@ -1219,6 +1231,13 @@ impl Engine {
             ep.ring
                 .publish_links(&crate::shm::LinkTotals::from(&links.counters()));
         }
+        let checked = ep.counters.retransmits_checked_at.load(Ordering::Relaxed);
+        if checked == 0 || now.0.saturating_sub(checked) >= RETRANSMIT_CHECK_INTERVAL_NS {
+            ep.counters
+                .retransmits_checked_at
+                .store(now.0.max(1), Ordering::Relaxed);
+            log_retransmit_bursts(ep, &links, now, checked);
+        }
         if out.refused {
             // The ring is full: the link keeps the message until the application takes
             // something and tells us (`Endpoint::ring_blocked`).
@@ -1231,6 +1250,52 @@ impl Engine {
             }
         }
         out.work
+    }
+}
+
+/// Logs the peers of `ep` that more than [`RETRANSMIT_BURST_MIN`] messages were retransmitted
+/// to since the look at `since` (engine clock, ns; 0: this is the first look, which only takes
+/// the counts). Called with the links locked, at most once per `RETRANSMIT_CHECK_INTERVAL_NS`.
+fn log_retransmit_bursts(ep: &Endpoint, links: &LinkTable, now: Instant, since: u64) {
+    let mut seen = ep
+        .counters
+        .retransmits_seen
+        .lock()
+        .expect("retransmit log lock");
+    let before = std::mem::take(&mut *seen);
+    let interval_ms = now.0.saturating_sub(since) / 1_000_000;
+    let (mut named, mut others, mut others_count) = (0usize, 0u64, 0u64);
+    for link in links.links() {
+        let peer = link.peer();
+        let total = link.counters().retransmitted;
+        seen.insert(peer, total);
+        // A link reset since the last look (a peer restart) starts its count again.
+        let count = total.saturating_sub(before.get(&peer).copied().unwrap_or(0));
+        if since == 0 || count <= RETRANSMIT_BURST_MIN {
+            continue;
+        }
+        if named < RETRANSMIT_LOG_PEERS_MAX {
+            named += 1;
+            tracing::warn!(
+                port = %ep.addr,
+                %peer,
+                count,
+                interval_ms,
+                "retransmission burst (messages retransmitted to the peer since the last line)"
+            );
+        } else {
+            others += 1;
+            others_count += count;
+        }
+    }
+    if others > 0 {
+        tracing::warn!(
+            port = %ep.addr,
+            peers = others,
+            count = others_count,
+            interval_ms,
+            "retransmission bursts to more peers"
+        );
     }
 }
 

@@ -74,27 +74,18 @@ pub(crate) trait Extension: Any + Send + Sync {
 }
 
 /// A registration refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ServiceClash {
     /// Another extension takes this kind's packets at the port.
+    #[error("another service takes {0:?} packets at this port")]
     Kind(Kind),
     /// Another service consumes the port's ring.
+    #[error("another service consumes this port's ring")]
     Ring,
     /// The port has [`EXTENSIONS_MAX`] extensions already.
+    #[error("the port has {EXTENSIONS_MAX} services already")]
     Full,
 }
-
-impl std::fmt::Display for ServiceClash {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ServiceClash::Kind(k) => write!(f, "another service takes {k:?} packets at this port"),
-            ServiceClash::Ring => f.write_str("another service consumes this port's ring"),
-            ServiceClash::Full => write!(f, "the port has {EXTENSIONS_MAX} services already"),
-        }
-    }
-}
-
-impl std::error::Error for ServiceClash {}
 
 /// The extensions of one port. Registered ones stay until the port closes; the engine reads
 /// the table without a lock.

@@ -34,46 +34,29 @@ const EVENTS_MAX: usize = 256;
 const PACKET_OVERHEAD: usize = HEADER_BYTES + txcast_proto::wire::RECORD_HEADER_BYTES + MAC_BYTES;
 
 /// Why a group call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum GroupCallError {
     /// The protocol refused (not a member, too few members for r, queue full, too long...).
-    Group(GroupError),
+    #[error(transparent)]
+    Group(#[from] GroupError),
     /// The call did not complete in time (the operation may still complete later).
+    #[error("timed out")]
     Timeout,
     /// The join was not answered.
+    #[error("join not answered")]
     JoinFailed,
     /// This member was left out of a rebuilt group.
+    #[error("left out of the rebuilt group")]
     Expelled,
     /// The port already belongs to [`GROUPS_PER_PORT_MAX`] groups, or to this one.
+    #[error("the port is in too many groups")]
     TooManyGroups,
     /// The group's packets would not fit the engine's receive buffers.
+    #[error("group packet_bytes_max must be at most {max}")]
     PacketTooLong { max: usize },
     /// The port's engine would not take the port's groups.
+    #[error(transparent)]
     Service(ServiceClash),
-}
-
-impl std::fmt::Display for GroupCallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GroupCallError::Group(e) => write!(f, "{e}"),
-            GroupCallError::Timeout => f.write_str("timed out"),
-            GroupCallError::JoinFailed => f.write_str("join not answered"),
-            GroupCallError::Expelled => f.write_str("left out of the rebuilt group"),
-            GroupCallError::TooManyGroups => f.write_str("the port is in too many groups"),
-            GroupCallError::PacketTooLong { max } => {
-                write!(f, "group packet_bytes_max must be at most {max}")
-            }
-            GroupCallError::Service(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for GroupCallError {}
-
-impl From<GroupError> for GroupCallError {
-    fn from(e: GroupError) -> Self {
-        GroupCallError::Group(e)
-    }
 }
 
 /// One record of the ordered stream, owned.
@@ -120,6 +103,10 @@ pub(crate) struct GroupState {
     sleepers: usize,
     /// The view last logged: a new one is logged once, when `flush` first sees it.
     logged_epoch: Epoch,
+    /// When `flush` last looked at the member's retransmitted records (engine clock, ns; 0
+    /// for never), and their count then.
+    retransmits_checked_at: u64,
+    retransmits_seen: u64,
 }
 
 /// Shared between the application's [`Group`] handle and the engine.
@@ -224,6 +211,9 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
             "group view installed"
         );
     }
+    if now.0.saturating_sub(st.retransmits_checked_at) >= RETRANSMIT_CHECK_INTERVAL_NS {
+        log_retransmit_burst(ep, g, st, now);
+    }
     if woke {
         if st.sleepers > 0 {
             g.cond.notify_all();
@@ -236,6 +226,29 @@ pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut Gr
     // otherwise fire more than `TIMER_SLACK` late: the engine never sleeps longer than
     // `PARK_MAX`, and waking it on every send would cost a context switch per message.
     engine.wake_for(st.m.poll_timeout().map(|t| t + TIMER_SLACK));
+}
+
+/// A group member's retransmitted records are looked at most once a second (in [`flush`],
+/// an integer comparison per call) and logged when more than `RETRANSMIT_BURST_MIN` were
+/// retransmitted since the last look.
+const RETRANSMIT_CHECK_INTERVAL_NS: u64 = 1_000_000_000;
+const RETRANSMIT_BURST_MIN: u64 = 16;
+
+fn log_retransmit_burst(ep: &Endpoint, g: &GroupShared, st: &mut GroupState, now: Instant) {
+    let total = st.m.info(now).counters.records_retransmitted;
+    // Saturating: should the count ever start again, this look logs nothing.
+    let count = total.saturating_sub(st.retransmits_seen);
+    if st.retransmits_checked_at != 0 && count > RETRANSMIT_BURST_MIN {
+        tracing::warn!(
+            port = %ep.addr,
+            group = g.id,
+            count,
+            interval_ms = now.0.saturating_sub(st.retransmits_checked_at) / 1_000_000,
+            "group retransmission burst (records retransmitted since the last line)"
+        );
+    }
+    st.retransmits_checked_at = now.0.max(1);
+    st.retransmits_seen = total;
 }
 
 /// Sends the datagrams [`flush`] gathered.
@@ -353,6 +366,8 @@ impl Group {
                 out: crate::mmsg::SendBatch::new(),
                 sleepers: 0,
                 logged_epoch: Epoch::default(),
+                retransmits_checked_at: 0,
+                retransmits_seen: 0,
             }),
             cond: Condvar::new(),
             dirty: std::sync::atomic::AtomicBool::new(false),

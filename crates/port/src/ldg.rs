@@ -33,39 +33,18 @@ use txcast_proto::{Address, Instant};
 const ACK_BATCH: u32 = 8;
 
 /// Why a long-message call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LdgCallError {
-    Ldg(LdgError),
-    Port(PortError),
+    #[error(transparent)]
+    Ldg(#[from] LdgError),
+    #[error(transparent)]
+    Port(#[from] PortError),
     /// A wait's own timeout passed (a send goes on; `recv` found nothing).
+    #[error("timed out")]
     Timeout,
     /// The port's datagrams are taken by another service already.
+    #[error(transparent)]
     Service(ServiceClash),
-}
-
-impl std::fmt::Display for LdgCallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LdgCallError::Ldg(e) => write!(f, "{e}"),
-            LdgCallError::Port(e) => write!(f, "{e}"),
-            LdgCallError::Timeout => f.write_str("timed out"),
-            LdgCallError::Service(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for LdgCallError {}
-
-impl From<LdgError> for LdgCallError {
-    fn from(e: LdgError) -> Self {
-        LdgCallError::Ldg(e)
-    }
-}
-
-impl From<PortError> for LdgCallError {
-    fn from(e: PortError) -> Self {
-        LdgCallError::Port(e)
-    }
 }
 
 #[derive(Clone, Debug, Default)]

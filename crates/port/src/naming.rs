@@ -12,26 +12,18 @@ use txcast_proto::wire::ClusterKey;
 use txcast_proto::{Address, TxnId};
 
 /// Why a configuration or an address was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NamingError {
     /// The configuration file could not be read or parsed.
+    #[error("cluster configuration: {0}")]
     Config(String),
     /// The site has no host in the configuration.
+    #[error("site {0} has no host in the configuration")]
     UnknownSite(u16),
     /// The address falls outside the ranges the configuration maps to ports.
+    #[error("address out of range: {0}")]
     OutOfRange(&'static str),
 }
-
-impl std::fmt::Display for NamingError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NamingError::Config(s) => write!(f, "cluster configuration: {s}"),
-            NamingError::UnknownSite(s) => write!(f, "site {s} has no host in the configuration"),
-            NamingError::OutOfRange(s) => write!(f, "address out of range: {s}"),
-        }
-    }
-}
-impl std::error::Error for NamingError {}
 
 /// IP multicast for transaction groups. A `[multicast]` table takes the defaults for the keys
 /// it omits.

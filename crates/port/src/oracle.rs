@@ -33,31 +33,16 @@ const NOTIFY_DEADLINE: Duration = Duration::from_secs(2);
 const CALL_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Why an oracle call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum OracleError {
-    Call(RpcCallError),
+    #[error("oracle call failed: {0}")]
+    Call(#[from] RpcCallError),
     /// The oracle's answer did not decode.
+    #[error("oracle answer malformed: {0}")]
     BadAnswer(String),
     /// The oracle's state file could not be read, written or understood.
+    #[error("oracle state file: {0}")]
     State(String),
-}
-
-impl std::fmt::Display for OracleError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OracleError::Call(e) => write!(f, "oracle call failed: {e}"),
-            OracleError::BadAnswer(e) => write!(f, "oracle answer malformed: {e}"),
-            OracleError::State(e) => write!(f, "oracle state file: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for OracleError {}
-
-impl From<RpcCallError> for OracleError {
-    fn from(e: RpcCallError) -> Self {
-        OracleError::Call(e)
-    }
 }
 
 #[derive(Clone, Debug, Default)]

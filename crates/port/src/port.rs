@@ -61,61 +61,37 @@ impl Default for PortConfig {
 }
 
 /// Why a port call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PortError {
-    Naming(NamingError),
+    #[error(transparent)]
+    Naming(#[from] NamingError),
+    #[error(transparent)]
     Segment(ShmError),
-    Io(std::io::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     /// The destination's ring or the link's send buffer is full (non-blocking calls).
+    #[error("destination full (back-pressure)")]
     Full,
     /// A blocking call's deadline passed.
+    #[error("timed out")]
     Timeout,
     /// The message is longer than the destination accepts.
-    TooLong {
-        len: usize,
-        max: usize,
-    },
+    #[error("message of {len} bytes exceeds the {max}-byte bound")]
+    TooLong { len: usize, max: usize },
     /// No port is open at that local address.
+    #[error("no port open at {0}")]
     NoSuchPort(Address),
     /// The destination port's owner died.
+    #[error("the owner of port {0} died")]
     OwnerDead(Address),
     /// The destination port was closed.
+    #[error("port {0} is closed")]
     Closed(Address),
     /// The remote destination has acknowledged nothing through the link's
     /// `unreachable_after_timeouts` retransmission timeouts; messages already accepted are
     /// still retried, and sends succeed again once it answers.
+    #[error("port {0} is unreachable (no acknowledgement)")]
     Unreachable(Address),
-}
-
-impl std::fmt::Display for PortError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PortError::Naming(e) => write!(f, "{e}"),
-            PortError::Segment(e) => write!(f, "{e}"),
-            PortError::Io(e) => write!(f, "{e}"),
-            PortError::Full => write!(f, "destination full (back-pressure)"),
-            PortError::Timeout => write!(f, "timed out"),
-            PortError::TooLong { len, max } => {
-                write!(f, "message of {len} bytes exceeds the {max}-byte bound")
-            }
-            PortError::NoSuchPort(a) => write!(f, "no port open at {a}"),
-            PortError::OwnerDead(a) => write!(f, "the owner of port {a} died"),
-            PortError::Closed(a) => write!(f, "port {a} is closed"),
-            PortError::Unreachable(a) => write!(f, "port {a} is unreachable (no acknowledgement)"),
-        }
-    }
-}
-impl std::error::Error for PortError {}
-
-impl From<NamingError> for PortError {
-    fn from(e: NamingError) -> Self {
-        PortError::Naming(e)
-    }
-}
-impl From<std::io::Error> for PortError {
-    fn from(e: std::io::Error) -> Self {
-        PortError::Io(e)
-    }
 }
 
 /// A message taken from the port.

@@ -271,55 +271,29 @@ impl Drop for EngineServer {
 }
 
 /// Why an RPC call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum RpcCallError {
     /// Refused before anything was sent (bad arguments, too many calls...).
-    Rpc(RpcError),
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
     /// The port failed.
-    Port(PortError),
+    #[error(transparent)]
+    Port(#[from] PortError),
     /// The deadline passed without the answers the call needed.
+    #[error("deadline passed with {} answers; no answer from {:?}", .0.replies.len(), .0.missing)]
     DeadlinePassed(Outcome),
     /// The server answered with an error (a call to one server).
-    Remote(RemoteError),
+    #[error("the server answered: {0}")]
+    Remote(#[source] RemoteError),
     /// A wait's own timeout passed; the call goes on.
+    #[error("wait timed out (the call goes on)")]
     WaitTimeout,
     /// No such call outstanding or finished and not yet collected.
+    #[error("no such call")]
     Unknown,
     /// The engine would not serve the endpoint (another service consumes the port's ring).
+    #[error(transparent)]
     Service(crate::extension::ServiceClash),
-}
-
-impl std::fmt::Display for RpcCallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RpcCallError::Rpc(e) => write!(f, "{e}"),
-            RpcCallError::Port(e) => write!(f, "{e}"),
-            RpcCallError::DeadlinePassed(o) => write!(
-                f,
-                "deadline passed with {} answers; no answer from {:?}",
-                o.replies.len(),
-                o.missing
-            ),
-            RpcCallError::Remote(e) => write!(f, "the server answered: {e}"),
-            RpcCallError::WaitTimeout => f.write_str("wait timed out (the call goes on)"),
-            RpcCallError::Unknown => f.write_str("no such call"),
-            RpcCallError::Service(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for RpcCallError {}
-
-impl From<RpcError> for RpcCallError {
-    fn from(e: RpcError) -> Self {
-        RpcCallError::Rpc(e)
-    }
-}
-
-impl From<PortError> for RpcCallError {
-    fn from(e: PortError) -> Self {
-        RpcCallError::Port(e)
-    }
 }
 
 /// Counters of an [`Rpc`] endpoint.

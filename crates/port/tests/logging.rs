@@ -1,10 +1,11 @@
 //! What the port layer logs through `tracing`, captured by a subscriber that writes into a
 //! buffer: refused datagrams (one line per reason per second, with the count since the last
-//! one), a peer's restart, a group's views and the member it suspects.
+//! one), a peer's restart, a group's views and the member it suspects, retransmission bursts
+//! (one line per peer per second at most).
 //!
 //! The subscriber is the process's global one (the engine thread logs, not the test's), so
 //! each test looks only at the lines that name its own ports. Instance 44 with server types
-//! 5, 6 and 7 is used by no other test.
+//! 4 to 7 is used by no other test.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -172,4 +173,124 @@ fn a_group_logs_its_views_and_the_member_it_suspects() {
         "{rebuilt}"
     );
     drop((b, c));
+}
+
+#[test]
+fn retransmission_bursts_are_logged_with_a_count_at_most_once_a_second_per_peer() {
+    use txcast_port::{Engine, EngineConfig};
+    let _ = log();
+    let engine = Engine::start(EngineConfig {
+        loss_injection: 0.3,
+        loss_seed: 3,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    // Sites 0 and 1: the two talk over a link, whose packets the engine drops at random.
+    let mut a = Port::open_on(&engine, Address::new(44, 0, 4, 0), cfg()).unwrap();
+    let mut b = Port::open_on(&engine, Address::new(44, 1, 4, 0), cfg()).unwrap();
+    let words = [
+        format!("port={}", a.address()),
+        format!("peer={}", b.address()),
+    ];
+    let bursts = || lines_with(&[&words[0], &words[1], "retransmission burst"]);
+    let mut buf = [0u8; 64];
+    // Rounds of 100 messages until a line names the peer (the port looks once a second).
+    let mut rounds = 0;
+    while bursts().is_empty() && rounds < 300 {
+        for i in 0..100u32 {
+            a.send(b.address(), &i.to_le_bytes()).unwrap();
+        }
+        for i in 0..100u32 {
+            let r = b.recv_timeout(&mut buf, WAIT).unwrap();
+            assert_eq!(&buf[..r.len], &i.to_le_bytes(), "in order, none lost");
+        }
+        rounds += 1;
+    }
+    let lines = bursts();
+    assert!(!lines.is_empty(), "{:#?}", lines_with(&[&words[0]]));
+    assert!(lines[0].contains("WARN"), "{}", lines[0]);
+    assert!(lines[0].contains("interval_ms="), "{}", lines[0]);
+    let count: u64 = lines[0]
+        .split("count=")
+        .nth(1)
+        .and_then(|c| c.split_whitespace().next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("a count in {}", lines[0]));
+    assert!(count > 16, "a burst is more than 16: {}", lines[0]);
+    assert!(a.counters().links.retransmitted >= count);
+    // The rate limit: one line a second at most for this peer (counted after the last line,
+    // so a slow machine only loosens the bound).
+    let lines = bursts();
+    let seconds = started.elapsed().as_secs() + 1;
+    assert!(
+        lines.len() as u64 <= seconds,
+        "{} lines in {seconds} s: {lines:#?}",
+        lines.len()
+    );
+}
+
+#[test]
+fn a_group_member_logs_its_retransmission_bursts_with_a_count() {
+    use txcast_port::{Engine, EngineConfig};
+    use txcast_proto::group::GroupConfig;
+    let _ = log();
+    let engine = Engine::start(EngineConfig {
+        loss_injection: 0.3,
+        loss_seed: 4,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let ports: Vec<Port> = (0..2)
+        .map(|s| Port::open_on(&engine, Address::new(44, s, 3, 0), cfg()).unwrap())
+        .collect();
+    let spec = GroupConfig {
+        group: 6,
+        ..GroupConfig::default()
+    };
+    let a = ports[0].create_group(spec.clone()).unwrap();
+    let b = ports[1].join_group(spec, ports[0].address(), WAIT).unwrap();
+    let ours: Vec<String> = ports
+        .iter()
+        .map(|p| format!("port={}", p.address()))
+        .collect();
+    let bursts = || {
+        let mut l = lines_with(&["group retransmission burst", "group=6", &ours[0]]);
+        l.extend(lines_with(&[
+            "group retransmission burst",
+            "group=6",
+            &ours[1],
+        ]));
+        l
+    };
+    // Rounds of 50 messages in flight at once until a member names its burst (a member
+    // looks once a second): lost packets carry many records, and repairs resend them.
+    let mut rounds = 0;
+    while bursts().is_empty() && rounds < 300 {
+        for i in 0..50u32 {
+            b.send_async(&i.to_le_bytes()).unwrap();
+        }
+        for g in [&a, &b] {
+            let mut got = 0;
+            while got < 50 {
+                let d = g.receive(WAIT).expect("delivery");
+                if matches!(d.what, txcast_port::GroupRecord::Message { .. }) {
+                    got += 1;
+                }
+            }
+        }
+        rounds += 1;
+    }
+    let lines = bursts();
+    assert!(!lines.is_empty(), "{:#?}", lines_with(&["group=6"]));
+    assert!(lines[0].contains("WARN"), "{}", lines[0]);
+    assert!(lines[0].contains("interval_ms="), "{}", lines[0]);
+    let count: u64 = lines[0]
+        .split("count=")
+        .nth(1)
+        .and_then(|c| c.split_whitespace().next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("a count in {}", lines[0]));
+    assert!(count > 16, "a burst is more than 16: {}", lines[0]);
+    drop((a, b));
 }

@@ -55,16 +55,9 @@ impl MinMembers {
 }
 
 /// A configuration that cannot work, with the rule it breaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ConfigError(pub &'static str);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// Where a message goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,39 +138,22 @@ pub enum State {
 }
 
 /// Why an application call failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GroupError {
     /// The member is not in a state to do this.
+    #[error("not a member in a working group ({0:?})")]
     NotMember(State),
     /// Resilience r needs r + 1 members; the view has fewer.
-    TooFewMembers {
-        needed: usize,
-        have: usize,
-    },
+    #[error("resilience needs {needed} members, the group has {have}")]
+    TooFewMembers { needed: usize, have: usize },
     /// The send queue is full (back-pressure).
+    #[error("send queue full")]
     Full,
-    TooLong {
-        len: usize,
-        max: usize,
-    },
-    Config(ConfigError),
+    #[error("message of {len} bytes > {max}")]
+    TooLong { len: usize, max: usize },
+    #[error("bad group configuration: {0}")]
+    Config(#[source] ConfigError),
 }
-
-impl fmt::Display for GroupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GroupError::NotMember(s) => write!(f, "not a member in a working group ({s:?})"),
-            GroupError::TooFewMembers { needed, have } => {
-                write!(f, "resilience needs {needed} members, the group has {have}")
-            }
-            GroupError::Full => f.write_str("send queue full"),
-            GroupError::TooLong { len, max } => write!(f, "message of {len} bytes > {max}"),
-            GroupError::Config(e) => write!(f, "bad group configuration: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for GroupError {}
 
 /// What a member counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -131,36 +131,22 @@ impl core::str::FromStr for Pattern {
 }
 
 /// Why bytes are not an oracle payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OracleWireError {
+    #[error("oracle payload is shorter than its fields")]
     Short,
     /// Bytes left over after the payload.
+    #[error("oracle payload has bytes after its fields")]
     Trailing,
+    #[error("a notifier set has at most {PATTERNS_MAX} patterns, not {0}")]
     TooManyPatterns(usize),
+    #[error("a list has at most {LIST_MAX} entries, not {0}")]
     TooManyEntries(usize),
+    #[error("notification kind must be 1..=4, is {0}")]
     UnknownKind(u8),
     /// A lease must be 1 ms ..= 1 hour.
+    #[error("lease must be 1..=3600000 ms, is {0}")]
     BadLease(u32),
-}
-
-impl fmt::Display for OracleWireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OracleWireError::Short => f.write_str("oracle payload is shorter than its fields"),
-            OracleWireError::Trailing => f.write_str("oracle payload has bytes after its fields"),
-            OracleWireError::TooManyPatterns(n) => {
-                write!(
-                    f,
-                    "a notifier set has at most {PATTERNS_MAX} patterns, not {n}"
-                )
-            }
-            OracleWireError::TooManyEntries(n) => {
-                write!(f, "a list has at most {LIST_MAX} entries, not {n}")
-            }
-            OracleWireError::UnknownKind(k) => write!(f, "notification kind must be 1..=4, is {k}"),
-            OracleWireError::BadLease(ms) => write!(f, "lease must be 1..=3600000 ms, is {ms}"),
-        }
-    }
 }
 
 fn write_location(l: SocketAddrV4, out: &mut Vec<u8>) {
@@ -341,29 +327,18 @@ struct Entry {
 }
 
 /// Why the registry refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
     /// `entries_max` servers are registered.
+    #[error("the oracle has no room for another server")]
     Full,
     /// A snapshot that is not one (names the broken rule).
+    #[error("bad oracle snapshot: {0}")]
     BadSnapshot(&'static str),
     /// The address is registered, alive, at another location (until its lease runs out).
+    #[error("registered and alive at another location (try again when its lease runs out)")]
     LiveElsewhere,
 }
-
-impl fmt::Display for RegistryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RegistryError::Full => f.write_str("the oracle has no room for another server"),
-            RegistryError::BadSnapshot(w) => write!(f, "bad oracle snapshot: {w}"),
-            RegistryError::LiveElsewhere => f.write_str(
-                "registered and alive at another location (try again when its lease runs out)",
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RegistryError {}
 
 /// The oracle's state: registered servers, their locations, notifier sets and leases.
 pub struct Registry {

@@ -1,8 +1,6 @@
 //! The typed errors of loading, instantiating and running a program, and the error a host
 //! returns from a hook.
 
-use std::fmt;
-
 /// A program's entry point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
@@ -84,17 +82,22 @@ impl Hook {
 
 /// What a host refuses a hook call with. The program sees [`HookError::code`], a negative
 /// `i32`, as the hook's result and may go on; a refusal does not stop the program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HookError {
     /// The destination is not known or not reachable. Code -1.
+    #[error("destination unreachable")]
     Unreachable,
     /// The host cannot take the request now (queue full); the program may retry later. Code -2.
+    #[error("host busy")]
     Busy,
     /// The message is larger than the host sends. Code -3.
+    #[error("message too large")]
     TooLarge,
     /// The host keeps no more timers for this program. Code -4.
+    #[error("too many timers")]
     TooManyTimers,
     /// Any other refusal. Code -5.
+    #[error("refused")]
     Refused,
 }
 
@@ -111,111 +114,52 @@ impl HookError {
     }
 }
 
-impl fmt::Display for HookError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self {
-            HookError::Unreachable => "destination unreachable",
-            HookError::Busy => "host busy",
-            HookError::TooLarge => "message too large",
-            HookError::TooManyTimers => "too many timers",
-            HookError::Refused => "refused",
-        };
-        f.write_str(s)
-    }
-}
-
-impl std::error::Error for HookError {}
-
 /// Why a program file is refused at load.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
     /// Rule `program_bytes_max`: the file (text or binary) is larger than the limit.
+    #[error("program is {len} bytes, limit program_bytes_max is {max}")]
     TooLarge { len: usize, max: usize },
     /// The file is neither binary wasm (no `\0asm` magic) nor UTF-8 text.
+    #[error("not a wasm binary nor WAT text")]
     NotWasm,
     /// The file is WAT text that does not parse.
+    #[error("WAT text does not parse: {message}")]
     Wat { message: String },
     /// The binary does not decode or validate (or uses a feature the engine refuses, such as a
     /// start function).
+    #[error("invalid wasm: {message}")]
     Invalid { message: String },
     /// Rule `imports`: the program imports something other than the `txcast` hooks.
+    #[error("import {module}.{name} is not a txcast hook")]
     UnknownImport { module: String, name: String },
     /// Rule `imports`: a hook is imported with a signature other than its own.
+    #[error("hook txcast.{} imported with a wrong signature, expected {expected}", .hook.name())]
     ImportType { hook: Hook, expected: &'static str },
     /// A required export (`invoke`, `memory`, `input_ptr`, `input_cap`) is missing.
+    #[error("required export {name} is missing")]
     MissingExport { name: &'static str },
     /// An export of the ABI has the wrong kind or signature.
+    #[error("export {name} must be {expected}")]
     ExportType {
         name: &'static str,
         expected: &'static str,
     },
     /// Rule `memory_pages_max`: the program's memory starts larger than the limit.
+    #[error("memory starts at {min_pages} pages, limit memory_pages_max is {max_pages}")]
     MemoryTooLarge { min_pages: u64, max_pages: u32 },
 }
 
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LoadError::TooLarge { len, max } => {
-                write!(
-                    f,
-                    "program is {len} bytes, limit program_bytes_max is {max}"
-                )
-            }
-            LoadError::NotWasm => f.write_str("not a wasm binary nor WAT text"),
-            LoadError::Wat { message } => write!(f, "WAT text does not parse: {message}"),
-            LoadError::Invalid { message } => write!(f, "invalid wasm: {message}"),
-            LoadError::UnknownImport { module, name } => {
-                write!(f, "import {module}.{name} is not a txcast hook")
-            }
-            LoadError::ImportType { hook, expected } => write!(
-                f,
-                "hook txcast.{} imported with a wrong signature, expected {expected}",
-                hook.name()
-            ),
-            LoadError::MissingExport { name } => write!(f, "required export {name} is missing"),
-            LoadError::ExportType { name, expected } => {
-                write!(f, "export {name} must be {expected}")
-            }
-            LoadError::MemoryTooLarge {
-                min_pages,
-                max_pages,
-            } => write!(
-                f,
-                "memory starts at {min_pages} pages, limit memory_pages_max is {max_pages}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for LoadError {}
-
 /// Why a loaded program could not be instantiated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InstantiateError {
     /// The exported input buffer `[input_ptr, input_ptr + input_cap)` is not inside memory.
+    #[error("input buffer [{ptr}, {ptr}+{cap}) is outside the {memory_len}-byte memory")]
     InputBuffer { ptr: u32, cap: u32, memory_len: u64 },
     /// The engine refused the instance (for example a table larger than the store allows).
+    #[error("instantiation failed: {message}")]
     Engine { message: String },
 }
-
-impl fmt::Display for InstantiateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            InstantiateError::InputBuffer {
-                ptr,
-                cap,
-                memory_len,
-            } => write!(
-                f,
-                "input buffer [{ptr}, {ptr}+{cap}) is outside the {memory_len}-byte memory"
-            ),
-            InstantiateError::Engine { message } => write!(f, "instantiation failed: {message}"),
-        }
-    }
-}
-
-impl std::error::Error for InstantiateError {}
 
 /// What a trap was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,12 +182,14 @@ pub enum TrapKind {
 
 /// Why a handler call failed. The variants marked *fatal* stop the program: the instance is
 /// marked failed and refuses every later call with [`RunError::Failed`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
     /// Fatal. Rule `fuel_per_call`: the handler executed more than its budget (a program that
     /// loops forever ends here).
+    #[error("{} ran out of fuel (fuel_per_call {budget})", .entry.name())]
     OutOfFuel { entry: Entry, budget: u64 },
     /// Fatal. The program trapped.
+    #[error("{} trapped ({kind:?}): {message}", .entry.name())]
     Trap {
         entry: Entry,
         kind: TrapKind,
@@ -251,49 +197,46 @@ pub enum RunError {
     },
     /// Fatal. A hook was called with arguments it cannot take (a pointer or length outside
     /// memory, `complete` with no invocation in progress).
-    BadHookArgs { hook: Hook, reason: BadArgs },
+    #[error("hook {} called with bad arguments: {reason}", .hook.name())]
+    BadHookArgs {
+        hook: Hook,
+        #[source]
+        reason: BadArgs,
+    },
     /// Fatal. Rule `sends_per_call_max`: the handler sent more messages than allowed (each
     /// destination of `send_many` counts).
+    #[error("more than sends_per_call_max ({max}) sends in one call")]
     TooManySends { max: u32 },
     /// Fatal. Rule `timers_per_call_max`: the handler called `arm_timer` more times than allowed.
+    #[error("more than timers_per_call_max ({max}) timers armed in one call")]
     TooManyTimers { max: u32 },
     /// The argument or message does not fit the program's input buffer. The program did not
     /// run; the instance is unaffected.
+    #[error("{len} input bytes do not fit the {cap}-byte input buffer")]
     InputTooLong { len: usize, cap: u32 },
     /// `invoke` while an earlier invocation has not completed. The instance is unaffected.
+    #[error("an invocation is already in progress")]
     Busy,
     /// The program does not export the entry point. The instance is unaffected.
+    #[error("program exports no {}", .entry.name())]
     NoEntry { entry: Entry },
     /// The instance was stopped by an earlier fatal error and takes no more calls.
+    #[error("instance stopped by an earlier error")]
     Failed,
 }
 
 /// The wrong argument a hook was called with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BadArgs {
     /// `[ptr, ptr + len)` is not inside the program's memory (a negative length included).
+    #[error("range ptr {ptr} len {len} is outside the {memory_len}-byte memory")]
     OutOfBounds { ptr: i32, len: i32, memory_len: u64 },
     /// `complete` was called with no invocation in progress.
+    #[error("no invocation in progress")]
     NoInvocation,
     /// `arm_timer` was called with a negative delay.
+    #[error("negative timer delay {after_ns}")]
     NegativeDelay { after_ns: i64 },
-}
-
-impl fmt::Display for BadArgs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BadArgs::OutOfBounds {
-                ptr,
-                len,
-                memory_len,
-            } => write!(
-                f,
-                "range ptr {ptr} len {len} is outside the {memory_len}-byte memory"
-            ),
-            BadArgs::NoInvocation => f.write_str("no invocation in progress"),
-            BadArgs::NegativeDelay { after_ns } => write!(f, "negative timer delay {after_ns}"),
-        }
-    }
 }
 
 impl RunError {
@@ -310,45 +253,3 @@ impl RunError {
         )
     }
 }
-
-impl fmt::Display for RunError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RunError::OutOfFuel { entry, budget } => write!(
-                f,
-                "{} ran out of fuel (fuel_per_call {budget})",
-                entry.name()
-            ),
-            RunError::Trap {
-                entry,
-                kind,
-                message,
-            } => write!(f, "{} trapped ({kind:?}): {message}", entry.name()),
-            RunError::BadHookArgs { hook, reason } => {
-                write!(
-                    f,
-                    "hook {} called with bad arguments: {reason}",
-                    hook.name()
-                )
-            }
-            RunError::TooManySends { max } => {
-                write!(f, "more than sends_per_call_max ({max}) sends in one call")
-            }
-            RunError::TooManyTimers { max } => write!(
-                f,
-                "more than timers_per_call_max ({max}) timers armed in one call"
-            ),
-            RunError::InputTooLong { len, cap } => {
-                write!(
-                    f,
-                    "{len} input bytes do not fit the {cap}-byte input buffer"
-                )
-            }
-            RunError::Busy => f.write_str("an invocation is already in progress"),
-            RunError::NoEntry { entry } => write!(f, "program exports no {}", entry.name()),
-            RunError::Failed => f.write_str("instance stopped by an earlier error"),
-        }
-    }
-}
-
-impl std::error::Error for RunError {}

@@ -26,7 +26,8 @@ use txcast_proto::time::Instant;
 use txcast_proto::Address;
 
 /// A broken rule, with what replays it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{sim} simulation seed {seed}, at {} ms: {what}\n  replay: cargo run --release -- sim {sim} --seed {seed}{replay} --trace", .at_ns / 1_000_000)]
 pub struct Violation {
     /// The simulator (`txcast sim <sim>`).
     pub sim: &'static str,
@@ -51,24 +52,6 @@ impl Violation {
         }
     }
 }
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} simulation seed {}, at {} ms: {}\n  replay: cargo run --release -- sim {} --seed {}{} --trace",
-            self.sim,
-            self.seed,
-            self.at_ns / 1_000_000,
-            self.what,
-            self.sim,
-            self.seed,
-            self.replay
-        )
-    }
-}
-
-impl std::error::Error for Violation {}
 
 /// How virtual time moves (see the module comment).
 #[derive(Clone, Copy, Debug)]

@@ -75,6 +75,67 @@ impl Progress {
         }
     }
 
+    /// A benchmark's run of `total` points (its cases, rounds, sweep points): a bar with the
+    /// rate and the time left when stderr is a terminal; otherwise no lines of its own (the
+    /// benchmark's per-point lines on stderr tell the progress). Never writes to stdout, which
+    /// carries the tables and the JSON.
+    pub fn points(label: impl Into<String>, total: u64) -> Progress {
+        let p = Progress::new(label, total, "points");
+        p.tenth.store(u64::MAX, Ordering::Relaxed);
+        p
+    }
+
+    /// A point starts. On a terminal the bar names it; otherwise `head` starts the point's
+    /// line on stderr, so that a slow point shows what it is ([`Progress::point_done`] ends
+    /// the line).
+    pub fn point_start(&self, head: &str) {
+        match &self.bar {
+            Some(_) => self.note(head),
+            None => eprint!("{head}"),
+        }
+    }
+
+    /// On a terminal the bar names what runs now (after the label, unless `what` starts with
+    /// it); otherwise nothing.
+    pub fn note(&self, what: &str) {
+        if let Some(bar) = &self.bar {
+            let what = what.trim_end_matches([' ', '.']);
+            if what.starts_with(&self.label) {
+                bar.set_message(what.to_string());
+            } else {
+                bar.set_message(format!("{}: {what}", self.label));
+            }
+        }
+    }
+
+    /// The point begun with `head` ended with `tail` (its figures or its failure): on a
+    /// terminal the whole line goes above the bar, which moves on; otherwise `tail` ends the
+    /// line [`Progress::point_start`] began.
+    pub fn point_done(&self, head: &str, tail: &str) {
+        match &self.bar {
+            Some(bar) => {
+                bar.suspend(|| eprintln!("{head}{tail}"));
+                bar.inc(1);
+            }
+            None => eprintln!("{tail}"),
+        }
+    }
+
+    /// Runs `f` (which prints to stdout, say) with the bar out of the way.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.bar {
+            Some(bar) => bar.suspend(f),
+            None => f(),
+        }
+    }
+
+    /// One more point is done (its line, if any, printed through [`Progress::println`]).
+    pub fn advance(&self) {
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+    }
+
     /// Whether a bar is drawn (stderr is a terminal).
     pub fn is_bar(&self) -> bool {
         self.bar.is_some()

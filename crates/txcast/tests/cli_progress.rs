@@ -30,3 +30,50 @@ fn a_simulator_sweep_reports_its_progress_in_plain_lines() {
         "{summary}"
     );
 }
+
+/// A benchmark run with stderr not a terminal: no bar, its per-point lines whole on stderr,
+/// and stdout only the JSON lines.
+#[test]
+fn a_benchmark_without_a_terminal_keeps_stdout_to_its_json() {
+    let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
+        .args([
+            "bench",
+            "multicast",
+            "--iterations",
+            "200",
+            "--warmup",
+            "20",
+            "--bytes",
+            "20",
+            "--dests",
+            "1,4",
+            "--methods",
+            "naive-sendto,txcast-fanout",
+            "--json",
+        ])
+        .output()
+        .expect("run txcast");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.trim().is_empty(), "{stderr}");
+    for l in stdout.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}"));
+        assert_eq!(v["bench"], "multicast", "{l}");
+    }
+    // One line per point, each begun and ended on the same line.
+    let points: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("multicast ["))
+        .collect();
+    assert_eq!(points.len(), 4, "{stderr}");
+    for (i, l) in points.iter().enumerate() {
+        assert!(l.contains(&format!("[{}/4]", i + 1)), "{l}");
+        assert!(l.contains(" calls ... ") && l.contains("µs/call"), "{l}");
+    }
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
+}

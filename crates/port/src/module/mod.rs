@@ -43,53 +43,38 @@ pub const SIGNALS_MAX: usize = 4096;
 const ENGINE_BATCH: usize = 64;
 
 /// Why a module call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ModuleHostError {
     /// The engine has no thread to run modules on (an invoker engine).
+    #[error("an invoker engine has no thread to run modules on")]
     NoEngineThread,
     /// The port could not be opened.
+    #[error(transparent)]
     Port(PortError),
+    #[error(transparent)]
     Register(RegisterError),
     /// The host refused the instruction (no such module, wrong key, unknown type, bounds).
-    Refused(ModuleError),
+    #[error("instruction refused: {0}")]
+    Refused(#[source] ModuleError),
     /// [`MAILBOX_MAX`] instructions wait for the engine.
+    #[error("{MAILBOX_MAX} instructions wait already")]
     MailboxFull,
     /// [`TICKETS_MAX`] tickets are issued and not yet taken.
+    #[error("{TICKETS_MAX} tickets are issued and not yet taken")]
     TooManyTickets,
     /// Arguments longer than [`ARGS_BYTES_MAX`].
+    #[error("{0} bytes of arguments exceed {ARGS_BYTES_MAX}")]
     ArgsTooLong(usize),
     /// The completion did not come in time.
+    #[error("timed out")]
     Timeout,
     /// The engine would not serve the port (another service consumes its ring).
+    #[error(transparent)]
     Service(crate::extension::ServiceClash),
     /// No such instruction is outstanding here (or its completion was taken).
+    #[error("no such instruction outstanding")]
     Unknown,
 }
-
-impl std::fmt::Display for ModuleHostError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ModuleHostError::NoEngineThread => {
-                write!(f, "an invoker engine has no thread to run modules on")
-            }
-            ModuleHostError::Port(e) => write!(f, "{e}"),
-            ModuleHostError::Register(e) => write!(f, "{e}"),
-            ModuleHostError::Refused(e) => write!(f, "instruction refused: {e}"),
-            ModuleHostError::MailboxFull => write!(f, "{MAILBOX_MAX} instructions wait already"),
-            ModuleHostError::TooManyTickets => {
-                write!(f, "{TICKETS_MAX} tickets are issued and not yet taken")
-            }
-            ModuleHostError::ArgsTooLong(n) => {
-                write!(f, "{n} bytes of arguments exceed {ARGS_BYTES_MAX}")
-            }
-            ModuleHostError::Timeout => write!(f, "timed out"),
-            ModuleHostError::Service(e) => write!(f, "{e}"),
-            ModuleHostError::Unknown => write!(f, "no such instruction outstanding"),
-        }
-    }
-}
-
-impl std::error::Error for ModuleHostError {}
 
 /// An instruction's end.
 #[derive(Clone, Debug, PartialEq, Eq)]

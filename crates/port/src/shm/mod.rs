@@ -55,8 +55,6 @@ mod loom;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use std::fmt;
-
 pub use layout::{
     SEGMENT_BYTES_MAX, SLOT_BYTES_MAX, SLOT_BYTES_MIN, SLOT_COUNT_MAX, SLOT_COUNT_MIN,
 };
@@ -93,48 +91,32 @@ impl RingConfig {
 }
 
 /// Errors creating, opening or inspecting a segment.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ShmError {
     /// The requested [`RingConfig`] breaks the named bound.
+    #[error("invalid ring configuration: {0}")]
     InvalidConfig(&'static str),
     /// A live owner already holds a segment at this path.
+    #[error("segment in use by a live owner")]
     InUse,
     /// No segment at this path.
+    #[error("segment not found")]
     NotFound,
     /// The segment's contents break the named rule.
+    #[error("bad segment: {0}")]
     BadSegment(&'static str),
     /// File ownership or mode breaks the named rule.
+    #[error("segment permission: {0}")]
     Permission(&'static str),
     /// The process that created the segment is gone.
+    #[error("segment owner is dead")]
     OwnerDead,
     /// The owner closed the segment.
+    #[error("segment closed by its owner")]
     Closed,
     /// Any other operating-system error.
-    Io(std::io::Error),
-}
-
-impl fmt::Display for ShmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ShmError::InvalidConfig(rule) => write!(f, "invalid ring configuration: {rule}"),
-            ShmError::InUse => f.write_str("segment in use by a live owner"),
-            ShmError::NotFound => f.write_str("segment not found"),
-            ShmError::BadSegment(rule) => write!(f, "bad segment: {rule}"),
-            ShmError::Permission(rule) => write!(f, "segment permission: {rule}"),
-            ShmError::OwnerDead => f.write_str("segment owner is dead"),
-            ShmError::Closed => f.write_str("segment closed by its owner"),
-            ShmError::Io(e) => write!(f, "segment I/O: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ShmError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ShmError::Io(e) => Some(e),
-            _ => None,
-        }
-    }
+    #[error("segment I/O: {0}")]
+    Io(#[source] std::io::Error),
 }
 
 impl From<std::io::Error> for ShmError {
@@ -147,35 +129,24 @@ impl From<std::io::Error> for ShmError {
 }
 
 /// Errors sending into a ring. All are expected conditions, not bugs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
     /// Every slot holds an unconsumed message (back-pressure).
+    #[error("ring full")]
     Full,
     /// The message does not fit in a slot.
+    #[error("message of {len} bytes exceeds slot of {max} bytes")]
     TooLong { len: usize, max: usize },
     /// The owner process died (detected while waiting for space, or at open).
+    #[error("ring owner is dead")]
     OwnerDead,
     /// The owner closed the segment.
+    #[error("ring closed")]
     Closed,
     /// `send_timeout` reached its deadline with the ring still full.
+    #[error("timed out waiting for ring space")]
     Timeout,
 }
-
-impl fmt::Display for SendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SendError::Full => f.write_str("ring full"),
-            SendError::TooLong { len, max } => {
-                write!(f, "message of {len} bytes exceeds slot of {max} bytes")
-            }
-            SendError::OwnerDead => f.write_str("ring owner is dead"),
-            SendError::Closed => f.write_str("ring closed"),
-            SendError::Timeout => f.write_str("timed out waiting for ring space"),
-        }
-    }
-}
-
-impl std::error::Error for SendError {}
 
 pub use crate::idle::IdleStrategy;
 

@@ -30,7 +30,6 @@ mod tests;
 pub use recv::{Receiver, ReceiverCounters, ACK_BYTES_MAX};
 pub use send::{Sender, SenderCounters, TransferId};
 
-use core::fmt;
 use core::time::Duration;
 
 #[derive(Clone, Copy, Debug)]
@@ -143,47 +142,29 @@ impl LdgConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LdgError {
+    #[error("bad ldg configuration: {0}")]
     BadConfig(&'static str),
     /// The message is longer than `message_bytes_max`.
-    TooLong {
-        len: usize,
-        max: usize,
-    },
+    #[error("message of {len} bytes exceeds the {max}-byte bound")]
+    TooLong { len: usize, max: usize },
     /// `transfers_max` transfers, or `send_bytes_max` bytes, are outstanding.
+    #[error("too many long messages outstanding (back-pressure)")]
     Full,
     /// The receiver refused the message as too long for it.
+    #[error("the receiver refused the message as too long")]
     RefusedTooLong,
     /// The deadline passed before the receiver had every fragment.
+    #[error("the deadline passed before every fragment was acknowledged")]
     DeadlinePassed,
     /// A deadline of zero, or beyond `deadline_max`.
+    #[error("deadline must be positive and at most deadline_max")]
     BadDeadline,
     /// No such transfer.
+    #[error("no such transfer")]
     Unknown,
 }
-
-impl fmt::Display for LdgError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LdgError::BadConfig(w) => write!(f, "bad ldg configuration: {w}"),
-            LdgError::TooLong { len, max } => {
-                write!(f, "message of {len} bytes exceeds the {max}-byte bound")
-            }
-            LdgError::Full => f.write_str("too many long messages outstanding (back-pressure)"),
-            LdgError::RefusedTooLong => f.write_str("the receiver refused the message as too long"),
-            LdgError::DeadlinePassed => {
-                f.write_str("the deadline passed before every fragment was acknowledged")
-            }
-            LdgError::Unknown => f.write_str("no such transfer"),
-            LdgError::BadDeadline => {
-                f.write_str("deadline must be positive and at most deadline_max")
-            }
-        }
-    }
-}
-
-impl std::error::Error for LdgError {}
 
 /// Spent message buffers kept for reuse, at most.
 pub const POOL_BUFFERS_MAX: usize = 8;

@@ -29,7 +29,6 @@
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
 
 use crate::codec::{u16_at, u32_at, u64_at};
-use core::fmt;
 
 pub const LDG_MAGIC: u8 = 0xA8;
 pub const DATA_HEADER_BYTES: usize = 40;
@@ -121,76 +120,37 @@ pub enum LdgMsg<'a> {
     Abort { incarnation: u64, transfer: u64 },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LdgWireError {
-    Short {
-        len: usize,
-        need: usize,
-    },
+    #[error("ldg message of {len} bytes is shorter than its {need}-byte header")]
+    Short { len: usize, need: usize },
+    #[error("ldg magic must be 0xa8, is {0:#04x}")]
     BadMagic(u8),
+    #[error("ldg kind must be 1..=3, is {0}")]
     UnknownKind(u8),
     /// `fragment_bytes` must be 1..=65000.
+    #[error("ldg fragment_bytes must be 1..=65000, is {0}")]
     BadFragmentBytes(u32),
     /// More than 2^24 fragments.
+    #[error("ldg message has more than 2^24 fragments")]
     TooManyFragments,
     /// `index` must be below the fragment count.
-    IndexBeyondCount {
-        index: u32,
-        count: u32,
-    },
+    #[error("ldg fragment index {index} must be below the count {count}")]
+    IndexBeyondCount { index: u32, count: u32 },
     /// The fragment's length must be what its index and the total say.
-    WrongFragmentLength {
-        len: usize,
-        want: usize,
-    },
+    #[error("ldg fragment of {len} bytes, its index and total say {want}")]
+    WrongFragmentLength { len: usize, want: usize },
+    #[error("ldg ack status must be 0..=2, is {0}")]
     UnknownAckStatus(u16),
     /// The bitmap must fit the message and `BITMAP_BYTES_MAX`.
+    #[error("ldg ack bitmap must be at most 64 bytes and fit the message")]
     BadBitmap,
     /// Reserved fields must be zero.
+    #[error("ldg reserved fields must be zero")]
     ReservedNotZero,
     /// A fragment must have time left (deadline_ms >= 1).
+    #[error("ldg fragment must have time left (deadline_ms >= 1)")]
     ZeroDeadline,
-}
-
-impl fmt::Display for LdgWireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LdgWireError::Short { len, need } => {
-                write!(
-                    f,
-                    "ldg message of {len} bytes is shorter than its {need}-byte header"
-                )
-            }
-            LdgWireError::BadMagic(b) => write!(f, "ldg magic must be 0xa8, is {b:#04x}"),
-            LdgWireError::UnknownKind(k) => write!(f, "ldg kind must be 1..=3, is {k}"),
-            LdgWireError::BadFragmentBytes(n) => {
-                write!(f, "ldg fragment_bytes must be 1..=65000, is {n}")
-            }
-            LdgWireError::TooManyFragments => {
-                f.write_str("ldg message has more than 2^24 fragments")
-            }
-            LdgWireError::IndexBeyondCount { index, count } => {
-                write!(
-                    f,
-                    "ldg fragment index {index} must be below the count {count}"
-                )
-            }
-            LdgWireError::WrongFragmentLength { len, want } => {
-                write!(
-                    f,
-                    "ldg fragment of {len} bytes, its index and total say {want}"
-                )
-            }
-            LdgWireError::UnknownAckStatus(s) => write!(f, "ldg ack status must be 0..=2, is {s}"),
-            LdgWireError::BadBitmap => {
-                f.write_str("ldg ack bitmap must be at most 64 bytes and fit the message")
-            }
-            LdgWireError::ReservedNotZero => f.write_str("ldg reserved fields must be zero"),
-            LdgWireError::ZeroDeadline => {
-                f.write_str("ldg fragment must have time left (deadline_ms >= 1)")
-            }
-        }
-    }
 }
 
 /// Whether `bytes` start like an LDG message.

@@ -12,7 +12,6 @@
 
 use crate::addr::{Address, ADDRESS_BYTES};
 use crate::codec::{u16_at, u32_at, u64_at, CodecError, Reader, SliceWriter};
-use core::fmt;
 
 pub const GROUP_HEADER_BYTES: usize = 32;
 /// Fixed part of a `Submit` (consumed, received) and of each submitted record header.
@@ -118,7 +117,8 @@ impl RecordKind {
 const RECORD_HAS_PAYLOAD: u8 = 1;
 
 /// Why bytes are not a group message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{self:?}")]
 pub enum GroupWireError {
     /// Fewer bytes than the group header plus the kind's fixed part.
     TooShort,
@@ -139,14 +139,6 @@ pub enum GroupWireError {
     /// A payload longer than the configured message bound.
     PayloadTooLong(usize),
 }
-
-impl fmt::Display for GroupWireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
-
-impl std::error::Error for GroupWireError {}
 
 impl From<CodecError> for GroupWireError {
     fn from(e: CodecError) -> GroupWireError {

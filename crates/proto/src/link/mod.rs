@@ -80,15 +80,9 @@ impl Default for LinkConfig {
 }
 
 /// A configuration broke one of the relations between bounds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid link configuration: {0}")]
 pub struct ConfigError(pub &'static str);
-
-impl core::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "invalid link configuration: {}", self.0)
-    }
-}
-impl std::error::Error for ConfigError {}
 
 impl LinkConfig {
     /// Payload bytes of one fragment record in a packet of `packet_bytes_max`.
@@ -152,25 +146,15 @@ impl LinkConfig {
 }
 
 /// Why `send` refused a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LinkSendError {
     /// The send buffer is full: back-pressure. Try again after acknowledgements arrive.
+    #[error("send buffer full")]
     Full,
     /// The message is longer than `message_bytes_max`.
+    #[error("message of {len} bytes exceeds the {max}-byte bound")]
     TooLong { len: usize, max: usize },
 }
-
-impl core::fmt::Display for LinkSendError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            LinkSendError::Full => write!(f, "send buffer full"),
-            LinkSendError::TooLong { len, max } => {
-                write!(f, "message of {len} bytes exceeds the {max}-byte bound")
-            }
-        }
-    }
-}
-impl std::error::Error for LinkSendError {}
 
 /// What a link has done, for `txcast stat` and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

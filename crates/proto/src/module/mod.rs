@@ -123,37 +123,25 @@ pub trait Module: Any + Send {
 }
 
 /// Why a registration was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RegisterError {
     /// The id is [`MODULES_MAX`] or more.
+    #[error("module id {0} is not below {MODULES_MAX}")]
     IdOutOfRange(ModuleId),
     /// Another module is loaded under this id.
+    #[error("module id {id} is taken by {by}")]
     IdTaken { id: ModuleId, by: &'static str },
     /// Another module handles this control-message type.
+    #[error("control type {ty} is handled by {by}")]
     ControlTypeTaken { ty: u16, by: &'static str },
     /// The module lists a type twice.
+    #[error("type {0} is listed twice")]
     TypeListedTwice(u16),
 }
 
-impl std::fmt::Display for RegisterError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RegisterError::IdOutOfRange(id) => {
-                write!(f, "module id {id} is not below {MODULES_MAX}")
-            }
-            RegisterError::IdTaken { id, by } => write!(f, "module id {id} is taken by {by}"),
-            RegisterError::ControlTypeTaken { ty, by } => {
-                write!(f, "control type {ty} is handled by {by}")
-            }
-            RegisterError::TypeListedTwice(ty) => write!(f, "type {ty} is listed twice"),
-        }
-    }
-}
-
-impl std::error::Error for RegisterError {}
-
 /// Why an instruction or a handler's request was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{self:?}")]
 pub enum ModuleError {
     /// No module is loaded under this id.
     NoSuchModule(ModuleId),
@@ -181,14 +169,6 @@ pub enum ModuleError {
     /// No such instruction is outstanding for this module.
     NotOutstanding,
 }
-
-impl std::fmt::Display for ModuleError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
-    }
-}
-
-impl std::error::Error for ModuleError {}
 
 /// A few bytes carried by an event (a result, a signal's data).
 #[derive(Clone, Copy, PartialEq, Eq)]

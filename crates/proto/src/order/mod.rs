@@ -154,28 +154,16 @@ impl OrderConfig {
 }
 
 /// Why a call failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OrderError {
+    #[error("not a member ({0:?})")]
     NotMember(VsState),
     /// `send_queue_max` messages are waiting (back-pressure).
+    #[error("send queue full")]
     Full,
-    TooLong {
-        len: usize,
-        max: usize,
-    },
+    #[error("message of {len} bytes > {max}")]
+    TooLong { len: usize, max: usize },
 }
-
-impl fmt::Display for OrderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OrderError::NotMember(s) => write!(f, "not a member ({s:?})"),
-            OrderError::Full => f.write_str("send queue full"),
-            OrderError::TooLong { len, max } => write!(f, "message of {len} bytes > {max}"),
-        }
-    }
-}
-
-impl std::error::Error for OrderError {}
 
 /// One message of the total order.
 #[derive(Debug, PartialEq, Eq)]

@@ -14,7 +14,6 @@
 
 use crate::addr::Address;
 use crate::codec::{CodecError, Reader, Writer};
-use core::fmt;
 
 pub const HEAD_BYTES: usize = 40;
 pub const ORDER_ENTRY_BYTES: usize = 10;
@@ -47,30 +46,19 @@ pub enum Kind {
 }
 
 /// A broken rule of the record format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
+    #[error("record too short: need {need} bytes, have {have}")]
     Short { need: usize, have: usize },
+    #[error("unknown record kind {0}")]
     UnknownKind(u8),
+    #[error("unknown flag bits {0:#x}")]
     BadFlags(u8),
+    #[error("{0} entries > {ENTRIES_MAX}")]
     TooManyEntries(usize),
+    #[error("{0} bytes after the entries")]
     Trailing(usize),
 }
-
-impl fmt::Display for RecordError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RecordError::Short { need, have } => {
-                write!(f, "record too short: need {need} bytes, have {have}")
-            }
-            RecordError::UnknownKind(k) => write!(f, "unknown record kind {k}"),
-            RecordError::BadFlags(x) => write!(f, "unknown flag bits {x:#x}"),
-            RecordError::TooManyEntries(n) => write!(f, "{n} entries > {ENTRIES_MAX}"),
-            RecordError::Trailing(n) => write!(f, "{n} bytes after the entries"),
-        }
-    }
-}
-
-impl std::error::Error for RecordError {}
 
 /// The head of a message-like record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -42,7 +42,6 @@ pub use msg::{ReplyHeader, RequestHeader, RpcHeader, RpcWireError, Status, RPC_H
 pub use server::{Server, ServerCounters, Token, Verdict};
 
 use crate::addr::{Address, ADDRESS_BYTES};
-use core::fmt;
 use core::time::Duration;
 
 /// Limits and timers of an RPC endpoint (both sides).
@@ -166,33 +165,26 @@ pub enum Completion {
 }
 
 /// A server's answer that is not a result.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RemoteError {
     /// The server has no handler for the request type (not executed).
+    #[error("no handler for the request type")]
     NoHandler,
     /// The deadline passed before the request could run (not executed).
+    #[error("deadline passed before it could run")]
     DeadlinePassed,
     /// The handler failed, with its message.
+    #[error("handler failed: {0}")]
     Failed(String),
     /// Executed, but the result was longer than a reply may be.
+    #[error("the result is longer than a reply may be")]
     ReplyTooLong,
     /// The server restarted since this client last heard from it: this incarnation did not
     /// execute the call; its predecessor may have.
+    #[error(
+        "the server restarted since the last answer: not executed by it, perhaps by its predecessor"
+    )]
     Restarted,
-}
-
-impl fmt::Display for RemoteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RemoteError::NoHandler => f.write_str("no handler for the request type"),
-            RemoteError::DeadlinePassed => f.write_str("deadline passed before it could run"),
-            RemoteError::Failed(m) => write!(f, "handler failed: {m}"),
-            RemoteError::ReplyTooLong => f.write_str("the result is longer than a reply may be"),
-            RemoteError::Restarted => f.write_str(
-                "the server restarted since the last answer: not executed by it, perhaps by its predecessor",
-            ),
-        }
-    }
 }
 
 /// How a call ended.
@@ -217,55 +209,30 @@ pub enum End {
 }
 
 /// Why a call or a reply was refused locally.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RpcError {
+    #[error("bad rpc configuration: {0}")]
     BadConfig(&'static str),
     /// `calls_max` calls are outstanding.
+    #[error("too many calls outstanding")]
     TooManyCalls,
+    #[error("a call needs at least one destination")]
     NoDestinations,
-    TooManyDestinations {
-        max: usize,
-    },
+    #[error("a call goes to at most {max} destinations")]
+    TooManyDestinations { max: usize },
     /// A destination is listed twice.
+    #[error("destination {0} listed twice")]
     DuplicateDestination(Address),
     /// A quorum of 0, or larger than the destinations.
-    BadQuorum {
-        k: usize,
-        destinations: usize,
-    },
+    #[error("quorum {k} must be 1..={destinations}")]
+    BadQuorum { k: usize, destinations: usize },
     /// The payload does not fit a message.
-    TooLong {
-        len: usize,
-        max: usize,
-    },
+    #[error("payload of {len} bytes exceeds the {max}-byte bound")]
+    TooLong { len: usize, max: usize },
     /// The deadline is zero or beyond `deadline_max`.
+    #[error("deadline must be positive and at most deadline_max")]
     BadDeadline,
     /// No call (or request) with that id is outstanding.
+    #[error("no such call outstanding")]
     Unknown,
 }
-
-impl fmt::Display for RpcError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RpcError::BadConfig(w) => write!(f, "bad rpc configuration: {w}"),
-            RpcError::TooManyCalls => f.write_str("too many calls outstanding"),
-            RpcError::NoDestinations => f.write_str("a call needs at least one destination"),
-            RpcError::TooManyDestinations { max } => {
-                write!(f, "a call goes to at most {max} destinations")
-            }
-            RpcError::DuplicateDestination(a) => write!(f, "destination {a} listed twice"),
-            RpcError::BadQuorum { k, destinations } => {
-                write!(f, "quorum {k} must be 1..={destinations}")
-            }
-            RpcError::TooLong { len, max } => {
-                write!(f, "payload of {len} bytes exceeds the {max}-byte bound")
-            }
-            RpcError::BadDeadline => {
-                f.write_str("deadline must be positive and at most deadline_max")
-            }
-            RpcError::Unknown => f.write_str("no such call outstanding"),
-        }
-    }
-}
-
-impl std::error::Error for RpcError {}

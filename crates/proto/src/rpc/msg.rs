@@ -28,7 +28,6 @@
 
 use crate::addr::{Address, ADDRESS_BYTES};
 use crate::codec::{u16_at, u32_at, u64_at};
-use core::fmt;
 
 pub const RPC_HEADER_BYTES: usize = 40;
 /// First byte of every RPC message: tells it from other traffic on a port.
@@ -89,57 +88,33 @@ impl Status {
 }
 
 /// Why bytes are not an RPC message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RpcWireError {
     /// Shorter than the header.
-    Short {
-        len: usize,
-    },
+    #[error("rpc message of {len} bytes is shorter than its {RPC_HEADER_BYTES}-byte header")]
+    Short { len: usize },
     /// A handed-on request or its reply, shorter than its header and the address after it.
-    ShortForwarded {
-        len: usize,
-    },
+    #[error("forwarded rpc message of {len} bytes is shorter than its {} header bytes", RPC_HEADER_BYTES + ADDRESS_BYTES)]
+    ShortForwarded { len: usize },
     /// The first byte is not [`RPC_MAGIC`].
+    #[error("rpc magic must be 0xa7, is {0:#04x}")]
     BadMagic(u8),
+    #[error("rpc kind must be 1..=5, is {0}")]
     UnknownKind(u8),
+    #[error("rpc reply status must be 0..=7, is {0}")]
     UnknownStatus(u16),
     /// Call ids start at 1.
+    #[error("rpc call id must not be 0")]
     ZeroCallId,
     /// A request must have time left.
+    #[error("rpc request must have time left (deadline_us >= 1)")]
     ZeroDeadline,
     /// A reply's deadline and acked_below fields must be zero.
+    #[error("rpc reply must have deadline_us and acked_below zero")]
     ReplyFieldsNotZero,
     /// A probe carries no payload.
+    #[error("rpc probe must be the header alone")]
     ProbeWithPayload,
-}
-
-impl fmt::Display for RpcWireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RpcWireError::Short { len } => {
-                write!(
-                    f,
-                    "rpc message of {len} bytes is shorter than its {RPC_HEADER_BYTES}-byte header"
-                )
-            }
-            RpcWireError::ShortForwarded { len } => write!(
-                f,
-                "forwarded rpc message of {len} bytes is shorter than its {} header bytes",
-                RPC_HEADER_BYTES + ADDRESS_BYTES
-            ),
-            RpcWireError::BadMagic(b) => write!(f, "rpc magic must be 0xa7, is {b:#04x}"),
-            RpcWireError::UnknownKind(k) => write!(f, "rpc kind must be 1..=5, is {k}"),
-            RpcWireError::UnknownStatus(s) => write!(f, "rpc reply status must be 0..=7, is {s}"),
-            RpcWireError::ProbeWithPayload => f.write_str("rpc probe must be the header alone"),
-            RpcWireError::ZeroCallId => f.write_str("rpc call id must not be 0"),
-            RpcWireError::ZeroDeadline => {
-                f.write_str("rpc request must have time left (deadline_us >= 1)")
-            }
-            RpcWireError::ReplyFieldsNotZero => {
-                f.write_str("rpc reply must have deadline_us and acked_below zero")
-            }
-        }
-    }
 }
 
 /// A decoded RPC header.

@@ -143,16 +143,9 @@ impl Default for VsConfig {
 }
 
 /// A configuration that cannot work, with the rule it breaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct VsConfigError(pub &'static str);
-
-impl fmt::Display for VsConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl std::error::Error for VsConfigError {}
 
 /// Room for the largest control message: a `FlushOk` with its frozen vector and an accepted
 /// proposal, each of `MEMBERS_MAX` (two ballots, the proposal's coordinator, three counts, two
@@ -207,31 +200,19 @@ pub enum VsState {
 }
 
 /// Why a call failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VsError {
     /// Not in a state to cast (joining, flushing, gone).
+    #[error("cannot cast now ({0:?})")]
     NotNormal(VsState),
     /// `window` casts of this member are unstable: try again later (back-pressure).
+    #[error("window of unstable casts full")]
     WindowFull,
-    TooLong {
-        len: usize,
-        max: usize,
-    },
+    #[error("cast of {len} bytes > {max}")]
+    TooLong { len: usize, max: usize },
+    #[error("{0} is not a member of the view")]
     NotMember(Address),
 }
-
-impl fmt::Display for VsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VsError::NotNormal(s) => write!(f, "cannot cast now ({s:?})"),
-            VsError::WindowFull => f.write_str("window of unstable casts full"),
-            VsError::TooLong { len, max } => write!(f, "cast of {len} bytes > {max}"),
-            VsError::NotMember(a) => write!(f, "{a} is not a member of the view"),
-        }
-    }
-}
-
-impl std::error::Error for VsError {}
 
 /// A view as installed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,7 +15,6 @@
 use super::{Ballot, Proposal, ViewId};
 use crate::addr::{Address, ADDRESS_BYTES};
 use crate::codec::{CodecError, Reader, SliceWriter};
-use core::fmt;
 
 pub const HEADER_BYTES: usize = 32;
 const MAGIC: u8 = 0x56;
@@ -49,48 +48,34 @@ enum Kind {
 }
 
 /// A broken rule of the message format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VsWireError {
-    Short {
-        need: usize,
-        have: usize,
-    },
+    #[error("message too short: need {need} bytes, have {have}")]
+    Short { need: usize, have: usize },
+    #[error("bad magic {0:#x}")]
     BadMagic(u8),
+    #[error("unknown kind {0}")]
     UnknownKind(u8),
+    #[error("{0} members > {MEMBERS_MAX}")]
     TooManyMembers(usize),
+    #[error("{0} records > {RECORDS_MAX}")]
     TooManyRecords(usize),
     /// A record's length runs past the message.
+    #[error("a record runs past the message")]
     RecordOverrun,
     /// Bytes left over after the body.
+    #[error("{0} bytes after the body")]
     Trailing(usize),
     /// A proposal's cut does not have one entry per member of the view it closes... or an
     /// empty member list.
+    #[error("proposal with no members")]
     BadProposal,
+    #[error("unknown flag bits {0:#x}")]
     BadFlag(u8),
     /// The header's reserved byte is not zero.
+    #[error("reserved byte {0:#x} is not zero")]
     Reserved(u8),
 }
-
-impl fmt::Display for VsWireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VsWireError::Short { need, have } => {
-                write!(f, "message too short: need {need} bytes, have {have}")
-            }
-            VsWireError::BadMagic(m) => write!(f, "bad magic {m:#x}"),
-            VsWireError::UnknownKind(k) => write!(f, "unknown kind {k}"),
-            VsWireError::TooManyMembers(n) => write!(f, "{n} members > {MEMBERS_MAX}"),
-            VsWireError::TooManyRecords(n) => write!(f, "{n} records > {RECORDS_MAX}"),
-            VsWireError::RecordOverrun => f.write_str("a record runs past the message"),
-            VsWireError::Trailing(n) => write!(f, "{n} bytes after the body"),
-            VsWireError::BadProposal => f.write_str("proposal with no members"),
-            VsWireError::BadFlag(x) => write!(f, "unknown flag bits {x:#x}"),
-            VsWireError::Reserved(x) => write!(f, "reserved byte {x:#x} is not zero"),
-        }
-    }
-}
-
-impl std::error::Error for VsWireError {}
 
 /// The common header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,6 +12,7 @@
 
 use super::stats::{bench_json, rounded, whole};
 use super::{kill_child, parse_u64, spawn_child, wait_child, EXIT_FAILED};
+use crate::progress::Progress;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io;
@@ -391,7 +392,12 @@ struct Plan {
 }
 
 /// Runs every point of one protocol and packing mode on one group.
-fn run_cluster(protocol: &str, pack_name: &str, plan: &Plan) -> io::Result<Vec<Point>> {
+fn run_cluster(
+    protocol: &str,
+    pack_name: &str,
+    plan: &Plan,
+    progress: &Progress,
+) -> io::Result<Vec<Point>> {
     let pack = pack_of(pack_name).expect("checked");
     let spec = spec(protocol, pack).expect("checked");
     let port = open(0)?;
@@ -444,6 +450,7 @@ fn run_cluster(protocol: &str, pack_name: &str, plan: &Plan) -> io::Result<Vec<P
                 };
                 if collapsed {
                     out.push(p);
+                    progress.advance();
                     continue;
                 }
                 let c0 = me.g.info().counters;
@@ -463,15 +470,15 @@ fn run_cluster(protocol: &str, pack_name: &str, plan: &Plan) -> io::Result<Vec<P
                         p.round_p99_us = percentile(&lat, 0.99);
                     }
                     Err(e) => {
-                        eprintln!(
+                        progress.println(&format!(
                             "  {protocol}/{pack_name} {} m={m}: collapsed ({e})",
                             exp.name()
-                        );
+                        ));
                         // The group may be wedged: the remaining points are not run.
                         collapsed = true;
                     }
                 }
-                eprintln!(
+                progress.println(&format!(
                     "  {:<9} {:<8} {:<3} m={:<5} {}",
                     protocol,
                     pack_name,
@@ -488,7 +495,8 @@ fn run_cluster(protocol: &str, pack_name: &str, plan: &Plan) -> io::Result<Vec<P
                         p.heartbeats,
                         p.acks
                     ))
-                );
+                ));
+                progress.advance();
                 out.push(p);
             }
         }
@@ -593,17 +601,21 @@ pub fn run(opts: &Args) -> i32 {
          throughput = messages delivered per second at one member"
     );
     let mut points = Vec::new();
+    let total = protocols.len() * packs.len() * plan.experiments.len() * plan.ms.len();
+    let progress = Progress::points("burst", total as u64);
     for p in &protocols {
         for k in &packs {
-            match run_cluster(p, k, &plan) {
+            match run_cluster(p, k, &plan, &progress) {
                 Ok(v) => points.extend(v),
                 Err(e) => {
+                    progress.finish();
                     eprintln!("txcast bench burst: {p}/{k}: {e}");
                     return EXIT_FAILED;
                 }
             }
         }
     }
+    progress.finish();
     print_summary(&points, &packs);
     if opts.json {
         for p in &points {

@@ -6,6 +6,7 @@
 
 use super::pgbench::{run_pgbench, PgOptions, NOT_FOUND};
 use super::stats::{bench_json, rounded, whole};
+use crate::progress::Progress;
 use std::time::Duration;
 use txcast_raid::cluster::{run_embedded, DcReport};
 use txcast_raid::driver::{ClusterConfig, Load};
@@ -345,21 +346,27 @@ pub fn run(args: &Args) -> i32 {
     let (mut r3, mut r1, mut p1, mut p2, mut q3, mut q1) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut p99_3, mut p99_1) = (vec![], vec![]);
+    // Points: per round the two Raid runs, and the two pgbench runs unless skipped.
+    let per_round = if pg { 4 } else { 2 };
+    let progress = Progress::points("dc", u64::from(rounds.max(1)) * per_round);
+    let fail = |what: String| {
+        progress.finish();
+        eprintln!("txcast bench dc: {what}");
+        super::EXIT_FAILED
+    };
     for round in 1..=rounds.max(1) {
+        progress.note(&format!("round {round} raid 3 sites"));
         let a = match raid(3, clients, seconds) {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("txcast bench dc: {e}");
-                return super::EXIT_FAILED;
-            }
+            Err(e) => return fail(e),
         };
+        progress.advance();
+        progress.note(&format!("round {round} raid 1 site"));
         let b = match raid(1, clients, seconds) {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("txcast bench dc: {e}");
-                return super::EXIT_FAILED;
-            }
+            Err(e) => return fail(e),
         };
+        progress.advance();
         // Raid reports p50 and p99 of its commits; pgbench reports a mean latency.
         let line = |case: &str, tps: f64, p50: f64, p99: Option<f64>| {
             match (json, p99) {
@@ -393,18 +400,20 @@ pub fn run(args: &Args) -> i32 {
             }
         };
         let ms = |us: u64| us as f64 / 1000.0;
-        line(
-            "raid 3 sites",
-            a.tps,
-            ms(a.latency_us.quantile(0.5)),
-            Some(ms(a.latency_us.quantile(0.99))),
-        );
-        line(
-            "raid 1 site",
-            b.tps,
-            ms(b.latency_us.quantile(0.5)),
-            Some(ms(b.latency_us.quantile(0.99))),
-        );
+        progress.suspend(|| {
+            line(
+                "raid 3 sites",
+                a.tps,
+                ms(a.latency_us.quantile(0.5)),
+                Some(ms(a.latency_us.quantile(0.99))),
+            );
+            line(
+                "raid 1 site",
+                b.tps,
+                ms(b.latency_us.quantile(0.5)),
+                Some(ms(b.latency_us.quantile(0.99))),
+            );
+        });
         r3.push(a.tps);
         r1.push(b.tps);
         p99_3.push(ms(a.latency_us.quantile(0.99)));
@@ -416,40 +425,40 @@ pub fn run(args: &Args) -> i32 {
             seconds: pg_seconds,
             ..PgOptions::default()
         };
+        progress.note(&format!("round {round} pgbench"));
         let single = match run_pgbench(&opts) {
             Ok(r) => r,
             Err(e) if e.starts_with(NOT_FOUND) => {
-                println!("  pgbench skipped: {e}");
+                progress.suspend(|| println!("  pgbench skipped: {e}"));
                 pg = false;
                 continue;
             }
-            Err(e) => {
-                eprintln!("txcast bench dc: pgbench: {e}");
-                return super::EXIT_FAILED;
-            }
+            Err(e) => return fail(format!("pgbench: {e}")),
         };
+        progress.advance();
+        progress.note(&format!("round {round} pgbench --standby"));
         let standby = match run_pgbench(&PgOptions {
             standby: true,
             ..opts
         }) {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("txcast bench dc: pgbench --standby: {e}");
-                return super::EXIT_FAILED;
-            }
+            Err(e) => return fail(format!("pgbench --standby: {e}")),
         };
-        line(
-            "pgbench (postgres alone)",
-            single.tps,
-            single.latency_ms,
-            None,
-        );
-        line(
-            "pgbench (sync standby)",
-            standby.tps,
-            standby.latency_ms,
-            None,
-        );
+        progress.advance();
+        progress.suspend(|| {
+            line(
+                "pgbench (postgres alone)",
+                single.tps,
+                single.latency_ms,
+                None,
+            );
+            line(
+                "pgbench (sync standby)",
+                standby.tps,
+                standby.latency_ms,
+                None,
+            );
+        });
         p1.push(single.tps);
         p2.push(standby.tps);
         q3.push(a.tps / standby.tps);
@@ -474,6 +483,7 @@ pub fn run(args: &Args) -> i32 {
             )
         }
     );
+    progress.finish();
     if json {
         println!("{}", bench_json! { bench: "dc", summary: summary });
     } else {

@@ -33,6 +33,7 @@ use super::{
     finish_child, iterations_and_warmup, parse_u64, plan_or_exit, usize_list_in, CHILD_SUBCOMMAND,
     EXIT_FAILED,
 };
+use crate::progress::Progress;
 use txcast_proto::{Address, TxnId};
 
 pub use partner::serve as child;
@@ -344,16 +345,18 @@ pub fn run(args: &Args) -> i32 {
     let total = plan.methods.len() * plan.bytes.len() * plan.dests.len();
     let width = total.to_string().len();
     let mut index = 0;
+    let progress = Progress::points("multicast", total as u64);
     for &bytes in &plan.bytes {
         for &method in &plan.methods {
             for &dests in &plan.dests {
                 index += 1;
-                eprint!(
+                let head = format!(
                     "multicast [{index:>width$}/{total}] {:<21} {bytes:>4} B: {} + {} calls ... ",
                     case_name(method, dests),
                     plan.warmup,
                     plan.iterations
                 );
+                progress.point_start(&head);
                 let started = Instant::now();
                 let spec = RowSpec {
                     method,
@@ -364,7 +367,7 @@ pub fn run(args: &Args) -> i32 {
                 };
                 match measure_row(spec, placement.as_ref()) {
                     Ok(row) => {
-                        eprintln!(
+                        let tail = format!(
                             "{:.2} s, p50 {:.3} µs, p99 {:.3} µs, cpu {:.2} µs/call, {}",
                             started.elapsed().as_secs_f64(),
                             row.latency.p50_ns as f64 / 1000.0,
@@ -372,17 +375,19 @@ pub fn run(args: &Args) -> i32 {
                             row.cpu_ns_per_call() / 1000.0,
                             losses_text(row.delivered, row.expected)
                         );
+                        progress.point_done(&head, &tail);
                         report.push_latency(&row.case(), bytes as u64, row.latency);
                         results.push(row);
                     }
                     Err(error) => {
-                        eprintln!("FAILED: {error}");
+                        progress.point_done(&head, &format!("FAILED: {error}"));
                         failures += 1;
                     }
                 }
             }
         }
     }
+    progress.finish();
     let heading = format!(
         "multicast: the sender's cost of one multicast call (start of the call until it \
          returns), {} timed after {} warm-up per row (µs)\n\

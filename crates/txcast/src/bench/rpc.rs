@@ -9,6 +9,7 @@
 use super::rtt::{find_case, measure_in_processes};
 use super::stats::{Report, Samples};
 use super::{kill_child, parse_u64, spawn_child, wait_child, EXIT_FAILED};
+use crate::progress::Progress;
 use std::io;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -235,21 +236,28 @@ fn completion_name(c: Completion) -> &'static str {
 }
 
 /// Adds a latency row for `name`, or reports its failure.
-fn record(name: &str, r: io::Result<Samples>, report: &mut Report, failures: &mut usize) {
+fn record(
+    name: &str,
+    r: io::Result<Samples>,
+    report: &mut Report,
+    failures: &mut usize,
+    progress: &Progress,
+) {
     match r.and_then(|mut s| s.summary().ok_or_else(|| io::Error::other("no samples"))) {
         Ok(s) => {
-            eprintln!(
+            progress.println(&format!(
                 "  {name}: p50 {:.1} µs p99 {:.1} µs",
                 s.p50_ns as f64 / 1e3,
                 s.p99_ns as f64 / 1e3
-            );
+            ));
             report.push_latency(name, 0, s);
         }
         Err(e) => {
-            eprintln!("  {name} FAILED: {e}");
+            progress.println(&format!("  {name} FAILED: {e}"));
             *failures += 1;
         }
     }
+    progress.advance();
 }
 
 /// `txcast __bench-child rpc serve <site> <local|remote|engine|engine-park>`: a null server
@@ -336,6 +344,18 @@ pub fn run(opts: &Args) -> i32 {
         (opts.iterations, opts.warmup, opts.multicast_iterations);
     let mut report = Report::new("rpc", &["raw-udp-blocking"]);
     let mut failures = 0;
+    // Points: the three yardsticks, six null-call cases, three completions per server count.
+    let nulls = if cases.iter().any(|c| c == "null") {
+        6
+    } else {
+        0
+    };
+    let multicasts = if cases.iter().any(|c| c == "multicast") {
+        3 * server_counts.len() as u64
+    } else {
+        0
+    };
+    let progress = Progress::points("rpc", 3 + nulls + multicasts);
     // The yardsticks: raw UDP, and txcast's port round trips under the same RPC.
     for case in [
         "raw-udp-blocking",
@@ -345,14 +365,15 @@ pub fn run(opts: &Args) -> i32 {
         let c = find_case(case).expect("case exists");
         match measure_in_processes(c, RPC_HEADER_BYTES, warmup, iterations) {
             Ok(s) => {
-                eprintln!("  {case}: p50 {:.1} µs", s.p50_ns as f64 / 1e3);
+                progress.println(&format!("  {case}: p50 {:.1} µs", s.p50_ns as f64 / 1e3));
                 report.push_latency(case, 0, s);
             }
             Err(e) => {
-                eprintln!("  {case} FAILED: {e}");
+                progress.println(&format!("  {case} FAILED: {e}"));
                 failures += 1;
             }
         }
+        progress.advance();
     }
     if cases.iter().any(|c| c == "null") {
         record(
@@ -360,12 +381,14 @@ pub fn run(opts: &Args) -> i32 {
             null_calls(false, warmup, iterations),
             &mut report,
             &mut failures,
+            &progress,
         );
         record(
             "rpc-null-remote-park",
             null_calls(true, warmup, iterations),
             &mut report,
             &mut failures,
+            &progress,
         );
         // The servers' handlers on their engine's thread (Rpc::serve_on_engine): the engine
         // spinning 50 µs before it parks (its default), and parked between calls.
@@ -373,7 +396,7 @@ pub fn run(opts: &Args) -> i32 {
             for remote in [false, true] {
                 let name = format!("rpc-null-{}-{how}", if remote { "remote" } else { "local" });
                 let s = null_calls_to(remote, how, warmup, iterations);
-                record(&name, s, &mut report, &mut failures);
+                record(&name, s, &mut report, &mut failures, &progress);
             }
         }
     }
@@ -397,16 +420,17 @@ pub fn run(opts: &Args) -> i32 {
                         mc_iterations / 10,
                         mc_iterations,
                     );
-                    record(&name, s, &mut report, &mut failures);
+                    record(&name, s, &mut report, &mut failures, &progress);
                 }
                 servers.finish(&mut rpc)
             })();
             if let Err(e) = r {
-                eprintln!("  multicast n={n} FAILED: {e}");
+                progress.println(&format!("  multicast n={n} FAILED: {e}"));
                 failures += 1;
             }
         }
     }
+    progress.finish();
     let heading = format!(
         "rpc: null calls ({iterations} timed after {warmup}), every server a parked process; \
          local = same site (shared memory), remote = site 1 (UDP); multicast = null calls to \

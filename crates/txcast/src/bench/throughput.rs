@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use super::machine::{clock_ns, cpus, load_average, show};
 use super::stats::{bench_json, messages_per_second, rounded, InOrder, Report, Samples, Summary};
 use super::{finish_child, parse_u64, plan_or_exit, spawn_child, EXIT_FAILED};
+use crate::progress::Progress;
 use txcast_port::IdleStrategy;
 
 /// Bytes per message: sequence number (8), send time (8), filler.
@@ -683,17 +684,19 @@ pub fn run(args: &Args) -> i32 {
     let mut failures = 0;
     let total = plan.cases.len() as u64 * plan.repeat;
     let mut index = 0;
+    let progress = Progress::points("throughput", total);
     // Round by round, so each case runs close in time to its baseline.
     for round in 1..=plan.repeat {
         for (case_index, &case) in plan.cases.iter().enumerate() {
             index += 1;
             let stream = plan.stream(case);
-            eprint!(
+            let head = format!(
                 "throughput [{index}/{total}] run {round} {:<22}: {} + {} messages ... ",
                 case.name(),
                 stream.warmup,
                 stream.messages
             );
+            progress.point_start(&head);
             let started = Instant::now();
             match measure(case, &stream, &plan) {
                 Ok(m) => {
@@ -701,23 +704,25 @@ pub fn run(args: &Args) -> i32 {
                         .outcome
                         .latency
                         .map_or((f64::NAN, f64::NAN), |s| (s.p50_ns as f64, s.p99_ns as f64));
-                    eprintln!(
+                    let tail = format!(
                         "{:.2} s, {:.0} msg/s, p50 {:.1} µs, p99 {:.1} µs",
                         started.elapsed().as_secs_f64(),
                         m.outcome.messages_per_second(),
                         p50 / 1000.0,
                         p99 / 1000.0
                     );
+                    progress.point_done(&head, &tail);
                     rates[case_index][round as usize - 1] = Some(m.outcome.messages_per_second());
                     runs[case_index].push(m);
                 }
                 Err(error) => {
-                    eprintln!("FAILED: {error}");
+                    progress.point_done(&head, &format!("FAILED: {error}"));
                     failures += 1;
                 }
             }
         }
     }
+    progress.finish();
     let measured: Vec<Measured> = runs.iter().filter_map(|r| median_run(r)).collect();
     let heading = heading(&plan, load_at_start);
     let (mut table, json) = render(&measured);
