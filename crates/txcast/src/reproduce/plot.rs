@@ -123,10 +123,18 @@ fn to_axis(v: f64, log: bool) -> Option<f64> {
     t.is_finite().then_some(t)
 }
 
-/// A tick label: the value (10^t on a log axis) with three significant digits, short.
+/// A tick label: the value (10^t on a log axis) with three significant digits, short; in
+/// powers of ten (`1e-6`) beyond what the suffixes k, M and G cover.
 fn tick(t: f64, log: bool) -> String {
     let v = if log { 10f64.powf(t) } else { t };
+    if v.abs() >= 1e12 || (v != 0.0 && v.abs() < 1e-3) {
+        let s = format!("{v:.2e}");
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let m = m.trim_end_matches('0').trim_end_matches('.');
+        return format!("{m}e{e}");
+    }
     let (scaled, suffix) = match v.abs() {
+        a if a >= 1e9 => (v / 1e9, "G"),
         a if a >= 1e6 => (v / 1e6, "M"),
         a if a >= 1e3 => (v / 1e3, "k"),
         _ => (v, ""),
@@ -383,6 +391,11 @@ mod tests {
         assert_eq!(tick(0.5, false), "0.5");
         assert_eq!(tick(3.5563, true), "3.6k");
         assert_eq!(tick(250.0, false), "250");
+        assert_eq!(tick(9.0, true), "1G");
+        assert_eq!(tick(11.0, true), "100G");
+        assert_eq!(tick(14.0, true), "1e14");
+        assert_eq!(tick(-6.0, true), "1e-6");
+        assert_eq!(tick(0.0, false), "0");
     }
 
     /// The labels of an axis from `lo` to `hi` (values, not axis coordinates).
