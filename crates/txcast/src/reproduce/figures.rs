@@ -100,7 +100,7 @@ pub fn all() -> Vec<FigureDef> {
         FigureDef { id: "000-fig3", paper: "000", title: "Multicasting cost (sender's cost of one call, 20-byte message)", source: "§3.3, Figure 3; §4.3.1", kind: m("multicast", fig000_3) },
         FigureDef { id: "000-fig6", paper: "000", title: "Round trip times, local and remote, new facility against sockets", source: "§4.3.1, Figure 6", kind: m("rtt", fig000_6) },
         FigureDef { id: "000-local-remote", paper: "000", title: "Local round trip as a share of the remote one", source: "§4.3.1 (text after Figure 6)", kind: m("rtt", fig000_local_remote) },
-        FigureDef { id: "000-fig7", paper: "000", title: "System time for Raid servers, socket IPC against the new facility", source: "§4.3.2, Figure 7", kind: Card("A build of the Raid servers whose messages go through kernel sockets (the paper's baseline), to compare system time per transaction against the same servers on txcast ports; txcast's Raid runs only on its own ports. `txcast bench dc --paper` measures the CPU per transaction on txcast alone (001-table3).") },
+        FigureDef { id: "000-fig7", paper: "000", title: "System time for Raid servers, socket IPC against the new facility", source: "§4.3.2, Figure 7", kind: Card("Raid servers that are separate processes exchanging messages, once over kernel sockets (the paper's baseline) and once over txcast's shared-memory ports, to compare system time per transaction. txcast's Raid runs AD, AC, CC, AM and RC of a site as one state machine (no messages between them), and its sites, each on its own loopback address, already talk over UDP; no option sends same-host ports over UDP instead of shared memory. `txcast bench dc --paper` measures the CPU per transaction on txcast alone (001-table3).") },
         FigureDef { id: "001-table1", paper: "001", title: "Raid communication time by packet length", source: "§2.2, Table 1", kind: m("long", t001_1) },
         FigureDef { id: "001-table2", paper: "001", title: "Local communication cost, 10 and 1000 bytes", source: "§3.1, Table 2", kind: m("rtt", t001_2) },
         FigureDef { id: "001-table3", paper: "001", title: "Transaction execution time, one transaction at a time", source: "§3.3, Table 3", kind: m("dc", t001_3) },
@@ -212,6 +212,9 @@ pub fn bench_args(run: &str, s: Scale) -> Vec<String> {
             "pb,bb",
             "--throughput-sizes",
             s.pick("3", "2,3,4,8", "2,3,4,8,16"),
+            // The full run adds the paper's message sizes (its curves go from 0 B to 8 KB).
+            "--throughput-bytes",
+            s.pick("64", "64", "0,1024,8000"),
             // Figure 8: the resilience delay for larger messages too.
             "--resilience-bytes",
             s.pick("0,1024", "0,1024,4096,8000", "0,1024,4096,8000"),
@@ -244,7 +247,7 @@ pub fn estimate_seconds(run: &str, s: Scale) -> u64 {
         "dc" => s.pick(3, 12, 25),
         "modules" => s.pick(4, 70, 200),
         "burst" => s.pick(4, 25, 40),
-        "group" => s.pick(8, 60, 150),
+        "group" => s.pick(8, 60, 200),
         "crmem" => s.pick(5, 20, 40),
         _ => 10,
     }
@@ -1129,7 +1132,7 @@ fn group_throughput(l: &[Value], method: &str) -> Result<Figure, String> {
         log_y: true,
         series,
         rows,
-        setup: format!("Paper: Amoeba on MC68030s and 10 Mbps Ethernet, {m} method, group sizes 2 to 30, one member per machine, 0 B to 8 KB. Here: every member a process on 2 CPUs, loopback, each sending 64-byte messages; packing off is the paper's setup."),
+        setup: format!("Paper: Amoeba on MC68030s and 10 Mbps Ethernet, {m} method, group sizes 2 to 30, one member per machine, 0 B to 8 KB. Here: every member a process on 2 CPUs, loopback, each sending messages of the sizes in the legend; packing off is the paper's setup."),
     })
 }
 
@@ -1237,8 +1240,10 @@ fn fig003_8(l: &[Value], _: Scale) -> Result<Figure, String> {
                 Some(us),
                 paper,
                 "µs",
-                if b == 0.0 {
+                if paper.is_some() {
                     "paper: Figure 7's 0-byte delay"
+                } else if b == 0.0 {
+                    "paper: 0 B at r = 1 and 15 only"
                 } else {
                     "paper: plot only; with large messages and high r its hardware missed packets"
                 },
