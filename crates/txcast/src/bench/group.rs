@@ -49,10 +49,10 @@ pub struct Args {
     /// The parts to run: delay, throughput, parallel, resilience
     #[arg(long, value_delimiter = ',', default_values_t = ["delay".to_string(), "throughput".to_string(), "parallel".to_string(), "resilience".to_string()])]
     pub cases: Vec<String>,
-    /// Group sizes
+    /// Group sizes of the delay case
     #[arg(long, value_delimiter = ',', default_values_t = [2, 3, 4, 8, 16], value_parser = parse_u64)]
     pub sizes: Vec<u64>,
-    /// Message sizes in bytes
+    /// Message sizes in bytes of the delay case and the raw UDP yardsticks
     #[arg(long, value_delimiter = ',', default_values_t = [0, 1024, 4096, 8000], value_parser = parse_u64)]
     pub bytes: Vec<u64>,
     /// The methods: pb (point-to-point, then broadcast) and bb (broadcast, then broadcast);
