@@ -4,10 +4,18 @@
 //!
 //! - `delay`: `send` (blocking until delivered back, r = 0) by a member that is not the
 //!   sequencer, against group size and message size, PB and BB (Figures 1 and 3);
-//! - `throughput`: every member sends 64-byte messages as fast as it can; messages delivered
-//!   per second at one member, packing off and on (Figures 4 and 5);
+//! - `throughput`: every member sends 64-byte messages (`--throughput-bytes`) as fast as it
+//!   can; messages delivered per second at one member, packing off and on, for each group
+//!   size of `--throughput-sizes` (3 unless given) and each method of `--methods` (PB unless
+//!   given) (Figures 4 and 5; PB rows are `group-n{N}-pack-{off,on}`, BB rows
+//!   `group-bb-n{N}-pack-{off,on}`);
 //! - `parallel`: several groups of 2 at once, every member sending (Figure 6);
-//! - `resilience`: `send` delay against r, with groups of r + 1 (Figure 7).
+//! - `resilience`: `send` delay against r, with groups of r + 1, for each message size of
+//!   `--resilience-bytes` (0 unless given) (Figures 7 and 8).
+//!
+//! Every member process waits in the kernel (invoker engine, no spin unless
+//! `TXCAST_BENCH_SPIN_US` asks for it), so groups larger than the CPUs share them rather than
+//! starve each other.
 
 mod fanout;
 
@@ -26,6 +34,10 @@ const INSTANCE: u16 = 40;
 const TYPE: u16 = 3;
 const QUIT: &[u8] = b"\0QUIT";
 const CHILD_DEADLINE: Duration = Duration::from_secs(300);
+/// The largest group and message accepted from the command line (sites are numbered from 1 in
+/// a u16; a message is one allocation).
+const MAX_MEMBERS: u64 = 64;
+const MAX_BYTES: u64 = 1 << 20;
 /// Packing on: adaptive, holding new messages while earlier ones are in flight, at most 1 ms.
 const PACK_ON: PackMode = PackMode::Adaptive {
     delay_max: Duration::from_millis(1),
@@ -37,14 +49,15 @@ pub struct Args {
     /// The parts to run: delay, throughput, parallel, resilience
     #[arg(long, value_delimiter = ',', default_values_t = ["delay".to_string(), "throughput".to_string(), "parallel".to_string(), "resilience".to_string()])]
     pub cases: Vec<String>,
-    /// Group sizes
+    /// Group sizes of the delay case
     #[arg(long, value_delimiter = ',', default_values_t = [2, 3, 4, 8, 16], value_parser = parse_u64)]
     pub sizes: Vec<u64>,
-    /// Message sizes in bytes
+    /// Message sizes in bytes of the delay case and the raw UDP yardsticks
     #[arg(long, value_delimiter = ',', default_values_t = [0, 1024, 4096, 8000], value_parser = parse_u64)]
     pub bytes: Vec<u64>,
-    /// The methods: pb (point-to-point, then broadcast) and bb (broadcast, then broadcast)
-    #[arg(long, value_delimiter = ',', default_values_t = ["pb".to_string(), "bb".to_string()])]
+    /// The methods: pb (point-to-point, then broadcast) and bb (broadcast, then broadcast);
+    /// unless given, both for delay and pb alone for throughput
+    #[arg(long, value_delimiter = ',')]
     pub methods: Vec<String>,
     /// Sends timed per point
     #[arg(long, default_value_t = 2000, value_parser = parse_u64)]
@@ -55,12 +68,24 @@ pub struct Args {
     /// Seconds of every member sending, per throughput point
     #[arg(long, default_value_t = 2, value_parser = parse_u64)]
     pub seconds: u64,
+    /// Group sizes of the throughput case (every member sends)
+    #[arg(long, value_delimiter = ',', default_values_t = [3], value_parser = parse_u64)]
+    pub throughput_sizes: Vec<u64>,
+    /// Message sizes in bytes of the throughput case
+    #[arg(long, value_delimiter = ',', default_values_t = [64], value_parser = parse_u64)]
+    pub throughput_bytes: Vec<u64>,
+    /// Packing in the throughput case: off, on (adaptive, at most 1 ms)
+    #[arg(long, value_delimiter = ',', default_values_t = ["off".to_string(), "on".to_string()])]
+    pub packing: Vec<String>,
     /// Counts of parallel groups
     #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4], value_parser = parse_u64)]
     pub parallel: Vec<u64>,
     /// Resilience degrees r
     #[arg(long, value_delimiter = ',', default_values_t = [0, 1, 2, 3], value_parser = parse_u64)]
     pub resilience: Vec<u64>,
+    /// Message sizes in bytes of the resilience case
+    #[arg(long, value_delimiter = ',', default_values_t = [0], value_parser = parse_u64)]
+    pub resilience_bytes: Vec<u64>,
     /// JSON lines on stdout, the human table on stderr
     #[arg(long)]
     pub json: bool,
@@ -114,11 +139,11 @@ fn pack_name(p: PackMode) -> &'static str {
     }
 }
 
-fn parse_pack(s: &str) -> PackMode {
-    if s == "off" {
-        PackMode::Off
-    } else {
-        PACK_ON
+fn parse_pack(s: &str) -> Option<PackMode> {
+    match s {
+        "off" => Some(PackMode::Off),
+        "on" => Some(PACK_ON),
+        _ => None,
     }
 }
 
@@ -164,6 +189,7 @@ impl Cluster {
         pack: PackMode,
         role: &str,
         seconds: f64,
+        bytes: usize,
     ) -> io::Result<Cluster> {
         let mut out = Vec::new();
         for k in 0..children {
@@ -178,6 +204,7 @@ impl Cluster {
                 r.to_string(),
                 pack_name(pack).into(),
                 seconds.to_string(),
+                bytes.to_string(),
             ];
             match spawn_child(&args) {
                 Ok(c) => out.push(c),
@@ -257,6 +284,7 @@ fn delay(
         PACK_ON,
         "receive",
         0.0,
+        0,
     )?;
     let port = open(0)?;
     let cfg = member_cfg(group_id, method, r, PACK_ON);
@@ -295,11 +323,15 @@ fn delay(
     result.and(finished)
 }
 
-/// Every member sends for `seconds`; messages/s delivered at the parent.
+/// Every member sends `bytes`-byte messages with `method` for `seconds`; messages/s delivered
+/// at the parent.
+#[allow(clippy::too_many_arguments)]
 fn throughput(
     group_id: u32,
     size: usize,
+    method: Method,
     pack: PackMode,
+    bytes: usize,
     seconds: f64,
     report: &mut Report,
 ) -> io::Result<()> {
@@ -308,20 +340,21 @@ fn throughput(
         group_id,
         first,
         size - 1,
-        Method::Pb,
+        method,
         0,
         pack,
         "send",
         seconds,
+        bytes,
     )?;
     let port = open(0)?;
     let g = join(
         &port,
-        member_cfg(group_id, Method::Pb, 0, pack),
+        member_cfg(group_id, method, 0, pack),
         addr(first),
         size,
     )?;
-    let result = blast_counted(&g, seconds);
+    let result = blast_counted(&g, seconds, bytes);
     let c = g.info().counters;
     eprintln!(
         "    at this member: {} packets sent, {} received, {} submissions ({} resent), {} records multicast, {} syncs, {} history full",
@@ -330,21 +363,22 @@ fn throughput(
     let ok = result.is_ok();
     let (delivered, elapsed, fewest) = result?;
     eprintln!(
-        "  throughput n={size} pack {}: {delivered} delivered in {:.2} s = {:.0}/s; the slowest sender got {:.0}/s through",
+        "  throughput {} n={size} {bytes} B pack {}: {delivered} delivered in {:.2} s = {:.0}/s; the slowest sender got {:.0}/s through",
+        method_name(method),
         pack_name(pack),
         elapsed.as_secs_f64(),
         delivered as f64 / elapsed.as_secs_f64(),
         fewest as f64 / elapsed.as_secs_f64()
     );
+    // PB keeps the names it had before the method was a choice.
+    let case = match method {
+        Method::Pb => format!("group-n{size}-pack-{}", pack_name(pack)),
+        m => format!("group-{}-n{size}-pack-{}", method_name(m), pack_name(pack)),
+    };
+    report.push_throughput(&case, bytes as u64, delivered, elapsed);
     report.push_throughput(
-        &format!("group-n{size}-pack-{}", pack_name(pack)),
-        64,
-        delivered,
-        elapsed,
-    );
-    report.push_throughput(
-        &format!("group-n{size}-pack-{}-slowest-sender", pack_name(pack)),
-        64,
+        &format!("{case}-slowest-sender"),
+        bytes as u64,
         fewest,
         elapsed,
     );
@@ -352,15 +386,15 @@ fn throughput(
     cluster.finish(ok)
 }
 
-/// Sends 64-byte messages as fast as the group takes them for `seconds` while counting the
-/// messages delivered (in all, and from the sender that got the fewest through); then drains
-/// until every member's QUIT arrived.
-fn blast(g: &Group, seconds: f64) -> io::Result<(u64, Duration)> {
-    blast_counted(g, seconds).map(|(d, e, _)| (d, e))
+/// Sends `bytes`-byte messages as fast as the group takes them for `seconds` while counting
+/// the messages delivered (in all, and from the sender that got the fewest through); then
+/// drains until every member's QUIT arrived.
+fn blast(g: &Group, seconds: f64, bytes: usize) -> io::Result<(u64, Duration)> {
+    blast_counted(g, seconds, bytes).map(|(d, e, _)| (d, e))
 }
 
-fn blast_counted(g: &Group, seconds: f64) -> io::Result<(u64, Duration, u64)> {
-    let msg = [0x33u8; 64];
+fn blast_counted(g: &Group, seconds: f64, bytes: usize) -> io::Result<(u64, Duration, u64)> {
+    let msg = vec![0x33u8; bytes];
     let members = g.info().members.clone();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
@@ -436,8 +470,8 @@ fn blast_counted(g: &Group, seconds: f64) -> io::Result<(u64, Duration, u64)> {
 }
 
 /// `txcast __bench-child group <role> <group> <site> <creator site> <method> <r> <pack>
-/// <seconds>`: one member; `receive` waits for the parent's QUIT, `send` blasts like the
-/// parent.
+/// <seconds> <bytes>`: one member; `receive` waits for the parent's QUIT, `send` blasts
+/// `bytes`-byte messages like the parent.
 pub fn child(args: &[String]) -> io::Result<()> {
     match args.first().map(String::as_str) {
         Some("fanout-relay") => return fanout::relay(&args[1..]),
@@ -445,7 +479,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
         _ => {}
     }
     let bad = |w: &str| io::Error::new(io::ErrorKind::InvalidInput, w.to_string());
-    let [role, group, site, creator, method, r, pack, seconds] = args else {
+    let [role, group, site, creator, method, r, pack, seconds, bytes] = args else {
         return Err(bad("arguments"));
     };
     let group: u32 = group.parse().map_err(|_| bad("group"))?;
@@ -453,8 +487,12 @@ pub fn child(args: &[String]) -> io::Result<()> {
     let creator: u16 = creator.parse().map_err(|_| bad("creator"))?;
     let method = parse_method(method).ok_or_else(|| bad("method"))?;
     let r: u8 = r.parse().map_err(|_| bad("r"))?;
-    let pack = parse_pack(pack);
+    let pack = parse_pack(pack).ok_or_else(|| bad("pack"))?;
     let seconds: f64 = seconds.parse().map_err(|_| bad("seconds"))?;
+    let bytes: usize = bytes.parse().map_err(|_| bad("bytes"))?;
+    if !seconds.is_finite() || seconds < 0.0 || bytes as u64 > MAX_BYTES {
+        return Err(bad("seconds or bytes out of range"));
+    }
     let port = open(site)?;
     let cfg = member_cfg(group, method, r, pack);
     let g = if site == creator {
@@ -491,7 +529,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
                 }
                 let _ = g.receive(Some(Duration::from_millis(5)));
             }
-            blast(&g, seconds)?;
+            blast(&g, seconds, bytes)?;
             if std::env::var("TXCAST_BENCH_VERBOSE").is_ok() {
                 let c = g.info().counters;
                 eprintln!(
@@ -524,8 +562,39 @@ pub fn run(opts: &Args) -> i32 {
             &format!("--methods: unknown method {m:?} (known: pb bb)"),
         );
     }
+    if let Some(p) = opts.packing.iter().find(|p| parse_pack(p).is_none()) {
+        return crate::usage_error(
+            &["bench", "group"],
+            &format!("--packing: unknown value {p:?} (known: off on)"),
+        );
+    }
+    for (name, list, max) in [
+        ("--sizes", &opts.sizes, MAX_MEMBERS),
+        ("--throughput-sizes", &opts.throughput_sizes, MAX_MEMBERS),
+        ("--resilience", &opts.resilience, MAX_MEMBERS - 1),
+        ("--bytes", &opts.bytes, MAX_BYTES),
+        ("--throughput-bytes", &opts.throughput_bytes, MAX_BYTES),
+        ("--resilience-bytes", &opts.resilience_bytes, MAX_BYTES),
+    ] {
+        if let Some(v) = list.iter().find(|&&v| v > max) {
+            return crate::usage_error(
+                &["bench", "group"],
+                &format!("{name}: {v} is more than {max}"),
+            );
+        }
+    }
     let (cases, sizes, bytes) = (opts.cases.clone(), opts.sizes.clone(), opts.bytes.clone());
-    let methods = opts.methods.clone();
+    // Unless given: both methods for the delay, PB alone (as before there was a choice) for
+    // the throughput.
+    let given = |default: &[&str]| -> Vec<String> {
+        if opts.methods.is_empty() {
+            default.iter().map(|m| m.to_string()).collect()
+        } else {
+            opts.methods.clone()
+        }
+    };
+    let methods = given(&["pb", "bb"]);
+    let throughput_methods = given(&["pb"]);
     let (iterations, warmup, seconds) = (opts.iterations, opts.warmup, opts.seconds);
     let (parallel, rs) = (opts.parallel.clone(), opts.resilience.clone());
     let mut report = Report::new("group", &["raw-udp-blocking"]);
@@ -592,11 +661,34 @@ pub fn run(opts: &Args) -> i32 {
                 }
             }
             "throughput" => {
-                for pack in [PackMode::Off, PACK_ON] {
-                    std::env::set_var("TXCAST_BENCH_MEMBERS", "3");
-                    if let Err(e) = throughput(next_id(), 3, pack, seconds as f64, &mut report) {
-                        eprintln!("  throughput FAILED: {e}");
-                        failures += 1;
+                for m in &throughput_methods {
+                    let Some(method) = parse_method(m) else {
+                        return EXIT_USAGE;
+                    };
+                    for &n in &opts.throughput_sizes {
+                        let n = n.max(2);
+                        // The children wait for the whole group before sending.
+                        std::env::set_var("TXCAST_BENCH_MEMBERS", n.to_string());
+                        for &b in &opts.throughput_bytes {
+                            for pack in opts.packing.iter().filter_map(|p| parse_pack(p)) {
+                                let r = throughput(
+                                    next_id(),
+                                    n as usize,
+                                    method,
+                                    pack,
+                                    b as usize,
+                                    seconds as f64,
+                                    &mut report,
+                                );
+                                if let Err(e) = r {
+                                    eprintln!(
+                                        "  throughput {m} n={n} {b} B pack {} FAILED: {e}",
+                                        pack_name(pack)
+                                    );
+                                    failures += 1;
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -631,7 +723,7 @@ pub fn run(opts: &Args) -> i32 {
                         (r as usize + 1).max(2),
                         Method::Pb,
                         r as u8,
-                        &[0],
+                        &opts.resilience_bytes,
                         warmup,
                         iterations,
                         &mut report,
@@ -653,7 +745,7 @@ pub fn run(opts: &Args) -> i32 {
         "group: paper 003 §4 on loopback, every member a process; delay = blocking send by a \
          member that is not the sequencer ({iterations} timed after {warmup}); \
          raw-udp-fanout-nN = the same pattern in raw UDP (sender -> relay -> one sendmmsg to \
-         the sender and N - 2 parked receivers), no protocol; throughput = 64-byte messages \
+         the sender and N - 2 parked receivers), no protocol; throughput = messages \
          delivered per second at one member while every member sends for {seconds} s \
          (latencies in µs)\n"
     );
@@ -762,6 +854,7 @@ fn parallel_groups(
             PACK_ON,
             "send",
             seconds,
+            64,
         )?);
         let port = open(100 + i as u16)?;
         let g = join(&port, member_cfg(id, Method::Pb, 0, PACK_ON), addr(site), 2)?;
@@ -771,7 +864,7 @@ fn parallel_groups(
     let results: Vec<io::Result<(u64, Duration)>> = std::thread::scope(|s| {
         let handles: Vec<_> = groups
             .iter()
-            .map(|g| s.spawn(move || blast(g, seconds)))
+            .map(|g| s.spawn(move || blast(g, seconds, 64)))
             .collect();
         handles
             .into_iter()

@@ -54,8 +54,8 @@ pub enum Bench {
     /// txcast local vs a raw shared-memory ring, remote packing off vs on
     Throughput(throughput::Args),
     /// Paper 003 §4: send delay vs group size and message size (PB, BB), throughput with
-    /// every member sending (packing off, on), parallel groups, delay vs r; every member a
-    /// process; raw UDP round trip as the yardstick
+    /// every member sending vs group size (PB, BB; packing off, on), parallel groups, delay vs
+    /// r and message size; every member a process; raw UDP round trip as the yardstick
     Group(group::Args),
     /// Null RPC round trip local and remote against the raw UDP round trip and txcast's port
     /// round trips; multicast RPC to n servers, first / majority / all

@@ -100,7 +100,7 @@ pub fn all() -> Vec<FigureDef> {
         FigureDef { id: "000-fig3", paper: "000", title: "Multicasting cost (sender's cost of one call, 20-byte message)", source: "§3.3, Figure 3; §4.3.1", kind: m("multicast", fig000_3) },
         FigureDef { id: "000-fig6", paper: "000", title: "Round trip times, local and remote, new facility against sockets", source: "§4.3.1, Figure 6", kind: m("rtt", fig000_6) },
         FigureDef { id: "000-local-remote", paper: "000", title: "Local round trip as a share of the remote one", source: "§4.3.1 (text after Figure 6)", kind: m("rtt", fig000_local_remote) },
-        FigureDef { id: "000-fig7", paper: "000", title: "System time for Raid servers, socket IPC against the new facility", source: "§4.3.2, Figure 7", kind: Card("A build of the Raid servers whose messages go through kernel sockets (the paper's baseline), to compare system time per transaction against the same servers on txcast ports; txcast's Raid runs only on its own ports. `txcast bench dc --paper` measures the CPU per transaction on txcast alone (001-table3).") },
+        FigureDef { id: "000-fig7", paper: "000", title: "System time for Raid servers, socket IPC against the new facility", source: "§4.3.2, Figure 7", kind: Card("Raid servers that are separate processes exchanging messages, once over kernel sockets (the paper's baseline) and once over txcast's shared-memory ports, to compare system time per transaction. txcast's Raid runs AD, AC, CC, AM and RC of a site as one state machine (no messages between them), and its sites, each on its own loopback address, already talk over UDP; no option sends same-host ports over UDP instead of shared memory. `txcast bench dc --paper` measures the CPU per transaction on txcast alone (001-table3).") },
         FigureDef { id: "001-table1", paper: "001", title: "Raid communication time by packet length", source: "§2.2, Table 1", kind: m("long", t001_1) },
         FigureDef { id: "001-table2", paper: "001", title: "Local communication cost, 10 and 1000 bytes", source: "§3.1, Table 2", kind: m("rtt", t001_2) },
         FigureDef { id: "001-table3", paper: "001", title: "Transaction execution time, one transaction at a time", source: "§3.3, Table 3", kind: m("dc", t001_3) },
@@ -112,10 +112,10 @@ pub fn all() -> Vec<FigureDef> {
         FigureDef { id: "003-fig1", paper: "003", title: "Delay for 1 sender, PB method, r = 0", source: "§4, Figure 1", kind: m("group", fig003_1) },
         FigureDef { id: "003-fig3", paper: "003", title: "Delay for 1 sender, BB method, r = 0", source: "§4, Figure 3", kind: m("group", fig003_3) },
         FigureDef { id: "003-fig4", paper: "003", title: "Throughput, every member sending (PB)", source: "§4, Figure 4", kind: m("group", fig003_4) },
-        FigureDef { id: "003-fig5", paper: "003", title: "Throughput, every member sending (BB)", source: "§4, Figure 5", kind: Card("`txcast bench group --cases throughput` sends with the library's default method at one group size (3); a BB variant and a sweep over group sizes are not built.") },
+        FigureDef { id: "003-fig5", paper: "003", title: "Throughput, every member sending (BB)", source: "§4, Figure 5", kind: m("group", fig003_5) },
         FigureDef { id: "003-fig6", paper: "003", title: "Throughput of groups of 2 running in parallel", source: "§4, Figure 6", kind: m("group", fig003_6) },
         FigureDef { id: "003-fig7", paper: "003", title: "Delay for 1 sender against resilience degree r (group of r + 1)", source: "§4, Figure 7", kind: m("group", fig003_7) },
-        FigureDef { id: "003-fig8", paper: "003", title: "Delay against resilience degree, larger messages", source: "§4, Figure 8", kind: Card("`txcast bench group --cases resilience` sends 0-byte messages only; the paper's second resilience figure needs the sweep over message sizes, not built.") },
+        FigureDef { id: "003-fig8", paper: "003", title: "Delay against resilience degree, larger messages", source: "§4, Figure 8", kind: m("group", fig003_8) },
         FigureDef { id: "004-fig3-4", paper: "004", title: "Control messages: send and receive rate", source: "§2, Figures 3 and 4", kind: m("modules", fig004_34) },
         FigureDef { id: "004-fig5", paper: "004", title: "Control message latency (one way)", source: "§2, Figure 5", kind: m("modules", fig004_5) },
         FigureDef { id: "004-fig6", paper: "004", title: "Remote lock implementations: acquire + release latency against locks", source: "§3.6, Figure 6", kind: Card("A lock-latency section in `txcast bench crmem` (acquire and release of k remote locks at the home node, k = 1…64); CRMem has the locks, the benchmark does not time them alone yet.") },
@@ -207,6 +207,17 @@ pub fn bench_args(run: &str, s: Scale) -> Vec<String> {
             s.pick("1", "1,2,4", "1,2,3,4,5"),
             "--resilience",
             s.pick("0,1", "0,1,2,3", "0,1,2,3,4,5,7"),
+            // Figures 4 and 5: throughput for both methods across group sizes.
+            "--methods",
+            "pb,bb",
+            "--throughput-sizes",
+            s.pick("3", "2,3,4,8", "2,3,4,8,16"),
+            // The full run adds the paper's message sizes (its curves go from 0 B to 8 KB).
+            "--throughput-bytes",
+            s.pick("64", "64", "0,1024,8000"),
+            // Figure 8: the resilience delay for larger messages too.
+            "--resilience-bytes",
+            s.pick("0,1024", "0,1024,4096,8000", "0,1024,4096,8000"),
         ],
         "crmem" => vec![
             "--commits",
@@ -236,7 +247,7 @@ pub fn estimate_seconds(run: &str, s: Scale) -> u64 {
         "dc" => s.pick(3, 12, 25),
         "modules" => s.pick(4, 70, 200),
         "burst" => s.pick(4, 25, 40),
-        "group" => s.pick(4, 20, 60),
+        "group" => s.pick(8, 60, 200),
         "crmem" => s.pick(5, 20, 40),
         _ => 10,
     }
@@ -259,13 +270,6 @@ fn p50_us(lines: &[Value], case: &str, bytes: u64) -> Option<f64> {
         .find(|v| text(v, "case") == Some(case) && num(v, "bytes") == Some(bytes as f64))
         .and_then(|v| num(v, "p50_ns"))
         .map(|ns| ns / 1000.0)
-}
-
-fn msgs_per_s(lines: &[Value], case: &str) -> Option<f64> {
-    lines
-        .iter()
-        .find(|v| text(v, "case") == Some(case))
-        .and_then(|v| num(v, "msgs_per_s"))
 }
 
 /// The sizes present for `case`, ascending.
@@ -1027,26 +1031,116 @@ fn fig003_3(l: &[Value], _: Scale) -> Result<Figure, String> {
     group_delay(l, "bb", &[])
 }
 
-fn fig003_4(l: &[Value], _: Scale) -> Result<Figure, String> {
-    let off = msgs_per_s(l, "group-n3-pack-off");
-    let on = msgs_per_s(l, "group-n3-pack-on");
-    let pt = |v: Option<f64>| v.map(|v| vec![(3.0, v)]).unwrap_or_default();
+/// A series keyed by (packing, bytes): its points (members, msg/s).
+type Keyed = ((String, f64), Vec<(f64, f64)>);
+
+/// Throughput rows of `bench group` for `method`, one series per (packing, bytes). PB rows
+/// are `group-n{N}-pack-{p}`, the others `group-{method}-n{N}-pack-{p}`.
+fn throughput_series(l: &[Value], method: &str) -> Vec<Keyed> {
+    let prefix = if method == "pb" {
+        "group-n".to_string()
+    } else {
+        format!("group-{method}-n")
+    };
+    let mut out: Vec<Keyed> = Vec::new();
+    for v in l {
+        let Some((n, pack)) = text(v, "case")
+            .and_then(|c| c.strip_prefix(prefix.as_str()))
+            .and_then(|c| c.split_once("-pack-"))
+        else {
+            continue;
+        };
+        let (Ok(n), Some(b), Some(rate)) =
+            (n.parse::<f64>(), num(v, "bytes"), num(v, "msgs_per_s"))
+        else {
+            continue;
+        };
+        if pack != "off" && pack != "on" {
+            continue; // the slowest sender's rows
+        }
+        let key = (pack.to_string(), b);
+        match out.iter_mut().find(|s| s.0 == key) {
+            Some(s) => s.1.push((n, rate)),
+            None => out.push((key, vec![(n, rate)])),
+        }
+    }
+    for s in &mut out {
+        s.1.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// Paper 003 Figures 4 (PB) and 5 (BB): every member sending, messages per second against
+/// group size; the paper gives only the maximum (815 0-byte messages/s) in its text.
+fn group_throughput(l: &[Value], method: &str) -> Result<Figure, String> {
+    let m = method.to_uppercase();
+    let found = throughput_series(l, method);
+    let mut rows = Vec::new();
+    for ((pack, b), pts) in &found {
+        for &(n, rate) in pts {
+            rows.push(row(
+                format!("{m}, {n} members, {b} B, packing {pack}"),
+                Some(rate),
+                None,
+                "msg/s",
+                if pack == "on" {
+                    "Amoeba did not pack"
+                } else {
+                    "paper: per-size values only in its plot"
+                },
+            ));
+        }
+    }
+    let best_off = found
+        .iter()
+        .filter(|((pack, _), _)| pack == "off")
+        .flat_map(|(_, pts)| pts.iter().map(|p| p.1))
+        .reduce(f64::max);
+    rows.push(row(
+        format!("{m}, packing off: the best over group sizes"),
+        best_off,
+        Some(P003_MAX_THROUGHPUT),
+        "msg/s",
+        "paper: maximum 815 0-byte messages/s (Figures 4 and 5), limited by the sequencer's 800 µs per message (an upper bound of 1250/s)",
+    ));
+    let xs: Vec<f64> = found
+        .iter()
+        .flat_map(|(_, pts)| pts.iter().map(|p| p.0))
+        .collect();
+    let (lo, hi) = xs
+        .iter()
+        .fold((2.0f64, 2.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    let mut series: Vec<Series> = found
+        .into_iter()
+        .map(|((pack, b), points)| Series {
+            label: format!("txcast {m}, {b} B, packing {pack}"),
+            paper: false,
+            points,
+        })
+        .collect();
+    series.push(paper_series(
+        "maximum, 0 B (815)",
+        &[
+            (lo, P003_MAX_THROUGHPUT),
+            (hi.max(lo + 1.0), P003_MAX_THROUGHPUT),
+        ],
+    ));
     check(Figure {
         x_label: "members (all sending)".into(),
         y_label: "messages delivered per second at one member".into(),
         log_x: false,
         log_y: true,
-        series: vec![
-            Series { label: "txcast, packing off".into(), paper: false, points: pt(off) },
-            Series { label: "txcast, packing on".into(), paper: false, points: pt(on) },
-            paper_series("maximum, any size (815)", &[(2.0, P003_MAX_THROUGHPUT), (4.0, P003_MAX_THROUGHPUT)]),
-        ],
-        rows: vec![
-            row("3 members, 64 B, packing off", off, Some(P003_MAX_THROUGHPUT), "msg/s", "paper: maximum 815 0-byte messages/s, limited by the sequencer's 800 µs per message"),
-            row("3 members, 64 B, packing on", on, Some(P003_MAX_THROUGHPUT), "msg/s", "Amoeba did not pack"),
-        ],
-        setup: "Paper: Amoeba on MC68030s and Ethernet, group sizes 2 to 30. Here: one size (3 members, each a process), 64-byte messages, library's default method.".into(),
+        series,
+        rows,
+        setup: format!("Paper: Amoeba on MC68030s and 10 Mbps Ethernet, {m} method, group sizes 2 to 30, one member per machine, 0 B to 8 KB. Here: every member a process on 2 CPUs, loopback, each sending messages of the sizes in the legend; packing off is the paper's setup."),
     })
+}
+
+fn fig003_4(l: &[Value], _: Scale) -> Result<Figure, String> {
+    group_throughput(l, "pb")
+}
+fn fig003_5(l: &[Value], _: Scale) -> Result<Figure, String> {
+    group_throughput(l, "bb")
 }
 
 fn fig003_6(l: &[Value], _: Scale) -> Result<Figure, String> {
@@ -1084,16 +1178,20 @@ fn fig003_6(l: &[Value], _: Scale) -> Result<Figure, String> {
     })
 }
 
-fn fig003_7(l: &[Value], _: Scale) -> Result<Figure, String> {
-    let pts: Vec<(f64, f64)> = l
-        .iter()
+/// Resilience rows of `bench group` (`resilience-r{r}-n{members}`) of `bytes`: (r, p50 µs).
+fn resilience_points(l: &[Value], bytes: f64) -> Vec<(f64, f64)> {
+    l.iter()
+        .filter(|v| num(v, "bytes") == Some(bytes))
         .filter_map(|v| {
-            // `resilience-r{r}-n{members}`
             let rest = text(v, "case")?.strip_prefix("resilience-r")?;
             let r = rest.split('-').next()?.parse().ok()?;
             Some((r, num(v, "p50_ns")? / 1000.0))
         })
-        .collect();
+        .collect()
+}
+
+fn fig003_7(l: &[Value], _: Scale) -> Result<Figure, String> {
+    let pts = resilience_points(l, 0.0);
     let rows = pts
         .iter()
         .map(|&(r, us)| {
@@ -1114,6 +1212,58 @@ fn fig003_7(l: &[Value], _: Scale) -> Result<Figure, String> {
         series: vec![Series { label: "txcast, PB, 0 B".into(), paper: false, points: pts }, paper_series("0 B", P003_F7)],
         rows,
         setup: "Paper: r up to 15 on 16 machines. Here: groups of r + 1 processes on 2 CPUs (r = 0 uses a group of 2).".into(),
+    })
+}
+
+/// Paper 003 Figure 8: Figure 7's experiment with larger messages. Its text gives no numbers
+/// for them, so the paper's 0-byte points stand beside ours as the reference.
+fn fig003_8(l: &[Value], _: Scale) -> Result<Figure, String> {
+    let mut sizes: Vec<f64> = l
+        .iter()
+        .filter(|v| text(v, "case").is_some_and(|c| c.starts_with("resilience-r")))
+        .filter_map(|v| num(v, "bytes"))
+        .collect();
+    sizes.sort_by(f64::total_cmp);
+    sizes.dedup();
+    let mut series = Vec::new();
+    let mut rows = Vec::new();
+    for &b in &sizes {
+        let pts = resilience_points(l, b);
+        for &(r, us) in &pts {
+            let paper = if b == 0.0 {
+                P003_F7.iter().find(|p| p.0 == r).map(|p| p.1)
+            } else {
+                None
+            };
+            rows.push(row(
+                format!("r = {r}, group of {}, {b} B", (r + 1.0).max(2.0)),
+                Some(us),
+                paper,
+                "µs",
+                if paper.is_some() {
+                    "paper: Figure 7's 0-byte delay"
+                } else if b == 0.0 {
+                    "paper: 0 B at r = 1 and 15 only"
+                } else {
+                    "paper: plot only; with large messages and high r its hardware missed packets"
+                },
+            ));
+        }
+        series.push(Series {
+            label: format!("txcast, PB, {b} B"),
+            paper: false,
+            points: pts,
+        });
+    }
+    series.push(paper_series("0 B (Figure 7)", P003_F7));
+    check(Figure {
+        x_label: "resilience degree r".into(),
+        y_label: "delay p50 (µs)".into(),
+        log_x: false,
+        log_y: true,
+        series,
+        rows,
+        setup: "Paper: r from 1 to 15 on up to 16 machines, 10 Mbps Ethernet, messages up to 8 KB (some settings not measurable: the Lance interface dropped packets). Here: groups of r + 1 processes on 2 CPUs over loopback (r = 0 uses a group of 2), PB.".into(),
     })
 }
 

@@ -123,10 +123,18 @@ fn to_axis(v: f64, log: bool) -> Option<f64> {
     t.is_finite().then_some(t)
 }
 
-/// A tick label: the value (10^t on a log axis) with three significant digits, short.
+/// A tick label: the value (10^t on a log axis) with three significant digits, short; in
+/// powers of ten (`1e-6`) beyond what the suffixes k, M and G cover.
 fn tick(t: f64, log: bool) -> String {
     let v = if log { 10f64.powf(t) } else { t };
+    if v.abs() >= 1e12 || (v != 0.0 && v.abs() < 1e-3) {
+        let s = format!("{v:.2e}");
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let m = m.trim_end_matches('0').trim_end_matches('.');
+        return format!("{m}e{e}");
+    }
     let (scaled, suffix) = match v.abs() {
+        a if a >= 1e9 => (v / 1e9, "G"),
         a if a >= 1e6 => (v / 1e6, "M"),
         a if a >= 1e3 => (v / 1e3, "k"),
         _ => (v, ""),
@@ -148,6 +156,109 @@ fn tick(t: f64, log: bool) -> String {
         &s
     };
     format!("{s}{suffix}")
+}
+
+/// Where an axis over `r` (in axis coordinates) has its labelled ticks and its light grid
+/// lines. A linear axis takes plotters' own choice. A log axis (log10 coordinates) is labelled
+/// at powers of ten when it spans three decades or more (every second or third one on a wide
+/// axis), else at 1-2-5 values; on an axis narrower than that gives three ticks, at round
+/// values of an even step. Its light lines mark 1…9 of each decade.
+fn ticks(r: &std::ops::Range<f64>, log: bool) -> (Vec<f64>, Vec<f64>) {
+    use plotters::coord::ranged1d::Ranged;
+    if !log {
+        let coord: plotters::coord::types::RangedCoordf64 = r.clone().into();
+        return (coord.key_points(10), coord.key_points(50));
+    }
+    let (lo, hi) = (r.start, r.end);
+    if !(lo.is_finite() && hi.is_finite()) {
+        return (vec![], vec![]);
+    }
+    let inside = |t: &f64| *t >= lo - 1e-9 && *t <= hi + 1e-9;
+    // The decades the axis touches (the first 40 of a wider one).
+    let first = lo.floor() as i64;
+    let last = (hi.ceil() as i64).min(first + 40);
+    let at = |mults: &[f64]| -> Vec<f64> {
+        (first..=last)
+            .flat_map(|d| mults.iter().map(move |m| m.log10() + d as f64))
+            .filter(inside)
+            .collect()
+    };
+    let light = if hi - lo <= 6.0 {
+        at(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
+    } else {
+        vec![]
+    };
+    let mut decades = at(&[1.0]);
+    if decades.len() >= 3 {
+        let step = decades.len().div_ceil(8);
+        decades = decades.into_iter().step_by(step).collect();
+        return (decades, light);
+    }
+    let one_two_five = at(&[1.0, 2.0, 5.0]);
+    if one_two_five.len() >= 3 {
+        return (one_two_five, light);
+    }
+    // A narrow axis: three to six values an even, round step apart (1, 2 or 5 times a
+    // power of ten).
+    let (a, b) = (10f64.powf(lo), 10f64.powf(hi));
+    let raw = (b - a) / 6.0;
+    if !(raw.is_finite() && raw > 0.0) {
+        return (vec![], light);
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    let mut out = Vec::new();
+    let mut v = (a / step).ceil() * step;
+    while v <= b && out.len() < 12 {
+        if v > 0.0 {
+            out.push(v.log10());
+        }
+        v += step;
+    }
+    (out, light)
+}
+
+/// A linear f64 axis with the tick positions given (plotters' `WithKeyPoints` over an f64
+/// range lacks the label formatting the mesh needs).
+struct Axis {
+    inner: plotters::coord::types::RangedCoordf64,
+    bold: Vec<f64>,
+    light: Vec<f64>,
+}
+
+impl Axis {
+    fn new(r: std::ops::Range<f64>, bold: Vec<f64>, light: Vec<f64>) -> Axis {
+        Axis {
+            inner: r.into(),
+            bold,
+            light,
+        }
+    }
+}
+
+impl plotters::coord::ranged1d::Ranged for Axis {
+    type ValueType = f64;
+    type FormatOption = plotters::coord::ranged1d::DefaultFormatting;
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.inner.range()
+    }
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<H: plotters::coord::ranged1d::KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            self.light.clone()
+        } else {
+            self.bold.clone()
+        }
+    }
 }
 
 fn range(values: impl Iterator<Item = f64>, log: bool) -> std::ops::Range<f64> {
@@ -207,7 +318,13 @@ fn chart<DB: DrawingBackend>(
             .x_label_area_size(48)
             .y_label_area_size(78);
     }
-    let mut chart = builder.build_cartesian_2d(xr, yr).map_err(|e| err(&e))?;
+    // Our own tick positions (see `ticks`); none labelled without text.
+    let (xt, xl) = ticks(&xr, fig.log_x);
+    let (yt, yl) = ticks(&yr, fig.log_y);
+    let keep = |t: Vec<f64>| if text { t } else { vec![] };
+    let mut chart = builder
+        .build_cartesian_2d(Axis::new(xr, keep(xt), xl), Axis::new(yr, keep(yt), yl))
+        .map_err(|e| err(&e))?;
     let (lx, ly) = (fig.log_x, fig.log_y);
     let fx = move |v: &f64| tick(*v, lx);
     let fy = move |v: &f64| tick(*v, ly);
@@ -219,8 +336,6 @@ fn chart<DB: DrawingBackend>(
             .x_label_formatter(&fx)
             .y_label_formatter(&fy)
             .label_style((FONT, 13));
-    } else {
-        mesh.x_labels(0).y_labels(0);
     }
     mesh.draw().map_err(|e| err(&e))?;
     let mut ours = 0;
@@ -276,6 +391,35 @@ mod tests {
         assert_eq!(tick(0.5, false), "0.5");
         assert_eq!(tick(3.5563, true), "3.6k");
         assert_eq!(tick(250.0, false), "250");
+        assert_eq!(tick(9.0, true), "1G");
+        assert_eq!(tick(11.0, true), "100G");
+        assert_eq!(tick(14.0, true), "1e14");
+        assert_eq!(tick(-6.0, true), "1e-6");
+        assert_eq!(tick(0.0, false), "0");
+    }
+
+    /// The labels of an axis from `lo` to `hi` (values, not axis coordinates).
+    fn labels(lo: f64, hi: f64, log: bool) -> Vec<String> {
+        let r = if log { lo.log10()..hi.log10() } else { lo..hi };
+        ticks(&r, log).0.iter().map(|&t| tick(t, log)).collect()
+    }
+
+    #[test]
+    fn log_ticks_are_powers_of_ten_or_one_two_five() {
+        assert_eq!(labels(3.0, 2e5, true), ["10", "100", "1k", "10k", "100k"]);
+        assert_eq!(labels(1.5, 17.0, true), ["2", "5", "10"]);
+        assert_eq!(labels(40.0, 900.0, true), ["50", "100", "200", "500"]);
+        // Twenty decades: every third power of ten, no more than eight labels.
+        let wide = labels(1e-3, 1e17, true);
+        assert!(wide.len() <= 8 && wide.len() >= 3, "{wide:?}");
+        // Narrower than 1-2-5 can label: a round step.
+        assert_eq!(
+            labels(610.0, 890.0, true),
+            ["650", "700", "750", "800", "850"]
+        );
+        // Nothing sensible to show: no ticks, no panic.
+        assert!(ticks(&(f64::NAN..f64::NAN), true).0.is_empty());
+        assert!(ticks(&(3.0..3.0), true).0.len() <= 1);
     }
 
     #[test]
