@@ -146,3 +146,30 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
     assert_eq!(crmem.len(), 1, "{crmem:?}");
     assert!(number(&crmem[0], "commit_p50_ns") > 0.0);
 }
+
+#[test]
+fn the_crmem_lock_section_prints_a_line_per_lock_count() {
+    let lines = bench_json(
+        "crmem",
+        &[
+            "--sections",
+            "locks",
+            "--locks",
+            "1,3",
+            "--commits",
+            "50",
+            "--warmup",
+            "10",
+        ],
+    );
+    let counts: Vec<f64> = lines.iter().map(|l| number(l, "locks")).collect();
+    assert_eq!(counts, [1.0, 3.0], "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["section"], "locks", "{l}");
+        assert_eq!(number(l, "samples"), 50.0, "{l}");
+        assert!(number(l, "p50_ns") > 0.0, "{l}");
+        assert!(number(l, "p99_ns") >= number(l, "p50_ns"), "{l}");
+        assert!(number(l, "remote_spin_p50_ns") > 0.0, "{l}");
+        assert!(number(l, "ratio_spin_p50") > 0.0, "{l}");
+    }
+}

@@ -4,6 +4,9 @@
 //! reliable link on loopback), remote operations on the engine's extension modules (the
 //! paper's *CoProcessor* implementation).
 //!
+//! - **locks** (Figure 6): remote lock acquire + release against the number of locks, in the
+//!   symmetric configuration with the home in a partner process (crmem_locks.rs), against
+//!   the remote port round trip of the same run.
 //! - **commit**: commit latency of a one-record transaction at parallelism 1, against the
 //!   remote port round trip (`bench rtt`'s `txcast-remote-spin` and `txcast-remote-park`)
 //!   measured in the same run.
@@ -17,7 +20,6 @@
 //!   amount on an account, its teller and the teller's branch and writes a history record.
 //!   At the end the accounts, tellers and branches must sum to the same total on both nodes.
 
-use super::rtt;
 use super::stats::{bench_json, whole, Samples, Summary};
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use std::io;
@@ -53,6 +55,7 @@ struct Plan {
     commits: u64,
     warmup: u64,
     parallel: Vec<usize>,
+    locks: Vec<usize>,
     depths: Vec<usize>,
     seconds: f64,
     json: bool,
@@ -68,10 +71,13 @@ macro_rules! say {
 // The options of `txcast bench crmem` (the variant in `super::Bench` says what it does).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The parts to run: commit, synthetic, tpcb
-    #[arg(long, value_delimiter = ',', default_values_t = ["commit".to_string(), "synthetic".to_string(), "tpcb".to_string()])]
+    /// The parts to run: locks, commit, synthetic, tpcb
+    #[arg(long, value_delimiter = ',', default_values_t = ["locks".to_string(), "commit".to_string(), "synthetic".to_string(), "tpcb".to_string()])]
     pub sections: Vec<String>,
-    /// Commits timed (clamped to 1..=10000000)
+    /// Remote locks per request, per point of the locks section (1 to 256)
+    #[arg(long, value_delimiter = ',', default_values_t = super::crmem_locks::default_counts(), value_parser = parse_u64)]
+    pub locks: Vec<u64>,
+    /// Commits timed, and lock acquire + release pairs per point (clamped to 1..=10000000)
     #[arg(long, default_value_t = 10_000, value_parser = parse_u64)]
     pub commits: u64,
     /// Commits before the timed ones (clamped to 1..=1000000)
@@ -109,7 +115,7 @@ fn plan(o: &Args) -> Result<Plan, String> {
     let sections = o.sections.clone();
     if let Some(s) = sections
         .iter()
-        .find(|s| !["commit", "synthetic", "tpcb"].contains(&s.as_str()))
+        .find(|s| !["locks", "commit", "synthetic", "tpcb"].contains(&s.as_str()))
     {
         return Err(format!("--sections: unknown section {s:?}"));
     }
@@ -119,6 +125,7 @@ fn plan(o: &Args) -> Result<Plan, String> {
         commits: o.commits.clamp(1, 10_000_000),
         warmup: o.warmup.clamp(1, 1_000_000),
         parallel: usize_list_in("parallel", &o.parallel, 1..=64)?,
+        locks: usize_list_in("locks", &o.locks, 1..=super::crmem_locks::RECORDS as usize)?,
         depths: usize_list_in("depths", &o.depths, 1..=4096)?,
         seconds,
         json: o.json,
@@ -225,26 +232,19 @@ pub fn run(args: &Args) -> i32 {
 fn bench(plan: &Plan) -> io::Result<()> {
     let has = |s: &str| plan.sections.iter().any(|x| x == s);
     // The yardsticks first, with nothing else running.
-    let (spin, park) = if has("commit") {
-        let case = |name| rtt::find_case(name).ok_or_else(|| io::Error::other("no rtt case"));
-        let n = plan.commits;
-        (
-            Some(rtt::measure_in_processes(
-                case("txcast-remote-spin")?,
-                64,
-                plan.warmup,
-                n,
-            )?),
-            Some(rtt::measure_in_processes(
-                case("txcast-remote-park")?,
-                64,
-                plan.warmup,
-                n,
-            )?),
-        )
+    let (spin, park) = if has("commit") || has("locks") {
+        let (spin, park) = super::crmem_locks::yardsticks(plan.commits, plan.warmup)?;
+        (Some(spin), Some(park))
     } else {
         (None, None)
     };
+    if let (true, Some(spin), Some(park)) = (has("locks"), &spin, &park) {
+        let out = super::crmem_locks::Out { json: plan.json };
+        super::crmem_locks::measure(&out, &plan.locks, plan.commits, plan.warmup, spin, park)?;
+    }
+    if !["commit", "synthetic", "tpcb"].iter().any(|s| has(s)) {
+        return Ok(());
+    }
     let stop = std::env::temp_dir().join(format!("txcast-bench-crmem-{}.stop", std::process::id()));
     let _ = std::fs::remove_file(&stop);
     let _ = std::fs::remove_file(stop.with_extension("sums"));
@@ -255,7 +255,7 @@ fn bench(plan: &Plan) -> io::Result<()> {
         for i in 0..plan.warmup {
             synthetic_txn(&c, (i % RECORDS as u64) as u32)?;
         }
-        if let (Some(spin), Some(park)) = (&spin, &park) {
+        if let (true, Some(spin), Some(park)) = (has("commit"), &spin, &park) {
             commit_latency(plan, &c, spin, park)?;
         }
         if has("synthetic") {
