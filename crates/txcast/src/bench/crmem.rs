@@ -20,6 +20,7 @@
 //!   amount on an account, its teller and the teller's branch and writes a history record.
 //!   At the end the accounts, tellers and branches must sum to the same total on both nodes.
 
+use super::crmem_common::{self as common, add_i64, err, i64_at, tpcb_segments, Tpcb};
 use super::stats::{bench_json, whole, Samples, Summary};
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use std::io;
@@ -37,12 +38,6 @@ const WAIT: Duration = Duration::from_secs(10);
 
 const RECORDS: u32 = 10_000;
 const FIELDS: u32 = 24;
-const ACCOUNTS: u32 = 10_000;
-const TELLERS: u32 = 256;
-const BRANCHES: u32 = 32;
-const HISTORY: u32 = 100;
-const ROW: u32 = 100;
-const HISTORY_ROW: u32 = 50;
 /// Segments: the synthetic records, then TpcB's accounts, tellers, branches, history.
 const SYN: u16 = 0;
 const ACC: u16 = 1;
@@ -140,38 +135,20 @@ fn nodes() -> Vec<Address> {
 }
 
 fn segments() -> Vec<(usize, LockMapping)> {
-    let rows = |per_lock| LockMapping::Records {
-        record_bytes: ROW,
-        per_lock,
-    };
-    vec![
-        (
-            (RECORDS * FIELDS) as usize,
-            LockMapping::Uniform {
-                locks: 1000,
-                granule: FIELDS,
-            },
-        ),
-        ((ACCOUNTS * ROW) as usize, rows(10)),
-        ((TELLERS * ROW) as usize, rows(2)),
-        ((BRANCHES * ROW) as usize, rows(1)),
-        (
-            (HISTORY * HISTORY_ROW) as usize,
-            LockMapping::Records {
-                record_bytes: HISTORY_ROW,
-                per_lock: 1,
-            },
-        ),
-    ]
+    let mut v = vec![(
+        (RECORDS * FIELDS) as usize,
+        LockMapping::Uniform {
+            locks: 1000,
+            granule: FIELDS,
+        },
+    )];
+    v.extend(tpcb_segments());
+    v
 }
 
 fn open(me: u16) -> io::Result<Crmem> {
     let cfg = CrmemConfig::new(nodes(), me);
     Crmem::open(cfg, &segments()).map_err(|e| io::Error::other(e.to_string()))
-}
-
-fn err(e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(e.to_string())
 }
 
 /// The backup: serves until `stop` exists, then writes its TpcB sums into `stop.sums`.
@@ -190,22 +167,10 @@ pub fn child(args: &[String]) -> io::Result<()> {
     Ok(())
 }
 
-fn i64_at(m: &[u8], at: usize) -> i64 {
-    i64::from_le_bytes(m[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn add_i64(m: &mut [u8], at: usize, d: i64) {
-    let v = i64_at(m, at).wrapping_add(d);
-    m[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
 /// Sums of the accounts', tellers' and branches' balances as the node has them.
 fn tpcb_sums(c: &Crmem) -> Option<(i64, i64, i64)> {
-    let sum = |s: u16, rows: u32| -> Option<i64> {
-        let m = c.snapshot_segment(s)?;
-        Some((0..rows).map(|i| i64_at(&m, (i * ROW) as usize)).sum())
-    };
-    Some((sum(ACC, ACCOUNTS)?, sum(TEL, TELLERS)?, sum(BR, BRANCHES)?))
+    let seg = |s| c.snapshot_segment(s);
+    Some(common::tpcb_sums(&seg(ACC)?, &seg(TEL)?, &seg(BR)?))
 }
 
 pub fn run(args: &Args) -> i32 {
@@ -334,31 +299,15 @@ fn tpcb_txn(c: &Crmem, rng: &mut Rng) -> io::Result<()> {
 }
 
 fn tpcb(c: &Crmem, rng: &mut Rng, how: End) -> io::Result<u64> {
-    let account = rng.below(ACCOUNTS as u64) as u32;
-    let teller = rng.below(TELLERS as u64) as u32;
-    let branch = teller / (TELLERS / BRANCHES);
-    let slot = rng.below(HISTORY as u64) as u32;
-    let amount = rng.below(2_000) as i64 - 1_000;
+    let x = Tpcb::draw(rng);
     let t = c.begin(WAIT).map_err(err)?;
-    for (s, row, len) in [
-        (ACC, account * ROW, ROW),
-        (TEL, teller * ROW, ROW),
-        (BR, branch * ROW, ROW),
-        (HIST, slot * HISTORY_ROW, HISTORY_ROW),
-    ] {
+    for (s, row, len) in x.ranges([ACC, TEL, BR, HIST]) {
         if let Err(e) = c.set_range(t, s, row, len, Mode::Write) {
             let _ = c.abort(t);
             return Err(err(e));
         }
-        c.write(t, s, row, len, |m| {
-            if s == HIST {
-                m[..8].copy_from_slice(&amount.to_le_bytes());
-                m[8..12].copy_from_slice(&account.to_le_bytes());
-            } else {
-                add_i64(m, 0, amount);
-            }
-        })
-        .map_err(err)?;
+        c.write(t, s, row, len, |m| x.apply(s == HIST, m))
+            .map_err(err)?;
     }
     end(c, t, how)
 }

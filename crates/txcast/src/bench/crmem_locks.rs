@@ -16,6 +16,7 @@
 //! link carries it ahead of the next sample's LOCK, so the home frees the locks before it
 //! takes them again and the next sample includes that work. The same `k` records every time.
 
+use super::crmem_common::err;
 use super::rtt;
 use super::spawn_child;
 use super::stats::{bench_json, Samples, Summary};
@@ -58,10 +59,6 @@ fn segments() -> Vec<(usize, LockMapping, u16)> {
         },
         1,
     )]
-}
-
-fn err(e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(e.to_string())
 }
 
 fn open(me: u16) -> io::Result<SymCrmem> {

@@ -8,6 +8,7 @@
 
 pub mod burst;
 pub mod crmem;
+pub mod crmem_common;
 pub mod crmem_locks;
 pub mod crmem_sym;
 pub mod dc;
