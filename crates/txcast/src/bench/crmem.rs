@@ -31,8 +31,8 @@ use txcast_crmem::{Crmem, CrmemConfig, LockMapping, Mode};
 use txcast_proto::rng::Rng;
 use txcast_proto::Address;
 
-/// Server type of the benchmark's nodes.
-const HOST_TYPE: u16 = 12;
+/// Server type of the benchmark's nodes (none of the other benchmarks' addresses).
+const HOST_TYPE: u16 = 15;
 const PARTNER_LIFE: Duration = Duration::from_secs(600);
 const WAIT: Duration = Duration::from_secs(10);
 
