@@ -12,6 +12,7 @@ pub mod driver;
 pub mod lock;
 pub mod msg;
 pub mod node;
+mod plumbing;
 pub mod sym_driver;
 pub mod symmetric;
 
