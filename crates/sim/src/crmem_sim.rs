@@ -177,24 +177,46 @@ fn invariant(n: &Node) -> Result<(), String> {
     }
 }
 
-/// A node: its links and its CRMem core, and what the links would not take yet.
-struct SimNode {
-    links: LinkNode,
-    cr: Node,
-    outbox: VecDeque<(NodeId, Vec<u8>)>,
+/// What a simulated node needs of a CRMem core, mirror ([`Node`]) or symmetric
+/// ([`txcast_crmem::SymNode`]).
+pub(crate) trait Core {
+    fn handle_message(&mut self, from: u16, bytes: &[u8]);
+    fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)>;
 }
 
-impl SimNode {
-    fn new(id: NodeId, n: usize, cfg: &LinkConfig, incarnation: u64, role: Role) -> SimNode {
-        let mut cr = Node::new(
-            Config {
-                node: id as u16,
-                incarnation,
-                ..Config::default()
-            },
-            role,
-        );
-        segments(&mut cr);
+impl Core for Node {
+    fn handle_message(&mut self, from: u16, bytes: &[u8]) {
+        Node::handle_message(self, from, bytes)
+    }
+    fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
+        Node::poll_transmit(self)
+    }
+}
+
+impl Core for txcast_crmem::SymNode {
+    fn handle_message(&mut self, from: u16, bytes: &[u8]) {
+        txcast_crmem::SymNode::handle_message(self, from, bytes)
+    }
+    fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
+        txcast_crmem::SymNode::poll_transmit(self)
+    }
+}
+
+/// A node: its links and its CRMem core, and what the links would not take yet.
+pub(crate) struct SimNode<C> {
+    pub(crate) links: LinkNode,
+    pub(crate) cr: C,
+    pub(crate) outbox: VecDeque<(NodeId, Vec<u8>)>,
+}
+
+impl<C: Core> SimNode<C> {
+    pub(crate) fn with_core(
+        id: NodeId,
+        n: usize,
+        cfg: &LinkConfig,
+        incarnation: u64,
+        cr: C,
+    ) -> SimNode<C> {
         SimNode {
             links: LinkNode::with_incarnation(id, n, cfg, incarnation),
             cr,
@@ -203,7 +225,7 @@ impl SimNode {
     }
 
     /// Link deliveries into the core, the core's messages into the links.
-    fn pump(&mut self, now: Instant, me: NodeId, n: usize) {
+    pub(crate) fn pump(&mut self, now: Instant, me: NodeId, n: usize) {
         for i in (0..n).filter(|&i| i != me) {
             let cr = &mut self.cr;
             while self
@@ -225,6 +247,26 @@ impl SimNode {
             }
         }
     }
+}
+
+/// A mirror node with the TpcB segments.
+fn mirror_node(
+    id: NodeId,
+    n: usize,
+    cfg: &LinkConfig,
+    incarnation: u64,
+    role: Role,
+) -> SimNode<Node> {
+    let mut cr = Node::new(
+        Config {
+            node: id as u16,
+            incarnation,
+            ..Config::default()
+        },
+        role,
+    );
+    segments(&mut cr);
+    SimNode::with_core(id, n, cfg, incarnation, cr)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,7 +298,7 @@ struct CrmemWorld {
     cfg: LinkConfig,
     rng: Rng,
     faults: FaultConfig,
-    nodes: Vec<SimNode>,
+    nodes: Vec<SimNode<Node>>,
     incarnation: Vec<u64>,
     primary: NodeId,
     clients: Vec<Client>,
@@ -310,7 +352,7 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
             } else {
                 Role::Backup { primary: 0 }
             };
-            SimNode::new(i, n, &cfg, 1, role)
+            mirror_node(i, n, &cfg, 1, role)
         })
         .collect();
     let world = CrmemWorld {
@@ -627,7 +669,7 @@ impl World for CrmemWorld {
             self.nodes[p].cr.peer_down(k as u16);
         }
         let from = self.primary as u16;
-        self.nodes[k] = SimNode::new(
+        self.nodes[k] = mirror_node(
             k,
             n,
             &self.cfg,

@@ -25,18 +25,16 @@
 
 use crate::crmem_sim::{
     add_counters, add_i64, i64_at, replay, write_history, CrmemSimOptions, CrmemSimReport, Delta,
-    ACC, ACCOUNTS, BR, BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL, TEL,
-    TELLERS,
+    SimNode, ACC, ACCOUNTS, BR, BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL,
+    TEL, TELLERS,
 };
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
-use crate::link_sim::LinkNode;
 use crate::net::{FaultConfig, Network};
 use crate::{Node as SimNodeTrait, NodeId};
-use std::collections::VecDeque;
 use txcast_crmem::{
     Config, Counters, CrError, Lock, LockMapping, Mode, Phase, SegmentId, SymEvent, SymNode, TxnId,
 };
-use txcast_proto::link::{LinkConfig, LinkSendError};
+use txcast_proto::link::LinkConfig;
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 
@@ -67,53 +65,25 @@ fn segments(s: &mut SymNode, n: usize) {
     .expect("history");
 }
 
-struct SimNode {
-    links: LinkNode,
-    cr: SymNode,
-    outbox: VecDeque<(NodeId, Vec<u8>)>,
-}
-
-impl SimNode {
-    fn new(id: NodeId, n: usize, cfg: &LinkConfig, incarnation: u64, recovering: bool) -> SimNode {
-        let mut cr = SymNode::new(
-            Config {
-                node: id as u16,
-                incarnation,
-                ..Config::default()
-            },
-            n,
-            recovering,
-        );
-        segments(&mut cr, n);
-        SimNode {
-            links: LinkNode::with_incarnation(id, n, cfg, incarnation),
-            cr,
-            outbox: VecDeque::new(),
-        }
-    }
-
-    fn pump(&mut self, now: Instant, me: NodeId, n: usize) {
-        for i in (0..n).filter(|&i| i != me) {
-            let cr = &mut self.cr;
-            while self
-                .links
-                .link(i)
-                .poll_delivery(|m| cr.handle_message(i as u16, m))
-                .is_some()
-            {}
-        }
-        while let Some(m) = self.cr.poll_transmit() {
-            self.outbox.push_back((m.0 as NodeId, m.1));
-        }
-        while let Some((to, m)) = self.outbox.front() {
-            match self.links.link(*to).send(now, m) {
-                Err(LinkSendError::Full) => break,
-                _ => {
-                    self.outbox.pop_front();
-                }
-            }
-        }
-    }
+/// A symmetric node with the TpcB segments, homes spread over the `n` nodes.
+fn sym_node(
+    id: NodeId,
+    n: usize,
+    cfg: &LinkConfig,
+    incarnation: u64,
+    recovering: bool,
+) -> SimNode<SymNode> {
+    let mut cr = SymNode::new(
+        Config {
+            node: id as u16,
+            incarnation,
+            ..Config::default()
+        },
+        n,
+        recovering,
+    );
+    segments(&mut cr, n);
+    SimNode::with_core(id, n, cfg, incarnation, cr)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +120,7 @@ struct SymWorld {
     cfg: LinkConfig,
     rng: Rng,
     faults: FaultConfig,
-    nodes: Vec<SimNode>,
+    nodes: Vec<SimNode<SymNode>>,
     incarnation: Vec<u64>,
     view: u64,
     /// The live nodes of the current view.
@@ -196,7 +166,7 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
     };
     let world = SymWorld {
         opts: opts.clone(),
-        nodes: (0..n).map(|i| SimNode::new(i, n, &cfg, 1, false)).collect(),
+        nodes: (0..n).map(|i| sym_node(i, n, &cfg, 1, false)).collect(),
         cfg,
         rng,
         faults,
@@ -538,7 +508,7 @@ impl World for SymWorld {
             cl.step = Step::Idle;
         }
         let n = self.n();
-        self.nodes[k] = SimNode::new(k, n, &self.cfg, self.incarnation[k], true);
+        self.nodes[k] = sym_node(k, n, &self.cfg, self.incarnation[k], true);
         self.join = Some(k);
         if run.trace > 0 {
             eprintln!("{:>10} crash of node {k}; view {}", run.ns(), self.view);
