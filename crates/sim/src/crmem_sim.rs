@@ -182,24 +182,74 @@ fn invariant(n: &Node) -> Result<(), String> {
 pub(crate) trait Core {
     fn handle_message(&mut self, from: u16, bytes: &[u8]);
     fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)>;
+    fn poll_timeout(&self) -> Option<Instant>;
+    fn handle_timeout(&mut self, now: Instant);
 }
 
-impl Core for Node {
-    fn handle_message(&mut self, from: u16, bytes: &[u8]) {
-        Node::handle_message(self, from, bytes)
+/// [`Core`] for a type with the four methods of its own.
+macro_rules! core_of {
+    ($t:ty) => {
+        impl Core for $t {
+            fn handle_message(&mut self, from: u16, bytes: &[u8]) {
+                <$t>::handle_message(self, from, bytes)
+            }
+            fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
+                <$t>::poll_transmit(self)
+            }
+            fn poll_timeout(&self) -> Option<Instant> {
+                <$t>::poll_timeout(self)
+            }
+            fn handle_timeout(&mut self, now: Instant) {
+                <$t>::handle_timeout(self, now)
+            }
+        }
+    };
+}
+core_of!(Node);
+core_of!(txcast_crmem::SymNode);
+
+/// The start of a step: the links' and cores' due timeouts, then every node pumped.
+pub(crate) fn tick<C: Core>(nodes: &mut [SimNode<C>], run: &Run) {
+    let (n, now) = (nodes.len(), run.now);
+    for nd in nodes.iter_mut() {
+        if run.due(&nd.links) {
+            nd.links.handle_timeout(now);
+        }
+        if nd.cr.poll_timeout().is_some_and(|t| t <= now) {
+            nd.cr.handle_timeout(now);
+        }
     }
-    fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
-        Node::poll_transmit(self)
+    for (k, nd) in nodes.iter_mut().enumerate() {
+        nd.pump(now, k, n);
     }
 }
 
-impl Core for txcast_crmem::SymNode {
-    fn handle_message(&mut self, from: u16, bytes: &[u8]) {
-        txcast_crmem::SymNode::handle_message(self, from, bytes)
+/// The end of a step: every node pumped, then what its links send on the network.
+pub(crate) fn pump_and_transmit<C: Core>(nodes: &mut [SimNode<C>], run: &mut Run) {
+    let (n, now) = (nodes.len(), run.now);
+    for (k, nd) in nodes.iter_mut().enumerate() {
+        nd.pump(now, k, n);
     }
-    fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
-        txcast_crmem::SymNode::poll_transmit(self)
+    for (i, nd) in nodes.iter_mut().enumerate() {
+        run.transmit(i, &mut nd.links);
     }
+}
+
+/// The earliest deadline of the nodes' links and cores.
+pub(crate) fn nodes_wakeup<C: Core>(nodes: &[SimNode<C>]) -> Option<Instant> {
+    let mut next = None;
+    for nd in nodes {
+        next = min_opt(next, nd.links.poll_timeout());
+        next = min_opt(next, nd.cr.poll_timeout());
+    }
+    next
+}
+
+/// Nothing in any node's outbox or on any of its links.
+pub(crate) fn nodes_idle<C>(nodes: &[SimNode<C>]) -> bool {
+    let n = nodes.len();
+    nodes.iter().all(|nd| nd.outbox.is_empty())
+        && (0..n).all(|k| (0..n).all(|j| j == k || nodes[k].links.link_ref(j).is_idle()))
 }
 
 /// A node: its links and its CRMem core, and what the links would not take yet.
@@ -691,18 +741,8 @@ impl World for CrmemWorld {
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let (n, now) = (self.n(), run.now);
-        for nd in self.nodes.iter_mut() {
-            if run.due(&nd.links) {
-                nd.links.handle_timeout(now);
-            }
-            if nd.cr.poll_timeout().is_some_and(|t| t <= now) {
-                nd.cr.handle_timeout(now);
-            }
-        }
-        for k in 0..n {
-            self.nodes[k].pump(now, k, n);
-        }
+        tick(&mut self.nodes, run);
+        let now = run.now;
         // A failover is checked once the successor is the primary: it holds every commit a
         // client heard of, and exactly the log replayed to its number.
         let p = self.primary;
@@ -738,21 +778,12 @@ impl World for CrmemWorld {
             }
         }
         self.route_events(run)?;
-        for k in 0..n {
-            self.nodes[k].pump(now, k, n);
-        }
-        for (i, nd) in self.nodes.iter_mut().enumerate() {
-            run.transmit(i, &mut nd.links);
-        }
+        pump_and_transmit(&mut self.nodes, run);
         Ok(())
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        let mut next = None;
-        for nd in &self.nodes {
-            next = min_opt(next, nd.links.poll_timeout());
-            next = min_opt(next, nd.cr.poll_timeout());
-        }
+        let mut next = nodes_wakeup(&self.nodes);
         for cl in &self.clients {
             let idle = cl.step == Step::Idle && cl.done < self.opts.txns_per_client;
             if idle || matches!(cl.step, Step::Take(_)) {
@@ -763,7 +794,6 @@ impl World for CrmemWorld {
     }
 
     fn done(&self, run: &Run) -> bool {
-        let n = self.n();
         let seq = self.nodes[self.primary].cr.seq();
         run.healed
             && self
@@ -771,11 +801,8 @@ impl World for CrmemWorld {
                 .iter()
                 .all(|c| c.done >= self.opts.txns_per_client)
             && !self.recovering()
-            && self
-                .nodes
-                .iter()
-                .all(|nd| nd.cr.seq() == seq && nd.outbox.is_empty())
-            && (0..n).all(|k| (0..n).all(|j| j == k || self.nodes[k].links.link_ref(j).is_idle()))
+            && self.nodes.iter().all(|nd| nd.cr.seq() == seq)
+            && nodes_idle(&self.nodes)
     }
 
     fn stalled(&self, _run: &Run) -> String {

@@ -24,9 +24,9 @@
 //! - liveness after healing: every client finishes its transactions and every node serves.
 
 use crate::crmem_sim::{
-    add_counters, add_i64, i64_at, replay, write_history, CrmemSimOptions, CrmemSimReport, Delta,
-    SimNode, ACC, ACCOUNTS, BR, BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL,
-    TEL, TELLERS,
+    add_counters, add_i64, i64_at, nodes_idle, nodes_wakeup, pump_and_transmit, replay, tick,
+    write_history, CrmemSimOptions, CrmemSimReport, Delta, SimNode, ACC, ACCOUNTS, BR, BRANCHES,
+    HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL, TEL, TELLERS,
 };
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, Network};
@@ -521,18 +521,8 @@ impl World for SymWorld {
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        tick(&mut self.nodes, run);
         let (n, now) = (self.n(), run.now);
-        for nd in self.nodes.iter_mut() {
-            if run.due(&nd.links) {
-                nd.links.handle_timeout(now);
-            }
-            if nd.cr.poll_timeout().is_some_and(|t| t <= now) {
-                nd.cr.handle_timeout(now);
-            }
-        }
-        for k in 0..n {
-            self.nodes[k].pump(now, k, n);
-        }
         // The restarted node joins once every survivor serves again.
         if let Some(k) = self.join {
             let ready = self
@@ -571,21 +561,12 @@ impl World for SymWorld {
             }
         }
         self.route_events(run)?;
-        for k in 0..n {
-            self.nodes[k].pump(now, k, n);
-        }
-        for (i, nd) in self.nodes.iter_mut().enumerate() {
-            run.transmit(i, &mut nd.links);
-        }
+        pump_and_transmit(&mut self.nodes, run);
         Ok(())
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        let mut next = None;
-        for nd in &self.nodes {
-            next = min_opt(next, nd.links.poll_timeout());
-            next = min_opt(next, nd.cr.poll_timeout());
-        }
+        let mut next = nodes_wakeup(&self.nodes);
         for cl in &self.clients {
             let idle = cl.step == Step::Idle && cl.done < self.opts.txns_per_client;
             if idle || matches!(cl.step, Step::Take(_)) {
@@ -596,18 +577,14 @@ impl World for SymWorld {
     }
 
     fn done(&self, run: &Run) -> bool {
-        let n = self.n();
         run.healed
             && self.settled()
             && self
                 .clients
                 .iter()
                 .all(|c| c.done >= self.opts.txns_per_client)
-            && self
-                .nodes
-                .iter()
-                .all(|nd| nd.cr.is_quiet() && nd.outbox.is_empty())
-            && (0..n).all(|k| (0..n).all(|j| j == k || self.nodes[k].links.link_ref(j).is_idle()))
+            && self.nodes.iter().all(|nd| nd.cr.is_quiet())
+            && nodes_idle(&self.nodes)
     }
 
     fn stalled(&self, _run: &Run) -> String {
