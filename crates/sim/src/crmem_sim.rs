@@ -177,6 +177,42 @@ fn invariant(n: &Node) -> Result<(), String> {
     }
 }
 
+/// A client's next transaction: whether it audits (the branches and the history's count),
+/// whether it aborts on purpose, its transfer (none for an audit), and the ranges it takes,
+/// in order, into `order` (the transfer's three in random order, then the history's count).
+pub(crate) fn draw_txn(
+    rng: &mut Rng,
+    order: &mut Vec<(SegmentId, u32, u32)>,
+) -> (bool, bool, Option<Delta>) {
+    let audit = rng.chance(0.1);
+    let abort_on_purpose = !audit && rng.chance(0.05);
+    order.clear();
+    if audit {
+        order.push((BR, 0, BRANCHES * RECORD));
+        order.push((HIST, TAIL, 16));
+        return (audit, abort_on_purpose, None);
+    }
+    let account = rng.below(ACCOUNTS as u64) as u32;
+    let teller = rng.below(TELLERS as u64) as u32;
+    let delta = Delta {
+        account,
+        teller,
+        branch: teller % BRANCHES,
+        amount: rng.below(2_000) as i64 - 1_000,
+    };
+    let mut v = vec![
+        (ACC, account * RECORD, RECORD),
+        (TEL, teller * RECORD, RECORD),
+        (BR, (teller % BRANCHES) * RECORD, RECORD),
+    ];
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    *order = v;
+    order.push((HIST, TAIL, 16));
+    (audit, abort_on_purpose, Some(delta))
+}
+
 /// What a simulated node needs of a CRMem core, mirror ([`Node`]) or symmetric
 /// ([`txcast_crmem::SymNode`]).
 pub(crate) trait Core {
@@ -479,34 +515,12 @@ impl CrmemWorld {
         let Ok(txn) = self.nodes[p].cr.begin(deadline) else {
             return Err(run.fail("begin refused at the primary"));
         };
-        let rng = &mut self.rng;
         let cl = &mut self.clients[c];
         cl.txn = Some(txn);
-        cl.audit = rng.chance(0.1);
-        cl.abort_on_purpose = !cl.audit && rng.chance(0.05);
-        cl.order.clear();
-        if cl.audit {
-            cl.order.push((BR, 0, BRANCHES * RECORD));
-            cl.order.push((HIST, TAIL, 16));
-        } else {
-            let account = rng.below(ACCOUNTS as u64) as u32;
-            let teller = rng.below(TELLERS as u64) as u32;
-            cl.delta = Delta {
-                account,
-                teller,
-                branch: teller % BRANCHES,
-                amount: rng.below(2_000) as i64 - 1_000,
-            };
-            let mut v = vec![
-                (ACC, account * RECORD, RECORD),
-                (TEL, teller * RECORD, RECORD),
-                (BR, (teller % BRANCHES) * RECORD, RECORD),
-            ];
-            for i in (1..v.len()).rev() {
-                v.swap(i, rng.below(i as u64 + 1) as usize);
-            }
-            cl.order = v;
-            cl.order.push((HIST, TAIL, 16));
+        let (audit, abort_on_purpose, delta) = draw_txn(&mut self.rng, &mut cl.order);
+        (cl.audit, cl.abort_on_purpose) = (audit, abort_on_purpose);
+        if let Some(d) = delta {
+            cl.delta = d;
         }
         cl.step = Step::Take(0);
         Ok(())

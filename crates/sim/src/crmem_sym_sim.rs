@@ -24,9 +24,9 @@
 //! - liveness after healing: every client finishes its transactions and every node serves.
 
 use crate::crmem_sim::{
-    add_counters, add_i64, i64_at, nodes_idle, nodes_wakeup, pump_and_transmit, replay, tick,
-    write_history, CrmemSimOptions, CrmemSimReport, Delta, SimNode, ACC, ACCOUNTS, BR, BRANCHES,
-    HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL, TEL, TELLERS,
+    add_counters, add_i64, draw_txn, i64_at, nodes_idle, nodes_wakeup, pump_and_transmit, replay,
+    tick, write_history, CrmemSimOptions, CrmemSimReport, Delta, SimNode, ACC, ACCOUNTS, BR,
+    BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL, TEL, TELLERS,
 };
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, Network};
@@ -222,34 +222,12 @@ impl SymWorld {
             }
             Err(e) => return Err(run.fail(format!("begin refused at node {k}: {e}"))),
         };
-        let rng = &mut self.rng;
         let cl = &mut self.clients[c];
         cl.txn = Some(txn);
-        cl.audit = rng.chance(0.1);
-        cl.abort_on_purpose = !cl.audit && rng.chance(0.05);
-        cl.order.clear();
-        if cl.audit {
-            cl.order.push((BR, 0, BRANCHES * RECORD));
-            cl.order.push((HIST, TAIL, 16));
-        } else {
-            let account = rng.below(ACCOUNTS as u64) as u32;
-            let teller = rng.below(TELLERS as u64) as u32;
-            cl.delta = Delta {
-                account,
-                teller,
-                branch: teller % BRANCHES,
-                amount: rng.below(2_000) as i64 - 1_000,
-            };
-            let mut v = vec![
-                (ACC, account * RECORD, RECORD),
-                (TEL, teller * RECORD, RECORD),
-                (BR, (teller % BRANCHES) * RECORD, RECORD),
-            ];
-            for i in (1..v.len()).rev() {
-                v.swap(i, rng.below(i as u64 + 1) as usize);
-            }
-            cl.order = v;
-            cl.order.push((HIST, TAIL, 16));
+        let (audit, abort_on_purpose, delta) = draw_txn(&mut self.rng, &mut cl.order);
+        (cl.audit, cl.abort_on_purpose) = (audit, abort_on_purpose);
+        if let Some(d) = delta {
+            cl.delta = d;
         }
         cl.step = Step::Take(0);
         Ok(())
