@@ -356,27 +356,68 @@ fn mirror_node(
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
+pub(crate) enum Step<C> {
     /// Between transactions.
     Idle,
     /// Taking range `k` of the transaction's list.
     Take(usize),
     /// Waiting for the locks of range `k`.
     Wait(usize),
-    /// Committed; waiting for the acknowledgement.
-    Committing(u64),
+    /// Committed; waiting for the acknowledgement (the mirror: the commit number; the
+    /// symmetric configuration: the index of the issued transaction).
+    Committing(C),
 }
 
-struct Client {
-    txn: Option<TxnId>,
-    step: Step,
-    next_at: Instant,
-    done: u32,
-    audit: bool,
-    abort_on_purpose: bool,
+/// A client: where it runs (`N`: its node in the symmetric configuration, nothing in the
+/// mirror's, whose clients run at the primary) and its transaction.
+pub(crate) struct Client<C, N> {
+    pub(crate) node: N,
+    pub(crate) txn: Option<TxnId>,
+    pub(crate) step: Step<C>,
+    pub(crate) next_at: Instant,
+    pub(crate) done: u32,
+    pub(crate) audit: bool,
+    pub(crate) abort_on_purpose: bool,
     /// The transaction's ranges in the order it takes them: (segment, offset, len).
-    order: Vec<(SegmentId, u32, u32)>,
-    delta: Delta,
+    pub(crate) order: Vec<(SegmentId, u32, u32)>,
+    pub(crate) delta: Delta,
+}
+
+impl<C, N> Client<C, N> {
+    pub(crate) fn new(node: N) -> Client<C, N> {
+        Client {
+            node,
+            txn: None,
+            step: Step::Idle,
+            next_at: Instant::ZERO,
+            done: 0,
+            audit: false,
+            abort_on_purpose: false,
+            order: Vec::new(),
+            delta: Delta {
+                account: 0,
+                teller: 0,
+                branch: 0,
+                amount: 0,
+            },
+        }
+    }
+}
+
+/// The earliest time a client that starts or takes a range wants to go on, folded into
+/// `next`.
+pub(crate) fn clients_wakeup<C: PartialEq, N>(
+    clients: &[Client<C, N>],
+    txns_per_client: u32,
+    mut next: Option<Instant>,
+) -> Option<Instant> {
+    for cl in clients {
+        let idle = cl.step == Step::Idle && cl.done < txns_per_client;
+        if idle || matches!(cl.step, Step::Take(_)) {
+            next = min_opt(next, Some(cl.next_at));
+        }
+    }
+    next
 }
 
 struct CrmemWorld {
@@ -387,7 +428,7 @@ struct CrmemWorld {
     nodes: Vec<SimNode<Node>>,
     incarnation: Vec<u64>,
     primary: NodeId,
-    clients: Vec<Client>,
+    clients: Vec<Client<u64, ()>>,
     /// Committed write transactions by commit number (index = seq - 1).
     log: Vec<Delta>,
     /// The highest commit number whose completion a client heard.
@@ -449,23 +490,7 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
         nodes,
         incarnation: vec![1; n],
         primary: 0,
-        clients: (0..clients)
-            .map(|_| Client {
-                txn: None,
-                step: Step::Idle,
-                next_at: Instant::ZERO,
-                done: 0,
-                audit: false,
-                abort_on_purpose: false,
-                order: Vec::new(),
-                delta: Delta {
-                    account: 0,
-                    teller: 0,
-                    branch: 0,
-                    amount: 0,
-                },
-            })
-            .collect(),
+        clients: (0..clients).map(|_| Client::new(())).collect(),
         log: Vec::new(),
         acked: 0,
         in_flight: HashMap::new(),
@@ -797,14 +822,8 @@ impl World for CrmemWorld {
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        let mut next = nodes_wakeup(&self.nodes);
-        for cl in &self.clients {
-            let idle = cl.step == Step::Idle && cl.done < self.opts.txns_per_client;
-            if idle || matches!(cl.step, Step::Take(_)) {
-                next = min_opt(next, Some(cl.next_at));
-            }
-        }
-        next
+        let next = nodes_wakeup(&self.nodes);
+        clients_wakeup(&self.clients, self.opts.txns_per_client, next)
     }
 
     fn done(&self, run: &Run) -> bool {

@@ -24,11 +24,12 @@
 //! - liveness after healing: every client finishes its transactions and every node serves.
 
 use crate::crmem_sim::{
-    add_counters, add_i64, draw_txn, i64_at, nodes_idle, nodes_wakeup, pump_and_transmit, replay,
-    tick, write_history, CrmemSimOptions, CrmemSimReport, Delta, SimNode, ACC, ACCOUNTS, BR,
-    BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL, TEL, TELLERS,
+    add_counters, add_i64, clients_wakeup, draw_txn, i64_at, nodes_idle, nodes_wakeup,
+    pump_and_transmit, replay, tick, write_history, CrmemSimOptions, CrmemSimReport, Delta,
+    SimNode, Step, ACC, ACCOUNTS, BR, BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX,
+    TAIL, TEL, TELLERS,
 };
-use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::harness::{self, draw_restarts, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, Network};
 use crate::{Node as SimNodeTrait, NodeId};
 use txcast_crmem::{
@@ -86,26 +87,8 @@ fn sym_node(
     SimNode::with_core(id, n, cfg, incarnation, cr)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
-    Idle,
-    Take(usize),
-    Wait(usize),
-    /// Committed as issued transaction `i`; waiting for the acknowledgement.
-    Committing(usize),
-}
-
-struct Client {
-    node: NodeId,
-    txn: Option<TxnId>,
-    step: Step,
-    next_at: Instant,
-    done: u32,
-    audit: bool,
-    abort_on_purpose: bool,
-    order: Vec<(SegmentId, u32, u32)>,
-    delta: Delta,
-}
+/// A client at its node; `Committing` names the issued transaction.
+type Client = crate::crmem_sim::Client<usize, NodeId>;
 
 /// A write transaction whose commit was called: the count it read, what it did, whether
 /// its commit was acknowledged.
@@ -174,24 +157,7 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
         view: 0,
         live: (0..n as u16).collect(),
         join: None,
-        clients: (0..clients)
-            .map(|c| Client {
-                node: c % n,
-                txn: None,
-                step: Step::Idle,
-                next_at: Instant::ZERO,
-                done: 0,
-                audit: false,
-                abort_on_purpose: false,
-                order: Vec::new(),
-                delta: Delta {
-                    account: 0,
-                    teller: 0,
-                    branch: 0,
-                    amount: 0,
-                },
-            })
-            .collect(),
+        clients: (0..clients).map(|c| Client::new(c % n)).collect(),
         issued: Vec::new(),
         chain: Vec::new(),
         aborted_on_purpose: 0,
@@ -544,14 +510,8 @@ impl World for SymWorld {
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        let mut next = nodes_wakeup(&self.nodes);
-        for cl in &self.clients {
-            let idle = cl.step == Step::Idle && cl.done < self.opts.txns_per_client;
-            if idle || matches!(cl.step, Step::Take(_)) {
-                next = min_opt(next, Some(cl.next_at));
-            }
-        }
-        next
+        let next = nodes_wakeup(&self.nodes);
+        clients_wakeup(&self.clients, self.opts.txns_per_client, next)
     }
 
     fn done(&self, run: &Run) -> bool {
