@@ -17,14 +17,13 @@
 
 use crate::lock::LockMapping;
 use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId};
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::plumbing::{self, Flusher, Waits};
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use txcast_port::{Engine, ModuleHost, ModuleHostError, Port, PortConfig};
-use txcast_proto::module::{
-    Context, Control, Instruction, Module, ModuleError, ModuleId, Registration,
-};
+use txcast_port::{Engine, ModuleHost, ModuleHostError};
+use txcast_proto::module::{Context, Control, Instruction, Module, ModuleId, Registration};
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
 
@@ -35,7 +34,6 @@ pub const CONTROL: u16 = 0x4352;
 pub const HEARTBEAT: u16 = 0x4353;
 const TIMER_BEAT: u64 = 1;
 const TIMER_NODE: u64 = 2;
-const TIMER_MORE: u64 = 3;
 
 /// How a node of a CRMem cluster is set up.
 #[derive(Clone, Debug)]
@@ -94,9 +92,7 @@ pub enum CrmemError {
 struct State {
     node: Node,
     /// Outcomes of transactions, for the threads that wait for them.
-    outcomes: HashMap<TxnId, Event>,
-    /// The thread waiting for each transaction's outcome.
-    waiters: HashMap<TxnId, std::thread::Thread>,
+    waits: Waits<Event>,
     /// Transactions committed with `commit_async`: nobody waits for their outcome.
     async_txns: HashSet<TxnId>,
     /// Threads waiting until a commit number is durable.
@@ -112,12 +108,10 @@ struct State {
     dropped: Vec<bool>,
 }
 
-const NOTICES_MAX: usize = 256;
-
 struct Shared {
     state: Mutex<State>,
     /// A FLUSH is posted and its handler has not started: later commits need not post one.
-    flush_posted: AtomicBool,
+    flush: Flusher,
     /// Commits up to this number are complete (the node's `durable`, as last filed).
     durable: AtomicU64,
 }
@@ -151,37 +145,13 @@ impl CrmemModule {
         while let Some(m) = st.node.poll_transmit() {
             st.outq.push_back(m);
         }
-        while let Some((to, m)) = st.outq.front() {
-            let to = *to;
-            if st.dead[to as usize] {
-                st.outq.pop_front();
-                continue;
-            }
-            match cx.send(self.nodes[to as usize], CONTROL, m) {
-                Ok(()) => {
-                    st.outq.pop_front();
-                }
-                Err(ModuleError::Budget) | Err(ModuleError::OutboxFull) => {
-                    // The handler's budget or the outbox is spent: go on in a moment.
-                    let _ = cx.arm(cx.now(), TIMER_MORE);
-                    break;
-                }
-                Err(_) => {
-                    // Cannot be sent at all (the node keeps messages within a control body):
-                    // dropped rather than retried for ever.
-                    st.outq.pop_front();
-                }
-            }
-        }
+        let dead = &st.dead;
+        plumbing::send_queued(cx, &self.nodes, CONTROL, &mut st.outq, |k| dead[k as usize]);
         while let Some(e) = st.node.poll_event() {
             match e {
                 Event::Committed(t) if st.async_txns.remove(&t) => {}
                 Event::Granted(t) | Event::Committed(t) | Event::Aborted(t, _) => {
-                    st.outcomes.insert(t, e);
-                    // Only the thread waiting for this transaction is woken.
-                    if let Some(w) = st.waiters.remove(&t) {
-                        w.unpark();
-                    }
+                    st.waits.file(t, e)
                 }
                 other => {
                     match other {
@@ -198,10 +168,7 @@ impl CrmemModule {
                         ),
                         _ => {}
                     }
-                    if st.notices.len() >= NOTICES_MAX {
-                        st.notices.pop_front();
-                    }
-                    st.notices.push_back(other);
+                    plumbing::push_notice(&mut st.notices, other);
                 }
             }
         }
@@ -260,8 +227,7 @@ impl Module for CrmemModule {
     fn on_instruction(&mut self, cx: &mut Context<'_>, ins: Instruction<'_>) {
         let shared = self.shared.clone();
         if ins.ty == FLUSH {
-            // Cleared before the drain: what is queued after this point posts again.
-            shared.flush_posted.store(false, Ordering::SeqCst);
+            shared.flush.taken();
         }
         let mut st = shared.lock();
         if ins.ty == FLUSH {
@@ -384,9 +350,7 @@ impl Crmem {
         if me >= cfg.nodes.len() || cfg.primary as usize >= cfg.nodes.len() {
             return Err(CrmemError::BadConfig);
         }
-        let port = Port::open_on(engine, cfg.nodes[me], PortConfig::default())
-            .map_err(|e| CrmemError::Host(ModuleHostError::Port(e)))?;
-        let host = ModuleHost::serve(port).map_err(|(e, _)| CrmemError::Host(e))?;
+        let host = plumbing::host_on(engine, cfg.nodes[me])?;
         Crmem::on_host(host, cfg, segments)
     }
 
@@ -427,8 +391,7 @@ impl Crmem {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 node,
-                outcomes: HashMap::new(),
-                waiters: HashMap::new(),
+                waits: Waits::new(),
                 async_txns: HashSet::new(),
                 durable_waiters: Vec::new(),
                 notices: VecDeque::new(),
@@ -437,7 +400,7 @@ impl Crmem {
                 dead: vec![false; n],
                 dropped: vec![false; n],
             }),
-            flush_posted: AtomicBool::new(false),
+            flush: Flusher::new(),
             durable: AtomicU64::new(0),
         });
         let module = CrmemModule {
@@ -463,13 +426,10 @@ impl Crmem {
 
     /// Has the module send what the node queued (one FLUSH at a time is enough).
     fn flush(&self) -> Result<(), CrmemError> {
-        if !self.shared.flush_posted.swap(true, Ordering::SeqCst) {
-            if let Err(e) = self.host.post(self.module, self.key, FLUSH, &[]) {
-                self.shared.flush_posted.store(false, Ordering::SeqCst);
-                return Err(e.into());
-            }
-        }
-        Ok(())
+        Ok(self
+            .shared
+            .flush
+            .post(&self.host, self.module, self.key, FLUSH)?)
     }
 
     /// This node's role now.
@@ -573,7 +533,7 @@ impl Crmem {
                 // Still on its way: nobody will take its outcome now; the caller can wait
                 // for `seq` with `wait_durable`.
                 let mut st = self.shared.lock();
-                if let Some(e) = st.outcomes.remove(&txn) {
+                if let Some(e) = st.waits.take(txn) {
                     return match e {
                         Event::Committed(_) => Ok(seq),
                         _ => Err(CrmemError::Timeout),
@@ -636,22 +596,7 @@ impl Crmem {
     /// Waits for `txn`'s outcome: parks this thread, which the module unparks when it files
     /// the outcome (a condition variable shared by every waiter woke them all for each).
     fn wait(&self, txn: TxnId, timeout: Duration) -> Result<Event, CrmemError> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            {
-                let mut st = self.shared.lock();
-                if let Some(e) = st.outcomes.remove(&txn) {
-                    st.waiters.remove(&txn);
-                    return Ok(e);
-                }
-                st.waiters.insert(txn, std::thread::current());
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                self.shared.lock().waiters.remove(&txn);
-                return Err(CrmemError::Timeout);
-            }
-            std::thread::park_timeout(left);
-        }
+        plumbing::wait_outcome(|| self.shared.lock(), |st| &mut st.waits, txn, timeout)
+            .ok_or(CrmemError::Timeout)
     }
 }

@@ -12,8 +12,10 @@ pub mod driver;
 pub mod lock;
 pub mod msg;
 pub mod node;
+mod plumbing;
 pub mod sym_driver;
 pub mod symmetric;
+mod txmem;
 
 pub use driver::{Crmem, CrmemConfig, CrmemError};
 pub use lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};

@@ -19,8 +19,9 @@
 //! one is lost. A read-only transaction completes behind the commits before it for the same
 //! reason.
 
-use crate::lock::{LockId, LockMapping, LockTable, LOCKS_PER_RANGE_MAX};
+use crate::lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
 use crate::msg::{self, Msg, WriteBuilder, RANGE_HEADER, WRITE_HEADER};
+use crate::txmem::{self, take_into, Held, Segment, SetRange, Undo};
 use std::collections::{HashMap, VecDeque};
 use thiserror::Error;
 use txcast_proto::time::Instant;
@@ -168,20 +169,6 @@ pub struct Counters {
     pub degraded: u64,
 }
 
-struct Segment {
-    mem: Vec<u8>,
-    mapping: LockMapping,
-    locks: LockTable,
-}
-
-#[derive(Clone, Copy)]
-struct SetRange {
-    segment: SegmentId,
-    offset: u32,
-    len: u32,
-    mode: Mode,
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum TxnState {
     Active,
@@ -192,10 +179,8 @@ struct Txn {
     state: TxnState,
     deadline: Instant,
     ranges: Vec<SetRange>,
-    /// Old contents of every write range, in the order taken.
-    undo: Vec<(SegmentId, u32, Vec<u8>)>,
-    /// Locks held: (segment, lock, exclusive).
-    held: Vec<(SegmentId, LockId, bool)>,
+    undo: Undo,
+    held: Held,
 }
 
 /// A commit sent and not yet complete.
@@ -312,15 +297,8 @@ impl Node {
         bytes: usize,
         mapping: LockMapping,
     ) -> Result<SegmentId, CrError> {
-        if self.segments.len() >= SEGMENTS_MAX || bytes > u32::MAX as usize || !mapping.is_valid() {
-            return Err(CrError::BadSegment);
-        }
-        let locks = LockTable::new(mapping.lock_count(bytes));
-        self.segments.push(Segment {
-            mem: vec![0; bytes],
-            mapping,
-            locks,
-        });
+        self.segments
+            .push(Segment::new(self.segments.len(), bytes, mapping)?);
         Ok((self.segments.len() - 1) as SegmentId)
     }
 
@@ -377,15 +355,7 @@ impl Node {
             .segments
             .get(segment as usize)
             .ok_or(CrError::UnknownSegment)?;
-        if len == 0 || offset as usize + len as usize > g.mem.len() {
-            return Err(CrError::OutOfRange);
-        }
-        g.mapping.map(offset, len, &mut self.scratch);
-        if self.scratch.len() > LOCKS_PER_RANGE_MAX
-            || self.scratch.iter().any(|&l| l as usize >= g.locks.len())
-        {
-            return Err(CrError::TooManyLocks);
-        }
+        g.map_range(offset, len, &mut self.scratch)?;
         let r = SetRange {
             segment,
             offset,
@@ -409,37 +379,20 @@ impl Node {
         let t = self.txns.get_mut(&txn).expect("caller checked");
         let g = &mut self.segments[r.segment as usize];
         let write = r.mode == Mode::Write;
-        let holds_shared = |l: LockId| {
-            t.held
-                .iter()
-                .any(|&(s, h, x)| s == r.segment && h == l && !x)
-        };
-        if !g.locks.can_take(txn, &self.scratch, write, holds_shared) {
+        if take_into(
+            &mut g.locks,
+            txn,
+            r.segment,
+            &self.scratch,
+            write,
+            &mut t.held,
+        )
+        .is_none()
+        {
             return false;
         }
-        for &l in &self.scratch {
-            // A lock it holds already in this mode (or exclusive) is not taken twice: a
-            // second shared count would keep it from ever upgrading.
-            let held = t.held.iter().find(|&&(s, h, _)| s == r.segment && h == l);
-            if held.is_some_and(|&(_, _, x)| x || !write) {
-                continue;
-            }
-            match g.locks.take(txn, l, write) {
-                None => {}
-                Some(true) => {
-                    let h = t
-                        .held
-                        .iter_mut()
-                        .find(|(s, h, _)| *s == r.segment && *h == l)
-                        .expect("upgraded a lock it held");
-                    h.2 = true;
-                }
-                Some(false) => t.held.push((r.segment, l, write)),
-            }
-        }
         if write {
-            let (a, b) = (r.offset as usize, (r.offset + r.len) as usize);
-            t.undo.push((r.segment, r.offset, g.mem[a..b].to_vec()));
+            t.undo.push(g.image(&r));
         }
         t.ranges.push(r);
         true
@@ -457,18 +410,7 @@ impl Node {
         if t.state != TxnState::Active {
             return Err(CrError::NotActive);
         }
-        let end = offset as u64 + len as u64;
-        let ok = t.ranges.iter().any(|r| {
-            r.segment == segment
-                && r.offset <= offset
-                && end <= r.offset as u64 + r.len as u64
-                && (!write || r.mode == Mode::Write)
-        });
-        if ok {
-            Ok(())
-        } else {
-            Err(CrError::NotSet)
-        }
+        txmem::covered(&t.ranges, segment, offset, len, write)
     }
 
     /// The bytes of a range `txn` declared (in either mode), read in place.
@@ -506,13 +448,8 @@ impl Node {
     }
 
     fn roll_back(&mut self, txn: TxnId, t: Txn) {
-        for (s, off, old) in t.undo.into_iter().rev() {
-            let a = off as usize;
-            self.segments[s as usize].mem[a..a + old.len()].copy_from_slice(&old);
-        }
-        for &(s, l, x) in &t.held {
-            self.segments[s as usize].locks.release(l, x);
-        }
+        txmem::restore(&mut self.segments, t.undo);
+        txmem::release(&mut self.segments, &t.held);
         if t.state == TxnState::Waiting {
             self.waiting.retain(|&w| w != txn);
         }
@@ -563,12 +500,7 @@ impl Node {
             .message_bytes
             .saturating_sub(WRITE_HEADER + RANGE_HEADER)
             .max(1);
-        let writes: Vec<SetRange> = t
-            .ranges
-            .iter()
-            .filter(|r| r.mode == Mode::Write)
-            .copied()
-            .collect();
+        let writes = txmem::writes(&t.ranges);
         let (parts, bytes) = plan_parts(&writes, room, self.cfg.message_bytes);
         if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
             return Err(CrError::TooLarge);
@@ -589,9 +521,7 @@ impl Node {
         if !writes.is_empty() && !backups.is_empty() {
             self.ship(seq, &writes, parts as u16, room, &backups);
         }
-        for &(s, l, x) in &t.held {
-            self.segments[s as usize].locks.release(l, x);
-        }
+        txmem::release(&mut self.segments, &t.held);
         self.log_used += bytes;
         self.pending.push_back(Pending {
             seq,

@@ -14,15 +14,13 @@
 
 use crate::lock::LockMapping;
 use crate::node::{Config, CrError, Lock, Mode, NodeId, SegmentId, TxnId};
+use crate::plumbing::{self, Flusher, Waits};
 use crate::symmetric::{Phase, SymAbort, SymEvent, SymNode};
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use txcast_port::{Engine, ModuleHost, ModuleHostError, Port, PortConfig};
-use txcast_proto::module::{
-    Context, Control, Instruction, Module, ModuleError, ModuleId, Registration,
-};
+use txcast_port::{Engine, ModuleHost, ModuleHostError};
+use txcast_proto::module::{Context, Control, Instruction, Module, ModuleId, Registration};
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
 
@@ -31,9 +29,6 @@ pub const SYM_FLUSH: u16 = 1;
 /// The control-message type of symmetric CRMem's messages.
 pub const SYM_CONTROL: u16 = 0x4354;
 const TIMER_NODE: u64 = 2;
-const TIMER_MORE: u64 = 3;
-/// Notices kept for [`SymCrmem::notices`] at most (the oldest go).
-const NOTICES_MAX: usize = 256;
 
 /// How a node of a symmetric CRMem database is set up.
 #[derive(Clone, Debug)]
@@ -81,8 +76,7 @@ pub enum SymCrmemError {
 
 struct State {
     node: SymNode,
-    outcomes: HashMap<TxnId, SymEvent>,
-    waiters: HashMap<TxnId, std::thread::Thread>,
+    waits: Waits<SymEvent>,
     /// Transactions whose waiter gave up: their outcome is not kept.
     abandoned: HashSet<TxnId>,
     notices: VecDeque<SymEvent>,
@@ -91,7 +85,7 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
-    flush_posted: AtomicBool,
+    flush: Flusher,
 }
 
 impl Shared {
@@ -111,37 +105,16 @@ impl SymModule {
         while let Some(m) = st.node.poll_transmit() {
             st.outq.push_back(m);
         }
-        while let Some((to, m)) = st.outq.front() {
-            match cx.send(self.nodes[*to as usize], SYM_CONTROL, m) {
-                Ok(()) => {
-                    st.outq.pop_front();
-                }
-                Err(ModuleError::Budget) | Err(ModuleError::OutboxFull) => {
-                    let _ = cx.arm(cx.now(), TIMER_MORE);
-                    break;
-                }
-                Err(_) => {
-                    st.outq.pop_front();
-                }
-            }
-        }
+        plumbing::send_queued(cx, &self.nodes, SYM_CONTROL, &mut st.outq, |_| false);
         while let Some(e) = st.node.poll_event() {
             match e {
                 SymEvent::Granted(t) | SymEvent::Committed(t) | SymEvent::Aborted(t, _) => {
                     if st.abandoned.remove(&t) {
                         continue;
                     }
-                    st.outcomes.insert(t, e);
-                    if let Some(w) = st.waiters.remove(&t) {
-                        w.unpark();
-                    }
+                    st.waits.file(t, e);
                 }
-                other => {
-                    if st.notices.len() >= NOTICES_MAX {
-                        st.notices.pop_front();
-                    }
-                    st.notices.push_back(other);
-                }
+                other => plumbing::push_notice(&mut st.notices, other),
             }
         }
         if let Some(t) = st.node.poll_timeout() {
@@ -162,7 +135,7 @@ impl Module for SymModule {
     fn on_instruction(&mut self, cx: &mut Context<'_>, ins: Instruction<'_>) {
         let shared = self.shared.clone();
         if ins.ty == SYM_FLUSH {
-            shared.flush_posted.store(false, Ordering::SeqCst);
+            shared.flush.taken();
         }
         let mut st = shared.lock();
         self.drain(cx, &mut st);
@@ -226,9 +199,7 @@ impl SymCrmem {
         if cfg.me as usize >= n || segments.iter().any(|s| s.2 as usize >= n) {
             return Err(SymCrmemError::BadConfig);
         }
-        let port = Port::open_on(engine, cfg.nodes[cfg.me as usize], PortConfig::default())
-            .map_err(|e| SymCrmemError::Host(ModuleHostError::Port(e)))?;
-        let host = ModuleHost::serve(port).map_err(|(e, _)| SymCrmemError::Host(e))?;
+        let host = plumbing::host_on(engine, cfg.nodes[cfg.me as usize])?;
         SymCrmem::on_host(host, cfg, segments)
     }
 
@@ -250,13 +221,12 @@ impl SymCrmem {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 node,
-                outcomes: HashMap::new(),
-                waiters: HashMap::new(),
+                waits: Waits::new(),
                 abandoned: HashSet::new(),
                 notices: VecDeque::new(),
                 outq: VecDeque::new(),
             }),
-            flush_posted: AtomicBool::new(false),
+            flush: Flusher::new(),
         });
         host.load(
             cfg.module,
@@ -279,13 +249,10 @@ impl SymCrmem {
     }
 
     fn flush(&self) -> Result<(), SymCrmemError> {
-        if !self.shared.flush_posted.swap(true, Ordering::SeqCst) {
-            if let Err(e) = self.host.post(self.module, self.key, SYM_FLUSH, &[]) {
-                self.shared.flush_posted.store(false, Ordering::SeqCst);
-                return Err(e.into());
-            }
-        }
-        Ok(())
+        Ok(self
+            .shared
+            .flush
+            .post(&self.host, self.module, self.key, SYM_FLUSH)?)
     }
 
     pub fn phase(&self) -> Phase {
@@ -395,27 +362,16 @@ impl SymCrmem {
 
     /// Parks until the module files `txn`'s outcome, or `timeout`.
     fn wait(&self, txn: TxnId, timeout: Duration) -> Result<SymEvent, SymCrmemError> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            {
-                let mut st = self.shared.lock();
-                if let Some(e) = st.outcomes.remove(&txn) {
-                    st.waiters.remove(&txn);
-                    return Ok(e);
-                }
-                st.waiters.insert(txn, std::thread::current());
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                let mut st = self.shared.lock();
-                st.waiters.remove(&txn);
-                if let Some(e) = st.outcomes.remove(&txn) {
-                    return Ok(e);
-                }
-                st.abandoned.insert(txn);
-                return Err(SymCrmemError::Timeout);
-            }
-            std::thread::park_timeout(left);
+        if let Some(e) =
+            plumbing::wait_outcome(|| self.shared.lock(), |st| &mut st.waits, txn, timeout)
+        {
+            return Ok(e);
         }
+        let mut st = self.shared.lock();
+        if let Some(e) = st.waits.take(txn) {
+            return Ok(e);
+        }
+        st.abandoned.insert(txn);
+        Err(SymCrmemError::Timeout)
     }
 }

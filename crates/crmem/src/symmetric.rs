@@ -36,12 +36,12 @@
 //! per origin (SEQS, then SNAP pieces); commits that reach it first are held and applied
 //! after. It serves once the snapshot is in ([`SymEvent::Recovered`]).
 
-use crate::lock::{LockId, LockMapping, LockTable, LOCKS_PER_RANGE_MAX};
+use crate::lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
 use crate::msg::{self, Msg, MsgError, WriteBuilder, MAGIC, RANGE_HEADER, WRITE_HEADER};
 use crate::node::{
     plan_lens, Config, Counters, CrError, Lock, Mode, NodeId, SegmentId, TxnId, MESSAGE_BYTES_MAX,
-    SEGMENTS_MAX,
 };
+use crate::txmem::{self, take_into, Held, Segment, SetRange, Undo};
 use std::collections::{HashMap, VecDeque};
 use txcast_proto::codec::{Reader, Writer};
 use txcast_proto::time::Instant;
@@ -298,20 +298,35 @@ pub enum Phase {
     Recovering,
 }
 
-struct Segment {
-    mem: Vec<u8>,
-    mapping: LockMapping,
-    locks: LockTable,
-    /// The configured home.
+/// A segment and its configured home.
+struct Homed {
+    seg: Segment,
     home: NodeId,
 }
 
-#[derive(Clone, Copy)]
-struct SetRange {
-    segment: SegmentId,
-    offset: u32,
-    len: u32,
-    mode: Mode,
+impl std::ops::Deref for Homed {
+    type Target = Segment;
+    fn deref(&self) -> &Segment {
+        &self.seg
+    }
+}
+
+impl std::ops::DerefMut for Homed {
+    fn deref_mut(&mut self) -> &mut Segment {
+        &mut self.seg
+    }
+}
+
+impl std::borrow::Borrow<Segment> for Homed {
+    fn borrow(&self) -> &Segment {
+        &self.seg
+    }
+}
+
+impl std::borrow::BorrowMut<Segment> for Homed {
+    fn borrow_mut(&mut self) -> &mut Segment {
+        &mut self.seg
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -323,15 +338,13 @@ enum TxnState {
     WaitHome(u32),
 }
 
-type Held = Vec<(SegmentId, LockId, bool)>;
-
 struct Txn {
     state: TxnState,
     deadline: Instant,
     ranges: Vec<SetRange>,
     /// The range being taken, while waiting.
     pend: Option<SetRange>,
-    undo: Vec<(SegmentId, u32, Vec<u8>)>,
+    undo: Undo,
     held: Held,
     /// Homes asked for locks (released there at the end).
     homes: Vec<NodeId>,
@@ -396,7 +409,7 @@ pub struct SymNode {
     joining: Option<NodeId>,
     early_flush: Vec<(NodeId, u64)>,
     recovery: Option<Recovery>,
-    segments: Vec<Segment>,
+    segments: Vec<Homed>,
     txns: HashMap<TxnId, Txn>,
     next_txn: u64,
     /// Transactions waiting, local or at a home, in arrival order.
@@ -411,36 +424,6 @@ pub struct SymNode {
     out: VecDeque<(NodeId, Vec<u8>)>,
     events: VecDeque<SymEvent>,
     counters: Counters,
-}
-
-/// Takes `ids` of `seg` in `locks` for `owner` (all or none), tracking them in `held`.
-/// `None`: some are taken by others; `Some(new)`: whether any was newly taken.
-fn take_into(
-    locks: &mut LockTable,
-    owner: u64,
-    seg: SegmentId,
-    ids: &[LockId],
-    write: bool,
-    held: &mut Held,
-) -> Option<bool> {
-    let hs = |l: LockId| held.iter().any(|&(s, h, x)| s == seg && h == l && !x);
-    if !locks.can_take(owner, ids, write, hs) {
-        return None;
-    }
-    let mut new = false;
-    for &l in ids {
-        let h = held.iter().position(|&(s, h, _)| s == seg && h == l);
-        if h.is_some_and(|i| held[i].2 || !write) {
-            continue;
-        }
-        new = true;
-        match (locks.take(owner, l, write), h) {
-            (Some(true), Some(i)) => held[i].2 = true,
-            (Some(_), _) => held.push((seg, l, write)),
-            (None, _) => {}
-        }
-    }
-    Some(new)
 }
 
 impl SymNode {
@@ -533,20 +516,11 @@ impl SymNode {
         mapping: LockMapping,
         home: NodeId,
     ) -> Result<SegmentId, CrError> {
-        if self.segments.len() >= SEGMENTS_MAX
-            || bytes > u32::MAX as usize
-            || !mapping.is_valid()
-            || home as usize >= self.n
-        {
+        if home as usize >= self.n {
             return Err(CrError::BadSegment);
         }
-        let locks = LockTable::new(mapping.lock_count(bytes));
-        self.segments.push(Segment {
-            mem: vec![0; bytes],
-            mapping,
-            locks,
-            home,
-        });
+        let seg = Segment::new(self.segments.len(), bytes, mapping)?;
+        self.segments.push(Homed { seg, home });
         Ok((self.segments.len() - 1) as SegmentId)
     }
 
@@ -613,14 +587,7 @@ impl SymNode {
             .segments
             .get(segment as usize)
             .ok_or(CrError::UnknownSegment)?;
-        if len == 0 || offset as usize + len as usize > g.mem.len() {
-            return Err(CrError::OutOfRange);
-        }
-        let mut ids = Vec::new();
-        g.mapping.map(offset, len, &mut ids);
-        if ids.len() > LOCKS_PER_RANGE_MAX || ids.iter().any(|&l| l as usize >= g.locks.len()) {
-            return Err(CrError::TooManyLocks);
-        }
+        g.map_range(offset, len, &mut Vec::new())?;
         self.txns.get_mut(&txn).expect("checked").pend = Some(SetRange {
             segment,
             offset,
@@ -683,9 +650,7 @@ impl SymNode {
         let r = t.pend.take().expect("a range to grant");
         t.state = TxnState::Active;
         if r.mode == Mode::Write {
-            let (a, b) = (r.offset as usize, (r.offset + r.len) as usize);
-            let mem = &self.segments[r.segment as usize].mem;
-            t.undo.push((r.segment, r.offset, mem[a..b].to_vec()));
+            t.undo.push(self.segments[r.segment as usize].image(&r));
         }
         t.ranges.push(r);
     }
@@ -702,14 +667,7 @@ impl SymNode {
         if t.state != TxnState::Active {
             return Err(CrError::NotActive);
         }
-        let end = off as u64 + len as u64;
-        let ok = t.ranges.iter().any(|r| {
-            r.segment == s
-                && r.offset <= off
-                && end <= r.offset as u64 + r.len as u64
-                && (!w || r.mode == Mode::Write)
-        });
-        ok.then_some(()).ok_or(CrError::NotSet)
+        txmem::covered(&t.ranges, s, off, len, w)
     }
 
     pub fn range(&self, txn: TxnId, s: SegmentId, off: u32, len: u32) -> Result<&[u8], CrError> {
@@ -739,10 +697,7 @@ impl SymNode {
     }
 
     fn roll_back(&mut self, txn: TxnId, t: Txn) {
-        for (s, off, old) in t.undo.into_iter().rev() {
-            let a = off as usize;
-            self.segments[s as usize].mem[a..a + old.len()].copy_from_slice(&old);
-        }
+        txmem::restore(&mut self.segments, t.undo);
         self.release(txn, &t.held, &t.homes);
         if t.state != TxnState::Active {
             self.waiting.retain(|&w| w != txn);
@@ -751,9 +706,7 @@ impl SymNode {
     }
 
     fn release(&mut self, txn: TxnId, held: &Held, homes: &[NodeId]) {
-        for &(s, l, x) in held {
-            self.segments[s as usize].locks.release(l, x);
-        }
+        txmem::release(&mut self.segments, held);
         for &h in homes {
             if h != self.cfg.node && self.live.contains(&h) {
                 self.out.push_back((h, small(RELEASE, txn, None)));
@@ -836,12 +789,7 @@ impl SymNode {
             .saturating_sub(WRITE_HEADER + RANGE_HEADER + 10)
             .max(1);
         let mb = self.cfg.message_bytes - 10;
-        let writes: Vec<SetRange> = t
-            .ranges
-            .iter()
-            .filter(|r| r.mode == Mode::Write)
-            .copied()
-            .collect();
+        let writes = txmem::writes(&t.ranges);
         let (parts, bytes) = plan_lens(writes.iter().map(|r| r.len), room, mb);
         if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
             return Err(CrError::TooLarge);

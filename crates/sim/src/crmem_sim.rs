@@ -177,24 +177,132 @@ fn invariant(n: &Node) -> Result<(), String> {
     }
 }
 
-/// A node: its links and its CRMem core, and what the links would not take yet.
-struct SimNode {
-    links: LinkNode,
-    cr: Node,
-    outbox: VecDeque<(NodeId, Vec<u8>)>,
+/// A client's next transaction: whether it audits (the branches and the history's count),
+/// whether it aborts on purpose, its transfer (none for an audit), and the ranges it takes,
+/// in order, into `order` (the transfer's three in random order, then the history's count).
+pub(crate) fn draw_txn(
+    rng: &mut Rng,
+    order: &mut Vec<(SegmentId, u32, u32)>,
+) -> (bool, bool, Option<Delta>) {
+    let audit = rng.chance(0.1);
+    let abort_on_purpose = !audit && rng.chance(0.05);
+    order.clear();
+    if audit {
+        order.push((BR, 0, BRANCHES * RECORD));
+        order.push((HIST, TAIL, 16));
+        return (audit, abort_on_purpose, None);
+    }
+    let account = rng.below(ACCOUNTS as u64) as u32;
+    let teller = rng.below(TELLERS as u64) as u32;
+    let delta = Delta {
+        account,
+        teller,
+        branch: teller % BRANCHES,
+        amount: rng.below(2_000) as i64 - 1_000,
+    };
+    let mut v = vec![
+        (ACC, account * RECORD, RECORD),
+        (TEL, teller * RECORD, RECORD),
+        (BR, (teller % BRANCHES) * RECORD, RECORD),
+    ];
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    *order = v;
+    order.push((HIST, TAIL, 16));
+    (audit, abort_on_purpose, Some(delta))
 }
 
-impl SimNode {
-    fn new(id: NodeId, n: usize, cfg: &LinkConfig, incarnation: u64, role: Role) -> SimNode {
-        let mut cr = Node::new(
-            Config {
-                node: id as u16,
-                incarnation,
-                ..Config::default()
-            },
-            role,
-        );
-        segments(&mut cr);
+/// What a simulated node needs of a CRMem core, mirror ([`Node`]) or symmetric
+/// ([`txcast_crmem::SymNode`]).
+pub(crate) trait Core {
+    fn handle_message(&mut self, from: u16, bytes: &[u8]);
+    fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)>;
+    fn poll_timeout(&self) -> Option<Instant>;
+    fn handle_timeout(&mut self, now: Instant);
+}
+
+/// [`Core`] for a type with the four methods of its own.
+macro_rules! core_of {
+    ($t:ty) => {
+        impl Core for $t {
+            fn handle_message(&mut self, from: u16, bytes: &[u8]) {
+                <$t>::handle_message(self, from, bytes)
+            }
+            fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
+                <$t>::poll_transmit(self)
+            }
+            fn poll_timeout(&self) -> Option<Instant> {
+                <$t>::poll_timeout(self)
+            }
+            fn handle_timeout(&mut self, now: Instant) {
+                <$t>::handle_timeout(self, now)
+            }
+        }
+    };
+}
+core_of!(Node);
+core_of!(txcast_crmem::SymNode);
+
+/// The start of a step: the links' and cores' due timeouts, then every node pumped.
+pub(crate) fn tick<C: Core>(nodes: &mut [SimNode<C>], run: &Run) {
+    let (n, now) = (nodes.len(), run.now);
+    for nd in nodes.iter_mut() {
+        if run.due(&nd.links) {
+            nd.links.handle_timeout(now);
+        }
+        if nd.cr.poll_timeout().is_some_and(|t| t <= now) {
+            nd.cr.handle_timeout(now);
+        }
+    }
+    for (k, nd) in nodes.iter_mut().enumerate() {
+        nd.pump(now, k, n);
+    }
+}
+
+/// The end of a step: every node pumped, then what its links send on the network.
+pub(crate) fn pump_and_transmit<C: Core>(nodes: &mut [SimNode<C>], run: &mut Run) {
+    let (n, now) = (nodes.len(), run.now);
+    for (k, nd) in nodes.iter_mut().enumerate() {
+        nd.pump(now, k, n);
+    }
+    for (i, nd) in nodes.iter_mut().enumerate() {
+        run.transmit(i, &mut nd.links);
+    }
+}
+
+/// The earliest deadline of the nodes' links and cores.
+pub(crate) fn nodes_wakeup<C: Core>(nodes: &[SimNode<C>]) -> Option<Instant> {
+    let mut next = None;
+    for nd in nodes {
+        next = min_opt(next, nd.links.poll_timeout());
+        next = min_opt(next, nd.cr.poll_timeout());
+    }
+    next
+}
+
+/// Nothing in any node's outbox or on any of its links.
+pub(crate) fn nodes_idle<C>(nodes: &[SimNode<C>]) -> bool {
+    let n = nodes.len();
+    nodes.iter().all(|nd| nd.outbox.is_empty())
+        && (0..n).all(|k| (0..n).all(|j| j == k || nodes[k].links.link_ref(j).is_idle()))
+}
+
+/// A node: its links and its CRMem core, and what the links would not take yet.
+pub(crate) struct SimNode<C> {
+    pub(crate) links: LinkNode,
+    pub(crate) cr: C,
+    pub(crate) outbox: VecDeque<(NodeId, Vec<u8>)>,
+}
+
+impl<C: Core> SimNode<C> {
+    pub(crate) fn with_core(
+        id: NodeId,
+        n: usize,
+        cfg: &LinkConfig,
+        incarnation: u64,
+        cr: C,
+    ) -> SimNode<C> {
         SimNode {
             links: LinkNode::with_incarnation(id, n, cfg, incarnation),
             cr,
@@ -203,7 +311,7 @@ impl SimNode {
     }
 
     /// Link deliveries into the core, the core's messages into the links.
-    fn pump(&mut self, now: Instant, me: NodeId, n: usize) {
+    pub(crate) fn pump(&mut self, now: Instant, me: NodeId, n: usize) {
         for i in (0..n).filter(|&i| i != me) {
             let cr = &mut self.cr;
             while self
@@ -227,28 +335,89 @@ impl SimNode {
     }
 }
 
+/// A mirror node with the TpcB segments.
+fn mirror_node(
+    id: NodeId,
+    n: usize,
+    cfg: &LinkConfig,
+    incarnation: u64,
+    role: Role,
+) -> SimNode<Node> {
+    let mut cr = Node::new(
+        Config {
+            node: id as u16,
+            incarnation,
+            ..Config::default()
+        },
+        role,
+    );
+    segments(&mut cr);
+    SimNode::with_core(id, n, cfg, incarnation, cr)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
+pub(crate) enum Step<C> {
     /// Between transactions.
     Idle,
     /// Taking range `k` of the transaction's list.
     Take(usize),
     /// Waiting for the locks of range `k`.
     Wait(usize),
-    /// Committed; waiting for the acknowledgement.
-    Committing(u64),
+    /// Committed; waiting for the acknowledgement (the mirror: the commit number; the
+    /// symmetric configuration: the index of the issued transaction).
+    Committing(C),
 }
 
-struct Client {
-    txn: Option<TxnId>,
-    step: Step,
-    next_at: Instant,
-    done: u32,
-    audit: bool,
-    abort_on_purpose: bool,
+/// A client: where it runs (`N`: its node in the symmetric configuration, nothing in the
+/// mirror's, whose clients run at the primary) and its transaction.
+pub(crate) struct Client<C, N> {
+    pub(crate) node: N,
+    pub(crate) txn: Option<TxnId>,
+    pub(crate) step: Step<C>,
+    pub(crate) next_at: Instant,
+    pub(crate) done: u32,
+    pub(crate) audit: bool,
+    pub(crate) abort_on_purpose: bool,
     /// The transaction's ranges in the order it takes them: (segment, offset, len).
-    order: Vec<(SegmentId, u32, u32)>,
-    delta: Delta,
+    pub(crate) order: Vec<(SegmentId, u32, u32)>,
+    pub(crate) delta: Delta,
+}
+
+impl<C, N> Client<C, N> {
+    pub(crate) fn new(node: N) -> Client<C, N> {
+        Client {
+            node,
+            txn: None,
+            step: Step::Idle,
+            next_at: Instant::ZERO,
+            done: 0,
+            audit: false,
+            abort_on_purpose: false,
+            order: Vec::new(),
+            delta: Delta {
+                account: 0,
+                teller: 0,
+                branch: 0,
+                amount: 0,
+            },
+        }
+    }
+}
+
+/// The earliest time a client that starts or takes a range wants to go on, folded into
+/// `next`.
+pub(crate) fn clients_wakeup<C: PartialEq, N>(
+    clients: &[Client<C, N>],
+    txns_per_client: u32,
+    mut next: Option<Instant>,
+) -> Option<Instant> {
+    for cl in clients {
+        let idle = cl.step == Step::Idle && cl.done < txns_per_client;
+        if idle || matches!(cl.step, Step::Take(_)) {
+            next = min_opt(next, Some(cl.next_at));
+        }
+    }
+    next
 }
 
 struct CrmemWorld {
@@ -256,10 +425,10 @@ struct CrmemWorld {
     cfg: LinkConfig,
     rng: Rng,
     faults: FaultConfig,
-    nodes: Vec<SimNode>,
+    nodes: Vec<SimNode<Node>>,
     incarnation: Vec<u64>,
     primary: NodeId,
-    clients: Vec<Client>,
+    clients: Vec<Client<u64, ()>>,
     /// Committed write transactions by commit number (index = seq - 1).
     log: Vec<Delta>,
     /// The highest commit number whose completion a client heard.
@@ -310,7 +479,7 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
             } else {
                 Role::Backup { primary: 0 }
             };
-            SimNode::new(i, n, &cfg, 1, role)
+            mirror_node(i, n, &cfg, 1, role)
         })
         .collect();
     let world = CrmemWorld {
@@ -321,23 +490,7 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
         nodes,
         incarnation: vec![1; n],
         primary: 0,
-        clients: (0..clients)
-            .map(|_| Client {
-                txn: None,
-                step: Step::Idle,
-                next_at: Instant::ZERO,
-                done: 0,
-                audit: false,
-                abort_on_purpose: false,
-                order: Vec::new(),
-                delta: Delta {
-                    account: 0,
-                    teller: 0,
-                    branch: 0,
-                    amount: 0,
-                },
-            })
-            .collect(),
+        clients: (0..clients).map(|_| Client::new(())).collect(),
         log: Vec::new(),
         acked: 0,
         in_flight: HashMap::new(),
@@ -387,34 +540,12 @@ impl CrmemWorld {
         let Ok(txn) = self.nodes[p].cr.begin(deadline) else {
             return Err(run.fail("begin refused at the primary"));
         };
-        let rng = &mut self.rng;
         let cl = &mut self.clients[c];
         cl.txn = Some(txn);
-        cl.audit = rng.chance(0.1);
-        cl.abort_on_purpose = !cl.audit && rng.chance(0.05);
-        cl.order.clear();
-        if cl.audit {
-            cl.order.push((BR, 0, BRANCHES * RECORD));
-            cl.order.push((HIST, TAIL, 16));
-        } else {
-            let account = rng.below(ACCOUNTS as u64) as u32;
-            let teller = rng.below(TELLERS as u64) as u32;
-            cl.delta = Delta {
-                account,
-                teller,
-                branch: teller % BRANCHES,
-                amount: rng.below(2_000) as i64 - 1_000,
-            };
-            let mut v = vec![
-                (ACC, account * RECORD, RECORD),
-                (TEL, teller * RECORD, RECORD),
-                (BR, (teller % BRANCHES) * RECORD, RECORD),
-            ];
-            for i in (1..v.len()).rev() {
-                v.swap(i, rng.below(i as u64 + 1) as usize);
-            }
-            cl.order = v;
-            cl.order.push((HIST, TAIL, 16));
+        let (audit, abort_on_purpose, delta) = draw_txn(&mut self.rng, &mut cl.order);
+        (cl.audit, cl.abort_on_purpose) = (audit, abort_on_purpose);
+        if let Some(d) = delta {
+            cl.delta = d;
         }
         cl.step = Step::Take(0);
         Ok(())
@@ -627,7 +758,7 @@ impl World for CrmemWorld {
             self.nodes[p].cr.peer_down(k as u16);
         }
         let from = self.primary as u16;
-        self.nodes[k] = SimNode::new(
+        self.nodes[k] = mirror_node(
             k,
             n,
             &self.cfg,
@@ -649,18 +780,8 @@ impl World for CrmemWorld {
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let (n, now) = (self.n(), run.now);
-        for nd in self.nodes.iter_mut() {
-            if run.due(&nd.links) {
-                nd.links.handle_timeout(now);
-            }
-            if nd.cr.poll_timeout().is_some_and(|t| t <= now) {
-                nd.cr.handle_timeout(now);
-            }
-        }
-        for k in 0..n {
-            self.nodes[k].pump(now, k, n);
-        }
+        tick(&mut self.nodes, run);
+        let now = run.now;
         // A failover is checked once the successor is the primary: it holds every commit a
         // client heard of, and exactly the log replayed to its number.
         let p = self.primary;
@@ -696,32 +817,16 @@ impl World for CrmemWorld {
             }
         }
         self.route_events(run)?;
-        for k in 0..n {
-            self.nodes[k].pump(now, k, n);
-        }
-        for (i, nd) in self.nodes.iter_mut().enumerate() {
-            run.transmit(i, &mut nd.links);
-        }
+        pump_and_transmit(&mut self.nodes, run);
         Ok(())
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        let mut next = None;
-        for nd in &self.nodes {
-            next = min_opt(next, nd.links.poll_timeout());
-            next = min_opt(next, nd.cr.poll_timeout());
-        }
-        for cl in &self.clients {
-            let idle = cl.step == Step::Idle && cl.done < self.opts.txns_per_client;
-            if idle || matches!(cl.step, Step::Take(_)) {
-                next = min_opt(next, Some(cl.next_at));
-            }
-        }
-        next
+        let next = nodes_wakeup(&self.nodes);
+        clients_wakeup(&self.clients, self.opts.txns_per_client, next)
     }
 
     fn done(&self, run: &Run) -> bool {
-        let n = self.n();
         let seq = self.nodes[self.primary].cr.seq();
         run.healed
             && self
@@ -729,11 +834,8 @@ impl World for CrmemWorld {
                 .iter()
                 .all(|c| c.done >= self.opts.txns_per_client)
             && !self.recovering()
-            && self
-                .nodes
-                .iter()
-                .all(|nd| nd.cr.seq() == seq && nd.outbox.is_empty())
-            && (0..n).all(|k| (0..n).all(|j| j == k || self.nodes[k].links.link_ref(j).is_idle()))
+            && self.nodes.iter().all(|nd| nd.cr.seq() == seq)
+            && nodes_idle(&self.nodes)
     }
 
     fn stalled(&self, _run: &Run) -> String {

@@ -24,19 +24,18 @@
 //! - liveness after healing: every client finishes its transactions and every node serves.
 
 use crate::crmem_sim::{
-    add_counters, add_i64, i64_at, replay, write_history, CrmemSimOptions, CrmemSimReport, Delta,
-    ACC, ACCOUNTS, BR, BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX, TAIL, TEL,
-    TELLERS,
+    add_counters, add_i64, clients_wakeup, draw_txn, i64_at, nodes_idle, nodes_wakeup,
+    pump_and_transmit, replay, tick, write_history, CrmemSimOptions, CrmemSimReport, Delta,
+    SimNode, Step, ACC, ACCOUNTS, BR, BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX,
+    TAIL, TEL, TELLERS,
 };
-use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
-use crate::link_sim::LinkNode;
+use crate::harness::{self, draw_restarts, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, Network};
 use crate::{Node as SimNodeTrait, NodeId};
-use std::collections::VecDeque;
 use txcast_crmem::{
     Config, Counters, CrError, Lock, LockMapping, Mode, Phase, SegmentId, SymEvent, SymNode, TxnId,
 };
-use txcast_proto::link::{LinkConfig, LinkSendError};
+use txcast_proto::link::LinkConfig;
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 
@@ -67,75 +66,29 @@ fn segments(s: &mut SymNode, n: usize) {
     .expect("history");
 }
 
-struct SimNode {
-    links: LinkNode,
-    cr: SymNode,
-    outbox: VecDeque<(NodeId, Vec<u8>)>,
+/// A symmetric node with the TpcB segments, homes spread over the `n` nodes.
+fn sym_node(
+    id: NodeId,
+    n: usize,
+    cfg: &LinkConfig,
+    incarnation: u64,
+    recovering: bool,
+) -> SimNode<SymNode> {
+    let mut cr = SymNode::new(
+        Config {
+            node: id as u16,
+            incarnation,
+            ..Config::default()
+        },
+        n,
+        recovering,
+    );
+    segments(&mut cr, n);
+    SimNode::with_core(id, n, cfg, incarnation, cr)
 }
 
-impl SimNode {
-    fn new(id: NodeId, n: usize, cfg: &LinkConfig, incarnation: u64, recovering: bool) -> SimNode {
-        let mut cr = SymNode::new(
-            Config {
-                node: id as u16,
-                incarnation,
-                ..Config::default()
-            },
-            n,
-            recovering,
-        );
-        segments(&mut cr, n);
-        SimNode {
-            links: LinkNode::with_incarnation(id, n, cfg, incarnation),
-            cr,
-            outbox: VecDeque::new(),
-        }
-    }
-
-    fn pump(&mut self, now: Instant, me: NodeId, n: usize) {
-        for i in (0..n).filter(|&i| i != me) {
-            let cr = &mut self.cr;
-            while self
-                .links
-                .link(i)
-                .poll_delivery(|m| cr.handle_message(i as u16, m))
-                .is_some()
-            {}
-        }
-        while let Some(m) = self.cr.poll_transmit() {
-            self.outbox.push_back((m.0 as NodeId, m.1));
-        }
-        while let Some((to, m)) = self.outbox.front() {
-            match self.links.link(*to).send(now, m) {
-                Err(LinkSendError::Full) => break,
-                _ => {
-                    self.outbox.pop_front();
-                }
-            }
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
-    Idle,
-    Take(usize),
-    Wait(usize),
-    /// Committed as issued transaction `i`; waiting for the acknowledgement.
-    Committing(usize),
-}
-
-struct Client {
-    node: NodeId,
-    txn: Option<TxnId>,
-    step: Step,
-    next_at: Instant,
-    done: u32,
-    audit: bool,
-    abort_on_purpose: bool,
-    order: Vec<(SegmentId, u32, u32)>,
-    delta: Delta,
-}
+/// A client at its node; `Committing` names the issued transaction.
+type Client = crate::crmem_sim::Client<usize, NodeId>;
 
 /// A write transaction whose commit was called: the count it read, what it did, whether
 /// its commit was acknowledged.
@@ -150,7 +103,7 @@ struct SymWorld {
     cfg: LinkConfig,
     rng: Rng,
     faults: FaultConfig,
-    nodes: Vec<SimNode>,
+    nodes: Vec<SimNode<SymNode>>,
     incarnation: Vec<u64>,
     view: u64,
     /// The live nodes of the current view.
@@ -196,7 +149,7 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
     };
     let world = SymWorld {
         opts: opts.clone(),
-        nodes: (0..n).map(|i| SimNode::new(i, n, &cfg, 1, false)).collect(),
+        nodes: (0..n).map(|i| sym_node(i, n, &cfg, 1, false)).collect(),
         cfg,
         rng,
         faults,
@@ -204,24 +157,7 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
         view: 0,
         live: (0..n as u16).collect(),
         join: None,
-        clients: (0..clients)
-            .map(|c| Client {
-                node: c % n,
-                txn: None,
-                step: Step::Idle,
-                next_at: Instant::ZERO,
-                done: 0,
-                audit: false,
-                abort_on_purpose: false,
-                order: Vec::new(),
-                delta: Delta {
-                    account: 0,
-                    teller: 0,
-                    branch: 0,
-                    amount: 0,
-                },
-            })
-            .collect(),
+        clients: (0..clients).map(|c| Client::new(c % n)).collect(),
         issued: Vec::new(),
         chain: Vec::new(),
         aborted_on_purpose: 0,
@@ -252,34 +188,12 @@ impl SymWorld {
             }
             Err(e) => return Err(run.fail(format!("begin refused at node {k}: {e}"))),
         };
-        let rng = &mut self.rng;
         let cl = &mut self.clients[c];
         cl.txn = Some(txn);
-        cl.audit = rng.chance(0.1);
-        cl.abort_on_purpose = !cl.audit && rng.chance(0.05);
-        cl.order.clear();
-        if cl.audit {
-            cl.order.push((BR, 0, BRANCHES * RECORD));
-            cl.order.push((HIST, TAIL, 16));
-        } else {
-            let account = rng.below(ACCOUNTS as u64) as u32;
-            let teller = rng.below(TELLERS as u64) as u32;
-            cl.delta = Delta {
-                account,
-                teller,
-                branch: teller % BRANCHES,
-                amount: rng.below(2_000) as i64 - 1_000,
-            };
-            let mut v = vec![
-                (ACC, account * RECORD, RECORD),
-                (TEL, teller * RECORD, RECORD),
-                (BR, (teller % BRANCHES) * RECORD, RECORD),
-            ];
-            for i in (1..v.len()).rev() {
-                v.swap(i, rng.below(i as u64 + 1) as usize);
-            }
-            cl.order = v;
-            cl.order.push((HIST, TAIL, 16));
+        let (audit, abort_on_purpose, delta) = draw_txn(&mut self.rng, &mut cl.order);
+        (cl.audit, cl.abort_on_purpose) = (audit, abort_on_purpose);
+        if let Some(d) = delta {
+            cl.delta = d;
         }
         cl.step = Step::Take(0);
         Ok(())
@@ -538,7 +452,7 @@ impl World for SymWorld {
             cl.step = Step::Idle;
         }
         let n = self.n();
-        self.nodes[k] = SimNode::new(k, n, &self.cfg, self.incarnation[k], true);
+        self.nodes[k] = sym_node(k, n, &self.cfg, self.incarnation[k], true);
         self.join = Some(k);
         if run.trace > 0 {
             eprintln!("{:>10} crash of node {k}; view {}", run.ns(), self.view);
@@ -551,18 +465,8 @@ impl World for SymWorld {
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        tick(&mut self.nodes, run);
         let (n, now) = (self.n(), run.now);
-        for nd in self.nodes.iter_mut() {
-            if run.due(&nd.links) {
-                nd.links.handle_timeout(now);
-            }
-            if nd.cr.poll_timeout().is_some_and(|t| t <= now) {
-                nd.cr.handle_timeout(now);
-            }
-        }
-        for k in 0..n {
-            self.nodes[k].pump(now, k, n);
-        }
         // The restarted node joins once every survivor serves again.
         if let Some(k) = self.join {
             let ready = self
@@ -601,43 +505,24 @@ impl World for SymWorld {
             }
         }
         self.route_events(run)?;
-        for k in 0..n {
-            self.nodes[k].pump(now, k, n);
-        }
-        for (i, nd) in self.nodes.iter_mut().enumerate() {
-            run.transmit(i, &mut nd.links);
-        }
+        pump_and_transmit(&mut self.nodes, run);
         Ok(())
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        let mut next = None;
-        for nd in &self.nodes {
-            next = min_opt(next, nd.links.poll_timeout());
-            next = min_opt(next, nd.cr.poll_timeout());
-        }
-        for cl in &self.clients {
-            let idle = cl.step == Step::Idle && cl.done < self.opts.txns_per_client;
-            if idle || matches!(cl.step, Step::Take(_)) {
-                next = min_opt(next, Some(cl.next_at));
-            }
-        }
-        next
+        let next = nodes_wakeup(&self.nodes);
+        clients_wakeup(&self.clients, self.opts.txns_per_client, next)
     }
 
     fn done(&self, run: &Run) -> bool {
-        let n = self.n();
         run.healed
             && self.settled()
             && self
                 .clients
                 .iter()
                 .all(|c| c.done >= self.opts.txns_per_client)
-            && self
-                .nodes
-                .iter()
-                .all(|nd| nd.cr.is_quiet() && nd.outbox.is_empty())
-            && (0..n).all(|k| (0..n).all(|j| j == k || self.nodes[k].links.link_ref(j).is_idle()))
+            && self.nodes.iter().all(|nd| nd.cr.is_quiet())
+            && nodes_idle(&self.nodes)
     }
 
     fn stalled(&self, _run: &Run) -> String {

@@ -33,6 +33,14 @@ fn bench_json(bench: &str, args: &[&str]) -> Vec<Value> {
     lines
 }
 
+/// The benchmarks listen on fixed addresses (the round-trip yardsticks, the module hosts):
+/// the tests of this file take turns.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn number(line: &Value, key: &str) -> f64 {
     line[key]
         .as_f64()
@@ -41,6 +49,7 @@ fn number(line: &Value, key: &str) -> f64 {
 
 #[test]
 fn the_modules_benchmark_measures_every_section_against_its_baselines() {
+    let _turn = turn();
     let lines = bench_json(
         "modules",
         &[
@@ -80,6 +89,7 @@ fn the_modules_benchmark_measures_every_section_against_its_baselines() {
 
 #[test]
 fn the_quick_benchmarks_print_one_json_object_a_line() {
+    let _turn = turn();
     let rtt = bench_json(
         "rtt",
         &[
@@ -145,4 +155,30 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
     );
     assert_eq!(crmem.len(), 1, "{crmem:?}");
     assert!(number(&crmem[0], "commit_p50_ns") > 0.0);
+
+    // The lock section after the commit one: both measure the remote round trip, whose
+    // addresses are fixed.
+    let lines = bench_json(
+        "crmem",
+        &[
+            "--sections",
+            "locks",
+            "--locks",
+            "1,3",
+            "--commits",
+            "50",
+            "--warmup",
+            "10",
+        ],
+    );
+    let counts: Vec<f64> = lines.iter().map(|l| number(l, "locks")).collect();
+    assert_eq!(counts, [1.0, 3.0], "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["section"], "locks", "{l}");
+        assert_eq!(number(l, "samples"), 50.0, "{l}");
+        assert!(number(l, "p50_ns") > 0.0, "{l}");
+        assert!(number(l, "p99_ns") >= number(l, "p50_ns"), "{l}");
+        assert!(number(l, "remote_spin_p50_ns") > 0.0, "{l}");
+        assert!(number(l, "ratio_spin_p50") > 0.0, "{l}");
+    }
 }

@@ -4,6 +4,9 @@
 //! reliable link on loopback), remote operations on the engine's extension modules (the
 //! paper's *CoProcessor* implementation).
 //!
+//! - **locks** (Figure 6): remote lock acquire + release against the number of locks, in the
+//!   symmetric configuration with the home in a partner process (crmem_locks.rs), against
+//!   the remote port round trip of the same run.
 //! - **commit**: commit latency of a one-record transaction at parallelism 1, against the
 //!   remote port round trip (`bench rtt`'s `txcast-remote-spin` and `txcast-remote-park`)
 //!   measured in the same run.
@@ -17,7 +20,7 @@
 //!   amount on an account, its teller and the teller's branch and writes a history record.
 //!   At the end the accounts, tellers and branches must sum to the same total on both nodes.
 
-use super::rtt;
+use super::crmem_common::{self as common, add_i64, err, i64_at, tpcb_segments, Tpcb};
 use super::stats::{bench_json, whole, Samples, Summary};
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use std::io;
@@ -28,19 +31,13 @@ use txcast_crmem::{Crmem, CrmemConfig, LockMapping, Mode};
 use txcast_proto::rng::Rng;
 use txcast_proto::Address;
 
-/// Server type of the benchmark's nodes.
-const HOST_TYPE: u16 = 12;
+/// Server type of the benchmark's nodes (none of the other benchmarks' addresses).
+const HOST_TYPE: u16 = 15;
 const PARTNER_LIFE: Duration = Duration::from_secs(600);
 const WAIT: Duration = Duration::from_secs(10);
 
 const RECORDS: u32 = 10_000;
 const FIELDS: u32 = 24;
-const ACCOUNTS: u32 = 10_000;
-const TELLERS: u32 = 256;
-const BRANCHES: u32 = 32;
-const HISTORY: u32 = 100;
-const ROW: u32 = 100;
-const HISTORY_ROW: u32 = 50;
 /// Segments: the synthetic records, then TpcB's accounts, tellers, branches, history.
 const SYN: u16 = 0;
 const ACC: u16 = 1;
@@ -53,6 +50,7 @@ struct Plan {
     commits: u64,
     warmup: u64,
     parallel: Vec<usize>,
+    locks: Vec<usize>,
     depths: Vec<usize>,
     seconds: f64,
     json: bool,
@@ -68,10 +66,13 @@ macro_rules! say {
 // The options of `txcast bench crmem` (the variant in `super::Bench` says what it does).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The parts to run: commit, synthetic, tpcb
-    #[arg(long, value_delimiter = ',', default_values_t = ["commit".to_string(), "synthetic".to_string(), "tpcb".to_string()])]
+    /// The parts to run: locks, commit, synthetic, tpcb
+    #[arg(long, value_delimiter = ',', default_values_t = ["locks".to_string(), "commit".to_string(), "synthetic".to_string(), "tpcb".to_string()])]
     pub sections: Vec<String>,
-    /// Commits timed (clamped to 1..=10000000)
+    /// Remote locks per request, per point of the locks section (1 to 256)
+    #[arg(long, value_delimiter = ',', default_values_t = super::crmem_locks::default_counts(), value_parser = parse_u64)]
+    pub locks: Vec<u64>,
+    /// Commits timed, and lock acquire + release pairs per point (clamped to 1..=10000000)
     #[arg(long, default_value_t = 10_000, value_parser = parse_u64)]
     pub commits: u64,
     /// Commits before the timed ones (clamped to 1..=1000000)
@@ -109,7 +110,7 @@ fn plan(o: &Args) -> Result<Plan, String> {
     let sections = o.sections.clone();
     if let Some(s) = sections
         .iter()
-        .find(|s| !["commit", "synthetic", "tpcb"].contains(&s.as_str()))
+        .find(|s| !["locks", "commit", "synthetic", "tpcb"].contains(&s.as_str()))
     {
         return Err(format!("--sections: unknown section {s:?}"));
     }
@@ -119,6 +120,7 @@ fn plan(o: &Args) -> Result<Plan, String> {
         commits: o.commits.clamp(1, 10_000_000),
         warmup: o.warmup.clamp(1, 1_000_000),
         parallel: usize_list_in("parallel", &o.parallel, 1..=64)?,
+        locks: usize_list_in("locks", &o.locks, 1..=super::crmem_locks::RECORDS as usize)?,
         depths: usize_list_in("depths", &o.depths, 1..=4096)?,
         seconds,
         json: o.json,
@@ -133,38 +135,20 @@ fn nodes() -> Vec<Address> {
 }
 
 fn segments() -> Vec<(usize, LockMapping)> {
-    let rows = |per_lock| LockMapping::Records {
-        record_bytes: ROW,
-        per_lock,
-    };
-    vec![
-        (
-            (RECORDS * FIELDS) as usize,
-            LockMapping::Uniform {
-                locks: 1000,
-                granule: FIELDS,
-            },
-        ),
-        ((ACCOUNTS * ROW) as usize, rows(10)),
-        ((TELLERS * ROW) as usize, rows(2)),
-        ((BRANCHES * ROW) as usize, rows(1)),
-        (
-            (HISTORY * HISTORY_ROW) as usize,
-            LockMapping::Records {
-                record_bytes: HISTORY_ROW,
-                per_lock: 1,
-            },
-        ),
-    ]
+    let mut v = vec![(
+        (RECORDS * FIELDS) as usize,
+        LockMapping::Uniform {
+            locks: 1000,
+            granule: FIELDS,
+        },
+    )];
+    v.extend(tpcb_segments());
+    v
 }
 
 fn open(me: u16) -> io::Result<Crmem> {
     let cfg = CrmemConfig::new(nodes(), me);
     Crmem::open(cfg, &segments()).map_err(|e| io::Error::other(e.to_string()))
-}
-
-fn err(e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(e.to_string())
 }
 
 /// The backup: serves until `stop` exists, then writes its TpcB sums into `stop.sums`.
@@ -183,22 +167,10 @@ pub fn child(args: &[String]) -> io::Result<()> {
     Ok(())
 }
 
-fn i64_at(m: &[u8], at: usize) -> i64 {
-    i64::from_le_bytes(m[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn add_i64(m: &mut [u8], at: usize, d: i64) {
-    let v = i64_at(m, at).wrapping_add(d);
-    m[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
 /// Sums of the accounts', tellers' and branches' balances as the node has them.
 fn tpcb_sums(c: &Crmem) -> Option<(i64, i64, i64)> {
-    let sum = |s: u16, rows: u32| -> Option<i64> {
-        let m = c.snapshot_segment(s)?;
-        Some((0..rows).map(|i| i64_at(&m, (i * ROW) as usize)).sum())
-    };
-    Some((sum(ACC, ACCOUNTS)?, sum(TEL, TELLERS)?, sum(BR, BRANCHES)?))
+    let seg = |s| c.snapshot_segment(s);
+    Some(common::tpcb_sums(&seg(ACC)?, &seg(TEL)?, &seg(BR)?))
 }
 
 pub fn run(args: &Args) -> i32 {
@@ -225,26 +197,19 @@ pub fn run(args: &Args) -> i32 {
 fn bench(plan: &Plan) -> io::Result<()> {
     let has = |s: &str| plan.sections.iter().any(|x| x == s);
     // The yardsticks first, with nothing else running.
-    let (spin, park) = if has("commit") {
-        let case = |name| rtt::find_case(name).ok_or_else(|| io::Error::other("no rtt case"));
-        let n = plan.commits;
-        (
-            Some(rtt::measure_in_processes(
-                case("txcast-remote-spin")?,
-                64,
-                plan.warmup,
-                n,
-            )?),
-            Some(rtt::measure_in_processes(
-                case("txcast-remote-park")?,
-                64,
-                plan.warmup,
-                n,
-            )?),
-        )
+    let (spin, park) = if has("commit") || has("locks") {
+        let (spin, park) = super::crmem_locks::yardsticks(plan.commits, plan.warmup)?;
+        (Some(spin), Some(park))
     } else {
         (None, None)
     };
+    if let (true, Some(spin), Some(park)) = (has("locks"), &spin, &park) {
+        let out = super::crmem_locks::Out { json: plan.json };
+        super::crmem_locks::measure(&out, &plan.locks, plan.commits, plan.warmup, spin, park)?;
+    }
+    if !["commit", "synthetic", "tpcb"].iter().any(|s| has(s)) {
+        return Ok(());
+    }
     let stop = std::env::temp_dir().join(format!("txcast-bench-crmem-{}.stop", std::process::id()));
     let _ = std::fs::remove_file(&stop);
     let _ = std::fs::remove_file(stop.with_extension("sums"));
@@ -255,7 +220,7 @@ fn bench(plan: &Plan) -> io::Result<()> {
         for i in 0..plan.warmup {
             synthetic_txn(&c, (i % RECORDS as u64) as u32)?;
         }
-        if let (Some(spin), Some(park)) = (&spin, &park) {
+        if let (true, Some(spin), Some(park)) = (has("commit"), &spin, &park) {
             commit_latency(plan, &c, spin, park)?;
         }
         if has("synthetic") {
@@ -334,31 +299,15 @@ fn tpcb_txn(c: &Crmem, rng: &mut Rng) -> io::Result<()> {
 }
 
 fn tpcb(c: &Crmem, rng: &mut Rng, how: End) -> io::Result<u64> {
-    let account = rng.below(ACCOUNTS as u64) as u32;
-    let teller = rng.below(TELLERS as u64) as u32;
-    let branch = teller / (TELLERS / BRANCHES);
-    let slot = rng.below(HISTORY as u64) as u32;
-    let amount = rng.below(2_000) as i64 - 1_000;
+    let x = Tpcb::draw(rng);
     let t = c.begin(WAIT).map_err(err)?;
-    for (s, row, len) in [
-        (ACC, account * ROW, ROW),
-        (TEL, teller * ROW, ROW),
-        (BR, branch * ROW, ROW),
-        (HIST, slot * HISTORY_ROW, HISTORY_ROW),
-    ] {
+    for (s, row, len) in x.ranges([ACC, TEL, BR, HIST]) {
         if let Err(e) = c.set_range(t, s, row, len, Mode::Write) {
             let _ = c.abort(t);
             return Err(err(e));
         }
-        c.write(t, s, row, len, |m| {
-            if s == HIST {
-                m[..8].copy_from_slice(&amount.to_le_bytes());
-                m[8..12].copy_from_slice(&account.to_le_bytes());
-            } else {
-                add_i64(m, 0, amount);
-            }
-        })
-        .map_err(err)?;
+        c.write(t, s, row, len, |m| x.apply(s == HIST, m))
+            .map_err(err)?;
     }
     end(c, t, how)
 }

@@ -12,6 +12,7 @@
 //! the figure is the sum of the nodes' commits over the time. At the end the accounts',
 //! tellers' and branches' sums must agree, and be the same on every node.
 
+use super::crmem_common::{err, tpcb_segments, tpcb_sums, Tpcb};
 use super::{spawn_child, wait_child, EXIT_FAILED};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -25,12 +26,6 @@ use txcast_proto::Address;
 const HOST_TYPE: u16 = 13;
 const WAIT: Duration = Duration::from_secs(10);
 const PARTNER_LIFE: Duration = Duration::from_secs(900);
-const ACCOUNTS: u32 = 10_000;
-const TELLERS: u32 = 256;
-const BRANCHES: u32 = 32;
-const HISTORY: u32 = 100;
-const ROW: u32 = 100;
-const HISTORY_ROW: u32 = 50;
 const ACC: u16 = 0;
 const TEL: u16 = 1;
 const BR: u16 = 2;
@@ -42,32 +37,13 @@ fn nodes(n: usize) -> Vec<Address> {
         .collect()
 }
 
-/// The paper's granularities: ten accounts to a lock, two tellers, one branch, one history
-/// record (as the mirror benchmark's TpcB: a record at random, no running total, so no
-/// lock every transaction takes).
+/// The mirror benchmark's TpcB segments, their homes spread over the `n` nodes.
 fn segments(n: usize) -> Vec<(usize, LockMapping, u16)> {
-    let rows = |per_lock| LockMapping::Records {
-        record_bytes: ROW,
-        per_lock,
-    };
-    let home = |i: usize| (i % n) as u16;
-    vec![
-        ((ACCOUNTS * ROW) as usize, rows(10), home(0)),
-        ((TELLERS * ROW) as usize, rows(2), home(1)),
-        ((BRANCHES * ROW) as usize, rows(1), home(2)),
-        (
-            (HISTORY * HISTORY_ROW) as usize,
-            LockMapping::Records {
-                record_bytes: HISTORY_ROW,
-                per_lock: 1,
-            },
-            home(3),
-        ),
-    ]
-}
-
-fn err(e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(e.to_string())
+    tpcb_segments()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (bytes, mapping))| (bytes, mapping, (i % n) as u16))
+        .collect()
 }
 
 fn open(n: usize, me: u16) -> io::Result<SymCrmem> {
@@ -82,29 +58,11 @@ fn open(n: usize, me: u16) -> io::Result<SymCrmem> {
     SymCrmem::open_on(&engine, cfg, &segments(n)).map_err(err)
 }
 
-fn i64_at(m: &[u8], at: usize) -> i64 {
-    i64::from_le_bytes(m[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn add_i64(m: &mut [u8], at: usize, d: i64) {
-    let v = i64_at(m, at).wrapping_add(d);
-    m[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
 /// One TpcB transaction; `Ok(false)` when a lock wait passed its deadline (aborted).
 fn tpcb(c: &SymCrmem, rng: &mut Rng) -> io::Result<bool> {
-    let account = rng.below(ACCOUNTS as u64) as u32;
-    let teller = rng.below(TELLERS as u64) as u32;
-    let branch = teller / (TELLERS / BRANCHES);
-    let slot = rng.below(HISTORY as u64) as u32;
-    let amount = rng.below(2_000) as i64 - 1_000;
+    let x = Tpcb::draw(rng);
     let t = c.begin(WAIT).map_err(err)?;
-    for (s, off, len) in [
-        (ACC, account * ROW, ROW),
-        (TEL, teller * ROW, ROW),
-        (BR, branch * ROW, ROW),
-        (HIST, slot * HISTORY_ROW, HISTORY_ROW),
-    ] {
+    for (s, off, len) in x.ranges([ACC, TEL, BR, HIST]) {
         match c.set_range(t, s, off, len, Mode::Write) {
             Ok(()) => {}
             Err(SymCrmemError::LockTimeout) => return Ok(false),
@@ -113,15 +71,8 @@ fn tpcb(c: &SymCrmem, rng: &mut Rng) -> io::Result<bool> {
                 return Err(err(e));
             }
         }
-        c.write(t, s, off, len, |m| {
-            if s == HIST {
-                m[..8].copy_from_slice(&amount.to_le_bytes());
-                m[8..12].copy_from_slice(&account.to_le_bytes());
-            } else {
-                add_i64(m, 0, amount);
-            }
-        })
-        .map_err(err)?;
+        c.write(t, s, off, len, |m| x.apply(s == HIST, m))
+            .map_err(err)?;
     }
     c.commit(t, WAIT).map_err(err)?;
     Ok(true)
@@ -164,14 +115,8 @@ fn point(c: &SymCrmem, me: u16, p: usize, seconds: f64) -> io::Result<u64> {
 /// The accounts', tellers' and branches' sums, as this node has them.
 fn sums(c: &SymCrmem) -> io::Result<String> {
     let seg = |s| c.snapshot_segment(s).ok_or_else(|| err("no segment"));
-    let sum =
-        |m: &[u8], rows: u32| -> i64 { (0..rows).map(|i| i64_at(m, (i * ROW) as usize)).sum() };
-    Ok(format!(
-        "{} {} {}",
-        sum(&seg(ACC)?, ACCOUNTS),
-        sum(&seg(TEL)?, TELLERS),
-        sum(&seg(BR)?, BRANCHES)
-    ))
+    let (a, t, b) = tpcb_sums(&seg(ACC)?, &seg(TEL)?, &seg(BR)?);
+    Ok(format!("{a} {t} {b}"))
 }
 
 /// Waits (parked in short sleeps) until `path` exists.

@@ -8,6 +8,8 @@
 
 pub mod burst;
 pub mod crmem;
+pub mod crmem_common;
+pub mod crmem_locks;
 pub mod crmem_sym;
 pub mod dc;
 pub mod group;
@@ -70,7 +72,8 @@ pub enum Bench {
     /// Extension modules (paper 004 §2) and Push programs (paper 001 Table 4): module
     /// round trip, module stream rate, the Appendix B multicast program
     Modules(modules::Args),
-    /// CRMem (paper 004 §3), mirror with one backup in another process: commit latency;
+    /// CRMem (paper 004 §3): remote lock acquire + release against the lock count (Figure 6,
+    /// symmetric, home in another process); mirror with one backup in another process: commit latency;
     /// synthetic and TpcB transactions per second by parallelism (Figures 7 and 8);
     /// `--config symmetric`: TpcB on 2 and 4 nodes, one process each
     Crmem(crmem::Args),
@@ -123,6 +126,7 @@ pub fn child(args: &[String]) -> i32 {
         Some("modules") => modules::child(&args[1..]),
         Some("crmem") => crmem::child(&args[1..]),
         Some("crmem-sym") => crmem_sym::child(&args[1..]),
+        Some("crmem-locks") => crmem_locks::child(&args[1..]),
         other => {
             eprintln!("txcast {CHILD_SUBCOMMAND}: unknown benchmark {other:?}");
             return EXIT_USAGE;

@@ -118,7 +118,7 @@ pub fn all() -> Vec<FigureDef> {
         FigureDef { id: "003-fig8", paper: "003", title: "Delay against resilience degree, larger messages", source: "§4, Figure 8", kind: m("group", fig003_8) },
         FigureDef { id: "004-fig3-4", paper: "004", title: "Control messages: send and receive rate", source: "§2, Figures 3 and 4", kind: m("modules", fig004_34) },
         FigureDef { id: "004-fig5", paper: "004", title: "Control message latency (one way)", source: "§2, Figure 5", kind: m("modules", fig004_5) },
-        FigureDef { id: "004-fig6", paper: "004", title: "Remote lock implementations: acquire + release latency against locks", source: "§3.6, Figure 6", kind: Card("A lock-latency section in `txcast bench crmem` (acquire and release of k remote locks at the home node, k = 1…64); CRMem has the locks, the benchmark does not time them alone yet.") },
+        FigureDef { id: "004-fig6", paper: "004", title: "Remote lock implementations: acquire + release latency against locks", source: "§3.6, Figure 6", kind: m("crmem", fig004_6) },
         FigureDef { id: "004-fig7", paper: "004", title: "Synthetic transaction application, mirror with one backup", source: "§3.6, Figure 7", kind: m("crmem", fig004_7) },
         FigureDef { id: "004-fig8", paper: "004", title: "Simplified TpcB benchmark, mirror with one backup", source: "abstract; §3.6, Figure 8", kind: m("crmem", fig004_8) },
     ]
@@ -220,6 +220,10 @@ pub fn bench_args(run: &str, s: Scale) -> Vec<String> {
             s.pick("0,1024", "0,1024,4096,8000", "0,1024,4096,8000"),
         ],
         "crmem" => vec![
+            "--sections",
+            "locks,commit,synthetic,tpcb",
+            "--locks",
+            s.pick("1,39", "1,2,4,8,16,32,39", "1,2,4,8,16,32,39"),
             "--commits",
             s.pick("100", "2000", "10000"),
             "--warmup",
@@ -248,7 +252,7 @@ pub fn estimate_seconds(run: &str, s: Scale) -> u64 {
         "modules" => s.pick(4, 70, 200),
         "burst" => s.pick(4, 25, 40),
         "group" => s.pick(8, 60, 200),
-        "crmem" => s.pick(5, 20, 40),
+        "crmem" => s.pick(7, 25, 50),
         _ => 10,
     }
 }
@@ -1345,6 +1349,114 @@ fn fig004_5(l: &[Value], _: Scale) -> Result<Figure, String> {
     })
 }
 
+/// Our `K + O × locks` (paper 004 §3.6's model of Figure 6) by least squares over the p50s:
+/// `(K, O)` in µs, or `None` with fewer than two lock counts.
+fn fit_k_o(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), &(x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|&(x, _)| (x - mx) * (x - mx)).sum();
+    if points.len() < 2 || sxx == 0.0 {
+        return None;
+    }
+    let sxy: f64 = points.iter().map(|&(x, y)| (x - mx) * (y - my)).sum();
+    let o = sxy / sxx;
+    Some((my - o * mx, o))
+}
+
+fn fig004_6(l: &[Value], _: Scale) -> Result<Figure, String> {
+    let locks: Vec<&Value> = l
+        .iter()
+        .filter(|v| text(v, "section") == Some("locks"))
+        .collect();
+    let pick = |key: &str| -> Vec<(f64, f64)> {
+        locks
+            .iter()
+            .filter_map(|v| Some((num(v, "locks")?, num(v, key)? / 1000.0)))
+            .collect()
+    };
+    let p50 = pick("p50_ns");
+    let p99 = pick("p99_ns");
+    let spin = pick("remote_spin_p50_ns");
+    let park = pick("remote_park_p50_ns");
+    let mut rows: Vec<Row> = locks
+        .iter()
+        .filter_map(|v| {
+            let k = num(v, "locks")?;
+            let note = format!(
+                "p99 {:.1} µs; {:.2}× the spinning round trip, {:.2}× the parked one{}",
+                num(v, "p99_ns")? / 1000.0,
+                num(v, "ratio_spin_p50")?,
+                num(v, "ratio_park_p50")?,
+                if k == 1.0 { " (target ≤ 1.3×)" } else { "" }
+            );
+            Some(row(
+                format!("{k} remote locks, acquire + release, p50"),
+                Some(num(v, "p50_ns")? / 1000.0),
+                None,
+                "µs",
+                note,
+            ))
+        })
+        .collect();
+    if let Some(&(_, rtt)) = spin.first() {
+        rows.push(row(
+            "remote port round trip, spinning, p50",
+            Some(rtt),
+            None,
+            "µs",
+            "txcast-remote-spin, 64 B, same run",
+        ));
+    }
+    if let Some(&(_, rtt)) = park.first() {
+        rows.push(row(
+            "remote port round trip, parked, p50",
+            Some(rtt),
+            None,
+            "µs",
+            "txcast-remote-park, 64 B, same run",
+        ));
+    }
+    if let Some((k, o)) = fit_k_o(&p50) {
+        rows.push(row(
+            "K of K + O × locks (fitted to our p50s)",
+            Some(k),
+            None,
+            "µs",
+            "the paper's model; its K and O for the CoProcessor are plotted, not given in the text",
+        ));
+        rows.push(row(
+            "O of K + O × locks (fitted to our p50s)",
+            Some(o),
+            None,
+            "µs/lock",
+            "the paper: the CoProcessor has the highest O, the CPU implementations equal O's",
+        ));
+    }
+    let flat = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        match (pts.first(), p50.first(), p50.last()) {
+            (Some(&(_, y)), Some(&(a, _)), Some(&(b, _))) => vec![(a, y), (b, y)],
+            _ => Vec::new(),
+        }
+    };
+    check(Figure {
+        x_label: "remote locks per request".into(),
+        y_label: "acquire + release latency (µs)".into(),
+        log_x: true,
+        log_y: false,
+        series: vec![
+            Series { label: "CRMem on engine modules, p50".into(), paper: false, points: p50.clone() },
+            Series { label: "CRMem on engine modules, p99".into(), paper: false, points: p99 },
+            Series { label: "remote port round trip, spinning, p50".into(), paper: false, points: flat(&spin) },
+            Series { label: "remote port round trip, parked, p50".into(), paper: false, points: flat(&park) },
+        ],
+        rows,
+        setup: "Paper: CPU Interrupt, CPU Polling and CoProcessor implementations on FORE ATM cards (i960 at 25 MHz); its Figure 6 is a plot whose values the text does not give, only the model K + O × locks and that the two CPU implementations' K differ by twice a 49 µs signal handler. Here: the symmetric configuration's module implementation (the CoProcessor's counterpart), two nodes in two processes on loopback, the home in the partner; one acquire + release is begin, set_range of k records (one lock each), abort.".into(),
+    })
+}
+
 fn crmem_fig(l: &[Value], section: &str, paper: Option<f64>) -> Result<Figure, String> {
     let pick = |mode: &str, x: &str| -> Vec<(f64, f64)> {
         l.iter()
@@ -1426,6 +1538,30 @@ mod tests {
                 assert!(!bench_args(run, Scale::Quick).is_empty(), "{run}");
             }
         }
+    }
+
+    #[test]
+    fn the_lock_figure_fits_k_and_o_to_the_lock_lines() {
+        let line = |k: u64, p50: u64| {
+            serde_json::json!({"section": "locks", "locks": k, "p50_ns": p50, "p99_ns": p50 * 2,
+                "remote_spin_p50_ns": 40_000, "remote_park_p50_ns": 50_000,
+                "ratio_spin_p50": p50 as f64 / 40_000.0, "ratio_park_p50": p50 as f64 / 50_000.0})
+        };
+        // 30 µs + 2 µs a lock.
+        let l = vec![line(1, 32_000), line(4, 38_000), line(16, 62_000)];
+        let (k, o) = fit_k_o(&[(1.0, 32.0), (4.0, 38.0), (16.0, 62.0)]).expect("three points");
+        assert!((k - 30.0).abs() < 1e-9 && (o - 2.0).abs() < 1e-9, "{k} {o}");
+        let fig = fig004_6(&l, Scale::Smoke).expect("lock lines");
+        assert_eq!(
+            fig.series[0].points,
+            vec![(1.0, 32.0), (4.0, 38.0), (16.0, 62.0)]
+        );
+        assert!(fig
+            .rows
+            .iter()
+            .any(|r| r.what.starts_with("K of") && r.ours == Some(k)));
+        assert!(fig004_6(&[], Scale::Smoke).is_err());
+        assert_eq!(fit_k_o(&[(1.0, 32.0)]), None);
     }
 
     #[test]

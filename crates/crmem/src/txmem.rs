@@ -1,0 +1,143 @@
+//! Transaction memory both configurations share (node.rs, the mirror; symmetric.rs): a
+//! segment's bytes, mapping and lock table; the ranges a transaction declared, their undo
+//! images and its write set; the locks it holds.
+
+use crate::lock::{LockId, LockMapping, LockTable, LOCKS_PER_RANGE_MAX};
+use crate::node::{CrError, Mode, SegmentId, SEGMENTS_MAX};
+use std::borrow::BorrowMut;
+
+pub(crate) struct Segment {
+    pub(crate) mem: Vec<u8>,
+    pub(crate) mapping: LockMapping,
+    pub(crate) locks: LockTable,
+}
+
+impl Segment {
+    /// A segment of `bytes` zeroed bytes, the `count + 1`-th of its node, within the limits.
+    pub(crate) fn new(
+        count: usize,
+        bytes: usize,
+        mapping: LockMapping,
+    ) -> Result<Segment, CrError> {
+        if count >= SEGMENTS_MAX || bytes > u32::MAX as usize || !mapping.is_valid() {
+            return Err(CrError::BadSegment);
+        }
+        let locks = LockTable::new(mapping.lock_count(bytes));
+        Ok(Segment {
+            mem: vec![0; bytes],
+            mapping,
+            locks,
+        })
+    }
+
+    /// The locks of `len` bytes at `offset` into `out`, the range and the locks checked.
+    pub(crate) fn map_range(
+        &self,
+        offset: u32,
+        len: u32,
+        out: &mut Vec<LockId>,
+    ) -> Result<(), CrError> {
+        if len == 0 || offset as usize + len as usize > self.mem.len() {
+            return Err(CrError::OutOfRange);
+        }
+        self.mapping.map(offset, len, out);
+        if out.len() > LOCKS_PER_RANGE_MAX || out.iter().any(|&l| l as usize >= self.locks.len()) {
+            return Err(CrError::TooManyLocks);
+        }
+        Ok(())
+    }
+
+    /// The contents of range `r` now: its undo image.
+    pub(crate) fn image(&self, r: &SetRange) -> (SegmentId, u32, Vec<u8>) {
+        let (a, b) = (r.offset as usize, (r.offset + r.len) as usize);
+        (r.segment, r.offset, self.mem[a..b].to_vec())
+    }
+}
+
+/// A range a transaction declared.
+#[derive(Clone, Copy)]
+pub(crate) struct SetRange {
+    pub(crate) segment: SegmentId,
+    pub(crate) offset: u32,
+    pub(crate) len: u32,
+    pub(crate) mode: Mode,
+}
+
+/// Locks held: (segment, lock, exclusive).
+pub(crate) type Held = Vec<(SegmentId, LockId, bool)>;
+/// Old contents of every write range, in the order taken.
+pub(crate) type Undo = Vec<(SegmentId, u32, Vec<u8>)>;
+
+/// Whether `ranges` cover `len` bytes at `off` of `s` (for writing, if `write`).
+pub(crate) fn covered(
+    ranges: &[SetRange],
+    s: SegmentId,
+    off: u32,
+    len: u32,
+    write: bool,
+) -> Result<(), CrError> {
+    let end = off as u64 + len as u64;
+    let ok = ranges.iter().any(|r| {
+        r.segment == s
+            && r.offset <= off
+            && end <= r.offset as u64 + r.len as u64
+            && (!write || r.mode == Mode::Write)
+    });
+    ok.then_some(()).ok_or(CrError::NotSet)
+}
+
+/// The write set: the ranges declared for writing, in order.
+pub(crate) fn writes(ranges: &[SetRange]) -> Vec<SetRange> {
+    ranges
+        .iter()
+        .filter(|r| r.mode == Mode::Write)
+        .copied()
+        .collect()
+}
+
+/// Puts the undo images back, the last taken first.
+pub(crate) fn restore<S: BorrowMut<Segment>>(segments: &mut [S], undo: Undo) {
+    for (s, off, old) in undo.into_iter().rev() {
+        let a = off as usize;
+        segments[s as usize].borrow_mut().mem[a..a + old.len()].copy_from_slice(&old);
+    }
+}
+
+/// Releases the locks in `held`.
+pub(crate) fn release<S: BorrowMut<Segment>>(segments: &mut [S], held: &Held) {
+    for &(s, l, x) in held {
+        segments[s as usize].borrow_mut().locks.release(l, x);
+    }
+}
+
+/// Takes `ids` of `seg` in `locks` for `owner` (all or none), tracking them in `held`.
+/// `None`: some are taken by others; `Some(new)`: whether any was newly taken. A lock held
+/// already in this mode (or exclusive) is not taken twice: a second shared count would keep
+/// it from ever upgrading.
+pub(crate) fn take_into(
+    locks: &mut LockTable,
+    owner: u64,
+    seg: SegmentId,
+    ids: &[LockId],
+    write: bool,
+    held: &mut Held,
+) -> Option<bool> {
+    let hs = |l: LockId| held.iter().any(|&(s, h, x)| s == seg && h == l && !x);
+    if !locks.can_take(owner, ids, write, hs) {
+        return None;
+    }
+    let mut new = false;
+    for &l in ids {
+        let h = held.iter().position(|&(s, h, _)| s == seg && h == l);
+        if h.is_some_and(|i| held[i].2 || !write) {
+            continue;
+        }
+        new = true;
+        match (locks.take(owner, l, write), h) {
+            (Some(true), Some(i)) => held[i].2 = true,
+            (Some(_), _) => held.push((seg, l, write)),
+            (None, _) => {}
+        }
+    }
+    Some(new)
+}

@@ -1,0 +1,105 @@
+//! What the CRMem benchmarks share (crmem.rs, the mirror; crmem_sym.rs, the symmetric
+//! configuration): the simplified TpcB of Roşu & Schwan, *Support for Recoverable Memory in
+//! the Distributed Virtual Communication Machine* (§3.5) — its tables, its granularities, one
+//! transaction's draw and writes, the balance sums — and the little byte helpers.
+
+use std::io;
+use txcast_crmem::LockMapping;
+use txcast_proto::rng::Rng;
+
+pub const ACCOUNTS: u32 = 10_000;
+pub const TELLERS: u32 = 256;
+pub const BRANCHES: u32 = 32;
+pub const HISTORY: u32 = 100;
+pub const ROW: u32 = 100;
+pub const HISTORY_ROW: u32 = 50;
+
+pub fn err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+pub fn i64_at(m: &[u8], at: usize) -> i64 {
+    i64::from_le_bytes(m[at..at + 8].try_into().expect("8 bytes"))
+}
+
+pub fn add_i64(m: &mut [u8], at: usize, d: i64) {
+    let v = i64_at(m, at).wrapping_add(d);
+    m[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The paper's granularities, in segment order accounts, tellers, branches, history: ten
+/// accounts to a lock, two tellers, one branch, one history record.
+pub fn tpcb_segments() -> [(usize, LockMapping); 4] {
+    let rows = |per_lock| LockMapping::Records {
+        record_bytes: ROW,
+        per_lock,
+    };
+    [
+        ((ACCOUNTS * ROW) as usize, rows(10)),
+        ((TELLERS * ROW) as usize, rows(2)),
+        ((BRANCHES * ROW) as usize, rows(1)),
+        (
+            (HISTORY * HISTORY_ROW) as usize,
+            LockMapping::Records {
+                record_bytes: HISTORY_ROW,
+                per_lock: 1,
+            },
+        ),
+    ]
+}
+
+/// One TpcB transaction as drawn: an account, a teller (whose branch follows), a history
+/// slot, an amount (a record at random, no running total, so no lock every transaction
+/// takes).
+pub struct Tpcb {
+    pub account: u32,
+    pub teller: u32,
+    pub branch: u32,
+    pub slot: u32,
+    pub amount: i64,
+}
+
+impl Tpcb {
+    pub fn draw(rng: &mut Rng) -> Tpcb {
+        let account = rng.below(ACCOUNTS as u64) as u32;
+        let teller = rng.below(TELLERS as u64) as u32;
+        let branch = teller / (TELLERS / BRANCHES);
+        let slot = rng.below(HISTORY as u64) as u32;
+        let amount = rng.below(2_000) as i64 - 1_000;
+        Tpcb {
+            account,
+            teller,
+            branch,
+            slot,
+            amount,
+        }
+    }
+
+    /// The four ranges to take, in this order, as (segment, offset, length), given the
+    /// segments of the accounts, tellers, branches and history.
+    pub fn ranges(&self, [acc, tel, br, hist]: [u16; 4]) -> [(u16, u32, u32); 4] {
+        [
+            (acc, self.account * ROW, ROW),
+            (tel, self.teller * ROW, ROW),
+            (br, self.branch * ROW, ROW),
+            (hist, self.slot * HISTORY_ROW, HISTORY_ROW),
+        ]
+    }
+
+    /// The write of one range: the history record (amount, account), or the balance moved.
+    pub fn apply(&self, history: bool, m: &mut [u8]) {
+        if history {
+            m[..8].copy_from_slice(&self.amount.to_le_bytes());
+            m[8..12].copy_from_slice(&self.account.to_le_bytes());
+        } else {
+            add_i64(m, 0, self.amount);
+        }
+    }
+}
+
+/// The accounts', tellers' and branches' balance sums, from the segments' copies.
+pub fn tpcb_sums(acc: &[u8], tel: &[u8], br: &[u8]) -> (i64, i64, i64) {
+    let sum =
+        |m: &[u8], rows: u32| -> i64 { (0..rows).map(|i| i64_at(m, (i * ROW) as usize)).sum() };
+    (sum(acc, ACCOUNTS), sum(tel, TELLERS), sum(br, BRANCHES))
+}
