@@ -803,7 +803,10 @@ pub fn run(opts: &Args) -> i32 {
     } else {
         print!("{heading}{}", report.table());
     }
-    if !fanout_ratios.is_empty() {
+    // Under --json stdout carries the JSON lines alone; the ratios go with the table.
+    if opts.json {
+        eprint!("{fanout_ratios}");
+    } else {
         print!("{fanout_ratios}");
     }
     if failures > 0 {
