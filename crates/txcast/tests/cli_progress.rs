@@ -77,3 +77,55 @@ fn a_benchmark_without_a_terminal_keeps_stdout_to_its_json() {
         "{stderr:?}"
     );
 }
+
+/// `bench group` with stderr piped: its per-point lines on stderr with no bar (no escape codes,
+/// no carriage returns), and stdout only its JSON lines.
+#[test]
+fn the_group_benchmark_without_a_terminal_keeps_stdout_to_its_json() {
+    let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
+        .args([
+            "bench",
+            "group",
+            "--cases",
+            "delay",
+            "--sizes",
+            "3",
+            "--methods",
+            "pb",
+            "--bytes",
+            "0",
+            "--iterations",
+            "100",
+            "--warmup",
+            "10",
+            "--json",
+        ])
+        .output()
+        .expect("run txcast");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.trim().is_empty(), "{stderr}");
+    for l in stdout.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}"));
+        assert_eq!(v["bench"], "group", "{l}");
+    }
+    // The yardsticks' and the group's lines, whole.
+    for point in [
+        "  raw-udp-blocking ",
+        "  raw-udp-fanout n=3 ",
+        "  group-pb n=3 ",
+    ] {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(point) && l.contains("p99")),
+            "{point}: {stderr}"
+        );
+    }
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
+}

@@ -23,6 +23,7 @@
 use super::crmem_common::{self as common, add_i64, err, i64_at, tpcb_segments, Tpcb};
 use super::stats::{bench_json, whole, Samples, Summary};
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
+use crate::progress::Progress;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,9 +58,10 @@ struct Plan {
 }
 
 /// A line of the human table: on stdout, or on stderr under `--json` (stdout has the JSON).
+/// With the progress bar, if drawn, out of the way.
 macro_rules! say {
-    ($plan:expr, $($t:tt)*) => {
-        if $plan.json { eprintln!($($t)*) } else { println!($($t)*) }
+    ($plan:expr, $progress:expr, $($t:tt)*) => {
+        $progress.suspend(|| if $plan.json { eprintln!($($t)*) } else { println!($($t)*) })
     };
 }
 
@@ -196,15 +198,45 @@ pub fn run(args: &Args) -> i32 {
 
 fn bench(plan: &Plan) -> io::Result<()> {
     let has = |s: &str| plan.sections.iter().any(|x| x == s);
+    // One point for the yardsticks, one per lock count, one for the commit latency, one per
+    // parallelism and per depth of the throughput sections.
+    let mut total = 0;
+    if has("commit") || has("locks") {
+        total += 1;
+    }
+    if has("locks") {
+        total += plan.locks.len();
+    }
+    if has("commit") {
+        total += 1;
+    }
+    for s in ["synthetic", "tpcb"] {
+        if has(s) {
+            total += plan.parallel.len() + plan.depths.len();
+        }
+    }
+    let progress = Progress::points("crmem", total as u64);
+    let r = sections(plan, &progress);
+    progress.finish();
+    r
+}
+
+fn sections(plan: &Plan, progress: &Progress) -> io::Result<()> {
+    let has = |s: &str| plan.sections.iter().any(|x| x == s);
     // The yardsticks first, with nothing else running.
     let (spin, park) = if has("commit") || has("locks") {
+        progress.note("remote port round trips");
         let (spin, park) = super::crmem_locks::yardsticks(plan.commits, plan.warmup)?;
+        progress.advance();
         (Some(spin), Some(park))
     } else {
         (None, None)
     };
     if let (true, Some(spin), Some(park)) = (has("locks"), &spin, &park) {
-        let out = super::crmem_locks::Out { json: plan.json };
+        let out = super::crmem_locks::Out {
+            json: plan.json,
+            progress,
+        };
         super::crmem_locks::measure(&out, &plan.locks, plan.commits, plan.warmup, spin, park)?;
     }
     if !["commit", "synthetic", "tpcb"].iter().any(|s| has(s)) {
@@ -221,19 +253,23 @@ fn bench(plan: &Plan) -> io::Result<()> {
             synthetic_txn(&c, (i % RECORDS as u64) as u32)?;
         }
         if let (true, Some(spin), Some(park)) = (has("commit"), &spin, &park) {
-            commit_latency(plan, &c, spin, park)?;
+            progress.note("commit latency");
+            commit_latency(plan, progress, &c, spin, park)?;
+            progress.advance();
         }
         if has("synthetic") {
-            throughput(plan, &c, "synthetic", |c, rng| {
+            throughput(plan, progress, &c, "synthetic", |c, rng| {
                 synthetic_txn(c, rng.below(RECORDS as u64) as u32)
             })?;
-            pipelined(plan, &c, "synthetic", |c, rng| {
+            pipelined(plan, progress, &c, "synthetic", |c, rng| {
                 synthetic(c, rng.below(RECORDS as u64) as u32, End::Async)
             })?;
         }
         if has("tpcb") {
-            throughput(plan, &c, "tpcb", tpcb_txn)?;
-            pipelined(plan, &c, "tpcb", |c, rng| tpcb(c, rng, End::Async))?;
+            throughput(plan, progress, &c, "tpcb", tpcb_txn)?;
+            pipelined(plan, progress, &c, "tpcb", |c, rng| {
+                tpcb(c, rng, End::Async)
+            })?;
             let mine = tpcb_sums(&c).ok_or_else(|| io::Error::other("no segments"))?;
             std::fs::write(&stop, b"")?;
             super::wait_child(&mut partner, Duration::from_secs(30))?;
@@ -242,6 +278,7 @@ fn bench(plan: &Plan) -> io::Result<()> {
             let ok = mine.0 == mine.1 && mine.1 == mine.2 && theirs.trim() == want;
             say!(
                 plan,
+                progress,
                 "tpcb check: primary sums (accounts tellers branches, commit) {want}, backup {}: {}",
                 theirs.trim(),
                 if ok { "consistent" } else { "INCONSISTENT" }
@@ -250,7 +287,7 @@ fn bench(plan: &Plan) -> io::Result<()> {
                 return Err(io::Error::other("TpcB sums differ"));
             }
         }
-        say!(plan, "counters: {:?}", c.counters());
+        say!(plan, progress, "counters: {:?}", c.counters());
         Ok(())
     })();
     let _ = std::fs::write(&stop, b"");
@@ -317,23 +354,27 @@ fn tpcb(c: &Crmem, rng: &mut Rng, how: End) -> io::Result<u64> {
 /// per transaction.
 fn pipelined(
     plan: &Plan,
+    progress: &Progress,
     c: &Crmem,
     name: &str,
     txn: impl Fn(&Crmem, &mut Rng) -> io::Result<u64>,
 ) -> io::Result<()> {
     say!(
         plan,
+        progress,
         "{name}, one thread with commits in flight: transactions per second, {} s a point",
         plan.seconds
     );
     say!(
         plan,
+        progress,
         "{:>11} {:>14} {:>12}",
         "in flight",
         "txn/s",
         "transactions"
     );
     for &depth in &plan.depths {
+        progress.note(&format!("{name} {depth} in flight"));
         let mut rng = Rng::new(depth as u64);
         let mut flight = std::collections::VecDeque::with_capacity(depth);
         let started = Instant::now();
@@ -351,7 +392,7 @@ fn pipelined(
             c.wait_durable(last, WAIT).map_err(err)?;
         }
         let rate = n as f64 / started.elapsed().as_secs_f64();
-        say!(plan, "{depth:>11} {rate:>14.0} {n:>12}");
+        say!(plan, progress, "{depth:>11} {rate:>14.0} {n:>12}");
         if plan.json {
             let line = bench_json! {
                 bench: "crmem",
@@ -361,13 +402,20 @@ fn pipelined(
                 txn_per_s: whole(rate),
                 transactions: n,
             };
-            println!("{line}");
+            progress.suspend(|| println!("{line}"));
         }
+        progress.advance();
     }
     Ok(())
 }
 
-fn commit_latency(plan: &Plan, c: &Crmem, spin: &Summary, park: &Summary) -> io::Result<()> {
+fn commit_latency(
+    plan: &Plan,
+    progress: &Progress,
+    c: &Crmem,
+    spin: &Summary,
+    park: &Summary,
+) -> io::Result<()> {
     let mut s = Samples::with_capacity(plan.commits as usize);
     let mut rng = Rng::new(7);
     for _ in 0..plan.commits {
@@ -388,10 +436,11 @@ fn commit_latency(plan: &Plan, c: &Crmem, spin: &Summary, park: &Summary) -> io:
             remote_spin_p50_ns: spin.p50_ns,
             remote_park_p50_ns: park.p50_ns,
         };
-        println!("{line}");
+        progress.suspend(|| println!("{line}"));
     }
     say!(
         plan,
+        progress,
         "commit latency, parallelism 1, {} commits (p50/p99 us): crmem {}, remote port round trip spinning {}, parked {}; crmem/spinning {:.2}, crmem/parked {:.2} (target <= 1.5 against the round trip)",
         plan.commits,
         us(&m),
@@ -405,23 +454,27 @@ fn commit_latency(plan: &Plan, c: &Crmem, spin: &Summary, park: &Summary) -> io:
 
 fn throughput(
     plan: &Plan,
+    progress: &Progress,
     c: &Crmem,
     name: &str,
     txn: impl Fn(&Crmem, &mut Rng) -> io::Result<()> + Sync,
 ) -> io::Result<()> {
     say!(
         plan,
+        progress,
         "{name}: transactions per second, mirror with one backup, {} s a point",
         plan.seconds
     );
     say!(
         plan,
+        progress,
         "{:>11} {:>14} {:>12}",
         "parallelism",
         "txn/s",
         "transactions"
     );
     for &p in &plan.parallel {
+        progress.note(&format!("{name} parallelism {p}"));
         let done = AtomicU64::new(0);
         let stop = AtomicBool::new(false);
         let failed: std::sync::Mutex<Option<io::Error>> = std::sync::Mutex::new(None);
@@ -449,7 +502,7 @@ fn throughput(
         }
         let n = done.load(Ordering::Relaxed);
         let rate = n as f64 / started.elapsed().as_secs_f64();
-        say!(plan, "{p:>11} {rate:>14.0} {n:>12}");
+        say!(plan, progress, "{p:>11} {rate:>14.0} {n:>12}");
         if plan.json {
             let line = bench_json! {
                 bench: "crmem",
@@ -459,8 +512,9 @@ fn throughput(
                 txn_per_s: whole(rate),
                 transactions: n,
             };
-            println!("{line}");
+            progress.suspend(|| println!("{line}"));
         }
+        progress.advance();
     }
     Ok(())
 }

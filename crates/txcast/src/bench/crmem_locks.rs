@@ -20,6 +20,7 @@ use super::crmem_common::err;
 use super::rtt;
 use super::spawn_child;
 use super::stats::{bench_json, Samples, Summary};
+use crate::progress::Progress;
 use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -90,17 +91,21 @@ fn pair(c: &SymCrmem, k: u32) -> Result<(), SymCrmemError> {
 }
 
 /// What the section prints: JSON lines or the human table (on stderr under `--json`).
-pub struct Out {
+pub struct Out<'a> {
     pub json: bool,
+    /// The run's progress: a point per lock count.
+    pub progress: &'a Progress,
 }
 
-impl Out {
+impl Out<'_> {
     fn say(&self, s: &str) {
-        if self.json {
-            eprintln!("{s}");
-        } else {
-            println!("{s}");
-        }
+        self.progress.suspend(|| {
+            if self.json {
+                eprintln!("{s}");
+            } else {
+                println!("{s}");
+            }
+        });
     }
 }
 
@@ -108,7 +113,7 @@ impl Out {
 /// `warmup` untimed ones, against the remote port round trips `spin` and `park` of the same
 /// run.
 pub fn measure(
-    out: &Out,
+    out: &Out<'_>,
     counts: &[usize],
     samples: u64,
     warmup: u64,
@@ -146,6 +151,7 @@ pub fn measure(
         ));
         for &k in counts {
             let k = k.clamp(1, RECORDS as usize) as u32;
+            out.progress.note(&format!("locks {k}"));
             for _ in 0..warmup {
                 pair(&c, k).map_err(err)?;
             }
@@ -173,8 +179,9 @@ pub fn measure(
                     ratio_spin_p50: rs,
                     ratio_park_p50: rp,
                 };
-                println!("{line}");
+                out.progress.suspend(|| println!("{line}"));
             }
+            out.progress.advance();
         }
         out.say("target: one lock within 1.3 times the remote port round trip");
         Ok(())

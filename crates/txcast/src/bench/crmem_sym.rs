@@ -14,6 +14,7 @@
 
 use super::crmem_common::{err, tpcb_segments, tpcb_sums, Tpcb};
 use super::{spawn_child, wait_child, EXIT_FAILED};
+use crate::progress::Progress;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -164,16 +165,21 @@ pub fn child(args: &[String]) -> io::Result<()> {
 
 /// Runs the symmetric TpcB on each node count; prints a table per count.
 pub fn run(node_counts: &[usize], parallel: &[usize], seconds: f64) -> i32 {
+    // One point per node count and parallelism.
+    let progress = Progress::points("crmem", (node_counts.len() * parallel.len()) as u64);
     for &n in node_counts {
-        if let Err(e) = one(n, parallel, seconds) {
+        let r = one(n, parallel, seconds, &progress);
+        if let Err(e) = r {
+            progress.finish();
             eprintln!("txcast bench crmem --config symmetric: {n} nodes: {e}");
             return EXIT_FAILED;
         }
     }
+    progress.finish();
     0
 }
 
-fn one(n: usize, parallel: &[usize], seconds: f64) -> io::Result<()> {
+fn one(n: usize, parallel: &[usize], seconds: f64, progress: &Progress) -> io::Result<()> {
     let dir =
         std::env::temp_dir().join(format!("txcast-bench-crmem-sym-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -192,18 +198,21 @@ fn one(n: usize, parallel: &[usize], seconds: f64) -> io::Result<()> {
     }
     let r = (|| -> io::Result<()> {
         let c = open(n, 0)?;
-        println!(
-            "tpcb, symmetric on {n} nodes (one process each), transactions per second of all nodes, {seconds} s a point"
-        );
-        println!(
-            "{:>11} {:>14} {:>12}",
-            "parallelism", "txn/s", "transactions"
-        );
+        progress.suspend(|| {
+            println!(
+                "tpcb, symmetric on {n} nodes (one process each), transactions per second of all nodes, {seconds} s a point"
+            );
+            println!(
+                "{:>11} {:>14} {:>12}",
+                "parallelism", "txn/s", "transactions"
+            );
+        });
         let end = Instant::now() + PARTNER_LIFE;
         // Every node up: a first transaction from here reaches every home.
         let mut rng = Rng::new(99);
         while !tpcb(&c, &mut rng)? {}
         for (i, &p) in parallel.iter().enumerate() {
+            progress.note(&format!("symmetric {n} nodes, parallelism {p}"));
             std::fs::write(dir.join(format!("go.{i}")), b"")?;
             let started = Instant::now();
             let mut total = point(&c, 0, p, seconds)?;
@@ -216,7 +225,8 @@ fn one(n: usize, parallel: &[usize], seconds: f64) -> io::Result<()> {
                     .map_err(err)?;
             }
             let elapsed = started.elapsed().as_secs_f64().max(seconds);
-            println!("{p:>11} {:>14.0} {total:>12}", total as f64 / elapsed);
+            progress.suspend(|| println!("{p:>11} {:>14.0} {total:>12}", total as f64 / elapsed));
+            progress.advance();
         }
         std::fs::write(dir.join("stop"), b"")?;
         let mine = sums(&c)?;
@@ -232,12 +242,14 @@ fn one(n: usize, parallel: &[usize], seconds: f64) -> io::Result<()> {
             ok &= theirs.trim() == mine;
             all.push(theirs.trim().to_string());
         }
-        println!(
-            "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
-            all,
-            if ok { "consistent" } else { "INCONSISTENT" }
-        );
-        println!("counters (node 0): {:?}", c.counters());
+        progress.suspend(|| {
+            println!(
+                "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
+                all,
+                if ok { "consistent" } else { "INCONSISTENT" }
+            );
+            println!("counters (node 0): {:?}", c.counters());
+        });
         std::fs::write(dir.join("exit"), b"")?;
         if ok {
             Ok(())

@@ -22,6 +22,7 @@ mod fanout;
 use super::rtt::{find_case, measure_in_processes};
 use super::stats::{Report, Samples};
 use super::{kill_child, parse_u64, spawn_child, wait_child, EXIT_FAILED, EXIT_USAGE};
+use crate::progress::Progress;
 use std::io;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -273,6 +274,7 @@ fn delay(
     iterations: u64,
     report: &mut Report,
     case_prefix: &str,
+    progress: &Progress,
 ) -> io::Result<()> {
     let first = 1u16;
     let cluster = Cluster::start(
@@ -291,6 +293,7 @@ fn delay(
     let g = join(&port, cfg, addr(first), size)?;
     let result = (|| {
         for &b in bytes {
+            progress.note(&format!("{case_prefix} n={size} {b} B"));
             let msg = vec![0x5au8; b as usize];
             let mut samples = Samples::with_capacity(iterations as usize);
             for i in 0..warmup + iterations {
@@ -306,11 +309,12 @@ fn delay(
             let s = samples
                 .summary()
                 .ok_or_else(|| io::Error::other("no samples"))?;
-            eprintln!(
+            progress.println(&format!(
                 "  {case_prefix} n={size} {b:>5} B: p50 {:.1} µs p99 {:.1} µs",
                 s.p50_ns as f64 / 1e3,
                 s.p99_ns as f64 / 1e3
-            );
+            ));
+            progress.advance();
             report.push_latency(&format!("{case_prefix}-n{size}"), b, s);
         }
         g.send(QUIT, Some(Duration::from_secs(5)))
@@ -334,6 +338,7 @@ fn throughput(
     bytes: usize,
     seconds: f64,
     report: &mut Report,
+    progress: &Progress,
 ) -> io::Result<()> {
     let first = 1u16;
     let cluster = Cluster::start(
@@ -356,20 +361,20 @@ fn throughput(
     )?;
     let result = blast_counted(&g, seconds, bytes);
     let c = g.info().counters;
-    eprintln!(
+    progress.println(&format!(
         "    at this member: {} packets sent, {} received, {} submissions ({} resent), {} records multicast, {} syncs, {} history full",
         c.packets_sent, c.packets_received, c.submits_sent, c.submits_resent, c.records_multicast, c.syncs, c.history_full
-    );
+    ));
     let ok = result.is_ok();
     let (delivered, elapsed, fewest) = result?;
-    eprintln!(
+    progress.println(&format!(
         "  throughput {} n={size} {bytes} B pack {}: {delivered} delivered in {:.2} s = {:.0}/s; the slowest sender got {:.0}/s through",
         method_name(method),
         pack_name(pack),
         elapsed.as_secs_f64(),
         delivered as f64 / elapsed.as_secs_f64(),
         fewest as f64 / elapsed.as_secs_f64()
-    );
+    ));
     // PB keeps the names it had before the method was a choice.
     let case = match method {
         Method::Pb => format!("group-n{size}-pack-{}", pack_name(pack)),
@@ -604,27 +609,46 @@ pub fn run(opts: &Args) -> i32 {
         group_id += 1;
         group_id
     };
+    // One point per byte count of each sweep (a throughput point per packing too).
+    let n_cases = |name: &str| cases.iter().filter(|c| *c == name).count() as u64;
+    let packs = opts.packing.len() as u64;
+    let total =
+        if cases.iter().any(|c| c == "delay" || c == "resilience") {
+            bytes.len() as u64
+        } else {
+            0
+        } + n_cases("delay") * (methods.len() as u64 + 1) * sizes.len() as u64 * bytes.len() as u64
+            + n_cases("throughput")
+                * throughput_methods.len() as u64
+                * opts.throughput_sizes.len() as u64
+                * opts.throughput_bytes.len() as u64
+                * packs
+            + n_cases("parallel") * parallel.len() as u64
+            + n_cases("resilience") * rs.len() as u64 * opts.resilience_bytes.len() as u64;
+    let progress = Progress::points("group", total);
     // The yardstick, at each size.
     if cases.iter().any(|c| c == "delay" || c == "resilience") {
         let case = find_case("raw-udp-blocking").expect("case exists");
         for &b in &bytes {
             let b = b.max(16) as usize;
+            progress.note(&format!("raw-udp-blocking {b} B"));
             match measure_in_processes(case, b, warmup, iterations) {
                 Ok(s) => {
-                    eprintln!(
+                    progress.println(&format!(
                         "  raw-udp-blocking {b:>5} B: p50 {:.1} µs p99 {:.1} µs",
                         s.p50_ns as f64 / 1e3,
                         s.p99_ns as f64 / 1e3
-                    );
+                    ));
                     // Recorded under the group's byte count, so ratios line up (0 B → 16 B).
                     let key = if b == 16 { 0 } else { b as u64 };
                     report.push_latency("raw-udp-blocking", key, s);
                 }
                 Err(e) => {
-                    eprintln!("  raw-udp-blocking {b} B FAILED: {e}");
+                    progress.println(&format!("  raw-udp-blocking {b} B FAILED: {e}"));
                     failures += 1;
                 }
             }
+            progress.advance();
         }
     }
     for case in &cases {
@@ -632,6 +656,7 @@ pub fn run(opts: &Args) -> i32 {
             "delay" => {
                 for m in &methods {
                     let Some(method) = parse_method(m) else {
+                        progress.finish();
                         eprintln!("unknown method {m}");
                         return EXIT_USAGE;
                     };
@@ -639,8 +664,17 @@ pub fn run(opts: &Args) -> i32 {
                         let n = n.max(2) as usize;
                         // The same pattern in raw UDP, at each size, once (not per method).
                         if m == &methods[0] {
-                            failures +=
-                                fanout_yardstick(n, &bytes, warmup, iterations, &mut report);
+                            failures += fanout_yardstick(
+                                n,
+                                &bytes,
+                                warmup,
+                                iterations,
+                                &mut report,
+                                &progress,
+                            );
+                        } else {
+                            // The yardstick's points, counted for every method.
+                            (0..bytes.len()).for_each(|_| progress.advance());
                         }
                         let r = delay(
                             next_id(),
@@ -652,9 +686,10 @@ pub fn run(opts: &Args) -> i32 {
                             iterations,
                             &mut report,
                             &format!("group-{m}"),
+                            &progress,
                         );
                         if let Err(e) = r {
-                            eprintln!("  delay {m} n={n} FAILED: {e}");
+                            progress.println(&format!("  delay {m} n={n} FAILED: {e}"));
                             failures += 1;
                         }
                     }
@@ -663,6 +698,7 @@ pub fn run(opts: &Args) -> i32 {
             "throughput" => {
                 for m in &throughput_methods {
                     let Some(method) = parse_method(m) else {
+                        progress.finish();
                         return EXIT_USAGE;
                     };
                     for &n in &opts.throughput_sizes {
@@ -671,6 +707,10 @@ pub fn run(opts: &Args) -> i32 {
                         std::env::set_var("TXCAST_BENCH_MEMBERS", n.to_string());
                         for &b in &opts.throughput_bytes {
                             for pack in opts.packing.iter().filter_map(|p| parse_pack(p)) {
+                                progress.note(&format!(
+                                    "throughput {m} n={n} {b} B pack {}",
+                                    pack_name(pack)
+                                ));
                                 let r = throughput(
                                     next_id(),
                                     n as usize,
@@ -679,14 +719,16 @@ pub fn run(opts: &Args) -> i32 {
                                     b as usize,
                                     seconds as f64,
                                     &mut report,
+                                    &progress,
                                 );
                                 if let Err(e) = r {
-                                    eprintln!(
+                                    progress.println(&format!(
                                         "  throughput {m} n={n} {b} B pack {} FAILED: {e}",
                                         pack_name(pack)
-                                    );
+                                    ));
                                     failures += 1;
                                 }
+                                progress.advance();
                             }
                         }
                     }
@@ -694,12 +736,13 @@ pub fn run(opts: &Args) -> i32 {
             }
             "parallel" => {
                 for &k in &parallel {
+                    progress.note(&format!("parallel {k}"));
                     match parallel_groups(&mut next_id, k as usize, seconds as f64) {
                         Ok((delivered, elapsed)) => {
-                            eprintln!(
+                            progress.println(&format!(
                                 "  parallel {k} groups of 2: {:.0} deliveries/s in all",
                                 delivered as f64 / elapsed.as_secs_f64()
-                            );
+                            ));
                             report.push_throughput(
                                 &format!("parallel-{k}x2"),
                                 64,
@@ -708,10 +751,11 @@ pub fn run(opts: &Args) -> i32 {
                             );
                         }
                         Err(e) => {
-                            eprintln!("  parallel {k} FAILED: {e}");
+                            progress.println(&format!("  parallel {k} FAILED: {e}"));
                             failures += 1;
                         }
                     }
+                    progress.advance();
                 }
             }
             "resilience" => {
@@ -728,19 +772,22 @@ pub fn run(opts: &Args) -> i32 {
                         iterations,
                         &mut report,
                         &format!("resilience-r{r}"),
+                        &progress,
                     );
                     if let Err(e) = res {
-                        eprintln!("  resilience r={r} FAILED: {e}");
+                        progress.println(&format!("  resilience r={r} FAILED: {e}"));
                         failures += 1;
                     }
                 }
             }
             other => {
+                progress.finish();
                 eprintln!("txcast bench group: unknown case {other}");
                 return EXIT_USAGE;
             }
         }
     }
+    progress.finish();
     let heading = format!(
         "group: paper 003 §4 on loopback, every member a process; delay = blocking send by a \
          member that is not the sequencer ({iterations} timed after {warmup}); \
@@ -756,7 +803,10 @@ pub fn run(opts: &Args) -> i32 {
     } else {
         print!("{heading}{}", report.table());
     }
-    if !fanout_ratios.is_empty() {
+    // Under --json stdout carries the JSON lines alone; the ratios go with the table.
+    if opts.json {
+        eprint!("{fanout_ratios}");
+    } else {
         print!("{fanout_ratios}");
     }
     if failures > 0 {
@@ -773,27 +823,30 @@ fn fanout_yardstick(
     warmup: u64,
     iterations: u64,
     report: &mut Report,
+    progress: &Progress,
 ) -> usize {
     let mut failures = 0;
     for &b in bytes {
+        progress.note(&format!("raw-udp-fanout n={size} {b} B"));
         // As the two-process yardstick: at least 16 bytes, recorded under the group's count.
         match fanout::measure(size, (b as usize).max(16), warmup, iterations) {
             Ok(mut samples) => match samples.summary() {
                 Some(s) => {
-                    eprintln!(
+                    progress.println(&format!(
                         "  raw-udp-fanout n={size} {b:>5} B: p50 {:.1} µs p99 {:.1} µs",
                         s.p50_ns as f64 / 1e3,
                         s.p99_ns as f64 / 1e3
-                    );
+                    ));
                     report.push_latency(&format!("raw-udp-fanout-n{size}"), b, s);
                 }
                 None => failures += 1,
             },
             Err(e) => {
-                eprintln!("  raw-udp-fanout n={size} {b} B FAILED: {e}");
+                progress.println(&format!("  raw-udp-fanout n={size} {b} B FAILED: {e}"));
                 failures += 1;
             }
         }
+        progress.advance();
     }
     failures
 }

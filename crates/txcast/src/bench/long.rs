@@ -10,6 +10,7 @@
 
 use super::stats::{Report, Samples};
 use super::{finish_child, parse_u64, spawn_child, EXIT_FAILED};
+use crate::progress::Progress;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -188,7 +189,12 @@ fn parse_case(case: &str) -> Option<(bool, usize)> {
 }
 
 /// Runs one case over every length with the partner in a second process; a row per length.
-fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Samples)>> {
+fn measure(
+    case: &str,
+    lengths: &[u64],
+    max: u64,
+    progress: &Progress,
+) -> io::Result<Vec<(u64, Samples)>> {
     let lens: Vec<String> = lengths.iter().map(u64::to_string).collect();
     let mut args = vec!["long".to_string(), case.to_string(), max.to_string()];
     match case {
@@ -201,7 +207,7 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
                 let (mut s, _) = listener.accept()?;
                 s.set_nodelay(true)?;
                 s.set_read_timeout(Some(WAIT))?;
-                rows(lengths, max, |m, back, _| {
+                rows(lengths, max, progress, case, |m, back, _| {
                     s.write_all(m)?;
                     s.read_exact(back)
                 })
@@ -221,7 +227,7 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
                 let (_, peer) = sock.recv_from(&mut hello)?;
                 sock.connect(peer)?;
                 sock.set_nonblocking(case.ends_with("-spin"))?;
-                rows(lengths, max, |m, back, _| {
+                rows(lengths, max, progress, case, |m, back, _| {
                     if fragmenting {
                         send_fragments(&sock, m)?;
                         return recv_fragments(&sock, back);
@@ -250,7 +256,7 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
             // taken as the reassembled buffer: no copy the API does not need. With
             // TXCAST_BENCH_LONG_COPY set, the copying calls (`send(&[u8])`, a copy out).
             let copy = std::env::var_os("TXCAST_BENCH_LONG_COPY").is_some();
-            let r = rows(lengths, max, |m, back, start| {
+            let r = rows(lengths, max, progress, case, |m, back, start| {
                 if copy {
                     l.send(peer, m, WAIT)
                         .map_err(|e| io::Error::other(e.to_string()))?;
@@ -303,10 +309,13 @@ fn measure(case: &str, lengths: &[u64], max: u64) -> io::Result<Vec<(u64, Sample
 fn rows(
     lengths: &[u64],
     max: u64,
+    progress: &Progress,
+    case: &str,
     mut round_trip: impl FnMut(&[u8], &mut Vec<u8>, &mut Instant) -> io::Result<()>,
 ) -> io::Result<Vec<(u64, Samples)>> {
     let mut out = Vec::new();
     for &len in lengths {
+        progress.note(&format!("{case} {len} B"));
         let m = message(len as usize);
         let mut back = vec![0u8; len as usize];
         let n = round_trips(len, max);
@@ -324,6 +333,7 @@ fn rows(
             }
         }
         out.push((len, s));
+        progress.advance();
     }
     Ok(out)
 }
@@ -432,32 +442,39 @@ pub fn run(opts: &Args) -> i32 {
     let max = opts.iterations_max.max(1);
     let mut report = Report::new("long", &["tcp"]);
     let mut failures = 0;
-    for case in &cases {
-        // Raw UDP only where one datagram holds the message.
-        let lens: Vec<u64> = if case == "raw-udp" {
+    // Raw UDP only where one datagram holds the message.
+    let lens_of = |case: &str| -> Vec<u64> {
+        if case == "raw-udp" {
             lengths.iter().copied().filter(|&l| l <= 65_507).collect()
         } else {
             lengths.clone()
-        };
-        match measure(case, &lens, max) {
+        }
+    };
+    // One point per case and length.
+    let total = cases.iter().map(|c| lens_of(c).len() as u64).sum();
+    let progress = Progress::points("long", total);
+    for case in &cases {
+        let lens = lens_of(case);
+        match measure(case, &lens, max, &progress) {
             Ok(rows) => {
                 for (len, mut s) in rows {
                     if let Some(s) = s.summary() {
-                        eprintln!(
+                        progress.println(&format!(
                             "  {case} {len:>8} B: p50 {:.1} µs, {:.0} MB/s",
                             s.p50_ns as f64 / 1e3,
                             2.0 * len as f64 / s.p50_ns as f64 * 1e3
-                        );
+                        ));
                         report.push_latency(case, len, s);
                     }
                 }
             }
             Err(e) => {
-                eprintln!("  {case} FAILED: {e}");
+                progress.println(&format!("  {case} FAILED: {e}"));
                 failures += 1;
             }
         }
     }
+    progress.finish();
     let heading = "long: round trips by length between two processes (latencies in µs); \
          p50/A < 1 is faster than TCP; throughput = 2 × length / p50\n";
     let mut table = report.table();

@@ -16,6 +16,7 @@ use super::rtt;
 use super::stats::{bench_json, rounded, whole, Samples, Summary};
 use super::throughput;
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
+use crate::progress::Progress;
 use std::io;
 use std::time::{Duration, Instant};
 use txcast_port::{Engine, EngineConfig, ModuleHost, Port, PortConfig};
@@ -108,33 +109,51 @@ pub fn run(args: &Args) -> i32 {
         Ok(p) => p,
         Err(code) => return code,
     };
+    let has = |s: &str| plan.sections.iter().any(|x| x == s);
+    // Per round: a point for the module's latencies and one per message size of the
+    // yardsticks, one for the rate, one per destination count of the push and one for the
+    // interpreter.
+    let mut per_round = 0;
+    if has("latency") {
+        per_round += 1 + plan.bytes.len() as u64;
+    }
+    if has("rate") {
+        per_round += 1;
+    }
+    if has("push") {
+        per_round += plan.dests.len() as u64 + 1;
+    }
+    let progress = Progress::points("modules", plan.repeat * per_round);
     let out = |line: String| {
-        if plan.json {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
+        progress.suspend(|| {
+            if plan.json {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        })
     };
     for round in 0..plan.repeat {
         out(format!("round {}", round + 1));
-        let has = |s: &str| plan.sections.iter().any(|x| x == s);
         let r = (|| -> io::Result<()> {
             if has("latency") {
-                latency(&plan, &out)?;
+                latency(&plan, &out, &progress)?;
             }
             if has("rate") {
-                rate(&plan, &out)?;
+                rate(&plan, &out, &progress)?;
             }
             if has("push") {
-                push(&plan, &out)?;
+                push(&plan, &out, &progress)?;
             }
             Ok(())
         })();
         if let Err(e) = r {
+            progress.finish();
             eprintln!("txcast bench modules: {e}");
             return EXIT_FAILED;
         }
     }
+    progress.finish();
     0
 }
 
@@ -267,8 +286,10 @@ fn module_latency(plan: &Plan) -> io::Result<Vec<Summary>> {
     Ok(summaries)
 }
 
-fn latency(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
+fn latency(plan: &Plan, out: &impl Fn(String), progress: &Progress) -> io::Result<()> {
+    progress.note("module latency");
     let module = module_latency(plan)?;
+    progress.advance();
     out(format!(
         "latency (round trip; paper 004 Figure 5 plots half of it), {} exchanges",
         plan.exchanges
@@ -286,6 +307,7 @@ fn latency(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
     ));
     let us = |s: &Summary| format!("{:.1}/{:.1}", s.p50_ns as f64 / 1e3, s.p99_ns as f64 / 1e3);
     for (k, &bytes) in plan.bytes.iter().enumerate() {
+        progress.note(&format!("latency yardsticks {bytes} B"));
         let case = |name| rtt::find_case(name).ok_or_else(|| io::Error::other("no rtt case"));
         let raw = rtt::measure_in_processes(
             case("raw-udp-busypoll")?,
@@ -334,13 +356,15 @@ fn latency(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
                 module_vs_app_spinning: rounded(ratio(m, &spinning), 3),
                 module_vs_parked: rounded(ratio(m, &parked), 3),
             };
-            println!("{line}");
+            progress.suspend(|| println!("{line}"));
         }
+        progress.advance();
     }
     Ok(())
 }
 
-fn rate(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
+fn rate(plan: &Plan, out: &impl Fn(String), progress: &Progress) -> io::Result<()> {
+    progress.note("rate");
     let n = plan.messages;
     let (send_ns, elapsed_ns) = with_partner(plan, 0, n, |h| {
         let args = StreamRun {
@@ -377,8 +401,9 @@ fn rate(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
             app_pack_off_msgs_per_s: whole(app_rate),
             ratio: rounded(module_rate / app_rate, 3),
         };
-        println!("{line}");
+        progress.suspend(|| println!("{line}"));
     }
+    progress.advance();
     Ok(())
 }
 
@@ -430,7 +455,7 @@ fn median_ns(mut v: Vec<u64>) -> (u64, u64) {
     (p(0.5), p(0.99))
 }
 
-fn push(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
+fn push(plan: &Plan, out: &impl Fn(String), progress: &Progress) -> io::Result<()> {
     let engine = Engine::start(EngineConfig {
         mode: txcast_port::EngineMode::Invoker,
         ..EngineConfig::default()
@@ -470,6 +495,7 @@ fn push(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
         "prog/loop"
     ));
     for &n in &plan.dests {
+        progress.note(&format!("push {n} dests"));
         let dests = far_destinations(n);
         let mut args = (n as u32).to_le_bytes().to_vec();
         for d in &dests {
@@ -533,10 +559,12 @@ fn push(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
                 program_vs_native: rounded(pn, 3),
                 program_vs_loop: rounded(pl, 3),
             };
-            println!("{line}");
+            progress.suspend(|| println!("{line}"));
         }
+        progress.advance();
     }
     // The interpreter alone: a counting loop, ns per wasm operator.
+    progress.note("interpreter");
     let count = Program::load(programs::COUNT.as_bytes(), Limits::default())
         .map_err(|e| io::Error::other(e.to_string()))?;
     let mut inst = count
@@ -567,7 +595,8 @@ fn push(plan: &Plan, out: &impl Fn(String)) -> io::Result<()> {
             section: "interpreter",
             ns_per_operator_p50: rounded(p50 as f64 / 1000.0, 3),
         };
-        println!("{line}");
+        progress.suspend(|| println!("{line}"));
     }
+    progress.advance();
     Ok(())
 }

@@ -15,6 +15,7 @@ mod txcast;
 mod udp;
 mod unix;
 
+use crate::progress::Progress;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -298,6 +299,7 @@ pub fn run(args: &Args) -> i32 {
     let mut index = 0;
     // p50 by (case, size) and round, for the "paired by round" lines.
     let mut p50s: BTreeMap<(&str, usize), Vec<Option<f64>>> = BTreeMap::new();
+    let progress = Progress::points("rtt", total as u64);
     for round in 0..plan.repeat as usize {
         for &bytes in &plan.bytes {
             for case in &plan.cases {
@@ -307,30 +309,33 @@ pub fn run(args: &Args) -> i32 {
                     .or_insert_with(|| vec![None; plan.repeat as usize]);
                 slot[round] = None;
                 let width = total.to_string().len();
-                eprint!(
+                let head = format!(
                     "rtt [{index:>width$}/{total}] {:<18} {bytes:>5} B: {} + {} round trips ... ",
                     case.name, plan.warmup, plan.iterations
                 );
+                progress.point_start(&head);
                 let started = Instant::now();
                 match measure_in_processes(case, bytes, plan.warmup, plan.iterations) {
                     Ok(summary) => {
-                        eprintln!(
+                        let tail = format!(
                             "{:.2} s, p50 {:.3} µs, p99 {:.3} µs",
                             started.elapsed().as_secs_f64(),
                             summary.p50_ns as f64 / 1000.0,
                             summary.p99_ns as f64 / 1000.0
                         );
+                        progress.point_done(&head, &tail);
                         slot[round] = Some(summary.p50_ns as f64);
                         report.push_latency(case.name, bytes as u64, summary);
                     }
                     Err(error) => {
-                        eprintln!("FAILED: {error}");
+                        progress.point_done(&head, &format!("FAILED: {error}"));
                         failures += 1;
                     }
                 }
             }
         }
     }
+    progress.finish();
     let mut heading = format!(
         "rtt: round trip between two processes, {} timed after {} warm-up per row \
          (latencies in µs); txcast ports with {} receive slots\n{}\n",
