@@ -31,6 +31,21 @@ fn a_simulator_sweep_reports_its_progress_in_plain_lines() {
     );
 }
 
+/// Checks a `--json` benchmark run: it succeeded and its stdout is only JSON lines of
+/// `bench`; returns its stderr.
+fn json_only_on_stdout(out: &std::process::Output, bench: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.trim().is_empty(), "{stderr}");
+    for l in stdout.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}"));
+        assert_eq!(v["bench"], bench, "{l}");
+    }
+    stderr
+}
+
 /// A benchmark run with stderr not a terminal: no bar, its per-point lines whole on stderr,
 /// and stdout only the JSON lines.
 #[test]
@@ -53,15 +68,7 @@ fn a_benchmark_without_a_terminal_keeps_stdout_to_its_json() {
         ])
         .output()
         .expect("run txcast");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(!stdout.trim().is_empty(), "{stderr}");
-    for l in stdout.lines() {
-        let v: serde_json::Value =
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}"));
-        assert_eq!(v["bench"], "multicast", "{l}");
-    }
+    let stderr = json_only_on_stdout(&out, "multicast");
     // One line per point, each begun and ended on the same line.
     let points: Vec<&str> = stderr
         .lines()
@@ -102,15 +109,7 @@ fn the_group_benchmark_without_a_terminal_keeps_stdout_to_its_json() {
         ])
         .output()
         .expect("run txcast");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(!stdout.trim().is_empty(), "{stderr}");
-    for l in stdout.lines() {
-        let v: serde_json::Value =
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}"));
-        assert_eq!(v["bench"], "group", "{l}");
-    }
+    let stderr = json_only_on_stdout(&out, "group");
     // The yardsticks' and the group's lines, whole.
     for point in [
         "  raw-udp-blocking ",
