@@ -175,16 +175,20 @@ fn a_group_logs_its_views_and_the_member_it_suspects() {
     drop((b, c));
 }
 
+/// An engine of its own that drops 30 % of its outgoing remote packets (seeded).
+fn lossy_engine(seed: u64) -> txcast_port::Engine {
+    txcast_port::Engine::start(txcast_port::EngineConfig {
+        loss_injection: 0.3,
+        loss_seed: seed,
+        ..txcast_port::EngineConfig::default()
+    })
+    .unwrap()
+}
+
 #[test]
 fn retransmission_bursts_are_logged_with_a_count_at_most_once_a_second_per_peer() {
-    use txcast_port::{Engine, EngineConfig};
     let _ = log();
-    let engine = Engine::start(EngineConfig {
-        loss_injection: 0.3,
-        loss_seed: 3,
-        ..EngineConfig::default()
-    })
-    .unwrap();
+    let engine = lossy_engine(3);
     let started = Instant::now();
     // Sites 0 and 1: the two talk over a link, whose packets the engine drops at random.
     let mut a = Port::open_on(&engine, Address::new(44, 0, 4, 0), cfg()).unwrap();
@@ -231,15 +235,9 @@ fn retransmission_bursts_are_logged_with_a_count_at_most_once_a_second_per_peer(
 
 #[test]
 fn a_group_member_logs_its_retransmission_bursts_with_a_count() {
-    use txcast_port::{Engine, EngineConfig};
     use txcast_proto::group::GroupConfig;
     let _ = log();
-    let engine = Engine::start(EngineConfig {
-        loss_injection: 0.3,
-        loss_seed: 4,
-        ..EngineConfig::default()
-    })
-    .unwrap();
+    let engine = lossy_engine(4);
     let ports: Vec<Port> = (0..2)
         .map(|s| Port::open_on(&engine, Address::new(44, s, 3, 0), cfg()).unwrap())
         .collect();
