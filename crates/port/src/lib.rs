@@ -19,7 +19,7 @@ pub use extension::ServiceClash;
 pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord, GroupSpec};
 pub use ldg::{Ldg, LdgCallError, LdgCounters};
 pub use module::{
-    Completed, ControlClient, ControlServer, ModuleHost, ModuleHostError, Signal, Ticket,
+    Completed, ControlClient, ControlServer, Handlers, ModuleHost, ModuleHostError, Signal, Ticket,
 };
 pub use naming::{ClusterConfig, NamingError};
 pub use oracle::{Known, OracleClient, OracleError, OracleServer};

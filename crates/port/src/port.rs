@@ -165,6 +165,11 @@ const OWNER_CHECK_EVERY: Duration = Duration::from_millis(10);
 
 impl Port {
     /// The engine's side of this port.
+    /// Changes how `recv` waits (a service that takes the port over sets its own).
+    pub(crate) fn set_idle(&mut self, idle: IdleStrategy) {
+        self.cfg.idle = idle;
+    }
+
     pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
         &self.ep
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 use txcast_port::module::{Context, Control, Instruction, Registration, STATUS_OK};
-use txcast_port::{Engine, EngineConfig, ModuleHost, ModuleHostError, Port, PortConfig};
+use txcast_port::{Engine, EngineConfig, Handlers, ModuleHost, ModuleHostError, Port, PortConfig};
 use txcast_proto::module::ping::{self, PingPong, PingRun};
 use txcast_proto::module::{Module, ModuleError, RegisterError};
 use txcast_proto::Address;
@@ -287,15 +287,155 @@ fn across_processes_a_restarted_peer_is_seen() {
 }
 
 #[test]
-fn an_invoker_engine_cannot_host_modules() {
+fn an_invoker_engine_hosts_polled_modules_only() {
     let e = Engine::start(EngineConfig {
         mode: txcast_port::EngineMode::Invoker,
         ..EngineConfig::default()
     })
     .unwrap();
     let p = Port::open_on(&e, addr(40, 0, 7, 0), PortConfig::default()).unwrap();
-    assert!(matches!(
-        ModuleHost::serve(p),
-        Err((ModuleHostError::NoEngineThread, _))
-    ));
+    let Err((ModuleHostError::NoEngineThread, p)) = ModuleHost::serve(p) else {
+        panic!("an invoker engine took engine-run modules");
+    };
+    let Err((ModuleHostError::NoEngineThread, p)) = ModuleHost::serve_with(*p, Handlers::Interrupt)
+    else {
+        panic!("an invoker engine took interrupt-driven modules");
+    };
+    // Polled: the driving thread runs the engine too. A ping run across hosts, driven here.
+    let h = ModuleHost::serve_with(*p, Handlers::Polled)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    h.load(PING_ID, KEY, PingPong::default()).unwrap();
+    let remote = pinger(addr(40, 1, 7, 0));
+    let (status, done) = run_driven(&h, remote.address(), 100, 64);
+    assert_eq!((status, done), (STATUS_OK, 100));
+    assert_eq!(h.counters().controls_received, 100);
+}
+
+/// Records the thread its handlers ran on.
+#[derive(Default)]
+struct Where {
+    threads: Vec<String>,
+}
+
+const WHERE_ID: u16 = 3;
+const ASK: u16 = 1;
+
+impl Module for Where {
+    fn registration(&self) -> Registration {
+        Registration {
+            name: "where",
+            instructions: &[ASK],
+            controls: &[],
+        }
+    }
+    fn on_instruction(&mut self, cx: &mut Context<'_>, ins: Instruction<'_>) {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.threads.push(name.clone());
+        let _ = cx.complete(ins.id, STATUS_OK, name.as_bytes());
+    }
+    fn on_control(&mut self, _: &mut Context<'_>, _: Control<'_>) {}
+}
+
+/// A ping run from a polled host: issued, then driven by this thread until it completes.
+fn run_driven(h: &ModuleHost, peer: Address, exchanges: u32, bytes: u16) -> (u32, u32) {
+    let args = PingRun {
+        peer,
+        exchanges,
+        bytes,
+        timeout: Duration::from_millis(5_000),
+    }
+    .encode();
+    let t = h.instruct(PING_ID, KEY, ping::RUN, &args).unwrap();
+    let end = std::time::Instant::now() + WAIT;
+    loop {
+        h.drive();
+        if let Some(c) = h.poll(t).unwrap() {
+            return (
+                c.status,
+                u32::from_le_bytes(c.result.as_slice().try_into().unwrap()),
+            );
+        }
+        assert!(std::time::Instant::now() < end, "the run never completed");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn handlers_run_where_the_placement_says() {
+    let serve = |a: Address, h: Handlers| {
+        let p = Port::open(a, PortConfig::default()).unwrap();
+        let h = ModuleHost::serve_with(p, h).map_err(|(e, _)| e).unwrap();
+        h.load(PING_ID, KEY, PingPong::default()).unwrap();
+        h.load(WHERE_ID, KEY, Where::default()).unwrap();
+        h
+    };
+    let engine = serve(addr(40, 0, 8, 0), Handlers::Engine);
+    let polled = serve(addr(40, 1, 8, 0), Handlers::Polled);
+    let interrupt = serve(addr(40, 2, 8, 0), Handlers::Interrupt);
+    assert_eq!(engine.handlers(), Handlers::Engine);
+    assert_eq!(polled.handlers(), Handlers::Polled);
+    assert_eq!(interrupt.handlers(), Handlers::Interrupt);
+    let thread_of = |h: &ModuleHost, drive: bool| {
+        let t = h.instruct(WHERE_ID, KEY, ASK, &[]).unwrap();
+        let end = std::time::Instant::now() + WAIT;
+        loop {
+            if drive {
+                h.drive();
+            }
+            if let Some(c) = h.poll(t).unwrap() {
+                return String::from_utf8(c.result).unwrap();
+            }
+            assert!(std::time::Instant::now() < end, "no completion");
+            std::thread::yield_now();
+        }
+    };
+    assert_eq!(thread_of(&engine, false), "txcast-engine");
+    assert!(thread_of(&interrupt, false).starts_with("txcast-modules-"));
+    // A polled host does nothing until a thread drives it; then it is that thread.
+    let t = polled.instruct(WHERE_ID, KEY, ASK, &[]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(polled.poll(t).unwrap(), None, "ran with nobody driving");
+    let me = std::thread::current().name().unwrap().to_string();
+    loop {
+        polled.drive();
+        if let Some(c) = polled.poll(t).unwrap() {
+            assert_eq!(String::from_utf8(c.result).unwrap(), me);
+            break;
+        }
+    }
+    // Pings across hosts between every pair of placements: the polled host is driven by a
+    // thread of its own meanwhile.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let driver = {
+        let (p, stop) = (polled.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if p.drive() == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    for (from, to) in [
+        (&engine, &polled),
+        (&engine, &interrupt),
+        (&interrupt, &polled),
+        (&interrupt, &engine),
+    ] {
+        assert_eq!(run(from, to.address(), 200, 512, 5_000), (STATUS_OK, 200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    driver.join().unwrap();
+    assert_eq!(
+        run_driven(&polled, engine.address(), 50, 64),
+        (STATUS_OK, 50)
+    );
+    let answered = |h: &ModuleHost| h.with_module(PING_ID, |p: &mut PingPong| p.answered);
+    assert_eq!(answered(&polled), Some(400));
+    assert_eq!(answered(&interrupt), Some(200));
+    assert_eq!(answered(&engine), Some(250));
+    // Dropping an interrupt-driven host stops its thread and closes its port.
+    drop(interrupt);
+    assert!(Port::open(addr(40, 2, 8, 0), PortConfig::default()).is_ok());
 }

@@ -5,6 +5,10 @@
 //! A [`ModuleHost`] hands its port to the engine thread. From then on the engine takes the
 //! port's messages in, runs the modules' control-message, instruction and timeout handlers in
 //! its own duty cycle and sends what they send, with no hand-off to an application thread.
+//! Two other placements of the handlers ([`Handlers`]) are the paper's §3.3 alternatives:
+//! run by the application's threads when they poll ([`ModuleHost::drive`]), or on a thread of
+//! the host's own that sleeps on the port and is woken for each message. In both the engine
+//! still carries the messages; only where the handlers run changes.
 //! Control messages travel as the port's messages: through the destination's shared-memory
 //! ring on one host, over the reliable link (packed like any link traffic) between hosts.
 //! The application issues instructions through a bounded mailbox and waits for (or polls)
@@ -51,6 +55,9 @@ pub enum ModuleHostError {
     /// The port could not be opened.
     #[error(transparent)]
     Port(PortError),
+    /// The thread of an interrupt-driven host could not be started.
+    #[error("the host's thread could not be started")]
+    Thread(#[source] std::io::Error),
     #[error(transparent)]
     Register(RegisterError),
     /// The host refused the instruction (no such module, wrong key, unknown type, bounds).
@@ -123,9 +130,29 @@ struct Mailbox {
     send_failures: AtomicU64,
 }
 
-/// The engine's side: the port, the sans-IO host, and the shared mailbox.
-struct Served {
-    port: Port,
+/// Where a host's handlers run: Roşu & Schwan's three CRMem implementations (§3.3), in
+/// txcast's terms (the engine thread plays the network interface's CoProcessor, the
+/// application's threads the host CPU). In all three the engine carries the messages (links,
+/// rings); what moves is the thread that runs the control-message, instruction and timeout
+/// handlers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Handlers {
+    /// In the engine's duty cycle, on its thread (*CoProcessor*): no hand-off to an
+    /// application thread on any message.
+    #[default]
+    Engine,
+    /// In whichever application thread calls [`ModuleHost::drive`] (*CPU Polling*): nothing
+    /// is handled, and no timer fires, while no thread drives. On an invoker engine a drive
+    /// runs the engine's duty cycle first, so the polling thread is the whole stack (the one
+    /// placement an invoker engine takes).
+    Polled,
+    /// On a thread of the host's own that sleeps on the port and is woken for each message,
+    /// timer and instruction (*CPU Interrupt*).
+    Interrupt,
+}
+
+/// The host apart from its port: the sans-IO host and the shared mailbox.
+struct Core {
     host: Host,
     mailbox: Arc<Mailbox>,
     buf: Vec<u8>,
@@ -134,16 +161,22 @@ struct Served {
     deferred: Vec<Address>,
 }
 
-impl Served {
-    fn transmit(&mut self) -> usize {
+/// A host with its port: what the engine serves, and what a polled host's drive runs.
+struct Served {
+    port: Port,
+    core: Core,
+}
+
+impl Core {
+    fn transmit(&mut self, port: &mut Port) -> usize {
         let mut n = 0;
         while let Some((to, bytes)) = self.host.peek_transmit() {
             // Remote messages wait in their links and leave packed at the end of the batch.
-            let mut sent = self.port.try_send_deferred(to, bytes, &mut self.deferred);
+            let mut sent = port.try_send_deferred(to, bytes, &mut self.deferred);
             if let Err(PortError::Closed(_)) = sent {
                 // The ring we held was a dead owner's, reclaimed by a successor: the port
                 // looks the address up again on the next send.
-                sent = self.port.try_send_deferred(to, bytes, &mut self.deferred);
+                sent = port.try_send_deferred(to, bytes, &mut self.deferred);
             }
             match sent {
                 // The ring or the link is full: the rest waits, in order, for the next cycle.
@@ -156,7 +189,7 @@ impl Served {
             self.host.pop_transmit();
             n += 1;
         }
-        self.port.flush_deferred(&mut self.deferred);
+        port.flush_deferred(&mut self.deferred);
         n
     }
 
@@ -196,17 +229,10 @@ impl Served {
             self.mailbox.ready.notify_all();
         }
     }
-}
 
-fn push_signal(q: &mut VecDeque<Signal>, s: Signal) {
-    if q.len() >= SIGNALS_MAX {
-        q.pop_front();
-    }
-    q.push_back(s);
-}
-
-impl Service for Served {
-    fn step(&mut self, now: Instant) -> usize {
+    /// Takes the mailbox's instructions, the port's messages and the due timers in, and sends
+    /// what they caused; how much work it did.
+    fn step(&mut self, port: &mut Port, now: Instant) -> usize {
         let mut work = 0;
         if self.mailbox.waiting.load(Ordering::Acquire) {
             let mut p = self.mailbox.pending.lock().expect("lock");
@@ -227,7 +253,7 @@ impl Service for Served {
         }
         let mut buf = std::mem::take(&mut self.buf);
         for _ in 0..ENGINE_BATCH {
-            let Some(m) = self.port.try_recv(&mut buf) else {
+            let Some(m) = port.try_recv(&mut buf) else {
                 break;
             };
             let _ = self.host.handle_message(now, m.source, &buf[..m.len]);
@@ -238,22 +264,33 @@ impl Service for Served {
             self.host.handle_timeout(now);
             work += 1;
         }
-        work += self.transmit();
+        work += self.transmit(port);
         self.collect();
         work
     }
 
-    fn next_deadline(&self) -> Option<Instant> {
+    /// When it next has timed work.
+    fn next_deadline(&self, now: Instant) -> Option<Instant> {
         if self.host.outbox_len() > 0 {
             // Held back by a full ring or link: try again soon.
-            return Some(self.port.engine().now() + Duration::from_micros(100));
+            return Some(now + Duration::from_micros(100));
         }
         self.host.poll_timeout()
+    }
+}
+
+impl Service for Served {
+    fn step(&mut self, now: Instant) -> usize {
+        self.core.step(&mut self.port, now)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.core.next_deadline(self.port.engine().now())
     }
 
     fn arm(&mut self) -> bool {
         let armed_ready = self.port.arm_socket_wake();
-        armed_ready || self.mailbox.waiting.load(Ordering::SeqCst)
+        armed_ready || self.core.mailbox.waiting.load(Ordering::SeqCst)
     }
 
     fn awake(&mut self) {
@@ -261,15 +298,60 @@ impl Service for Served {
     }
 }
 
-/// Extension modules served on the engine's thread, reached at one port's address. Cheap to
-/// clone; the modules are served until the last clone is dropped.
+/// Where a host is served (see [`Handlers`]).
+enum Place {
+    Engine(Arc<crate::extension::Served<Served>>),
+    Polled(Box<Mutex<Served>>),
+    Interrupt {
+        core: Arc<Mutex<Core>>,
+        stop: Arc<AtomicBool>,
+        waker: crate::shm::RingWaker,
+        thread: Option<std::thread::JoinHandle<()>>,
+    },
+}
+
+/// The longest an interrupt-driven host's thread sleeps with no timer armed (it is woken
+/// for every message and instruction; this bounds a lost wake-up).
+const INTERRUPT_SLEEP_MAX: Duration = Duration::from_millis(100);
+
+/// The thread of an interrupt-driven host: a step, then a sleep on the port until a message,
+/// a wake-up or the next timer. The port is this thread's; the application's calls reach the
+/// host through `core` and wake the thread to send what they caused.
+fn interrupt_loop(mut port: Port, core: Arc<Mutex<Core>>, stop: Arc<AtomicBool>) {
+    let engine = port.engine().clone();
+    while !stop.load(Ordering::Acquire) {
+        let wait = {
+            let mut c = core.lock().expect("lock");
+            c.step(&mut port, engine.now());
+            let now = engine.now();
+            match c.next_deadline(now) {
+                Some(t) => Duration::from_nanos(t.0.saturating_sub(now.0)).min(INTERRUPT_SLEEP_MAX),
+                None => INTERRUPT_SLEEP_MAX,
+            }
+        };
+        if !wait.is_zero() {
+            port.wait_or_woken(wait);
+        }
+    }
+}
+
+fn push_signal(q: &mut VecDeque<Signal>, s: Signal) {
+    if q.len() >= SIGNALS_MAX {
+        q.pop_front();
+    }
+    q.push_back(s);
+}
+
+/// Extension modules served at one port's address, their handlers run where [`Handlers`]
+/// says (by default on the engine's thread). Cheap to clone; the modules are served until the
+/// last clone is dropped.
 #[derive(Clone)]
 pub struct ModuleHost {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    served: Arc<crate::extension::Served<Served>>,
+    place: Place,
     engine: Engine,
     mailbox: Arc<Mailbox>,
     addr: Address,
@@ -277,33 +359,80 @@ struct Inner {
 }
 
 impl ModuleHost {
-    /// Hands `port` to its engine's thread as a module host. Refused on an invoker engine
-    /// (there is no engine thread to run handlers on); the port is given back.
+    /// Hands `port` to its engine's thread as a module host ([`Handlers::Engine`]). Refused
+    /// on an invoker engine (there is no engine thread to run handlers on); the port is given
+    /// back.
     pub fn serve(port: Port) -> Result<ModuleHost, (ModuleHostError, Box<Port>)> {
-        if port.engine().is_invoker() {
+        ModuleHost::serve_with(port, Handlers::Engine)
+    }
+
+    /// Serves `port` as a module host whose handlers run where `handlers` says. An invoker
+    /// engine takes [`Handlers::Polled`] only; the port is given back otherwise.
+    pub fn serve_with(
+        mut port: Port,
+        handlers: Handlers,
+    ) -> Result<ModuleHost, (ModuleHostError, Box<Port>)> {
+        if port.engine().is_invoker() && handlers != Handlers::Polled {
             return Err((ModuleHostError::NoEngineThread, Box::new(port)));
         }
         let engine = port.engine().clone();
         let ep = port.endpoint().clone();
         let (addr, incarnation) = (port.address(), port.incarnation());
         let mailbox = Arc::new(Mailbox::default());
-        let buf = vec![0u8; port.message_bytes_max()];
-        let served = Served {
+        let core = Core {
             host: Host::new(addr, incarnation, engine.now()),
-            port,
             mailbox: mailbox.clone(),
-            buf,
+            buf: vec![0u8; port.message_bytes_max()],
             taken: VecDeque::with_capacity(MAILBOX_MAX),
             deferred: Vec::new(),
         };
-        let served = match crate::extension::Served::serve(&ep.extensions, served) {
-            Ok(s) => s,
-            Err((clash, s)) => return Err((ModuleHostError::Service(clash), Box::new(s.port))),
+        let place = match handlers {
+            Handlers::Engine => {
+                let served = Served { port, core };
+                match crate::extension::Served::serve(&ep.extensions, served) {
+                    Ok(s) => {
+                        engine.wake();
+                        Place::Engine(s)
+                    }
+                    Err((clash, s)) => {
+                        return Err((ModuleHostError::Service(clash), Box::new(s.port)))
+                    }
+                }
+            }
+            Handlers::Polled => Place::Polled(Box::new(Mutex::new(Served { port, core }))),
+            Handlers::Interrupt => {
+                // It sleeps at once when idle: a spin would be polling.
+                port.set_idle(crate::IdleStrategy::Park);
+                let core = Arc::new(Mutex::new(core));
+                let stop = Arc::new(AtomicBool::new(false));
+                let (c, st) = (core.clone(), stop.clone());
+                // The port is handed over once the thread runs, so that a failed start gives
+                // it back.
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Port>(1);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("txcast-modules-{addr}"))
+                    .spawn(move || {
+                        if let Ok(port) = rx.recv() {
+                            interrupt_loop(port, c, st);
+                        }
+                    });
+                let thread = match spawned {
+                    Ok(t) => t,
+                    Err(e) => return Err((ModuleHostError::Thread(e), Box::new(port))),
+                };
+                let waker = ep.waker.clone();
+                let _ = tx.send(port);
+                Place::Interrupt {
+                    core,
+                    stop,
+                    waker,
+                    thread: Some(thread),
+                }
+            }
         };
-        engine.wake();
         Ok(ModuleHost {
             inner: Arc::new(Inner {
-                served,
+                place,
                 engine,
                 mailbox,
                 addr,
@@ -333,21 +462,69 @@ impl ModuleHost {
         self.inner.engine.now()
     }
 
-    /// Runs `f` on the engine's side between two of its steps.
-    fn with<R>(&self, f: impl FnOnce(&mut Served) -> R) -> R {
-        let r = self
-            .inner
-            .served
-            .with(|served| {
-                let r = f(served);
-                // What `f` caused (messages, completions) goes out now.
-                served.transmit();
-                served.collect();
+    /// Runs `f` on the host between two of its steps; what it caused is sent at once (by the
+    /// host's thread, woken, when it is interrupt-driven).
+    fn with<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
+        match &self.inner.place {
+            Place::Engine(served) => {
+                let r = served
+                    .with(|s| {
+                        let r = f(&mut s.core);
+                        s.core.transmit(&mut s.port);
+                        s.core.collect();
+                        r
+                    })
+                    .expect("a module host serves until dropped");
+                self.inner.engine.wake();
                 r
-            })
-            .expect("a module host serves until dropped");
-        self.inner.engine.wake();
-        r
+            }
+            Place::Polled(served) => {
+                let mut s = served.lock().expect("lock");
+                let s = &mut *s;
+                let r = f(&mut s.core);
+                s.core.transmit(&mut s.port);
+                s.core.collect();
+                r
+            }
+            Place::Interrupt { core, waker, .. } => {
+                let r = {
+                    let mut c = core.lock().expect("lock");
+                    let r = f(&mut c);
+                    c.collect();
+                    r
+                };
+                waker.wake();
+                r
+            }
+        }
+    }
+
+    /// Where this host's handlers run.
+    pub fn handlers(&self) -> Handlers {
+        match self.inner.place {
+            Place::Engine(_) => Handlers::Engine,
+            Place::Polled(_) => Handlers::Polled,
+            Place::Interrupt { .. } => Handlers::Interrupt,
+        }
+    }
+
+    /// A polled host ([`Handlers::Polled`]): takes in the instructions, messages and due
+    /// timers, runs their handlers in this thread and sends what they caused (after one duty
+    /// cycle of the engine when it is an invoker). How much work that was; 0 when another
+    /// thread is driving, and always for the other placements.
+    pub fn drive(&self) -> usize {
+        let Place::Polled(served) = &self.inner.place else {
+            return 0;
+        };
+        let mut work = 0;
+        if self.inner.engine.is_invoker() {
+            work += self.inner.engine.duty_cycle();
+        }
+        let Ok(mut s) = served.try_lock() else {
+            return work;
+        };
+        let s = &mut *s;
+        work + s.core.step(&mut s.port, self.inner.engine.now())
     }
 
     /// Loads `module` under `id`, opened with `key` (instructions and control messages for it
@@ -473,9 +650,14 @@ impl ModuleHost {
             // SeqCst: paired with the engine announcing its sleep, then reading this (`arm`).
             self.inner.mailbox.waiting.store(true, Ordering::SeqCst);
         }
-        // The engine looks at the mailbox before it sleeps (`Service::arm`), after it
-        // announced the sleep: one of the two sees the other.
-        self.inner.engine.wake_if_sleeping();
+        match &self.inner.place {
+            // The engine looks at the mailbox before it sleeps (`Service::arm`), after it
+            // announced the sleep: one of the two sees the other.
+            Place::Engine(_) => self.inner.engine.wake_if_sleeping(),
+            // The next drive takes it.
+            Place::Polled(_) => {}
+            Place::Interrupt { waker, .. } => waker.wake(),
+        }
         Ok(id)
     }
 
@@ -553,9 +735,26 @@ impl ModuleHost {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // The port closes with the host.
-        let s = self.served.take();
-        self.engine.wake();
-        drop(s);
+        match &mut self.place {
+            Place::Engine(served) => {
+                // The port closes with the host.
+                let s = served.take();
+                self.engine.wake();
+                drop(s);
+            }
+            Place::Polled(_) => {}
+            Place::Interrupt {
+                stop,
+                waker,
+                thread,
+                ..
+            } => {
+                stop.store(true, Ordering::Release);
+                waker.wake();
+                if let Some(t) = thread.take() {
+                    let _ = t.join();
+                }
+            }
+        }
     }
 }
