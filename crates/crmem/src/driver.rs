@@ -22,7 +22,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use txcast_port::{Engine, ModuleHost, ModuleHostError};
+use txcast_port::{Engine, Handlers, ModuleHost, ModuleHostError};
 use txcast_proto::module::{Context, Control, Instruction, Module, ModuleId, Registration};
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
@@ -52,6 +52,12 @@ pub struct CrmemConfig {
     pub recover: bool,
     pub heartbeat: Duration,
     pub suspect_after: Duration,
+    /// Where the module's handlers run: on the engine (the paper's *CoProcessor*, the
+    /// default), in the application's threads when they poll (*CPU Polling*: a thread
+    /// waiting for a grant or a commit drives the host; a node with no transaction running
+    /// must call `drive` itself, or it answers nothing and misses its timers), or on a thread
+    /// woken for each message (*CPU Interrupt*).
+    pub handlers: Handlers,
     pub core: Config,
 }
 
@@ -66,6 +72,7 @@ impl CrmemConfig {
             recover: false,
             heartbeat: Duration::from_millis(10),
             suspect_after: Duration::from_millis(300),
+            handlers: Handlers::Engine,
             core: Config::default(),
         }
     }
@@ -336,7 +343,7 @@ impl Crmem {
         if me >= cfg.nodes.len() || cfg.primary as usize >= cfg.nodes.len() {
             return Err(CrmemError::BadConfig);
         }
-        let host = ModuleHost::open(cfg.nodes[me])?;
+        let host = plumbing::host_at(None, cfg.nodes[me], cfg.handlers)?;
         Crmem::on_host(host, cfg, segments)
     }
 
@@ -350,13 +357,21 @@ impl Crmem {
         if me >= cfg.nodes.len() || cfg.primary as usize >= cfg.nodes.len() {
             return Err(CrmemError::BadConfig);
         }
-        let host = plumbing::host_on(engine, cfg.nodes[me])?;
+        let host = plumbing::host_at(Some(engine), cfg.nodes[me], cfg.handlers)?;
         Crmem::on_host(host, cfg, segments)
     }
 
     /// The module host the node runs on (its counters, or a closure between engine steps).
     pub fn host(&self) -> &ModuleHost {
         &self.host
+    }
+
+    /// With [`Handlers::Polled`]: runs the module on this thread for what came in, what is
+    /// due and what the application queued (see [`ModuleHost::drive`]); how much work that
+    /// was. A polled node calls it whenever no transaction of its own waits (the waits drive
+    /// the host themselves). 0 with the other placements.
+    pub fn drive(&self) -> usize {
+        self.host.drive()
     }
 
     fn on_host(
@@ -568,6 +583,12 @@ impl Crmem {
 
     /// Waits until commit `seq` is durable, or `timeout` passes.
     pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), CrmemError> {
+        if self.host.handlers() == Handlers::Polled {
+            return match plumbing::drive_until(&self.host, timeout, || self.durable() >= seq) {
+                true => Ok(()),
+                false => Err(CrmemError::Timeout),
+            };
+        }
         let deadline = std::time::Instant::now() + timeout;
         loop {
             if self.durable() >= seq {
@@ -596,7 +617,13 @@ impl Crmem {
     /// Waits for `txn`'s outcome: parks this thread, which the module unparks when it files
     /// the outcome (a condition variable shared by every waiter woke them all for each).
     fn wait(&self, txn: TxnId, timeout: Duration) -> Result<Event, CrmemError> {
-        plumbing::wait_outcome(|| self.shared.lock(), |st| &mut st.waits, txn, timeout)
-            .ok_or(CrmemError::Timeout)
+        plumbing::wait_outcome(
+            &self.host,
+            || self.shared.lock(),
+            |st| &mut st.waits,
+            txn,
+            timeout,
+        )
+        .ok_or(CrmemError::Timeout)
     }
 }

@@ -25,3 +25,5 @@ pub use node::{
 };
 pub use sym_driver::{SymCrmem, SymCrmemConfig, SymCrmemError};
 pub use symmetric::{Phase, SymAbort, SymEvent, SymNode, LOCKS_PER_MESSAGE};
+/// Where the CRMem module runs (the paper's three implementations), a field of both configurations.
+pub use txcast_port::Handlers;

@@ -7,7 +7,7 @@ use crate::node::{NodeId, TxnId};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use txcast_port::{Engine, ModuleHost, ModuleHostError, Port, PortConfig};
+use txcast_port::{Engine, Handlers, ModuleHost, ModuleHostError, Port, PortConfig};
 use txcast_proto::module::{Context, ModuleError, ModuleId};
 use txcast_proto::Address;
 
@@ -85,15 +85,25 @@ impl<E> Waits<E> {
     }
 }
 
-/// Waits for `txn`'s outcome in the [`Waits`] that `waits` reaches under the state's lock:
-/// parks this thread, which the module unparks when it files the outcome. `None` after
-/// `timeout`, this thread no longer a waiter.
+/// Waits for `txn`'s outcome in the [`Waits`] that `waits` reaches under the state's lock.
+/// With a polled host this thread drives it meanwhile ([`drive_until`]); otherwise it parks,
+/// and the module unparks it when it files the outcome. `None` after `timeout`, this thread no
+/// longer a waiter.
 pub(crate) fn wait_outcome<S, E, G: std::ops::DerefMut<Target = S>>(
+    host: &ModuleHost,
     lock: impl Fn() -> G,
     waits: impl Fn(&mut S) -> &mut Waits<E>,
     txn: TxnId,
     timeout: Duration,
 ) -> Option<E> {
+    if host.handlers() == Handlers::Polled {
+        let mut got = None;
+        drive_until(host, timeout, || {
+            got = waits(&mut lock()).outcomes.remove(&txn);
+            got.is_some()
+        });
+        return got;
+    }
     let deadline = std::time::Instant::now() + timeout;
     loop {
         {
@@ -111,6 +121,39 @@ pub(crate) fn wait_outcome<S, E, G: std::ops::DerefMut<Target = S>>(
             return None;
         }
         std::thread::park_timeout(left);
+    }
+}
+
+/// How long a driving thread spins on an idle host before it yields between drives (other
+/// threads, among them other drivers, may need the core).
+const DRIVE_SPIN: Duration = Duration::from_micros(50);
+
+/// The *CPU Polling* wait: drives the polled `host` in this thread until `done` says so
+/// (looked at after every drive) or `timeout`; whether it did. Spins, then yields between
+/// idle drives; never sleeps.
+pub(crate) fn drive_until(
+    host: &ModuleHost,
+    timeout: Duration,
+    mut done: impl FnMut() -> bool,
+) -> bool {
+    let start = std::time::Instant::now();
+    let mut idle_since: Option<std::time::Instant> = None;
+    loop {
+        let work = host.drive();
+        if done() {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        if now.duration_since(start) >= timeout {
+            return false;
+        }
+        if work > 0 {
+            idle_since = None;
+        } else if now.duration_since(*idle_since.get_or_insert(now)) > DRIVE_SPIN {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -150,8 +193,17 @@ impl Flusher {
     }
 }
 
-/// A module host at `addr` on an engine of the caller's.
-pub(crate) fn host_on(engine: &Engine, addr: Address) -> Result<ModuleHost, ModuleHostError> {
-    let port = Port::open_on(engine, addr, PortConfig::default()).map_err(ModuleHostError::Port)?;
-    ModuleHost::serve(port).map_err(|(e, _)| e)
+/// A module host at `addr` whose handlers run where `handlers` says: on `engine`, or on the
+/// process's embedded engine.
+pub(crate) fn host_at(
+    engine: Option<&Engine>,
+    addr: Address,
+    handlers: Handlers,
+) -> Result<ModuleHost, ModuleHostError> {
+    let port = match engine {
+        Some(e) => Port::open_on(e, addr, PortConfig::default()),
+        None => Port::open(addr, PortConfig::default()),
+    }
+    .map_err(ModuleHostError::Port)?;
+    ModuleHost::serve_with(port, handlers).map_err(|(e, _)| e)
 }

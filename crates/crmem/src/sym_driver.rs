@@ -19,7 +19,7 @@ use crate::symmetric::{Phase, SymAbort, SymEvent, SymNode};
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use txcast_port::{Engine, ModuleHost, ModuleHostError};
+use txcast_port::{Engine, Handlers, ModuleHost, ModuleHostError};
 use txcast_proto::module::{Context, Control, Instruction, Module, ModuleId, Registration};
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
@@ -41,6 +41,12 @@ pub struct SymCrmemConfig {
     /// A restarted node: it waits for a snapshot (sent when the others admit it with a
     /// view change) before it serves.
     pub recover: bool,
+    /// Where the module's handlers run: on the engine (the paper's *CoProcessor*, the
+    /// default), in the application's threads when they poll (*CPU Polling*: a thread
+    /// waiting for a grant or a commit drives the host; a node with no transaction running
+    /// must call `drive` itself, or it answers nothing and misses its timers), or on a thread
+    /// woken for each message (*CPU Interrupt*).
+    pub handlers: Handlers,
     pub core: Config,
 }
 
@@ -52,6 +58,7 @@ impl SymCrmemConfig {
             nodes,
             me,
             recover: false,
+            handlers: Handlers::Engine,
             core: Config::default(),
         }
     }
@@ -184,7 +191,7 @@ impl SymCrmem {
         if cfg.me as usize >= n || segments.iter().any(|s| s.2 as usize >= n) {
             return Err(SymCrmemError::BadConfig);
         }
-        let host = ModuleHost::open(cfg.nodes[cfg.me as usize])?;
+        let host = plumbing::host_at(None, cfg.nodes[cfg.me as usize], cfg.handlers)?;
         SymCrmem::on_host(host, cfg, segments)
     }
 
@@ -199,7 +206,7 @@ impl SymCrmem {
         if cfg.me as usize >= n || segments.iter().any(|s| s.2 as usize >= n) {
             return Err(SymCrmemError::BadConfig);
         }
-        let host = plumbing::host_on(engine, cfg.nodes[cfg.me as usize])?;
+        let host = plumbing::host_at(Some(engine), cfg.nodes[cfg.me as usize], cfg.handlers)?;
         SymCrmem::on_host(host, cfg, segments)
     }
 
@@ -246,6 +253,14 @@ impl SymCrmem {
 
     pub fn host(&self) -> &ModuleHost {
         &self.host
+    }
+
+    /// With [`Handlers::Polled`]: runs the module on this thread for what came in, what is
+    /// due and what the application queued (see [`ModuleHost::drive`]); how much work that
+    /// was. A polled node calls it whenever no transaction of its own waits (the waits drive
+    /// the host themselves). 0 with the other placements.
+    pub fn drive(&self) -> usize {
+        self.host.drive()
     }
 
     fn flush(&self) -> Result<(), SymCrmemError> {
@@ -362,9 +377,13 @@ impl SymCrmem {
 
     /// Parks until the module files `txn`'s outcome, or `timeout`.
     fn wait(&self, txn: TxnId, timeout: Duration) -> Result<SymEvent, SymCrmemError> {
-        if let Some(e) =
-            plumbing::wait_outcome(|| self.shared.lock(), |st| &mut st.waits, txn, timeout)
-        {
+        if let Some(e) = plumbing::wait_outcome(
+            &self.host,
+            || self.shared.lock(),
+            |st| &mut st.waits,
+            txn,
+            timeout,
+        ) {
             return Ok(e);
         }
         let mut st = self.shared.lock();

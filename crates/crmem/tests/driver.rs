@@ -1,7 +1,8 @@
 //! CRMem on the module hosts of two sites (UDP links on loopback), through the public API.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use txcast_crmem::{Crmem, CrmemConfig, CrmemError, Event, LockMapping, Mode, Role};
+use txcast_crmem::{Crmem, CrmemConfig, CrmemError, Event, Handlers, LockMapping, Mode, Role};
 use txcast_proto::Address;
 
 const SECOND: Duration = Duration::from_secs(5);
@@ -25,9 +26,14 @@ fn segments() -> Vec<(usize, LockMapping)> {
 }
 
 fn open(server: u16, me: u16, primary: u16, recover: bool) -> Crmem {
+    open_with(server, me, primary, recover, Handlers::Engine)
+}
+
+fn open_with(server: u16, me: u16, primary: u16, recover: bool, handlers: Handlers) -> Crmem {
     let mut cfg = CrmemConfig::new(nodes(server), me);
     cfg.primary = primary;
     cfg.recover = recover;
+    cfg.handlers = handlers;
     Crmem::open(cfg, &segments()).expect("open")
 }
 
@@ -127,7 +133,37 @@ fn the_backup_takes_over_and_the_old_primary_recovers_from_it() {
 fn async_commits_complete_in_order_and_wait_durable_waits_for_the_backup() {
     let p = open(4, 0, 0, false);
     let b = open(4, 1, 0, false);
-    let mut last = 0;
+    async_commits(&p, &b);
+}
+
+/// The commits of the test above, and a synchronous one, with the module run by the
+/// application's threads: polled (the waits drive the primary; a thread drives the backup,
+/// as its application's idle loop would) and interrupt-driven.
+#[test]
+fn polled_and_interrupt_driven_hosts_commit_and_keep_the_backup_equal() {
+    for (server, handlers) in [(6, Handlers::Polled), (7, Handlers::Interrupt)] {
+        let p = open_with(server, 0, 0, false, handlers);
+        let b = open_with(server, 1, 0, false, handlers);
+        assert_eq!(p.host().handlers(), handlers);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    if b.drive() == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            assert_eq!(transfer(&p, 0, 7).unwrap(), 1);
+            assert_eq!(b.seq(), 1);
+            async_commits(&p, &b);
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+}
+
+fn async_commits(p: &Crmem, b: &Crmem) {
+    let mut last = p.seq();
     for i in 0..200u32 {
         let t = p.begin(SECOND).unwrap();
         let off = (i % 40) * 100;

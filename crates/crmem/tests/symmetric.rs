@@ -1,8 +1,9 @@
 //! Symmetric CRMem on the module hosts of two sites (UDP links on loopback), through the
 //! public API: transactions on both nodes, every segment's locks at its home node.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use txcast_crmem::{LockMapping, Mode, SymCrmem, SymCrmemConfig, SymCrmemError};
+use txcast_crmem::{Handlers, LockMapping, Mode, SymCrmem, SymCrmemConfig, SymCrmemError};
 use txcast_proto::Address;
 
 const LONG: Duration = Duration::from_secs(10);
@@ -15,7 +16,42 @@ fn nodes(server: u16) -> Vec<Address> {
 }
 
 fn open(server: u16, me: u16, segments: &[(usize, LockMapping, u16)]) -> SymCrmem {
-    SymCrmem::open(SymCrmemConfig::new(nodes(server), me), segments).expect("open")
+    open_with(server, me, segments, Handlers::Engine)
+}
+
+fn open_with(
+    server: u16,
+    me: u16,
+    segments: &[(usize, LockMapping, u16)],
+    handlers: Handlers,
+) -> SymCrmem {
+    let cfg = SymCrmemConfig {
+        handlers,
+        ..SymCrmemConfig::new(nodes(server), me)
+    };
+    SymCrmem::open(cfg, segments).expect("open")
+}
+
+/// Runs `work` with, for polled nodes, a thread per node driving it while `work` runs (the
+/// application's idle loop: a node whose own threads wait for nothing must still answer).
+fn with_idle_drivers(nodes: &[&SymCrmem], work: impl FnOnce()) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for &c in nodes {
+            if c.host().handlers() == Handlers::Polled {
+                let stop = &stop;
+                s.spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if c.drive() == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+        }
+        work();
+        stop.store(true, Ordering::Relaxed);
+    });
 }
 
 fn i64_at(m: &[u8], at: usize) -> i64 {
@@ -44,6 +80,20 @@ fn increment(c: &SymCrmem) {
 
 #[test]
 fn conflicting_transactions_on_two_nodes_serialize_at_the_home() {
+    serialize_at_the_home(11, Handlers::Engine);
+}
+
+#[test]
+fn polled_nodes_serialize_at_the_home() {
+    serialize_at_the_home(14, Handlers::Polled);
+}
+
+#[test]
+fn interrupt_driven_nodes_serialize_at_the_home() {
+    serialize_at_the_home(15, Handlers::Interrupt);
+}
+
+fn serialize_at_the_home(server: u16, handlers: Handlers) {
     // The counter's home is node 0: node 1's transactions take its lock there.
     let seg = [(
         100,
@@ -53,13 +103,15 @@ fn conflicting_transactions_on_two_nodes_serialize_at_the_home() {
         },
         0,
     )];
-    let a = open(11, 0, &seg);
-    let b = open(11, 1, &seg);
+    let a = open_with(server, 0, &seg, handlers);
+    let b = open_with(server, 1, &seg, handlers);
     const EACH: i64 = 200;
-    std::thread::scope(|s| {
-        for c in [&a, &b] {
-            s.spawn(move || (0..EACH).for_each(|_| increment(c)));
-        }
+    with_idle_drivers(&[&a, &b], || {
+        std::thread::scope(|s| {
+            for c in [&a, &b] {
+                s.spawn(move || (0..EACH).for_each(|_| increment(c)));
+            }
+        })
     });
     // A lost update (two transactions reading the same value) would leave less.
     for c in [&a, &b] {
@@ -98,6 +150,16 @@ fn a_remote_lock_wait_past_its_deadline_aborts_with_the_typed_error() {
 
 #[test]
 fn tpcb_on_both_nodes_keeps_the_invariant_on_both_replicas() {
+    tpcb_invariant(13, Handlers::Engine);
+}
+
+#[test]
+fn tpcb_on_polled_and_interrupt_driven_nodes_keeps_the_invariant() {
+    tpcb_invariant(16, Handlers::Polled);
+    tpcb_invariant(17, Handlers::Interrupt);
+}
+
+fn tpcb_invariant(server: u16, handlers: Handlers) {
     const ACCOUNTS: usize = 1000;
     const TELLERS: usize = 64;
     const BRANCHES: usize = 8;
@@ -119,8 +181,8 @@ fn tpcb_on_both_nodes_keeps_the_invariant_on_both_replicas() {
             1,
         ),
     ];
-    let a = open(13, 0, &segs);
-    let b = open(13, 1, &segs);
+    let a = open_with(server, 0, &segs, handlers);
+    let b = open_with(server, 1, &segs, handlers);
     let run = |c: &SymCrmem, seed: u64| {
         let mut x = seed;
         let mut done = 0;
@@ -162,9 +224,11 @@ fn tpcb_on_both_nodes_keeps_the_invariant_on_both_replicas() {
             done += 1;
         }
     };
-    std::thread::scope(|s| {
-        s.spawn(|| run(&a, 1));
-        s.spawn(|| run(&b, 2));
+    with_idle_drivers(&[&a, &b], || {
+        std::thread::scope(|s| {
+            s.spawn(|| run(&a, 1));
+            s.spawn(|| run(&b, 2));
+        })
     });
     let sum = |m: &[u8], n: usize| (0..n).map(|i| i64_at(m, i * 100)).sum::<i64>();
     for c in [&a, &b] {

@@ -283,8 +283,9 @@ pub mod module {
     //! ```
     pub use txcast_port::extension::ServiceClash;
     pub use txcast_port::module::{
-        Completed, Context, Control, ControlClient, ControlServer, Instruction, ModuleHost,
-        ModuleHostError, Registration, Signal, Ticket, STATUS_FAILED, STATUS_OK, STATUS_UNLOADED,
+        Completed, Context, Control, ControlClient, ControlServer, Handlers, Instruction,
+        ModuleHost, ModuleHostError, Registration, Signal, Ticket, STATUS_FAILED, STATUS_OK,
+        STATUS_UNLOADED,
     };
     pub use txcast_proto::module::{ping, HostCounters, Module, ModuleId};
 }
