@@ -7,7 +7,10 @@ use crate::node::{NodeId, TxnId};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use txcast_port::{Engine, Handlers, ModuleHost, ModuleHostError, Port, PortConfig};
+use txcast_port::{
+    Engine, EngineConfig, EngineMode, Handlers, ModuleHost, ModuleHostError, Port, PortConfig,
+    PortError,
+};
 use txcast_proto::module::{Context, ModuleError, ModuleId};
 use txcast_proto::Address;
 
@@ -193,16 +196,26 @@ impl Flusher {
     }
 }
 
-/// A module host at `addr` whose handlers run where `handlers` says: on `engine`, or on the
-/// process's embedded engine.
+/// A module host at `addr` whose handlers run where `handlers` says: on `engine`, or else on
+/// the process's embedded engine, except a polled host, which gets an invoker engine of its
+/// own (the default configuration): the thread that drives it then carries its messages
+/// too, with no engine thread to wake on the way.
 pub(crate) fn host_at(
     engine: Option<&Engine>,
     addr: Address,
     handlers: Handlers,
 ) -> Result<ModuleHost, ModuleHostError> {
-    let port = match engine {
-        Some(e) => Port::open_on(e, addr, PortConfig::default()),
-        None => Port::open(addr, PortConfig::default()),
+    let port = match (engine, handlers) {
+        (Some(e), _) => Port::open_on(e, addr, PortConfig::default()),
+        (None, Handlers::Polled) => {
+            let e = Engine::start(EngineConfig {
+                mode: EngineMode::Invoker,
+                ..EngineConfig::default()
+            })
+            .map_err(|e| ModuleHostError::Port(PortError::Io(e)))?;
+            Port::open_on(&e, addr, PortConfig::default())
+        }
+        (None, _) => Port::open(addr, PortConfig::default()),
     }
     .map_err(ModuleHostError::Port)?;
     ModuleHost::serve_with(port, handlers).map_err(|(e, _)| e)

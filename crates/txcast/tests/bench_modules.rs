@@ -153,8 +153,12 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
         "crmem",
         &["--sections", "commit", "--commits", "200", "--warmup", "20"],
     );
-    assert_eq!(crmem.len(), 1, "{crmem:?}");
-    assert!(number(&crmem[0], "commit_p50_ns") > 0.0);
+    // One commit line per implementation, in the order asked for (the default: all three).
+    let impls: Vec<&Value> = crmem.iter().map(|l| &l["handlers"]).collect();
+    assert_eq!(impls, ["engine", "polled", "interrupt"], "{crmem:?}");
+    for l in &crmem {
+        assert!(number(l, "commit_p50_ns") > 0.0, "{l}");
+    }
 
     // The lock section after the commit one: both measure the remote round trip, whose
     // addresses are fixed.
@@ -169,10 +173,24 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
             "50",
             "--warmup",
             "10",
+            "--handlers",
+            "polled,engine",
         ],
     );
-    let counts: Vec<f64> = lines.iter().map(|l| number(l, "locks")).collect();
-    assert_eq!(counts, [1.0, 3.0], "{lines:?}");
+    let counts: Vec<(f64, &Value)> = lines
+        .iter()
+        .map(|l| (number(l, "locks"), &l["handlers"]))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            (1.0, &Value::from("polled")),
+            (3.0, &Value::from("polled")),
+            (1.0, &Value::from("engine")),
+            (3.0, &Value::from("engine"))
+        ],
+        "{lines:?}"
+    );
     for l in &lines {
         assert_eq!(l["section"], "locks", "{l}");
         assert_eq!(number(l, "samples"), 50.0, "{l}");

@@ -20,7 +20,9 @@
 //!   amount on an account, its teller and the teller's branch and writes a history record.
 //!   At the end the accounts, tellers and branches must sum to the same total on both nodes.
 
-use super::crmem_common::{self as common, add_i64, err, i64_at, tpcb_segments, Tpcb};
+use super::crmem_common::{
+    self as common, add_i64, err, i64_at, serve_until, tpcb_segments, Impl, Tpcb,
+};
 use super::stats::{bench_json, whole, Samples, Summary};
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use crate::progress::Progress;
@@ -55,6 +57,7 @@ struct Plan {
     depths: Vec<usize>,
     seconds: f64,
     json: bool,
+    handlers: Vec<Impl>,
 }
 
 /// A line of the human table: on stdout, or on stderr under `--json` (stdout has the JSON).
@@ -96,6 +99,11 @@ pub struct Args {
     /// symmetric (TpcB on every node, one process each; sections other than tpcb ignored)
     #[arg(long, value_enum, default_value_t = Config::Mirror)]
     pub config: Config,
+    /// Where the remote operations run, one pass of the mirror sections per value: engine
+    /// (on the engine thread, the paper's CoProcessor), polled (the application's threads
+    /// poll: CPU Polling), interrupt (a thread woken per message: CPU Interrupt)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Impl::Engine, Impl::Polled, Impl::Interrupt])]
+    pub handlers: Vec<Impl>,
     /// Node counts of the symmetric configuration (2 to 8)
     #[arg(long, value_delimiter = ',', default_values_t = [2, 4], value_parser = parse_u64)]
     pub nodes: Vec<u64>,
@@ -126,6 +134,7 @@ fn plan(o: &Args) -> Result<Plan, String> {
         depths: usize_list_in("depths", &o.depths, 1..=4096)?,
         seconds,
         json: o.json,
+        handlers: o.handlers.clone(),
     })
 }
 
@@ -148,22 +157,27 @@ fn segments() -> Vec<(usize, LockMapping)> {
     v
 }
 
-fn open(me: u16) -> io::Result<Crmem> {
-    let cfg = CrmemConfig::new(nodes(), me);
+fn open(me: u16, how: Impl) -> io::Result<Crmem> {
+    let cfg = CrmemConfig {
+        handlers: how.handlers(),
+        ..CrmemConfig::new(nodes(), me)
+    };
     Crmem::open(cfg, &segments()).map_err(|e| io::Error::other(e.to_string()))
 }
 
 /// The backup: serves until `stop` exists, then writes its TpcB sums into `stop.sums`.
 pub fn child(args: &[String]) -> io::Result<()> {
-    let [stop] = args else {
-        return Err(io::Error::other("usage: crmem <stop file>"));
+    let [stop, how] = args else {
+        return Err(io::Error::other(
+            "usage: crmem <stop file> <engine|polled|interrupt>",
+        ));
     };
-    let c = open(1)?;
+    let how = Impl::parse(how)?;
+    let c = open(1, how)?;
     let stop = Path::new(stop);
-    let end = Instant::now() + PARTNER_LIFE;
-    while !stop.exists() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let drive = || c.drive();
+    let polled = (how == Impl::Polled).then_some(&drive as &dyn Fn() -> usize);
+    serve_until(stop, PARTNER_LIFE, polled);
     let sums = tpcb_sums(&c).map(|(a, t, b)| format!("{a} {t} {b} {}", c.seq()));
     std::fs::write(stop.with_extension("sums"), sums.unwrap_or_default())?;
     Ok(())
@@ -204,17 +218,19 @@ fn bench(plan: &Plan) -> io::Result<()> {
     if has("commit") || has("locks") {
         total += 1;
     }
+    let mut each = 0;
     if has("locks") {
-        total += plan.locks.len();
+        each += plan.locks.len();
     }
     if has("commit") {
-        total += 1;
+        each += 1;
     }
     for s in ["synthetic", "tpcb"] {
         if has(s) {
-            total += plan.parallel.len() + plan.depths.len();
+            each += plan.parallel.len() + plan.depths.len();
         }
     }
+    total += each * plan.handlers.len();
     let progress = Progress::points("crmem", total as u64);
     let r = sections(plan, &progress);
     progress.finish();
@@ -232,42 +248,76 @@ fn sections(plan: &Plan, progress: &Progress) -> io::Result<()> {
     } else {
         (None, None)
     };
-    if let (true, Some(spin), Some(park)) = (has("locks"), &spin, &park) {
+    for &how in &plan.handlers {
+        mirror(plan, progress, how, spin.as_ref(), park.as_ref())?;
+    }
+    Ok(())
+}
+
+/// The sections with CRMem's remote operations run as `how` says.
+fn mirror(
+    plan: &Plan,
+    progress: &Progress,
+    how: Impl,
+    spin: Option<&Summary>,
+    park: Option<&Summary>,
+) -> io::Result<()> {
+    let has = |s: &str| plan.sections.iter().any(|x| x == s);
+    if let (true, Some(spin), Some(park)) = (has("locks"), spin, park) {
         let out = super::crmem_locks::Out {
             json: plan.json,
             progress,
         };
-        super::crmem_locks::measure(&out, &plan.locks, plan.commits, plan.warmup, spin, park)?;
+        super::crmem_locks::measure(
+            &out,
+            how,
+            &plan.locks,
+            plan.commits,
+            plan.warmup,
+            spin,
+            park,
+        )?;
     }
     if !["commit", "synthetic", "tpcb"].iter().any(|s| has(s)) {
         return Ok(());
     }
+    say!(
+        plan,
+        progress,
+        "mirror with one backup, remote operations: {} ({})",
+        how.name(),
+        how.paper()
+    );
     let stop = std::env::temp_dir().join(format!("txcast-bench-crmem-{}.stop", std::process::id()));
     let _ = std::fs::remove_file(&stop);
     let _ = std::fs::remove_file(stop.with_extension("sums"));
-    let mut partner = spawn_child(&["crmem".to_string(), stop.to_string_lossy().into_owned()])?;
+    let mut partner = spawn_child(&[
+        "crmem".to_string(),
+        stop.to_string_lossy().into_owned(),
+        how.name().to_string(),
+    ])?;
     let r = (|| -> io::Result<()> {
-        let c = open(0)?;
+        let c = open(0, how)?;
         // Warm up: the link comes up, the backup answers.
         for i in 0..plan.warmup {
             synthetic_txn(&c, (i % RECORDS as u64) as u32)?;
         }
-        if let (true, Some(spin), Some(park)) = (has("commit"), &spin, &park) {
-            progress.note("commit latency");
-            commit_latency(plan, progress, &c, spin, park)?;
+        if let (true, Some(spin), Some(park)) = (has("commit"), spin, park) {
+            progress.note(&format!("commit latency, {}", how.name()));
+            commit_latency(plan, progress, &c, how, spin, park)?;
             progress.advance();
         }
         if has("synthetic") {
-            throughput(plan, progress, &c, "synthetic", |c, rng| {
+            throughput(plan, progress, &c, how, "synthetic", |c, rng| {
                 synthetic_txn(c, rng.below(RECORDS as u64) as u32)
             })?;
-            pipelined(plan, progress, &c, "synthetic", |c, rng| {
+            pipelined(plan, progress, &c, how, "synthetic", |c, rng| {
                 synthetic(c, rng.below(RECORDS as u64) as u32, End::Async)
             })?;
         }
         if has("tpcb") {
-            throughput(plan, progress, &c, "tpcb", tpcb_txn)?;
-            pipelined(plan, progress, &c, "tpcb", |c, rng| {
+            throughput(plan, progress, &c, how, "tpcb", tpcb_txn)?;
+            pipelined(plan, progress, &c, how, "tpcb", |c, rng| {
                 tpcb(c, rng, End::Async)
             })?;
             let mine = tpcb_sums(&c).ok_or_else(|| io::Error::other("no segments"))?;
@@ -356,6 +406,7 @@ fn pipelined(
     plan: &Plan,
     progress: &Progress,
     c: &Crmem,
+    how: Impl,
     name: &str,
     txn: impl Fn(&Crmem, &mut Rng) -> io::Result<u64>,
 ) -> io::Result<()> {
@@ -374,7 +425,7 @@ fn pipelined(
         "transactions"
     );
     for &depth in &plan.depths {
-        progress.note(&format!("{name} {depth} in flight"));
+        progress.note(&format!("{name} {depth} in flight, {}", how.name()));
         let mut rng = Rng::new(depth as u64);
         let mut flight = std::collections::VecDeque::with_capacity(depth);
         let started = Instant::now();
@@ -397,6 +448,7 @@ fn pipelined(
             let line = bench_json! {
                 bench: "crmem",
                 section: name,
+                handlers: how.name(),
                 mode: "in-flight",
                 depth: depth,
                 txn_per_s: whole(rate),
@@ -413,6 +465,7 @@ fn commit_latency(
     plan: &Plan,
     progress: &Progress,
     c: &Crmem,
+    how: Impl,
     spin: &Summary,
     park: &Summary,
 ) -> io::Result<()> {
@@ -431,6 +484,7 @@ fn commit_latency(
         let line = bench_json! {
             bench: "crmem",
             section: "commit",
+            handlers: how.name(),
             commit_p50_ns: m.p50_ns,
             commit_p99_ns: m.p99_ns,
             remote_spin_p50_ns: spin.p50_ns,
@@ -441,7 +495,8 @@ fn commit_latency(
     say!(
         plan,
         progress,
-        "commit latency, parallelism 1, {} commits (p50/p99 us): crmem {}, remote port round trip spinning {}, parked {}; crmem/spinning {:.2}, crmem/parked {:.2} (target <= 1.5 against the round trip)",
+        "commit latency, {}, parallelism 1, {} commits (p50/p99 us): crmem {}, remote port round trip spinning {}, parked {}; crmem/spinning {:.2}, crmem/parked {:.2} (target <= 1.5 against the round trip)",
+        how.name(),
         plan.commits,
         us(&m),
         us(spin),
@@ -456,6 +511,7 @@ fn throughput(
     plan: &Plan,
     progress: &Progress,
     c: &Crmem,
+    how: Impl,
     name: &str,
     txn: impl Fn(&Crmem, &mut Rng) -> io::Result<()> + Sync,
 ) -> io::Result<()> {
@@ -474,7 +530,7 @@ fn throughput(
         "transactions"
     );
     for &p in &plan.parallel {
-        progress.note(&format!("{name} parallelism {p}"));
+        progress.note(&format!("{name} parallelism {p}, {}", how.name()));
         let done = AtomicU64::new(0);
         let stop = AtomicBool::new(false);
         let failed: std::sync::Mutex<Option<io::Error>> = std::sync::Mutex::new(None);
@@ -507,6 +563,7 @@ fn throughput(
             let line = bench_json! {
                 bench: "crmem",
                 section: name,
+                handlers: how.name(),
                 mode: "threads",
                 parallel: p,
                 txn_per_s: whole(rate),

@@ -103,3 +103,75 @@ pub fn tpcb_sums(acc: &[u8], tel: &[u8], br: &[u8]) -> (i64, i64, i64) {
         |m: &[u8], rows: u32| -> i64 { (0..rows).map(|i| i64_at(m, (i * ROW) as usize)).sum() };
     (sum(acc, ACCOUNTS), sum(tel, TELLERS), sum(br, BRANCHES))
 }
+
+/// Where CRMem's remote operations run (`--handlers`): the paper's three implementations.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Impl {
+    /// On the engine's thread (the paper's *CoProcessor*).
+    Engine,
+    /// By the application's threads polling (*CPU Polling*).
+    Polled,
+    /// On a thread woken for each message (*CPU Interrupt*).
+    Interrupt,
+}
+
+impl Impl {
+    pub fn handlers(self) -> txcast_crmem::Handlers {
+        match self {
+            Impl::Engine => txcast_crmem::Handlers::Engine,
+            Impl::Polled => txcast_crmem::Handlers::Polled,
+            Impl::Interrupt => txcast_crmem::Handlers::Interrupt,
+        }
+    }
+
+    /// The name on the command line and in the JSON rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Engine => "engine",
+            Impl::Polled => "polled",
+            Impl::Interrupt => "interrupt",
+        }
+    }
+
+    /// The paper's name for it.
+    pub fn paper(self) -> &'static str {
+        match self {
+            Impl::Engine => "CoProcessor",
+            Impl::Polled => "CPU Polling",
+            Impl::Interrupt => "CPU Interrupt",
+        }
+    }
+
+    pub fn parse(s: &str) -> io::Result<Impl> {
+        [Impl::Engine, Impl::Polled, Impl::Interrupt]
+            .into_iter()
+            .find(|i| i.name() == s)
+            .ok_or_else(|| err(format!("no implementation {s:?}")))
+    }
+}
+
+/// A partner process's life: until `stop` exists (or `life` passes). A polled node drives its
+/// host meanwhile (nobody else would answer for it); the others sleep.
+pub fn serve_until(
+    stop: &std::path::Path,
+    life: std::time::Duration,
+    drive: Option<&dyn Fn() -> usize>,
+) {
+    use std::time::{Duration, Instant};
+    let end = Instant::now() + life;
+    let mut looked = Instant::now();
+    while !stop.exists() && Instant::now() < end {
+        match drive {
+            None => std::thread::sleep(Duration::from_millis(10)),
+            Some(d) => {
+                // The stop file is a system call: looked at every 10 ms.
+                while looked.elapsed() < Duration::from_millis(10) {
+                    if d() == 0 {
+                        std::hint::spin_loop();
+                    }
+                }
+                looked = Instant::now();
+            }
+        }
+    }
+}

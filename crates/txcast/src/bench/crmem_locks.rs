@@ -16,7 +16,7 @@
 //! link carries it ahead of the next sample's LOCK, so the home frees the locks before it
 //! takes them again and the next sample includes that work. The same `k` records every time.
 
-use super::crmem_common::err;
+use super::crmem_common::{err, serve_until, Impl};
 use super::rtt;
 use super::spawn_child;
 use super::stats::{bench_json, Samples, Summary};
@@ -62,21 +62,26 @@ fn segments() -> Vec<(usize, LockMapping, u16)> {
     )]
 }
 
-fn open(me: u16) -> io::Result<SymCrmem> {
-    SymCrmem::open(SymCrmemConfig::new(nodes(), me), &segments()).map_err(err)
+fn open(me: u16, how: Impl) -> io::Result<SymCrmem> {
+    let cfg = SymCrmemConfig {
+        handlers: how.handlers(),
+        ..SymCrmemConfig::new(nodes(), me)
+    };
+    SymCrmem::open(cfg, &segments()).map_err(err)
 }
 
 /// The home node: serves the locks until `stop` exists.
 pub fn child(args: &[String]) -> io::Result<()> {
-    let [stop] = args else {
-        return Err(err("usage: crmem-locks <stop file>"));
+    let [stop, how] = args else {
+        return Err(err(
+            "usage: crmem-locks <stop file> <engine|polled|interrupt>",
+        ));
     };
-    let _c = open(1)?;
-    let stop = Path::new(stop);
-    let end = Instant::now() + PARTNER_LIFE;
-    while !stop.exists() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let how = Impl::parse(how)?;
+    let c = open(1, how)?;
+    let drive = || c.drive();
+    let polled = (how == Impl::Polled).then_some(&drive as &dyn Fn() -> usize);
+    serve_until(Path::new(stop), PARTNER_LIFE, polled);
     Ok(())
 }
 
@@ -111,9 +116,10 @@ impl Out<'_> {
 
 /// Measures every count in `counts` (each 1..=[`RECORDS`]), `samples` pairs a point after
 /// `warmup` untimed ones, against the remote port round trips `spin` and `park` of the same
-/// run.
+/// run, with both nodes' remote operations run as `how` says.
 pub fn measure(
     out: &Out<'_>,
+    how: Impl,
     counts: &[usize],
     samples: u64,
     warmup: u64,
@@ -128,9 +134,10 @@ pub fn measure(
     let mut partner = spawn_child(&[
         "crmem-locks".to_string(),
         stop.to_string_lossy().into_owned(),
+        how.name().to_string(),
     ])?;
     let r = (|| -> io::Result<()> {
-        let c = open(0)?;
+        let c = open(0, how)?;
         // The home comes up: a request sent before it listens waits for the retransmission.
         let mut tries = 0;
         loop {
@@ -141,7 +148,9 @@ pub fn measure(
             }
         }
         out.say(&format!(
-            "remote locks at the home node, acquire + release, {samples} pairs a point (p50/p99 us); remote port round trip spinning {}, parked {}",
+            "remote locks at the home node, {} ({}), acquire + release, {samples} pairs a point (p50/p99 us); remote port round trip spinning {}, parked {}",
+            how.name(),
+            how.paper(),
             us(spin),
             us(park)
         ));
@@ -151,7 +160,7 @@ pub fn measure(
         ));
         for &k in counts {
             let k = k.clamp(1, RECORDS as usize) as u32;
-            out.progress.note(&format!("locks {k}"));
+            out.progress.note(&format!("locks {k}, {}", how.name()));
             for _ in 0..warmup {
                 pair(&c, k).map_err(err)?;
             }
@@ -168,6 +177,7 @@ pub fn measure(
                 let line = bench_json! {
                     bench: "crmem",
                     section: "locks",
+                    handlers: how.name(),
                     locks: k,
                     samples: m.count,
                     p50_ns: m.p50_ns,

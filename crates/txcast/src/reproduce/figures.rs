@@ -234,6 +234,8 @@ pub fn bench_args(run: &str, s: Scale) -> Vec<String> {
             s.pick("16", "1,16,256", "1,16,64,256"),
             "--seconds",
             s.pick("1", "1", "2"),
+            "--handlers",
+            "engine,polled,interrupt",
         ],
         _ => vec![],
     };
@@ -252,7 +254,7 @@ pub fn estimate_seconds(run: &str, s: Scale) -> u64 {
         "modules" => s.pick(4, 70, 200),
         "burst" => s.pick(4, 25, 40),
         "group" => s.pick(8, 60, 200),
-        "crmem" => s.pick(7, 25, 50),
+        "crmem" => s.pick(20, 75, 150),
         _ => 10,
     }
 }
@@ -1366,24 +1368,47 @@ fn fit_k_o(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     Some((my - o * mx, o))
 }
 
+/// The implementations CRMem's benchmark lines name (`handlers`; lines written before it had
+/// the field are the engine's), with the paper's names, in the paper's order.
+const CRMEM_IMPLS: [(&str, &str); 3] = [
+    ("interrupt", "CPU Interrupt"),
+    ("polled", "CPU Polling"),
+    ("engine", "CoProcessor"),
+];
+
+fn impl_of(v: &Value) -> &str {
+    text(v, "handlers").unwrap_or("engine")
+}
+
 fn fig004_6(l: &[Value], _: Scale) -> Result<Figure, String> {
     let locks: Vec<&Value> = l
         .iter()
         .filter(|v| text(v, "section") == Some("locks"))
         .collect();
-    let pick = |key: &str| -> Vec<(f64, f64)> {
+    let pick = |how: &str, key: &str| -> Vec<(f64, f64)> {
+        locks
+            .iter()
+            .filter(|v| impl_of(v) == how)
+            .filter_map(|v| Some((num(v, "locks")?, num(v, key)? / 1000.0)))
+            .collect()
+    };
+    let any = |key: &str| -> Vec<(f64, f64)> {
         locks
             .iter()
             .filter_map(|v| Some((num(v, "locks")?, num(v, key)? / 1000.0)))
             .collect()
     };
-    let p50 = pick("p50_ns");
-    let p99 = pick("p99_ns");
-    let spin = pick("remote_spin_p50_ns");
-    let park = pick("remote_park_p50_ns");
-    let mut rows: Vec<Row> = locks
-        .iter()
-        .filter_map(|v| {
+    let spin = any("remote_spin_p50_ns");
+    let park = any("remote_park_p50_ns");
+    let all_p50 = any("p50_ns");
+    let mut rows = Vec::new();
+    let mut series = Vec::new();
+    for (how, paper_name) in CRMEM_IMPLS {
+        let p50 = pick(how, "p50_ns");
+        if p50.is_empty() {
+            continue;
+        }
+        rows.extend(locks.iter().filter(|v| impl_of(v) == how).filter_map(|v| {
             let k = num(v, "locks")?;
             let note = format!(
                 "p99 {:.1} µs; {:.2}× the spinning round trip, {:.2}× the parked one{}",
@@ -1393,14 +1418,40 @@ fn fig004_6(l: &[Value], _: Scale) -> Result<Figure, String> {
                 if k == 1.0 { " (target ≤ 1.3×)" } else { "" }
             );
             Some(row(
-                format!("{k} remote locks, acquire + release, p50"),
+                format!("{paper_name} ({how}): {k} remote locks, acquire + release, p50"),
                 Some(num(v, "p50_ns")? / 1000.0),
                 None,
                 "µs",
                 note,
             ))
-        })
-        .collect();
+        }));
+        if let Some((k, o)) = fit_k_o(&p50) {
+            rows.push(row(
+                format!("{paper_name}: K of K + O × locks (fitted to our p50s)"),
+                Some(k),
+                None,
+                "µs",
+                "the paper's model; its K and O are plotted, not given in the text (the two CPU implementations' K differ by twice a 49 µs signal handler)",
+            ));
+            rows.push(row(
+                format!("{paper_name}: O of K + O × locks (fitted to our p50s)"),
+                Some(o),
+                None,
+                "µs/lock",
+                "the paper: the CoProcessor has the highest O, the CPU implementations equal O's",
+            ));
+        }
+        series.push(Series {
+            label: format!("{paper_name} ({how}), p50"),
+            paper: false,
+            points: p50,
+        });
+        series.push(Series {
+            label: format!("{paper_name} ({how}), p99"),
+            paper: false,
+            points: pick(how, "p99_ns"),
+        });
+    }
     if let Some(&(_, rtt)) = spin.first() {
         rows.push(row(
             "remote port round trip, spinning, p50",
@@ -1419,90 +1470,85 @@ fn fig004_6(l: &[Value], _: Scale) -> Result<Figure, String> {
             "txcast-remote-park, 64 B, same run",
         ));
     }
-    if let Some((k, o)) = fit_k_o(&p50) {
-        rows.push(row(
-            "K of K + O × locks (fitted to our p50s)",
-            Some(k),
-            None,
-            "µs",
-            "the paper's model; its K and O for the CoProcessor are plotted, not given in the text",
-        ));
-        rows.push(row(
-            "O of K + O × locks (fitted to our p50s)",
-            Some(o),
-            None,
-            "µs/lock",
-            "the paper: the CoProcessor has the highest O, the CPU implementations equal O's",
-        ));
-    }
+    let (lo, hi) = all_p50
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(a, b), &(x, _)| (a.min(x), b.max(x)));
     let flat = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
-        match (pts.first(), p50.first(), p50.last()) {
-            (Some(&(_, y)), Some(&(a, _)), Some(&(b, _))) => vec![(a, y), (b, y)],
+        match pts.first() {
+            Some(&(_, y)) if lo <= hi => vec![(lo, y), (hi, y)],
             _ => Vec::new(),
         }
     };
+    series.push(Series {
+        label: "remote port round trip, spinning, p50".into(),
+        paper: false,
+        points: flat(&spin),
+    });
+    series.push(Series {
+        label: "remote port round trip, parked, p50".into(),
+        paper: false,
+        points: flat(&park),
+    });
     check(Figure {
         x_label: "remote locks per request".into(),
         y_label: "acquire + release latency (µs)".into(),
         log_x: true,
-        log_y: false,
-        series: vec![
-            Series { label: "CRMem on engine modules, p50".into(), paper: false, points: p50.clone() },
-            Series { label: "CRMem on engine modules, p99".into(), paper: false, points: p99 },
-            Series { label: "remote port round trip, spinning, p50".into(), paper: false, points: flat(&spin) },
-            Series { label: "remote port round trip, parked, p50".into(), paper: false, points: flat(&park) },
-        ],
+        log_y: true,
+        series,
         rows,
-        setup: "Paper: CPU Interrupt, CPU Polling and CoProcessor implementations on FORE ATM cards (i960 at 25 MHz); its Figure 6 is a plot whose values the text does not give, only the model K + O × locks and that the two CPU implementations' K differ by twice a 49 µs signal handler. Here: the symmetric configuration's module implementation (the CoProcessor's counterpart), two nodes in two processes on loopback, the home in the partner; one acquire + release is begin, set_range of k records (one lock each), abort.".into(),
+        setup: "Paper: CPU Interrupt, CPU Polling and CoProcessor implementations on FORE ATM cards (i960 at 25 MHz); its Figure 6 is a plot whose values the text does not give, only the model K + O × locks and that the two CPU implementations' K differ by twice a 49 µs signal handler. Here: the symmetric configuration, two nodes in two processes on loopback, the home in the partner, the lock operations run on the engine thread (CoProcessor), by the polling application thread on an invoker engine (CPU Polling), or on a thread woken per message (CPU Interrupt); one acquire + release is begin, set_range of k records (one lock each), abort.".into(),
     })
 }
 
 fn crmem_fig(l: &[Value], section: &str, paper: Option<f64>) -> Result<Figure, String> {
-    let pick = |mode: &str, x: &str| -> Vec<(f64, f64)> {
+    let pick = |how: &str, mode: &str, x: &str| -> Vec<(f64, f64)> {
         l.iter()
             .filter(|v| text(v, "section") == Some(section) && text(v, "mode") == Some(mode))
+            .filter(|v| impl_of(v) == how)
             .filter_map(|v| Some((num(v, x)?, num(v, "txn_per_s")?)))
             .collect()
     };
-    let threads = pick("threads", "parallel");
-    let flight = pick("in-flight", "depth");
-    let mut rows: Vec<Row> = threads
-        .iter()
-        .map(|&(p, r)| {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut series = Vec::new();
+    for (how, paper_name) in CRMEM_IMPLS {
+        let threads = pick(how, "threads", "parallel");
+        let flight = pick(how, "in-flight", "depth");
+        if threads.is_empty() && flight.is_empty() {
+            continue;
+        }
+        rows.extend(threads.iter().map(|&(p, r)| {
             row(
-                format!("{p} threads, each waiting"),
+                format!("{paper_name} ({how}): {p} threads, each waiting"),
                 Some(r),
                 paper,
                 "txn/s",
                 if paper.is_some() {
                     "paper: more than 3,000 (CoProcessor, mirror)"
                 } else {
-                    "Figure 7's values are not in the text; latency hidden at parallelism ≥ 4"
+                    "Figure 7's values are not in the text; latency hidden at parallelism ≥ 4, the CoProcessor best, CPU Interrupt lowest"
                 },
             )
-        })
-        .collect();
-    rows.extend(flight.iter().map(|&(d, r)| {
-        row(
-            format!("one thread, {d} commits in flight"),
-            Some(r),
-            paper,
-            "txn/s",
-            "parallelism without a thread per transaction",
-        )
-    }));
-    let mut series = vec![
-        Series {
-            label: "threads, each waiting (x = parallelism)".into(),
+        }));
+        rows.extend(flight.iter().map(|&(d, r)| {
+            row(
+                format!("{paper_name} ({how}): one thread, {d} commits in flight"),
+                Some(r),
+                paper,
+                "txn/s",
+                "parallelism without a thread per transaction",
+            )
+        }));
+        series.push(Series {
+            label: format!("{paper_name} ({how}): threads, each waiting (x = parallelism)"),
             paper: false,
             points: threads,
-        },
-        Series {
-            label: "one thread, commits in flight (x = depth)".into(),
+        });
+        series.push(Series {
+            label: format!("{paper_name} ({how}): one thread, commits in flight (x = depth)"),
             paper: false,
             points: flight,
-        },
-    ];
+        });
+    }
     if let Some(p) = paper {
         series.push(paper_series("more than 3,000", &[(1.0, p), (256.0, p)]));
     }
@@ -1513,7 +1559,7 @@ fn crmem_fig(l: &[Value], section: &str, paper: Option<f64>) -> Result<Figure, S
         log_y: true,
         series,
         rows,
-        setup: "Paper: CRMem on NI CoProcessors, ATM, mirror and symmetric configurations. Here: mirror with one backup in another process on loopback; the symmetric configurations are not measured.".into(),
+        setup: "Paper: CRMem on NI CoProcessors, ATM, mirror and symmetric configurations; Figure 7 compares CPU Interrupt, CPU Polling and CoProcessor. Here: mirror with one backup in another process on loopback, each implementation in turn (engine thread, polling application threads on an invoker engine, a thread woken per message); the symmetric configuration is `bench crmem --config symmetric`.".into(),
     })
 }
 
@@ -1559,7 +1605,32 @@ mod tests {
         assert!(fig
             .rows
             .iter()
-            .any(|r| r.what.starts_with("K of") && r.ours == Some(k)));
+            .any(|r| r.what.starts_with("CoProcessor: K of") && r.ours == Some(k)));
+        // Lines naming their implementation make a series each, fitted apart.
+        let mut polled = line(1, 7_000);
+        polled["handlers"] = "polled".into();
+        let mut polled2 = line(16, 10_000);
+        polled2["handlers"] = "polled".into();
+        let fig = fig004_6(&[polled, polled2, l[0].clone(), l[2].clone()], Scale::Smoke).unwrap();
+        let series = |name: &str| {
+            fig.series
+                .iter()
+                .find(|s| s.label == name)
+                .map(|s| s.points.clone())
+        };
+        assert_eq!(
+            series("CPU Polling (polled), p50"),
+            Some(vec![(1.0, 7.0), (16.0, 10.0)])
+        );
+        assert_eq!(
+            series("CoProcessor (engine), p50"),
+            Some(vec![(1.0, 32.0), (16.0, 62.0)])
+        );
+        assert_eq!(series("CPU Interrupt (interrupt), p50"), None);
+        assert!(fig
+            .rows
+            .iter()
+            .any(|r| r.what.starts_with("CPU Polling: O of") && r.ours == Some(0.2)));
         assert!(fig004_6(&[], Scale::Smoke).is_err());
         assert_eq!(fit_k_o(&[(1.0, 32.0)]), None);
     }
