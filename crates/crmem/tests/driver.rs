@@ -227,3 +227,68 @@ fn a_stalled_backup_is_dropped_then_recovers_and_never_takes_over() {
     ep.shutdown();
     eb.shutdown();
 }
+
+/// Sends each instruction's arguments to node 1 as one CRMem control message (the module id,
+/// key and control type of a CRMem node: only the body is forged).
+struct Forger;
+
+impl txcast_proto::module::Module for Forger {
+    fn registration(&self) -> txcast_proto::module::Registration {
+        txcast_proto::module::Registration {
+            name: "forger",
+            instructions: &[1],
+            controls: &[txcast_crmem::driver::CONTROL],
+        }
+    }
+    fn on_instruction(
+        &mut self,
+        cx: &mut txcast_proto::module::Context<'_>,
+        ins: txcast_proto::module::Instruction<'_>,
+    ) {
+        let r = cx.send(nodes(8)[1], txcast_crmem::driver::CONTROL, ins.args);
+        let _ = cx.complete(ins.id, u32::from(r.is_err()), &[]);
+    }
+    fn on_control(
+        &mut self,
+        _: &mut txcast_proto::module::Context<'_>,
+        _: txcast_proto::module::Control<'_>,
+    ) {
+    }
+}
+
+/// Malformed messages from the primary's address, through the wire: each is refused and
+/// counted, and none changes the backup's memory or role.
+#[test]
+fn malformed_control_messages_over_the_wire_are_refused_and_counted() {
+    let b = open(8, 1, 0, false);
+    let cfg = CrmemConfig::new(nodes(8), 0);
+    let forger = txcast_port::ModuleHost::open(nodes(8)[0]).unwrap();
+    forger.load(cfg.module, cfg.key, Forger).unwrap();
+    let mut truncated_write = vec![0xC7, 1];
+    truncated_write.extend_from_slice(&1u64.to_le_bytes()); // seq 1, then nothing
+    let mut past_the_end = vec![0xC7, 1];
+    past_the_end.extend_from_slice(&1u64.to_le_bytes());
+    past_the_end.extend_from_slice(&[0, 0, 1, 0, 1, 0]); // part 0 of 1, one range
+    past_the_end.extend_from_slice(&[0, 0]); // segment 0
+    past_the_end.extend_from_slice(&3_990u32.to_le_bytes()); // offset 3990
+    past_the_end.extend_from_slice(&20u32.to_le_bytes()); // 20 bytes: past 4000
+    past_the_end.extend_from_slice(&[9; 20]);
+    let bad: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0xC7],
+        vec![0x00, 1, 2, 3],
+        vec![0xC7, 99, 0, 0],
+        truncated_write,
+        past_the_end,
+    ];
+    for m in &bad {
+        let c = forger.call(cfg.module, cfg.key, 1, m, SECOND).unwrap();
+        assert_eq!(c.status, 0, "not sent");
+    }
+    until("every bad message counted", || {
+        b.counters().refused == bad.len() as u64
+    });
+    assert!(b.snapshot_segment(0).unwrap().iter().all(|&x| x == 0));
+    assert_eq!(b.seq(), 0);
+    assert!(matches!(b.role(), Role::Backup { primary: 0 }));
+}
