@@ -303,6 +303,15 @@ fn p50_series(lines: &[Value], case: &str, label: &str) -> Series {
     }
 }
 
+/// One of our measured series.
+fn our_series(label: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        label: label.into(),
+        paper: false,
+        points,
+    }
+}
+
 fn paper_series(label: &str, points: &[(f64, f64)]) -> Series {
     Series {
         label: format!("paper: {label}"),
@@ -1441,16 +1450,11 @@ fn fig004_6(l: &[Value], _: Scale) -> Result<Figure, String> {
                 "the paper: the CoProcessor has the highest O, the CPU implementations equal O's",
             ));
         }
-        series.push(Series {
-            label: format!("{paper_name} ({how}), p50"),
-            paper: false,
-            points: p50,
-        });
-        series.push(Series {
-            label: format!("{paper_name} ({how}), p99"),
-            paper: false,
-            points: pick(how, "p99_ns"),
-        });
+        series.push(our_series(format!("{paper_name} ({how}), p50"), p50));
+        series.push(our_series(
+            format!("{paper_name} ({how}), p99"),
+            pick(how, "p99_ns"),
+        ));
     }
     if let Some(&(_, rtt)) = spin.first() {
         rows.push(row(
@@ -1479,16 +1483,14 @@ fn fig004_6(l: &[Value], _: Scale) -> Result<Figure, String> {
             _ => Vec::new(),
         }
     };
-    series.push(Series {
-        label: "remote port round trip, spinning, p50".into(),
-        paper: false,
-        points: flat(&spin),
-    });
-    series.push(Series {
-        label: "remote port round trip, parked, p50".into(),
-        paper: false,
-        points: flat(&park),
-    });
+    series.push(our_series(
+        "remote port round trip, spinning, p50",
+        flat(&spin),
+    ));
+    series.push(our_series(
+        "remote port round trip, parked, p50",
+        flat(&park),
+    ));
     check(Figure {
         x_label: "remote locks per request".into(),
         y_label: "acquire + release latency (µs)".into(),
@@ -1538,16 +1540,14 @@ fn crmem_fig(l: &[Value], section: &str, paper: Option<f64>) -> Result<Figure, S
                 "parallelism without a thread per transaction",
             )
         }));
-        series.push(Series {
-            label: format!("{paper_name} ({how}): threads, each waiting (x = parallelism)"),
-            paper: false,
-            points: threads,
-        });
-        series.push(Series {
-            label: format!("{paper_name} ({how}): one thread, commits in flight (x = depth)"),
-            paper: false,
-            points: flight,
-        });
+        series.push(our_series(
+            format!("{paper_name} ({how}): threads, each waiting (x = parallelism)"),
+            threads,
+        ));
+        series.push(our_series(
+            format!("{paper_name} ({how}): one thread, commits in flight (x = depth)"),
+            flight,
+        ));
     }
     if let Some(p) = paper {
         series.push(paper_series("more than 3,000", &[(1.0, p), (256.0, p)]));
