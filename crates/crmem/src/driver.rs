@@ -15,8 +15,9 @@
 //! `suspect_after` is taken for dead while it still runs, and the two sides diverge (mirror
 //! mode assumes crashes, not partitions; the chaos tests of the cluster issue will fence it).
 
+use crate::disklog::{self, DiskLog, Item};
 use crate::lock::LockMapping;
-use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId};
+use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId, DISK};
 use crate::plumbing::{self, Flusher, Waits};
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +59,12 @@ pub struct CrmemConfig {
     /// must call `drive` itself, or it answers nothing and misses its timers), or on a thread
     /// woken for each message (*CPU Interrupt*).
     pub handlers: Handlers,
+    /// A directory for a disk log (see `disklog.rs`): as primary, the node logs every
+    /// commit there with group commit, and a commit completes only when its backups hold it
+    /// and the disk does. Opened as primary (not `recover`), the node first restores what the
+    /// directory holds; as a backup it empties it, and writes a checkpoint there if it is
+    /// promoted. `None` (the default): memory only.
+    pub disk: Option<std::path::PathBuf>,
     pub core: Config,
 }
 
@@ -73,6 +80,7 @@ impl CrmemConfig {
             heartbeat: Duration::from_millis(10),
             suspect_after: Duration::from_millis(300),
             handlers: Handlers::Engine,
+            disk: None,
             core: Config::default(),
         }
     }
@@ -93,6 +101,10 @@ pub enum CrmemError {
     CommitPending { seq: u64 },
     #[error("this node's id is not in the node list")]
     BadConfig,
+    /// The disk log could not be opened or read, or a write or sync failed (commits then
+    /// wait for ever rather than complete without the disk).
+    #[error("disk log: {0}")]
+    Disk(String),
 }
 
 /// What the engine's module and the application's threads share.
@@ -113,6 +125,10 @@ struct State {
     dead: Vec<bool>,
     /// Backups this primary stopped counting on, told so whenever they speak.
     dropped: Vec<bool>,
+    /// The disk log's writer (with a disk log).
+    disk: Option<std::sync::mpsc::Sender<Item>>,
+    /// Why the disk log stopped, if it did.
+    disk_failed: Option<String>,
 }
 
 struct Shared {
@@ -149,8 +165,22 @@ impl CrmemModule {
     /// Sends what the node queued (as much as this handler may), files its events, and
     /// arms the node's deadline.
     fn drain(&self, cx: &mut Context<'_>, st: &mut State) {
-        while let Some(m) = st.node.poll_transmit() {
-            st.outq.push_back(m);
+        while let Some((to, m)) = st.node.poll_transmit() {
+            if to == DISK {
+                // Bounded by the node's commit log: parts not yet on disk hold its budget.
+                if let (Some(tx), Ok(crate::msg::Msg::Write(w))) =
+                    (&st.disk, crate::msg::Msg::parse(&m))
+                {
+                    let (seq, last) = (w.seq, w.part + 1 == w.parts);
+                    let _ = tx.send(Item::Part {
+                        seq,
+                        last,
+                        bytes: m,
+                    });
+                }
+                continue;
+            }
+            st.outq.push_back((to, m));
         }
         let dead = &st.dead;
         plumbing::send_queued(cx, &self.nodes, CONTROL, &mut st.outq, |k| dead[k as usize]);
@@ -164,6 +194,11 @@ impl CrmemModule {
                     match other {
                         Event::Promoted => {
                             tracing::info!(node = self.me, "crmem: promoted to primary");
+                            if let Some(tx) = &st.disk {
+                                // The log's base: what this node holds now.
+                                let (seq, images) = st.node.checkpoint();
+                                let _ = tx.send(Item::Checkpoint { seq, images });
+                            }
                         }
                         Event::Recovered => {
                             tracing::info!(node = self.me, "crmem: recovered, a backup again");
@@ -333,6 +368,8 @@ pub struct Crmem {
     shared: Arc<Shared>,
     module: ModuleId,
     key: u64,
+    /// The disk log's writer thread (with a disk log).
+    disk_writer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Crmem {
@@ -395,12 +432,50 @@ impl Crmem {
         let core = Config {
             node: cfg.me,
             incarnation: host.incarnation(),
+            disk_log: cfg.disk.is_some(),
             ..cfg.core.clone()
         };
+        let restore = matches!(role, Role::Primary { .. });
         let mut node = Node::new(core, role);
         for (bytes, mapping) in segments {
             node.add_segment(*bytes, mapping.clone())?;
         }
+        let disk_err = |e: std::io::Error| CrmemError::Disk(e.to_string());
+        let log = match &cfg.disk {
+            None => None,
+            Some(dir) => {
+                let (mut log, found) = DiskLog::open(dir).map_err(disk_err)?;
+                if restore {
+                    if let Some((seq, images)) = &found.checkpoint {
+                        if !node.restore(*seq, images) {
+                            return Err(CrmemError::Disk(
+                                "the checkpoint's segments differ from the configured ones".into(),
+                            ));
+                        }
+                    }
+                    for part in &found.parts {
+                        if !node.replay(part) {
+                            return Err(CrmemError::Disk(format!(
+                                "the log breaks off after commit {}",
+                                node.seq()
+                            )));
+                        }
+                    }
+                    if node.seq() > 0 {
+                        tracing::info!(
+                            node = cfg.me,
+                            seq = node.seq(),
+                            "crmem: restored from disk"
+                        );
+                    }
+                } else {
+                    // A backup's copy comes from its primary; what the directory held is
+                    // stale, and a promotion starts the log again from a checkpoint.
+                    log.clear().map_err(disk_err)?;
+                }
+                Some(log)
+            }
+        };
         let n = cfg.nodes.len();
         let now = host.now();
         let shared = Arc::new(Shared {
@@ -414,6 +489,8 @@ impl Crmem {
                 last_heard: vec![now; n],
                 dead: vec![false; n],
                 dropped: vec![false; n],
+                disk: None,
+                disk_failed: None,
             }),
             flush: Flusher::new(),
             durable: AtomicU64::new(0),
@@ -428,11 +505,39 @@ impl Crmem {
             last_beat: now,
         };
         host.load(cfg.module, cfg.key, module)?;
+        let disk_writer = match log {
+            None => None,
+            Some(log) => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                shared.lock().disk = Some(tx);
+                let (sh, h, k) = (shared.clone(), host.clone(), (cfg.module, cfg.key));
+                let spawned = std::thread::Builder::new()
+                    .name(format!("txcast-crmem-disk-{}", cfg.me))
+                    .spawn(move || {
+                        disklog::run(
+                            log,
+                            rx,
+                            |seq| {
+                                sh.lock().node.disk_synced(seq);
+                                // The module files the outcomes (and sends nothing new).
+                                let _ = sh.flush.post(&h, k.0, k.1, FLUSH);
+                            },
+                            || sh.lock().node.checkpoint(),
+                            |e| {
+                                tracing::error!(error = %e, "crmem: disk log failed");
+                                sh.lock().disk_failed = Some(e.to_string());
+                            },
+                        )
+                    });
+                Some(spawned.map_err(disk_err)?)
+            }
+        };
         let c = Crmem {
             host,
             shared,
             module: cfg.module,
             key: cfg.key,
+            disk_writer,
         };
         // Starts the heartbeat and sends what the node queued (a snapshot request).
         c.flush()?;
@@ -555,6 +660,9 @@ impl Crmem {
                     };
                 }
                 st.async_txns.insert(txn);
+                if let Some(e) = &st.disk_failed {
+                    return Err(CrmemError::Disk(e.clone()));
+                }
                 Err(CrmemError::CommitPending { seq })
             }
             Err(e) => Err(e),
@@ -625,5 +733,16 @@ impl Crmem {
             timeout,
         )
         .ok_or(CrmemError::Timeout)
+    }
+}
+
+impl Drop for Crmem {
+    fn drop(&mut self) {
+        // The writer holds the host: it ends when its channel closes.
+        let tx = self.shared.lock().disk.take();
+        drop(tx);
+        if let Some(t) = self.disk_writer.take() {
+            let _ = t.join();
+        }
     }
 }

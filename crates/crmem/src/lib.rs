@@ -8,6 +8,7 @@
 //! segment's home node). The cores are sans-IO; [`Crmem`] and
 //! [`SymCrmem`] run them on txcast's extension modules.
 
+mod disklog;
 pub mod driver;
 pub mod lock;
 pub mod msg;

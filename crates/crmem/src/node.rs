@@ -35,6 +35,10 @@ pub type SegmentId = u16;
 
 /// Segments a node holds at most.
 pub const SEGMENTS_MAX: usize = 256;
+/// The pseudo-node a primary with a disk log ships its write sets to: their WRITE parts come
+/// out of `poll_transmit` addressed to it, for the driver to append to the log, and
+/// [`Node::disk_synced`] acknowledges them once they are on disk.
+pub const DISK: NodeId = NodeId::MAX;
 /// Bytes of a message at most (a module message's body).
 pub const MESSAGE_BYTES_MAX: usize = 1024;
 /// What a commit costs the log at least (a read-only one, which ships nothing).
@@ -55,6 +59,9 @@ pub struct Config {
     pub log_bytes: usize,
     /// Bytes of one message at most (WRITE parts are cut to fit).
     pub message_bytes: usize,
+    /// A primary also logs every commit to disk ([`DISK`]): a commit completes when its
+    /// backups hold it and the disk does.
+    pub disk_log: bool,
 }
 
 impl Default for Config {
@@ -65,6 +72,7 @@ impl Default for Config {
             txns_max: 1024,
             log_bytes: 4 << 20,
             message_bytes: MESSAGE_BYTES_MAX,
+            disk_log: false,
         }
     }
 }
@@ -518,6 +526,10 @@ impl Node {
             self.seq += 1;
             self.seq
         };
+        let mut backups = backups;
+        if self.cfg.disk_log {
+            backups.push(DISK);
+        }
         if !writes.is_empty() && !backups.is_empty() {
             self.ship(seq, &writes, parts as u16, room, &backups);
         }
@@ -570,6 +582,63 @@ impl Node {
         for &k in backups {
             self.out.push_back((k, m.clone()));
         }
+    }
+
+    /// `from` holds every commit up to `seq` (acknowledgements are cumulative: a backup
+    /// applies in order, the disk log is written in order).
+    fn acked(&mut self, from: NodeId, seq: u64) {
+        for p in self.pending.iter_mut().take_while(|p| p.seq <= seq) {
+            p.missing.retain(|&k| k != from);
+        }
+        self.complete();
+    }
+
+    /// The disk log holds every commit up to `seq` (written and synced).
+    pub fn disk_synced(&mut self, seq: u64) {
+        if matches!(self.role, Role::Primary { .. }) {
+            self.acked(DISK, seq);
+        }
+    }
+
+    /// A checkpoint for the disk log: the commit number it covers and every segment as it is
+    /// with every open transaction rolled back.
+    pub fn checkpoint(&self) -> (u64, Vec<Vec<u8>>) {
+        let images = (0..self.segments.len()).map(|s| self.image(s)).collect();
+        (self.seq, images)
+    }
+
+    /// Starts from a checkpoint (before any transaction): `images` must match the segments
+    /// added, in number and size. False, and nothing changed, if they do not.
+    pub fn restore(&mut self, seq: u64, images: &[Vec<u8>]) -> bool {
+        if images.len() != self.segments.len()
+            || images
+                .iter()
+                .zip(&self.segments)
+                .any(|(i, g)| i.len() != g.mem.len())
+        {
+            return false;
+        }
+        for (g, i) in self.segments.iter_mut().zip(images) {
+            g.mem.copy_from_slice(i);
+        }
+        self.seq = seq;
+        self.durable = seq;
+        true
+    }
+
+    /// Applies a WRITE part read back from the disk log, as a backup applies one from its
+    /// primary (a commit when its last part has come, whole or not at all; commits at or
+    /// below the node's number are skipped). False if it was refused.
+    pub fn replay(&mut self, bytes: &[u8]) -> bool {
+        let refused = self.counters.refused;
+        match Msg::parse(bytes) {
+            Ok(Msg::Write(w)) => self.on_write(DISK, w.seq, w.part, w.parts, bytes),
+            _ => self.counters.refused += 1,
+        }
+        // The acknowledgement it queued is for nobody.
+        self.out.retain(|(to, _)| *to != DISK);
+        self.durable = self.seq;
+        self.counters.refused == refused
     }
 
     /// Commits at the head of the log whose backups have all acknowledged complete, in order.
@@ -648,13 +717,7 @@ impl Node {
             (Msg::Write(w), Role::Backup { primary }) if from == primary => {
                 self.on_write(from, w.seq, w.part, w.parts, bytes)
             }
-            (Msg::Ack { seq }, Role::Primary { .. }) => {
-                // Cumulative: a backup applies in order (or took a snapshot up to `seq`).
-                for p in self.pending.iter_mut().take_while(|p| p.seq <= seq) {
-                    p.missing.retain(|&k| k != from);
-                }
-                self.complete();
-            }
+            (Msg::Ack { seq }, Role::Primary { .. }) if from != DISK => self.acked(from, seq),
             (Msg::SnapReq { nonce }, Role::Primary { mut backups }) => {
                 self.send_snapshot(from, nonce);
                 if !backups.contains(&from) {
@@ -808,15 +871,7 @@ impl Node {
             return;
         }
         for s in 0..n {
-            let mut img = self.segments[s].mem.clone();
-            for t in self.txns.values() {
-                for (us, off, old) in t.undo.iter().rev() {
-                    if *us as usize == s {
-                        let a = *off as usize;
-                        img[a..a + old.len()].copy_from_slice(old);
-                    }
-                }
-            }
+            let img = self.image(s);
             let mut off = 0;
             loop {
                 let end = (off + piece).min(img.len());
@@ -837,6 +892,20 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Segment `s` as it would be with every open transaction rolled back.
+    fn image(&self, s: usize) -> Vec<u8> {
+        let mut img = self.segments[s].mem.clone();
+        for t in self.txns.values() {
+            for (us, off, old) in t.undo.iter().rev() {
+                if *us as usize == s {
+                    let a = *off as usize;
+                    img[a..a + old.len()].copy_from_slice(old);
+                }
+            }
+        }
+        img
     }
 
     /// Backup `k` is dead (the failure detector or the transport said so): commits stop

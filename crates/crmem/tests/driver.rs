@@ -292,3 +292,89 @@ fn malformed_control_messages_over_the_wire_are_refused_and_counted() {
     assert_eq!(b.seq(), 0);
     assert!(matches!(b.role(), Role::Backup { primary: 0 }));
 }
+
+/// A primary with a disk log and no live backup: every commit that returned is on disk, and
+/// the node opened again on the same directory, after both replicas are gone, starts from it
+/// (a torn record at the log's end is cut off).
+#[test]
+fn a_disk_logged_primary_restarts_from_its_log_after_every_replica_is_gone() {
+    let dir = std::env::temp_dir().join(format!("txcast-crmem-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open_disk = |me: u16, recover: bool| {
+        let mut cfg = CrmemConfig::new(nodes(9), me);
+        cfg.recover = recover;
+        cfg.disk = Some(dir.join(format!("node{me}")));
+        Crmem::open(cfg, &segments()).expect("open")
+    };
+    let p = open_disk(0, false);
+    let b = open_disk(1, false);
+    for i in 0..100u32 {
+        transfer(&p, (i % 40) * 100, i as u8 + 1).unwrap();
+    }
+    // Async commits too: durable means on the backup and on disk.
+    let mut last = 0;
+    for i in 0..50u32 {
+        let t = p.begin(SECOND).unwrap();
+        p.set_range(t, 0, i * 10, 10, Mode::Write).unwrap();
+        p.write(t, 0, i * 10, 10, |m| m.fill(200)).unwrap();
+        last = p.commit_async(t).unwrap();
+    }
+    p.wait_durable(last, SECOND).unwrap();
+    let want = p.snapshot_segment(0).unwrap();
+    assert_eq!(b.snapshot_segment(0).unwrap(), want);
+    drop(b);
+    drop(p);
+    // A write that never finished: half a record at the end.
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("node0").join("log"))
+        .unwrap();
+    f.write_all(&[200, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(f);
+    let p = open_disk(0, false);
+    assert_eq!(p.seq(), 150);
+    assert_eq!(p.snapshot_segment(0).unwrap(), want);
+    // It serves on (its backup taken for dead, then recovering from it).
+    let b = open_disk(1, true);
+    until("the backup's recovery", || {
+        matches!(b.role(), Role::Backup { primary: 0 })
+    });
+    assert_eq!(transfer(&p, 0, 77).unwrap(), 151);
+    assert_eq!(b.snapshot_segment(0), p.snapshot_segment(0));
+    drop((p, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A backup with a disk directory, promoted, starts its log with a checkpoint of what it
+/// holds: after it too is gone, it restarts from the checkpoint and the commits after it.
+#[test]
+fn a_promoted_backup_checkpoints_and_restarts_from_its_own_log() {
+    let dir = std::env::temp_dir().join(format!("txcast-crmem-promo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open_disk = |me: u16, primary: u16| {
+        let mut cfg = CrmemConfig::new(nodes(10), me);
+        cfg.primary = primary;
+        cfg.disk = Some(dir.join(format!("node{me}")));
+        Crmem::open(cfg, &segments()).expect("open")
+    };
+    let p = open_disk(0, 0);
+    let b = open_disk(1, 0);
+    for i in 0..30u32 {
+        transfer(&p, (i % 40) * 100, i as u8 + 1).unwrap();
+    }
+    drop(p);
+    until("the promotion", || matches!(b.role(), Role::Primary { .. }));
+    for i in 0..20u32 {
+        transfer(&b, (i % 40) * 100 + 50, 100 + i as u8).unwrap();
+    }
+    let want = b.snapshot_segment(0).unwrap();
+    assert_eq!(b.seq(), 50);
+    drop(b);
+    assert!(dir.join("node1").join("checkpoint").exists());
+    let b = open_disk(1, 1);
+    assert_eq!(b.seq(), 50);
+    assert_eq!(b.snapshot_segment(0).unwrap(), want);
+    drop(b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
