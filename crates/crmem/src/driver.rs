@@ -137,6 +137,8 @@ struct Shared {
     flush: Flusher,
     /// Commits up to this number are complete (the node's `durable`, as last filed).
     durable: AtomicU64,
+    /// Batches the disk log synced (one `fdatasync` each).
+    disk_syncs: AtomicU64,
 }
 
 impl Shared {
@@ -494,6 +496,7 @@ impl Crmem {
             }),
             flush: Flusher::new(),
             durable: AtomicU64::new(0),
+            disk_syncs: AtomicU64::new(0),
         });
         let module = CrmemModule {
             shared: shared.clone(),
@@ -518,6 +521,7 @@ impl Crmem {
                             log,
                             rx,
                             |seq| {
+                                sh.disk_syncs.fetch_add(1, Ordering::Relaxed);
                                 sh.lock().node.disk_synced(seq);
                                 // The module files the outcomes (and sends nothing new).
                                 let _ = sh.flush.post(&h, k.0, k.1, FLUSH);
@@ -682,6 +686,12 @@ impl Crmem {
         };
         self.flush()?;
         Ok(seq)
+    }
+
+    /// Batches of commits the disk log has synced so far (one `fdatasync` each; 0 without a
+    /// disk log): commits per sync is what group commit saved.
+    pub fn disk_syncs(&self) -> u64 {
+        self.shared.disk_syncs.load(Ordering::Relaxed)
     }
 
     /// Commits up to this number are on every live backup.

@@ -58,6 +58,7 @@ struct Plan {
     seconds: f64,
     json: bool,
     handlers: Vec<Impl>,
+    disk: Option<std::path::PathBuf>,
 }
 
 /// A line of the human table: on stdout, or on stderr under `--json` (stdout has the JSON).
@@ -104,6 +105,10 @@ pub struct Args {
     /// poll: CPU Polling), interrupt (a thread woken per message: CPU Interrupt)
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Impl::Engine, Impl::Polled, Impl::Interrupt])]
     pub handlers: Vec<Impl>,
+    /// A directory for the primary's disk log (group commit): commits then complete when
+    /// the backup and the disk hold them. Emptied before each implementation's pass
+    #[arg(long)]
+    pub disk: Option<std::path::PathBuf>,
     /// Node counts of the symmetric configuration (2 to 8)
     #[arg(long, value_delimiter = ',', default_values_t = [2, 4], value_parser = parse_u64)]
     pub nodes: Vec<u64>,
@@ -135,6 +140,7 @@ fn plan(o: &Args) -> Result<Plan, String> {
         seconds,
         json: o.json,
         handlers: o.handlers.clone(),
+        disk: o.disk.clone(),
     })
 }
 
@@ -157,9 +163,10 @@ fn segments() -> Vec<(usize, LockMapping)> {
     v
 }
 
-fn open(me: u16, how: Impl) -> io::Result<Crmem> {
+fn open(me: u16, how: Impl, disk: Option<&Path>) -> io::Result<Crmem> {
     let cfg = CrmemConfig {
         handlers: how.handlers(),
+        disk: disk.map(Path::to_path_buf),
         ..CrmemConfig::new(nodes(), me)
     };
     Crmem::open(cfg, &segments()).map_err(|e| io::Error::other(e.to_string()))
@@ -173,7 +180,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
         ));
     };
     let how = Impl::parse(how)?;
-    let c = open(1, how)?;
+    let c = open(1, how, None)?;
     let stop = Path::new(stop);
     let drive = || c.drive();
     let polled = (how == Impl::Polled).then_some(&drive as &dyn Fn() -> usize);
@@ -284,9 +291,14 @@ fn mirror(
     say!(
         plan,
         progress,
-        "mirror with one backup, remote operations: {} ({})",
+        "mirror with one backup, remote operations: {} ({}){}",
         how.name(),
-        how.paper()
+        how.paper(),
+        if plan.disk.is_some() {
+            ", primary's disk log on"
+        } else {
+            ""
+        }
     );
     let stop = std::env::temp_dir().join(format!("txcast-bench-crmem-{}.stop", std::process::id()));
     let _ = std::fs::remove_file(&stop);
@@ -296,8 +308,12 @@ fn mirror(
         stop.to_string_lossy().into_owned(),
         how.name().to_string(),
     ])?;
+    if let Some(d) = &plan.disk {
+        // A fresh log for each pass: a primary restores what its directory holds.
+        let _ = std::fs::remove_dir_all(d);
+    }
     let r = (|| -> io::Result<()> {
-        let c = open(0, how)?;
+        let c = open(0, how, plan.disk.as_deref())?;
         // Warm up: the link comes up, the backup answers.
         for i in 0..plan.warmup {
             synthetic_txn(&c, (i % RECORDS as u64) as u32)?;
@@ -338,6 +354,16 @@ fn mirror(
             }
         }
         say!(plan, progress, "counters: {:?}", c.counters());
+        if plan.disk.is_some() {
+            let syncs = c.disk_syncs();
+            say!(
+                plan,
+                progress,
+                "disk log: {syncs} syncs for {} commits ({:.1} commits a sync)",
+                c.seq(),
+                c.seq() as f64 / syncs.max(1) as f64
+            );
+        }
         Ok(())
     })();
     let _ = std::fs::write(&stop, b"");
@@ -449,6 +475,7 @@ fn pipelined(
                 bench: "crmem",
                 section: name,
                 handlers: how.name(),
+                disk: plan.disk.is_some(),
                 mode: "in-flight",
                 depth: depth,
                 txn_per_s: whole(rate),
@@ -485,6 +512,7 @@ fn commit_latency(
             bench: "crmem",
             section: "commit",
             handlers: how.name(),
+            disk: plan.disk.is_some(),
             commit_p50_ns: m.p50_ns,
             commit_p99_ns: m.p99_ns,
             remote_spin_p50_ns: spin.p50_ns,
@@ -564,6 +592,7 @@ fn throughput(
                 bench: "crmem",
                 section: name,
                 handlers: how.name(),
+                disk: plan.disk.is_some(),
                 mode: "threads",
                 parallel: p,
                 txn_per_s: whole(rate),
