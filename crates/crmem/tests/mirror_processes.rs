@@ -40,6 +40,24 @@ fn open(me: u16, primary: u16, recover: bool) -> Crmem {
     Crmem::open(cfg, &segments()).expect("open")
 }
 
+/// A cluster of one node (instance 3, site 2) logging to `dir`: no backup, the disk only.
+fn open_alone(dir: &std::path::Path) -> Crmem {
+    let cfg = CrmemConfig {
+        disk: Some(dir.to_path_buf()),
+        ..CrmemConfig::new(vec![Address::new(3, 2, 10, 1)], 0)
+    };
+    Crmem::open(cfg, &segments()).expect("open")
+}
+
+/// The disk test's directory, named by the test process (the child inherits it).
+fn disk_dir() -> std::path::PathBuf {
+    std::env::var_os("TXCAST_CRMEM_DISK")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("txcast-crmem-kill-{}", std::process::id()))
+        })
+}
+
 fn u64_at(m: &[u8], at: u32) -> u64 {
     u64::from_le_bytes(m[at as usize..at as usize + 8].try_into().unwrap())
 }
@@ -100,6 +118,16 @@ fn child_if_asked() {
                 out.flush().unwrap();
             }
         }
+        "disk" => {
+            let c = open_alone(&disk_dir());
+            let mut i = 1;
+            loop {
+                transaction(&c, i).expect("commit");
+                writeln!(out, "committed {i}").unwrap();
+                out.flush().unwrap();
+                i += 1;
+            }
+        }
         other => panic!("unknown child role {other}"),
     }
     std::process::exit(0);
@@ -109,6 +137,7 @@ fn spawn(test: &str, role: &str) -> (Child, BufReader<ChildStdout>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads=1", "-q"])
         .env("TXCAST_CRMEM_CHILD", role)
+        .env("TXCAST_CRMEM_DISK", disk_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -193,4 +222,44 @@ fn kill_9_of_the_primary_loses_no_acknowledged_commit_and_it_recovers() {
         took_over.as_secs_f64() * 1e3,
         served.as_secs_f64() * 1e3
     );
+}
+
+/// A node alone with a disk log, killed with SIGKILL mid-load (perhaps mid-write): opened
+/// again on its directory, it holds every commit that returned to it, and nothing newer than
+/// the log's last whole commit.
+#[test]
+fn kill_9_of_a_disk_logged_node_loses_no_acknowledged_commit() {
+    const TEST: &str = "kill_9_of_a_disk_logged_node_loses_no_acknowledged_commit";
+    child_if_asked();
+    let dir = disk_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (mut child, mut out) = spawn(TEST, "disk");
+    let mut acked = 0;
+    while acked < KILL_AFTER {
+        acked = line_with(&mut out, "committed")
+            .expect("the node ended early")
+            .parse()
+            .unwrap();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    while let Some(n) = line_with(&mut out, "committed") {
+        acked = n.parse().unwrap();
+    }
+    let c = open_alone(&dir);
+    let m = c.snapshot_segment(0).unwrap();
+    let newest = u64_at(&m, COUNTER);
+    assert!(
+        newest >= acked,
+        "acknowledged {acked}, the log has {newest}"
+    );
+    assert_eq!(c.seq(), newest, "one commit a transaction");
+    for i in newest.saturating_sub(RECORDS as u64 - 1).max(1)..=newest {
+        let rec = (i % RECORDS as u64) as u32 * 8;
+        assert_eq!(u64_at(&m, rec), i, "transaction {i}");
+    }
+    // It serves on from there.
+    transaction(&c, newest + 1).unwrap();
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
 }
