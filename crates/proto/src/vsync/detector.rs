@@ -2,6 +2,7 @@
 //! go to the coordinator (the lowest-ranked member not suspected), which starts a view change.
 
 use super::msg::{Header, VsMsg};
+use super::timer::Timer;
 use super::{Dest, Vs, VsState, SUSPECTED_KEPT};
 use crate::addr::Address;
 use crate::time::Instant;
@@ -17,6 +18,7 @@ impl Vs {
         if self.state == VsState::Normal && self.suspects.remove(&from) {
             self.fl.suspects_sent_at = None;
         }
+        self.arm_silence();
     }
 
     /// The next member suspected since the last call, for the layer above to report.
@@ -55,9 +57,23 @@ impl Vs {
             self.suspects.insert(a);
             self.note_suspected(a);
         }
+        self.arm_silence();
         if !self.suspects.is_empty() {
             self.report_suspects(now);
         }
+    }
+
+    /// Sets the silence timer: when the first member not suspected has been silent for
+    /// `silence_timeout`.
+    pub(super) fn arm_silence(&mut self) {
+        let t = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| i != self.rank && !self.suspects.contains(&s.addr))
+            .map(|(_, s)| s.last_heard + self.cfg.silence_timeout)
+            .min();
+        self.timers.put(Timer::Silence, t);
     }
 
     pub(super) fn on_suspect_report(&mut self, now: Instant, h: &Header, who: Address) {

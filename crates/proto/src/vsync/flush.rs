@@ -16,6 +16,7 @@
 //! the commit sends it again.
 
 use super::msg::{Header, VsMsg};
+use super::timer::Timer;
 use super::{Ballot, Dest, Pending, Proposal, ViewId, Vs, VsState, COMMITS_KEPT};
 use crate::addr::Address;
 use crate::time::Instant;
@@ -213,6 +214,7 @@ impl Vs {
             self.fl.frozen = Some(self.received_vector());
         }
         self.answer_flush(now, ballot, coord);
+        self.arm_flush();
     }
 
     fn answer_flush(&mut self, now: Instant, ballot: Ballot, coord: Address) {
@@ -370,6 +372,7 @@ impl Vs {
         for (s, &c) in self.streams.iter_mut().zip(cut) {
             s.highest_known = s.highest_known.max(c);
         }
+        self.arm_nak();
     }
 
     /// Completes what waited for casts: an acceptance, a commit, the coordinator's fetch.
@@ -667,6 +670,17 @@ impl Vs {
         self.on_flush(now, &h, ballot);
     }
 
+    /// Sets the flush's timer from the state of the view change.
+    pub(super) fn arm_flush(&mut self) {
+        let flushing = self.state == VsState::Flushing;
+        let t = self.fl.timeout(
+            self.cfg.retransmit_timeout,
+            self.cfg.flush_timeout,
+            flushing,
+        );
+        self.timers.put(Timer::Flush, t);
+    }
+
     /// Retries and timeouts of a view change.
     pub(super) fn flush_tick(&mut self, now: Instant) {
         // A round beaten by a higher ballot this member promised itself is over: its
@@ -746,6 +760,7 @@ impl Vs {
                     if c != self.me && self.suspects.insert(c) {
                         self.counters.suspicions += 1;
                         self.note_suspected(c);
+                        self.arm_silence();
                     }
                 }
                 self.fl.touched = Some(now);

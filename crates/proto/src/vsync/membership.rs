@@ -4,6 +4,7 @@
 use super::flush::JOINERS_MAX;
 use super::msg::{self, Header, VsMsg};
 use super::stream::Stream;
+use super::timer::Timer;
 use super::{
     Dest, Pending, ViewChange, ViewId, Vs, VsError, VsState, BLOCKED_AFTER_FLUSH_TIMEOUTS,
     CONTROL_QUEUE_MAX,
@@ -23,37 +24,35 @@ impl Vs {
             return Ok(());
         }
         self.leaving = true;
-        self.leave_sent_at = None;
+        self.timers.stop(Timer::Leave);
         self.leave_tick(now);
+        self.arm_flush();
         Ok(())
     }
 
     pub(super) fn join_tick(&mut self, now: Instant) {
-        if self
-            .join_sent_at
-            .is_some_and(|s| now < s + self.cfg.retransmit_timeout)
-        {
+        if self.timers.get(Timer::Join).is_some_and(|t| now < t) {
             return;
         }
         if self.join_attempts >= self.cfg.join_attempts_max {
             self.state = VsState::Failed;
+            self.timers.clear();
             self.upcalls.push_back(Pending::JoinFailed);
             return;
         }
         self.join_attempts += 1;
-        self.join_sent_at = Some(now);
+        self.timers
+            .set(Timer::Join, now + self.cfg.retransmit_timeout);
         let contact = self.contact;
         self.queue(Dest::To(contact), &VsMsg::Join { joiner: self.me });
     }
 
     pub(super) fn leave_tick(&mut self, now: Instant) {
-        if self
-            .leave_sent_at
-            .is_some_and(|s| now < s + self.cfg.retransmit_timeout)
-        {
+        if self.timers.get(Timer::Leave).is_some_and(|t| now < t) {
             return;
         }
-        self.leave_sent_at = Some(now);
+        self.timers
+            .set(Timer::Leave, now + self.cfg.retransmit_timeout);
         match self.coordinator() {
             Some(c) if c == self.me => {
                 self.fl.leavers.insert(self.me);
@@ -87,21 +86,28 @@ impl Vs {
         self.acked = vec![0; members.len()];
         self.members = members.clone();
         self.sent_upto = 0;
-        self.unsent_since = None;
+        self.set_unsent_since(None);
         self.unsent_bytes = 0;
         self.push_upto = 0;
         self.suspects.clear();
         self.resend.clear();
         self.token = None;
         self.token_round_seen = 0;
-        self.token_seen_at = now;
         self.token_passed_vector = Vec::new();
         self.token_passed_round = 0;
         self.token_passed_stable = Vec::new();
-        self.last_to_all = Instant::ZERO;
         self.state = VsState::Normal;
         self.flushing_since = None;
-        self.blocked_told = false;
+        self.timers.stop(Timer::Join);
+        self.timers.stop(Timer::Blocked);
+        self.timers.set(
+            Timer::Heartbeat,
+            Instant::ZERO + self.cfg.heartbeat_interval,
+        );
+        self.arm_nak();
+        self.arm_silence();
+        self.token_none(now);
+        self.arm_flush();
         self.counters.views_installed += 1;
         self.upcalls.push_back(Pending::View(ViewChange {
             id,
@@ -127,15 +133,23 @@ impl Vs {
         self.state = VsState::Flushing;
         if self.flushing_since.is_none() {
             self.flushing_since = Some(now);
+            self.timers.set(
+                Timer::Blocked,
+                now + self.cfg.flush_timeout * BLOCKED_AFTER_FLUSH_TIMEOUTS,
+            );
+        }
+        if self.token.is_none() {
+            // No token is made during a flush.
+            self.timers.stop(Timer::Token);
         }
     }
 
     /// Reports a view change that has lasted too long, once.
     pub(super) fn blocked_tick(&mut self, now: Instant) {
-        if self.blocked_told || !self.blocked(now) {
+        if !self.timers.expired(Timer::Blocked, now) {
             return;
         }
-        self.blocked_told = true;
+        self.timers.stop(Timer::Blocked);
         let reachable = self
             .members
             .iter()

@@ -39,6 +39,11 @@
 //! Output is drained in this order after every input: [`Vs::poll_transmit`] (messages),
 //! [`Vs::poll_upcall`] (casts, directs, flush and view events, in order), and
 //! [`Vs::poll_timeout`].
+//!
+//! Each sub-protocol is an `impl Vs` in its own file: `stream` (casts, packing, receiving,
+//! NAKs and resends), `stability` (reports, heartbeats, the pinwheel token), `detector`
+//! (suspicions), `flush` (the view change), `membership` (join, leave, install). Their
+//! deadlines sit in one table (`timer`), each entry set where the event that arms it happens.
 
 mod detector;
 mod flush;
@@ -49,6 +54,7 @@ mod stability;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod timer;
 
 use crate::addr::Address;
 pub use crate::member::Dest;
@@ -58,6 +64,7 @@ use core::fmt;
 use core::time::Duration;
 use msg::{Header, VsMsg};
 use std::collections::{BTreeSet, VecDeque};
+use timer::{Timer, Timers};
 
 /// A view: its number and the coordinator that made it, compared in that order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -386,20 +393,16 @@ pub struct Vs {
     upcalls: VecDeque<Pending>,
     /// Round-robin position for handing casts up.
     rr: usize,
-    last_to_all: Instant,
     /// Casts received since this member last told the group its vector.
     unreported: u64,
-    /// When the current view change began (the first flush message this view), and whether
-    /// it has been reported blocked.
+    /// When the current view change began (the first flush message this view).
     flushing_since: Option<Instant>,
-    blocked_told: bool,
     /// Piggyback: for every stream (by rank), how far this member last told its owner it
     /// had received it (see [`Vs::poll_ack`]).
     acked: Vec<u64>,
-    /// Pinwheel: the token while this member holds it, and when it came.
-    token: Option<(stability::Token, Instant)>,
+    /// Pinwheel: the token while this member holds it.
+    token: Option<stability::Token>,
     token_round_seen: u64,
-    token_seen_at: Instant,
     /// Pinwheel: the received vector when this member last passed the token.
     token_passed_vector: Vec<u64>,
     /// Pinwheel: the round of the last token this member passed on (as it came).
@@ -412,14 +415,14 @@ pub struct Vs {
     suspected: VecDeque<Address>,
     fl: flush::Flush,
     commits: VecDeque<(ViewId, Ballot, Proposal)>,
-    /// Joining: whom to ask, when we last did, and how often.
+    /// Joining: whom to ask, and how often we did.
     contact: Address,
-    join_sent_at: Option<Instant>,
     join_attempts: u32,
     leaving: bool,
-    leave_sent_at: Option<Instant>,
     /// When this member last asked a member of a later view for the commit it missed.
     asked_commit_at: Option<Instant>,
+    /// Every deadline of the member, one per kind.
+    timers: Timers,
     counters: VsCounters,
 }
 
@@ -437,7 +440,7 @@ impl Vs {
     /// Starts a group of one.
     pub fn create(cfg: VsConfig, me: Address, now: Instant) -> Result<Vs, VsConfigError> {
         cfg.validate()?;
-        let mut vs = Vs::new(cfg, me, now, me);
+        let mut vs = Vs::new(cfg, me, me);
         vs.install(
             now,
             ViewId {
@@ -450,19 +453,22 @@ impl Vs {
         Ok(vs)
     }
 
-    /// Asks `contact`, a member, to let this process in.
+    /// Asks `contact`, a member, to let this process in: the first [`Vs::handle_timeout`]
+    /// sends the request.
     pub fn join(
         cfg: VsConfig,
         me: Address,
         contact: Address,
-        now: Instant,
+        _now: Instant,
     ) -> Result<Vs, VsConfigError> {
         cfg.validate()?;
-        Ok(Vs::new(cfg, me, now, contact))
+        Ok(Vs::new(cfg, me, contact))
     }
 
-    fn new(cfg: VsConfig, me: Address, now: Instant, contact: Address) -> Vs {
+    fn new(cfg: VsConfig, me: Address, contact: Address) -> Vs {
         let packer = Packer::new(cfg.pack);
+        let mut timers = Timers::default();
+        timers.set(Timer::Join, Instant::ZERO);
         Vs {
             cfg,
             me,
@@ -482,14 +488,11 @@ impl Vs {
             prev: None,
             upcalls: VecDeque::new(),
             rr: 0,
-            last_to_all: now,
             unreported: 0,
             flushing_since: None,
-            blocked_told: false,
             acked: Vec::new(),
             token: None,
             token_round_seen: 0,
-            token_seen_at: now,
             token_passed_vector: Vec::new(),
             token_passed_round: 0,
             token_passed_stable: Vec::new(),
@@ -498,11 +501,10 @@ impl Vs {
             fl: flush::Flush::default(),
             commits: VecDeque::new(),
             contact,
-            join_sent_at: None,
             join_attempts: 0,
             leaving: false,
-            leave_sent_at: None,
             asked_commit_at: None,
+            timers,
             counters: VsCounters::default(),
         }
     }
@@ -649,6 +651,11 @@ impl Vs {
 
     /// Handles one message from another member.
     pub fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
+        self.on_message(now, bytes);
+        self.arm_flush();
+    }
+
+    fn on_message(&mut self, now: Instant, bytes: &[u8]) {
         let (h, m) = match msg::parse(bytes) {
             Ok(x) => x,
             Err(_) => {
@@ -790,14 +797,18 @@ impl Vs {
     /// A one-line account of the timers and the flush, for a simulator's failure reports.
     pub fn debug_state(&self) -> String {
         let ms = |t: Instant| t.0 / 1_000_000;
+        let timers: Vec<String> = Timer::ALL
+            .iter()
+            .filter_map(|&t| Some(format!("{t:?} {}", self.timers.get(t)?.0)))
+            .collect();
         format!(
-            "{} {:?} view {} rank {} due {:?} last_to_all {} unsent_since {:?} sent_upto {} suspects {:?} streams [{}] token {:?} flush {}",
+            "{} {:?} view {} rank {} due {:?} timers [{}] unsent_since {:?} sent_upto {} suspects {:?} streams [{}] token {:?} flush {}",
             self.me,
             self.state,
             self.view,
             self.rank,
             self.poll_timeout().map(|t| t.0),
-            ms(self.last_to_all),
+            timers.join(", "),
             self.unsent_since.map(|t| t.0),
             self.sent_upto,
             self.suspects.iter().map(|a| a.site).collect::<Vec<_>>(),
@@ -816,7 +827,7 @@ impl Vs {
                 ))
                 .collect::<Vec<_>>()
                 .join("; "),
-            self.token.as_ref().map(|(t, at)| (t.round, at.0)),
+            self.token.as_ref().map(|t| t.round),
             self.fl.debug(),
         )
     }
@@ -853,72 +864,19 @@ impl Vs {
 
     /// When [`Vs::handle_timeout`] wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t: Option<Instant> = None;
-        let mut at = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
         match self.state {
-            VsState::Joining => {
-                at(self
-                    .join_sent_at
-                    .map_or(Instant::ZERO, |s| s + self.cfg.retransmit_timeout));
-                return t;
-            }
-            VsState::Normal | VsState::Flushing => {}
-            _ => return None,
+            VsState::Joining | VsState::Normal | VsState::Flushing => self.timers.next(),
+            _ => None,
         }
-        at(self.last_to_all + self.cfg.heartbeat_interval);
-        if let Some(since) = self.unsent_since {
-            if let crate::pack::PackMode::Fixed { delay }
-            | crate::pack::PackMode::Adaptive { delay_max: delay } = self.packer.mode
-            {
-                at(since + delay);
-            } else {
-                at(since);
-            }
-        }
-        for (i, s) in self.streams.iter().enumerate() {
-            if i == self.rank {
-                continue;
-            }
-            if !self.suspects.contains(&s.addr) {
-                at(s.last_heard + self.cfg.silence_timeout);
-            }
-            if s.highest_known > s.received {
-                at(s.nak_after);
-            }
-        }
-        if let Some((_, since)) = &self.token {
-            at(*since + self.cfg.heartbeat_interval);
-        } else if self.cfg.stability == Stability::Pinwheel
-            && self.rank == 0
-            && self.state == VsState::Normal
-        {
-            // Only in Normal: `poll_token` starts no token during a flush, so a timer armed
-            // then stayed due and the caller spun.
-            at(self.token_seen_at + self.token_lost_after());
-        }
-        if self.leaving {
-            if let Some(s) = self.leave_sent_at {
-                at(s + self.cfg.retransmit_timeout);
-            }
-        }
-        let flushing = self.state == VsState::Flushing;
-        if flushing && !self.blocked_told {
-            if let Some(b) = self.blocked_at() {
-                at(b);
-            }
-        }
-        if let Some(x) = self.fl.timeout(
-            self.cfg.retransmit_timeout,
-            self.cfg.flush_timeout,
-            flushing,
-        ) {
-            at(x);
-        }
-        t
     }
 
     /// Runs what is due: NAKs, failure detection, joins, leaves, the flush's retries.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.on_timeout(now);
+        self.arm_flush();
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
         match self.state {
             VsState::Joining => return self.join_tick(now),
             VsState::Normal | VsState::Flushing => {}

@@ -4,6 +4,7 @@
 //! the minimum.
 
 use super::msg::{self, VsMsg};
+use super::timer::Timer;
 use super::{Dest, Stability, Vs, VsState};
 use crate::pack::PackMode;
 use crate::time::Instant;
@@ -41,6 +42,7 @@ impl Vs {
     pub(super) fn on_status(&mut self, rank: usize, last: u64, received: &[u64]) {
         let s = &mut self.streams[rank];
         s.highest_known = s.highest_known.max(last);
+        self.arm_nak();
         self.on_report(rank, received);
     }
 
@@ -86,11 +88,11 @@ impl Vs {
         }
         self.counters.tokens += 1;
         self.token_round_seen = round;
-        self.token_seen_at = now;
         for (s, &x) in stable.iter().enumerate() {
             self.streams[s].set_stable(x);
         }
-        self.token = Some((Token { round, acc, stable }, now));
+        self.token = Some(Token { round, acc, stable });
+        self.token_held(now);
     }
 
     /// Heartbeats, prompt reports of what arrived (piggyback stability), and the token.
@@ -102,10 +104,11 @@ impl Vs {
         }
         let prompt = self.cfg.stability == Stability::Piggyback
             && self.unreported >= (self.cfg.window as u64 / 4).max(1);
-        if prompt || now >= self.last_to_all + self.cfg.heartbeat_interval {
+        if prompt || self.timers.expired(Timer::Heartbeat, now) {
             let n = self.write_status(buf)?;
             self.counters.heartbeats += 1;
-            self.last_to_all = now;
+            self.timers
+                .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
             self.unreported = 0;
             self.note_acked_all();
             return Some((Dest::All, n));
@@ -163,7 +166,8 @@ impl Vs {
         let n = self.write_status(buf)?;
         self.counters.acks += 1;
         if several {
-            self.last_to_all = now;
+            self.timers
+                .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
             self.unreported = 0;
             self.note_acked_all();
             Some((Dest::All, n))
@@ -180,20 +184,18 @@ impl Vs {
         let n = self.members.len();
         let mine = self.received_vector();
         if self.token.is_none() && self.rank == 0 && self.state == VsState::Normal {
-            let lost = now >= self.token_seen_at + self.token_lost_after();
+            let lost = self.timers.expired(Timer::Token, now);
             if lost || self.token_round_seen == 0 {
                 self.token_round_seen += 1;
-                self.token = Some((
-                    Token {
-                        round: self.token_round_seen,
-                        acc: vec![u64::MAX; n],
-                        stable: self.stable_vector(),
-                    },
-                    now,
-                ));
+                self.token = Some(Token {
+                    round: self.token_round_seen,
+                    acc: vec![u64::MAX; n],
+                    stable: self.stable_vector(),
+                });
+                self.token_held(now);
             }
         }
-        let (t, since) = self.token.as_ref()?;
+        let t = self.token.as_ref()?;
         // A token that brings a newer stable vector than the last one this member passed on
         // goes on at once too: the news is what a sender with a full window waits for. Held a
         // heartbeat at every member with nothing new of its own, a lone sender not at rank 0
@@ -211,7 +213,7 @@ impl Vs {
             || self.unstable() > 0
             || t.stable != self.token_passed_stable
             || news;
-        if !changed && now < *since + self.cfg.heartbeat_interval {
+        if !changed && !self.timers.expired(Timer::Token, now) {
             return None;
         }
         let mut t = t.clone();
@@ -219,7 +221,8 @@ impl Vs {
             for (s, &m) in self.streams.iter_mut().zip(&mine) {
                 s.set_stable(m);
             }
-            self.token = Some((t, now));
+            self.token = Some(t);
+            self.token_held(now);
             self.token_passed_vector = mine;
             return None;
         }
@@ -251,9 +254,26 @@ impl Vs {
         self.token_passed_round = served;
         self.token_passed_stable = t.stable;
         self.token = None;
-        self.token_seen_at = now;
+        self.token_none(now);
         self.token_passed_vector = mine;
         Some((Dest::To(next), len))
+    }
+
+    /// Pinwheel: this member took the token at `now`; it passes it on within a heartbeat
+    /// interval.
+    pub(super) fn token_held(&mut self, now: Instant) {
+        self.timers
+            .set(Timer::Token, now + self.cfg.heartbeat_interval);
+    }
+
+    /// Pinwheel: this member has no token since `now`; rank 0 makes a new one if none comes
+    /// back in time (not during a flush).
+    pub(super) fn token_none(&mut self, now: Instant) {
+        let lost = self.cfg.stability == Stability::Pinwheel
+            && self.rank == 0
+            && self.state == VsState::Normal;
+        let t = lost.then(|| now + self.token_lost_after());
+        self.timers.put(Timer::Token, t);
     }
 
     /// Pinwheel: how long the lowest rank goes without the token before it makes a new one.

@@ -4,9 +4,10 @@
 
 use super::held::Held;
 use super::msg::{self, Header, VsMsg};
+use super::timer::Timer;
 use super::{Dest, Stability, ViewId, Vs, VsError, CONTROL_QUEUE_MAX, NAK_SPAN_MAX};
 use crate::addr::Address;
-use crate::pack::PackDecision;
+use crate::pack::{PackDecision, PackMode};
 use crate::time::Instant;
 
 /// One member's stream of casts in the current view, as this member holds it.
@@ -103,7 +104,7 @@ impl Vs {
         self.unsent_bytes += msg::RECORD_HEADER_BYTES + payload.len();
         self.counters.casts += 1;
         if self.unsent_since.is_none() {
-            self.unsent_since = Some(now);
+            self.set_unsent_since(Some(now));
         }
         Ok(seq)
     }
@@ -200,6 +201,7 @@ impl Vs {
             if s.received >= s.highest_known {
                 s.nak_after = Instant::ZERO;
             }
+            self.arm_nak();
         }
         if from_rank == r {
             self.on_report(from_rank, received);
@@ -295,7 +297,7 @@ impl Vs {
             self.sent_upto = own.stable;
         }
         if self.sent_upto >= own.received {
-            self.unsent_since = None;
+            self.set_unsent_since(None);
             self.unsent_bytes = 0;
             return None;
         }
@@ -338,11 +340,13 @@ impl Vs {
         let n = msg::write_data(buf, &h, self.me, first, &report, records)?;
         self.sent_upto += count as u64;
         self.unsent_bytes -= taken;
-        self.unsent_since = (self.sent_upto < own.received).then_some(now);
+        let rest = (self.sent_upto < own.received).then_some(now);
+        self.set_unsent_since(rest);
         self.packer.record(count);
         self.counters.data_sent += 1;
         self.counters.records_sent += count as u64;
-        self.last_to_all = now;
+        self.timers
+            .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
         self.unreported = 0;
         self.note_acked_all();
         Some((Dest::All, n))
@@ -365,5 +369,30 @@ impl Vs {
                 self.queue(Dest::To(target), &VsMsg::Nak { stream, from, to });
             }
         }
+        self.arm_nak();
+    }
+
+    /// Sets the NAK timer: the earliest `nak_after` of the other members' streams with a gap.
+    pub(super) fn arm_nak(&mut self) {
+        let t = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| i != self.rank && s.highest_known > s.received)
+            .map(|(_, s)| s.nak_after)
+            .min();
+        self.timers.put(Timer::Nak, t);
+    }
+
+    /// The oldest own cast not yet sent was made at `since` (`None`: all are sent); the
+    /// packer holds it until the pack timer.
+    pub(super) fn set_unsent_since(&mut self, since: Option<Instant>) {
+        self.unsent_since = since;
+        let hold = match self.packer.mode {
+            PackMode::Fixed { delay } | PackMode::Adaptive { delay_max: delay } => Some(delay),
+            PackMode::Off => None,
+        };
+        let t = since.map(|s| hold.map_or(s, |d| s + d));
+        self.timers.put(Timer::Pack, t);
     }
 }
