@@ -16,6 +16,7 @@
 //! the commit sends it again.
 
 use super::msg::{Header, VsMsg};
+use super::timer::Timer;
 use super::{Ballot, Dest, Pending, Proposal, ViewId, Vs, VsState, COMMITS_KEPT};
 use crate::addr::Address;
 use crate::time::Instant;
@@ -23,7 +24,7 @@ use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Most joiners admitted at once (the rest wait for a later view).
-const JOINERS_MAX: usize = 16;
+pub(super) const JOINERS_MAX: usize = 16;
 
 #[derive(Debug, Default)]
 pub(super) struct Flush {
@@ -83,6 +84,11 @@ enum Phase {
 impl Flush {
     pub fn frozen_set(&self) -> bool {
         self.frozen.is_some()
+    }
+
+    /// Whether this member coordinates a round.
+    pub fn running(&self) -> bool {
+        self.round.is_some()
     }
 
     /// For [`Vs::debug_state`].
@@ -208,6 +214,7 @@ impl Vs {
             self.fl.frozen = Some(self.received_vector());
         }
         self.answer_flush(now, ballot, coord);
+        self.arm_flush();
     }
 
     fn answer_flush(&mut self, now: Instant, ballot: Ballot, coord: Address) {
@@ -226,11 +233,6 @@ impl Vs {
                 },
             );
         }
-    }
-
-    /// Whether `h` comes from a member of this member's current view, in that view.
-    fn in_view(&self, h: &Header) -> bool {
-        h.view == self.view && self.members.contains(&h.from)
     }
 
     pub(super) fn on_flush(&mut self, now: Instant, h: &Header, ballot: Ballot) {
@@ -360,20 +362,6 @@ impl Vs {
         self.flush_progress(now);
     }
 
-    /// This member is not in the next view: it is done (`Left` if it asked to leave).
-    fn left_out(&mut self) {
-        self.state = if self.leaving {
-            VsState::Left
-        } else {
-            VsState::Expelled
-        };
-        self.upcalls.push_back(if self.leaving {
-            Pending::Left
-        } else {
-            Pending::Expelled
-        });
-    }
-
     /// Whether every cast up to `cut` is here.
     fn holds(&self, cut: &[u64]) -> bool {
         self.streams.iter().zip(cut).all(|(s, &c)| s.received >= c)
@@ -384,6 +372,7 @@ impl Vs {
         for (s, &c) in self.streams.iter_mut().zip(cut) {
             s.highest_known = s.highest_known.max(c);
         }
+        self.arm_nak();
     }
 
     /// Completes what waited for casts: an acceptance, a commit, the coordinator's fetch.
@@ -601,7 +590,7 @@ impl Vs {
                 h
             })
             .collect();
-        self.prev = Some(super::Prev {
+        self.prev = Some(super::stream::Prev {
             view: old,
             members: self.members.clone(),
             held,
@@ -632,123 +621,6 @@ impl Vs {
         self.install(now, id, p.members, removed);
     }
 
-    /// Sends `to`, still in view `old`, the commit that ended it, if this member kept it.
-    pub(super) fn tell_commit(&mut self, to: Address, old: ViewId) {
-        let Some((_, ballot, p)) = self.commits.iter().find(|(v, _, _)| *v == old).cloned() else {
-            return self.tell_gone(to, old);
-        };
-        let h = Header {
-            group: self.cfg.group,
-            view: old,
-            from: self.me,
-        };
-        let mut b = vec![0u8; self.cfg.packet_bytes_max];
-        if let Some(n) = super::msg::write(
-            &mut b,
-            &h,
-            &VsMsg::Commit {
-                ballot,
-                proposal: p,
-            },
-        ) {
-            b.truncate(n);
-            if self.control.len() < super::CONTROL_QUEUE_MAX {
-                self.control.push_back((Dest::To(to), b));
-            }
-        }
-    }
-
-    /// `to` speaks in view `old`, whose commit this member does not keep (more than
-    /// `COMMITS_KEPT` views ago, or before it joined). If `to` is not in this member's view
-    /// either, it was left out somewhere since `old` and can never catch up: say so, and it
-    /// takes itself out (`Expelled`) rather than flush alone for good.
-    fn tell_gone(&mut self, to: Address, old: ViewId) {
-        if old >= self.view
-            || self.members.contains(&to)
-            || !matches!(self.state, VsState::Normal | VsState::Flushing)
-        {
-            return;
-        }
-        self.queue(Dest::To(to), &VsMsg::Gone);
-    }
-
-    /// The group is at `h.view`, past this member's view, and this member is not in it.
-    pub(super) fn on_gone(&mut self, h: &Header) {
-        if h.view > self.view && matches!(self.state, VsState::Normal | VsState::Flushing) {
-            self.counters.gone += 1;
-            self.left_out();
-        }
-    }
-
-    pub(super) fn on_join(&mut self, now: Instant, h: &Header, joiner: Address) {
-        if !matches!(self.state, VsState::Normal | VsState::Flushing) {
-            return;
-        }
-        if self.members.contains(&joiner) {
-            // In already: it missed the commit that let it in.
-            let old = self
-                .commits
-                .iter()
-                .rev()
-                .find(|(_, _, p)| p.members.contains(&joiner))
-                .map(|(v, _, _)| *v);
-            if let Some(old) = old {
-                self.tell_commit(joiner, old);
-            }
-            return;
-        }
-        match self.coordinator() {
-            Some(c) if c == self.me => {
-                if self.fl.joiners.len() < JOINERS_MAX {
-                    self.fl.joiners.insert(joiner);
-                }
-                self.start_flush_if_needed(now);
-            }
-            Some(c) if h.from == joiner => self.queue(Dest::To(c), &VsMsg::Join { joiner }),
-            _ => {}
-        }
-    }
-
-    pub(super) fn on_leave(&mut self, now: Instant, h: &Header) {
-        if !self.in_view(h) || self.coordinator() != Some(self.me) {
-            return;
-        }
-        self.fl.leavers.insert(h.from);
-        self.start_flush_if_needed(now);
-    }
-
-    pub(super) fn on_suspect_report(&mut self, now: Instant, h: &Header, who: Address) {
-        if !self.in_view(h) || who == self.me || !self.members.contains(&who) {
-            return;
-        }
-        if self.coordinator() == Some(self.me) && self.fl.round.is_none() {
-            // The flush finds out whether `who` is there: it stays if it answers.
-            self.start_flush(now);
-        }
-    }
-
-    /// Tells the coordinator what this member suspects (or starts the flush itself).
-    pub(super) fn report_suspects(&mut self, now: Instant) {
-        match self.coordinator() {
-            Some(c) if c == self.me => self.start_flush_if_needed(now),
-            Some(c) => {
-                if self
-                    .fl
-                    .suspects_sent_at
-                    .is_some_and(|t| now < t + self.cfg.retransmit_timeout)
-                {
-                    return;
-                }
-                self.fl.suspects_sent_at = Some(now);
-                let who: Vec<Address> = self.suspects.iter().copied().collect();
-                for w in who {
-                    self.queue(Dest::To(c), &VsMsg::Suspect { who: w });
-                }
-            }
-            None => {}
-        }
-    }
-
     pub(super) fn start_flush_if_needed(&mut self, now: Instant) {
         let wanted =
             !self.suspects.is_empty() || !self.fl.joiners.is_empty() || !self.fl.leavers.is_empty();
@@ -770,7 +642,7 @@ impl Vs {
         }
     }
 
-    fn start_flush(&mut self, now: Instant) {
+    pub(super) fn start_flush(&mut self, now: Instant) {
         let number = self
             .fl
             .promised
@@ -796,6 +668,17 @@ impl Vs {
         }
         let h = self.header();
         self.on_flush(now, &h, ballot);
+    }
+
+    /// Sets the flush's timer from the state of the view change.
+    pub(super) fn arm_flush(&mut self) {
+        let flushing = self.state == VsState::Flushing;
+        let t = self.fl.timeout(
+            self.cfg.retransmit_timeout,
+            self.cfg.flush_timeout,
+            flushing,
+        );
+        self.timers.put(Timer::Flush, t);
     }
 
     /// Retries and timeouts of a view change.
@@ -877,6 +760,7 @@ impl Vs {
                     if c != self.me && self.suspects.insert(c) {
                         self.counters.suspicions += 1;
                         self.note_suspected(c);
+                        self.arm_silence();
                     }
                 }
                 self.fl.touched = Some(now);

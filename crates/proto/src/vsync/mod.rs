@@ -39,22 +39,32 @@
 //! Output is drained in this order after every input: [`Vs::poll_transmit`] (messages),
 //! [`Vs::poll_upcall`] (casts, directs, flush and view events, in order), and
 //! [`Vs::poll_timeout`].
+//!
+//! Each sub-protocol is an `impl Vs` in its own file: `stream` (casts, packing, receiving,
+//! NAKs and resends), `stability` (reports, heartbeats, the pinwheel token), `detector`
+//! (suspicions), `flush` (the view change), `membership` (join, leave, install). Their
+//! deadlines sit in one table (`timer`), each entry set where the event that arms it happens.
 
+mod detector;
 mod flush;
 mod held;
+mod membership;
 pub mod msg;
+mod stability;
+mod stream;
 #[cfg(test)]
 mod tests;
+mod timer;
 
 use crate::addr::Address;
 pub use crate::member::Dest;
-use crate::pack::{PackDecision, PackMode, Packer};
+use crate::pack::{PackMode, Packer};
 use crate::time::Instant;
 use core::fmt;
 use core::time::Duration;
-use held::Held;
 use msg::{Header, VsMsg};
 use std::collections::{BTreeSet, VecDeque};
+use timer::{Timer, Timers};
 
 /// A view: its number and the coordinator that made it, compared in that order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -320,72 +330,6 @@ crate::counters_sum!(VsCounters {
     views_installed,
 });
 
-/// One member's stream of casts in the current view, as this member holds it.
-#[derive(Debug)]
-struct Stream {
-    addr: Address,
-    /// Every cast up to here is held (or was, and is stable).
-    received: u64,
-    /// Handed up to here.
-    delivered: u64,
-    /// Casts up to here are stable and dropped.
-    stable: u64,
-    /// Held casts past `stable` (contiguous up to `received`, then any that came early).
-    held: Held,
-    /// The highest cast known to exist.
-    highest_known: u64,
-    last_heard: Instant,
-    /// No NAK for this stream before this.
-    nak_after: Instant,
-}
-
-impl Stream {
-    fn new(addr: Address, now: Instant) -> Stream {
-        Stream {
-            addr,
-            received: 0,
-            delivered: 0,
-            stable: 0,
-            held: Held::default(),
-            highest_known: 0,
-            last_heard: now,
-            nak_after: Instant::ZERO,
-        }
-    }
-
-    /// Takes cast `seq`; false if it was a duplicate or beyond the window.
-    fn insert(&mut self, seq: u64, payload: &[u8], window: usize) -> Result<bool, ()> {
-        if seq <= self.received || self.held.contains(seq) {
-            return Ok(false);
-        }
-        // The next cast in order is always taken (within the window): only casts that came
-        // early count against the bound on what is held. Held casts wait for this member to
-        // learn they are stable, and that knowledge can lag the sender's by more than a
-        // window (a pinwheel round's result that died with a crashed member); a receiver that
-        // refused even the next cast then could never reach a flush's cut, and the view change
-        // blocked for good.
-        if seq > self.received + window as u64
-            || (seq > self.received + 1 && self.held.len() >= 2 * window)
-        {
-            return Err(());
-        }
-        self.held.insert(seq, payload);
-        self.highest_known = self.highest_known.max(seq);
-        self.received = self.held.end() - 1;
-        Ok(true)
-    }
-
-    /// Drops what is stable up to `upto` (never what is not yet handed up).
-    fn set_stable(&mut self, upto: u64) {
-        let upto = upto.min(self.delivered).min(self.received);
-        if upto <= self.stable {
-            return;
-        }
-        self.stable = upto;
-        self.held.drop_upto(upto);
-    }
-}
-
 /// Most control messages queued; more are dropped and counted (their senders retry).
 const CONTROL_QUEUE_MAX: usize = 1024;
 /// Most directs waiting to be handed up.
@@ -420,28 +364,6 @@ enum Pending {
     },
 }
 
-/// The view before the current one, kept after a commit: a member of the next view that
-/// did not accept the proposal (its `Propose` was lost, or came after a majority accepted)
-/// may have the commit but not every cast up to the cut. It asks the member that sent the
-/// commit, who installed the next view and dropped its streams: without these, nobody
-/// could answer, the laggard stayed in the old view for good, and the group flushed it out.
-/// Bounded: what was held of the old view up to its cut, one view's
-/// worth, dropped at the next view.
-#[derive(Debug)]
-struct Prev {
-    view: ViewId,
-    members: Vec<Address>,
-    held: Vec<Held>,
-}
-
-/// The pinwheel token as this member last saw it.
-#[derive(Clone, Debug)]
-struct Token {
-    round: u64,
-    acc: Vec<u64>,
-    stable: Vec<u64>,
-}
-
 /// One process's membership in one group.
 pub struct Vs {
     cfg: VsConfig,
@@ -450,7 +372,7 @@ pub struct Vs {
     view: ViewId,
     members: Vec<Address>,
     rank: usize,
-    streams: Vec<Stream>,
+    streams: Vec<stream::Stream>,
     /// Piggyback: the last received vector each member reported (by rank).
     reports: Vec<Vec<u64>>,
     /// Own casts sent up to here (the rest wait for the packer).
@@ -466,25 +388,21 @@ pub struct Vs {
     /// NAKs to answer: (to, stream rank, from, to, of the previous view).
     resend: VecDeque<(Address, usize, u64, u64, bool)>,
     /// The previous view's casts up to its cut, kept to answer the NAKs of members that have
-    /// the commit but not yet every cast up to the cut (see [`Prev`]).
-    prev: Option<Prev>,
+    /// the commit but not yet every cast up to the cut (see [`stream::Prev`]).
+    prev: Option<stream::Prev>,
     upcalls: VecDeque<Pending>,
     /// Round-robin position for handing casts up.
     rr: usize,
-    last_to_all: Instant,
     /// Casts received since this member last told the group its vector.
     unreported: u64,
-    /// When the current view change began (the first flush message this view), and whether
-    /// it has been reported blocked.
+    /// When the current view change began (the first flush message this view).
     flushing_since: Option<Instant>,
-    blocked_told: bool,
     /// Piggyback: for every stream (by rank), how far this member last told its owner it
     /// had received it (see [`Vs::poll_ack`]).
     acked: Vec<u64>,
-    /// Pinwheel: the token while this member holds it, and when it came.
-    token: Option<(Token, Instant)>,
+    /// Pinwheel: the token while this member holds it.
+    token: Option<stability::Token>,
     token_round_seen: u64,
-    token_seen_at: Instant,
     /// Pinwheel: the received vector when this member last passed the token.
     token_passed_vector: Vec<u64>,
     /// Pinwheel: the round of the last token this member passed on (as it came).
@@ -497,14 +415,14 @@ pub struct Vs {
     suspected: VecDeque<Address>,
     fl: flush::Flush,
     commits: VecDeque<(ViewId, Ballot, Proposal)>,
-    /// Joining: whom to ask, when we last did, and how often.
+    /// Joining: whom to ask, and how often we did.
     contact: Address,
-    join_sent_at: Option<Instant>,
     join_attempts: u32,
     leaving: bool,
-    leave_sent_at: Option<Instant>,
     /// When this member last asked a member of a later view for the commit it missed.
     asked_commit_at: Option<Instant>,
+    /// Every deadline of the member, one per kind.
+    timers: Timers,
     counters: VsCounters,
 }
 
@@ -522,7 +440,7 @@ impl Vs {
     /// Starts a group of one.
     pub fn create(cfg: VsConfig, me: Address, now: Instant) -> Result<Vs, VsConfigError> {
         cfg.validate()?;
-        let mut vs = Vs::new(cfg, me, now, me);
+        let mut vs = Vs::new(cfg, me, me);
         vs.install(
             now,
             ViewId {
@@ -535,19 +453,22 @@ impl Vs {
         Ok(vs)
     }
 
-    /// Asks `contact`, a member, to let this process in.
+    /// Asks `contact`, a member, to let this process in: the first [`Vs::handle_timeout`]
+    /// sends the request.
     pub fn join(
         cfg: VsConfig,
         me: Address,
         contact: Address,
-        now: Instant,
+        _now: Instant,
     ) -> Result<Vs, VsConfigError> {
         cfg.validate()?;
-        Ok(Vs::new(cfg, me, now, contact))
+        Ok(Vs::new(cfg, me, contact))
     }
 
-    fn new(cfg: VsConfig, me: Address, now: Instant, contact: Address) -> Vs {
+    fn new(cfg: VsConfig, me: Address, contact: Address) -> Vs {
         let packer = Packer::new(cfg.pack);
+        let mut timers = Timers::default();
+        timers.set(Timer::Join, Instant::ZERO);
         Vs {
             cfg,
             me,
@@ -567,14 +488,11 @@ impl Vs {
             prev: None,
             upcalls: VecDeque::new(),
             rr: 0,
-            last_to_all: now,
             unreported: 0,
             flushing_since: None,
-            blocked_told: false,
             acked: Vec::new(),
             token: None,
             token_round_seen: 0,
-            token_seen_at: now,
             token_passed_vector: Vec::new(),
             token_passed_round: 0,
             token_passed_stable: Vec::new(),
@@ -583,11 +501,10 @@ impl Vs {
             fl: flush::Flush::default(),
             commits: VecDeque::new(),
             contact,
-            join_sent_at: None,
             join_attempts: 0,
             leaving: false,
-            leave_sent_at: None,
             asked_commit_at: None,
+            timers,
             counters: VsCounters::default(),
         }
     }
@@ -598,42 +515,6 @@ impl Vs {
 
     pub fn state(&self) -> VsState {
         self.state
-    }
-
-    /// Whether a view change has been under way for [`BLOCKED_AFTER_FLUSH_TIMEOUTS`] flush
-    /// timeouts (see [`Upcall::Blocked`]).
-    pub fn blocked(&self, now: Instant) -> bool {
-        self.state == VsState::Flushing && self.blocked_at().is_some_and(|t| now >= t)
-    }
-
-    fn blocked_at(&self) -> Option<Instant> {
-        self.flushing_since
-            .map(|t| t + self.cfg.flush_timeout * BLOCKED_AFTER_FLUSH_TIMEOUTS)
-    }
-
-    /// The view change begins (or goes on).
-    pub(super) fn enter_flushing(&mut self, now: Instant) {
-        self.state = VsState::Flushing;
-        if self.flushing_since.is_none() {
-            self.flushing_since = Some(now);
-        }
-    }
-
-    /// Reports a view change that has lasted too long, once.
-    fn blocked_tick(&mut self, now: Instant) {
-        if self.blocked_told || !self.blocked(now) {
-            return;
-        }
-        self.blocked_told = true;
-        let reachable = self
-            .members
-            .iter()
-            .filter(|a| !self.suspects.contains(a))
-            .count();
-        self.upcalls.push_back(Pending::Blocked {
-            reachable,
-            needed: self.members.len() / 2 + 1,
-        });
     }
 
     pub fn config(&self) -> &VsConfig {
@@ -671,35 +552,6 @@ impl Vs {
         self.cast_check(0).is_ok()
     }
 
-    /// Own casts not yet stable (the retransmission buffer).
-    pub fn unstable(&self) -> usize {
-        self.streams
-            .get(self.rank)
-            .map_or(0, |s| (s.received - s.stable) as usize)
-    }
-
-    /// The next member suspected since the last call, for the layer above to report.
-    pub fn take_suspected(&mut self) -> Option<Address> {
-        self.suspected.pop_front()
-    }
-
-    fn note_suspected(&mut self, a: Address) {
-        if self.suspected.len() >= SUSPECTED_KEPT {
-            self.suspected.pop_front();
-        }
-        self.suspected.push_back(a);
-    }
-
-    /// For every member (by rank): casts received contiguously in the current view.
-    pub fn received_vector(&self) -> Vec<u64> {
-        self.streams.iter().map(|s| s.received).collect()
-    }
-
-    /// For every member (by rank): casts known stable.
-    pub fn stable_vector(&self) -> Vec<u64> {
-        self.streams.iter().map(|s| s.stable).collect()
-    }
-
     /// Whether anything is waiting to go out or be handed up.
     pub fn idle(&self) -> bool {
         self.control.is_empty()
@@ -735,33 +587,6 @@ impl Vs {
         matches!(self.state, VsState::Left | VsState::Expelled)
     }
 
-    /// Casts `payload` to the members of the current view; returns its sequence number in
-    /// this member's stream.
-    pub fn cast(&mut self, now: Instant, payload: &[u8]) -> Result<u64, VsError> {
-        self.cast_check(payload.len())?;
-        let rank = self.rank;
-        let own = &mut self.streams[rank];
-        let seq = own.received + 1;
-        own.held.insert(seq, payload);
-        own.received = seq;
-        own.highest_known = seq;
-        self.unsent_bytes += msg::RECORD_HEADER_BYTES + payload.len();
-        self.counters.casts += 1;
-        if self.unsent_since.is_none() {
-            self.unsent_since = Some(now);
-        }
-        Ok(seq)
-    }
-
-    /// Sends the casts made so far without waiting for the packer (they still share
-    /// messages): the layer above knows a batch is complete, as a token holder does when it
-    /// passes the token.
-    pub fn push(&mut self) {
-        if let Some(own) = self.streams.get(self.rank) {
-            self.push_upto = own.received;
-        }
-    }
-
     /// Sends `payload` to one member, best effort.
     pub fn send_direct(&mut self, to: Address, payload: &[u8]) -> Result<(), VsError> {
         if !self.members.contains(&to) {
@@ -787,28 +612,17 @@ impl Vs {
         Ok(())
     }
 
-    /// Leaves the group: the next view is made without this member.
-    pub fn leave(&mut self, now: Instant) -> Result<(), VsError> {
-        if !matches!(self.state, VsState::Normal | VsState::Flushing) {
-            return Err(VsError::NotNormal(self.state));
-        }
-        if self.members.len() == 1 {
-            self.state = VsState::Left;
-            self.upcalls.push_back(Pending::Left);
-            return Ok(());
-        }
-        self.leaving = true;
-        self.leave_sent_at = None;
-        self.leave_tick(now);
-        Ok(())
-    }
-
     fn header(&self) -> Header {
         Header {
             group: self.cfg.group,
             view: self.view,
             from: self.me,
         }
+    }
+
+    /// Whether `h` comes from a member of this member's current view, in that view.
+    fn in_view(&self, h: &Header) -> bool {
+        h.view == self.view && self.members.contains(&h.from)
     }
 
     /// Queues a control message (dropped and counted past the bound: senders retry).
@@ -835,51 +649,13 @@ impl Vs {
         self.unreported = 0;
     }
 
-    fn received_report(&self) -> Vec<u64> {
-        match self.cfg.stability {
-            Stability::Piggyback => self.received_vector(),
-            Stability::Pinwheel => Vec::new(),
-        }
-    }
-
-    /// The member to ask for `stream`'s casts: its owner unless suspected; the flush's
-    /// source while one runs.
-    fn nak_target(&self, stream: usize) -> Option<Address> {
-        if let Some(src) = self.fl.commit_source().filter(|&a| a != self.me) {
-            // A commit waits on casts. Its sender may have gone (a leaver that coordinated its
-            // own leave is gone once it commits), so every other NAK goes in turn to another
-            // member of the view: those that accepted hold every cast up to the cut, and
-            // those that installed the next view keep them (`Prev`). Asking only the sender
-            // left such a member unable to install.
-            let k = self.counters.naks_sent as usize;
-            let others: Vec<Address> = self
-                .members
-                .iter()
-                .copied()
-                .filter(|&a| a != self.me && a != src)
-                .collect();
-            if k & 1 == 0 || others.is_empty() {
-                return Some(src);
-            }
-            return Some(others[(k / 2) % others.len()]);
-        }
-        if let Some(a) = self.fl.fetch_from(stream) {
-            if a != self.me {
-                return Some(a);
-            }
-        }
-        let owner = self.streams[stream].addr;
-        if owner != self.me && !self.suspects.contains(&owner) {
-            return Some(owner);
-        }
-        self.members
-            .iter()
-            .copied()
-            .find(|&a| a != self.me && a != owner && !self.suspects.contains(&a))
-    }
-
     /// Handles one message from another member.
     pub fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
+        self.on_message(now, bytes);
+        self.arm_flush();
+    }
+
+    fn on_message(&mut self, now: Instant, bytes: &[u8]) {
         let (h, m) = match msg::parse(bytes) {
             Ok(x) => x,
             Err(_) => {
@@ -935,15 +711,7 @@ impl Vs {
             self.counters.dropped_other_view += 1;
             return;
         };
-        self.streams[from_rank].last_heard = now;
-        // A member heard again in this view is no longer suspected (a clogged path healed): a
-        // suspicion kept for good made this member name another coordinator than the others
-        // did, and its leave and suspicions went where nobody acts on them. Not during a flush: a
-        // coordinator whose round stalls still sends heartbeats, and the next one must be able to
-        // take over.
-        if self.state == VsState::Normal && self.suspects.remove(&h.from) {
-            self.fl.suspects_sent_at = None;
-        }
+        self.heard(now, from_rank);
         match m {
             VsMsg::Data {
                 stream,
@@ -951,25 +719,8 @@ impl Vs {
                 received,
                 records,
             } => self.on_data(now, from_rank, stream, first, &received, &records),
-            VsMsg::Status { last, received } => {
-                let s = &mut self.streams[from_rank];
-                s.highest_known = s.highest_known.max(last);
-                self.on_report(from_rank, &received);
-            }
-            VsMsg::Nak { stream, from, to } => {
-                self.counters.naks_received += 1;
-                if let Some(r) = self.members.iter().position(|&a| a == stream) {
-                    if self.resend.len() < CONTROL_QUEUE_MAX && from <= to {
-                        self.resend.push_back((
-                            h.from,
-                            r,
-                            from,
-                            to.min(from + NAK_SPAN_MAX - 1),
-                            false,
-                        ));
-                    }
-                }
-            }
+            VsMsg::Status { last, received } => self.on_status(from_rank, last, &received),
+            VsMsg::Nak { stream, from, to } => self.on_nak(h.from, stream, from, to),
             VsMsg::Direct { payload } => {
                 self.counters.directs_received += 1;
                 if self.upcalls.len() < DIRECT_QUEUE_MAX {
@@ -982,128 +733,6 @@ impl Vs {
             VsMsg::Token { round, acc, stable } => self.on_token(now, round, acc, stable),
             _ => {}
         }
-    }
-
-    /// `to` talks in a later view: this member missed a commit. Commits are told to members
-    /// heard in an old view, and members of the new view no longer send to this one in the
-    /// old view; when the commit's other holders were gone (a leaver that coordinated its own
-    /// leave, and members left out), nobody told it, and it stayed in the old view for good.
-    /// It says something in its view to `to`, who answers with the
-    /// commit if it kept it (at most once a retransmission timeout).
-    fn ask_commit(&mut self, now: Instant, to: Address) {
-        if self
-            .asked_commit_at
-            .is_some_and(|t| now < t + self.cfg.retransmit_timeout)
-        {
-            return;
-        }
-        self.asked_commit_at = Some(now);
-        let last = self
-            .streams
-            .get(self.rank)
-            .map_or(0, |s| s.received.min(self.sent_upto));
-        let received = self.received_report();
-        self.queue(Dest::To(to), &VsMsg::Status { last, received });
-    }
-
-    fn on_data(
-        &mut self,
-        now: Instant,
-        from_rank: usize,
-        stream: Address,
-        first: u64,
-        received: &[u64],
-        records: &[&[u8]],
-    ) {
-        self.counters.data_received += 1;
-        let Some(r) = self.members.iter().position(|&a| a == stream) else {
-            self.counters.dropped_bad += 1;
-            return;
-        };
-        if r == self.rank {
-            // Our own casts sent back: we have them.
-            self.counters.duplicates += records.len() as u64;
-        } else {
-            let window = self.cfg.window;
-            let limit = self.fl.receive_limit(r);
-            for (i, rec) in records.iter().enumerate() {
-                let seq = first + i as u64;
-                if limit.is_some_and(|l| seq > l) {
-                    // Past the cut of a view change: never delivered in this view.
-                    self.counters.dropped_beyond_window += 1;
-                    continue;
-                }
-                match self.streams[r].insert(seq, rec, window) {
-                    Ok(true) => {
-                        self.counters.records_received += 1;
-                        self.unreported += 1;
-                    }
-                    Ok(false) => self.counters.duplicates += 1,
-                    Err(()) => self.counters.dropped_beyond_window += 1,
-                }
-            }
-            let last = first + records.len() as u64;
-            let s = &mut self.streams[r];
-            s.highest_known = s.highest_known.max(last.saturating_sub(1));
-            if s.received >= s.highest_known {
-                s.nak_after = Instant::ZERO;
-            }
-        }
-        if from_rank == r {
-            self.on_report(from_rank, received);
-        }
-        if self.fl.fetching() {
-            self.flush_progress(now);
-        }
-    }
-
-    /// Piggybacked stability: `v` is how far member `from` has received every stream.
-    fn on_report(&mut self, from: usize, v: &[u64]) {
-        if self.cfg.stability != Stability::Piggyback || v.len() != self.members.len() {
-            return;
-        }
-        let rep = &mut self.reports[from];
-        for (x, &y) in rep.iter_mut().zip(v) {
-            *x = (*x).max(y);
-        }
-        self.update_stable_from_reports();
-    }
-
-    fn update_stable_from_reports(&mut self) {
-        let n = self.members.len();
-        for s in 0..n {
-            let mut m = self.streams[s].received;
-            for (k, rep) in self.reports.iter().enumerate() {
-                if k != self.rank {
-                    m = m.min(rep[s]);
-                }
-            }
-            self.streams[s].set_stable(m);
-        }
-    }
-
-    fn on_token(&mut self, now: Instant, round: u64, acc: Vec<u64>, stable: Vec<u64>) {
-        if self.cfg.stability != Stability::Pinwheel {
-            return;
-        }
-        let n = self.members.len();
-        if acc.len() != n || stable.len() != n || round < self.token_round_seen {
-            return;
-        }
-        if round <= self.token_passed_round {
-            // A second token of a round this member served: one that was thought lost and
-            // replaced came back. Two tokens a round apart never merge, and each then waits
-            // a heartbeat at every member (nothing new since the other passed): stability
-            // crawled and the group never drained.
-            return;
-        }
-        self.counters.tokens += 1;
-        self.token_round_seen = round;
-        self.token_seen_at = now;
-        for (s, &x) in stable.iter().enumerate() {
-            self.streams[s].set_stable(x);
-        }
-        self.token = Some((Token { round, acc, stable }, now));
     }
 
     /// Hands one upcall to `f`: queued events first, then the streams' next casts.
@@ -1168,14 +797,18 @@ impl Vs {
     /// A one-line account of the timers and the flush, for a simulator's failure reports.
     pub fn debug_state(&self) -> String {
         let ms = |t: Instant| t.0 / 1_000_000;
+        let timers: Vec<String> = Timer::ALL
+            .iter()
+            .filter_map(|&t| Some(format!("{t:?} {}", self.timers.get(t)?.0)))
+            .collect();
         format!(
-            "{} {:?} view {} rank {} due {:?} last_to_all {} unsent_since {:?} sent_upto {} suspects {:?} streams [{}] token {:?} flush {}",
+            "{} {:?} view {} rank {} due {:?} timers [{}] unsent_since {:?} sent_upto {} suspects {:?} streams [{}] token {:?} flush {}",
             self.me,
             self.state,
             self.view,
             self.rank,
             self.poll_timeout().map(|t| t.0),
-            ms(self.last_to_all),
+            timers.join(", "),
             self.unsent_since.map(|t| t.0),
             self.sent_upto,
             self.suspects.iter().map(|a| a.site).collect::<Vec<_>>(),
@@ -1194,7 +827,7 @@ impl Vs {
                 ))
                 .collect::<Vec<_>>()
                 .join("; "),
-            self.token.as_ref().map(|(t, at)| (t.round, at.0)),
+            self.token.as_ref().map(|t| t.round),
             self.fl.debug(),
         )
     }
@@ -1229,373 +862,21 @@ impl Vs {
         None
     }
 
-    /// A NAK for the previous view, from one of its members still fetching up to its cut.
-    fn on_prev_nak(&mut self, h: &Header, stream: Address, from: u64, to: u64) {
-        self.counters.naks_received += 1;
-        let Some(p) = self.prev.as_ref() else {
-            return;
-        };
-        let Some(r) = p.members.iter().position(|&a| a == stream) else {
-            return;
-        };
-        if p.members.contains(&h.from) && self.resend.len() < CONTROL_QUEUE_MAX && from <= to {
-            self.resend
-                .push_back((h.from, r, from, to.min(from + NAK_SPAN_MAX - 1), true));
-        }
-    }
-
-    /// Answers a NAK with the casts asked for that this member holds.
-    fn poll_resend(&mut self, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        while let Some((to, r, from, upto, old)) = self.resend.pop_front() {
-            let (held, stable, addr, view) = if old {
-                let Some(p) = self.prev.as_ref() else {
-                    continue;
-                };
-                (&p.held[r], 0, p.members[r], p.view)
-            } else {
-                let s = &self.streams[r];
-                (&s.held, s.stable, s.addr, self.view)
-            };
-            let first = from.max(stable + 1);
-            if first > upto || !held.contains(first) {
-                continue;
-            }
-            let mut bytes = msg::data_bytes(0, std::iter::empty());
-            let mut last = first;
-            while last < upto {
-                let Some(p) = held.get(last + 1) else {
-                    break;
-                };
-                if bytes
-                    + msg::RECORD_HEADER_BYTES
-                    + p.len()
-                    + held.get(first).map_or(0, <[u8]>::len)
-                    + 4
-                    > self.cfg.packet_bytes_max
-                {
-                    break;
-                }
-                bytes += msg::RECORD_HEADER_BYTES + p.len();
-                last += 1;
-            }
-            let h = Header {
-                group: self.cfg.group,
-                view,
-                from: self.me,
-            };
-            let records = (first..=last).filter_map(|k| held.get(k));
-            let n = msg::write_data(buf, &h, addr, first, &[], records)?;
-            self.counters.records_retransmitted += last - first + 1;
-            if last < upto {
-                self.resend.push_front((to, r, last + 1, upto, old));
-            }
-            return Some((Dest::To(to), n));
-        }
-        None
-    }
-
-    /// Own casts waiting to go out, packed as the packer decides.
-    fn poll_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        let own = self.streams.get(self.rank)?;
-        // Own casts can become stable, and leave `held`, before the packer sent them: a NAK
-        // (a flush's fetch of the cut) is answered from `held` while the packer still holds
-        // them back. Everyone has those; this panicked on the missing casts.
-        if self.sent_upto < own.stable {
-            self.sent_upto = own.stable;
-        }
-        if self.sent_upto >= own.received {
-            self.unsent_since = None;
-            self.unsent_bytes = 0;
-            return None;
-        }
-        let vector = match self.cfg.stability {
-            Stability::Piggyback => self.members.len(),
-            Stability::Pinwheel => 0,
-        };
-        let room = self.cfg.packet_bytes_max.min(buf.len());
-        let cap = self.packer.messages_per_packet_max().min(msg::RECORDS_MAX);
-        // Whether the waiting casts fill a message, from the running total: no walk over
-        // them while the packer holds them (a burst would make that quadratic).
-        let unsent = (own.received - self.sent_upto) as usize;
-        let full = msg::data_bytes(vector, std::iter::empty()) + self.unsent_bytes > room
-            || unsent >= cap
-            || self.push_upto > self.sent_upto;
-        let in_flight = own.stable < self.sent_upto;
-        let since = self.unsent_since.unwrap_or(now);
-        if let PackDecision::HoldUntil(t) = self.packer.decide(since, full, in_flight) {
-            if t > now {
-                return None;
-            }
-        }
-        let mut bytes = msg::data_bytes(vector, std::iter::empty());
-        let mut count = 0usize;
-        let mut taken = 0usize;
-        for p in own.held.range(self.sent_upto + 1, u64::MAX) {
-            let add = msg::RECORD_HEADER_BYTES + p.len();
-            if count > 0 && (bytes + add > room || count >= cap) {
-                break;
-            }
-            bytes += add;
-            taken += add;
-            count += 1;
-        }
-        let report = self.received_report();
-        let own = &self.streams[self.rank];
-        let first = self.sent_upto + 1;
-        let h = self.header();
-        let records = own.held.range(first, first + count as u64);
-        let n = msg::write_data(buf, &h, self.me, first, &report, records)?;
-        self.sent_upto += count as u64;
-        self.unsent_bytes -= taken;
-        self.unsent_since = (self.sent_upto < own.received).then_some(now);
-        self.packer.record(count);
-        self.counters.data_sent += 1;
-        self.counters.records_sent += count as u64;
-        self.last_to_all = now;
-        self.unreported = 0;
-        self.note_acked_all();
-        Some((Dest::All, n))
-    }
-
-    /// Heartbeats, prompt reports of what arrived (piggyback stability), and the token.
-    fn poll_report(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        if self.cfg.stability == Stability::Pinwheel {
-            if let Some(x) = self.poll_token(now, buf) {
-                return Some(x);
-            }
-        }
-        let prompt = self.cfg.stability == Stability::Piggyback
-            && self.unreported >= (self.cfg.window as u64 / 4).max(1);
-        if prompt || now >= self.last_to_all + self.cfg.heartbeat_interval {
-            let n = self.write_status(buf)?;
-            self.counters.heartbeats += 1;
-            self.last_to_all = now;
-            self.unreported = 0;
-            self.note_acked_all();
-            return Some((Dest::All, n));
-        }
-        self.poll_ack(now, buf)
-    }
-
-    /// A `Status`: the last own cast sent, and what this member received of every stream.
-    fn write_status(&self, buf: &mut [u8]) -> Option<usize> {
-        let last = self
-            .streams
-            .get(self.rank)
-            .map_or(0, |s| s.received.min(self.sent_upto));
-        let received = self.received_report();
-        msg::write(buf, &self.header(), &VsMsg::Status { last, received })
-    }
-
-    /// Piggyback: every stream's owner now knows how far this member received it.
-    fn note_acked_all(&mut self) {
-        if self.cfg.stability == Stability::Piggyback {
-            for (a, s) in self.acked.iter_mut().zip(&self.streams) {
-                *a = s.received;
-            }
-        }
-    }
-
-    /// Adaptive packing, piggyback stability: tells the owners of the casts that arrived
-    /// since this member last said so, at once, unless a data message of its own just did.
-    ///
-    /// A sender packs while its earlier casts are not yet known to be received by everyone
-    /// (they are "in flight"). Reports used to ride only on data and heartbeats, so a member
-    /// with nothing to send reported a heartbeat interval late, and a sender that cast once
-    /// a round (burst m=1) found its previous cast still in flight every time and held each
-    /// new one `delay_max` (1.2 ms rounds against 0.1 ms with packing off). Reported at once,
-    /// a cast is acknowledged within a round trip, and a lone cast goes out at once; under
-    /// load the casts made meanwhile still leave packed (the answer to a packet clocks the
-    /// next). The report goes to the one owner whose casts arrived (to all when several
-    /// members' did); a member whose own casts are held by the packer reports too, or two
-    /// members that each wait for the other's report would both wait out `delay_max`.
-    fn poll_ack(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        let adaptive =
-            matches!(self.cfg.pack, PackMode::Adaptive { delay_max } if !delay_max.is_zero());
-        if !adaptive || self.cfg.stability != Stability::Piggyback {
-            return None;
-        }
-        let mut owner = None;
-        let mut several = false;
-        for (r, (s, &a)) in self.streams.iter().zip(&self.acked).enumerate() {
-            if r != self.rank && s.received > a {
-                several |= owner.is_some();
-                owner = Some(r);
-            }
-        }
-        let owner = owner?;
-        let n = self.write_status(buf)?;
-        self.counters.acks += 1;
-        if several {
-            self.last_to_all = now;
-            self.unreported = 0;
-            self.note_acked_all();
-            Some((Dest::All, n))
-        } else {
-            self.acked[owner] = self.streams[owner].received;
-            Some((Dest::To(self.members[owner]), n))
-        }
-    }
-
-    /// Pinwheel: passes the token on once this member has something new for it or it brings a
-    /// newer stable vector (or it has been held a heartbeat interval); the lowest rank starts a
-    /// round, and a new token if one was lost.
-    fn poll_token(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        let n = self.members.len();
-        let mine = self.received_vector();
-        if self.token.is_none() && self.rank == 0 && self.state == VsState::Normal {
-            let lost = now >= self.token_seen_at + self.token_lost_after();
-            if lost || self.token_round_seen == 0 {
-                self.token_round_seen += 1;
-                self.token = Some((
-                    Token {
-                        round: self.token_round_seen,
-                        acc: vec![u64::MAX; n],
-                        stable: self.stable_vector(),
-                    },
-                    now,
-                ));
-            }
-        }
-        let (t, since) = self.token.as_ref()?;
-        // A token that brings a newer stable vector than the last one this member passed on
-        // goes on at once too: the news is what a sender with a full window waits for. Held a
-        // heartbeat at every member with nothing new of its own, a lone sender not at rank 0
-        // (a `dynseq` sequencer at rank 2 of 11, window 8) got a window per two rounds of
-        // holds, 8 casts per 200 ms, and the group did not drain.
-        // So does a token whose round, with this member's vector, makes news (its minimum
-        // passes its stable vector): that round is the one a sender past rank 0 waits for.
-        let news = t
-            .acc
-            .iter()
-            .zip(&mine)
-            .zip(&t.stable)
-            .any(|((&a, &m), &s)| a.min(m) > s);
-        let changed = mine != self.token_passed_vector
-            || self.unstable() > 0
-            || t.stable != self.token_passed_stable
-            || news;
-        if !changed && now < *since + self.cfg.heartbeat_interval {
-            return None;
-        }
-        let mut t = t.clone();
-        if n == 1 {
-            for (s, &m) in self.streams.iter_mut().zip(&mine) {
-                s.set_stable(m);
-            }
-            self.token = Some((t, now));
-            self.token_passed_vector = mine;
-            return None;
-        }
-        for (a, &m) in t.acc.iter_mut().zip(&mine) {
-            *a = (*a).min(m);
-        }
-        let served = t.round;
-        if self.rank == n - 1 {
-            // A full round: the minimum is stable everywhere; the next round starts.
-            t.stable = t.acc.clone();
-            t.acc = vec![u64::MAX; n];
-            t.round += 1;
-            for (s, &x) in t.stable.iter().enumerate() {
-                self.streams[s].set_stable(x);
-            }
-        }
-        let next = self.members[(self.rank + 1) % n];
-        let h = self.header();
-        let len = msg::write(
-            buf,
-            &h,
-            &VsMsg::Token {
-                round: t.round,
-                acc: t.acc.clone(),
-                stable: t.stable.clone(),
-            },
-        )?;
-        self.token_round_seen = self.token_round_seen.max(t.round);
-        self.token_passed_round = served;
-        self.token_passed_stable = t.stable;
-        self.token = None;
-        self.token_seen_at = now;
-        self.token_passed_vector = mine;
-        Some((Dest::To(next), len))
-    }
-
-    /// Pinwheel: how long the lowest rank goes without the token before it makes a new one.
-    /// An idle round takes up to a heartbeat interval at each member (nothing new to add), so
-    /// the wait grows with the view: at `silence_timeout / 2` alone, a view of 10 with 20 ms
-    /// heartbeats made a new token every round, and the tokens ate each other's rounds.
-    fn token_lost_after(&self) -> Duration {
-        self.cfg.silence_timeout / 2 + self.cfg.heartbeat_interval * (self.members.len() as u32 + 1)
-    }
-
     /// When [`Vs::handle_timeout`] wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t: Option<Instant> = None;
-        let mut at = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
         match self.state {
-            VsState::Joining => {
-                at(self
-                    .join_sent_at
-                    .map_or(Instant::ZERO, |s| s + self.cfg.retransmit_timeout));
-                return t;
-            }
-            VsState::Normal | VsState::Flushing => {}
-            _ => return None,
+            VsState::Joining | VsState::Normal | VsState::Flushing => self.timers.next(),
+            _ => None,
         }
-        at(self.last_to_all + self.cfg.heartbeat_interval);
-        if let Some(since) = self.unsent_since {
-            if let crate::pack::PackMode::Fixed { delay }
-            | crate::pack::PackMode::Adaptive { delay_max: delay } = self.packer.mode
-            {
-                at(since + delay);
-            } else {
-                at(since);
-            }
-        }
-        for (i, s) in self.streams.iter().enumerate() {
-            if i == self.rank {
-                continue;
-            }
-            if !self.suspects.contains(&s.addr) {
-                at(s.last_heard + self.cfg.silence_timeout);
-            }
-            if s.highest_known > s.received {
-                at(s.nak_after);
-            }
-        }
-        if let Some((_, since)) = &self.token {
-            at(*since + self.cfg.heartbeat_interval);
-        } else if self.cfg.stability == Stability::Pinwheel
-            && self.rank == 0
-            && self.state == VsState::Normal
-        {
-            // Only in Normal: `poll_token` starts no token during a flush, so a timer armed
-            // then stayed due and the caller spun.
-            at(self.token_seen_at + self.token_lost_after());
-        }
-        if self.leaving {
-            if let Some(s) = self.leave_sent_at {
-                at(s + self.cfg.retransmit_timeout);
-            }
-        }
-        let flushing = self.state == VsState::Flushing;
-        if flushing && !self.blocked_told {
-            if let Some(b) = self.blocked_at() {
-                at(b);
-            }
-        }
-        if let Some(x) = self.fl.timeout(
-            self.cfg.retransmit_timeout,
-            self.cfg.flush_timeout,
-            flushing,
-        ) {
-            at(x);
-        }
-        t
     }
 
     /// Runs what is due: NAKs, failure detection, joins, leaves, the flush's retries.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.on_timeout(now);
+        self.arm_flush();
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
         match self.state {
             VsState::Joining => return self.join_tick(now),
             VsState::Normal | VsState::Flushing => {}
@@ -1608,130 +889,5 @@ impl Vs {
         }
         self.flush_tick(now);
         self.blocked_tick(now);
-    }
-
-    fn nak_tick(&mut self, now: Instant) {
-        for r in 0..self.streams.len() {
-            let s = &self.streams[r];
-            if r == self.rank || s.highest_known <= s.received || now < s.nak_after {
-                continue;
-            }
-            let (from, to) = (
-                s.received + 1,
-                s.highest_known.min(s.received + NAK_SPAN_MAX),
-            );
-            let stream = s.addr;
-            self.streams[r].nak_after = now + self.cfg.retransmit_timeout;
-            if let Some(target) = self.nak_target(r) {
-                self.counters.naks_sent += 1;
-                self.queue(Dest::To(target), &VsMsg::Nak { stream, from, to });
-            }
-        }
-    }
-
-    fn join_tick(&mut self, now: Instant) {
-        if self
-            .join_sent_at
-            .is_some_and(|s| now < s + self.cfg.retransmit_timeout)
-        {
-            return;
-        }
-        if self.join_attempts >= self.cfg.join_attempts_max {
-            self.state = VsState::Failed;
-            self.upcalls.push_back(Pending::JoinFailed);
-            return;
-        }
-        self.join_attempts += 1;
-        self.join_sent_at = Some(now);
-        let contact = self.contact;
-        self.queue(Dest::To(contact), &VsMsg::Join { joiner: self.me });
-    }
-
-    fn leave_tick(&mut self, now: Instant) {
-        if self
-            .leave_sent_at
-            .is_some_and(|s| now < s + self.cfg.retransmit_timeout)
-        {
-            return;
-        }
-        self.leave_sent_at = Some(now);
-        match self.coordinator() {
-            Some(c) if c == self.me => {
-                self.fl.leavers.insert(self.me);
-                self.start_flush_if_needed(now);
-            }
-            Some(c) => self.queue(Dest::To(c), &VsMsg::Leave),
-            None => {}
-        }
-    }
-
-    /// The member that coordinates a view change: the lowest-ranked one not suspected.
-    fn coordinator(&self) -> Option<Address> {
-        self.members
-            .iter()
-            .copied()
-            .find(|a| !self.suspects.contains(a))
-    }
-
-    /// Failure detection: a member silent for `silence_timeout` is suspected.
-    fn detect(&mut self, now: Instant) {
-        let mut new = Vec::new();
-        for (i, s) in self.streams.iter().enumerate() {
-            if i != self.rank
-                && !self.suspects.contains(&s.addr)
-                && now >= s.last_heard + self.cfg.silence_timeout
-            {
-                new.push(s.addr);
-            }
-        }
-        for a in new {
-            self.counters.suspicions += 1;
-            self.suspects.insert(a);
-            self.note_suspected(a);
-        }
-        if !self.suspects.is_empty() {
-            self.report_suspects(now);
-        }
-    }
-
-    /// Installs a view: fresh streams, numbering from 1.
-    fn install(&mut self, now: Instant, id: ViewId, members: Vec<Address>, removed: Vec<Address>) {
-        let joined: Vec<Address> = members
-            .iter()
-            .copied()
-            .filter(|a| *a != self.me && !self.members.contains(a))
-            .collect();
-        self.view = id;
-        self.rank = members
-            .iter()
-            .position(|&a| a == self.me)
-            .expect("installed views hold this member");
-        self.streams = members.iter().map(|&a| Stream::new(a, now)).collect();
-        self.reports = vec![vec![0; members.len()]; members.len()];
-        self.acked = vec![0; members.len()];
-        self.members = members.clone();
-        self.sent_upto = 0;
-        self.unsent_since = None;
-        self.unsent_bytes = 0;
-        self.push_upto = 0;
-        self.suspects.clear();
-        self.resend.clear();
-        self.token = None;
-        self.token_round_seen = 0;
-        self.token_seen_at = now;
-        self.token_passed_vector = Vec::new();
-        self.token_passed_round = 0;
-        self.token_passed_stable = Vec::new();
-        self.last_to_all = Instant::ZERO;
-        self.state = VsState::Normal;
-        self.flushing_since = None;
-        self.blocked_told = false;
-        self.counters.views_installed += 1;
-        self.upcalls.push_back(Pending::View(ViewChange {
-            id,
-            members,
-            joined,
-            removed,
-        }));
     }
 }

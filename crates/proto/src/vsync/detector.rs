@@ -1,0 +1,110 @@
+//! The failure detector: a member silent for `silence_timeout` is suspected, and suspicions
+//! go to the coordinator (the lowest-ranked member not suspected), which starts a view change.
+
+use super::msg::{Header, VsMsg};
+use super::timer::Timer;
+use super::{Dest, Vs, VsState, SUSPECTED_KEPT};
+use crate::addr::Address;
+use crate::time::Instant;
+
+impl Vs {
+    /// A message from the member at `rank` in this view: it is alive. A member heard again is
+    /// no longer suspected (a clogged path healed), so every member names the same
+    /// coordinator; not during a flush, where a coordinator whose round stalls still sends
+    /// heartbeats and the next one must be able to take over.
+    pub(super) fn heard(&mut self, now: Instant, rank: usize) {
+        self.streams[rank].last_heard = now;
+        let from = self.streams[rank].addr;
+        if self.state == VsState::Normal && self.suspects.remove(&from) {
+            self.fl.suspects_sent_at = None;
+        }
+        self.arm_silence();
+    }
+
+    /// The next member suspected since the last call, for the layer above to report.
+    pub fn take_suspected(&mut self) -> Option<Address> {
+        self.suspected.pop_front()
+    }
+
+    pub(super) fn note_suspected(&mut self, a: Address) {
+        if self.suspected.len() >= SUSPECTED_KEPT {
+            self.suspected.pop_front();
+        }
+        self.suspected.push_back(a);
+    }
+
+    /// The member that coordinates a view change: the lowest-ranked one not suspected.
+    pub(super) fn coordinator(&self) -> Option<Address> {
+        self.members
+            .iter()
+            .copied()
+            .find(|a| !self.suspects.contains(a))
+    }
+
+    /// Failure detection: a member silent for `silence_timeout` is suspected.
+    pub(super) fn detect(&mut self, now: Instant) {
+        let mut new = Vec::new();
+        for (i, s) in self.streams.iter().enumerate() {
+            if i != self.rank
+                && !self.suspects.contains(&s.addr)
+                && now >= s.last_heard + self.cfg.silence_timeout
+            {
+                new.push(s.addr);
+            }
+        }
+        for a in new {
+            self.counters.suspicions += 1;
+            self.suspects.insert(a);
+            self.note_suspected(a);
+        }
+        self.arm_silence();
+        if !self.suspects.is_empty() {
+            self.report_suspects(now);
+        }
+    }
+
+    /// Sets the silence timer: when the first member not suspected has been silent for
+    /// `silence_timeout`.
+    pub(super) fn arm_silence(&mut self) {
+        let t = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| i != self.rank && !self.suspects.contains(&s.addr))
+            .map(|(_, s)| s.last_heard + self.cfg.silence_timeout)
+            .min();
+        self.timers.put(Timer::Silence, t);
+    }
+
+    pub(super) fn on_suspect_report(&mut self, now: Instant, h: &Header, who: Address) {
+        if !self.in_view(h) || who == self.me || !self.members.contains(&who) {
+            return;
+        }
+        if self.coordinator() == Some(self.me) && !self.fl.running() {
+            // The flush finds out whether `who` is there: it stays if it answers.
+            self.start_flush(now);
+        }
+    }
+
+    /// Tells the coordinator what this member suspects (or starts the flush itself).
+    pub(super) fn report_suspects(&mut self, now: Instant) {
+        match self.coordinator() {
+            Some(c) if c == self.me => self.start_flush_if_needed(now),
+            Some(c) => {
+                if self
+                    .fl
+                    .suspects_sent_at
+                    .is_some_and(|t| now < t + self.cfg.retransmit_timeout)
+                {
+                    return;
+                }
+                self.fl.suspects_sent_at = Some(now);
+                let who: Vec<Address> = self.suspects.iter().copied().collect();
+                for w in who {
+                    self.queue(Dest::To(c), &VsMsg::Suspect { who: w });
+                }
+            }
+            None => {}
+        }
+    }
+}
