@@ -1,7 +1,10 @@
 //! The mirror configuration across processes, through the public API: the primary runs in a
 //! child process and is killed with SIGKILL in the middle of its load. Every commit that
 //! returned to it is on the backup, which takes over and serves on; the old primary, started
-//! again, recovers from it and ends with the same memory.
+//! again, recovers from it and ends with the same memory. This runs the real path (two
+//! processes, the link, the heartbeat detector, the takeover); the window in which a broken
+//! rule would lose a commit is a few microseconds, so the rule itself is checked by `txcast
+//! sim crmem`, which fails at once when a commit completes before its backups have it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -190,12 +193,13 @@ fn kill_9_of_the_primary_loses_no_acknowledged_commit_and_it_recovers() {
     let m = b.snapshot_segment(0).unwrap();
     let newest = u64_at(&m, COUNTER);
     assert!(newest >= acked, "acknowledged {acked}, backup has {newest}");
-    for i in acked.saturating_sub(RECORDS as u64 - 1).max(1)..=acked {
+    // One commit a transaction, each applied whole: the last RECORDS transactions' records
+    // hold exactly their numbers.
+    assert_eq!(b.seq(), newest);
+    for i in newest.saturating_sub(RECORDS as u64 - 1).max(1)..=newest {
         let rec = (i % RECORDS as u64) as u32 * 8;
-        assert!(u64_at(&m, rec) >= i, "transaction {i} lost");
+        assert_eq!(u64_at(&m, rec), i, "transaction {i}");
     }
-    // Nothing is invented: the records hold no transaction newer than the counter.
-    assert!((0..RECORDS).all(|r| u64_at(&m, r * 8) <= newest));
     // The backup serves on, alone.
     let mut next = newest + 1;
     for _ in 0..50 {
