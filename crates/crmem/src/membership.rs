@@ -131,14 +131,14 @@ pub enum MembershipError {
 
 /// Opens node `me`'s group port and joins (node 0 of a fresh start makes the group). A fresh
 /// node returns once a view holds every node, which is CRMem's view 0; a restarted node
-/// returns once it is a member.
+/// returns once it is a member; `OpenTimeout` past `deadline`.
 pub(crate) fn join(
     cfg: &MembershipConfig,
     me: NodeId,
     recover: bool,
     engine: Option<&Engine>,
+    deadline: Instant,
 ) -> Result<Joined, MembershipError> {
-    let deadline = Instant::now() + cfg.open_timeout;
     let addr = *cfg
         .ports
         .get(me as usize)

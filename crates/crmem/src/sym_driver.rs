@@ -295,9 +295,10 @@ impl SymCrmem {
     ///   open transactions' locks at every home are freed, its commits that any survivor
     ///   holds are finished on every survivor (relayed), and the survivors serve again once
     ///   every one of them has flushed. A commit that returned `Ok` is on every survivor.
-    /// - A restarted node (`cfg.recover` true) waits `rejoin_delay` (so that the group has
-    ///   removed its previous process), joins, is admitted by the next view as the joining
-    ///   node, and returns once the snapshot is in: it serves only then.
+    /// - A restarted node (`cfg.recover` true) opens its module host and greets the others,
+    ///   waits `rejoin_delay` (so that the group has removed its previous process), joins, is
+    ///   admitted by the next view as the joining node, and returns once the snapshot is in:
+    ///   it serves only then. `open_timeout` counts from the call.
     /// - A node the group leaves out while it runs (falsely suspected) fails its calls with
     ///   [`SymCrmemError::Expelled`] and must be opened again with `recover`.
     ///
@@ -315,14 +316,17 @@ impl SymCrmem {
         if members.ports.len() != n {
             return Err(MembershipError::BadConfig.into());
         }
-        if cfg.recover {
+        let (me, recover) = (cfg.me, cfg.recover);
+        let started = std::time::Instant::now();
+        let host = plumbing::host_at(None, cfg.nodes[cfg.me as usize], cfg.handlers)?;
+        // The module greets the others at once: their hosts learn this incarnation during
+        // the delay, before any of them sends it the snapshot.
+        let mut node = SymCrmem::on_host(host, cfg, segments)?;
+        if recover {
             std::thread::sleep(members.rejoin_delay);
         }
-        let (me, recover) = (cfg.me, cfg.recover);
-        let host = plumbing::host_at(None, cfg.nodes[cfg.me as usize], cfg.handlers)?;
-        let mut node = SymCrmem::on_host(host, cfg, segments)?;
-        let started = std::time::Instant::now();
-        let joined = membership::join(&members, me, recover, None)?;
+        let deadline = started + members.open_timeout;
+        let joined = membership::join(&members, me, recover, None, deadline)?;
         let told = Told {
             host: node.host.clone(),
             shared: node.shared.clone(),
@@ -331,14 +335,12 @@ impl SymCrmem {
         };
         node.membership = Some(Membership::start(joined, Arc::new(told)));
         if recover {
-            let left = members.open_timeout.saturating_sub(started.elapsed());
-            let end = std::time::Instant::now() + left;
             // Opening only: the snapshot's end is looked for every few milliseconds.
             while node.phase() == Phase::Recovering {
                 if node.shared.lock().expelled {
                     return Err(SymCrmemError::Expelled);
                 }
-                if std::time::Instant::now() >= end {
+                if std::time::Instant::now() >= deadline {
                     return Err(MembershipError::OpenTimeout.into());
                 }
                 std::thread::sleep(Duration::from_millis(5));
