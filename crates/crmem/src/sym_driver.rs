@@ -335,15 +335,19 @@ impl SymCrmem {
         };
         node.membership = Some(Membership::start(joined, Arc::new(told)));
         if recover {
-            // Opening only: the snapshot's end is looked for every few milliseconds.
+            // Opening only: the snapshot's end is looked for every few milliseconds (a
+            // polled host is driven meanwhile: nobody else runs its handlers).
             while node.phase() == Phase::Recovering {
-                if node.shared.lock().expelled {
+                if node.expelled() {
                     return Err(SymCrmemError::Expelled);
                 }
                 if std::time::Instant::now() >= deadline {
                     return Err(MembershipError::OpenTimeout.into());
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                if node.drive() == 0 {
+                    let polled = node.host.handlers() == Handlers::Polled;
+                    std::thread::sleep(Duration::from_micros(if polled { 200 } else { 5000 }));
+                }
             }
         }
         Ok(node)
@@ -444,11 +448,15 @@ impl SymCrmem {
         self.flush()
     }
 
-    /// The view this node is in (0 until the first change), and whether the membership group
-    /// left it out.
-    pub fn view(&self) -> (u64, bool) {
-        let st = self.shared.lock();
-        (st.view, st.expelled)
+    /// The view this node is in: 0 until the first change (with membership, the group's
+    /// view number since).
+    pub fn view(&self) -> u64 {
+        self.shared.lock().view
+    }
+
+    /// Whether the membership group left this node out (it serves no more).
+    pub fn expelled(&self) -> bool {
+        self.shared.lock().expelled
     }
 
     /// Starts a transaction whose locks, here and at the homes, must come within

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use txcast_crmem::{
-    CrError, LockMapping, MembershipConfig, Mode, SymCrmem, SymCrmemConfig, SymCrmemError,
+    CrError, Handlers, LockMapping, MembershipConfig, Mode, SymCrmem, SymCrmemConfig, SymCrmemError,
 };
 use txcast_proto::Address;
 
@@ -59,8 +59,13 @@ fn segments() -> Vec<(usize, LockMapping, u16)> {
 }
 
 fn open(server: u16, me: u16, recover: bool) -> SymCrmem {
+    open_with(server, me, recover, Handlers::Engine)
+}
+
+fn open_with(server: u16, me: u16, recover: bool, handlers: Handlers) -> SymCrmem {
     let cfg = SymCrmemConfig {
         recover,
+        handlers,
         ..SymCrmemConfig::new(nodes(server), me)
     };
     let members = MembershipConfig::new(&nodes(server));
@@ -68,11 +73,11 @@ fn open(server: u16, me: u16, recover: bool) -> SymCrmem {
 }
 
 /// Opens every node of `mes` at once (a fresh start returns once all are in the group).
-fn open_all(server: u16, mes: &[u16]) -> Vec<SymCrmem> {
+fn open_all(server: u16, mes: &[u16], handlers: Handlers) -> Vec<SymCrmem> {
     std::thread::scope(|s| {
         let hs: Vec<_> = mes
             .iter()
-            .map(|&me| s.spawn(move || open(server, me, false)))
+            .map(|&me| s.spawn(move || open_with(server, me, false, handlers)))
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
@@ -217,12 +222,12 @@ fn assert_invariant(c: &SymCrmem, who: &str) -> Sums {
     s
 }
 
-/// Waits until `c` has seen the view that leaves node `gone` out and serves again.
+/// Waits until `c` is in a view after `before` and serves again; how long that took.
 fn wait_view_without(c: &SymCrmem, before: u64) -> Duration {
     let start = Instant::now();
     loop {
-        let (view, expelled) = c.view();
-        assert!(!expelled);
+        let view = c.view();
+        assert!(!c.expelled());
         if view > before && c.phase() == txcast_crmem::Phase::Serving {
             return start.elapsed();
         }
@@ -233,16 +238,24 @@ fn wait_view_without(c: &SymCrmem, before: u64) -> Duration {
 
 #[test]
 fn a_dropped_node_is_left_out_by_the_group_and_recovers_when_it_returns() {
+    drop_and_return(21, Handlers::Engine);
+}
+
+#[test]
+fn interrupt_driven_nodes_with_membership_drop_and_return() {
+    drop_and_return(24, Handlers::Interrupt);
+}
+
+fn drop_and_return(server: u16, handlers: Handlers) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    const SERVER: u16 = 21;
     const EACH: usize = 60;
-    let mut all = open_all(SERVER, &[0, 1, 2]);
+    let mut all = open_all(server, &[0, 1, 2], handlers);
     std::thread::scope(|s| {
         for (k, c) in all.iter().enumerate() {
             s.spawn(move || run(c, k as u16, k as u64 + 1, EACH));
         }
     });
-    let before = all[0].view().0;
+    let before = all[0].view();
     // Node 2's process is gone: its module host and group port close without a word.
     let t0 = Instant::now();
     drop(all.pop());
@@ -268,7 +281,7 @@ fn a_dropped_node_is_left_out_by_the_group_and_recovers_when_it_returns() {
     );
     // Node 2 comes back: admitted by the next view, it serves once the snapshot is in.
     let t1 = Instant::now();
-    let back = open(SERVER, 2, true);
+    let back = open_with(server, 2, true, handlers);
     eprintln!(
         "node 2 recovered {:?} after it was opened again",
         t1.elapsed()
@@ -386,7 +399,7 @@ fn kill_9(server: u16, victim: u16) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ids: Vec<u16> = (0..NODES as u16).filter(|&k| k != victim).collect();
     let (mut child, mut lines) = spawn_child(server, victim, false);
-    let survivors = open_all(server, &ids);
+    let survivors = open_all(server, &ids, Handlers::Engine);
     line_with(&mut lines, "ready");
     let stop = AtomicBool::new(false);
     let killed_at = Mutex::new(None::<Instant>);
