@@ -112,7 +112,7 @@ pub(crate) struct Joined {
     port: Port,
     group: Group,
     ids: Vec<Address>,
-    /// Views received while opening, not yet looked at.
+    /// Views received and not yet told (held while the node recovers).
     held: VecDeque<(u64, Vec<NodeId>)>,
 }
 

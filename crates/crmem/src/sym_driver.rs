@@ -212,7 +212,7 @@ impl Module for SymModule {
 pub struct SymCrmem {
     /// Stopped first on drop (before the host): the thread tells the node through it.
     membership: Option<Membership>,
-    host: Arc<ModuleHost>,
+    host: ModuleHost,
     shared: Arc<Shared>,
     module: ModuleId,
     key: u64,
@@ -220,7 +220,7 @@ pub struct SymCrmem {
 
 /// What the membership thread holds of the node.
 struct Told {
-    host: Arc<ModuleHost>,
+    host: ModuleHost,
     shared: Arc<Shared>,
     module: ModuleId,
     key: u64,
@@ -299,8 +299,9 @@ impl SymCrmem {
     ///   waits `rejoin_delay` (so that the group has removed its previous process), joins, is
     ///   admitted by the next view as the joining node, and returns once the snapshot is in:
     ///   it serves only then. `open_timeout` counts from the call.
-    /// - A node the group leaves out while it runs (falsely suspected) fails its calls with
-    ///   [`SymCrmemError::Expelled`] and must be opened again with `recover`.
+    /// - A node the group leaves out while it runs (falsely suspected) fails `begin` with
+    ///   [`SymCrmemError::Expelled`] (its commits in flight time out: the others no longer
+    ///   acknowledge it) and must be opened again with `recover`.
     ///
     /// The group port runs on the process's embedded engine; the module host where
     /// `cfg.handlers` says (as [`SymCrmem::open`]).
@@ -392,7 +393,7 @@ impl SymCrmem {
         host.post(cfg.module, cfg.key, SYM_GREET, &[])?;
         Ok(SymCrmem {
             membership: None,
-            host: Arc::new(host),
+            host,
             shared,
             module: cfg.module,
             key: cfg.key,
