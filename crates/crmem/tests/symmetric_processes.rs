@@ -8,8 +8,9 @@
 //! node knows how many of its commits returned `Ok`: none of them may be lost.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use txcast_crmem::{
@@ -311,12 +312,13 @@ fn drop_and_return(server: u16, handlers: Handlers) {
     );
 }
 
-/// One node in a child process (`CHILD` is `server,node`): opens (fresh, or restarted with `recover`), prints `ready`,
-/// then its replica's digest; commits transfers, printing `c <counter>` after each that
-/// returned `Ok`. A restarted one commits 50 and prints `done`, then answers `digest` lines
-/// on stdin until stdin closes.
+/// One node in a child process (`CHILD` is `server,node`): opens (fresh, or restarted with
+/// `recover`), prints `ready` and its replica's digest, then commits transfers, printing
+/// `c <counter>` after each that returned `Ok`. Left out by the group (it was stopped), it
+/// prints `expelled` and opens again with `recover`. A restarted one commits 50, prints
+/// `done`, then answers `digest` lines on stdin until stdin closes.
 #[test]
-#[ignore = "the child process of the kill -9 tests"]
+#[ignore = "the child process of the kill -9 and SIGSTOP tests"]
 fn symmetric_node_child() {
     let Some((server, me)) = std::env::var(CHILD).ok().and_then(|v| {
         let (s, n) = v.split_once(',')?;
@@ -324,19 +326,36 @@ fn symmetric_node_child() {
     }) else {
         return;
     };
-    let recover = std::env::var_os(CHILD_RECOVER).is_some();
-    let c = open(server, me, recover);
+    let mut recover = std::env::var_os(CHILD_RECOVER).is_some();
     let out = std::io::stdout();
-    writeln!(out.lock(), "ready {:x}", sums(&c).digest).unwrap();
-    let mut x = if recover { 77 } else { 3 };
-    let mut done = 0;
-    let mut draws = 0u64;
-    while !recover || done < 50 {
-        draws += 1;
-        if let Ok(Some(counter)) = transfer(&c, me, next(&mut x), draws.is_multiple_of(10)) {
-            writeln!(out.lock(), "c {counter}").unwrap();
-            done += 1;
+    let mut c = open(server, me, recover);
+    loop {
+        writeln!(out.lock(), "ready {:x}", sums(&c).digest).unwrap();
+        let mut x = if recover { 77 } else { 3 };
+        let (mut done, mut draws) = (0, 0u64);
+        let mut expelled = false;
+        while !recover || done < 50 {
+            draws += 1;
+            match transfer(&c, me, next(&mut x), draws.is_multiple_of(10)) {
+                Ok(Some(counter)) => {
+                    writeln!(out.lock(), "c {counter}").unwrap();
+                    done += 1;
+                }
+                Err(SymCrmemError::Expelled) => {
+                    expelled = true;
+                    break;
+                }
+                // A commit past its timeout (the others left this node out).
+                _ => {}
+            }
         }
+        if !expelled {
+            break;
+        }
+        writeln!(out.lock(), "expelled").unwrap();
+        drop(c);
+        recover = true;
+        c = open(server, me, true);
     }
     writeln!(out.lock(), "done").unwrap();
     for line in std::io::stdin().lines() {
@@ -346,39 +365,221 @@ fn symmetric_node_child() {
     }
 }
 
-fn spawn_child(
-    server: u16,
-    me: u16,
-    recover: bool,
-) -> (Child, std::io::Lines<BufReader<ChildStdout>>) {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--ignored",
-        "--exact",
-        "symmetric_node_child",
-        "--nocapture",
-    ])
-    .env(CHILD, format!("{server},{me}"))
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
-    if recover {
-        cmd.env(CHILD_RECOVER, "1");
-    }
-    let mut child = cmd.spawn().unwrap();
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
+/// A child process running node `me`, and its stdout's lines (read by a thread of their own,
+/// so that a silent child fails the test in time rather than hanging it).
+struct Node {
+    child: Child,
+    lines: Receiver<String>,
 }
 
-/// The next line of the child's that starts with `prefix`, with the prefix cut.
-fn line_with(lines: &mut std::io::Lines<BufReader<ChildStdout>>, prefix: &str) -> String {
-    for l in lines.by_ref() {
-        let l = l.expect("the child's stdout");
-        if let Some(rest) = l.strip_prefix(prefix) {
-            return rest.trim().to_string();
+impl Node {
+    fn spawn(server: u16, me: u16, recover: bool) -> Node {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--ignored",
+            "--exact",
+            "symmetric_node_child",
+            "--nocapture",
+        ])
+        .env(CHILD, format!("{server},{me}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        if recover {
+            cmd.env(CHILD_RECOVER, "1");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in stdout.lines() {
+                let Ok(l) = l else { return };
+                if tx.send(l).is_err() {
+                    return;
+                }
+            }
+        });
+        Node { child, lines }
+    }
+
+    /// The next line, or `None` once the child's stdout closed.
+    fn line(&self, within: Duration) -> Option<String> {
+        match self.lines.recv_timeout(within) {
+            Ok(l) => Some(l),
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => panic!("the child said nothing for {within:?}"),
         }
     }
-    panic!("the child's process ended before a {prefix:?} line");
+
+    /// The next line that starts with `prefix`, with the prefix cut; `acked` follows the
+    /// `c` lines on the way.
+    fn line_with(&self, prefix: &str, acked: &mut i64) -> String {
+        while let Some(l) = self.line(CHILD_SILENCE_MAX) {
+            if let Some(n) = l.strip_prefix("c ") {
+                *acked = n.trim().parse().unwrap();
+            }
+            if let Some(rest) = l.strip_prefix(prefix) {
+                return rest.trim().to_string();
+            }
+        }
+        panic!("the child's process ended before a {prefix:?} line");
+    }
+
+    /// Follows the `c` lines to the end of a dead child's stdout.
+    fn drain(&self, acked: &mut i64) {
+        while let Some(l) = self.line(LONG) {
+            if let Some(n) = l.strip_prefix("c ") {
+                *acked = n.trim().parse().unwrap();
+            }
+        }
+    }
+
+    /// Asks for the replica's digest (after `done`).
+    fn digest(&mut self) -> String {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"digest\n").unwrap();
+        self.line_with("digest", &mut 0)
+    }
+
+    /// Closes stdin and waits for the child to end (killed if it does not).
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let end = Instant::now() + LONG;
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > end {
+                self.child.kill().unwrap();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// How long a child may say nothing before the test fails.
+const CHILD_SILENCE_MAX: Duration = Duration::from_secs(60);
+
+/// The survivors' load: per survivor, commits that returned `Ok`, and the first `Ok` of a
+/// transaction begun after `mark` (nanoseconds after it).
+struct Load {
+    oks: [AtomicU64; 2],
+    first_after: [AtomicU64; 2],
+    mark: Mutex<Option<Instant>>,
+}
+
+impl Load {
+    fn new() -> Load {
+        Load {
+            oks: [AtomicU64::new(0), AtomicU64::new(0)],
+            first_after: [AtomicU64::new(0), AtomicU64::new(0)],
+            mark: Mutex::new(None),
+        }
+    }
+
+    /// Runs transfers on the two survivors (node ids `ids`) while `during` runs.
+    fn run(&self, survivors: &[SymCrmem], ids: &[u16], during: impl FnOnce()) {
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for (k, c) in survivors.iter().enumerate() {
+                let (stop, me) = (&stop, ids[k]);
+                s.spawn(move || {
+                    let mut x = k as u64 + 5;
+                    let mut draws = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        draws += 1;
+                        let began = Instant::now();
+                        let r = transfer(c, me, next(&mut x), draws.is_multiple_of(10));
+                        if let Some(counter) = r.expect("transfer on a survivor") {
+                            let n = self.oks[k].fetch_add(1, Ordering::Relaxed) + 1;
+                            assert_eq!(counter as u64, n);
+                            let mark = *self.mark.lock().unwrap();
+                            if let Some(mark) = mark {
+                                let first = &self.first_after[k];
+                                if began > mark && first.load(Ordering::Relaxed) == 0 {
+                                    let after = mark.elapsed().as_nanos() as u64;
+                                    first.store(after, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+            during();
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+
+    /// Marks now (the fault) and waits until each survivor committed `more` after it.
+    fn mark_and_wait(&self, more: u64) {
+        *self.mark.lock().unwrap() = Some(Instant::now());
+        let at = [0, 1].map(|k| self.oks[k].load(Ordering::Relaxed));
+        let end = Instant::now() + Duration::from_secs(30);
+        while (0..2).any(|k| self.oks[k].load(Ordering::Relaxed) < at[k] + more) {
+            assert!(
+                Instant::now() < end,
+                "the survivors stopped committing: {:?} since {at:?}",
+                self.oks
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn first_ms(&self) -> [f64; 2] {
+        [0, 1].map(|k| self.first_after[k].load(Ordering::Relaxed) as f64 / 1e6)
+    }
+
+    /// Checks the survivors after the fault: the invariant, equal replicas, every commit of
+    /// theirs that returned Ok; their sums.
+    fn check(&self, survivors: &[SymCrmem], ids: &[u16]) -> Sums {
+        let a = assert_invariant(&survivors[0], "survivor 0");
+        let b = assert_invariant(&survivors[1], "survivor 1");
+        assert_eq!(a.digest, b.digest, "the survivors' replicas differ");
+        for (k, &id) in ids.iter().enumerate() {
+            assert_eq!(
+                a.counters[id as usize],
+                self.oks[k].load(Ordering::Relaxed) as i64
+            );
+        }
+        a
+    }
+}
+
+/// Sleeps a few milliseconds, more or fewer from run to run: the fault then strikes the
+/// child at a point of its transaction that varies.
+fn jitter() {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    std::thread::sleep(Duration::from_micros(u64::from(nanos % 20_000)));
+}
+
+/// No commit of the victim's that returned Ok is lost, and the child, which commits one at a
+/// time, has at most one more on the survivors than it printed.
+fn assert_victims_commits(held: i64, acked: i64) {
+    assert!(
+        held >= acked,
+        "the child's commit {acked} returned Ok but the survivors hold {held}"
+    );
+    assert!(held <= acked + 1, "{held} commits held, {acked} printed");
+}
+
+/// The returned node catches up: its replica equals the survivors' at once, and again
+/// after it committed 50 more (which count on from what the survivors held).
+fn check_return(node: &mut Node, survivors: &[SymCrmem], ready: String, held: i64, victim: u16) {
+    let a = sums(&survivors[0]);
+    assert_eq!(ready, format!("{:x}", a.digest), "the recovered replica");
+    node.line_with("done", &mut 0);
+    let digest = node.digest();
+    let a = assert_invariant(&survivors[0], "survivor 0 at the end");
+    let b = assert_invariant(&survivors[1], "survivor 1 at the end");
+    assert_eq!(a.digest, b.digest);
+    assert_eq!(
+        digest,
+        format!("{:x}", a.digest),
+        "the child's replica at the end"
+    );
+    assert_eq!(a.counters[victim as usize], held + 50);
 }
 
 #[test]
@@ -398,132 +599,86 @@ fn kill_9_of_node_0_moves_its_homes_and_loses_no_acknowledged_commit() {
 fn kill_9(server: u16, victim: u16) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ids: Vec<u16> = (0..NODES as u16).filter(|&k| k != victim).collect();
-    let (mut child, mut lines) = spawn_child(server, victim, false);
+    let mut node = Node::spawn(server, victim, false);
     let survivors = open_all(server, &ids, Handlers::Engine);
-    line_with(&mut lines, "ready");
-    let stop = AtomicBool::new(false);
-    let killed_at = Mutex::new(None::<Instant>);
-    // Per survivor: commits that returned Ok, and the first Ok of a transaction begun
-    // after the kill (nanoseconds after it).
-    let oks = [AtomicU64::new(0), AtomicU64::new(0)];
-    let first_after = [AtomicU64::new(0), AtomicU64::new(0)];
     let mut acked = 0i64;
-    std::thread::scope(|s| {
-        for (k, c) in survivors.iter().enumerate() {
-            let (stop, killed_at, oks, first_after) = (&stop, &killed_at, &oks, &first_after);
-            let me = ids[k];
-            s.spawn(move || {
-                let mut x = k as u64 + 5;
-                let mut draws = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    draws += 1;
-                    let began = Instant::now();
-                    let r = transfer(c, me, next(&mut x), draws.is_multiple_of(10));
-                    if let Some(counter) = r.expect("transfer on a survivor") {
-                        oks[k].fetch_add(1, Ordering::Relaxed);
-                        assert_eq!(counter as u64, oks[k].load(Ordering::Relaxed));
-                        let kill = *killed_at.lock().unwrap();
-                        if let Some(kill) = kill {
-                            if began > kill && first_after[k].load(Ordering::Relaxed) == 0 {
-                                let after = kill.elapsed().as_nanos() as u64;
-                                first_after[k].store(after, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                }
-            });
-        }
+    node.line_with("ready", &mut acked);
+    let load = Load::new();
+    load.run(&survivors, &ids, || {
         // Mid-load: the child has committed a few hundred.
-        let end = Instant::now() + Duration::from_secs(60);
         while acked < 300 {
-            assert!(Instant::now() < end, "the child committed only {acked}");
-            acked = line_with(&mut lines, "c").parse().unwrap();
+            node.line_with("c", &mut acked);
         }
-        // At a point of the child's transaction that varies from run to run.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        std::thread::sleep(Duration::from_micros(u64::from(nanos % 20_000)));
-        child.kill().unwrap();
-        *killed_at.lock().unwrap() = Some(Instant::now());
-        child.wait().unwrap();
-        // What the child printed before it died (read to the end of its stdout).
-        for l in lines.by_ref() {
-            if let Some(n) = l.unwrap().strip_prefix("c ") {
-                acked = n.trim().parse().unwrap();
-            }
-        }
-        let at_kill = [0, 1].map(|k| oks[k].load(Ordering::Relaxed));
-        let end = Instant::now() + Duration::from_secs(30);
-        while (0..2).any(|k| oks[k].load(Ordering::Relaxed) < at_kill[k] + 100) {
-            assert!(
-                Instant::now() < end,
-                "the survivors stopped committing: {oks:?} since {at_kill:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        stop.store(true, Ordering::Relaxed);
+        jitter();
+        node.child.kill().unwrap();
+        load.mark_and_wait(100);
+        node.child.wait().unwrap();
+        node.drain(&mut acked);
     });
-    let ms = |k: usize| first_after[k].load(Ordering::Relaxed) as f64 / 1e6;
-    eprintln!(
-        "kill -9 to the survivors' first commits: {:.0} ms and {:.0} ms",
-        ms(0),
-        ms(1)
-    );
-    let a = assert_invariant(&survivors[0], "survivor 0");
-    let b = assert_invariant(&survivors[1], "survivor 1");
-    assert_eq!(a.digest, b.digest, "the survivors' replicas differ");
-    // No commit that returned Ok is lost: the survivors' own, and the dead child's.
-    for (k, &id) in ids.iter().enumerate() {
-        assert_eq!(
-            a.counters[id as usize],
-            oks[k].load(Ordering::Relaxed) as i64
-        );
-    }
+    let [m0, m1] = load.first_ms();
+    eprintln!("kill -9 to the survivors' first commits: {m0:.0} ms and {m1:.0} ms");
+    let a = load.check(&survivors, &ids);
     let held = a.counters[victim as usize];
     eprintln!("the killed node printed {acked} commits; the survivors hold {held}");
-    assert!(
-        held >= acked,
-        "the child's commit {acked} returned Ok but the survivors hold {held}"
-    );
-    // The child commits one at a time: at most one commit beyond those it printed.
-    assert!(held <= acked + 1, "{held} commits held, {acked} printed");
-    // The child restarts with recover: it catches up through the snapshot.
+    assert_victims_commits(held, acked);
     let t1 = Instant::now();
-    let (mut child, mut lines) = spawn_child(server, victim, true);
-    let digest = line_with(&mut lines, "ready");
+    let mut node = Node::spawn(server, victim, true);
+    let ready = node.line_with("ready", &mut 0);
     eprintln!(
         "the restarted child recovered {:?} after it was started",
         t1.elapsed()
     );
-    assert_eq!(digest, format!("{:x}", a.digest), "the recovered replica");
-    line_with(&mut lines, "done");
-    child
-        .stdin
-        .as_mut()
-        .unwrap()
-        .write_all(b"digest\n")
-        .unwrap();
-    let digest = line_with(&mut lines, "digest");
-    let a = assert_invariant(&survivors[0], "survivor 0 at the end");
-    let b = assert_invariant(&survivors[1], "survivor 1 at the end");
-    assert_eq!(a.digest, b.digest);
-    assert_eq!(
-        digest,
-        format!("{:x}", a.digest),
-        "the child's replica at the end"
-    );
-    // The restarted node's 50 commits count on from what the survivors held.
-    assert_eq!(a.counters[victim as usize], held + 50);
-    drop(child.stdin.take());
-    let end = Instant::now() + LONG;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            child.kill().unwrap();
-            break;
+    check_return(&mut node, &survivors, ready, held, victim);
+    node.finish();
+}
+
+/// A node whose process stops (SIGSTOP) for longer than the failure detector's silence is
+/// left out by the others, who go on; when it runs again it finds itself expelled (its
+/// messages of the old view are refused), serves no more, and comes back with `recover`.
+#[test]
+fn a_stopped_node_is_expelled_and_comes_back_with_recover() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (server, victim) = (25, 1);
+    let ids: Vec<u16> = (0..NODES as u16).filter(|&k| k != victim).collect();
+    let mut node = Node::spawn(server, victim, false);
+    let survivors = open_all(server, &ids, Handlers::Engine);
+    let mut acked = 0i64;
+    node.line_with("ready", &mut acked);
+    let load = Load::new();
+    let signal = |sig: &str| {
+        let pid = node.child.id().to_string();
+        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(ok.success(), "kill {sig} {pid}");
+    };
+    load.run(&survivors, &ids, || {
+        while acked < 200 {
+            node.line_with("c", &mut acked);
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.wait();
+        jitter();
+        signal("-STOP");
+        load.mark_and_wait(100);
+    });
+    let [m0, m1] = load.first_ms();
+    eprintln!("SIGSTOP to the survivors' first commits: {m0:.0} ms and {m1:.0} ms");
+    let a = load.check(&survivors, &ids);
+    let held = a.counters[victim as usize];
+    let t1 = Instant::now();
+    signal("-CONT");
+    // A commit in flight when it stopped may still return Ok (the survivors acknowledged
+    // it before): `acked` follows.
+    node.line_with("expelled", &mut acked);
+    eprintln!(
+        "the stopped node knew itself expelled {:?} after it ran again",
+        t1.elapsed()
+    );
+    eprintln!("the stopped node printed {acked} commits; the survivors hold {held}");
+    assert_victims_commits(held, acked);
+    let b = load.check(&survivors, &ids);
+    assert_eq!(
+        a.digest, b.digest,
+        "the expelled node changed the survivors' replicas"
+    );
+    let ready = node.line_with("ready", &mut 0);
+    check_return(&mut node, &survivors, ready, held, victim);
+    node.finish();
 }
