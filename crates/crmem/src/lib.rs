@@ -6,11 +6,13 @@
 //! Two configurations, chosen per database: mirror ([`Node`]: one primary runs the
 //! transactions) and symmetric ([`SymNode`]: transactions on every node, locks at each
 //! segment's home node). The cores are sans-IO; [`Crmem`] and
-//! [`SymCrmem`] run them on txcast's extension modules.
+//! [`SymCrmem`] run them on txcast's extension modules; a symmetric node may take its
+//! membership from a txcast group ([`SymCrmem::open_with_membership`]).
 
 mod disklog;
 pub mod driver;
 pub mod lock;
+pub mod membership;
 pub mod msg;
 pub mod node;
 mod plumbing;
@@ -20,6 +22,7 @@ mod txmem;
 
 pub use driver::{Crmem, CrmemConfig, CrmemError};
 pub use lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
+pub use membership::{membership_address, MembershipConfig, MembershipError};
 pub use node::{
     AbortReason, Config, Counters, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId,
     TxnId, MESSAGE_BYTES_MAX, SEGMENTS_MAX,

@@ -8,14 +8,16 @@
 //! a thread that waits (for a remote grant, for a commit to complete) parks and is unparked
 //! by the module when the outcome is filed, so waiting threads use no CPU.
 //!
-//! Membership is the caller's: [`SymCrmem::view_change`] tells this node of a new view (every
-//! member is told the same view number and live set, e.g. by a group membership service);
-//! this driver has no failure detector of its own.
+//! Membership: [`SymCrmem::open_with_membership`] joins the database's txcast group, whose
+//! failure detector and agreed views tell every member the same view (see
+//! [`crate::membership`]); a node opened with [`SymCrmem::open`] is told by the caller through
+//! [`SymCrmem::view_change`] (every member the same view number and live set).
 
 use crate::lock::LockMapping;
+use crate::membership::{self, Membership, MembershipConfig, MembershipError, Target};
 use crate::node::{Config, CrError, Lock, Mode, NodeId, SegmentId, TxnId};
 use crate::plumbing::{self, Flusher, Waits};
-use crate::symmetric::{Phase, SymAbort, SymEvent, SymNode};
+use crate::symmetric::{Phase, SymAbort, SymEvent, SymMsg, SymNode};
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,8 +28,14 @@ use txcast_proto::Address;
 
 /// The instruction that makes the module send what the node queued.
 pub const SYM_FLUSH: u16 = 1;
+/// The instruction that makes the module greet every other node (see [`SYM_HELLO`]).
+pub const SYM_GREET: u16 = 2;
 /// The control-message type of symmetric CRMem's messages.
 pub const SYM_CONTROL: u16 = 0x4354;
+/// An empty control message a node sends every other one when it opens: the others' hosts
+/// learn its incarnation from it (a restarted node's), so what they send it afterwards (a
+/// snapshot) is meant for this process and not dropped as stale.
+pub const SYM_HELLO: u16 = 0x4355;
 const TIMER_NODE: u64 = 2;
 
 /// How a node of a symmetric CRMem database is set up.
@@ -79,6 +87,12 @@ pub enum SymCrmemError {
     Timeout,
     #[error("this node's id is not in the node list, or a segment's home is not")]
     BadConfig,
+    #[error("membership: {0}")]
+    Membership(#[from] MembershipError),
+    /// The membership group left this node out (the others took it for dead): it serves no
+    /// more; open it again with `recover`.
+    #[error("this node was left out of the membership group")]
+    Expelled,
 }
 
 struct State {
@@ -88,6 +102,11 @@ struct State {
     abandoned: HashSet<TxnId>,
     notices: VecDeque<SymEvent>,
     outq: VecDeque<(NodeId, Vec<u8>)>,
+    /// The view the node is in, as told (or, for a restarted node, as its snapshot's SEQS
+    /// says); the membership thread resumes from it.
+    view: u64,
+    /// The membership group left this node out.
+    expelled: bool,
 }
 
 struct Shared {
@@ -104,6 +123,7 @@ impl Shared {
 struct SymModule {
     shared: Arc<Shared>,
     nodes: Vec<Address>,
+    me: NodeId,
 }
 
 impl SymModule {
@@ -134,8 +154,8 @@ impl Module for SymModule {
     fn registration(&self) -> Registration {
         Registration {
             name: "crmem-symmetric",
-            instructions: &[SYM_FLUSH],
-            controls: &[SYM_CONTROL],
+            instructions: &[SYM_FLUSH, SYM_GREET],
+            controls: &[SYM_CONTROL, SYM_HELLO],
         }
     }
 
@@ -143,6 +163,13 @@ impl Module for SymModule {
         let shared = self.shared.clone();
         if ins.ty == SYM_FLUSH {
             shared.flush.taken();
+        }
+        if ins.ty == SYM_GREET {
+            for (k, &a) in self.nodes.iter().enumerate() {
+                if k != self.me as usize {
+                    let _ = cx.send(a, SYM_HELLO, &[]);
+                }
+            }
         }
         let mut st = shared.lock();
         self.drain(cx, &mut st);
@@ -156,6 +183,15 @@ impl Module for SymModule {
         let shared = self.shared.clone();
         let mut st = shared.lock();
         if msg.ty == SYM_CONTROL {
+            if st.node.phase() == Phase::Recovering {
+                // The snapshot's view is where this node's membership resumes (the core
+                // takes the first SEQS).
+                if let Ok(SymMsg::Seqs { view, .. }) = SymMsg::parse(msg.body) {
+                    if st.view == 0 {
+                        st.view = view;
+                    }
+                }
+            }
             st.node.handle_message(from as NodeId, msg.body);
         }
         self.drain(cx, &mut st);
@@ -174,10 +210,48 @@ impl Module for SymModule {
 /// A node of a symmetric CRMem database: its module host, the module, the application's
 /// calls.
 pub struct SymCrmem {
+    /// Stopped first on drop (before the host): the thread tells the node through it.
+    membership: Option<Membership>,
     host: ModuleHost,
     shared: Arc<Shared>,
     module: ModuleId,
     key: u64,
+}
+
+/// What the membership thread holds of the node.
+struct Told {
+    host: ModuleHost,
+    shared: Arc<Shared>,
+    module: ModuleId,
+    key: u64,
+}
+
+impl Target for Told {
+    fn current(&self) -> Option<(u64, Vec<NodeId>)> {
+        let st = self.shared.lock();
+        (st.node.phase() != Phase::Recovering).then(|| (st.view, st.node.live().to_vec()))
+    }
+
+    fn tell(&self, view: u64, live: &[NodeId], joining: Option<NodeId>) {
+        tell(&self.shared, view, live, joining);
+        let _ = self
+            .shared
+            .flush
+            .post(&self.host, self.module, self.key, SYM_FLUSH);
+    }
+
+    fn expelled(&self) {
+        self.shared.lock().expelled = true;
+    }
+}
+
+/// Tells the node of a view (the caller posts the FLUSH).
+fn tell(shared: &Shared, view: u64, live: &[NodeId], joining: Option<NodeId>) {
+    let mut st = shared.lock();
+    if st.node.phase() != Phase::Recovering && view > st.view {
+        st.view = view;
+    }
+    st.node.view_change(view, live, joining);
 }
 
 impl SymCrmem {
@@ -210,6 +284,76 @@ impl SymCrmem {
         SymCrmem::on_host(host, cfg, segments)
     }
 
+    /// Opens the node with its membership from a txcast group (see [`crate::membership`]):
+    /// its group port joins the database's group (node 0 of a fresh start makes it), and
+    /// every view the group installs is told to the node, the same on every member.
+    ///
+    /// - A fresh start (`cfg.recover` false) returns once every node is in the group: the
+    ///   database starts with all of them.
+    /// - A node whose process dies (kill -9, or dropped) is taken for dead by the group's
+    ///   failure detector (`silence_timeout`); the survivors' next view leaves it out: its
+    ///   open transactions' locks at every home are freed, its commits that any survivor
+    ///   holds are finished on every survivor (relayed), and the survivors serve again once
+    ///   every one of them has flushed. A commit that returned `Ok` is on every survivor.
+    /// - A restarted node (`cfg.recover` true) opens its module host and greets the others,
+    ///   waits `rejoin_delay` (so that the group has removed its previous process), joins, is
+    ///   admitted by the next view as the joining node, and returns once the snapshot is in:
+    ///   it serves only then. `open_timeout` counts from the call.
+    /// - A node the group leaves out while it runs (falsely suspected) fails `begin` with
+    ///   [`SymCrmemError::Expelled`] (its commits in flight time out: the others no longer
+    ///   acknowledge it) and must be opened again with `recover`.
+    ///
+    /// The group port runs on the process's embedded engine; the module host where
+    /// `cfg.handlers` says (as [`SymCrmem::open`]).
+    pub fn open_with_membership(
+        cfg: SymCrmemConfig,
+        segments: &[(usize, LockMapping, NodeId)],
+        members: MembershipConfig,
+    ) -> Result<SymCrmem, SymCrmemError> {
+        let n = cfg.nodes.len();
+        if cfg.me as usize >= n || segments.iter().any(|s| s.2 as usize >= n) {
+            return Err(SymCrmemError::BadConfig);
+        }
+        if members.ports.len() != n {
+            return Err(MembershipError::BadConfig.into());
+        }
+        let (me, recover) = (cfg.me, cfg.recover);
+        let started = std::time::Instant::now();
+        let host = plumbing::host_at(None, cfg.nodes[cfg.me as usize], cfg.handlers)?;
+        // The module greets the others at once: their hosts learn this incarnation during
+        // the delay, before any of them sends it the snapshot.
+        let mut node = SymCrmem::on_host(host, cfg, segments)?;
+        if recover {
+            std::thread::sleep(members.rejoin_delay);
+        }
+        let deadline = started + members.open_timeout;
+        let joined = membership::join(&members, me, recover, None, deadline)?;
+        let told = Told {
+            host: node.host.clone(),
+            shared: node.shared.clone(),
+            module: node.module,
+            key: node.key,
+        };
+        node.membership = Some(Membership::start(joined, Arc::new(told)));
+        if recover {
+            // Opening only: the snapshot's end is looked for every few milliseconds (a
+            // polled host is driven meanwhile: nobody else runs its handlers).
+            while node.phase() == Phase::Recovering {
+                if node.expelled() {
+                    return Err(SymCrmemError::Expelled);
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(MembershipError::OpenTimeout.into());
+                }
+                if node.drive() == 0 {
+                    let polled = node.host.handlers() == Handlers::Polled;
+                    std::thread::sleep(Duration::from_micros(if polled { 200 } else { 5000 }));
+                }
+            }
+        }
+        Ok(node)
+    }
+
     fn on_host(
         host: ModuleHost,
         cfg: SymCrmemConfig,
@@ -232,6 +376,8 @@ impl SymCrmem {
                 abandoned: HashSet::new(),
                 notices: VecDeque::new(),
                 outq: VecDeque::new(),
+                view: 0,
+                expelled: false,
             }),
             flush: Flusher::new(),
         });
@@ -241,9 +387,12 @@ impl SymCrmem {
             SymModule {
                 shared: shared.clone(),
                 nodes: cfg.nodes.clone(),
+                me: cfg.me,
             },
         )?;
+        host.post(cfg.module, cfg.key, SYM_GREET, &[])?;
         Ok(SymCrmem {
+            membership: None,
             host,
             shared,
             module: cfg.module,
@@ -288,22 +437,38 @@ impl SymCrmem {
         self.shared.lock().node.segment(s).map(|m| m.to_vec())
     }
 
-    /// The view is `live` now (see [`SymNode::view_change`]).
+    /// The view is `live` now (see [`SymNode::view_change`]). For a node opened with
+    /// [`SymCrmem::open`]; one opened with membership is told by its group.
     pub fn view_change(
         &self,
         view: u64,
         live: &[NodeId],
         joining: Option<NodeId>,
     ) -> Result<(), SymCrmemError> {
-        self.shared.lock().node.view_change(view, live, joining);
+        tell(&self.shared, view, live, joining);
         self.flush()
+    }
+
+    /// The view this node is in: 0 until the first change (with membership, the group's
+    /// view number since).
+    pub fn view(&self) -> u64 {
+        self.shared.lock().view
+    }
+
+    /// Whether the membership group left this node out (it serves no more).
+    pub fn expelled(&self) -> bool {
+        self.shared.lock().expelled
     }
 
     /// Starts a transaction whose locks, here and at the homes, must come within
     /// `lock_timeout`.
     pub fn begin(&self, lock_timeout: Duration) -> Result<TxnId, SymCrmemError> {
         let deadline = Instant(self.host.now().0 + lock_timeout.as_nanos() as u64);
-        Ok(self.shared.lock().node.begin(deadline)?)
+        let mut st = self.shared.lock();
+        if st.expelled {
+            return Err(SymCrmemError::Expelled);
+        }
+        Ok(st.node.begin(deadline)?)
     }
 
     /// Declares a range: takes its locks here and at the segment's home, waiting up to the
