@@ -25,7 +25,8 @@
 //! has not yet declared complete everywhere (each SWRITE carries the origin's complete mark),
 //! bounded by the log size.
 //!
-//! **View changes** ([`SymNode::view_change`], told by the failure detector on every member):
+//! **View changes** ([`SymNode::view_change`], told to every member with the same view, by
+//! the driver's membership or the application):
 //! open transactions are aborted ([`SymAbort::ViewChange`]); a dead node's locks at the homes
 //! are freed; each survivor relays to every other the dead node's commits it holds, so all
 //! reach the same prefix of the dead node's log; each then waits for its own commits to
