@@ -123,8 +123,8 @@ pub fn run(args: &SoakArgs) -> i32 {
     if !(0.0..0.5).contains(&args.loss) {
         return refuse("--loss must be at least 0 and below 0.5");
     }
-    if args.members < 2 {
-        return refuse("--members must be at least 2");
+    if !(2..=32).contains(&args.members) {
+        return refuse("--members must be 2 to 32");
     }
     if Protocol::from_name(&args.protocol).is_none() && args.protocol != "sequencer" {
         return refuse("--protocol: sequencer, totem, total, dynseq or dynord");
@@ -307,6 +307,8 @@ struct Report {
     /// Per process: name, pid, Q2 and Q4 means of (RSS, RssAnon, fds), first and last sample.
     procs: Vec<ProcFigures>,
     delivered: Vec<u64>,
+    /// Packets each member's engine, then the client's, dropped by loss injection.
+    lost: Vec<u64>,
     calls: u64,
     answered: u64,
     late: u64,
@@ -490,6 +492,7 @@ fn soak(
             .iter()
             .map(|k| k.count("delivered"))
             .collect(),
+        lost: kids[1..].iter().map(|k| k.count("lost")).collect(),
         calls: client.count("calls"),
         answered: client.count("answered"),
         late: client.count("late"),
@@ -540,6 +543,14 @@ fn soak(
                 d[samples - 1]
             ));
         }
+    }
+    // Loss was injected where it was asked for: into every member's group packets and
+    // the client's calls.
+    if args.loss > 0.0 && report.lost.contains(&0) {
+        report.reasons.push(format!(
+            "no packet dropped by loss injection in some process: {:?}",
+            report.lost
+        ));
     }
     if checks_compared == 0 {
         report
@@ -726,6 +737,7 @@ impl Report {
                 "samples": self.samples,
                 "procs": procs,
                 "delivered": self.delivered,
+                "lost": self.lost,
                 "order_checks": self.checks_compared,
                 "calls": self.calls, "answered": self.answered, "late": self.late,
                 "wrong": self.wrong, "executed": self.executed,
@@ -755,12 +767,14 @@ impl Report {
             );
         }
         println!(
-            "{} s, {} samples; delivered per member {:?} ({} order checks); calls {} answered, \
-             {} late, {} wrong, {} executions, {} executed twice",
+            "{} s, {} samples; delivered per member {:?} ({} order checks); packets dropped by \
+             loss injection per member and client {:?}; calls {} answered, {} late, {} wrong, \
+             {} executions, {} executed twice",
             self.length.as_secs(),
             self.samples,
             self.delivered,
             self.checks_compared,
+            self.lost,
             self.answered,
             self.late,
             self.wrong,
@@ -848,7 +862,8 @@ pub struct MemberArgs {
 
 /// A group member of a soak: multicasts `--rate` messages a second and delivers everything
 /// until its stdin closes, then leaves. Prints `created` (site 0, once the group exists),
-/// `status delivered=N sent=N refused=N views=N` every second, and `check N HASH` at every
+/// `status delivered=N sent=N refused=N views=N lost=N` (`lost`: packets its engine's loss
+/// injection dropped) every second, and `check N HASH` at every
 /// [`CHECK_EVERY`]th delivered message (HASH: of the payloads delivered so far, in order).
 pub fn member(args: &MemberArgs) -> i32 {
     match run_member(args) {
@@ -943,7 +958,8 @@ fn run_member(args: &MemberArgs) -> Result<(), String> {
         if now >= next_status {
             writeln!(
                 out,
-                "status delivered={delivered} sent={sent} refused={refused} views={views}"
+                "status delivered={delivered} sent={sent} refused={refused} views={views} lost={}",
+                engine.injected_losses()
             )
             .and_then(|_| out.flush())
             .map_err(|e| e.to_string())?;
@@ -978,7 +994,8 @@ fn run_member(args: &MemberArgs) -> Result<(), String> {
     let _ = group.leave(Some(Duration::from_secs(2)));
     writeln!(
         out,
-        "status delivered={delivered} sent={sent} refused={refused} views={views}"
+        "status delivered={delivered} sent={sent} refused={refused} views={views} lost={}",
+        engine.injected_losses()
     )
     .and_then(|_| out.flush())
     .map_err(|e| e.to_string())
@@ -1005,7 +1022,7 @@ pub struct ClientArgs {
 
 /// The RPC client of a soak: TICKET calls, one at a time, each with a deadline, until its
 /// stdin closes; then a QUIT call ends the server. Prints `status calls=N answered=N late=N
-/// wrong=N` every second and at the end.
+/// wrong=N lost=N` every second and at the end.
 pub fn client(args: &ClientArgs) -> i32 {
     match run_client(args) {
         Ok(()) => 0,
@@ -1036,9 +1053,13 @@ fn run_client(args: &ClientArgs) -> Result<(), String> {
     let mut next_status = Instant::now();
     let mut out = std::io::stdout().lock();
     let status = |out: &mut std::io::StdoutLock, c: u64, a: u64, l: u64, w: u64| {
-        writeln!(out, "status calls={c} answered={a} late={l} wrong={w}")
-            .and_then(|_| out.flush())
-            .map_err(|e| e.to_string())
+        writeln!(
+            out,
+            "status calls={c} answered={a} late={l} wrong={w} lost={}",
+            engine.injected_losses()
+        )
+        .and_then(|_| out.flush())
+        .map_err(|e| e.to_string())
     };
     while !stop.load(Ordering::SeqCst) {
         let now = Instant::now();

@@ -72,6 +72,10 @@ fn a_short_soak_samples_every_process_and_judges_it_flat() {
     assert_eq!(verdict["reasons"].as_array().unwrap().len(), 0, "{verdict}");
     assert_eq!(verdict["procs"].as_array().unwrap().len(), 5, "{verdict}");
     assert!(verdict["order_checks"].as_u64().unwrap() >= 1, "{verdict}");
+    // Loss was injected into every member's group packets and the client's calls.
+    let lost = verdict["lost"].as_array().unwrap();
+    assert_eq!(lost.len(), 4, "{verdict}");
+    assert!(lost.iter().all(|n| n.as_u64().unwrap() > 0), "{verdict}");
     assert!(verdict["answered"].as_u64().unwrap() > 50, "{verdict}");
     assert_eq!(verdict["late"], 0, "{verdict}");
     assert_eq!(verdict["executed_twice"], 0, "{verdict}");
