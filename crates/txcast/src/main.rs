@@ -16,6 +16,7 @@ mod raid_node;
 mod reproduce;
 mod rpc_cmd;
 mod sim_cmd;
+mod soak;
 mod stat;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -61,6 +62,9 @@ enum Command {
     Config(config_cmd::ConfigArgs),
     /// Chaos runs' checkers: `txcast chaos check LOG...` checks a group's member logs
     Chaos(chaos::ChaosArgs),
+    /// A long run (30 minutes by default) of a group and RPC under injected loss: samples each
+    /// process's RSS and open descriptors, fails if they grow
+    Soak(soak::SoakArgs),
     /// Prints a shell completion script for txcast on stdout
     Completions {
         /// The shell to complete for
@@ -81,6 +85,15 @@ enum Command {
     /// One RPC server process, for the cross-process tests (internal)
     #[command(name = "__rpc-server", hide = true)]
     RpcServer(rpc_cmd::ServerArgs),
+    /// One group member of `txcast soak` (internal)
+    #[command(name = "__soak-member", hide = true)]
+    SoakMember(soak::MemberArgs),
+    /// The RPC client of `txcast soak` (internal)
+    #[command(name = "__soak-client", hide = true)]
+    SoakClient(soak::ClientArgs),
+    /// The RPC server of `txcast soak` (internal)
+    #[command(name = "__soak-server", hide = true)]
+    SoakServer(soak::ServerArgs),
 }
 
 /// The words after an internal subcommand, passed on unparsed: the parent process that
@@ -142,6 +155,7 @@ fn main() {
         Command::Program(args) => program_cmd::program(&args),
         Command::Config(args) => config_cmd::run(&args),
         Command::Chaos(args) => chaos::run(&args),
+        Command::Soak(args) => soak::run(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "txcast", &mut std::io::stdout());
             0
@@ -150,6 +164,9 @@ fn main() {
         Command::DemoSite { site } => demo::site(site),
         Command::GroupMember(args) => group_cmd::member(&args),
         Command::RpcServer(args) => rpc_cmd::server(&args),
+        Command::SoakMember(args) => soak::member(&args),
+        Command::SoakClient(args) => soak::client(&args),
+        Command::SoakServer(args) => soak::server(&args),
     };
     std::process::exit(code);
 }
