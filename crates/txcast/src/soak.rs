@@ -99,8 +99,9 @@ pub struct SoakArgs {
     /// Each call's deadline (ms)
     #[arg(long, default_value_t = 3000)]
     deadline_ms: u64,
-    /// The instance of every address of the run (one not used by another run on this host)
-    #[arg(long, default_value_t = 42)]
+    /// The instance of every address of the run (one not used by another run on this host;
+    /// the benchmarks use 35 to 44)
+    #[arg(long, default_value_t = 52)]
     instance: u16,
     /// JSON lines on stdout (one per sample, then the verdict) instead of the text lines
     #[arg(long)]
