@@ -40,10 +40,10 @@ pub(crate) struct Found {
     pub parts: Vec<Vec<u8>>,
 }
 
-pub(crate) fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    })
+use txcast_proto::fnv::Fnv64;
+
+fn fnv(bytes: &[u8]) -> u64 {
+    Fnv64::of(bytes)
 }
 
 fn bad(what: &str) -> io::Error {

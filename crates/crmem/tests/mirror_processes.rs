@@ -78,9 +78,7 @@ fn transaction(c: &Crmem, i: u64) -> Result<u64, txcast_crmem::CrmemError> {
 
 /// FNV-1a over a segment.
 fn digest(m: &[u8]) -> u64 {
-    m.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    })
+    txcast_proto::fnv::Fnv64::of(m)
 }
 
 /// The child's part, when asked: `primary` runs transactions 1, 2, ... printing each one

@@ -20,6 +20,7 @@ macro_rules! counters_sum {
 
 pub mod addr;
 pub mod codec;
+pub mod fnv;
 pub mod frag;
 pub mod group;
 pub mod link;

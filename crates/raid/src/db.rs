@@ -225,11 +225,7 @@ fn balance_of(t: &[u8; TUPLE_BYTES]) -> i64 {
 
 /// A 64-bit mix of a history tuple, summed (wrapping) into an order-independent hash.
 fn row_hash(t: &[u8; HISTORY_BYTES]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in t {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = txcast_proto::fnv::Fnv64::of(t);
     h ^ (h >> 29)
 }
 
@@ -419,13 +415,8 @@ impl Db {
     /// A digest of the copy: every tuple in order, and the history's count, total and
     /// order-independent hash (sites append the same rows in different orders).
     pub fn digest(&self) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |bytes: &[u8]| {
-            for &b in bytes {
-                h ^= b as u64;
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
+        let mut fnv = txcast_proto::fnv::Fnv64::default();
+        let mut eat = |bytes: &[u8]| fnv.add(bytes);
         for t in self
             .branches
             .iter()
@@ -437,7 +428,7 @@ impl Db {
         eat(&self.history_count.to_le_bytes());
         eat(&self.history_total.to_le_bytes());
         eat(&self.history_hash.to_le_bytes());
-        h
+        fnv.0
     }
 }
 

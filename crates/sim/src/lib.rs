@@ -92,16 +92,15 @@ pub struct Digest(pub u64);
 
 impl Default for Digest {
     fn default() -> Self {
-        Digest(0xcbf2_9ce4_8422_2325)
+        Digest(txcast_proto::fnv::OFFSET)
     }
 }
 
 impl Digest {
     pub fn add(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= *b as u64;
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
+        let mut h = txcast_proto::fnv::Fnv64(self.0);
+        h.add(bytes);
+        self.0 = h.0;
     }
     /// The digest of `bytes` alone.
     pub fn of(bytes: &[u8]) -> u64 {

@@ -30,12 +30,7 @@ use txcast_proto::Address;
 const GROUP_TYPE: u16 = 2;
 
 fn hash(p: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in p {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    txcast_proto::fnv::Fnv64::of(p)
 }
 
 /// The options of `txcast __group-member`.

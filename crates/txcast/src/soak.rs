@@ -832,12 +832,9 @@ fn watch_stdin() -> Arc<AtomicBool> {
 }
 
 fn hash_into(h: u64, bytes: &[u8]) -> u64 {
-    let mut h = h;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    let mut h = txcast_proto::fnv::Fnv64(h);
+    h.add(bytes);
+    h.0
 }
 
 /// The options of `txcast __soak-member`.
