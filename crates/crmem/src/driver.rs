@@ -115,7 +115,7 @@ struct State {
     /// Transactions committed with `commit_async`: nobody waits for their outcome.
     async_txns: HashSet<TxnId>,
     /// Threads waiting until a commit number is durable.
-    durable_waiters: Vec<(u64, std::thread::Thread)>,
+    durable_waiters: plumbing::DurableWaiters,
     /// Role changes and lost backups, for [`Crmem::notices`] (bounded: oldest dropped).
     notices: VecDeque<Event>,
     /// Messages the node produced that the module has not sent yet.
@@ -136,7 +136,7 @@ struct Shared {
     /// A FLUSH is posted and its handler has not started: later commits need not post one.
     flush: Flusher,
     /// Commits up to this number are complete (the node's `durable`, as last filed).
-    durable: AtomicU64,
+    durable: plumbing::Durable,
     /// Batches the disk log synced (one `fdatasync` each).
     disk_syncs: AtomicU64,
 }
@@ -217,16 +217,7 @@ impl CrmemModule {
             }
         }
         let d = st.node.durable();
-        if d > self.shared.durable.load(Ordering::Relaxed) {
-            self.shared.durable.store(d, Ordering::Release);
-            st.durable_waiters.retain(|(seq, w)| {
-                let done = *seq <= d;
-                if done {
-                    w.unpark();
-                }
-                !done
-            });
-        }
+        self.shared.durable.file(&mut st.durable_waiters, d);
         if let Some(t) = st.node.poll_timeout() {
             let _ = cx.arm(t, TIMER_NODE);
         }
@@ -485,7 +476,7 @@ impl Crmem {
                 node,
                 waits: Waits::new(),
                 async_txns: HashSet::new(),
-                durable_waiters: Vec::new(),
+                durable_waiters: plumbing::DurableWaiters::default(),
                 notices: VecDeque::new(),
                 outq: VecDeque::new(),
                 last_heard: vec![now; n],
@@ -495,7 +486,7 @@ impl Crmem {
                 disk_failed: None,
             }),
             flush: Flusher::new(),
-            durable: AtomicU64::new(0),
+            durable: plumbing::Durable::new(),
             disk_syncs: AtomicU64::new(0),
         });
         let module = CrmemModule {
@@ -696,39 +687,19 @@ impl Crmem {
 
     /// Commits up to this number are on every live backup.
     pub fn durable(&self) -> u64 {
-        self.shared.durable.load(Ordering::Acquire)
+        self.shared.durable.get()
     }
 
     /// Waits until commit `seq` is durable, or `timeout` passes.
     pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), CrmemError> {
-        if self.host.handlers() == Handlers::Polled {
-            return match plumbing::drive_until(&self.host, timeout, || self.durable() >= seq) {
-                true => Ok(()),
-                false => Err(CrmemError::Timeout),
-            };
-        }
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if self.durable() >= seq {
-                return Ok(());
-            }
-            {
-                let mut st = self.shared.lock();
-                if self.durable() >= seq {
-                    return Ok(());
-                }
-                st.durable_waiters.push((seq, std::thread::current()));
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                let me = std::thread::current().id();
-                self.shared
-                    .lock()
-                    .durable_waiters
-                    .retain(|(_, w)| w.id() != me);
-                return Err(CrmemError::Timeout);
-            }
-            std::thread::park_timeout(left);
+        let lock = || self.shared.lock();
+        match self
+            .shared
+            .durable
+            .wait(&self.host, lock, |st| &mut st.durable_waiters, seq, timeout)
+        {
+            true => Ok(()),
+            false => Err(CrmemError::Timeout),
         }
     }
 

@@ -165,6 +165,79 @@ pub(crate) fn drive_until(
     }
 }
 
+/// How far a node's commits are complete (its `durable` number as the module last filed
+/// it), and the threads waiting for a number: `commit_async` and `wait_durable` of both
+/// drivers.
+pub(crate) struct Durable {
+    value: std::sync::atomic::AtomicU64,
+}
+
+/// The threads waiting until a commit number is durable (kept under the driver's lock).
+#[derive(Default)]
+pub(crate) struct DurableWaiters(Vec<(u64, std::thread::Thread)>);
+
+impl Durable {
+    pub(crate) fn new() -> Durable {
+        Durable {
+            value: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+
+    /// In the module: the node's durable number is `d` now; the threads it satisfies wake.
+    pub(crate) fn file(&self, waiters: &mut DurableWaiters, d: u64) {
+        if d > self.value.load(Ordering::Relaxed) {
+            self.value.store(d, Ordering::Release);
+            waiters.0.retain(|(seq, w)| {
+                let done = *seq <= d;
+                if done {
+                    w.unpark();
+                }
+                !done
+            });
+        }
+    }
+
+    /// Waits until commit `seq` is durable or `timeout` passes; whether it is. A polled
+    /// host is driven by this thread meanwhile; otherwise the thread parks until the module
+    /// files a number at least `seq`.
+    pub(crate) fn wait<S, G: std::ops::DerefMut<Target = S>>(
+        &self,
+        host: &ModuleHost,
+        lock: impl Fn() -> G,
+        waiters: impl Fn(&mut S) -> &mut DurableWaiters,
+        seq: u64,
+        timeout: Duration,
+    ) -> bool {
+        if host.handlers() == Handlers::Polled {
+            return drive_until(host, timeout, || self.get() >= seq);
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.get() >= seq {
+                return true;
+            }
+            {
+                let mut st = lock();
+                if self.get() >= seq {
+                    return true;
+                }
+                waiters(&mut st).0.push((seq, std::thread::current()));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                let me = std::thread::current().id();
+                waiters(&mut lock()).0.retain(|(_, w)| w.id() != me);
+                return self.get() >= seq;
+            }
+            std::thread::park_timeout(left);
+        }
+    }
+}
+
 /// One FLUSH instruction posted at a time: the module clears the flag before it drains, so
 /// what is queued after that posts again.
 pub(crate) struct Flusher {

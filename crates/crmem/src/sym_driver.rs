@@ -107,11 +107,14 @@ struct State {
     view: u64,
     /// The membership group left this node out.
     expelled: bool,
+    durable_waiters: plumbing::DurableWaiters,
 }
 
 struct Shared {
     state: Mutex<State>,
     flush: Flusher,
+    /// This node's commits up to this number are held by every live node.
+    durable: plumbing::Durable,
 }
 
 impl Shared {
@@ -144,6 +147,8 @@ impl SymModule {
                 other => plumbing::push_notice(&mut st.notices, other),
             }
         }
+        let d = st.node.durable();
+        self.shared.durable.file(&mut st.durable_waiters, d);
         if let Some(t) = st.node.poll_timeout() {
             let _ = cx.arm(t, TIMER_NODE);
         }
@@ -378,8 +383,10 @@ impl SymCrmem {
                 outq: VecDeque::new(),
                 view: 0,
                 expelled: false,
+                durable_waiters: plumbing::DurableWaiters::default(),
             }),
             flush: Flusher::new(),
+            durable: plumbing::Durable::new(),
         });
         host.load(
             cfg.module,
@@ -537,6 +544,39 @@ impl SymCrmem {
             Ok(SymEvent::Aborted(_, SymAbort::ViewChange)) => Err(SymCrmemError::ViewChange),
             Ok(_) => Err(SymCrmemError::Timeout),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Commits with no wait: the write set is on its way, the commit number returned at once;
+    /// the transaction's locks are released when every live node holds it, and it is
+    /// durable when [`SymCrmem::durable`] reaches that number ([`SymCrmem::wait_durable`]).
+    /// One thread may keep many in flight; they complete in order.
+    pub fn commit_async(&self, txn: TxnId) -> Result<u64, SymCrmemError> {
+        let seq = {
+            let mut st = self.shared.lock();
+            let seq = st.node.commit(txn)?;
+            st.abandoned.insert(txn);
+            seq
+        };
+        self.flush()?;
+        Ok(seq)
+    }
+
+    /// This node's commits up to this number are held by every live node.
+    pub fn durable(&self) -> u64 {
+        self.shared.durable.get()
+    }
+
+    /// Waits until this node's commit `seq` is durable, or `timeout` passes.
+    pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<(), SymCrmemError> {
+        let lock = || self.shared.lock();
+        match self
+            .shared
+            .durable
+            .wait(&self.host, lock, |st| &mut st.durable_waiters, seq, timeout)
+        {
+            true => Ok(()),
+            false => Err(SymCrmemError::Timeout),
         }
     }
 

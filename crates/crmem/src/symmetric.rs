@@ -777,6 +777,11 @@ impl SymNode {
         true
     }
 
+    /// Commits of this node up to this number are held by every live node.
+    pub fn durable(&self) -> u64 {
+        self.durable
+    }
+
     /// Commits `txn`: ships its writes to every other live node; [`SymEvent::Committed`]
     /// when all have acknowledged, and its locks are released then. Its commit number.
     pub fn commit(&mut self, txn: TxnId) -> Result<u64, CrError> {

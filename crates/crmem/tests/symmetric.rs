@@ -241,3 +241,44 @@ fn tpcb_invariant(server: u16, handlers: Handlers) {
     assert_eq!(a.snapshot_segment(0), b.snapshot_segment(0));
     assert_eq!(a.counters().committed + b.counters().committed, 270);
 }
+
+/// Commits in flight on one thread: numbers in order, `wait_durable` returns once the other
+/// node holds them, and the next transactions wait for the locks the ones in flight hold.
+#[test]
+fn async_commits_complete_in_order_and_reach_the_other_node() {
+    for (server, handlers) in [(18, Handlers::Engine), (19, Handlers::Polled)] {
+        let seg = [(
+            400,
+            LockMapping::Records {
+                record_bytes: 8,
+                per_lock: 1,
+            },
+            0,
+        )];
+        let a = open_with(server, 0, &seg, handlers);
+        let b = open_with(server, 1, &seg, handlers);
+        with_idle_drivers(&[&a], || {
+            let mut last = 0;
+            for i in 0..300u64 {
+                let t = b.begin(LONG).unwrap();
+                let off = (i % 50) as u32 * 8;
+                b.set_range(t, 0, off, 8, Mode::Write).unwrap();
+                b.write(t, 0, off, 8, |m| m.copy_from_slice(&i.to_le_bytes()))
+                    .unwrap();
+                let seq = b.commit_async(t).unwrap();
+                assert_eq!(seq, last + 1);
+                last = seq;
+            }
+            b.wait_durable(last, LONG).unwrap();
+            assert!(b.durable() >= last);
+            // Durable means on the other node too.
+            assert_eq!(a.snapshot_segment(0), b.snapshot_segment(0));
+            let m = a.snapshot_segment(0).unwrap();
+            assert_eq!(i64_at(&m, 49 * 8), 299);
+            assert!(matches!(
+                b.wait_durable(last + 1, Duration::from_millis(20)),
+                Err(SymCrmemError::Timeout)
+            ));
+        });
+    }
+}

@@ -206,7 +206,14 @@ pub fn run(args: &Args) -> i32 {
             Ok(n) => n,
             Err(code) => return code,
         };
-        return super::crmem_sym::run(&nodes, &plan.parallel, plan.seconds);
+        use super::crmem_sym::Point;
+        let points: Vec<Point> = plan
+            .parallel
+            .iter()
+            .map(|&p| Point::Threads(p))
+            .chain(plan.depths.iter().map(|&d| Point::InFlight(d)))
+            .collect();
+        return super::crmem_sym::run(&nodes, &points, plan.seconds);
     }
     match bench(&plan) {
         Ok(()) => 0,

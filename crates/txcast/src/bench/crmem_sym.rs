@@ -8,8 +8,10 @@
 //! Processes beyond the first two run their engine with no idle spin: on a machine with
 //! fewer cores than processes, they park rather than poll.
 //!
-//! Per point, every node runs `parallelism` application threads for the point's seconds;
-//! the figure is the sum of the nodes' commits over the time. At the end the accounts',
+//! Per point, every node runs `parallelism` application threads each waiting for its commit,
+//! or (`--depths`) one thread keeping `depth` commits in flight (`commit_async`, then
+//! `wait_durable` on the oldest), for the point's seconds; the figure is the sum of the
+//! nodes' commits over the time. At the end the accounts',
 //! tellers' and branches' sums must agree, and be the same on every node.
 
 use super::crmem_common::{err, tpcb_segments, tpcb_sums, Tpcb};
@@ -59,14 +61,52 @@ fn open(n: usize, me: u16) -> io::Result<SymCrmem> {
     SymCrmem::open_on(&engine, cfg, &segments(n)).map_err(err)
 }
 
+/// A point of the run: threads each waiting, or one thread with commits in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    Threads(usize),
+    InFlight(usize),
+}
+
+impl Point {
+    fn arg(self) -> String {
+        match self {
+            Point::Threads(p) => format!("t{p}"),
+            Point::InFlight(d) => format!("d{d}"),
+        }
+    }
+
+    fn parse(s: &str) -> io::Result<Point> {
+        let n = |r: &str| r.parse::<usize>().map_err(err);
+        match s.split_at_checked(1) {
+            Some(("t", r)) => Ok(Point::Threads(n(r)?)),
+            Some(("d", r)) => Ok(Point::InFlight(n(r)?)),
+            _ => Err(err(format!("not a point: {s:?}"))),
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            Point::Threads(p) => format!("{p} threads"),
+            Point::InFlight(d) => format!("{d} in flight"),
+        }
+    }
+}
+
 /// One TpcB transaction; `Ok(false)` when a lock wait passed its deadline (aborted).
 fn tpcb(c: &SymCrmem, rng: &mut Rng) -> io::Result<bool> {
+    Ok(tpcb_ending(c, rng, false)?.is_some())
+}
+
+/// One TpcB transaction, committed and waited for, or (`in_flight`) committed with no wait;
+/// its commit number, `None` when a lock wait passed its deadline (aborted).
+fn tpcb_ending(c: &SymCrmem, rng: &mut Rng, in_flight: bool) -> io::Result<Option<u64>> {
     let x = Tpcb::draw(rng);
     let t = c.begin(WAIT).map_err(err)?;
     for (s, off, len) in x.ranges([ACC, TEL, BR, HIST]) {
         match c.set_range(t, s, off, len, Mode::Write) {
             Ok(()) => {}
-            Err(SymCrmemError::LockTimeout) => return Ok(false),
+            Err(SymCrmemError::LockTimeout) => return Ok(None),
             Err(e) => {
                 let _ = c.abort(t);
                 return Err(err(e));
@@ -75,12 +115,47 @@ fn tpcb(c: &SymCrmem, rng: &mut Rng) -> io::Result<bool> {
         c.write(t, s, off, len, |m| x.apply(s == HIST, m))
             .map_err(err)?;
     }
-    c.commit(t, WAIT).map_err(err)?;
-    Ok(true)
+    let seq = if in_flight {
+        c.commit_async(t)
+    } else {
+        c.commit(t, WAIT)
+    };
+    Ok(Some(seq.map_err(err)?))
+}
+
+/// One thread keeping up to `depth` commits in flight on `c` for `seconds`: the
+/// transactions committed.
+fn pipelined(c: &SymCrmem, me: u16, depth: usize, seconds: f64) -> io::Result<u64> {
+    let mut rng = Rng::new(((me as u64) << 32) | 0xd);
+    let mut flight = std::collections::VecDeque::with_capacity(depth);
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut n = 0;
+    while Instant::now() < until {
+        if flight.len() >= depth {
+            let oldest = flight.pop_front().expect("in flight");
+            c.wait_durable(oldest, WAIT).map_err(err)?;
+        }
+        if let Some(seq) = tpcb_ending(c, &mut rng, true)? {
+            flight.push_back(seq);
+            n += 1;
+        }
+    }
+    if let Some(&last) = flight.back() {
+        c.wait_durable(last, WAIT).map_err(err)?;
+    }
+    Ok(n)
+}
+
+/// Runs point `at` on `c` for `seconds`: the transactions committed.
+fn point(c: &SymCrmem, me: u16, at: Point, seconds: f64) -> io::Result<u64> {
+    match at {
+        Point::Threads(p) => threads(c, me, p, seconds),
+        Point::InFlight(d) => pipelined(c, me, d, seconds),
+    }
 }
 
 /// Runs `p` threads of TpcB on `c` for `seconds`: the transactions committed.
-fn point(c: &SymCrmem, me: u16, p: usize, seconds: f64) -> io::Result<u64> {
+fn threads(c: &SymCrmem, me: u16, p: usize, seconds: f64) -> io::Result<u64> {
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let failed: std::sync::Mutex<Option<io::Error>> = std::sync::Mutex::new(None);
@@ -133,9 +208,9 @@ fn wait_for(path: &Path, until: Instant) -> io::Result<()> {
 
 /// The node's part of every point: wait for `go.<i>`, run, file `done.<i>.<me>`; then
 /// file the sums and wait for `exit`.
-fn node(c: &SymCrmem, dir: &Path, me: u16, parallel: &[usize], seconds: f64) -> io::Result<()> {
+fn node(c: &SymCrmem, dir: &Path, me: u16, points: &[Point], seconds: f64) -> io::Result<()> {
     let end = Instant::now() + PARTNER_LIFE;
-    for (i, &p) in parallel.iter().enumerate() {
+    for (i, &p) in points.iter().enumerate() {
         wait_for(&dir.join(format!("go.{i}")), end)?;
         let n = point(c, me, p, seconds)?;
         std::fs::write(dir.join(format!("done.{i}.{me}")), n.to_string())?;
@@ -145,30 +220,34 @@ fn node(c: &SymCrmem, dir: &Path, me: u16, parallel: &[usize], seconds: f64) -> 
     Ok(())
 }
 
-/// `__bench-child crmem-sym <nodes> <me> <dir> <seconds> <parallelism>...`
+/// `__bench-child crmem-sym <nodes> <me> <dir> <seconds> <point>...` (a point: `t<threads>`
+/// or `d<depth>`)
 pub fn child(args: &[String]) -> io::Result<()> {
-    let [n, me, dir, seconds, parallel @ ..] = args else {
+    let [n, me, dir, seconds, points @ ..] = args else {
         return Err(err(
-            "usage: crmem-sym <nodes> <me> <dir> <seconds> <parallelism>...",
+            "usage: crmem-sym <nodes> <me> <dir> <seconds> <point>...",
         ));
     };
     let parse = |s: &String| s.parse::<usize>().map_err(err);
     let (n, me) = (parse(n)?, parse(me)? as u16);
     let seconds: f64 = seconds.parse().map_err(err)?;
-    let parallel = parallel.iter().map(parse).collect::<io::Result<Vec<_>>>()?;
+    let points = points
+        .iter()
+        .map(|p| Point::parse(p))
+        .collect::<io::Result<Vec<_>>>()?;
     let c = open(n, me)?;
     let dir = PathBuf::from(dir);
-    node(&c, &dir, me, &parallel, seconds)?;
+    node(&c, &dir, me, &points, seconds)?;
     // Serves the others' locks and commits until the parent is done with every node.
     wait_for(&dir.join("exit"), Instant::now() + PARTNER_LIFE)
 }
 
 /// Runs the symmetric TpcB on each node count; prints a table per count.
-pub fn run(node_counts: &[usize], parallel: &[usize], seconds: f64) -> i32 {
-    // One point per node count and parallelism.
-    let progress = Progress::points("crmem", (node_counts.len() * parallel.len()) as u64);
+pub fn run(node_counts: &[usize], points: &[Point], seconds: f64) -> i32 {
+    // One point per node count and point.
+    let progress = Progress::points("crmem", (node_counts.len() * points.len()) as u64);
     for &n in node_counts {
-        let r = one(n, parallel, seconds, &progress);
+        let r = one(n, points, seconds, &progress);
         if let Err(e) = r {
             progress.finish();
             eprintln!("txcast bench crmem --config symmetric: {n} nodes: {e}");
@@ -179,7 +258,7 @@ pub fn run(node_counts: &[usize], parallel: &[usize], seconds: f64) -> i32 {
     0
 }
 
-fn one(n: usize, parallel: &[usize], seconds: f64, progress: &Progress) -> io::Result<()> {
+fn one(n: usize, points: &[Point], seconds: f64, progress: &Progress) -> io::Result<()> {
     let dir =
         std::env::temp_dir().join(format!("txcast-bench-crmem-sym-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -193,7 +272,7 @@ fn one(n: usize, parallel: &[usize], seconds: f64, progress: &Progress) -> io::R
             dir.to_string_lossy().into_owned(),
             seconds.to_string(),
         ];
-        a.extend(parallel.iter().map(|p| p.to_string()));
+        a.extend(points.iter().map(|p| p.arg()));
         children.push(spawn_child(&a)?);
     }
     let r = (|| -> io::Result<()> {
@@ -202,17 +281,14 @@ fn one(n: usize, parallel: &[usize], seconds: f64, progress: &Progress) -> io::R
             println!(
                 "tpcb, symmetric on {n} nodes (one process each), transactions per second of all nodes, {seconds} s a point"
             );
-            println!(
-                "{:>11} {:>14} {:>12}",
-                "parallelism", "txn/s", "transactions"
-            );
+            println!("{:>14} {:>14} {:>12}", "point", "txn/s", "transactions");
         });
         let end = Instant::now() + PARTNER_LIFE;
         // Every node up: a first transaction from here reaches every home.
         let mut rng = Rng::new(99);
         while !tpcb(&c, &mut rng)? {}
-        for (i, &p) in parallel.iter().enumerate() {
-            progress.note(&format!("symmetric {n} nodes, parallelism {p}"));
+        for (i, &p) in points.iter().enumerate() {
+            progress.note(&format!("symmetric {n} nodes, {}", p.label()));
             std::fs::write(dir.join(format!("go.{i}")), b"")?;
             let started = Instant::now();
             let mut total = point(&c, 0, p, seconds)?;
@@ -225,7 +301,13 @@ fn one(n: usize, parallel: &[usize], seconds: f64, progress: &Progress) -> io::R
                     .map_err(err)?;
             }
             let elapsed = started.elapsed().as_secs_f64().max(seconds);
-            progress.suspend(|| println!("{p:>11} {:>14.0} {total:>12}", total as f64 / elapsed));
+            progress.suspend(|| {
+                println!(
+                    "{:>14} {:>14.0} {total:>12}",
+                    p.label(),
+                    total as f64 / elapsed
+                )
+            });
             progress.advance();
         }
         std::fs::write(dir.join("stop"), b"")?;
