@@ -315,8 +315,10 @@ fn drop_and_return(server: u16, handlers: Handlers) {
 /// One node in a child process (`CHILD` is `server,node`): opens (fresh, or restarted with
 /// `recover`), prints `ready` and its replica's digest, then commits transfers, printing
 /// `c <counter>` after each that returned `Ok`. Left out by the group (it was stopped), it
-/// prints `expelled` and opens again with `recover`. A restarted one commits 50, prints
-/// `done`, then answers `digest` lines on stdin until stdin closes.
+/// prints `expelled` and opens again with `recover`. A restarted one waits for a `go` line on
+/// stdin (the test compares its `ready` digest with the survivors' first, before its own
+/// commits change both), commits 50, prints `done`, then answers `digest` lines on stdin
+/// until stdin closes.
 #[test]
 #[ignore = "the child process of the kill -9 and SIGSTOP tests"]
 fn symmetric_node_child() {
@@ -329,8 +331,15 @@ fn symmetric_node_child() {
     let mut recover = std::env::var_os(CHILD_RECOVER).is_some();
     let out = std::io::stdout();
     let mut c = open(server, me, recover);
+    let mut stdin = std::io::stdin().lines();
     loop {
         writeln!(out.lock(), "ready {:x}", sums(&c).digest).unwrap();
+        if recover {
+            match stdin.next() {
+                Some(Ok(l)) if l.trim() == "go" => {}
+                _ => return,
+            }
+        }
         let mut x = if recover { 77 } else { 3 };
         let (mut done, mut draws) = (0, 0u64);
         let mut expelled = false;
@@ -358,7 +367,7 @@ fn symmetric_node_child() {
         c = open(server, me, true);
     }
     writeln!(out.lock(), "done").unwrap();
-    for line in std::io::stdin().lines() {
+    for line in stdin {
         if line.unwrap().trim() == "digest" {
             writeln!(out.lock(), "digest {:x}", sums(&c).digest).unwrap();
         }
@@ -432,6 +441,12 @@ impl Node {
                 *acked = n.trim().parse().unwrap();
             }
         }
+    }
+
+    /// Lets a restarted child go on from its `ready` line.
+    fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
     }
 
     /// Asks for the replica's digest (after `done`).
@@ -569,6 +584,7 @@ fn assert_victims_commits(held: i64, acked: i64) {
 fn check_return(node: &mut Node, survivors: &[SymCrmem], ready: String, held: i64, victim: u16) {
     let a = sums(&survivors[0]);
     assert_eq!(ready, format!("{:x}", a.digest), "the recovered replica");
+    node.go();
     node.line_with("done", &mut 0);
     let digest = node.digest();
     let a = assert_invariant(&survivors[0], "survivor 0 at the end");
