@@ -107,13 +107,7 @@ pub struct CommArgs {
 
 /// `txcast demo comm`.
 pub fn run(args: &CommArgs) -> i32 {
-    match drive(args.pings, args.txns) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("demo failed: {e}");
-            1
-        }
-    }
+    crate::exit_code("demo failed", drive(args.pings, args.txns))
 }
 
 fn drive(pings: u64, txns: u64) -> Result<(), Box<dyn std::error::Error>> {

@@ -171,6 +171,17 @@ fn main() {
     std::process::exit(code);
 }
 
+/// A command's end: exit code 0, or the error printed after `who` and exit code 1.
+pub fn exit_code<E: std::fmt::Display>(who: impl std::fmt::Display, r: Result<(), E>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{who}: {e}");
+            1
+        }
+    }
+}
+
 /// A check clap cannot express failed (a range, a combination): prints `message` the way
 /// clap prints its own errors, with the usage of the subcommand at `path` (e.g.
 /// `["bench", "rtt"]`), and returns exit code 2 as clap's errors have.

@@ -63,13 +63,7 @@ pub fn data_dir() -> PathBuf {
 }
 
 pub fn run(args: &OracleArgs) -> i32 {
-    match serve(args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("txcast oracle: {e}");
-            1
-        }
-    }
+    crate::exit_code("txcast oracle", serve(args))
 }
 
 fn serve(args: &OracleArgs) -> Result<(), String> {

@@ -226,11 +226,5 @@ pub fn program(args: &ProgramArgs) -> i32 {
             }
         }
     };
-    match run() {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("txcast program {what}: {e}");
-            1
-        }
-    }
+    crate::exit_code(format_args!("txcast program {what}"), run())
 }

@@ -61,13 +61,7 @@ pub struct ServerArgs {
 }
 
 pub fn server(args: &ServerArgs) -> i32 {
-    match run(args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("txcast __rpc-server: {e}");
-            1
-        }
-    }
+    crate::exit_code("txcast __rpc-server", run(args))
 }
 
 fn run(args: &ServerArgs) -> Result<(), String> {

@@ -864,13 +864,10 @@ pub struct MemberArgs {
 /// injection dropped) every second, and `check N HASH` at every
 /// [`CHECK_EVERY`]th delivered message (HASH: of the payloads delivered so far, in order).
 pub fn member(args: &MemberArgs) -> i32 {
-    match run_member(args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("txcast __soak-member (site {}): {e}", args.site);
-            1
-        }
-    }
+    crate::exit_code(
+        format_args!("txcast __soak-member (site {})", args.site),
+        run_member(args),
+    )
 }
 
 fn group_spec(protocol: &str) -> Result<GroupSpec, String> {
@@ -1022,13 +1019,7 @@ pub struct ClientArgs {
 /// stdin closes; then a QUIT call ends the server. Prints `status calls=N answered=N late=N
 /// wrong=N lost=N` every second and at the end.
 pub fn client(args: &ClientArgs) -> i32 {
-    match run_client(args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("txcast __soak-client: {e}");
-            1
-        }
-    }
+    crate::exit_code("txcast __soak-client", run_client(args))
 }
 
 fn run_client(args: &ClientArgs) -> Result<(), String> {
@@ -1118,13 +1109,7 @@ pub struct ServerArgs {
 /// `ready` once its port is open; ends at a QUIT call, or 5 s after its stdin closes (the
 /// client's QUIT may be lost to the parent's stopping).
 pub fn server(args: &ServerArgs) -> i32 {
-    match run_server(args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("txcast __soak-server: {e}");
-            1
-        }
-    }
+    crate::exit_code("txcast __soak-server", run_server(args))
 }
 
 fn run_server(args: &ServerArgs) -> Result<(), String> {
