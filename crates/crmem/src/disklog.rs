@@ -7,16 +7,24 @@
 //! - `log`: records `[length u32][FNV-1a 64 of the bytes u64][bytes]`, little-endian, each a
 //!   WRITE part. A record cut short or whose checksum fails ends the log: it and what follows
 //!   are cut off when the log is read (a write that never finished was never acknowledged).
-//! - `checkpoint`: `TXCRMCP1`, the commit number it covers (u64), the segment count (u32),
-//!   each segment as `[length u64][bytes]`, then the FNV-1a 64 of everything before it.
-//!   Written aside (`checkpoint.tmp`), synced, renamed into place, the directory synced; then
-//!   the log is emptied.
+//! - `checkpoint`: `TXCRMCP2`, the term (u64), the commit number it covers (u64), the
+//!   segment count (u32), each segment as `[length u64][bytes]`, then the FNV-1a 64 of
+//!   everything before it. Written aside (`checkpoint.tmp`), synced, renamed into place, the
+//!   directory synced; then the log is emptied.
+//!
+//! The *term* names the primary whose history the log holds: the time (ns since the Unix
+//! epoch) at which it was promoted, kept by its later checkpoints; 0 for the first primary's
+//! log, and above the previous term whatever the clock says. A backup keeps its directory
+//! as it was (the log of an earlier term, or nothing), so that a primary's log outlives it
+//! until a promoted successor's checkpoint, of a higher term, is on disk. After every
+//! replica failed, the directory to open as primary is the one with the highest term, then
+//! the highest commit ([`position`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-const CHECKPOINT_MAGIC: &[u8; 8] = b"TXCRMCP1";
+const CHECKPOINT_MAGIC: &[u8; 8] = b"TXCRMCP2";
 /// The longest record the log takes (a WRITE part is at most a message).
 const RECORD_MAX: usize = crate::node::MESSAGE_BYTES_MAX;
 /// Bytes past which the writer takes a checkpoint and empties the log.
@@ -30,14 +38,51 @@ pub(crate) enum Item {
         last: bool,
         bytes: Vec<u8>,
     },
-    /// Every segment as of commit `seq`.
-    Checkpoint { seq: u64, images: Vec<Vec<u8>> },
+    /// Every segment as of commit `seq`: a promoted node's log base, which starts a new
+    /// term.
+    Promoted { seq: u64, images: Vec<Vec<u8>> },
 }
 
-/// What the directory held: a checkpoint, if any, and the log's records after it.
+/// What the directory held: its term, a checkpoint, if any, and the log's records after it.
 pub(crate) struct Found {
+    pub term: u64,
     pub checkpoint: Option<(u64, Vec<Vec<u8>>)>,
     pub parts: Vec<Vec<u8>>,
+}
+
+/// Where a disk log ends: the term of the primary that wrote it, and the newest commit it
+/// holds whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DiskPosition {
+    pub term: u64,
+    pub seq: u64,
+}
+
+/// Reads the log in `dir` (changing nothing) and says where it ends: after every replica
+/// failed, open as primary the directory with the highest position (term first).
+pub fn position(dir: &Path) -> io::Result<DiskPosition> {
+    let (term, mut seq) = match File::open(dir.join("checkpoint")) {
+        Ok(f) => {
+            let (term, seq, _) = read_checkpoint(f)?;
+            (term, seq)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (0, 0),
+        Err(e) => return Err(e),
+    };
+    match File::open(dir.join("log")) {
+        Ok(mut f) => {
+            for p in read_records(&mut f)?.0 {
+                if let Ok(crate::msg::Msg::Write(w)) = crate::msg::Msg::parse(&p) {
+                    if w.part + 1 == w.parts {
+                        seq = seq.max(w.seq);
+                    }
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok(DiskPosition { term, seq })
 }
 
 use txcast_proto::fnv::Fnv64;
@@ -55,6 +100,8 @@ pub(crate) struct DiskLog {
     dir: PathBuf,
     log: File,
     len: u64,
+    /// The term of the history the log holds.
+    term: u64,
 }
 
 impl DiskLog {
@@ -62,9 +109,12 @@ impl DiskLog {
     /// is cut off.
     pub fn open(dir: &Path) -> io::Result<(DiskLog, Found)> {
         std::fs::create_dir_all(dir)?;
-        let checkpoint = match File::open(dir.join("checkpoint")) {
-            Ok(f) => Some(read_checkpoint(f)?),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        let (term, checkpoint) = match File::open(dir.join("checkpoint")) {
+            Ok(f) => {
+                let (term, seq, images) = read_checkpoint(f)?;
+                (term, Some((seq, images)))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (0, None),
             Err(e) => return Err(e),
         };
         let mut log = OpenOptions::new()
@@ -82,21 +132,14 @@ impl DiskLog {
                 dir: dir.to_path_buf(),
                 log,
                 len: good,
+                term,
             },
-            Found { checkpoint, parts },
+            Found {
+                term,
+                checkpoint,
+                parts,
+            },
         ))
-    }
-
-    /// Empties the directory's checkpoint and log.
-    pub fn clear(&mut self) -> io::Result<()> {
-        match std::fs::remove_file(self.dir.join("checkpoint")) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        self.log.set_len(0)?;
-        self.log.sync_all()?;
-        self.len = 0;
-        Ok(())
     }
 
     /// Appends one record (not yet synced).
@@ -114,10 +157,17 @@ impl DiskLog {
         Ok(())
     }
 
-    /// Replaces the checkpoint with one of commit `seq`, then empties the log.
+    /// Starts a new term, above the log's and at least `at` (a promotion's clock).
+    fn new_term(&mut self, at: u64) {
+        self.term = at.max(self.term + 1);
+    }
+
+    /// Replaces the checkpoint with one of commit `seq` in the log's term, then empties the
+    /// log.
     fn checkpoint(&mut self, seq: u64, images: &[Vec<u8>]) -> io::Result<()> {
-        let mut b = Vec::with_capacity(24 + images.iter().map(|i| i.len() + 8).sum::<usize>());
+        let mut b = Vec::with_capacity(32 + images.iter().map(|i| i.len() + 8).sum::<usize>());
         b.extend_from_slice(CHECKPOINT_MAGIC);
+        b.extend_from_slice(&self.term.to_le_bytes());
         b.extend_from_slice(&seq.to_le_bytes());
         b.extend_from_slice(&(images.len() as u32).to_le_bytes());
         for i in images {
@@ -139,22 +189,24 @@ impl DiskLog {
     }
 }
 
-fn read_checkpoint(f: File) -> io::Result<(u64, Vec<Vec<u8>>)> {
+/// A checkpoint's term, commit number and images.
+fn read_checkpoint(f: File) -> io::Result<(u64, u64, Vec<Vec<u8>>)> {
     let mut b = Vec::new();
     BufReader::new(f).read_to_end(&mut b)?;
-    if b.len() < 8 + 8 + 4 + 8 || &b[..8] != CHECKPOINT_MAGIC {
+    if b.len() < 8 + 8 + 8 + 4 + 8 || &b[..8] != CHECKPOINT_MAGIC {
         return Err(bad("checkpoint: not a CRMem checkpoint"));
     }
     let (body, sum) = b.split_at(b.len() - 8);
     if fnv(body) != u64::from_le_bytes(sum.try_into().expect("8 bytes")) {
         return Err(bad("checkpoint: checksum"));
     }
-    let seq = u64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
-    let n = u32::from_le_bytes(body[16..20].try_into().expect("4 bytes")) as usize;
+    let term = u64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
+    let seq = u64::from_le_bytes(body[16..24].try_into().expect("8 bytes"));
+    let n = u32::from_le_bytes(body[24..28].try_into().expect("4 bytes")) as usize;
     if n > crate::node::SEGMENTS_MAX {
         return Err(bad("checkpoint: too many segments"));
     }
-    let mut at = 20;
+    let mut at = 28;
     let mut images = Vec::with_capacity(n);
     for _ in 0..n {
         let len = body
@@ -171,7 +223,7 @@ fn read_checkpoint(f: File) -> io::Result<(u64, Vec<Vec<u8>>)> {
     if at != body.len() {
         return Err(bad("checkpoint: bytes after the last segment"));
     }
-    Ok((seq, images))
+    Ok((term, seq, images))
 }
 
 /// The log's good records, and the length of the good prefix.
@@ -223,9 +275,13 @@ pub(crate) fn run(
                             newest = Some(seq);
                         }
                     }
-                    Item::Checkpoint { seq, images } => {
+                    Item::Promoted { seq, images } => {
                         // What came before it is covered by it.
                         buf.clear();
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_nanos() as u64);
+                        log.new_term(now);
                         log.checkpoint(seq, &images)?;
                         newest = newest.max(Some(seq));
                     }
@@ -284,12 +340,52 @@ mod tests {
         drop(log);
         let (_, found) = DiskLog::open(&dir).unwrap();
         assert_eq!(found.checkpoint, Some((7, vec![vec![1, 2, 3], vec![]])));
+        assert_eq!(found.term, 0);
         assert_eq!(found.parts, vec![b"three".to_vec()]);
         // A damaged checkpoint is an error, not a silent start from nothing.
         let mut cp = std::fs::read(dir.join("checkpoint")).unwrap();
         cp[17] ^= 1;
         std::fs::write(dir.join("checkpoint"), &cp).unwrap();
         assert!(DiskLog::open(&dir).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn part(seq: u64, part: u16, parts: u16) -> Vec<u8> {
+        let mut m = Vec::new();
+        let mut b = crate::msg::WriteBuilder::new(&mut m, seq, part, parts);
+        b.range(0, 8, &[seq as u8; 4]);
+        b.finish();
+        m
+    }
+
+    #[test]
+    fn a_promotion_starts_a_higher_term_and_the_position_counts_whole_commits() {
+        let dir = std::env::temp_dir().join(format!("txcast-disklog-term-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(position(&dir).unwrap(), DiskPosition { term: 0, seq: 0 });
+        let (mut log, _) = DiskLog::open(&dir).unwrap();
+        let mut buf = Vec::new();
+        // Commit 2 has only its first part of two: not whole.
+        for p in [part(1, 0, 1), part(2, 0, 2)] {
+            log.append(&p, &mut buf);
+        }
+        log.write_synced(&buf).unwrap();
+        assert_eq!(position(&dir).unwrap(), DiskPosition { term: 0, seq: 1 });
+        // A clock behind the log's term still moves it up.
+        log.new_term(0);
+        assert_eq!(log.term, 1);
+        log.new_term(5_000);
+        log.checkpoint(9, &[vec![0; 16]]).unwrap();
+        drop(log);
+        let (log, found) = DiskLog::open(&dir).unwrap();
+        assert_eq!((found.term, log.term), (5_000, 5_000));
+        assert_eq!(
+            position(&dir).unwrap(),
+            DiskPosition {
+                term: 5_000,
+                seq: 9
+            }
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -15,6 +15,7 @@
 //! `suspect_after` is taken for dead while it still runs, and the two sides diverge (mirror
 //! mode assumes crashes, not partitions; the chaos tests of the cluster issue will fence it).
 
+pub use crate::disklog::DiskPosition;
 use crate::disklog::{self, DiskLog, Item};
 use crate::lock::LockMapping;
 use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId, DISK};
@@ -62,10 +63,19 @@ pub struct CrmemConfig {
     /// A directory for a disk log (see `disklog.rs`): as primary, the node logs every
     /// commit there with group commit, and a commit completes only when its backups hold it
     /// and the disk does. Opened as primary (not `recover`), the node first restores what the
-    /// directory holds; as a backup it empties it, and writes a checkpoint there if it is
-    /// promoted. `None` (the default): memory only.
+    /// directory holds; as a backup it leaves it as it was, and starts a new term there with
+    /// a checkpoint if it is promoted. After every replica failed, open as primary the node
+    /// whose directory has the highest [`disk_position`]. `None` (the default): memory only.
     pub disk: Option<std::path::PathBuf>,
     pub core: Config,
+}
+
+/// Where the disk log in `dir` ends (read only): the term of the primary that wrote it, then
+/// its newest whole commit. After every replica of a mirror failed, the node to open as
+/// primary is the one whose directory has the highest position; the others `recover` from
+/// it.
+pub fn disk_position(dir: &std::path::Path) -> Result<DiskPosition, CrmemError> {
+    disklog::position(dir).map_err(|e| CrmemError::Disk(e.to_string()))
 }
 
 impl CrmemConfig {
@@ -199,7 +209,7 @@ impl CrmemModule {
                             if let Some(tx) = &st.disk {
                                 // The log's base: what this node holds now.
                                 let (seq, images) = st.node.checkpoint();
-                                let _ = tx.send(Item::Checkpoint { seq, images });
+                                let _ = tx.send(Item::Promoted { seq, images });
                             }
                         }
                         Event::Recovered => {
@@ -437,7 +447,7 @@ impl Crmem {
         let log = match &cfg.disk {
             None => None,
             Some(dir) => {
-                let (mut log, found) = DiskLog::open(dir).map_err(disk_err)?;
+                let (log, found) = DiskLog::open(dir).map_err(disk_err)?;
                 if restore {
                     if let Some((seq, images)) = &found.checkpoint {
                         if !node.restore(*seq, images) {
@@ -458,14 +468,14 @@ impl Crmem {
                         tracing::info!(
                             node = cfg.me,
                             seq = node.seq(),
+                            term = found.term,
                             "crmem: restored from disk"
                         );
                     }
-                } else {
-                    // A backup's copy comes from its primary; what the directory held is
-                    // stale, and a promotion starts the log again from a checkpoint.
-                    log.clear().map_err(disk_err)?;
                 }
+                // A backup's copy comes from its primary; its directory stays as it was (an
+                // earlier term's log, perhaps the only one left of an earlier primary's
+                // commits) until a promotion starts a new term with a checkpoint.
                 Some(log)
             }
         };

@@ -20,7 +20,7 @@ pub mod sym_driver;
 pub mod symmetric;
 mod txmem;
 
-pub use driver::{Crmem, CrmemConfig, CrmemError};
+pub use driver::{disk_position, Crmem, CrmemConfig, CrmemError, DiskPosition};
 pub use lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
 pub use membership::{membership_address, MembershipConfig, MembershipError};
 pub use node::{

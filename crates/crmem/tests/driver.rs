@@ -2,7 +2,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use txcast_crmem::{Crmem, CrmemConfig, CrmemError, Event, Handlers, LockMapping, Mode, Role};
+use txcast_crmem::{
+    disk_position, Crmem, CrmemConfig, CrmemError, DiskPosition, Event, Handlers, LockMapping,
+    Mode, Role,
+};
 use txcast_proto::Address;
 
 const SECOND: Duration = Duration::from_secs(5);
@@ -347,32 +350,49 @@ fn a_disk_logged_primary_restarts_from_its_log_after_every_replica_is_gone() {
 }
 
 /// A backup with a disk directory, promoted, starts its log with a checkpoint of what it
-/// holds: after it too is gone, it restarts from the checkpoint and the commits after it.
+/// holds, in a new term: after it too is gone, its directory is the one to restart from
+/// (the highest position), and it restarts from the checkpoint and the commits after it.
+/// The old primary, back as a backup meanwhile, kept its log as it was.
 #[test]
 fn a_promoted_backup_checkpoints_and_restarts_from_its_own_log() {
     let dir = std::env::temp_dir().join(format!("txcast-crmem-promo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let open_disk = |me: u16, primary: u16| {
+    let open_disk = |me: u16, primary: u16, recover: bool| {
         let mut cfg = CrmemConfig::new(nodes(10), me);
         cfg.primary = primary;
+        cfg.recover = recover;
         cfg.disk = Some(dir.join(format!("node{me}")));
         Crmem::open(cfg, &segments()).expect("open")
     };
-    let p = open_disk(0, 0);
-    let b = open_disk(1, 0);
+    let p = open_disk(0, 0, false);
+    let b = open_disk(1, 0, false);
     for i in 0..30u32 {
         transfer(&p, (i % 40) * 100, i as u8 + 1).unwrap();
     }
     drop(p);
+    let old = disk_position(&dir.join("node0")).unwrap();
+    assert_eq!(old, DiskPosition { term: 0, seq: 30 });
     until("the promotion", || matches!(b.role(), Role::Primary { .. }));
     for i in 0..20u32 {
         transfer(&b, (i % 40) * 100 + 50, 100 + i as u8).unwrap();
     }
+    // The old primary comes back as a backup and leaves its directory alone.
+    let p = open_disk(0, 1, true);
+    until("the old primary's recovery", || {
+        matches!(p.role(), Role::Backup { primary: 1 })
+    });
+    assert_eq!(disk_position(&dir.join("node0")).unwrap(), old);
     let want = b.snapshot_segment(0).unwrap();
     assert_eq!(b.seq(), 50);
+    drop(p);
     drop(b);
     assert!(dir.join("node1").join("checkpoint").exists());
-    let b = open_disk(1, 1);
+    let new = disk_position(&dir.join("node1")).unwrap();
+    assert!(
+        new.term > 0 && new.seq == 50 && new > old,
+        "{new:?} after {old:?}"
+    );
+    let b = open_disk(1, 1, false);
     assert_eq!(b.seq(), 50);
     assert_eq!(b.snapshot_segment(0).unwrap(), want);
     drop(b);

@@ -15,6 +15,7 @@
 //! invariant holds everywhere (accounts = tellers = branches = history total), all replicas
 //! agree, and every client finished its transactions (liveness after healing).
 
+use crate::crmem_disk::SimDisk;
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::link_sim::LinkNode;
 use crate::net::{FaultConfig, NetCounters, Network};
@@ -55,6 +56,9 @@ pub struct CrmemSimOptions {
     pub clogs: bool,
     /// The symmetric configuration (crmem_sym_sim.rs) instead of the mirror.
     pub symmetric: bool,
+    /// Mirror only: the primary logs to a simulated disk (group commit), and every node
+    /// may crash at once; the node whose disk reaches furthest restarts as primary from it.
+    pub disk: bool,
 }
 
 impl Default for CrmemSimOptions {
@@ -68,6 +72,7 @@ impl Default for CrmemSimOptions {
             partitions: true,
             clogs: true,
             symmetric: false,
+            disk: false,
         }
     }
 }
@@ -85,6 +90,9 @@ pub struct CrmemSimReport {
     pub failovers: u64,
     pub restarts: u64,
     pub skipped_crashes: u64,
+    /// Crashes of every node at once (`disk`), and the disk syncs.
+    pub total_crashes: u64,
+    pub disk_syncs: u64,
     pub net: NetCounters,
     pub nodes: Counters,
     pub end_ns: u64,
@@ -293,6 +301,8 @@ pub(crate) struct SimNode<C> {
     pub(crate) links: LinkNode,
     pub(crate) cr: C,
     pub(crate) outbox: VecDeque<(NodeId, Vec<u8>)>,
+    /// Parts the core shipped to its disk log (`txcast_crmem::node::DISK`).
+    pub(crate) disk_out: Vec<Vec<u8>>,
 }
 
 impl<C: Core> SimNode<C> {
@@ -307,6 +317,7 @@ impl<C: Core> SimNode<C> {
             links: LinkNode::with_incarnation(id, n, cfg, incarnation),
             cr,
             outbox: VecDeque::new(),
+            disk_out: Vec::new(),
         }
     }
 
@@ -322,7 +333,11 @@ impl<C: Core> SimNode<C> {
             {}
         }
         while let Some(m) = self.cr.poll_transmit() {
-            self.outbox.push_back((m.0 as NodeId, m.1));
+            if m.0 == txcast_crmem::node::DISK {
+                self.disk_out.push(m.1);
+            } else {
+                self.outbox.push_back((m.0 as NodeId, m.1));
+            }
         }
         while let Some((to, m)) = self.outbox.front() {
             match self.links.link(*to).send(now, m) {
@@ -342,11 +357,19 @@ fn mirror_node(
     cfg: &LinkConfig,
     incarnation: u64,
     role: Role,
+    disk_log: bool,
 ) -> SimNode<Node> {
     let mut cr = Node::new(
         Config {
             node: id as u16,
             incarnation,
+            disk_log,
+            // With a disk, write sets of two parts and more, so that a crash tears commits.
+            message_bytes: if disk_log {
+                160
+            } else {
+                Config::default().message_bytes
+            },
             ..Config::default()
         },
         role,
@@ -442,6 +465,14 @@ struct CrmemWorld {
     restarts: u64,
     skipped: u64,
     counters: Counters,
+    /// Each node's disk log directory (`disk`).
+    disks: Vec<SimDisk>,
+    /// When every node crashes at once (`disk`), if it does.
+    total_crash_at: Option<u64>,
+    /// The commits as they stood when each node last stopped being primary (`disk`): what
+    /// its log may restore.
+    primary_logs: Vec<Option<Vec<Delta>>>,
+    total_crashes: u64,
 }
 
 /// Runs one seed: its report, or the first rule broken.
@@ -461,6 +492,11 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
     let plan = Plan {
         steps_max: Some(STEPS_MAX),
         buf_bytes: cfg.packet_bytes_max,
+        replay: if opts.disk {
+            " --disk".into()
+        } else {
+            String::new()
+        },
         ..Plan::event(
             "crmem",
             seed,
@@ -479,9 +515,11 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
             } else {
                 Role::Backup { primary: 0 }
             };
-            mirror_node(i, n, &cfg, 1, role)
+            mirror_node(i, n, &cfg, 1, role, opts.disk)
         })
         .collect();
+    // Drawn after everything else, so that the runs without a disk stay as they were.
+    let total_crash_at = (opts.disk && rng.chance(0.8)).then(|| rng.below(opts.safety_ns));
     let world = CrmemWorld {
         opts: opts.clone(),
         cfg,
@@ -501,6 +539,10 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
         restarts: 0,
         skipped: 0,
         counters: Counters::default(),
+        disks: (0..n).map(|_| SimDisk::default()).collect(),
+        total_crash_at,
+        primary_logs: vec![None; n],
+        total_crashes: 0,
     };
     harness::run(world, plan)
 }
@@ -674,6 +716,14 @@ impl CrmemWorld {
                         }
                         self.clients.iter().position(|cl| cl.txn == Some(t))
                     }
+                    Event::Promoted if self.opts.disk => {
+                        // The promoted backup's log starts from what it holds now.
+                        // Its term: the time it became primary, after every earlier one.
+                        let c = self.nodes[k].cr.checkpoint();
+                        let term = run.ns().max(1);
+                        self.disks[k].write_checkpoint(&mut self.rng, run.now, term, c);
+                        None
+                    }
                     _ => None,
                 };
                 let Some(c) = c else { continue };
@@ -714,6 +764,104 @@ impl CrmemWorld {
         (2 * self.opts.safety_ns / self.opts.txns_per_client.max(1) as u64).max(1)
     }
 
+    /// The disks whose sync is due sync, and their nodes hear how far; now and then the
+    /// primary's log is replaced by a checkpoint, as the driver does when it grows.
+    fn sync_disks(&mut self, run: &mut Run) {
+        for k in 0..self.n() {
+            let Some(mut seq) = self.disks[k].sync_if_due(run.now) else {
+                continue;
+            };
+            if k == self.primary && self.rng.chance(0.1) {
+                let c = self.nodes[k].cr.checkpoint();
+                seq = seq.max(c.0);
+                self.disks[k].checkpoint_now(c);
+            }
+            self.nodes[k].cr.disk_synced(seq);
+        }
+    }
+
+    /// Every node crashes at once (a power failure): each disk keeps what was synced and a
+    /// random part of the rest; the node whose disk has the highest term, then the most
+    /// commits, comes back as primary from it, the others recover from it. It must hold
+    /// every commit a client heard of, and exactly its history replayed to its number (the
+    /// current one, or the one of its own time as primary if a successor's checkpoint never
+    /// reached disk).
+    fn total_crash(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let n = self.n();
+        self.total_crashes += 1;
+        for k in 0..n {
+            self.disks[k].crash(&mut self.rng);
+            add_counters(&mut self.counters, self.nodes[k].cr.counters());
+            self.incarnation[k] += 1;
+        }
+        // (term, commit, is the last primary), the node, the node restored.
+        type Candidate = ((u64, u64, bool), NodeId, SimNode<Node>);
+        let mut best: Option<Candidate> = None;
+        for k in 0..n {
+            let backups = (0..n as u16).filter(|&i| i as usize != k).collect();
+            let mut nd = mirror_node(
+                k,
+                n,
+                &self.cfg,
+                self.incarnation[k],
+                Role::Primary { backups },
+                true,
+            );
+            let (term, seq) = match self.disks[k].restore_into(&mut nd.cr) {
+                Ok(pos) => pos,
+                Err(e) => return Err(run.fail(format!("total crash: node {k}'s disk: {e}"))),
+            };
+            let rank = (term, seq, k == self.primary);
+            if best.as_ref().is_none_or(|b| rank > b.0) {
+                best = Some((rank, k, nd));
+            }
+        }
+        let ((term, seq, _), p, nd) = best.expect("at least two nodes");
+        if run.trace > 0 {
+            eprintln!(
+                "{:>10} every node crashes; node {p} restarts as primary from its disk at term {term}, commit {seq}",
+                run.ns()
+            );
+        }
+        if seq < self.acked {
+            return Err(run.fail(format!(
+                "durability: after every node crashed, the furthest disk (node {p}) restores commits to {seq}, clients heard of {}",
+                self.acked
+            )));
+        }
+        if p != self.primary {
+            match self.primary_logs[p].take() {
+                Some(l) => self.log = l,
+                None => {
+                    return Err(run.fail(format!(
+                        "total crash: node {p} restores its disk's log but was never primary"
+                    )))
+                }
+            }
+        }
+        self.nodes[p] = nd;
+        self.primary = p;
+        self.check_replica(run, p, "restored from disk")?;
+        // Commits the disks never got were never acknowledged: they are gone.
+        self.log.truncate(seq as usize);
+        for k in (0..n).filter(|&k| k != p) {
+            self.nodes[k] = mirror_node(
+                k,
+                n,
+                &self.cfg,
+                self.incarnation[k],
+                Role::Recovering { from: p as u16 },
+                true,
+            );
+        }
+        for cl in &mut self.clients {
+            cl.txn = None;
+            cl.step = Step::Idle;
+        }
+        self.in_flight.clear();
+        Ok(())
+    }
+
     /// Whether any node is still catching up.
     fn recovering(&self) -> bool {
         self.nodes
@@ -740,6 +888,9 @@ impl World for CrmemWorld {
         let old = &self.nodes[k].cr;
         add_counters(&mut self.counters, old.counters());
         if k == self.primary {
+            if self.opts.disk {
+                self.primary_logs[k] = Some(self.log.clone());
+            }
             let s = successor.expect("checked above");
             let live: Vec<u16> = (0..n as u16).filter(|&i| i as usize != k).collect();
             for i in (0..n).filter(|&i| i != k) {
@@ -764,7 +915,9 @@ impl World for CrmemWorld {
             &self.cfg,
             self.incarnation[k],
             Role::Recovering { from },
+            self.opts.disk,
         );
+
         if run.trace > 0 {
             eprintln!(
                 "{:>10} crash of node {k}; primary {}",
@@ -780,8 +933,15 @@ impl World for CrmemWorld {
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        if self.total_crash_at.is_some_and(|t| t <= run.ns()) {
+            self.total_crash_at = None;
+            self.total_crash(run)?;
+        }
         tick(&mut self.nodes, run);
         let now = run.now;
+        if self.opts.disk {
+            self.sync_disks(run);
+        }
         // A failover is checked once the successor is the primary: it holds every commit a
         // client heard of, and exactly the log replayed to its number.
         let p = self.primary;
@@ -818,11 +978,22 @@ impl World for CrmemWorld {
         }
         self.route_events(run)?;
         pump_and_transmit(&mut self.nodes, run);
+        for k in 0..self.n() {
+            for part in std::mem::take(&mut self.nodes[k].disk_out) {
+                self.disks[k].write(&mut self.rng, run.now, part, 1_000_000);
+            }
+        }
         Ok(())
     }
 
-    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        let next = nodes_wakeup(&self.nodes);
+    fn next_wakeup(&self, run: &Run) -> Option<Instant> {
+        let mut next = nodes_wakeup(&self.nodes);
+        for d in &self.disks {
+            next = min_opt(next, d.poll_timeout());
+        }
+        if let Some(t) = self.total_crash_at {
+            next = min_opt(next, Some(Instant(t.max(run.ns()))));
+        }
         clients_wakeup(&self.clients, self.opts.txns_per_client, next)
     }
 
@@ -882,6 +1053,8 @@ impl World for CrmemWorld {
             failovers: self.failovers,
             restarts: self.restarts,
             skipped_crashes: self.skipped,
+            total_crashes: self.total_crashes,
+            disk_syncs: self.disks.iter().map(|d| d.syncs).sum(),
             net: run.net.counters.clone(),
             nodes: self.counters,
             end_ns: run.ns(),

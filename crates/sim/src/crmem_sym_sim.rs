@@ -585,6 +585,8 @@ impl World for SymWorld {
             failovers: self.views,
             restarts: self.restarts,
             skipped_crashes: self.skipped,
+            total_crashes: 0,
+            disk_syncs: 0,
             net: run.net.counters.clone(),
             nodes: self.counters,
             end_ns: run.ns(),

@@ -9,6 +9,7 @@
 //! [`harness`] is the runner every simulator is written on: a simulator is a small file of
 //! node setup, workload and checkers (`*_sim.rs`).
 
+mod crmem_disk;
 pub mod crmem_sim;
 pub mod crmem_sym_sim;
 pub mod engine_sim;

@@ -216,6 +216,11 @@ struct CrmemArgs {
     /// 2 to 4 nodes)
     #[arg(long, value_enum, default_value_t = CrmemConfigArg::Mirror)]
     config: CrmemConfigArg,
+    /// Mirror: the primary logs every commit to a simulated disk (group commit; a crash
+    /// keeps what was synced and a random part of the rest), and every node may crash at
+    /// once, the node whose disk reaches furthest restarting as primary from it
+    #[arg(long)]
+    disk: bool,
 }
 
 /// A CRMem configuration, for `txcast sim crmem --config`.
@@ -628,8 +633,13 @@ fn crmem(a: &CrmemArgs) -> i32 {
         nodes: a.nodes.clamp(2, 5),
         txns_per_client: a.txns,
         symmetric: a.config == CrmemConfigArg::Symmetric,
+        disk: a.disk,
         ..CrmemSimOptions::default()
     };
+    if opts.disk && opts.symmetric {
+        eprintln!("txcast sim crmem: --disk is for the mirror configuration");
+        return 2;
+    }
     (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "crmem",
@@ -643,6 +653,12 @@ fn crmem(a: &CrmemArgs) -> i32 {
                 r.clients, r.committed, r.aborted_on_purpose, r.timeouts, r.audits, r.restarts,
                 r.failovers, r.skipped_crashes, r.end_ns as f64 / 1e9, r.digest
             );
+            if r.disk_syncs > 0 {
+                println!(
+                    "  disk: {} syncs, {} crashes of every node",
+                    r.disk_syncs, r.total_crashes
+                );
+            }
         },
     )
 }
