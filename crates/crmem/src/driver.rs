@@ -20,7 +20,8 @@ use crate::disklog::{self, DiskLog, Item};
 use crate::lock::LockMapping;
 use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId, DISK};
 use crate::plumbing::{self, Flusher, Waits};
-use std::collections::{HashSet, VecDeque};
+use rustc_hash::FxHashSet;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -123,7 +124,7 @@ struct State {
     /// Outcomes of transactions, for the threads that wait for them.
     waits: Waits<Event>,
     /// Transactions committed with `commit_async`: nobody waits for their outcome.
-    async_txns: HashSet<TxnId>,
+    async_txns: FxHashSet<TxnId>,
     /// Threads waiting until a commit number is durable.
     durable_waiters: plumbing::DurableWaiters,
     /// Role changes and lost backups, for [`Crmem::notices`] (bounded: oldest dropped).
@@ -485,7 +486,7 @@ impl Crmem {
             state: Mutex::new(State {
                 node,
                 waits: Waits::new(),
-                async_txns: HashSet::new(),
+                async_txns: FxHashSet::default(),
                 durable_waiters: plumbing::DurableWaiters::default(),
                 notices: VecDeque::new(),
                 outq: VecDeque::new(),

@@ -22,7 +22,8 @@
 use crate::lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
 use crate::msg::{self, Msg, WriteBuilder, RANGE_HEADER, WRITE_HEADER};
 use crate::txmem::{self, take_into, Held, Segment, SetRange, Undo};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use thiserror::Error;
 use txcast_proto::time::Instant;
 
@@ -212,7 +213,7 @@ pub struct Node {
     cfg: Config,
     role: Role,
     segments: Vec<Segment>,
-    txns: HashMap<TxnId, Txn>,
+    txns: FxHashMap<TxnId, Txn>,
     next_txn: TxnId,
     waiting: VecDeque<TxnId>,
     /// Commit sequence numbers: the last one given (primary), the last one applied (backup).
@@ -244,7 +245,7 @@ impl Node {
             cfg,
             role,
             segments: Vec::new(),
-            txns: HashMap::new(),
+            txns: FxHashMap::default(),
             next_txn: 1,
             waiting: VecDeque::new(),
             seq: 0,

@@ -4,7 +4,8 @@
 //! module host on an engine of the caller's.
 
 use crate::node::{NodeId, TxnId};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use txcast_port::{
@@ -62,15 +63,15 @@ pub(crate) fn push_notice<E>(q: &mut VecDeque<E>, e: E) {
 
 /// Outcomes of transactions for the threads that wait for them, and the waiting threads.
 pub(crate) struct Waits<E> {
-    outcomes: HashMap<TxnId, E>,
-    waiters: HashMap<TxnId, std::thread::Thread>,
+    outcomes: FxHashMap<TxnId, E>,
+    waiters: FxHashMap<TxnId, std::thread::Thread>,
 }
 
 impl<E> Waits<E> {
     pub(crate) fn new() -> Waits<E> {
         Waits {
-            outcomes: HashMap::new(),
-            waiters: HashMap::new(),
+            outcomes: FxHashMap::default(),
+            waiters: FxHashMap::default(),
         }
     }
 

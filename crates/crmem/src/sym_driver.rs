@@ -18,7 +18,8 @@ use crate::membership::{self, Membership, MembershipConfig, MembershipError, Tar
 use crate::node::{Config, CrError, Lock, Mode, NodeId, SegmentId, TxnId};
 use crate::plumbing::{self, Flusher, Waits};
 use crate::symmetric::{Phase, SymAbort, SymEvent, SymMsg, SymNode};
-use std::collections::{HashSet, VecDeque};
+use rustc_hash::FxHashSet;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use txcast_port::{Engine, Handlers, ModuleHost, ModuleHostError};
@@ -99,7 +100,7 @@ struct State {
     node: SymNode,
     waits: Waits<SymEvent>,
     /// Transactions whose waiter gave up: their outcome is not kept.
-    abandoned: HashSet<TxnId>,
+    abandoned: FxHashSet<TxnId>,
     notices: VecDeque<SymEvent>,
     outq: VecDeque<(NodeId, Vec<u8>)>,
     /// The view the node is in, as told (or, for a restarted node, as its snapshot's SEQS
@@ -378,7 +379,7 @@ impl SymCrmem {
             state: Mutex::new(State {
                 node,
                 waits: Waits::new(),
-                abandoned: HashSet::new(),
+                abandoned: FxHashSet::default(),
                 notices: VecDeque::new(),
                 outq: VecDeque::new(),
                 view: 0,

@@ -43,7 +43,8 @@ use crate::node::{
     plan_lens, Config, Counters, CrError, Lock, Mode, NodeId, SegmentId, TxnId, MESSAGE_BYTES_MAX,
 };
 use crate::txmem::{self, take_into, Held, Segment, SetRange, Undo};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use txcast_proto::codec::{Reader, Writer};
 use txcast_proto::time::Instant;
 
@@ -359,6 +360,8 @@ struct Pending {
     missing: Vec<NodeId>,
     held: Held,
     homes: Vec<NodeId>,
+    /// Its ranges' vector, for reuse when it completes.
+    ranges: Vec<SetRange>,
 }
 
 /// A remote transaction's locks at this home.
@@ -411,11 +414,11 @@ pub struct SymNode {
     early_flush: Vec<(NodeId, u64)>,
     recovery: Option<Recovery>,
     segments: Vec<Homed>,
-    txns: HashMap<TxnId, Txn>,
+    txns: FxHashMap<TxnId, Txn>,
     next_txn: u64,
     /// Transactions waiting, local or at a home, in arrival order.
     waiting: VecDeque<TxnId>,
-    remote: HashMap<TxnId, Remote>,
+    remote: FxHashMap<TxnId, Remote>,
     remote_waiting: VecDeque<TxnId>,
     seq: u64,
     durable: u64,
@@ -425,6 +428,22 @@ pub struct SymNode {
     out: VecDeque<(NodeId, Vec<u8>)>,
     events: VecDeque<SymEvent>,
     counters: Counters,
+    /// Lock ids of the range being mapped (kept to spare an allocation per range).
+    scratch: Vec<LockId>,
+    /// The vectors of ended transactions, emptied, for the next ones (at most
+    /// [`SPARE_TXNS`]): a transaction on the lock path allocates nothing else of its own.
+    spare: Vec<TxnVecs>,
+}
+
+/// Ended transactions' vectors kept for reuse at most.
+const SPARE_TXNS: usize = 64;
+
+/// A transaction's vectors, empty, for reuse.
+#[derive(Default)]
+struct TxnVecs {
+    ranges: Vec<SetRange>,
+    held: Held,
+    homes: Vec<NodeId>,
 }
 
 impl SymNode {
@@ -458,10 +477,10 @@ impl SymNode {
                 held_bytes: 0,
             }),
             segments: Vec::new(),
-            txns: HashMap::new(),
+            txns: FxHashMap::default(),
             next_txn: 1,
             waiting: VecDeque::new(),
-            remote: HashMap::new(),
+            remote: FxHashMap::default(),
             remote_waiting: VecDeque::new(),
             seq: 0,
             durable: 0,
@@ -471,6 +490,8 @@ impl SymNode {
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
+            scratch: Vec::new(),
+            spare: Vec::new(),
             cfg,
         }
     }
@@ -553,16 +574,17 @@ impl SymNode {
         let id =
             (self.cfg.node as u64) << 48 | (self.cfg.incarnation & 0xFFFF) << 32 | self.next_txn;
         self.next_txn = (self.next_txn + 1) & 0xFFFF_FFFF;
+        let v = self.spare.pop().unwrap_or_default();
         self.txns.insert(
             id,
             Txn {
                 state: TxnState::Active,
                 deadline,
-                ranges: Vec::new(),
+                ranges: v.ranges,
                 pend: None,
                 undo: Vec::new(),
-                held: Vec::new(),
-                homes: Vec::new(),
+                held: v.held,
+                homes: v.homes,
                 req: 0,
             },
         );
@@ -588,7 +610,7 @@ impl SymNode {
             .segments
             .get(segment as usize)
             .ok_or(CrError::UnknownSegment)?;
-        g.map_range(offset, len, &mut Vec::new())?;
+        g.map_range(offset, len, &mut self.scratch)?;
         self.txns.get_mut(&txn).expect("checked").pend = Some(SetRange {
             segment,
             offset,
@@ -609,14 +631,17 @@ impl SymNode {
         let home = self.home_in(self.segments[r.segment as usize].home, &self.live);
         let t = self.txns.get_mut(&txn).expect("caller checked");
         let g = &mut self.segments[r.segment as usize];
-        let mut ids = Vec::new();
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
         g.mapping.map(r.offset, r.len, &mut ids);
         let write = r.mode == Mode::Write;
         let Some(new) = take_into(&mut g.locks, txn, r.segment, &ids, write, &mut t.held) else {
             t.state = TxnState::WaitLocal;
+            self.scratch = ids;
             return false;
         };
         if home == self.cfg.node || !new {
+            self.scratch = ids;
             self.grant(txn);
             return true;
         }
@@ -631,7 +656,7 @@ impl SymNode {
         let parts = ids.len().div_ceil(per).max(1) as u16;
         let req = t.req;
         for (i, c) in ids.chunks(per).enumerate() {
-            let mut m = Vec::new();
+            let mut m = Vec::with_capacity(LOCK_HEADER + 4 * c.len());
             lock_msg(
                 &mut m,
                 self.view,
@@ -642,7 +667,22 @@ impl SymNode {
             );
             self.out.push_back((home, m));
         }
+        self.scratch = ids;
         false
+    }
+
+    /// Keeps an ended transaction's vectors, emptied, for the next ones.
+    fn recycle(&mut self, mut ranges: Vec<SetRange>, mut held: Held, mut homes: Vec<NodeId>) {
+        if self.spare.len() < SPARE_TXNS {
+            ranges.clear();
+            held.clear();
+            homes.clear();
+            self.spare.push(TxnVecs {
+                ranges,
+                held,
+                homes,
+            });
+        }
     }
 
     /// `txn` holds its pending range's locks everywhere: the range is usable.
@@ -704,6 +744,7 @@ impl SymNode {
             self.waiting.retain(|&w| w != txn);
         }
         self.counters.aborted += 1;
+        self.recycle(t.ranges, t.held, t.homes);
     }
 
     fn release(&mut self, txn: TxnId, held: &Held, homes: &[NodeId]) {
@@ -830,6 +871,7 @@ impl SymNode {
             },
             held: t.held,
             homes: t.homes,
+            ranges: t.ranges,
         });
         self.complete();
         Ok(seq)
@@ -885,6 +927,7 @@ impl SymNode {
             self.log_used -= p.bytes;
             self.durable = self.durable.max(p.seq);
             self.release(p.txn, &p.held, &p.homes);
+            self.recycle(p.ranges, p.held, p.homes);
             self.counters.committed += 1;
             self.events.push_back(SymEvent::Committed(p.txn));
             any = true;

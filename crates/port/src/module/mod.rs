@@ -196,17 +196,20 @@ impl Core {
     fn collect(&mut self) {
         let mut done = None;
         let mut signals = None;
+        let mut filled = false;
         while let Some(e) = self.host.poll_event() {
             match e {
                 HostEvent::Completed {
                     id, status, result, ..
                 } => {
                     let d = done.get_or_insert_with(|| self.mailbox.done.lock().expect("lock"));
+                    // A posted instruction has no slot: its completion wakes no one.
                     if let Some(slot) = d.get_mut(&id.0) {
                         *slot = Some(Ok(Completed {
                             status,
                             result: result.as_slice().to_vec(),
                         }));
+                        filled = true;
                     }
                 }
                 HostEvent::Signal { module, data } => {
@@ -224,7 +227,8 @@ impl Core {
                 ),
             }
         }
-        if done.is_some() || signals.is_some() {
+        // A notify is a system call even with no waiter: only for a filled ticket or a signal.
+        if filled || signals.is_some() {
             drop((done, signals));
             self.mailbox.ready.notify_all();
         }
@@ -517,13 +521,21 @@ impl ModuleHost {
             return 0;
         };
         let mut work = 0;
-        if self.inner.engine.is_invoker() {
-            work += self.inner.engine.duty_cycle();
-        }
         let Ok(mut s) = served.try_lock() else {
-            return work;
+            return if self.inner.engine.is_invoker() {
+                self.inner.engine.duty_cycle()
+            } else {
+                0
+            };
         };
         let s = &mut *s;
+        if self.inner.engine.is_invoker() {
+            // Instructions first: what they send leaves before the sockets are read.
+            if self.inner.mailbox.waiting.load(Ordering::Acquire) {
+                work += s.core.step(&mut s.port, self.inner.engine.now());
+            }
+            work += self.inner.engine.duty_cycle();
+        }
         work + s.core.step(&mut s.port, self.inner.engine.now())
     }
 

@@ -37,6 +37,7 @@ use crate::time::Instant;
 use crate::timer::TimerWheel;
 use crate::{Address, AddressHash};
 use msg::{ModuleMsg, MsgKind, CONTROL_BODY_MAX, HEADER_BYTES};
+use rustc_hash::FxHashMap;
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 
@@ -284,14 +285,14 @@ struct Core {
     spare: Vec<Vec<u8>>,
     events: VecDeque<HostEvent>,
     /// Outstanding instructions and the module each belongs to.
-    outstanding: HashMap<InstructionId, ModuleId>,
+    outstanding: FxHashMap<InstructionId, ModuleId>,
     timers: TimerWheel<(ModuleId, u64)>,
     /// The deadline each armed timer is at.
-    timer_at: HashMap<(ModuleId, u64), Instant>,
+    timer_at: FxHashMap<(ModuleId, u64), Instant>,
     /// The earliest wheel entry of each timer that has one. A timer moved later keeps its
     /// entry, which reschedules it when it fires, so a timer pushed back on every message
     /// holds one entry, not one per push; other entries are stale and ignored.
-    wheel_at: HashMap<(ModuleId, u64), Instant>,
+    wheel_at: FxHashMap<(ModuleId, u64), Instant>,
     /// No wheel entry is due before this (a lower bound, so that an idle poll need not scan
     /// the wheel).
     earliest: Option<Instant>,
@@ -472,7 +473,7 @@ impl Context<'_> {
 pub struct Host {
     modules: Vec<Option<Slot>>,
     /// Control-message type → the module that handles it.
-    controls: HashMap<u16, ModuleId>,
+    controls: FxHashMap<u16, ModuleId>,
     /// Timers found due, reused by every [`Host::handle_timeout`].
     due: Vec<(ModuleId, u64)>,
     /// Timers moved later whose entry fired, reused likewise.
@@ -486,7 +487,7 @@ impl Host {
         assert!(incarnation != 0, "incarnation 0 means 'any' on the wire");
         Host {
             modules: (0..MODULES_MAX).map(|_| None).collect(),
-            controls: HashMap::new(),
+            controls: FxHashMap::default(),
             due: Vec::new(),
             moved: Vec::new(),
             core: Core {
@@ -498,10 +499,10 @@ impl Host {
                     .map(|_| Vec::with_capacity(HEADER_BYTES + CONTROL_BODY_MAX))
                     .collect(),
                 events: VecDeque::with_capacity(EVENTS_MAX.min(256)),
-                outstanding: HashMap::new(),
+                outstanding: FxHashMap::default(),
                 timers: TimerWheel::new(TIMER_TICK_NS, TIMER_SLOTS, 2 * TIMERS_MAX, now),
-                timer_at: HashMap::new(),
-                wheel_at: HashMap::new(),
+                timer_at: FxHashMap::default(),
+                wheel_at: FxHashMap::default(),
                 earliest: None,
                 counters: HostCounters::default(),
             },
