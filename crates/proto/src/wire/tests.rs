@@ -464,3 +464,37 @@ fn every_builder_seals() {
     let mut mac = [0u8; MAC_BYTES];
     assert!(datagram_gather(&mut head, &mut mac, header(), k, &[b"x"]).is_none());
 }
+
+/// The codec's own cost per packet (build + check) without a key, with a MAC and sealed, for
+/// docs/BENCHMARKS.md: `cargo test --release -p txcast-proto -- --ignored --nocapture
+/// codec_cost`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn codec_cost() {
+    let mac = KeyRing::from(ClusterKey::from_passphrase("k"));
+    let seal = KeyRing::new(sealing(0, "k"));
+    for bytes in [64usize, 1000, 8000] {
+        let payload = vec![0x42u8; bytes];
+        let mut line = format!("codec {bytes:>5} B:");
+        for (name, ring) in [("none", None), ("mac", Some(&mac)), ("seal", Some(&seal))] {
+            let key = ring.map(|r| &**r.send_key());
+            let mut buf = vec![0u8; 9000];
+            let n = 200_000 / (1 + bytes / 500);
+            let mut samples = Vec::new();
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    let mut w = PacketWriter::datagram(&mut buf, header(), key);
+                    assert!(w.push(&payload));
+                    let len = w.finish();
+                    let p = Packet::open(&mut buf[..len], 7, ring).unwrap();
+                    std::hint::black_box(p.body.len());
+                }
+                samples.push(t.elapsed().as_nanos() as f64 / n as f64);
+            }
+            samples.sort_by(f64::total_cmp);
+            line += &format!("  {name} {:.0} ns", samples[2]);
+        }
+        println!("{line}");
+    }
+}
