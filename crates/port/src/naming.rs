@@ -406,6 +406,27 @@ mod tests {
         assert!(ClusterConfig::from_toml("oracle_standbys = [\"nope\"]").is_err());
     }
 
+    /// `encrypt` and `key_id` reach the packet key; encryption without a key is refused.
+    #[test]
+    fn encryption_is_chosen_per_cluster_and_needs_a_key() {
+        let c = ClusterConfig::from_toml("key_passphrase = \"s\"\nencrypt = true\nkey_id = 9\n")
+            .unwrap();
+        let k = c.packet_key().unwrap();
+        assert_eq!((k.id(), k.seals()), (9, true));
+        let c = ClusterConfig::from_toml("key_passphrase = \"s\"\n").unwrap();
+        assert!(!c.packet_key().unwrap().seals());
+        assert!(ClusterConfig::default().packet_key().is_none());
+        let e = ClusterConfig::from_toml("encrypt = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key `encrypt`"), "{e}");
+        let k = ClusterConfig::default()
+            .with_key("s", true)
+            .packet_key()
+            .unwrap();
+        assert_eq!((k.id(), k.seals()), (0, true));
+    }
+
     #[test]
     fn errors_name_the_key_and_its_line() {
         let error = |text: &str| ClusterConfig::from_toml(text).unwrap_err().to_string();

@@ -290,3 +290,73 @@ fn a_node_left_with_the_retired_key_is_refused_and_counted() {
         e.shutdown();
     }
 }
+
+/// Group packets (one packet to every member) are sealed too, and a group keeps one total
+/// order through a rollover in the middle of its traffic.
+#[test]
+fn a_group_runs_encrypted_and_through_a_rollover() {
+    use txcast_port::GroupRecord;
+    use txcast_proto::group::{GroupConfig, Method};
+    let sealed = sealed_cluster();
+    let engines: Vec<Engine> = (0..3).map(|_| engine(sealed.clone())).collect();
+    let ports: Vec<Port> = (0..3)
+        .map(|s| Port::open_on(&engines[s], addr(62, s as u16, 3, 0), PortConfig::default()))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let cfg = || GroupConfig {
+        group: 7,
+        resilience: 1,
+        method: Method::Pb,
+        ..GroupConfig::default()
+    };
+    let a = ports[0].create_group(cfg()).unwrap();
+    let b = ports[1]
+        .join_group(cfg(), ports[0].address(), WAIT)
+        .unwrap();
+    let c = ports[2]
+        .join_group(cfg(), ports[1].address(), WAIT)
+        .unwrap();
+    let rounds = 40u8;
+    for i in 0..rounds {
+        if i == rounds / 2 {
+            roll_over(&engines.iter().collect::<Vec<_>>(), 1, "group key 2", true);
+        }
+        for (k, g) in [&a, &b, &c].iter().enumerate() {
+            g.send_async(&[k as u8, i]).unwrap();
+        }
+    }
+    let mut orders = Vec::new();
+    for g in [&a, &b, &c] {
+        g.wait_sent(rounds as u64, WAIT).unwrap();
+        let mut got = Vec::new();
+        while got.len() < 3 * rounds as usize {
+            let d = g.receive(WAIT).expect("delivery");
+            if let GroupRecord::Message { payload, .. } = d.what {
+                got.push(payload);
+            }
+        }
+        orders.push(got);
+    }
+    assert_eq!(orders[0], orders[1]);
+    assert_eq!(orders[0], orders[2]);
+    for k in 0..3u8 {
+        let fifo: Vec<u8> = orders[0]
+            .iter()
+            .filter(|m| m[0] == k)
+            .map(|m| m[1])
+            .collect();
+        assert_eq!(fifo, (0..rounds).collect::<Vec<_>>());
+    }
+    for p in &ports {
+        assert_eq!(
+            p.counters().refused.total(),
+            0,
+            "{:?}",
+            p.counters().refused
+        );
+    }
+    drop((a, b, c, ports));
+    for e in engines {
+        e.shutdown();
+    }
+}
