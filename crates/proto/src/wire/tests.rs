@@ -498,3 +498,49 @@ fn codec_cost() {
         println!("{line}");
     }
 }
+
+/// Random bodies and trailers behind a valid header (length and checksum made right), with
+/// either trailer flag and any key id: refused by name under a sealing and a MAC-only ring,
+/// never a panic.
+#[test]
+fn garbage_behind_a_valid_header_never_panics() {
+    let sealing_ring = KeyRing::new(sealing(3, "secret"));
+    let mac_ring = KeyRing::from(ClusterKey::from_passphrase("secret"));
+    let template = data_packet(Some(sealing_ring.send_key()));
+    let mut state = 0x0bad_cafe_f00d_d00du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for len in HEADER_BYTES..700usize {
+        let mut b = template[..HEADER_BYTES].to_vec();
+        b.resize(len, 0);
+        for x in b[HEADER_BYTES..].iter_mut() {
+            *x = next() as u8;
+        }
+        b[4] = [FLAG_MAC, FLAG_SEAL, FLAG_MAC | FLAG_SEAL][(next() % 3) as usize];
+        b[KEY_ID_OFFSET] = [0, 3, 4][(next() % 3) as usize];
+        b[32..34].copy_from_slice(&(len as u16).to_le_bytes());
+        let sum = super::header::checksum(&b);
+        b[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
+        for ring in [&sealing_ring, &mac_ring] {
+            let e = Packet::open(&mut b.clone(), 7, Some(ring)).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    WireError::LengthMismatch { .. }
+                        | WireError::MacAndSeal
+                        | WireError::UnknownKeyId(_)
+                        | WireError::TagMismatch
+                        | WireError::MacMismatch
+                        | WireError::SealMissing
+                        | WireError::SealUnexpected
+                ),
+                "{e:?}"
+            );
+            let _ = Packet::parse(&b, 7, Some(ring));
+        }
+    }
+}
