@@ -3,6 +3,7 @@
 //!
 //! Input: one control byte, then the packet.
 //! - bit 0: parse with a fixed cluster key (else with none);
+//! - bit 3: instead, open (decrypt in place) under a ring of a sealing and a MAC-only key;
 //! - bit 1: before parsing, repair the length field, the MAC (when the MAC flag is set and a key
 //!   is in use) and the checksum, so the fuzzer reaches the body decoders without having to
 //!   forge a CRC-32;
@@ -31,6 +32,14 @@ const CLUSTER: u16 = 7;
 static KEY: std::sync::LazyLock<KeyRing> =
     std::sync::LazyLock::new(|| KeyRing::from(ClusterKey([0x5a; 32])));
 
+/// A sealing key 0 and, as the next key of a rollover, a MAC-only key 1.
+static SEALING: std::sync::LazyLock<KeyRing> = std::sync::LazyLock::new(|| {
+    let mut r = KeyRing::new(PacketKey::new(0, ClusterKey([0x5a; 32]), true));
+    r.install_next(PacketKey::new(1, ClusterKey([0x5b; 32]), false))
+        .expect("another id");
+    r
+});
+
 fuzz_target!(|data: &[u8]| {
     let Some((&control, pkt)) = data.split_first() else {
         return;
@@ -53,6 +62,21 @@ fuzz_target!(|data: &[u8]| {
     } else {
         CLUSTER
     };
+
+    if control & 8 != 0 {
+        // Under a ring whose key 0 seals and key 1 only MACs: opened in place or refused by
+        // name, never a panic.
+        let mut b = pkt.to_vec();
+        match Packet::open(&mut b, cluster, Some(&*SEALING)) {
+            Ok(p) => {
+                black_box(p.body.len());
+            }
+            Err(e) => {
+                black_box(e.to_string());
+            }
+        }
+        return;
+    }
 
     let parsed = Packet::parse(pkt, cluster, ring);
     let p = match parsed {
