@@ -21,7 +21,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(out, data, "re-encoding differs");
     }
     let mut host = Host::new(Address::new(0, 0, 1, 0), 7, Instant(0));
-    host.load(1, KEY, Box::new(PingPong::default())).expect("loads");
+    host.load(1, KEY, Box::new(PingPong::default()))
+        .expect("loads");
     let from = Address::new(0, 1, 1, 0);
     let accepted = host.handle_message(Instant(1), from, data).is_ok();
     let c = host.counters().clone();

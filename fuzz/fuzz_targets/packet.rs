@@ -3,6 +3,7 @@
 //!
 //! Input: one control byte, then the packet.
 //! - bit 0: parse with a fixed cluster key (else with none);
+//! - bit 3: instead, open (decrypt in place) under a ring of a sealing and a MAC-only key;
 //! - bit 1: before parsing, repair the length field, the MAC (when the MAC flag is set and a key
 //!   is in use) and the checksum, so the fuzzer reaches the body decoders without having to
 //!   forge a CRC-32;
@@ -21,19 +22,30 @@ use std::hint::black_box;
 
 use libfuzzer_sys::fuzz_target;
 use txcast_proto::wire::{
-    parse_datagram, AckBody, AckWriter, ClusterKey, DataBody, Kind, MulticastBody, NakRange,
-    Packet, PacketWriter, Record, Records, WireError, CHECKSUM_OFFSET, FLAG_MAC, HEADER_BYTES,
-    MAC_BYTES, PACKET_BYTES_MAX,
+    parse_datagram, AckBody, AckWriter, ClusterKey, DataBody, KeyRing, Kind, MulticastBody,
+    NakRange, Packet, PacketKey, PacketWriter, Record, Records, WireError, CHECKSUM_OFFSET,
+    FLAG_MAC, HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX,
 };
 
 const CLUSTER: u16 = 7;
-static KEY: ClusterKey = ClusterKey([0x5a; 32]);
+/// A MAC-only key, id 0.
+static KEY: std::sync::LazyLock<KeyRing> =
+    std::sync::LazyLock::new(|| KeyRing::from(ClusterKey([0x5a; 32])));
+
+/// A sealing key 0 and, as the next key of a rollover, a MAC-only key 1.
+static SEALING: std::sync::LazyLock<KeyRing> = std::sync::LazyLock::new(|| {
+    let mut r = KeyRing::new(PacketKey::new(0, ClusterKey([0x5a; 32]), true));
+    r.install_next(PacketKey::new(1, ClusterKey([0x5b; 32]), false))
+        .expect("another id");
+    r
+});
 
 fuzz_target!(|data: &[u8]| {
     let Some((&control, pkt)) = data.split_first() else {
         return;
     };
-    let key = (control & 1 != 0).then_some(&KEY);
+    let ring = (control & 1 != 0).then(|| &*KEY);
+    let key = ring.map(|r| &**r.send_key());
     let repair = control & 2 != 0;
     let own_cluster = control & 4 != 0;
 
@@ -51,7 +63,22 @@ fuzz_target!(|data: &[u8]| {
         CLUSTER
     };
 
-    let parsed = Packet::parse(pkt, cluster, key);
+    if control & 8 != 0 {
+        // Under a ring whose key 0 seals and key 1 only MACs: opened in place or refused by
+        // name, never a panic.
+        let mut b = pkt.to_vec();
+        match Packet::open(&mut b, cluster, Some(&*SEALING)) {
+            Ok(p) => {
+                black_box(p.body.len());
+            }
+            Err(e) => {
+                black_box(e.to_string());
+            }
+        }
+        return;
+    }
+
+    let parsed = Packet::parse(pkt, cluster, ring);
     let p = match parsed {
         Ok(p) => p,
         Err(e) => {
@@ -102,7 +129,7 @@ fuzz_target!(|data: &[u8]| {
     // The same bytes under the other key setting are refused.
     let other = match key {
         Some(_) => Packet::parse(pkt, cluster, None).map(|_| ()),
-        None => Packet::parse(pkt, cluster, Some(&KEY)).map(|_| ()),
+        None => Packet::parse(pkt, cluster, Some(&*KEY)).map(|_| ()),
     };
     let want = if key.is_some() {
         WireError::MacUnexpected
@@ -227,7 +254,7 @@ fn push_all(w: &mut PacketWriter<'_, '_>, recs: &[Record<'_>]) {
 
 /// Rewrites length, MAC (if flagged and keyed) and checksum so that only the other header rules
 /// and the body can make the packet fail.
-fn repair_packet(buf: &mut [u8], key: Option<&ClusterKey>) {
+fn repair_packet(buf: &mut [u8], key: Option<&PacketKey>) {
     if buf.len() < HEADER_BYTES || buf.len() > u16::MAX as usize {
         return;
     }
@@ -236,7 +263,9 @@ fn repair_packet(buf: &mut [u8], key: Option<&ClusterKey>) {
     if let Some(k) = key {
         if buf[4] & FLAG_MAC != 0 && len >= HEADER_BYTES + MAC_BYTES {
             let body_end = len - MAC_BYTES;
-            let mac = k.mac(&buf[..CHECKSUM_OFFSET], &buf[HEADER_BYTES..body_end]);
+            let mac = k
+                .cluster_key()
+                .mac(&buf[..CHECKSUM_OFFSET], &buf[HEADER_BYTES..body_end]);
             buf[body_end..].copy_from_slice(&mac);
         }
     }

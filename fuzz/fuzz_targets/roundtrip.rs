@@ -25,14 +25,16 @@
 
 use libfuzzer_sys::fuzz_target;
 use txcast_proto::wire::{
-    parse_datagram, AckBody, AckWriter, ClusterKey, DataBody, Fragment, Kind, MulticastBody,
-    NakRange, Packet, PacketHeader, PacketWriter, Records, WireError, ACK_PREFIX_BYTES,
-    DATA_PREFIX_BYTES, FLAG_ACK_NOW, FLAG_MAC, FRAG_EXTRA_BYTES, HEADER_BYTES, MAC_BYTES,
-    NAK_RANGES_MAX, NAK_RANGE_BYTES, PACKET_BYTES_MAX, SEQ_MAX,
+    parse_datagram, AckBody, AckWriter, ClusterKey, DataBody, Fragment, KeyRing, Kind,
+    MulticastBody, NakRange, Packet, PacketHeader, PacketWriter, Records, WireError,
+    ACK_PREFIX_BYTES, DATA_PREFIX_BYTES, FLAG_ACK_NOW, FLAG_MAC, FRAG_EXTRA_BYTES, HEADER_BYTES,
+    MAC_BYTES, NAK_RANGES_MAX, NAK_RANGE_BYTES, PACKET_BYTES_MAX, SEQ_MAX,
 };
 use txcast_proto::{Address, TxnId};
 
-static KEY: ClusterKey = ClusterKey([0xc3; 32]);
+/// A MAC-only key, id 0.
+static KEY: std::sync::LazyLock<KeyRing> =
+    std::sync::LazyLock::new(|| KeyRing::from(ClusterKey([0xc3; 32])));
 
 struct Input<'a>(&'a [u8]);
 
@@ -88,7 +90,8 @@ fuzz_target!(|data: &[u8]| {
         0 => 0x80,
         x => x,
     };
-    let key = (options & 1 != 0).then_some(&KEY);
+    let ring = (options & 1 != 0).then(|| &*KEY);
+    let key = ring.map(|r| &**r.send_key());
     let kind = match (options >> 1) & 3 {
         0 => Kind::Data,
         1 if options & 64 != 0 => Kind::Group,
@@ -221,13 +224,13 @@ fuzz_target!(|data: &[u8]| {
     let at = flip_at as usize % n;
     bad[at] ^= flip_xor;
     assert!(
-        Packet::parse(&bad, header.cluster, key).is_err(),
+        Packet::parse(&bad, header.cluster, ring).is_err(),
         "byte {at} ^= {flip_xor:#04x} went unnoticed"
     );
 
     // Parse it back.
     let unknown = expected_flags & !(FLAG_MAC | FLAG_ACK_NOW);
-    let p = match Packet::parse(packet, header.cluster, key) {
+    let p = match Packet::parse(packet, header.cluster, ring) {
         Ok(p) => {
             assert_eq!(
                 unknown, 0,

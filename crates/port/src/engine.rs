@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{LinkConfig, LinkEvent, LinkIo, LinkTable, TableRefusal};
 use txcast_proto::wire::{
-    parse_datagram, ClusterKey, Kind, MulticastBody, Packet, Records, WireError,
+    parse_datagram, ClusterKey, KeyRing, KeyRingError, Kind, MulticastBody, Packet, PacketKey,
+    Records, WireError,
 };
 use txcast_proto::{Address, Instant, TxnId};
 
@@ -113,9 +114,15 @@ pub(crate) enum Refusal {
     MacUnexpected = 5,
     /// A valid header whose body breaks its kind's rules.
     Body = 6,
+    /// A key id that is not among the keys accepted (a retired key, or another cluster's).
+    UnknownKey = 7,
+    /// An AEAD tag that does not verify under the named key.
+    TagMismatch = 8,
+    /// Sealed where the named key only MACs, or MAC'd where it seals.
+    WrongMode = 9,
 }
 
-const REFUSALS: usize = 7;
+const REFUSALS: usize = 10;
 
 /// A port logs refused datagrams at most once a second per reason (a flood of garbage must not
 /// become a flood of log lines); each line counts what was refused since the one before.
@@ -140,6 +147,9 @@ impl Refusal {
             Refusal::MacMismatch => "mac_mismatch",
             Refusal::MacUnexpected => "mac_unexpected",
             Refusal::Body => "body",
+            Refusal::UnknownKey => "unknown_key",
+            Refusal::TagMismatch => "tag_mismatch",
+            Refusal::WrongMode => "wrong_mode",
         }
     }
 
@@ -150,6 +160,11 @@ impl Refusal {
             WireError::MacMissing => Refusal::MacMissing,
             WireError::MacMismatch => Refusal::MacMismatch,
             WireError::MacUnexpected => Refusal::MacUnexpected,
+            WireError::UnknownKeyId(_) => Refusal::UnknownKey,
+            WireError::TagMismatch => Refusal::TagMismatch,
+            WireError::SealMissing | WireError::SealUnexpected | WireError::Sealed => {
+                Refusal::WrongMode
+            }
             _ => Refusal::Malformed,
         }
     }
@@ -174,6 +189,14 @@ pub struct Refusals {
     pub mac_unexpected: u64,
     /// A valid header with a body that breaks its kind's rules.
     pub body: u64,
+    /// A MAC or tag under a key id this node does not accept (a retired key, a key not yet
+    /// installed here, or another cluster's).
+    pub unknown_key: u64,
+    /// A sealed packet whose AEAD tag does not verify under the key it names (wrong key
+    /// bytes under that id, or altered packet).
+    pub tag_mismatch: u64,
+    /// Sealed under a key this node holds as MAC-only, or MAC'd under one it holds as sealing.
+    pub wrong_mode: u64,
 }
 
 impl Refusals {
@@ -186,6 +209,9 @@ impl Refusals {
             + self.mac_mismatch
             + self.mac_unexpected
             + self.body
+            + self.unknown_key
+            + self.tag_mismatch
+            + self.wrong_mode
     }
 }
 
@@ -254,6 +280,9 @@ impl EndpointCounters {
             mac_mismatch: r(Refusal::MacMismatch),
             mac_unexpected: r(Refusal::MacUnexpected),
             body: r(Refusal::Body),
+            unknown_key: r(Refusal::UnknownKey),
+            tag_mismatch: r(Refusal::TagMismatch),
+            wrong_mode: r(Refusal::WrongMode),
         }
     }
 }
@@ -298,7 +327,9 @@ pub(crate) struct Endpoint {
 
 pub(crate) struct Shared {
     pub cfg: EngineConfig,
-    pub key: Option<ClusterKey>,
+    /// The cluster's keys, when it has one: what packets are sent with and checked against.
+    /// Lock order: `endpoints`, then this, then an endpoint's `links`.
+    pub keys: Option<RwLock<KeyRing>>,
     /// The last incarnation handed to a port of this process.
     last_incarnation: AtomicU64,
     origin: std::time::Instant,
@@ -384,7 +415,10 @@ impl Engine {
         )?;
         let epoll_fd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let shared = Arc::new(Shared {
-            key: cfg.cluster.key(),
+            keys: cfg
+                .cluster
+                .packet_key()
+                .map(|k| RwLock::new(KeyRing::new(k.with_counter_start(random_u64())))),
             last_incarnation: AtomicU64::new(0),
             origin: std::time::Instant::now(),
             endpoints: RwLock::new(Vec::new()),
@@ -480,18 +514,21 @@ impl Engine {
     pub(crate) fn register(&self, ep: Arc<Endpoint>) -> std::io::Result<()> {
         let addr = ep.addr;
         if self.is_invoker() {
-            self.shared.endpoints.write().expect("engine lock").push(ep);
+            let mut eps = self.shared.endpoints.write().expect("engine lock");
+            self.shared.key_to(&ep);
+            eps.push(ep);
+            drop(eps);
             // A thread asleep on the epoll set wakes and goes back to sleep with this socket
             // in it (see `watch_pending`).
             self.wake_invoker_sleepers();
             return Ok(());
         }
         ep.watched.store(true, Ordering::SeqCst);
-        self.shared
-            .endpoints
-            .write()
-            .expect("engine lock")
-            .push(ep.clone());
+        {
+            let mut eps = self.shared.endpoints.write().expect("engine lock");
+            self.shared.key_to(&ep);
+            eps.push(ep.clone());
+        }
         self.watch(ep.socket.as_fd())
             .inspect_err(|_| self.unregister(addr))
     }
@@ -771,7 +808,7 @@ impl Engine {
             let r = batch.recv_one_waiting(&own.socket);
             woke();
             if let Ok(1) = r {
-                self.handle_batch(own, &batch, 1, self.now());
+                self.handle_batch(own, &mut batch, 1, self.now());
             }
         }
         self.shared.blocked.store(false, Ordering::SeqCst);
@@ -1101,7 +1138,7 @@ impl Engine {
     fn handle_batch(
         &self,
         ep: &Endpoint,
-        batch: &crate::mmsg::RecvBatch,
+        batch: &mut crate::mmsg::RecvBatch,
         got: usize,
         now: Instant,
     ) {
@@ -1109,7 +1146,7 @@ impl Engine {
             .packets_received
             .fetch_add(got as u64, Ordering::Relaxed);
         for i in 0..got {
-            match batch.get(i) {
+            match batch.get_mut(i) {
                 (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from, now),
                 _ => {
                     // Longer than any packet this cluster builds, or from no address.
@@ -1119,14 +1156,23 @@ impl Engine {
         }
     }
 
-    fn handle_datagram(&self, ep: &Endpoint, bytes: &[u8], from: SocketAddr, now: Instant) {
+    fn handle_datagram(&self, ep: &Endpoint, bytes: &mut [u8], from: SocketAddr, now: Instant) {
         if bytes == crate::shm::DOORBELL {
             // A local sender woke us from a park on the socket; its message is in the ring.
             ep.counters.doorbells.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let cfg = &self.shared.cfg;
-        let p = match Packet::parse(bytes, cfg.cluster.cluster, self.shared.key.as_ref()) {
+        // Without a key no lock is taken; with one, the ring is read for the check only (a
+        // sealed packet is decrypted in place in the receive buffer).
+        let parsed = match &self.shared.keys {
+            None => Packet::parse(bytes, cfg.cluster.cluster, None),
+            Some(keys) => {
+                let ring = keys.read().expect("keys lock");
+                Packet::open(bytes, cfg.cluster.cluster, Some(&ring))
+            }
+        };
+        let p = match parsed {
             Ok(p) => p,
             Err(e) => {
                 ep.counters.refuse(Refusal::of(e), ep.addr, now);
@@ -1450,4 +1496,99 @@ pub(crate) fn read_envelope(rec: &[u8]) -> Option<(Address, TxnId, &[u8])> {
         TxnId(u64::from_le_bytes(txn)),
         payload,
     ))
+}
+
+impl Shared {
+    /// The key packets are sent with now, if the cluster has keys.
+    pub(crate) fn send_key(&self) -> Option<Arc<PacketKey>> {
+        self.keys
+            .as_ref()
+            .map(|k| k.read().expect("keys lock").send_key().clone())
+    }
+
+    /// Gives `ep`'s links the key sent with now (called with `endpoints` locked, so that a
+    /// switch of keys either sees the endpoint or is seen by it).
+    fn key_to(&self, ep: &Endpoint) {
+        if let Some(k) = self.send_key() {
+            ep.links.lock().expect("links lock").set_send_key(k);
+        }
+    }
+}
+
+/// Which keys an engine holds (see [`Engine::install_next_key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyStatus {
+    /// The id of the key packets are sent with.
+    pub sending: u8,
+    /// Whether that key encrypts packets (else it only MACs them).
+    pub encrypting: bool,
+    /// A key installed and accepted, not yet sent with.
+    pub next: Option<u8>,
+    /// The key sent with before the last switch, still accepted until retired.
+    pub old: Option<u8>,
+}
+
+/// Key rollover: changing the cluster key without stopping the cluster. On every node, in
+/// three steps, each begun only once the one before is done on every node: install the next
+/// key (accepted from then on), switch to it (sent with from then on; the old one is still
+/// accepted), retire the old one (refused from then on: wait a few round trips after the last
+/// switch, so that no packet under it is in flight). Packets name their key by id, so nothing
+/// is tried twice and nothing is lost.
+impl Engine {
+    /// Accepts `key`, named `id` on the wire, encrypting packets when `encrypt`, besides the
+    /// key in use. Replaces a next key installed before and not switched to.
+    pub fn install_next_key(
+        &self,
+        id: u8,
+        key: ClusterKey,
+        encrypt: bool,
+    ) -> Result<(), KeyRingError> {
+        let keys = self.shared.keys.as_ref().ok_or(KeyRingError::NoKey)?;
+        let next = PacketKey::new(id, key, encrypt).with_counter_start(random_u64());
+        keys.write().expect("keys lock").install_next(next)
+    }
+
+    /// Sends every packet with the installed next key from now on, on every port of this
+    /// engine (packets already built keep the key they were built with).
+    pub fn switch_to_next_key(&self) -> Result<(), KeyRingError> {
+        let keys = self.shared.keys.as_ref().ok_or(KeyRingError::NoKey)?;
+        let eps = self.shared.endpoints.read().expect("engine lock");
+        let send = {
+            let mut ring = keys.write().expect("keys lock");
+            ring.switch()?;
+            ring.send_key().clone()
+        };
+        for ep in eps.iter() {
+            ep.links
+                .lock()
+                .expect("links lock")
+                .set_send_key(send.clone());
+        }
+        Ok(())
+    }
+
+    /// Stops accepting the key sent with before the last switch.
+    pub fn retire_old_key(&self) -> Result<(), KeyRingError> {
+        let keys = self.shared.keys.as_ref().ok_or(KeyRingError::NoKey)?;
+        keys.write().expect("keys lock").retire()
+    }
+
+    /// The keys held, or `None` for a cluster without a key.
+    pub fn key_status(&self) -> Option<KeyStatus> {
+        let ring = self.shared.keys.as_ref()?.read().expect("keys lock");
+        Some(KeyStatus {
+            sending: ring.send_key().id(),
+            encrypting: ring.send_key().seals(),
+            next: ring.next_id(),
+            old: ring.old_id(),
+        })
+    }
+}
+
+/// 64 random bits from the OS (through std's hasher keys): a key's first packet counter.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish()
 }

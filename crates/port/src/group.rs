@@ -21,7 +21,7 @@ use txcast_proto::member::{
 };
 pub use txcast_proto::stack::GroupSpec;
 use txcast_proto::time::Instant;
-use txcast_proto::wire::{Kind, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES};
+use txcast_proto::wire::{Kind, PacketHeader, PacketWriter, HEADER_BYTES, TRAILER_BYTES_MAX};
 use txcast_proto::Address;
 
 /// Largest GROUP packet the engine receives (its receive buffers are at least this long).
@@ -30,8 +30,9 @@ pub const GROUP_PACKET_BYTES_MAX: usize = 16_448;
 pub const GROUPS_PER_PORT_MAX: usize = 16;
 /// Completions and failures kept for [`Group::events`]; older ones are dropped.
 const EVENTS_MAX: usize = 256;
-/// Bytes a GROUP packet adds around one group message (header, record header, MAC).
-const PACKET_OVERHEAD: usize = HEADER_BYTES + txcast_proto::wire::RECORD_HEADER_BYTES + MAC_BYTES;
+/// Bytes a GROUP packet adds around one group message (header, record header, MAC or seal).
+const PACKET_OVERHEAD: usize =
+    HEADER_BYTES + txcast_proto::wire::RECORD_HEADER_BYTES + TRAILER_BYTES_MAX;
 
 /// Why a group call failed.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +130,8 @@ impl GroupShared {
 pub(crate) fn flush(engine: &Engine, ep: &Endpoint, g: &GroupShared, st: &mut GroupState) {
     let now = engine.now();
     let cluster = &engine.config().cluster;
-    let key = engine.shared.key.as_ref();
+    let key = engine.shared.send_key();
+    let key = key.as_deref();
     while let Some((dest, len)) = st.m.poll_transmit(now, &mut st.buf) {
         let destination = match dest {
             Dest::To(a) => a,

@@ -14,7 +14,7 @@ pub mod port;
 pub mod rpc;
 pub mod shm;
 
-pub use engine::{Engine, EngineConfig, EngineMode, Refusals};
+pub use engine::{Engine, EngineConfig, EngineMode, KeyStatus, Refusals};
 pub use extension::ServiceClash;
 pub use group::{Group, GroupCallError, GroupDelivery, GroupRecord, GroupSpec};
 pub use ldg::{Ldg, LdgCallError, LdgCounters};
@@ -29,3 +29,4 @@ pub use shm::IdleStrategy;
 pub use txcast_proto::frag::{LdgConfig, LdgError, TransferId};
 pub use txcast_proto::oracle::{Change, Pattern};
 pub use txcast_proto::rpc::{CallId, Completion, End, Outcome, RemoteError, RpcConfig};
+pub use txcast_proto::wire::{ClusterKey, KeyRingError};

@@ -407,6 +407,20 @@ impl RecvBatch {
         Ok(self.count)
     }
 
+    /// As [`RecvBatch::get`], the bytes writable (a sealed packet is decrypted in place).
+    pub fn get_mut(&mut self, i: usize) -> (&mut [u8], Option<SocketAddr>, bool) {
+        let at = i * self.slot_bytes;
+        let from = match self.one_from {
+            Some(from) if i == 0 => from,
+            _ => socket_addr_of(&self.names[i]),
+        };
+        (
+            &mut self.data[at..at + self.lens[i]],
+            from,
+            self.truncated[i],
+        )
+    }
+
     /// Slots per `recv`.
     pub fn slots(&self) -> usize {
         self.msgs.len()

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use txcast_proto::wire::ClusterKey;
+use txcast_proto::wire::{ClusterKey, PacketKey};
 use txcast_proto::{Address, TxnId};
 
 /// Why a configuration or an address was refused.
@@ -69,8 +69,13 @@ pub struct ClusterConfig {
     pub server_instances_max: u16,
     /// Directory for shared-memory segments (a private subdirectory is made per user).
     pub shm_dir: PathBuf,
-    /// Passphrase for the cluster key; when set, every packet carries a keyed MAC.
+    /// Passphrase for the cluster key; when set, every packet carries a keyed MAC (or, with
+    /// `encrypt`, is encrypted and carries an AEAD tag).
     pub key_passphrase: Option<String>,
+    /// With a key: encrypt every packet's body (XChaCha20-Poly1305), not only authenticate it.
+    pub encrypt: bool,
+    /// With a key: the id packets name it by (a rollover installs the next key under another).
+    pub key_id: u8,
     pub multicast: MulticastConfig,
     /// The oracle's address (`instance.site.type.server`): clients find it here, not by
     /// searching the network.
@@ -95,6 +100,8 @@ impl Default for ClusterConfig {
             server_instances_max: 64,
             shm_dir: PathBuf::from("/dev/shm"),
             key_passphrase: None,
+            encrypt: false,
+            key_id: 0,
             multicast: MulticastConfig::default(),
             oracle: DEFAULT_ORACLE.to_string(),
             oracle_standbys: Vec::new(),
@@ -220,6 +227,9 @@ impl ClusterConfig {
                 );
             }
         }
+        if self.encrypt && self.key_passphrase.is_none() {
+            return bad("encrypt", "needs a key: set key_passphrase too");
+        }
         if self.shm_dir.as_os_str().is_empty() {
             return bad("shm_dir", "empty: name a directory (default /dev/shm)");
         }
@@ -263,6 +273,20 @@ impl ClusterConfig {
         self.key_passphrase
             .as_deref()
             .map(ClusterKey::from_passphrase)
+    }
+
+    /// The key as packets use it (id, MAC-only or encrypting), if there is one.
+    pub fn packet_key(&self) -> Option<PacketKey> {
+        self.key()
+            .map(|k| PacketKey::new(self.key_id, k, self.encrypt))
+    }
+
+    /// This configuration with a cluster key from `passphrase`, encrypting packets when
+    /// `encrypt` (else MAC only).
+    pub fn with_key(mut self, passphrase: &str, encrypt: bool) -> ClusterConfig {
+        self.key_passphrase = Some(passphrase.to_string());
+        self.encrypt = encrypt;
+        self
     }
 
     /// The host of a site.
@@ -380,6 +404,27 @@ mod tests {
         assert_eq!(o.len(), 3);
         assert_eq!((o[0].site, o[1].site, o[2].site), (0, 1, 2));
         assert!(ClusterConfig::from_toml("oracle_standbys = [\"nope\"]").is_err());
+    }
+
+    /// `encrypt` and `key_id` reach the packet key; encryption without a key is refused.
+    #[test]
+    fn encryption_is_chosen_per_cluster_and_needs_a_key() {
+        let c = ClusterConfig::from_toml("key_passphrase = \"s\"\nencrypt = true\nkey_id = 9\n")
+            .unwrap();
+        let k = c.packet_key().unwrap();
+        assert_eq!((k.id(), k.seals()), (9, true));
+        let c = ClusterConfig::from_toml("key_passphrase = \"s\"\n").unwrap();
+        assert!(!c.packet_key().unwrap().seals());
+        assert!(ClusterConfig::default().packet_key().is_none());
+        let e = ClusterConfig::from_toml("encrypt = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("key `encrypt`"), "{e}");
+        let k = ClusterConfig::default()
+            .with_key("s", true)
+            .packet_key()
+            .unwrap();
+        assert_eq!((k.id(), k.seals()), (0, true));
     }
 
     #[test]

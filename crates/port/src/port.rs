@@ -23,7 +23,7 @@ use std::time::Duration;
 use txcast_proto::link::{LinkCounters, LinkTable, TableSendError};
 use txcast_proto::wire::{
     Kind, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX,
-    RECORD_HEADER_BYTES,
+    RECORD_HEADER_BYTES, TRAILER_BYTES_MAX,
 };
 use txcast_proto::{Address, AddressHash, TxnId};
 
@@ -234,7 +234,7 @@ impl Port {
                     addr,
                     engine.config().cluster.cluster,
                     incarnation,
-                    engine.shared.key.clone(),
+                    engine.shared.send_key(),
                     LINKS_PER_PORT_MAX,
                     engine.now(),
                 )
@@ -669,10 +669,11 @@ impl Port {
             self.batch.send(&self.ep.socket);
         }
         // Built in the batch itself: no copy of the packet.
-        let (header, engine) = (self.header(dest), self.engine.clone());
-        let key = engine.shared.key.as_ref();
-        self.batch
-            .push_built(cap, to, |buf| build_packet(buf, header, key, None, msg))
+        let header = self.header(dest);
+        let key = self.engine.shared.send_key();
+        self.batch.push_built(cap, to, |buf| {
+            build_packet(buf, header, key.as_deref(), None, msg)
+        })
     }
 
     /// Sends the datagrams [`Port::queue_datagram`] queued (one `sendmmsg`, or `sendto` for a
@@ -731,12 +732,11 @@ impl Port {
         txn: Option<TxnId>,
         msg: &[u8],
     ) -> Result<(Vec<u8>, usize), PortError> {
-        let engine = self.engine.clone();
         let header = self.header(dest);
-        let key = engine.shared.key.as_ref();
+        let key = self.engine.shared.send_key();
         let mut buf = std::mem::take(&mut self.scratch);
         buf.resize(self.packet_room(msg), 0);
-        match build_packet(&mut buf, header, key, txn, msg) {
+        match build_packet(&mut buf, header, key.as_deref(), txn, msg) {
             Ok(n) => Ok((buf, n)),
             Err(e) => {
                 self.scratch = buf;
@@ -748,7 +748,7 @@ impl Port {
     /// Room a packet holding just `msg` is built in: a datagram may be longer than the link's
     /// packets, up to a UDP datagram.
     fn packet_room(&self, msg: &[u8]) -> usize {
-        let need = HEADER_BYTES + RECORD_HEADER_BYTES + MAC_BYTES + msg.len();
+        let need = HEADER_BYTES + RECORD_HEADER_BYTES + TRAILER_BYTES_MAX + msg.len();
         need.clamp(self.engine.config().link.packet_bytes_max, PACKET_BYTES_MAX)
     }
 
@@ -1290,7 +1290,7 @@ fn map_send_error(e: SendError, dest: Address) -> PortError {
 fn build_packet(
     buf: &mut [u8],
     header: PacketHeader,
-    key: Option<&txcast_proto::wire::ClusterKey>,
+    key: Option<&txcast_proto::wire::PacketKey>,
     txn: Option<TxnId>,
     msg: &[u8],
 ) -> Result<usize, PortError> {
@@ -1329,14 +1329,17 @@ pub(crate) fn send_udp_gather(
 ) -> Result<(), PortError> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let to = engine.socket_addr(dest)?;
+    let key = engine.shared.send_key();
+    if let Some(k) = key.as_deref().filter(|k| k.seals()) {
+        return send_sealed_gather(engine, ep, dest, to, k, parts);
+    }
     let mut head = [0u8; txcast_proto::wire::GATHER_HEAD_BYTES];
     let mut mac = [0u8; MAC_BYTES];
-    let key = engine.shared.key.as_ref();
     let (mac_len, _) = txcast_proto::wire::datagram_gather(
         &mut head,
         &mut mac,
         header(engine, ep, dest),
-        key,
+        key.as_deref(),
         parts,
     )
     .ok_or(PortError::TooLong {
@@ -1357,6 +1360,35 @@ pub(crate) fn send_udp_gather(
     all[1..1 + parts.len()].copy_from_slice(parts);
     all[1 + parts.len()] = &mac[..mac_len];
     crate::mmsg::send_gather(&ep.socket, &all[..2 + parts.len()], &to)
+        .map(|_| ())
+        .map_err(PortError::Io)
+}
+
+/// [`send_udp_gather`] under a sealing key: encryption needs the payload in one buffer, so the
+/// parts are copied into the packet (bounded by a datagram's size).
+fn send_sealed_gather(
+    engine: &Engine,
+    ep: &Endpoint,
+    dest: Address,
+    to: std::net::SocketAddr,
+    key: &txcast_proto::wire::PacketKey,
+    parts: &[&[u8]],
+) -> Result<(), PortError> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let max = PACKET_BYTES_MAX - txcast_proto::wire::GATHER_HEAD_BYTES - key.trailer_bytes();
+    if len > max {
+        return Err(PortError::TooLong { len, max });
+    }
+    let mut buf = vec![0u8; txcast_proto::wire::GATHER_HEAD_BYTES + len + key.trailer_bytes()];
+    let mut w = PacketWriter::datagram(&mut buf, header(engine, ep, dest), Some(key));
+    if !w.push_parts(parts) {
+        return Err(PortError::TooLong { len, max });
+    }
+    let n = w.finish();
+    if engine.inject_loss() {
+        return Ok(());
+    }
+    crate::mmsg::send_gather(&ep.socket, &[&buf[..n]], &to)
         .map(|_| ())
         .map_err(PortError::Io)
 }

@@ -22,7 +22,7 @@ use txcast_proto::rpc::{
     CallId, Client, ClientCounters, Completion, End, Outcome, RemoteError, RpcConfig, RpcError,
     Server, ServerCounters, Status, Verdict,
 };
-use txcast_proto::wire::{HEADER_BYTES, MAC_BYTES, RECORD_HEADER_BYTES};
+use txcast_proto::wire::{HEADER_BYTES, RECORD_HEADER_BYTES, TRAILER_BYTES_MAX};
 use txcast_proto::{Address, Instant, TxnId};
 
 /// A request handler: the caller's address and the request's payload in, the result (or a
@@ -375,14 +375,14 @@ impl Rpc {
         let datagram = port.engine().config().link.packet_bytes_max
             - HEADER_BYTES
             - RECORD_HEADER_BYTES
-            - MAC_BYTES;
+            - TRAILER_BYTES_MAX;
         cfg.message_bytes_max = cfg
             .message_bytes_max
             .min(port.message_bytes_max())
             .min(datagram);
         let client = Client::new(cfg, port.incarnation())?;
         let mut server = Server::with_incarnation(cfg, port.incarnation())?;
-        if port.engine().shared.key.is_some() {
+        if port.engine().shared.keys.is_some() {
             // Packets are authenticated, so every request was sent by a client once, but any
             // may be a copy captured and sent again: refuse those (issue 23).
             server.guard_replays();

@@ -9,7 +9,7 @@ use txcast_proto::link::{Link, LinkConfig, LinkCounters, LinkSendError};
 use txcast_proto::pack::PackMode;
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
-use txcast_proto::wire::{ClusterKey, Packet};
+use txcast_proto::wire::{ClusterKey, KeyRing, Packet, PacketKey};
 use txcast_proto::Address;
 
 const CLUSTER: u16 = 1;
@@ -74,7 +74,7 @@ pub struct LinkNode {
     next_link: usize,
     pub malformed_dropped: u64,
     /// The cluster key packets are sealed and checked with, if any.
-    key: Option<ClusterKey>,
+    key: Option<KeyRing>,
 }
 
 impl LinkNode {
@@ -93,7 +93,7 @@ impl LinkNode {
         nodes: usize,
         cfg: &LinkConfig,
         incarnation: u64,
-        key: Option<ClusterKey>,
+        key: Option<KeyRing>,
     ) -> Self {
         let links = (0..nodes)
             .map(|j| {
@@ -104,7 +104,7 @@ impl LinkNode {
                         address(j),
                         CLUSTER,
                         incarnation,
-                        key.clone(),
+                        key.as_ref().map(|k| k.send_key().clone()),
                     )
                     .expect("valid config")
                 })
@@ -130,7 +130,8 @@ impl LinkNode {
 
 impl Node for LinkNode {
     fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
-        match Packet::parse(bytes, CLUSTER, self.key.as_ref()) {
+        let mut bytes = bytes.to_vec();
+        match Packet::open(&mut bytes, CLUSTER, self.key.as_ref()) {
             Ok(p) => {
                 let from = p.header.source.site as usize;
                 match self.links.get_mut(from).and_then(|l| l.as_mut()) {
@@ -219,7 +220,7 @@ struct LinkWorld {
     next_send_at: Vec<Instant>,
     msg: Vec<u8>,
     total: u32,
-    key: Option<ClusterKey>,
+    key: Option<KeyRing>,
 }
 
 /// Runs one seed; `Err` describes the first violation, with the replay command.
@@ -252,7 +253,11 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Viola
     // Odd seeds run with a cluster key (links then take up a stream only from DATA that names
     // the receiver's incarnation: one more round trip at first contact and after restarts).
     // Chosen by the seed, not drawn, so the other seeds' runs stay as they were.
-    let key = (seed % 2 == 1).then(|| ClusterKey::from_passphrase("link sim"));
+    // Seeds 3 mod 4 seal (encrypt) their packets, 1 mod 4 only MAC them.
+    let key = (seed % 2 == 1).then(|| {
+        let k = ClusterKey::from_passphrase("link sim");
+        KeyRing::new(PacketKey::new(0, k, seed % 4 == 3))
+    });
     let world = LinkWorld {
         opts: opts.clone(),
         nodes: (0..n)

@@ -25,7 +25,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::wire::{
-    ClusterKey, Kind, MulticastBody, Packet, PacketHeader, PacketWriter, PACKET_BYTES_MAX,
+    ClusterKey, KeyRing, Kind, MulticastBody, Packet, PacketHeader, PacketWriter, PACKET_BYTES_MAX,
 };
 use txcast_proto::{Address, TxnId};
 
@@ -90,7 +90,7 @@ fn address(node: NodeId) -> Address {
 /// rule for a MULTICAST packet.
 pub struct TxnPort {
     me: NodeId,
-    key: Option<ClusterKey>,
+    key: Option<KeyRing>,
     joined: BTreeSet<TxnId>,
     /// Packets to send: (destinations, bytes).
     out: VecDeque<(Vec<NodeId>, Vec<u8>)>,
@@ -101,7 +101,7 @@ pub struct TxnPort {
 }
 
 impl TxnPort {
-    pub fn new(me: NodeId, key: Option<ClusterKey>) -> TxnPort {
+    pub fn new(me: NodeId, key: Option<KeyRing>) -> TxnPort {
         TxnPort {
             me,
             key,
@@ -128,7 +128,7 @@ impl TxnPort {
         txn: TxnId,
         msgs: &[Vec<u8>],
         to: Vec<NodeId>,
-        key: Option<&ClusterKey>,
+        key: Option<&KeyRing>,
     ) -> Option<Vec<u8>> {
         if self.out.len() >= OUT_MAX {
             return None;
@@ -142,7 +142,7 @@ impl TxnPort {
             destination: address(0),
         };
         let mut buf = vec![0u8; PACKET_BYTES_MAX];
-        let mut w = PacketWriter::multicast(&mut buf, header, key, txn);
+        let mut w = PacketWriter::multicast(&mut buf, header, key.map(|k| &**k.send_key()), txn);
         if !msgs.iter().all(|m| w.push(m)) {
             return None;
         }
@@ -160,7 +160,8 @@ impl TxnPort {
 
 impl Node for TxnPort {
     fn handle_message(&mut self, _now: Instant, bytes: &[u8]) {
-        let body = Packet::parse(bytes, CLUSTER, self.key.as_ref())
+        let mut bytes = bytes.to_vec();
+        let body = Packet::open(&mut bytes, CLUSTER, self.key.as_ref())
             .ok()
             .filter(|p| p.header.kind == Kind::Multicast)
             .and_then(|p| Some((p.header.source, MulticastBody::parse(p.body).ok()?)));
@@ -218,7 +219,7 @@ struct TxnWorld {
     opts: TxnSimOptions,
     rng: Rng,
     faults: FaultConfig,
-    key: Option<ClusterKey>,
+    key: Option<KeyRing>,
     txns: Vec<TxnId>,
     ports: Vec<TxnPort>,
     /// The membership the workload asked for (the checker's own record).
@@ -250,7 +251,7 @@ pub fn run_txn(seed: u64, opts: &TxnSimOptions) -> Result<TxnSimReport, Violatio
     let key = rng.chance(0.5).then(|| {
         let mut k = [0u8; 32];
         k.iter_mut().for_each(|b| *b = rng.below(256) as u8);
-        ClusterKey(k)
+        KeyRing::from(ClusterKey(k))
     });
     let txns: Vec<TxnId> = (0..opts.txns.max(1))
         .map(|_| TxnId(1 + rng.below(u64::MAX - 1)))
@@ -339,7 +340,7 @@ impl TxnWorld {
             }
             _ => {
                 let txn = self.txns[0];
-                let forged = ClusterKey([0x5a; 32]);
+                let forged = KeyRing::from(ClusterKey([0x5a; 32]));
                 let mut port = TxnPort::new(i, None);
                 let Some(b) =
                     port.multicast(txn, &[payload(i, u64::MAX, txn)], vec![j], Some(&forged))

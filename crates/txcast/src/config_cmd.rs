@@ -91,8 +91,13 @@ fn describe(c: &ClusterConfig) -> Result<String, String> {
     line("shared memory", c.segment_dir().display().to_string());
     line(
         "packet MAC",
-        if c.key_passphrase.is_some() {
-            "keyed (key_passphrase set)".to_string()
+        if c.key_passphrase.is_some() && c.encrypt {
+            format!(
+                "keyed and encrypted (key_passphrase set, encrypt, key_id {})",
+                c.key_id
+            )
+        } else if c.key_passphrase.is_some() {
+            format!("keyed (key_passphrase set, key_id {})", c.key_id)
         } else {
             "none (no key_passphrase)".to_string()
         },

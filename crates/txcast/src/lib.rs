@@ -75,6 +75,8 @@ pub mod config {
     //! # Ok::<(), txcast::config::NamingError>(())
     //! ```
     pub use txcast_port::naming::{ClusterConfig, MulticastConfig, NamingError, DEFAULT_ORACLE};
+    /// Cluster keys and their rollover ([`crate::port::Engine::install_next_key`]).
+    pub use txcast_proto::wire::{ClusterKey, KeyRingError};
 }
 
 pub mod port {
@@ -116,7 +118,7 @@ pub mod port {
     //! # Ok(())
     //! # }
     //! ```
-    pub use txcast_port::engine::{Engine, EngineConfig, EngineMode, Refusals};
+    pub use txcast_port::engine::{Engine, EngineConfig, EngineMode, KeyStatus, Refusals};
     pub use txcast_port::port::{Port, PortClaim, PortConfig, PortCounters, PortError, Received};
     /// The shared-memory rings under the ports (for tools such as `txcast stat`).
     pub use txcast_port::shm;

@@ -102,6 +102,9 @@ fn diff(now: &Refusals, before: &Refusals) -> Refusals {
         mac_mismatch: now.mac_mismatch - before.mac_mismatch,
         mac_unexpected: now.mac_unexpected - before.mac_unexpected,
         body: now.body - before.body,
+        unknown_key: now.unknown_key - before.unknown_key,
+        tag_mismatch: now.tag_mismatch - before.tag_mismatch,
+        wrong_mode: now.wrong_mode - before.wrong_mode,
     }
 }
 
@@ -186,6 +189,9 @@ fn an_attacker_on_the_wire_is_refused_counted_and_changes_no_delivery() {
         r.mac_missing += got.mac_missing;
         r.mac_mismatch += got.mac_mismatch;
         r.body += got.body;
+        r.unknown_key += got.unknown_key;
+        r.tag_mismatch += got.tag_mismatch;
+        r.wrong_mode += got.wrong_mode;
     }
     std::thread::sleep(Duration::from_millis(100));
     attacker.set_nonblocking(true).unwrap();
@@ -266,13 +272,15 @@ fn an_attacker_on_the_wire_is_refused_counted_and_changes_no_delivery() {
     println!(
         "attack_wire: {sent_total} garbage and unspoofed packets at 2 sockets, refused as \
          malformed {}, checksum {}, wrong cluster {}, MAC missing {}, MAC mismatch {}, \
-         body {}; {} misaddressed (valid, from the attacker's address); {answers} answers \
+         unknown key id {}, wrong mode {}, body {}; {} misaddressed (valid, from the attacker's address); {answers} answers \
          to the attacker",
         refused_total.malformed,
         refused_total.checksum,
         refused_total.wrong_cluster,
         refused_total.mac_missing,
         refused_total.mac_mismatch,
+        refused_total.unknown_key,
+        refused_total.wrong_mode,
         refused_total.body,
         2 * a_to_b.len(),
     );

@@ -21,13 +21,14 @@ use crate::addr::Address;
 use crate::pack::PackMode;
 use crate::time::Instant;
 use crate::wire::{
-    AckBody, ClusterKey, DataBody, Kind, Packet, PacketHeader, WireError, DATA_PREFIX_BYTES,
-    FRAG_EXTRA_BYTES, HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX, PACKET_BYTES_MIN,
-    RECORD_HEADER_BYTES,
+    AckBody, DataBody, Kind, Packet, PacketHeader, PacketKey, WireError, DATA_PREFIX_BYTES,
+    FRAG_EXTRA_BYTES, HEADER_BYTES, PACKET_BYTES_MAX, PACKET_BYTES_MIN, RECORD_HEADER_BYTES,
+    TRAILER_BYTES_MAX,
 };
 use core::time::Duration;
 use receiver::Receiver;
 use sender::Sender;
+use std::sync::Arc;
 pub use table::{LinkIo, LinkTable, RunOutcome, TableRefusal, TableSendError};
 
 /// Bounds and timers of a link.
@@ -85,25 +86,27 @@ impl Default for LinkConfig {
 pub struct ConfigError(pub &'static str);
 
 impl LinkConfig {
-    /// Payload bytes of one fragment record in a packet of `packet_bytes_max`.
-    pub fn fragment_payload_max(&self, mac: bool) -> usize {
+    /// Payload bytes of one fragment record in a packet of `packet_bytes_max`. `keyed`: the
+    /// packets carry a trailer; room is left for the longest (a sealed packet's), so that a key
+    /// rollover between MAC-only and sealing keys changes no bound.
+    pub fn fragment_payload_max(&self, keyed: bool) -> usize {
         self.packet_bytes_max
             - HEADER_BYTES
             - DATA_PREFIX_BYTES
             - RECORD_HEADER_BYTES
             - FRAG_EXTRA_BYTES
-            - if mac { MAC_BYTES } else { 0 }
+            - if keyed { TRAILER_BYTES_MAX } else { 0 }
     }
 
     /// Payload bytes of a whole message that travels unfragmented.
-    pub fn whole_payload_max(&self, mac: bool) -> usize {
-        self.fragment_payload_max(mac) + FRAG_EXTRA_BYTES
+    pub fn whole_payload_max(&self, keyed: bool) -> usize {
+        self.fragment_payload_max(keyed) + FRAG_EXTRA_BYTES
     }
 
     /// Most fragments a message of `message_bytes_max` needs.
-    pub fn fragments_max(&self, mac: bool) -> usize {
+    pub fn fragments_max(&self, keyed: bool) -> usize {
         self.message_bytes_max
-            .div_ceil(self.fragment_payload_max(mac))
+            .div_ceil(self.fragment_payload_max(keyed))
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -216,7 +219,7 @@ impl LinkCounters {
 /// acknowledgement (with the peer incarnation it is for) and credit of the receiving half.
 pub(crate) struct Stamp<'k> {
     pub header: PacketHeader,
-    pub key: Option<&'k ClusterKey>,
+    pub key: Option<&'k PacketKey>,
     pub ack: (u64, u64),
     pub credit: u32,
 }
@@ -230,7 +233,7 @@ enum Body<'a> {
 pub struct Link {
     cfg: LinkConfig,
     header: PacketHeader,
-    key: Option<ClusterKey>,
+    key: Option<Arc<PacketKey>>,
     peer_incarnation: Option<u64>,
     tx: Sender,
     rx: Receiver,
@@ -264,12 +267,12 @@ impl Link {
         peer: Address,
         cluster: u16,
         incarnation: u64,
-        key: Option<ClusterKey>,
+        key: Option<Arc<PacketKey>>,
     ) -> Result<Link, ConfigError> {
         cfg.validate()?;
-        let mac = key.is_some();
+        let keyed = key.is_some();
         Ok(Link {
-            tx: Sender::new(&cfg, mac),
+            tx: Sender::new(&cfg, keyed),
             rx: Receiver::new(&cfg),
             header: PacketHeader {
                 kind: Kind::Data,
@@ -297,6 +300,14 @@ impl Link {
 
     pub fn counters(&self) -> &LinkCounters {
         &self.counters
+    }
+
+    /// Sends with `key` from now on (a key rollover). A link made without a key stays without
+    /// one, and one made with a key keeps one: its bounds were set for keyed packets.
+    pub fn set_send_key(&mut self, key: Arc<PacketKey>) {
+        if self.key.is_some() {
+            self.key = Some(key);
+        }
     }
 
     pub fn pack_histogram(&self) -> &[u64; crate::pack::PACK_HISTOGRAM_BINS] {
@@ -485,7 +496,7 @@ impl Link {
         let buf = &mut buf[..self.cfg.packet_bytes_max];
         let stamp = Stamp {
             header: self.header,
-            key: self.key.as_ref(),
+            key: self.key.as_deref(),
             ack: (self.rx.ack(), self.peer_incarnation.unwrap_or(0)),
             credit: self.rx.credit(&self.cfg),
         };
@@ -533,7 +544,11 @@ pub fn incarnation_older(a: u64, b: u64) -> bool {
 /// Upper bound on what one packet may hold, for compile-time relations between bounds.
 const _: () = assert!(
     PACKET_BYTES_MIN
-        > HEADER_BYTES + DATA_PREFIX_BYTES + RECORD_HEADER_BYTES + FRAG_EXTRA_BYTES + MAC_BYTES
+        > HEADER_BYTES
+            + DATA_PREFIX_BYTES
+            + RECORD_HEADER_BYTES
+            + FRAG_EXTRA_BYTES
+            + TRAILER_BYTES_MAX
 );
 
 impl Stamp<'_> {

@@ -4,7 +4,7 @@ use super::{LinkConfig, LinkCounters, LinkSendError, Stamp};
 use crate::pack::{PackDecision, Packer};
 use crate::time::Instant;
 use crate::wire::{
-    Fragment, NakRange, Record, DATA_PREFIX_BYTES, FLAG_ACK_NOW, HEADER_BYTES, MAC_BYTES,
+    Fragment, NakRange, Record, DATA_PREFIX_BYTES, FLAG_ACK_NOW, HEADER_BYTES, TRAILER_BYTES_MAX,
 };
 use core::time::Duration;
 use std::collections::VecDeque;
@@ -55,7 +55,7 @@ pub(super) struct Sender {
 }
 
 impl Sender {
-    pub fn new(cfg: &LinkConfig, mac: bool) -> Self {
+    pub fn new(cfg: &LinkConfig, keyed: bool) -> Self {
         Sender {
             buf: VecDeque::with_capacity(cfg.send_buffer_msgs as usize),
             acked: 0,
@@ -73,12 +73,12 @@ impl Sender {
             hold_until: None,
             probe: false,
             silent_timeouts: 0,
-            fragment_payload: cfg.fragment_payload_max(mac),
-            whole_payload: cfg.whole_payload_max(mac),
+            fragment_payload: cfg.fragment_payload_max(keyed),
+            whole_payload: cfg.whole_payload_max(keyed),
             body_capacity: cfg.packet_bytes_max
                 - HEADER_BYTES
                 - DATA_PREFIX_BYTES
-                - if mac { MAC_BYTES } else { 0 },
+                - if keyed { TRAILER_BYTES_MAX } else { 0 },
             packer: Packer::new(cfg.pack),
         }
     }

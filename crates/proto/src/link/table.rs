@@ -12,8 +12,9 @@ use super::{ConfigError, Link, LinkConfig, LinkCounters, LinkEvent, LinkSendErro
 use crate::addr::{Address, AddressHash};
 use crate::time::Instant;
 use crate::timer::TimerWheel;
-use crate::wire::{ClusterKey, Packet};
+use crate::wire::{Packet, PacketKey};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 /// Timer wheel geometry: 100 µs ticks, 1024 buckets (about 100 ms per round).
 pub const TIMER_TICK_NS: u64 = 100_000;
@@ -68,7 +69,7 @@ pub struct LinkTable {
     local: Address,
     cluster: u16,
     incarnation: u64,
-    key: Option<ClusterKey>,
+    key: Option<Arc<PacketKey>>,
     links_max: usize,
     map: HashMap<Address, Link, AddressHash>,
     buf: Vec<u8>,
@@ -95,7 +96,7 @@ impl LinkTable {
         local: Address,
         cluster: u16,
         incarnation: u64,
-        key: Option<ClusterKey>,
+        key: Option<Arc<PacketKey>>,
         links_max: usize,
         now: Instant,
     ) -> Result<LinkTable, ConfigError> {
@@ -119,6 +120,18 @@ impl LinkTable {
             blocked: Vec::new(),
             earliest: None,
         })
+    }
+
+    /// Sends with `key` from now on, on every link and on those made later (a key rollover;
+    /// a table made without a key stays without one).
+    pub fn set_send_key(&mut self, key: Arc<PacketKey>) {
+        if self.key.is_none() {
+            return;
+        }
+        for l in self.map.values_mut() {
+            l.set_send_key(key.clone());
+        }
+        self.key = Some(key);
     }
 
     /// `peer`'s link, made if there is none and the table has room.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::wire::Packet;
+use crate::wire::{ClusterKey, KeyRing, Packet, PacketKey, WireError};
 
 fn pair(cfg: LinkConfig) -> (Link, Link) {
     let a = Address::new(0, 0, 1, 0);
@@ -374,23 +374,24 @@ fn a_silent_peer_is_declared_unreachable_and_recovers_on_its_first_ack() {
     assert_eq!(drain(&mut b), vec![b"hello?".to_vec()]);
 }
 
-fn keyed_pair(cfg: LinkConfig, key: &ClusterKey) -> (Link, Link) {
+fn keyed_pair(cfg: LinkConfig, key: &KeyRing) -> (Link, Link) {
     let a = Address::new(0, 0, 1, 0);
     let b = Address::new(0, 1, 1, 0);
+    let k = key.send_key();
     (
-        Link::new(cfg.clone(), a, b, 9, 1, Some(key.clone())).unwrap(),
-        Link::new(cfg, b, a, 9, 1, Some(key.clone())).unwrap(),
+        Link::new(cfg.clone(), a, b, 9, 1, Some(k.clone())).unwrap(),
+        Link::new(cfg, b, a, 9, 1, Some(k.clone())).unwrap(),
     )
 }
 
 /// Moves every packet from `from` to `to` under `key`; returns the packets moved, as sent.
-fn pump_keyed(now: Instant, from: &mut Link, to: &mut Link, key: &ClusterKey) -> Vec<Vec<u8>> {
+fn pump_keyed(now: Instant, from: &mut Link, to: &mut Link, key: &KeyRing) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; from.config().packet_bytes_max];
     let mut sent = Vec::new();
     while let Some(len) = from.poll_transmit(now, &mut buf) {
-        to.handle_packet(now, &Packet::parse(&buf[..len], 9, Some(key)).unwrap())
-            .unwrap();
         sent.push(buf[..len].to_vec());
+        to.handle_packet(now, &Packet::open(&mut buf[..len], 9, Some(key)).unwrap())
+            .unwrap();
     }
     sent
 }
@@ -399,7 +400,7 @@ fn pump_keyed(now: Instant, from: &mut Link, to: &mut Link, key: &ClusterKey) ->
 /// incarnation: the first contact costs one round trip, and everything arrives once.
 #[test]
 fn with_a_key_the_first_contact_takes_one_round_trip_and_delivers_everything_once() {
-    let key = ClusterKey::from_passphrase("link test");
+    let key = KeyRing::from(ClusterKey::from_passphrase("link test"));
     let (mut a, mut b) = keyed_pair(LinkConfig::default(), &key);
     let t = Instant::ZERO;
     for i in 0..5u8 {
@@ -420,7 +421,7 @@ fn with_a_key_the_first_contact_takes_one_round_trip_and_delivers_everything_onc
     assert_eq!(b.counters().duplicates_dropped, 0);
 }
 
-fn converse_keyed(mut now: Instant, a: &mut Link, b: &mut Link, key: &ClusterKey, rounds: usize) {
+fn converse_keyed(mut now: Instant, a: &mut Link, b: &mut Link, key: &KeyRing, rounds: usize) {
     for _ in 0..rounds {
         now = now + core::time::Duration::from_millis(5);
         a.handle_timeout(now);
@@ -435,7 +436,7 @@ fn converse_keyed(mut now: Instant, a: &mut Link, b: &mut Link, key: &ClusterKey
 /// delivered a second time. With a key it is refused; the sender's stream goes on.
 #[test]
 fn with_a_key_a_replay_after_the_receiver_restarted_is_not_delivered_again() {
-    let key = ClusterKey::from_passphrase("link test");
+    let key = KeyRing::from(ClusterKey::from_passphrase("link test"));
     let cfg = LinkConfig::default();
     let (mut a, mut b) = keyed_pair(cfg.clone(), &key);
     let t = Instant::ZERO;
@@ -459,7 +460,7 @@ fn with_a_key_a_replay_after_the_receiver_restarted_is_not_delivered_again() {
         a.header.source,
         9,
         2,
-        Some(key.clone()),
+        Some(key.send_key().clone()),
     )
     .unwrap();
     for p in &captured {
@@ -484,4 +485,65 @@ fn without_a_key_the_first_data_is_taken_at_once() {
     pump(Instant::ZERO, &mut a, &mut b, |_| false);
     assert_eq!(drain(&mut b), vec![b"x".to_vec()]);
     assert_eq!(b.counters().unconfirmed_dropped, 0);
+}
+
+/// A key rollover in the middle of a stream, from a MAC-only key to a sealing one: packets
+/// under both keys are in flight (some of the old key's arrive after both ends switched),
+/// and every message arrives once and in order. After the retirement, the old key's packets
+/// are refused by their key id.
+#[test]
+fn a_rollover_under_traffic_loses_and_duplicates_nothing() {
+    let mut ring = KeyRing::from(ClusterKey::from_passphrase("old"));
+    let (mut a, mut b) = keyed_pair(LinkConfig::default(), &ring);
+    let mut t = Instant::ZERO;
+    let mut got = Vec::new();
+    let mut late = Vec::new();
+    let msg = |i: u32| format!("message {i}").into_bytes();
+    for i in 0..400u32 {
+        t = t + core::time::Duration::from_millis(1);
+        a.handle_timeout(t);
+        b.handle_timeout(t);
+        a.send(t, &msg(i)).unwrap();
+        match i {
+            100 => ring
+                .install_next(PacketKey::new(1, ClusterKey::from_passphrase("new"), true))
+                .unwrap(),
+            200 => {
+                // Sent under the old key and delayed past both ends' switch.
+                let mut buf = vec![0u8; a.config().packet_bytes_max];
+                while let Some(n) = a.poll_transmit(t, &mut buf) {
+                    late.push(buf[..n].to_vec());
+                }
+                ring.switch().unwrap();
+                a.set_send_key(ring.send_key().clone());
+            }
+            210 => b.set_send_key(ring.send_key().clone()),
+            220 => {
+                for p in &mut late.clone() {
+                    b.handle_packet(t, &Packet::open(p, 9, Some(&ring)).unwrap())
+                        .unwrap();
+                }
+            }
+            _ => {}
+        }
+        let sent = pump_keyed(t, &mut a, &mut b, &ring);
+        if (201..210).contains(&i) {
+            assert!(sent.iter().all(|p| p[4] & crate::wire::FLAG_SEAL != 0));
+        }
+        pump_keyed(t, &mut b, &mut a, &ring);
+        got.extend(drain(&mut b));
+        if i == 300 {
+            ring.retire().unwrap();
+        }
+    }
+    converse_keyed(t, &mut a, &mut b, &ring, 20);
+    got.extend(drain(&mut b));
+    assert_eq!(got, (0..400).map(msg).collect::<Vec<_>>());
+    assert!(a.is_idle());
+    for p in &mut late {
+        assert_eq!(
+            Packet::open(p, 9, Some(&ring)).unwrap_err(),
+            WireError::UnknownKeyId(0)
+        );
+    }
 }

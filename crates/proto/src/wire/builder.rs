@@ -1,9 +1,9 @@
 use super::header::checksum;
 use super::record::write_record;
 use super::{
-    ClusterKey, Fragment, Kind, NakRange, PacketHeader, Record, ACK_PREFIX_BYTES, CHECKSUM_OFFSET,
-    DATA_PREFIX_BYTES, FLAG_MAC, HEADER_BYTES, MAC_BYTES, MULTICAST_PREFIX_BYTES, NAK_RANGES_MAX,
-    NAK_RANGE_BYTES, PACKET_BYTES_MAX,
+    Fragment, Kind, NakRange, PacketHeader, PacketKey, Record, ACK_PREFIX_BYTES, CHECKSUM_OFFSET,
+    DATA_PREFIX_BYTES, FLAG_MAC, FLAG_SEAL, HEADER_BYTES, MAC_BYTES, MULTICAST_PREFIX_BYTES,
+    NAK_RANGES_MAX, NAK_RANGE_BYTES, PACKET_BYTES_MAX,
 };
 use crate::addr::TxnId;
 
@@ -11,7 +11,7 @@ use crate::addr::TxnId;
 pub struct PacketWriter<'b, 'k> {
     buf: &'b mut [u8],
     header: PacketHeader,
-    key: Option<&'k ClusterKey>,
+    key: Option<&'k PacketKey>,
     len: usize,
     cap: usize,
     records: usize,
@@ -21,16 +21,16 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
     fn new(
         buf: &'b mut [u8],
         mut header: PacketHeader,
-        key: Option<&'k ClusterKey>,
+        key: Option<&'k PacketKey>,
         prefix: usize,
     ) -> Self {
-        let mac = if key.is_some() { MAC_BYTES } else { 0 };
-        let cap = buf.len().min(PACKET_BYTES_MAX) - mac;
+        let trailer = key.map_or(0, |k| k.trailer_bytes());
+        let cap = buf.len().min(PACKET_BYTES_MAX) - trailer;
         assert!(
             cap >= HEADER_BYTES + prefix,
             "packet buffer too small for a header"
         );
-        header.flags = (header.flags & !FLAG_MAC) | if key.is_some() { FLAG_MAC } else { 0 };
+        header.flags = key_flags(header.flags, key);
         PacketWriter {
             buf,
             header,
@@ -45,7 +45,7 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
     pub fn data(
         buf: &'b mut [u8],
         mut header: PacketHeader,
-        key: Option<&'k ClusterKey>,
+        key: Option<&'k PacketKey>,
         first_seq: u64,
         base: u64,
         ack: (u64, u64),
@@ -66,14 +66,14 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
     pub fn datagram(
         buf: &'b mut [u8],
         mut header: PacketHeader,
-        key: Option<&'k ClusterKey>,
+        key: Option<&'k PacketKey>,
     ) -> Self {
         header.kind = Kind::Datagram;
         Self::new(buf, header, key, 0)
     }
 
     /// A GROUP packet: records, each one group protocol message.
-    pub fn group(buf: &'b mut [u8], mut header: PacketHeader, key: Option<&'k ClusterKey>) -> Self {
+    pub fn group(buf: &'b mut [u8], mut header: PacketHeader, key: Option<&'k PacketKey>) -> Self {
         header.kind = Kind::Group;
         Self::new(buf, header, key, 0)
     }
@@ -81,7 +81,7 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
     pub fn multicast(
         buf: &'b mut [u8],
         mut header: PacketHeader,
-        key: Option<&'k ClusterKey>,
+        key: Option<&'k PacketKey>,
         txn: TxnId,
     ) -> Self {
         header.kind = Kind::Multicast;
@@ -116,6 +116,25 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         self.push_record(payload, None)
     }
 
+    /// Appends a whole message made of `parts` one after another, copied straight into the
+    /// packet; false (and nothing written) if it does not fit.
+    pub fn push_parts(&mut self, parts: &[&[u8]]) -> bool {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let need = Record::encoded_len(len, false);
+        if len > u16::MAX as usize || self.len + need > self.cap {
+            return false;
+        }
+        let mut at = self.len + write_record(&mut self.buf[self.len..], &[], None);
+        self.buf[self.len..self.len + 2].copy_from_slice(&(len as u16).to_le_bytes());
+        for p in parts {
+            self.buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        self.len += need;
+        self.records += 1;
+        true
+    }
+
     /// Appends one fragment of a longer message; false if it does not fit.
     pub fn push_fragment(&mut self, payload: &[u8], fragment: Fragment) -> bool {
         self.push_record(payload, Some(fragment))
@@ -133,23 +152,28 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         true
     }
 
-    /// Writes length, MAC and checksum; returns the packet's length in bytes.
+    /// Writes length, MAC (or encrypts and writes the tag) and checksum; returns the packet's
+    /// length in bytes.
     pub fn finish(self) -> usize {
         finish(self.buf, &self.header, self.key, self.len)
     }
 }
 
+/// `flags` with the trailer flag `key` calls for.
+fn key_flags(flags: u8, key: Option<&PacketKey>) -> u8 {
+    (flags & !(FLAG_MAC | FLAG_SEAL)) | key.map_or(0, |k| k.flag())
+}
+
 fn finish(
     buf: &mut [u8],
     header: &PacketHeader,
-    key: Option<&ClusterKey>,
+    key: Option<&PacketKey>,
     body_end: usize,
 ) -> usize {
-    let total = body_end + if key.is_some() { MAC_BYTES } else { 0 };
-    header.write(buf, total);
+    let total = body_end + key.map_or(0, |k| k.trailer_bytes());
+    header.write(buf, total, key.map_or(0, |k| k.id()));
     if let Some(k) = key {
-        let mac = k.mac(&buf[..CHECKSUM_OFFSET], &buf[HEADER_BYTES..body_end]);
-        buf[body_end..total].copy_from_slice(&mac);
+        k.protect(&mut buf[..total], body_end);
     }
     let sum = checksum(&buf[..total]);
     buf[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
@@ -162,29 +186,30 @@ pub const GATHER_HEAD_BYTES: usize = HEADER_BYTES + super::RECORD_HEADER_BYTES;
 /// A DATAGRAM packet holding one record whose payload is `parts` one after another, built
 /// without copying the parts: writes the packet's head (header and record header) into `head`
 /// and, with a key, its MAC into `mac`; the packet is `head ++ parts ++ mac[..mac_len]`.
-/// Returns `(mac_len, total length)`, or `None` if the payload is longer than a packet holds.
+/// Returns `(mac_len, total length)`, or `None` if the payload is longer than a packet holds
+/// or `key` seals (encryption needs the payload in one buffer: use [`PacketWriter::datagram`]).
 /// The bytes are exactly those [`PacketWriter::datagram`] makes of the same payload.
 pub fn datagram_gather(
     head: &mut [u8; GATHER_HEAD_BYTES],
     mac: &mut [u8; MAC_BYTES],
     mut header: PacketHeader,
-    key: Option<&ClusterKey>,
+    key: Option<&PacketKey>,
     parts: &[&[u8]],
 ) -> Option<(usize, usize)> {
     let payload: usize = parts.iter().map(|p| p.len()).sum();
     let mac_len = if key.is_some() { MAC_BYTES } else { 0 };
     let total = GATHER_HEAD_BYTES + payload + mac_len;
-    if total > PACKET_BYTES_MAX || payload > u16::MAX as usize {
+    if total > PACKET_BYTES_MAX || payload > u16::MAX as usize || key.is_some_and(|k| k.seals()) {
         return None;
     }
     header.kind = Kind::Datagram;
-    header.flags = (header.flags & !FLAG_MAC) | if key.is_some() { FLAG_MAC } else { 0 };
-    header.write(&mut head[..], total);
+    header.flags = key_flags(header.flags, key);
+    header.write(&mut head[..], total, key.map_or(0, |k| k.id()));
     head[HEADER_BYTES..HEADER_BYTES + 2].copy_from_slice(&(payload as u16).to_le_bytes());
     head[HEADER_BYTES + 2] = 0;
     head[HEADER_BYTES + 3] = 0;
     if let Some(k) = key {
-        let mut h = blake3::Hasher::new_keyed(&k.0);
+        let mut h = blake3::Hasher::new_keyed(&k.cluster_key().0);
         h.update(&head[..CHECKSUM_OFFSET]);
         h.update(&head[HEADER_BYTES..]);
         for p in parts {
@@ -213,13 +238,13 @@ impl AckWriter {
     pub fn write(
         buf: &mut [u8],
         mut header: PacketHeader,
-        key: Option<&ClusterKey>,
+        key: Option<&PacketKey>,
         ack: (u64, u64),
         credit: u32,
         naks: &[NakRange],
     ) -> usize {
         header.kind = Kind::Ack;
-        header.flags = (header.flags & !FLAG_MAC) | if key.is_some() { FLAG_MAC } else { 0 };
+        header.flags = key_flags(header.flags, key);
         let naks = &naks[..naks.len().min(NAK_RANGES_MAX)];
         let p = &mut buf[HEADER_BYTES..];
         p[0..8].copy_from_slice(&ack.0.to_le_bytes());

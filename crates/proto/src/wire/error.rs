@@ -40,6 +40,24 @@ pub enum WireError {
     /// A packet carries a MAC but no key is configured to check it.
     #[error("packet carries a MAC but no cluster key is set")]
     MacUnexpected,
+    /// Both the MAC and the seal flag are set.
+    #[error("MAC and seal flags both set")]
+    MacAndSeal,
+    /// The packet names a key id that is not among the keys accepted.
+    #[error("unknown key id {0}")]
+    UnknownKeyId(u8),
+    /// The AEAD tag does not verify under the named key (wrong key, or altered bytes).
+    #[error("AEAD tag does not verify under the named key")]
+    TagMismatch,
+    /// The named key encrypts, and the packet is only MAC'd.
+    #[error("the named key encrypts but the packet is not sealed")]
+    SealMissing,
+    /// The packet is sealed, and the named key only MACs.
+    #[error("sealed packet under a MAC-only key")]
+    SealUnexpected,
+    /// A sealed packet given to [`super::Packet::parse`], which cannot decrypt in place.
+    #[error("sealed packet: decrypt it with Packet::open")]
+    Sealed,
     /// The body is shorter than its kind's fixed prefix.
     #[error("body shorter than its kind's fixed prefix")]
     BodyTooShort,

@@ -1,3 +1,4 @@
+use super::keys::{KeyRing, FLAG_MAC, FLAG_SEAL, SEAL_TRAILER_BYTES};
 use super::WireError;
 use crate::addr::Address;
 use crate::codec::{u16_at, u32_at, u64_at};
@@ -8,11 +9,11 @@ pub const HEADER_BYTES: usize = 40;
 pub const CHECKSUM_OFFSET: usize = 36;
 pub const MAC_BYTES: usize = 16;
 
-/// The packet carries a MAC trailer.
-pub const FLAG_MAC: u8 = 0x01;
 /// The sender asks for an immediate acknowledgement.
 pub const FLAG_ACK_NOW: u8 = 0x02;
-const FLAGS_KNOWN: u8 = FLAG_MAC | FLAG_ACK_NOW;
+const FLAGS_KNOWN: u8 = FLAG_MAC | FLAG_ACK_NOW | FLAG_SEAL;
+/// Header byte naming the key of a MAC'd or sealed packet (zero in a packet without trailer).
+pub const KEY_ID_OFFSET: usize = 5;
 
 /// Packet kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,8 +45,8 @@ impl Kind {
     }
 }
 
-/// A 32-byte cluster key. When set, every packet carries a keyed MAC and packets without a valid
-/// one are dropped.
+/// A 32-byte cluster key. When set, every packet carries a keyed MAC (or, with a sealing
+/// [`super::PacketKey`], an AEAD tag) and packets without a valid one are dropped.
 #[derive(Clone)]
 pub struct ClusterKey(pub [u8; 32]);
 
@@ -102,13 +103,14 @@ impl PacketHeader {
         }
     }
 
-    /// Writes the header with `length`; the checksum field is left zero for the writer to fill.
-    pub(crate) fn write(&self, out: &mut [u8], length: usize) {
+    /// Writes the header with `length` and `key_id`; the checksum field is left zero for the
+    /// writer to fill.
+    pub(crate) fn write(&self, out: &mut [u8], length: usize, key_id: u8) {
         out[0..2].copy_from_slice(&MAGIC.to_le_bytes());
         out[2] = VERSION;
         out[3] = self.kind as u8;
         out[4] = self.flags;
-        out[5] = 0;
+        out[5] = key_id;
         out[6..8].copy_from_slice(&self.cluster.to_le_bytes());
         out[8..16].copy_from_slice(&self.incarnation.to_le_bytes());
         self.source.write_to(&mut out[16..24]);
@@ -128,85 +130,137 @@ pub(crate) fn checksum(packet: &[u8]) -> u32 {
 }
 
 /// A checked view of one packet: the header has been validated, the checksum and (with a key)
-/// the MAC verified, and `body` is exactly the bytes between header and MAC.
+/// the MAC or AEAD tag verified, and `body` is exactly the (decrypted) bytes between header and
+/// trailer.
 #[derive(Clone, Copy, Debug)]
 pub struct Packet<'a> {
     pub header: PacketHeader,
     pub body: &'a [u8],
 }
 
+/// What the header checks found: the trailer's kind and where the body ends.
+struct Checked {
+    header: PacketHeader,
+    key_id: u8,
+    body_end: usize,
+}
+
 impl<'a> Packet<'a> {
-    /// Validates `buf` as one packet of cluster `cluster`, verifying its MAC with `key` when set.
+    /// Validates `buf` as one packet of cluster `cluster`, verifying its MAC under `keys` when
+    /// set. A sealed packet is refused ([`WireError::Sealed`]): it needs [`Packet::open`].
     pub fn parse(
         buf: &'a [u8],
         cluster: u16,
-        key: Option<&ClusterKey>,
+        keys: Option<&KeyRing>,
     ) -> Result<Packet<'a>, WireError> {
-        if buf.len() < HEADER_BYTES {
-            return Err(WireError::ShorterThanHeader);
+        let c = check(buf, cluster, keys)?;
+        if c.header.flags & FLAG_SEAL != 0 {
+            return Err(WireError::Sealed);
         }
-        if buf.len() > super::PACKET_BYTES_MAX {
-            return Err(WireError::PacketTooLong(buf.len()));
-        }
-        if u16_at(buf, 0) != MAGIC {
-            return Err(WireError::BadMagic);
-        }
-        if buf[2] != VERSION {
-            return Err(WireError::UnsupportedVersion(buf[2]));
-        }
-        let kind = Kind::from_u8(buf[3])?;
-        let flags = buf[4];
-        if flags & !FLAGS_KNOWN != 0 {
-            return Err(WireError::UnknownFlags(flags & !FLAGS_KNOWN));
-        }
-        if buf[5] != 0 || u16_at(buf, 34) != 0 {
-            return Err(WireError::ReservedNotZero);
-        }
-        let length = u16_at(buf, 32) as usize;
-        let mac_len = if flags & FLAG_MAC != 0 { MAC_BYTES } else { 0 };
-        if length != buf.len() || length < HEADER_BYTES + mac_len {
-            return Err(WireError::LengthMismatch {
-                field: length,
-                received: buf.len(),
-            });
-        }
-        if checksum(buf) != u32_at(buf, CHECKSUM_OFFSET) {
-            return Err(WireError::ChecksumMismatch);
-        }
-        let found = u16_at(buf, 6);
-        if found != cluster {
-            return Err(WireError::WrongCluster {
-                expected: cluster,
-                found,
-            });
-        }
-        let body_end = length - mac_len;
-        let body = &buf[HEADER_BYTES..body_end];
-        match (key, mac_len != 0) {
-            (Some(_), false) => return Err(WireError::MacMissing),
-            (None, true) => return Err(WireError::MacUnexpected),
-            (Some(k), true) => {
-                let want = k.mac(&buf[..CHECKSUM_OFFSET], body);
-                if !constant_time_eq(&want, &buf[body_end..length]) {
-                    return Err(WireError::MacMismatch);
-                }
+        if let Some(ring) = keys {
+            let k = ring
+                .find(c.key_id)
+                .ok_or(WireError::UnknownKeyId(c.key_id))?;
+            if k.seals() {
+                return Err(WireError::SealMissing);
             }
-            (None, false) => {}
+            k.verify_mac(buf, c.body_end)?;
         }
         Ok(Packet {
-            header: PacketHeader {
-                kind,
-                flags,
-                cluster: found,
-                incarnation: u64_at(buf, 8),
-                source: Address::read_from(&buf[16..24]),
-                destination: Address::read_from(&buf[24..32]),
-            },
-            body,
+            header: c.header,
+            body: &buf[HEADER_BYTES..c.body_end],
+        })
+    }
+
+    /// As [`Packet::parse`], and a sealed packet is verified and decrypted in place (its
+    /// body's bytes in `buf` become the plaintext; on any error they are left as they were).
+    pub fn open(
+        buf: &'a mut [u8],
+        cluster: u16,
+        keys: Option<&KeyRing>,
+    ) -> Result<Packet<'a>, WireError> {
+        let c = check(buf, cluster, keys)?;
+        if let Some(ring) = keys {
+            let k = ring
+                .find(c.key_id)
+                .ok_or(WireError::UnknownKeyId(c.key_id))?;
+            match (k.seals(), c.header.flags & FLAG_SEAL != 0) {
+                (false, false) => k.verify_mac(buf, c.body_end)?,
+                (true, true) => k.open(buf, c.body_end)?,
+                (true, false) => return Err(WireError::SealMissing),
+                (false, true) => return Err(WireError::SealUnexpected),
+            }
+        }
+        let buf: &'a [u8] = buf;
+        Ok(Packet {
+            header: c.header,
+            body: &buf[HEADER_BYTES..c.body_end],
         })
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Everything but the MAC or tag: bounds, magic, version, kind, flags, reserved fields,
+/// length, checksum, cluster, and that a trailer is there exactly when keys are.
+fn check(buf: &[u8], cluster: u16, keys: Option<&KeyRing>) -> Result<Checked, WireError> {
+    if buf.len() < HEADER_BYTES {
+        return Err(WireError::ShorterThanHeader);
+    }
+    if buf.len() > super::PACKET_BYTES_MAX {
+        return Err(WireError::PacketTooLong(buf.len()));
+    }
+    if u16_at(buf, 0) != MAGIC {
+        return Err(WireError::BadMagic);
+    }
+    if buf[2] != VERSION {
+        return Err(WireError::UnsupportedVersion(buf[2]));
+    }
+    let kind = Kind::from_u8(buf[3])?;
+    let flags = buf[4];
+    if flags & !FLAGS_KNOWN != 0 {
+        return Err(WireError::UnknownFlags(flags & !FLAGS_KNOWN));
+    }
+    let trailer = match (flags & FLAG_MAC != 0, flags & FLAG_SEAL != 0) {
+        (false, false) => 0,
+        (true, false) => MAC_BYTES,
+        (false, true) => SEAL_TRAILER_BYTES,
+        (true, true) => return Err(WireError::MacAndSeal),
+    };
+    let key_id = buf[KEY_ID_OFFSET];
+    if (trailer == 0 && key_id != 0) || u16_at(buf, 34) != 0 {
+        return Err(WireError::ReservedNotZero);
+    }
+    let length = u16_at(buf, 32) as usize;
+    if length != buf.len() || length < HEADER_BYTES + trailer {
+        return Err(WireError::LengthMismatch {
+            field: length,
+            received: buf.len(),
+        });
+    }
+    if checksum(buf) != u32_at(buf, CHECKSUM_OFFSET) {
+        return Err(WireError::ChecksumMismatch);
+    }
+    let found = u16_at(buf, 6);
+    if found != cluster {
+        return Err(WireError::WrongCluster {
+            expected: cluster,
+            found,
+        });
+    }
+    match (keys.is_some(), trailer != 0) {
+        (true, false) => return Err(WireError::MacMissing),
+        (false, true) => return Err(WireError::MacUnexpected),
+        _ => {}
+    }
+    Ok(Checked {
+        header: PacketHeader {
+            kind,
+            flags,
+            cluster: found,
+            incarnation: u64_at(buf, 8),
+            source: Address::read_from(&buf[16..24]),
+            destination: Address::read_from(&buf[24..32]),
+        },
+        key_id,
+        body_end: length - trailer,
+    })
 }

@@ -1,8 +1,8 @@
 //! Packet and message formats as checked views over bytes.
 //!
 //! ```text
-//! packet  = header(40) body [mac(16) if FLAG_MAC]
-//! header  = magic u16 | version u8 | kind u8 | flags u8 | reserved u8 | cluster u16
+//! packet  = header(40) body [mac(16) if FLAG_MAC] [counter u64 | tag(16) if FLAG_SEAL]
+//! header  = magic u16 | version u8 | kind u8 | flags u8 | key_id u8 | cluster u16
 //!         | incarnation u64 | source Address(8) | destination Address(8)
 //!         | length u16 (whole packet) | reserved u16 | checksum u32
 //! body    = DATA:      first_seq u64 | base u64 | ack u64 | ack_incarnation u64 | credit u32 | records
@@ -15,12 +15,15 @@
 //! ```
 //! All integers are little-endian. The checksum is CRC-32 over every byte of the packet but the
 //! checksum field itself. With a cluster key, the MAC is a keyed BLAKE3 hash of header (without
-//! its checksum) and body, truncated to 16 bytes. Every decoder names the rule a packet broke.
+//! its checksum) and body, truncated to 16 bytes; with a sealing key the body is encrypted with
+//! XChaCha20-Poly1305 instead (see `keys`). `key_id` names the key (zero without a trailer).
+//! Every decoder names the rule a packet broke.
 
 mod body;
 mod builder;
 mod error;
 mod header;
+mod keys;
 mod record;
 
 pub use body::{
@@ -30,8 +33,12 @@ pub use body::{
 pub use builder::{datagram_gather, AckWriter, PacketWriter, GATHER_HEAD_BYTES};
 pub use error::WireError;
 pub use header::{
-    ClusterKey, Kind, Packet, PacketHeader, CHECKSUM_OFFSET, FLAG_ACK_NOW, FLAG_MAC, HEADER_BYTES,
-    MAC_BYTES, MAGIC, VERSION,
+    ClusterKey, Kind, Packet, PacketHeader, CHECKSUM_OFFSET, FLAG_ACK_NOW, HEADER_BYTES,
+    KEY_ID_OFFSET, MAC_BYTES, MAGIC, VERSION,
+};
+pub use keys::{
+    KeyRing, KeyRingError, PacketKey, COUNTER_BYTES, FLAG_MAC, FLAG_SEAL, SEAL_TRAILER_BYTES,
+    TRAILER_BYTES_MAX,
 };
 pub use record::{
     Fragment, Record, Records, FRAG_EXTRA_BYTES, RECORD_FLAG_FRAG, RECORD_HEADER_BYTES,

@@ -12,7 +12,7 @@ fn header() -> PacketHeader {
     }
 }
 
-fn data_packet(key: Option<&ClusterKey>) -> Vec<u8> {
+fn data_packet(key: Option<&PacketKey>) -> Vec<u8> {
     let mut buf = vec![0u8; 1472];
     let mut w = PacketWriter::data(&mut buf, header(), key, 10, 8, (99, 5), 64);
     assert!(w.push(b"hello"));
@@ -120,9 +120,9 @@ fn header_rules_are_named() {
 
 #[test]
 fn mac_is_required_and_checked_when_a_key_is_set() {
-    let key = ClusterKey::from_passphrase("secret");
-    let other = ClusterKey::from_passphrase("other");
-    let signed = data_packet(Some(&key));
+    let key = KeyRing::from(ClusterKey::from_passphrase("secret"));
+    let other = KeyRing::from(ClusterKey::from_passphrase("other"));
+    let signed = data_packet(Some(key.send_key()));
     assert!(Packet::parse(&signed, 7, Some(&key)).is_ok());
     assert_eq!(
         Packet::parse(&signed, 7, Some(&other)).unwrap_err(),
@@ -272,8 +272,8 @@ fn garbage_never_panics() {
 #[test]
 fn a_gathered_datagram_is_the_written_one() {
     use super::{datagram_gather, GATHER_HEAD_BYTES, MAC_BYTES};
-    let key = ClusterKey::from_passphrase("k");
-    for k in [None, Some(&key)] {
+    let ring = KeyRing::from(ClusterKey::from_passphrase("k"));
+    for (k, ring) in [(None, None), (Some(&**ring.send_key()), Some(&ring))] {
         let parts: [&[u8]; 3] = [b"head", &[7u8; 1000], b""];
         let whole: Vec<u8> = parts.concat();
         let h = PacketHeader {
@@ -294,7 +294,7 @@ fn a_gathered_datagram_is_the_written_one() {
         let gathered = [&head[..], &whole, &mac[..mac_len]].concat();
         assert_eq!(total, n);
         assert_eq!(gathered, buf[..n]);
-        assert!(Packet::parse(&gathered, 7, k).is_ok());
+        assert!(Packet::parse(&gathered, 7, ring).is_ok());
     }
     let mut head = [0u8; GATHER_HEAD_BYTES];
     let mut mac = [0u8; MAC_BYTES];
@@ -307,4 +307,240 @@ fn a_gathered_datagram_is_the_written_one() {
         destination: Address::new(1, 5, 3, 0),
     };
     assert!(datagram_gather(&mut head, &mut mac, h, None, &[&vec![0u8; 70_000]]).is_none());
+}
+
+fn sealing(id: u8, pass: &str) -> PacketKey {
+    PacketKey::new(id, ClusterKey::from_passphrase(pass), true)
+}
+
+/// A sealed packet: header in clear, body encrypted (the payload is nowhere in the bytes),
+/// trailer of counter and tag; `open` gives back the very body a plain packet has.
+#[test]
+fn a_sealed_packet_hides_its_body_and_opens_to_it() {
+    let ring = KeyRing::new(sealing(3, "secret"));
+    let mut sealed = data_packet(Some(ring.send_key()));
+    let plain = data_packet(None);
+    assert_eq!(sealed.len(), plain.len() + SEAL_TRAILER_BYTES);
+    assert_eq!(sealed[4] & (FLAG_SEAL | FLAG_MAC), FLAG_SEAL);
+    assert_eq!(sealed[KEY_ID_OFFSET], 3);
+    assert!(!sealed.windows(5).any(|w| w == b"hello"));
+    assert!(!sealed.windows(64).any(|w| w == [7u8; 64]));
+    assert_eq!(
+        Packet::parse(&sealed, 7, Some(&ring)).unwrap_err(),
+        WireError::Sealed
+    );
+    let p = Packet::open(&mut sealed, 7, Some(&ring)).unwrap();
+    let mut want = header();
+    want.flags = FLAG_SEAL;
+    assert_eq!(p.header, want);
+    assert_eq!(p.body, &plain[HEADER_BYTES..]);
+}
+
+/// Every packet sealed under one key takes the next counter: no nonce repeats, and the same
+/// body seals to different bytes.
+#[test]
+fn nonces_never_repeat_under_one_key() {
+    let key = sealing(0, "secret").with_counter_start(u64::MAX - 1);
+    let mut seen = std::collections::HashSet::new();
+    let mut bodies = std::collections::HashSet::new();
+    for _ in 0..4 {
+        let p = data_packet(Some(&key));
+        let end = p.len() - SEAL_TRAILER_BYTES;
+        assert!(seen.insert(p[end..end + COUNTER_BYTES].to_vec()));
+        assert!(bodies.insert(p[HEADER_BYTES..end].to_vec()));
+    }
+}
+
+/// Wrong key, altered bytes, unknown key id, wrong mode, truncation: each refused by name,
+/// none panics, and a refused packet's bytes are left as they were.
+#[test]
+fn sealed_packets_are_refused_by_reason() {
+    let ring = KeyRing::new(sealing(3, "secret"));
+    let good = data_packet(Some(ring.send_key()));
+    let open = |mut b: Vec<u8>, r: &KeyRing| Packet::open(&mut b, 7, Some(r)).map(|_| ());
+    // Another key under the same id.
+    let wrong = KeyRing::new(sealing(3, "other"));
+    assert_eq!(open(good.clone(), &wrong), Err(WireError::TagMismatch));
+    // Another id.
+    let other_id = KeyRing::new(sealing(4, "secret"));
+    assert_eq!(
+        open(good.clone(), &other_id),
+        Err(WireError::UnknownKeyId(3))
+    );
+    // The same key, MAC-only.
+    let mac_only = KeyRing::new(PacketKey::new(
+        3,
+        ClusterKey::from_passphrase("secret"),
+        false,
+    ));
+    assert_eq!(
+        open(good.clone(), &mac_only),
+        Err(WireError::SealUnexpected)
+    );
+    let maced = data_packet(Some(mac_only.send_key()));
+    assert_eq!(open(maced, &ring), Err(WireError::SealMissing));
+    // No key at all.
+    assert_eq!(
+        Packet::open(&mut good.clone(), 7, None).map(|_| ()),
+        Err(WireError::MacUnexpected)
+    );
+    // Any byte of body or trailer altered (checksum fixed so the tag is what refuses), and
+    // any header byte the tag covers.
+    let end = good.len();
+    for i in (0..CHECKSUM_OFFSET).chain(HEADER_BYTES..end) {
+        let mut b = good.clone();
+        b[i] ^= 0x20;
+        let sum = super::header::checksum(&b);
+        b[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
+        let before = b.clone();
+        let r = Packet::open(&mut b, 7, Some(&ring));
+        assert!(r.is_err(), "byte {i} altered and taken");
+        assert_eq!(b, before, "a refused packet was changed");
+    }
+    // Truncated anywhere (length field fixed too).
+    for n in 0..end {
+        let mut b = good[..n].to_vec();
+        if n >= HEADER_BYTES {
+            b[32..34].copy_from_slice(&(n as u16).to_le_bytes());
+            let sum = super::header::checksum(&b);
+            b[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
+        }
+        assert!(Packet::open(&mut b, 7, Some(&ring)).is_err(), "cut to {n}");
+    }
+    // Both trailer flags.
+    let mut b = good.clone();
+    b[4] |= FLAG_MAC;
+    assert_eq!(open(b, &ring), Err(WireError::MacAndSeal));
+}
+
+/// A ring accepts its current key and, during a rollover, one more; the steps go in order.
+#[test]
+fn a_key_ring_rolls_over_in_order() {
+    let mut ring = KeyRing::new(sealing(0, "a"));
+    assert_eq!(ring.switch(), Err(KeyRingError::NoNextKey));
+    assert_eq!(ring.retire(), Err(KeyRingError::NoOldKey));
+    assert_eq!(
+        ring.install_next(sealing(0, "b")),
+        Err(KeyRingError::SameId(0))
+    );
+    ring.install_next(sealing(1, "b")).unwrap();
+    let under_a = data_packet(Some(ring.send_key()));
+    assert_eq!(ring.next_id(), Some(1));
+    ring.switch().unwrap();
+    assert_eq!((ring.send_key().id(), ring.old_id()), (1, Some(0)));
+    let under_b = data_packet(Some(ring.send_key()));
+    assert_eq!(
+        ring.install_next(sealing(2, "c")),
+        Err(KeyRingError::OldNotRetired)
+    );
+    assert!(Packet::open(&mut under_a.clone(), 7, Some(&ring)).is_ok());
+    assert!(Packet::open(&mut under_b.clone(), 7, Some(&ring)).is_ok());
+    ring.retire().unwrap();
+    assert_eq!(
+        Packet::open(&mut under_a.clone(), 7, Some(&ring)).unwrap_err(),
+        WireError::UnknownKeyId(0)
+    );
+    assert!(Packet::open(&mut under_b.clone(), 7, Some(&ring)).is_ok());
+}
+
+/// ACKs and every builder seal too; a sealed packet survives a full parse of its body.
+#[test]
+fn every_builder_seals() {
+    let ring = KeyRing::new(sealing(9, "k"));
+    let k = Some(&**ring.send_key());
+    let mut buf = vec![0u8; 1472];
+    let naks = [NakRange { start: 120, len: 3 }];
+    let n = AckWriter::write(&mut buf, header(), k, (100, 5), 7, &naks);
+    let p = Packet::open(&mut buf[..n], 7, Some(&ring)).unwrap();
+    let a = AckBody::parse(p.body).unwrap();
+    assert_eq!((a.ack, a.credit, a.nak_count()), (100, 7, 1));
+    let mut w = PacketWriter::multicast(&mut buf, header(), k, TxnId(77));
+    assert!(w.push(b"to the group"));
+    let n = w.finish();
+    let p = Packet::open(&mut buf[..n], 7, Some(&ring)).unwrap();
+    let m = MulticastBody::parse(p.body).unwrap();
+    assert_eq!(m.txn, TxnId(77));
+    let mut head = [0u8; GATHER_HEAD_BYTES];
+    let mut mac = [0u8; MAC_BYTES];
+    assert!(datagram_gather(&mut head, &mut mac, header(), k, &[b"x"]).is_none());
+}
+
+/// The codec's own cost per packet (build + check) without a key, with a MAC and sealed, for
+/// docs/BENCHMARKS.md: `cargo test --release -p txcast-proto -- --ignored --nocapture
+/// codec_cost`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn codec_cost() {
+    let mac = KeyRing::from(ClusterKey::from_passphrase("k"));
+    let seal = KeyRing::new(sealing(0, "k"));
+    for bytes in [64usize, 1000, 8000] {
+        let payload = vec![0x42u8; bytes];
+        let mut line = format!("codec {bytes:>5} B:");
+        for (name, ring) in [("none", None), ("mac", Some(&mac)), ("seal", Some(&seal))] {
+            let key = ring.map(|r| &**r.send_key());
+            let mut buf = vec![0u8; 9000];
+            let n = 200_000 / (1 + bytes / 500);
+            let mut samples = Vec::new();
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    let mut w = PacketWriter::datagram(&mut buf, header(), key);
+                    assert!(w.push(&payload));
+                    let len = w.finish();
+                    let p = Packet::open(&mut buf[..len], 7, ring).unwrap();
+                    std::hint::black_box(p.body.len());
+                }
+                samples.push(t.elapsed().as_nanos() as f64 / n as f64);
+            }
+            samples.sort_by(f64::total_cmp);
+            line += &format!("  {name} {:.0} ns", samples[2]);
+        }
+        println!("{line}");
+    }
+}
+
+/// Random bodies and trailers behind a valid header (length and checksum made right), with
+/// either trailer flag and any key id: refused by name under a sealing and a MAC-only ring,
+/// never a panic.
+#[test]
+fn garbage_behind_a_valid_header_never_panics() {
+    let sealing_ring = KeyRing::new(sealing(3, "secret"));
+    let mac_ring = KeyRing::from(ClusterKey::from_passphrase("secret"));
+    let template = data_packet(Some(sealing_ring.send_key()));
+    let mut state = 0x0bad_cafe_f00d_d00du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for len in HEADER_BYTES..700usize {
+        let mut b = template[..HEADER_BYTES].to_vec();
+        b.resize(len, 0);
+        for x in b[HEADER_BYTES..].iter_mut() {
+            *x = next() as u8;
+        }
+        b[4] = [FLAG_MAC, FLAG_SEAL, FLAG_MAC | FLAG_SEAL][(next() % 3) as usize];
+        b[KEY_ID_OFFSET] = [0, 3, 4][(next() % 3) as usize];
+        b[32..34].copy_from_slice(&(len as u16).to_le_bytes());
+        let sum = super::header::checksum(&b);
+        b[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
+        for ring in [&sealing_ring, &mac_ring] {
+            let e = Packet::open(&mut b.clone(), 7, Some(ring)).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    WireError::LengthMismatch { .. }
+                        | WireError::MacAndSeal
+                        | WireError::UnknownKeyId(_)
+                        | WireError::TagMismatch
+                        | WireError::MacMismatch
+                        | WireError::SealMissing
+                        | WireError::SealUnexpected
+                ),
+                "{e:?}"
+            );
+            let _ = Packet::parse(&b, 7, Some(ring));
+        }
+    }
 }

@@ -85,6 +85,41 @@ pub enum Bench {
     Dc(dc::Args),
 }
 
+/// `--key` of `bench rtt` and `bench throughput`: the cluster key the txcast cases run under.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeyMode {
+    /// No key: no MAC, no encryption (the default)
+    #[default]
+    None,
+    /// A cluster key: every packet carries a keyed BLAKE3 MAC
+    Mac,
+    /// A cluster key with `encrypt`: every packet body is encrypted (XChaCha20-Poly1305)
+    Encrypt,
+}
+
+/// Carries `--key` to the partner process, which inherits the environment.
+const KEY_ENV: &str = "TXCAST_BENCH_KEY";
+
+/// Runs this process's (and its partners') txcast cases under `mode`.
+pub fn set_key_mode(mode: KeyMode) {
+    let name = match mode {
+        KeyMode::None => "none",
+        KeyMode::Mac => "mac",
+        KeyMode::Encrypt => "encrypt",
+    };
+    std::env::set_var(KEY_ENV, name);
+}
+
+/// The cluster of the txcast cases: the default one, with the key `--key` asked for.
+pub fn bench_cluster() -> txcast_port::ClusterConfig {
+    let c = txcast_port::ClusterConfig::default();
+    match std::env::var(KEY_ENV).as_deref() {
+        Ok("mac") => c.with_key("txcast bench key", false),
+        Ok("encrypt") => c.with_key("txcast bench key", true),
+        _ => c,
+    }
+}
+
 /// `txcast bench <what>`: runs one benchmark, returns the process exit code.
 pub fn run(args: BenchArgs) -> i32 {
     match &args.what {

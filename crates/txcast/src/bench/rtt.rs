@@ -225,6 +225,10 @@ pub struct Args {
     /// Receive slots of the txcast ports' rings (a power of two)
     #[arg(long, default_value_t = u64::from(txcast::slot_count_default()), value_parser = parse_u64)]
     pub slot_count: u64,
+    /// The cluster key the txcast cases run under: none, a MAC on every packet, or every
+    /// packet encrypted
+    #[arg(long, value_enum, default_value_t = super::KeyMode::None)]
+    pub key: super::KeyMode,
     /// JSON lines on stdout, the human table on stderr
     #[arg(long)]
     pub json: bool,
@@ -286,6 +290,7 @@ fn plan(options: &Args) -> Result<Plan, String> {
 
 /// `txcast bench rtt [options]`.
 pub fn run(args: &Args) -> i32 {
+    super::set_key_mode(args.key);
     let plan = match plan_or_exit("rtt", plan(args)) {
         Ok(plan) => plan,
         Err(code) => return code,

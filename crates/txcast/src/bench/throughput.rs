@@ -599,6 +599,10 @@ pub struct Args {
     /// The cases to measure (see below) [default: all]
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
+    /// The cluster key the txcast cases run under: none, a MAC on every packet, or every
+    /// packet encrypted
+    #[arg(long, value_enum, default_value_t = super::KeyMode::None)]
+    pub key: super::KeyMode,
     /// JSON lines on stdout, the human table on stderr
     #[arg(long)]
     pub json: bool,
@@ -673,6 +677,7 @@ fn plan(options: &Args) -> Result<Plan, String> {
 
 /// `txcast bench throughput [options]`.
 pub fn run(args: &Args) -> i32 {
+    super::set_key_mode(args.key);
     let plan = match plan_or_exit("throughput", plan(args)) {
         Ok(plan) => plan,
         Err(code) => return code,

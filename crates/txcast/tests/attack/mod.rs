@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use txcast_port::Refusals;
-use txcast_proto::wire::{ClusterKey, Kind, PacketHeader, PacketWriter, FLAG_MAC, MAC_BYTES};
+use txcast_proto::wire::{
+    ClusterKey, Kind, PacketHeader, PacketKey, PacketWriter, FLAG_MAC, MAC_BYTES,
+};
 use txcast_proto::Address;
 
 /// The attacked clusters' id and key (the tests' configurations name them).
@@ -333,9 +335,15 @@ pub fn garbage(p: &[u8], rng: &mut Rng) -> (Vec<Vec<u8>>, Refusals) {
     out.push(d);
     want.wrong_cluster += 1;
     // Built by txcast's own encoder: another cluster with our key and with another key,
-    // ours with another key, and ours unsigned.
-    let ours = ClusterKey::from_passphrase(PASSPHRASE);
-    let theirs = ClusterKey::from_passphrase("another cluster");
+    // ours with another key, ours unsigned, ours under a key id we do not hold, and ours
+    // sealed (encrypted) under our key id where our key only MACs.
+    let key = |pass: &str, id: u8, seal: bool| {
+        PacketKey::new(id, ClusterKey::from_passphrase(pass), seal)
+    };
+    let ours = key(PASSPHRASE, 0, false);
+    let theirs = key("another cluster", 0, false);
+    let unknown_id = key(PASSPHRASE, 7, false);
+    let sealed = key(PASSPHRASE, 0, true);
     let h = PacketHeader {
         kind: Kind::Datagram,
         flags: 0,
@@ -349,6 +357,8 @@ pub fn garbage(p: &[u8], rng: &mut Rng) -> (Vec<Vec<u8>>, Refusals) {
         (CLUSTER + 1, Some(&theirs), 0),
         (CLUSTER, Some(&theirs), 1),
         (CLUSTER, None, 2),
+        (CLUSTER, Some(&unknown_id), 3),
+        (CLUSTER, Some(&sealed), 4),
     ] {
         let mut buf = vec![0u8; 256];
         let mut w = PacketWriter::datagram(&mut buf, PacketHeader { cluster, ..h }, key);
@@ -358,7 +368,9 @@ pub fn garbage(p: &[u8], rng: &mut Rng) -> (Vec<Vec<u8>>, Refusals) {
         match reason {
             0 => want.wrong_cluster += 1,
             1 => want.mac_mismatch += 1,
-            _ => want.mac_missing += 1,
+            2 => want.mac_missing += 1,
+            3 => want.unknown_key += 1,
+            _ => want.wrong_mode += 1,
         }
     }
     (out, want)

@@ -56,6 +56,7 @@ impl Mode {
         };
         Engine::start(EngineConfig {
             mode,
+            cluster: crate::bench::bench_cluster(),
             ..EngineConfig::default()
         })
     }

@@ -102,6 +102,7 @@ impl Setup {
                 pack,
                 ..LinkConfig::default()
             },
+            cluster: crate::bench::bench_cluster(),
             ..EngineConfig::default()
         })
     }
