@@ -7,6 +7,8 @@
 //! Address instances 60 to 62, one per test (other tests use 0 to 52), in a cluster of its own. Sites 0, 1 and 2 are
 //! 127.0.0.1, .2 and .3: traffic between them goes over UDP.
 
+mod common;
+use common::wait_for;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,18 +45,6 @@ fn cluster() -> ClusterConfig {
 
 fn sealed_cluster() -> ClusterConfig {
     cluster().with_key(PASSPHRASE, true)
-}
-
-/// Waits until `f` holds, for at most 10 s.
-fn wait_for(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    true
 }
 
 /// Everything our socket at `spy` receives within `for_`.
@@ -191,7 +181,7 @@ fn a_rollover_under_continuous_traffic_loses_and_duplicates_nothing() {
         while !d.load(Ordering::Relaxed) {
             a.send(to, &i.to_le_bytes()).unwrap();
             i += 1;
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }

@@ -7,6 +7,8 @@
 //! each test looks only at the lines that name its own ports. Instance 44 with server types
 //! 4 to 7 is used by no other test.
 
+mod common;
+use common::wait_for;
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -51,18 +53,6 @@ fn lines_with(words: &[&str]) -> Vec<String> {
         .filter(|l| words.iter().all(|w| l.contains(w)))
         .map(str::to_string)
         .collect()
-}
-
-/// Waits until `f` holds (at most 10 s).
-fn wait_for(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    true
 }
 
 fn cfg() -> PortConfig {

@@ -9,9 +9,8 @@
 
 mod attack;
 
-use attack::{raw_available, v4, Sniffer};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use attack::{raw_available, spawn_rpc_server, v4, Sniffer};
+use std::io::BufRead;
 use std::time::Duration;
 use txcast_port::{ClusterConfig, ClusterKey, Engine, EngineConfig, Port, PortConfig, Rpc};
 use txcast_proto::wire::{KeyRing, Packet, PacketKey, FLAG_SEAL};
@@ -43,17 +42,8 @@ fn an_encrypted_rpc_between_processes_shows_no_plaintext_on_the_wire() {
     let config = dir.join("cluster.toml");
     std::fs::write(&config, toml()).unwrap();
     let cluster = ClusterConfig::from_toml(&toml()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_txcast"))
-        .args(["__rpc-server", "--instance", &INSTANCE.to_string()])
-        .args(["--site", "1", "--config"])
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn server");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut out) = spawn_rpc_server(INSTANCE, 1, &config);
     let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
 
     let engine = Engine::start(EngineConfig {
         cluster: cluster.clone(),

@@ -9,10 +9,12 @@
 
 mod attack;
 
-use attack::{garbage, raw_available, send_paced, v4, Rng, Sniffer, Spoofer, PASSPHRASE};
+use attack::{
+    garbage, raw_available, send_paced, spawn_rpc_server, v4, Rng, Sniffer, Spoofer, PASSPHRASE,
+};
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout};
 use std::time::Duration;
 use txcast_port::{ClusterConfig, Engine, EngineConfig, Port, PortConfig, Rpc, RpcConfig};
 use txcast_proto::wire::Kind;
@@ -39,17 +41,7 @@ struct Server {
 
 impl Server {
     fn start(config: &std::path::Path, site: u16) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_txcast"))
-            .args(["__rpc-server", "--instance", &INSTANCE.to_string()])
-            .args(["--site", &site.to_string(), "--config"])
-            .arg(config)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn server");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready");
+        let (child, out) = spawn_rpc_server(INSTANCE, site, config);
         Server {
             child,
             out,

@@ -375,3 +375,28 @@ pub fn garbage(p: &[u8], rng: &mut Rng) -> (Vec<Vec<u8>>, Refusals) {
     }
     (out, want)
 }
+
+/// Starts `txcast __rpc-server` of `instance` at `site` on the cluster file `config` and waits
+/// for its `ready` line: the child and its stdout.
+pub fn spawn_rpc_server(
+    instance: u16,
+    site: u16,
+    config: &std::path::Path,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_txcast"))
+        .args(["__rpc-server", "--instance", &instance.to_string()])
+        .args(["--site", &site.to_string(), "--config"])
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn server");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("ready line");
+    assert_eq!(line.trim(), "ready");
+    (child, out)
+}
