@@ -39,7 +39,7 @@ use crate::addr::{Address, AddressHash};
 use crate::time::Instant;
 use std::collections::HashMap;
 
-/// Recovery in progress (see `recovery`).
+/// A rebuild round in progress.
 #[derive(Debug)]
 pub(super) struct Reset {
     pub(super) epoch: Epoch,
@@ -115,7 +115,7 @@ pub(super) struct Committed {
 }
 
 /// Rebuilds: the views known committed and accepted, the round in progress.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Recovery {
     /// Highest epoch number seen anywhere (a coordinator picks a higher one).
     pub(super) epoch_seen: u64,
@@ -151,16 +151,8 @@ pub(super) struct Recovery {
 impl Recovery {
     pub(super) fn new() -> Recovery {
         Recovery {
-            epoch_seen: 0,
-            promised: Epoch::default(),
-            committed: None,
-            accepted: Vec::new(),
-            view_base: Epoch::default(),
-            start_seq: 0,
-            view_donors: Vec::new(),
             view_quorum: 1,
-            reset: None,
-            declared_dead: None,
+            ..Recovery::default()
         }
     }
 }

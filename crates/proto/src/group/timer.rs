@@ -4,6 +4,7 @@
 
 use super::{Member, State};
 use crate::time::Instant;
+use crate::timer::Deadlines;
 
 /// What a deadline is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,49 +61,14 @@ impl Timer {
     const MEMBER: [Timer; 4] = [Timer::Report, Timer::Watch, Timer::Resend, Timer::Submit];
 }
 
-/// One deadline per [`Timer`], or none when it is not armed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Timers {
-    at: [Option<Instant>; Timer::COUNT],
-}
-
-impl Timers {
-    pub fn set(&mut self, t: Timer, at: Instant) {
-        self.at[t as usize] = Some(at);
-    }
-
-    pub fn stop(&mut self, t: Timer) {
-        self.at[t as usize] = None;
-    }
-
-    /// Arms `t` at `at`, or stops it when `at` is `None`.
-    pub fn put(&mut self, t: Timer, at: Option<Instant>) {
-        self.at[t as usize] = at;
-    }
-
-    pub fn get(&self, t: Timer) -> Option<Instant> {
-        self.at[t as usize]
-    }
-
-    pub fn is_set(&self, t: Timer) -> bool {
-        self.at[t as usize].is_some()
-    }
-
-    /// Whether `t` is armed and due at `now`.
-    pub fn expired(&self, t: Timer, now: Instant) -> bool {
-        self.get(t).is_some_and(|at| now >= at)
-    }
-
-    /// Stops `t`; whether it was armed.
-    pub fn take(&mut self, t: Timer) -> bool {
-        self.at[t as usize].take().is_some()
-    }
-
-    /// The earliest deadline armed among `ts`.
-    pub fn next_of(&self, ts: &[Timer]) -> Option<Instant> {
-        ts.iter().filter_map(|&t| self.get(t)).min()
+impl From<Timer> for usize {
+    fn from(t: Timer) -> usize {
+        t as usize
     }
 }
+
+/// One deadline per [`Timer`].
+pub(super) type Timers = Deadlines<Timer, { Timer::COUNT }>;
 
 impl Member {
     /// When [`Member::handle_timeout`] should run next: the earliest deadline that counts in
