@@ -665,10 +665,11 @@ impl Member {
             self.advance_accept(now);
             self.order_next(now);
         }
-        let s = self.seqr.as_mut().expect("sequencer");
-        if self.state == State::Departing {
+        // (Before the earliest watch's check, the detector finds every member fine.)
+        if self.state == State::Departing || !self.timers.expired(Timer::Watches, now) {
             return;
         }
+        let s = self.seqr.as_mut().expect("sequencer");
         let mut dead = None;
         let watched: Vec<Address> = s.watches.keys().copied().collect();
         for m in watched {
