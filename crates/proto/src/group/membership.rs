@@ -231,7 +231,7 @@ impl Member {
                 s.departing.push((who, seq));
                 // Records it had not acknowledged may need it no more: a lone sequencer has
                 // no acknowledgement coming to accept them on.
-                self.timers.set(Timer::Order, Instant::ZERO);
+                self.timers.set(Timer::Order, s.last_multicast_at);
             }
         }
         if who == self.me {

@@ -466,7 +466,7 @@ impl Member {
                 let due = self.own_queued();
                 let s = self.seqr.as_mut().expect("sequencer");
                 if due || s.waiting_len > 0 {
-                    self.timers.set(Timer::Order, Instant::ZERO);
+                    self.timers.set(Timer::Order, s.last_multicast_at);
                 }
             }
         }

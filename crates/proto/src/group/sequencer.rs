@@ -57,6 +57,8 @@ pub(super) struct Sequencer {
     pub(super) join_ids: VecDeque<(Address, u64)>,
     /// Joiners admitted, until they acknowledge: (joiner, join seq, members at the join).
     pub(super) welcomes: Vec<Welcome>,
+    /// When the last multicast went (or the role was taken).
+    pub(super) last_multicast_at: Instant,
     pub(super) watches: HashMap<Address, Watch, AddressHash>,
     /// The accept or stable watermark changed since the last multicast.
     pub(super) accept_news: bool,
@@ -124,6 +126,7 @@ impl Member {
             // out since) is not admitted a second time.
             join_ids: self.ms.join_ids_seen.clone(),
             welcomes: Vec::new(),
+            last_multicast_at: now,
             watches,
             accept_news: true,
             stable_told: 0,
@@ -727,8 +730,12 @@ impl Member {
     /// A multicast went out (or had no one to go to): the next heartbeat is due
     /// `heartbeat_interval` later.
     pub(super) fn multicast_sent(&mut self, now: Instant) {
+        self.seqr.as_mut().expect("sequencer").last_multicast_at = now;
         self.timers
             .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
+        if self.timers.is_set(Timer::Order) {
+            self.timers.set(Timer::Order, now);
+        }
         self.arm_multicast();
     }
 }

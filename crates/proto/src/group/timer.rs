@@ -25,7 +25,8 @@ pub(super) enum Timer {
     /// Sequencer: repeat the sync request.
     Sync,
     /// Sequencer: accept and order at once (own consumption freed history, or a leave changed
-    /// what acceptance waits for). Armed at [`Instant::ZERO`].
+    /// what acceptance waits for). Armed at the last multicast's instant, already past; while
+    /// armed it stands for the sequencer's other timers but the multicast hold.
     Order,
     /// Sequencer: the earliest check of a watched member.
     Watches,
@@ -49,14 +50,9 @@ impl Timer {
 
     /// Count in every state (each is armed only while it applies).
     const ALWAYS: [Timer; 3] = [Timer::Join, Timer::Leave, Timer::Depart];
-    /// Count while this member is the sequencer (`Watches` not while it departs).
-    const SEQUENCER: [Timer; 5] = [
-        Timer::Heartbeat,
-        Timer::Sync,
-        Timer::Order,
-        Timer::Multicast,
-        Timer::Watches,
-    ];
+    /// Count while this member is the sequencer and `Order` is not armed (`Watches` not
+    /// while it departs).
+    const SEQUENCER: [Timer; 3] = [Timer::Heartbeat, Timer::Sync, Timer::Watches];
     /// Count while this member is a member in the normal state, not the sequencer.
     const MEMBER: [Timer; 4] = [Timer::Report, Timer::Watch, Timer::Resend, Timer::Submit];
 }
@@ -92,7 +88,8 @@ impl Member {
                 } else {
                     Timer::SEQUENCER.len()
                 };
-                at(t.next_of(&Timer::SEQUENCER[..n]));
+                at(t.get(Timer::Order).or(t.next_of(&Timer::SEQUENCER[..n])));
+                at(t.get(Timer::Multicast));
             }
             State::Normal => {
                 at(t.next_of(&Timer::MEMBER));
