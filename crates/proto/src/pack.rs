@@ -26,6 +26,17 @@ impl Default for PackMode {
     }
 }
 
+impl PackMode {
+    /// The longest a partly filled packet is held after its oldest message was queued.
+    pub fn hold_max(self) -> Option<Duration> {
+        match self {
+            PackMode::Off => None,
+            PackMode::Adaptive { delay_max } => Some(delay_max),
+            PackMode::Fixed { delay } => Some(delay),
+        }
+    }
+}
+
 /// What the packer says about the messages waiting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackDecision {

@@ -1,9 +1,75 @@
 //! A hashed timing wheel (the engine's timer table; paper 004 uses one for its timeout
 //! handlers). Deadlines fall into `slots` buckets of `tick` each; a bucket may hold entries of
 //! later rounds, which stay until their time comes. Scheduling and expiry are O(1) amortised;
-//! the number of entries is bounded.
+//! the number of entries is bounded. [`Deadlines`] is a state machine's own small table: one
+//! deadline per kind of timer.
 
 use crate::time::Instant;
+use core::marker::PhantomData;
+
+/// A state machine's timers: one deadline per kind `K` (an enum of `N` kinds whose `usize` is
+/// its index), or none when that kind is not armed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deadlines<K, const N: usize> {
+    at: [Option<Instant>; N],
+    kind: PhantomData<K>,
+}
+
+impl<K, const N: usize> Default for Deadlines<K, N> {
+    fn default() -> Self {
+        Deadlines {
+            at: [None; N],
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K: Copy + Into<usize>, const N: usize> Deadlines<K, N> {
+    pub fn set(&mut self, t: K, at: Instant) {
+        self.at[t.into()] = Some(at);
+    }
+
+    pub fn stop(&mut self, t: K) {
+        self.at[t.into()] = None;
+    }
+
+    /// Arms `t` at `at`, or stops it when `at` is `None`.
+    pub fn put(&mut self, t: K, at: Option<Instant>) {
+        self.at[t.into()] = at;
+    }
+
+    /// Stops `t`; whether it was armed.
+    pub fn take(&mut self, t: K) -> bool {
+        self.at[t.into()].take().is_some()
+    }
+
+    pub fn get(&self, t: K) -> Option<Instant> {
+        self.at[t.into()]
+    }
+
+    pub fn is_set(&self, t: K) -> bool {
+        self.get(t).is_some()
+    }
+
+    /// Whether `t` is armed and due at `now`.
+    pub fn expired(&self, t: K, now: Instant) -> bool {
+        self.get(t).is_some_and(|at| now >= at)
+    }
+
+    pub fn clear(&mut self) {
+        self.at = [None; N];
+    }
+
+    /// The earliest deadline armed.
+    pub fn next(&self) -> Option<Instant> {
+        self.at.iter().flatten().copied().min()
+    }
+
+    /// The earliest deadline armed among `ts`.
+    pub fn next_of(&self, ts: &[K]) -> Option<Instant> {
+        ts.iter().filter_map(|&t| self.get(t)).min()
+    }
+}
 
 /// A wheel is full: no more entries fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

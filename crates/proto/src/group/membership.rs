@@ -1,9 +1,44 @@
 //! Joins and leaves, as records in the group's total order.
 
 use super::msg::GroupHeader;
+use super::timer::Timer;
 use super::{Control, GroupEvent, Member, State};
 use crate::addr::Address;
 use crate::time::Instant;
+use std::collections::VecDeque;
+
+/// Joining and leaving, and the membership records applied.
+#[derive(Debug)]
+pub(super) struct Membership {
+    /// Joining: the member asked, and attempts so far (the next is [`Timer::Join`]).
+    pub(super) join: Option<(Address, u32)>,
+    /// Joining: the contact given to [`Member::join`], and the sequencer last named to us
+    /// (the contact until a redirect), the two addresses asked in turn.
+    pub(super) join_via: (Address, Address),
+    /// Names this process's join in its requests.
+    pub(super) join_id: u64,
+    /// Departing sequencer: serve until everyone has this record, or [`Timer::Depart`].
+    pub(super) depart: Option<u64>,
+    /// The sequence number of the last membership record applied (or the join or rebuild
+    /// that gave this member its list).
+    pub(super) config_applied: u64,
+    /// Recent joins (joiner, join id) from the join records applied here, handed to the
+    /// sequencer role when this member takes it.
+    pub(super) join_ids_seen: VecDeque<(Address, u64)>,
+}
+
+impl Membership {
+    pub(super) fn new(me: Address) -> Membership {
+        Membership {
+            join: None,
+            join_via: (me, me),
+            join_id: 0,
+            depart: None,
+            config_applied: 0,
+            join_ids_seen: VecDeque::new(),
+        }
+    }
+}
 
 impl Member {
     pub(super) fn on_join_request(&mut self, now: Instant, who: Address, join_id: u64) {
@@ -39,11 +74,12 @@ impl Member {
         if self.state != State::Joining {
             return;
         }
-        if let Some(j) = self.join.as_mut() {
-            self.join_via.1 = sequencer;
+        if let Some(j) = self.ms.join.as_mut() {
+            self.ms.join_via.1 = sequencer;
             if j.0 != sequencer {
                 j.0 = sequencer;
-                j.2 = now + self.cfg.retransmit_timeout;
+                self.timers
+                    .set(Timer::Join, now + self.cfg.retransmit_timeout);
                 self.push_control(sequencer, Control::JoinRequest);
             }
         }
@@ -64,15 +100,17 @@ impl Member {
         if self.state != State::Joining || join_seq == 0 || !members.contains(&self.me) {
             return;
         }
-        self.join = None;
+        self.ms.join = None;
+        self.timers.stop(Timer::Join);
         self.state = State::Normal;
         self.epoch = hdr.epoch;
-        self.epoch_seen = self.epoch_seen.max(hdr.epoch.number);
+        self.rec.epoch_seen = self.rec.epoch_seen.max(hdr.epoch.number);
         self.cfg.resilience = resilience;
         self.members = members;
         self.sequencer = sequencer;
         self.watch.heard(now);
-        self.history.reset(join_seq);
+        self.arm_watch();
+        self.rx.history.reset(join_seq);
         let e = super::history::Entry {
             sender: sequencer,
             msg_id: 0,
@@ -80,46 +118,47 @@ impl Member {
             payload: Some(super::encode_addr(self.me)),
             via_bb: false,
         };
-        assert_eq!(self.history.insert(join_seq, e), Ok(true));
-        self.received_upto = join_seq;
-        self.accepted_upto = join_seq;
-        self.applied_upto = join_seq;
-        self.config_applied = join_seq;
-        self.ordered_seen = join_seq;
-        self.consumed_upto = join_seq - 1;
-        self.stable_upto = stable_upto.min(join_seq - 1);
-        self.start_seq = join_seq - 1;
+        assert_eq!(self.rx.history.insert(join_seq, e), Ok(true));
+        self.rx.received_upto = join_seq;
+        self.rx.accepted_upto = join_seq;
+        self.rx.applied_upto = join_seq;
+        self.ms.config_applied = join_seq;
+        self.rx.ordered_seen = join_seq;
+        self.rx.consumed_upto = join_seq - 1;
+        self.rx.stable_upto = stable_upto.min(join_seq - 1);
+        self.rec.start_seq = join_seq - 1;
         // Joins are ordered only after the view's View record is applied: it committed.
         self.note_committed();
         for &(m, id) in member_ids {
-            self.last_msg_id.insert(m, id);
+            self.rx.last_msg_id.insert(m, id);
         }
-        self.ack_due = true;
+        self.out.ack_due = true;
         self.events
             .push_back(GroupEvent::JoinDone { seq: join_seq });
     }
 
     pub(super) fn apply_join(&mut self, now: Instant, seq: u64, who: Address) {
         let id = self
+            .rx
             .history
             .get(seq)
             .and_then(|e| e.payload.as_deref())
             .and_then(|p| p.get(8..16))
             .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
         if let Some(id) = id {
-            if self.join_ids_seen.len() >= super::JOIN_IDS_SEEN_MAX {
-                self.join_ids_seen.pop_front();
+            if self.ms.join_ids_seen.len() >= super::JOIN_IDS_SEEN_MAX {
+                self.ms.join_ids_seen.pop_front();
             }
-            self.join_ids_seen.push_back((who, id));
+            self.ms.join_ids_seen.push_back((who, id));
         }
-        self.last_msg_id.insert(who, 0);
-        self.unordered.retain(|(s, _), _| *s != who);
+        self.rx.last_msg_id.insert(who, 0);
+        self.rx.unordered.retain(|(s, _), _| *s != who);
         self.committed_view_applies(seq, |m| {
             if !m.contains(&who) {
                 m.push(who);
             }
         });
-        if seq <= self.start_seq {
+        if seq <= self.rec.start_seq {
             // A record from before a rebuild, caught up on: the rebuilt view already counted
             // it, and its View record settles the member list; nobody is welcomed from here.
             return;
@@ -130,13 +169,15 @@ impl Member {
         let members: Vec<(Address, u64)> = self
             .members
             .iter()
-            .map(|&m| (m, self.last_msg_id.get(&m).copied().unwrap_or(0)))
+            .map(|&m| (m, self.rx.last_msg_id.get(&m).copied().unwrap_or(0)))
             .collect();
         if let Some(s) = self.seqr.as_mut() {
             s.acks.insert(who, (seq - 1, seq - 1));
             s.next_msg_id.insert(who, 1);
             s.watches.insert(who, super::Watch::new(now));
             s.welcomes.push((who, seq, members.clone()));
+            self.arm_watches();
+            let s = self.seqr.as_mut().expect("sequencer");
             if s.barrier == Some(seq) {
                 s.barrier = None;
             }
@@ -155,7 +196,7 @@ impl Member {
     /// known committed) change that view's list, which the rebuilt view did not: its own list
     /// already counted them, cut to its survivors (see `install_view`).
     fn committed_view_applies(&mut self, seq: u64, f: impl FnOnce(&mut Vec<Address>)) {
-        if let Some(k) = self.committed.as_mut() {
+        if let Some(k) = self.rec.committed.as_mut() {
             if seq > k.start {
                 f(&mut k.members);
             }
@@ -163,9 +204,9 @@ impl Member {
     }
 
     pub(super) fn apply_leave(&mut self, now: Instant, seq: u64, who: Address) {
-        self.unordered.retain(|(s, _), _| *s != who);
+        self.rx.unordered.retain(|(s, _), _| *s != who);
         self.committed_view_applies(seq, |m| m.retain(|&x| x != who));
-        if seq <= self.start_seq {
+        if seq <= self.rec.start_seq {
             // From before a rebuild: the rebuilt view already counted it and named the
             // sequencer.
             if who == self.me {
@@ -190,17 +231,19 @@ impl Member {
                 s.departing.push((who, seq));
                 // Records it had not acknowledged may need it no more: a lone sequencer has
                 // no acknowledgement coming to accept them on.
-                s.order_due = true;
+                self.timers.set(Timer::Order, s.last_multicast_at);
             }
         }
         if who == self.me {
             // Report once more so the sequencer knows we have our leave record.
-            self.ack_due = true;
+            self.out.ack_due = true;
             if self.seqr.is_some() && !self.members.is_empty() {
-                self.leave_at = None;
+                self.timers.stop(Timer::Leave);
                 self.events.push_back(GroupEvent::LeaveDone);
                 self.state = State::Departing;
-                self.depart = Some((seq, now + self.cfg.silence_timeout));
+                self.ms.depart = Some(seq);
+                self.timers
+                    .set(Timer::Depart, now + self.cfg.silence_timeout);
             } else {
                 self.leave_done();
             }
@@ -208,6 +251,7 @@ impl Member {
         if was_sequencer && !self.members.is_empty() {
             self.sequencer = self.members[0];
             self.watch.heard(now);
+            self.arm_watch();
             if self.sequencer == self.me {
                 self.become_sequencer(now);
                 self.order_next(now);
@@ -222,20 +266,21 @@ impl Member {
     }
 
     pub(super) fn leave_done(&mut self) {
-        self.leave_at = None;
+        self.timers.stop(Timer::Leave);
         self.events.push_back(GroupEvent::LeaveDone);
         self.state = State::Left;
         self.seqr = None;
-        self.reset = None;
-        self.blocked_retry_at = None;
+        self.end_reset();
+        self.timers.stop(Timer::Blocked);
     }
 
     /// Joining and leaving retries; the departing sequencer's end.
     pub(super) fn membership_tick(&mut self, now: Instant) {
-        if let Some((asked, attempts, at)) = self.join {
-            if now >= at {
+        if let Some((asked, attempts)) = self.ms.join {
+            if self.timers.expired(Timer::Join, now) {
                 if attempts >= self.cfg.join_attempts_max {
-                    self.join = None;
+                    self.ms.join = None;
+                    self.timers.stop(Timer::Join);
                     self.state = State::Left;
                     self.events.push_back(GroupEvent::JoinFailed);
                 } else {
@@ -247,7 +292,7 @@ impl Member {
                     // sequencer repeats its Welcome). One at a time, not both at once: a
                     // sequencer of the old view and one of the new, asked together, could
                     // both admit us.
-                    let (given, named) = self.join_via;
+                    let (given, named) = self.ms.join_via;
                     let to = if attempts % super::JOIN_ASK_TURN != 0 {
                         asked
                     } else if asked == named {
@@ -255,20 +300,21 @@ impl Member {
                     } else {
                         named
                     };
-                    self.join = Some((to, attempts + 1, now + self.cfg.retransmit_timeout));
+                    self.ms.join = Some((to, attempts + 1));
+                    self.timers
+                        .set(Timer::Join, now + self.cfg.retransmit_timeout);
                     self.push_control(to, Control::JoinRequest);
                 }
             }
         }
-        if let Some(at) = self.leave_at {
-            if now >= at {
-                self.leave_at = Some(now + self.cfg.retransmit_timeout);
-                if self.state == State::Normal {
-                    self.push_control(self.sequencer, Control::LeaveRequest);
-                }
+        if self.timers.expired(Timer::Leave, now) {
+            self.timers
+                .set(Timer::Leave, now + self.cfg.retransmit_timeout);
+            if self.state == State::Normal {
+                self.push_control(self.sequencer, Control::LeaveRequest);
             }
         }
-        if let Some((leave_seq, until)) = self.depart {
+        if let Some(leave_seq) = self.ms.depart {
             // Done when the members have applied our leave (so one of them is the sequencer)
             // and the members that left before us have their leave records.
             let done = self.seqr.as_ref().is_none_or(|s| {
@@ -278,28 +324,14 @@ impl Member {
                         .iter()
                         .all(|m| s.acks.get(m).is_some_and(|a| a.0 >= leave_seq))
             });
-            if done || now >= until {
-                self.depart = None;
+            if done || self.timers.expired(Timer::Depart, now) {
+                self.ms.depart = None;
+                self.timers.stop(Timer::Depart);
                 self.seqr = None;
-                self.reset = None;
-                self.blocked_retry_at = None;
+                self.end_reset();
+                self.timers.stop(Timer::Blocked);
                 self.state = State::Left;
             }
         }
-    }
-
-    pub(super) fn membership_deadline(&self) -> Option<Instant> {
-        let mut t: Option<Instant> = None;
-        let mut at = |x: Instant| t = Some(t.map_or(x, |y: Instant| y.min(x)));
-        if let Some((_, _, x)) = self.join {
-            at(x);
-        }
-        if let Some(x) = self.leave_at {
-            at(x);
-        }
-        if let Some((_, x)) = self.depart {
-            at(x);
-        }
-        t
     }
 }

@@ -24,18 +24,20 @@
 //! - a failure detector (heartbeats, then a bounded number of probes) declares a silent member
 //!   or sequencer dead; recovery rebuilds the group from the survivors (see `recovery`).
 
+mod detector;
 mod history;
 mod membership;
 pub mod msg;
 mod receive;
 mod recovery;
 mod sequencer;
+mod timer;
 mod transmit;
 
 #[cfg(test)]
 mod tests;
 
-use crate::addr::{Address, AddressHash};
+use crate::addr::Address;
 pub use crate::member::{
     ConfigError, Delivered, Delivery, Dest, Epoch, GroupCounters, GroupError, GroupEvent, GroupId,
     GroupInfo, MinMembers, State,
@@ -43,9 +45,14 @@ pub use crate::member::{
 use crate::pack::{PackMode, Packer};
 use crate::time::Instant;
 use core::time::Duration;
+use detector::Watch;
 use history::History;
 pub use msg::{GroupWireError, RecordKind};
-use std::collections::{HashMap, VecDeque};
+use recovery::ViewNews;
+use sequencer::Sequencer;
+use std::collections::VecDeque;
+use timer::{Timer, Timers};
+use transmit::{Control, Pending};
 
 /// How a sender's message reaches the members (paper 003 §3.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,298 +182,43 @@ impl GroupConfig {
     }
 }
 
-/// A message this member sent and has not yet seen delivered.
-#[derive(Debug)]
-struct Pending {
-    msg_id: u64,
-    payload: Vec<u8>,
-    /// Last transmission (None: not yet sent).
-    sent_at: Option<Instant>,
-}
-
-/// A control message waiting for `poll_transmit`.
-#[derive(Clone, Debug)]
-enum Control {
-    Probe,
-    Ack,
-    JoinRequest,
-    LeaveRequest,
-    Redirect(Address),
-    Welcome {
-        join_seq: u64,
-        members: Vec<(Address, u64)>,
-    },
-    Invite {
-        epoch: Epoch,
-        base: Epoch,
-    },
-    InviteReply {
-        epoch: Epoch,
-        /// The invitation's base (the answer carries what we accepted as its successor).
-        base: Epoch,
-    },
-    /// The round `epoch` proposes `value` (see `recovery`).
-    Propose {
-        epoch: Epoch,
-        value: ViewNews,
-    },
-    Accepted {
-        epoch: Epoch,
-    },
-    /// A view that committed, not necessarily ours (see `recovery`).
-    Announce(ViewNews),
-    /// The current view, to a member that is behind (or the coordinator's announcement).
-    NewView,
-}
-
 /// Most control messages queued; more are dropped and counted (their senders retry).
 const CONTROL_QUEUE_MAX: usize = 1024;
 /// Most BB payloads held before their accept arrives.
 const UNORDERED_MAX: usize = 8192;
 /// Most records one NAK asks for.
 const NAK_SPAN_MAX: u64 = 1024;
-/// Joins remembered from the join records (see `Member::join_ids_seen`).
+/// Joins remembered from the join records (see `Membership::join_ids_seen`).
 const JOIN_IDS_SEEN_MAX: usize = 256;
 /// Bases a member keeps an accepted proposal for.
 const ACCEPTED_MAX: usize = 8;
 /// Join attempts at one address before a joiner turns to the other it knows.
 const JOIN_ASK_TURN: u32 = 8;
 
-/// Failure detector state for one watched peer.
-#[derive(Clone, Copy, Debug)]
-struct Watch {
-    last_heard: Instant,
-    probes: u32,
-    next_probe_at: Instant,
-}
-
-/// The sequencer role (present while this member is the sequencer).
-#[derive(Debug)]
-struct Sequencer {
-    next_seq: u64,
-    /// Per member (and departing member): (consumed, received) as last reported.
-    acks: HashMap<Address, (u64, u64), AddressHash>,
-    /// Members whose leave was applied, until they have their leave record.
-    departing: Vec<(Address, u64)>,
-    /// Next msg_id expected from each sender (duplicate suppression, FIFO).
-    next_msg_id: HashMap<Address, u64, AddressHash>,
-    /// Records `multicast_from..next_seq` are ordered but not yet multicast.
-    multicast_from: u64,
-    /// Of those: their bytes as records in an Order (see [`Entry::wire_bytes`]), and how many
-    /// are not our own application's messages (kept as records are ordered and sent, so the
-    /// packing decision costs nothing per call).
-    unsent_bytes: usize,
-    unsent_foreign: usize,
-    oldest_unsent: Option<Instant>,
-    /// A membership record ordered and not yet applied: nothing is ordered after it.
-    barrier: Option<u64>,
-    /// Joiners waiting to be ordered, with their join ids.
-    joins: VecDeque<(Address, u64)>,
-    leaves: VecDeque<Address>,
-    /// Submissions accepted (in order per sender) that wait for room in the history:
-    /// (msg_id, payload, via BB) by sender.
-    waiting: HashMap<Address, VecDeque<WaitingSubmit>, AddressHash>,
-    /// Senders with messages waiting (our own address: our application's), in the order
-    /// they are served, one message per turn.
-    turns: VecDeque<Address>,
-    waiting_len: usize,
-    /// Sequence numbers of our own messages that some member has not yet reported received:
-    /// at most `send_window` of them, the same window every other sender has.
-    own_in_flight: VecDeque<u64>,
-    waiting_bytes: usize,
-    /// Recent joins by (address, join id).
-    join_ids: VecDeque<(Address, u64)>,
-    /// Joiners admitted, until they acknowledge: (joiner, join seq, members at the join).
-    welcomes: Vec<Welcome>,
-    last_multicast_at: Instant,
-    sync_at: Option<Instant>,
-    watches: HashMap<Address, Watch, AddressHash>,
-    /// The accept or stable watermark changed since the last multicast.
-    accept_news: bool,
-    /// Our own consumption freed history while something waits to be ordered, or a leave
-    /// changed which members acceptance waits for: accept and order at the next timer (the
-    /// application's `poll_delivery` has no clock, and a leave is applied while accepting).
-    order_due: bool,
-    /// The stable watermark as of the last multicast.
-    stable_told: u64,
-    /// Ask every member for an ack in the next multicast (the history is full).
-    sync_due: bool,
-    heartbeat_due: bool,
-}
-
-/// A submission waiting for room in the history: (msg_id, payload, via BB).
-type WaitingSubmit = (u64, Vec<u8>, bool);
-
-/// A joiner admitted and not yet heard from: its join record and the members as of it, each
-/// with its last ordered msg_id.
-type Welcome = (Address, u64, Vec<(Address, u64)>);
-
-/// Recovery in progress (see `recovery`).
-#[derive(Debug)]
-struct Reset {
-    epoch: Epoch,
-    /// The coordinator's: the view being rebuilt (its last known committed one), and its start.
-    base: Epoch,
-    base_start: u64,
-    /// The coordinator's: how recent each answer's member list is (see `config_seq`).
-    configs: HashMap<Address, u64, AddressHash>,
-    coordinator: bool,
-    min_members: usize,
-    old_members: Vec<Address>,
-    /// Per member that answered: (consumed, received, oldest record held).
-    replies: HashMap<Address, (u64, u64, u64), AddressHash>,
-    invites_sent: u32,
-    next_at: Instant,
-    /// The coordinator's: the highest-ballot successor of the base accepted by a member
-    /// that answered (ourselves included), with its ballot.
-    best: Option<(Epoch, ViewNews)>,
-    /// The coordinator's, in the second phase: the view proposed, and who accepted it.
-    proposal: Option<ViewNews>,
-    accepts: Vec<Address>,
-    /// The coordinator's: the member whose death started the round (it went unanswered
-    /// through the silence timeout and every probe). The round decides once every other old
-    /// member answered, without waiting for it through the invitation rounds.
-    dead: Option<Address>,
-}
-
-impl ViewNews {
-    fn from_value(v: &msg::ViewValue<'_>, committed: bool) -> ViewNews {
-        let donors: Vec<(Address, u64, u64)> = v.members.iter().collect();
-        // (A quorum outside 1..=members is corrupt; clamped, it is at worst "all".)
-        let quorum = usize::try_from(v.quorum)
-            .unwrap_or(usize::MAX)
-            .clamp(1, donors.len().max(1));
-        ViewNews {
-            epoch: v.epoch,
-            start: v.start_seq,
-            sequencer: v.sequencer,
-            quorum,
-            committed,
-            base: v.base,
-            donors,
-        }
-    }
-}
-
-/// A rebuilt view as its announcement (`NewView`) describes it.
-#[derive(Clone, Debug)]
-struct ViewNews {
-    epoch: Epoch,
-    start: u64,
-    sequencer: Address,
-    /// How many of its members must hold its View record for it to commit.
-    quorum: usize,
-    /// The sender knows it committed.
-    committed: bool,
-    /// The view the round that made it was on (it is a successor of that one).
-    base: Epoch,
-    /// Its members as the rebuild announced them (see `Member::view_donors`).
-    donors: Vec<(Address, u64, u64)>,
-}
-
-/// A view known to have committed (see `Member::committed`).
-#[derive(Clone, Debug)]
-struct Committed {
-    epoch: Epoch,
-    start: u64,
-    /// Its member list as applied here (as `Member::members` is): the list it had when it
-    /// was left, and the joins and leaves numbered in it applied since. (The newer view's
-    /// list is cut down to that view's survivors, which do not count for a round on this
-    /// one.)
-    members: Vec<Address>,
-    sequencer: Address,
-}
-
-/// One process's membership in one group.
+/// One process's membership in one group: the view it is in, and one part per sub-protocol.
 pub struct Member {
     cfg: GroupConfig,
     me: Address,
     state: State,
     epoch: Epoch,
-    /// Highest epoch number seen anywhere (a coordinator picks a higher one).
-    epoch_seen: u64,
-    /// The highest rebuild this member answered for another coordinator: it installs no
-    /// view of a lower epoch, since that coordinator may make its view from the answer.
-    promised: Epoch,
-    /// The member the last multicast goes to first ([`Member::fanout`]).
-    fanout_first: Option<Address>,
-    /// The sequence number of the last membership record applied (or the join or rebuild
-    /// that gave this member its list).
-    config_applied: u64,
-    /// Recent joins (joiner, join id) from the join records applied here, handed to the
-    /// sequencer role when this member takes it.
-    join_ids_seen: VecDeque<(Address, u64)>,
-    /// The sequence number a rebuilt view started after (its `start_seq`).
-    start_seq: u64,
-    /// `Some` while the view this member is in is not known to have committed (its View
-    /// record not yet applied here): the last view it knows committed, which every rebuild
-    /// it takes part in is a round on (see `recovery`). `None`: the current view is known
-    /// committed (applied its View record, or created or joined it).
-    committed: Option<Committed>,
-    /// Views this member accepted in a round that proposed them (see `recovery`), each with
-    /// that round's epoch (its ballot); at most one per base, the highest ballot's, and at
-    /// most `ACCEPTED_MAX`.
-    accepted: Vec<(Epoch, ViewNews)>,
-    /// The base of the round that made the current view, if this member took part in it.
-    view_base: Epoch,
     members: Vec<Address>,
     sequencer: Address,
-    history: History,
-    received_upto: u64,
-    accepted_upto: u64,
-    /// Highest record applied to the protocol state (membership, dedup, completions).
-    applied_upto: u64,
-    /// Highest record the application took.
-    consumed_upto: u64,
-    ordered_seen: u64,
-    stable_upto: u64,
-    next_msg_id: u64,
-    pending: VecDeque<Pending>,
-    /// How many of `pending` (from the front) went out at least once.
-    sent_count: usize,
-    /// Bytes of the submission records of `pending` not yet sent.
-    unsent_bytes: usize,
-    /// Last msg_id applied per sender.
-    last_msg_id: HashMap<Address, u64, AddressHash>,
-    unordered: HashMap<(Address, u64), Vec<u8>>,
+    /// Sending: this member's messages, control messages and reports on their way out.
+    out: transmit::Outbox,
+    /// Receiving: the history, the watermarks, NAKs and retransmissions owed.
+    rx: receive::Inbox,
+    /// The sequencer role (present while this member is the sequencer).
     seqr: Option<Sequencer>,
-    /// Retransmissions owed: (member, from, to).
-    retransmit: VecDeque<(Address, u64, u64)>,
-    /// After a rebuild: each survivor with the oldest record it held and how far it had
-    /// received, to fetch records from. Also the view's members as the rebuild announced
-    /// them, while it is not known committed.
-    view_donors: Vec<(Address, u64, u64)>,
-    /// How many members of the current view must hold its View record (its sequencer among
-    /// them) for the view to be chosen.
-    view_quorum: usize,
-    nak_attempts: u32,
     /// This member watching the sequencer.
     watch: Watch,
-    reset: Option<Reset>,
-    control: VecDeque<(Address, Control)>,
+    /// Joining, leaving, and the membership records applied.
+    ms: membership::Membership,
+    /// Rebuilds and the views they make.
+    rec: recovery::Recovery,
+    /// Every deadline, by kind.
+    timers: Timers,
     events: VecDeque<GroupEvent>,
-    ack_due: bool,
-    nak_due: bool,
-    last_ack: (u64, u64),
-    last_to_sequencer: Instant,
-    nak_at: Option<Instant>,
-    /// Joining: the member asked, attempts so far, next attempt.
-    join: Option<(Address, u32, Instant)>,
-    /// Joining: the contact given to [`Member::join`], and the sequencer last named to us
-    /// (the contact until a redirect), the two addresses asked in turn.
-    join_via: (Address, Address),
-    /// Names this process's join in its requests.
-    join_id: u64,
-    leave_at: Option<Instant>,
-    /// Departing sequencer: serve until everyone has this record, or this deadline.
-    depart: Option<(u64, Instant)>,
-    blocked_retry_at: Option<Instant>,
-    /// The member just declared dead, for the rebuild it starts (see `Reset::dead`).
-    declared_dead: Option<Address>,
-    packer: Packer,
     counters: GroupCounters,
-    /// Submissions not yet transmitted since the oldest was queued (for packing).
-    oldest_unsubmitted: Option<Instant>,
 }
 
 impl Member {
@@ -480,7 +232,7 @@ impl Member {
             number: 1,
             coordinator: me,
         };
-        m.epoch_seen = 1;
+        m.rec.epoch_seen = 1;
         m.become_sequencer(now);
         Ok(m)
     }
@@ -495,9 +247,10 @@ impl Member {
     ) -> Result<Member, GroupError> {
         let mut m = Member::blank(cfg, me, now)?;
         m.state = State::Joining;
-        m.join = Some((contact, 1, now + m.cfg.retransmit_timeout));
-        m.join_via = (contact, contact);
-        m.join_id = now.0.wrapping_add(1);
+        m.ms.join = Some((contact, 1));
+        m.timers.set(Timer::Join, now + m.cfg.retransmit_timeout);
+        m.ms.join_via = (contact, contact);
+        m.ms.join_id = now.0.wrapping_add(1);
         m.push_control(contact, Control::JoinRequest);
         Ok(m)
     }
@@ -506,60 +259,26 @@ impl Member {
         cfg.validate().map_err(GroupError::Config)?;
         let history = History::new(1, cfg.history_max * 2);
         let packer = Packer::new(cfg.pack);
-        Ok(Member {
+        let mut m = Member {
+            out: transmit::Outbox::new(packer),
+            rx: receive::Inbox::new(history),
+            seqr: None,
+            watch: Watch::new(now),
+            ms: membership::Membership::new(me),
+            rec: recovery::Recovery::new(),
             cfg,
             me,
             state: State::Joining,
             epoch: Epoch::default(),
-            epoch_seen: 0,
-            promised: Epoch::default(),
-            fanout_first: None,
-            config_applied: 0,
-            join_ids_seen: VecDeque::new(),
-            start_seq: 0,
-            committed: None,
-            accepted: Vec::new(),
-            view_base: Epoch::default(),
             members: Vec::new(),
             sequencer: me,
-            history,
-            received_upto: 0,
-            accepted_upto: 0,
-            applied_upto: 0,
-            consumed_upto: 0,
-            ordered_seen: 0,
-            stable_upto: 0,
-            next_msg_id: 1,
-            pending: VecDeque::new(),
-            sent_count: 0,
-            unsent_bytes: 0,
-            last_msg_id: HashMap::default(),
-            unordered: HashMap::new(),
-            seqr: None,
-            retransmit: VecDeque::new(),
-            view_donors: Vec::new(),
-            view_quorum: 1,
-            nak_attempts: 0,
-            watch: Watch::new(now),
-            reset: None,
-            control: VecDeque::new(),
+            timers: Timers::default(),
             events: VecDeque::new(),
-            ack_due: false,
-            nak_due: false,
-            last_ack: (0, 0),
-            last_to_sequencer: now,
-            nak_at: None,
-            join: None,
-            join_id: 0,
-            join_via: (me, me),
-            leave_at: None,
-            depart: None,
-            blocked_retry_at: None,
-            declared_dead: None,
-            packer,
             counters: GroupCounters::default(),
-            oldest_unsubmitted: None,
-        })
+        };
+        m.timers.set(Timer::Report, now + m.cfg.heartbeat_interval);
+        m.arm_watch();
+        Ok(m)
     }
 
     pub fn address(&self) -> Address {
@@ -604,7 +323,7 @@ impl Member {
     /// which orders it.
     pub fn fanout(&self) -> impl Iterator<Item = Address> + '_ {
         let first = if self.seqr.is_some() {
-            self.fanout_first
+            self.out.fanout_first
         } else {
             Some(self.sequencer)
         };
@@ -622,7 +341,7 @@ impl Member {
     }
 
     pub fn pack_histogram(&self) -> &[u64; crate::pack::PACK_HISTOGRAM_BINS] {
-        self.packer.histogram()
+        self.out.packer.histogram()
     }
 
     pub fn info(&self) -> GroupInfo {
@@ -632,16 +351,16 @@ impl Member {
             members: self.members.clone(),
             sequencer: self.sequencer,
             resilience: self.cfg.resilience,
-            received_upto: self.received_upto,
-            consumed_upto: self.consumed_upto,
-            stable_upto: self.stable_upto,
+            received_upto: self.rx.received_upto,
+            consumed_upto: self.rx.consumed_upto,
+            stable_upto: self.rx.stable_upto,
             counters: self.counters.clone(),
         }
     }
 
     /// Messages this member sent that are not yet delivered back to it.
     pub fn sends_pending(&self) -> usize {
-        self.pending.len()
+        self.out.pending.len()
     }
 
     /// Queues a message for the group; returns its `msg_id`. It is complete when
@@ -663,18 +382,19 @@ impl Member {
                 have: self.members.len(),
             });
         }
-        if self.pending.len() >= self.cfg.send_queue_max {
+        if self.out.pending.len() >= self.cfg.send_queue_max {
             return Err(GroupError::Full);
         }
-        let msg_id = self.next_msg_id;
-        self.next_msg_id += 1;
-        self.pending.push_back(Pending {
+        let msg_id = self.out.next_msg_id;
+        self.out.next_msg_id += 1;
+        self.out.pending.push_back(Pending {
             msg_id,
             payload: payload.to_vec(),
             sent_at: None,
         });
-        self.unsent_bytes += payload.len() + msg::SUBMIT_RECORD_BYTES;
-        self.oldest_unsubmitted.get_or_insert(now);
+        self.out.unsent_bytes += payload.len() + msg::SUBMIT_RECORD_BYTES;
+        self.out.oldest_unsubmitted.get_or_insert(now);
+        self.arm_outbox();
         self.counters.sent += 1;
         if self.seqr.is_some() {
             // Through the same queue as everyone's: submissions that waited go first.
@@ -692,7 +412,8 @@ impl Member {
             self.queue_leave(now, self.me);
         } else {
             self.push_control(self.sequencer, Control::LeaveRequest);
-            self.leave_at = Some(now + self.cfg.retransmit_timeout);
+            self.timers
+                .set(Timer::Leave, now + self.cfg.retransmit_timeout);
         }
         Ok(())
     }
@@ -715,11 +436,12 @@ impl Member {
 
     /// Hands the next record of the ordered stream to `f`.
     pub fn poll_delivery<R>(&mut self, f: impl FnOnce(Delivery<'_>) -> R) -> Option<R> {
-        let seq = self.consumed_upto + 1;
-        if seq > self.applied_upto {
+        let seq = self.rx.consumed_upto + 1;
+        if seq > self.rx.applied_upto {
             return None;
         }
         let e = self
+            .rx
             .history
             .get(seq)
             .expect("applied records stay until consumed");
@@ -747,7 +469,7 @@ impl Member {
             sender: e.sender,
             what,
         });
-        self.consumed_upto = seq;
+        self.rx.consumed_upto = seq;
         self.counters.delivered += 1;
         self.note_consumed();
         Some(r)
@@ -755,40 +477,26 @@ impl Member {
 
     /// Whether a delivery is waiting.
     pub fn has_delivery(&self) -> bool {
-        self.consumed_upto < self.applied_upto
+        self.rx.consumed_upto < self.rx.applied_upto
     }
 
     /// Everything pending goes out again from the start (the sequencer changed).
     fn resubmit_all(&mut self) {
-        for p in self.pending.iter_mut() {
+        for p in self.out.pending.iter_mut() {
             if p.sent_at.take().is_some() {
-                self.unsent_bytes += p.payload.len() + msg::SUBMIT_RECORD_BYTES;
+                self.out.unsent_bytes += p.payload.len() + msg::SUBMIT_RECORD_BYTES;
             }
         }
-        self.sent_count = 0;
+        self.out.sent_count = 0;
+        self.arm_outbox();
     }
 
     fn push_control(&mut self, to: Address, c: Control) {
-        if self.control.len() >= CONTROL_QUEUE_MAX {
+        if self.out.control.len() >= CONTROL_QUEUE_MAX {
             self.counters.dropped_control_full += 1;
             return;
         }
-        self.control.push_back((to, c));
-    }
-}
-
-impl Watch {
-    fn new(now: Instant) -> Watch {
-        Watch {
-            last_heard: now,
-            probes: 0,
-            next_probe_at: now,
-        }
-    }
-
-    fn heard(&mut self, now: Instant) {
-        self.last_heard = now;
-        self.probes = 0;
+        self.out.control.push_back((to, c));
     }
 }
 
@@ -861,7 +569,7 @@ impl crate::member::GroupMember for Member {
     }
 
     fn sends_pending(&self) -> usize {
-        self.pending.len()
+        self.out.pending.len()
     }
 
     fn leave(&mut self, now: Instant) -> Result<(), GroupError> {

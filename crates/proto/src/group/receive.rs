@@ -1,14 +1,58 @@
 //! The member side: taking in messages, gap detection and NAKs, applying accepted records in
 //! order (membership, duplicate suppression, send completions), acknowledgements.
 
+use super::history::History;
 use super::history::{Entry, Refused};
 use super::msg::{self, GroupHeader, Msg, OrderRecords, RecordKind, FLAG_BB, FLAG_SYNC};
+use super::timer::Timer;
 use super::{
     addr_payload, Control, GroupEvent, Member, State, ViewNews, NAK_SPAN_MAX, UNORDERED_MAX,
 };
-use crate::addr::Address;
+use crate::addr::{Address, AddressHash};
 use crate::pack::PackMode;
 use crate::time::Instant;
+use std::collections::{HashMap, VecDeque};
+
+/// A member's receiving side: the records it holds and how far it got with them.
+#[derive(Debug)]
+pub(super) struct Inbox {
+    pub(super) history: History,
+    pub(super) received_upto: u64,
+    pub(super) accepted_upto: u64,
+    /// Highest record applied to the protocol state (membership, dedup, completions).
+    pub(super) applied_upto: u64,
+    /// Highest record the application took.
+    pub(super) consumed_upto: u64,
+    pub(super) ordered_seen: u64,
+    pub(super) stable_upto: u64,
+    /// Last msg_id applied per sender.
+    pub(super) last_msg_id: HashMap<Address, u64, AddressHash>,
+    /// BB payloads held until their accept arrives.
+    pub(super) unordered: HashMap<(Address, u64), Vec<u8>>,
+    /// Retransmissions owed: (member, from, to).
+    pub(super) retransmit: VecDeque<(Address, u64, u64)>,
+    pub(super) nak_due: bool,
+    pub(super) nak_attempts: u32,
+}
+
+impl Inbox {
+    pub(super) fn new(history: History) -> Inbox {
+        Inbox {
+            history,
+            received_upto: 0,
+            accepted_upto: 0,
+            applied_upto: 0,
+            consumed_upto: 0,
+            ordered_seen: 0,
+            stable_upto: 0,
+            last_msg_id: HashMap::default(),
+            unordered: HashMap::new(),
+            retransmit: VecDeque::new(),
+            nak_due: false,
+            nak_attempts: 0,
+        }
+    }
+}
 
 impl Member {
     /// Takes in one group message from the network. Malformed or foreign messages are
@@ -36,7 +80,7 @@ impl Member {
         if hdr.from == self.me {
             return Ok(());
         }
-        self.epoch_seen = self.epoch_seen.max(hdr.epoch.number);
+        self.rec.epoch_seen = self.rec.epoch_seen.max(hdr.epoch.number);
         match m {
             Msg::JoinRequest { join_id } => self.on_join_request(now, hdr.from, join_id),
             Msg::Redirect { sequencer } => self.on_redirect(now, sequencer),
@@ -117,6 +161,7 @@ impl Member {
         }
         if hdr.from == self.sequencer {
             self.watch.heard(now);
+            self.arm_watch();
         }
         match m {
             Msg::Order {
@@ -183,15 +228,21 @@ impl Member {
 
     /// Keeps a BB payload until the sequencer's accept for it arrives.
     fn hold_unordered(&mut self, sender: Address, msg_id: u64, payload: &[u8]) {
-        if self.last_msg_id.get(&sender).is_some_and(|&l| msg_id <= l) {
+        if self
+            .rx
+            .last_msg_id
+            .get(&sender)
+            .is_some_and(|&l| msg_id <= l)
+        {
             self.counters.duplicates += 1;
             return;
         }
-        if self.unordered.len() >= UNORDERED_MAX {
+        if self.rx.unordered.len() >= UNORDERED_MAX {
             self.counters.dropped_beyond_window += 1;
             return;
         }
-        self.unordered
+        self.rx
+            .unordered
             .entry((sender, msg_id))
             .or_insert_with(|| payload.to_vec());
     }
@@ -210,16 +261,16 @@ impl Member {
             // retransmission): nothing to learn.
             return;
         }
-        let before = self.received_upto;
+        let before = self.rx.received_upto;
         // Whether this multicast brought a message of the sequencer's own application.
         let mut sequencers_own = false;
-        if stable_upto > self.stable_upto {
+        if stable_upto > self.rx.stable_upto {
             // First: records that follow may need the room this frees.
-            self.stable_upto = stable_upto;
+            self.rx.stable_upto = stable_upto;
             self.trim_history();
         }
         for r in records.iter() {
-            if r.seq <= self.received_upto {
+            if r.seq <= self.rx.received_upto {
                 self.counters.duplicates += 1;
                 continue;
             }
@@ -234,18 +285,21 @@ impl Member {
                 payload,
                 via_bb: r.payload.is_none(),
             };
-            match self.history.insert(r.seq, e) {
+            match self.rx.history.insert(r.seq, e) {
                 Ok(true) => {
                     sequencers_own |= r.kind == RecordKind::Message && r.sender == self.sequencer;
                 }
                 Ok(false) | Err(Refused::Old) => self.counters.duplicates += 1,
                 Err(Refused::Beyond) => self.counters.dropped_beyond_window += 1,
             }
-            self.ordered_seen = self.ordered_seen.max(r.seq);
+            self.rx.ordered_seen = self.rx.ordered_seen.max(r.seq);
         }
-        self.ordered_seen = self.ordered_seen.max(ordered_upto);
-        self.accepted_upto = self.accepted_upto.max(accepted_upto.min(self.ordered_seen));
-        self.received_upto = self.history.contiguous_from(self.received_upto + 1);
+        self.rx.ordered_seen = self.rx.ordered_seen.max(ordered_upto);
+        self.rx.accepted_upto = self
+            .rx
+            .accepted_upto
+            .max(accepted_upto.min(self.rx.ordered_seen));
+        self.rx.received_upto = self.rx.history.contiguous_from(self.rx.received_upto + 1);
         // The sequencer lets its own messages run at most `send_window` ahead of what every
         // member reported received: report often enough that it never waits for a heartbeat.
         let every = (self.cfg.send_window as u64 / 4).max(1);
@@ -255,21 +309,21 @@ impl Member {
         // Reported only with heartbeats, the sequencer's next lone message waited
         // `delay_max` whenever the previous one had gone out less than a heartbeat before.
         let prompt = sequencers_own
-            && self.received_upto > before
+            && self.rx.received_upto > before
             && matches!(self.cfg.pack, PackMode::Adaptive { delay_max } if !delay_max.is_zero());
         if sync
             || prompt
-            || self.received_upto >= self.last_ack.1 + every
-            || (self.received_upto > before
+            || self.rx.received_upto >= self.out.last_ack.1 + every
+            || (self.rx.received_upto > before
                 && self.is_acker()
-                && self.received_upto > self.accepted_upto)
+                && self.rx.received_upto > self.rx.accepted_upto)
         {
-            self.ack_due = true;
+            self.out.ack_due = true;
         }
-        if self.received_upto < self.ordered_seen {
+        if self.rx.received_upto < self.rx.ordered_seen {
             self.gap_seen(now);
         } else {
-            self.nak_at = None;
+            self.timers.stop(Timer::Nak);
         }
         self.apply_ready(now);
         self.trim_history();
@@ -278,13 +332,13 @@ impl Member {
     /// The payload of a BB message we hold (as its receiver or its sender).
     fn bb_payload(&mut self, sender: Address, msg_id: u64) -> Option<Vec<u8>> {
         if sender == self.me {
-            let first = self.pending.front()?.msg_id;
+            let first = self.out.pending.front()?.msg_id;
             return msg_id
                 .checked_sub(first)
-                .and_then(|i| self.pending.get(i as usize))
+                .and_then(|i| self.out.pending.get(i as usize))
                 .map(|p| p.payload.clone());
         }
-        self.unordered.remove(&(sender, msg_id))
+        self.rx.unordered.remove(&(sender, msg_id))
     }
 
     /// Whether this member acknowledges tentative records (one of the r lowest-ranked members
@@ -306,57 +360,62 @@ impl Member {
     /// come within a retransmission timeout. Asking at once made every multicast that split a
     /// batch cost a NAK and a retransmission of records already sent.
     fn gap_seen(&mut self, now: Instant) {
-        if self.received_upto < self.start_seq || self.history.holds_after(self.received_upto) {
+        if self.rx.received_upto < self.rec.start_seq
+            || self.rx.history.holds_after(self.rx.received_upto)
+        {
             self.nak_if_due(now);
-        } else if self.nak_at.is_none() {
-            self.nak_at = Some(now + self.cfg.retransmit_timeout);
+        } else if !self.timers.is_set(Timer::Nak) {
+            self.timers
+                .set(Timer::Nak, now + self.cfg.retransmit_timeout);
         }
     }
 
     pub(super) fn nak_if_due(&mut self, now: Instant) {
-        if self.nak_at.is_some_and(|t| now < t) {
+        if self.timers.get(Timer::Nak).is_some_and(|t| now < t) {
             return;
         }
-        self.nak_at = Some(now + self.cfg.retransmit_timeout);
-        self.nak_due = true;
+        self.timers
+            .set(Timer::Nak, now + self.cfg.retransmit_timeout);
+        self.rx.nak_due = true;
     }
 
     /// The NAK range to send now, and to whom: the sequencer, or while catching up on a
     /// rebuild's records, a member that held them (another one at each attempt).
     pub(super) fn nak_range(&mut self) -> Option<(Address, u64, u64)> {
-        if self.received_upto >= self.ordered_seen {
+        if self.rx.received_upto >= self.rx.ordered_seen {
             return None;
         }
-        let from = self.received_upto + 1;
-        let mut to = self.ordered_seen.min(from + NAK_SPAN_MAX - 1);
+        let from = self.rx.received_upto + 1;
+        let mut to = self.rx.ordered_seen.min(from + NAK_SPAN_MAX - 1);
         let mut target = self.sequencer;
-        if from <= self.start_seq {
+        if from <= self.rec.start_seq {
             let holders: Vec<(Address, u64)> = self
+                .rec
                 .view_donors
                 .iter()
                 .filter(|&&(a, held_from, upto)| a != self.me && held_from <= from && from <= upto)
                 .map(|&(a, _, upto)| (a, upto))
                 .collect();
             if !holders.is_empty() {
-                let (a, upto) = holders[self.nak_attempts as usize % holders.len()];
+                let (a, upto) = holders[self.rx.nak_attempts as usize % holders.len()];
                 target = a;
                 to = to.min(upto);
             }
-            self.nak_attempts = self.nak_attempts.wrapping_add(1);
+            self.rx.nak_attempts = self.rx.nak_attempts.wrapping_add(1);
         }
         Some((target, from, to))
     }
 
     /// Applies accepted, contiguous records in order.
     pub(super) fn apply_ready(&mut self, now: Instant) {
-        while self.applied_upto < self.received_upto.min(self.accepted_upto) {
-            let seq = self.applied_upto + 1;
-            let e = self.history.get(seq).expect("received records are held");
+        while self.rx.applied_upto < self.rx.received_upto.min(self.rx.accepted_upto) {
+            let seq = self.rx.applied_upto + 1;
+            let e = self.rx.history.get(seq).expect("received records are held");
             let (kind, sender, msg_id) = (e.kind, e.sender, e.msg_id);
             let named = addr_payload(e);
-            self.applied_upto = seq;
+            self.rx.applied_upto = seq;
             if kind != RecordKind::Message {
-                self.config_applied = seq;
+                self.ms.config_applied = seq;
             }
             match kind {
                 RecordKind::Message => self.apply_message(sender, msg_id),
@@ -368,23 +427,25 @@ impl Member {
     }
 
     fn apply_message(&mut self, sender: Address, msg_id: u64) {
-        self.last_msg_id.insert(sender, msg_id);
-        self.unordered.remove(&(sender, msg_id));
+        self.rx.last_msg_id.insert(sender, msg_id);
+        self.rx.unordered.remove(&(sender, msg_id));
         if sender == self.me {
-            while self.pending.front().is_some_and(|p| p.msg_id <= msg_id) {
-                let p = self.pending.pop_front().expect("front");
+            while self.out.pending.front().is_some_and(|p| p.msg_id <= msg_id) {
+                let p = self.out.pending.pop_front().expect("front");
                 if p.sent_at.is_some() {
-                    self.sent_count = self.sent_count.saturating_sub(1);
+                    self.out.sent_count = self.out.sent_count.saturating_sub(1);
                 } else {
                     // Ordered without a submission of ours reaching it (we are, or were, the
                     // sequencer).
-                    self.unsent_bytes = self
+                    self.out.unsent_bytes = self
+                        .out
                         .unsent_bytes
                         .saturating_sub(p.payload.len() + super::msg::SUBMIT_RECORD_BYTES);
                 }
                 self.events
                     .push_back(GroupEvent::SendDone { msg_id: p.msg_id });
             }
+            self.arm_outbox();
         }
     }
 
@@ -392,20 +453,20 @@ impl Member {
     pub(super) fn note_consumed(&mut self) {
         self.trim_history();
         let every = (self.cfg.history_max as u64 / 8).max(1);
-        if self.consumed_upto >= self.last_ack.0 + every {
-            self.ack_due = true;
+        if self.rx.consumed_upto >= self.out.last_ack.0 + every {
+            self.out.ack_due = true;
         }
         if self.seqr.is_some() {
             // The sequencer's own consumption bounds stability too.
-            let before = self.stable_upto;
+            let before = self.rx.stable_upto;
             self.recompute_stable();
-            if self.stable_upto > before {
+            if self.rx.stable_upto > before {
                 // Only what still waits to be ordered needs the timer (messages already
                 // ordered and not yet consumed do not).
                 let due = self.own_queued();
                 let s = self.seqr.as_mut().expect("sequencer");
                 if due || s.waiting_len > 0 {
-                    s.order_due = true;
+                    self.timers.set(Timer::Order, s.last_multicast_at);
                 }
             }
         }
@@ -413,41 +474,32 @@ impl Member {
 
     /// Drops records that are both stable and consumed here.
     pub(super) fn trim_history(&mut self) {
-        let through = self.stable_upto.min(self.consumed_upto);
-        if through >= self.history.base() {
-            self.history.trim_through(through);
+        let through = self.rx.stable_upto.min(self.rx.consumed_upto);
+        if through >= self.rx.history.base() {
+            self.rx.history.trim_through(through);
         }
     }
 
     /// Member timers: resend submissions, repeat NAKs, report to the sequencer, watch it.
     pub(super) fn member_tick(&mut self, now: Instant) {
-        if self.received_upto < self.ordered_seen {
+        if self.rx.received_upto < self.rx.ordered_seen {
             self.nak_if_due(now);
         }
-        if now.saturating_since(self.last_to_sequencer) >= self.cfg.heartbeat_interval {
-            self.ack_due = true;
+        if self.timers.expired(Timer::Report, now) {
+            self.out.ack_due = true;
         }
-        match self.cfg.detect(&mut self.watch, now) {
-            super::recovery::Verdict::Fine => {}
-            super::recovery::Verdict::Probe => {
+        let verdict = self.cfg.detect(&mut self.watch, now);
+        self.arm_watch();
+        match verdict {
+            super::detector::Verdict::Fine => {}
+            super::detector::Verdict::Probe => {
                 self.counters.probes_sent += 1;
                 self.push_control(self.sequencer, Control::Probe);
             }
-            super::recovery::Verdict::Dead => {
+            super::detector::Verdict::Dead => {
                 let s = self.sequencer;
                 self.failure_detected(now, s);
             }
         }
-    }
-
-    pub(super) fn member_deadline(&self) -> Instant {
-        let mut t = self.last_to_sequencer + self.cfg.heartbeat_interval;
-        t = t.min(self.cfg.next_check(&self.watch));
-        if let Some(n) = self.nak_at {
-            if self.received_upto < self.ordered_seen {
-                t = t.min(n);
-            }
-        }
-        t
     }
 }

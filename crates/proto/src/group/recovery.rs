@@ -33,36 +33,127 @@
 
 use super::history::Entry;
 use super::msg::{Epoch, GroupHeader, RecordKind};
-use super::{
-    encode_view, Committed, Control, GroupConfig, GroupEvent, Member, MinMembers, Reset, State,
-    ViewNews, Watch,
-};
-use crate::addr::Address;
+use super::timer::Timer;
+use super::{encode_view, msg, Control, GroupEvent, Member, MinMembers, State, Watch};
+use crate::addr::{Address, AddressHash};
 use crate::time::Instant;
 use std::collections::HashMap;
 
-pub(super) enum Verdict {
-    Fine,
-    Probe,
-    Dead,
+/// A rebuild round in progress.
+#[derive(Debug)]
+pub(super) struct Reset {
+    pub(super) epoch: Epoch,
+    /// The coordinator's: the view being rebuilt (its last known committed one), and its start.
+    pub(super) base: Epoch,
+    pub(super) base_start: u64,
+    /// The coordinator's: how recent each answer's member list is (see `config_seq`).
+    pub(super) configs: HashMap<Address, u64, AddressHash>,
+    pub(super) coordinator: bool,
+    pub(super) min_members: usize,
+    pub(super) old_members: Vec<Address>,
+    /// Per member that answered: (consumed, received, oldest record held).
+    pub(super) replies: HashMap<Address, (u64, u64, u64), AddressHash>,
+    pub(super) invites_sent: u32,
+    /// The coordinator's: the highest-ballot successor of the base accepted by a member
+    /// that answered (ourselves included), with its ballot.
+    pub(super) best: Option<(Epoch, ViewNews)>,
+    /// The coordinator's, in the second phase: the view proposed, and who accepted it.
+    pub(super) proposal: Option<ViewNews>,
+    pub(super) accepts: Vec<Address>,
+    /// The coordinator's: the member whose death started the round (it went unanswered
+    /// through the silence timeout and every probe). The round decides once every other old
+    /// member answered, without waiting for it through the invitation rounds.
+    pub(super) dead: Option<Address>,
 }
 
-impl GroupConfig {
-    /// The failure detector's judgement of one watched peer, and its probe bookkeeping.
-    pub(super) fn detect(&self, w: &mut Watch, now: Instant) -> Verdict {
-        if now.saturating_since(w.last_heard) < self.silence_timeout || now < w.next_probe_at {
-            return Verdict::Fine;
+impl ViewNews {
+    pub(super) fn from_value(v: &msg::ViewValue<'_>, committed: bool) -> ViewNews {
+        let donors: Vec<(Address, u64, u64)> = v.members.iter().collect();
+        // (A quorum outside 1..=members is corrupt; clamped, it is at worst "all".)
+        let quorum = usize::try_from(v.quorum)
+            .unwrap_or(usize::MAX)
+            .clamp(1, donors.len().max(1));
+        ViewNews {
+            epoch: v.epoch,
+            start: v.start_seq,
+            sequencer: v.sequencer,
+            quorum,
+            committed,
+            base: v.base,
+            donors,
         }
-        if w.probes >= self.probes_max {
-            return Verdict::Dead;
-        }
-        w.probes += 1;
-        w.next_probe_at = now + self.probe_interval;
-        Verdict::Probe
     }
+}
 
-    pub(super) fn next_check(&self, w: &Watch) -> Instant {
-        (w.last_heard + self.silence_timeout).max(w.next_probe_at)
+/// A rebuilt view as its announcement (`NewView`) describes it.
+#[derive(Clone, Debug)]
+pub(super) struct ViewNews {
+    pub(super) epoch: Epoch,
+    pub(super) start: u64,
+    pub(super) sequencer: Address,
+    /// How many of its members must hold its View record for it to commit.
+    pub(super) quorum: usize,
+    /// The sender knows it committed.
+    pub(super) committed: bool,
+    /// The view the round that made it was on (it is a successor of that one).
+    pub(super) base: Epoch,
+    /// Its members as the rebuild announced them (see `Recovery::view_donors`).
+    pub(super) donors: Vec<(Address, u64, u64)>,
+}
+
+/// A view known to have committed (see `Recovery::committed`).
+#[derive(Clone, Debug)]
+pub(super) struct Committed {
+    pub(super) epoch: Epoch,
+    pub(super) start: u64,
+    /// Its member list as applied here (as `Member::members` is): the list it had when it
+    /// was left, and the joins and leaves numbered in it applied since. (The newer view's
+    /// list is cut down to that view's survivors, which do not count for a round on this
+    /// one.)
+    pub(super) members: Vec<Address>,
+    pub(super) sequencer: Address,
+}
+
+/// Rebuilds: the views known committed and accepted, the round in progress.
+#[derive(Debug, Default)]
+pub(super) struct Recovery {
+    /// Highest epoch number seen anywhere (a coordinator picks a higher one).
+    pub(super) epoch_seen: u64,
+    /// The highest rebuild this member answered for another coordinator: it installs no
+    /// view of a lower epoch, since that coordinator may make its view from the answer.
+    pub(super) promised: Epoch,
+    /// `Some` while the view this member is in is not known to have committed (its View
+    /// record not yet applied here): the last view it knows committed, which every rebuild
+    /// it takes part in is a round on. `None`: the current view is known committed (applied
+    /// its View record, or created or joined it).
+    pub(super) committed: Option<Committed>,
+    /// Views this member accepted in a round that proposed them, each with that round's
+    /// epoch (its ballot); at most one per base, the highest ballot's, and at most
+    /// `ACCEPTED_MAX`.
+    pub(super) accepted: Vec<(Epoch, ViewNews)>,
+    /// The base of the round that made the current view, if this member took part in it.
+    pub(super) view_base: Epoch,
+    /// The sequence number a rebuilt view started after (its `start_seq`).
+    pub(super) start_seq: u64,
+    /// After a rebuild: each survivor with the oldest record it held and how far it had
+    /// received, to fetch records from. Also the view's members as the rebuild announced
+    /// them, while it is not known committed.
+    pub(super) view_donors: Vec<(Address, u64, u64)>,
+    /// How many members of the current view must hold its View record (its sequencer among
+    /// them) for the view to be chosen.
+    pub(super) view_quorum: usize,
+    /// The round in progress; its next step is [`Timer::Rebuild`].
+    pub(super) reset: Option<Reset>,
+    /// The member just declared dead, for the rebuild it starts (see `Reset::dead`).
+    pub(super) declared_dead: Option<Address>,
+}
+
+impl Recovery {
+    pub(super) fn new() -> Recovery {
+        Recovery {
+            view_quorum: 1,
+            ..Recovery::default()
+        }
     }
 }
 
@@ -72,7 +163,7 @@ impl Member {
         self.events.push_back(GroupEvent::Failure { suspect });
         match self.cfg.auto_reset {
             Some(min) => {
-                self.declared_dead = Some(suspect);
+                self.rec.declared_dead = Some(suspect);
                 self.start_reset(now, min)
             }
             None => self.state = State::Failed,
@@ -81,8 +172,8 @@ impl Member {
 
     /// Starts a rebuild with this member as coordinator.
     pub(super) fn start_reset(&mut self, now: Instant, min: MinMembers) {
-        let declared_dead = self.declared_dead.take();
-        let (old_members, base, base_start) = match &self.reset {
+        let declared_dead = self.rec.declared_dead.take();
+        let (old_members, base, base_start) = match &self.rec.reset {
             // A retry keeps the view being rebuilt.
             Some(r) if r.coordinator => (r.old_members.clone(), r.base, r.base_start),
             // Only a view known to have committed is rebuilt (see `rebuild_base`).
@@ -94,20 +185,23 @@ impl Member {
         // Saturating: any message of the group raises `epoch_seen`, a corrupt one up to the
         // largest number.
         let epoch = Epoch {
-            number: self.epoch_seen.max(self.epoch.number).saturating_add(1),
+            number: self.rec.epoch_seen.max(self.epoch.number).saturating_add(1),
             coordinator: self.me,
         };
-        self.epoch_seen = epoch.number;
+        self.rec.epoch_seen = epoch.number;
         self.counters.resets_started += 1;
         let (received, _, config_seq) = self.reported();
         let mut replies = HashMap::default();
-        replies.insert(self.me, (self.consumed_upto, received, self.history.base()));
+        replies.insert(
+            self.me,
+            (self.rx.consumed_upto, received, self.rx.history.base()),
+        );
         let mut configs = HashMap::default();
         configs.insert(self.me, config_seq);
         // Our own round binds us as any other: we accept no successor of the base from a
         // lower one (we count our own answer).
-        self.promised = self.promised.max(epoch);
-        self.reset = Some(Reset {
+        self.rec.promised = self.rec.promised.max(epoch);
+        self.rec.reset = Some(Reset {
             epoch,
             base,
             base_start,
@@ -117,24 +211,24 @@ impl Member {
             old_members,
             replies,
             invites_sent: 0,
-            next_at: now,
             best: self.accepted_value(base),
             proposal: None,
             accepts: Vec::new(),
             dead: declared_dead,
         });
+        self.timers.set(Timer::Rebuild, now);
         self.enter_recovering();
-        self.blocked_retry_at = None;
+        self.timers.stop(Timer::Blocked);
         self.reset_tick(now);
     }
 
     /// Stops taking part in the old epoch: no more ordering, no more records taken in.
     fn enter_recovering(&mut self) {
         self.state = State::Recovering;
-        self.blocked_retry_at = None;
-        self.nak_due = false;
-        self.ack_due = false;
-        self.retransmit.clear();
+        self.timers.stop(Timer::Blocked);
+        self.rx.nak_due = false;
+        self.out.ack_due = false;
+        self.rx.retransmit.clear();
     }
 
     pub(super) fn on_invite(
@@ -145,22 +239,23 @@ impl Member {
         config_seq: u64,
     ) {
         let e = hdr.epoch;
-        if base == self.epoch && self.committed.is_some() {
+        if base == self.epoch && self.rec.committed.is_some() {
             // Only a view its coordinator knows committed is rebuilt: ours has. A round of our
             // own on the view before is moot (its members that learnt it refuse it).
             self.note_committed();
             if self
+                .rec
                 .reset
                 .as_ref()
                 .is_some_and(|r| r.coordinator && r.base < base)
             {
-                if e <= self.promised {
+                if e <= self.rec.promised {
                     // (Our round raised our promise above this one: we would not answer it,
                     // and would wait for nothing. Rebuild our view ourselves.)
                     self.round_on_newer_base(now, base);
                     return;
                 }
-                self.reset = None;
+                self.end_reset();
             }
         }
         if self.state == State::Left && !self.members.contains(&hdr.from) {
@@ -173,7 +268,7 @@ impl Member {
         if matches!(self.state, State::Joining | State::Left | State::Expelled) {
             return;
         }
-        let (k_epoch, k_members) = match &self.committed {
+        let (k_epoch, k_members) = match &self.rec.committed {
             Some(k) => (k.epoch, k.members.as_slice()),
             None => (self.epoch, self.members.as_slice()),
         };
@@ -184,7 +279,7 @@ impl Member {
             // did not learn of; our answer counts from the view before, see
             // `on_invite_reply`.) Our answer, which names that view as the last we know
             // committed, does not count for the round: a coordinator in it learns so.
-            let shown = match &self.committed {
+            let shown = match &self.rec.committed {
                 Some(k) => Control::Announce(ViewNews {
                     epoch: k.epoch,
                     start: k.start,
@@ -208,7 +303,9 @@ impl Member {
             }
             return;
         }
-        if let Some((taken, coordinator)) = self.reset.as_ref().map(|r| (r.epoch, r.coordinator)) {
+        if let Some((taken, coordinator)) =
+            self.rec.reset.as_ref().map(|r| (r.epoch, r.coordinator))
+        {
             if e == taken && !coordinator {
                 // The coordinator invites again only the members it has not heard from: our
                 // answer was lost. Without another, it counts us out, and losing one reply
@@ -220,7 +317,7 @@ impl Member {
                 return;
             }
         }
-        if e <= self.promised {
+        if e <= self.rec.promised {
             return;
         }
         if config_seq < self.reported().2 && base == k_epoch && self.state != State::Departing {
@@ -229,14 +326,14 @@ impl Member {
             // ourselves, with a higher epoch; it will answer us.
             // (`epoch_seen` already counts the invitation's: the new epoch is above it.)
             let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
-            self.reset = None;
+            self.end_reset();
             self.start_reset(now, min);
             return;
         }
         // Not Normal here: our own view may lag the inviter's (it applied joins we have not),
         // so any higher invitation is taken.
-        self.promised = e;
-        self.reset = Some(Reset {
+        self.rec.promised = e;
+        self.rec.reset = Some(Reset {
             epoch: e,
             base,
             base_start: 0,
@@ -246,13 +343,13 @@ impl Member {
             old_members: Vec::new(),
             replies: HashMap::default(),
             invites_sent: 0,
-            // Give the coordinator this long to finish before taking over.
-            next_at: now + self.reset_patience(),
             best: None,
             proposal: None,
             accepts: Vec::new(),
             dead: None,
         });
+        // Give the coordinator this long to finish before taking over.
+        self.timers.set(Timer::Rebuild, now + self.reset_patience());
         self.enter_recovering();
         self.push_control(hdr.from, Control::InviteReply { epoch: e, base });
     }
@@ -272,8 +369,9 @@ impl Member {
         accepted: Option<(Epoch, ViewNews)>,
     ) {
         if view == self.epoch
-            && self.committed.is_some()
+            && self.rec.committed.is_some()
             && self
+                .rec
                 .reset
                 .as_ref()
                 .is_some_and(|r| r.coordinator && hdr.epoch == r.epoch && r.base < view)
@@ -281,12 +379,12 @@ impl Member {
             // A member knows our view committed (it applied its View record): rebuild it, not
             // the view before.
             self.note_committed();
-            self.reset = None;
+            self.end_reset();
             let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
             self.start_reset(now, min);
             return;
         }
-        let Some(r) = self.reset.as_mut() else {
+        let Some(r) = self.rec.reset.as_mut() else {
             return;
         };
         if !r.coordinator
@@ -339,29 +437,30 @@ impl Member {
         if matches!(self.state, State::Joining | State::Left | State::Expelled) {
             return;
         }
-        let known = self.committed.as_ref().map_or(self.epoch, |k| k.epoch);
-        if e < self.promised || value.epoch <= known {
+        let known = self.rec.committed.as_ref().map_or(self.epoch, |k| k.epoch);
+        if e < self.rec.promised || value.epoch <= known {
             // A later round has our promise, or the proposal is no successor of the last view
             // we know committed.
             return;
         }
-        self.promised = e;
+        self.rec.promised = e;
         self.accept(e, value);
         let patience = self.reset_patience();
-        if let Some(r) = self
+        if self
+            .rec
             .reset
-            .as_mut()
-            .filter(|r| !r.coordinator && r.epoch == e)
+            .as_ref()
+            .is_some_and(|r| !r.coordinator && r.epoch == e)
         {
             // (The coordinator is alive: give it as long again.)
-            r.next_at = now + patience;
+            self.timers.set(Timer::Rebuild, now + patience);
         }
         self.push_control(hdr.from, Control::Accepted { epoch: e });
     }
 
     /// Second phase: a member accepted our proposal.
     pub(super) fn on_accepted(&mut self, now: Instant, hdr: GroupHeader) {
-        let Some(r) = self.reset.as_mut() else {
+        let Some(r) = self.rec.reset.as_mut() else {
             return;
         };
         if !r.coordinator || hdr.epoch != r.epoch || !r.old_members.contains(&hdr.from) {
@@ -383,7 +482,12 @@ impl Member {
     /// its members froze for our round).
     fn adopt(&mut self, now: Instant, mut v: ViewNews) {
         v.committed = true;
-        let old = self.reset.take().map(|r| r.old_members).unwrap_or_default();
+        let old = self
+            .rec
+            .reset
+            .take()
+            .map(|r| r.old_members)
+            .unwrap_or_default();
         let me = self.me;
         for m in old.into_iter().filter(|&m| m != me) {
             self.push_control(m, Control::Announce(v.clone()));
@@ -395,17 +499,17 @@ impl Member {
         let from = v.sequencer;
         let epoch = v.epoch;
         self.on_new_view(now, from, v);
-        if self.epoch == epoch && self.committed.is_some() {
+        if self.epoch == epoch && self.rec.committed.is_some() {
             // (We were in it already, not knowing it committed.)
             self.note_committed();
         }
-        if self.committed.is_none()
+        if self.rec.committed.is_none()
             && self.epoch == epoch
             && matches!(self.state, State::Normal | State::Recovering)
         {
             let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
             self.start_reset(now, min);
-        } else if self.reset.is_none() && self.state == State::Recovering {
+        } else if self.rec.reset.is_none() && self.state == State::Recovering {
             // (We could not enter it: try again later.)
             self.reset_failed(now, 0, 0);
         }
@@ -416,23 +520,23 @@ impl Member {
         if matches!(self.state, State::Joining | State::Left | State::Expelled) {
             return;
         }
-        if let Some(at) = self.blocked_retry_at {
+        if let Some(at) = self.timers.get(Timer::Blocked) {
             if now >= at && self.state == State::Blocked {
                 let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
                 self.start_reset(now, min);
             }
             return;
         }
-        let Some(r) = self.reset.as_mut() else {
+        let Some(r) = self.rec.reset.as_mut() else {
             return;
         };
-        if now < r.next_at {
+        if !self.timers.expired(Timer::Rebuild, now) {
             return;
         }
         if !r.coordinator {
             // The coordinator went quiet: take over.
             let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
-            self.reset = None;
+            self.end_reset();
             self.start_reset(now, min);
             return;
         }
@@ -445,7 +549,8 @@ impl Member {
                 return;
             }
             r.invites_sent += 1;
-            r.next_at = now + self.cfg.probe_interval;
+            self.timers
+                .set(Timer::Rebuild, now + self.cfg.probe_interval);
             let epoch = r.epoch;
             let missing: Vec<Address> = r
                 .replies
@@ -469,7 +574,8 @@ impl Member {
             return;
         }
         r.invites_sent += 1;
-        r.next_at = now + self.cfg.probe_interval;
+        self.timers
+            .set(Timer::Rebuild, now + self.cfg.probe_interval);
         let (epoch, base, missing): (Epoch, Epoch, Vec<Address>) = (
             r.epoch,
             r.base,
@@ -486,7 +592,7 @@ impl Member {
 
     /// The coordinator has its answers: make the new view, or fail.
     fn decide_view(&mut self, now: Instant) {
-        let r = self.reset.as_ref().expect("resetting");
+        let r = self.rec.reset.as_ref().expect("resetting");
         let answered: Vec<Address> = r
             .old_members
             .iter()
@@ -519,7 +625,7 @@ impl Member {
             // members accept it in this round, it is the group's.
             let me = self.me;
             let epoch = r.epoch;
-            let r = self.reset.as_mut().expect("resetting");
+            let r = self.rec.reset.as_mut().expect("resetting");
             r.proposal = Some(v.clone());
             // (Our own acceptance counts only if we are a member of the base: a leaver
             // coordinating the view it leaves is none, and counts for no later round.)
@@ -529,7 +635,7 @@ impl Member {
                 Vec::new()
             };
             r.invites_sent = 0;
-            r.next_at = now;
+            self.timers.set(Timer::Rebuild, now);
             let chosen = r.accepts.len() >= chosen_quorum(r);
             self.accept(epoch, v.clone());
             if chosen {
@@ -587,25 +693,25 @@ impl Member {
             // We cannot be brought up to date ourselves: announce the view, then stop.
             // (Our announcement must not say the new view committed.)
             self.keep_committed_view();
-            self.view_quorum = quorum;
-            self.view_base = base;
+            self.rec.view_quorum = quorum;
+            self.rec.view_base = base;
             self.epoch = epoch;
-            self.start_seq = start;
+            self.rec.start_seq = start;
             self.sequencer = sequencer;
             self.members = survivors;
-            self.view_donors = donors;
+            self.rec.view_donors = donors;
             self.expel();
             return;
         }
         self.install_view(now, epoch, start, sequencer, &donors, quorum);
-        self.view_base = base;
+        self.rec.view_base = base;
         // The announcements above go out with the view just installed, and name its members
         // as our list has them (a survivor an earlier rebuild left out is not among them).
         let members = &self.members;
-        self.view_donors.retain(|d| members.contains(&d.0));
+        self.rec.view_donors.retain(|d| members.contains(&d.0));
         // (The survivors our list drops left, or an earlier rebuild left them out: they
         // answer no round on the base, so the quorum need not count them.)
-        self.view_quorum = self.view_quorum.min(self.view_donors.len()).max(1);
+        self.rec.view_quorum = self.rec.view_quorum.min(self.rec.view_donors.len()).max(1);
         if self.seqr.is_some() {
             // As the new sequencer, we may be the whole quorum now.
             self.advance_accept(now);
@@ -619,15 +725,15 @@ impl Member {
         self.events
             .push_back(GroupEvent::ResetFailed { survivors, needed });
         self.state = State::Blocked;
-        self.blocked_retry_at = Some(now + self.cfg.reset_retry);
+        self.timers.set(Timer::Blocked, now + self.cfg.reset_retry);
     }
 
     fn expel(&mut self) {
-        self.retransmit.clear();
+        self.rx.retransmit.clear();
         self.state = State::Expelled;
         self.seqr = None;
-        self.reset = None;
-        self.blocked_retry_at = None;
+        self.end_reset();
+        self.timers.stop(Timer::Blocked);
         self.events.push_back(GroupEvent::Expelled);
     }
 
@@ -637,7 +743,7 @@ impl Member {
         if matches!(self.state, State::Joining | State::Left | State::Expelled) {
             return;
         }
-        if v.committed && epoch == self.epoch && self.committed.is_some() {
+        if v.committed && epoch == self.epoch && self.rec.committed.is_some() {
             // Our view committed, which we had not learnt: a round of ours on the view
             // before is moot, and one on ours replaces it.
             self.note_committed();
@@ -645,7 +751,7 @@ impl Member {
                 return;
             }
         }
-        if epoch == self.epoch && self.leave_at.is_some() && !members.contains(&self.me) {
+        if epoch == self.epoch && self.timers.is_set(Timer::Leave) && !members.contains(&self.me) {
             // Our leave was applied, but its record never reached us (the sequencer that
             // ordered it is gone): the view without us says we are out.
             self.leave_done();
@@ -665,18 +771,18 @@ impl Member {
             return;
         }
         if v.committed
-            && epoch == self.view_base
-            && self.committed.as_ref().is_some_and(|k| k.epoch < epoch)
+            && epoch == self.rec.view_base
+            && self.rec.committed.as_ref().is_some_and(|k| k.epoch < epoch)
         {
             // The view our current one was made from, by a round we took part in, committed
             // (we never learnt it there): rebuilds are rounds on it from now on.
-            self.committed = Some(Committed {
+            self.rec.committed = Some(Committed {
                 epoch,
                 start: start_seq,
                 members,
                 sequencer,
             });
-            self.accepted.retain(|a| a.1.base >= epoch);
+            self.rec.accepted.retain(|a| a.1.base >= epoch);
             self.round_on_newer_base(now, epoch);
             return;
         }
@@ -685,8 +791,8 @@ impl Member {
         // this one, or are out.
         let ours_lost = v.committed
             && epoch < self.epoch
-            && epoch > self.view_base
-            && self.committed.as_ref().is_some_and(|k| k.epoch < epoch);
+            && epoch > self.rec.view_base
+            && self.rec.committed.as_ref().is_some_and(|k| k.epoch < epoch);
         if epoch <= self.epoch && !ours_lost {
             return;
         }
@@ -699,7 +805,7 @@ impl Member {
             // decides instead: we learn of it when it is chosen, or our own round finds out.)
             return;
         }
-        if epoch < self.promised && !v.committed {
+        if epoch < self.rec.promised && !v.committed {
             // We answered a later invitation with our state frozen; taking in an earlier
             // view's records now could contradict that answer. (Our own rebuild, still
             // undecided, is no such promise. And a view that committed is the successor of
@@ -708,8 +814,8 @@ impl Member {
         }
         let counted = self.counted_in(&v.donors);
         if sequencer == self.me
-            && (start_seq > self.received_upto.min(counted)
-                || start_seq.saturating_add(1) < self.history.base())
+            && (start_seq > self.rx.received_upto.min(counted)
+                || start_seq.saturating_add(1) < self.rx.history.base())
         {
             // A coordinator picks the new sequencer with the start it reported, so this view
             // was not made from our state (a corrupt or forged message): we could not order
@@ -720,7 +826,7 @@ impl Member {
             // (No record could follow it: corrupt.)
             return;
         }
-        if self.applied_upto > start_seq.min(counted) {
+        if self.rx.applied_upto > start_seq.min(counted) {
             // We applied (and may have delivered) records the view numbers anew: they were
             // accepted in a view its base superseded without them (we were cut off with a
             // sequencer that accepted them alone). We cannot be part of it.
@@ -728,7 +834,7 @@ impl Member {
             return;
         }
         self.install_view(now, epoch, start_seq, sequencer, &v.donors, v.quorum);
-        self.view_base = v.base;
+        self.rec.view_base = v.base;
         if v.committed {
             self.note_committed();
         }
@@ -746,10 +852,10 @@ impl Member {
     /// on until the new one is known committed too (its list as a rebuild of it would count
     /// it).
     fn keep_committed_view(&mut self) {
-        if self.committed.is_none() {
-            self.committed = Some(Committed {
+        if self.rec.committed.is_none() {
+            self.rec.committed = Some(Committed {
                 epoch: self.epoch,
-                start: self.start_seq,
+                start: self.rec.start_seq,
                 members: self.members.clone(),
                 sequencer: self.sequencer,
             });
@@ -760,13 +866,14 @@ impl Member {
     /// is moot, and one on it replaces it. Returns whether it did.
     fn round_on_newer_base(&mut self, now: Instant, epoch: Epoch) -> bool {
         if !self
+            .rec
             .reset
             .as_ref()
             .is_some_and(|r| r.coordinator && r.base < epoch)
         {
             return false;
         }
-        self.reset = None;
+        self.end_reset();
         let min = self.cfg.auto_reset.unwrap_or(MinMembers::Majority);
         self.start_reset(now, min);
         true
@@ -788,60 +895,62 @@ impl Member {
         // hold numbered in it (not the list of a view we leave uncommitted, cut down to its
         // own survivors, which are no longer the question).
         let base_list = self
+            .rec
             .committed
             .as_ref()
             .map(|k| k.members.clone())
             .expect("set above");
         let survivors: Vec<Address> = donors.iter().map(|d| d.0).collect();
-        self.view_donors = donors.to_vec();
-        self.view_quorum = quorum;
-        self.nak_attempts = 0;
-        self.reset = None;
-        self.blocked_retry_at = None;
+        self.rec.view_donors = donors.to_vec();
+        self.rec.view_quorum = quorum;
+        self.rx.nak_attempts = 0;
+        self.end_reset();
+        self.timers.stop(Timer::Blocked);
         self.state = State::Normal;
         self.epoch = epoch;
-        self.epoch_seen = self.epoch_seen.max(epoch.number);
-        self.start_seq = start_seq;
+        self.rec.epoch_seen = self.rec.epoch_seen.max(epoch.number);
+        self.rec.start_seq = start_seq;
         self.sequencer = sequencer;
         self.seqr = None;
         self.watch = Watch::new(now);
+        self.arm_watch();
         // Keep only what we received in order (and so reported): records held out of order
         // beyond it may be from an epoch the group has since renumbered. The coordinator may
         // have counted less of it (we were a view behind): keep only what it counted.
         let counted = self.counted_in(donors);
-        self.received_upto = self.received_upto.min(start_seq).min(counted);
+        self.rx.received_upto = self.rx.received_upto.min(start_seq).min(counted);
         // Stability known in a view given up does not hold for this one, which may count a
         // member that view left out (a round on the last committed view brings it back): no
         // member is assumed to have consumed beyond what it received (its donor entry) until
         // it reports, or its records could be trimmed everywhere before it fetches them.
         let floor = donors.iter().map(|d| d.2).min().unwrap_or(0);
-        self.stable_upto = self.stable_upto.min(floor);
-        self.history.truncate_after(self.received_upto);
-        self.ordered_seen = start_seq;
+        self.rx.stable_upto = self.rx.stable_upto.min(floor);
+        self.rx.history.truncate_after(self.rx.received_upto);
+        self.rx.ordered_seen = start_seq;
         // Records up to the start stay tentative where they were: the new sequencer accepts
         // them as any other, once r members besides it hold them (the View record after them
         // once a quorum of the view does), so a rebuild never delivers what only one member
         // holds.
-        self.accepted_upto = self.accepted_upto.min(start_seq);
-        self.nak_at = None;
+        self.rx.accepted_upto = self.rx.accepted_upto.min(start_seq);
+        self.timers.stop(Timer::Nak);
         self.resubmit_all();
-        if self.received_upto < start_seq {
+        if self.rx.received_upto < start_seq {
             self.nak_if_due(now);
         }
         // The member list as of the start (joins and leaves we hold but have not applied
         // included), less those the rebuild left out. The new sequencer holds everything up
         // to the start, so its list is the most advanced one, and its View record makes it
         // everyone's.
-        let before = self.members_through_from(&base_list, self.received_upto);
+        let before = self.members_through_from(&base_list, self.rx.received_upto);
         self.members = before
             .iter()
             .copied()
             .filter(|m| survivors.contains(m))
             .collect();
         let members = self.members.clone();
-        self.unordered.retain(|(s, _), _| members.contains(s));
+        self.rx.unordered.retain(|(s, _), _| members.contains(s));
         if sequencer == self.me {
-            debug_assert_eq!(self.received_upto, start_seq);
+            debug_assert_eq!(self.rx.received_upto, start_seq);
             let removed: Vec<Address> = before
                 .into_iter()
                 .filter(|m| !members.contains(m))
@@ -861,11 +970,12 @@ impl Member {
     /// The successor of view `base` we accepted in the highest round, if any: holding a
     /// rebuilt view's View record is accepting it in the round that made it.
     pub(super) fn accepted_value(&self, base: Epoch) -> Option<(Epoch, ViewNews)> {
-        let holding = (self.committed.is_some()
-            && self.received_upto > self.start_seq
-            && self.view_base == base)
+        let holding = (self.rec.committed.is_some()
+            && self.rx.received_upto > self.rec.start_seq
+            && self.rec.view_base == base)
             .then(|| (self.epoch, self.view_news()));
         let explicit = self
+            .rec
             .accepted
             .iter()
             .filter(|a| a.1.base == base)
@@ -881,13 +991,15 @@ impl Member {
     /// earlier round.
     pub(super) fn accept(&mut self, ballot: Epoch, value: ViewNews) {
         let base = value.base;
-        self.accepted.retain(|a| a.1.base != base);
-        self.accepted.push((ballot, value));
-        if self.accepted.len() > super::ACCEPTED_MAX {
+        self.rec.accepted.retain(|a| a.1.base != base);
+        self.rec.accepted.push((ballot, value));
+        if self.rec.accepted.len() > super::ACCEPTED_MAX {
             // (Bounded: the oldest base goes, the new one if it is the oldest; a round on it
             // is long stale.)
-            if let Some(i) = (0..self.accepted.len()).min_by_key(|&i| self.accepted[i].1.base) {
-                self.accepted.remove(i);
+            if let Some(i) =
+                (0..self.rec.accepted.len()).min_by_key(|&i| self.rec.accepted[i].1.base)
+            {
+                self.rec.accepted.remove(i);
             }
         }
     }
@@ -895,9 +1007,9 @@ impl Member {
     /// The current view is known committed: it is the base of every rebuild from now on, and
     /// what was accepted as a successor of an older one no longer matters.
     pub(super) fn note_committed(&mut self) {
-        self.committed = None;
+        self.rec.committed = None;
         let epoch = self.epoch;
-        self.accepted.retain(|a| a.1.base >= epoch);
+        self.rec.accepted.retain(|a| a.1.base >= epoch);
     }
 
     /// The current view as a `NewView` announces it. Not known committed, its members are
@@ -905,26 +1017,28 @@ impl Member {
     /// rebuild's announcement.
     pub(super) fn view_news(&self) -> ViewNews {
         let donor = |m: Address| {
-            let d = self.view_donors.iter().find(|d| d.0 == m);
+            let d = self.rec.view_donors.iter().find(|d| d.0 == m);
             d.copied().unwrap_or((m, 0, 0))
         };
-        let donors = match &self.committed {
+        let donors = match &self.rec.committed {
             None => self.members.iter().map(|&m| donor(m)).collect(),
-            Some(_) => match self.history.get(self.start_seq.saturating_add(1)) {
-                Some(e) if self.received_upto > self.start_seq && e.kind == RecordKind::View => {
+            Some(_) => match self.rx.history.get(self.rec.start_seq.saturating_add(1)) {
+                Some(e)
+                    if self.rx.received_upto > self.rec.start_seq && e.kind == RecordKind::View =>
+                {
                     let (members, _) = super::view_payload(e);
                     members.into_iter().map(donor).collect()
                 }
-                _ => self.view_donors.clone(),
+                _ => self.rec.view_donors.clone(),
             },
         };
         ViewNews {
             epoch: self.epoch,
-            start: self.start_seq,
+            start: self.rec.start_seq,
             sequencer: self.sequencer,
-            quorum: self.view_quorum,
-            committed: self.committed.is_none(),
-            base: self.view_base,
+            quorum: self.rec.view_quorum,
+            committed: self.rec.committed.is_none(),
+            base: self.rec.view_base,
             donors,
         }
     }
@@ -933,14 +1047,19 @@ impl Member {
     /// leaves included (a leaver is gone and will not answer), less joiners whose join we
     /// have not applied (not yet told they are in, they cannot answer either).
     fn quorum_members(&self) -> Vec<Address> {
-        self.quorum_members_from(&self.members, self.received_upto)
+        self.quorum_members_from(&self.members, self.rx.received_upto)
     }
 
     /// `quorum_members` from an applied list `applied`, counting records up to `upto`.
     fn quorum_members_from(&self, applied: &[Address], upto: u64) -> Vec<Address> {
         let mut m = self.members_through_from(applied, upto);
-        for q in self.applied_upto + 1..=upto {
-            if let Some(e) = self.history.get(q).filter(|e| e.kind == RecordKind::Join) {
+        for q in self.rx.applied_upto + 1..=upto {
+            if let Some(e) = self
+                .rx
+                .history
+                .get(q)
+                .filter(|e| e.kind == RecordKind::Join)
+            {
                 let who = super::addr_payload(e);
                 if !applied.contains(&who) {
                     m.retain(|&x| x != who);
@@ -956,12 +1075,12 @@ impl Member {
     /// round that made a sibling of it from the same committed view (Viewstamped Replication
     /// rebuilds only committed views for the same reason).
     pub(super) fn rebuild_base(&self) -> (Epoch, u64, Vec<Address>) {
-        match &self.committed {
+        match &self.rec.committed {
             Some(k) => {
-                let upto = self.received_upto.min(self.start_seq);
+                let upto = self.rx.received_upto.min(self.rec.start_seq);
                 (k.epoch, k.start, self.quorum_members_from(&k.members, upto))
             }
-            None => (self.epoch, self.start_seq, self.quorum_members()),
+            None => (self.epoch, self.rec.start_seq, self.quorum_members()),
         }
     }
 
@@ -971,10 +1090,10 @@ impl Member {
     /// record is a barrier, and anything after it comes with the accept that makes this
     /// member apply it), so it reports up to the view's start.
     pub(super) fn reported(&self) -> (u64, Epoch, u64) {
-        match &self.committed {
-            None => (self.received_upto, self.epoch, self.config_seq()),
+        match &self.rec.committed {
+            None => (self.rx.received_upto, self.epoch, self.config_seq()),
             Some(k) => {
-                let upto = self.received_upto.min(self.start_seq);
+                let upto = self.rx.received_upto.min(self.rec.start_seq);
                 (upto, k.epoch, self.config_seq_upto(upto))
             }
         }
@@ -982,27 +1101,28 @@ impl Member {
 
     /// The sequence number of the last membership record we hold (applied or not).
     pub(super) fn config_seq(&self) -> u64 {
-        self.config_seq_upto(self.received_upto)
+        self.config_seq_upto(self.rx.received_upto)
     }
 
     /// The sequence number of the last membership record we hold up to `upto`.
     fn config_seq_upto(&self, upto: u64) -> u64 {
-        (self.applied_upto + 1..=upto)
+        (self.rx.applied_upto + 1..=upto)
             .rev()
             .find(|&q| {
-                self.history
+                self.rx
+                    .history
                     .get(q)
                     .is_some_and(|e| e.kind != RecordKind::Message)
             })
-            .unwrap_or(self.config_applied)
+            .unwrap_or(self.ms.config_applied)
     }
 
     /// The member list after applying the joins and leaves held up to `upto` to the applied
     /// list `applied`.
     fn members_through_from(&self, applied: &[Address], upto: u64) -> Vec<Address> {
         let mut m = applied.to_vec();
-        for seq in self.applied_upto + 1..=upto {
-            let Some(e) = self.history.get(seq) else {
+        for seq in self.rx.applied_upto + 1..=upto {
+            let Some(e) = self.rx.history.get(seq) else {
                 break;
             };
             let who = super::addr_payload(e);
@@ -1024,6 +1144,8 @@ impl Member {
         s.next_seq += 1;
         s.barrier = Some(seq);
         s.oldest_unsent.get_or_insert(now);
+        self.arm_multicast();
+        let s = self.seqr.as_mut().expect("sequencer");
         let e = Entry {
             sender: epoch.coordinator,
             msg_id: epoch.number,
@@ -1032,19 +1154,19 @@ impl Member {
             via_bb: false,
         };
         s.note_unsent(&e, self.me);
-        assert_eq!(self.history.insert(seq, e), Ok(true));
-        self.received_upto = seq;
-        self.ordered_seen = seq;
+        assert_eq!(self.rx.history.insert(seq, e), Ok(true));
+        self.rx.received_upto = seq;
+        self.rx.ordered_seen = seq;
         self.advance_accept(now);
     }
 
     pub(super) fn apply_view(&mut self, now: Instant, seq: u64) {
-        if seq <= self.start_seq {
+        if seq <= self.rec.start_seq {
             // An earlier rebuild's record, caught up on: the current view already counts it.
             return;
         }
         // The new sequencer's list is the group's from here on.
-        let (members, _) = super::view_payload(self.history.get(seq).expect("applied"));
+        let (members, _) = super::view_payload(self.rx.history.get(seq).expect("applied"));
         if !members.contains(&self.me) {
             self.expel();
             return;
@@ -1060,14 +1182,10 @@ impl Member {
         }
     }
 
-    pub(super) fn reset_deadline(&self) -> Option<Instant> {
-        if matches!(self.state, State::Joining | State::Left | State::Expelled) {
-            return None;
-        }
-        if let Some(t) = self.blocked_retry_at {
-            return Some(t);
-        }
-        self.reset.as_ref().map(|r| r.next_at)
+    /// The round is over (or abandoned).
+    pub(super) fn end_reset(&mut self) {
+        self.rec.reset = None;
+        self.timers.stop(Timer::Rebuild);
     }
 }
 

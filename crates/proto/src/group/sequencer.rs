@@ -3,8 +3,9 @@
 
 use super::history::Entry;
 use super::msg::{RecordKind, SubmitRecords};
-use super::{addr_payload, encode_addr, Member, Sequencer, State, Watch};
-use crate::addr::Address;
+use super::timer::Timer;
+use super::{addr_payload, encode_addr, Member, State, Watch};
+use crate::addr::{Address, AddressHash};
 use crate::time::Instant;
 use std::collections::{HashMap, VecDeque};
 
@@ -18,19 +19,76 @@ const WAITING_MAX: usize = 8192;
 const JOIN_IDS_MAX: usize = 256;
 const WAITING_BYTES_MAX: usize = 8 << 20;
 
+/// The sequencer role (present while this member is the sequencer).
+#[derive(Debug)]
+pub(super) struct Sequencer {
+    pub(super) next_seq: u64,
+    /// Per member (and departing member): (consumed, received) as last reported.
+    pub(super) acks: HashMap<Address, (u64, u64), AddressHash>,
+    /// Members whose leave was applied, until they have their leave record.
+    pub(super) departing: Vec<(Address, u64)>,
+    /// Next msg_id expected from each sender (duplicate suppression, FIFO).
+    pub(super) next_msg_id: HashMap<Address, u64, AddressHash>,
+    /// Records `multicast_from..next_seq` are ordered but not yet multicast.
+    pub(super) multicast_from: u64,
+    /// Of those: their bytes as records in an Order (see [`Entry::wire_bytes`]), and how many
+    /// are not our own application's messages (kept as records are ordered and sent, so the
+    /// packing decision costs nothing per call).
+    pub(super) unsent_bytes: usize,
+    pub(super) unsent_foreign: usize,
+    pub(super) oldest_unsent: Option<Instant>,
+    /// A membership record ordered and not yet applied: nothing is ordered after it.
+    pub(super) barrier: Option<u64>,
+    /// Joiners waiting to be ordered, with their join ids.
+    pub(super) joins: VecDeque<(Address, u64)>,
+    pub(super) leaves: VecDeque<Address>,
+    /// Submissions accepted (in order per sender) that wait for room in the history:
+    /// (msg_id, payload, via BB) by sender.
+    pub(super) waiting: HashMap<Address, VecDeque<WaitingSubmit>, AddressHash>,
+    /// Senders with messages waiting (our own address: our application's), in the order
+    /// they are served, one message per turn.
+    pub(super) turns: VecDeque<Address>,
+    pub(super) waiting_len: usize,
+    /// Sequence numbers of our own messages that some member has not yet reported received:
+    /// at most `send_window` of them, the same window every other sender has.
+    pub(super) own_in_flight: VecDeque<u64>,
+    pub(super) waiting_bytes: usize,
+    /// Recent joins by (address, join id).
+    pub(super) join_ids: VecDeque<(Address, u64)>,
+    /// Joiners admitted, until they acknowledge: (joiner, join seq, members at the join).
+    pub(super) welcomes: Vec<Welcome>,
+    /// When the last multicast went (or the role was taken).
+    pub(super) last_multicast_at: Instant,
+    pub(super) watches: HashMap<Address, Watch, AddressHash>,
+    /// The accept or stable watermark changed since the last multicast.
+    pub(super) accept_news: bool,
+    /// The stable watermark as of the last multicast.
+    pub(super) stable_told: u64,
+    /// Ask every member for an ack in the next multicast (the history is full).
+    pub(super) sync_due: bool,
+    pub(super) heartbeat_due: bool,
+}
+
+/// A submission waiting for room in the history: (msg_id, payload, via BB).
+pub(super) type WaitingSubmit = (u64, Vec<u8>, bool);
+
+/// A joiner admitted and not yet heard from: its join record and the members as of it, each
+/// with its last ordered msg_id.
+pub(super) type Welcome = (Address, u64, Vec<(Address, u64)>);
+
 impl Member {
     /// Takes the sequencer role: the next record is `received_upto + 1`, and every member's
     /// state is assumed no further than what is known stable until it reports.
     pub(super) fn become_sequencer(&mut self, now: Instant) {
-        let floor = self.stable_upto;
+        let floor = self.rx.stable_upto;
         let mut acks = HashMap::default();
         let mut watches = HashMap::default();
         let mut next_msg_id = HashMap::default();
         // What each sender had ordered: applied records, and those held but not yet applied
         // (a rebuild's tentative ones).
-        let mut last = self.last_msg_id.clone();
-        for seq in self.applied_upto + 1..=self.received_upto {
-            if let Some(e) = self.history.get(seq) {
+        let mut last = self.rx.last_msg_id.clone();
+        for seq in self.rx.applied_upto + 1..=self.rx.received_upto {
+            if let Some(e) = self.rx.history.get(seq) {
                 if e.kind == RecordKind::Message {
                     let l = last.entry(e.sender).or_insert(0);
                     *l = (*l).max(e.msg_id);
@@ -44,7 +102,7 @@ impl Member {
                 watches.insert(m, Watch::new(now));
             }
         }
-        let next_seq = self.received_upto + 1;
+        let next_seq = self.rx.received_upto + 1;
         self.sequencer = self.me;
         self.seqr = Some(Sequencer {
             next_seq,
@@ -66,17 +124,19 @@ impl Member {
             // Joins admitted so far, as every member learned them from the join records: a
             // joiner still asking under an id already admitted (a rebuild may have left it
             // out since) is not admitted a second time.
-            join_ids: self.join_ids_seen.clone(),
+            join_ids: self.ms.join_ids_seen.clone(),
             welcomes: Vec::new(),
             last_multicast_at: now,
-            sync_at: None,
             watches,
             accept_news: true,
-            order_due: false,
             stable_told: 0,
             sync_due: false,
             heartbeat_due: true,
         });
+        self.multicast_sent(now);
+        self.timers.stop(Timer::Sync);
+        self.timers.stop(Timer::Order);
+        self.arm_watches();
     }
 
     /// Whether the sequencer may order one more record now.
@@ -88,8 +148,9 @@ impl Member {
         if s.barrier.is_some() {
             return false;
         }
-        let limit = self.stable_upto.min(self.consumed_upto) + self.cfg.history_max as u64;
-        if s.next_seq > limit || s.next_seq - self.history.base() >= self.cfg.history_max as u64 {
+        let limit = self.rx.stable_upto.min(self.rx.consumed_upto) + self.cfg.history_max as u64;
+        if s.next_seq > limit || s.next_seq - self.rx.history.base() >= self.cfg.history_max as u64
+        {
             self.counters.history_full += 1;
             self.request_sync_round();
             return false;
@@ -99,7 +160,7 @@ impl Member {
 
     fn request_sync_round(&mut self) {
         let s = self.seqr.as_mut().expect("sequencer");
-        if !s.sync_due && s.sync_at.is_none() {
+        if !s.sync_due && !self.timers.is_set(Timer::Sync) {
             s.sync_due = true;
             self.counters.syncs += 1;
         }
@@ -118,10 +179,11 @@ impl Member {
         }
         s.oldest_unsent.get_or_insert(now);
         s.note_unsent(&e, self.me);
-        let fresh = self.history.insert(seq, e);
+        self.arm_multicast();
+        let fresh = self.rx.history.insert(seq, e);
         assert_eq!(fresh, Ok(true), "the sequencer orders into its own window");
-        self.received_upto = seq;
-        self.ordered_seen = seq;
+        self.rx.received_upto = seq;
+        self.rx.ordered_seen = seq;
         self.counters.ordered += 1;
         seq
     }
@@ -189,7 +251,8 @@ impl Member {
             );
         }
         self.order_turns(now);
-        self.oldest_unsubmitted = None;
+        self.out.oldest_unsubmitted = None;
+        self.arm_outbox();
         self.advance_accept(now);
     }
 
@@ -242,7 +305,7 @@ impl Member {
     pub(super) fn own_queued(&self) -> bool {
         let s = self.seqr.as_ref().expect("sequencer");
         let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
-        self.pending.back().is_some_and(|p| p.msg_id >= next)
+        self.out.pending.back().is_some_and(|p| p.msg_id >= next)
     }
 
     /// Orders the sequencer's own next queued message.
@@ -251,10 +314,11 @@ impl Member {
         let next = s.next_msg_id.get(&self.me).copied().unwrap_or(1);
         // Our msg_ids in `pending` are consecutive from its front.
         let Some(p) = self
+            .out
             .pending
             .front()
             .and_then(|f| next.checked_sub(f.msg_id))
-            .and_then(|i| self.pending.get(i as usize))
+            .and_then(|i| self.out.pending.get(i as usize))
         else {
             return;
         };
@@ -377,7 +441,9 @@ impl Member {
         let s = self.seqr.as_mut().expect("sequencer");
         if let Some(w) = s.watches.get_mut(&from) {
             w.heard(now);
+            self.arm_watches();
         }
+        let s = self.seqr.as_mut().expect("sequencer");
         let Some(a) = s.acks.get_mut(&from) else {
             return;
         };
@@ -392,7 +458,9 @@ impl Member {
             // A departed member has delivered its leave record: it is gone.
             s.departing.retain(|&(d, _)| d != from);
             s.watches.remove(&from);
+            self.arm_watches();
         }
+        let s = self.seqr.as_mut().expect("sequencer");
         s.welcomes
             .retain(|(j, seq, _)| *j != from || received < *seq);
         let members = &self.members;
@@ -411,30 +479,31 @@ impl Member {
             .acks
             .values()
             .map(|&(c, _)| c)
-            .chain(std::iter::once(self.consumed_upto))
+            .chain(std::iter::once(self.rx.consumed_upto))
             .min()
-            .unwrap_or(self.consumed_upto);
-        if stable > self.stable_upto {
+            .unwrap_or(self.rx.consumed_upto);
+        if stable > self.rx.stable_upto {
             if stable >= s.multicast_from {
                 // Everyone already has these (retransmitted on NAK while a packed multicast
                 // was held back): no need to multicast them.
                 for q in s.multicast_from..=stable.min(s.next_seq - 1) {
-                    if let Some(e) = self.history.get(q) {
+                    if let Some(e) = self.rx.history.get(q) {
                         s.note_sent(e, self.me);
                     }
                 }
                 s.multicast_from = stable + 1;
                 if s.multicast_from >= s.next_seq {
                     s.oldest_unsent = None;
+                    self.timers.stop(Timer::Multicast);
                 }
             }
-            self.stable_upto = stable;
+            self.rx.stable_upto = stable;
             // Members learn it from the next multicast; it needs one of its own only when
             // their histories would otherwise hold much more than needed while we are idle.
             if stable >= s.stable_told + self.cfg.history_max as u64 / 2 {
                 s.accept_news = true;
             }
-            s.sync_at = None;
+            self.timers.stop(Timer::Sync);
             self.trim_history();
         }
     }
@@ -455,13 +524,13 @@ impl Member {
             cand = cand.min(s.acks.get(m).map_or(0, |a| a.1));
         }
         if let Some(b) = s.barrier.filter(|&b| b <= cand) {
-            let e = self.history.get(b);
+            let e = self.rx.history.get(b);
             let holds = |m: &Address| s.acks.get(m).is_some_and(|a| a.1 >= b);
             if e.is_some_and(|e| e.kind == RecordKind::View) {
                 let holding = 1 + others.clone().filter(|m| holds(m)).count();
                 // Its quorum holds it: the view is chosen (see `recovery`), whether or not the
                 // r members besides us that acceptance also waits for are among them.
-                view_committed = holding >= self.view_quorum;
+                view_committed = holding >= self.rec.view_quorum;
                 if !view_committed {
                     // A rebuilt view commits when its quorum of members (us included) hold its
                     // View record, and so everything before it: no round on the view before
@@ -469,7 +538,7 @@ impl Member {
                     // not even the old records up to the start: a member that alone held them
                     // could be cut off, and the next rebuild would number other records in
                     // their place.
-                    cand = cand.min(self.accepted_upto);
+                    cand = cand.min(self.rx.accepted_upto);
                 }
             } else if let Some(who) = e
                 .filter(|e| matches!(e.kind, RecordKind::Join | RecordKind::Leave))
@@ -501,8 +570,8 @@ impl Member {
         if view_committed {
             self.note_committed();
         }
-        if cand > self.accepted_upto {
-            self.accepted_upto = cand;
+        if cand > self.rx.accepted_upto {
+            self.rx.accepted_upto = cand;
             self.seqr.as_mut().expect("sequencer").accept_news = true;
             self.apply_ready(now);
         }
@@ -515,20 +584,20 @@ impl Member {
         }
         let held = match self.seqr.as_ref() {
             Some(s) => s.next_seq - 1,
-            None => self.received_upto,
+            None => self.rx.received_upto,
         };
         let hi = upto.min(held);
-        let lo = from.max(self.history.base());
+        let lo = from.max(self.rx.history.base());
         if lo > hi {
             return;
         }
-        if let Some(r) = self.retransmit.iter_mut().find(|r| r.0 == to) {
+        if let Some(r) = self.rx.retransmit.iter_mut().find(|r| r.0 == to) {
             r.1 = r.1.min(lo);
             r.2 = r.2.max(hi);
             return;
         }
-        if self.retransmit.len() < RETRANSMIT_QUEUE_MAX {
-            self.retransmit.push_back((to, lo, hi));
+        if self.rx.retransmit.len() < RETRANSMIT_QUEUE_MAX {
+            self.rx.retransmit.push_back((to, lo, hi));
         }
     }
 
@@ -536,7 +605,7 @@ impl Member {
     fn barrier_names(&self, who: Address) -> bool {
         let s = self.seqr.as_ref().expect("sequencer");
         s.barrier
-            .and_then(|b| self.history.get(b))
+            .and_then(|b| self.rx.history.get(b))
             .is_some_and(|e| e.kind != RecordKind::View && super::addr_payload(e) == who)
     }
 
@@ -587,26 +656,23 @@ impl Member {
 
     /// Sequencer timers: heartbeats, sync retries, the failure detector on every member.
     pub(super) fn sequencer_tick(&mut self, now: Instant) {
-        let hb = self.cfg.heartbeat_interval;
-        let rto = self.cfg.retransmit_timeout;
         let s = self.seqr.as_mut().expect("sequencer");
-        if now.saturating_since(s.last_multicast_at) >= hb {
+        if self.timers.expired(Timer::Heartbeat, now) {
             s.heartbeat_due = true;
         }
-        if let Some(t) = s.sync_at {
-            if now.saturating_since(t) >= rto {
-                s.sync_at = None;
-                s.sync_due = true;
-            }
+        if self.timers.expired(Timer::Sync, now) {
+            self.timers.stop(Timer::Sync);
+            s.sync_due = true;
         }
-        if std::mem::take(&mut s.order_due) && self.state == State::Normal {
+        if self.timers.take(Timer::Order) && self.state == State::Normal {
             self.advance_accept(now);
             self.order_next(now);
         }
-        let s = self.seqr.as_mut().expect("sequencer");
-        if self.state == State::Departing {
+        // (Before the earliest watch's check, the detector finds every member fine.)
+        if self.state == State::Departing || !self.timers.expired(Timer::Watches, now) {
             return;
         }
+        let s = self.seqr.as_mut().expect("sequencer");
         let mut dead = None;
         let watched: Vec<Address> = s.watches.keys().copied().collect();
         for m in watched {
@@ -616,17 +682,20 @@ impl Member {
                 self.cfg.detect(w, now)
             };
             match verdict {
-                super::recovery::Verdict::Fine => {}
-                super::recovery::Verdict::Probe => {
+                super::detector::Verdict::Fine => {}
+                super::detector::Verdict::Probe => {
                     self.counters.probes_sent += 1;
                     self.push_control(m, super::Control::Probe);
                 }
-                super::recovery::Verdict::Dead => dead = Some(m),
+                super::detector::Verdict::Dead => dead = Some(m),
             }
         }
+        self.arm_watches();
         if let Some(m) = dead {
             let s = self.seqr.as_mut().expect("sequencer");
             s.watches.remove(&m);
+            self.arm_watches();
+            let s = self.seqr.as_mut().expect("sequencer");
             if s.departing.iter().any(|d| d.0 == m) {
                 // A member that already left: forget it rather than rebuild. Its last report
                 // may have been all that held stability back, and with the history full
@@ -641,23 +710,33 @@ impl Member {
         }
     }
 
-    /// Earliest sequencer deadline.
-    pub(super) fn sequencer_deadline(&self) -> Option<Instant> {
-        let s = self.seqr.as_ref()?;
-        if s.order_due {
-            // At once (any instant already past).
-            return Some(s.last_multicast_at);
+    /// Arms the check of the earliest watched member.
+    pub(super) fn arm_watches(&mut self) {
+        let s = self.seqr.as_ref().expect("sequencer");
+        let t = s.watches.values().map(|w| self.cfg.next_check(w)).min();
+        self.timers.put(Timer::Watches, t);
+    }
+
+    /// Arms the end of the packer's hold on the records ordered and not yet multicast.
+    pub(super) fn arm_multicast(&mut self) {
+        let s = self.seqr.as_ref().expect("sequencer");
+        let t = match (s.oldest_unsent, self.cfg.pack.hold_max()) {
+            (Some(o), Some(d)) => Some(o + d),
+            _ => None,
+        };
+        self.timers.put(Timer::Multicast, t);
+    }
+
+    /// A multicast went out (or had no one to go to): the next heartbeat is due
+    /// `heartbeat_interval` later.
+    pub(super) fn multicast_sent(&mut self, now: Instant) {
+        self.seqr.as_mut().expect("sequencer").last_multicast_at = now;
+        self.timers
+            .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
+        if self.timers.is_set(Timer::Order) {
+            self.timers.set(Timer::Order, now);
         }
-        let mut t = s.last_multicast_at + self.cfg.heartbeat_interval;
-        if let Some(x) = s.sync_at {
-            t = t.min(x + self.cfg.retransmit_timeout);
-        }
-        if self.state != State::Departing {
-            for w in s.watches.values() {
-                t = t.min(self.cfg.next_check(w));
-            }
-        }
-        Some(t)
+        self.arm_multicast();
     }
 }
 

@@ -1578,7 +1578,7 @@ fn a_view_making_us_sequencer_from_a_start_we_cannot_order_after_is_ignored() {
     // Let records 1 and 2 become stable and be trimmed.
     net.run_for(Duration::from_millis(200));
     assert_eq!(net.m(B).info().stable_upto, 2);
-    assert_eq!(net.m(B).history.base(), 3);
+    assert_eq!(net.m(B).rx.history.base(), 3);
     let epoch2 = Epoch {
         number: 2,
         coordinator: B,
@@ -2377,7 +2377,7 @@ fn an_acceptance_by_a_member_behind_the_base_is_not_lost() {
         (to == E && h.kind == MsgKind::NewView)
             || ((to == C || to == D)
                 && matches!(msg, Msg::Order { accepted_upto, .. }
-                    if h.epoch == m.epoch && m.committed.is_some() && *accepted_upto > m.start_seq))
+                    if h.epoch == m.epoch && m.rec.committed.is_some() && *accepted_upto > m.rec.start_seq))
     }));
     let now = net.now;
     net.m(B).reset(now, MinMembers::Majority).unwrap();
@@ -2386,16 +2386,16 @@ fn an_acceptance_by_a_member_behind_the_base_is_not_lost() {
     net.crashed.push(E);
     let bv_committed = |n: &mut Net| {
         let m = n.m(B);
-        m.epoch.coordinator == B && m.committed.is_none() && m.state == State::Normal
+        m.epoch.coordinator == B && m.rec.committed.is_none() && m.state == State::Normal
     };
     assert!(net.run_until(Duration::from_secs(3), bv_committed));
     let bv = net.m(B).info().epoch;
-    let s0 = net.m(B).start_seq;
+    let s0 = net.m(B).rec.start_seq;
     for a in [C, D] {
         let m = net.m(a);
         assert_eq!(m.epoch, bv);
-        assert!(m.committed.is_some(), "{a} must not know Bv committed");
-        assert_eq!(m.received_upto, s0 + 1, "{a} holds Bv's View record");
+        assert!(m.rec.committed.is_some(), "{a} must not know Bv committed");
+        assert_eq!(m.rx.received_upto, s0 + 1, "{a} holds Bv's View record");
     }
     assert_eq!(net.m(E).epoch, k);
     // 2. E is back; C coordinates (a round on K, which B refuses showing Bv committed, so C
@@ -2405,7 +2405,7 @@ fn an_acceptance_by_a_member_behind_the_base_is_not_lost() {
     net.drop_if = Some(Box::new(move |to, m, h, msg| {
         (to == C || to == D)
             && matches!(msg, Msg::Order { accepted_upto, .. }
-                if h.epoch == bv && m.committed.is_some() && *accepted_upto > m.start_seq)
+                if h.epoch == bv && m.rec.committed.is_some() && *accepted_upto > m.rec.start_seq)
             || (to == B && matches!(msg, Msg::Invite { base, .. } if *base == bv))
             || (to == B && h.kind == MsgKind::NewView && h.epoch.number > bv.number)
             || (to == D && h.kind == MsgKind::Order && h.epoch.number > bv.number)
@@ -2415,7 +2415,7 @@ fn an_acceptance_by_a_member_behind_the_base_is_not_lost() {
     net.m(C).reset(now, MinMembers::Majority).unwrap();
     let ve_chosen = |n: &mut Net| {
         let m = n.m(C);
-        m.epoch.coordinator == C && m.committed.is_none() && m.state == State::Normal
+        m.epoch.coordinator == C && m.rec.committed.is_none() && m.state == State::Normal
     };
     assert!(
         net.run_until(Duration::from_secs(3), ve_chosen),
@@ -2425,7 +2425,7 @@ fn an_acceptance_by_a_member_behind_the_base_is_not_lost() {
     let ve = net.m(C).info().epoch;
     assert_eq!(net.m(E).epoch, ve);
     assert!(
-        net.m(E).received_upto > net.m(E).start_seq,
+        net.m(E).rx.received_upto > net.m(E).rec.start_seq,
         "E holds V_e's View record"
     );
     // 3. C is cut off; D coordinates a round on Bv with B and E.
@@ -2462,7 +2462,7 @@ fn a_member_in_a_view_that_lost_takes_the_committed_one_or_leaves() {
     let mut net = Net::with_members(&cfg, 3);
     let start = net.m(B).info().received_upto;
     let mine = an_uncommitted_view_at_b(&mut net);
-    let base = net.m(B).view_base;
+    let base = net.m(B).rec.view_base;
     let v3 = Epoch {
         number: 3,
         coordinator: A,
@@ -2670,7 +2670,7 @@ fn acceptances_are_kept_for_the_newest_bases() {
         Some(ballot(201))
     );
     assert!(m.accepted_value(news(10).base).is_none());
-    assert_eq!(m.accepted.len(), ACCEPTED_MAX);
+    assert_eq!(m.rec.accepted.len(), ACCEPTED_MAX);
 }
 
 /// Adaptive packing, idle group: a lone message goes out at once, from the sequencer (just

@@ -5,16 +5,99 @@ use super::msg::{
     MsgKind, MsgWriter, OrderRecord, RecordKind, FLAG_BB, FLAG_SYNC, GROUP_HEADER_BYTES,
     ORDER_FIXED_BYTES, SUBMIT_RECORD_BYTES,
 };
-use super::{Control, Dest, Member, State};
-use crate::pack::PackDecision;
+use super::timer::Timer;
+use super::{Address, Dest, Epoch, Member, State, ViewNews};
+use crate::pack::{PackDecision, Packer};
 use crate::time::Instant;
+use std::collections::VecDeque;
+
+/// A message this member sent and has not yet seen delivered.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) msg_id: u64,
+    pub(super) payload: Vec<u8>,
+    /// Last transmission (None: not yet sent).
+    pub(super) sent_at: Option<Instant>,
+}
+
+/// A control message waiting for `poll_transmit`.
+#[derive(Clone, Debug)]
+pub(super) enum Control {
+    Probe,
+    Ack,
+    JoinRequest,
+    LeaveRequest,
+    Redirect(Address),
+    Welcome {
+        join_seq: u64,
+        members: Vec<(Address, u64)>,
+    },
+    Invite {
+        epoch: Epoch,
+        base: Epoch,
+    },
+    InviteReply {
+        epoch: Epoch,
+        /// The invitation's base (the answer carries what we accepted as its successor).
+        base: Epoch,
+    },
+    /// The round `epoch` proposes `value` (see `recovery`).
+    Propose {
+        epoch: Epoch,
+        value: ViewNews,
+    },
+    Accepted {
+        epoch: Epoch,
+    },
+    /// A view that committed, not necessarily ours (see `recovery`).
+    Announce(ViewNews),
+    /// The current view, to a member that is behind (or the coordinator's announcement).
+    NewView,
+}
+
+/// A member's sending side: its messages not yet delivered back, control messages, and its
+/// reports to the sequencer.
+#[derive(Debug)]
+pub(super) struct Outbox {
+    pub(super) next_msg_id: u64,
+    pub(super) pending: VecDeque<Pending>,
+    /// How many of `pending` (from the front) went out at least once.
+    pub(super) sent_count: usize,
+    /// Bytes of the submission records of `pending` not yet sent.
+    pub(super) unsent_bytes: usize,
+    /// Submissions not yet transmitted since the oldest was queued (for packing).
+    pub(super) oldest_unsubmitted: Option<Instant>,
+    pub(super) control: VecDeque<(Address, Control)>,
+    pub(super) ack_due: bool,
+    pub(super) last_ack: (u64, u64),
+    pub(super) packer: Packer,
+    /// The member the last multicast goes to first ([`Member::fanout`]).
+    pub(super) fanout_first: Option<Address>,
+}
+
+impl Outbox {
+    pub(super) fn new(packer: Packer) -> Outbox {
+        Outbox {
+            next_msg_id: 1,
+            pending: VecDeque::new(),
+            sent_count: 0,
+            unsent_bytes: 0,
+            oldest_unsubmitted: None,
+            control: VecDeque::new(),
+            ack_due: false,
+            last_ack: (0, 0),
+            packer,
+            fanout_first: None,
+        }
+    }
+}
 
 impl Member {
     /// The next message to send, written into `buf`: its destination and length.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
         let n = buf.len().min(self.cfg.packet_bytes_max);
         let buf = &mut buf[..n];
-        while let Some((to, c)) = self.control.pop_front() {
+        while let Some((to, c)) = self.out.control.pop_front() {
             // Only a message that carries this member's progress counts as its report to the
             // sequencer: a leaver's repeated LeaveRequests (or probes) must not hold back the
             // acks the sequencer needs to accept records and to hear that it lives.
@@ -22,7 +105,7 @@ impl Member {
             if let Some(len) = self.write_control(buf, c) {
                 self.counters.packets_sent += 1;
                 if report && to == self.sequencer {
-                    self.last_to_sequencer = now;
+                    self.reported_to_sequencer(now);
                 }
                 return Some((Dest::To(to), len));
             }
@@ -74,7 +157,7 @@ impl Member {
         };
         let mut w = MsgWriter::start(buf, kind, 0, g, epoch, me)?;
         let ok = match c {
-            Control::JoinRequest => w.u64(self.join_id),
+            Control::JoinRequest => w.u64(self.ms.join_id),
             Control::Probe | Control::LeaveRequest => true,
             Control::Invite { base, .. } => w.epoch(base) && w.u64(self.reported().2),
             Control::Ack => {
@@ -84,22 +167,22 @@ impl Member {
                 // once its application happens to have taken those records (which this
                 // report, written before they are handed out, would not say).
                 let consumed = if self.state == State::Left {
-                    self.consumed_upto.max(self.applied_upto)
+                    self.rx.consumed_upto.max(self.rx.applied_upto)
                 } else {
-                    self.consumed_upto
+                    self.rx.consumed_upto
                 };
-                self.ack_due = false;
-                self.last_ack = (consumed, self.received_upto);
+                self.out.ack_due = false;
+                self.out.last_ack = (consumed, self.rx.received_upto);
                 self.counters.acks_sent += 1;
-                w.u64(consumed) && w.u64(self.received_upto)
+                w.u64(consumed) && w.u64(self.rx.received_upto)
             }
             Control::InviteReply { base, .. } => {
                 let (received, view, config_seq) = self.reported();
                 // (Applied, not only delivered: what we applied is ours whether or not the
                 // application took it yet.)
-                w.u64(self.consumed_upto.max(self.applied_upto))
+                w.u64(self.rx.consumed_upto.max(self.rx.applied_upto))
                     && w.u64(received)
-                    && w.u64(self.history.base())
+                    && w.u64(self.rx.history.base())
                     && w.epoch(view)
                     && w.u64(config_seq)
                     && self
@@ -111,7 +194,7 @@ impl Member {
             Control::Redirect(a) => w.address(a),
             Control::Welcome { join_seq, members } => {
                 w.u64(join_seq)
-                    && w.u64(self.stable_upto)
+                    && w.u64(self.rx.stable_upto)
                     && w.bytes(&[self.cfg.resilience, 0, 0, 0, 0, 0, 0, 0])
                     && w.address(self.me)
                     && w.member_ids(&members)
@@ -137,7 +220,7 @@ impl Member {
         let ordered = self
             .seqr
             .as_ref()
-            .map_or(self.received_upto, |s| s.next_seq - 1);
+            .map_or(self.rx.received_upto, |s| s.next_seq - 1);
         let mut w = MsgWriter::start(
             buf,
             MsgKind::Order,
@@ -146,19 +229,19 @@ impl Member {
             self.epoch,
             self.me,
         )?;
-        let accepted = self.accepted_upto.min(ordered);
-        let ok = w.u64(ordered) && w.u64(accepted) && w.u64(self.stable_upto);
+        let accepted = self.rx.accepted_upto.min(ordered);
+        let ok = w.u64(ordered) && w.u64(accepted) && w.u64(self.rx.stable_upto);
         ok.then_some(w)
     }
 
     /// Records owed to one member after its NAK (always with their payloads).
     fn write_retransmit(&mut self, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        let (to, lo, hi) = self.retransmit.pop_front()?;
+        let (to, lo, hi) = self.rx.retransmit.pop_front()?;
         let mut w = self.order_writer(buf, 0)?;
-        let mut seq = lo.max(self.history.base());
+        let mut seq = lo.max(self.rx.history.base());
         let mut n = 0u64;
         while seq <= hi {
-            let Some(e) = self.history.get(seq) else {
+            let Some(e) = self.rx.history.get(seq) else {
                 seq += 1;
                 continue;
             };
@@ -177,7 +260,7 @@ impl Member {
         }
         let len = w.finish();
         if seq <= hi {
-            self.retransmit.push_front((to, seq, hi));
+            self.rx.retransmit.push_front((to, seq, hi));
         }
         self.counters.records_retransmitted += n;
         Some((Dest::To(to), len))
@@ -197,7 +280,7 @@ impl Member {
             s.heartbeat_due = false;
             s.accept_news = false;
             s.sync_due = false;
-            s.last_multicast_at = now;
+            self.multicast_sent(now);
             return None;
         }
         if waiting {
@@ -214,7 +297,7 @@ impl Member {
             let own_only = s.unsent_foreign == 0;
             let busy = own_only && self.own_multicast_in_flight();
             let s = self.seqr.as_ref().expect("sequencer");
-            if let PackDecision::HoldUntil(t) = self.packer.decide(oldest, full, busy) {
+            if let PackDecision::HoldUntil(t) = self.out.packer.decide(oldest, full, busy) {
                 if now < t && !s.sync_due && !s.heartbeat_due {
                     return None;
                 }
@@ -226,12 +309,13 @@ impl Member {
         let mut w = self.order_writer(buf, if sync { FLAG_SYNC } else { 0 })?;
         let s = self.seqr.as_ref().expect("sequencer");
         let (mut seq, end) = (s.multicast_from, s.next_seq);
-        let cap = self.packer.messages_per_packet_max();
+        let cap = self.out.packer.messages_per_packet_max();
         let mut n = 0usize;
         let (mut sent_bytes, mut sent_foreign) = (0usize, 0usize);
         let mut first = None;
         while seq < end && n < cap {
             let e = self
+                .rx
                 .history
                 .get(seq)
                 .expect("records not yet multicast are held");
@@ -255,7 +339,7 @@ impl Member {
             seq += 1;
         }
         let len = w.finish();
-        self.fanout_first = first;
+        self.out.fanout_first = first;
         let s = self.seqr.as_mut().expect("sequencer");
         s.multicast_from = seq;
         s.unsent_bytes -= sent_bytes;
@@ -266,14 +350,15 @@ impl Member {
         }
         s.heartbeat_due = false;
         s.accept_news = false;
-        s.stable_told = self.stable_upto;
+        s.stable_told = self.rx.stable_upto;
         if sync {
             s.sync_due = false;
-            s.sync_at = Some(now);
+            self.timers
+                .set(Timer::Sync, now + self.cfg.retransmit_timeout);
         }
-        s.last_multicast_at = now;
+        self.multicast_sent(now);
         if n > 0 {
-            self.packer.record(n);
+            self.out.packer.record(n);
             self.counters.records_multicast += n as u64;
         }
         Some((Dest::All, len))
@@ -285,8 +370,8 @@ impl Member {
             if let Some(x) = self.write_submit(now, buf) {
                 return Some(x);
             }
-            if self.nak_due {
-                self.nak_due = false;
+            if self.rx.nak_due {
+                self.rx.nak_due = false;
                 if let Some((target, from, to)) = self.nak_range() {
                     let mut w = MsgWriter::start(
                         buf,
@@ -296,23 +381,23 @@ impl Member {
                         self.epoch,
                         self.me,
                     )?;
-                    let ok = w.u64(self.consumed_upto)
-                        && w.u64(self.received_upto)
+                    let ok = w.u64(self.rx.consumed_upto)
+                        && w.u64(self.rx.received_upto)
                         && w.u64(from)
                         && w.u64(to);
                     if ok {
                         self.counters.naks_sent += 1;
                         if target == self.sequencer {
-                            self.last_to_sequencer = now;
+                            self.reported_to_sequencer(now);
                         }
                         return Some((Dest::To(target), w.finish()));
                     }
                 }
             }
         }
-        if self.ack_due && matches!(self.state, State::Normal | State::Left) {
+        if self.out.ack_due && matches!(self.state, State::Normal | State::Left) {
             let len = self.write_control(buf, Control::Ack)?;
-            self.last_to_sequencer = now;
+            self.reported_to_sequencer(now);
             return Some((Dest::To(self.sequencer), len));
         }
         None
@@ -325,25 +410,27 @@ impl Member {
     /// as the sequencer takes submissions only in order.
     fn write_submit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
         let rto = self.cfg.retransmit_timeout;
-        let window = self.cfg.send_window.min(self.pending.len());
+        let window = self.cfg.send_window.min(self.out.pending.len());
         let resend = self
+            .out
             .pending
             .front()
             .and_then(|p| p.sent_at)
             .is_some_and(|t| now.saturating_since(t) >= rto);
-        let first = if resend { 0 } else { self.sent_count };
+        let first = if resend { 0 } else { self.out.sent_count };
         if first >= window {
             return None;
         }
-        let bb = self.cfg.use_bb(self.pending[first].payload.len());
+        let bb = self.cfg.use_bb(self.out.pending[first].payload.len());
         if !resend {
-            if let Some(t) = self.oldest_unsubmitted {
+            if let Some(t) = self.out.oldest_unsubmitted {
                 // Adaptive packing: at once when nothing of ours is in flight, otherwise hold
                 // new messages (at most `delay_max`, or until a packet fills) so they leave
                 // together when the sequencer answers.
                 let room = buf.len().saturating_sub(GROUP_HEADER_BYTES + 16);
-                let full = self.unsent_bytes >= room;
-                if let PackDecision::HoldUntil(t) = self.packer.decide(t, full, self.sent_count > 0)
+                let full = self.out.unsent_bytes >= room;
+                if let PackDecision::HoldUntil(t) =
+                    self.out.packer.decide(t, full, self.out.sent_count > 0)
                 {
                     if now < t {
                         return None;
@@ -359,12 +446,12 @@ impl Member {
             self.epoch,
             self.me,
         )?;
-        if !(w.u64(self.consumed_upto) && w.u64(self.received_upto)) {
+        if !(w.u64(self.rx.consumed_upto) && w.u64(self.rx.received_upto)) {
             return None;
         }
-        let cap = self.packer.messages_per_packet_max();
+        let cap = self.out.packer.messages_per_packet_max();
         let mut n = 0usize;
-        for p in self.pending.range_mut(first..window) {
+        for p in self.out.pending.range_mut(first..window) {
             if n >= cap || self.cfg.use_bb(p.payload.len()) != bb {
                 break;
             }
@@ -374,7 +461,8 @@ impl Member {
             if p.sent_at.is_some() {
                 self.counters.submits_resent += 1;
             } else {
-                self.unsent_bytes = self
+                self.out.unsent_bytes = self
+                    .out
                     .unsent_bytes
                     .saturating_sub(p.payload.len() + SUBMIT_RECORD_BYTES);
             }
@@ -384,13 +472,14 @@ impl Member {
         if n == 0 {
             return None;
         }
-        self.sent_count = self.sent_count.max(first + n);
+        self.out.sent_count = self.out.sent_count.max(first + n);
         self.counters.submits_sent += n as u64;
-        self.packer.record(n);
-        self.oldest_unsubmitted = (self.sent_count < self.pending.len()).then_some(now);
-        self.ack_due = false;
-        self.last_ack = (self.consumed_upto, self.received_upto);
-        self.last_to_sequencer = now;
+        self.out.packer.record(n);
+        self.out.oldest_unsubmitted = (self.out.sent_count < self.out.pending.len()).then_some(now);
+        self.out.ack_due = false;
+        self.out.last_ack = (self.rx.consumed_upto, self.rx.received_upto);
+        self.reported_to_sequencer(now);
+        self.arm_outbox();
         let dest = if bb {
             Dest::All
         } else {
@@ -399,30 +488,39 @@ impl Member {
         Some((dest, w.finish()))
     }
 
-    /// Runs every timer that is due.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        self.membership_tick(now);
-        self.reset_tick(now);
-        match self.state {
-            State::Normal if self.seqr.is_some() => {
-                self.sequencer_tick(now);
-                self.resend_view(now);
-            }
-            State::Normal => self.member_tick(now),
-            State::Departing => self.sequencer_tick(now),
-            _ => {}
-        }
+    /// This member's progress went to the sequencer: the next report is due a heartbeat later.
+    fn reported_to_sequencer(&mut self, now: Instant) {
+        self.timers
+            .set(Timer::Report, now + self.cfg.heartbeat_interval);
+    }
+
+    /// Arms the resend of the oldest submission in flight, and the packer's hold on the
+    /// submissions not yet sent while some within the send window are.
+    pub(super) fn arm_outbox(&mut self) {
+        let o = &self.out;
+        let resend = o.pending.front().and_then(|p| p.sent_at);
+        self.timers.put(
+            Timer::Resend,
+            resend.map(|t| t + self.cfg.retransmit_timeout),
+        );
+        let unsent = o.sent_count < o.pending.len().min(self.cfg.send_window);
+        let hold = match (o.oldest_unsubmitted, self.cfg.pack.hold_max()) {
+            (Some(t), Some(d)) if unsent => Some(t + d),
+            _ => None,
+        };
+        self.timers.put(Timer::Submit, hold);
     }
 
     /// The new sequencer repeats the view to members that have not acknowledged its View
     /// record, once per heartbeat.
-    fn resend_view(&mut self, now: Instant) {
+    pub(super) fn resend_view(&mut self, now: Instant) {
         let s = self.seqr.as_ref().expect("sequencer");
         let Some(b) = s.barrier else {
             return;
         };
         if !s.heartbeat_due
             || !self
+                .rx
                 .history
                 .get(b)
                 .is_some_and(|e| e.kind == super::RecordKind::View)
@@ -439,76 +537,6 @@ impl Member {
         for m in lagging {
             self.push_control(m, Control::NewView);
         }
-    }
-
-    /// The timers and queues, for diagnosing a stuck simulation.
-    #[doc(hidden)]
-    pub fn debug_timers(&self) -> String {
-        format!(
-            "seqr {:?} membership {:?} reset {:?} member {:?} pending {:?} ordered_id {:?} recv {} seen {} acc {} applied {} ctl {} ack_due {} nak_due {} base {} stable {} retx {}",
-            self.seqr.as_ref().map(|s| (self.sequencer_deadline(), s.last_multicast_at, s.sync_at, s.oldest_unsent, s.multicast_from, s.next_seq, s.barrier, s.watches.iter().map(|(a, w)| (a.site, self.cfg.next_check(w).0 / 1_000_000)).collect::<Vec<_>>(), s.acks.iter().map(|(a, x)| (a.site, *x)).collect::<Vec<_>>())),
-            self.membership_deadline(),
-            self.reset_deadline(),
-            self.member_deadline(),
-            self.pending.iter().take(3).map(|p| (p.msg_id, p.sent_at)).collect::<Vec<_>>(),
-            self.last_msg_id.get(&self.me),
-            self.received_upto,
-            self.ordered_seen,
-            self.accepted_upto,
-            self.applied_upto,
-            self.control.len(),
-            self.ack_due,
-            self.nak_due,
-            self.history.base(),
-            self.stable_upto,
-            self.retransmit.len(),
-        )
-    }
-
-    /// When [`Member::handle_timeout`] should run next.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t: Option<Instant> = None;
-        let mut at = |x: Instant| t = Some(t.map_or(x, |y: Instant| y.min(x)));
-        if let Some(x) = self.membership_deadline() {
-            at(x);
-        }
-        if let Some(x) = self.reset_deadline() {
-            at(x);
-        }
-        match self.state {
-            State::Normal | State::Departing if self.seqr.is_some() => {
-                if let Some(x) = self.sequencer_deadline() {
-                    at(x);
-                }
-                let s = self.seqr.as_ref().expect("sequencer");
-                let hold = match self.cfg.pack {
-                    crate::pack::PackMode::Fixed { delay } => Some(delay),
-                    crate::pack::PackMode::Adaptive { delay_max } => Some(delay_max),
-                    crate::pack::PackMode::Off => None,
-                };
-                if let (Some(o), Some(d)) = (s.oldest_unsent, hold) {
-                    at(o + d);
-                }
-            }
-            State::Normal => {
-                at(self.member_deadline());
-                let rto = self.cfg.retransmit_timeout;
-                if let Some(x) = self.pending.front().and_then(|p| p.sent_at) {
-                    at(x + rto);
-                }
-                let unsent = self.sent_count < self.pending.len().min(self.cfg.send_window);
-                let delay = match self.cfg.pack {
-                    crate::pack::PackMode::Fixed { delay } => Some(delay),
-                    crate::pack::PackMode::Adaptive { delay_max } => Some(delay_max),
-                    crate::pack::PackMode::Off => None,
-                };
-                if let (Some(o), Some(delay), true) = (self.oldest_unsubmitted, delay, unsent) {
-                    at(o + delay);
-                }
-            }
-            _ => {}
-        }
-        t
     }
 }
 

@@ -1,7 +1,7 @@
 //! The member's timers: one deadline per kind, set where the event that arms it happens;
 //! [`super::Vs::poll_timeout`] is the earliest.
 
-use crate::time::Instant;
+use crate::timer::Deadlines;
 
 /// What a deadline is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,41 +43,11 @@ impl Timer {
     ];
 }
 
-/// One deadline per [`Timer`], or none when it is not armed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Timers {
-    at: [Option<Instant>; Timer::COUNT],
-}
-
-impl Timers {
-    pub fn set(&mut self, t: Timer, at: Instant) {
-        self.at[t as usize] = Some(at);
-    }
-
-    pub fn stop(&mut self, t: Timer) {
-        self.at[t as usize] = None;
-    }
-
-    /// Arms `t` at `at`, or stops it when `at` is `None`.
-    pub fn put(&mut self, t: Timer, at: Option<Instant>) {
-        self.at[t as usize] = at;
-    }
-
-    pub fn get(&self, t: Timer) -> Option<Instant> {
-        self.at[t as usize]
-    }
-
-    /// Whether `t` is armed and due at `now`.
-    pub fn expired(&self, t: Timer, now: Instant) -> bool {
-        self.get(t).is_some_and(|at| now >= at)
-    }
-
-    pub fn clear(&mut self) {
-        self.at = [None; Timer::COUNT];
-    }
-
-    /// The earliest deadline armed.
-    pub fn next(&self) -> Option<Instant> {
-        self.at.iter().flatten().copied().min()
+impl From<Timer> for usize {
+    fn from(t: Timer) -> usize {
+        t as usize
     }
 }
+
+/// One deadline per [`Timer`].
+pub(super) type Timers = Deadlines<Timer, { Timer::COUNT }>;
