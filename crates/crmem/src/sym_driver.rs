@@ -330,7 +330,12 @@ impl SymCrmem {
         // the delay, before any of them sends it the snapshot.
         let mut node = SymCrmem::on_host(host, cfg, segments)?;
         if recover {
-            std::thread::sleep(members.rejoin_delay);
+            // Driven meanwhile: a polled host sends its greeting only when driven, and the
+            // others must know this incarnation before they send it the snapshot.
+            let until = std::time::Instant::now() + members.rejoin_delay;
+            while std::time::Instant::now() < until {
+                node.idle();
+            }
         }
         let deadline = started + members.open_timeout;
         let joined = membership::join(&members, me, recover, None, deadline)?;
@@ -351,13 +356,19 @@ impl SymCrmem {
                 if std::time::Instant::now() >= deadline {
                     return Err(MembershipError::OpenTimeout.into());
                 }
-                if node.drive() == 0 {
-                    let polled = node.host.handlers() == Handlers::Polled;
-                    std::thread::sleep(Duration::from_micros(if polled { 200 } else { 5000 }));
-                }
+                node.idle();
             }
         }
         Ok(node)
+    }
+
+    /// One turn of an opening node's wait: a drive (of a polled host), then a short sleep if
+    /// it found nothing to do.
+    fn idle(&self) {
+        if self.drive() == 0 {
+            let polled = self.host.handlers() == Handlers::Polled;
+            std::thread::sleep(Duration::from_micros(if polled { 200 } else { 5000 }));
+        }
     }
 
     fn on_host(

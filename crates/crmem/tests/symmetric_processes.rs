@@ -276,6 +276,15 @@ fn run_all(nodes: &[SymCrmem], seed: u64, count: usize) {
     });
 }
 
+/// Sets its flag when dropped (at the end of a scope, or while a failed check unwinds it).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// The application's idle loop for `nodes`: drives each (a no-op unless polled) until `stop`.
 fn idle_drive(nodes: &[SymCrmem], stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
@@ -299,8 +308,10 @@ fn drop_and_return(server: u16, handlers: Handlers) {
     run_all(&survivors, 11, EACH);
     let stop = AtomicBool::new(false);
     let (a, back) = std::thread::scope(|s| {
-        // The survivors idle from here on (their handlers run only if driven when polled).
+        // The survivors idle from here on (their handlers run only if driven when polled);
+        // the driver stops when this ends, a failed check included.
         s.spawn(|| idle_drive(&survivors, &stop));
+        let _stop = StopOnDrop(&stop);
         for c in &survivors {
             wait_view_without(c, before);
         }
@@ -322,7 +333,6 @@ fn drop_and_return(server: u16, handlers: Handlers) {
             "node 2 recovered {:?} after it was opened again",
             t1.elapsed()
         );
-        stop.store(true, Ordering::Release);
         (a, back)
     });
     let c = assert_invariant(&back, "node 2 recovered");
