@@ -1,7 +1,9 @@
 //! Symmetric CRMem on the module hosts of two sites (UDP links on loopback), through the
 //! public API: transactions on both nodes, every segment's locks at its home node.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+mod common;
+
+use common::with_idle_drivers;
 use std::time::Duration;
 use txcast_crmem::{Handlers, LockMapping, Mode, SymCrmem, SymCrmemConfig, SymCrmemError};
 use txcast_proto::Address;
@@ -30,28 +32,6 @@ fn open_with(
         ..SymCrmemConfig::new(nodes(server), me)
     };
     SymCrmem::open(cfg, segments).expect("open")
-}
-
-/// Runs `work` with, for polled nodes, a thread per node driving it while `work` runs (the
-/// application's idle loop: a node whose own threads wait for nothing must still answer).
-fn with_idle_drivers(nodes: &[&SymCrmem], work: impl FnOnce()) {
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        for &c in nodes {
-            if c.host().handlers() == Handlers::Polled {
-                let stop = &stop;
-                s.spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        if c.drive() == 0 {
-                            std::thread::yield_now();
-                        }
-                    }
-                });
-            }
-        }
-        work();
-        stop.store(true, Ordering::Relaxed);
-    });
 }
 
 fn i64_at(m: &[u8], at: usize) -> i64 {

@@ -7,6 +7,9 @@
 //! Every transfer also adds one to its node's counter record, read in the transaction, so a
 //! node knows how many of its commits returned `Ok`: none of them may be lost.
 
+mod common;
+
+use common::with_idle_drivers;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -258,41 +261,14 @@ fn polled_nodes_with_membership_drop_and_return() {
 /// are driven meanwhile, so that a polled node whose own transfers are done still answers
 /// the others.
 fn run_all(nodes: &[SymCrmem], seed: u64, count: usize) {
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let runs: Vec<_> = nodes
-            .iter()
-            .enumerate()
-            .map(|(k, c)| s.spawn(move || run(c, k as u16, k as u64 + seed, count)))
-            .collect();
-        s.spawn(|| idle_drive(nodes, &stop));
-        let ends: Vec<_> = runs.into_iter().map(|r| r.join()).collect();
-        stop.store(true, Ordering::Release);
-        for e in ends {
-            if let Err(p) = e {
-                std::panic::resume_unwind(p);
+    let refs: Vec<&SymCrmem> = nodes.iter().collect();
+    with_idle_drivers(&refs, || {
+        std::thread::scope(|s| {
+            for (k, c) in nodes.iter().enumerate() {
+                s.spawn(move || run(c, k as u16, k as u64 + seed, count));
             }
-        }
+        })
     });
-}
-
-/// Sets its flag when dropped (at the end of a scope, or while a failed check unwinds it).
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-/// The application's idle loop for `nodes`: drives each (a no-op unless polled) until `stop`.
-fn idle_drive(nodes: &[SymCrmem], stop: &AtomicBool) {
-    while !stop.load(Ordering::Acquire) {
-        let work: usize = nodes.iter().map(SymCrmem::drive).sum();
-        if work == 0 {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
 }
 
 fn drop_and_return(server: u16, handlers: Handlers) {
@@ -306,12 +282,8 @@ fn drop_and_return(server: u16, handlers: Handlers) {
     drop(all.pop());
     let survivors = all;
     run_all(&survivors, 11, EACH);
-    let stop = AtomicBool::new(false);
-    let (a, back) = std::thread::scope(|s| {
-        // The survivors idle from here on (their handlers run only if driven when polled);
-        // the driver stops when this ends, a failed check included.
-        s.spawn(|| idle_drive(&survivors, &stop));
-        let _stop = StopOnDrop(&stop);
+    // The survivors idle from here on (their handlers run only if driven when polled).
+    let (a, back) = with_idle_drivers(&[&survivors[0], &survivors[1]], || {
         for c in &survivors {
             wait_view_without(c, before);
         }
