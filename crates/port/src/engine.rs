@@ -32,6 +32,9 @@ pub const ENVELOPE_BYTES: usize = 16;
 pub const LOCATIONS_MAX: usize = 4096;
 /// Datagrams one duty cycle reads from one socket before moving on.
 pub const RECV_BATCH_MAX: usize = 64;
+/// Reports of send errors one duty cycle takes from one socket's error queue (the kernel
+/// bounds the queue by the socket's receive buffer; the rest wait for the next cycle).
+pub const SEND_ERRORS_PER_CYCLE: usize = 64;
 /// Longest the engine thread parks when no link timer is pending (new timers wake it early).
 pub const PARK_MAX: Duration = Duration::from_millis(25);
 /// How often a busy port's link counters are published for `txcast stat`.
@@ -235,6 +238,10 @@ pub(crate) struct EndpointCounters {
     pub datagrams_received: AtomicU64,
     pub multicast_received: AtomicU64,
     pub doorbells: AtomicU64,
+    /// "Port unreachable" answers to datagrams the port sent (see [`Engine::take_send_errors`]).
+    pub unreachable_reports: AtomicU64,
+    /// Other errors the kernel reported about datagrams the port sent.
+    pub send_errors: AtomicU64,
     /// When the port's link counters were last published (engine clock, ns).
     pub links_published_at: AtomicU64,
     /// When the links' retransmissions were last looked at (engine clock, ns; 0 for never),
@@ -807,8 +814,12 @@ impl Engine {
         if !self.shared.wake_pending.load(Ordering::SeqCst) {
             let r = batch.recv_one_waiting(&own.socket);
             woke();
-            if let Ok(1) = r {
-                self.handle_batch(own, &mut batch, 1, self.now());
+            match r {
+                Ok(1) => self.handle_batch(own, &mut batch, 1, self.now()),
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                    self.take_send_errors(own, &own.socket);
+                }
+                _ => {}
             }
         }
         self.shared.blocked.store(false, Ordering::SeqCst);
@@ -1117,13 +1128,27 @@ impl Engine {
                     ep.recv_busy.store(true, Ordering::Relaxed);
                     1
                 }
+                Err(_) => {
+                    // Datagrams behind the reports are read in the next cycle.
+                    let k = self.take_send_errors(ep, socket);
+                    ep.recv_busy.store(k > 0, Ordering::Relaxed);
+                    k
+                }
                 _ => 0,
             };
         }
+        let mut retried = false;
         while n < RECV_BATCH_MAX {
             let got = match batch.recv(socket) {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break,
                 Ok(k) => k,
+                // A reported send error fails the read that finds it: take the reports, then
+                // read again once (the datagrams behind them wait).
+                Err(_) if !retried && self.take_send_errors(ep, socket) > 0 => {
+                    retried = true;
+                    continue;
+                }
+                Err(_) => break,
             };
             n += got;
             self.handle_batch(ep, batch, got, now);
@@ -1132,6 +1157,34 @@ impl Engine {
             }
         }
         ep.recv_busy.store(n > 1, Ordering::Relaxed);
+        n
+    }
+
+    /// Empties `socket`'s error queue (at most [`SEND_ERRORS_PER_CYCLE`] reports): counts each
+    /// report, and tells the port's extensions of every "port unreachable" (the groups use
+    /// it to suspect a member whose process is gone before its silence says so). How many it
+    /// took.
+    fn take_send_errors(&self, ep: &Endpoint, socket: &UdpSocket) -> usize {
+        let mut n = 0;
+        while n < SEND_ERRORS_PER_CYCLE {
+            let Ok(Some(e)) = crate::mmsg::take_send_error(socket) else {
+                break;
+            };
+            n += 1;
+            match e.to {
+                Some(to) if e.port_unreachable() => {
+                    ep.counters
+                        .unreachable_reports
+                        .fetch_add(1, Ordering::Relaxed);
+                    for x in ep.extensions.iter() {
+                        x.unreachable(self, ep, to);
+                    }
+                }
+                _ => {
+                    ep.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
         n
     }
 

@@ -71,6 +71,10 @@ pub(crate) trait Extension: Any + Send + Sync {
 
     /// After the engine's sleep.
     fn awake(&self) {}
+
+    /// The host at `to` answered a datagram this port sent there with "port unreachable":
+    /// no socket is bound there now (the process that had it is gone, or never started).
+    fn unreachable(&self, _engine: &Engine, _ep: &Endpoint, _to: std::net::SocketAddr) {}
 }
 
 /// A registration refused.

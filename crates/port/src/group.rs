@@ -328,6 +328,25 @@ impl Extension for GroupTable {
             .filter_map(|g| g.lock().m.poll_timeout())
             .min()
     }
+
+    /// Tells every group with a member at `to` that its port is unreachable.
+    fn unreachable(&self, engine: &Engine, _ep: &Endpoint, to: std::net::SocketAddr) {
+        let groups = self.groups.lock().expect("groups lock");
+        for g in groups.iter() {
+            let mut st = g.lock();
+            let now = engine.now();
+            let gone: Vec<Address> =
+                st.m.members()
+                    .iter()
+                    .copied()
+                    .filter(|&a| engine.socket_addr(a).is_ok_and(|s| s == to))
+                    .collect();
+            for a in gone {
+                st.m.peer_unreachable(now, a);
+                g.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// A port's membership in a group.

@@ -275,6 +275,105 @@ pub fn size_buffers(sock: &UdpSocket) -> std::io::Result<()> {
     sock.set_send_buffer_size(SOCKET_BUFFER_BYTES)
 }
 
+/// Asks the kernel to report errors about the datagrams `sock` sends (`IP_RECVERR`), among
+/// them the ICMP "port unreachable" a host answers when no socket is bound where a datagram
+/// went: the sign that the process which held that port is gone. The reports wait on the
+/// socket's error queue, which [`take_send_error`] empties; until it does, reads fail and
+/// poll(2) says `POLLERR`.
+pub fn report_send_errors(sock: &UdpSocket) -> std::io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: a plain setsockopt of an int option on a live descriptor.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_RECVERR,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One error the kernel reported about a datagram this socket sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendError {
+    /// Where the datagram went.
+    pub to: Option<SocketAddr>,
+    pub errno: i32,
+    /// An ICMP message from the network reported it (not a local error).
+    pub icmp: bool,
+}
+
+impl SendError {
+    /// The destination answered that no socket is bound at that port.
+    pub fn port_unreachable(&self) -> bool {
+        self.icmp && self.errno == libc::ECONNREFUSED
+    }
+}
+
+/// Takes the oldest report from `sock`'s error queue, if any (see [`report_send_errors`]).
+pub fn take_send_error(sock: &UdpSocket) -> std::io::Result<Option<SendError>> {
+    // SAFETY: zeroed plain C structs; the header points at buffers that outlive the call.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut data = [0u8; 64];
+    // u64s: the control buffer must be aligned for `cmsghdr`.
+    let mut control = [0u64; 32];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = &mut name as *mut _ as *mut libc::c_void;
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` is to a live local buffer of the length given.
+    let n = unsafe {
+        libc::recvmsg(
+            sock.as_raw_fd(),
+            &mut msg,
+            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.kind() {
+            std::io::ErrorKind::WouldBlock => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let mut found = None;
+    // SAFETY: the kernel filled `msg_controllen` bytes of `control`; the CMSG macros walk
+    // within them, and a record of the right level and type holds a `sock_extended_err`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_RECVERR {
+                let ee =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err);
+                found = Some(SendError {
+                    to: socket_addr_of(&name),
+                    errno: ee.ee_errno as i32,
+                    icmp: ee.ee_origin == libc::SO_EE_ORIGIN_ICMP,
+                });
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    // A record without the report (none is known) still counts as taken.
+    Ok(Some(found.unwrap_or(SendError {
+        to: socket_addr_of(&name),
+        errno: 0,
+        icmp: false,
+    })))
+}
+
 /// Datagrams taken from a socket with one `recvmmsg(2)` (or one `recvfrom(2)` when traffic
 /// is light), in buffers and message headers set up once. `recvmmsg` is called through libc:
 /// rustix, which makes the other calls here, does not offer it.

@@ -131,6 +131,11 @@ pub struct PortCounters {
     pub ring_full_rejections: u64,
     /// Wake-ups of this port parked on its socket by local senders (invoker mode).
     pub doorbells: u64,
+    /// Datagrams this port sent that the destination's host answered with "port
+    /// unreachable" (no socket bound there: the process is gone).
+    pub unreachable_reports: u64,
+    /// Other errors the kernel reported about datagrams this port sent.
+    pub send_errors: u64,
     pub reclaimed_dead_owner: bool,
     pub links: LinkCounters,
     /// Packets that carried k messages, k = index (the last bin: that many or more).
@@ -216,6 +221,7 @@ impl Port {
             None
         };
         crate::mmsg::size_buffers(&socket)?;
+        crate::mmsg::report_send_errors(&socket)?;
         if cluster.multicast.enabled {
             crate::mmsg::multicast_interface(&socket, cluster.multicast.interface)?;
         }
@@ -1114,6 +1120,8 @@ impl Port {
             multicast_received: c.multicast_received.load(Ordering::Relaxed),
             ring_full_rejections: ring.full_rejections,
             doorbells: c.doorbells.load(Ordering::Relaxed),
+            unreachable_reports: c.unreachable_reports.load(Ordering::Relaxed),
+            send_errors: c.send_errors.load(Ordering::Relaxed),
             reclaimed_dead_owner: self.ring.reclaimed(),
             links: links.counters(),
             pack_histogram: hist,

@@ -294,3 +294,85 @@ fn engine_loss_injection_drops_group_packets_and_every_stack_recovers() {
         assert!(resent > 0, "stack {k}: losses were repaired");
     }
 }
+
+/// A member's process killed on a live host: its port's socket closes, the host answers the
+/// survivors' datagrams with "port unreachable", and both stacks suspect the member from
+/// that report. The silence timeout is set far beyond the test's waits, so a view without
+/// the member can only come from the report. Killed: the sequencer (sequencer stack), a
+/// member that orders nothing (layered stack, dynseq).
+#[test]
+fn a_member_whose_port_is_gone_is_suspected_from_the_hosts_report() {
+    use txcast_port::GroupSpec;
+    use txcast_proto::order::{OrderConfig, Protocol};
+    use txcast_proto::pack::PackMode;
+    let long = Duration::from_secs(120);
+    let sequencer = GroupConfig {
+        group: 11,
+        silence_timeout: long,
+        join_attempts_max: 10_000,
+        ..GroupConfig::default()
+    };
+    let mut layered = OrderConfig::with(Protocol::Dynseq, PackMode::Off);
+    layered.vs.group = 12;
+    layered.vs.silence_timeout = long;
+    let specs: [(GroupSpec, usize); 2] = [(sequencer.into(), 0), (layered.into(), 2)];
+    for (k, (spec, victim)) in specs.into_iter().enumerate() {
+        let instance = 26 + k as u16;
+        let mut ports: Vec<Option<Port>> = (0..3)
+            .map(|s| Some(Port::open(addr(instance, s), PortConfig::default()).unwrap()))
+            .collect();
+        let first = ports[0].as_ref().unwrap().address();
+        let mut groups: Vec<Option<txcast_port::Group>> = vec![Some(
+            ports[0]
+                .as_ref()
+                .unwrap()
+                .create_group(spec.clone())
+                .unwrap(),
+        )];
+        for p in &ports[1..] {
+            let g = p.as_ref().unwrap().join_group(spec.clone(), first, WAIT);
+            groups.push(Some(g.unwrap()));
+        }
+        let gone = ports[victim].as_ref().unwrap().address();
+        // The victim's process dies: its group and port (and so its socket) go at once.
+        drop(groups[victim].take());
+        drop(ports[victim].take());
+        let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+        for &i in &survivors {
+            let g = groups[i].as_ref().unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            // Something to send keeps datagrams going to the victim's address.
+            g.send_async(&[i as u8]).unwrap();
+            loop {
+                if !g.info().members.contains(&gone) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "stack {k}: member {i} still has {gone} in {:?}",
+                    g.info().members
+                );
+                let _ = g.receive(Some(Duration::from_millis(50)));
+            }
+        }
+        let reports: u64 = survivors
+            .iter()
+            .map(|&i| ports[i].as_ref().unwrap().counters().unreachable_reports)
+            .sum();
+        assert!(reports > 0, "stack {k}: the host's reports were counted");
+        // The survivors go on: one more message reaches both.
+        let (a, b) = (
+            groups[survivors[0]].as_ref().unwrap(),
+            groups[survivors[1]].as_ref().unwrap(),
+        );
+        a.send(b"on", WAIT).unwrap();
+        for g in [a, b] {
+            loop {
+                let d = g.receive(WAIT).expect("delivery");
+                if matches!(&d.what, GroupRecord::Message { payload, .. } if payload == b"on") {
+                    break;
+                }
+            }
+        }
+    }
+}

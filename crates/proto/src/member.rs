@@ -237,6 +237,11 @@ pub trait GroupMember: Send {
     /// counted in [`GroupCounters::dropped_bad`]).
     fn handle_message(&mut self, now: Instant, bytes: &[u8]) -> bool;
     fn handle_timeout(&mut self, now: Instant);
+    /// The host of member `who` answered a datagram sent to it with "port unreachable": no
+    /// process holds its port now. The failure detector may then suspect it after a shorter
+    /// silence than usual (the stack's `unreachable_silence`); a message from it first
+    /// cancels the report.
+    fn peer_unreachable(&mut self, now: Instant, who: Address);
     fn poll_timeout(&self) -> Option<Instant>;
     /// The next message to send, written into `buf`: where it goes and its length.
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)>;

@@ -259,6 +259,7 @@ fn config_for(rng: &mut Rng, opts: &OrderSimOptions) -> OrderConfig {
             retransmit_timeout: Duration::from_millis(10),
             heartbeat_interval: Duration::from_millis(20),
             silence_timeout: Duration::from_millis(300),
+            unreachable_silence: Duration::from_millis(60),
             flush_timeout: Duration::from_millis(100),
             join_attempts_max: 60,
         },

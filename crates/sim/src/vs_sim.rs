@@ -178,6 +178,7 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         retransmit_timeout: std::time::Duration::from_millis(10),
         heartbeat_interval: std::time::Duration::from_millis(20),
         silence_timeout: std::time::Duration::from_millis(400),
+        unreachable_silence: std::time::Duration::from_millis(60),
         flush_timeout: std::time::Duration::from_millis(150),
         join_attempts_max: 100,
     };

@@ -92,6 +92,11 @@ pub struct GroupConfig {
     /// Silence after which a member (or the sequencer) is probed.
     pub silence_timeout: Duration,
     pub probe_interval: Duration,
+    /// A peer whose host answered one of our datagrams with "port unreachable" (its process
+    /// is gone) is declared dead, without probes, once silent this long (at most
+    /// `silence_timeout`). Longer than `heartbeat_interval`, so a live peer named in a forged
+    /// report is heard from before it runs out.
+    pub unreachable_silence: Duration,
     /// Unanswered probes (and invitations) before a peer is declared dead.
     pub probes_max: u32,
     /// `Some`: recover on a detected failure without waiting for [`Member::reset`].
@@ -124,6 +129,7 @@ impl Default for GroupConfig {
             heartbeat_interval: Duration::from_millis(50),
             silence_timeout: Duration::from_millis(500),
             probe_interval: Duration::from_millis(100),
+            unreachable_silence: Duration::from_millis(100),
             probes_max: 3,
             auto_reset: Some(MinMembers::Majority),
             reset_retry: Duration::from_millis(500),
@@ -586,6 +592,10 @@ impl crate::member::GroupMember for Member {
 
     fn handle_timeout(&mut self, now: Instant) {
         Member::handle_timeout(self, now)
+    }
+
+    fn peer_unreachable(&mut self, now: Instant, who: Address) {
+        Member::peer_unreachable(self, now, who)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

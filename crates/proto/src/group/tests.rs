@@ -1329,6 +1329,48 @@ fn a_crashed_member_is_detected_and_the_group_rebuilt() {
 }
 
 #[test]
+fn a_member_reported_unreachable_is_declared_dead_after_the_short_silence() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    net.crashed.push(C);
+    let now = net.now;
+    net.m(A).peer_unreachable(now, C);
+    let rebuilt = |n: &mut Net| {
+        [A, B].iter().all(|&a| {
+            n.delivered(a)
+                .iter()
+                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
+        })
+    };
+    // Dead once silent for `unreachable_silence` (100 ms), no probes: rebuilt long before
+    // the 500 ms silence would even start the probes.
+    assert!(!net.run_until(Duration::from_millis(90), rebuilt));
+    assert!(net.run_until(Duration::from_millis(300), rebuilt));
+    assert_eq!(net.m(A).members(), &[A, B]);
+    assert_eq!(net.m(A).counters().probes_sent, 0);
+}
+
+#[test]
+fn a_live_member_reported_unreachable_stays() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    // A forged report, about the sequencer and about a member: both go on being heard.
+    for _ in 0..5 {
+        let now = net.now;
+        net.m(B).peer_unreachable(now, A);
+        net.m(A).peer_unreachable(now, C);
+        net.run_for(Duration::from_millis(200));
+    }
+    for a in [A, B, C] {
+        assert_eq!(net.m(a).members(), &[A, B, C], "{a}");
+        assert!(!net
+            .delivered(a)
+            .iter()
+            .any(|r| matches!(r.1, Rec::Rebuilt(..))));
+    }
+}
+
+#[test]
 fn a_crashed_sequencer_is_replaced() {
     let cfg = cfg();
     let mut net = Net::with_members(&cfg, 3);

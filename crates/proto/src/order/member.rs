@@ -136,6 +136,10 @@ impl GroupMember for Member {
         Member::handle_timeout(self, now)
     }
 
+    fn peer_unreachable(&mut self, now: Instant, who: Address) {
+        self.vs.peer_unreachable(now, who)
+    }
+
     fn poll_timeout(&self) -> Option<Instant> {
         Member::poll_timeout(self)
     }

@@ -1,5 +1,7 @@
 //! The failure detector: a member silent for `silence_timeout` is suspected, and suspicions
 //! go to the coordinator (the lowest-ranked member not suspected), which starts a view change.
+//! A member whose host reported its port unreachable since it was last heard is suspected
+//! once silent for `unreachable_silence` (a process killed on a live host).
 
 use super::msg::{Header, VsMsg};
 use super::timer::Timer;
@@ -14,6 +16,7 @@ impl Vs {
     /// heartbeats and the next one must be able to take over.
     pub(super) fn heard(&mut self, now: Instant, rank: usize) {
         self.streams[rank].last_heard = now;
+        self.streams[rank].unreachable = false;
         let from = self.streams[rank].addr;
         if self.state == VsState::Normal && self.suspects.remove(&from) {
             self.fl.suspects_sent_at = None;
@@ -47,7 +50,7 @@ impl Vs {
         for (i, s) in self.streams.iter().enumerate() {
             if i != self.rank
                 && !self.suspects.contains(&s.addr)
-                && now >= s.last_heard + self.cfg.silence_timeout
+                && now >= s.last_heard + self.silence_of(s)
             {
                 new.push(s.addr);
             }
@@ -71,9 +74,31 @@ impl Vs {
             .iter()
             .enumerate()
             .filter(|&(i, s)| i != self.rank && !self.suspects.contains(&s.addr))
-            .map(|(_, s)| s.last_heard + self.cfg.silence_timeout)
+            .map(|(_, s)| s.last_heard + self.silence_of(s))
             .min();
         self.timers.put(Timer::Silence, t);
+    }
+
+    /// How long `s`'s member may be silent before it is suspected.
+    fn silence_of(&self, s: &super::stream::Stream) -> std::time::Duration {
+        if s.unreachable {
+            self.cfg.unreachable_silence.min(self.cfg.silence_timeout)
+        } else {
+            self.cfg.silence_timeout
+        }
+    }
+
+    /// `who`'s host answered a datagram of ours with "port unreachable": it is suspected
+    /// once silent for `unreachable_silence`, unless heard from first.
+    pub fn peer_unreachable(&mut self, _now: Instant, who: Address) {
+        let Some(rank) = self.members.iter().position(|&a| a == who) else {
+            return;
+        };
+        if rank == self.rank || self.streams.len() <= rank {
+            return;
+        }
+        self.streams[rank].unreachable = true;
+        self.arm_silence();
     }
 
     pub(super) fn on_suspect_report(&mut self, now: Instant, h: &Header, who: Address) {

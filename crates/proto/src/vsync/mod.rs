@@ -127,6 +127,11 @@ pub struct VsConfig {
     pub heartbeat_interval: Duration,
     /// A member silent this long is suspected.
     pub silence_timeout: Duration,
+    /// A member whose host answered one of our datagrams with "port unreachable" (its
+    /// process is gone) is suspected once silent this long (at most `silence_timeout`).
+    /// Longer than `heartbeat_interval`, so a live member named in a forged report is heard
+    /// from before it runs out.
+    pub unreachable_silence: Duration,
     /// A flush phase waits this long for answers before it goes on without the silent.
     pub flush_timeout: Duration,
     pub join_attempts_max: u32,
@@ -146,6 +151,7 @@ impl Default for VsConfig {
             retransmit_timeout: Duration::from_millis(20),
             heartbeat_interval: Duration::from_millis(50),
             silence_timeout: Duration::from_millis(500),
+            unreachable_silence: Duration::from_millis(100),
             flush_timeout: Duration::from_millis(200),
             join_attempts_max: 100,
         }

@@ -25,6 +25,8 @@ pub(super) struct Stream {
     /// The highest cast known to exist.
     pub(super) highest_known: u64,
     pub(super) last_heard: Instant,
+    /// Its host said its port is unreachable after it was last heard.
+    pub(super) unreachable: bool,
     /// No NAK for this stream before this.
     pub(super) nak_after: Instant,
 }
@@ -39,6 +41,7 @@ impl Stream {
             held: Held::default(),
             highest_known: 0,
             last_heard: now,
+            unreachable: false,
             nak_after: Instant::ZERO,
         }
     }
