@@ -330,7 +330,7 @@ impl Extension for GroupTable {
     }
 
     /// Tells every group with a member at `to` that its port is unreachable.
-    fn unreachable(&self, engine: &Engine, _ep: &Endpoint, to: std::net::SocketAddr) {
+    fn unreachable(&self, engine: &Engine, ep: &Endpoint, to: std::net::SocketAddr) {
         let groups = self.groups.lock().expect("groups lock");
         for g in groups.iter() {
             let mut st = g.lock();
@@ -342,6 +342,7 @@ impl Extension for GroupTable {
                     .filter(|&a| engine.socket_addr(a).is_ok_and(|s| s == to))
                     .collect();
             for a in gone {
+                tracing::debug!(port = %ep.addr, group = g.id, member = %a, "member's port reported unreachable");
                 st.m.peer_unreachable(now, a);
                 g.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
             }

@@ -34,10 +34,19 @@ impl Watch {
         }
     }
 
-    pub(super) fn heard(&mut self, now: Instant) {
+    /// A message from the peer. It cancels a report of its port unreachable only once a
+    /// whole `unreachable_silence` has passed since the report: what the peer sent before it
+    /// died may be read after the report (a read takes the reports before the datagrams that
+    /// wait), and must not cancel it.
+    pub(super) fn heard(&mut self, now: Instant, unreachable_silence: std::time::Duration) {
         self.last_heard = now;
         self.probes = 0;
-        self.unreachable_at = None;
+        if self
+            .unreachable_at
+            .is_some_and(|at| now >= at + unreachable_silence)
+        {
+            self.unreachable_at = None;
+        }
     }
 
     /// Its host reported its port unreachable.

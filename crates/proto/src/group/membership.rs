@@ -108,7 +108,7 @@ impl Member {
         self.cfg.resilience = resilience;
         self.members = members;
         self.sequencer = sequencer;
-        self.watch.heard(now);
+        self.watch.heard(now, self.cfg.unreachable_silence);
         self.arm_watch();
         self.rx.history.reset(join_seq);
         let e = super::history::Entry {
@@ -250,7 +250,7 @@ impl Member {
         }
         if was_sequencer && !self.members.is_empty() {
             self.sequencer = self.members[0];
-            self.watch.heard(now);
+            self.watch.heard(now, self.cfg.unreachable_silence);
             self.arm_watch();
             if self.sequencer == self.me {
                 self.become_sequencer(now);

@@ -160,7 +160,7 @@ impl Member {
             return;
         }
         if hdr.from == self.sequencer {
-            self.watch.heard(now);
+            self.watch.heard(now, self.cfg.unreachable_silence);
             self.arm_watch();
         }
         match m {

@@ -440,7 +440,7 @@ impl Member {
     ) {
         let s = self.seqr.as_mut().expect("sequencer");
         if let Some(w) = s.watches.get_mut(&from) {
-            w.heard(now);
+            w.heard(now, self.cfg.unreachable_silence);
             self.arm_watches();
         }
         let s = self.seqr.as_mut().expect("sequencer");

@@ -1351,6 +1351,27 @@ fn a_member_reported_unreachable_is_declared_dead_after_the_short_silence() {
 }
 
 #[test]
+fn what_a_dead_member_sent_before_the_report_does_not_cancel_it() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    let now = net.now;
+    // The report is read before C's last messages, which arrive after it.
+    net.m(A).peer_unreachable(now, C);
+    assert_eq!(net.m(C).send(now, b"last words"), Ok(1));
+    net.run_for(Duration::from_millis(10));
+    net.crashed.push(C);
+    let rebuilt = |n: &mut Net| {
+        [A, B].iter().all(|&a| {
+            n.delivered(a)
+                .iter()
+                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
+        })
+    };
+    assert!(net.run_until(Duration::from_millis(300), rebuilt));
+    assert_eq!(net.m(A).members(), &[A, B]);
+}
+
+#[test]
 fn a_live_member_reported_unreachable_stays() {
     let cfg = cfg();
     let mut net = Net::with_members(&cfg, 3);

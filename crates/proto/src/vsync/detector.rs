@@ -15,8 +15,16 @@ impl Vs {
     /// coordinator; not during a flush, where a coordinator whose round stalls still sends
     /// heartbeats and the next one must be able to take over.
     pub(super) fn heard(&mut self, now: Instant, rank: usize) {
-        self.streams[rank].last_heard = now;
-        self.streams[rank].unreachable = false;
+        let s = &mut self.streams[rank];
+        s.last_heard = now;
+        // What the member sent before it died may be read after the report (a read takes
+        // the reports before the datagrams that wait): only a message a whole
+        // `unreachable_silence` after the report cancels it.
+        if s.unreachable_at
+            .is_some_and(|at| now >= at + self.cfg.unreachable_silence)
+        {
+            s.unreachable_at = None;
+        }
         let from = self.streams[rank].addr;
         if self.state == VsState::Normal && self.suspects.remove(&from) {
             self.fl.suspects_sent_at = None;
@@ -81,7 +89,7 @@ impl Vs {
 
     /// How long `s`'s member may be silent before it is suspected.
     fn silence_of(&self, s: &super::stream::Stream) -> std::time::Duration {
-        if s.unreachable {
+        if s.unreachable_at.is_some() {
             self.cfg.unreachable_silence.min(self.cfg.silence_timeout)
         } else {
             self.cfg.silence_timeout
@@ -90,14 +98,14 @@ impl Vs {
 
     /// `who`'s host answered a datagram of ours with "port unreachable": it is suspected
     /// once silent for `unreachable_silence`, unless heard from first.
-    pub fn peer_unreachable(&mut self, _now: Instant, who: Address) {
+    pub fn peer_unreachable(&mut self, now: Instant, who: Address) {
         let Some(rank) = self.members.iter().position(|&a| a == who) else {
             return;
         };
         if rank == self.rank || self.streams.len() <= rank {
             return;
         }
-        self.streams[rank].unreachable = true;
+        self.streams[rank].unreachable_at.get_or_insert(now);
         self.arm_silence();
     }
 

@@ -25,8 +25,8 @@ pub(super) struct Stream {
     /// The highest cast known to exist.
     pub(super) highest_known: u64,
     pub(super) last_heard: Instant,
-    /// Its host said its port is unreachable after it was last heard.
-    pub(super) unreachable: bool,
+    /// Its host said its port is unreachable, at this time.
+    pub(super) unreachable_at: Option<Instant>,
     /// No NAK for this stream before this.
     pub(super) nak_after: Instant,
 }
@@ -41,7 +41,7 @@ impl Stream {
             held: Held::default(),
             highest_known: 0,
             last_heard: now,
-            unreachable: false,
+            unreachable_at: None,
             nak_after: Instant::ZERO,
         }
     }
