@@ -16,6 +16,7 @@ pub mod engine_sim;
 pub mod faults;
 pub mod frag_sim;
 pub mod group_sim;
+pub mod group_world;
 pub mod harness;
 pub mod link_sim;
 pub mod module_sim;
