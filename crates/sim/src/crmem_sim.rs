@@ -22,7 +22,7 @@ use crate::net::{FaultConfig, NetCounters, Network};
 use crate::{Node as SimNodeTrait, NodeId};
 use std::collections::{HashMap, VecDeque};
 use txcast_crmem::{
-    Config, Counters, Event, Lock, LockMapping, Mode, Node, Role, SegmentId, TxnId,
+    Config, Counters, CrError, Event, Lock, LockMapping, Mode, Node, Role, SegmentId, TxnId,
 };
 use txcast_proto::link::{LinkConfig, LinkSendError};
 use txcast_proto::rng::Rng;
@@ -59,6 +59,14 @@ pub struct CrmemSimOptions {
     /// Mirror only: the primary logs to a simulated disk (group commit), and every node
     /// may crash at once; the node whose disk reaches furthest restarts as primary from it.
     pub disk: bool,
+}
+
+impl CrmemSimOptions {
+    /// A client's pause between transactions, drawn below this: its transactions spread
+    /// over the safety phase, where the crashes are.
+    pub(crate) fn think_ns(&self) -> u64 {
+        (2 * self.safety_ns / self.txns_per_client.max(1) as u64).max(1)
+    }
 }
 
 impl Default for CrmemSimOptions {
@@ -221,19 +229,67 @@ pub(crate) fn draw_txn(
     (audit, abort_on_purpose, Some(delta))
 }
 
-/// What a simulated node needs of a CRMem core, mirror ([`Node`]) or symmetric
-/// ([`txcast_crmem::SymNode`]).
+/// What a simulated node and its clients need of a CRMem core, mirror ([`Node`]) or
+/// symmetric ([`txcast_crmem::SymNode`]).
 pub(crate) trait Core {
     fn handle_message(&mut self, from: u16, bytes: &[u8]);
     fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)>;
     fn poll_timeout(&self) -> Option<Instant>;
     fn handle_timeout(&mut self, now: Instant);
+    fn set_range(
+        &mut self,
+        txn: TxnId,
+        s: SegmentId,
+        off: u32,
+        len: u32,
+        mode: Mode,
+    ) -> Result<Lock, CrError>;
+    fn range(&self, txn: TxnId, s: SegmentId, off: u32, len: u32) -> Result<&[u8], CrError>;
+    fn range_mut(
+        &mut self,
+        txn: TxnId,
+        s: SegmentId,
+        off: u32,
+        len: u32,
+    ) -> Result<&mut [u8], CrError>;
+    fn abort(&mut self, txn: TxnId) -> Result<(), CrError>;
 }
 
-/// [`Core`] for a type with the four methods of its own.
+/// [`Core`] for a type with these methods of its own.
 macro_rules! core_of {
     ($t:ty) => {
         impl Core for $t {
+            fn set_range(
+                &mut self,
+                txn: TxnId,
+                s: SegmentId,
+                off: u32,
+                len: u32,
+                mode: Mode,
+            ) -> Result<Lock, CrError> {
+                <$t>::set_range(self, txn, s, off, len, mode)
+            }
+            fn range(
+                &self,
+                txn: TxnId,
+                s: SegmentId,
+                off: u32,
+                len: u32,
+            ) -> Result<&[u8], CrError> {
+                <$t>::range(self, txn, s, off, len)
+            }
+            fn range_mut(
+                &mut self,
+                txn: TxnId,
+                s: SegmentId,
+                off: u32,
+                len: u32,
+            ) -> Result<&mut [u8], CrError> {
+                <$t>::range_mut(self, txn, s, off, len)
+            }
+            fn abort(&mut self, txn: TxnId) -> Result<(), CrError> {
+                <$t>::abort(self, txn)
+            }
             fn handle_message(&mut self, from: u16, bytes: &[u8]) {
                 <$t>::handle_message(self, from, bytes)
             }
@@ -427,6 +483,149 @@ impl<C, N> Client<C, N> {
     }
 }
 
+impl<C, N> Client<C, N> {
+    /// Transaction `txn` has begun: what it does is drawn, and it takes its first range next.
+    pub(crate) fn begun(&mut self, txn: TxnId, rng: &mut Rng) {
+        self.txn = Some(txn);
+        let (audit, abort_on_purpose, delta) = draw_txn(rng, &mut self.order);
+        (self.audit, self.abort_on_purpose) = (audit, abort_on_purpose);
+        if let Some(d) = delta {
+            self.delta = d;
+        }
+        self.step = Step::Take(0);
+    }
+
+    /// Takes the client's ranges of `txn` at `cr` as far as it can now: `Ok(true)` once it
+    /// holds them all, `Ok(false)` while it works a while or waits for a lock. `taken` sees
+    /// each answer, with the range's number and segment (for the trace).
+    pub(crate) fn take_ranges<K: Core>(
+        &mut self,
+        cr: &mut K,
+        txn: TxnId,
+        rng: &mut Rng,
+        run: &Run,
+        mut taken: impl FnMut(usize, SegmentId, &Result<Lock, CrError>),
+    ) -> Result<bool, CrError> {
+        loop {
+            let Step::Take(k) = self.step else {
+                return Ok(false);
+            };
+            if k >= self.order.len() {
+                return Ok(true);
+            }
+            let (s, off, len) = self.order[k];
+            let mode = if self.audit { Mode::Read } else { Mode::Write };
+            let got = cr.set_range(txn, s, off, len, mode);
+            taken(k, s, &got);
+            match got? {
+                Lock::Granted => {
+                    self.step = Step::Take(k + 1);
+                    // Mostly the client works a while before its next range, so
+                    // transactions overlap and contend.
+                    if rng.chance(0.7) {
+                        self.next_at = Instant(run.ns() + 1 + rng.below(300_000));
+                        return Ok(false);
+                    }
+                }
+                Lock::Waiting => {
+                    self.step = Step::Wait(k);
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Every range of `txn` is held at `cr`: the TpcB work. An audit checks that the branches
+    /// sum to the history's total (`at` names where, in the violation); a transfer moves its
+    /// amount through account, teller and branch and takes the next history slot. Returns the
+    /// history count the transfer read (0 for an audit), or `None` for a transaction that
+    /// aborts on purpose: it is aborted, and the client is done with it.
+    pub(crate) fn work<K: Core>(
+        &mut self,
+        cr: &mut K,
+        txn: TxnId,
+        run: &Run,
+        at: &str,
+    ) -> Result<Option<u32>, Violation> {
+        let mut count = 0;
+        if self.audit {
+            let b = cr.range(txn, BR, 0, BRANCHES * RECORD).expect("declared");
+            let sum: i64 = (0..BRANCHES).map(|i| i64_at(b, i * RECORD)).sum();
+            let total = i64_at(cr.range(txn, HIST, TAIL, 16).expect("declared"), 8);
+            if sum != total {
+                return Err(run.fail(format!(
+                    "audit{at}: branches sum to {sum}, the history total is {total}"
+                )));
+            }
+        } else {
+            let d = self.delta;
+            for (s, rec) in [(ACC, d.account), (TEL, d.teller), (BR, d.branch)] {
+                let m = cr
+                    .range_mut(txn, s, rec * RECORD, RECORD)
+                    .expect("declared");
+                add_i64(m, 0, d.amount);
+            }
+            let tail = cr.range_mut(txn, HIST, TAIL, 16).expect("declared");
+            count = i64_at(tail, 0) as u32;
+            add_i64(tail, 0, 1);
+            add_i64(tail, 8, d.amount);
+            let slot = (count % HISTORY) * HISTORY_RECORD;
+            if cr.set_range(txn, HIST, slot, HISTORY_RECORD, Mode::Write) != Ok(Lock::Granted) {
+                // The slot's lock is free: only the holder of the tail's lock takes slots.
+                return Err(run.fail("a history slot's lock was not free"));
+            }
+            write_history(
+                cr.range_mut(txn, HIST, slot, HISTORY_RECORD)
+                    .expect("declared"),
+                0,
+                &d,
+            );
+        }
+        if self.abort_on_purpose {
+            cr.abort(txn)
+                .map_err(|e| run.fail(format!("abort refused: {e}")))?;
+            self.txn = None;
+            self.step = Step::Idle;
+            self.done += 1;
+            return Ok(None);
+        }
+        Ok(Some(count))
+    }
+
+    /// A lock the client waited for is granted: it takes its next range.
+    pub(crate) fn granted(&mut self, run: &Run) -> Result<(), Violation> {
+        let Step::Wait(i) = self.step else {
+            return Err(run.fail("granted a transaction that was not waiting"));
+        };
+        self.step = Step::Take(i + 1);
+        Ok(())
+    }
+
+    /// The transaction is over, `committed` or aborted: the client is idle until `next_at`.
+    pub(crate) fn ended(&mut self, committed: bool, next_at: Instant) {
+        self.txn = None;
+        self.step = Step::Idle;
+        self.done += u32::from(committed);
+        self.next_at = next_at;
+    }
+
+    /// The commit of `txn` found the log full (it waits for the backups): the transaction is
+    /// given up, and the client tries again a little later.
+    pub(crate) fn log_full<K: Core>(
+        &mut self,
+        cr: &mut K,
+        txn: TxnId,
+        run: &Run,
+    ) -> Result<(), Violation> {
+        cr.abort(txn)
+            .map_err(|e| run.fail(format!("abort refused: {e}")))?;
+        self.txn = None;
+        self.step = Step::Idle;
+        self.next_at = Instant(run.ns() + 1_000_000);
+        Ok(())
+    }
+}
+
 /// The earliest time a client that starts or takes a range wants to go on, folded into
 /// `next`.
 pub(crate) fn clients_wakeup<C: PartialEq, N>(
@@ -573,8 +772,6 @@ impl CrmemWorld {
         invariant(cr).map_err(|e| run.fail(format!("{why}: node {k}: {e}")))
     }
 
-    /// A new transaction for client `c`: a transfer (its ranges in random order), now and
-    /// then an audit of the branches.
     fn start(&mut self, run: &mut Run, c: usize) -> Result<(), Violation> {
         let now = run.now;
         let deadline = Instant(now.0 + 1_000_000 + self.rng.below(20_000_000));
@@ -582,47 +779,19 @@ impl CrmemWorld {
         let Ok(txn) = self.nodes[p].cr.begin(deadline) else {
             return Err(run.fail("begin refused at the primary"));
         };
-        let cl = &mut self.clients[c];
-        cl.txn = Some(txn);
-        let (audit, abort_on_purpose, delta) = draw_txn(&mut self.rng, &mut cl.order);
-        (cl.audit, cl.abort_on_purpose) = (audit, abort_on_purpose);
-        if let Some(d) = delta {
-            cl.delta = d;
-        }
-        cl.step = Step::Take(0);
+        self.clients[c].begun(txn, &mut self.rng);
         Ok(())
     }
 
     /// Client `c` goes as far as it can now.
     fn advance(&mut self, run: &mut Run, c: usize) -> Result<(), Violation> {
         let p = self.primary;
-        loop {
-            let cl = &mut self.clients[c];
-            let txn = cl.txn.expect("a running client has a transaction");
-            match cl.step {
-                Step::Take(k) if k < cl.order.len() => {
-                    let (s, off, len) = cl.order[k];
-                    let mode = if cl.audit { Mode::Read } else { Mode::Write };
-                    match self.nodes[p].cr.set_range(txn, s, off, len, mode) {
-                        Ok(Lock::Granted) => {
-                            cl.step = Step::Take(k + 1);
-                            // Mostly the client works a while before its next range, so
-                            // transactions overlap and contend.
-                            if self.rng.chance(0.7) {
-                                cl.next_at = Instant(run.ns() + 1 + self.rng.below(300_000));
-                                return Ok(());
-                            }
-                        }
-                        Ok(Lock::Waiting) => {
-                            cl.step = Step::Wait(k);
-                            return Ok(());
-                        }
-                        Err(e) => return Err(run.fail(format!("set_range refused: {e}"))),
-                    }
-                }
-                Step::Take(_) => return self.finish_txn(run, c, txn),
-                _ => return Ok(()),
-            }
+        let cl = &mut self.clients[c];
+        let txn = cl.txn.expect("a running client has a transaction");
+        match cl.take_ranges(&mut self.nodes[p].cr, txn, &mut self.rng, run, |_, _, _| {}) {
+            Ok(true) => self.finish_txn(run, c, txn),
+            Ok(false) => Ok(()),
+            Err(e) => Err(run.fail(format!("set_range refused: {e}"))),
         }
     }
 
@@ -631,47 +800,12 @@ impl CrmemWorld {
         let p = self.primary;
         let cr = &mut self.nodes[p].cr;
         let cl = &mut self.clients[c];
+        let worked = cl.work(cr, txn, run, "")?;
         if cl.audit {
-            let b = cr.range(txn, BR, 0, BRANCHES * RECORD).expect("declared");
-            let sum: i64 = (0..BRANCHES).map(|i| i64_at(b, i * RECORD)).sum();
-            let total = i64_at(cr.range(txn, HIST, TAIL, 16).expect("declared"), 8);
-            if sum != total {
-                return Err(run.fail(format!(
-                    "audit: branches sum to {sum}, the history total is {total}"
-                )));
-            }
             self.audits += 1;
-        } else {
-            let d = cl.delta;
-            for (s, rec) in [(ACC, d.account), (TEL, d.teller), (BR, d.branch)] {
-                let m = cr
-                    .range_mut(txn, s, rec * RECORD, RECORD)
-                    .expect("declared");
-                add_i64(m, 0, d.amount);
-            }
-            let tail = cr.range_mut(txn, HIST, TAIL, 16).expect("declared");
-            let count = i64_at(tail, 0) as u32;
-            add_i64(tail, 0, 1);
-            add_i64(tail, 8, d.amount);
-            let slot = (count % HISTORY) * HISTORY_RECORD;
-            if cr.set_range(txn, HIST, slot, HISTORY_RECORD, Mode::Write) != Ok(Lock::Granted) {
-                // The slot's lock is free: only the holder of the tail lock takes slots.
-                return Err(run.fail("a history slot's lock was not free"));
-            }
-            write_history(
-                cr.range_mut(txn, HIST, slot, HISTORY_RECORD)
-                    .expect("declared"),
-                0,
-                &d,
-            );
         }
-        if cl.abort_on_purpose {
-            cr.abort(txn)
-                .map_err(|e| run.fail(format!("abort refused: {e}")))?;
+        if worked.is_none() {
             self.aborted_on_purpose += 1;
-            cl.txn = None;
-            cl.step = Step::Idle;
-            cl.done += 1;
             return Ok(());
         }
         match cr.commit(txn) {
@@ -689,15 +823,7 @@ impl CrmemWorld {
                 cl.step = Step::Committing(seq);
                 Ok(())
             }
-            Err(txcast_crmem::CrError::LogFull) => {
-                // The log waits for the backups: give the transaction up and try later.
-                cr.abort(txn)
-                    .map_err(|e| run.fail(format!("abort refused: {e}")))?;
-                cl.txn = None;
-                cl.step = Step::Idle;
-                cl.next_at = Instant(run.ns() + 1_000_000);
-                Ok(())
-            }
+            Err(CrError::LogFull) => cl.log_full(cr, txn, run),
             Err(e) => Err(run.fail(format!("commit refused: {e}"))),
         }
     }
@@ -727,41 +853,27 @@ impl CrmemWorld {
                     _ => None,
                 };
                 let Some(c) = c else { continue };
-                let think = self.think_ns();
+                let think = self.opts.think_ns();
                 let cl = &mut self.clients[c];
                 match e {
                     Event::Granted(_) => {
-                        let Step::Wait(i) = cl.step else {
-                            return Err(run.fail("granted a transaction that was not waiting"));
-                        };
-                        cl.step = Step::Take(i + 1);
+                        cl.granted(run)?;
                         self.advance(run, c)?;
                     }
                     Event::Committed(t) => {
                         let seq = self.in_flight.remove(&t).unwrap_or(0);
                         self.acked = self.acked.max(seq);
-                        cl.txn = None;
-                        cl.step = Step::Idle;
-                        cl.done += 1;
-                        cl.next_at = Instant(run.ns() + self.rng.below(think));
+                        cl.ended(true, Instant(run.ns() + self.rng.below(think)));
                     }
                     Event::Aborted(..) => {
                         self.timeouts += 1;
-                        cl.txn = None;
-                        cl.step = Step::Idle;
-                        cl.next_at = Instant(run.ns() + self.rng.below(1_000_000));
+                        cl.ended(false, Instant(run.ns() + self.rng.below(1_000_000)));
                     }
                     _ => {}
                 }
             }
         }
         Ok(())
-    }
-
-    /// A client's pause between transactions, drawn below this: its transactions spread
-    /// over the safety phase, where the crashes are.
-    fn think_ns(&self) -> u64 {
-        (2 * self.opts.safety_ns / self.opts.txns_per_client.max(1) as u64).max(1)
     }
 
     /// The disks whose sync is due sync, and their nodes hear how far; now and then the

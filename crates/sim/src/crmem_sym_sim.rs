@@ -24,16 +24,15 @@
 //! - liveness after healing: every client finishes its transactions and every node serves.
 
 use crate::crmem_sim::{
-    add_counters, add_i64, clients_wakeup, draw_txn, i64_at, nodes_idle, nodes_wakeup,
-    pump_and_transmit, replay, tick, write_history, CrmemSimOptions, CrmemSimReport, Delta,
-    SimNode, Step, ACC, ACCOUNTS, BR, BRANCHES, HIST, HISTORY, HISTORY_RECORD, RECORD, STEPS_MAX,
-    TAIL, TEL, TELLERS,
+    add_counters, clients_wakeup, i64_at, nodes_idle, nodes_wakeup, pump_and_transmit, replay,
+    tick, CrmemSimOptions, CrmemSimReport, Delta, SimNode, Step, ACCOUNTS, BRANCHES, HIST, RECORD,
+    STEPS_MAX, TAIL, TELLERS,
 };
 use crate::harness::{self, draw_restarts, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, Network};
 use crate::{Node as SimNodeTrait, NodeId};
 use txcast_crmem::{
-    Config, Counters, CrError, Lock, LockMapping, Mode, Phase, SegmentId, SymEvent, SymNode, TxnId,
+    Config, Counters, CrError, Lock, LockMapping, Phase, SegmentId, SymEvent, SymNode, TxnId,
 };
 use txcast_proto::link::LinkConfig;
 use txcast_proto::rng::Rng;
@@ -188,58 +187,31 @@ impl SymWorld {
             }
             Err(e) => return Err(run.fail(format!("begin refused at node {k}: {e}"))),
         };
-        let cl = &mut self.clients[c];
-        cl.txn = Some(txn);
-        let (audit, abort_on_purpose, delta) = draw_txn(&mut self.rng, &mut cl.order);
-        (cl.audit, cl.abort_on_purpose) = (audit, abort_on_purpose);
-        if let Some(d) = delta {
-            cl.delta = d;
-        }
-        cl.step = Step::Take(0);
+        self.clients[c].begun(txn, &mut self.rng);
         Ok(())
     }
 
     fn advance(&mut self, run: &mut Run, c: usize) -> Result<(), Violation> {
         let k = self.clients[c].node;
-        loop {
-            let cl = &mut self.clients[c];
-            let Some(txn) = cl.txn else { return Ok(()) };
-            match cl.step {
-                Step::Take(i) if i < cl.order.len() => {
-                    let (s, off, len) = cl.order[i];
-                    let mode = if cl.audit { Mode::Read } else { Mode::Write };
-                    let got = self.nodes[k].cr.set_range(txn, s, off, len, mode);
-                    if run.trace > 1 {
-                        eprintln!(
-                            "{:>10} client {c}: set_range {i} of {txn} (segment {s}): {got:?}",
-                            run.ns()
-                        );
-                    }
-                    match got {
-                        Ok(Lock::Granted) => {
-                            cl.step = Step::Take(i + 1);
-                            if self.rng.chance(0.7) {
-                                cl.next_at = Instant(run.ns() + 1 + self.rng.below(300_000));
-                                return Ok(());
-                            }
-                        }
-                        Ok(Lock::Waiting) => {
-                            cl.step = Step::Wait(i);
-                            return Ok(());
-                        }
-                        // Aborted since its last event (a view change): the Aborted
-                        // event that follows resets the client.
-                        Err(CrError::UnknownTxn) => return Ok(()),
-                        Err(e) => {
-                            return Err(run.fail(format!(
-                            "set_range of client {c}'s transaction {txn} at node {k} refused: {e}"
-                        )))
-                        }
-                    }
-                }
-                Step::Take(_) => return self.finish_txn(run, c, txn),
-                _ => return Ok(()),
+        let cl = &mut self.clients[c];
+        let Some(txn) = cl.txn else { return Ok(()) };
+        let trace = |i: usize, s: SegmentId, got: &Result<Lock, CrError>| {
+            if run.trace > 1 {
+                eprintln!(
+                    "{:>10} client {c}: set_range {i} of {txn} (segment {s}): {got:?}",
+                    run.ns()
+                );
             }
+        };
+        match cl.take_ranges(&mut self.nodes[k].cr, txn, &mut self.rng, run, trace) {
+            Ok(true) => self.finish_txn(run, c, txn),
+            Ok(false) => Ok(()),
+            // Aborted since its last event (a view change): the Aborted event that follows
+            // resets the client.
+            Err(CrError::UnknownTxn) => Ok(()),
+            Err(e) => Err(run.fail(format!(
+                "set_range of client {c}'s transaction {txn} at node {k} refused: {e}"
+            ))),
         }
     }
 
@@ -247,49 +219,14 @@ impl SymWorld {
         let k = self.clients[c].node;
         let cr = &mut self.nodes[k].cr;
         let cl = &mut self.clients[c];
-        let mut count = 0;
+        let worked = cl.work(cr, txn, run, &format!(" at node {k}"))?;
         if cl.audit {
-            let b = cr.range(txn, BR, 0, BRANCHES * RECORD).expect("declared");
-            let sum: i64 = (0..BRANCHES).map(|i| i64_at(b, i * RECORD)).sum();
-            let total = i64_at(cr.range(txn, HIST, TAIL, 16).expect("declared"), 8);
-            if sum != total {
-                return Err(run.fail(format!(
-                    "audit at node {k}: branches sum to {sum}, the history total is {total}"
-                )));
-            }
             self.audits += 1;
-        } else {
-            let d = cl.delta;
-            for (s, rec) in [(ACC, d.account), (TEL, d.teller), (BR, d.branch)] {
-                let m = cr
-                    .range_mut(txn, s, rec * RECORD, RECORD)
-                    .expect("declared");
-                add_i64(m, 0, d.amount);
-            }
-            let tail = cr.range_mut(txn, HIST, TAIL, 16).expect("declared");
-            count = i64_at(tail, 0) as u32;
-            add_i64(tail, 0, 1);
-            add_i64(tail, 8, d.amount);
-            let slot = (count % HISTORY) * HISTORY_RECORD;
-            if cr.set_range(txn, HIST, slot, HISTORY_RECORD, Mode::Write) != Ok(Lock::Granted) {
-                return Err(run.fail("the history slot is under the tail's lock, held"));
-            }
-            write_history(
-                cr.range_mut(txn, HIST, slot, HISTORY_RECORD)
-                    .expect("declared"),
-                0,
-                &d,
-            );
         }
-        if cl.abort_on_purpose {
-            cr.abort(txn)
-                .map_err(|e| run.fail(format!("abort refused: {e}")))?;
+        let Some(count) = worked else {
             self.aborted_on_purpose += 1;
-            cl.txn = None;
-            cl.step = Step::Idle;
-            cl.done += 1;
             return Ok(());
-        }
+        };
         match cr.commit(txn) {
             Ok(_) => {
                 if cl.audit {
@@ -300,14 +237,7 @@ impl SymWorld {
                 cl.step = Step::Committing(self.issued.len());
                 self.issue(run, count, d)
             }
-            Err(CrError::LogFull) => {
-                cr.abort(txn)
-                    .map_err(|e| run.fail(format!("abort refused: {e}")))?;
-                cl.txn = None;
-                cl.step = Step::Idle;
-                cl.next_at = Instant(run.ns() + 1_000_000);
-                Ok(())
-            }
+            Err(CrError::LogFull) => cl.log_full(cr, txn, run),
             Err(e) => Err(run.fail(format!("commit refused: {e}"))),
         }
     }
@@ -359,14 +289,11 @@ impl SymWorld {
                 else {
                     return Err(run.fail(format!("node {k} said {e:?} of no client's transaction")));
                 };
-                let think = self.think_ns();
+                let think = self.opts.think_ns();
                 let cl = &mut self.clients[c];
                 match e {
                     SymEvent::Granted(_) => {
-                        let Step::Wait(i) = cl.step else {
-                            return Err(run.fail("granted a transaction that was not waiting"));
-                        };
-                        cl.step = Step::Take(i + 1);
+                        cl.granted(run)?;
                         self.advance(run, c)?;
                     }
                     SymEvent::Committed(_) => {
@@ -376,29 +303,20 @@ impl SymWorld {
                         if let Some(is) = self.issued.get_mut(i) {
                             is.acked = true;
                         }
-                        cl.txn = None;
-                        cl.step = Step::Idle;
-                        cl.done += 1;
-                        cl.next_at = Instant(run.ns() + self.rng.below(think));
+                        cl.ended(true, Instant(run.ns() + self.rng.below(think)));
                     }
                     SymEvent::Aborted(..) => {
                         if matches!(cl.step, Step::Committing(_)) {
                             return Err(run.fail("a committed transaction was aborted"));
                         }
                         self.timeouts += 1;
-                        cl.txn = None;
-                        cl.step = Step::Idle;
-                        cl.next_at = Instant(run.ns() + self.rng.below(1_000_000));
+                        cl.ended(false, Instant(run.ns() + self.rng.below(1_000_000)));
                     }
                     _ => {}
                 }
             }
         }
         Ok(())
-    }
-
-    fn think_ns(&self) -> u64 {
-        (2 * self.opts.safety_ns / self.opts.txns_per_client.max(1) as u64).max(1)
     }
 
     fn settled(&self) -> bool {

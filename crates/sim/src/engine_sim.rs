@@ -14,9 +14,10 @@
 //! [`PacketHeader::addressed_to`]: txcast_proto::wire::PacketHeader::addressed_to
 
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::link_sim::draw_link_config;
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::streams::{message_len, Streams};
-use crate::NodeId;
+use crate::{node_address, NodeId};
 use std::collections::VecDeque;
 use txcast_proto::link::{
     LinkConfig, LinkCounters, LinkIo, LinkTable, TableRefusal, TableSendError,
@@ -79,10 +80,6 @@ pub struct EngineSimReport {
     pub digest: u64,
 }
 
-fn address(node: NodeId) -> Address {
-    Address::new(0, node as u16, 1, 0)
-}
-
 /// A port: its links, its ring, and what its engine counted.
 struct Port {
     table: LinkTable,
@@ -100,7 +97,7 @@ impl Port {
         Port {
             table: LinkTable::new(
                 cfg.clone(),
-                address(id),
+                node_address(id),
                 CLUSTER,
                 incarnation as u64,
                 None,
@@ -123,7 +120,7 @@ impl Port {
             self.bad += 1;
             return;
         };
-        if !p.header.addressed_to(address(me)) {
+        if !p.header.addressed_to(node_address(me)) {
             self.misaddressed += 1;
             return;
         }
@@ -163,16 +160,7 @@ impl LinkIo for Io<'_> {
 
 /// A link configuration drawn from the seed: small windows and packets sometimes.
 fn link_config(rng: &mut Rng) -> LinkConfig {
-    let mut cfg = LinkConfig::default();
-    if rng.chance(0.5) {
-        cfg.packet_bytes_max = 512 + rng.below(1500) as usize;
-    }
-    if rng.chance(0.5) {
-        cfg.window_msgs = 16 + rng.below(100) as u32;
-        cfg.recv_buffer_msgs = 32 + rng.below(100) as u32;
-        cfg.send_buffer_msgs = cfg.window_msgs.max(cfg.recv_buffer_msgs) + 64;
-    }
-    cfg.message_bytes_max = 12_000;
+    let cfg = draw_link_config(rng, 16, 32, 100);
     cfg.validate().expect("drawn configuration is valid");
     cfg
 }
@@ -233,14 +221,14 @@ impl EngineWorld {
                 out: &mut self.out,
             };
             let r = if self.rng.chance(self.deferred_share) {
-                let r = p.table.queue(now, address(j), &self.msg);
-                if r.is_ok() && !p.deferred.contains(&address(j)) {
-                    p.deferred.push(address(j));
+                let r = p.table.queue(now, node_address(j), &self.msg);
+                if r.is_ok() && !p.deferred.contains(&node_address(j)) {
+                    p.deferred.push(node_address(j));
                 }
                 r
             } else {
                 p.table
-                    .send(now, address(j), &self.msg, &mut io)
+                    .send(now, node_address(j), &self.msg, &mut io)
                     .map(|_| ())
             };
             match r {
@@ -281,7 +269,7 @@ impl EngineWorld {
             out: &mut self.out,
         };
         if s.table
-            .send(run.now, address(j), &[0xEE; 24], &mut io)
+            .send(run.now, node_address(j), &[0xEE; 24], &mut io)
             .is_ok()
         {
             self.intruder_sent += 1;
@@ -362,7 +350,7 @@ impl EngineWorld {
                 i == j
                     || self.ports[j]
                         .table
-                        .get(address(i))
+                        .get(node_address(i))
                         .is_none_or(|l| !l.has_pending_delivery())
             })
         })
@@ -438,11 +426,11 @@ impl World for EngineWorld {
             .filter(|&(i, j)| {
                 self.ports[i]
                     .table
-                    .get(address(j))
+                    .get(node_address(j))
                     .is_some_and(|l| !l.is_idle())
                     || self.ports[j]
                         .table
-                        .get(address(i))
+                        .get(node_address(i))
                         .is_some_and(|l| l.has_pending_delivery())
                     || self.streams.sent[i][j] < self.opts.messages_per_pair
             })

@@ -15,9 +15,8 @@
 
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::{Digest, NodeId};
+use crate::{node_address, Digest, NodeId};
 use std::collections::{HashMap, HashSet};
-use txcast_proto::addr::Address;
 use txcast_proto::frag::msg::{self, LdgMsg};
 use txcast_proto::frag::{
     LdgConfig, LdgError, Receiver, ReceiverCounters, Sender, SenderCounters, TransferId,
@@ -66,10 +65,6 @@ pub struct FragSimReport {
     pub net: NetCounters,
     pub end_ns: u64,
     pub digest: u64,
-}
-
-fn address(node: NodeId) -> Address {
-    Address::new(0, node as u16, 1, 0)
 }
 
 /// Every message starts with its identity: sender, sender incarnation, message number.
@@ -253,10 +248,12 @@ impl FragWorld {
             let receiver_inc = self.nodes[j].incarnation;
             let node = &mut self.nodes[i];
             node.next_send_at = Instant(now.0 + rng.below(300 * MS));
-            match node
-                .sender
-                .send(now, address(j), body(i, node.incarnation, k, len), deadline)
-            {
+            match node.sender.send(
+                now,
+                node_address(j),
+                body(i, node.incarnation, k, len),
+                deadline,
+            ) {
                 Ok(id) => {
                     self.next_msg[i] += 1;
                     self.sent += 1;
@@ -364,7 +361,7 @@ impl World for FragWorld {
         let Some((&from, m)) = bytes.split_last() else {
             return Err(run.fail(format!("node {to} got an empty datagram")));
         };
-        let (from, now, node) = (address(from as NodeId), run.now, &mut self.nodes[to]);
+        let (from, now, node) = (node_address(from as NodeId), run.now, &mut self.nodes[to]);
         match msg::parse(m) {
             Ok(LdgMsg::Data(h, p)) => node.receiver.handle_data(now, from, &h, p),
             Ok(LdgMsg::Ack(a)) => node.sender.handle_ack(now, from, &a),

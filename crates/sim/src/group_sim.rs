@@ -6,9 +6,10 @@
 //! Processes are slots: a crashed process is gone for good, and a restart is a new process
 //! (a new address) that joins through a live member, as a restarted server would.
 
-use crate::harness::{self, Run, Violation, World};
-use crate::net::{FaultConfig, NetCounters};
-use crate::schedule::{fire, group_plan, next_timer, receive, Churn, Down, MAX_SLOTS};
+use crate::group_world::{self, GroupSim};
+use crate::harness::{Run, Violation};
+use crate::net::NetCounters;
+use crate::schedule::{Churn, GroupOptions, GroupSeed};
 use crate::{member_node, Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::group::{
@@ -22,34 +23,17 @@ use txcast_proto::Address;
 /// Knobs of one group simulation.
 #[derive(Clone, Debug)]
 pub struct GroupSimOptions {
-    pub members: usize,
-    /// Virtual time with faults (and crashes) on.
-    pub safety_ns: u64,
-    /// Virtual time, after healing, for the group to converge.
-    pub liveness_ns: u64,
-    /// Draw the fault mix, crash and leave schedule, method, r and packing from the seed.
-    pub faults: bool,
+    /// With `faults`, the seed draws the method, r and packing too.
+    pub group: GroupOptions,
     /// Messages each process sends at most.
     pub messages_per_member: u32,
-    /// With `faults`, let the seed also cut the network in two now and then (drawn from a
-    /// generator of its own, so turning this off replays a seed's other faults unchanged).
-    pub partitions: bool,
-    /// With `faults`, let the seed also clog paths between members now and then, one way:
-    /// everything sent on the path is held, for 1 ms up to 0.6 s (longer than the failure
-    /// detector's silence), then arrives in a burst. Drawn from a generator of its own.
-    pub clogs: bool,
 }
 
 impl Default for GroupSimOptions {
     fn default() -> Self {
         GroupSimOptions {
-            members: 4,
-            safety_ns: 3_000_000_000,
-            liveness_ns: 12_000_000_000,
-            faults: true,
+            group: GroupOptions::default(),
             messages_per_member: 60,
-            partitions: true,
-            clogs: true,
         }
     }
 }
@@ -134,9 +118,8 @@ struct Sim {
 
 /// Runs one seed; `Err` names the first guarantee broken.
 pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Violation> {
-    let mut rng = Rng::new(seed);
-    let mut cfg_rng = rng.fork();
-    let mut fault_rng = rng.fork();
+    let mut draw = GroupSeed::new(seed);
+    let cfg_rng = &mut draw.cfg_rng;
     let mut cfg = GroupConfig {
         group: 7,
         history_max: 64,
@@ -153,8 +136,8 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         reset_retry: std::time::Duration::from_millis(200),
         ..GroupConfig::default()
     };
-    let (faults, churn) = if opts.faults {
-        cfg.resilience = cfg_rng.below(opts.members as u64) as u8;
+    if opts.group.faults {
+        cfg.resilience = cfg_rng.below(opts.group.members as u64) as u8;
         cfg.method = match cfg_rng.below(3) {
             0 => Method::Pb,
             1 => Method::Bb,
@@ -169,162 +152,43 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
                 delay: std::time::Duration::from_micros(500),
             },
         };
-        let f = FaultConfig::for_group(&mut fault_rng);
-        (f, Churn::draw(&mut cfg_rng))
-    } else {
-        (FaultConfig::none(), Churn::default())
-    };
-    let plan = group_plan(
-        "group",
-        seed,
-        &faults,
-        &mut rng,
-        (opts.faults, opts.partitions, opts.clogs),
-        opts.safety_ns,
-        opts.liveness_ns,
-        String::new(),
-    );
+    }
+    let start = draw.start("group", &opts.group, String::new());
     let sim = Sim {
         opts: opts.clone(),
         cfg,
-        rng,
+        rng: start.rng,
         procs: Vec::new(),
         global: BTreeMap::new(),
         crashed_logs: Vec::new(),
         sent: HashMap::new(),
         completed: Vec::new(),
-        churn,
-        faults: format!(
-            "{faults:?} crash_p={} leave_p={}",
-            churn.crash_p, churn.leave_p
-        ),
+        churn: start.churn,
+        faults: start.faults,
     };
-    harness::run(sim, plan)
+    group_world::run(sim, start.plan)
 }
 
-impl World for Sim {
+impl GroupSim for Sim {
+    type Proc = Proc;
+    type Member = Member;
     type Report = GroupSimReport;
 
-    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
-        Sim::start(self, run)
+    fn procs(&self) -> &[Proc] {
+        &self.procs
     }
 
-    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
-        receive(&mut self.procs, run, to, &bytes);
-        self.drain(run, to)
+    fn parts(&mut self) -> (&mut Vec<Proc>, &mut Rng, &mut Churn) {
+        (&mut self.procs, &mut self.rng, &mut self.churn)
     }
 
-    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
-        for i in 0..self.procs.len() {
-            if fire(&mut self.procs[i], run) {
-                self.drain(run, i)?;
-            }
-        }
-        self.workload(run)
+    fn members(&self) -> usize {
+        self.opts.group.members
     }
 
-    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        next_timer(&self.procs)
-    }
-
-    /// Healed links carry every packet after the minimum delay of a network without faults.
-    fn heal(&mut self, run: &mut Run) {
-        run.net.faults = FaultConfig::none();
-    }
-
-    fn done(&self, _run: &Run) -> bool {
-        self.converged()
-    }
-
-    fn stalled(&self, run: &Run) -> String {
-        let due: Vec<String> = self
-            .procs
-            .iter()
-            .filter_map(|p| {
-                let m = p.m.as_ref()?;
-                run.due(m).then(|| {
-                    format!(
-                        "{} {:?} seqr={} {}",
-                        p.addr,
-                        m.state(),
-                        m.is_sequencer(),
-                        m.debug_timers()
-                    )
-                })
-            })
-            .collect();
-        due.join("; ")
-    }
-
-    fn running(&self) -> Vec<NodeId> {
-        self.live().collect()
-    }
-
-    fn address(&self, node: NodeId) -> Address {
-        self.procs[node].addr
-    }
-
-    fn finish(mut self, run: &mut Run) -> Result<GroupSimReport, Violation> {
-        self.check_order(run)?;
-        self.check_final(run)?;
-        let counters = || {
-            self.procs
-                .iter()
-                .filter_map(|p| p.m.as_ref())
-                .map(|m| m.counters())
-        };
-        let cfg = &self.cfg;
-        Ok(GroupSimReport {
-            seed: run.seed,
-            config: format!(
-                "r={} method={:?} pack={:?}",
-                cfg.resilience, cfg.method, cfg.pack
-            ),
-            faults: self.faults.clone(),
-            net: run.net.counters.clone(),
-            sent: self.sent.len() as u64,
-            completed: self.completed.len() as u64,
-            delivered: counters().map(|c| c.delivered).sum(),
-            crashes: self.churn.crashes,
-            leaves: self.churn.leaves,
-            joins: self.churn.joins,
-            partitions: run.faults.cuts,
-            clogs: run.faults.clogged,
-            resets: counters().map(|c| c.resets_completed).sum(),
-            final_members: self.live().count(),
-            highest_seq: self.global.keys().next_back().copied().unwrap_or(0),
-            digest: run.digest.0,
-        })
-    }
-}
-
-impl Sim {
-    /// Processes the group lost: crashed, or left out of a rebuilt view.
-    fn failures(&self) -> u32 {
-        self.churn.crashes + self.churn.expulsions
-    }
-
-    fn describe(&self, run: &Run) -> String {
-        format!(
-            "r={} method={:?} pack={:?} crashes {} leaves {} joins {} partitions {} clogs {}",
-            self.cfg.resilience,
-            self.cfg.method,
-            self.cfg.pack,
-            self.churn.crashes,
-            self.churn.leaves,
-            self.churn.joins,
-            run.faults.cuts,
-            run.faults.clogged
-        )
-    }
-
-    fn new_proc(&mut self, run: &mut Run) -> Option<usize> {
-        if self.procs.len() >= MAX_SLOTS {
-            return None;
-        }
-        let i = self.procs.len();
-        self.procs.push(Proc {
-            addr: Address::new(1, i as u16, 1, 0),
+    fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
+        Proc {
+            addr,
             m: None,
             sends_left: self.opts.messages_per_member,
             next_send_at: run.ns() + self.rng.below(20_000_000),
@@ -335,117 +199,26 @@ impl Sim {
             done: false,
             log: Vec::new(),
             joined_at: 0,
-        });
-        Some(i)
+        }
     }
 
-    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let first = self.new_proc(run).expect("slot");
-        let a = self.procs[first].addr;
-        let m =
-            Member::create(self.cfg.clone(), a, run.now).map_err(|e| run.fail(e.to_string()))?;
-        self.procs[first].m = Some(m);
-        for _ in 1..self.opts.members {
-            self.spawn_joiner(run);
-        }
-        Ok(())
+    fn create(&self, run: &Run, addr: Address) -> Result<Member, Violation> {
+        Member::create(self.cfg.clone(), addr, run.now).map_err(|e| run.fail(e.to_string()))
     }
 
-    /// A new process joins through a live member.
-    fn spawn_joiner(&mut self, run: &mut Run) {
-        // A restarted server would be told of a member (by configuration or the oracle), not
-        // of another process still joining: contacts are members in good standing, or, when
-        // there is none right now, anyone live.
-        let mut contacts: Vec<Address> = self
-            .live()
-            .filter(|&i| {
-                self.procs[i]
-                    .m
-                    .as_ref()
-                    .is_some_and(|m| m.state() == State::Normal)
-            })
-            .map(|i| self.procs[i].addr)
-            .collect();
-        if contacts.is_empty() {
-            contacts = self.live().map(|i| self.procs[i].addr).collect();
-        }
-        if contacts.is_empty() {
-            return;
-        }
-        let Some(i) = self.new_proc(run) else {
-            return;
-        };
-        let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
-        if run.trace > 0 {
-            eprintln!(
-                "{:>10} SPAWN {} via {}",
-                run.ns(),
-                self.procs[i].addr,
-                contact
-            );
-        }
-        let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, run.now)
-            .expect("valid config");
-        self.procs[i].m = Some(m);
-        self.churn.joins += 1;
+    fn join(&self, run: &Run, addr: Address, contact: Address) -> Member {
+        Member::join(self.cfg.clone(), addr, contact, run.now).expect("valid config")
     }
 
-    /// Processes that exist and are (or are becoming) members.
-    fn live(&self) -> impl Iterator<Item = usize> + '_ {
-        self.procs.iter().enumerate().filter_map(|(i, p)| {
-            p.m.as_ref()
-                .filter(|m| !matches!(m.state(), State::Left | State::Expelled))
-                .map(|_| i)
-        })
+    fn in_group(m: &Member) -> bool {
+        !matches!(m.state(), State::Left | State::Expelled)
     }
 
-    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let now = run.now;
-        for i in 0..self.procs.len() {
-            let p = &mut self.procs[i];
-            let Some(m) = p.m.as_mut() else {
-                continue;
-            };
-            if m.state() == State::Normal
-                && !p.leaving
-                && p.sends_left > 0
-                && run.ns() >= p.next_send_at
-            {
-                let k = (self.opts.messages_per_member - p.sends_left + 1) as u64;
-                let payload = payload_for(p.addr, k);
-                // A refused send (queue full, too few members for r) is tried again later.
-                if let Ok(id) = m.send(now, &payload) {
-                    p.sends_left -= 1;
-                    self.sent.insert((p.addr, id), Digest::of(&payload));
-                }
-                p.next_send_at = run.ns() + self.rng.below(8_000_000);
-                self.drain(run, i)?;
-            }
-        }
-        if run.healed {
-            return Ok(());
-        }
-        let running: Vec<usize> = self.live().collect();
-        match self
-            .churn
-            .step(&mut self.procs, running, &mut self.rng, run)
-        {
-            Some(Down::Crash(victim)) => {
-                self.procs[victim].m = None;
-                let log = std::mem::take(&mut self.procs[victim].log);
-                self.crashed_logs.push((self.procs[victim].addr, log));
-                self.spawn_joiner(run);
-            }
-            Some(Down::Leave(who)) => {
-                self.drain(run, who)?;
-                self.spawn_joiner(run);
-            }
-            None => {}
-        }
-        Ok(())
+    fn fallback_contact(&self, _i: usize) -> bool {
+        true
     }
 
-    /// Sends what a process has to send; takes its deliveries and events through the checkers.
+    /// Takes the member's deliveries and events through the checkers.
     fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
         let Some(m) = self.procs[i].m.as_mut() else {
             return Ok(());
@@ -505,6 +278,116 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
+        for i in 0..self.procs.len() {
+            let p = &mut self.procs[i];
+            let Some(m) = p.m.as_mut() else {
+                continue;
+            };
+            if m.state() == State::Normal
+                && !p.leaving
+                && p.sends_left > 0
+                && run.ns() >= p.next_send_at
+            {
+                let k = (self.opts.messages_per_member - p.sends_left + 1) as u64;
+                let payload = payload_for(p.addr, k);
+                // A refused send (queue full, too few members for r) is tried again later.
+                if let Ok(id) = m.send(now, &payload) {
+                    p.sends_left -= 1;
+                    self.sent.insert((p.addr, id), Digest::of(&payload));
+                }
+                p.next_send_at = run.ns() + self.rng.below(8_000_000);
+                self.drain(run, i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What a crashed process delivered is checked with the survivors' at the end.
+    fn crashed(&mut self, i: usize) {
+        let log = std::mem::take(&mut self.procs[i].log);
+        self.crashed_logs.push((self.procs[i].addr, log));
+    }
+
+    fn done(&self, _run: &Run) -> bool {
+        self.converged()
+    }
+
+    fn stalled(&self, run: &Run) -> String {
+        let due: Vec<String> = self
+            .procs
+            .iter()
+            .filter_map(|p| {
+                let m = p.m.as_ref()?;
+                run.due(m).then(|| {
+                    format!(
+                        "{} {:?} seqr={} {}",
+                        p.addr,
+                        m.state(),
+                        m.is_sequencer(),
+                        m.debug_timers()
+                    )
+                })
+            })
+            .collect();
+        due.join("; ")
+    }
+
+    fn finish(mut self, run: &mut Run) -> Result<GroupSimReport, Violation> {
+        self.check_order(run)?;
+        self.check_final(run)?;
+        let counters = || {
+            self.procs
+                .iter()
+                .filter_map(|p| p.m.as_ref())
+                .map(|m| m.counters())
+        };
+        let cfg = &self.cfg;
+        Ok(GroupSimReport {
+            seed: run.seed,
+            config: format!(
+                "r={} method={:?} pack={:?}",
+                cfg.resilience, cfg.method, cfg.pack
+            ),
+            faults: self.faults.clone(),
+            net: run.net.counters.clone(),
+            sent: self.sent.len() as u64,
+            completed: self.completed.len() as u64,
+            delivered: counters().map(|c| c.delivered).sum(),
+            crashes: self.churn.crashes,
+            leaves: self.churn.leaves,
+            joins: self.churn.joins,
+            partitions: run.faults.cuts,
+            clogs: run.faults.clogged,
+            resets: counters().map(|c| c.resets_completed).sum(),
+            final_members: self.live().count(),
+            highest_seq: self.global.keys().next_back().copied().unwrap_or(0),
+            digest: run.digest.0,
+        })
+    }
+}
+
+impl Sim {
+    /// Processes the group lost: crashed, or left out of a rebuilt view.
+    fn failures(&self) -> u32 {
+        self.churn.crashes + self.churn.expulsions
+    }
+
+    fn describe(&self, run: &Run) -> String {
+        format!(
+            "r={} method={:?} pack={:?} crashes {} leaves {} joins {} partitions {} clogs {}",
+            self.cfg.resilience,
+            self.cfg.method,
+            self.cfg.pack,
+            self.churn.crashes,
+            self.churn.leaves,
+            self.churn.joins,
+            run.faults.cuts,
+            run.faults.clogged
+        )
     }
 
     fn check_delivery(

@@ -90,7 +90,7 @@ pub trait World {
     }
     /// A node's address, for the trace.
     fn address(&self, node: NodeId) -> Address {
-        Address::new(0, node as u16, 1, 0)
+        crate::node_address(node)
     }
     /// The end-of-run checks and the report.
     fn finish(self, run: &mut Run) -> Result<Self::Report, Violation>;

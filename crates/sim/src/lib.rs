@@ -16,6 +16,7 @@ pub mod engine_sim;
 pub mod faults;
 pub mod frag_sim;
 pub mod group_sim;
+pub mod group_world;
 pub mod harness;
 pub mod link_sim;
 pub mod module_sim;
@@ -33,9 +34,15 @@ pub use harness::{run, sweep, Clock, Plan, Run, Violation, World};
 pub use net::{FaultConfig, Network};
 
 use txcast_proto::time::Instant;
+use txcast_proto::Address;
 
 /// Index of a node in a simulation.
 pub type NodeId = usize;
+
+/// The address of node `node` in a simulator whose nodes are the sites of cluster 0.
+pub fn node_address(node: NodeId) -> Address {
+    Address::new(0, node as u16, 1, 0)
+}
 
 /// A sans-IO protocol node the runner can drive: messages in, timers fired, packets out.
 pub trait Node {

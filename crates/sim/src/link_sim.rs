@@ -4,13 +4,12 @@
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::streams::{message_len, Streams};
-use crate::{Node, NodeId};
+use crate::{node_address, Node, NodeId};
 use txcast_proto::link::{Link, LinkConfig, LinkCounters, LinkSendError};
 use txcast_proto::pack::PackMode;
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::wire::{ClusterKey, KeyRing, Packet, PacketKey};
-use txcast_proto::Address;
 
 const CLUSTER: u16 = 1;
 
@@ -63,10 +62,6 @@ pub struct LinkSimReport {
     pub digest: u64,
 }
 
-fn address(node: NodeId) -> Address {
-    Address::new(0, node as u16, 1, 0)
-}
-
 /// A node with one link to every other node.
 pub struct LinkNode {
     id: NodeId,
@@ -100,8 +95,8 @@ impl LinkNode {
                 (j != id).then(|| {
                     Link::new(
                         cfg.clone(),
-                        address(id),
-                        address(j),
+                        node_address(id),
+                        node_address(j),
                         CLUSTER,
                         incarnation,
                         key.as_ref().map(|k| k.send_key().clone()),
@@ -185,18 +180,9 @@ impl Node for LinkNode {
 }
 
 /// A link configuration drawn from the seed: small buffers and packets sometimes, to exercise
-/// back-pressure and fragmentation at the edges.
+/// back-pressure and fragmentation at the edges, and a packing mode.
 fn link_config(rng: &mut Rng) -> LinkConfig {
-    let mut cfg = LinkConfig::default();
-    if rng.chance(0.5) {
-        cfg.packet_bytes_max = 512 + rng.below(1500) as usize;
-    }
-    if rng.chance(0.5) {
-        cfg.window_msgs = 32 + rng.below(200) as u32;
-        cfg.recv_buffer_msgs = 64 + rng.below(200) as u32;
-        cfg.send_buffer_msgs = cfg.window_msgs.max(cfg.recv_buffer_msgs) + 64;
-    }
-    cfg.message_bytes_max = 12_000;
+    let mut cfg = draw_link_config(rng, 32, 64, 200);
     cfg.pack = match rng.below(3) {
         0 => PackMode::Off,
         1 => PackMode::Adaptive {
@@ -205,6 +191,23 @@ fn link_config(rng: &mut Rng) -> LinkConfig {
         _ => PackMode::default(),
     };
     cfg.validate().expect("drawn configuration is valid");
+    cfg
+}
+
+/// The parts of a link configuration the link and engine simulators draw alike: packets of
+/// 512 to 2011 bytes on half the seeds, on half a window of `window` and a receive buffer of
+/// `recv` messages, each up to `spread` more; messages up to 12 000 bytes. Not validated.
+pub(crate) fn draw_link_config(rng: &mut Rng, window: u32, recv: u32, spread: u64) -> LinkConfig {
+    let mut cfg = LinkConfig::default();
+    if rng.chance(0.5) {
+        cfg.packet_bytes_max = 512 + rng.below(1500) as usize;
+    }
+    if rng.chance(0.5) {
+        cfg.window_msgs = window + rng.below(spread) as u32;
+        cfg.recv_buffer_msgs = recv + rng.below(spread) as u32;
+        cfg.send_buffer_msgs = cfg.window_msgs.max(cfg.recv_buffer_msgs) + 64;
+    }
+    cfg.message_bytes_max = 12_000;
     cfg
 }
 

@@ -7,7 +7,7 @@
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::link_sim::LinkNode;
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::{Node, NodeId};
+use crate::{node_address, Node, NodeId};
 use std::collections::HashMap;
 use std::time::Duration;
 use txcast_proto::link::{LinkConfig, LinkSendError};
@@ -67,10 +67,6 @@ pub struct ModuleSimReport {
     pub digest: u64,
 }
 
-fn address(node: NodeId) -> Address {
-    Address::new(0, node as u16, 1, 0)
-}
-
 /// One message as the checker sees it: sent by `from` (incarnation `inc`) to `to`, number
 /// `counter` of that pair, meant for `to`'s incarnation `meant` (0: whichever).
 #[derive(Clone, Copy, Debug)]
@@ -118,12 +114,12 @@ impl Module for Numbered {
         let to = ins.args[0] as NodeId;
         let token = u64::from_le_bytes(ins.args[1..9].try_into().expect("9 bytes"));
         let delay = u64::from_le_bytes(ins.args[9..17].try_into().expect("17 bytes"));
-        let meant = cx.peer_incarnation(address(to)).unwrap_or(0);
+        let meant = cx.peer_incarnation(node_address(to)).unwrap_or(0);
         let counter = self.next[to];
         let mut body = [0u8; 12];
         body[..4].copy_from_slice(&counter.to_le_bytes());
         body[4..].copy_from_slice(&meant.to_le_bytes());
-        if cx.send(address(to), NUMBER, &body).is_ok() {
+        if cx.send(node_address(to), NUMBER, &body).is_ok() {
             self.next[to] += 1;
             self.sent.push((to, counter, meant));
         }
@@ -161,7 +157,7 @@ struct SimNode {
 
 impl SimNode {
     fn new(id: NodeId, n: usize, cfg: &LinkConfig, incarnation: u64, now: Instant) -> SimNode {
-        let mut host = Host::new(address(id), incarnation, now);
+        let mut host = Host::new(node_address(id), incarnation, now);
         let module = Numbered {
             me: id,
             next: vec![0; n],
@@ -188,7 +184,7 @@ impl SimNode {
                 .links
                 .link(i)
                 .poll_delivery(|m| {
-                    let _ = host.handle_message(now, address(i), m);
+                    let _ = host.handle_message(now, node_address(i), m);
                 })
                 .is_some()
             {}

@@ -19,10 +19,11 @@
 //! joins through a live member, as in [`crate::group_sim`]. Protocol, packing, stability and
 //! the group's parameters are drawn from the seed unless fixed by [`OrderSimOptions`].
 
-use crate::harness::{self, Run, Violation, World};
-use crate::net::{FaultConfig, NetCounters};
-use crate::schedule::{fire, group_plan, next_timer, receive, Churn, Down, MAX_SLOTS};
-use crate::{member_node, Digest, NodeId};
+use crate::group_world::{self, GroupSim};
+use crate::harness::{Run, Violation};
+use crate::net::NetCounters;
+use crate::schedule::{Churn, GroupOptions, GroupSeed};
+use crate::{member_node, Digest};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use txcast_proto::order::{Delivered, Member, OrderConfig, OrderEvent, Protocol};
@@ -35,18 +36,8 @@ use txcast_proto::Address;
 /// Knobs of one ordered-group simulation.
 #[derive(Clone, Debug)]
 pub struct OrderSimOptions {
-    pub members: usize,
-    /// Virtual time with faults (and crashes, leaves, joins) on.
-    pub safety_ns: u64,
-    /// Virtual time, after healing, for the group to converge.
-    pub liveness_ns: u64,
-    /// Draw a fault mix, crashes and leaves from the seed (else a perfect network).
-    pub faults: bool,
+    pub group: GroupOptions,
     pub messages_per_member: u32,
-    /// With `faults`, let the seed cut the network in two now and then.
-    pub partitions: bool,
-    /// With `faults`, let the seed clog paths (held up to 0.6 s, then a burst).
-    pub clogs: bool,
     /// Fixed protocol, packing, stability (else drawn from the seed).
     pub protocol: Option<Protocol>,
     pub pack: Option<PackMode>,
@@ -56,13 +47,8 @@ pub struct OrderSimOptions {
 impl Default for OrderSimOptions {
     fn default() -> Self {
         OrderSimOptions {
-            members: 4,
-            safety_ns: 3_000_000_000,
-            liveness_ns: 12_000_000_000,
-            faults: true,
+            group: GroupOptions::default(),
             messages_per_member: 80,
-            partitions: true,
-            clogs: true,
             protocol: None,
             pack: None,
             stability: None,
@@ -273,187 +259,48 @@ fn config_for(rng: &mut Rng, opts: &OrderSimOptions) -> OrderConfig {
 
 /// Runs one seed; `Err` names the first guarantee broken.
 pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Violation> {
-    let mut rng = Rng::new(seed);
-    let mut cfg_rng = rng.fork();
-    let mut fault_rng = rng.fork();
-    let cfg = config_for(&mut cfg_rng, opts);
+    let mut draw = GroupSeed::new(seed);
+    let cfg = config_for(&mut draw.cfg_rng, opts);
     if let Err(e) = cfg.validate() {
         let mut v = Violation::at_start("order", seed, format!("configuration: {e}"));
         v.replay = replay_args(&cfg);
         return Err(v);
     }
-    let (faults, churn) = if opts.faults {
-        let f = FaultConfig::for_group(&mut fault_rng);
-        (f, Churn::draw(&mut cfg_rng))
-    } else {
-        (FaultConfig::none(), Churn::default())
-    };
     // Fixing the protocol, packing and stability the seed drew replays it unchanged.
-    let plan = group_plan(
-        "order",
-        seed,
-        &faults,
-        &mut rng,
-        (opts.faults, opts.partitions, opts.clogs),
-        opts.safety_ns,
-        opts.liveness_ns,
-        format!(" {}", replay_args(&cfg)),
-    );
+    let start = draw.start("order", &opts.group, format!(" {}", replay_args(&cfg)));
     let sim = Sim {
         opts: opts.clone(),
         cfg,
-        rng,
+        rng: start.rng,
         procs: Vec::new(),
         sent: HashMap::new(),
         views: HashMap::new(),
-        churn,
-        faults: format!(
-            "{faults:?} crash_p={} leave_p={}",
-            churn.crash_p, churn.leave_p
-        ),
+        churn: start.churn,
+        faults: start.faults,
     };
-    harness::run(sim, plan)
+    group_world::run(sim, start.plan)
 }
 
-impl World for Sim {
+impl GroupSim for Sim {
+    type Proc = Proc;
+    type Member = Member;
     type Report = OrderSimReport;
 
-    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
-        Sim::start(self, run)
+    fn procs(&self) -> &[Proc] {
+        &self.procs
     }
 
-    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
-        receive(&mut self.procs, run, to, &bytes);
-        self.drain(run, to)
+    fn parts(&mut self) -> (&mut Vec<Proc>, &mut Rng, &mut Churn) {
+        (&mut self.procs, &mut self.rng, &mut self.churn)
     }
 
-    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
-        for i in 0..self.procs.len() {
-            if fire(&mut self.procs[i], run) {
-                self.drain(run, i)?;
-            }
-        }
-        self.workload(run)
+    fn members(&self) -> usize {
+        self.opts.group.members
     }
 
-    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        next_timer(&self.procs)
-    }
-
-    /// Healed links carry every packet after the minimum delay of a network without faults.
-    fn heal(&mut self, run: &mut Run) {
-        run.net.faults = FaultConfig::none();
-    }
-
-    fn done(&self, run: &Run) -> bool {
-        self.converged(run)
-    }
-
-    fn stalled(&self, run: &Run) -> String {
-        let due: Vec<String> = self
-            .procs
-            .iter()
-            .filter_map(|p| {
-                let m = p.m.as_ref()?;
-                run.due(m).then(|| {
-                    format!(
-                        "{} (vs due {:?}): {m:?}\n    {}",
-                        p.addr,
-                        m.vs().poll_timeout(),
-                        m.vs().debug_state()
-                    )
-                })
-            })
-            .collect();
-        format!("\n  {}", due.join("\n  "))
-    }
-
-    fn running(&self) -> Vec<NodeId> {
-        self.live().collect()
-    }
-
-    fn address(&self, node: NodeId) -> Address {
-        self.procs[node].addr
-    }
-
-    fn finish(self, run: &mut Run) -> Result<OrderSimReport, Violation> {
-        let blocked = self.check_final(run)?;
-        self.check_order(run)?;
-        self.check_virtual_synchrony(run)?;
-        self.check_fifo(run)?;
-        if !blocked {
-            self.check_no_loss(run)?;
-        }
-        let live: Vec<usize> = self.live().collect();
-        Ok(OrderSimReport {
-            seed: run.seed,
-            config: self.describe_config(),
-            faults: self.faults.clone(),
-            net: run.net.counters.clone(),
-            sent: self.sent.len() as u64,
-            completed: self.procs.iter().map(|p| p.done.len() as u64).sum(),
-            delivered: self
-                .procs
-                .iter()
-                .map(|p| p.log.iter().filter(|e| matches!(e, Entry::Msg(..))).count() as u64)
-                .sum(),
-            crashes: self.churn.crashes,
-            expulsions: self.churn.expulsions,
-            leaves: self.churn.leaves,
-            joins: self.churn.joins,
-            partitions: run.faults.cuts,
-            clogs: run.faults.clogged,
-            views: self.views.keys().map(|v| v.number).max().unwrap_or(0),
-            final_members: live.len(),
-            orphans: live.iter().filter(|&&i| self.orphan(i)).count(),
-            blocked,
-            digest: run.digest.0,
-        })
-    }
-}
-
-impl Sim {
-    fn fail(&self, run: &Run, what: String) -> Violation {
-        run.fail(format!("{what}\n  {}", self.describe(run)))
-    }
-
-    fn describe_config(&self) -> String {
-        let c = &self.cfg;
-        format!(
-            "{} pack={:?} stability={:?} window={} cast_bytes_max={} send_queue_max={} visit_max={} idle_hold={:?} submit_window={} migrate_every={}",
-            c.protocol.name(),
-            c.vs.pack,
-            c.vs.stability,
-            c.vs.window,
-            c.vs.cast_bytes_max,
-            c.send_queue_max,
-            c.visit_max,
-            c.token_idle_hold,
-            c.submit_window,
-            c.migrate_every
-        )
-    }
-
-    fn describe(&self, run: &Run) -> String {
-        format!(
-            "{}; crashes {} expulsions {} leaves {} joins {} partitions {} clogs {}",
-            self.describe_config(),
-            self.churn.crashes,
-            self.churn.expulsions,
-            self.churn.leaves,
-            self.churn.joins,
-            run.faults.cuts,
-            run.faults.clogged
-        )
-    }
-
-    fn new_proc(&mut self, run: &mut Run) -> Option<usize> {
-        if self.procs.len() >= MAX_SLOTS {
-            return None;
-        }
-        let i = self.procs.len();
-        self.procs.push(Proc {
-            addr: Address::new(1, i as u16, 1, 0),
+    fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
+        Proc {
+            addr,
             m: None,
             fate: Fate::Running,
             sent: 0,
@@ -467,137 +314,28 @@ impl Sim {
             view: None,
             view_members: Vec::new(),
             blocked_reported: false,
-        });
-        Some(i)
+        }
     }
 
-    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let first = self.new_proc(run).expect("slot");
-        let a = self.procs[first].addr;
-        let m = Member::create(self.cfg.clone(), a, run.now)
-            .map_err(|e| self.fail(run, e.to_string()))?;
-        self.procs[first].m = Some(m);
-        self.drain(run, first)?;
-        for _ in 1..self.opts.members {
-            self.spawn_joiner(run);
-        }
-        Ok(())
+    fn create(&self, run: &Run, addr: Address) -> Result<Member, Violation> {
+        Member::create(self.cfg.clone(), addr, run.now).map_err(|e| self.fail(run, e.to_string()))
     }
 
-    /// A new process joins through a live member (one in good standing if there is one).
-    fn spawn_joiner(&mut self, run: &mut Run) {
-        let mut contacts: Vec<Address> = self
-            .live()
-            .filter(|&i| {
-                self.procs[i]
-                    .m
-                    .as_ref()
-                    .is_some_and(|m| m.state() == VsState::Normal)
-            })
-            .map(|i| self.procs[i].addr)
-            .collect();
-        if contacts.is_empty() {
-            contacts = self
-                .live()
-                .filter(|&i| self.procs[i].view.is_some())
-                .map(|i| self.procs[i].addr)
-                .collect();
-        }
-        if contacts.is_empty() {
-            return;
-        }
-        let Some(i) = self.new_proc(run) else {
-            return;
-        };
-        let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
-        if run.trace > 0 {
-            eprintln!(
-                "{:>10} SPAWN {} via {}",
-                run.ns(),
-                self.procs[i].addr,
-                contact
-            );
-        }
-        let m = Member::join(self.cfg.clone(), self.procs[i].addr, contact, run.now)
-            .expect("valid config");
-        self.procs[i].m = Some(m);
-        self.procs[i].blocked_reported = false;
-        self.churn.joins += 1;
+    fn join(&self, run: &Run, addr: Address, contact: Address) -> Member {
+        Member::join(self.cfg.clone(), addr, contact, run.now).expect("valid config")
     }
 
-    /// Processes that run (members, or becoming members).
-    fn live(&self) -> impl Iterator<Item = usize> + '_ {
-        self.procs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.m.as_ref().map(|_| i))
+    /// Every process that runs a member (one that is done drops it).
+    fn in_group(_m: &Member) -> bool {
+        true
     }
 
-    fn slot_of(&self, a: Address) -> Option<usize> {
-        crate::schedule::slot_of(&self.procs, a)
+    /// One in a view.
+    fn fallback_contact(&self, i: usize) -> bool {
+        self.procs[i].view.is_some()
     }
 
-    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let now = run.now;
-        let max = self.cfg.message_bytes_max();
-        for i in 0..self.procs.len() {
-            let burst = 1 + self.rng.below(6);
-            let p = &mut self.procs[i];
-            let Some(m) = p.m.as_mut() else {
-                continue;
-            };
-            if p.leaving
-                || p.sent >= self.opts.messages_per_member as u64
-                || run.ns() < p.next_send_at
-                || !matches!(m.state(), VsState::Normal | VsState::Flushing)
-            {
-                continue;
-            }
-            for _ in 0..burst {
-                if p.sent >= self.opts.messages_per_member as u64 {
-                    break;
-                }
-                let payload = payload_for(p.addr, p.sent + 1, max);
-                match m.send(now, &payload) {
-                    Ok(id) => {
-                        p.sent += 1;
-                        if id != p.sent {
-                            let what =
-                                format!("{} send returned msg_id {id}, not {}", p.addr, p.sent);
-                            return Err(self.fail(run, what));
-                        }
-                        self.sent.insert((p.addr, id), Digest::of(&payload));
-                    }
-                    // Full: back-pressure, try again later.
-                    Err(_) => break,
-                }
-            }
-            p.next_send_at = run.ns() + self.rng.below(8_000_000);
-            self.drain(run, i)?;
-        }
-        if run.healed {
-            return Ok(());
-        }
-        let running: Vec<usize> = self.live().collect();
-        match self
-            .churn
-            .step(&mut self.procs, running, &mut self.rng, run)
-        {
-            Some(Down::Crash(victim)) => {
-                self.procs[victim].m = None;
-                self.procs[victim].fate = Fate::Crashed;
-                self.spawn_joiner(run);
-            }
-            Some(Down::Leave(who)) => {
-                self.drain(run, who)?;
-                self.spawn_joiner(run);
-            }
-            None => {}
-        }
-        Ok(())
-    }
-
-    /// Sends what a process has to send; takes its deliveries and events through the checkers.
+    /// Takes the member's deliveries and events through the checkers, and checks its bounds.
     fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
         let Some(m) = self.procs[i].m.as_mut() else {
             return Ok(());
@@ -694,6 +432,149 @@ impl Sim {
             return Err(self.fail(run, what));
         }
         Ok(())
+    }
+
+    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let now = run.now;
+        let max = self.cfg.message_bytes_max();
+        for i in 0..self.procs.len() {
+            let burst = 1 + self.rng.below(6);
+            let p = &mut self.procs[i];
+            let Some(m) = p.m.as_mut() else {
+                continue;
+            };
+            if p.leaving
+                || p.sent >= self.opts.messages_per_member as u64
+                || run.ns() < p.next_send_at
+                || !matches!(m.state(), VsState::Normal | VsState::Flushing)
+            {
+                continue;
+            }
+            for _ in 0..burst {
+                if p.sent >= self.opts.messages_per_member as u64 {
+                    break;
+                }
+                let payload = payload_for(p.addr, p.sent + 1, max);
+                match m.send(now, &payload) {
+                    Ok(id) => {
+                        p.sent += 1;
+                        if id != p.sent {
+                            let what =
+                                format!("{} send returned msg_id {id}, not {}", p.addr, p.sent);
+                            return Err(self.fail(run, what));
+                        }
+                        self.sent.insert((p.addr, id), Digest::of(&payload));
+                    }
+                    // Full: back-pressure, try again later.
+                    Err(_) => break,
+                }
+            }
+            p.next_send_at = run.ns() + self.rng.below(8_000_000);
+            self.drain(run, i)?;
+        }
+        Ok(())
+    }
+
+    fn crashed(&mut self, i: usize) {
+        self.procs[i].fate = Fate::Crashed;
+    }
+
+    fn done(&self, run: &Run) -> bool {
+        self.converged(run)
+    }
+
+    fn stalled(&self, run: &Run) -> String {
+        let due: Vec<String> = self
+            .procs
+            .iter()
+            .filter_map(|p| {
+                let m = p.m.as_ref()?;
+                run.due(m).then(|| {
+                    format!(
+                        "{} (vs due {:?}): {m:?}\n    {}",
+                        p.addr,
+                        m.vs().poll_timeout(),
+                        m.vs().debug_state()
+                    )
+                })
+            })
+            .collect();
+        format!("\n  {}", due.join("\n  "))
+    }
+
+    fn finish(self, run: &mut Run) -> Result<OrderSimReport, Violation> {
+        let blocked = self.check_final(run)?;
+        self.check_order(run)?;
+        self.check_virtual_synchrony(run)?;
+        self.check_fifo(run)?;
+        if !blocked {
+            self.check_no_loss(run)?;
+        }
+        let live: Vec<usize> = self.live().collect();
+        Ok(OrderSimReport {
+            seed: run.seed,
+            config: self.describe_config(),
+            faults: self.faults.clone(),
+            net: run.net.counters.clone(),
+            sent: self.sent.len() as u64,
+            completed: self.procs.iter().map(|p| p.done.len() as u64).sum(),
+            delivered: self
+                .procs
+                .iter()
+                .map(|p| p.log.iter().filter(|e| matches!(e, Entry::Msg(..))).count() as u64)
+                .sum(),
+            crashes: self.churn.crashes,
+            expulsions: self.churn.expulsions,
+            leaves: self.churn.leaves,
+            joins: self.churn.joins,
+            partitions: run.faults.cuts,
+            clogs: run.faults.clogged,
+            views: self.views.keys().map(|v| v.number).max().unwrap_or(0),
+            final_members: live.len(),
+            orphans: live.iter().filter(|&&i| self.orphan(i)).count(),
+            blocked,
+            digest: run.digest.0,
+        })
+    }
+}
+
+impl Sim {
+    fn fail(&self, run: &Run, what: String) -> Violation {
+        run.fail(format!("{what}\n  {}", self.describe(run)))
+    }
+
+    fn describe_config(&self) -> String {
+        let c = &self.cfg;
+        format!(
+            "{} pack={:?} stability={:?} window={} cast_bytes_max={} send_queue_max={} visit_max={} idle_hold={:?} submit_window={} migrate_every={}",
+            c.protocol.name(),
+            c.vs.pack,
+            c.vs.stability,
+            c.vs.window,
+            c.vs.cast_bytes_max,
+            c.send_queue_max,
+            c.visit_max,
+            c.token_idle_hold,
+            c.submit_window,
+            c.migrate_every
+        )
+    }
+
+    fn describe(&self, run: &Run) -> String {
+        format!(
+            "{}; crashes {} expulsions {} leaves {} joins {} partitions {} clogs {}",
+            self.describe_config(),
+            self.churn.crashes,
+            self.churn.expulsions,
+            self.churn.leaves,
+            self.churn.joins,
+            run.faults.cuts,
+            run.faults.clogged
+        )
+    }
+
+    fn slot_of(&self, a: Address) -> Option<usize> {
+        crate::schedule::slot_of(&self.procs, a)
     }
 
     fn leaves_done(&mut self, run: &mut Run, i: usize) {

@@ -17,7 +17,7 @@
 
 use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::{Digest, NodeId};
+use crate::{node_address, Digest, NodeId};
 use std::collections::{HashMap, HashSet};
 use txcast_proto::addr::Address;
 use txcast_proto::rng::Rng;
@@ -77,10 +77,6 @@ pub struct RpcSimReport {
     pub net: NetCounters,
     pub end_ns: u64,
     pub digest: u64,
-}
-
-fn address(node: NodeId) -> Address {
-    Address::new(0, node as u16, 1, 0)
 }
 
 /// What a server answers to `payload`: a digest of it, so the checker can recompute it.
@@ -303,12 +299,17 @@ impl RpcWorld {
                         let other = (to + 1 + self.forward_rng.below(ns as u64 - 1) as usize) % ns;
                         // The forwarder names the target's incarnation (as one that
                         // called it before knows it).
-                        let key = (token.client, token.incarnation, token.call_id, address(to));
+                        let key = (
+                            token.client,
+                            token.incarnation,
+                            token.call_id,
+                            node_address(to),
+                        );
                         self.forwarded_named
                             .insert(key, (r.server_incarnation, incarnations[other]));
                         s.server.forward(
                             token,
-                            address(other),
+                            node_address(other),
                             incarnations[other],
                             request_type,
                             r.deadline_us,
@@ -402,7 +403,7 @@ impl RpcWorld {
                 let (status, out) = if now > deadline {
                     (Status::DeadlinePassed, Vec::new())
                 } else {
-                    let called = token.called.unwrap_or(address(k));
+                    let called = token.called.unwrap_or(node_address(k));
                     let key = (
                         k,
                         s.incarnation,
@@ -466,11 +467,11 @@ impl RpcWorld {
         let (now, ns) = (run.now, self.opts.servers);
         // New calls.
         for (k, c) in self.clients.iter_mut().enumerate() {
-            let me = address(ns + k);
+            let me = node_address(ns + k);
             if !run.healed && c.started < self.opts.calls_per_client && c.next_call_at <= now {
                 c.next_call_at = Instant(now.0 + self.rng.below(8 * MS));
                 let m = 1 + self.rng.below(ns as u64) as usize;
-                let mut dests: Vec<Address> = (0..ns).map(address).collect();
+                let mut dests: Vec<Address> = (0..ns).map(node_address).collect();
                 for i in (1..dests.len()).rev() {
                     dests.swap(i, self.rng.below(i as u64 + 1) as usize);
                 }
@@ -503,7 +504,7 @@ impl RpcWorld {
                 }
             }
             if !self.liveness_started && now.0 >= self.liveness_at {
-                let all: Vec<Address> = (0..ns).map(address).collect();
+                let all: Vec<Address> = (0..ns).map(node_address).collect();
                 let id = c
                     .client
                     .call(
@@ -533,7 +534,7 @@ impl RpcWorld {
         let (now, ns) = (run.now, self.opts.servers);
         // Outcomes and the checker.
         for (k, c) in self.clients.iter_mut().enumerate() {
-            let me = address(ns + k);
+            let me = node_address(ns + k);
             while let Some((CallId(id), o)) = c.client.poll_event() {
                 let Some((dests, need, start, deadline, payload)) = c.calls.remove(&id) else {
                     return Err(run.fail(format!("client {k}: an outcome for unknown call {id}")));
@@ -778,7 +779,7 @@ fn stamp(m: &[u8], from: NodeId) -> Vec<u8> {
 fn unstamp(bytes: &[u8]) -> (Address, &[u8]) {
     let n = bytes.len();
     let from = u16::from_le_bytes([bytes[n - 2], bytes[n - 1]]) as usize;
-    (address(from), &bytes[..n - 2])
+    (node_address(from), &bytes[..n - 2])
 }
 
 /// A server of `incarnation`, guarding against replays if `guard`.

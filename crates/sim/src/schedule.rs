@@ -1,6 +1,7 @@
-//! What the group simulators (`group`, `vs`, `order`) share: their plan (the fault schedules
-//! of [`crate::faults`]), the crash and leave churn, and receiving, firing and timers over
-//! slots of members.
+//! What the group simulators (`group`, `vs`, `order`) share besides their world
+//! ([`crate::group_world`]): their options, their seed's generators and plan (the fault
+//! schedules of [`crate::faults`]), the crash and leave churn, and receiving, firing and timers
+//! over slots of members.
 
 use crate::faults::Faults;
 use crate::harness::{Clock, Plan, Run};
@@ -36,6 +37,8 @@ pub trait Process {
     fn addr(&self) -> Address;
     fn member(&self) -> Option<&Self::Member>;
     fn member_mut(&mut self) -> Option<&mut Self::Member>;
+    /// Starts running `m` (a process that joins), or drops its member (`None`: crashed).
+    fn set_member(&mut self, m: Option<Self::Member>);
     fn leaving(&self) -> bool;
     fn set_leaving(&mut self);
 }
@@ -70,6 +73,9 @@ macro_rules! group_process {
             }
             fn member_mut(&mut self) -> Option<&mut $member> {
                 self.$field.as_mut()
+            }
+            fn set_member(&mut self, m: Option<$member>) {
+                self.$field = m;
             }
             fn leaving(&self) -> bool {
                 self.leaving
@@ -198,31 +204,112 @@ impl Churn {
     }
 }
 
-/// The runner's plan for a group simulator's seed: ticks of [`STEP_NS`], [`MAX_SLOTS`] slots
-/// on a network with `faults`, and partitions and clogs on their own schedules when `on`.
-#[allow(clippy::too_many_arguments)]
-pub fn group_plan(
-    sim: &'static str,
-    seed: u64,
-    faults: &FaultConfig,
-    rng: &mut Rng,
-    (on, partitions, clogs): (bool, bool, bool),
-    safety_ns: u64,
-    liveness_ns: u64,
-    replay: String,
-) -> Plan {
-    Plan {
-        sim,
-        seed,
-        clock: Clock::Tick(STEP_NS),
-        net: Network::new(MAX_SLOTS, faults.clone(), rng.fork()),
-        faults: Faults::for_seed(seed, on && partitions, on && clogs, safety_ns),
-        restarts: Vec::new(),
-        safety_ns,
-        end_ns: safety_ns + liveness_ns,
-        steps_max: None,
-        buf_bytes: BUF_BYTES,
-        replay,
+/// The options every group simulator has.
+#[derive(Clone, Debug)]
+pub struct GroupOptions {
+    /// Members at the start.
+    pub members: usize,
+    /// Virtual time with faults (and crashes, leaves, joins) on.
+    pub safety_ns: u64,
+    /// Virtual time, after healing, for the group to converge.
+    pub liveness_ns: u64,
+    /// Draw the fault mix and the crash and leave rates (and the configuration, where the
+    /// simulator draws it only then) from the seed; otherwise a perfect network.
+    pub faults: bool,
+    /// With `faults`, let the seed also cut the network in two now and then (drawn from a
+    /// generator of its own, so turning this off replays a seed's other faults unchanged).
+    pub partitions: bool,
+    /// With `faults`, let the seed also clog paths between members now and then, one way:
+    /// everything sent on the path is held, for 1 ms up to 0.6 s (longer than the failure
+    /// detector's silence), then arrives in a burst. Drawn from a generator of its own.
+    pub clogs: bool,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions {
+            members: 4,
+            safety_ns: 3_000_000_000,
+            liveness_ns: 12_000_000_000,
+            faults: true,
+            partitions: true,
+            clogs: true,
+        }
+    }
+}
+
+/// A group simulator's seed: its generators, forked in a fixed order so a seed replays.
+pub struct GroupSeed {
+    pub seed: u64,
+    /// The configuration's generator; the churn rates are drawn from it after the
+    /// configuration.
+    pub cfg_rng: Rng,
+    rng: Rng,
+    fault_rng: Rng,
+}
+
+/// What a group simulator's run starts with.
+pub struct GroupStart {
+    pub plan: Plan,
+    /// The workload's and the churn's generator.
+    pub rng: Rng,
+    pub churn: Churn,
+    /// The fault mix and the churn rates, for the report.
+    pub faults: String,
+}
+
+impl GroupSeed {
+    pub fn new(seed: u64) -> GroupSeed {
+        let mut rng = Rng::new(seed);
+        let cfg_rng = rng.fork();
+        let fault_rng = rng.fork();
+        GroupSeed {
+            seed,
+            cfg_rng,
+            rng,
+            fault_rng,
+        }
+    }
+
+    /// Once the configuration is drawn: with `opts.faults` the seed's fault mix and churn
+    /// rates (else none), and the plan of simulator `sim` (`replay`: its options beyond
+    /// `--seed`): ticks of [`STEP_NS`], [`MAX_SLOTS`] slots, and partitions and clogs on
+    /// their own schedules where the options allow them.
+    pub fn start(mut self, sim: &'static str, opts: &GroupOptions, replay: String) -> GroupStart {
+        let (faults, churn) = if opts.faults {
+            let f = FaultConfig::for_group(&mut self.fault_rng);
+            (f, Churn::draw(&mut self.cfg_rng))
+        } else {
+            (FaultConfig::none(), Churn::default())
+        };
+        let on = opts.faults;
+        let plan = Plan {
+            sim,
+            seed: self.seed,
+            clock: Clock::Tick(STEP_NS),
+            net: Network::new(MAX_SLOTS, faults.clone(), self.rng.fork()),
+            faults: Faults::for_seed(
+                self.seed,
+                on && opts.partitions,
+                on && opts.clogs,
+                opts.safety_ns,
+            ),
+            restarts: Vec::new(),
+            safety_ns: opts.safety_ns,
+            end_ns: opts.safety_ns + opts.liveness_ns,
+            steps_max: None,
+            buf_bytes: BUF_BYTES,
+            replay,
+        };
+        GroupStart {
+            plan,
+            rng: self.rng,
+            faults: format!(
+                "{faults:?} crash_p={} leave_p={}",
+                churn.crash_p, churn.leave_p
+            ),
+            churn,
+        }
     }
 }
 

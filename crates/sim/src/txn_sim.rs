@@ -20,7 +20,7 @@
 
 use crate::harness::{self, min_opt, Plan, Run, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
-use crate::{Digest, Node, NodeId};
+use crate::{node_address, Digest, Node, NodeId};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
@@ -82,10 +82,6 @@ pub struct TxnSimReport {
     pub digest: u64,
 }
 
-fn address(node: NodeId) -> Address {
-    Address::new(0, node as u16, 1, 0)
-}
-
 /// A node's port as transaction multicast sees it: the transactions joined, and the engine's
 /// rule for a MULTICAST packet.
 pub struct TxnPort {
@@ -138,8 +134,8 @@ impl TxnPort {
             flags: 0,
             cluster: CLUSTER,
             incarnation: 1,
-            source: address(self.me),
-            destination: address(0),
+            source: node_address(self.me),
+            destination: node_address(0),
         };
         let mut buf = vec![0u8; PACKET_BYTES_MAX];
         let mut w = PacketWriter::multicast(&mut buf, header, key.map(|k| &**k.send_key()), txn);
@@ -363,7 +359,7 @@ impl TxnWorld {
             if !self.member[j].contains(&txn) {
                 return Err(run.fail(format!("node {j} took {s}#{k} of {txn} without joining it")));
             }
-            if self.sent.get(&(s, k)) != Some(&(txn, Digest::of(&p))) || source != address(s) {
+            if self.sent.get(&(s, k)) != Some(&(txn, Digest::of(&p))) || source != node_address(s) {
                 return Err(run.fail(format!(
                     "node {j} took {s}#{k} of {txn} from {source}: not what was multicast"
                 )));

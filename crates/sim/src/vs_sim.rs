@@ -16,9 +16,10 @@
 //! Processes are slots: a crash is for good, and a restart is a new process (a new address)
 //! that joins through a live member, as in `group_sim`.
 
-use crate::harness::{self, min_opt, Run, Violation, World};
-use crate::net::{FaultConfig, NetCounters};
-use crate::schedule::{fire, group_plan, receive, Churn, Down, MAX_SLOTS};
+use crate::group_world::{self, GroupSim};
+use crate::harness::{min_opt, Run, Violation};
+use crate::net::NetCounters;
+use crate::schedule::{Churn, GroupOptions, GroupSeed};
 use crate::{member_node, Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::pack::PackMode;
@@ -30,31 +31,17 @@ use txcast_proto::Address;
 /// Knobs of one simulation of the virtually synchronous stack.
 #[derive(Clone, Debug)]
 pub struct VsSimOptions {
-    pub members: usize,
-    /// Virtual time with faults (and crashes, leaves, joins) on.
-    pub safety_ns: u64,
-    /// Virtual time, after healing, for the group to converge.
-    pub liveness_ns: u64,
-    /// Draw the fault mix, the crash and leave schedule and the configuration from the seed.
-    pub faults: bool,
+    /// With `faults`, the seed draws the stability, packing and window too.
+    pub group: GroupOptions,
     /// Casts each process makes at most.
     pub casts_per_member: u32,
-    /// With `faults`, let the seed cut the network in two now and then (own generator).
-    pub partitions: bool,
-    /// With `faults`, let the seed clog paths now and then (own generator).
-    pub clogs: bool,
 }
 
 impl Default for VsSimOptions {
     fn default() -> Self {
         VsSimOptions {
-            members: 4,
-            safety_ns: 3_000_000_000,
-            liveness_ns: 12_000_000_000,
-            faults: true,
+            group: GroupOptions::default(),
             casts_per_member: 150,
-            partitions: true,
-            clogs: true,
         }
     }
 }
@@ -163,9 +150,8 @@ struct Sim {
 
 /// Runs one seed; `Err` names the first guarantee broken.
 pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> {
-    let mut rng = Rng::new(seed);
-    let mut cfg_rng = rng.fork();
-    let mut fault_rng = rng.fork();
+    let mut draw = GroupSeed::new(seed);
+    let cfg_rng = &mut draw.cfg_rng;
     let mut cfg = VsConfig {
         group: 9,
         window: 32,
@@ -182,7 +168,7 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         flush_timeout: std::time::Duration::from_millis(150),
         join_attempts_max: 100,
     };
-    let (faults, churn) = if opts.faults {
+    if opts.group.faults {
         cfg.stability = if cfg_rng.chance(0.5) {
             Stability::Piggyback
         } else {
@@ -198,27 +184,14 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
             },
         };
         cfg.window = 16 + cfg_rng.below(49) as usize;
-        let f = FaultConfig::for_group(&mut fault_rng);
-        (f, Churn::draw(&mut cfg_rng))
-    } else {
-        (FaultConfig::none(), Churn::default())
-    };
+    }
     cfg.validate()
         .map_err(|e| Violation::at_start("vs", seed, format!("configuration: {e}")))?;
-    let plan = group_plan(
-        "vs",
-        seed,
-        &faults,
-        &mut rng,
-        (opts.faults, opts.partitions, opts.clogs),
-        opts.safety_ns,
-        opts.liveness_ns,
-        String::new(),
-    );
+    let start = draw.start("vs", &opts.group, String::new());
     let sim = Sim {
         opts: opts.clone(),
         cfg,
-        rng,
+        rng: start.rng,
         procs: Vec::new(),
         casts: HashMap::new(),
         flush_casts: 0,
@@ -226,25 +199,145 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         views: BTreeMap::new(),
         numbers: HashMap::new(),
         synchrony: HashMap::new(),
-        churn,
-        faults: format!(
-            "{faults:?} crash_p={} leave_p={}",
-            churn.crash_p, churn.leave_p
-        ),
+        churn: start.churn,
+        faults: start.faults,
     };
-    harness::run(sim, plan)
+    group_world::run(sim, start.plan)
 }
 
-impl World for Sim {
+impl GroupSim for Sim {
+    type Proc = Proc;
+    type Member = Vs;
     type Report = VsSimReport;
 
-    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
-        Sim::start(self, run)
+    fn procs(&self) -> &[Proc] {
+        &self.procs
     }
 
-    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+    fn parts(&mut self) -> (&mut Vec<Proc>, &mut Rng, &mut Churn) {
+        (&mut self.procs, &mut self.rng, &mut self.churn)
+    }
+
+    fn members(&self) -> usize {
+        self.opts.group.members
+    }
+
+    fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
+        Proc {
+            addr,
+            vs: None,
+            casts_left: self.opts.casts_per_member,
+            next_cast_at: run.ns() + self.rng.below(20_000_000),
+            flush_at: None,
+            view: None,
+            seen: HashSet::new(),
+            leaving: false,
+            blocked_reported: false,
+        }
+    }
+
+    fn create(&self, run: &Run, addr: Address) -> Result<Vs, Violation> {
+        Vs::create(self.cfg.clone(), addr, run.now).map_err(|e| self.fail(run, e.to_string()))
+    }
+
+    fn join(&self, run: &Run, addr: Address, contact: Address) -> Vs {
+        Vs::join(self.cfg.clone(), addr, contact, run.now).expect("valid config")
+    }
+
+    fn in_group(vs: &Vs) -> bool {
+        matches!(
+            vs.state(),
+            VsState::Joining | VsState::Normal | VsState::Flushing
+        )
+    }
+
+    /// One in a view, settled or changing.
+    fn fallback_contact(&self, i: usize) -> bool {
+        self.procs[i]
+            .vs
+            .as_ref()
+            .is_some_and(|v| matches!(v.state(), VsState::Normal | VsState::Flushing))
+    }
+
+    /// Takes the member's upcalls through the checkers, and checks its bound on unstable casts.
+    fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
+        loop {
+            let mut busy = false;
+            let Some(vs) = self.procs[i].vs.as_mut() else {
+                return Ok(());
+            };
+            busy |= run.transmit(i, vs);
+            loop {
+                let Some(vs) = self.procs[i].vs.as_mut() else {
+                    return Ok(());
+                };
+                let Some(up) = vs.poll_upcall(|u| match u {
+                    Upcall::Cast {
+                        sender,
+                        seq,
+                        payload,
+                    } => Up::Cast(sender, seq, payload.to_vec()),
+                    Upcall::View(v) => Up::View(v.id, v.members),
+                    Upcall::Flush => Up::Flush,
+                    Upcall::Left => Up::Left,
+                    Upcall::Expelled => Up::Expelled,
+                    Upcall::JoinFailed => Up::JoinFailed,
+                    Upcall::Blocked { .. } => Up::Blocked,
+                    Upcall::Direct { .. } => Up::Other,
+                }) else {
+                    break;
+                };
+                busy = true;
+                self.upcall(run, i, up)?;
+            }
+            if let Some(vs) = self.procs[i].vs.as_ref() {
+                let unstable = vs.unstable();
+                if unstable > self.cfg.window {
+                    return Err(self.fail(
+                        run,
+                        format!(
+                            "{}: {unstable} casts unstable > window {}",
+                            self.procs[i].addr, self.cfg.window
+                        ),
+                    ));
+                }
+            }
+            if !busy {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The layer above's flushes, then casts.
+    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
+        self.flushes(run)?;
+        for i in 0..self.procs.len() {
+            if self.procs[i].vs.is_none() || run.ns() < self.procs[i].next_cast_at {
+                continue;
+            }
+            if self.cast(run, i)? {
+                self.procs[i].next_cast_at = run.ns() + self.rng.below(8_000_000);
+                self.drain(run, i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Timers, and flushes the layer above finishes.
+    fn next_wakeup(&self) -> Option<Instant> {
+        let mut next = None;
+        for p in &self.procs {
+            next = min_opt(next, p.vs.as_ref().and_then(|v| v.poll_timeout()));
+            if let Some((t, _)) = p.flush_at.filter(|_| p.vs.is_some()) {
+                next = min_opt(next, Some(Instant(t)));
+            }
+        }
+        next
+    }
+
+    fn trace_packet(&self, run: &Run, to: NodeId, bytes: &[u8]) {
         if run.trace > 1 {
-            if let Ok((h, m)) = txcast_proto::vsync::msg::parse(&bytes) {
+            if let Ok((h, m)) = txcast_proto::vsync::msg::parse(bytes) {
                 let m = match m {
                         txcast_proto::vsync::msg::VsMsg::Data {
                             stream,
@@ -266,31 +359,11 @@ impl World for Sim {
                 );
             }
         }
-        receive(&mut self.procs, run, to, &bytes);
-        self.drain(run, to)
     }
 
-    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
-        for i in 0..self.procs.len() {
-            if fire(&mut self.procs[i], run) {
-                self.drain(run, i)?;
-            }
-        }
-        self.flushes(run)?;
-        self.workload(run)
-    }
-
-    /// Timers, and flushes the layer above finishes.
-    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        let mut next = None;
-        for p in &self.procs {
-            next = min_opt(next, p.vs.as_ref().and_then(|v| v.poll_timeout()));
-            if let Some((t, _)) = p.flush_at.filter(|_| p.vs.is_some()) {
-                next = min_opt(next, Some(Instant(t)));
-            }
-        }
-        next
-    }
+    /// Healed links carry every packet after the seed's minimum delay (the runner's healing
+    /// alone).
+    fn heal(&mut self, _run: &mut Run) {}
 
     fn done(&self, run: &Run) -> bool {
         self.converged(run)
@@ -305,14 +378,6 @@ impl World for Sim {
             .map(|v| v.debug_state())
             .collect();
         format!("{due:?}")
-    }
-
-    fn running(&self) -> Vec<NodeId> {
-        self.live().collect()
-    }
-
-    fn address(&self, node: NodeId) -> Address {
-        self.procs[node].addr
     }
 
     fn finish(self, run: &mut Run) -> Result<VsSimReport, Violation> {
@@ -364,94 +429,6 @@ impl Sim {
             run.faults.cuts,
             run.faults.clogged
         )
-    }
-
-    fn new_proc(&mut self, run: &mut Run) -> Option<usize> {
-        if self.procs.len() >= MAX_SLOTS {
-            return None;
-        }
-        let i = self.procs.len();
-        self.procs.push(Proc {
-            addr: Address::new(1, i as u16, 1, 0),
-            vs: None,
-            casts_left: self.opts.casts_per_member,
-            next_cast_at: run.ns() + self.rng.below(20_000_000),
-            flush_at: None,
-            view: None,
-            seen: HashSet::new(),
-            leaving: false,
-            blocked_reported: false,
-        });
-        Some(i)
-    }
-
-    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let first = self.new_proc(run).expect("slot");
-        let a = self.procs[first].addr;
-        let vs =
-            Vs::create(self.cfg.clone(), a, run.now).map_err(|e| self.fail(run, e.to_string()))?;
-        self.procs[first].vs = Some(vs);
-        self.drain(run, first)?;
-        for _ in 1..self.opts.members {
-            self.spawn_joiner(run);
-        }
-        Ok(())
-    }
-
-    /// A new process joins through a live member (in a view, preferably a settled one).
-    fn spawn_joiner(&mut self, run: &mut Run) {
-        let in_state = |s: &Sim, i: usize, ok: &[VsState]| {
-            s.procs[i]
-                .vs
-                .as_ref()
-                .is_some_and(|v| ok.contains(&v.state()))
-        };
-        let mut contacts: Vec<Address> = self
-            .live()
-            .filter(|&i| in_state(self, i, &[VsState::Normal]))
-            .map(|i| self.procs[i].addr)
-            .collect();
-        if contacts.is_empty() {
-            contacts = self
-                .live()
-                .filter(|&i| in_state(self, i, &[VsState::Normal, VsState::Flushing]))
-                .map(|i| self.procs[i].addr)
-                .collect();
-        }
-        if contacts.is_empty() {
-            return;
-        }
-        let Some(i) = self.new_proc(run) else {
-            return;
-        };
-        let contact = contacts[self.rng.below(contacts.len() as u64) as usize];
-        if run.trace > 0 {
-            eprintln!(
-                "{:>10} SPAWN {} via {}",
-                run.ns(),
-                self.procs[i].addr,
-                contact
-            );
-        }
-        let vs =
-            Vs::join(self.cfg.clone(), self.procs[i].addr, contact, run.now).expect("valid config");
-        self.procs[i].vs = Some(vs);
-        self.procs[i].blocked_reported = false;
-        self.churn.joins += 1;
-    }
-
-    /// Processes that run and are (or are becoming) members.
-    fn live(&self) -> impl Iterator<Item = usize> + '_ {
-        self.procs.iter().enumerate().filter_map(|(i, p)| {
-            p.vs.as_ref()
-                .filter(|v| {
-                    matches!(
-                        v.state(),
-                        VsState::Joining | VsState::Normal | VsState::Flushing
-                    )
-                })
-                .map(|_| i)
-        })
     }
 
     fn slot_of(&self, a: Address) -> Option<usize> {
@@ -532,86 +509,6 @@ impl Sim {
             self.drain(run, i)?;
         }
         Ok(())
-    }
-
-    fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
-        for i in 0..self.procs.len() {
-            if self.procs[i].vs.is_none() || run.ns() < self.procs[i].next_cast_at {
-                continue;
-            }
-            if self.cast(run, i)? {
-                self.procs[i].next_cast_at = run.ns() + self.rng.below(8_000_000);
-                self.drain(run, i)?;
-            }
-        }
-        if run.healed {
-            return Ok(());
-        }
-        let running: Vec<usize> = self.live().collect();
-        match self
-            .churn
-            .step(&mut self.procs, running, &mut self.rng, run)
-        {
-            Some(Down::Crash(victim)) => {
-                self.procs[victim].vs = None;
-                self.spawn_joiner(run);
-            }
-            Some(Down::Leave(who)) => {
-                self.drain(run, who)?;
-                self.spawn_joiner(run);
-            }
-            None => {}
-        }
-        Ok(())
-    }
-
-    /// Sends what a process has to send; takes its upcalls through the checkers.
-    fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
-        loop {
-            let mut busy = false;
-            let Some(vs) = self.procs[i].vs.as_mut() else {
-                return Ok(());
-            };
-            busy |= run.transmit(i, vs);
-            loop {
-                let Some(vs) = self.procs[i].vs.as_mut() else {
-                    return Ok(());
-                };
-                let Some(up) = vs.poll_upcall(|u| match u {
-                    Upcall::Cast {
-                        sender,
-                        seq,
-                        payload,
-                    } => Up::Cast(sender, seq, payload.to_vec()),
-                    Upcall::View(v) => Up::View(v.id, v.members),
-                    Upcall::Flush => Up::Flush,
-                    Upcall::Left => Up::Left,
-                    Upcall::Expelled => Up::Expelled,
-                    Upcall::JoinFailed => Up::JoinFailed,
-                    Upcall::Blocked { .. } => Up::Blocked,
-                    Upcall::Direct { .. } => Up::Other,
-                }) else {
-                    break;
-                };
-                busy = true;
-                self.upcall(run, i, up)?;
-            }
-            if let Some(vs) = self.procs[i].vs.as_ref() {
-                let unstable = vs.unstable();
-                if unstable > self.cfg.window {
-                    return Err(self.fail(
-                        run,
-                        format!(
-                            "{}: {unstable} casts unstable > window {}",
-                            self.procs[i].addr, self.cfg.window
-                        ),
-                    ));
-                }
-            }
-            if !busy {
-                return Ok(());
-            }
-        }
     }
 
     fn upcall(&mut self, run: &mut Run, i: usize, up: Up) -> Result<(), Violation> {

@@ -2,11 +2,15 @@
 //! leaves and joins, every checker on.
 
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
+use txcast_sim::schedule::GroupOptions;
 
 #[test]
 fn a_fault_free_group_delivers_everything_in_one_order() {
     let opts = GroupSimOptions {
-        faults: false,
+        group: GroupOptions {
+            faults: false,
+            ..GroupOptions::default()
+        },
         ..GroupSimOptions::default()
     };
     let r = run_group(1, &opts).unwrap_or_else(|v| panic!("{v}"));
@@ -64,8 +68,11 @@ fn fixed_seeds_pass_every_checker() {
 fn regression_seeds() {
     // Found before the simulator cut partitions and clogged paths: replayed as they were.
     let opts = GroupSimOptions {
-        partitions: false,
-        clogs: false,
+        group: GroupOptions {
+            partitions: false,
+            clogs: false,
+            ..GroupOptions::default()
+        },
         ..GroupSimOptions::default()
     };
     for seed in [
@@ -98,7 +105,10 @@ fn regression_seeds() {
 fn partition_regression_seeds() {
     // Found before the simulator clogged paths: replayed as they were.
     let opts = GroupSimOptions {
-        clogs: false,
+        group: GroupOptions {
+            clogs: false,
+            ..GroupOptions::default()
+        },
         ..GroupSimOptions::default()
     };
     for seed in [

@@ -5,12 +5,16 @@
 use txcast_proto::order::Protocol;
 use txcast_proto::vsync::Stability;
 use txcast_sim::order_sim::{pack_from_name, pack_modes, run_order, OrderSimOptions};
+use txcast_sim::schedule::GroupOptions;
 
 #[test]
 fn a_fault_free_group_delivers_everything_in_one_order() {
     for p in Protocol::ALL {
         let opts = OrderSimOptions {
-            faults: false,
+            group: GroupOptions {
+                faults: false,
+                ..GroupOptions::default()
+            },
             protocol: Some(p),
             ..OrderSimOptions::default()
         };

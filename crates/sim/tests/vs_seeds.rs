@@ -1,12 +1,16 @@
 //! The virtually synchronous stack in the simulator: a fault-free run, then a fixed set of
 //! seeds with swarmed faults, crashes, leaves and joins, every checker on (see `vs_sim`).
 
+use txcast_sim::schedule::GroupOptions;
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
 
 #[test]
 fn a_fault_free_group_delivers_every_cast_everywhere() {
     let opts = VsSimOptions {
-        faults: false,
+        group: GroupOptions {
+            faults: false,
+            ..GroupOptions::default()
+        },
         ..VsSimOptions::default()
     };
     let r = run_vs(1, &opts).unwrap_or_else(|v| panic!("{v}"));

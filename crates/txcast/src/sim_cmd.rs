@@ -16,6 +16,7 @@ use txcast_sim::oracle_sim::{run_oracle, OracleSimOptions};
 use txcast_sim::order_sim::{pack_from_name, run_order, OrderSimOptions};
 use txcast_sim::raid_sim::{run_raid, RaidSimOptions};
 use txcast_sim::rpc_sim::{run_rpc, RpcSimOptions};
+use txcast_sim::schedule::GroupOptions;
 use txcast_sim::txn_sim::{run_txn, TxnSimOptions};
 use txcast_sim::vs_sim::{run_vs, VsSimOptions};
 
@@ -78,7 +79,7 @@ struct GroupArgs {
     #[command(flatten)]
     common: Common,
     /// Members, 2 to 12
-    #[arg(long, default_value_t = GroupSimOptions::default().members)]
+    #[arg(long, default_value_t = GroupSimOptions::default().group.members)]
     members: usize,
     /// Messages per member
     #[arg(long, default_value_t = GroupSimOptions::default().messages_per_member)]
@@ -120,7 +121,7 @@ struct VsArgs {
     #[command(flatten)]
     common: Common,
     /// Members, 1 to 12
-    #[arg(long, default_value_t = VsSimOptions::default().members)]
+    #[arg(long, default_value_t = VsSimOptions::default().group.members)]
     members: usize,
     /// Casts per member
     #[arg(long, default_value_t = VsSimOptions::default().casts_per_member)]
@@ -133,7 +134,7 @@ struct OrderArgs {
     #[command(flatten)]
     common: Common,
     /// Members, 2 to 12
-    #[arg(long, default_value_t = OrderSimOptions::default().members)]
+    #[arg(long, default_value_t = OrderSimOptions::default().group.members)]
     members: usize,
     /// Messages per member
     #[arg(long, default_value_t = OrderSimOptions::default().messages_per_member)]
@@ -296,6 +297,18 @@ impl Common {
         (!self.no_faults, !self.no_partitions, !self.no_clogs)
     }
 
+    /// A group simulator's options: `members`, and these toggles.
+    fn group(&self, members: usize) -> GroupOptions {
+        let (faults, partitions, clogs) = self.faults();
+        GroupOptions {
+            members,
+            faults,
+            partitions,
+            clogs,
+            ..GroupOptions::default()
+        }
+    }
+
     /// `--seed S`: runs it and prints its report with `print`; otherwise runs the range of
     /// seeds on the threads asked for. The exit code says whether any failed.
     fn drive<R>(
@@ -399,12 +412,10 @@ fn module(a: &ModuleArgs) -> i32 {
 
 fn group(a: &GroupArgs) -> i32 {
     let c = &a.common;
-    let mut opts = GroupSimOptions {
-        members: a.members.clamp(2, 12),
+    let opts = GroupSimOptions {
+        group: c.group(a.members.clamp(2, 12)),
         messages_per_member: a.messages,
-        ..GroupSimOptions::default()
     };
-    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "group",
         |s| run_group(s, &opts),
@@ -482,12 +493,10 @@ fn frag(a: &FragArgs) -> i32 {
 
 fn vs(a: &VsArgs) -> i32 {
     let c = &a.common;
-    let mut opts = VsSimOptions {
-        members: a.members.clamp(1, 12),
+    let opts = VsSimOptions {
+        group: c.group(a.members.clamp(1, 12)),
         casts_per_member: a.casts,
-        ..VsSimOptions::default()
     };
-    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     c.drive(
         "vs",
         |s| run_vs(s, &opts),
@@ -513,11 +522,10 @@ fn vs(a: &VsArgs) -> i32 {
 fn order(a: &OrderArgs) -> i32 {
     let c = &a.common;
     let mut opts = OrderSimOptions {
-        members: a.members.clamp(2, 12),
+        group: c.group(a.members.clamp(2, 12)),
         messages_per_member: a.messages,
         ..OrderSimOptions::default()
     };
-    (opts.faults, opts.partitions, opts.clogs) = c.faults();
     if let Some(p) = &a.protocol {
         let Some(p) = txcast_proto::order::Protocol::from_name(p) else {
             eprintln!("unknown protocol {p} (totem, total, dynseq, dynord)");

@@ -1,0 +1,210 @@
+//! The [`World`] the group simulators (`group`, `vs`, `order`) run on: process slots of
+//! members, the packets and timers that drive them, the crash and leave churn, and the new
+//! processes that join in place of the ones gone. A simulator implements [`GroupSim`] (its
+//! members, workload and checkers) and runs a seed with [`run`].
+//!
+//! At each instant: packets to their members (each member drained after its packet), then
+//! due timers (drained), then the workload, then, during the safety phase, the churn's crash
+//! or leave, each followed by a new process joining.
+
+use crate::harness::{self, Plan, Run, Violation, World};
+use crate::net::FaultConfig;
+use crate::schedule::{fire, next_timer, receive, Churn, Down, Process, Standing, MAX_SLOTS};
+use crate::{Node, NodeId};
+use txcast_proto::rng::Rng;
+use txcast_proto::time::Instant;
+use txcast_proto::Address;
+
+/// A group simulator: its members, workload and checkers, over slots of processes.
+pub trait GroupSim: Sized {
+    type Proc: Process<Member = Self::Member>;
+    type Member: Node + Standing;
+    type Report;
+
+    /// The process slots: slot `i` holds the process of site `i`.
+    fn procs(&self) -> &[Self::Proc];
+    /// The slots, the seed's generator and the churn, borrowed together.
+    fn parts(&mut self) -> (&mut Vec<Self::Proc>, &mut Rng, &mut Churn);
+    /// Members at the start (the first creates the group, the others join).
+    fn members(&self) -> usize;
+    /// A new process at `addr`, with no member yet.
+    fn new_proc(&mut self, run: &Run, addr: Address) -> Self::Proc;
+    /// The first member, which creates the group.
+    fn create(&self, run: &Run, addr: Address) -> Result<Self::Member, Violation>;
+    /// A member at `addr` that joins through `contact`.
+    fn join(&self, run: &Run, addr: Address, contact: Address) -> Self::Member;
+    /// Whether a member is (or is becoming) one of the group, not done with it.
+    fn in_group(m: &Self::Member) -> bool;
+    /// Whether live slot `i` may be a joiner's contact when no member is in a settled view.
+    fn fallback_contact(&self, i: usize) -> bool;
+    /// Sends what slot `i`'s member has to send and takes its output through the checkers.
+    fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation>;
+    /// The instant's workload (the churn follows it).
+    fn workload(&mut self, run: &mut Run) -> Result<(), Violation>;
+    /// Slot `i` crashed (its member is dropped already): the simulator's records of it.
+    fn crashed(&mut self, _i: usize) {}
+    /// The earliest instant a step is needed for, besides packets.
+    fn next_wakeup(&self) -> Option<Instant> {
+        next_timer(self.procs())
+    }
+    /// Packet `bytes` for slot `to`, before its member takes it (for the trace).
+    fn trace_packet(&self, _run: &Run, _to: NodeId, _bytes: &[u8]) {}
+    /// The liveness phase starts: healed links carry every packet after the minimum delay of
+    /// a network without faults.
+    fn heal(&mut self, run: &mut Run) {
+        run.net.faults = FaultConfig::none();
+    }
+    /// Converged after healing.
+    fn done(&self, run: &Run) -> bool;
+    /// What is still open, for a stuck-time violation.
+    fn stalled(&self, run: &Run) -> String;
+    /// The end-of-run checks and the report.
+    fn finish(self, run: &mut Run) -> Result<Self::Report, Violation>;
+
+    /// Slots whose members are (or are becoming) ones of the group.
+    fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        self.procs()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.member().filter(|m| Self::in_group(m)).map(|_| i))
+    }
+
+    /// The slot of a new process, if there is one free.
+    fn add_proc(&mut self, run: &Run) -> Option<usize> {
+        let i = self.procs().len();
+        if i >= MAX_SLOTS {
+            return None;
+        }
+        let p = self.new_proc(run, Address::new(1, i as u16, 1, 0));
+        self.parts().0.push(p);
+        Some(i)
+    }
+
+    /// A new process joins through a live member. A restarted server would be told of a
+    /// member (by configuration or the oracle), not of another process still joining: the
+    /// contacts are members in a settled view or, when there is none right now, the live
+    /// ones the simulator accepts ([`GroupSim::fallback_contact`]).
+    fn spawn_joiner(&mut self, run: &mut Run) {
+        let addr = |s: &Self, i: usize| s.procs()[i].addr();
+        let mut contacts: Vec<Address> = self
+            .live()
+            .filter(|&i| self.procs()[i].member().is_some_and(|m| m.settled()))
+            .map(|i| addr(self, i))
+            .collect();
+        if contacts.is_empty() {
+            contacts = self
+                .live()
+                .filter(|&i| self.fallback_contact(i))
+                .map(|i| addr(self, i))
+                .collect();
+        }
+        if contacts.is_empty() {
+            return;
+        }
+        let Some(i) = self.add_proc(run) else {
+            return;
+        };
+        let contact = contacts[self.parts().1.below(contacts.len() as u64) as usize];
+        let me = addr(self, i);
+        if run.trace > 0 {
+            eprintln!("{:>10} SPAWN {me} via {contact}", run.ns());
+        }
+        let m = self.join(run, me, contact);
+        let (procs, _, churn) = self.parts();
+        procs[i].set_member(Some(m));
+        churn.joins += 1;
+    }
+}
+
+/// Runs `sim` on `plan` to its end: the report, or the first rule broken.
+pub fn run<S: GroupSim>(sim: S, plan: Plan) -> Result<S::Report, Violation> {
+    harness::run(Group(sim), plan)
+}
+
+/// A [`GroupSim`] as the harness runs it.
+struct Group<S>(S);
+
+impl<S: GroupSim> Group<S> {
+    /// During the safety phase, this step's crash or leave, and a new process in its place.
+    fn churn(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let s = &mut self.0;
+        if run.healed {
+            return Ok(());
+        }
+        let running: Vec<usize> = s.live().collect();
+        let (procs, rng, churn) = s.parts();
+        match churn.step(procs, running, rng, run) {
+            Some(Down::Crash(victim)) => {
+                procs[victim].set_member(None);
+                s.crashed(victim);
+                s.spawn_joiner(run);
+            }
+            Some(Down::Leave(who)) => {
+                s.drain(run, who)?;
+                s.spawn_joiner(run);
+            }
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+impl<S: GroupSim> World for Group<S> {
+    type Report = S::Report;
+
+    fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
+        let s = &mut self.0;
+        let first = s.add_proc(run).expect("slot");
+        let m = s.create(run, s.procs()[first].addr())?;
+        s.parts().0[first].set_member(Some(m));
+        s.drain(run, first)?;
+        for _ in 1..s.members() {
+            s.spawn_joiner(run);
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
+        self.0.trace_packet(run, to, &bytes);
+        receive(self.0.parts().0, run, to, &bytes);
+        self.0.drain(run, to)
+    }
+
+    fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
+        for i in 0..self.0.procs().len() {
+            if fire(&mut self.0.parts().0[i], run) {
+                self.0.drain(run, i)?;
+            }
+        }
+        self.0.workload(run)?;
+        self.churn(run)
+    }
+
+    fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
+        self.0.next_wakeup()
+    }
+
+    fn heal(&mut self, run: &mut Run) {
+        self.0.heal(run);
+    }
+
+    fn done(&self, run: &Run) -> bool {
+        self.0.done(run)
+    }
+
+    fn stalled(&self, run: &Run) -> String {
+        self.0.stalled(run)
+    }
+
+    fn running(&self) -> Vec<NodeId> {
+        self.0.live().collect()
+    }
+
+    fn address(&self, node: NodeId) -> Address {
+        self.0.procs()[node].addr()
+    }
+
+    fn finish(self, run: &mut Run) -> Result<S::Report, Violation> {
+        self.0.finish(run)
+    }
+}
