@@ -130,6 +130,7 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
         retransmit_timeout: std::time::Duration::from_millis(10),
         heartbeat_interval: std::time::Duration::from_millis(20),
         silence_timeout: std::time::Duration::from_millis(400),
+        unreachable_silence: std::time::Duration::from_millis(60),
         probe_interval: std::time::Duration::from_millis(60),
         probes_max: 3,
         auto_reset: Some(MinMembers::Majority),

@@ -4,8 +4,15 @@
 //! members, workload and checkers) and runs a seed with [`run`].
 //!
 //! At each instant: packets to their members (each member drained after its packet), then
-//! due timers (drained), then the workload, then, during the safety phase, the churn's crash
-//! or leave, each followed by a new process joining.
+//! reports of unreachable ports that are due, then due timers (drained), then the workload,
+//! then, during the safety phase, the churn's crash or leave, each followed by a new process
+//! joining.
+//!
+//! Reports of unreachable ports: a crashed process's host answers what the survivors send it
+//! with "port unreachable", so each survivor hears of it, [`REPORT_CHANCE`] of the time (the
+//! answer may be lost or rate-limited), within a heartbeat or so of the crash (possibly
+//! before the dead member's last packets arrive). And during the safety phase, now and then,
+//! a forged report names a live member ([`FORGED_PER_STEP`]): safety must hold regardless.
 
 use crate::harness::{self, Plan, Run, Violation, World};
 use crate::net::FaultConfig;
@@ -118,24 +125,49 @@ pub trait GroupSim: Sized {
 
 /// Runs `sim` on `plan` to its end: the report, or the first rule broken.
 pub fn run<S: GroupSim>(sim: S, plan: Plan) -> Result<S::Report, Violation> {
-    harness::run(Group(sim), plan)
+    harness::run(
+        Group {
+            sim,
+            reports: Vec::new(),
+        },
+        plan,
+    )
 }
 
-/// A [`GroupSim`] as the harness runs it.
-struct Group<S>(S);
+/// A survivor hears that a crashed member's port is unreachable this often.
+pub const REPORT_CHANCE: f64 = 0.8;
+/// A forged report of a live member's port is made in a step this often (safety phase).
+pub const FORGED_PER_STEP: f64 = 0.002;
+/// The latest a report comes after the crash, in ns (a survivor's next packet to the dead
+/// member and the host's answer).
+const REPORT_DELAY_MAX_NS: u64 = 30_000_000;
+
+/// A [`GroupSim`] as the harness runs it, and the reports of unreachable ports on their way:
+/// (when, to slot, the member named).
+struct Group<S> {
+    sim: S,
+    reports: Vec<(Instant, usize, Address)>,
+}
 
 impl<S: GroupSim> Group<S> {
     /// During the safety phase, this step's crash or leave, and a new process in its place.
     fn churn(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let s = &mut self.0;
+        let s = &mut self.sim;
         if run.healed {
             return Ok(());
         }
         let running: Vec<usize> = s.live().collect();
         let (procs, rng, churn) = s.parts();
-        match churn.step(procs, running, rng, run) {
+        match churn.step(procs, running.clone(), rng, run) {
             Some(Down::Crash(victim)) => {
                 procs[victim].set_member(None);
+                let gone = procs[victim].addr();
+                for i in running.iter().copied().filter(|&i| i != victim) {
+                    if rng.chance(REPORT_CHANCE) {
+                        let at = Instant(run.now.0 + 1 + rng.below(REPORT_DELAY_MAX_NS));
+                        self.reports.push((at, i, gone));
+                    }
+                }
                 s.crashed(victim);
                 s.spawn_joiner(run);
             }
@@ -149,11 +181,43 @@ impl<S: GroupSim> Group<S> {
     }
 }
 
+impl<S: GroupSim> Group<S> {
+    /// Hands the reports that are due to their members (one that crashed meanwhile has
+    /// none), and during the safety phase now and then forges one about a live member.
+    fn reports_due(&mut self, run: &mut Run) -> Result<(), Violation> {
+        if !run.healed {
+            let live: Vec<usize> = self.sim.live().collect();
+            let (procs, rng, _) = self.sim.parts();
+            if live.len() >= 2 && rng.chance(FORGED_PER_STEP) {
+                let to = live[rng.below(live.len() as u64) as usize];
+                let named = live[rng.below(live.len() as u64) as usize];
+                if to != named {
+                    self.reports.push((run.now, to, procs[named].addr()));
+                }
+            }
+        }
+        let mut k = 0;
+        while k < self.reports.len() {
+            let (at, to, who) = self.reports[k];
+            if at > run.now {
+                k += 1;
+                continue;
+            }
+            self.reports.swap_remove(k);
+            if let Some(m) = self.sim.parts().0[to].member_mut() {
+                m.unreachable(run.now, who);
+                self.sim.drain(run, to)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<S: GroupSim> World for Group<S> {
     type Report = S::Report;
 
     fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
-        let s = &mut self.0;
+        let s = &mut self.sim;
         let first = s.add_proc(run).expect("slot");
         let m = s.create(run, s.procs()[first].addr())?;
         s.parts().0[first].set_member(Some(m));
@@ -165,46 +229,48 @@ impl<S: GroupSim> World for Group<S> {
     }
 
     fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
-        self.0.trace_packet(run, to, &bytes);
-        receive(self.0.parts().0, run, to, &bytes);
-        self.0.drain(run, to)
+        self.sim.trace_packet(run, to, &bytes);
+        receive(self.sim.parts().0, run, to, &bytes);
+        self.sim.drain(run, to)
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
-        for i in 0..self.0.procs().len() {
-            if fire(&mut self.0.parts().0[i], run) {
-                self.0.drain(run, i)?;
+        self.reports_due(run)?;
+        for i in 0..self.sim.procs().len() {
+            if fire(&mut self.sim.parts().0[i], run) {
+                self.sim.drain(run, i)?;
             }
         }
-        self.0.workload(run)?;
+        self.sim.workload(run)?;
         self.churn(run)
     }
 
     fn next_wakeup(&self, _run: &Run) -> Option<Instant> {
-        self.0.next_wakeup()
+        let report = self.reports.iter().map(|r| r.0).min();
+        crate::harness::min_opt(self.sim.next_wakeup(), report)
     }
 
     fn heal(&mut self, run: &mut Run) {
-        self.0.heal(run);
+        self.sim.heal(run);
     }
 
     fn done(&self, run: &Run) -> bool {
-        self.0.done(run)
+        self.sim.done(run)
     }
 
     fn stalled(&self, run: &Run) -> String {
-        self.0.stalled(run)
+        self.sim.stalled(run)
     }
 
     fn running(&self) -> Vec<NodeId> {
-        self.0.live().collect()
+        self.sim.live().collect()
     }
 
     fn address(&self, node: NodeId) -> Address {
-        self.0.procs()[node].addr()
+        self.sim.procs()[node].addr()
     }
 
     fn finish(self, run: &mut Run) -> Result<S::Report, Violation> {
-        self.0.finish(run)
+        self.sim.finish(run)
     }
 }

@@ -28,6 +28,8 @@ pub trait Standing {
     fn view(&self) -> &[Address];
     /// Starts leaving the group; false if it cannot now.
     fn begin_leave(&mut self, now: Instant) -> bool;
+    /// The host of member `who` reported its port unreachable.
+    fn unreachable(&mut self, now: Instant, who: Address);
 }
 
 /// A process slot of a group simulator: its address, its member while it runs one, and
@@ -60,6 +62,11 @@ macro_rules! group_process {
             }
             fn begin_leave(&mut self, now: Instant) -> bool {
                 self.leave(now).is_ok()
+            }
+            fn unreachable(&mut self, now: Instant, who: Address) {
+                #[allow(unused_imports)]
+                use txcast_proto::member::GroupMember as _;
+                self.peer_unreachable(now, who)
             }
         }
 
