@@ -353,6 +353,9 @@ pub(crate) struct Shared {
     watching: Mutex<()>,
     /// Steps of services that panicked.
     pub services_failed: AtomicU64,
+    /// [`crate::mmsg::SENDS_FOUND_REPORTS`] when this engine last emptied its sockets' error
+    /// queues.
+    pub reports_seen: AtomicU64,
     /// Nanoseconds (engine clock) until which the engine thread sleeps; `u64::MAX` while awake.
     /// In invoker mode: the earliest wake-up announced by the threads asleep in
     /// [`Engine::invoker_sleep`] (see `sleepers`).
@@ -448,6 +451,7 @@ impl Engine {
             loss: Mutex::new(txcast_proto::rng::Rng::new(cfg.loss_seed)),
             injected_losses: AtomicU64::new(0),
             services_failed: AtomicU64::new(0),
+            reports_seen: AtomicU64::new(0),
             locations: RwLock::new(HashMap::new()),
             has_locations: AtomicBool::new(false),
             fanout: Mutex::new(FanoutQueue::default()),
@@ -1007,6 +1011,15 @@ impl Engine {
         // the time the cycle began (a read on the path of every packet costs more than the
         // few microseconds a batch may take).
         let now = self.now();
+        // A send that found a report pending took its error, not the report: take the
+        // reports from every socket's queue (a read of an empty queue is all it costs).
+        let found = crate::mmsg::SENDS_FOUND_REPORTS.load(Ordering::Relaxed);
+        if found != self.shared.reports_seen.load(Ordering::Relaxed) {
+            self.shared.reports_seen.store(found, Ordering::Relaxed);
+            for ep in eps.iter() {
+                work += self.take_send_errors(ep, &ep.socket);
+            }
+        }
         for ep in eps.iter() {
             if read != Read::No {
                 let ready = read == Read::Ready;

@@ -3,6 +3,7 @@
 use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::net::{MMsgHdr, RecvFlags, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 
@@ -14,9 +15,35 @@ pub const FANOUT_BATCH_MAX: usize = 64;
 /// may wait on it), and no SIGPIPE.
 const SEND_FLAGS: SendFlags = SendFlags::DONTWAIT.union(SendFlags::NOSIGNAL);
 
+/// Sends that found an error report pending on their socket (see [`report_send_errors`]): a
+/// socket with one fails its next send, or receive, with that report's error once (for a
+/// port unreachable, `ECONNREFUSED`; an unconnected UDP send cannot fail so otherwise). The
+/// send is tried again, and the report itself waits on the socket's error queue: the engine
+/// looks at this count each duty cycle and empties its sockets' queues when it moved.
+pub static SENDS_FOUND_REPORTS: AtomicU64 = AtomicU64::new(0);
+
+/// Tries of one send that find a pending report before it counts as refused.
+const REPORTED_RETRIES: u32 = 4;
+
+/// Whether a send failed only because its socket had a report pending (counted).
+fn found_report(e: rustix::io::Errno, tries: &mut u32) -> bool {
+    if e != rustix::io::Errno::CONNREFUSED || *tries >= REPORTED_RETRIES {
+        return false;
+    }
+    *tries += 1;
+    SENDS_FOUND_REPORTS.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
 /// `sendto(2)` that never waits for room in the socket's buffer.
 pub fn send_to(socket: &UdpSocket, packet: &[u8], to: &SocketAddr) -> std::io::Result<usize> {
-    Ok(rustix::net::sendto(socket, packet, SEND_FLAGS, to)?)
+    let mut tries = 0;
+    loop {
+        match rustix::net::sendto(socket, packet, SEND_FLAGS, to) {
+            Err(e) if found_report(e, &mut tries) => {}
+            r => return Ok(r?),
+        }
+    }
 }
 
 /// `sendmsg(2)` of `parts` as one datagram to `to`, without copying them together (never
@@ -33,13 +60,19 @@ pub fn send_gather(socket: &UdpSocket, parts: &[&[u8]], to: &SocketAddr) -> std:
     for (v, p) in iovs.iter_mut().zip(parts) {
         *v = IoSlice::new(p);
     }
-    Ok(rustix::net::sendmsg_addr(
-        socket,
-        to,
-        &iovs[..parts.len()],
-        &mut SendAncillaryBuffer::default(),
-        SEND_FLAGS,
-    )?)
+    let mut tries = 0;
+    loop {
+        match rustix::net::sendmsg_addr(
+            socket,
+            to,
+            &iovs[..parts.len()],
+            &mut SendAncillaryBuffer::default(),
+            SEND_FLAGS,
+        ) {
+            Err(e) if found_report(e, &mut tries) => {}
+            r => return Ok(r?),
+        }
+    }
 }
 
 /// Sends `packet` to every address in `to` with as few system calls as the batch bound allows.
@@ -99,14 +132,20 @@ fn send_chunk<const N: usize>(socket: &UdpSocket, packet: &[u8], chunk: &[Socket
 fn send_headers(socket: &UdpSocket, msgs: &mut [MMsgHdr<'_>]) -> usize {
     let mut sent = 0;
     let mut off = 0;
+    let mut tries = 0;
     while off < msgs.len() {
         match rustix::net::sendmmsg(socket, &mut msgs[off..], SEND_FLAGS) {
             Ok(n) => {
                 off += n;
                 sent += n;
+                tries = 0;
             }
             Err(rustix::io::Errno::AGAIN) => std::thread::yield_now(),
-            Err(_) => off += 1,
+            Err(e) if found_report(e, &mut tries) => {}
+            Err(_) => {
+                off += 1;
+                tries = 0;
+            }
         }
     }
     sent
@@ -632,6 +671,37 @@ fn nothing_on_would_block(e: std::io::Error) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A datagram to a port nobody holds comes back as a "port unreachable" report on the
+    /// error queue, naming where it went; the send after it, to a live destination, is not
+    /// lost to the pending report.
+    #[test]
+    fn a_closed_port_is_reported_and_the_next_send_still_goes() {
+        let from = UdpSocket::bind("127.0.0.1:0").unwrap();
+        report_send_errors(&from).unwrap();
+        let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let gone_addr = gone.local_addr().unwrap();
+        drop(gone);
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sink.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(send_same_to_many(&from, b"x", &[gone_addr]).unwrap(), 1);
+        // The answer is queued by the time a datagram to the sink made the same trip.
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe.send_to(b"p", sink.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 8];
+        sink.recv_from(&mut buf).unwrap();
+        let to = [sink.local_addr().unwrap(), sink.local_addr().unwrap()];
+        assert_eq!(send_same_to_many(&from, b"live", &to).unwrap(), 2);
+        for _ in 0..2 {
+            let (n, _) = sink.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"live");
+        }
+        let e = take_send_error(&from).unwrap().expect("a report");
+        assert!(e.port_unreachable(), "{e:?}");
+        assert_eq!(e.to, Some(gone_addr));
+        assert_eq!(take_send_error(&from).unwrap(), None);
+    }
 
     /// Every destination gets the packet once, whatever the list's length: one (a plain
     /// send), a small group, and more than a batch.
