@@ -8,6 +8,40 @@ use super::timer::Timer;
 use super::{Dest, Vs, VsState, SUSPECTED_KEPT};
 use crate::addr::Address;
 use crate::time::Instant;
+use std::collections::{BTreeSet, VecDeque};
+
+/// Whom this member suspects in the current view, and the suspicions not yet taken by the
+/// layer above.
+#[derive(Debug, Default)]
+pub(super) struct Detector {
+    pub(super) suspects: BTreeSet<Address>,
+    /// Members suspected since the layer above last asked ([`Vs::take_suspected`]); the
+    /// oldest are dropped past [`SUSPECTED_KEPT`].
+    suspected: VecDeque<Address>,
+}
+
+impl Detector {
+    /// Suspects `a`, and keeps it for the layer above; false if it was suspected already.
+    pub(super) fn suspect(&mut self, a: Address) -> bool {
+        if !self.suspects.insert(a) {
+            return false;
+        }
+        self.note_suspected(a);
+        true
+    }
+
+    fn note_suspected(&mut self, a: Address) {
+        if self.suspected.len() >= SUSPECTED_KEPT {
+            self.suspected.pop_front();
+        }
+        self.suspected.push_back(a);
+    }
+
+    /// The lowest-ranked of `members` not suspected.
+    fn coordinator(&self, members: &[Address]) -> Option<Address> {
+        members.iter().copied().find(|a| !self.suspects.contains(a))
+    }
+}
 
 impl Vs {
     /// A message from the member at `rank` in this view: it is alive. A member heard again is
@@ -26,7 +60,7 @@ impl Vs {
             s.unreachable_at = None;
         }
         let from = self.streams[rank].addr;
-        if self.state == VsState::Normal && self.suspects.remove(&from) {
+        if self.state == VsState::Normal && self.detector.suspects.remove(&from) {
             self.fl.suspects_sent_at = None;
         }
         self.arm_silence();
@@ -34,22 +68,12 @@ impl Vs {
 
     /// The next member suspected since the last call, for the layer above to report.
     pub fn take_suspected(&mut self) -> Option<Address> {
-        self.suspected.pop_front()
-    }
-
-    pub(super) fn note_suspected(&mut self, a: Address) {
-        if self.suspected.len() >= SUSPECTED_KEPT {
-            self.suspected.pop_front();
-        }
-        self.suspected.push_back(a);
+        self.detector.suspected.pop_front()
     }
 
     /// The member that coordinates a view change: the lowest-ranked one not suspected.
     pub(super) fn coordinator(&self) -> Option<Address> {
-        self.members
-            .iter()
-            .copied()
-            .find(|a| !self.suspects.contains(a))
+        self.detector.coordinator(&self.members)
     }
 
     /// Failure detection: a member silent for `silence_timeout` is suspected.
@@ -57,7 +81,7 @@ impl Vs {
         let mut new = Vec::new();
         for (i, s) in self.streams.iter().enumerate() {
             if i != self.rank
-                && !self.suspects.contains(&s.addr)
+                && !self.detector.suspects.contains(&s.addr)
                 && now >= s.last_heard + self.silence_of(s)
             {
                 new.push(s.addr);
@@ -65,11 +89,10 @@ impl Vs {
         }
         for a in new {
             self.counters.suspicions += 1;
-            self.suspects.insert(a);
-            self.note_suspected(a);
+            self.detector.suspect(a);
         }
         self.arm_silence();
-        if !self.suspects.is_empty() {
+        if !self.detector.suspects.is_empty() {
             self.report_suspects(now);
         }
     }
@@ -81,7 +104,7 @@ impl Vs {
             .streams
             .iter()
             .enumerate()
-            .filter(|&(i, s)| i != self.rank && !self.suspects.contains(&s.addr))
+            .filter(|&(i, s)| i != self.rank && !self.detector.suspects.contains(&s.addr))
             .map(|(_, s)| s.last_heard + self.silence_of(s))
             .min();
         self.timers.put(Timer::Silence, t);
@@ -132,7 +155,7 @@ impl Vs {
                     return;
                 }
                 self.fl.suspects_sent_at = Some(now);
-                let who: Vec<Address> = self.suspects.iter().copied().collect();
+                let who: Vec<Address> = self.detector.suspects.iter().copied().collect();
                 for w in who {
                     self.queue(Dest::To(c), &VsMsg::Suspect { who: w });
                 }

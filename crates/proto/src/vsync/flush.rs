@@ -15,9 +15,10 @@
 //! A member that misses the commit keeps talking in the old view; whoever hears that and kept
 //! the commit sends it again.
 
+use super::deliver::Pending;
 use super::msg::{Header, VsMsg};
 use super::timer::Timer;
-use super::{Ballot, Dest, Pending, Proposal, ViewId, Vs, VsState, COMMITS_KEPT};
+use super::{Ballot, Dest, Proposal, ViewId, Vs, VsState};
 use crate::addr::Address;
 use crate::time::Instant;
 use core::time::Duration;
@@ -252,7 +253,7 @@ impl Vs {
             return self.answer_flush(now, ballot, h.from);
         }
         if self.fl.awaiting_ready.is_none() {
-            self.upcalls.push_back(Pending::Flush);
+            self.delivery.pending.push_back(Pending::Flush);
         }
         self.fl.awaiting_ready = Some((ballot, h.from));
     }
@@ -335,7 +336,7 @@ impl Vs {
                 // Kept, like every member's, to tell members of the old view that missed it:
                 // a joiner may be the only one left who has it (its coordinator left with
                 // the view change, and the other commits were lost).
-                self.remember_commit(h.view, ballot, p.clone());
+                self.ms.remember_commit(h.view, ballot, p.clone());
                 self.install(now, id, p.members, Vec::new());
             }
             return;
@@ -345,7 +346,7 @@ impl Vs {
         }
         if !p.members.contains(&self.me) {
             // Left out: what this member delivered past the cut is its own.
-            self.remember_commit(self.view, ballot, p);
+            self.ms.remember_commit(self.view, ballot, p);
             return self.left_out();
         }
         if self.fl.frozen.is_none() {
@@ -419,7 +420,7 @@ impl Vs {
                 let waiting = self
                     .members
                     .iter()
-                    .any(|a| !self.suspects.contains(a) && !answers.contains_key(a));
+                    .any(|a| !self.detector.suspects.contains(a) && !answers.contains_key(a));
                 let timed_out = now >= round.started + self.cfg.flush_timeout;
                 if answers.len() < majority || (waiting && !timed_out) {
                     return;
@@ -554,16 +555,6 @@ impl Vs {
         self.on_commit(now, &h, ballot, p);
     }
 
-    fn remember_commit(&mut self, old: ViewId, ballot: Ballot, p: Proposal) {
-        if self.commits.iter().any(|(v, _, _)| *v == old) {
-            return;
-        }
-        if self.commits.len() >= COMMITS_KEPT {
-            self.commits.pop_front();
-        }
-        self.commits.push_back((old, ballot, p));
-    }
-
     /// Every cast up to the cut is here: hand them up, then install the next view.
     fn apply_commit(&mut self, now: Instant, ballot: Ballot, p: Proposal, _from: Address) {
         for (r, &c) in p.cut.iter().enumerate() {
@@ -572,7 +563,7 @@ impl Vs {
                 let seq = s.delivered + 1;
                 let payload = s.held.get(seq).expect("held up to the cut").to_vec();
                 s.delivered = seq;
-                self.upcalls.push_back(Pending::Cast {
+                self.delivery.pending.push_back(Pending::Cast {
                     sender: s.addr,
                     seq,
                     payload,
@@ -595,7 +586,7 @@ impl Vs {
             members: self.members.clone(),
             held,
         });
-        self.remember_commit(old, ballot, p.clone());
+        self.ms.remember_commit(old, ballot, p.clone());
         let removed: Vec<Address> = self
             .members
             .iter()
@@ -622,8 +613,9 @@ impl Vs {
     }
 
     pub(super) fn start_flush_if_needed(&mut self, now: Instant) {
-        let wanted =
-            !self.suspects.is_empty() || !self.fl.joiners.is_empty() || !self.fl.leavers.is_empty();
+        let wanted = !self.detector.suspects.is_empty()
+            || !self.fl.joiners.is_empty()
+            || !self.fl.leavers.is_empty();
         // Another coordinator's round was heard from lately: let it finish. Without this
         // wait, members that suspected one another each started a higher ballot the moment
         // theirs was beaten, and no round ever finished.
@@ -757,9 +749,8 @@ impl Vs {
                 .is_none_or(|t| now >= t + self.cfg.flush_timeout * 3);
             if stalled {
                 if let Some(c) = self.fl.promised.map(|b| b.coordinator) {
-                    if c != self.me && self.suspects.insert(c) {
+                    if c != self.me && self.detector.suspect(c) {
                         self.counters.suspicions += 1;
-                        self.note_suspected(c);
                         self.arm_silence();
                     }
                 }

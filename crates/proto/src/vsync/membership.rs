@@ -1,16 +1,77 @@
 //! A member's life in the group: joining, leaving, installing views, learning a missed commit
 //! or that it was left out, and reporting a view change that lasts too long.
 
+use super::deliver::Pending;
 use super::flush::JOINERS_MAX;
 use super::msg::{self, Header, VsMsg};
+use super::stability::Pinwheel;
 use super::stream::Stream;
 use super::timer::Timer;
 use super::{
-    Dest, Pending, ViewChange, ViewId, Vs, VsError, VsState, BLOCKED_AFTER_FLUSH_TIMEOUTS,
-    CONTROL_QUEUE_MAX,
+    Ballot, Dest, Proposal, ViewChange, ViewId, Vs, VsError, VsState, BLOCKED_AFTER_FLUSH_TIMEOUTS,
+    COMMITS_KEPT, CONTROL_QUEUE_MAX,
 };
 use crate::addr::Address;
 use crate::time::Instant;
+use std::collections::VecDeque;
+
+/// Joining and leaving, and what this member keeps about view changes: when the current one
+/// began, and the recent commits, for members that missed them.
+#[derive(Debug)]
+pub(super) struct Membership {
+    /// Joining: whom to ask, and how often we did.
+    pub(super) contact: Address,
+    pub(super) join_attempts: u32,
+    pub(super) leaving: bool,
+    /// When this member last asked a member of a later view for the commit it missed.
+    pub(super) asked_commit_at: Option<Instant>,
+    /// When the current view change began (the first flush message this view).
+    pub(super) flushing_since: Option<Instant>,
+    /// Recent commits kept, to tell members that missed them: (the view it ended, ballot,
+    /// proposal).
+    pub(super) commits: VecDeque<(ViewId, Ballot, Proposal)>,
+}
+
+impl Membership {
+    pub(super) fn new(contact: Address) -> Membership {
+        Membership {
+            contact,
+            join_attempts: 0,
+            leaving: false,
+            asked_commit_at: None,
+            flushing_since: None,
+            commits: VecDeque::new(),
+        }
+    }
+
+    /// Keeps the commit that ended view `old` (the latest [`COMMITS_KEPT`]).
+    pub(super) fn remember_commit(&mut self, old: ViewId, ballot: Ballot, p: Proposal) {
+        if self.commits.iter().any(|(v, _, _)| *v == old) {
+            return;
+        }
+        if self.commits.len() >= COMMITS_KEPT {
+            self.commits.pop_front();
+        }
+        self.commits.push_back((old, ballot, p));
+    }
+
+    /// The commit that ended view `old`, if kept.
+    fn commit_of(&self, old: ViewId) -> Option<(Ballot, Proposal)> {
+        self.commits
+            .iter()
+            .find(|(v, _, _)| *v == old)
+            .map(|(_, b, p)| (*b, p.clone()))
+    }
+
+    /// The latest kept view whose commit let `joiner` in.
+    fn view_admitting(&self, joiner: Address) -> Option<ViewId> {
+        self.commits
+            .iter()
+            .rev()
+            .find(|(_, _, p)| p.members.contains(&joiner))
+            .map(|(v, _, _)| *v)
+    }
+}
 
 impl Vs {
     /// Leaves the group: the next view is made without this member.
@@ -20,10 +81,10 @@ impl Vs {
         }
         if self.members.len() == 1 {
             self.state = VsState::Left;
-            self.upcalls.push_back(Pending::Left);
+            self.delivery.pending.push_back(Pending::Left);
             return Ok(());
         }
-        self.leaving = true;
+        self.ms.leaving = true;
         self.timers.stop(Timer::Leave);
         self.leave_tick(now);
         self.arm_flush();
@@ -34,16 +95,16 @@ impl Vs {
         if self.timers.get(Timer::Join).is_some_and(|t| now < t) {
             return;
         }
-        if self.join_attempts >= self.cfg.join_attempts_max {
+        if self.ms.join_attempts >= self.cfg.join_attempts_max {
             self.state = VsState::Failed;
             self.timers.clear();
-            self.upcalls.push_back(Pending::JoinFailed);
+            self.delivery.pending.push_back(Pending::JoinFailed);
             return;
         }
-        self.join_attempts += 1;
+        self.ms.join_attempts += 1;
         self.timers
             .set(Timer::Join, now + self.cfg.retransmit_timeout);
-        let contact = self.contact;
+        let contact = self.ms.contact;
         self.queue(Dest::To(contact), &VsMsg::Join { joiner: self.me });
     }
 
@@ -82,22 +143,14 @@ impl Vs {
             .position(|&a| a == self.me)
             .expect("installed views hold this member");
         self.streams = members.iter().map(|&a| Stream::new(a, now)).collect();
-        self.reports = vec![vec![0; members.len()]; members.len()];
-        self.acked = vec![0; members.len()];
+        self.reports.new_view(members.len());
         self.members = members.clone();
-        self.sent_upto = 0;
+        self.out.new_view();
         self.set_unsent_since(None);
-        self.unsent_bytes = 0;
-        self.push_upto = 0;
-        self.suspects.clear();
-        self.resend.clear();
-        self.token = None;
-        self.token_round_seen = 0;
-        self.token_passed_vector = Vec::new();
-        self.token_passed_round = 0;
-        self.token_passed_stable = Vec::new();
+        self.detector.suspects.clear();
+        self.pinwheel = Pinwheel::default();
         self.state = VsState::Normal;
-        self.flushing_since = None;
+        self.ms.flushing_since = None;
         self.timers.stop(Timer::Join);
         self.timers.stop(Timer::Blocked);
         self.timers.set(
@@ -109,7 +162,7 @@ impl Vs {
         self.token_none(now);
         self.arm_flush();
         self.counters.views_installed += 1;
-        self.upcalls.push_back(Pending::View(ViewChange {
+        self.delivery.pending.push_back(Pending::View(ViewChange {
             id,
             members,
             joined,
@@ -124,21 +177,22 @@ impl Vs {
     }
 
     pub(super) fn blocked_at(&self) -> Option<Instant> {
-        self.flushing_since
+        self.ms
+            .flushing_since
             .map(|t| t + self.cfg.flush_timeout * BLOCKED_AFTER_FLUSH_TIMEOUTS)
     }
 
     /// The view change begins (or goes on).
     pub(super) fn enter_flushing(&mut self, now: Instant) {
         self.state = VsState::Flushing;
-        if self.flushing_since.is_none() {
-            self.flushing_since = Some(now);
+        if self.ms.flushing_since.is_none() {
+            self.ms.flushing_since = Some(now);
             self.timers.set(
                 Timer::Blocked,
                 now + self.cfg.flush_timeout * BLOCKED_AFTER_FLUSH_TIMEOUTS,
             );
         }
-        if self.token.is_none() {
+        if self.pinwheel.token.is_none() {
             // No token is made during a flush.
             self.timers.stop(Timer::Token);
         }
@@ -153,9 +207,9 @@ impl Vs {
         let reachable = self
             .members
             .iter()
-            .filter(|a| !self.suspects.contains(a))
+            .filter(|a| !self.detector.suspects.contains(a))
             .count();
-        self.upcalls.push_back(Pending::Blocked {
+        self.delivery.pending.push_back(Pending::Blocked {
             reachable,
             needed: self.members.len() / 2 + 1,
         });
@@ -169,28 +223,29 @@ impl Vs {
     /// commit if it kept it (at most once a retransmission timeout).
     pub(super) fn ask_commit(&mut self, now: Instant, to: Address) {
         if self
+            .ms
             .asked_commit_at
             .is_some_and(|t| now < t + self.cfg.retransmit_timeout)
         {
             return;
         }
-        self.asked_commit_at = Some(now);
+        self.ms.asked_commit_at = Some(now);
         let last = self
             .streams
             .get(self.rank)
-            .map_or(0, |s| s.received.min(self.sent_upto));
+            .map_or(0, |s| s.received.min(self.out.sent_upto));
         let received = self.received_report();
         self.queue(Dest::To(to), &VsMsg::Status { last, received });
     }
 
     /// This member is not in the next view: it is done (`Left` if it asked to leave).
     pub(super) fn left_out(&mut self) {
-        self.state = if self.leaving {
+        self.state = if self.ms.leaving {
             VsState::Left
         } else {
             VsState::Expelled
         };
-        self.upcalls.push_back(if self.leaving {
+        self.delivery.pending.push_back(if self.ms.leaving {
             Pending::Left
         } else {
             Pending::Expelled
@@ -203,13 +258,7 @@ impl Vs {
         }
         if self.members.contains(&joiner) {
             // In already: it missed the commit that let it in.
-            let old = self
-                .commits
-                .iter()
-                .rev()
-                .find(|(_, _, p)| p.members.contains(&joiner))
-                .map(|(v, _, _)| *v);
-            if let Some(old) = old {
+            if let Some(old) = self.ms.view_admitting(joiner) {
                 self.tell_commit(joiner, old);
             }
             return;
@@ -244,7 +293,7 @@ impl Vs {
 
     /// Sends `to`, still in view `old`, the commit that ended it, if this member kept it.
     pub(super) fn tell_commit(&mut self, to: Address, old: ViewId) {
-        let Some((_, ballot, p)) = self.commits.iter().find(|(v, _, _)| *v == old).cloned() else {
+        let Some((ballot, p)) = self.ms.commit_of(old) else {
             return self.tell_gone(to, old);
         };
         let h = Header {
@@ -262,8 +311,8 @@ impl Vs {
             },
         ) {
             b.truncate(n);
-            if self.control.len() < CONTROL_QUEUE_MAX {
-                self.control.push_back((Dest::To(to), b));
+            if self.out.control.len() < CONTROL_QUEUE_MAX {
+                self.out.control.push_back((Dest::To(to), b));
             }
         }
     }

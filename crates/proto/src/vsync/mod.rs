@@ -40,11 +40,16 @@
 //! [`Vs::poll_upcall`] (casts, directs, flush and view events, in order), and
 //! [`Vs::poll_timeout`].
 //!
-//! Each sub-protocol is an `impl Vs` in its own file: `stream` (casts, packing, receiving,
-//! NAKs and resends), `stability` (reports, heartbeats, the pinwheel token), `detector`
-//! (suspicions), `flush` (the view change), `membership` (join, leave, install). Their
-//! deadlines sit in one table (`timer`), each entry set where the event that arms it happens.
+//! Each sub-protocol has its own file, holding its part of the member's state (a struct that
+//! `Vs` owns) and its `impl Vs`: `stream` (casts, packing, receiving, NAKs and resends; the
+//! `Outbox`), `stability` (reports, heartbeats, the pinwheel token; `Reports`, `Pinwheel`),
+//! `detector` (suspicions; `Detector`), `flush` (the view change; `Flush`), `membership`
+//! (join, leave, install; `Membership`), `deliver` (handing up; `Delivery`). The view, the
+//! streams, the previous view's casts, the counters and the deadlines stay on `Vs`: every
+//! sub-protocol uses them. The deadlines sit in one table (`timer`), each entry set where the
+//! event that arms it happens.
 
+mod deliver;
 mod detector;
 mod flush;
 mod held;
@@ -63,7 +68,6 @@ use crate::time::Instant;
 use core::fmt;
 use core::time::Duration;
 use msg::{Header, VsMsg};
-use std::collections::{BTreeSet, VecDeque};
 use timer::{Timer, Timers};
 
 /// A view: its number and the coordinator that made it, compared in that order.
@@ -338,37 +342,12 @@ crate::counters_sum!(VsCounters {
 
 /// Most control messages queued; more are dropped and counted (their senders retry).
 const CONTROL_QUEUE_MAX: usize = 1024;
-/// Most directs waiting to be handed up.
-const DIRECT_QUEUE_MAX: usize = 4096;
 /// Most casts one NAK asks for (and one answer sends).
 const NAK_SPAN_MAX: u64 = 256;
 /// Recent commits kept, to tell members that missed them.
 const COMMITS_KEPT: usize = 8;
 /// Suspicions kept for [`Vs::take_suspected`] until the layer above asks.
 const SUSPECTED_KEPT: usize = 64;
-
-/// A queued upcall (casts are handed up from the streams, except at a view change).
-#[derive(Debug)]
-enum Pending {
-    Cast {
-        sender: Address,
-        seq: u64,
-        payload: Vec<u8>,
-    },
-    Direct {
-        from: Address,
-        payload: Vec<u8>,
-    },
-    Flush,
-    View(ViewChange),
-    Left,
-    Expelled,
-    JoinFailed,
-    Blocked {
-        reachable: usize,
-        needed: usize,
-    },
-}
 
 /// One process's membership in one group.
 pub struct Vs {
@@ -379,54 +358,23 @@ pub struct Vs {
     members: Vec<Address>,
     rank: usize,
     streams: Vec<stream::Stream>,
-    /// Piggyback: the last received vector each member reported (by rank).
-    reports: Vec<Vec<u64>>,
-    /// Own casts sent up to here (the rest wait for the packer).
-    sent_upto: u64,
-    /// When the oldest cast not yet sent was made.
-    unsent_since: Option<Instant>,
-    /// Bytes the casts not yet sent take in a `Data` message (record headers included).
-    unsent_bytes: usize,
-    /// Casts up to here go out without waiting for the packer ([`Vs::push`]).
-    push_upto: u64,
-    packer: Packer,
-    control: VecDeque<(Dest, Vec<u8>)>,
-    /// NAKs to answer: (to, stream rank, from, to, of the previous view).
-    resend: VecDeque<(Address, usize, u64, u64, bool)>,
+    /// Sending: own casts on their way out (the packer), control messages, NAKs owed.
+    out: stream::Outbox,
     /// The previous view's casts up to its cut, kept to answer the NAKs of members that have
     /// the commit but not yet every cast up to the cut (see [`stream::Prev`]).
     prev: Option<stream::Prev>,
-    upcalls: VecDeque<Pending>,
-    /// Round-robin position for handing casts up.
-    rr: usize,
-    /// Casts received since this member last told the group its vector.
-    unreported: u64,
-    /// When the current view change began (the first flush message this view).
-    flushing_since: Option<Instant>,
-    /// Piggyback: for every stream (by rank), how far this member last told its owner it
-    /// had received it (see [`Vs::poll_ack`]).
-    acked: Vec<u64>,
-    /// Pinwheel: the token while this member holds it.
-    token: Option<stability::Token>,
-    token_round_seen: u64,
-    /// Pinwheel: the received vector when this member last passed the token.
-    token_passed_vector: Vec<u64>,
-    /// Pinwheel: the round of the last token this member passed on (as it came).
-    token_passed_round: u64,
-    /// Pinwheel: the stable vector of the last token this member passed on (as it left).
-    token_passed_stable: Vec<u64>,
-    suspects: BTreeSet<Address>,
-    /// Members suspected since the layer above last asked ([`Vs::take_suspected`]); the
-    /// oldest are dropped past [`SUSPECTED_KEPT`].
-    suspected: VecDeque<Address>,
+    /// Handing up: queued events, and the round-robin over the streams' casts.
+    delivery: deliver::Delivery,
+    /// Piggybacked stability: the members' received vectors, and what this member told them.
+    reports: stability::Reports,
+    /// Pinwheel stability: the token.
+    pinwheel: stability::Pinwheel,
+    /// Suspicions.
+    detector: detector::Detector,
+    /// The view change under way.
     fl: flush::Flush,
-    commits: VecDeque<(ViewId, Ballot, Proposal)>,
-    /// Joining: whom to ask, and how often we did.
-    contact: Address,
-    join_attempts: u32,
-    leaving: bool,
-    /// When this member last asked a member of a later view for the commit it missed.
-    asked_commit_at: Option<Instant>,
+    /// Joining, leaving, the view change's start, the commits kept.
+    ms: membership::Membership,
     /// Every deadline of the member, one per kind.
     timers: Timers,
     counters: VsCounters,
@@ -483,33 +431,14 @@ impl Vs {
             members: Vec::new(),
             rank: 0,
             streams: Vec::new(),
-            reports: Vec::new(),
-            sent_upto: 0,
-            unsent_since: None,
-            unsent_bytes: 0,
-            push_upto: 0,
-            packer,
-            control: VecDeque::new(),
-            resend: VecDeque::new(),
+            out: stream::Outbox::new(packer),
             prev: None,
-            upcalls: VecDeque::new(),
-            rr: 0,
-            unreported: 0,
-            flushing_since: None,
-            acked: Vec::new(),
-            token: None,
-            token_round_seen: 0,
-            token_passed_vector: Vec::new(),
-            token_passed_round: 0,
-            token_passed_stable: Vec::new(),
-            suspects: BTreeSet::new(),
-            suspected: VecDeque::new(),
+            delivery: deliver::Delivery::default(),
+            reports: stability::Reports::default(),
+            pinwheel: stability::Pinwheel::default(),
+            detector: detector::Detector::default(),
             fl: flush::Flush::default(),
-            commits: VecDeque::new(),
-            contact,
-            join_attempts: 0,
-            leaving: false,
-            asked_commit_at: None,
+            ms: membership::Membership::new(contact),
             timers,
             counters: VsCounters::default(),
         }
@@ -545,7 +474,7 @@ impl Vs {
     }
 
     pub fn pack_histogram(&self) -> &[u64; crate::pack::PACK_HISTOGRAM_BINS] {
-        self.packer.histogram()
+        self.out.packer.histogram()
     }
 
     /// The other members, for `Dest::All`.
@@ -560,14 +489,14 @@ impl Vs {
 
     /// Whether anything is waiting to go out or be handed up.
     pub fn idle(&self) -> bool {
-        self.control.is_empty()
-            && self.resend.is_empty()
-            && self.upcalls.is_empty()
+        self.out.control.is_empty()
+            && self.out.resend.is_empty()
+            && self.delivery.pending.is_empty()
             && self.streams.iter().all(|s| s.delivered == s.received)
             && self
                 .streams
                 .get(self.rank)
-                .is_none_or(|s| self.sent_upto == s.received)
+                .is_none_or(|s| self.out.sent_upto == s.received)
     }
 
     fn cast_check(&self, len: usize) -> Result<(), VsError> {
@@ -605,12 +534,7 @@ impl Vs {
             });
         }
         if to == self.me {
-            if self.upcalls.len() < DIRECT_QUEUE_MAX {
-                self.upcalls.push_back(Pending::Direct {
-                    from: self.me,
-                    payload: payload.to_vec(),
-                });
-            }
+            self.delivery.direct(self.me, payload);
             return Ok(());
         }
         self.counters.directs_sent += 1;
@@ -633,7 +557,7 @@ impl Vs {
 
     /// Queues a control message (dropped and counted past the bound: senders retry).
     fn queue(&mut self, dest: Dest, m: &VsMsg<'_>) {
-        if self.control.len() >= CONTROL_QUEUE_MAX {
+        if self.out.control.len() >= CONTROL_QUEUE_MAX {
             self.counters.dropped_control_full += 1;
             return;
         }
@@ -645,14 +569,14 @@ impl Vs {
                 if dest == Dest::All {
                     self.note_to_all();
                 }
-                self.control.push_back((dest, b));
+                self.out.control.push_back((dest, b));
             }
             None => debug_assert!(false, "control message does not fit: {m:?}"),
         }
     }
 
     fn note_to_all(&mut self) {
-        self.unreported = 0;
+        self.reports.unreported = 0;
     }
 
     /// Handles one message from another member.
@@ -729,75 +653,11 @@ impl Vs {
             VsMsg::Nak { stream, from, to } => self.on_nak(h.from, stream, from, to),
             VsMsg::Direct { payload } => {
                 self.counters.directs_received += 1;
-                if self.upcalls.len() < DIRECT_QUEUE_MAX {
-                    self.upcalls.push_back(Pending::Direct {
-                        from: h.from,
-                        payload: payload.to_vec(),
-                    });
-                }
+                self.delivery.direct(h.from, payload);
             }
             VsMsg::Token { round, acc, stable } => self.on_token(now, round, acc, stable),
             _ => {}
         }
-    }
-
-    /// Hands one upcall to `f`: queued events first, then the streams' next casts.
-    pub fn poll_upcall<R>(&mut self, f: impl FnOnce(Upcall<'_>) -> R) -> Option<R> {
-        if let Some(p) = self.upcalls.pop_front() {
-            let r = match &p {
-                Pending::Cast {
-                    sender,
-                    seq,
-                    payload,
-                } => f(Upcall::Cast {
-                    sender: *sender,
-                    seq: *seq,
-                    payload,
-                }),
-                Pending::Direct { from, payload } => f(Upcall::Direct {
-                    from: *from,
-                    payload,
-                }),
-                Pending::Flush => f(Upcall::Flush),
-                Pending::View(v) => f(Upcall::View(v.clone())),
-                Pending::Left => f(Upcall::Left),
-                Pending::Expelled => f(Upcall::Expelled),
-                Pending::JoinFailed => f(Upcall::JoinFailed),
-                Pending::Blocked { reachable, needed } => f(Upcall::Blocked {
-                    reachable: *reachable,
-                    needed: *needed,
-                }),
-            };
-            return Some(r);
-        }
-        let n = self.streams.len();
-        for k in 0..n {
-            let i = (self.rr + k) % n;
-            let limit = self.fl.deliver_limit(i).unwrap_or(u64::MAX);
-            let s = &self.streams[i];
-            if s.delivered < s.received && s.delivered < limit {
-                let seq = s.delivered + 1;
-                self.rr = (i + 1) % n;
-                let alone = n == 1;
-                let s = &mut self.streams[i];
-                s.delivered = seq;
-                let sender = s.addr;
-                if alone && seq > 1 {
-                    // A group of one: nobody else reports, and what this member delivered
-                    // everyone has (the window would otherwise never reopen). The cast
-                    // handed up now stays held until the next one.
-                    s.set_stable(seq - 1);
-                }
-                let s = &self.streams[i];
-                let payload = s.held.get(seq).expect("held up to received");
-                return Some(f(Upcall::Cast {
-                    sender,
-                    seq,
-                    payload,
-                }));
-            }
-        }
-        None
     }
 
     /// A one-line account of the timers and the flush, for a simulator's failure reports.
@@ -815,9 +675,9 @@ impl Vs {
             self.rank,
             self.poll_timeout().map(|t| t.0),
             timers.join(", "),
-            self.unsent_since.map(|t| t.0),
-            self.sent_upto,
-            self.suspects.iter().map(|a| a.site).collect::<Vec<_>>(),
+            self.out.unsent_since.map(|t| t.0),
+            self.out.sent_upto,
+            self.detector.suspects.iter().map(|a| a.site).collect::<Vec<_>>(),
             self.streams
                 .iter()
                 .map(|s| format!(
@@ -833,23 +693,14 @@ impl Vs {
                 ))
                 .collect::<Vec<_>>()
                 .join("; "),
-            self.token.as_ref().map(|t| t.round),
+            self.pinwheel.token.as_ref().map(|t| t.round),
             self.fl.debug(),
         )
     }
 
-    /// Whether [`Vs::poll_upcall`] has something.
-    pub fn has_upcall(&self) -> bool {
-        !self.upcalls.is_empty()
-            || self.streams.iter().enumerate().any(|(i, s)| {
-                s.delivered < s.received
-                    && s.delivered < self.fl.deliver_limit(i).unwrap_or(u64::MAX)
-            })
-    }
-
     /// Builds the next message to send into `buf`.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        if let Some((dest, b)) = self.control.pop_front() {
+        if let Some((dest, b)) = self.out.control.pop_front() {
             let n = b.len();
             buf.get_mut(..n)?.copy_from_slice(&b);
             return Some((dest, n));
@@ -890,7 +741,7 @@ impl Vs {
         }
         self.nak_tick(now);
         self.detect(now);
-        if self.leaving {
+        if self.ms.leaving {
             self.leave_tick(now);
         }
         self.flush_tick(now);

@@ -18,6 +18,61 @@ pub(super) struct Token {
     pub(super) stable: Vec<u64>,
 }
 
+/// Piggybacked stability: what the other members reported receiving, and what this member
+/// told them.
+#[derive(Debug, Default)]
+pub(super) struct Reports {
+    /// The last received vector each member reported (by rank).
+    pub(super) received: Vec<Vec<u64>>,
+    /// Casts received since this member last told the group its vector.
+    pub(super) unreported: u64,
+    /// For every stream (by rank), how far this member last told its owner it had received
+    /// it (see [`Vs::poll_ack`]).
+    pub(super) acked: Vec<u64>,
+}
+
+impl Reports {
+    /// A new view of `n` members: nothing reported yet.
+    pub(super) fn new_view(&mut self, n: usize) {
+        self.received = vec![vec![0; n]; n];
+        self.acked = vec![0; n];
+    }
+
+    /// Member `from` received every stream up to `v` (reports only grow).
+    fn merge(&mut self, from: usize, v: &[u64]) {
+        for (x, &y) in self.received[from].iter_mut().zip(v) {
+            *x = (*x).max(y);
+        }
+    }
+
+    /// How far every member but `rank` reported receiving stream `s`, at most `received`.
+    fn min_received(&self, s: usize, received: u64, rank: usize) -> u64 {
+        let mut m = received;
+        for (k, rep) in self.received.iter().enumerate() {
+            if k != rank {
+                m = m.min(rep[s]);
+            }
+        }
+        m
+    }
+}
+
+/// The pinwheel: the token while this member holds it, and what it passed on last.
+#[derive(Debug, Default)]
+pub(super) struct Pinwheel {
+    /// The token while this member holds it.
+    pub(super) token: Option<Token>,
+    /// The highest round this member has seen: of a token that came, or one it made or passed
+    /// on.
+    pub(super) round_seen: u64,
+    /// The received vector when this member last passed the token.
+    pub(super) passed_vector: Vec<u64>,
+    /// The round of the last token this member passed on (as it came).
+    pub(super) passed_round: u64,
+    /// The stable vector of the last token this member passed on (as it left).
+    pub(super) passed_stable: Vec<u64>,
+}
+
 impl Vs {
     /// Own casts not yet stable (the retransmission buffer).
     pub fn unstable(&self) -> usize {
@@ -51,22 +106,16 @@ impl Vs {
         if self.cfg.stability != Stability::Piggyback || v.len() != self.members.len() {
             return;
         }
-        let rep = &mut self.reports[from];
-        for (x, &y) in rep.iter_mut().zip(v) {
-            *x = (*x).max(y);
-        }
+        self.reports.merge(from, v);
         self.update_stable_from_reports();
     }
 
     pub(super) fn update_stable_from_reports(&mut self) {
         let n = self.members.len();
         for s in 0..n {
-            let mut m = self.streams[s].received;
-            for (k, rep) in self.reports.iter().enumerate() {
-                if k != self.rank {
-                    m = m.min(rep[s]);
-                }
-            }
+            let m = self
+                .reports
+                .min_received(s, self.streams[s].received, self.rank);
             self.streams[s].set_stable(m);
         }
     }
@@ -76,10 +125,10 @@ impl Vs {
             return;
         }
         let n = self.members.len();
-        if acc.len() != n || stable.len() != n || round < self.token_round_seen {
+        if acc.len() != n || stable.len() != n || round < self.pinwheel.round_seen {
             return;
         }
-        if round <= self.token_passed_round {
+        if round <= self.pinwheel.passed_round {
             // A second token of a round this member served: one that was thought lost and
             // replaced came back. Two tokens a round apart never merge, and each then waits
             // a heartbeat at every member (nothing new since the other passed): stability
@@ -87,11 +136,11 @@ impl Vs {
             return;
         }
         self.counters.tokens += 1;
-        self.token_round_seen = round;
+        self.pinwheel.round_seen = round;
         for (s, &x) in stable.iter().enumerate() {
             self.streams[s].set_stable(x);
         }
-        self.token = Some(Token { round, acc, stable });
+        self.pinwheel.token = Some(Token { round, acc, stable });
         self.token_held(now);
     }
 
@@ -103,13 +152,13 @@ impl Vs {
             }
         }
         let prompt = self.cfg.stability == Stability::Piggyback
-            && self.unreported >= (self.cfg.window as u64 / 4).max(1);
+            && self.reports.unreported >= (self.cfg.window as u64 / 4).max(1);
         if prompt || self.timers.expired(Timer::Heartbeat, now) {
             let n = self.write_status(buf)?;
             self.counters.heartbeats += 1;
             self.timers
                 .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
-            self.unreported = 0;
+            self.reports.unreported = 0;
             self.note_acked_all();
             return Some((Dest::All, n));
         }
@@ -121,7 +170,7 @@ impl Vs {
         let last = self
             .streams
             .get(self.rank)
-            .map_or(0, |s| s.received.min(self.sent_upto));
+            .map_or(0, |s| s.received.min(self.out.sent_upto));
         let received = self.received_report();
         msg::write(buf, &self.header(), &VsMsg::Status { last, received })
     }
@@ -129,7 +178,7 @@ impl Vs {
     /// Piggyback: every stream's owner now knows how far this member received it.
     pub(super) fn note_acked_all(&mut self) {
         if self.cfg.stability == Stability::Piggyback {
-            for (a, s) in self.acked.iter_mut().zip(&self.streams) {
+            for (a, s) in self.reports.acked.iter_mut().zip(&self.streams) {
                 *a = s.received;
             }
         }
@@ -156,7 +205,7 @@ impl Vs {
         }
         let mut owner = None;
         let mut several = false;
-        for (r, (s, &a)) in self.streams.iter().zip(&self.acked).enumerate() {
+        for (r, (s, &a)) in self.streams.iter().zip(&self.reports.acked).enumerate() {
             if r != self.rank && s.received > a {
                 several |= owner.is_some();
                 owner = Some(r);
@@ -168,11 +217,11 @@ impl Vs {
         if several {
             self.timers
                 .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
-            self.unreported = 0;
+            self.reports.unreported = 0;
             self.note_acked_all();
             Some((Dest::All, n))
         } else {
-            self.acked[owner] = self.streams[owner].received;
+            self.reports.acked[owner] = self.streams[owner].received;
             Some((Dest::To(self.members[owner]), n))
         }
     }
@@ -183,19 +232,19 @@ impl Vs {
     pub(super) fn poll_token(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Dest, usize)> {
         let n = self.members.len();
         let mine = self.received_vector();
-        if self.token.is_none() && self.rank == 0 && self.state == VsState::Normal {
+        if self.pinwheel.token.is_none() && self.rank == 0 && self.state == VsState::Normal {
             let lost = self.timers.expired(Timer::Token, now);
-            if lost || self.token_round_seen == 0 {
-                self.token_round_seen += 1;
-                self.token = Some(Token {
-                    round: self.token_round_seen,
+            if lost || self.pinwheel.round_seen == 0 {
+                self.pinwheel.round_seen += 1;
+                self.pinwheel.token = Some(Token {
+                    round: self.pinwheel.round_seen,
                     acc: vec![u64::MAX; n],
                     stable: self.stable_vector(),
                 });
                 self.token_held(now);
             }
         }
-        let t = self.token.as_ref()?;
+        let t = self.pinwheel.token.as_ref()?;
         // A token that brings a newer stable vector than the last one this member passed on
         // goes on at once too: the news is what a sender with a full window waits for. Held a
         // heartbeat at every member with nothing new of its own, a lone sender not at rank 0
@@ -209,9 +258,9 @@ impl Vs {
             .zip(&mine)
             .zip(&t.stable)
             .any(|((&a, &m), &s)| a.min(m) > s);
-        let changed = mine != self.token_passed_vector
+        let changed = mine != self.pinwheel.passed_vector
             || self.unstable() > 0
-            || t.stable != self.token_passed_stable
+            || t.stable != self.pinwheel.passed_stable
             || news;
         if !changed && !self.timers.expired(Timer::Token, now) {
             return None;
@@ -221,9 +270,9 @@ impl Vs {
             for (s, &m) in self.streams.iter_mut().zip(&mine) {
                 s.set_stable(m);
             }
-            self.token = Some(t);
+            self.pinwheel.token = Some(t);
             self.token_held(now);
-            self.token_passed_vector = mine;
+            self.pinwheel.passed_vector = mine;
             return None;
         }
         for (a, &m) in t.acc.iter_mut().zip(&mine) {
@@ -250,12 +299,12 @@ impl Vs {
                 stable: t.stable.clone(),
             },
         )?;
-        self.token_round_seen = self.token_round_seen.max(t.round);
-        self.token_passed_round = served;
-        self.token_passed_stable = t.stable;
-        self.token = None;
+        self.pinwheel.round_seen = self.pinwheel.round_seen.max(t.round);
+        self.pinwheel.passed_round = served;
+        self.pinwheel.passed_stable = t.stable;
+        self.pinwheel.token = None;
         self.token_none(now);
-        self.token_passed_vector = mine;
+        self.pinwheel.passed_vector = mine;
         Some((Dest::To(next), len))
     }
 

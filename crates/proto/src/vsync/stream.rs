@@ -7,8 +7,59 @@ use super::msg::{self, Header, VsMsg};
 use super::timer::Timer;
 use super::{Dest, Stability, ViewId, Vs, VsError, CONTROL_QUEUE_MAX, NAK_SPAN_MAX};
 use crate::addr::Address;
-use crate::pack::{PackDecision, PackMode};
+use crate::pack::{PackDecision, PackMode, Packer};
 use crate::time::Instant;
+use std::collections::VecDeque;
+
+/// This member's sending side: how far its own casts went out (the rest wait for the
+/// packer), the control messages queued, and the NAKs it owes.
+#[derive(Debug)]
+pub(super) struct Outbox {
+    /// Own casts sent up to here (the rest wait for the packer).
+    pub(super) sent_upto: u64,
+    /// When the oldest cast not yet sent was made (set through [`Vs::set_unsent_since`], which
+    /// arms the pack timer).
+    pub(super) unsent_since: Option<Instant>,
+    /// Bytes the casts not yet sent take in a `Data` message (record headers included).
+    pub(super) unsent_bytes: usize,
+    /// Casts up to here go out without waiting for the packer ([`Vs::push`]).
+    pub(super) push_upto: u64,
+    pub(super) packer: Packer,
+    pub(super) control: VecDeque<(Dest, Vec<u8>)>,
+    /// NAKs to answer: (to, stream rank, from, to, of the previous view).
+    pub(super) resend: VecDeque<(Address, usize, u64, u64, bool)>,
+}
+
+impl Outbox {
+    pub(super) fn new(packer: Packer) -> Outbox {
+        Outbox {
+            sent_upto: 0,
+            unsent_since: None,
+            unsent_bytes: 0,
+            push_upto: 0,
+            packer,
+            control: VecDeque::new(),
+            resend: VecDeque::new(),
+        }
+    }
+
+    /// A new view: own casts number from 1 again, and NAKs of the old view are void
+    /// (`unsent_since` is cleared by the caller, with its timer).
+    pub(super) fn new_view(&mut self) {
+        self.sent_upto = 0;
+        self.unsent_bytes = 0;
+        self.push_upto = 0;
+        self.resend.clear();
+    }
+
+    /// Queues a NAK's answer, unless too many wait; at most `NAK_SPAN_MAX` casts.
+    fn owe(&mut self, to: Address, rank: usize, from: u64, upto: u64, old: bool) {
+        if self.resend.len() < CONTROL_QUEUE_MAX && from <= upto {
+            self.resend
+                .push_back((to, rank, from, upto.min(from + NAK_SPAN_MAX - 1), old));
+        }
+    }
+}
 
 /// One member's stream of casts in the current view, as this member holds it.
 #[derive(Debug)]
@@ -104,9 +155,9 @@ impl Vs {
         own.held.insert(seq, payload);
         own.received = seq;
         own.highest_known = seq;
-        self.unsent_bytes += msg::RECORD_HEADER_BYTES + payload.len();
+        self.out.unsent_bytes += msg::RECORD_HEADER_BYTES + payload.len();
         self.counters.casts += 1;
-        if self.unsent_since.is_none() {
+        if self.out.unsent_since.is_none() {
             self.set_unsent_since(Some(now));
         }
         Ok(seq)
@@ -117,7 +168,7 @@ impl Vs {
     /// passes the token.
     pub fn push(&mut self) {
         if let Some(own) = self.streams.get(self.rank) {
-            self.push_upto = own.received;
+            self.out.push_upto = own.received;
         }
     }
 
@@ -153,13 +204,13 @@ impl Vs {
             }
         }
         let owner = self.streams[stream].addr;
-        if owner != self.me && !self.suspects.contains(&owner) {
+        if owner != self.me && !self.detector.suspects.contains(&owner) {
             return Some(owner);
         }
         self.members
             .iter()
             .copied()
-            .find(|&a| a != self.me && a != owner && !self.suspects.contains(&a))
+            .find(|&a| a != self.me && a != owner && !self.detector.suspects.contains(&a))
     }
 
     pub(super) fn on_data(
@@ -192,7 +243,7 @@ impl Vs {
                 match self.streams[r].insert(seq, rec, window) {
                     Ok(true) => {
                         self.counters.records_received += 1;
-                        self.unreported += 1;
+                        self.reports.unreported += 1;
                     }
                     Ok(false) => self.counters.duplicates += 1,
                     Err(()) => self.counters.dropped_beyond_window += 1,
@@ -218,10 +269,7 @@ impl Vs {
     pub(super) fn on_nak(&mut self, asker: Address, stream: Address, from: u64, to: u64) {
         self.counters.naks_received += 1;
         if let Some(r) = self.members.iter().position(|&a| a == stream) {
-            if self.resend.len() < CONTROL_QUEUE_MAX && from <= to {
-                self.resend
-                    .push_back((asker, r, from, to.min(from + NAK_SPAN_MAX - 1), false));
-            }
+            self.out.owe(asker, r, from, to, false);
         }
     }
 
@@ -234,15 +282,14 @@ impl Vs {
         let Some(r) = p.members.iter().position(|&a| a == stream) else {
             return;
         };
-        if p.members.contains(&h.from) && self.resend.len() < CONTROL_QUEUE_MAX && from <= to {
-            self.resend
-                .push_back((h.from, r, from, to.min(from + NAK_SPAN_MAX - 1), true));
+        if p.members.contains(&h.from) {
+            self.out.owe(h.from, r, from, to, true);
         }
     }
 
     /// Answers a NAK with the casts asked for that this member holds.
     pub(super) fn poll_resend(&mut self, buf: &mut [u8]) -> Option<(Dest, usize)> {
-        while let Some((to, r, from, upto, old)) = self.resend.pop_front() {
+        while let Some((to, r, from, upto, old)) = self.out.resend.pop_front() {
             let (held, stable, addr, view) = if old {
                 let Some(p) = self.prev.as_ref() else {
                     continue;
@@ -283,7 +330,7 @@ impl Vs {
             let n = msg::write_data(buf, &h, addr, first, &[], records)?;
             self.counters.records_retransmitted += last - first + 1;
             if last < upto {
-                self.resend.push_front((to, r, last + 1, upto, old));
+                self.out.resend.push_front((to, r, last + 1, upto, old));
             }
             return Some((Dest::To(to), n));
         }
@@ -296,12 +343,12 @@ impl Vs {
         // Own casts can become stable, and leave `held`, before the packer sent them: a NAK
         // (a flush's fetch of the cut) is answered from `held` while the packer still holds
         // them back. Everyone has those; this panicked on the missing casts.
-        if self.sent_upto < own.stable {
-            self.sent_upto = own.stable;
+        if self.out.sent_upto < own.stable {
+            self.out.sent_upto = own.stable;
         }
-        if self.sent_upto >= own.received {
+        if self.out.sent_upto >= own.received {
             self.set_unsent_since(None);
-            self.unsent_bytes = 0;
+            self.out.unsent_bytes = 0;
             return None;
         }
         let vector = match self.cfg.stability {
@@ -309,16 +356,20 @@ impl Vs {
             Stability::Pinwheel => 0,
         };
         let room = self.cfg.packet_bytes_max.min(buf.len());
-        let cap = self.packer.messages_per_packet_max().min(msg::RECORDS_MAX);
+        let cap = self
+            .out
+            .packer
+            .messages_per_packet_max()
+            .min(msg::RECORDS_MAX);
         // Whether the waiting casts fill a message, from the running total: no walk over
         // them while the packer holds them (a burst would make that quadratic).
-        let unsent = (own.received - self.sent_upto) as usize;
-        let full = msg::data_bytes(vector, std::iter::empty()) + self.unsent_bytes > room
+        let unsent = (own.received - self.out.sent_upto) as usize;
+        let full = msg::data_bytes(vector, std::iter::empty()) + self.out.unsent_bytes > room
             || unsent >= cap
-            || self.push_upto > self.sent_upto;
-        let in_flight = own.stable < self.sent_upto;
-        let since = self.unsent_since.unwrap_or(now);
-        if let PackDecision::HoldUntil(t) = self.packer.decide(since, full, in_flight) {
+            || self.out.push_upto > self.out.sent_upto;
+        let in_flight = own.stable < self.out.sent_upto;
+        let since = self.out.unsent_since.unwrap_or(now);
+        if let PackDecision::HoldUntil(t) = self.out.packer.decide(since, full, in_flight) {
             if t > now {
                 return None;
             }
@@ -326,7 +377,7 @@ impl Vs {
         let mut bytes = msg::data_bytes(vector, std::iter::empty());
         let mut count = 0usize;
         let mut taken = 0usize;
-        for p in own.held.range(self.sent_upto + 1, u64::MAX) {
+        for p in own.held.range(self.out.sent_upto + 1, u64::MAX) {
             let add = msg::RECORD_HEADER_BYTES + p.len();
             if count > 0 && (bytes + add > room || count >= cap) {
                 break;
@@ -337,20 +388,20 @@ impl Vs {
         }
         let report = self.received_report();
         let own = &self.streams[self.rank];
-        let first = self.sent_upto + 1;
+        let first = self.out.sent_upto + 1;
         let h = self.header();
         let records = own.held.range(first, first + count as u64);
         let n = msg::write_data(buf, &h, self.me, first, &report, records)?;
-        self.sent_upto += count as u64;
-        self.unsent_bytes -= taken;
-        let rest = (self.sent_upto < own.received).then_some(now);
+        self.out.sent_upto += count as u64;
+        self.out.unsent_bytes -= taken;
+        let rest = (self.out.sent_upto < own.received).then_some(now);
         self.set_unsent_since(rest);
-        self.packer.record(count);
+        self.out.packer.record(count);
         self.counters.data_sent += 1;
         self.counters.records_sent += count as u64;
         self.timers
             .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
-        self.unreported = 0;
+        self.reports.unreported = 0;
         self.note_acked_all();
         Some((Dest::All, n))
     }
@@ -390,8 +441,8 @@ impl Vs {
     /// The oldest own cast not yet sent was made at `since` (`None`: all are sent); the
     /// packer holds it until the pack timer.
     pub(super) fn set_unsent_since(&mut self, since: Option<Instant>) {
-        self.unsent_since = since;
-        let hold = match self.packer.mode {
+        self.out.unsent_since = since;
+        let hold = match self.out.packer.mode {
             PackMode::Fixed { delay } | PackMode::Adaptive { delay_max: delay } => Some(delay),
             PackMode::Off => None,
         };

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::pack::PackMode;
+use std::collections::VecDeque;
 
 fn addr(i: u16) -> Address {
     Address::new(1, i, 1, 0)
