@@ -1186,6 +1186,7 @@ impl Engine {
             n += 1;
             match e.to {
                 Some(to) if e.port_unreachable() => {
+                    tracing::debug!(port = %ep.addr, %to, "port unreachable reported");
                     ep.counters
                         .unreachable_reports
                         .fetch_add(1, Ordering::Relaxed);
@@ -1194,6 +1195,7 @@ impl Engine {
                     }
                 }
                 _ => {
+                    tracing::debug!(port = %ep.addr, report = ?e, "send error reported");
                     ep.counters.send_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -8,7 +8,8 @@
 //! directory) is removed on drop, also when the test panics.
 //!
 //! Needs root, `ip` and `nft`; [`Cluster::new`] returns `None` after printing one line
-//! saying why the test is skipped when it cannot build the cluster.
+//! saying why the test is skipped when it cannot build the cluster. `TXCAST_NETNS_STDERR=DIR`
+//! keeps every process's stderr in DIR (with `--log` among a member's options, its log).
 
 #![allow(dead_code)]
 
@@ -351,13 +352,25 @@ impl Cluster {
 
     /// Starts `program args` in host `host`, its stdout and stderr piped.
     pub fn spawn(&self, host: usize, program: &Path, args: &[String]) -> Proc {
+        // `TXCAST_NETNS_STDERR=DIR` keeps every process's stderr (its `--log` output) in
+        // `DIR/<cluster id>-h<host>-<n>.log`, for looking into a run; otherwise it is piped.
+        let stderr = match std::env::var_os("TXCAST_NETNS_STDERR") {
+            Some(dir) => {
+                let n = self.live.lock().expect("live").len();
+                let name = format!("{}-h{host}-{n}.log", self.id);
+                std::fs::File::create(Path::new(&dir).join(name))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::piped())
+            }
+            None => Stdio::piped(),
+        };
         let child = Command::new("ip")
             .args(["netns", "exec", &self.hosts[host].ns])
             .arg(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("ip netns exec {program:?}: {e}"));
         // `ip netns exec` execs the program in place: this pid is the program's.
