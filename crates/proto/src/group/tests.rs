@@ -894,6 +894,15 @@ impl Net {
         }
     }
 
+    /// Whether every one of `members` delivered a rebuilt view.
+    fn all_rebuilt(&mut self, members: &[Address]) -> bool {
+        members.iter().all(|&a| {
+            self.delivered(a)
+                .iter()
+                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
+        })
+    }
+
     fn run_for(&mut self, d: Duration) {
         self.run_until(d, |_| false);
     }
@@ -1283,13 +1292,7 @@ fn a_crashed_member_is_detected_and_the_group_rebuilt() {
     assert_eq!(net.m(B).send(now, b"before"), Ok(1));
     net.flush();
     net.crashed.push(C);
-    let rebuilt = |n: &mut Net| {
-        [A, B].iter().all(|&a| {
-            n.delivered(a)
-                .iter()
-                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
-        })
-    };
+    let rebuilt = |n: &mut Net| n.all_rebuilt(&[A, B]);
     // Silence (500 ms), three probes (100 ms apart), then invitations: well within 3 s.
     assert!(!net.run_until(Duration::from_millis(450), rebuilt));
     assert!(net.run_until(Duration::from_secs(3), rebuilt));
@@ -1335,13 +1338,7 @@ fn a_member_reported_unreachable_is_declared_dead_after_the_short_silence() {
     net.crashed.push(C);
     let now = net.now;
     net.m(A).peer_unreachable(now, C);
-    let rebuilt = |n: &mut Net| {
-        [A, B].iter().all(|&a| {
-            n.delivered(a)
-                .iter()
-                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
-        })
-    };
+    let rebuilt = |n: &mut Net| n.all_rebuilt(&[A, B]);
     // Dead once silent for `unreachable_silence` (100 ms), no probes: rebuilt long before
     // the 500 ms silence would even start the probes.
     assert!(!net.run_until(Duration::from_millis(90), rebuilt));
@@ -1360,13 +1357,7 @@ fn what_a_dead_member_sent_before_the_report_does_not_cancel_it() {
     assert_eq!(net.m(C).send(now, b"last words"), Ok(1));
     net.run_for(Duration::from_millis(10));
     net.crashed.push(C);
-    let rebuilt = |n: &mut Net| {
-        [A, B].iter().all(|&a| {
-            n.delivered(a)
-                .iter()
-                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
-        })
-    };
+    let rebuilt = |n: &mut Net| n.all_rebuilt(&[A, B]);
     assert!(net.run_until(Duration::from_millis(300), rebuilt));
     assert_eq!(net.m(A).members(), &[A, B]);
 }
@@ -1396,13 +1387,7 @@ fn a_crashed_sequencer_is_replaced() {
     let cfg = cfg();
     let mut net = Net::with_members(&cfg, 3);
     net.crashed.push(A);
-    let rebuilt = |n: &mut Net| {
-        [B, C].iter().all(|&a| {
-            n.delivered(a)
-                .iter()
-                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
-        })
-    };
+    let rebuilt = |n: &mut Net| n.all_rebuilt(&[B, C]);
     assert!(net.run_until(Duration::from_secs(5), rebuilt));
     let (db, dc) = (net.delivered(B), net.delivered(C));
     let Some((seq, Rec::Rebuilt(epoch, members, removed))) = db.last().cloned() else {
@@ -1445,13 +1430,7 @@ fn a_rebuild_does_not_wait_for_the_member_declared_dead() {
     let mut net = Net::with_members(&cfg, 3);
     let start = net.now;
     net.crashed.push(A);
-    let rebuilt = |n: &mut Net| {
-        [B, C].iter().all(|&a| {
-            n.delivered(a)
-                .iter()
-                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
-        })
-    };
+    let rebuilt = |n: &mut Net| n.all_rebuilt(&[B, C]);
     assert!(net.run_until(Duration::from_secs(5), rebuilt));
     // Detection: silence, then `probes_max` probes; then one exchange of the rebuild.
     let detection = cfg.silence_timeout + cfg.probe_interval * cfg.probes_max;
@@ -1470,13 +1449,7 @@ fn an_invitation_repeated_after_a_lost_answer_is_answered_again() {
     // B's answer to A's invitation is lost. A invites it again; B, already in that epoch,
     // must answer again, or A counts two survivors of four and the rebuild fails.
     net.lose.push((B, MsgKind::InviteReply));
-    let rebuilt = |n: &mut Net| {
-        [A, B, C].iter().all(|&a| {
-            n.delivered(a)
-                .iter()
-                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
-        })
-    };
+    let rebuilt = |n: &mut Net| n.all_rebuilt(&[A, B, C]);
     assert!(net.run_until(Duration::from_secs(3), rebuilt));
     assert!(net.lose.is_empty(), "the answer was lost");
     assert!(!net
@@ -1799,13 +1772,7 @@ fn a_member_of_a_newer_view_refuses_to_help_rebuild_the_old_one() {
     // record: a view only installed is not yet the one rebuilds are rounds on). Then C is cut
     // off too, and B, alone of two, cannot rebuild: it blocks.
     net.crashed.push(A);
-    let rebuilt = |n: &mut Net| {
-        [B, C].iter().all(|&a| {
-            n.delivered(a)
-                .iter()
-                .any(|r| matches!(r.1, Rec::Rebuilt(..)))
-        })
-    };
+    let rebuilt = |n: &mut Net| n.all_rebuilt(&[B, C]);
     assert!(net.run_until(Duration::from_secs(5), rebuilt));
     let newer = net.m(B).info().epoch;
     net.crashed.push(C);
