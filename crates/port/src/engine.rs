@@ -1180,8 +1180,13 @@ impl Engine {
     fn take_send_errors(&self, ep: &Endpoint, socket: &UdpSocket) -> usize {
         let mut n = 0;
         while n < SEND_ERRORS_PER_CYCLE {
-            let Ok(Some(e)) = crate::mmsg::take_send_error(socket) else {
-                break;
+            let e = match crate::mmsg::take_send_error(socket) {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(err) => {
+                    tracing::debug!(port = %ep.addr, %err, "reading the error queue failed");
+                    break;
+                }
             };
             n += 1;
             match e.to {

@@ -136,6 +136,12 @@ fn send_headers(socket: &UdpSocket, msgs: &mut [MMsgHdr<'_>]) -> usize {
     while off < msgs.len() {
         match rustix::net::sendmmsg(socket, &mut msgs[off..], SEND_FLAGS) {
             Ok(n) => {
+                // The kernel stops a batch short at the first message that fails and returns
+                // the count, the error dropped: it may have been a pending report, so the
+                // engine is told to look at its queues (an empty queue costs one read).
+                if off + n < msgs.len() {
+                    SENDS_FOUND_REPORTS.fetch_add(1, Ordering::Relaxed);
+                }
                 off += n;
                 sent += n;
                 tries = 0;
