@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{LinkConfig, LinkEvent, LinkIo, LinkTable, TableRefusal};
 use txcast_proto::wire::{
-    parse_datagram, ClusterKey, KeyRing, KeyRingError, Kind, MulticastBody, Packet, PacketKey,
-    Records, WireError,
+    parse_datagram, ClusterKey, DatagramBody, KeyRing, KeyRingError, Kind, MulticastBody, Packet,
+    PacketHeader, PacketKey, Records, WireError,
 };
 use txcast_proto::{Address, Instant, TxnId};
 
@@ -325,6 +325,12 @@ pub(crate) struct Endpoint {
     pub sockaddr: SocketAddr,
     /// The socket blocks (invoker mode) and a read waits at most this long for a datagram.
     pub blocking_sleep: Option<Duration>,
+    /// With a cluster key: the replay windows of the sources of this port's datagrams and
+    /// multicasts, and what it knows of its peers' incarnations (`txcast_proto::replay`).
+    /// Lock order: after `links`.
+    pub replay: Option<Mutex<txcast_proto::replay::ReplayGuard>>,
+    /// The sequence number of this port's last numbered datagram or multicast.
+    pub numbered_seq: AtomicU64,
     /// The services the engine runs for this port (groups, a served RPC endpoint or module
     /// host, a long-message receiver).
     pub extensions: crate::extension::Extensions,
@@ -1267,6 +1273,15 @@ impl Engine {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
+        // With a key, a datagram or multicast teaches its source's incarnation; a new one
+        // releases the datagrams kept for it (after this packet's own answer, below). Link and
+        // group packets are left out: they would take the guard's lock on their hot path.
+        let learned = matches!(h.kind, Kind::Datagram | Kind::Multicast)
+            && ep.replay.as_ref().is_some_and(|g| {
+                g.lock()
+                    .expect("replay lock")
+                    .learn(h.source, h.incarnation)
+            });
         match h.kind {
             Kind::Data | Kind::Ack => {
                 let r = ep.links.lock().expect("links lock").handle_packet(now, &p);
@@ -1282,34 +1297,46 @@ impl Engine {
                     }
                 }
             }
-            Kind::Datagram | Kind::Group => {
+            Kind::Datagram => {
+                let Ok(d) = DatagramBody::parse(h.flags, p.body) else {
+                    ep.counters.refuse(Refusal::Body, ep.addr, now);
+                    return;
+                };
+                if !self.fresh(ep, &h, from, (d.numbering, false, d.count), now) {
+                    self.release_kept(ep, &h, learned, now);
+                    return;
+                }
+                let ext = ep.extensions.for_kind(h.kind);
+                for r in d.records().flatten() {
+                    if r.fragment.is_some() {
+                        ep.counters.refuse(Refusal::Body, ep.addr, now);
+                        continue;
+                    }
+                    ep.counters
+                        .datagrams_received
+                        .fetch_add(1, Ordering::Relaxed);
+                    if ext.is_some_and(|x| x.take(self, ep, h.source, r.payload)) {
+                        continue;
+                    }
+                    deliver(ep, h.source, TxnId(0), r.payload);
+                }
+            }
+            Kind::Group => {
                 if parse_datagram(p.body).is_err() {
                     ep.counters.refuse(Refusal::Body, ep.addr, now);
                     return;
                 }
                 let ext = ep.extensions.for_kind(h.kind);
                 for r in Records::new(p.body).flatten() {
-                    if r.fragment.is_some() {
-                        ep.counters.refuse(Refusal::Body, ep.addr, now);
-                        continue;
-                    }
-                    if h.kind == Kind::Datagram {
-                        ep.counters
-                            .datagrams_received
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    if ext.is_some_and(|x| x.take(self, ep, h.source, r.payload)) {
-                        continue;
-                    }
-                    if h.kind == Kind::Datagram {
-                        deliver(ep, h.source, TxnId(0), r.payload);
-                    } else {
+                    if r.fragment.is_some()
+                        || !ext.is_some_and(|x| x.take(self, ep, h.source, r.payload))
+                    {
                         ep.counters.refuse(Refusal::Body, ep.addr, now);
                     }
                 }
             }
             Kind::Multicast => {
-                let Ok(m) = MulticastBody::parse(p.body) else {
+                let Ok(m) = MulticastBody::parse_flags(h.flags, p.body) else {
                     ep.counters.refuse(Refusal::Body, ep.addr, now);
                     return;
                 };
@@ -1317,14 +1344,66 @@ impl Engine {
                     ep.counters
                         .dropped_not_joined
                         .fetch_add(1, Ordering::Relaxed);
-                    return;
+                } else if self.fresh(ep, &h, from, (m.numbering, true, m.count), now) {
+                    for r in m.records().flatten() {
+                        ep.counters
+                            .multicast_received
+                            .fetch_add(1, Ordering::Relaxed);
+                        deliver(ep, h.source, m.txn, r.payload);
+                    }
                 }
-                for r in m.records().flatten() {
-                    ep.counters
-                        .multicast_received
-                        .fetch_add(1, Ordering::Relaxed);
-                    deliver(ep, h.source, m.txn, r.payload);
-                }
+            }
+        }
+        self.release_kept(ep, &h, learned, now);
+    }
+
+    /// With a key, whether a DATAGRAM (`multicast` false) or MULTICAST of `h` carrying
+    /// `numbering` and `records` records is fresh: not a replay, and from a source that has
+    /// shown it knows this port's incarnation (`txcast_proto::replay`). Sends the hello the
+    /// guard asks for, to `from` (where a spoofed replay's named source is). Without a key,
+    /// always true.
+    fn fresh(
+        &self,
+        ep: &Endpoint,
+        h: &PacketHeader,
+        from: SocketAddr,
+        (numbering, multicast, records): (Option<txcast_proto::wire::Numbering>, bool, usize),
+        now: Instant,
+    ) -> bool {
+        let Some(guard) = ep.replay.as_ref() else {
+            return true;
+        };
+        let a = txcast_proto::replay::Arrival {
+            source: h.source,
+            incarnation: h.incarnation,
+            numbering,
+            multicast,
+            records,
+            ack_now: h.flags & txcast_proto::wire::FLAG_ACK_NOW != 0,
+        };
+        let v = guard.lock().expect("replay lock").check(now, a);
+        if let Some(ask) = v.hello {
+            crate::port::send_hello(self, ep, h.source, h.incarnation, from, ask);
+        }
+        if let Some(why) = v.refused {
+            tracing::trace!(port = %ep.addr, source = %h.source, ?why, "not fresh");
+        }
+        v.refused.is_none()
+    }
+
+    /// Sends the datagrams kept for `h`'s source, when this packet taught its incarnation
+    /// (`learned`).
+    fn release_kept(&self, ep: &Endpoint, h: &PacketHeader, learned: bool, now: Instant) {
+        if !learned {
+            return;
+        }
+        let Some(guard) = ep.replay.as_ref() else {
+            return;
+        };
+        let kept = guard.lock().expect("replay lock").take_kept(now, h.source);
+        for k in kept {
+            if let Err(e) = crate::port::send_kept(self, ep, h.source, k.txn, &k.msg) {
+                tracing::debug!(port = %ep.addr, dest = %h.source, %e, "kept datagram not sent");
             }
         }
     }

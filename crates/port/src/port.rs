@@ -21,9 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use txcast_proto::link::{LinkCounters, LinkTable, TableSendError};
+use txcast_proto::replay::{ReplayCounters, ReplayGuard};
 use txcast_proto::wire::{
-    Kind, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES, PACKET_BYTES_MAX,
-    RECORD_HEADER_BYTES, TRAILER_BYTES_MAX,
+    Kind, Numbering, PacketHeader, PacketWriter, HEADER_BYTES, MAC_BYTES, MULTICAST_PREFIX_BYTES,
+    NUMBERING_BYTES, PACKET_BYTES_MAX, RECORD_HEADER_BYTES, TRAILER_BYTES_MAX,
 };
 use txcast_proto::{Address, AddressHash, TxnId};
 
@@ -137,6 +138,10 @@ pub struct PortCounters {
     /// Other errors the kernel reported about datagrams this port sent.
     pub send_errors: u64,
     pub reclaimed_dead_owner: bool,
+    /// With a cluster key: datagrams and multicasts refused as replays (or not proven fresh),
+    /// hellos asked for and answered, windows and kept datagrams dropped for room
+    /// (`txcast_proto::replay`). All zero without a key.
+    pub replays: ReplayCounters,
     pub links: LinkCounters,
     /// Packets that carried k messages, k = index (the last bin: that many or more).
     pub pack_histogram: Vec<u64>,
@@ -256,6 +261,12 @@ impl Port {
             ring_blocked: AtomicBool::new(false),
             sockaddr,
             blocking_sleep,
+            replay: engine
+                .shared
+                .keys
+                .is_some()
+                .then(|| Mutex::new(ReplayGuard::new(incarnation))),
+            numbered_seq: std::sync::atomic::AtomicU64::new(0),
             extensions: Default::default(),
             waker: ring.waker(),
         });
@@ -677,8 +688,9 @@ impl Port {
         // Built in the batch itself: no copy of the packet.
         let header = self.header(dest);
         let key = self.engine.shared.send_key();
+        let numbering = number(&self.engine, &self.ep, dest, None, &[msg], true);
         self.batch.push_built(cap, to, |buf| {
-            build_packet(buf, header, key.as_deref(), None, msg)
+            build_packet(buf, header, key.as_deref(), None, numbering, msg)
         })
     }
 
@@ -692,7 +704,7 @@ impl Port {
     /// to `dest`'s socket.
     fn send_udp(&mut self, dest: Address, txn: Option<TxnId>, msg: &[u8]) -> Result<(), PortError> {
         let to = self.engine.socket_addr(dest)?;
-        let (buf, n) = self.build_one(dest, txn, msg)?;
+        let (buf, n) = self.build_one(dest, txn, msg, true)?;
         if self.engine.inject_loss() {
             // As if lost on the wire.
             self.scratch = buf;
@@ -732,17 +744,21 @@ impl Port {
     /// Builds, in the port's scratch buffer, a DATAGRAM (or, with a transaction, MULTICAST)
     /// packet holding just `msg`; returns the buffer (give it back to `scratch`) and the
     /// packet's length.
+    /// `keep`: `dest` is the one destination, and a copy is kept for it while its incarnation
+    /// is not known (with a key; see [`number`]).
     fn build_one(
         &mut self,
         dest: Address,
         txn: Option<TxnId>,
         msg: &[u8],
+        keep: bool,
     ) -> Result<(Vec<u8>, usize), PortError> {
         let header = self.header(dest);
         let key = self.engine.shared.send_key();
+        let numbering = number(&self.engine, &self.ep, dest, txn, &[msg], keep);
         let mut buf = std::mem::take(&mut self.scratch);
         buf.resize(self.packet_room(msg), 0);
-        match build_packet(&mut buf, header, key.as_deref(), txn, msg) {
+        match build_packet(&mut buf, header, key.as_deref(), txn, numbering, msg) {
             Ok(n) => Ok((buf, n)),
             Err(e) => {
                 self.scratch = buf;
@@ -754,7 +770,12 @@ impl Port {
     /// Room a packet holding just `msg` is built in: a datagram may be longer than the link's
     /// packets, up to a UDP datagram.
     fn packet_room(&self, msg: &[u8]) -> usize {
-        let need = HEADER_BYTES + RECORD_HEADER_BYTES + TRAILER_BYTES_MAX + msg.len();
+        let need = HEADER_BYTES
+            + MULTICAST_PREFIX_BYTES
+            + NUMBERING_BYTES
+            + RECORD_HEADER_BYTES
+            + TRAILER_BYTES_MAX
+            + msg.len();
         need.clamp(self.engine.config().link.packet_bytes_max, PACKET_BYTES_MAX)
     }
 
@@ -834,7 +855,7 @@ impl Port {
         msg: &[u8],
     ) -> Result<usize, PortError> {
         let engine = self.engine.clone();
-        let (buf, n) = self.build_one(template, Some(txn), msg)?;
+        let (buf, n) = self.build_one(template, Some(txn), msg, false)?;
         let r = self.multicast_packet(&engine, txn, template, sites, msg, &buf[..n]);
         self.scratch = buf;
         r
@@ -862,6 +883,9 @@ impl Port {
         for &site in sites {
             let dest = Address { site, ..template };
             if dest != self.addr {
+                if let Some(g) = self.ep.replay.as_ref() {
+                    keep_unless_known(engine, g, dest, Some(txn), &[msg], true);
+                }
                 match engine.socket_addr(dest) {
                     Ok(a) => to.push(a),
                     Err(e) => {
@@ -1123,6 +1147,12 @@ impl Port {
             unreachable_reports: c.unreachable_reports.load(Ordering::Relaxed),
             send_errors: c.send_errors.load(Ordering::Relaxed),
             reclaimed_dead_owner: self.ring.reclaimed(),
+            replays: self
+                .ep
+                .replay
+                .as_ref()
+                .map(|g| g.lock().expect("replay lock").counters())
+                .unwrap_or_default(),
             links: links.counters(),
             pack_histogram: hist,
         }
@@ -1293,18 +1323,21 @@ fn map_send_error(e: SendError, dest: Address) -> PortError {
     }
 }
 
-/// Writes into `buf` a DATAGRAM (or, with a transaction, MULTICAST) packet holding just `msg`;
-/// its length.
+/// Writes into `buf` a DATAGRAM (or, with a transaction, MULTICAST) packet holding just `msg`,
+/// numbered when `numbering` is given; its length.
 fn build_packet(
     buf: &mut [u8],
     header: PacketHeader,
     key: Option<&txcast_proto::wire::PacketKey>,
     txn: Option<TxnId>,
+    numbering: Option<Numbering>,
     msg: &[u8],
 ) -> Result<usize, PortError> {
-    let mut w = match txn {
-        None => PacketWriter::datagram(buf, header, key),
-        Some(t) => PacketWriter::multicast(buf, header, key, t),
+    let mut w = match (txn, numbering) {
+        (None, None) => PacketWriter::datagram(buf, header, key),
+        (None, Some(n)) => PacketWriter::datagram_numbered(buf, header, key, n),
+        (Some(t), None) => PacketWriter::multicast(buf, header, key, t),
+        (Some(t), Some(n)) => PacketWriter::multicast_numbered(buf, header, key, t, n),
     };
     if !w.push(msg) {
         return Err(PortError::TooLong {
@@ -1313,6 +1346,115 @@ fn build_packet(
         });
     }
     Ok(w.finish())
+}
+
+/// With a cluster key, the numbering of the next datagram (or, with `txn`, multicast) from
+/// `ep`'s port to `dest`: the port's next sequence number and, in a datagram, `dest`'s
+/// incarnation as last learned. When `keep` and `dest`'s incarnation is not known, `dest`
+/// refuses the packet (it could be a replay) and asks for a hello; a copy of `parts` is kept
+/// to go again once that teaches the incarnation (see `txcast_proto::replay`). `None` without
+/// a key.
+pub(crate) fn number(
+    engine: &Engine,
+    ep: &Endpoint,
+    dest: Address,
+    txn: Option<TxnId>,
+    parts: &[&[u8]],
+    keep: bool,
+) -> Option<Numbering> {
+    let guard = ep.replay.as_ref()?;
+    let seq = ep.numbered_seq.fetch_add(1, Ordering::Relaxed) + 1;
+    let known = if keep || txn.is_none() {
+        keep_unless_known(engine, guard, dest, txn, parts, keep)
+    } else {
+        None
+    };
+    Some(Numbering {
+        seq,
+        dst_incarnation: if txn.is_some() { 0 } else { known.unwrap_or(0) },
+    })
+}
+
+/// `dest`'s incarnation if `guard` knows it; otherwise, when `keep`, a copy of `parts` (a
+/// multicast of `txn`, or a datagram) is kept for it.
+fn keep_unless_known(
+    engine: &Engine,
+    guard: &Mutex<ReplayGuard>,
+    dest: Address,
+    txn: Option<TxnId>,
+    parts: &[&[u8]],
+    keep: bool,
+) -> Option<u64> {
+    let mut g = guard.lock().expect("replay lock");
+    let known = g.incarnation_of(dest);
+    if known.is_none() && keep {
+        g.keep(engine.now(), dest, txn, &parts.concat());
+    }
+    known
+}
+
+/// Sends again a message kept for `dest` until its incarnation was known (`number`): a
+/// datagram, or a multicast of `txn` to `dest` alone.
+pub(crate) fn send_kept(
+    engine: &Engine,
+    ep: &Endpoint,
+    dest: Address,
+    txn: Option<TxnId>,
+    msg: &[u8],
+) -> Result<(), PortError> {
+    let Some(t) = txn else {
+        return send_udp_gather(engine, ep, dest, &[msg]);
+    };
+    let to = engine.socket_addr(dest)?;
+    let numbering = number(engine, ep, dest, Some(t), &[msg], false);
+    let key = engine.shared.send_key();
+    let mut buf = vec![0u8; PACKET_BYTES_MAX];
+    let n = build_packet(
+        &mut buf,
+        header(engine, ep, dest),
+        key.as_deref(),
+        Some(t),
+        numbering,
+        msg,
+    )?;
+    if engine.inject_loss() {
+        return Ok(());
+    }
+    crate::mmsg::send_to(&ep.socket, &buf[..n], &to)
+        .map(|_| ())
+        .map_err(PortError::Io)
+}
+
+/// A hello from `ep`'s port to `dest` of incarnation `dst_incarnation`, at `to`: a numbered
+/// datagram without records that teaches `dest` this port's incarnation and makes its window
+/// for this port; `ask` asks for one back (`FLAG_ACK_NOW`).
+pub(crate) fn send_hello(
+    engine: &Engine,
+    ep: &Endpoint,
+    dest: Address,
+    dst_incarnation: u64,
+    to: SocketAddr,
+    ask: bool,
+) {
+    let seq = ep.numbered_seq.fetch_add(1, Ordering::Relaxed) + 1;
+    let key = engine.shared.send_key();
+    let mut buf = [0u8; HEADER_BYTES + NUMBERING_BYTES + TRAILER_BYTES_MAX];
+    let n = Numbering {
+        seq,
+        dst_incarnation,
+    };
+    let mut w =
+        PacketWriter::datagram_numbered(&mut buf, header(engine, ep, dest), key.as_deref(), n);
+    if ask {
+        w.set_flags(txcast_proto::wire::FLAG_ACK_NOW);
+    }
+    let len = w.finish();
+    if engine.inject_loss() {
+        return;
+    }
+    if crate::mmsg::send_to(&ep.socket, &buf[..len], &to).is_ok() {
+        ep.counters.packets_sent.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The header of a datagram from `ep`'s port to `dest`.
@@ -1341,13 +1483,15 @@ pub(crate) fn send_udp_gather(
     if let Some(k) = key.as_deref().filter(|k| k.seals()) {
         return send_sealed_gather(engine, ep, dest, to, k, parts);
     }
+    let numbering = number(engine, ep, dest, None, parts, true);
     let mut head = [0u8; txcast_proto::wire::GATHER_HEAD_BYTES];
     let mut mac = [0u8; MAC_BYTES];
-    let (mac_len, _) = txcast_proto::wire::datagram_gather(
+    let (head_len, mac_len, _) = txcast_proto::wire::datagram_gather(
         &mut head,
         &mut mac,
         header(engine, ep, dest),
         key.as_deref(),
+        numbering,
         parts,
     )
     .ok_or(PortError::TooLong {
@@ -1364,7 +1508,7 @@ pub(crate) fn send_udp_gather(
             max: 4,
         });
     }
-    all[0] = &head;
+    all[0] = &head[..head_len];
     all[1..1 + parts.len()].copy_from_slice(parts);
     all[1 + parts.len()] = &mac[..mac_len];
     crate::mmsg::send_gather(&ep.socket, &all[..2 + parts.len()], &to)
@@ -1388,7 +1532,12 @@ fn send_sealed_gather(
         return Err(PortError::TooLong { len, max });
     }
     let mut buf = vec![0u8; txcast_proto::wire::GATHER_HEAD_BYTES + len + key.trailer_bytes()];
-    let mut w = PacketWriter::datagram(&mut buf, header(engine, ep, dest), Some(key));
+    let numbering = number(engine, ep, dest, None, parts, true);
+    let h = header(engine, ep, dest);
+    let mut w = match numbering {
+        Some(n) => PacketWriter::datagram_numbered(&mut buf, h, Some(key), n),
+        None => PacketWriter::datagram(&mut buf, h, Some(key)),
+    };
     if !w.push_parts(parts) {
         return Err(PortError::TooLong { len, max });
     }

@@ -29,6 +29,7 @@ pub mod module;
 pub mod oracle;
 pub mod order;
 pub mod pack;
+pub mod replay;
 pub mod rng;
 pub mod rpc;
 pub mod stack;

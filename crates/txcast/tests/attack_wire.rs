@@ -412,3 +412,190 @@ fn replayed_group_traffic_is_not_delivered_again() {
         e.shutdown();
     }
 }
+
+/// Every message `port` receives within `for_`, as text.
+fn drain(port: &mut Port, for_: Duration) -> Vec<String> {
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    let until = Instant::now() + for_;
+    while Instant::now() < until {
+        match port.try_recv(&mut buf) {
+            Some(r) => got.push(String::from_utf8_lossy(&buf[..r.len]).into_owned()),
+            None => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    got
+}
+
+/// Sends `a` → `b` datagrams tagged `probe` until one arrives: the two know each other's
+/// incarnations (a datagram sent before that is refused, as it may be a replay).
+fn until_acquainted(a: &mut Port, b: &mut Port) {
+    let until = Instant::now() + WAIT;
+    loop {
+        a.send_datagram(b.address(), b"probe").unwrap();
+        if drain(b, Duration::from_millis(20))
+            .iter()
+            .any(|m| m == "probe")
+        {
+            return;
+        }
+        assert!(Instant::now() < until, "no datagram got through");
+    }
+}
+
+/// `n` datagrams and `n` multicasts (transaction `txn`) from `a` to `b`, tagged `tag`; the
+/// messages they carry.
+fn datagrams_and_multicasts(
+    a: &mut Port,
+    b: Address,
+    txn: txcast_proto::TxnId,
+    tag: &str,
+    n: usize,
+) -> Vec<String> {
+    let mut sent = Vec::new();
+    for i in 0..n {
+        let d = format!("{tag} datagram {i}");
+        a.send_datagram(b, d.as_bytes()).unwrap();
+        let m = format!("{tag} multicast {i}");
+        assert_eq!(a.multicast(txn, b, &[b.site], m.as_bytes()).unwrap(), 1);
+        sent.push(d);
+        sent.push(m);
+        if i % 8 == 7 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    sent.sort();
+    sent
+}
+
+/// With a cluster key, datagrams and transaction multicasts captured on the wire and replayed
+/// with their source's address are not delivered again: at once, after more traffic, and
+/// after the receiver restarted and joined the same transaction again (the replay windows
+/// of `txcast_proto::replay`). The receiver answers replays with at most one hello per source
+/// per interval, to the source they name.
+#[test]
+fn replayed_datagrams_and_multicasts_are_not_delivered_again() {
+    use txcast_proto::TxnId;
+    if !raw_available() {
+        println!("attack_wire: skipped, raw sockets need root (CAP_NET_RAW)");
+        return;
+    }
+    let (ea, eb) = (engine(), engine());
+    let (addr_a, addr_b) = (Address::new(4, 0, 1, 0), Address::new(4, 1, 1, 0));
+    let sa = v4(cluster().socket_addr(addr_a).unwrap());
+    let sb = v4(cluster().socket_addr(addr_b).unwrap());
+    let mut a = Port::open_on(&ea, addr_a, PortConfig::default()).unwrap();
+    let mut b = Port::open_on(&eb, addr_b, PortConfig::default()).unwrap();
+    let txn = TxnId(0x7e57);
+    b.join_txn(txn).unwrap();
+    let sniffer =
+        Sniffer::start(move |c| (c.from == sa && c.to == sb) || (c.from == sb && c.to == sa))
+            .unwrap();
+    until_acquainted(&mut a, &mut b);
+    let sent = datagrams_and_multicasts(&mut a, addr_b, txn, "first", 40);
+    let mut got = drain(&mut b, Duration::from_millis(300));
+    got.sort();
+    assert_eq!(got, sent, "loopback lost or repeated a message");
+    let captured = sniffer.finish();
+    let a_to_b: Vec<Vec<u8>> = captured
+        .iter()
+        .filter(|c| c.from == sa && (is_kind(c, Kind::Datagram) || is_kind(c, Kind::Multicast)))
+        .map(|c| c.payload.clone())
+        .collect();
+    assert!(a_to_b.len() >= 80, "captured {}", a_to_b.len());
+    let spoofer = Spoofer::new().unwrap();
+    let replay = || {
+        for (i, p) in a_to_b.iter().enumerate() {
+            spoofer.send(sa, sb, p).unwrap();
+            if i % 16 == 15 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    };
+    let refused = |p: &Port| {
+        let r = p.counters().replays;
+        r.unnumbered + r.unconfirmed + r.old_incarnation + r.duplicate + r.too_old
+    };
+
+    // At once, and later after more traffic: every replay refused by the window.
+    let (b0, r0) = (b.counters(), refused(&b));
+    replay();
+    await_received(&b, &b0, a_to_b.len() as u64);
+    assert_eq!(
+        drain(&mut b, Duration::from_millis(200)),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        refused(&b) - r0,
+        a_to_b.len() as u64,
+        "each replay refused once"
+    );
+    let answers_at_once = b.counters().packets_sent - b0.packets_sent;
+    let sent = datagrams_and_multicasts(&mut a, addr_b, txn, "second", 20);
+    let mut got = drain(&mut b, Duration::from_millis(300));
+    got.sort();
+    assert_eq!(got, sent);
+    let (b1, r1) = (b.counters(), refused(&b));
+    replay();
+    await_received(&b, &b1, a_to_b.len() as u64);
+    assert_eq!(
+        drain(&mut b, Duration::from_millis(200)),
+        Vec::<String>::new()
+    );
+    assert_eq!(refused(&b) - r1, a_to_b.len() as u64);
+    let answers_later = b.counters().packets_sent - b1.packets_sent;
+
+    // After `b` restarted and joined the same transaction: the datagrams name its old
+    // incarnation and the multicasts come from a source it has no window for; its hellos
+    // make one above them.
+    let old = b.incarnation();
+    drop(b);
+    let mut b = Port::open_on(&eb, addr_b, PortConfig::default()).unwrap();
+    assert!(b.incarnation() > old);
+    b.join_txn(txn).unwrap();
+    for round in 0..2 {
+        let b2 = b.counters();
+        replay();
+        await_received(&b, &b2, a_to_b.len() as u64);
+        let late = drain(&mut b, Duration::from_millis(200));
+        assert_eq!(
+            late,
+            Vec::<String>::new(),
+            "replay round {round} after the restart"
+        );
+        let r = b.counters().replays;
+        assert_eq!(
+            r.unconfirmed + r.too_old + r.duplicate
+                - b2.replays.unconfirmed
+                - b2.replays.too_old
+                - b2.replays.duplicate,
+            a_to_b.len() as u64
+        );
+    }
+    let restarted = b.counters();
+    assert_eq!(restarted.received, 0);
+    // The hellos: at most one per replayed packet.
+    assert!(restarted.packets_sent <= 2 * a_to_b.len() as u64);
+    until_acquainted(&mut a, &mut b);
+    let sent = datagrams_and_multicasts(&mut a, addr_b, txn, "third", 20);
+    let mut got = drain(&mut b, Duration::from_millis(300));
+    got.sort();
+    assert_eq!(got, sent);
+    let r = b.counters().replays;
+    println!(
+        "attack_wire: {} datagrams and multicasts replayed 4 times (twice to a restarted \
+         receiver that joined the same transaction again): none delivered again; refused by \
+         the restarted receiver as unconfirmed {}, too old {}, duplicate {}; hellos asked {}; \
+         answers to the named source {answers_at_once} at once, {answers_later} later, {} \
+         after the restart",
+        a_to_b.len(),
+        r.unconfirmed,
+        r.too_old,
+        r.duplicate,
+        r.hellos_asked,
+        restarted.packets_sent,
+    );
+    drop((a, b));
+    ea.shutdown();
+    eb.shutdown();
+}

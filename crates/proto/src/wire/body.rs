@@ -7,6 +7,8 @@ pub const ACK_PREFIX_BYTES: usize = 24;
 /// Sequence numbers stay this far below `u64::MAX`, so no arithmetic on them can overflow.
 pub const SEQ_MAX: u64 = u64::MAX - (1 << 32);
 pub const MULTICAST_PREFIX_BYTES: usize = 8;
+/// Bytes of a [`Numbering`], after the kind's prefix of a numbered DATAGRAM or MULTICAST.
+pub const NUMBERING_BYTES: usize = 16;
 pub const NAK_RANGE_BYTES: usize = 12;
 /// Most NAK ranges one ACK may carry.
 pub const NAK_RANGES_MAX: usize = 32;
@@ -134,23 +136,62 @@ fn nak_at(naks: &[u8], i: usize) -> NakRange {
     }
 }
 
+/// What a numbered DATAGRAM or MULTICAST carries ([`super::FLAG_NUMBERED`], a keyed
+/// cluster's): the sending port's sequence number, one counter for all its datagrams and
+/// multicasts, and the incarnation of the destination port as the sender knows it (0 when it
+/// does not; always 0 in a MULTICAST, which has many destinations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Numbering {
+    pub seq: u64,
+    pub dst_incarnation: u64,
+}
+
+impl Numbering {
+    fn read(flags: u8, body: &[u8]) -> Result<(Option<Numbering>, &[u8]), WireError> {
+        if flags & super::FLAG_NUMBERED == 0 {
+            return Ok((None, body));
+        }
+        if body.len() < NUMBERING_BYTES {
+            return Err(WireError::BodyTooShort);
+        }
+        let n = Numbering {
+            seq: u64_at(body, 0),
+            dst_incarnation: u64_at(body, 8),
+        };
+        Ok((Some(n), &body[NUMBERING_BYTES..]))
+    }
+
+    pub(crate) fn write(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        out[8..16].copy_from_slice(&self.dst_incarnation.to_le_bytes());
+    }
+}
+
 /// The body of a MULTICAST packet: messages for a transaction's group.
 #[derive(Clone, Copy, Debug)]
 pub struct MulticastBody<'a> {
     pub txn: TxnId,
+    pub numbering: Option<Numbering>,
     pub count: usize,
     pub records: &'a [u8],
 }
 
 impl<'a> MulticastBody<'a> {
+    /// The body of an unnumbered packet (see [`MulticastBody::parse_flags`]).
     pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
+        Self::parse_flags(0, body)
+    }
+
+    /// The body of a packet with header flags `flags` (numbered or not).
+    pub fn parse_flags(flags: u8, body: &'a [u8]) -> Result<Self, WireError> {
         if body.len() < MULTICAST_PREFIX_BYTES {
             return Err(WireError::BodyTooShort);
         }
-        let records = &body[MULTICAST_PREFIX_BYTES..];
+        let (numbering, records) = Numbering::read(flags, &body[MULTICAST_PREFIX_BYTES..])?;
         let count = Records::validate(records)?;
         Ok(MulticastBody {
             txn: TxnId(u64_at(body, 0)),
+            numbering,
             count,
             records,
         })
@@ -161,7 +202,32 @@ impl<'a> MulticastBody<'a> {
     }
 }
 
-/// Validates the records of a DATAGRAM body and returns how many there are.
+/// Validates the records of an unnumbered DATAGRAM body and returns how many there are.
 pub fn parse_datagram(body: &[u8]) -> Result<usize, WireError> {
     Records::validate(body)
+}
+
+/// The body of a DATAGRAM packet: records, after a [`Numbering`] when the packet is numbered.
+#[derive(Clone, Copy, Debug)]
+pub struct DatagramBody<'a> {
+    pub numbering: Option<Numbering>,
+    pub count: usize,
+    pub records: &'a [u8],
+}
+
+impl<'a> DatagramBody<'a> {
+    /// The body of a packet with header flags `flags`.
+    pub fn parse(flags: u8, body: &'a [u8]) -> Result<Self, WireError> {
+        let (numbering, records) = Numbering::read(flags, body)?;
+        let count = Records::validate(records)?;
+        Ok(DatagramBody {
+            numbering,
+            count,
+            records,
+        })
+    }
+
+    pub fn records(&self) -> Records<'a> {
+        Records::new(self.records)
+    }
 }

@@ -3,8 +3,9 @@ use super::record::write_record;
 use super::{
     Fragment, Kind, NakRange, PacketHeader, PacketKey, Record, ACK_PREFIX_BYTES, CHECKSUM_OFFSET,
     DATA_PREFIX_BYTES, FLAG_MAC, FLAG_SEAL, HEADER_BYTES, MAC_BYTES, MULTICAST_PREFIX_BYTES,
-    NAK_RANGES_MAX, NAK_RANGE_BYTES, PACKET_BYTES_MAX,
+    NAK_RANGES_MAX, NAK_RANGE_BYTES, NUMBERING_BYTES, PACKET_BYTES_MAX,
 };
+use super::{Numbering, FLAG_NUMBERED};
 use crate::addr::TxnId;
 
 /// Builds one packet in a caller-owned buffer: header, kind prefix, then records until full.
@@ -72,6 +73,20 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         Self::new(buf, header, key, 0)
     }
 
+    /// A numbered DATAGRAM ([`super::FLAG_NUMBERED`]): `n` before the records.
+    pub fn datagram_numbered(
+        buf: &'b mut [u8],
+        mut header: PacketHeader,
+        key: Option<&'k PacketKey>,
+        n: Numbering,
+    ) -> Self {
+        header.kind = Kind::Datagram;
+        header.flags |= FLAG_NUMBERED;
+        let w = Self::new(buf, header, key, NUMBERING_BYTES);
+        n.write(&mut w.buf[HEADER_BYTES..HEADER_BYTES + NUMBERING_BYTES]);
+        w
+    }
+
     /// A GROUP packet: records, each one group protocol message.
     pub fn group(buf: &'b mut [u8], mut header: PacketHeader, key: Option<&'k PacketKey>) -> Self {
         header.kind = Kind::Group;
@@ -87,6 +102,23 @@ impl<'b, 'k> PacketWriter<'b, 'k> {
         header.kind = Kind::Multicast;
         let w = Self::new(buf, header, key, MULTICAST_PREFIX_BYTES);
         w.buf[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&txn.0.to_le_bytes());
+        w
+    }
+
+    /// A numbered MULTICAST ([`super::FLAG_NUMBERED`]): `n` after the transaction id.
+    pub fn multicast_numbered(
+        buf: &'b mut [u8],
+        mut header: PacketHeader,
+        key: Option<&'k PacketKey>,
+        txn: TxnId,
+        n: Numbering,
+    ) -> Self {
+        header.kind = Kind::Multicast;
+        header.flags |= FLAG_NUMBERED;
+        let w = Self::new(buf, header, key, MULTICAST_PREFIX_BYTES + NUMBERING_BYTES);
+        let p = &mut w.buf[HEADER_BYTES..];
+        p[0..8].copy_from_slice(&txn.0.to_le_bytes());
+        n.write(&mut p[MULTICAST_PREFIX_BYTES..MULTICAST_PREFIX_BYTES + NUMBERING_BYTES]);
         w
     }
 
@@ -180,34 +212,50 @@ fn finish(
     total
 }
 
-/// Bytes before the payload of a one-record DATAGRAM packet.
-pub const GATHER_HEAD_BYTES: usize = HEADER_BYTES + super::RECORD_HEADER_BYTES;
+/// Bytes before the payload of a one-record DATAGRAM packet, numbered or not: the head
+/// [`datagram_gather`] writes is this long, or [`NUMBERING_BYTES`] shorter.
+pub const GATHER_HEAD_BYTES: usize = HEADER_BYTES + NUMBERING_BYTES + super::RECORD_HEADER_BYTES;
 
 /// A DATAGRAM packet holding one record whose payload is `parts` one after another, built
-/// without copying the parts: writes the packet's head (header and record header) into `head`
-/// and, with a key, its MAC into `mac`; the packet is `head ++ parts ++ mac[..mac_len]`.
-/// Returns `(mac_len, total length)`, or `None` if the payload is longer than a packet holds
-/// or `key` seals (encryption needs the payload in one buffer: use [`PacketWriter::datagram`]).
-/// The bytes are exactly those [`PacketWriter::datagram`] makes of the same payload.
+/// without copying the parts: writes the packet's head (header, `numbering` when given, and
+/// record header) into `head` and, with a key, its MAC into `mac`; the packet is
+/// `head[..head_len] ++ parts ++ mac[..mac_len]`. Returns `(head_len, mac_len, total length)`,
+/// or `None` if the payload is longer than a packet holds or `key` seals (encryption needs
+/// the payload in one buffer: use [`PacketWriter::datagram`]). The bytes are exactly those
+/// [`PacketWriter::datagram`] (or `datagram_numbered`) makes of the same payload.
 pub fn datagram_gather(
     head: &mut [u8; GATHER_HEAD_BYTES],
     mac: &mut [u8; MAC_BYTES],
     mut header: PacketHeader,
     key: Option<&PacketKey>,
+    numbering: Option<Numbering>,
     parts: &[&[u8]],
-) -> Option<(usize, usize)> {
+) -> Option<(usize, usize, usize)> {
     let payload: usize = parts.iter().map(|p| p.len()).sum();
     let mac_len = if key.is_some() { MAC_BYTES } else { 0 };
-    let total = GATHER_HEAD_BYTES + payload + mac_len;
+    let head_len = GATHER_HEAD_BYTES
+        - if numbering.is_some() {
+            0
+        } else {
+            NUMBERING_BYTES
+        };
+    let total = head_len + payload + mac_len;
     if total > PACKET_BYTES_MAX || payload > u16::MAX as usize || key.is_some_and(|k| k.seals()) {
         return None;
     }
     header.kind = Kind::Datagram;
     header.flags = key_flags(header.flags, key);
+    let mut at = HEADER_BYTES;
+    if let Some(n) = numbering {
+        header.flags |= FLAG_NUMBERED;
+        n.write(&mut head[at..at + NUMBERING_BYTES]);
+        at += NUMBERING_BYTES;
+    }
     header.write(&mut head[..], total, key.map_or(0, |k| k.id()));
-    head[HEADER_BYTES..HEADER_BYTES + 2].copy_from_slice(&(payload as u16).to_le_bytes());
-    head[HEADER_BYTES + 2] = 0;
-    head[HEADER_BYTES + 3] = 0;
+    head[at..at + 2].copy_from_slice(&(payload as u16).to_le_bytes());
+    head[at + 2] = 0;
+    head[at + 3] = 0;
+    let head = &mut head[..head_len];
     if let Some(k) = key {
         let mut h = blake3::Hasher::new_keyed(&k.cluster_key().0);
         h.update(&head[..CHECKSUM_OFFSET]);
@@ -226,7 +274,7 @@ pub fn datagram_gather(
     c.update(&mac[..mac_len]);
     let sum = c.finalize();
     head[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
-    Some((mac_len, total))
+    Some((head_len, mac_len, total))
 }
 
 /// Builds an ACK packet.

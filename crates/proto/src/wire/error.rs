@@ -92,6 +92,9 @@ pub enum WireError {
     /// A DATA packet's base lies above its first sequence number.
     #[error("DATA base above its first sequence number")]
     BaseAboveFirst,
+    /// The numbered flag on a kind other than DATAGRAM and MULTICAST.
+    #[error("numbered flag on a packet kind that carries no numbering")]
+    NumberedKind,
     /// A sequence number or acknowledgement beyond `SEQ_MAX` (2^64 - 2^32).
     #[error("sequence number beyond 2^64 - 2^32")]
     SequenceOutOfRange,

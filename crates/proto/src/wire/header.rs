@@ -11,7 +11,11 @@ pub const MAC_BYTES: usize = 16;
 
 /// The sender asks for an immediate acknowledgement.
 pub const FLAG_ACK_NOW: u8 = 0x02;
-const FLAGS_KNOWN: u8 = FLAG_MAC | FLAG_ACK_NOW | FLAG_SEAL;
+/// A DATAGRAM or MULTICAST body starts, after its kind's prefix, with a [`super::Numbering`]
+/// (sender's sequence number and the destination's incarnation): the replay defence of a
+/// keyed cluster.
+pub const FLAG_NUMBERED: u8 = 0x08;
+const FLAGS_KNOWN: u8 = FLAG_MAC | FLAG_ACK_NOW | FLAG_SEAL | FLAG_NUMBERED;
 /// Header byte naming the key of a MAC'd or sealed packet (zero in a packet without trailer).
 pub const KEY_ID_OFFSET: usize = 5;
 
@@ -218,6 +222,9 @@ fn check(buf: &[u8], cluster: u16, keys: Option<&KeyRing>) -> Result<Checked, Wi
     let flags = buf[4];
     if flags & !FLAGS_KNOWN != 0 {
         return Err(WireError::UnknownFlags(flags & !FLAGS_KNOWN));
+    }
+    if flags & FLAG_NUMBERED != 0 && !matches!(kind, Kind::Datagram | Kind::Multicast) {
+        return Err(WireError::NumberedKind);
     }
     let trailer = match (flags & FLAG_MAC != 0, flags & FLAG_SEAL != 0) {
         (false, false) => 0,

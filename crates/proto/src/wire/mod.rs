@@ -8,9 +8,10 @@
 //! body    = DATA:      first_seq u64 | base u64 | ack u64 | ack_incarnation u64 | credit u32 | records
 //!           ACK:       ack u64 | ack_incarnation u64 | credit u32 | nak_count u16 | reserved u16
 //!                      | nak_count × (start u64, len u32)
-//!           DATAGRAM:  records
-//!           MULTICAST: txn u64 | records
+//!           DATAGRAM:  [numbering if FLAG_NUMBERED] records
+//!           MULTICAST: txn u64 | [numbering if FLAG_NUMBERED] records
 //!           GROUP:     records (each one group protocol message, see `group::msg`)
+//! numbering = seq u64 | dst_incarnation u64
 //! record  = len u16 | flags u8 | reserved u8 [| msg_id u32 | index u16 | count u16 | total u32 if FRAG] | payload[len]
 //! ```
 //! All integers are little-endian. The checksum is CRC-32 over every byte of the packet but the
@@ -27,14 +28,15 @@ mod keys;
 mod record;
 
 pub use body::{
-    parse_datagram, AckBody, DataBody, MulticastBody, NakRange, ACK_PREFIX_BYTES,
-    DATA_PREFIX_BYTES, MULTICAST_PREFIX_BYTES, NAK_RANGES_MAX, NAK_RANGE_BYTES, SEQ_MAX,
+    parse_datagram, AckBody, DataBody, DatagramBody, MulticastBody, NakRange, Numbering,
+    ACK_PREFIX_BYTES, DATA_PREFIX_BYTES, MULTICAST_PREFIX_BYTES, NAK_RANGES_MAX, NAK_RANGE_BYTES,
+    NUMBERING_BYTES, SEQ_MAX,
 };
 pub use builder::{datagram_gather, AckWriter, PacketWriter, GATHER_HEAD_BYTES};
 pub use error::WireError;
 pub use header::{
-    ClusterKey, Kind, Packet, PacketHeader, CHECKSUM_OFFSET, FLAG_ACK_NOW, HEADER_BYTES,
-    KEY_ID_OFFSET, MAC_BYTES, MAGIC, VERSION,
+    ClusterKey, Kind, Packet, PacketHeader, CHECKSUM_OFFSET, FLAG_ACK_NOW, FLAG_NUMBERED,
+    HEADER_BYTES, KEY_ID_OFFSET, MAC_BYTES, MAGIC, VERSION,
 };
 pub use keys::{
     KeyRing, KeyRingError, PacketKey, COUNTER_BYTES, FLAG_MAC, FLAG_SEAL, SEAL_TRAILER_BYTES,

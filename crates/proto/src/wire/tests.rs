@@ -267,34 +267,47 @@ fn garbage_never_panics() {
     }
 }
 
-/// A gathered datagram is byte for byte the one `PacketWriter::datagram` builds, with and
-/// without a key, and parses.
+/// A gathered datagram is byte for byte the one `PacketWriter::datagram` (numbered:
+/// `datagram_numbered`) builds, with and without a key, and parses to its numbering.
 #[test]
 fn a_gathered_datagram_is_the_written_one() {
-    use super::{datagram_gather, GATHER_HEAD_BYTES, MAC_BYTES};
+    use super::{datagram_gather, DatagramBody, Numbering, GATHER_HEAD_BYTES, MAC_BYTES};
     let ring = KeyRing::from(ClusterKey::from_passphrase("k"));
+    let numbered = Numbering {
+        seq: 41,
+        dst_incarnation: 1_700_000_000_123,
+    };
     for (k, ring) in [(None, None), (Some(&**ring.send_key()), Some(&ring))] {
-        let parts: [&[u8]; 3] = [b"head", &[7u8; 1000], b""];
-        let whole: Vec<u8> = parts.concat();
-        let h = PacketHeader {
-            kind: Kind::Datagram,
-            flags: 0,
-            cluster: 7,
-            incarnation: 3,
-            source: Address::new(1, 2, 3, 4),
-            destination: Address::new(1, 5, 3, 0),
-        };
-        let mut buf = vec![0u8; 2000];
-        let mut w = PacketWriter::datagram(&mut buf, h, k);
-        assert!(w.push(&whole));
-        let n = w.finish();
-        let mut head = [0u8; GATHER_HEAD_BYTES];
-        let mut mac = [0u8; MAC_BYTES];
-        let (mac_len, total) = datagram_gather(&mut head, &mut mac, h, k, &parts).unwrap();
-        let gathered = [&head[..], &whole, &mac[..mac_len]].concat();
-        assert_eq!(total, n);
-        assert_eq!(gathered, buf[..n]);
-        assert!(Packet::parse(&gathered, 7, ring).is_ok());
+        for numbering in [None, Some(numbered)] {
+            let parts: [&[u8]; 3] = [b"head", &[7u8; 1000], b""];
+            let whole: Vec<u8> = parts.concat();
+            let h = PacketHeader {
+                kind: Kind::Datagram,
+                flags: 0,
+                cluster: 7,
+                incarnation: 3,
+                source: Address::new(1, 2, 3, 4),
+                destination: Address::new(1, 5, 3, 0),
+            };
+            let mut buf = vec![0u8; 2000];
+            let mut w = match numbering {
+                None => PacketWriter::datagram(&mut buf, h, k),
+                Some(n) => PacketWriter::datagram_numbered(&mut buf, h, k, n),
+            };
+            assert!(w.push(&whole));
+            let n = w.finish();
+            let mut head = [0u8; GATHER_HEAD_BYTES];
+            let mut mac = [0u8; MAC_BYTES];
+            let (head_len, mac_len, total) =
+                datagram_gather(&mut head, &mut mac, h, k, numbering, &parts).unwrap();
+            let gathered = [&head[..head_len], &whole, &mac[..mac_len]].concat();
+            assert_eq!(total, n);
+            assert_eq!(gathered, buf[..n]);
+            let p = Packet::parse(&gathered, 7, ring).unwrap();
+            let d = DatagramBody::parse(p.header.flags, p.body).unwrap();
+            assert_eq!(d.numbering, numbering);
+            assert_eq!(d.records().next().unwrap().unwrap().payload, &whole[..]);
+        }
     }
     let mut head = [0u8; GATHER_HEAD_BYTES];
     let mut mac = [0u8; MAC_BYTES];
@@ -306,7 +319,51 @@ fn a_gathered_datagram_is_the_written_one() {
         source: Address::new(1, 2, 3, 4),
         destination: Address::new(1, 5, 3, 0),
     };
-    assert!(datagram_gather(&mut head, &mut mac, h, None, &[&vec![0u8; 70_000]]).is_none());
+    assert!(datagram_gather(&mut head, &mut mac, h, None, None, &[&vec![0u8; 70_000]]).is_none());
+}
+
+/// A numbered MULTICAST carries its numbering after the transaction; the numbered flag on
+/// another kind, or a numbered body too short for its numbering, is refused by name.
+#[test]
+fn numbered_multicasts_parse_and_misplaced_numbering_is_refused() {
+    use super::{DatagramBody, Numbering, FLAG_NUMBERED};
+    let n = Numbering {
+        seq: 9,
+        dst_incarnation: 0,
+    };
+    let h = PacketHeader {
+        kind: Kind::Multicast,
+        flags: 0,
+        cluster: 7,
+        incarnation: 3,
+        source: Address::new(1, 2, 3, 4),
+        destination: Address::new(1, 5, 3, 0),
+    };
+    let mut buf = vec![0u8; 512];
+    let mut w = PacketWriter::multicast_numbered(&mut buf, h, None, TxnId(5), n);
+    assert!(w.push(b"m"));
+    let len = w.finish();
+    let p = Packet::parse(&buf[..len], 7, None).unwrap();
+    assert_eq!(p.header.flags & FLAG_NUMBERED, FLAG_NUMBERED);
+    let m = MulticastBody::parse_flags(p.header.flags, p.body).unwrap();
+    assert_eq!((m.txn, m.numbering, m.count), (TxnId(5), Some(n), 1));
+    // The same bytes read as unnumbered are another body: the flag decides.
+    assert_ne!(MulticastBody::parse(p.body).map(|m| m.count), Ok(1));
+    assert_eq!(
+        DatagramBody::parse(FLAG_NUMBERED, &[0u8; 15]).map(|d| d.count),
+        Err(WireError::BodyTooShort)
+    );
+    // A DATA packet with the numbered flag: rebuilt with a correct checksum, still refused.
+    let mut w = PacketWriter::data(&mut buf, h, None, 1, 1, (0, 0), 8);
+    assert!(w.push(b"d"));
+    let len = w.finish();
+    buf[4] |= FLAG_NUMBERED;
+    let sum = super::header::checksum(&buf[..len]);
+    buf[CHECKSUM_OFFSET..HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
+    assert_eq!(
+        Packet::parse(&buf[..len], 7, None).map(|p| p.header.kind),
+        Err(WireError::NumberedKind)
+    );
 }
 
 fn sealing(id: u8, pass: &str) -> PacketKey {
@@ -462,7 +519,7 @@ fn every_builder_seals() {
     assert_eq!(m.txn, TxnId(77));
     let mut head = [0u8; GATHER_HEAD_BYTES];
     let mut mac = [0u8; MAC_BYTES];
-    assert!(datagram_gather(&mut head, &mut mac, header(), k, &[b"x"]).is_none());
+    assert!(datagram_gather(&mut head, &mut mac, header(), k, None, &[b"x"]).is_none());
 }
 
 /// The codec's own cost per packet (build + check) without a key, with a MAC and sealed, for
