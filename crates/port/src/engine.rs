@@ -329,8 +329,6 @@ pub(crate) struct Endpoint {
     /// multicasts, and what it knows of its peers' incarnations (`txcast_proto::replay`).
     /// Lock order: after `links`.
     pub replay: Option<Mutex<txcast_proto::replay::ReplayGuard>>,
-    /// The sequence number of this port's last numbered datagram or multicast.
-    pub numbered_seq: AtomicU64,
     /// The services the engine runs for this port (groups, a served RPC endpoint or module
     /// host, a long-message receiver).
     pub extensions: crate::extension::Extensions,
@@ -1273,15 +1271,6 @@ impl Engine {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
-        // With a key, a datagram or multicast teaches its source's incarnation; a new one
-        // releases the datagrams kept for it (after this packet's own answer, below). Link and
-        // group packets are left out: they would take the guard's lock on their hot path.
-        let learned = matches!(h.kind, Kind::Datagram | Kind::Multicast)
-            && ep.replay.as_ref().is_some_and(|g| {
-                g.lock()
-                    .expect("replay lock")
-                    .learn(h.source, h.incarnation)
-            });
         match h.kind {
             Kind::Data | Kind::Ack => {
                 let r = ep.links.lock().expect("links lock").handle_packet(now, &p);
@@ -1303,7 +1292,6 @@ impl Engine {
                     return;
                 };
                 if !self.fresh(ep, &h, from, (d.numbering, false, d.count), now) {
-                    self.release_kept(ep, &h, learned, now);
                     return;
                 }
                 let ext = ep.extensions.for_kind(h.kind);
@@ -1354,14 +1342,13 @@ impl Engine {
                 }
             }
         }
-        self.release_kept(ep, &h, learned, now);
     }
 
     /// With a key, whether a DATAGRAM (`multicast` false) or MULTICAST of `h` carrying
     /// `numbering` and `records` records is fresh: not a replay, and from a source that has
     /// shown it knows this port's incarnation (`txcast_proto::replay`). Sends the hello the
-    /// guard asks for, to `from` (where a spoofed replay's named source is). Without a key,
-    /// always true.
+    /// guard asks for, to `from` (where a spoofed replay's named source is), then what was
+    /// kept for a source whose incarnation this packet taught. Without a key, always true.
     fn fresh(
         &self,
         ep: &Endpoint,
@@ -1381,31 +1368,19 @@ impl Engine {
             records,
             ack_now: h.flags & txcast_proto::wire::FLAG_ACK_NOW != 0,
         };
-        let v = guard.lock().expect("replay lock").check(now, a);
-        if let Some(ask) = v.hello {
+        let o = guard.lock().expect("replay lock").arrive(now, a);
+        if let Some(ask) = o.hello {
             crate::port::send_hello(self, ep, h.source, h.incarnation, from, ask);
         }
-        if let Some(why) = v.refused {
-            tracing::trace!(port = %ep.addr, source = %h.source, ?why, "not fresh");
-        }
-        v.refused.is_none()
-    }
-
-    /// Sends the datagrams kept for `h`'s source, when this packet taught its incarnation
-    /// (`learned`).
-    fn release_kept(&self, ep: &Endpoint, h: &PacketHeader, learned: bool, now: Instant) {
-        if !learned {
-            return;
-        }
-        let Some(guard) = ep.replay.as_ref() else {
-            return;
-        };
-        let kept = guard.lock().expect("replay lock").take_kept(now, h.source);
-        for k in kept {
+        for k in o.kept {
             if let Err(e) = crate::port::send_kept(self, ep, h.source, k.txn, &k.msg) {
-                tracing::debug!(port = %ep.addr, dest = %h.source, %e, "kept datagram not sent");
+                tracing::debug!(port = %ep.addr, dest = %h.source, %e, "kept message not sent");
             }
         }
+        if let Some(why) = o.refused {
+            tracing::trace!(port = %ep.addr, source = %h.source, ?why, "not fresh");
+        }
+        o.refused.is_none()
     }
 
     /// Runs `ep`'s links (see [`LinkTable::run`]) into its ring and socket.

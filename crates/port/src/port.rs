@@ -266,7 +266,6 @@ impl Port {
                 .keys
                 .is_some()
                 .then(|| Mutex::new(ReplayGuard::new(incarnation))),
-            numbered_seq: std::sync::atomic::AtomicU64::new(0),
             extensions: Default::default(),
             waker: ring.waker(),
         });
@@ -884,7 +883,8 @@ impl Port {
             let dest = Address { site, ..template };
             if dest != self.addr {
                 if let Some(g) = self.ep.replay.as_ref() {
-                    keep_unless_known(engine, g, dest, Some(txn), &[msg], true);
+                    let mut g = g.lock().expect("replay lock");
+                    g.keep_unless_known(engine.now(), dest, txn, &[msg]);
                 }
                 match engine.socket_addr(dest) {
                     Ok(a) => to.push(a),
@@ -1349,11 +1349,9 @@ fn build_packet(
 }
 
 /// With a cluster key, the numbering of the next datagram (or, with `txn`, multicast) from
-/// `ep`'s port to `dest`: the port's next sequence number and, in a datagram, `dest`'s
-/// incarnation as last learned. When `keep` and `dest`'s incarnation is not known, `dest`
-/// refuses the packet (it could be a replay) and asks for a hello; a copy of `parts` is kept
-/// to go again once that teaches the incarnation (see `txcast_proto::replay`). `None` without
-/// a key.
+/// `ep`'s port to `dest`; a datagram to a port whose incarnation is not known is kept to go
+/// again (`txcast_proto::replay`). With `keep`, a multicast to `dest` alone is kept likewise
+/// (a fan-out keeps one copy per destination itself). `None` without a key.
 pub(crate) fn number(
     engine: &Engine,
     ep: &Endpoint,
@@ -1362,35 +1360,16 @@ pub(crate) fn number(
     parts: &[&[u8]],
     keep: bool,
 ) -> Option<Numbering> {
-    let guard = ep.replay.as_ref()?;
-    let seq = ep.numbered_seq.fetch_add(1, Ordering::Relaxed) + 1;
-    let known = if keep || txn.is_none() {
-        keep_unless_known(engine, guard, dest, txn, parts, keep)
-    } else {
-        None
-    };
-    Some(Numbering {
-        seq,
-        dst_incarnation: if txn.is_some() { 0 } else { known.unwrap_or(0) },
+    let mut g = ep.replay.as_ref()?.lock().expect("replay lock");
+    Some(match txn {
+        None => g.number_datagram(engine.now(), dest, parts),
+        Some(t) => {
+            if keep {
+                g.keep_unless_known(engine.now(), dest, t, parts);
+            }
+            g.number_multicast()
+        }
     })
-}
-
-/// `dest`'s incarnation if `guard` knows it; otherwise, when `keep`, a copy of `parts` (a
-/// multicast of `txn`, or a datagram) is kept for it.
-fn keep_unless_known(
-    engine: &Engine,
-    guard: &Mutex<ReplayGuard>,
-    dest: Address,
-    txn: Option<TxnId>,
-    parts: &[&[u8]],
-    keep: bool,
-) -> Option<u64> {
-    let mut g = guard.lock().expect("replay lock");
-    let known = g.incarnation_of(dest);
-    if known.is_none() && keep {
-        g.keep(engine.now(), dest, txn, &parts.concat());
-    }
-    known
 }
 
 /// Sends again a message kept for `dest` until its incarnation was known (`number`): a
@@ -1436,13 +1415,15 @@ pub(crate) fn send_hello(
     to: SocketAddr,
     ask: bool,
 ) {
-    let seq = ep.numbered_seq.fetch_add(1, Ordering::Relaxed) + 1;
+    let Some(guard) = ep.replay.as_ref() else {
+        return;
+    };
+    let n = guard
+        .lock()
+        .expect("replay lock")
+        .number_hello(dst_incarnation);
     let key = engine.shared.send_key();
     let mut buf = [0u8; HEADER_BYTES + NUMBERING_BYTES + TRAILER_BYTES_MAX];
-    let n = Numbering {
-        seq,
-        dst_incarnation,
-    };
     let mut w =
         PacketWriter::datagram_numbered(&mut buf, header(engine, ep, dest), key.as_deref(), n);
     if ask {

@@ -4,7 +4,7 @@
 //! port's sequence number (one counter for all its datagrams and multicasts) and, in a
 //! datagram, the destination port's incarnation as the sender knows it.
 //!
-//! A receiving port keeps one window per source port ([`ReplayGuard::check`]): the source's
+//! A receiving port keeps one window per source port ([`ReplayGuard::arrive`]): the source's
 //! incarnation, the highest number seen, which of the [`WINDOW`] numbers below it arrived, and
 //! a floor below which nothing is taken. A number seen before, below the window or at or below
 //! the floor, or a packet of an older incarnation of the source, is refused. A window exists
@@ -18,9 +18,9 @@
 //! creates the window; its floor sits above every multicast captured before, so none of them
 //! is taken again. The same request answers a datagram that names another incarnation of the
 //! receiver, or none: the sender learns the receiver's incarnation from it (every datagram
-//! and multicast teaches its source's incarnation, [`ReplayGuard::learn`]) and sends what it
-//! kept for the receiver
-//! again ([`ReplayGuard::keep`], [`ReplayGuard::take_kept`]): first contact costs a round trip.
+//! and multicast teaches its source's incarnation) and sends again what it kept for the
+//! receiver ([`ReplayGuard::number_datagram`], [`ReplayGuard::keep_unless_known`],
+//! [`Outcome::kept`]): first contact costs a round trip.
 //! Requests are sent at most once per [`HELLO_INTERVAL`] per source, so a replayed packet gets
 //! at most that answer.
 //!
@@ -73,13 +73,11 @@ pub enum ReplayRefusal {
     TooOld,
 }
 
-/// What to do with a packet.
+/// What [`ReplayGuard::check`] says of a packet (see [`Outcome`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    /// `None`: take it.
-    pub refused: Option<ReplayRefusal>,
-    /// Send the source a hello: `Some(true)` asking for one back, `Some(false)` an answer.
-    pub hello: Option<bool>,
+struct Verdict {
+    refused: Option<ReplayRefusal>,
+    hello: Option<bool>,
 }
 
 /// A numbered (or not) DATAGRAM or MULTICAST, as [`ReplayGuard::check`] needs it.
@@ -94,6 +92,17 @@ pub struct Arrival {
     pub records: usize,
     /// The packet's [`crate::wire::FLAG_ACK_NOW`]: a hello asking for one back.
     pub ack_now: bool,
+}
+
+/// What [`ReplayGuard::arrive`] says to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// `None`: take the packet.
+    pub refused: Option<ReplayRefusal>,
+    /// Send the source a hello: `Some(true)` asking for one back, `Some(false)` an answer.
+    pub hello: Option<bool>,
+    /// Messages kept for the source, to send now (after the hello).
+    pub kept: Vec<Kept>,
 }
 
 /// Counts of a guard's work, for a port's counters.
@@ -192,6 +201,8 @@ struct Peer {
 #[derive(Debug)]
 pub struct ReplayGuard {
     incarnation: u64,
+    /// The number of this port's last numbered packet.
+    seq: u64,
     windows: HashMap<Address, Window, AddressHash>,
     peers: HashMap<Address, Peer, AddressHash>,
     kept: HashMap<Address, VecDeque<Kept>, AddressHash>,
@@ -203,6 +214,7 @@ impl ReplayGuard {
     pub fn new(incarnation: u64) -> ReplayGuard {
         ReplayGuard {
             incarnation,
+            seq: 0,
             windows: HashMap::default(),
             peers: HashMap::default(),
             kept: HashMap::default(),
@@ -214,6 +226,71 @@ impl ReplayGuard {
         self.counters
     }
 
+    /// The numbering of this port's next DATAGRAM to `dest`: it names `dest`'s incarnation
+    /// when known; otherwise it names none, `dest` will refuse it, and a copy of `parts` is
+    /// kept to go again once `dest`'s answer teaches the incarnation ([`Outcome::kept`]).
+    pub fn number_datagram(&mut self, now: Instant, dest: Address, parts: &[&[u8]]) -> Numbering {
+        let dst_incarnation = self.known_or_keep(now, dest, None, parts).unwrap_or(0);
+        self.next(dst_incarnation)
+    }
+
+    /// The numbering of this port's next MULTICAST (it names no receiver). For each
+    /// destination, call [`ReplayGuard::keep_unless_known`].
+    pub fn number_multicast(&mut self) -> Numbering {
+        self.next(0)
+    }
+
+    /// The numbering of a hello to a port of incarnation `dst_incarnation`.
+    pub fn number_hello(&mut self, dst_incarnation: u64) -> Numbering {
+        self.next(dst_incarnation)
+    }
+
+    /// Keeps a copy of `parts`, a multicast of `txn` sent to `dest`, if `dest`'s incarnation
+    /// is not known: `dest` may have no window for this port and refuse it.
+    pub fn keep_unless_known(&mut self, now: Instant, dest: Address, txn: TxnId, parts: &[&[u8]]) {
+        self.known_or_keep(now, dest, Some(txn), parts);
+    }
+
+    fn known_or_keep(
+        &mut self,
+        now: Instant,
+        dest: Address,
+        txn: Option<TxnId>,
+        parts: &[&[u8]],
+    ) -> Option<u64> {
+        let known = self.incarnation_of(dest);
+        if known.is_none() {
+            self.keep(now, dest, txn, &parts.concat());
+        }
+        known
+    }
+
+    fn next(&mut self, dst_incarnation: u64) -> Numbering {
+        self.seq += 1;
+        Numbering {
+            seq: self.seq,
+            dst_incarnation,
+        }
+    }
+
+    /// A DATAGRAM or MULTICAST arrived: learns its source's incarnation, checks it
+    /// ([`ReplayGuard::check`]), and when the incarnation was new hands back what was kept
+    /// for the source. The caller sends the hello first, then the kept messages (numbered
+    /// after the hello, so above the floor of the window the hello makes).
+    pub fn arrive(&mut self, now: Instant, a: Arrival) -> Outcome {
+        let learned = self.learn(a.source, a.incarnation);
+        let v = self.check(now, a);
+        Outcome {
+            refused: v.refused,
+            hello: v.hello,
+            kept: if learned {
+                self.take_kept(now, a.source)
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
     /// The incarnation of `peer` last learned, if any: what a datagram to it names.
     pub fn incarnation_of(&self, peer: Address) -> Option<u64> {
         self.peers.get(&peer).map(|p| p.incarnation)
@@ -222,7 +299,7 @@ impl ReplayGuard {
     /// Learns `source`'s incarnation from an authenticated packet of it; true when it is new
     /// (first heard, or the source restarted): the caller then sends what it kept for it
     /// ([`ReplayGuard::take_kept`]). An older incarnation (a replay) teaches nothing.
-    pub fn learn(&mut self, source: Address, incarnation: u64) -> bool {
+    fn learn(&mut self, source: Address, incarnation: u64) -> bool {
         if let Some(p) = self.peers.get_mut(&source) {
             if incarnation <= p.incarnation {
                 return false;
@@ -246,9 +323,8 @@ impl ReplayGuard {
         true
     }
 
-    /// Checks a DATAGRAM or MULTICAST that arrived at `now`. Call [`ReplayGuard::learn`]
-    /// with its source first.
-    pub fn check(&mut self, now: Instant, a: Arrival) -> Verdict {
+    /// Checks a DATAGRAM or MULTICAST that arrived at `now`, its source's incarnation learned.
+    fn check(&mut self, now: Instant, a: Arrival) -> Verdict {
         let Arrival {
             source,
             incarnation,
@@ -348,7 +424,7 @@ impl ReplayGuard {
     /// Keeps a copy of `msg`, a datagram (or a multicast of `txn`) sent to `peer` before its
     /// incarnation was known, to send again when it is: the peer refuses the first copy (it
     /// could be a replay) and asks for a hello, which teaches its incarnation.
-    pub fn keep(&mut self, now: Instant, peer: Address, txn: Option<TxnId>, msg: &[u8]) {
+    fn keep(&mut self, now: Instant, peer: Address, txn: Option<TxnId>, msg: &[u8]) {
         if msg.len() > KEPT_BYTES_PER_PEER {
             self.counters.kept_dropped += 1;
             return;
@@ -381,7 +457,7 @@ impl ReplayGuard {
     }
 
     /// The messages kept for `peer` that are still worth sending, oldest first.
-    pub fn take_kept(&mut self, now: Instant, peer: Address) -> Vec<Kept> {
+    fn take_kept(&mut self, now: Instant, peer: Address) -> Vec<Kept> {
         let Some(q) = self.kept.remove(&peer) else {
             return Vec::new();
         };
@@ -539,6 +615,67 @@ mod tests {
         let v = g.check(at(0), arrival(S_INC, None, false, 1, true));
         assert_eq!(v.refused, Some(ReplayRefusal::Unnumbered));
         assert_eq!(v.hello, None);
+    }
+
+    /// Two guards through their public calls: a first datagram is refused, the hello exchange
+    /// teaches each the other, the kept copy goes again and is taken once; a replay of either
+    /// copy is refused.
+    #[test]
+    fn first_contact_takes_one_round_trip_and_loses_nothing() {
+        let (s_addr, r_addr) = (src(), Address::new(1, 4, 3, 0));
+        let (mut s, mut r) = (ReplayGuard::new(S_INC), ReplayGuard::new(ME));
+        let from = |source, incarnation, n: Numbering, records, ack_now| Arrival {
+            source,
+            incarnation,
+            numbering: Some(n),
+            multicast: false,
+            records,
+            ack_now,
+        };
+        let first = s.number_datagram(at(0), r_addr, &[b"he", b"llo"]);
+        assert_eq!(first.dst_incarnation, 0);
+        let o = r.arrive(at(1), from(s_addr, S_INC, first, 1, false));
+        assert_eq!(
+            (o.refused, o.hello),
+            (Some(ReplayRefusal::Unconfirmed), Some(true))
+        );
+        let ask = r.number_hello(S_INC);
+        let o = s.arrive(at(2), from(r_addr, ME, ask, 0, true));
+        assert_eq!((o.refused, o.hello), (None, Some(false)));
+        assert_eq!(o.kept.len(), 1);
+        assert_eq!((o.kept[0].txn, &o.kept[0].msg[..]), (None, &b"hello"[..]));
+        let answer = s.number_hello(ME);
+        let again = s.number_datagram(at(2), r_addr, &[&o.kept[0].msg]);
+        assert_eq!(again.dst_incarnation, ME);
+        let o = r.arrive(at(3), from(s_addr, S_INC, answer, 0, false));
+        assert_eq!(
+            o,
+            Outcome {
+                refused: None,
+                hello: None,
+                kept: Vec::new()
+            }
+        );
+        assert_eq!(
+            r.arrive(at(3), from(s_addr, S_INC, again, 1, false))
+                .refused,
+            None
+        );
+        for n in [first, again] {
+            assert!(r
+                .arrive(at(4), from(s_addr, S_INC, n, 1, false))
+                .refused
+                .is_some());
+        }
+        // Nothing else kept: later datagrams name the receiver at once.
+        assert_eq!(
+            s.number_datagram(at(5), r_addr, &[b"x"]).dst_incarnation,
+            ME
+        );
+        assert!(s
+            .arrive(at(6), from(r_addr, ME, r.number_hello(S_INC), 0, false))
+            .kept
+            .is_empty());
     }
 
     #[test]
