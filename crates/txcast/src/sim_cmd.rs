@@ -607,6 +607,12 @@ fn txn(a: &TxnArgs) -> i32 {
                 "  {} messages multicast, {} taken by members, {} packets dropped at non-members; {} damaged or forged packets sent, {} copies refused; virtual end {:.3} s; trace digest {:016x}",
                 r.sent, r.taken, r.not_joined, r.damaged, r.refused, r.end_ns as f64 / 1e9, r.digest
             );
+            if r.keyed {
+                println!(
+                    "  keyed: {} packets replayed by the attacker, {} port restarts, {} packets refused by the replay guards",
+                    r.replayed, r.restarts, r.replays_refused
+                );
+            }
         },
     )
 }
