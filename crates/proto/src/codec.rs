@@ -232,6 +232,36 @@ impl<'b> SliceWriter<'b> {
     }
 }
 
+/// Declares a wire "kind" enum, its variants with their docs and numbers, and its checked
+/// `TryFrom` of the number, which refuses any other number `k` with `$err::$unknown(k)`.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident: $repr:ident, unknown $err:ident::$unknown:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $value:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr($repr)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant = $value,)+
+        }
+
+        impl TryFrom<$repr> for $name {
+            type Error = $err;
+
+            fn try_from(v: $repr) -> Result<$name, $err> {
+                match v {
+                    $($value => Ok($name::$variant),)+
+                    k => Err($err::$unknown(k)),
+                }
+            }
+        }
+    };
+}
+pub(crate) use wire_enum;
+
 /// The `u16` at byte `at` of `b`, for a fixed header whose length the caller has checked
 /// (out of range panics).
 #[inline]
