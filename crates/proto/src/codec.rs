@@ -119,6 +119,21 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The integer fields of a writer, little-endian, each through its `bytes` method (the
+/// two writers differ only in where the bytes go).
+macro_rules! int_fields {
+    () => {
+        int_fields!(u8, u16, u32, u64, i64);
+    };
+    ($($t:ident),+) => {
+        $(
+            pub fn $t(&mut self, v: $t) -> &mut Self {
+                self.bytes(&v.to_le_bytes())
+            }
+        )+
+    };
+}
+
 /// Appends fields to a byte vector, in the order a [`Reader`] reads them.
 #[derive(Debug)]
 pub struct Writer<'b> {
@@ -144,26 +159,7 @@ impl<'b> Writer<'b> {
         self
     }
 
-    pub fn u8(&mut self, v: u8) -> &mut Self {
-        self.b.push(v);
-        self
-    }
-
-    pub fn u16(&mut self, v: u16) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-
-    pub fn u32(&mut self, v: u32) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-
-    pub fn u64(&mut self, v: u64) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-
-    pub fn i64(&mut self, v: i64) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
+    int_fields!();
 
     /// Overwrites the `u16` at byte `at` of the vector (a count written before its items).
     pub fn set_u16(&mut self, at: usize, v: u16) -> &mut Self {
@@ -219,25 +215,7 @@ impl<'b> SliceWriter<'b> {
         self
     }
 
-    pub fn u8(&mut self, v: u8) -> &mut Self {
-        self.bytes(&[v])
-    }
-
-    pub fn u16(&mut self, v: u16) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-
-    pub fn u32(&mut self, v: u32) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-
-    pub fn u64(&mut self, v: u64) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
-
-    pub fn i64(&mut self, v: i64) -> &mut Self {
-        self.bytes(&v.to_le_bytes())
-    }
+    int_fields!();
 
     /// Overwrites the `u16` written at byte `at` (a count written before its items).
     pub fn set_u16(&mut self, at: usize, v: u16) -> &mut Self {
@@ -253,6 +231,36 @@ impl<'b> SliceWriter<'b> {
         (!self.overflow).then_some(self.at)
     }
 }
+
+/// Declares a wire "kind" enum, its variants with their docs and numbers, and its checked
+/// `TryFrom` of the number, which refuses any other number `k` with `$err::$unknown(k)`.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident: $repr:ident, unknown $err:ident::$unknown:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $value:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr($repr)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant = $value,)+
+        }
+
+        impl TryFrom<$repr> for $name {
+            type Error = $err;
+
+            fn try_from(v: $repr) -> Result<$name, $err> {
+                match v {
+                    $($value => Ok($name::$variant),)+
+                    k => Err($err::$unknown(k)),
+                }
+            }
+        }
+    };
+}
+pub(crate) use wire_enum;
 
 /// The `u16` at byte `at` of `b`, for a fixed header whose length the caller has checked
 /// (out of range panics).

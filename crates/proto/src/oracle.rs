@@ -12,6 +12,7 @@
 //! - a list of (address, location) entries: count u16, then 14 bytes each.
 
 use crate::addr::{Address, ADDRESS_BYTES};
+use crate::codec::wire_enum;
 use crate::time::Instant;
 use core::fmt;
 use core::time::Duration;
@@ -211,10 +212,9 @@ impl Register {
     }
 }
 
+wire_enum! {
 /// What happened to a watched server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Change {
+pub enum Change: u8, unknown OracleWireError::UnknownKind {
     /// It registered for the first time.
     Registered = 1,
     /// It registered again from another location.
@@ -223,6 +223,7 @@ pub enum Change {
     Failed = 3,
     /// It registered again after failing.
     Recovered = 4,
+}
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,13 +250,7 @@ impl Notification {
         if b.len() > 1 + ENTRY_BYTES {
             return Err(OracleWireError::Trailing);
         }
-        let change = match b[0] {
-            1 => Change::Registered,
-            2 => Change::Moved,
-            3 => Change::Failed,
-            4 => Change::Recovered,
-            k => return Err(OracleWireError::UnknownKind(k)),
-        };
+        let change = Change::try_from(b[0])?;
         Ok(Notification {
             change,
             server: Address::read_from(&b[1..1 + ADDRESS_BYTES]),

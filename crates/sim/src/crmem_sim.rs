@@ -253,6 +253,7 @@ pub(crate) trait Core {
         len: u32,
     ) -> Result<&mut [u8], CrError>;
     fn abort(&mut self, txn: TxnId) -> Result<(), CrError>;
+    fn counters(&self) -> &Counters;
 }
 
 /// [`Core`] for a type with these methods of its own.
@@ -301,6 +302,9 @@ macro_rules! core_of {
             }
             fn handle_timeout(&mut self, now: Instant) {
                 <$t>::handle_timeout(self, now)
+            }
+            fn counters(&self) -> &Counters {
+                <$t>::counters(self)
             }
         }
     };
@@ -463,6 +467,17 @@ pub(crate) struct Client<C, N> {
 }
 
 impl<C, N> Client<C, N> {
+    /// What the client does once its pause is over: start a transaction (`Some(true)`, then
+    /// take its first ranges) or take its next ranges (`Some(false)`); `None` while it waits
+    /// for locks or a commit, or is done.
+    pub(crate) fn next_move(&self, txns_per_client: u32) -> Option<bool> {
+        match self.step {
+            Step::Idle if self.done < txns_per_client => Some(true),
+            Step::Take(_) => Some(false),
+            _ => None,
+        }
+    }
+
     pub(crate) fn new(node: N) -> Client<C, N> {
         Client {
             node,
@@ -628,18 +643,115 @@ impl<C, N> Client<C, N> {
 
 /// The earliest time a client that starts or takes a range wants to go on, folded into
 /// `next`.
-pub(crate) fn clients_wakeup<C: PartialEq, N>(
+pub(crate) fn clients_wakeup<C, N>(
     clients: &[Client<C, N>],
     txns_per_client: u32,
     mut next: Option<Instant>,
 ) -> Option<Instant> {
     for cl in clients {
-        let idle = cl.step == Step::Idle && cl.done < txns_per_client;
-        if idle || matches!(cl.step, Step::Take(_)) {
+        if cl.next_move(txns_per_client).is_some() {
             next = min_opt(next, Some(cl.next_at));
         }
     }
     next
+}
+
+/// A CRMem world's start, drawn from its seed: the generator, the fault mix, the link
+/// configuration, how many nodes and clients, and the plan.
+pub(crate) struct SeedStart {
+    pub(crate) rng: Rng,
+    pub(crate) faults: FaultConfig,
+    pub(crate) cfg: LinkConfig,
+    pub(crate) n: usize,
+    pub(crate) clients: usize,
+    pub(crate) plan: Plan,
+}
+
+/// Draws `seed`'s start as both configurations do: the faults, the clients, the restarts,
+/// then the network's generator. `opts.nodes` is clamped to 2..=`nodes_max`; `replay`
+/// gives the options beyond `--seed` for that many nodes.
+pub(crate) fn seed_start(
+    seed: u64,
+    opts: &CrmemSimOptions,
+    nodes_max: usize,
+    replay: impl FnOnce(usize) -> String,
+) -> SeedStart {
+    let mut rng = Rng::new(seed);
+    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
+    let cfg = LinkConfig {
+        message_bytes_max: txcast_crmem::MESSAGE_BYTES_MAX,
+        ..LinkConfig::default()
+    };
+    let n = opts.nodes.clamp(2, nodes_max);
+    let clients = 1 + rng.below(8) as usize;
+    let restarts = draw_restarts(&mut rng, opts.faults, 0.6, 3, opts.safety_ns, n);
+    let plan = Plan {
+        steps_max: Some(STEPS_MAX),
+        buf_bytes: cfg.packet_bytes_max,
+        replay: replay(n),
+        ..Plan::event(
+            "crmem",
+            seed,
+            Network::new(n, faults.clone(), rng.fork()),
+            restarts,
+            opts.safety_ns,
+            opts.safety_ns + opts.liveness_ns,
+        )
+    };
+    SeedStart {
+        rng,
+        faults,
+        cfg,
+        n,
+        clients,
+        plan,
+    }
+}
+
+/// What both configurations count for the report.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub(crate) aborted_on_purpose: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) audits: u64,
+    pub(crate) restarts: u64,
+    /// Crashes the world skipped (ones its replication does not cover).
+    pub(crate) skipped: u64,
+    /// The counters of node processes that crashed.
+    pub(crate) counters: Counters,
+}
+
+impl Tally {
+    /// The report at the end of `run`, with the counters of `nodes` added; the world fills in
+    /// `clients`, `committed`, `failovers`, `total_crashes` and `disk_syncs` (0 here).
+    pub(crate) fn report<C: Core>(
+        mut self,
+        run: &mut Run,
+        faults: FaultConfig,
+        nodes: &[SimNode<C>],
+    ) -> CrmemSimReport {
+        for nd in nodes {
+            add_counters(&mut self.counters, nd.cr.counters());
+        }
+        CrmemSimReport {
+            seed: run.seed,
+            faults,
+            clients: 0,
+            committed: 0,
+            aborted_on_purpose: self.aborted_on_purpose,
+            timeouts: self.timeouts,
+            audits: self.audits,
+            failovers: 0,
+            restarts: self.restarts,
+            skipped_crashes: self.skipped,
+            total_crashes: 0,
+            disk_syncs: 0,
+            net: run.net.counters.clone(),
+            nodes: self.counters,
+            end_ns: run.ns(),
+            digest: run.digest_with_net(),
+        }
+    }
 }
 
 struct CrmemWorld {
@@ -657,13 +769,8 @@ struct CrmemWorld {
     acked: u64,
     /// Commit numbers of transactions in flight: txn -> seq.
     in_flight: HashMap<TxnId, u64>,
-    aborted_on_purpose: u64,
-    timeouts: u64,
-    audits: u64,
+    tally: Tally,
     failovers: u64,
-    restarts: u64,
-    skipped: u64,
-    counters: Counters,
     /// Each node's disk log directory (`disk`).
     disks: Vec<SimDisk>,
     /// When every node crashes at once (`disk`), if it does.
@@ -679,32 +786,20 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
     if opts.symmetric {
         return crate::crmem_sym_sim::run_symmetric(seed, opts);
     }
-    let mut rng = Rng::new(seed);
-    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
-    let cfg = LinkConfig {
-        message_bytes_max: txcast_crmem::MESSAGE_BYTES_MAX,
-        ..LinkConfig::default()
-    };
-    let n = opts.nodes.clamp(2, 5);
-    let clients = 1 + rng.below(8) as usize;
-    let restarts = draw_restarts(&mut rng, opts.faults, 0.6, 3, opts.safety_ns, n);
-    let plan = Plan {
-        steps_max: Some(STEPS_MAX),
-        buf_bytes: cfg.packet_bytes_max,
-        replay: if opts.disk {
+    let SeedStart {
+        mut rng,
+        faults,
+        cfg,
+        n,
+        clients,
+        plan,
+    } = seed_start(seed, opts, 5, |_| {
+        if opts.disk {
             " --disk".into()
         } else {
             String::new()
-        },
-        ..Plan::event(
-            "crmem",
-            seed,
-            Network::new(n, faults.clone(), rng.fork()),
-            restarts,
-            opts.safety_ns,
-            opts.safety_ns + opts.liveness_ns,
-        )
-    };
+        }
+    });
     let nodes = (0..n)
         .map(|i| {
             let role = if i == 0 {
@@ -731,13 +826,8 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
         log: Vec::new(),
         acked: 0,
         in_flight: HashMap::new(),
-        aborted_on_purpose: 0,
-        timeouts: 0,
-        audits: 0,
+        tally: Tally::default(),
         failovers: 0,
-        restarts: 0,
-        skipped: 0,
-        counters: Counters::default(),
         disks: (0..n).map(|_| SimDisk::default()).collect(),
         total_crash_at,
         primary_logs: vec![None; n],
@@ -802,10 +892,10 @@ impl CrmemWorld {
         let cl = &mut self.clients[c];
         let worked = cl.work(cr, txn, run, "")?;
         if cl.audit {
-            self.audits += 1;
+            self.tally.audits += 1;
         }
         if worked.is_none() {
-            self.aborted_on_purpose += 1;
+            self.tally.aborted_on_purpose += 1;
             return Ok(());
         }
         match cr.commit(txn) {
@@ -866,7 +956,7 @@ impl CrmemWorld {
                         cl.ended(true, Instant(run.ns() + self.rng.below(think)));
                     }
                     Event::Aborted(..) => {
-                        self.timeouts += 1;
+                        self.tally.timeouts += 1;
                         cl.ended(false, Instant(run.ns() + self.rng.below(1_000_000)));
                     }
                     _ => {}
@@ -903,7 +993,7 @@ impl CrmemWorld {
         self.total_crashes += 1;
         for k in 0..n {
             self.disks[k].crash(&mut self.rng);
-            add_counters(&mut self.counters, self.nodes[k].cr.counters());
+            add_counters(&mut self.tally.counters, self.nodes[k].cr.counters());
             self.incarnation[k] += 1;
         }
         // (term, commit, is the last primary), the node, the node restored.
@@ -992,13 +1082,13 @@ impl World for CrmemWorld {
         let successor =
             (0..n).find(|&i| i != k && matches!(self.nodes[i].cr.role(), Role::Backup { .. }));
         if self.recovering() || (k == self.primary && successor.is_none()) {
-            self.skipped += 1;
+            self.tally.skipped += 1;
             return;
         }
-        self.restarts += 1;
+        self.tally.restarts += 1;
         self.incarnation[k] += 1;
         let old = &self.nodes[k].cr;
-        add_counters(&mut self.counters, old.counters());
+        add_counters(&mut self.tally.counters, old.counters());
         if k == self.primary {
             if self.opts.disk {
                 self.primary_logs[k] = Some(self.log.clone());
@@ -1079,14 +1169,13 @@ impl World for CrmemWorld {
             {
                 continue;
             }
-            match cl.step {
-                Step::Idle if cl.done < self.opts.txns_per_client => {
-                    self.start(run, c)?;
-                    self.advance(run, c)?;
-                }
-                Step::Take(_) => self.advance(run, c)?,
-                _ => {}
+            let Some(start) = cl.next_move(self.opts.txns_per_client) else {
+                continue;
+            };
+            if start {
+                self.start(run, c)?;
             }
+            self.advance(run, c)?;
         }
         self.route_events(run)?;
         pump_and_transmit(&mut self.nodes, run);
@@ -1140,7 +1229,7 @@ impl World for CrmemWorld {
         )
     }
 
-    fn finish(mut self, run: &mut Run) -> Result<CrmemSimReport, Violation> {
+    fn finish(self, run: &mut Run) -> Result<CrmemSimReport, Violation> {
         for k in 0..self.n() {
             self.check_replica(run, k, "end")?;
             if self.nodes[k].cr.seq() != self.log.len() as u64 {
@@ -1151,26 +1240,13 @@ impl World for CrmemWorld {
                 )));
             }
         }
-        for nd in &self.nodes {
-            add_counters(&mut self.counters, nd.cr.counters());
-        }
         Ok(CrmemSimReport {
-            seed: run.seed,
-            faults: self.faults,
             clients: self.clients.len(),
             committed: self.log.len() as u64,
-            aborted_on_purpose: self.aborted_on_purpose,
-            timeouts: self.timeouts,
-            audits: self.audits,
             failovers: self.failovers,
-            restarts: self.restarts,
-            skipped_crashes: self.skipped,
             total_crashes: self.total_crashes,
             disk_syncs: self.disks.iter().map(|d| d.syncs).sum(),
-            net: run.net.counters.clone(),
-            nodes: self.counters,
-            end_ns: run.ns(),
-            digest: run.digest_with_net(),
+            ..self.tally.report(run, self.faults, &self.nodes)
         })
     }
 }

@@ -25,14 +25,14 @@
 
 use crate::crmem_sim::{
     add_counters, clients_wakeup, i64_at, nodes_idle, nodes_wakeup, pump_and_transmit, replay,
-    tick, CrmemSimOptions, CrmemSimReport, Delta, SimNode, Step, ACCOUNTS, BRANCHES, HIST, RECORD,
-    STEPS_MAX, TAIL, TELLERS,
+    seed_start, tick, CrmemSimOptions, CrmemSimReport, Delta, SeedStart, SimNode, Step, Tally,
+    ACCOUNTS, BRANCHES, HIST, RECORD, TAIL, TELLERS,
 };
-use crate::harness::{self, draw_restarts, Plan, Run, Violation, World};
-use crate::net::{FaultConfig, Network};
+use crate::harness::{self, Run, Violation, World};
+use crate::net::FaultConfig;
 use crate::{Node as SimNodeTrait, NodeId};
 use txcast_crmem::{
-    Config, Counters, CrError, Lock, LockMapping, Phase, SegmentId, SymEvent, SymNode, TxnId,
+    Config, CrError, Lock, LockMapping, Phase, SegmentId, SymEvent, SymNode, TxnId,
 };
 use txcast_proto::link::LinkConfig;
 use txcast_proto::rng::Rng;
@@ -113,39 +113,22 @@ struct SymWorld {
     issued: Vec<Issued>,
     /// For each count, the latest issued transaction that read it.
     chain: Vec<usize>,
-    aborted_on_purpose: u64,
-    timeouts: u64,
-    audits: u64,
+    tally: Tally,
     views: u64,
-    restarts: u64,
-    skipped: u64,
-    counters: Counters,
 }
 
 /// Runs one seed of the symmetric configuration.
 pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Violation> {
-    let mut rng = Rng::new(seed);
-    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
-    let cfg = LinkConfig {
-        message_bytes_max: txcast_crmem::MESSAGE_BYTES_MAX,
-        ..LinkConfig::default()
-    };
-    let n = opts.nodes.clamp(2, 4);
-    let clients = 1 + rng.below(8) as usize;
-    let restarts = draw_restarts(&mut rng, opts.faults, 0.6, 3, opts.safety_ns, n);
-    let plan = Plan {
-        steps_max: Some(STEPS_MAX),
-        buf_bytes: cfg.packet_bytes_max,
-        replay: format!(" --config symmetric --nodes {n}"),
-        ..Plan::event(
-            "crmem",
-            seed,
-            Network::new(n, faults.clone(), rng.fork()),
-            restarts,
-            opts.safety_ns,
-            opts.safety_ns + opts.liveness_ns,
-        )
-    };
+    let SeedStart {
+        rng,
+        faults,
+        cfg,
+        n,
+        clients,
+        plan,
+    } = seed_start(seed, opts, 4, |n| {
+        format!(" --config symmetric --nodes {n}")
+    });
     let world = SymWorld {
         opts: opts.clone(),
         nodes: (0..n).map(|i| sym_node(i, n, &cfg, 1, false)).collect(),
@@ -159,13 +142,8 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
         clients: (0..clients).map(|c| Client::new(c % n)).collect(),
         issued: Vec::new(),
         chain: Vec::new(),
-        aborted_on_purpose: 0,
-        timeouts: 0,
-        audits: 0,
+        tally: Tally::default(),
         views: 0,
-        restarts: 0,
-        skipped: 0,
-        counters: Counters::default(),
     };
     harness::run(world, plan)
 }
@@ -221,10 +199,10 @@ impl SymWorld {
         let cl = &mut self.clients[c];
         let worked = cl.work(cr, txn, run, &format!(" at node {k}"))?;
         if cl.audit {
-            self.audits += 1;
+            self.tally.audits += 1;
         }
         let Some(count) = worked else {
-            self.aborted_on_purpose += 1;
+            self.tally.aborted_on_purpose += 1;
             return Ok(());
         };
         match cr.commit(txn) {
@@ -309,7 +287,7 @@ impl SymWorld {
                         if matches!(cl.step, Step::Committing(_)) {
                             return Err(run.fail("a committed transaction was aborted"));
                         }
-                        self.timeouts += 1;
+                        self.tally.timeouts += 1;
                         cl.ended(false, Instant(run.ns() + self.rng.below(1_000_000)));
                     }
                     _ => {}
@@ -351,12 +329,12 @@ impl World for SymWorld {
 
     fn restart(&mut self, run: &mut Run, k: NodeId) {
         if !self.settled() {
-            self.skipped += 1;
+            self.tally.skipped += 1;
             return;
         }
-        self.restarts += 1;
+        self.tally.restarts += 1;
         self.incarnation[k] += 1;
-        add_counters(&mut self.counters, self.nodes[k].cr.counters());
+        add_counters(&mut self.tally.counters, self.nodes[k].cr.counters());
         self.view += 1;
         self.views += 1;
         self.live.retain(|&i| i as usize != k);
@@ -413,14 +391,13 @@ impl World for SymWorld {
             if cl.next_at > now {
                 continue;
             }
-            match cl.step {
-                Step::Idle if cl.done < self.opts.txns_per_client => {
-                    self.start(run, c)?;
-                    self.advance(run, c)?;
-                }
-                Step::Take(_) => self.advance(run, c)?,
-                _ => {}
+            let Some(start) = cl.next_move(self.opts.txns_per_client) else {
+                continue;
+            };
+            if start {
+                self.start(run, c)?;
             }
+            self.advance(run, c)?;
         }
         self.route_events(run)?;
         pump_and_transmit(&mut self.nodes, run);
@@ -476,7 +453,7 @@ impl World for SymWorld {
         )
     }
 
-    fn finish(mut self, run: &mut Run) -> Result<CrmemSimReport, Violation> {
+    fn finish(self, run: &mut Run) -> Result<CrmemSimReport, Violation> {
         for k in 0..self.n() {
             self.check_replica(run, k)?;
         }
@@ -489,26 +466,11 @@ impl World for SymWorld {
                 )));
             }
         }
-        for nd in &self.nodes {
-            add_counters(&mut self.counters, nd.cr.counters());
-        }
         Ok(CrmemSimReport {
-            seed: run.seed,
-            faults: self.faults,
             clients: self.clients.len(),
             committed: self.chain.len() as u64,
-            aborted_on_purpose: self.aborted_on_purpose,
-            timeouts: self.timeouts,
-            audits: self.audits,
             failovers: self.views,
-            restarts: self.restarts,
-            skipped_crashes: self.skipped,
-            total_crashes: 0,
-            disk_syncs: 0,
-            net: run.net.counters.clone(),
-            nodes: self.counters,
-            end_ns: run.ns(),
-            digest: run.digest_with_net(),
+            ..self.tally.report(run, self.faults, &self.nodes)
         })
     }
 }

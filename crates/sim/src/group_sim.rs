@@ -6,17 +6,16 @@
 //! Processes are slots: a crashed process is gone for good, and a restart is a new process
 //! (a new address) that joins through a live member, as a restarted server would.
 
-use crate::group_world::{self, GroupSim};
+use crate::group_world::{self, GroupBase, GroupSim};
 use crate::harness::{Run, Violation};
 use crate::net::NetCounters;
-use crate::schedule::{Churn, GroupOptions, GroupSeed};
+use crate::schedule::{GroupOptions, GroupSeed};
 use crate::{member_node, Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::group::{
     Delivered, Dest, GroupConfig, GroupEvent, Member, Method, MinMembers, State,
 };
 use txcast_proto::pack::PackMode;
-use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
 
@@ -102,8 +101,7 @@ fn payload_for(addr: Address, k: u64) -> Vec<u8> {
 struct Sim {
     opts: GroupSimOptions,
     cfg: GroupConfig,
-    rng: Rng,
-    procs: Vec<Proc>,
+    base: GroupBase<Proc>,
     /// seq -> the record delivered there by processes that did not crash (built at the end).
     global: BTreeMap<u64, Rec>,
     /// What crashed processes delivered before they crashed.
@@ -111,9 +109,6 @@ struct Sim {
     /// (sender, msg_id) -> payload hash, for everything handed to `send`.
     sent: HashMap<(Address, u64), u64>,
     completed: Vec<(Address, u64)>,
-    churn: Churn,
-    /// The seed's fault mix, for the report.
-    faults: String,
 }
 
 /// Runs one seed; `Err` names the first guarantee broken.
@@ -154,20 +149,17 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
             },
         };
     }
-    let start = draw.start("group", &opts.group, String::new());
+    let (base, plan) = GroupBase::start(draw, "group", &opts.group, String::new());
     let sim = Sim {
         opts: opts.clone(),
         cfg,
-        rng: start.rng,
-        procs: Vec::new(),
+        base,
         global: BTreeMap::new(),
         crashed_logs: Vec::new(),
         sent: HashMap::new(),
         completed: Vec::new(),
-        churn: start.churn,
-        faults: start.faults,
     };
-    group_world::run(sim, start.plan)
+    group_world::run(sim, plan)
 }
 
 impl GroupSim for Sim {
@@ -175,16 +167,12 @@ impl GroupSim for Sim {
     type Member = Member;
     type Report = GroupSimReport;
 
-    fn procs(&self) -> &[Proc] {
-        &self.procs
+    fn base(&self) -> &GroupBase<Proc> {
+        &self.base
     }
 
-    fn parts(&mut self) -> (&mut Vec<Proc>, &mut Rng, &mut Churn) {
-        (&mut self.procs, &mut self.rng, &mut self.churn)
-    }
-
-    fn members(&self) -> usize {
-        self.opts.group.members
+    fn base_mut(&mut self) -> &mut GroupBase<Proc> {
+        &mut self.base
     }
 
     fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
@@ -192,7 +180,7 @@ impl GroupSim for Sim {
             addr,
             m: None,
             sends_left: self.opts.messages_per_member,
-            next_send_at: run.ns() + self.rng.below(20_000_000),
+            next_send_at: run.ns() + self.base.rng.below(20_000_000),
             last_seq: 0,
             last_id: HashMap::new(),
             seen: HashSet::new(),
@@ -221,12 +209,12 @@ impl GroupSim for Sim {
 
     /// Takes the member's deliveries and events through the checkers.
     fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
-        let Some(m) = self.procs[i].m.as_mut() else {
+        let Some(m) = self.base.procs[i].m.as_mut() else {
             return Ok(());
         };
         run.transmit(i, m);
         loop {
-            let m = self.procs[i].m.as_mut().expect("live");
+            let m = self.base.procs[i].m.as_mut().expect("live");
             let Some((seq, sender, rec)) = m.poll_delivery(|d| {
                 let rec = match d.what {
                     Delivered::Message { msg_id, payload } => {
@@ -245,34 +233,34 @@ impl GroupSim for Sim {
             self.check_delivery(run, i, seq, sender, rec)?;
         }
         loop {
-            let m = self.procs[i].m.as_mut().expect("live");
+            let m = self.base.procs[i].m.as_mut().expect("live");
             let Some(ev) = m.poll_event() else {
                 break;
             };
-            let addr = self.procs[i].addr;
+            let addr = self.base.procs[i].addr;
             if run.trace > 0 {
                 eprintln!(
                     "{:>10} {addr} event {ev:?} {:?}",
                     run.ns(),
-                    self.procs[i].m.as_ref().map(|m| m.info().epoch)
+                    self.base.procs[i].m.as_ref().map(|m| m.info().epoch)
                 );
             }
             match ev {
                 GroupEvent::SendDone { msg_id } => self.completed.push((addr, msg_id)),
                 GroupEvent::JoinFailed => {
                     // Try again through someone else.
-                    self.procs[i].m = None;
+                    self.base.procs[i].m = None;
                     self.spawn_joiner(run);
                     return Ok(());
                 }
-                GroupEvent::LeaveDone => self.procs[i].done = true,
-                GroupEvent::JoinDone { seq } => self.procs[i].joined_at = seq,
+                GroupEvent::LeaveDone => self.base.procs[i].done = true,
+                GroupEvent::JoinDone { seq } => self.base.procs[i].joined_at = seq,
                 GroupEvent::Expelled => {
                     // Left out of a rebuilt view: to the group it failed (what it delivered
                     // alone may be lost, as for a crash); it starts again as a new process.
-                    let log = std::mem::take(&mut self.procs[i].log);
+                    let log = std::mem::take(&mut self.base.procs[i].log);
                     self.crashed_logs.push((addr, log));
-                    self.churn.expulsions += 1;
+                    self.base.churn.expulsions += 1;
                     self.spawn_joiner(run);
                 }
                 _ => {}
@@ -283,8 +271,8 @@ impl GroupSim for Sim {
 
     fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
         let now = run.now;
-        for i in 0..self.procs.len() {
-            let p = &mut self.procs[i];
+        for i in 0..self.base.procs.len() {
+            let p = &mut self.base.procs[i];
             let Some(m) = p.m.as_mut() else {
                 continue;
             };
@@ -300,7 +288,7 @@ impl GroupSim for Sim {
                     p.sends_left -= 1;
                     self.sent.insert((p.addr, id), Digest::of(&payload));
                 }
-                p.next_send_at = run.ns() + self.rng.below(8_000_000);
+                p.next_send_at = run.ns() + self.base.rng.below(8_000_000);
                 self.drain(run, i)?;
             }
         }
@@ -309,8 +297,8 @@ impl GroupSim for Sim {
 
     /// What a crashed process delivered is checked with the survivors' at the end.
     fn crashed(&mut self, i: usize) {
-        let log = std::mem::take(&mut self.procs[i].log);
-        self.crashed_logs.push((self.procs[i].addr, log));
+        let log = std::mem::take(&mut self.base.procs[i].log);
+        self.crashed_logs.push((self.base.procs[i].addr, log));
     }
 
     fn done(&self, _run: &Run) -> bool {
@@ -319,6 +307,7 @@ impl GroupSim for Sim {
 
     fn stalled(&self, run: &Run) -> String {
         let due: Vec<String> = self
+            .base
             .procs
             .iter()
             .filter_map(|p| {
@@ -341,7 +330,8 @@ impl GroupSim for Sim {
         self.check_order(run)?;
         self.check_final(run)?;
         let counters = || {
-            self.procs
+            self.base
+                .procs
                 .iter()
                 .filter_map(|p| p.m.as_ref())
                 .map(|m| m.counters())
@@ -353,14 +343,14 @@ impl GroupSim for Sim {
                 "r={} method={:?} pack={:?}",
                 cfg.resilience, cfg.method, cfg.pack
             ),
-            faults: self.faults.clone(),
+            faults: self.base.faults.clone(),
             net: run.net.counters.clone(),
             sent: self.sent.len() as u64,
             completed: self.completed.len() as u64,
             delivered: counters().map(|c| c.delivered).sum(),
-            crashes: self.churn.crashes,
-            leaves: self.churn.leaves,
-            joins: self.churn.joins,
+            crashes: self.base.churn.crashes,
+            leaves: self.base.churn.leaves,
+            joins: self.base.churn.joins,
             partitions: run.faults.cuts,
             clogs: run.faults.clogged,
             resets: counters().map(|c| c.resets_completed).sum(),
@@ -374,7 +364,7 @@ impl GroupSim for Sim {
 impl Sim {
     /// Processes the group lost: crashed, or left out of a rebuilt view.
     fn failures(&self) -> u32 {
-        self.churn.crashes + self.churn.expulsions
+        self.base.churn.crashes + self.base.churn.expulsions
     }
 
     fn describe(&self, run: &Run) -> String {
@@ -383,9 +373,9 @@ impl Sim {
             self.cfg.resilience,
             self.cfg.method,
             self.cfg.pack,
-            self.churn.crashes,
-            self.churn.leaves,
-            self.churn.joins,
+            self.base.churn.crashes,
+            self.base.churn.leaves,
+            self.base.churn.joins,
             run.faults.cuts,
             run.faults.clogged
         )
@@ -399,16 +389,16 @@ impl Sim {
         sender: Address,
         rec: Rec,
     ) -> Result<(), Violation> {
-        let who = self.procs[i].addr;
+        let who = self.base.procs[i].addr;
         if run.trace > 0 {
             eprintln!("{:>10} {who} deliver {seq} {rec:?}", run.ns());
         }
         run.digest.add_u64(seq);
-        let p = &mut self.procs[i];
+        let p = &mut self.base.procs[i];
         if p.last_seq != 0 && seq != p.last_seq + 1 {
             return Err(run.fail(format!(
                 "{who} delivered seq {seq} after {}",
-                self.procs[i].last_seq
+                self.base.procs[i].last_seq
             )));
         }
         p.last_seq = seq;
@@ -429,7 +419,7 @@ impl Sim {
             }
             let _ = sender;
         }
-        self.procs[i].log.push((seq, rec));
+        self.base.procs[i].log.push((seq, rec));
         Ok(())
     }
 
@@ -441,7 +431,7 @@ impl Sim {
         // Processes that left are checked with the failed ones, below: a leaver stops taking
         // part, so what it delivered is exactly as durable as a crashed process's deliveries
         // (held by r more members, and by one even with r = 0).
-        for p in self.procs.iter().filter(|p| !p.done) {
+        for p in self.base.procs.iter().filter(|p| !p.done) {
             for (seq, rec) in &p.log {
                 match self.global.get(seq) {
                     Some(r) if r != rec => {
@@ -462,6 +452,7 @@ impl Sim {
         // nothing it delivered is lost is the no-loss check on completed sends.)
         let r = self.cfg.resilience as u32;
         let left = self
+            .base
             .procs
             .iter()
             .filter(|p| p.done)
@@ -484,7 +475,7 @@ impl Sim {
     fn members_in_normal(&self) -> Vec<usize> {
         self.live()
             .filter(|&i| {
-                self.procs[i]
+                self.base.procs[i]
                     .m
                     .as_ref()
                     .is_some_and(|m| m.state() == State::Normal)
@@ -501,10 +492,10 @@ impl Sim {
         if normal.len() != live.len() {
             return false;
         }
-        let first = self.procs[normal[0]].m.as_ref().expect("live");
+        let first = self.base.procs[normal[0]].m.as_ref().expect("live");
         let info = first.info();
         normal.iter().all(|&i| {
-            let m = self.procs[i].m.as_ref().expect("live");
+            let m = self.base.procs[i].m.as_ref().expect("live");
             let x = m.info();
             x.epoch == info.epoch
                 && x.members == info.members
@@ -532,7 +523,7 @@ impl Sim {
     fn majority_lost(&self) -> bool {
         let newest = self
             .live()
-            .filter_map(|i| self.procs[i].m.as_ref())
+            .filter_map(|i| self.base.procs[i].m.as_ref())
             .map(|m| m.committed_view())
             .max_by_key(|v| (v.0, v.1));
         let Some((_, _, view)) = newest else {
@@ -540,7 +531,7 @@ impl Sim {
         };
         let running = view
             .iter()
-            .filter(|&&a| self.live().any(|i| self.procs[i].addr == a))
+            .filter(|&&a| self.live().any(|i| self.base.procs[i].addr == a))
             .count();
         running * 2 <= view.len()
     }
@@ -554,11 +545,11 @@ impl Sim {
             let states: Vec<String> = self
                 .live()
                 .map(|i| {
-                    let m = self.procs[i].m.as_ref().expect("live");
+                    let m = self.base.procs[i].m.as_ref().expect("live");
                     let x = m.info();
                     format!(
                         "{}: {:?} epoch {} members {:?} seq {} recv {} consumed {} pending {}\n      {}",
-                        self.procs[i].addr,
+                        self.base.procs[i].addr,
                         x.state,
                         x.epoch,
                         x.members.iter().map(|a| a.site).collect::<Vec<_>>(),
@@ -580,9 +571,9 @@ impl Sim {
         // was a member when it was ordered, if its sender is still in the group or at most r
         // processes crashed.
         let r = self.cfg.resilience as u32;
-        let live: HashSet<Address> = self.live().map(|i| self.procs[i].addr).collect();
+        let live: HashSet<Address> = self.live().map(|i| self.base.procs[i].addr).collect();
         let mut ordered_at: HashMap<(Address, u64), u64> = HashMap::new();
-        let left = self.procs.iter().filter(|p| p.done).map(|p| &p.log);
+        let left = self.base.procs.iter().filter(|p| p.done).map(|p| &p.log);
         let crashed = self
             .crashed_logs
             .iter()
@@ -602,7 +593,7 @@ impl Sim {
                 return Err(run.fail(format!("completed send {s}#{id} delivered nowhere")));
             };
             for i in self.live() {
-                let p = &self.procs[i];
+                let p = &self.base.procs[i];
                 if p.joined_at < q && !p.seen.contains(&(*s, *id)) {
                     return Err(run.fail(format!(
                         "completed send {s}#{id} (seq {q}) lost: {} never delivered it ({} failures, r = {r})",

@@ -16,11 +16,47 @@
 
 use crate::harness::{self, Plan, Run, Violation, World};
 use crate::net::FaultConfig;
-use crate::schedule::{fire, next_timer, receive, Churn, Down, Process, Standing, MAX_SLOTS};
+use crate::schedule::{
+    fire, next_timer, receive, Churn, Down, GroupOptions, GroupSeed, Process, Standing, MAX_SLOTS,
+};
 use crate::{Node, NodeId};
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
+
+/// What every group simulator keeps alike: the process slots, the seed's generator, the
+/// churn and the group options.
+pub struct GroupBase<P> {
+    /// The process slots: slot `i` holds the process of site `i`.
+    pub procs: Vec<P>,
+    /// The workload's and the churn's generator.
+    pub rng: Rng,
+    pub churn: Churn,
+    /// The seed's fault mix and churn rates, for the report.
+    pub faults: String,
+    pub opts: GroupOptions,
+}
+
+impl<P> GroupBase<P> {
+    /// Once the configuration is drawn from `draw`: no processes yet, and the plan of
+    /// simulator `sim` (see [`GroupSeed::start`]).
+    pub fn start(
+        draw: GroupSeed,
+        sim: &'static str,
+        opts: &GroupOptions,
+        replay: String,
+    ) -> (GroupBase<P>, Plan) {
+        let start = draw.start(sim, opts, replay);
+        let base = GroupBase {
+            procs: Vec::new(),
+            rng: start.rng,
+            churn: start.churn,
+            faults: start.faults,
+            opts: opts.clone(),
+        };
+        (base, start.plan)
+    }
+}
 
 /// A group simulator: its members, workload and checkers, over slots of processes.
 pub trait GroupSim: Sized {
@@ -28,12 +64,9 @@ pub trait GroupSim: Sized {
     type Member: Node + Standing;
     type Report;
 
-    /// The process slots: slot `i` holds the process of site `i`.
-    fn procs(&self) -> &[Self::Proc];
-    /// The slots, the seed's generator and the churn, borrowed together.
-    fn parts(&mut self) -> (&mut Vec<Self::Proc>, &mut Rng, &mut Churn);
-    /// Members at the start (the first creates the group, the others join).
-    fn members(&self) -> usize;
+    /// The slots, generator, churn and options the world shares with the simulator.
+    fn base(&self) -> &GroupBase<Self::Proc>;
+    fn base_mut(&mut self) -> &mut GroupBase<Self::Proc>;
     /// A new process at `addr`, with no member yet.
     fn new_proc(&mut self, run: &Run, addr: Address) -> Self::Proc;
     /// The first member, which creates the group.
@@ -52,7 +85,7 @@ pub trait GroupSim: Sized {
     fn crashed(&mut self, _i: usize) {}
     /// The earliest instant a step is needed for, besides packets.
     fn next_wakeup(&self) -> Option<Instant> {
-        next_timer(self.procs())
+        next_timer(&self.base().procs)
     }
     /// Packet `bytes` for slot `to`, before its member takes it (for the trace).
     fn trace_packet(&self, _run: &Run, _to: NodeId, _bytes: &[u8]) {}
@@ -70,7 +103,8 @@ pub trait GroupSim: Sized {
 
     /// Slots whose members are (or are becoming) ones of the group.
     fn live(&self) -> impl Iterator<Item = usize> + '_ {
-        self.procs()
+        self.base()
+            .procs
             .iter()
             .enumerate()
             .filter_map(|(i, p)| p.member().filter(|m| Self::in_group(m)).map(|_| i))
@@ -78,12 +112,12 @@ pub trait GroupSim: Sized {
 
     /// The slot of a new process, if there is one free.
     fn add_proc(&mut self, run: &Run) -> Option<usize> {
-        let i = self.procs().len();
+        let i = self.base().procs.len();
         if i >= MAX_SLOTS {
             return None;
         }
         let p = self.new_proc(run, Address::new(1, i as u16, 1, 0));
-        self.parts().0.push(p);
+        self.base_mut().procs.push(p);
         Some(i)
     }
 
@@ -92,10 +126,10 @@ pub trait GroupSim: Sized {
     /// contacts are members in a settled view or, when there is none right now, the live
     /// ones the simulator accepts ([`GroupSim::fallback_contact`]).
     fn spawn_joiner(&mut self, run: &mut Run) {
-        let addr = |s: &Self, i: usize| s.procs()[i].addr();
+        let addr = |s: &Self, i: usize| s.base().procs[i].addr();
         let mut contacts: Vec<Address> = self
             .live()
-            .filter(|&i| self.procs()[i].member().is_some_and(|m| m.settled()))
+            .filter(|&i| self.base().procs[i].member().is_some_and(|m| m.settled()))
             .map(|i| addr(self, i))
             .collect();
         if contacts.is_empty() {
@@ -111,15 +145,15 @@ pub trait GroupSim: Sized {
         let Some(i) = self.add_proc(run) else {
             return;
         };
-        let contact = contacts[self.parts().1.below(contacts.len() as u64) as usize];
+        let contact = contacts[self.base_mut().rng.below(contacts.len() as u64) as usize];
         let me = addr(self, i);
         if run.trace > 0 {
             eprintln!("{:>10} SPAWN {me} via {contact}", run.ns());
         }
         let m = self.join(run, me, contact);
-        let (procs, _, churn) = self.parts();
-        procs[i].set_member(Some(m));
-        churn.joins += 1;
+        let b = self.base_mut();
+        b.procs[i].set_member(Some(m));
+        b.churn.joins += 1;
     }
 }
 
@@ -157,7 +191,9 @@ impl<S: GroupSim> Group<S> {
             return Ok(());
         }
         let running: Vec<usize> = s.live().collect();
-        let (procs, rng, churn) = s.parts();
+        let GroupBase {
+            procs, rng, churn, ..
+        } = s.base_mut();
         match churn.step(procs, running.clone(), rng, run) {
             Some(Down::Crash(victim)) => {
                 procs[victim].set_member(None);
@@ -187,7 +223,7 @@ impl<S: GroupSim> Group<S> {
     fn reports_due(&mut self, run: &mut Run) -> Result<(), Violation> {
         if !run.healed {
             let live: Vec<usize> = self.sim.live().collect();
-            let (procs, rng, _) = self.sim.parts();
+            let GroupBase { procs, rng, .. } = self.sim.base_mut();
             if live.len() >= 2 && rng.chance(FORGED_PER_STEP) {
                 let to = live[rng.below(live.len() as u64) as usize];
                 let named = live[rng.below(live.len() as u64) as usize];
@@ -204,7 +240,7 @@ impl<S: GroupSim> Group<S> {
                 continue;
             }
             self.reports.swap_remove(k);
-            if let Some(m) = self.sim.parts().0[to].member_mut() {
+            if let Some(m) = self.sim.base_mut().procs[to].member_mut() {
                 m.unreachable(run.now, who);
                 self.sim.drain(run, to)?;
             }
@@ -219,10 +255,10 @@ impl<S: GroupSim> World for Group<S> {
     fn start(&mut self, run: &mut Run) -> Result<(), Violation> {
         let s = &mut self.sim;
         let first = s.add_proc(run).expect("slot");
-        let m = s.create(run, s.procs()[first].addr())?;
-        s.parts().0[first].set_member(Some(m));
+        let m = s.create(run, s.base().procs[first].addr())?;
+        s.base_mut().procs[first].set_member(Some(m));
         s.drain(run, first)?;
-        for _ in 1..s.members() {
+        for _ in 1..s.base().opts.members {
             s.spawn_joiner(run);
         }
         Ok(())
@@ -230,14 +266,14 @@ impl<S: GroupSim> World for Group<S> {
 
     fn deliver(&mut self, run: &mut Run, to: NodeId, bytes: Vec<u8>) -> Result<(), Violation> {
         self.sim.trace_packet(run, to, &bytes);
-        receive(self.sim.parts().0, run, to, &bytes);
+        receive(&mut self.sim.base_mut().procs, run, to, &bytes);
         self.sim.drain(run, to)
     }
 
     fn step(&mut self, run: &mut Run) -> Result<(), Violation> {
         self.reports_due(run)?;
-        for i in 0..self.sim.procs().len() {
-            if fire(&mut self.sim.parts().0[i], run) {
+        for i in 0..self.sim.base().procs.len() {
+            if fire(&mut self.sim.base_mut().procs[i], run) {
                 self.sim.drain(run, i)?;
             }
         }
@@ -267,7 +303,7 @@ impl<S: GroupSim> World for Group<S> {
     }
 
     fn address(&self, node: NodeId) -> Address {
-        self.sim.procs()[node].addr()
+        self.sim.base().procs[node].addr()
     }
 
     fn finish(self, run: &mut Run) -> Result<S::Report, Violation> {

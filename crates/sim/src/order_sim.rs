@@ -19,10 +19,10 @@
 //! joins through a live member, as in [`crate::group_sim`]. Protocol, packing, stability and
 //! the group's parameters are drawn from the seed unless fixed by [`OrderSimOptions`].
 
-use crate::group_world::{self, GroupSim};
+use crate::group_world::{self, GroupBase, GroupSim};
 use crate::harness::{Run, Violation};
 use crate::net::NetCounters;
-use crate::schedule::{Churn, GroupOptions, GroupSeed};
+use crate::schedule::{GroupOptions, GroupSeed};
 use crate::{member_node, Digest};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -207,15 +207,11 @@ fn payload_for(addr: Address, k: u64, max: usize) -> Vec<u8> {
 struct Sim {
     opts: OrderSimOptions,
     cfg: OrderConfig,
-    rng: Rng,
-    procs: Vec<Proc>,
+    base: GroupBase<Proc>,
     /// (sender, msg_id) -> payload hash, for everything `send` took.
     sent: HashMap<(Address, u64), u64>,
     /// Every view installed anywhere, with its members.
     views: HashMap<ViewId, Vec<Address>>,
-    churn: Churn,
-    /// The seed's fault mix, for the report.
-    faults: String,
 }
 
 /// The group's configuration for a seed: protocol, packing and stability from the options or
@@ -267,18 +263,20 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         return Err(v);
     }
     // Fixing the protocol, packing and stability the seed drew replays it unchanged.
-    let start = draw.start("order", &opts.group, format!(" {}", replay_args(&cfg)));
+    let (base, plan) = GroupBase::start(
+        draw,
+        "order",
+        &opts.group,
+        format!(" {}", replay_args(&cfg)),
+    );
     let sim = Sim {
         opts: opts.clone(),
         cfg,
-        rng: start.rng,
-        procs: Vec::new(),
+        base,
         sent: HashMap::new(),
         views: HashMap::new(),
-        churn: start.churn,
-        faults: start.faults,
     };
-    group_world::run(sim, start.plan)
+    group_world::run(sim, plan)
 }
 
 impl GroupSim for Sim {
@@ -286,16 +284,12 @@ impl GroupSim for Sim {
     type Member = Member;
     type Report = OrderSimReport;
 
-    fn procs(&self) -> &[Proc] {
-        &self.procs
+    fn base(&self) -> &GroupBase<Proc> {
+        &self.base
     }
 
-    fn parts(&mut self) -> (&mut Vec<Proc>, &mut Rng, &mut Churn) {
-        (&mut self.procs, &mut self.rng, &mut self.churn)
-    }
-
-    fn members(&self) -> usize {
-        self.opts.group.members
+    fn base_mut(&mut self) -> &mut GroupBase<Proc> {
+        &mut self.base
     }
 
     fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
@@ -304,7 +298,7 @@ impl GroupSim for Sim {
             m: None,
             fate: Fate::Running,
             sent: 0,
-            next_send_at: run.ns() + self.rng.below(20_000_000),
+            next_send_at: run.ns() + self.base.rng.below(20_000_000),
             leaving: false,
             log: Vec::new(),
             seen: HashSet::new(),
@@ -332,12 +326,12 @@ impl GroupSim for Sim {
 
     /// One in a view.
     fn fallback_contact(&self, i: usize) -> bool {
-        self.procs[i].view.is_some()
+        self.base.procs[i].view.is_some()
     }
 
     /// Takes the member's deliveries and events through the checkers, and checks its bounds.
     fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
-        let Some(m) = self.procs[i].m.as_mut() else {
+        let Some(m) = self.base.procs[i].m.as_mut() else {
             return Ok(());
         };
         run.transmit(i, m);
@@ -346,7 +340,7 @@ impl GroupSim for Sim {
             View(ViewId, Vec<Address>),
         }
         loop {
-            let m = self.procs[i].m.as_mut().expect("live");
+            let m = self.base.procs[i].m.as_mut().expect("live");
             let Some(d) = m.poll_delivery(|d| match d {
                 Delivered::Message(d) => D::Msg(d.sender, d.msg_id, d.payload.to_vec()),
                 Delivered::View(v) => D::View(v.id, v.members),
@@ -356,23 +350,23 @@ impl GroupSim for Sim {
             match d {
                 D::Msg(s, id, p) => self.check_message(run, i, s, id, &p)?,
                 D::View(v, members) => {
-                    self.procs[i].blocked_reported = false;
+                    self.base.procs[i].blocked_reported = false;
                     self.check_view(run, i, v, members)?
                 }
             }
         }
         loop {
-            let m = self.procs[i].m.as_mut().expect("live");
+            let m = self.base.procs[i].m.as_mut().expect("live");
             let Some(ev) = m.poll_event() else {
                 break;
             };
-            let addr = self.procs[i].addr;
+            let addr = self.base.procs[i].addr;
             if run.trace > 0 {
                 eprintln!("{:>10} {addr} event {ev:?}", run.ns());
             }
             let fate = match ev {
                 OrderEvent::SendDone { msg_id } => {
-                    let p = &mut self.procs[i];
+                    let p = &mut self.base.procs[i];
                     if !p.seen.contains(&(addr, msg_id))
                         || p.done.last().is_some_and(|&d| d >= msg_id)
                     {
@@ -386,14 +380,14 @@ impl GroupSim for Sim {
                     continue;
                 }
                 OrderEvent::Blocked { reachable, needed } => {
-                    let m = self.procs[i].m.as_ref().expect("live");
+                    let m = self.base.procs[i].m.as_ref().expect("live");
                     if m.state() != VsState::Flushing || reachable > m.members().len() {
                         let what = format!(
                             "{addr}: Blocked ({reachable} of {needed}) outside a view change"
                         );
                         return Err(self.fail(run, what));
                     }
-                    self.procs[i].blocked_reported = true;
+                    self.base.procs[i].blocked_reported = true;
                     continue;
                 }
                 OrderEvent::JoinFailed => Fate::JoinFailed,
@@ -402,21 +396,21 @@ impl GroupSim for Sim {
                     Fate::Left
                 }
                 OrderEvent::Expelled => {
-                    self.churn.expulsions += 1;
+                    self.base.churn.expulsions += 1;
                     Fate::Expelled
                 }
             };
             // The process is done; a new one takes its place.
-            self.procs[i].m = None;
-            self.procs[i].fate = fate;
+            self.base.procs[i].m = None;
+            self.base.procs[i].fate = fate;
             self.spawn_joiner(run);
             return Ok(());
         }
-        let m = self.procs[i].m.as_ref().expect("live");
+        let m = self.base.procs[i].m.as_ref().expect("live");
         if m.sends_pending() > self.cfg.send_queue_max {
             let what = format!(
                 "{}: {} sends pending > send_queue_max {}",
-                self.procs[i].addr,
+                self.base.procs[i].addr,
                 m.sends_pending(),
                 self.cfg.send_queue_max
             );
@@ -425,7 +419,7 @@ impl GroupSim for Sim {
         if m.vs().unstable() > self.cfg.vs.window {
             let what = format!(
                 "{}: {} casts unstable > window {}",
-                self.procs[i].addr,
+                self.base.procs[i].addr,
                 m.vs().unstable(),
                 self.cfg.vs.window
             );
@@ -437,9 +431,9 @@ impl GroupSim for Sim {
     fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
         let now = run.now;
         let max = self.cfg.message_bytes_max();
-        for i in 0..self.procs.len() {
-            let burst = 1 + self.rng.below(6);
-            let p = &mut self.procs[i];
+        for i in 0..self.base.procs.len() {
+            let burst = 1 + self.base.rng.below(6);
+            let p = &mut self.base.procs[i];
             let Some(m) = p.m.as_mut() else {
                 continue;
             };
@@ -469,14 +463,14 @@ impl GroupSim for Sim {
                     Err(_) => break,
                 }
             }
-            p.next_send_at = run.ns() + self.rng.below(8_000_000);
+            p.next_send_at = run.ns() + self.base.rng.below(8_000_000);
             self.drain(run, i)?;
         }
         Ok(())
     }
 
     fn crashed(&mut self, i: usize) {
-        self.procs[i].fate = Fate::Crashed;
+        self.base.procs[i].fate = Fate::Crashed;
     }
 
     fn done(&self, run: &Run) -> bool {
@@ -485,6 +479,7 @@ impl GroupSim for Sim {
 
     fn stalled(&self, run: &Run) -> String {
         let due: Vec<String> = self
+            .base
             .procs
             .iter()
             .filter_map(|p| {
@@ -514,19 +509,20 @@ impl GroupSim for Sim {
         Ok(OrderSimReport {
             seed: run.seed,
             config: self.describe_config(),
-            faults: self.faults.clone(),
+            faults: self.base.faults.clone(),
             net: run.net.counters.clone(),
             sent: self.sent.len() as u64,
-            completed: self.procs.iter().map(|p| p.done.len() as u64).sum(),
+            completed: self.base.procs.iter().map(|p| p.done.len() as u64).sum(),
             delivered: self
+                .base
                 .procs
                 .iter()
                 .map(|p| p.log.iter().filter(|e| matches!(e, Entry::Msg(..))).count() as u64)
                 .sum(),
-            crashes: self.churn.crashes,
-            expulsions: self.churn.expulsions,
-            leaves: self.churn.leaves,
-            joins: self.churn.joins,
+            crashes: self.base.churn.crashes,
+            expulsions: self.base.churn.expulsions,
+            leaves: self.base.churn.leaves,
+            joins: self.base.churn.joins,
             partitions: run.faults.cuts,
             clogs: run.faults.clogged,
             views: self.views.keys().map(|v| v.number).max().unwrap_or(0),
@@ -564,22 +560,22 @@ impl Sim {
         format!(
             "{}; crashes {} expulsions {} leaves {} joins {} partitions {} clogs {}",
             self.describe_config(),
-            self.churn.crashes,
-            self.churn.expulsions,
-            self.churn.leaves,
-            self.churn.joins,
+            self.base.churn.crashes,
+            self.base.churn.expulsions,
+            self.base.churn.leaves,
+            self.base.churn.joins,
             run.faults.cuts,
             run.faults.clogged
         )
     }
 
     fn slot_of(&self, a: Address) -> Option<usize> {
-        crate::schedule::slot_of(&self.procs, a)
+        crate::schedule::slot_of(&self.base.procs, a)
     }
 
     fn leaves_done(&mut self, run: &mut Run, i: usize) {
         if run.trace > 0 {
-            eprintln!("{:>10} {} left", run.ns(), self.procs[i].addr);
+            eprintln!("{:>10} {} left", run.ns(), self.base.procs[i].addr);
         }
     }
 
@@ -590,7 +586,7 @@ impl Sim {
         v: ViewId,
         members: Vec<Address>,
     ) -> Result<(), Violation> {
-        let who = self.procs[i].addr;
+        let who = self.base.procs[i].addr;
         if run.trace > 0 {
             eprintln!(
                 "{:>10} {who} view {v} {:?}",
@@ -602,7 +598,7 @@ impl Sim {
         if !members.contains(&who) {
             return Err(self.fail(run, format!("{who} installed view {v} without itself")));
         }
-        if let Some(old) = self.procs[i].view {
+        if let Some(old) = self.base.procs[i].view {
             if v <= old {
                 return Err(self.fail(run, format!("{who} installed view {v} after {old}")));
             }
@@ -619,7 +615,7 @@ impl Sim {
                 self.views.insert(v, members.clone());
             }
         }
-        let p = &mut self.procs[i];
+        let p = &mut self.base.procs[i];
         p.view = Some(v);
         p.view_members = members;
         p.log.push(Entry::View(v));
@@ -634,13 +630,13 @@ impl Sim {
         id: u64,
         payload: &[u8],
     ) -> Result<(), Violation> {
-        let who = self.procs[i].addr;
+        let who = self.base.procs[i].addr;
         if run.trace > 0 {
             eprintln!("{:>10} {who} deliver {s}#{id}", run.ns());
         }
         run.digest.add_u64(s.site as u64);
         run.digest.add_u64(id);
-        let p = &self.procs[i];
+        let p = &self.base.procs[i];
         let Some(v) = p.view else {
             return Err(self.fail(run, format!("{who} delivered {s}#{id} before any view")));
         };
@@ -664,7 +660,7 @@ impl Sim {
                 format!("{who} delivered {s}#{id} with another's payload"),
             ));
         }
-        let p = &mut self.procs[i];
+        let p = &mut self.base.procs[i];
         if let Some(&last) = p.last_id.get(&s) {
             if id <= last {
                 return Err(self.fail(
@@ -689,7 +685,7 @@ impl Sim {
     /// member of a view it never installed was excluded from the next, and the two others
     /// of its view were expelled since).
     fn orphan(&self, i: usize) -> bool {
-        let Some(m) = self.procs[i].m.as_ref() else {
+        let Some(m) = self.base.procs[i].m.as_ref() else {
             return false;
         };
         if m.state() == VsState::Normal || m.members().is_empty() {
@@ -698,7 +694,10 @@ impl Sim {
         let running = m
             .members()
             .iter()
-            .filter(|&&a| self.slot_of(a).is_some_and(|j| self.procs[j].m.is_some()))
+            .filter(|&&a| {
+                self.slot_of(a)
+                    .is_some_and(|j| self.base.procs[j].m.is_some())
+            })
             .count();
         running * 2 <= m.members().len()
     }
@@ -713,8 +712,11 @@ impl Sim {
         let now = run.now;
         if self.live().any(|i| {
             self.orphan(i)
-                && !(self.procs[i].blocked_reported
-                    && self.procs[i].m.as_ref().is_some_and(|m| m.blocked(now)))
+                && !(self.base.procs[i].blocked_reported
+                    && self.base.procs[i]
+                        .m
+                        .as_ref()
+                        .is_some_and(|m| m.blocked(now)))
         }) {
             return false;
         }
@@ -722,18 +724,18 @@ impl Sim {
         if live.is_empty() {
             return true;
         }
-        let first = self.procs[live[0]].m.as_ref().expect("live");
+        let first = self.base.procs[live[0]].m.as_ref().expect("live");
         let view = first.view();
         // Idle is about this member; casts may still be on their way to others: every member
         // has received the same casts (and handed them all up, see `idle`).
         let received = first.vs().received_vector();
-        let mut addrs: Vec<Address> = live.iter().map(|&i| self.procs[i].addr).collect();
+        let mut addrs: Vec<Address> = live.iter().map(|&i| self.base.procs[i].addr).collect();
         addrs.sort();
         let mut members = first.members().to_vec();
         members.sort();
         members == addrs
             && live.iter().all(|&i| {
-                let p = &self.procs[i];
+                let p = &self.base.procs[i];
                 let m = p.m.as_ref().expect("live");
                 m.state() == VsState::Normal
                     && m.view() == view
@@ -753,7 +755,10 @@ impl Sim {
         };
         let running = members
             .iter()
-            .filter(|&&a| self.slot_of(a).is_some_and(|j| self.procs[j].m.is_some()))
+            .filter(|&&a| {
+                self.slot_of(a)
+                    .is_some_and(|j| self.base.procs[j].m.is_some())
+            })
             .count();
         running * 2 <= members.len()
     }
@@ -762,7 +767,7 @@ impl Sim {
     fn check_final(&self, run: &Run) -> Result<bool, Violation> {
         // An orphan blocks, correctly, and says so.
         for i in self.live().filter(|&i| self.orphan(i)) {
-            let p = &self.procs[i];
+            let p = &self.base.procs[i];
             let m = p.m.as_ref().expect("live");
             if !(m.blocked(run.now) && p.blocked_reported) {
                 return Err(self.fail(
@@ -785,7 +790,7 @@ impl Sim {
             .settled()
             .into_iter()
             .map(|i| {
-                let p = &self.procs[i];
+                let p = &self.base.procs[i];
                 let m = p.m.as_ref().expect("live");
                 format!(
                     "{}: {:?} view {} members {:?} idle {} pending {} sent {} leaving {} holder {:?}\n      {:?}\n      {}",
@@ -811,7 +816,7 @@ impl Sim {
 
     /// Any two processes deliver the messages both delivered in the same relative order.
     fn check_order(&self, run: &Run) -> Result<(), Violation> {
-        let logs: Vec<&[Entry]> = self.procs.iter().map(|p| p.ordered_log()).collect();
+        let logs: Vec<&[Entry]> = self.base.procs.iter().map(|p| p.ordered_log()).collect();
         let pos: Vec<HashMap<(Address, u64), usize>> = logs
             .iter()
             .map(|log| {
@@ -825,8 +830,8 @@ impl Sim {
                     .collect()
             })
             .collect();
-        for (i, p) in self.procs.iter().enumerate() {
-            for (j, q) in self.procs.iter().enumerate().skip(i + 1) {
+        for (i, p) in self.base.procs.iter().enumerate() {
+            for (j, q) in self.base.procs.iter().enumerate().skip(i + 1) {
                 let mut last: Option<((Address, u64), usize)> = None;
                 for e in logs[i] {
                     let Entry::Msg(a, id) = e else {
@@ -856,7 +861,7 @@ impl Sim {
         type Between = (ViewId, Vec<(Address, u64)>, Address);
         let mut next: HashMap<ViewId, (ViewId, Address)> = HashMap::new();
         let mut between: HashMap<(ViewId, ViewId), Between> = HashMap::new();
-        for p in &self.procs {
+        for p in &self.base.procs {
             let mut cur: Option<ViewId> = None;
             let mut msgs: Vec<(Address, u64)> = Vec::new();
             for e in &p.log {
@@ -906,11 +911,11 @@ impl Sim {
 
     /// FIFO gaps only in the messages of a sender that failed.
     fn check_fifo(&self, run: &Run) -> Result<(), Violation> {
-        for p in &self.procs {
+        for p in &self.base.procs {
             for &(s, last, got) in &p.gaps {
-                let failed = self
-                    .slot_of(s)
-                    .is_some_and(|j| matches!(self.procs[j].fate, Fate::Crashed | Fate::Expelled));
+                let failed = self.slot_of(s).is_some_and(|j| {
+                    matches!(self.base.procs[j].fate, Fate::Crashed | Fate::Expelled)
+                });
                 if !failed {
                     return Err(self.fail(
                         run,
@@ -930,7 +935,7 @@ impl Sim {
     fn check_no_loss(&self, run: &Run) -> Result<(), Violation> {
         let live = self.settled();
         for &i in &live {
-            let s = &self.procs[i];
+            let s = &self.base.procs[i];
             let mut view_of: HashMap<u64, ViewId> = HashMap::new();
             let mut cur = None;
             for e in &s.log {
@@ -956,7 +961,7 @@ impl Sim {
                     );
                 }
                 for &j in &live {
-                    let q = &self.procs[j];
+                    let q = &self.base.procs[j];
                     if q.log.contains(&Entry::View(*v)) && !q.seen.contains(&(s.addr, id)) {
                         return Err(self.fail(run, format!(
                             "{}#{id} (delivered in view {v}) lost: {} installed that view and never delivered it",

@@ -16,14 +16,13 @@
 //! Processes are slots: a crash is for good, and a restart is a new process (a new address)
 //! that joins through a live member, as in `group_sim`.
 
-use crate::group_world::{self, GroupSim};
+use crate::group_world::{self, GroupBase, GroupSim};
 use crate::harness::{min_opt, Run, Violation};
 use crate::net::NetCounters;
-use crate::schedule::{Churn, GroupOptions, GroupSeed};
+use crate::schedule::{GroupOptions, GroupSeed};
 use crate::{member_node, Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::pack::PackMode;
-use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::vsync::{Dest, Stability, Upcall, ViewId, Vs, VsConfig, VsState};
 use txcast_proto::Address;
@@ -132,8 +131,7 @@ fn parse_payload(p: &[u8]) -> Option<(String, u64)> {
 struct Sim {
     opts: VsSimOptions,
     cfg: VsConfig,
-    rng: Rng,
-    procs: Vec<Proc>,
+    base: GroupBase<Proc>,
     casts: HashMap<(Address, u64), CastRec>,
     flush_casts: u64,
     delivered: u64,
@@ -143,9 +141,6 @@ struct Sim {
     numbers: HashMap<u64, ViewId>,
     /// (view, next view) -> what the first process to install both delivered in the first.
     synchrony: HashMap<(ViewId, ViewId), (Address, Vec<u64>)>,
-    churn: Churn,
-    /// The seed's fault mix, for the report.
-    faults: String,
 }
 
 /// Runs one seed; `Err` names the first guarantee broken.
@@ -187,22 +182,19 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
     }
     cfg.validate()
         .map_err(|e| Violation::at_start("vs", seed, format!("configuration: {e}")))?;
-    let start = draw.start("vs", &opts.group, String::new());
+    let (base, plan) = GroupBase::start(draw, "vs", &opts.group, String::new());
     let sim = Sim {
         opts: opts.clone(),
         cfg,
-        rng: start.rng,
-        procs: Vec::new(),
+        base,
         casts: HashMap::new(),
         flush_casts: 0,
         delivered: 0,
         views: BTreeMap::new(),
         numbers: HashMap::new(),
         synchrony: HashMap::new(),
-        churn: start.churn,
-        faults: start.faults,
     };
-    group_world::run(sim, start.plan)
+    group_world::run(sim, plan)
 }
 
 impl GroupSim for Sim {
@@ -210,16 +202,12 @@ impl GroupSim for Sim {
     type Member = Vs;
     type Report = VsSimReport;
 
-    fn procs(&self) -> &[Proc] {
-        &self.procs
+    fn base(&self) -> &GroupBase<Proc> {
+        &self.base
     }
 
-    fn parts(&mut self) -> (&mut Vec<Proc>, &mut Rng, &mut Churn) {
-        (&mut self.procs, &mut self.rng, &mut self.churn)
-    }
-
-    fn members(&self) -> usize {
-        self.opts.group.members
+    fn base_mut(&mut self) -> &mut GroupBase<Proc> {
+        &mut self.base
     }
 
     fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
@@ -227,7 +215,7 @@ impl GroupSim for Sim {
             addr,
             vs: None,
             casts_left: self.opts.casts_per_member,
-            next_cast_at: run.ns() + self.rng.below(20_000_000),
+            next_cast_at: run.ns() + self.base.rng.below(20_000_000),
             flush_at: None,
             view: None,
             seen: HashSet::new(),
@@ -253,7 +241,7 @@ impl GroupSim for Sim {
 
     /// One in a view, settled or changing.
     fn fallback_contact(&self, i: usize) -> bool {
-        self.procs[i]
+        self.base.procs[i]
             .vs
             .as_ref()
             .is_some_and(|v| matches!(v.state(), VsState::Normal | VsState::Flushing))
@@ -263,12 +251,12 @@ impl GroupSim for Sim {
     fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
         loop {
             let mut busy = false;
-            let Some(vs) = self.procs[i].vs.as_mut() else {
+            let Some(vs) = self.base.procs[i].vs.as_mut() else {
                 return Ok(());
             };
             busy |= run.transmit(i, vs);
             loop {
-                let Some(vs) = self.procs[i].vs.as_mut() else {
+                let Some(vs) = self.base.procs[i].vs.as_mut() else {
                     return Ok(());
                 };
                 let Some(up) = vs.poll_upcall(|u| match u {
@@ -290,14 +278,14 @@ impl GroupSim for Sim {
                 busy = true;
                 self.upcall(run, i, up)?;
             }
-            if let Some(vs) = self.procs[i].vs.as_ref() {
+            if let Some(vs) = self.base.procs[i].vs.as_ref() {
                 let unstable = vs.unstable();
                 if unstable > self.cfg.window {
                     return Err(self.fail(
                         run,
                         format!(
                             "{}: {unstable} casts unstable > window {}",
-                            self.procs[i].addr, self.cfg.window
+                            self.base.procs[i].addr, self.cfg.window
                         ),
                     ));
                 }
@@ -311,12 +299,12 @@ impl GroupSim for Sim {
     /// The layer above's flushes, then casts.
     fn workload(&mut self, run: &mut Run) -> Result<(), Violation> {
         self.flushes(run)?;
-        for i in 0..self.procs.len() {
-            if self.procs[i].vs.is_none() || run.ns() < self.procs[i].next_cast_at {
+        for i in 0..self.base.procs.len() {
+            if self.base.procs[i].vs.is_none() || run.ns() < self.base.procs[i].next_cast_at {
                 continue;
             }
             if self.cast(run, i)? {
-                self.procs[i].next_cast_at = run.ns() + self.rng.below(8_000_000);
+                self.base.procs[i].next_cast_at = run.ns() + self.base.rng.below(8_000_000);
                 self.drain(run, i)?;
             }
         }
@@ -326,7 +314,7 @@ impl GroupSim for Sim {
     /// Timers, and flushes the layer above finishes.
     fn next_wakeup(&self) -> Option<Instant> {
         let mut next = None;
-        for p in &self.procs {
+        for p in &self.base.procs {
             next = min_opt(next, p.vs.as_ref().and_then(|v| v.poll_timeout()));
             if let Some((t, _)) = p.flush_at.filter(|_| p.vs.is_some()) {
                 next = min_opt(next, Some(Instant(t)));
@@ -354,7 +342,7 @@ impl GroupSim for Sim {
                     "{:>10} {} -> {} in {}: {m}",
                     run.ns(),
                     h.from,
-                    self.procs[to].addr,
+                    self.base.procs[to].addr,
                     h.view
                 );
             }
@@ -371,6 +359,7 @@ impl GroupSim for Sim {
 
     fn stalled(&self, run: &Run) -> String {
         let due: Vec<String> = self
+            .base
             .procs
             .iter()
             .filter_map(|p| p.vs.as_ref())
@@ -390,15 +379,15 @@ impl GroupSim for Sim {
                 "window={} stability={:?} pack={:?}",
                 cfg.window, cfg.stability, cfg.pack
             ),
-            faults: self.faults.clone(),
+            faults: self.base.faults.clone(),
             net: run.net.counters.clone(),
             casts: self.casts.len() as u64,
             flush_casts: self.flush_casts,
             delivered: self.delivered,
-            crashes: self.churn.crashes,
-            leaves: self.churn.leaves,
-            joins: self.churn.joins,
-            expulsions: self.churn.expulsions,
+            crashes: self.base.churn.crashes,
+            leaves: self.base.churn.leaves,
+            joins: self.base.churn.joins,
+            expulsions: self.base.churn.expulsions,
             partitions: run.faults.cuts,
             clogs: run.faults.clogged,
             views: self.views.len() as u64,
@@ -422,23 +411,23 @@ impl Sim {
             self.cfg.window,
             self.cfg.stability,
             self.cfg.pack,
-            self.churn.crashes,
-            self.churn.leaves,
-            self.churn.joins,
-            self.churn.expulsions,
+            self.base.churn.crashes,
+            self.base.churn.leaves,
+            self.base.churn.joins,
+            self.base.churn.expulsions,
             run.faults.cuts,
             run.faults.clogged
         )
     }
 
     fn slot_of(&self, a: Address) -> Option<usize> {
-        crate::schedule::slot_of(&self.procs, a)
+        crate::schedule::slot_of(&self.base.procs, a)
     }
 
     /// Makes the `k`th cast of process `i` if its member takes it now.
     fn cast(&mut self, run: &mut Run, i: usize) -> Result<bool, Violation> {
         let now = run.now;
-        let p = &mut self.procs[i];
+        let p = &mut self.base.procs[i];
         let Some(vs) = p.vs.as_mut() else {
             return Ok(false);
         };
@@ -485,12 +474,12 @@ impl Sim {
     /// The layer above's part in a flush: some casts, then `flush_ready`.
     fn flushes(&mut self, run: &mut Run) -> Result<(), Violation> {
         let now = run.now;
-        for i in 0..self.procs.len() {
-            let Some((at, extra)) = self.procs[i].flush_at else {
+        for i in 0..self.base.procs.len() {
+            let Some((at, extra)) = self.base.procs[i].flush_at else {
                 continue;
             };
-            if self.procs[i].vs.is_none() {
-                self.procs[i].flush_at = None;
+            if self.base.procs[i].vs.is_none() {
+                self.base.procs[i].flush_at = None;
                 continue;
             }
             if at > run.ns() {
@@ -501,26 +490,30 @@ impl Sim {
                     self.flush_casts += 1;
                 }
             }
-            self.procs[i].flush_at = None;
+            self.base.procs[i].flush_at = None;
             if run.trace > 0 {
-                eprintln!("{:>10} {} flush_ready", run.ns(), self.procs[i].addr);
+                eprintln!("{:>10} {} flush_ready", run.ns(), self.base.procs[i].addr);
             }
-            self.procs[i].vs.as_mut().expect("live").flush_ready(now);
+            self.base.procs[i]
+                .vs
+                .as_mut()
+                .expect("live")
+                .flush_ready(now);
             self.drain(run, i)?;
         }
         Ok(())
     }
 
     fn upcall(&mut self, run: &mut Run, i: usize, up: Up) -> Result<(), Violation> {
-        let who = self.procs[i].addr;
+        let who = self.base.procs[i].addr;
         match up {
             Up::Cast(sender, seq, payload) => self.check_cast(run, i, sender, seq, &payload)?,
             Up::View(id, members) => {
-                self.procs[i].blocked_reported = false;
+                self.base.procs[i].blocked_reported = false;
                 self.check_view(run, i, id, members)?
             }
             Up::Blocked => {
-                let p = &self.procs[i];
+                let p = &self.base.procs[i];
                 let flushing =
                     p.vs.as_ref()
                         .is_some_and(|vs| vs.state() == VsState::Flushing);
@@ -530,44 +523,44 @@ impl Sim {
                         format!("{who}: Blocked outside a view change, or twice in one"),
                     ));
                 }
-                self.procs[i].blocked_reported = true;
+                self.base.procs[i].blocked_reported = true;
             }
             Up::Flush => {
                 if run.trace > 0 {
                     eprintln!("{:>10} {who} flush upcall", run.ns());
                 }
                 // The layer above may take a while, and cast a little, before it is ready.
-                let delay = if self.rng.chance(0.5) {
+                let delay = if self.base.rng.chance(0.5) {
                     0
                 } else {
-                    self.rng.below(5_000_000)
+                    self.base.rng.below(5_000_000)
                 };
-                let extra = self.rng.below(4) as u32;
-                self.procs[i].flush_at = Some((run.ns() + delay, extra));
+                let extra = self.base.rng.below(4) as u32;
+                self.base.procs[i].flush_at = Some((run.ns() + delay, extra));
             }
             Up::Left => {
                 if run.trace > 0 {
                     eprintln!("{:>10} {who} LEFT", run.ns());
                 }
-                if !self.procs[i].leaving {
+                if !self.base.procs[i].leaving {
                     return Err(self.fail(run, format!("{who} left without asking")));
                 }
-                self.procs[i].vs = None;
+                self.base.procs[i].vs = None;
             }
             Up::Expelled => {
                 if run.trace > 0 {
                     eprintln!("{:>10} {who} EXPELLED", run.ns());
                 }
                 // Left out of a view: to the group it failed; it starts again as a new process.
-                self.procs[i].vs = None;
-                self.churn.expulsions += 1;
+                self.base.procs[i].vs = None;
+                self.base.churn.expulsions += 1;
                 self.spawn_joiner(run);
             }
             Up::JoinFailed => {
                 if run.trace > 0 {
                     eprintln!("{:>10} {who} JOIN FAILED", run.ns());
                 }
-                self.procs[i].vs = None;
+                self.base.procs[i].vs = None;
                 self.spawn_joiner(run);
             }
             Up::Other => {}
@@ -583,12 +576,12 @@ impl Sim {
         seq: u64,
         payload: &[u8],
     ) -> Result<(), Violation> {
-        let who = self.procs[i].addr;
+        let who = self.base.procs[i].addr;
         run.digest.add_u64(i as u64);
         run.digest.add_u64(seq);
         run.digest.add(payload);
         self.delivered += 1;
-        let Some(v) = self.procs[i].view.as_mut() else {
+        let Some(v) = self.base.procs[i].view.as_mut() else {
             return Err(self.fail(run, format!("{who} delivered a cast before any view")));
         };
         let view = v.id;
@@ -634,7 +627,7 @@ impl Sim {
             }
             Some(_) => {}
         }
-        if !self.procs[i].seen.insert((sender, k)) {
+        if !self.base.procs[i].seen.insert((sender, k)) {
             return Err(self.fail(run, format!("{who} delivered {sender}#{k} twice")));
         }
         Ok(())
@@ -647,7 +640,7 @@ impl Sim {
         id: ViewId,
         members: Vec<Address>,
     ) -> Result<(), Violation> {
-        let who = self.procs[i].addr;
+        let who = self.base.procs[i].addr;
         if run.trace > 0 {
             eprintln!(
                 "{:>10} {who} VIEW {id} {:?}",
@@ -688,7 +681,7 @@ impl Sim {
                 self.numbers.insert(id.number, id);
             }
         }
-        if let Some(old) = self.procs[i].view.take() {
+        if let Some(old) = self.base.procs[i].view.take() {
             if id.number != old.id.number + 1 {
                 return Err(self.fail(
                     run,
@@ -724,7 +717,7 @@ impl Sim {
             }
         }
         let n = members.len();
-        self.procs[i].view = Some(InView {
+        self.base.procs[i].view = Some(InView {
             id,
             members,
             delivered: vec![0; n],
@@ -740,7 +733,7 @@ impl Sim {
     /// expelled (seed 80652). It blocks, correctly, and must say so; liveness is about the
     /// others.
     fn orphan(&self, i: usize) -> bool {
-        let Some(vs) = self.procs[i].vs.as_ref() else {
+        let Some(vs) = self.base.procs[i].vs.as_ref() else {
             return false;
         };
         if vs.state() != VsState::Flushing || vs.members().is_empty() {
@@ -749,7 +742,7 @@ impl Sim {
         let running = vs
             .members()
             .iter()
-            .filter(|&&a| self.live().any(|j| self.procs[j].addr == a))
+            .filter(|&&a| self.live().any(|j| self.base.procs[j].addr == a))
             .count();
         running * 2 <= vs.members().len()
     }
@@ -757,7 +750,7 @@ impl Sim {
     /// An orphan (or a member of a newest view whose majority is gone) that does not say it
     /// is blocked.
     fn check_blocked(&self, run: &Run, i: usize) -> Result<(), Violation> {
-        let p = &self.procs[i];
+        let p = &self.base.procs[i];
         let vs = p.vs.as_ref().expect("live");
         if vs.blocked(run.now) && p.blocked_reported {
             return Ok(());
@@ -784,11 +777,11 @@ impl Sim {
         if live.is_empty() {
             return true;
         }
-        let first = &self.procs[live[0]];
+        let first = &self.base.procs[live[0]];
         let Some(v0) = first.view.as_ref() else {
             return false;
         };
-        let mut addrs: Vec<Address> = live.iter().map(|&i| self.procs[i].addr).collect();
+        let mut addrs: Vec<Address> = live.iter().map(|&i| self.base.procs[i].addr).collect();
         addrs.sort();
         let mut members = v0.members.clone();
         members.sort();
@@ -801,12 +794,12 @@ impl Sim {
             .iter()
             .map(|&a| {
                 self.slot_of(a)
-                    .and_then(|j| self.procs[j].view.as_ref())
+                    .and_then(|j| self.base.procs[j].view.as_ref())
                     .map_or(u64::MAX, |v| v.own)
             })
             .collect();
         live.iter().all(|&i| {
-            let p = &self.procs[i];
+            let p = &self.base.procs[i];
             let vs = p.vs.as_ref().expect("live");
             p.casts_left == 0
                 && !p.leaving
@@ -828,7 +821,7 @@ impl Sim {
         };
         let running = members
             .iter()
-            .filter(|&&a| self.live().any(|i| self.procs[i].addr == a))
+            .filter(|&&a| self.live().any(|i| self.base.procs[i].addr == a))
             .count();
         running * 2 <= members.len()
     }
@@ -846,7 +839,7 @@ impl Sim {
             // it is blocked (it did, once, through `Upcall::Blocked`).
             let (_, members) = self.views.iter().next_back().expect("a view");
             for i in self.live() {
-                let p = &self.procs[i];
+                let p = &self.base.procs[i];
                 let vs = p.vs.as_ref().expect("live");
                 if members.contains(&p.addr)
                     && matches!(vs.state(), VsState::Normal | VsState::Flushing)
@@ -859,7 +852,7 @@ impl Sim {
         let states: Vec<String> = self
             .live()
             .map(|i| {
-                let p = &self.procs[i];
+                let p = &self.base.procs[i];
                 let vs = p.vs.as_ref().expect("live");
                 format!(
                     "{}\n    unstable {} idle {} left to cast {} leaving {} delivered {:?} own {:?} received {:?} stable {:?}",

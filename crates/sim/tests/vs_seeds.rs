@@ -78,6 +78,25 @@ fn regression_seeds() {
     }
 }
 
+/// A group of one: every delivered cast, the last one included, must become stable. With
+/// piggybacked stability (seeds 0 to 5 and 7 draw it) the last cast stayed unstable and the
+/// run never converged.
+#[test]
+fn a_group_of_one_converges() {
+    let opts = VsSimOptions {
+        group: GroupOptions {
+            members: 1,
+            ..GroupOptions::default()
+        },
+        ..VsSimOptions::default()
+    };
+    for seed in 0..8u64 {
+        if let Err(v) = run_vs(seed, &opts) {
+            panic!("{v}");
+        }
+    }
+}
+
 #[test]
 #[ignore]
 fn one_seed_from_env() {

@@ -11,7 +11,7 @@
 //! little-endian. A decoder error names the rule the bytes broke.
 
 use crate::addr::{Address, ADDRESS_BYTES};
-use crate::codec::{u16_at, u32_at, u64_at, CodecError, Reader, SliceWriter};
+use crate::codec::{u16_at, u32_at, u64_at, wire_enum, CodecError, Reader, SliceWriter};
 
 pub const GROUP_HEADER_BYTES: usize = 32;
 /// Fixed part of a `Submit` (consumed, received) and of each submitted record header.
@@ -25,9 +25,8 @@ pub const MEMBERS_MAX: usize = 256;
 
 pub use crate::member::Epoch;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum MsgKind {
+wire_enum! {
+pub enum MsgKind: u8, unknown GroupWireError::UnknownKind {
     /// Member to sequencer (PB) or to all (BB): messages to be ordered, with the sender's acks.
     Submit = 1,
     /// Sequencer to all (or one, for retransmissions): ordered records and the watermarks.
@@ -58,27 +57,6 @@ pub enum MsgKind {
     /// Recovery: a member accepted the proposal of the round in the header.
     Accepted = 14,
 }
-
-impl MsgKind {
-    fn from_u8(v: u8) -> Result<MsgKind, GroupWireError> {
-        Ok(match v {
-            1 => MsgKind::Submit,
-            2 => MsgKind::Order,
-            3 => MsgKind::Ack,
-            4 => MsgKind::Nak,
-            5 => MsgKind::Probe,
-            6 => MsgKind::JoinRequest,
-            7 => MsgKind::Redirect,
-            8 => MsgKind::Welcome,
-            9 => MsgKind::LeaveRequest,
-            10 => MsgKind::Invite,
-            11 => MsgKind::InviteReply,
-            12 => MsgKind::NewView,
-            13 => MsgKind::Propose,
-            14 => MsgKind::Accepted,
-            k => return Err(GroupWireError::UnknownKind(k)),
-        })
-    }
 }
 
 /// `Submit` flag: the sender multicast this submit to every member (BB method).
@@ -87,10 +65,9 @@ pub const FLAG_BB: u8 = 1;
 pub const FLAG_SYNC: u8 = 2;
 const FLAGS_KNOWN: u8 = FLAG_BB | FLAG_SYNC;
 
+wire_enum! {
 /// What an ordered record is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum RecordKind {
+pub enum RecordKind: u8, unknown GroupWireError::UnknownRecordKind {
     /// An application message.
     Message = 1,
     /// A process joined (payload: its address).
@@ -100,17 +77,6 @@ pub enum RecordKind {
     /// The group was rebuilt (payload: the members, in rank order).
     View = 4,
 }
-
-impl RecordKind {
-    fn from_u8(v: u8) -> Result<RecordKind, GroupWireError> {
-        Ok(match v {
-            1 => RecordKind::Message,
-            2 => RecordKind::Join,
-            3 => RecordKind::Leave,
-            4 => RecordKind::View,
-            k => return Err(GroupWireError::UnknownRecordKind(k)),
-        })
-    }
 }
 
 /// Order-record flag: the payload follows (absent: a BB accept naming a submitted message).
@@ -308,7 +274,7 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
     if b.len() < GROUP_HEADER_BYTES {
         return Err(GroupWireError::TooShort);
     }
-    let kind = MsgKind::from_u8(b[0])?;
+    let kind = MsgKind::try_from(b[0])?;
     let flags = b[1];
     if flags & !FLAGS_KNOWN != 0 {
         return Err(GroupWireError::UnknownFlags(flags));
@@ -544,7 +510,7 @@ impl<'a> OrderRecords<'a> {
         let seq = r.u64()?;
         let sender = address(r)?;
         let msg_id = r.u64()?;
-        let kind = RecordKind::from_u8(r.u8()?)?;
+        let kind = RecordKind::try_from(r.u8()?)?;
         let flags = r.u8()?;
         if flags & !RECORD_HAS_PAYLOAD != 0 {
             return Err(GroupWireError::UnknownRecordFlags(flags));

@@ -13,7 +13,7 @@
 //! `vseq u32 | msg_id u64 | len u32 | payload`.
 
 use crate::addr::Address;
-use crate::codec::{CodecError, Reader, Writer};
+use crate::codec::{wire_enum, CodecError, Reader, Writer};
 
 pub const HEAD_BYTES: usize = 40;
 pub const ORDER_ENTRY_BYTES: usize = 10;
@@ -28,9 +28,8 @@ pub const FLAG_PASS: u8 = 1;
 pub const FLAG_REQUEST: u8 = 2;
 const FLAGS_KNOWN: u8 = FLAG_PASS | FLAG_REQUEST;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Kind {
+wire_enum! {
+pub enum Kind: u8, unknown RecordError::UnknownKind {
     /// An application message in the total order (cast by the token holder, sequencer...).
     Msg = 1,
     /// The token or role passes on, with no message.
@@ -43,6 +42,7 @@ pub enum Kind {
     Order = 5,
     /// Dynseq: messages handed to the sequencer.
     Submit = 6,
+}
 }
 
 /// A broken rule of the record format.
@@ -103,8 +103,8 @@ pub fn parse(b: &[u8]) -> Result<Record<'_>, RecordError> {
     if flags & !FLAGS_KNOWN != 0 {
         return Err(RecordError::BadFlags(flags & !FLAGS_KNOWN));
     }
-    match kind {
-        1..=4 => {
+    match Kind::try_from(kind)? {
+        kind @ (Kind::Msg | Kind::Pass | Kind::Request | Kind::Data) => {
             r.need(HEAD_BYTES - 2)?;
             r.u16()?;
             let request = r.u32()?;
@@ -127,13 +127,13 @@ pub fn parse(b: &[u8]) -> Result<Record<'_>, RecordError> {
                 }
             };
             match kind {
-                1 => Ok(Record::Msg(h, payload)),
-                2 => no_payload(Record::Pass(h)),
-                3 => no_payload(Record::Request(h)),
+                Kind::Msg => Ok(Record::Msg(h, payload)),
+                Kind::Pass => no_payload(Record::Pass(h)),
+                Kind::Request => no_payload(Record::Request(h)),
                 _ => Ok(Record::Data(h, payload)),
             }
         }
-        5 => {
+        Kind::Order => {
             let n = r.count(ENTRIES_MAX, ORDER_ENTRY_BYTES)?;
             let entries = (0..n)
                 .map(|_| Ok((r.u16()?, r.u64()?)))
@@ -141,7 +141,7 @@ pub fn parse(b: &[u8]) -> Result<Record<'_>, RecordError> {
             r.finish()?;
             Ok(Record::Order(entries))
         }
-        6 => {
+        Kind::Submit => {
             let n = r.count(ENTRIES_MAX, 0)?;
             let mut out = Vec::with_capacity(n.min(b.len() / SUBMIT_ENTRY_BYTES));
             for _ in 0..n {
@@ -154,7 +154,6 @@ pub fn parse(b: &[u8]) -> Result<Record<'_>, RecordError> {
             r.finish()?;
             Ok(Record::Submit(out))
         }
-        k => Err(RecordError::UnknownKind(k)),
     }
 }
 

@@ -27,15 +27,14 @@
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
 
 use crate::addr::{Address, ADDRESS_BYTES};
-use crate::codec::{u16_at, u32_at, u64_at};
+use crate::codec::{u16_at, u32_at, u64_at, wire_enum};
 
 pub const RPC_HEADER_BYTES: usize = 40;
 /// First byte of every RPC message: tells it from other traffic on a port.
 pub const RPC_MAGIC: u8 = 0xA7;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum RpcKind {
+wire_enum! {
+pub enum RpcKind: u8, unknown RpcWireError::UnknownKind {
     Request = 1,
     Reply = 2,
     /// A request a server handed on to another (`forward_request`): the original caller
@@ -47,11 +46,11 @@ pub enum RpcKind {
     /// A copy of a request without its payload (see the module doc).
     Probe = 5,
 }
+}
 
+wire_enum! {
 /// How a server answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u16)]
-pub enum Status {
+pub enum Status: u16, unknown RpcWireError::UnknownStatus {
     /// Executed; the payload is the result.
     Ok = 0,
     /// No handler for the request type: not executed.
@@ -70,21 +69,6 @@ pub enum Status {
     /// server restarted since the client last heard from it).
     Restarted = 7,
 }
-
-impl Status {
-    fn from_u16(v: u16) -> Result<Status, RpcWireError> {
-        Ok(match v {
-            0 => Status::Ok,
-            1 => Status::NoHandler,
-            2 => Status::DeadlinePassed,
-            3 => Status::Failed,
-            4 => Status::Busy,
-            5 => Status::ReplyTooLong,
-            6 => Status::Resend,
-            7 => Status::Restarted,
-            other => return Err(RpcWireError::UnknownStatus(other)),
-        })
-    }
 }
 
 /// Why bytes are not an RPC message.
@@ -179,8 +163,8 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
             .map(Address::read_from)
             .ok_or(RpcWireError::ShortForwarded { len: b.len() })
     };
-    let header = match bytes[1] {
-        5 => {
+    let header = match RpcKind::try_from(bytes[1])? {
+        RpcKind::Probe => {
             if bytes.len() != RPC_HEADER_BYTES {
                 return Err(RpcWireError::ProbeWithPayload);
             }
@@ -192,7 +176,7 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
             };
             return Ok((RpcHeader::Probe(r), &[]));
         }
-        3 | 4 => {
+        RpcKind::Forwarded | RpcKind::ForwardedReply => {
             let a = via(bytes)?;
             let mut plain = [0u8; RPC_HEADER_BYTES];
             plain.copy_from_slice(&bytes[..RPC_HEADER_BYTES]);
@@ -205,7 +189,7 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
             };
             return Ok((h, &bytes[RPC_HEADER_BYTES + ADDRESS_BYTES..]));
         }
-        1 => {
+        RpcKind::Request => {
             if deadline_us == 0 {
                 return Err(RpcWireError::ZeroDeadline);
             }
@@ -218,18 +202,17 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
                 server_incarnation,
             })
         }
-        2 => {
+        RpcKind::Reply => {
             if deadline_us != 0 || acked_below != 0 {
                 return Err(RpcWireError::ReplyFieldsNotZero);
             }
             RpcHeader::Reply(ReplyHeader {
-                status: Status::from_u16(code)?,
+                status: Status::try_from(code)?,
                 incarnation,
                 call_id,
                 server_incarnation,
             })
         }
-        k => return Err(RpcWireError::UnknownKind(k)),
     };
     Ok((header, &bytes[RPC_HEADER_BYTES..]))
 }

@@ -90,23 +90,22 @@ impl Vs {
             if s.delivered < s.received && s.delivered < limit {
                 let seq = s.delivered + 1;
                 self.delivery.rr = (i + 1) % n;
-                let alone = n == 1;
                 let s = &mut self.streams[i];
                 s.delivered = seq;
                 let sender = s.addr;
-                if alone && seq > 1 {
-                    // A group of one: nobody else reports, and what this member delivered
-                    // everyone has (the window would otherwise never reopen). The cast
-                    // handed up now stays held until the next one.
-                    s.set_stable(seq - 1);
-                }
-                let s = &self.streams[i];
                 let payload = s.held.get(seq).expect("held up to received");
-                return Some(f(Upcall::Cast {
+                let r = f(Upcall::Cast {
                     sender,
                     seq,
                     payload,
-                }));
+                });
+                if n == 1 {
+                    // A group of one: nobody else reports, and what this member delivered
+                    // everyone has. Stable once handed up, the last cast included (the
+                    // window reopens, and the member ends with nothing unstable).
+                    self.streams[i].set_stable(seq);
+                }
+                return Some(r);
             }
         }
         None

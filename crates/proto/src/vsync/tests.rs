@@ -559,3 +559,28 @@ fn a_member_left_behind_by_more_views_than_kept_is_told_it_is_gone() {
     assert_eq!(net.vs(2).counters().gone, 1);
     assert_eq!(net.vs(2).state(), VsState::Expelled);
 }
+
+/// A group of one has nobody to report what it received: every cast it delivered, the last
+/// one too, is stable once handed up, whichever stability the group uses.
+#[test]
+fn a_group_of_one_delivers_its_casts_and_ends_with_nothing_unstable() {
+    for stability in [Stability::Piggyback, Stability::Pinwheel] {
+        let cfg = VsConfig {
+            stability,
+            window: 4,
+            ..cfg()
+        };
+        let mut net = Net::new(&cfg, 1);
+        let v = net.vs(0).view();
+        for k in 0..10u8 {
+            let now = net.now;
+            net.vs(0).cast(now, &[k]).unwrap();
+            net.settle(5);
+        }
+        net.settle(200);
+        let got = net.casts_in(0, v);
+        assert_eq!(got.len(), 10, "{stability:?}");
+        assert_eq!(net.vs(0).unstable(), 0, "{stability:?}");
+        assert_eq!(net.vs(0).stable_vector(), vec![10], "{stability:?}");
+    }
+}
