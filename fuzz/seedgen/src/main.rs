@@ -10,7 +10,8 @@ use txcast_proto::group::msg::{
     Epoch, MsgKind, MsgWriter, OrderRecord, RecordKind, FLAG_BB, FLAG_SYNC,
 };
 use txcast_proto::wire::{
-    AckWriter, ClusterKey, Fragment, Kind, NakRange, PacketHeader, PacketWriter, HEADER_BYTES,
+    AckWriter, ClusterKey, Fragment, KeyRing, Kind, NakRange, PacketHeader, PacketKey,
+    PacketWriter, HEADER_BYTES,
 };
 use txcast_proto::{Address, TxnId};
 
@@ -43,7 +44,7 @@ fn push_some(w: &mut PacketWriter<'_, '_>) {
 }
 
 /// One packet of each kind, with or without the key.
-fn packets(key: Option<&ClusterKey>) -> Vec<Vec<u8>> {
+fn packets(key: Option<&PacketKey>) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for kind in [
         Kind::Data,
@@ -249,7 +250,8 @@ fn main() {
     let dir = Path::new(&dir);
 
     let plain = packets(None);
-    let keyed = packets(Some(&PACKET_KEY));
+    let ring = KeyRing::from(PACKET_KEY);
+    let keyed = packets(Some(&**ring.send_key()));
 
     // packet: control byte (bit 0 = key) then the packet.
     let mut seeds = Vec::new();
