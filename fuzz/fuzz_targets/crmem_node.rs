@@ -6,8 +6,9 @@
 //! Input: one byte choosing the node (its value modulo 6: the mirror primary, backup,
 //! recovering node, replaying backup, the symmetric serving node, recovering node), then
 //! chunks `[ctl u8][len u16 le][bytes]` (a short last chunk takes what is left). Each chunk
-//! goes to the node as a message from node `ctl % 4` (3 is no node of the three), or as a log
-//! record to the replaying backup; then time moves on by `ctl >> 2` milliseconds and the
+//! goes to the node as a message from node `ctl % 4` (3 is no node of the three: the symmetric
+//! nodes check the sender themselves; a mirror node, which takes its driver's word for it,
+//! hears it from node `ctl % 4 % 3`), or as a log record to the replaying backup; then time moves on by `ctl >> 2` milliseconds and the
 //! node's timers and output run.
 //!
 //! The nodes (one segment of 1 KiB for the mirror nodes, three homed at nodes 0, 1, 2 for the
@@ -147,7 +148,9 @@ fuzz_target!(|data: &[u8]| {
         let t = Instant(now);
         match &mut under {
             Under::Mirror(n) => {
-                n.handle_message(from, m);
+                // A mirror node takes its driver's word for the sender (the driver passes
+                // only nodes of its configuration): it hears from nodes 0-2.
+                n.handle_message(from % NODES, m);
                 n.handle_timeout(t);
                 drain_mirror(n);
             }
