@@ -56,7 +56,11 @@ fn check_image(b: &[u8]) -> Option<Db> {
     // The balances and the history's count, total, hash and row count come back byte for
     // byte; a history row comes back with its fields, its filler (bytes 34..50) as spaces.
     assert_eq!(out.len(), b.len());
-    assert_eq!(out[..IMAGE_FIXED], b[..IMAGE_FIXED], "image re-encodes differently");
+    assert_eq!(
+        out[..IMAGE_FIXED],
+        b[..IMAGE_FIXED],
+        "image re-encodes differently"
+    );
     let again = Db::decode_image(SCALE, &out).expect("a re-encoded image decodes");
     assert_eq!(again.totals(), db.totals());
     assert_eq!(again.fingerprint(), db.fingerprint());
