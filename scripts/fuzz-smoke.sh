@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Builds every cargo-fuzz target under fuzz/ and runs each one, one after another, for
 # FUZZ_SECONDS seconds (default 30). Exits non-zero if any target crashes or fails to build.
+# CI (.ci/run) runs it with FUZZ_SECONDS=2; the long runs (10^7 executions per target) are
+# by hand, recorded in docs/BENCHMARKS.md ("Fuzzing (issue 23)"):
+#   cargo +nightly fuzz run TARGET -- -runs=10000000
 #
 #   FUZZ_SECONDS=60 scripts/fuzz-smoke.sh            # all targets
 #   FUZZ_TARGETS="packet ack" scripts/fuzz-smoke.sh  # a subset
+#   FUZZ_BUILD_FLAGS="--dev" scripts/fuzz-smoke.sh   # unoptimized: builds faster, runs slower
 #
 # Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz --locked`).
 # Seeds are written into fuzz/corpus/<target>/ (git-ignored) by fuzz/seedgen before the runs;
@@ -25,6 +29,8 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     exit 2
 fi
 
+read -r -a build_flags <<<"${FUZZ_BUILD_FLAGS:-}"
+
 if [ -n "${FUZZ_TARGETS:-}" ]; then
     read -r -a targets <<<"$FUZZ_TARGETS"
 else
@@ -40,7 +46,7 @@ CARGO_TARGET_DIR="$root/fuzz/target/seedgen" \
     cargo run --quiet --manifest-path fuzz/seedgen/Cargo.toml -- fuzz/corpus
 
 echo "fuzz-smoke: building ${targets[*]}"
-cargo +nightly fuzz build
+cargo +nightly fuzz build "${build_flags[@]}"
 
 logs="$root/fuzz/target/fuzz-smoke"
 mkdir -p "$logs"
@@ -49,7 +55,7 @@ for t in "${targets[@]}"; do
     echo "fuzz-smoke: running $t for ${seconds}s"
     log="$logs/$t.log"
     status=0
-    cargo +nightly fuzz run "$t" -- \
+    cargo +nightly fuzz run "${build_flags[@]}" "$t" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
         >"$log" 2>&1 || status=$?
     if [ "$status" -ne 0 ]; then

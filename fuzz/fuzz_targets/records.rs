@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let mut recs: Vec<Record<'_>> = Vec::new();
     let mut error: Option<WireError> = None;
     let mut offset = 0usize;
-    while let Some(r) = it.next() {
+    for r in it.by_ref() {
         assert!(error.is_none(), "iterator yielded an item after an error");
         match r {
             Ok(rec) => {

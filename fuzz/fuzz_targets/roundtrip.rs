@@ -257,7 +257,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(p.body.len(), n - HEADER_BYTES - mac);
     let records_valid = pushed
         .iter()
-        .all(|(f, p)| f.map_or(true, |f| fragment_ok(p.len(), &f)));
+        .all(|(f, p)| f.is_none_or(|f| fragment_ok(p.len(), &f)));
     let check_records = |recs: Records<'_>| {
         let got: Vec<_> = recs.map(|r| r.expect("valid records")).collect();
         assert_eq!(got.len(), pushed.len());

@@ -60,7 +60,7 @@ fuzz_target!(|data: &[u8]| {
                     if let Verdict::Execute { token, .. } =
                         server.handle_request(now, addr(from), &r)
                     {
-                        if from % 3 == 0 {
+                        if from.is_multiple_of(3) {
                             // Handed on to another server (forward_request).
                             server.forward(
                                 token,

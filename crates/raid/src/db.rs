@@ -372,8 +372,15 @@ impl Db {
         db.history_total = r.i64().map_err(bad)?;
         db.history_hash = r.u64().map_err(bad)?;
         let kept = r.u32().map_err(bad)? as usize;
-        if kept > scale.history_rows as usize || kept as u64 > db.history_count {
-            return Err(DbError::Image(format!("{kept} history rows kept")));
+        // A copy keeps its latest rows up to the ring's capacity, no fewer: an image that
+        // keeps fewer (none of 5 appended, say) is no copy's, and its ring would be read and
+        // written at places it does not have.
+        let want = db.history_count.min(scale.history_rows as u64);
+        if kept as u64 != want {
+            return Err(DbError::Image(format!(
+                "{kept} history rows kept of {} appended, a copy keeps {want}",
+                db.history_count
+            )));
         }
         for _ in 0..kept {
             db.history.push(r.array().map_err(bad)?);
@@ -591,6 +598,41 @@ mod tests {
             assert_eq!(back.fingerprint(), db.fingerprint());
             assert!(back.history().eq(db.history()), "after {i}");
             assert!(Db::decode_image(small(), &b[..b.len() - 1]).is_err());
+        }
+    }
+
+    /// Found by fuzz/fuzz_targets/raid_log.rs: an image that claimed 11 history rows appended
+    /// and kept none decoded, and the copy then panicked (a remainder by zero) when it listed
+    /// its history or encoded its image again. An image must keep min(appended, capacity)
+    /// rows.
+    #[test]
+    fn an_image_keeping_too_few_history_rows_is_refused() {
+        let image = |count: u64, kept: u32| {
+            let mut b = Vec::new();
+            let mut w = Writer::new(&mut b);
+            for _ in 0..small().branches + small().tellers() + small().accounts() {
+                w.i64(0);
+            }
+            w.u64(count).i64(0).u64(0).u32(kept);
+            for _ in 0..kept {
+                w.bytes(&[b' '; HISTORY_BYTES]);
+            }
+            b
+        };
+        let cap = small().history_rows;
+        for (count, kept) in [(11, 0), (11, cap - 1), (2, 1), (1, 0)] {
+            let e = Db::decode_image(small(), &image(count, kept));
+            assert!(
+                matches!(e, Err(DbError::Image(_))),
+                "{count} appended, {kept} kept"
+            );
+        }
+        for (count, kept) in [(0, 0), (2, 2), (11, cap)] {
+            let db = Db::decode_image(small(), &image(count, kept)).unwrap();
+            assert_eq!(db.history().count(), kept as usize);
+            let mut again = Vec::new();
+            db.encode_image(&mut again);
+            assert_eq!(again, image(count, kept));
         }
     }
 

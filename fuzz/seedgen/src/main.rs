@@ -10,7 +10,8 @@ use txcast_proto::group::msg::{
     Epoch, MsgKind, MsgWriter, OrderRecord, RecordKind, FLAG_BB, FLAG_SYNC,
 };
 use txcast_proto::wire::{
-    AckWriter, ClusterKey, Fragment, Kind, NakRange, PacketHeader, PacketWriter, HEADER_BYTES,
+    AckWriter, ClusterKey, Fragment, KeyRing, Kind, NakRange, PacketHeader, PacketKey,
+    PacketWriter, HEADER_BYTES,
 };
 use txcast_proto::{Address, TxnId};
 
@@ -43,7 +44,7 @@ fn push_some(w: &mut PacketWriter<'_, '_>) {
 }
 
 /// One packet of each kind, with or without the key.
-fn packets(key: Option<&ClusterKey>) -> Vec<Vec<u8>> {
+fn packets(key: Option<&PacketKey>) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for kind in [
         Kind::Data,
@@ -249,7 +250,8 @@ fn main() {
     let dir = Path::new(&dir);
 
     let plain = packets(None);
-    let keyed = packets(Some(&PACKET_KEY));
+    let ring = KeyRing::from(PACKET_KEY);
+    let keyed = packets(Some(&**ring.send_key()));
 
     // packet: control byte (bit 0 = key) then the packet.
     let mut seeds = Vec::new();
@@ -322,6 +324,388 @@ fn main() {
     write(dir, "frag", &frag_seeds());
     write(dir, "oracle", &oracle_seeds());
     write(dir, "vsync", &vsync_seeds());
+    write(dir, "module_args", &module_args_seeds());
+    write(dir, "program", &program_seeds());
+    write(dir, "crmem_msg", &crmem::msg_seeds());
+    write(dir, "crmem_node", &crmem::node_seeds());
+    let raid = raid::Seeds::new();
+    write(dir, "raid_packet", &raid.packets);
+    write(dir, "raid_site", &raid.site);
+    write(dir, "raid_log", &raid.log);
+    write(dir, "raid_client", &raid::client_seeds());
+}
+
+/// For fuzz_targets/module_args.rs: `[ctl][arguments]` of each instruction, and bad ones.
+fn module_args_seeds() -> Vec<Vec<u8>> {
+    use std::time::Duration;
+    use txcast_proto::module::ping::PingRun;
+    use txcast_proto::module::stream::StreamRun;
+    let peer = Address::new(0, 1, 1, 0);
+    let ping = PingRun {
+        peer,
+        exchanges: 3,
+        bytes: 16,
+        timeout: Duration::from_millis(20),
+    };
+    let stream = StreamRun {
+        peer,
+        count: 4,
+        bytes: 32,
+    };
+    vec![
+        [&[4 << 2][..], &ping.encode()].concat(),
+        [&[1 | 4 << 2][..], &stream.encode()].concat(),
+        [&[2][..], &4u32.to_le_bytes()].concat(),
+        vec![0, 1, 2],
+    ]
+}
+
+/// For fuzz_targets/program.rs: Push's example programs, as WAT text and as binary wasm.
+fn program_seeds() -> Vec<Vec<u8>> {
+    let texts = [
+        include_str!("../../../crates/push/programs/count.wat"),
+        include_str!("../../../crates/push/programs/commit2.wat"),
+        include_str!("../../../crates/push/programs/multicast.wat"),
+        include_str!("../../../crates/push/programs/multicast_many.wat"),
+        include_str!("../../../crates/push/programs/oob.wat"),
+        include_str!("../../../crates/push/programs/spin.wat"),
+        include_str!("../../../crates/push/programs/trap.wat"),
+    ];
+    let mut out: Vec<Vec<u8>> = texts.iter().map(|t| t.as_bytes().to_vec()).collect();
+    for t in texts {
+        out.push(wat::parse_str(t).expect("an example program parses"));
+    }
+    out
+}
+
+/// Seeds for CRMem's targets, from its own encoders and nodes.
+mod crmem {
+    use txcast_crmem::msg::{self, SnapFields, WriteBuilder};
+    use txcast_crmem::{Config, LockMapping, Mode, Node, NodeId, Role, SymNode};
+    use txcast_proto::time::Instant;
+
+    /// Must match fuzz_targets/crmem_node.rs.
+    const SEGMENT_BYTES: usize = 1024;
+    const DEADLINE: Instant = Instant(1_000_000_000_000);
+
+    fn mapping() -> LockMapping {
+        LockMapping::Records {
+            record_bytes: 64,
+            per_lock: 2,
+        }
+    }
+
+    fn cfg(node: u16) -> Config {
+        Config {
+            node,
+            incarnation: 1,
+            txns_max: 16,
+            log_bytes: 64 << 10,
+            message_bytes: 256,
+            disk_log: false,
+        }
+    }
+
+    fn mirror(node: u16, role: Role) -> Node {
+        let mut n = Node::new(cfg(node), role);
+        n.add_segment(SEGMENT_BYTES, mapping()).expect("segment");
+        n
+    }
+
+    fn symmetric(node: u16) -> SymNode {
+        let mut n = SymNode::new(cfg(node), 3, false);
+        for home in 0..3 {
+            n.add_segment(SEGMENT_BYTES, mapping(), home)
+                .expect("segment");
+        }
+        n
+    }
+
+    /// A chunk of fuzz_targets/crmem_node.rs: from `from`, no time passing.
+    fn chunk(from: NodeId, m: &[u8]) -> Vec<u8> {
+        [&[from as u8][..], &(m.len() as u16).to_le_bytes(), m].concat()
+    }
+
+    /// The mirror primary's commit 1 (what fuzz_targets/crmem_node.rs's primary sends).
+    fn primary_writes() -> Vec<Vec<u8>> {
+        let mut p = mirror(
+            0,
+            Role::Primary {
+                backups: vec![1, 2],
+            },
+        );
+        let t = p.begin(DEADLINE).expect("begin");
+        p.set_range(t, 0, 0, 100, Mode::Write).expect("locks");
+        p.range_mut(t, 0, 0, 100).expect("range").fill(0x11);
+        p.commit(t).expect("commit");
+        let mut out = Vec::new();
+        while let Some((to, m)) = p.poll_transmit() {
+            if to == 1 {
+                out.push(m);
+            }
+        }
+        out
+    }
+
+    /// A snapshot of the primary for node 2's first request (incarnation 1, request 1).
+    fn snapshot() -> Vec<Vec<u8>> {
+        let mut p = mirror(
+            0,
+            Role::Primary {
+                backups: vec![1, 2],
+            },
+        );
+        let mut req = Vec::new();
+        msg::snap_req(1 << 20 | 1, &mut req);
+        p.handle_message(2, &req);
+        let mut out = Vec::new();
+        while let Some((to, m)) = p.poll_transmit() {
+            if to == 2 {
+                out.push(m);
+            }
+        }
+        out
+    }
+
+    /// What symmetric node 1 hears from nodes 0 and 2 while it commits a transaction and
+    /// waits for node 0's locks (fuzz_targets/crmem_node.rs's serving node), and what it sends.
+    /// Messages with the node that sent them.
+    type Heard = Vec<(NodeId, Vec<u8>)>;
+
+    fn symmetric_exchange() -> (Heard, Vec<Vec<u8>>) {
+        let mut nodes = [symmetric(0), symmetric(1), symmetric(2)];
+        let t = nodes[1].begin(DEADLINE).expect("begin");
+        nodes[1]
+            .set_range(t, 1, 0, 100, Mode::Write)
+            .expect("locks");
+        nodes[1].range_mut(t, 1, 0, 100).expect("range").fill(0x22);
+        nodes[1].commit(t).expect("commit");
+        let t = nodes[1].begin(DEADLINE).expect("begin");
+        nodes[1]
+            .set_range(t, 0, 128, 64, Mode::Write)
+            .expect("asks");
+        let (mut heard, mut sent) = (Vec::new(), Vec::new());
+        for _ in 0..10 {
+            for from in 0..3 {
+                while let Some((to, m)) = nodes[from].poll_transmit() {
+                    if to == 1 {
+                        heard.push((from as NodeId, m.clone()));
+                    }
+                    if from == 1 {
+                        sent.push(m.clone());
+                    }
+                    nodes[to as usize].handle_message(from as NodeId, &m);
+                }
+            }
+        }
+        (heard, sent)
+    }
+
+    /// Every kind of message, built with msg.rs's encoders or taken from symmetric nodes.
+    pub fn msg_seeds() -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut w = WriteBuilder::new(&mut out, 7, 1, 3);
+        w.range(2, 100, b"abc");
+        w.range(0, 0, b"");
+        w.finish();
+        let mut seeds = vec![out];
+        for f in [
+            msg::ack as fn(u64, &mut Vec<u8>),
+            msg::snap_req as fn(u64, &mut Vec<u8>),
+        ] {
+            let mut m = Vec::new();
+            f(42, &mut m);
+            seeds.push(m);
+        }
+        let mut m = Vec::new();
+        msg::dropped(&mut m);
+        seeds.push(m);
+        let mut m = Vec::new();
+        let f = SnapFields {
+            last: true,
+            nonce: 5,
+            seq: 9,
+            segment: 1,
+            offset: 64,
+        };
+        msg::snap(f, b"xy", &mut m);
+        seeds.push(m);
+        let (heard, sent) = symmetric_exchange();
+        seeds.extend(heard.into_iter().map(|(_, m)| m));
+        seeds.extend(sent);
+        seeds.sort();
+        seeds.dedup();
+        seeds
+    }
+
+    /// `[node][chunks]` for fuzz_targets/crmem_node.rs: what each node would hear.
+    pub fn node_seeds() -> Vec<Vec<u8>> {
+        let mut seeds = Vec::new();
+        // The primary: acknowledgements of commit 1 from both backups.
+        let mut ack = Vec::new();
+        msg::ack(1, &mut ack);
+        seeds.push([vec![0], chunk(1, &ack), chunk(2, &ack)].concat());
+        // A backup: the primary's commit; the replaying backup: the same as log records.
+        let writes: Vec<u8> = primary_writes().iter().flat_map(|m| chunk(0, m)).collect();
+        seeds.push([vec![1], writes.clone()].concat());
+        seeds.push([vec![3], writes].concat());
+        // The recovering node: the primary's snapshot.
+        let snap: Vec<u8> = snapshot().iter().flat_map(|m| chunk(0, m)).collect();
+        seeds.push([vec![2], snap].concat());
+        // The symmetric node: its peers' grants and acknowledgements.
+        let (heard, _) = symmetric_exchange();
+        let heard: Vec<u8> = heard.iter().flat_map(|(f, m)| chunk(*f, m)).collect();
+        seeds.push([vec![4], heard].concat());
+        seeds
+    }
+}
+
+/// Seeds for Raid's targets, from a three-site database run in memory.
+mod raid {
+    use txcast_proto::time::Instant;
+    use txcast_raid::client::{encode_audit, encode_reply, encode_request, Outcome, Refusal};
+    use txcast_raid::log::frame;
+    use txcast_raid::{Cause, Scale, Site, SiteConfig, Totals, Transfer, TxnId};
+
+    /// Must match fuzz_targets/raid_site.rs and raid_log.rs.
+    const SCALE: Scale = Scale {
+        branches: 1,
+        tellers_per_branch: 2,
+        accounts_per_branch: 3,
+        history_rows: 2,
+    };
+    const MS: u64 = 1_000_000;
+
+    pub struct Seeds {
+        pub packets: Vec<Vec<u8>>,
+        pub site: Vec<Vec<u8>>,
+        pub log: Vec<Vec<u8>>,
+    }
+
+    impl Seeds {
+        /// Sites 0, 1, 2 (incarnation 1) form a view and commit a few transfers; site 0 took
+        /// the same transfer at time 0 as fuzz_targets/raid_site.rs's site.
+        pub fn new() -> Seeds {
+            let mut sites: Vec<Site> = (0..3)
+                .map(|s| Site::new(SiteConfig::new(s, 3, 1, SCALE)).expect("site"))
+                .collect();
+            let t = |delta| Transfer {
+                account: 1,
+                teller: 1,
+                branch: 0,
+                delta,
+            };
+            let _ = sites[0].submit(Instant(0), 1, t(5));
+            let mut packets = Vec::new();
+            // Packets to site 0 as chunks `[dt][len][packet]`.
+            let mut to_zero = Vec::new();
+            let mut last_to_zero = 0u64;
+            let mut logs: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
+            for ms in 0..3000u64 {
+                let now = Instant(ms * MS);
+                if ms % 500 == 250 {
+                    let _ = sites[(ms / 500 % 3) as usize].submit(now, ms, t(ms as i64));
+                }
+                for s in 0..3 {
+                    sites[s].handle_timeout(now);
+                    while let Some(r) = sites[s].poll_log() {
+                        logs[s].push(r);
+                    }
+                    let taken = sites[s].taken();
+                    sites[s].logged(now, taken);
+                    while sites[s].poll_event().is_some() {}
+                    let mut out = Vec::new();
+                    while let Some((to, p)) = sites[s].poll_transmit() {
+                        out.push((to, p));
+                    }
+                    for (to, p) in out {
+                        if to == 0 && to_zero.len() < 64 * 1024 {
+                            let dt = (ms - last_to_zero).min(255) as u8;
+                            last_to_zero = ms;
+                            to_zero.push(dt);
+                            to_zero.extend_from_slice(&(p.len() as u16).to_le_bytes());
+                            to_zero.extend_from_slice(&p);
+                        }
+                        if packets.len() < 64 {
+                            packets.push(p.clone());
+                        }
+                        let _ = sites[to as usize].handle_packet(now, &p);
+                    }
+                }
+            }
+            packets.sort();
+            packets.dedup();
+            // raid_log: a framed log (control 0), the bodies (1), each kind of record (2),
+            // and an image (3).
+            let mut log = Vec::new();
+            let mut framed = vec![0u8];
+            let mut bodies = vec![1u8];
+            for r in &logs[0] {
+                frame(r, &mut framed);
+                bodies.extend_from_slice(&(r.len() as u16).to_le_bytes());
+                bodies.extend_from_slice(r);
+            }
+            log.push(framed);
+            log.push(bodies);
+            let mut kinds: Vec<&Vec<u8>> = logs.iter().flatten().collect();
+            kinds.sort_by_key(|r| r[0]);
+            kinds.dedup_by_key(|r| r[0]);
+            log.extend(kinds.into_iter().map(|r| [&[2u8][..], r].concat()));
+            if let Some(recs) = sites[1].compact() {
+                let mut framed = vec![0u8];
+                for r in &recs {
+                    frame(r, &mut framed);
+                }
+                log.push(framed);
+            }
+            let mut image = vec![3u8];
+            sites[2].db().encode_image(&mut image);
+            log.push(image);
+            Seeds {
+                packets,
+                site: vec![to_zero],
+                log,
+            }
+        }
+    }
+
+    /// Requests and replies of every kind, for fuzz_targets/raid_client.rs.
+    pub fn client_seeds() -> Vec<Vec<u8>> {
+        let t = Transfer {
+            account: 3,
+            teller: 1,
+            branch: 0,
+            delta: -7,
+        };
+        let txn = TxnId {
+            site: 1,
+            incarnation: 2,
+            seq: 3,
+        };
+        let outcomes = [
+            Outcome::Committed {
+                txn,
+                balance: 10,
+                attempts: 1,
+            },
+            Outcome::Aborted {
+                cause: Cause::Conflict,
+                attempts: 3,
+            },
+            Outcome::Refused {
+                reason: Refusal::BadKey,
+                detail: "no account 99".into(),
+            },
+            Outcome::Unknown { attempts: 2 },
+            Outcome::Audit {
+                totals: Totals::ZERO,
+                digest: 0xfeed,
+            },
+        ];
+        let mut seeds = vec![encode_request(1, &t), encode_audit(2)];
+        seeds.extend(outcomes.iter().map(|o| encode_reply(9, o)));
+        seeds
+    }
 }
 
 /// Chunks `[dt][len u16][message]` for fuzz_targets/vsync.rs (after a protocol byte): the

@@ -208,6 +208,12 @@ impl Site {
         if !self.valid_members(&members) {
             return;
         }
+        // A ballot names its proposer in its low 16 bits (`next_ballot`), and the promise
+        // goes back to that site: a proposal of a ballot not its sender's is malformed.
+        if (ballot & 0xffff) != from.site as u64 {
+            self.counters.dropped_malformed += 1;
+            return;
+        }
         self.seen = self.seen.max(ballot);
         if self.broken || !members.contains(&self.me()) {
             self.counters.dropped_view += 1;
