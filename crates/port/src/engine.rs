@@ -1219,9 +1219,6 @@ impl Engine {
         got: usize,
         now: Instant,
     ) {
-        ep.counters
-            .packets_received
-            .fetch_add(got as u64, Ordering::Relaxed);
         for i in 0..got {
             match batch.get_mut(i) {
                 (bytes, Some(from), false) => self.handle_datagram(ep, bytes, from, now),
@@ -1231,6 +1228,11 @@ impl Engine {
                 }
             }
         }
+        // Counted once handled, so a reader that sees a packet counted also sees its fate
+        // (refused, dropped or taken) in the other counters.
+        ep.counters
+            .packets_received
+            .fetch_add(got as u64, Ordering::Release);
     }
 
     fn handle_datagram(&self, ep: &Endpoint, bytes: &mut [u8], from: SocketAddr, now: Instant) {

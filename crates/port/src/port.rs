@@ -114,6 +114,8 @@ pub struct PortCounters {
     pub local_sent: u64,
     pub remote_sent: u64,
     pub received: u64,
+    /// UDP datagrams read and handled: once a datagram is counted here, its refusal or drop
+    /// is counted in the fields below (they are read after this one).
     pub packets_received: u64,
     pub packets_sent: u64,
     /// Malformed packets, and ring records too short to be a txcast message (written by
@@ -1119,6 +1121,8 @@ impl Port {
     /// Counters of this port, its ring and its links.
     pub fn counters(&self) -> PortCounters {
         let c = &self.ep.counters;
+        // Read first: every datagram it counts has its fate in what is read below.
+        let packets_received = c.packets_received.load(Ordering::Acquire);
         let ring = self.ring.counters();
         let links = self.ep.links.lock().expect("links lock");
         let mut hist = vec![0u64; txcast_proto::pack::PACK_HISTOGRAM_BINS];
@@ -1131,7 +1135,7 @@ impl Port {
             local_sent: self.local_sent,
             remote_sent: self.remote_sent,
             received: self.received,
-            packets_received: c.packets_received.load(Ordering::Relaxed),
+            packets_received,
             packets_sent: c.packets_sent.load(Ordering::Relaxed),
             dropped_bad: c.dropped_bad.load(Ordering::Relaxed),
             refused: c.refusals(),
