@@ -5,7 +5,9 @@
 
 mod bench;
 mod chaos;
+mod chaos_crmem;
 mod config_cmd;
+mod crmem_node;
 mod dc;
 mod demo;
 mod group_cmd;
@@ -60,6 +62,9 @@ enum Command {
     Program(program_cmd::ProgramArgs),
     /// Cluster files: `txcast config check FILE` validates one and prints the cluster
     Config(config_cmd::ConfigArgs),
+    /// One node of a CRMem mirror as a long-lived process, running TpcB while it is the
+    /// primary (`--node K --nodes N`)
+    Crmem(crmem_node::CrmemArgs),
     /// Chaos runs' checkers: `txcast chaos check LOG...` checks a group's member logs
     Chaos(chaos::ChaosArgs),
     /// A long run (30 minutes by default) of a group and RPC under injected loss: samples each
@@ -154,7 +159,11 @@ fn main() {
         Command::Node(args) => raid_node::run(args),
         Command::Program(args) => program_cmd::program(&args),
         Command::Config(args) => config_cmd::run(&args),
-        Command::Chaos(args) => chaos::run(&args),
+        Command::Chaos(args) => match &args.command {
+            chaos::ChaosCommand::Check { logs, fault } => chaos::check_command(logs, fault),
+            chaos::ChaosCommand::Crmem { logs, fault } => chaos_crmem::run(logs, fault),
+        },
+        Command::Crmem(args) => crmem_node::run(args),
         Command::Soak(args) => soak::run(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "txcast", &mut std::io::stdout());

@@ -82,6 +82,42 @@ extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::SeqCst);
 }
 
+/// Makes SIGINT and SIGTERM set the flag [`stop_signalled`] reads, instead of ending the
+/// process: a node then ends its load and reports.
+pub(crate) fn catch_stop_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the struct is zeroed then filled as sigaction expects; the handler only
+        // stores to an atomic, which is async-signal-safe.
+        unsafe {
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut new.sa_mask);
+            libc::sigaction(sig, &new, std::ptr::null_mut());
+        }
+    }
+}
+
+/// SIGINT or SIGTERM came (after [`catch_stop_signals`]).
+pub(crate) fn stop_signalled() -> bool {
+    SIGNALLED.load(Ordering::SeqCst)
+}
+
+/// How long a node's own load runs: `--seconds S`, or until the Unix time `--until` (ms, for
+/// nodes started apart to stop together); zero without either.
+pub(crate) fn load_time(seconds: Option<f64>, until: Option<u64>) -> Duration {
+    match (seconds, until) {
+        (Some(s), _) => Duration::from_secs_f64(s),
+        (None, Some(until)) => {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            Duration::from_millis(until.saturating_sub(now))
+        }
+        (None, None) => Duration::ZERO,
+    }
+}
+
 /// `txcast node`: a Raid site with `--site`, otherwise a module host.
 pub fn run(args: NodeArgs) -> i32 {
     let (Some(site), None) = (args.site, args.at) else {
@@ -108,17 +144,7 @@ fn serve(site: u16, args: &NodeArgs) -> Result<i32, String> {
         .data
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("txcast-raid-{instance}-{site}")));
-    let measure = match (args.seconds, args.until) {
-        (Some(s), _) => Duration::from_secs_f64(s),
-        (None, Some(until)) => {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0);
-            Duration::from_millis(until.saturating_sub(now))
-        }
-        (None, None) => Duration::ZERO,
-    };
+    let measure = load_time(args.seconds, args.until);
     let mut cluster = ClusterConfig::new(sites, Scale::tpcb(branches), data.clone());
     cluster.instance = instance;
     cluster.site.coordinated_max = clients.max(4096);
@@ -131,16 +157,7 @@ fn serve(site: u16, args: &NodeArgs) -> Result<i32, String> {
             Engine::start(txcast_raid::driver::engine_config(naming)).map_err(|e| e.to_string())?;
         cluster.engine = Some(engine);
     }
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the struct is zeroed then filled as sigaction expects; the handler only
-        // stores to an atomic, which is async-signal-safe.
-        unsafe {
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            libc::sigemptyset(&mut new.sa_mask);
-            libc::sigaction(sig, &new, std::ptr::null_mut());
-        }
-    }
+    catch_stop_signals();
     let control = Arc::new(RunControl::new());
     control.local.store(1 << site, Ordering::SeqCst);
     control.quiet_ms.store(1000, Ordering::SeqCst);
@@ -149,7 +166,7 @@ fn serve(site: u16, args: &NodeArgs) -> Result<i32, String> {
         .store(args.exit_when_done, Ordering::SeqCst);
     let c2 = control.clone();
     std::thread::spawn(move || loop {
-        if SIGNALLED.load(Ordering::SeqCst) {
+        if stop_signalled() {
             c2.stop.store(true, Ordering::SeqCst);
             return;
         }
