@@ -9,7 +9,9 @@
 //! send) and waits until the node reports the commit complete. A heartbeat every
 //! `heartbeat` and a silence of `suspect_after` make a peer dead (as does its restart, which
 //! the module host reports): the primary stops waiting for a dead backup; a backup whose
-//! primary died hands over to the successor, the live node with the lowest id.
+//! primary died hands over to the successor, the live node with the lowest id. A node that
+//! is not the primary suspects only peers it has heard from since it started: backups
+//! started before their primary wait for it.
 //!
 //! The failure detector trusts time-outs: a primary cut off by a partition longer than
 //! `suspect_after` is taken for dead while it still runs, and the two sides diverge (mirror
@@ -132,6 +134,10 @@ struct State {
     /// Messages the node produced that the module has not sent yet.
     outq: VecDeque<(NodeId, Vec<u8>)>,
     last_heard: Vec<Instant>,
+    /// Heard from since this node started: a node that is not the primary suspects only
+    /// peers it has heard, so that backups started before their primary wait for it rather
+    /// than take over and run beside it.
+    heard: Vec<bool>,
     /// Taken for dead: not listened to in this incarnation.
     dead: Vec<bool>,
     /// Backups this primary stopped counting on, told so whenever they speak.
@@ -300,6 +306,7 @@ impl Module for CrmemModule {
             return;
         }
         st.last_heard[from as usize] = cx.now();
+        st.heard[from as usize] = true;
         if msg.ty == CONTROL {
             st.node.handle_message(from, msg.body);
         }
@@ -332,7 +339,9 @@ impl Module for CrmemModule {
                     }
                     let _ = cx.send(self.nodes[k as usize], HEARTBEAT, &[]);
                     let silent = now.0.saturating_sub(st.last_heard[k as usize].0);
-                    if !st.dropped[k as usize] && silent > self.suspect_after {
+                    let primary = matches!(st.node.role(), Role::Primary { .. });
+                    let judged = primary || st.heard[k as usize];
+                    if judged && !st.dropped[k as usize] && silent > self.suspect_after {
                         self.down(&mut st, k);
                     }
                 }
@@ -362,6 +371,7 @@ impl Module for CrmemModule {
         st.dead[k as usize] = false;
         st.dropped[k as usize] = false;
         st.last_heard[k as usize] = cx.now();
+        st.heard[k as usize] = true;
         self.drain(cx, &mut st);
     }
 }
@@ -491,6 +501,7 @@ impl Crmem {
                 notices: VecDeque::new(),
                 outq: VecDeque::new(),
                 last_heard: vec![now; n],
+                heard: vec![false; n],
                 dead: vec![false; n],
                 dropped: vec![false; n],
                 disk: None,

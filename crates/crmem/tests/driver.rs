@@ -398,3 +398,21 @@ fn a_promoted_backup_checkpoints_and_restarts_from_its_own_log() {
     drop(b);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_backup_started_before_its_primary_waits_for_it() {
+    let b = open(20, 1, 0, false);
+    // Several times the suspicion time (300 ms) with no primary yet: no takeover.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(b.role(), Role::Backup { primary: 0 });
+    assert!(b.notices().is_empty());
+    let p = open(20, 0, 0, false);
+    assert_eq!(transfer(&p, 0, 4).unwrap(), 1);
+    assert_eq!(b.seq(), 1);
+    assert_eq!(b.snapshot_segment(0), p.snapshot_segment(0));
+    // Once it has heard its primary, a backup takes over when it falls silent.
+    drop(p);
+    until("the backup's promotion", || {
+        matches!(b.role(), Role::Primary { .. })
+    });
+}
