@@ -11,11 +11,12 @@
 //! the module host reports): the primary stops waiting for a dead backup; a backup whose
 //! primary died hands over to the successor, the live node with the lowest id. A node that
 //! is not the primary suspects only peers it has heard from since it started: backups
-//! started before their primary wait for it.
+//! started before their primary wait for it. A peer whose host reported its port
+//! unreachable (a process gone on a live host) needs only `unreachable_silence` of silence.
 //!
 //! The failure detector trusts time-outs: a primary cut off by a partition longer than
 //! `suspect_after` is taken for dead while it still runs, and the two sides diverge (mirror
-//! mode assumes crashes, not partitions; the chaos tests of the cluster issue will fence it).
+//! mode assumes crashes, not partitions; fencing it is open work).
 
 pub use crate::disklog::DiskPosition;
 use crate::disklog::{self, DiskLog, Item};
@@ -57,6 +58,10 @@ pub struct CrmemConfig {
     pub recover: bool,
     pub heartbeat: Duration,
     pub suspect_after: Duration,
+    /// The silence that makes a peer dead once its host reported its port unreachable (ICMP,
+    /// not authenticated: a report only shortens the silence, so a forged one cannot take a
+    /// peer that keeps sending for dead).
+    pub unreachable_silence: Duration,
     /// Where the module's handlers run: on the engine (the paper's *CoProcessor*, the
     /// default), in the application's threads when they poll (*CPU Polling*: a thread
     /// waiting for a grant or a commit drives the host; a node with no transaction running
@@ -92,6 +97,7 @@ impl CrmemConfig {
             recover: false,
             heartbeat: Duration::from_millis(10),
             suspect_after: Duration::from_millis(300),
+            unreachable_silence: Duration::from_millis(100),
             handlers: Handlers::Engine,
             disk: None,
             core: Config::default(),
@@ -138,6 +144,9 @@ struct State {
     /// peers it has heard, so that backups started before their primary wait for it rather
     /// than take over and run beside it.
     heard: Vec<bool>,
+    /// When each peer's port was last reported unreachable, until it is heard from a whole
+    /// `unreachable_silence` after that (what it sent before it died may arrive later).
+    reported: Vec<Option<Instant>>,
     /// Taken for dead: not listened to in this incarnation.
     dead: Vec<bool>,
     /// Backups this primary stopped counting on, told so whenever they speak.
@@ -171,6 +180,7 @@ pub struct CrmemModule {
     me: NodeId,
     heartbeat: u64,
     suspect_after: u64,
+    unreachable_silence: u64,
     beating: bool,
     /// When the heartbeat timer last fired.
     last_beat: Instant,
@@ -307,6 +317,11 @@ impl Module for CrmemModule {
         }
         st.last_heard[from as usize] = cx.now();
         st.heard[from as usize] = true;
+        if let Some(r) = st.reported[from as usize] {
+            if cx.now().0 > r.0 + self.unreachable_silence {
+                st.reported[from as usize] = None;
+            }
+        }
         if msg.ty == CONTROL {
             st.node.handle_message(from, msg.body);
         }
@@ -341,7 +356,11 @@ impl Module for CrmemModule {
                     let silent = now.0.saturating_sub(st.last_heard[k as usize].0);
                     let primary = matches!(st.node.role(), Role::Primary { .. });
                     let judged = primary || st.heard[k as usize];
-                    if judged && !st.dropped[k as usize] && silent > self.suspect_after {
+                    let limit = match st.reported[k as usize] {
+                        Some(_) => self.unreachable_silence.min(self.suspect_after),
+                        None => self.suspect_after,
+                    };
+                    if judged && !st.dropped[k as usize] && silent > limit {
                         self.down(&mut st, k);
                     }
                 }
@@ -351,6 +370,23 @@ impl Module for CrmemModule {
             _ => {}
         }
         self.drain(cx, &mut st);
+    }
+
+    /// Nothing is bound at a peer's port: its process is gone, or a forger says so. The peer
+    /// is taken for dead after `unreachable_silence` of silence instead of `suspect_after`.
+    fn on_peer_unreachable(&mut self, cx: &mut Context<'_>, peer: Address) {
+        let Some(k) = self.node_of(peer) else {
+            return;
+        };
+        if k == self.me {
+            return;
+        }
+        tracing::debug!(
+            node = self.me,
+            peer = k,
+            "crmem: peer's port reported unreachable"
+        );
+        self.shared.lock().reported[k as usize] = Some(cx.now());
     }
 
     fn on_peer_restart(&mut self, cx: &mut Context<'_>, peer: Address, _incarnation: u64) {
@@ -502,6 +538,7 @@ impl Crmem {
                 outq: VecDeque::new(),
                 last_heard: vec![now; n],
                 heard: vec![false; n],
+                reported: vec![None; n],
                 dead: vec![false; n],
                 dropped: vec![false; n],
                 disk: None,
@@ -517,6 +554,7 @@ impl Crmem {
             me: cfg.me,
             heartbeat: cfg.heartbeat.as_nanos() as u64,
             suspect_after: cfg.suspect_after.as_nanos() as u64,
+            unreachable_silence: cfg.unreachable_silence.as_nanos() as u64,
             beating: false,
             last_beat: now,
         };

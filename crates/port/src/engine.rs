@@ -334,7 +334,15 @@ pub(crate) struct Endpoint {
     pub extensions: crate::extension::Extensions,
     /// Wakes the port's owner when a sink took something.
     pub waker: crate::shm::RingWaker,
+    /// "Port unreachable" reports not yet taken by the port's owner
+    /// ([`crate::Port::take_unreachable`]), newest last, at most [`UNREACHABLE_KEPT`].
+    pub unreachable: Mutex<std::collections::VecDeque<SocketAddr>>,
+    /// `unreachable` holds a report (read without its lock).
+    pub unreachable_waiting: AtomicBool,
 }
+
+/// The "port unreachable" reports a port keeps for its owner; older ones are dropped.
+pub(crate) const UNREACHABLE_KEPT: usize = 16;
 
 pub(crate) struct Shared {
     pub cfg: EngineConfig,
@@ -1202,6 +1210,14 @@ impl Engine {
                     for x in ep.extensions.iter() {
                         x.unreachable(self, ep, to);
                     }
+                    let mut q = ep.unreachable.lock().expect("unreachable lock");
+                    if !q.contains(&to) {
+                        if q.len() >= UNREACHABLE_KEPT {
+                            q.pop_front();
+                        }
+                        q.push_back(to);
+                    }
+                    ep.unreachable_waiting.store(true, Ordering::Release);
                 }
                 _ => {
                     tracing::debug!(port = %ep.addr, report = ?e, "send error reported");

@@ -270,6 +270,8 @@ impl Port {
                 .then(|| Mutex::new(ReplayGuard::new(incarnation))),
             extensions: Default::default(),
             waker: ring.waker(),
+            unreachable: Mutex::new(std::collections::VecDeque::new()),
+            unreachable_waiting: AtomicBool::new(false),
         });
         engine.register(ep.clone())?;
         Ok(Port {
@@ -1116,6 +1118,23 @@ impl Port {
                 after_sleep = Some(readable);
             }
         }
+    }
+
+    /// The oldest "port unreachable" report not yet taken: the socket address (a peer's
+    /// port) this port sent to and whose host answered that nothing is bound there (the
+    /// process is gone or not started yet). Sooner than any silence says so; a process on a
+    /// host that is down or cut off gets no such report. At most 16 are kept, the same
+    /// address once.
+    pub fn take_unreachable(&self) -> Option<SocketAddr> {
+        if !self.ep.unreachable_waiting.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut q = self.ep.unreachable.lock().expect("unreachable lock");
+        let r = q.pop_front();
+        if q.is_empty() {
+            self.ep.unreachable_waiting.store(false, Ordering::Release);
+        }
+        r
     }
 
     /// Counters of this port, its ring and its links.

@@ -29,6 +29,8 @@ pub struct NodeLog {
     pub began: Option<(u16, u64)>,
     /// (time, transaction number) of each acknowledged commit.
     pub acked: Vec<(u64, u64)>,
+    /// When the node was promoted to primary.
+    pub promoted: Vec<u64>,
     pub end: Option<End>,
 }
 
@@ -46,6 +48,7 @@ impl NodeLog {
                 let t: u64 = w.first()?.parse().ok()?;
                 match w.get(1..)? {
                     ["B", k, _] => log.began = Some((k.parse().ok()?, t)),
+                    ["R", "promoted"] => log.promoted.push(t),
                     ["R", ..] => {}
                     ["A", i] => log.acked.push((t, i.parse().ok()?)),
                     ["E", c, d, a, tl, b] => {
@@ -144,6 +147,15 @@ pub fn recovery_ns(logs: &[NodeLog], fault_ns: u64, gone: u16) -> Option<u64> {
         .min()
 }
 
+/// The first promotion after `fault_ns`, that long after it.
+pub fn promotion_ns(logs: &[NodeLog], fault_ns: u64) -> Option<u64> {
+    logs.iter()
+        .flat_map(|l| l.promoted.iter())
+        .filter(|&&t| t > fault_ns)
+        .map(|t| t - fault_ns)
+        .min()
+}
+
 /// `txcast chaos crmem LOG... [--fault NS:NODE]...`: exit 1 on a violation, 2 on unreadable
 /// files or a malformed fault.
 pub fn run(paths: &[PathBuf], faults: &[String]) -> i32 {
@@ -192,9 +204,11 @@ pub fn run(paths: &[PathBuf], faults: &[String]) -> i32 {
     for &(f, gone) in &parsed {
         let rec = recovery_ns(&logs, f, gone);
         gaps.extend(rec.map(|n| n as f64 / 1e6));
+        let ms = |x: Option<u64>| x.map_or("never".into(), |n| format!("{:.1} ms", n as f64 / 1e6));
         println!(
-            "fault at {f} (node {gone}): committing again after {}",
-            rec.map_or("never".into(), |n| format!("{:.1} ms", n as f64 / 1e6))
+            "fault at {f} (node {gone}): committing again after {} (a backup promoted after {})",
+            ms(rec),
+            ms(promotion_ns(&logs, f))
         );
     }
     if gaps.len() > 1 {
@@ -246,6 +260,7 @@ mod tests {
         // Node 0's own late acknowledgement (at 4) is not a recovery from its kill at 3.
         assert_eq!(recovery_ns(&l, 3, 0), Some(7));
         assert_eq!(recovery_ns(&l, 11, 0), None);
+        assert_eq!(promotion_ns(&l, 3), Some(6));
     }
 
     #[test]

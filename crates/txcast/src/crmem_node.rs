@@ -320,6 +320,7 @@ fn serve(args: &CrmemArgs) -> Result<i32, String> {
             "committed": committed,
             "failed": failed,
             "promoted": promoted_at.is_some(),
+            "peer_unreachable": c.host().counters().peer_unreachable,
         });
         println!("{line}");
     } else {

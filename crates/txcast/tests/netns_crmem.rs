@@ -116,7 +116,7 @@ fn run() -> Option<(String, f64)> {
     for p in &procs {
         p.term();
     }
-    for p in procs {
+    for (i, p) in procs.into_iter().enumerate() {
         let o = p.wait_output(Duration::from_secs(20)).unwrap();
         let out = String::from_utf8_lossy(&o.stdout).to_string();
         assert!(
@@ -126,6 +126,12 @@ fn run() -> Option<(String, f64)> {
             String::from_utf8_lossy(&o.stderr)
         );
         assert!(out.contains("\"conserved\":true"), "{out}");
+        if i + 1 == successor {
+            // Its host answered the successor's heartbeats with "port unreachable" once the
+            // primary's process was gone: it took over on that, not on the silence.
+            let n = number_after(&out.replace([',', ':'], " "), "\"peer_unreachable\"");
+            assert!(n.is_some_and(|n| n >= 1.0), "{out}");
+        }
     }
     let mut check = std::process::Command::new(bin);
     check.args(["chaos", "crmem"]);
@@ -144,10 +150,11 @@ fn run() -> Option<(String, f64)> {
     assert!(acked > 100.0, "{report}");
     let recovery = number_after(&report, "committing again after")
         .unwrap_or_else(|| panic!("no commit after the kill:\n{report}"));
+    let promoted = number_after(&report, "a backup promoted after").unwrap_or(f64::NAN);
     let summary = report.lines().find(|l| l.contains("nodes,")).unwrap_or("");
     say(&format!(
-        "netns_crmem: {summary}; {:.1} % loss per host and direction; node 0 killed, node {successor} took over, \
-         committing again {recovery:.1} ms after the kill; node 0 recovered from node {successor}; {:.1} s in all",
+        "netns_crmem: {summary}; {:.1} % loss per host and direction; node 0 killed, node {successor} took over \
+         {promoted:.1} ms after the kill and committed again after {recovery:.1} ms; node 0 recovered from node {successor}; {:.1} s in all",
         LOSS_PER_MILLE as f64 / 10.0,
         started.elapsed().as_secs_f64()
     ));

@@ -264,6 +264,18 @@ impl Core {
             work += 1;
         }
         self.buf = buf;
+        while let Some(to) = port.take_unreachable() {
+            work += 1;
+            let engine = port.engine();
+            let gone: Vec<Address> = self
+                .host
+                .peers()
+                .filter(|&a| engine.socket_addr(a).is_ok_and(|s| s == to))
+                .collect();
+            for a in gone {
+                self.host.peer_unreachable(now, a);
+            }
+        }
         if self.host.poll_timeout().is_some_and(|t| t <= now) {
             self.host.handle_timeout(now);
             work += 1;

@@ -121,6 +121,9 @@ pub trait Module: Any + Send {
     fn on_timeout(&mut self, _cx: &mut Context<'_>, _token: u64) {}
     /// `peer` runs a new incarnation: what was sent to its predecessor and not answered is lost.
     fn on_peer_restart(&mut self, _cx: &mut Context<'_>, _peer: Address, _incarnation: u64) {}
+    /// `peer`'s host answered a packet with "port unreachable": no process has its port now
+    /// (gone, or restarting). Sooner than a silence says so; only for peers heard from.
+    fn on_peer_unreachable(&mut self, _cx: &mut Context<'_>, _peer: Address) {}
 }
 
 /// Why a registration was refused.
@@ -237,6 +240,8 @@ pub struct HostCounters {
     pub dropped_peer_limit: u64,
     pub stale_notices_sent: u64,
     pub peer_restarts: u64,
+    /// "Port unreachable" reports about peers heard from, passed to the modules.
+    pub peer_unreachable: u64,
     /// Sends, timers and events refused to handlers (budget, back-pressure, bounds).
     pub handler_refusals: u64,
     pub handler_panics: u64,
@@ -254,6 +259,7 @@ crate::counters_sum!(HostCounters {
     dropped_peer_limit,
     stale_notices_sent,
     peer_restarts,
+    peer_unreachable,
     handler_refusals,
     handler_panics,
 });
@@ -771,6 +777,23 @@ impl Host {
                 self.core.peers.insert(from, incarnation);
                 Ok(())
             }
+        }
+    }
+
+    /// The peers heard from (each with its incarnation last heard).
+    pub fn peers(&self) -> impl Iterator<Item = Address> + '_ {
+        self.core.peers.keys().copied()
+    }
+
+    /// `peer`'s port was reported unreachable (its host answered "port unreachable"): tells
+    /// every module, if `peer` is one heard from; ignored otherwise.
+    pub fn peer_unreachable(&mut self, now: Instant, peer: Address) {
+        if !self.core.peers.contains_key(&peer) {
+            return;
+        }
+        self.core.counters.peer_unreachable += 1;
+        for id in 0..MODULES_MAX as ModuleId {
+            self.dispatch(id, now, |m, cx| m.on_peer_unreachable(cx, peer));
         }
     }
 

@@ -382,3 +382,40 @@ fn garbage_is_dropped_and_counted_never_panics() {
     assert_eq!(c.controls_received, 0);
     assert!(c.dropped_bad > 0 && c.dropped_unknown + c.dropped_stale > 0);
 }
+
+/// Records the peers reported unreachable.
+#[derive(Default)]
+struct Unreachable {
+    peers: Vec<Address>,
+}
+
+impl Module for Unreachable {
+    fn registration(&self) -> Registration {
+        Registration {
+            name: "unreachable",
+            instructions: &[],
+            controls: &[],
+        }
+    }
+    fn on_instruction(&mut self, _: &mut Context<'_>, _: Instruction<'_>) {}
+    fn on_control(&mut self, _: &mut Context<'_>, _: Control<'_>) {}
+    fn on_peer_unreachable(&mut self, _: &mut Context<'_>, peer: Address) {
+        self.peers.push(peer);
+    }
+}
+
+#[test]
+fn an_unreachable_peer_is_told_to_the_modules_only_once_heard_from() {
+    let (mut a, mut b) = (host(A, 10), host(B, 20));
+    a.load(4, 0, Box::new(Unreachable::default())).unwrap();
+    // Not heard from yet (a process not started is unreachable too): nothing told.
+    a.peer_unreachable(Instant(1), B);
+    assert!(a.module_mut::<Unreachable>(4).unwrap().peers.is_empty());
+    assert_eq!(a.counters().peer_unreachable, 0);
+    ping_run(&mut a, 0, 1, 1, 100);
+    deliver(Instant(2), &mut [&mut a, &mut b]);
+    assert_eq!(a.peers().collect::<Vec<_>>(), vec![B]);
+    a.peer_unreachable(Instant(3), B);
+    assert_eq!(a.module_mut::<Unreachable>(4).unwrap().peers, vec![B]);
+    assert_eq!(a.counters().peer_unreachable, 1);
+}
