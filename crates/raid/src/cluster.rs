@@ -52,6 +52,43 @@ pub struct DcReport {
     pub totals: Totals,
     /// Each site's own report (the embedded cluster's runs only).
     pub per_site: Vec<SiteReport>,
+    /// Whether every acknowledged transfer is in the copies (the load generator against a
+    /// running cluster only).
+    pub accounting: Option<Accounting>,
+}
+
+/// The load generator's check that no acknowledged transfer was lost: the money the
+/// accounts gained during the run (site 0's audit at the end against its audit before the
+/// load) must be the acknowledged transfers' deltas plus those of some of the transfers
+/// whose outcome is unknown (unanswered, or unknown to their site). A transfer lost whole
+/// keeps DebitCredit's sums equal; this finds it. It assumes the generator was the cluster's
+/// only load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accounting {
+    /// Transfers acknowledged as committed (the warm-up's and the drain's too).
+    pub acknowledged: u64,
+    /// Transfers whose outcome the generator does not know.
+    pub uncertain: u64,
+    /// The accounts' gain matches; `None` when there were more than
+    /// [`UNCERTAIN_CHECKED_MAX`] uncertain transfers (not checked).
+    pub accounted: Option<bool>,
+}
+
+/// The most uncertain transfers whose subsets the accounting tries.
+pub const UNCERTAIN_CHECKED_MAX: usize = 20;
+
+/// Whether `target` is the sum of some subset of `xs` (at most [`UNCERTAIN_CHECKED_MAX`]
+/// of them; `None` with more).
+pub fn subset_sums_to(xs: &[i64], target: i64) -> Option<bool> {
+    if xs.len() > UNCERTAIN_CHECKED_MAX {
+        return None;
+    }
+    let mut sums = std::collections::HashSet::from([0i64]);
+    for &x in xs {
+        let more: Vec<i64> = sums.iter().map(|s| s + x).collect();
+        sums.extend(more);
+    }
+    Some(sums.contains(&target))
 }
 
 /// What a run cost per committed transfer, over the whole run (warm-up included) and every
@@ -157,6 +194,7 @@ pub fn summarize(cluster: &ClusterConfig, load: &Load, per_site: Vec<SiteReport>
         .max(Duration::from_millis(1));
     let audits: Vec<(Totals, u64)> = per_site.iter().map(|r| (r.totals, r.digest)).collect();
     DcReport {
+        accounting: None,
         sites: cluster.sites,
         clients_per_site: load.clients,
         measured,
@@ -174,5 +212,21 @@ pub fn summarize(cluster: &ClusterConfig, load: &Load, per_site: Vec<SiteReport>
         totals: audits.first().map(|a| a.0).unwrap_or(Totals::ZERO),
         audits,
         per_site,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subset_sums_find_what_uncertain_transfers_explain() {
+        assert_eq!(subset_sums_to(&[], 0), Some(true));
+        assert_eq!(subset_sums_to(&[], 5), Some(false));
+        assert_eq!(subset_sums_to(&[3, -7, 11], 4), Some(true)); // 11 - 7
+        assert_eq!(subset_sums_to(&[3, -7, 11], 7), Some(true)); // 3 - 7 + 11
+        assert_eq!(subset_sums_to(&[3, -7, 11], 5), Some(false));
+        let many = vec![1; UNCERTAIN_CHECKED_MAX + 1];
+        assert_eq!(subset_sums_to(&many, 1), None);
     }
 }

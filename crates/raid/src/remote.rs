@@ -5,7 +5,7 @@
 //! of copies.
 
 use crate::client::{ClientError, Outcome, RaidClient};
-use crate::cluster::DcReport;
+use crate::cluster::{subset_sums_to, Accounting, DcReport};
 use crate::db::Totals;
 use crate::driver::{next_transfer, ClusterConfig, Load, RaidError};
 use crate::site::{count_cause, Cause};
@@ -30,6 +30,11 @@ struct SiteRun {
     unanswered: u64,
     unreachable: u64,
     audit: (Totals, u64),
+    /// Transfers acknowledged as committed, and the money they moved.
+    acknowledged: u64,
+    acknowledged_money: i64,
+    /// The deltas of transfers whose outcome is unknown (unanswered, or unknown).
+    uncertain: Vec<i64>,
 }
 
 fn client_error(site: u16, e: ClientError) -> RaidError {
@@ -100,8 +105,8 @@ fn drive(
     let started = Instant::now();
     let warm_end = started + load.warmup;
     let load_end = warm_end + load.measure;
-    let mut in_flight: HashMap<u64, Instant> = HashMap::new();
-    in_flight.insert(first_id, Instant::now());
+    let mut in_flight: HashMap<u64, (Instant, i64)> = HashMap::new();
+    in_flight.insert(first_id, (Instant::now(), first.delta));
     let mut run = SiteRun {
         committed: 0,
         hist: Histogram::new(),
@@ -111,6 +116,9 @@ fn drive(
         unanswered: 0,
         unreachable: 0,
         audit: (Totals::ZERO, 0),
+        acknowledged: 0,
+        acknowledged_money: 0,
+        uncertain: Vec::new(),
     };
     let drain_end = load_end + Duration::from_secs(30);
     let mut swept_at = Instant::now();
@@ -119,16 +127,21 @@ fn drive(
         // Requests past their reply timeout are given up (at most every 100 ms: a scan).
         if now.duration_since(swept_at) >= Duration::from_millis(100) {
             swept_at = now;
-            let before = in_flight.len();
-            in_flight.retain(|_, sent| now.duration_since(*sent) < gen.reply_timeout);
-            run.unanswered += (before - in_flight.len()) as u64;
+            in_flight.retain(|_, (sent, delta)| {
+                let keep = now.duration_since(*sent) < gen.reply_timeout;
+                if !keep {
+                    run.unanswered += 1;
+                    run.uncertain.push(*delta);
+                }
+                keep
+            });
         }
         if now < load_end {
             while in_flight.len() < load.clients {
                 let t = next_transfer(&mut rng, &cluster.scale);
                 match c.submit(&t) {
                     Ok(id) => {
-                        in_flight.insert(id, Instant::now());
+                        in_flight.insert(id, (Instant::now(), t.delta));
                     }
                     // The site has acknowledged nothing for a while (down, or cut off): the
                     // transfer was not sent; try again after the poll below.
@@ -152,13 +165,15 @@ fn drive(
             Err(ClientError::Timeout) => continue,
             Err(e) => return Err(client_error(site, e)),
         };
-        let Some(sent) = in_flight.remove(&id) else {
+        let Some((sent, delta)) = in_flight.remove(&id) else {
             continue;
         };
         let at = Instant::now();
         match o {
             Outcome::Committed { .. } => {
                 committed_all.fetch_add(1, Ordering::Relaxed);
+                run.acknowledged += 1;
+                run.acknowledged_money += delta;
                 if sent >= warm_end && at <= load_end {
                     run.committed += 1;
                     run.hist.record(at.duration_since(sent).as_micros() as u64);
@@ -168,11 +183,35 @@ fn drive(
                 count_cause(&mut run.given_up, cause, 1);
             }
             Outcome::Refused { .. } => run.refused += 1,
-            Outcome::Unknown { .. } => run.unknown += 1,
+            Outcome::Unknown { .. } => {
+                run.unknown += 1;
+                run.uncertain.push(delta);
+            }
             Outcome::Audit { .. } => {}
         }
     }
     Ok(run)
+}
+
+/// Site 0's totals before the load (waiting up to 10 s for it to be up), for the
+/// accounting, and the client that asked (site 0's final audit goes through it too: a site
+/// answers a request number it has seen from a client with the reply it kept).
+fn baseline_audit(cluster: &ClusterConfig, gen: Generator) -> Option<(RaidClient, Totals)> {
+    let me = client_address(cluster, gen.from, 0, true);
+    let mut c = RaidClient::open_on(cluster.engine.as_ref(), me, cluster.address(0)).ok()?;
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        match c.audit(Duration::from_secs(2)) {
+            Ok(Outcome::Audit { totals, .. }) => return Some((c, totals)),
+            Err(ClientError::Port(PortError::NoSuchPort(_) | PortError::OwnerDead(_))) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            // Over UDP a site not up yet is silent.
+            Err(ClientError::Timeout) => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// Runs `load` against every site of `cluster` from this process, then audits them; each
@@ -192,6 +231,10 @@ pub fn run_remote_with(
     load: &Load,
     mut progress: impl FnMut(Duration, u64),
 ) -> Result<DcReport, RaidError> {
+    let (mut auditor, baseline) = match baseline_audit(cluster, gen) {
+        Some((c, t)) => (Some(c), Some(t)),
+        None => (None, None),
+    };
     let committed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let threads: Vec<_> = (0..cluster.sites)
@@ -214,9 +257,14 @@ pub fn run_remote_with(
     // Every reply is in: audit each site once it is quiet.
     for (s, run) in runs.iter_mut().enumerate() {
         let s = s as u16;
-        let me = client_address(cluster, gen.from, s, true);
-        let mut c = RaidClient::open_on(cluster.engine.as_ref(), me, cluster.address(s))
-            .map_err(|e| client_error(s, e))?;
+        let mut c = match auditor.take() {
+            Some(c) if s == 0 => c,
+            _ => {
+                let me = client_address(cluster, gen.from, s, true);
+                RaidClient::open_on(cluster.engine.as_ref(), me, cluster.address(s))
+                    .map_err(|e| client_error(s, e))?
+            }
+        };
         match c
             .audit(Duration::from_secs(30))
             .map_err(|e| client_error(s, e))?
@@ -240,6 +288,19 @@ pub fn run_remote_with(
     let committed: u64 = runs.iter().map(|r| r.committed).sum();
     let measured = load.measure.max(Duration::from_millis(1));
     let audits: Vec<(Totals, u64)> = runs.iter().map(|r| r.audit).collect();
+    let uncertain: Vec<i64> = runs
+        .iter()
+        .flat_map(|r| r.uncertain.iter().copied())
+        .collect();
+    let acknowledged_money: i64 = runs.iter().map(|r| r.acknowledged_money).sum();
+    let accounting = match (baseline, audits.first()) {
+        (Some(b), Some((end, _))) => Some(Accounting {
+            acknowledged: runs.iter().map(|r| r.acknowledged).sum(),
+            uncertain: uncertain.len() as u64,
+            accounted: subset_sums_to(&uncertain, end.accounts - b.accounts - acknowledged_money),
+        }),
+        _ => None,
+    };
     Ok(DcReport {
         sites: cluster.sites,
         clients_per_site: load.clients,
@@ -258,5 +319,6 @@ pub fn run_remote_with(
         totals: audits.first().map(|a| a.0).unwrap_or(Totals::ZERO),
         audits,
         per_site: Vec::new(),
+        accounting,
     })
 }

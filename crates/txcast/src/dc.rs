@@ -373,6 +373,9 @@ struct ReportJson {
     syncs_per_txn: Option<f64>,
     conserved: bool,
     identical: bool,
+    /// `dc --connect`: every acknowledged transfer found in the copies (`null`: not checked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acknowledged_present: Option<Option<bool>>,
     totals: TotalsJson,
 }
 
@@ -419,6 +422,7 @@ pub fn print_report(r: &DcReport, json: bool) {
             syncs_per_txn: t.map(|t| t.batches),
             conserved: r.conserved,
             identical: r.identical,
+            acknowledged_present: r.accounting.map(|a| a.accounted),
             totals: TotalsJson {
                 accounts: r.totals.accounts,
                 tellers: r.totals.tellers,
@@ -486,4 +490,18 @@ pub fn print_report(r: &DcReport, json: bool) {
             "COPIES DIFFER".to_string()
         }
     );
+    if let Some(a) = r.accounting {
+        // The accounts' gain against the acknowledged transfers (assumes this generator
+        // was the only load).
+        println!(
+            "  acked      {} transfers acknowledged, {} uncertain: {}",
+            a.acknowledged,
+            a.uncertain,
+            match a.accounted {
+                Some(true) => "every acknowledged transfer is in the copies",
+                Some(false) => "ACKNOWLEDGED TRANSFERS MISSING (or another load ran)",
+                None => "not checked (too many uncertain)",
+            }
+        );
+    }
 }

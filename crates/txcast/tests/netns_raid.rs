@@ -141,6 +141,12 @@ fn debit_credit_survives_loss_and_a_kill_9_across_namespaces() {
         stdout.contains("money conserved on every site") && stdout.contains("copies identical"),
         "{stdout}"
     );
+    // The accounts gained the acknowledged transfers' money (and some of the uncertain
+    // ones'): no acknowledged transfer lost.
+    assert!(
+        stdout.contains("every acknowledged transfer is in the copies"),
+        "{stdout}"
+    );
     let committed: u64 = stdout
         .split("committed  ")
         .nth(1)
