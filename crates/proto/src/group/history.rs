@@ -75,12 +75,15 @@ impl History {
     }
 
     /// Stores `e` at `seq` unless a record is already there. Returns whether it was new.
+    /// The last sequence number, `u64::MAX`, is never stored (no record could follow it: only a
+    /// corrupt or forged message names it), so everything counted up to a record held here
+    /// can still be followed by `+ 1`.
     pub fn insert(&mut self, seq: u64, e: Entry) -> Result<bool, Refused> {
         let Some(i) = seq.checked_sub(self.base) else {
             return Err(Refused::Old);
         };
         let i = i as usize;
-        if i >= self.capacity {
+        if i >= self.capacity || seq == u64::MAX {
             return Err(Refused::Beyond);
         }
         while self.slots.len() <= i {

@@ -97,7 +97,12 @@ impl Member {
         member_ids: &[(Address, u64)],
     ) {
         let members: Vec<Address> = member_ids.iter().map(|m| m.0).collect();
-        if self.state != State::Joining || join_seq == 0 || !members.contains(&self.me) {
+        if self.state != State::Joining
+            || join_seq == 0
+            || join_seq == u64::MAX
+            || !members.contains(&self.me)
+        {
+            // (`u64::MAX`: no record could follow it, corrupt; the history never holds it.)
             return;
         }
         self.ms.join = None;

@@ -313,7 +313,7 @@ impl Member {
             && matches!(self.cfg.pack, PackMode::Adaptive { delay_max } if !delay_max.is_zero());
         if sync
             || prompt
-            || self.rx.received_upto >= self.out.last_ack.1 + every
+            || self.rx.received_upto >= self.out.last_ack.1.saturating_add(every)
             || (self.rx.received_upto > before
                 && self.is_acker()
                 && self.rx.received_upto > self.rx.accepted_upto)
@@ -386,7 +386,10 @@ impl Member {
             return None;
         }
         let from = self.rx.received_upto + 1;
-        let mut to = self.rx.ordered_seen.min(from + NAK_SPAN_MAX - 1);
+        let mut to = self
+            .rx
+            .ordered_seen
+            .min(from.saturating_add(NAK_SPAN_MAX - 1));
         let mut target = self.sequencer;
         if from <= self.rec.start_seq {
             let holders: Vec<(Address, u64)> = self
@@ -453,7 +456,7 @@ impl Member {
     pub(super) fn note_consumed(&mut self) {
         self.trim_history();
         let every = (self.cfg.history_max as u64 / 8).max(1);
-        if self.rx.consumed_upto >= self.out.last_ack.0 + every {
+        if self.rx.consumed_upto >= self.out.last_ack.0.saturating_add(every) {
             self.out.ack_due = true;
         }
         if self.seqr.is_some() {

@@ -2818,3 +2818,69 @@ fn no_prompt_reports_without_adaptive_packing() {
         assert_eq!(acks, acks0, "{pack:?}");
     }
 }
+
+/// Found by the `group` fuzz target: a Welcome whose join record was near the end of the
+/// sequence space (`u64::MAX - 8`) made the joiner overflow once it had reported and then
+/// consumed that record (`note_consumed`: the last report plus the report interval), and a
+/// record after it would overflow the next report's threshold likewise.
+#[test]
+fn a_welcome_at_the_end_of_the_sequence_space_is_harmless() {
+    let cfg = cfg();
+    let epoch = Epoch {
+        number: 1,
+        coordinator: A,
+    };
+    for join_seq in [u64::MAX - 8, u64::MAX - 1, u64::MAX] {
+        let mut now = Instant::ZERO;
+        // Joining through a process that is not in the group: only this Welcome answers.
+        let mut m = Member::join(cfg.clone(), B, addr(9), now).expect("config");
+        let mut buf = vec![0u8; 65_536];
+        let mut w = MsgWriter::start(&mut buf, MsgKind::Welcome, 0, cfg.group, epoch, A).unwrap();
+        assert!(
+            w.u64(join_seq)
+                && w.u64(0)
+                && w.bytes(&[0; 8])
+                && w.address(A)
+                && w.member_ids(&[(A, 0), (B, 0)])
+        );
+        let n = w.finish();
+        let welcome = buf[..n].to_vec();
+        assert_eq!(m.handle_message(now, &welcome), Ok(()));
+        // The last sequence number is refused: no record could follow it.
+        let welcomed = join_seq != u64::MAX;
+        assert_eq!(m.state() == State::Normal, welcomed, "{join_seq}");
+        // Records after the join record, as the sequencer would order them, and once the
+        // sequence space is used up, an Order with none.
+        let order = |seq: Option<u64>, buf: &mut [u8]| {
+            let mut w = MsgWriter::start(buf, MsgKind::Order, 0, cfg.group, epoch, A).unwrap();
+            let upto = seq.unwrap_or(u64::MAX);
+            assert!(w.u64(upto) && w.u64(upto) && w.u64(0));
+            if let Some(seq) = seq {
+                let r = OrderRecord {
+                    seq,
+                    sender: A,
+                    msg_id: seq - join_seq,
+                    kind: RecordKind::Message,
+                    payload: Some(b"x"),
+                };
+                assert!(w.order_record(&r));
+            }
+            w.finish()
+        };
+        for step in 0..6u64 {
+            while m.poll_transmit(now, &mut buf).is_some() {}
+            while m.poll_delivery(|_| ()).is_some() {}
+            while m.poll_event().is_some() {}
+            let n = order(join_seq.checked_add(step + 1), &mut buf);
+            let msg = buf[..n].to_vec();
+            assert_eq!(m.handle_message(now, &msg), Ok(()));
+            now = now + Duration::from_millis(400);
+            m.handle_timeout(now);
+        }
+        if welcomed {
+            // Every record up to the last but one is taken; the last one never is.
+            let want = join_seq.saturating_add(6).min(u64::MAX - 1);
+            assert_eq!(m.info().received_upto, want, "{join_seq}");
+        }
+    }
+}

@@ -328,9 +328,15 @@ impl Vs {
 
     pub(super) fn on_commit(&mut self, now: Instant, h: &Header, ballot: Ballot, p: Proposal) {
         if self.state == VsState::Joining {
-            if p.members.contains(&self.me) && p.members.len() <= super::msg::MEMBERS_MAX {
+            // The view it installs is numbered one past the Commit's, and must itself have a
+            // successor (a view change names `number + 1`): a Commit numbered near `u64::MAX`
+            // is corrupt or forged, ignored.
+            let number = h.view.number.checked_add(1).filter(|&n| n < u64::MAX);
+            if let Some(number) = number.filter(|_| {
+                p.members.contains(&self.me) && p.members.len() <= super::msg::MEMBERS_MAX
+            }) {
                 let id = ViewId {
-                    number: h.view.number + 1,
+                    number,
                     coordinator: p.coordinator,
                 };
                 // Kept, like every member's, to tell members of the old view that missed it:

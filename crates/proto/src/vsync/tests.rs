@@ -584,3 +584,46 @@ fn a_group_of_one_delivers_its_casts_and_ends_with_nothing_unstable() {
         assert_eq!(net.vs(0).stable_vector(), vec![10], "{stability:?}");
     }
 }
+
+/// Found by the `vsync` fuzz target (release build with overflow checks): a joining process
+/// given a Commit for the view numbered `u64::MAX` overflowed naming the view after it. No view
+/// can follow that one (nor, for the same reason, the one it would install after `u64::MAX - 1`), so
+/// such a Commit is ignored and the process keeps joining.
+#[test]
+fn a_commit_of_the_last_view_number_to_a_joiner_is_ignored() {
+    let now = Instant(1_000_000_000);
+    let mut vs = Vs::join(cfg(), addr(1), addr(0), now).unwrap();
+    let commit = |number: u64| {
+        let h = msg::Header {
+            group: 1,
+            view: ViewId {
+                number,
+                coordinator: addr(0),
+            },
+            from: addr(0),
+        };
+        let m = msg::VsMsg::Commit {
+            ballot: Ballot {
+                number: 1,
+                coordinator: addr(0),
+            },
+            proposal: Proposal {
+                coordinator: addr(0),
+                members: vec![addr(0), addr(1)],
+                cut: vec![0],
+            },
+        };
+        let mut b = vec![0u8; 4096];
+        let n = msg::write(&mut b, &h, &m).unwrap();
+        b.truncate(n);
+        b
+    };
+    // Nor the one before: the view it would install could have no successor.
+    for number in [u64::MAX, u64::MAX - 1] {
+        vs.handle_message(now, &commit(number));
+        assert_eq!(vs.state(), VsState::Joining);
+    }
+    vs.handle_message(now, &commit(u64::MAX - 2));
+    assert_eq!(vs.state(), VsState::Normal);
+    assert_eq!(vs.view().number, u64::MAX - 1);
+}
