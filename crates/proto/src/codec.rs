@@ -6,7 +6,8 @@
 //!
 //! [`Writer`] appends to a vector; [`SliceWriter`] fills a caller's buffer and reports a
 //! field that did not fit at [`SliceWriter::finish`]. Headers parsed once per packet after a
-//! single length check read their fields with [`u16_at`], [`u32_at`] and [`u64_at`].
+//! single length check read their fields with [`u16_at`], [`u32_at`] and [`u64_at`] (and are
+//! written with [`put_u16`], [`put_u32`] and [`put_u64`] at the same named offsets).
 
 use thiserror::Error;
 
@@ -281,6 +282,25 @@ pub fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// Writes `v` at byte `at` of `b`: the writing side of [`u16_at`], for a fixed header whose
+/// field offsets are named once and used by both its parser and its writer.
+#[inline]
+pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Writes `v` at byte `at` of `b` (see [`put_u16`]).
+#[inline]
+pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Writes `v` at byte `at` of `b` (see [`put_u16`]).
+#[inline]
+pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +347,12 @@ mod tests {
         assert_eq!(r.rest(), &[0, 0, 0, 0]);
         assert_eq!(r.finish(), Ok(()));
         assert_eq!((u16_at(&b, 0), u32_at(&b, 2)), (10, 0));
+        put_u16(&mut b, 0, 3);
+        put_u32(&mut b, 2, 5);
+        assert_eq!((u16_at(&b, 0), u32_at(&b, 2)), (3, 5));
+        let mut c = [0u8; 9];
+        put_u64(&mut c, 1, u64::MAX - 1);
+        assert_eq!((c[0], u64_at(&c, 1)), (0, u64::MAX - 1));
     }
 
     #[test]

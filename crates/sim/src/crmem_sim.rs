@@ -16,7 +16,7 @@
 //! agree, and every client finished its transactions (liveness after healing).
 
 use crate::crmem_disk::SimDisk;
-use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::harness::{self, min_opt, Plan, Run, RunOptions, Violation, World};
 use crate::link_sim::LinkNode;
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::{Node as SimNodeTrait, NodeId};
@@ -49,11 +49,8 @@ pub struct CrmemSimOptions {
     pub nodes: usize,
     /// Transactions each client runs to the end (commit or its own abort).
     pub txns_per_client: u32,
-    pub safety_ns: u64,
-    pub liveness_ns: u64,
-    pub faults: bool,
-    pub partitions: bool,
-    pub clogs: bool,
+    /// The phases, and the faults the seed may draw.
+    pub run: RunOptions,
     /// The symmetric configuration (crmem_sym_sim.rs) instead of the mirror.
     pub symmetric: bool,
     /// Mirror only: the primary logs to a simulated disk (group commit), and every node
@@ -65,7 +62,7 @@ impl CrmemSimOptions {
     /// A client's pause between transactions, drawn below this: its transactions spread
     /// over the safety phase, where the crashes are.
     pub(crate) fn think_ns(&self) -> u64 {
-        (2 * self.safety_ns / self.txns_per_client.max(1) as u64).max(1)
+        (2 * self.run.safety_ns / self.txns_per_client.max(1) as u64).max(1)
     }
 }
 
@@ -74,11 +71,7 @@ impl Default for CrmemSimOptions {
         CrmemSimOptions {
             nodes: 3,
             txns_per_client: 60,
-            safety_ns: 2_000_000_000,
-            liveness_ns: 60_000_000_000,
-            faults: true,
-            partitions: true,
-            clogs: true,
+            run: RunOptions::default(),
             symmetric: false,
             disk: false,
         }
@@ -229,88 +222,46 @@ pub(crate) fn draw_txn(
     (audit, abort_on_purpose, Some(delta))
 }
 
-/// What a simulated node and its clients need of a CRMem core, mirror ([`Node`]) or
-/// symmetric ([`txcast_crmem::SymNode`]).
-pub(crate) trait Core {
+/// Declares [`Core`] with the methods listed and implements it for each type listed by that
+/// type's own methods of the same names and signatures.
+macro_rules! core_trait {
+    ([$($t:ty),+] $methods:tt) => {
+        core_trait!(@trait $methods);
+        $(core_trait!(@impl $t, $methods);)+
+    };
+    (@trait { $(
+        fn $name:ident(&$r:ident $($s:ident)? $(, $a:ident: $at:ty)*) $(-> $ret:ty)?;
+    )+ }) => {
+        /// What a simulated node and its clients need of a CRMem core, mirror ([`Node`]) or
+        /// symmetric ([`txcast_crmem::SymNode`]).
+        pub(crate) trait Core {
+            $(fn $name(&$r $($s)? $(, $a: $at)*) $(-> $ret)?;)+
+        }
+    };
+    (@impl $t:ty, { $(
+        fn $name:ident(&$r:ident $($s:ident)? $(, $a:ident: $at:ty)*) $(-> $ret:ty)?;
+    )+ }) => {
+        impl Core for $t {
+            $(fn $name(&$r $($s)? $(, $a: $at)*) $(-> $ret)? {
+                <$t>::$name(core_trait!(@self $r $($s)?) $(, $a)*)
+            })+
+        }
+    };
+    // The receiver's `self` (of `self` or `mut self`).
+    (@self $s:ident) => { $s };
+    (@self $m:ident $s:ident) => { $s };
+}
+core_trait!([Node, txcast_crmem::SymNode] {
     fn handle_message(&mut self, from: u16, bytes: &[u8]);
     fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)>;
     fn poll_timeout(&self) -> Option<Instant>;
     fn handle_timeout(&mut self, now: Instant);
-    fn set_range(
-        &mut self,
-        txn: TxnId,
-        s: SegmentId,
-        off: u32,
-        len: u32,
-        mode: Mode,
-    ) -> Result<Lock, CrError>;
+    fn set_range(&mut self, txn: TxnId, s: SegmentId, off: u32, len: u32, mode: Mode) -> Result<Lock, CrError>;
     fn range(&self, txn: TxnId, s: SegmentId, off: u32, len: u32) -> Result<&[u8], CrError>;
-    fn range_mut(
-        &mut self,
-        txn: TxnId,
-        s: SegmentId,
-        off: u32,
-        len: u32,
-    ) -> Result<&mut [u8], CrError>;
+    fn range_mut(&mut self, txn: TxnId, s: SegmentId, off: u32, len: u32) -> Result<&mut [u8], CrError>;
     fn abort(&mut self, txn: TxnId) -> Result<(), CrError>;
     fn counters(&self) -> &Counters;
-}
-
-/// [`Core`] for a type with these methods of its own.
-macro_rules! core_of {
-    ($t:ty) => {
-        impl Core for $t {
-            fn set_range(
-                &mut self,
-                txn: TxnId,
-                s: SegmentId,
-                off: u32,
-                len: u32,
-                mode: Mode,
-            ) -> Result<Lock, CrError> {
-                <$t>::set_range(self, txn, s, off, len, mode)
-            }
-            fn range(
-                &self,
-                txn: TxnId,
-                s: SegmentId,
-                off: u32,
-                len: u32,
-            ) -> Result<&[u8], CrError> {
-                <$t>::range(self, txn, s, off, len)
-            }
-            fn range_mut(
-                &mut self,
-                txn: TxnId,
-                s: SegmentId,
-                off: u32,
-                len: u32,
-            ) -> Result<&mut [u8], CrError> {
-                <$t>::range_mut(self, txn, s, off, len)
-            }
-            fn abort(&mut self, txn: TxnId) -> Result<(), CrError> {
-                <$t>::abort(self, txn)
-            }
-            fn handle_message(&mut self, from: u16, bytes: &[u8]) {
-                <$t>::handle_message(self, from, bytes)
-            }
-            fn poll_transmit(&mut self) -> Option<(u16, Vec<u8>)> {
-                <$t>::poll_transmit(self)
-            }
-            fn poll_timeout(&self) -> Option<Instant> {
-                <$t>::poll_timeout(self)
-            }
-            fn handle_timeout(&mut self, now: Instant) {
-                <$t>::handle_timeout(self, now)
-            }
-            fn counters(&self) -> &Counters {
-                <$t>::counters(self)
-            }
-        }
-    };
-}
-core_of!(Node);
-core_of!(txcast_crmem::SymNode);
+});
 
 /// The start of a step: the links' and cores' due timeouts, then every node pumped.
 pub(crate) fn tick<C: Core>(nodes: &mut [SimNode<C>], run: &Run) {
@@ -656,6 +607,35 @@ pub(crate) fn clients_wakeup<C, N>(
     next
 }
 
+/// Each client of world `w` (its `clients`) whose pause is over, while `serving`, starts its
+/// next transaction (`start`, then its first ranges) or takes its next ranges (`advance`),
+/// in client order.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn move_clients<W, C, N>(
+    w: &mut W,
+    run: &mut Run,
+    txns_per_client: u32,
+    clients: impl Fn(&W) -> &[Client<C, N>],
+    serving: impl Fn(&W) -> bool,
+    start: impl Fn(&mut W, &mut Run, usize) -> Result<(), Violation>,
+    advance: impl Fn(&mut W, &mut Run, usize) -> Result<(), Violation>,
+) -> Result<(), Violation> {
+    for c in 0..clients(w).len() {
+        let cl = &clients(w)[c];
+        if cl.next_at > run.now || !serving(w) {
+            continue;
+        }
+        let Some(first) = cl.next_move(txns_per_client) else {
+            continue;
+        };
+        if first {
+            start(w, run, c)?;
+        }
+        advance(w, run, c)?;
+    }
+    Ok(())
+}
+
 /// A CRMem world's start, drawn from its seed: the generator, the fault mix, the link
 /// configuration, how many nodes and clients, and the plan.
 pub(crate) struct SeedStart {
@@ -677,25 +657,23 @@ pub(crate) fn seed_start(
     replay: impl FnOnce(usize) -> String,
 ) -> SeedStart {
     let mut rng = Rng::new(seed);
-    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
+    let faults = opts.run.fault_config(seed, &mut rng);
     let cfg = LinkConfig {
         message_bytes_max: txcast_crmem::MESSAGE_BYTES_MAX,
         ..LinkConfig::default()
     };
     let n = opts.nodes.clamp(2, nodes_max);
     let clients = 1 + rng.below(8) as usize;
-    let restarts = draw_restarts(&mut rng, opts.faults, 0.6, 3, opts.safety_ns, n);
+    let restarts = opts.run.restarts(&mut rng, 0.6, 3, n);
     let plan = Plan {
         steps_max: Some(STEPS_MAX),
         buf_bytes: cfg.packet_bytes_max,
         replay: replay(n),
-        ..Plan::event(
+        ..opts.run.plan(
             "crmem",
             seed,
             Network::new(n, faults.clone(), rng.fork()),
             restarts,
-            opts.safety_ns,
-            opts.safety_ns + opts.liveness_ns,
         )
     };
     SeedStart {
@@ -813,7 +791,7 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
         })
         .collect();
     // Drawn after everything else, so that the runs without a disk stay as they were.
-    let total_crash_at = (opts.disk && rng.chance(0.8)).then(|| rng.below(opts.safety_ns));
+    let total_crash_at = (opts.disk && rng.chance(0.8)).then(|| rng.below(opts.run.safety_ns));
     let world = CrmemWorld {
         opts: opts.clone(),
         cfg,
@@ -1140,7 +1118,6 @@ impl World for CrmemWorld {
             self.total_crash(run)?;
         }
         tick(&mut self.nodes, run);
-        let now = run.now;
         if self.opts.disk {
             self.sync_disks(run);
         }
@@ -1162,21 +1139,16 @@ impl World for CrmemWorld {
             }
         }
         self.route_events(run)?;
-        for c in 0..self.clients.len() {
-            let cl = &self.clients[c];
-            if cl.next_at > now
-                || !matches!(self.nodes[self.primary].cr.role(), Role::Primary { .. })
-            {
-                continue;
-            }
-            let Some(start) = cl.next_move(self.opts.txns_per_client) else {
-                continue;
-            };
-            if start {
-                self.start(run, c)?;
-            }
-            self.advance(run, c)?;
-        }
+        let quota = self.opts.txns_per_client;
+        move_clients(
+            self,
+            run,
+            quota,
+            |w| &w.clients,
+            |w| matches!(w.nodes[w.primary].cr.role(), Role::Primary { .. }),
+            Self::start,
+            Self::advance,
+        )?;
         self.route_events(run)?;
         pump_and_transmit(&mut self.nodes, run);
         for k in 0..self.n() {

@@ -24,9 +24,9 @@
 //! - liveness after healing: every client finishes its transactions and every node serves.
 
 use crate::crmem_sim::{
-    add_counters, clients_wakeup, i64_at, nodes_idle, nodes_wakeup, pump_and_transmit, replay,
-    seed_start, tick, CrmemSimOptions, CrmemSimReport, Delta, SeedStart, SimNode, Step, Tally,
-    ACCOUNTS, BRANCHES, HIST, RECORD, TAIL, TELLERS,
+    add_counters, clients_wakeup, i64_at, move_clients, nodes_idle, nodes_wakeup,
+    pump_and_transmit, replay, seed_start, tick, CrmemSimOptions, CrmemSimReport, Delta, SeedStart,
+    SimNode, Step, Tally, ACCOUNTS, BRANCHES, HIST, RECORD, TAIL, TELLERS,
 };
 use crate::harness::{self, Run, Violation, World};
 use crate::net::FaultConfig;
@@ -386,19 +386,16 @@ impl World for SymWorld {
             }
         }
         self.route_events(run)?;
-        for c in 0..self.clients.len() {
-            let cl = &self.clients[c];
-            if cl.next_at > now {
-                continue;
-            }
-            let Some(start) = cl.next_move(self.opts.txns_per_client) else {
-                continue;
-            };
-            if start {
-                self.start(run, c)?;
-            }
-            self.advance(run, c)?;
-        }
+        let quota = self.opts.txns_per_client;
+        move_clients(
+            self,
+            run,
+            quota,
+            |w| &w.clients,
+            |_| true,
+            Self::start,
+            Self::advance,
+        )?;
         self.route_events(run)?;
         pump_and_transmit(&mut self.nodes, run);
         Ok(())

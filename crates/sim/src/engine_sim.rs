@@ -13,7 +13,7 @@
 //!
 //! [`PacketHeader::addressed_to`]: txcast_proto::wire::PacketHeader::addressed_to
 
-use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::harness::{self, draw_restarts, min_opt, Run, RunOptions, Violation, World};
 use crate::link_sim::draw_link_config;
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::streams::{message_len, Streams};
@@ -35,14 +35,8 @@ pub struct EngineSimOptions {
     pub nodes: usize,
     /// Messages each node sends to each other node.
     pub messages_per_pair: u32,
-    /// Virtual time with faults on.
-    pub safety_ns: u64,
-    /// Virtual time allowed, after healing, for everything to arrive.
-    pub liveness_ns: u64,
-    /// Draw the fault mix from the seed; otherwise run fault-free.
-    pub faults: bool,
-    pub partitions: bool,
-    pub clogs: bool,
+    /// The phases, and the faults the seed may draw.
+    pub run: RunOptions,
 }
 
 impl Default for EngineSimOptions {
@@ -50,11 +44,7 @@ impl Default for EngineSimOptions {
         EngineSimOptions {
             nodes: 4,
             messages_per_pair: 150,
-            safety_ns: 2_000_000_000,
-            liveness_ns: 60_000_000_000,
-            faults: true,
-            partitions: true,
-            clogs: true,
+            run: RunOptions::default(),
         }
     }
 }
@@ -487,7 +477,7 @@ impl World for EngineWorld {
 /// Runs one seed: its report, or the first rule broken.
 pub fn run_engine(seed: u64, opts: &EngineSimOptions) -> Result<EngineSimReport, Violation> {
     let mut rng = Rng::new(seed);
-    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
+    let faults = opts.run.fault_config(seed, &mut rng);
     let cfg = link_config(&mut rng);
     let n = opts.nodes.max(2);
     // Rings from tiny (every burst fills them) to roomy.
@@ -497,13 +487,13 @@ pub fn run_engine(seed: u64, opts: &EngineSimOptions) -> Result<EngineSimReport,
     let deferred_share = rng.below(3) as f64 / 2.0;
     // An intruder (node n) on some seeds, once every table is full; then nobody restarts
     // (a restarted table would have room for it, and it could take a real peer's place).
-    let intruder = opts.faults && rng.chance(0.25);
+    let intruder = opts.run.faults && rng.chance(0.25);
     let restarts = draw_restarts(
         &mut rng,
-        opts.faults && !intruder,
+        opts.run.faults && !intruder,
         0.3,
         3,
-        opts.safety_ns,
+        opts.run.safety_ns,
         n,
     );
     let slots = n + usize::from(intruder);
@@ -529,13 +519,6 @@ pub fn run_engine(seed: u64, opts: &EngineSimOptions) -> Result<EngineSimReport,
         faults,
         restarts: restarts.len(),
     };
-    let plan = Plan::event(
-        "engine",
-        seed,
-        net,
-        restarts,
-        opts.safety_ns,
-        opts.safety_ns + opts.liveness_ns,
-    );
+    let plan = opts.run.plan("engine", seed, net, restarts);
     harness::run(world, plan)
 }

@@ -9,13 +9,12 @@
 use crate::group_world::{self, GroupBase, GroupSim};
 use crate::harness::{Run, Violation};
 use crate::net::NetCounters;
-use crate::schedule::{GroupOptions, GroupSeed};
-use crate::{member_node, Digest, NodeId};
+use crate::schedule::{draw_pack, GroupOptions, GroupSeed};
+use crate::{Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::group::{
     Delivered, Dest, GroupConfig, GroupEvent, Member, Method, MinMembers, State,
 };
-use txcast_proto::pack::PackMode;
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
 
@@ -69,6 +68,7 @@ enum Rec {
     Rebuilt(u64, Vec<Address>),
 }
 
+#[derive(Default)]
 struct Proc {
     addr: Address,
     m: Option<Member>,
@@ -87,9 +87,7 @@ struct Proc {
     joined_at: u64,
 }
 
-crate::schedule::group_process!(Proc, Member, m, State);
-
-member_node!(Member, Dest);
+crate::schedule::group_process!(Proc, Member, m, State, Dest, GroupConfig);
 
 fn payload_for(addr: Address, k: u64) -> Vec<u8> {
     let mut v = format!("{addr}#{k}#").into_bytes();
@@ -98,6 +96,7 @@ fn payload_for(addr: Address, k: u64) -> Vec<u8> {
     v
 }
 
+#[derive(Default)]
 struct Sim {
     opts: GroupSimOptions,
     cfg: GroupConfig,
@@ -139,64 +138,21 @@ pub fn run_group(seed: u64, opts: &GroupSimOptions) -> Result<GroupSimReport, Vi
             1 => Method::Bb,
             _ => Method::BySize { bb_from_bytes: 150 },
         };
-        cfg.pack = match cfg_rng.below(3) {
-            0 => PackMode::Off,
-            1 => PackMode::Adaptive {
-                delay_max: std::time::Duration::from_micros(700),
-            },
-            _ => PackMode::Fixed {
-                delay: std::time::Duration::from_micros(500),
-            },
-        };
+        cfg.pack = draw_pack(cfg_rng);
     }
-    let (base, plan) = GroupBase::start(draw, "group", &opts.group, String::new());
-    let sim = Sim {
-        opts: opts.clone(),
-        cfg,
-        base,
-        global: BTreeMap::new(),
-        crashed_logs: Vec::new(),
-        sent: HashMap::new(),
-        completed: Vec::new(),
-    };
-    group_world::run(sim, plan)
+    group_world::run::<Sim>(draw, "group", String::new(), opts, cfg)
 }
 
 impl GroupSim for Sim {
-    type Proc = Proc;
-    type Member = Member;
-    type Report = GroupSimReport;
-
-    fn base(&self) -> &GroupBase<Proc> {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut GroupBase<Proc> {
-        &mut self.base
-    }
+    group_world::group_fields!(Proc, GroupSimReport, GroupSimOptions);
 
     fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
         Proc {
             addr,
-            m: None,
             sends_left: self.opts.messages_per_member,
-            next_send_at: run.ns() + self.base.rng.below(20_000_000),
-            last_seq: 0,
-            last_id: HashMap::new(),
-            seen: HashSet::new(),
-            leaving: false,
-            done: false,
-            log: Vec::new(),
-            joined_at: 0,
+            next_send_at: self.base.first_send_at(run),
+            ..Proc::default()
         }
-    }
-
-    fn create(&self, run: &Run, addr: Address) -> Result<Member, Violation> {
-        Member::create(self.cfg.clone(), addr, run.now).map_err(|e| run.fail(e.to_string()))
-    }
-
-    fn join(&self, run: &Run, addr: Address, contact: Address) -> Member {
-        Member::join(self.cfg.clone(), addr, contact, run.now).expect("valid config")
     }
 
     fn in_group(m: &Member) -> bool {
@@ -209,34 +165,23 @@ impl GroupSim for Sim {
 
     /// Takes the member's deliveries and events through the checkers.
     fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
-        let Some(m) = self.base.procs[i].m.as_mut() else {
+        if self.base.transmit(run, i).is_none() {
             return Ok(());
-        };
-        run.transmit(i, m);
-        loop {
-            let m = self.base.procs[i].m.as_mut().expect("live");
-            let Some((seq, sender, rec)) = m.poll_delivery(|d| {
-                let rec = match d.what {
-                    Delivered::Message { msg_id, payload } => {
-                        Rec::Msg(d.sender, msg_id, Digest::of(payload))
-                    }
-                    Delivered::Joined(a) => Rec::Joined(a),
-                    Delivered::Left(a) => Rec::Left(a),
-                    Delivered::Rebuilt { epoch, members, .. } => {
-                        Rec::Rebuilt(epoch.number, members)
-                    }
-                };
-                (d.seq, d.sender, rec)
-            }) else {
-                break;
+        }
+        while let Some((seq, sender, rec)) = self.base.member_mut(i).poll_delivery(|d| {
+            let rec = match d.what {
+                Delivered::Message { msg_id, payload } => {
+                    Rec::Msg(d.sender, msg_id, Digest::of(payload))
+                }
+                Delivered::Joined(a) => Rec::Joined(a),
+                Delivered::Left(a) => Rec::Left(a),
+                Delivered::Rebuilt { epoch, members, .. } => Rec::Rebuilt(epoch.number, members),
             };
+            (d.seq, d.sender, rec)
+        }) {
             self.check_delivery(run, i, seq, sender, rec)?;
         }
-        loop {
-            let m = self.base.procs[i].m.as_mut().expect("live");
-            let Some(ev) = m.poll_event() else {
-                break;
-            };
+        while let Some(ev) = self.base.member_mut(i).poll_event() {
             let addr = self.base.procs[i].addr;
             if run.trace > 0 {
                 eprintln!(
@@ -306,23 +251,15 @@ impl GroupSim for Sim {
     }
 
     fn stalled(&self, run: &Run) -> String {
-        let due: Vec<String> = self
-            .base
-            .procs
-            .iter()
-            .filter_map(|p| {
-                let m = p.m.as_ref()?;
-                run.due(m).then(|| {
-                    format!(
-                        "{} {:?} seqr={} {}",
-                        p.addr,
-                        m.state(),
-                        m.is_sequencer(),
-                        m.debug_timers()
-                    )
-                })
-            })
-            .collect();
+        let due = self.base.due(run, |p, m| {
+            format!(
+                "{} {:?} seqr={} {}",
+                p.addr,
+                m.state(),
+                m.is_sequencer(),
+                m.debug_timers()
+            )
+        });
         due.join("; ")
     }
 

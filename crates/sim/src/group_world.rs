@@ -37,6 +37,23 @@ pub struct GroupBase<P> {
     pub opts: GroupOptions,
 }
 
+/// An empty base with generator seed 0: what a simulator's `Default` (for filling its own
+/// fields with `..Default::default()`) puts in place of the seed's.
+impl<P> Default for GroupBase<P> {
+    fn default() -> Self {
+        GroupBase {
+            procs: Vec::new(),
+            rng: Rng::new(0),
+            churn: Churn::default(),
+            faults: String::new(),
+            opts: GroupOptions::default(),
+        }
+    }
+}
+
+/// The latest a new process makes its first send, in ns after it starts.
+const FIRST_SEND_MAX_NS: u64 = 20_000_000;
+
 impl<P> GroupBase<P> {
     /// Once the configuration is drawn from `draw`: no processes yet, and the plan of
     /// simulator `sim` (see [`GroupSeed::start`]).
@@ -56,25 +73,121 @@ impl<P> GroupBase<P> {
         };
         (base, start.plan)
     }
+
+    /// When a process started now makes its first send (drawn from the generator).
+    pub fn first_send_at(&mut self, run: &Run) -> u64 {
+        run.ns() + self.rng.below(FIRST_SEND_MAX_NS)
+    }
 }
 
-/// A group simulator: its members, workload and checkers, over slots of processes.
-pub trait GroupSim: Sized {
-    type Proc: Process<Member = Self::Member>;
-    type Member: Node + Standing;
-    type Report;
+impl<P: Process<Member: Node>> GroupBase<P> {
+    /// Slot `i`'s member, which it runs.
+    pub fn member_mut(&mut self, i: usize) -> &mut P::Member {
+        self.procs[i].member_mut().expect("live")
+    }
 
-    /// The slots, generator, churn and options the world shares with the simulator.
+    /// `describe` of each member with a timer due now (for a stuck-time violation).
+    pub fn due(&self, run: &Run, describe: impl Fn(&P, &P::Member) -> String) -> Vec<String> {
+        self.procs
+            .iter()
+            .filter_map(|p| p.member().filter(|m| run.due(*m)).map(|m| describe(p, m)))
+            .collect()
+    }
+
+    /// Puts what slot `i`'s member has to send on the network: whether it sent anything, or
+    /// `None` if the slot runs no member.
+    pub fn transmit(&mut self, run: &mut Run, i: usize) -> Option<bool> {
+        let m = self.procs[i].member_mut()?;
+        Some(run.transmit(i, m))
+    }
+}
+
+/// A member type a group simulator runs: made from its configuration, creating the group or
+/// joining it through a contact.
+pub trait Joinable: Node + Standing + Sized {
+    type Config: Clone;
+    fn create(cfg: Self::Config, addr: Address, now: Instant) -> Result<Self, String>;
+    fn join(cfg: Self::Config, addr: Address, contact: Address, now: Instant) -> Self;
+}
+
+/// The member type of group simulator `S`.
+pub type MemberOf<S> = <<S as GroupSim>::Proc as Process>::Member;
+
+/// The types and accessors of [`GroupSim`] for a simulator whose slots hold `$proc`, whose
+/// report is a `$report`, and whose fields `base`, `cfg` and `opts` are its [`GroupBase`],
+/// its members' configuration and its options (a `$opts`, with the [`GroupOptions`] in field
+/// `group`).
+macro_rules! group_fields {
+    ($proc:ty, $report:ty, $opts:ty) => {
+        type Proc = $proc;
+        type Report = $report;
+        type Options = $opts;
+        fn group_options(opts: &$opts) -> &$crate::schedule::GroupOptions {
+            &opts.group
+        }
+        fn set_up(
+            &mut self,
+            base: $crate::group_world::GroupBase<$proc>,
+            opts: &$opts,
+            cfg: <$crate::group_world::MemberOf<Self> as $crate::group_world::Joinable>::Config,
+        ) {
+            self.base = base;
+            self.opts = opts.clone();
+            self.cfg = cfg;
+        }
+        fn base(&self) -> &$crate::group_world::GroupBase<Self::Proc> {
+            &self.base
+        }
+        fn base_mut(&mut self) -> &mut $crate::group_world::GroupBase<Self::Proc> {
+            &mut self.base
+        }
+        fn config(
+            &self,
+        ) -> &<$crate::group_world::MemberOf<Self> as $crate::group_world::Joinable>::Config {
+            &self.cfg
+        }
+    };
+}
+pub(crate) use group_fields;
+
+/// A group simulator: its members, workload and checkers, over slots of processes.
+pub trait GroupSim: Sized + Default {
+    type Proc: Process<Member: Joinable>;
+    type Report;
+    type Options;
+
+    /// The group part of the simulator's options.
+    fn group_options(opts: &Self::Options) -> &GroupOptions;
+    /// The simulator (a default one) gets its base, options and configuration.
+    fn set_up(
+        &mut self,
+        base: GroupBase<Self::Proc>,
+        opts: &Self::Options,
+        cfg: <MemberOf<Self> as Joinable>::Config,
+    );
+
+    /// The slots, generator, churn and options the world shares with the simulator
+    /// ([`group_fields`] writes these three, the two above and the types).
     fn base(&self) -> &GroupBase<Self::Proc>;
     fn base_mut(&mut self) -> &mut GroupBase<Self::Proc>;
+    /// The members' configuration.
+    fn config(&self) -> &<MemberOf<Self> as Joinable>::Config;
     /// A new process at `addr`, with no member yet.
     fn new_proc(&mut self, run: &Run, addr: Address) -> Self::Proc;
+    /// A broken rule, with what the simulator says of the run.
+    fn fail(&self, run: &Run, what: String) -> Violation {
+        run.fail(what)
+    }
     /// The first member, which creates the group.
-    fn create(&self, run: &Run, addr: Address) -> Result<Self::Member, Violation>;
+    fn create(&self, run: &Run, addr: Address) -> Result<MemberOf<Self>, Violation> {
+        Joinable::create(self.config().clone(), addr, run.now).map_err(|e| self.fail(run, e))
+    }
     /// A member at `addr` that joins through `contact`.
-    fn join(&self, run: &Run, addr: Address, contact: Address) -> Self::Member;
+    fn join(&self, run: &Run, addr: Address, contact: Address) -> MemberOf<Self> {
+        Joinable::join(self.config().clone(), addr, contact, run.now)
+    }
     /// Whether a member is (or is becoming) one of the group, not done with it.
-    fn in_group(m: &Self::Member) -> bool;
+    fn in_group(m: &MemberOf<Self>) -> bool;
     /// Whether live slot `i` may be a joiner's contact when no member is in a settled view.
     fn fallback_contact(&self, i: usize) -> bool;
     /// Sends what slot `i`'s member has to send and takes its output through the checkers.
@@ -157,8 +270,19 @@ pub trait GroupSim: Sized {
     }
 }
 
-/// Runs `sim` on `plan` to its end: the report, or the first rule broken.
-pub fn run<S: GroupSim>(sim: S, plan: Plan) -> Result<S::Report, Violation> {
+/// Runs simulator `name` with options `opts` and members' configuration `cfg` on the seed
+/// drawn in `draw` to its end: the report, or the first rule broken. `replay` is what the
+/// replay hint adds (see [`GroupBase::start`]).
+pub fn run<S: GroupSim>(
+    draw: GroupSeed,
+    name: &'static str,
+    replay: String,
+    opts: &S::Options,
+    cfg: <MemberOf<S> as Joinable>::Config,
+) -> Result<S::Report, Violation> {
+    let (base, plan) = GroupBase::start(draw, name, S::group_options(opts), replay);
+    let mut sim = S::default();
+    sim.set_up(base, opts, cfg);
     harness::run(
         Group {
             sim,

@@ -18,7 +18,7 @@
 //!   violation.
 
 use crate::faults::Faults;
-use crate::net::Network;
+use crate::net::{FaultConfig, Network};
 use crate::{Digest, Node, NodeId};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use txcast_proto::rng::Rng;
@@ -362,6 +362,64 @@ pub fn run<W: World>(mut world: W, plan: Plan) -> Result<W::Report, Violation> {
         }
     }
     world.finish(&mut run)
+}
+
+/// The length of a run's two phases and the faults its seed may draw: the options the
+/// simulators that are not group simulators share (those have [`crate::schedule::GroupOptions`]).
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Virtual time with faults on.
+    pub safety_ns: u64,
+    /// Virtual time allowed, after healing, for everything to settle.
+    pub liveness_ns: u64,
+    /// Draw the fault mix (and crashes) from the seed; otherwise run fault-free.
+    pub faults: bool,
+    /// With `faults`, let the seed cut the network in two now and then.
+    pub partitions: bool,
+    /// With `faults`, let the seed clog paths now and then.
+    pub clogs: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            safety_ns: 2_000_000_000,
+            liveness_ns: 60_000_000_000,
+            faults: true,
+            partitions: true,
+            clogs: true,
+        }
+    }
+}
+
+impl RunOptions {
+    /// The seed's network faults (see [`FaultConfig::for_seed`]).
+    pub fn fault_config(&self, seed: u64, rng: &mut Rng) -> FaultConfig {
+        FaultConfig::for_seed(seed, rng, self.faults, self.partitions, self.clogs)
+    }
+
+    /// The seed's crashes and restarts (see [`draw_restarts`]) during the safety phase.
+    pub fn restarts(&self, rng: &mut Rng, p: f64, most: u64, nodes: usize) -> Vec<(u64, NodeId)> {
+        draw_restarts(rng, self.faults, p, most, self.safety_ns, nodes)
+    }
+
+    /// A [`Clock::Event`] plan of these phases (see [`Plan::event`]).
+    pub fn plan(
+        &self,
+        sim: &'static str,
+        seed: u64,
+        net: Network,
+        restarts: Vec<(u64, NodeId)>,
+    ) -> Plan {
+        Plan::event(
+            sim,
+            seed,
+            net,
+            restarts,
+            self.safety_ns,
+            self.safety_ns + self.liveness_ns,
+        )
+    }
 }
 
 /// Crashes and restarts for a seed: with probability `p` (and `on`), 1 to `most` of them at

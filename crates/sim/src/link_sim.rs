@@ -1,7 +1,7 @@
 //! The reliable link under simulated faults, with its checker: every message sent is delivered
 //! exactly once, in order, unaltered, and nothing is invented.
 
-use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::harness::{self, min_opt, Plan, Run, RunOptions, Violation, World};
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::streams::{message_len, Streams};
 use crate::{node_address, Node, NodeId};
@@ -19,16 +19,8 @@ pub struct LinkSimOptions {
     pub nodes: usize,
     /// Messages each node sends to each other node.
     pub messages_per_pair: u32,
-    /// Virtual time with faults on.
-    pub safety_ns: u64,
-    /// Virtual time allowed, after healing, for everything to arrive.
-    pub liveness_ns: u64,
-    /// Draw the fault mix from the seed; otherwise run fault-free.
-    pub faults: bool,
-    /// With `faults`, let the seed cut the network in two now and then.
-    pub partitions: bool,
-    /// With `faults`, let the seed clog paths now and then.
-    pub clogs: bool,
+    /// The phases, and the faults the seed may draw.
+    pub run: RunOptions,
 }
 
 impl Default for LinkSimOptions {
@@ -36,11 +28,7 @@ impl Default for LinkSimOptions {
         LinkSimOptions {
             nodes: 3,
             messages_per_pair: 300,
-            safety_ns: 2_000_000_000,
-            liveness_ns: 60_000_000_000,
-            faults: true,
-            partitions: true,
-            clogs: true,
+            run: RunOptions::default(),
         }
     }
 }
@@ -229,7 +217,7 @@ struct LinkWorld {
 /// Runs one seed; `Err` describes the first violation, with the replay command.
 pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Violation> {
     let mut rng = Rng::new(seed);
-    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
+    let faults = opts.run.fault_config(seed, &mut rng);
     let cfg = link_config(&mut rng);
     // A slow application on some seeds: deliveries are refused at random, so the receive
     // buffers fill, credit closes, and the window must reopen when the application catches up.
@@ -241,16 +229,14 @@ pub fn run_link(seed: u64, opts: &LinkSimOptions) -> Result<LinkSimReport, Viola
     let n = opts.nodes;
     // Crashes and restarts on some seeds: a node loses every link's state and comes back with
     // a newer incarnation.
-    let restarts = draw_restarts(&mut rng, opts.faults, 0.3, 3, opts.safety_ns, n);
+    let restarts = opts.run.restarts(&mut rng, 0.3, 3, n);
     let plan = Plan {
         buf_bytes: cfg.packet_bytes_max,
-        ..Plan::event(
+        ..opts.run.plan(
             "link",
             seed,
             Network::new(n, faults.clone(), rng.fork()),
             restarts.clone(),
-            opts.safety_ns,
-            opts.safety_ns + opts.liveness_ns,
         )
     };
     // Odd seeds run with a cluster key (links then take up a stream only from DATA that names

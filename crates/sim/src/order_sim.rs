@@ -23,7 +23,7 @@ use crate::group_world::{self, GroupBase, GroupSim};
 use crate::harness::{Run, Violation};
 use crate::net::NetCounters;
 use crate::schedule::{GroupOptions, GroupSeed};
-use crate::{member_node, Digest};
+use crate::Digest;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use txcast_proto::order::{Delivered, Member, OrderConfig, OrderEvent, Protocol};
@@ -131,8 +131,9 @@ enum Entry {
 }
 
 /// How a process ended (if it did).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 enum Fate {
+    #[default]
     Running,
     Crashed,
     Expelled,
@@ -140,6 +141,7 @@ enum Fate {
     JoinFailed,
 }
 
+#[derive(Default)]
 struct Proc {
     addr: Address,
     m: Option<Member>,
@@ -183,9 +185,7 @@ impl Proc {
     }
 }
 
-crate::schedule::group_process!(Proc, Member, m, VsState);
-
-member_node!(Member, Dest);
+crate::schedule::group_process!(Proc, Member, m, VsState, Dest, OrderConfig);
 
 /// Message `k` of `addr`: names its sender and number, then a filler of a length that varies
 /// from none to the longest allowed.
@@ -204,6 +204,7 @@ fn payload_for(addr: Address, k: u64, max: usize) -> Vec<u8> {
     v
 }
 
+#[derive(Default)]
 struct Sim {
     opts: OrderSimOptions,
     cfg: OrderConfig,
@@ -263,60 +264,23 @@ pub fn run_order(seed: u64, opts: &OrderSimOptions) -> Result<OrderSimReport, Vi
         return Err(v);
     }
     // Fixing the protocol, packing and stability the seed drew replays it unchanged.
-    let (base, plan) = GroupBase::start(
-        draw,
-        "order",
-        &opts.group,
-        format!(" {}", replay_args(&cfg)),
-    );
-    let sim = Sim {
-        opts: opts.clone(),
-        cfg,
-        base,
-        sent: HashMap::new(),
-        views: HashMap::new(),
-    };
-    group_world::run(sim, plan)
+    let replay = format!(" {}", replay_args(&cfg));
+    group_world::run::<Sim>(draw, "order", replay, opts, cfg)
 }
 
 impl GroupSim for Sim {
-    type Proc = Proc;
-    type Member = Member;
-    type Report = OrderSimReport;
-
-    fn base(&self) -> &GroupBase<Proc> {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut GroupBase<Proc> {
-        &mut self.base
-    }
+    group_world::group_fields!(Proc, OrderSimReport, OrderSimOptions);
 
     fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
         Proc {
             addr,
-            m: None,
-            fate: Fate::Running,
-            sent: 0,
-            next_send_at: run.ns() + self.base.rng.below(20_000_000),
-            leaving: false,
-            log: Vec::new(),
-            seen: HashSet::new(),
-            last_id: HashMap::new(),
-            gaps: Vec::new(),
-            done: Vec::new(),
-            view: None,
-            view_members: Vec::new(),
-            blocked_reported: false,
+            next_send_at: self.base.first_send_at(run),
+            ..Proc::default()
         }
     }
 
-    fn create(&self, run: &Run, addr: Address) -> Result<Member, Violation> {
-        Member::create(self.cfg.clone(), addr, run.now).map_err(|e| self.fail(run, e.to_string()))
-    }
-
-    fn join(&self, run: &Run, addr: Address, contact: Address) -> Member {
-        Member::join(self.cfg.clone(), addr, contact, run.now).expect("valid config")
+    fn fail(&self, run: &Run, what: String) -> Violation {
+        run.fail(format!("{what}\n  {}", self.describe(run)))
     }
 
     /// Every process that runs a member (one that is done drops it).
@@ -331,22 +295,17 @@ impl GroupSim for Sim {
 
     /// Takes the member's deliveries and events through the checkers, and checks its bounds.
     fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
-        let Some(m) = self.base.procs[i].m.as_mut() else {
+        if self.base.transmit(run, i).is_none() {
             return Ok(());
-        };
-        run.transmit(i, m);
+        }
         enum D {
             Msg(Address, u64, Vec<u8>),
             View(ViewId, Vec<Address>),
         }
-        loop {
-            let m = self.base.procs[i].m.as_mut().expect("live");
-            let Some(d) = m.poll_delivery(|d| match d {
-                Delivered::Message(d) => D::Msg(d.sender, d.msg_id, d.payload.to_vec()),
-                Delivered::View(v) => D::View(v.id, v.members),
-            }) else {
-                break;
-            };
+        while let Some(d) = self.base.member_mut(i).poll_delivery(|d| match d {
+            Delivered::Message(d) => D::Msg(d.sender, d.msg_id, d.payload.to_vec()),
+            Delivered::View(v) => D::View(v.id, v.members),
+        }) {
             match d {
                 D::Msg(s, id, p) => self.check_message(run, i, s, id, &p)?,
                 D::View(v, members) => {
@@ -355,11 +314,7 @@ impl GroupSim for Sim {
                 }
             }
         }
-        loop {
-            let m = self.base.procs[i].m.as_mut().expect("live");
-            let Some(ev) = m.poll_event() else {
-                break;
-            };
+        while let Some(ev) = self.base.member_mut(i).poll_event() {
             let addr = self.base.procs[i].addr;
             if run.trace > 0 {
                 eprintln!("{:>10} {addr} event {ev:?}", run.ns());
@@ -478,22 +433,14 @@ impl GroupSim for Sim {
     }
 
     fn stalled(&self, run: &Run) -> String {
-        let due: Vec<String> = self
-            .base
-            .procs
-            .iter()
-            .filter_map(|p| {
-                let m = p.m.as_ref()?;
-                run.due(m).then(|| {
-                    format!(
-                        "{} (vs due {:?}): {m:?}\n    {}",
-                        p.addr,
-                        m.vs().poll_timeout(),
-                        m.vs().debug_state()
-                    )
-                })
-            })
-            .collect();
+        let due = self.base.due(run, |p, m| {
+            format!(
+                "{} (vs due {:?}): {m:?}\n    {}",
+                p.addr,
+                m.vs().poll_timeout(),
+                m.vs().debug_state()
+            )
+        });
         format!("\n  {}", due.join("\n  "))
     }
 
@@ -535,10 +482,6 @@ impl GroupSim for Sim {
 }
 
 impl Sim {
-    fn fail(&self, run: &Run, what: String) -> Violation {
-        run.fail(format!("{what}\n  {}", self.describe(run)))
-    }
-
     fn describe_config(&self) -> String {
         let c = &self.cfg;
         format!(

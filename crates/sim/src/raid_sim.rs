@@ -25,7 +25,7 @@
 //! - liveness: after healing, every client finishes, every site is a member of one view of
 //!   all sites with its copy synced to it, and every site is quiet.
 
-use crate::harness::{self, draw_restarts, min_opt, Plan, Run, Violation, World};
+use crate::harness::{self, min_opt, Plan, Run, RunOptions, Violation, World};
 use crate::link_sim::LinkNode;
 use crate::net::{FaultConfig, NetCounters, Network};
 use crate::{Node as _, NodeId};
@@ -45,11 +45,8 @@ pub struct RaidSimOptions {
     pub sites: usize,
     /// Transfers each client runs to the end (committed, given up, or lost in a crash).
     pub txns_per_client: u32,
-    pub safety_ns: u64,
-    pub liveness_ns: u64,
-    pub faults: bool,
-    pub partitions: bool,
-    pub clogs: bool,
+    /// The phases, and the faults the seed may draw.
+    pub run: RunOptions,
 }
 
 impl Default for RaidSimOptions {
@@ -57,11 +54,7 @@ impl Default for RaidSimOptions {
         RaidSimOptions {
             sites: 0,
             txns_per_client: 25,
-            safety_ns: 2_000_000_000,
-            liveness_ns: 60_000_000_000,
-            faults: true,
-            partitions: true,
-            clogs: true,
+            run: RunOptions::default(),
         }
     }
 }
@@ -151,7 +144,7 @@ struct RaidWorld {
 /// Runs one seed: its report, or the first rule broken.
 pub fn run_raid(seed: u64, opts: &RaidSimOptions) -> Result<RaidSimReport, Violation> {
     let mut rng = Rng::new(seed);
-    let faults = FaultConfig::for_seed(seed, &mut rng, opts.faults, opts.partitions, opts.clogs);
+    let faults = opts.run.fault_config(seed, &mut rng);
     let n = if opts.sites == 0 {
         1 + rng.below(4) as usize
     } else {
@@ -171,9 +164,9 @@ pub fn run_raid(seed: u64, opts: &RaidSimOptions) -> Result<RaidSimReport, Viola
     site_cfg.resend = Duration::from_millis(5 + rng.below(50));
     site_cfg.packet_bytes = 200 + rng.below(1200) as usize;
     site_cfg.attempts_max = 1_000_000;
-    let restarts = draw_restarts(&mut rng, opts.faults, 0.6, 4, opts.safety_ns, n);
+    let restarts = opts.run.restarts(&mut rng, 0.6, 4, n);
     // Spread over the safety phase, or busy (many transfers in flight when a site crashes).
-    let spread = (2 * opts.safety_ns / opts.txns_per_client.max(1) as u64).max(1);
+    let spread = (2 * opts.run.safety_ns / opts.txns_per_client.max(1) as u64).max(1);
     let think_ns = if rng.chance(0.5) {
         spread
     } else {
@@ -182,20 +175,18 @@ pub fn run_raid(seed: u64, opts: &RaidSimOptions) -> Result<RaidSimReport, Viola
     // Now and then a site's disk fails some time before one of its restarts (which repairs
     // it): its syncs fail from then on.
     let mut disk_fail = vec![None; n];
-    if opts.faults && !restarts.is_empty() && rng.chance(0.3) {
+    if opts.run.faults && !restarts.is_empty() && rng.chance(0.3) {
         let (t, k) = restarts[rng.below(restarts.len() as u64) as usize];
         disk_fail[k] = Some(Instant(rng.below(t.max(1))));
     }
     let plan = Plan {
         steps_max: Some(STEPS_MAX),
         buf_bytes: link_cfg.packet_bytes_max,
-        ..Plan::event(
+        ..opts.run.plan(
             "raid",
             seed,
             Network::new(n, faults.clone(), rng.fork()),
             restarts,
-            opts.safety_ns,
-            opts.safety_ns + opts.liveness_ns,
         )
     };
     let mut sites = Vec::new();

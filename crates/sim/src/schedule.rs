@@ -7,9 +7,24 @@ use crate::faults::Faults;
 use crate::harness::{Clock, Plan, Run};
 use crate::net::{FaultConfig, Network};
 use crate::Node;
+use std::time::Duration;
+use txcast_proto::pack::PackMode;
 use txcast_proto::rng::Rng;
 use txcast_proto::time::Instant;
 use txcast_proto::Address;
+
+/// A packing mode drawn from `rng` (the `group` and `vs` simulators' three).
+pub fn draw_pack(rng: &mut Rng) -> PackMode {
+    match rng.below(3) {
+        0 => PackMode::Off,
+        1 => PackMode::Adaptive {
+            delay_max: Duration::from_micros(700),
+        },
+        _ => PackMode::Fixed {
+            delay: Duration::from_micros(500),
+        },
+    }
+}
 
 /// Process slots of a group simulator, at most (restarts are new processes).
 pub const MAX_SLOTS: usize = 24;
@@ -47,9 +62,23 @@ pub trait Process {
 
 /// Implements [`Standing`] for a member type `$member` (whose `state()` is a `$state`, with
 /// `Joining` and `Normal`) and [`Process`] for a slot type `$proc` holding it in
-/// `$field: Option<$member>`, with `addr` and `leaving` fields.
+/// `$field: Option<$member>`, with `addr` and `leaving` fields; and [`crate::Node`] (see
+/// [`crate::member_node`]: its `poll_transmit` names a `$dest`) and
+/// [`crate::group_world::Joinable`] (made from a `$config`) for the member type.
 macro_rules! group_process {
-    ($proc:ty, $member:ty, $field:ident, $state:ident) => {
+    ($proc:ty, $member:ty, $field:ident, $state:ident, $dest:ident, $config:ty) => {
+        $crate::member_node!($member, $dest);
+
+        impl $crate::group_world::Joinable for $member {
+            type Config = $config;
+            fn create(cfg: $config, addr: Address, now: Instant) -> Result<Self, String> {
+                <$member>::create(cfg, addr, now).map_err(|e| e.to_string())
+            }
+            fn join(cfg: $config, addr: Address, contact: Address, now: Instant) -> Self {
+                <$member>::join(cfg, addr, contact, now).expect("valid config")
+            }
+        }
+
         impl $crate::schedule::Standing for $member {
             fn joining(&self) -> bool {
                 self.state() == $state::Joining

@@ -19,8 +19,8 @@
 use crate::group_world::{self, GroupBase, GroupSim};
 use crate::harness::{min_opt, Run, Violation};
 use crate::net::NetCounters;
-use crate::schedule::{GroupOptions, GroupSeed};
-use crate::{member_node, Digest, NodeId};
+use crate::schedule::{draw_pack, GroupOptions, GroupSeed};
+use crate::{Digest, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use txcast_proto::pack::PackMode;
 use txcast_proto::time::Instant;
@@ -83,6 +83,7 @@ struct InView {
     own: u64,
 }
 
+#[derive(Default)]
 struct Proc {
     addr: Address,
     vs: Option<Vs>,
@@ -105,9 +106,7 @@ struct CastRec {
     hash: u64,
 }
 
-crate::schedule::group_process!(Proc, Vs, vs, VsState);
-
-member_node!(Vs, Dest);
+crate::schedule::group_process!(Proc, Vs, vs, VsState, Dest, VsConfig);
 
 /// The `k`th cast of `addr`: it names both, and its length varies (packing gets exercised).
 fn payload_for(addr: Address, k: u64) -> Vec<u8> {
@@ -128,6 +127,7 @@ fn parse_payload(p: &[u8]) -> Option<(String, u64)> {
     Some((a, k))
 }
 
+#[derive(Default)]
 struct Sim {
     opts: VsSimOptions,
     cfg: VsConfig,
@@ -169,67 +169,28 @@ pub fn run_vs(seed: u64, opts: &VsSimOptions) -> Result<VsSimReport, Violation> 
         } else {
             Stability::Pinwheel
         };
-        cfg.pack = match cfg_rng.below(3) {
-            0 => PackMode::Off,
-            1 => PackMode::Adaptive {
-                delay_max: std::time::Duration::from_micros(700),
-            },
-            _ => PackMode::Fixed {
-                delay: std::time::Duration::from_micros(500),
-            },
-        };
+        cfg.pack = draw_pack(cfg_rng);
         cfg.window = 16 + cfg_rng.below(49) as usize;
     }
     cfg.validate()
         .map_err(|e| Violation::at_start("vs", seed, format!("configuration: {e}")))?;
-    let (base, plan) = GroupBase::start(draw, "vs", &opts.group, String::new());
-    let sim = Sim {
-        opts: opts.clone(),
-        cfg,
-        base,
-        casts: HashMap::new(),
-        flush_casts: 0,
-        delivered: 0,
-        views: BTreeMap::new(),
-        numbers: HashMap::new(),
-        synchrony: HashMap::new(),
-    };
-    group_world::run(sim, plan)
+    group_world::run::<Sim>(draw, "vs", String::new(), opts, cfg)
 }
 
 impl GroupSim for Sim {
-    type Proc = Proc;
-    type Member = Vs;
-    type Report = VsSimReport;
-
-    fn base(&self) -> &GroupBase<Proc> {
-        &self.base
-    }
-
-    fn base_mut(&mut self) -> &mut GroupBase<Proc> {
-        &mut self.base
-    }
+    group_world::group_fields!(Proc, VsSimReport, VsSimOptions);
 
     fn new_proc(&mut self, run: &Run, addr: Address) -> Proc {
         Proc {
             addr,
-            vs: None,
             casts_left: self.opts.casts_per_member,
-            next_cast_at: run.ns() + self.base.rng.below(20_000_000),
-            flush_at: None,
-            view: None,
-            seen: HashSet::new(),
-            leaving: false,
-            blocked_reported: false,
+            next_cast_at: self.base.first_send_at(run),
+            ..Proc::default()
         }
     }
 
-    fn create(&self, run: &Run, addr: Address) -> Result<Vs, Violation> {
-        Vs::create(self.cfg.clone(), addr, run.now).map_err(|e| self.fail(run, e.to_string()))
-    }
-
-    fn join(&self, run: &Run, addr: Address, contact: Address) -> Vs {
-        Vs::join(self.cfg.clone(), addr, contact, run.now).expect("valid config")
+    fn fail(&self, run: &Run, what: String) -> Violation {
+        run.fail(format!("({}): {what}", self.describe(run)))
     }
 
     fn in_group(vs: &Vs) -> bool {
@@ -251,10 +212,10 @@ impl GroupSim for Sim {
     fn drain(&mut self, run: &mut Run, i: usize) -> Result<(), Violation> {
         loop {
             let mut busy = false;
-            let Some(vs) = self.base.procs[i].vs.as_mut() else {
+            let Some(sent) = self.base.transmit(run, i) else {
                 return Ok(());
             };
-            busy |= run.transmit(i, vs);
+            busy |= sent;
             loop {
                 let Some(vs) = self.base.procs[i].vs.as_mut() else {
                     return Ok(());
@@ -358,14 +319,7 @@ impl GroupSim for Sim {
     }
 
     fn stalled(&self, run: &Run) -> String {
-        let due: Vec<String> = self
-            .base
-            .procs
-            .iter()
-            .filter_map(|p| p.vs.as_ref())
-            .filter(|v| run.due(*v))
-            .map(|v| v.debug_state())
-            .collect();
+        let due = self.base.due(run, |_, v| v.debug_state());
         format!("{due:?}")
     }
 
@@ -401,10 +355,6 @@ impl GroupSim for Sim {
 }
 
 impl Sim {
-    fn fail(&self, run: &Run, what: String) -> Violation {
-        run.fail(format!("({}): {what}", self.describe(run)))
-    }
-
     fn describe(&self, run: &Run) -> String {
         format!(
             "window={} {:?} {:?}; crashes {} leaves {} joins {} expulsions {} partitions {} clogs {}",

@@ -2,11 +2,15 @@
 //! of seeds.
 
 use txcast_sim::engine_sim::{run_engine, EngineSimOptions};
+use txcast_sim::harness::RunOptions;
 
 #[test]
 fn fault_free_run_delivers_everything_through_the_bounded_ring() {
     let opts = EngineSimOptions {
-        faults: false,
+        run: RunOptions {
+            faults: false,
+            ..RunOptions::default()
+        },
         ..EngineSimOptions::default()
     };
     let n = opts.nodes as u64;

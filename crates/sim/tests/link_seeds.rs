@@ -1,11 +1,15 @@
 //! The reliable link in the simulator for a fixed set of seeds.
 
+use txcast_sim::harness::RunOptions;
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
 
 #[test]
 fn fault_free_run_delivers_everything() {
     let opts = LinkSimOptions {
-        faults: false,
+        run: RunOptions {
+            faults: false,
+            ..RunOptions::default()
+        },
         ..LinkSimOptions::default()
     };
     let r = run_link(2, &opts).unwrap_or_else(|e| panic!("{e}"));

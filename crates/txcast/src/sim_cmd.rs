@@ -9,7 +9,7 @@ use txcast_sim::crmem_sim::{run_crmem, CrmemSimOptions};
 use txcast_sim::engine_sim::{run_engine, EngineSimOptions};
 use txcast_sim::frag_sim::{run_frag, FragSimOptions};
 use txcast_sim::group_sim::{run_group, GroupSimOptions};
-use txcast_sim::harness::{self, SweepNote, Violation};
+use txcast_sim::harness::{self, RunOptions, SweepNote, Violation};
 use txcast_sim::link_sim::{run_link, LinkSimOptions};
 use txcast_sim::module_sim::{run_module, ModuleSimOptions};
 use txcast_sim::oracle_sim::{run_oracle, OracleSimOptions};
@@ -297,6 +297,17 @@ impl Common {
         (!self.no_faults, !self.no_partitions, !self.no_clogs)
     }
 
+    /// The phases as by default, and these toggles.
+    fn run(&self) -> RunOptions {
+        let (faults, partitions, clogs) = self.faults();
+        RunOptions {
+            faults,
+            partitions,
+            clogs,
+            ..RunOptions::default()
+        }
+    }
+
     /// A group simulator's options: `members`, and these toggles.
     fn group(&self, members: usize) -> GroupOptions {
         let (faults, partitions, clogs) = self.faults();
@@ -366,7 +377,7 @@ fn link(a: &LinkArgs) -> i32 {
         messages_per_pair: a.messages,
         ..LinkSimOptions::default()
     };
-    (opts.faults, opts.partitions, opts.clogs) = c.faults();
+    opts.run = c.run();
     c.drive(
         "link",
         |s| run_link(s, &opts),
@@ -624,7 +635,7 @@ fn engine(a: &EngineArgs) -> i32 {
         messages_per_pair: a.messages,
         ..EngineSimOptions::default()
     };
-    (opts.faults, opts.partitions, opts.clogs) = c.faults();
+    opts.run = c.run();
     c.drive(
         "engine",
         |s| run_engine(s, &opts),
@@ -654,7 +665,7 @@ fn crmem(a: &CrmemArgs) -> i32 {
         eprintln!("txcast sim crmem: --disk is for the mirror configuration");
         return 2;
     }
-    (opts.faults, opts.partitions, opts.clogs) = c.faults();
+    opts.run = c.run();
     c.drive(
         "crmem",
         |s| run_crmem(s, &opts),
@@ -685,7 +696,7 @@ fn raid(a: &RaidArgs) -> i32 {
         txns_per_client: a.txns,
         ..RaidSimOptions::default()
     };
-    (opts.faults, opts.partitions, opts.clogs) = c.faults();
+    opts.run = c.run();
     c.drive(
         "raid",
         |s| run_raid(s, &opts),

@@ -11,9 +11,22 @@
 //! little-endian. A decoder error names the rule the bytes broke.
 
 use crate::addr::{Address, ADDRESS_BYTES};
-use crate::codec::{u16_at, u32_at, u64_at, wire_enum, CodecError, Reader, SliceWriter};
+use crate::codec::{
+    put_u16, put_u32, put_u64, u16_at, u32_at, u64_at, wire_enum, CodecError, Reader, SliceWriter,
+};
 
 pub const GROUP_HEADER_BYTES: usize = 32;
+/// Byte offsets of the group header's fields (see the module doc), for [`parse`] and
+/// [`MsgWriter::start`].
+mod at {
+    pub const KIND: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const RESERVED: usize = 2;
+    pub const GROUP: usize = 4;
+    pub const EPOCH_NUMBER: usize = 8;
+    pub const EPOCH_COORDINATOR: usize = 16;
+    pub const FROM: usize = 24;
+}
 /// Fixed part of a `Submit` (consumed, received) and of each submitted record header.
 pub const SUBMIT_FIXED_BYTES: usize = 16;
 pub const SUBMIT_RECORD_BYTES: usize = 12;
@@ -274,23 +287,23 @@ pub fn parse(b: &[u8], payload_max: usize) -> Result<(GroupHeader, Msg<'_>), Gro
     if b.len() < GROUP_HEADER_BYTES {
         return Err(GroupWireError::TooShort);
     }
-    let kind = MsgKind::try_from(b[0])?;
-    let flags = b[1];
+    let kind = MsgKind::try_from(b[at::KIND])?;
+    let flags = b[at::FLAGS];
     if flags & !FLAGS_KNOWN != 0 {
         return Err(GroupWireError::UnknownFlags(flags));
     }
-    if u16_at(b, 2) != 0 {
+    if u16_at(b, at::RESERVED) != 0 {
         return Err(GroupWireError::ReservedNotZero);
     }
     let hdr = GroupHeader {
         kind,
         flags,
-        group: u32_at(b, 4),
+        group: u32_at(b, at::GROUP),
         epoch: Epoch {
-            number: u64_at(b, 8),
-            coordinator: Address::read_from(&b[16..24]),
+            number: u64_at(b, at::EPOCH_NUMBER),
+            coordinator: Address::read_from(&b[at::EPOCH_COORDINATOR..at::FROM]),
         },
-        from: Address::read_from(&b[24..32]),
+        from: Address::read_from(&b[at::FROM..GROUP_HEADER_BYTES]),
     };
     let mut r = Reader::new(&b[GROUP_HEADER_BYTES..]);
     let msg = match kind {
@@ -574,14 +587,18 @@ impl<'b> MsgWriter<'b> {
             return None;
         }
         debug_assert_eq!(flags & !FLAGS_KNOWN, 0);
+        let mut h = [0u8; GROUP_HEADER_BYTES];
+        h[at::KIND] = kind as u8;
+        h[at::FLAGS] = flags;
+        put_u16(&mut h, at::RESERVED, 0);
+        put_u32(&mut h, at::GROUP, group);
+        put_u64(&mut h, at::EPOCH_NUMBER, epoch.number);
+        epoch
+            .coordinator
+            .write_to(&mut h[at::EPOCH_COORDINATOR..at::FROM]);
+        from.write_to(&mut h[at::FROM..GROUP_HEADER_BYTES]);
         let mut w = SliceWriter::new(buf);
-        w.u8(kind as u8)
-            .u8(flags)
-            .u16(0)
-            .u32(group)
-            .u64(epoch.number)
-            .bytes(&epoch.coordinator.to_bytes())
-            .bytes(&from.to_bytes());
+        w.bytes(&h);
         Some(MsgWriter { w })
     }
 

@@ -27,11 +27,23 @@
 //! All integers are little-endian. A decoder error names the rule the bytes broke.
 
 use crate::addr::{Address, ADDRESS_BYTES};
-use crate::codec::{u16_at, u32_at, u64_at, wire_enum};
+use crate::codec::{put_u16, put_u32, put_u64, u16_at, u32_at, u64_at, wire_enum};
 
 pub const RPC_HEADER_BYTES: usize = 40;
 /// First byte of every RPC message: tells it from other traffic on a port.
 pub const RPC_MAGIC: u8 = 0xA7;
+
+/// Byte offsets of the header's fields (see the module doc), for [`decode`] and [`encode`].
+mod at {
+    pub const MAGIC: usize = 0;
+    pub const KIND: usize = 1;
+    pub const CODE: usize = 2;
+    pub const DEADLINE: usize = 4;
+    pub const INCARNATION: usize = 8;
+    pub const CALL_ID: usize = 16;
+    pub const ACKED_BELOW: usize = 24;
+    pub const SERVER_INCARNATION: usize = 32;
+}
 
 wire_enum! {
 pub enum RpcKind: u8, unknown RpcWireError::UnknownKind {
@@ -146,15 +158,15 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
     if bytes.len() < RPC_HEADER_BYTES {
         return Err(RpcWireError::Short { len: bytes.len() });
     }
-    if bytes[0] != RPC_MAGIC {
-        return Err(RpcWireError::BadMagic(bytes[0]));
+    if bytes[at::MAGIC] != RPC_MAGIC {
+        return Err(RpcWireError::BadMagic(bytes[at::MAGIC]));
     }
-    let code = u16_at(bytes, 2);
-    let deadline_us = u32_at(bytes, 4);
-    let incarnation = u64_at(bytes, 8);
-    let call_id = u64_at(bytes, 16);
-    let acked_below = u64_at(bytes, 24);
-    let server_incarnation = u64_at(bytes, 32);
+    let code = u16_at(bytes, at::CODE);
+    let deadline_us = u32_at(bytes, at::DEADLINE);
+    let incarnation = u64_at(bytes, at::INCARNATION);
+    let call_id = u64_at(bytes, at::CALL_ID);
+    let acked_below = u64_at(bytes, at::ACKED_BELOW);
+    let server_incarnation = u64_at(bytes, at::SERVER_INCARNATION);
     if call_id == 0 {
         return Err(RpcWireError::ZeroCallId);
     }
@@ -163,14 +175,14 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
             .map(Address::read_from)
             .ok_or(RpcWireError::ShortForwarded { len: b.len() })
     };
-    let header = match RpcKind::try_from(bytes[1])? {
+    let header = match RpcKind::try_from(bytes[at::KIND])? {
         RpcKind::Probe => {
             if bytes.len() != RPC_HEADER_BYTES {
                 return Err(RpcWireError::ProbeWithPayload);
             }
             let mut plain = [0u8; RPC_HEADER_BYTES];
             plain.copy_from_slice(bytes);
-            plain[1] = RpcKind::Request as u8;
+            plain[at::KIND] = RpcKind::Request as u8;
             let (RpcHeader::Request(r), _) = decode(&plain)? else {
                 unreachable!("a request")
             };
@@ -180,7 +192,7 @@ pub fn decode(bytes: &[u8]) -> Result<(RpcHeader, &[u8]), RpcWireError> {
             let a = via(bytes)?;
             let mut plain = [0u8; RPC_HEADER_BYTES];
             plain.copy_from_slice(&bytes[..RPC_HEADER_BYTES]);
-            plain[1] -= 2;
+            plain[at::KIND] -= 2;
             let (inner, _) = decode(&plain)?;
             let h = match inner {
                 RpcHeader::Request(r) => RpcHeader::Forwarded(r, a),
@@ -249,7 +261,7 @@ pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usiz
             return None;
         }
         encode(&plain, &[], buf)?;
-        buf[1] = kind as u8;
+        buf[at::KIND] = kind as u8;
         a.write_to(&mut buf[RPC_HEADER_BYTES..RPC_HEADER_BYTES + ADDRESS_BYTES]);
         buf[RPC_HEADER_BYTES + ADDRESS_BYTES..n].copy_from_slice(payload);
         return Some(n);
@@ -283,14 +295,14 @@ pub fn encode(header: &RpcHeader, payload: &[u8], buf: &mut [u8]) -> Option<usiz
         ),
         RpcHeader::Forwarded(..) | RpcHeader::ForwardedReply(..) => unreachable!("handled above"),
     };
-    buf[0] = RPC_MAGIC;
-    buf[1] = kind as u8;
-    buf[2..4].copy_from_slice(&code.to_le_bytes());
-    buf[4..8].copy_from_slice(&deadline_us.to_le_bytes());
-    buf[8..16].copy_from_slice(&incarnation.to_le_bytes());
-    buf[16..24].copy_from_slice(&call_id.to_le_bytes());
-    buf[24..32].copy_from_slice(&acked_below.to_le_bytes());
-    buf[32..40].copy_from_slice(&server.to_le_bytes());
+    buf[at::MAGIC] = RPC_MAGIC;
+    buf[at::KIND] = kind as u8;
+    put_u16(buf, at::CODE, code);
+    put_u32(buf, at::DEADLINE, deadline_us);
+    put_u64(buf, at::INCARNATION, incarnation);
+    put_u64(buf, at::CALL_ID, call_id);
+    put_u64(buf, at::ACKED_BELOW, acked_below);
+    put_u64(buf, at::SERVER_INCARNATION, server);
     buf[RPC_HEADER_BYTES..n].copy_from_slice(payload);
     Some(n)
 }

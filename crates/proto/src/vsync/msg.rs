@@ -14,7 +14,7 @@
 
 use super::{Ballot, Proposal, ViewId};
 use crate::addr::{Address, ADDRESS_BYTES};
-use crate::codec::{CodecError, Reader, SliceWriter};
+use crate::codec::{wire_enum, CodecError, Reader, SliceWriter};
 
 pub const HEADER_BYTES: usize = 32;
 const MAGIC: u8 = 0x56;
@@ -28,9 +28,8 @@ pub const DATA_FIXED_BYTES: usize = HEADER_BYTES + ADDRESS_BYTES + 8 + 2 + 2;
 /// Bytes in front of each record of a `Data` message (its length).
 pub const RECORD_HEADER_BYTES: usize = 4;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-enum Kind {
+wire_enum! {
+enum Kind: u8, unknown VsWireError::UnknownKind {
     Data = 1,
     Status = 2,
     Nak = 3,
@@ -45,6 +44,7 @@ enum Kind {
     Accept = 12,
     Commit = 13,
     Gone = 14,
+}
 }
 
 /// A broken rule of the message format.
@@ -222,7 +222,9 @@ pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
         },
         from: addr(&mut r)?,
     };
-    let known = if kind == Kind::FlushOk as u8 {
+    // Unknown flags are refused before an unknown kind.
+    let kind = Kind::try_from(kind);
+    let known = if kind == Ok(Kind::FlushOk) {
         FLAG_ACCEPTED
     } else {
         0
@@ -230,8 +232,8 @@ pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
     if flags & !known != 0 {
         return Err(VsWireError::BadFlag(flags & !known));
     }
-    let msg = match kind {
-        k if k == Kind::Data as u8 => {
+    let msg = match kind? {
+        Kind::Data => {
             let stream = addr(&mut r)?;
             let first = r.u64()?;
             let received = vector(&mut r)?;
@@ -251,30 +253,30 @@ pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
                 records,
             }
         }
-        k if k == Kind::Status as u8 => VsMsg::Status {
+        Kind::Status => VsMsg::Status {
             last: r.u64()?,
             received: vector(&mut r)?,
         },
-        k if k == Kind::Nak as u8 => VsMsg::Nak {
+        Kind::Nak => VsMsg::Nak {
             stream: addr(&mut r)?,
             from: r.u64()?,
             to: r.u64()?,
         },
-        k if k == Kind::Direct as u8 => VsMsg::Direct { payload: r.rest() },
-        k if k == Kind::Token as u8 => VsMsg::Token {
+        Kind::Direct => VsMsg::Direct { payload: r.rest() },
+        Kind::Token => VsMsg::Token {
             round: r.u64()?,
             acc: vector(&mut r)?,
             stable: vector(&mut r)?,
         },
-        k if k == Kind::Join as u8 => VsMsg::Join {
+        Kind::Join => VsMsg::Join {
             joiner: addr(&mut r)?,
         },
-        k if k == Kind::Leave as u8 => VsMsg::Leave,
-        k if k == Kind::Suspect as u8 => VsMsg::Suspect { who: addr(&mut r)? },
-        k if k == Kind::Flush as u8 => VsMsg::Flush {
+        Kind::Leave => VsMsg::Leave,
+        Kind::Suspect => VsMsg::Suspect { who: addr(&mut r)? },
+        Kind::Flush => VsMsg::Flush {
             ballot: ballot(&mut r)?,
         },
-        k if k == Kind::FlushOk as u8 => {
+        Kind::FlushOk => {
             let ballot_ = ballot(&mut r)?;
             let frozen = vector(&mut r)?;
             let accepted = if flags & FLAG_ACCEPTED != 0 {
@@ -288,19 +290,18 @@ pub fn parse(b: &[u8]) -> Result<(Header, VsMsg<'_>), VsWireError> {
                 accepted,
             }
         }
-        k if k == Kind::Propose as u8 => VsMsg::Propose {
+        Kind::Propose => VsMsg::Propose {
             ballot: ballot(&mut r)?,
             proposal: proposal(&mut r)?,
         },
-        k if k == Kind::Accept as u8 => VsMsg::Accept {
+        Kind::Accept => VsMsg::Accept {
             ballot: ballot(&mut r)?,
         },
-        k if k == Kind::Commit as u8 => VsMsg::Commit {
+        Kind::Commit => VsMsg::Commit {
             ballot: ballot(&mut r)?,
             proposal: proposal(&mut r)?,
         },
-        k if k == Kind::Gone as u8 => VsMsg::Gone,
-        k => return Err(VsWireError::UnknownKind(k)),
+        Kind::Gone => VsMsg::Gone,
     };
     r.finish()?;
     Ok((header, msg))
