@@ -96,7 +96,9 @@ impl Member {
             }
         }
         for &m in &self.members {
-            next_msg_id.insert(m, last.get(&m).copied().unwrap_or(0) + 1);
+            // Saturating: a record claiming the largest message id (forged) leaves that
+            // sender nothing new to order, rather than overflowing.
+            next_msg_id.insert(m, last.get(&m).copied().unwrap_or(0).saturating_add(1));
             if m != self.me {
                 acks.insert(m, (floor, floor));
                 watches.insert(m, Watch::new(now));
@@ -323,7 +325,7 @@ impl Member {
             return;
         };
         let payload = p.payload.clone();
-        s.next_msg_id.insert(self.me, next + 1);
+        s.next_msg_id.insert(self.me, next.saturating_add(1));
         let seq = s.next_seq;
         s.own_in_flight.push_back(seq);
         self.order_message(now, self.me, next, payload, false);
@@ -407,7 +409,7 @@ impl Member {
             }
             if !s.waiting.contains_key(&from) && self.can_order() {
                 let s = self.seqr.as_mut().expect("sequencer");
-                s.next_msg_id.insert(from, expected + 1);
+                s.next_msg_id.insert(from, expected.saturating_add(1));
                 self.order_message(now, from, msg_id, payload.to_vec(), bb);
                 continue;
             }
@@ -418,7 +420,7 @@ impl Member {
                 self.counters.history_full += 1;
                 return;
             }
-            s.next_msg_id.insert(from, expected + 1);
+            s.next_msg_id.insert(from, expected.saturating_add(1));
             s.waiting_len += 1;
             s.waiting_bytes += payload.len();
             let q = s.waiting.entry(from).or_default();

@@ -2884,3 +2884,35 @@ fn a_welcome_at_the_end_of_the_sequence_space_is_harmless() {
         }
     }
 }
+
+#[test]
+fn a_member_whose_last_message_id_is_the_largest_can_become_sequencer() {
+    let cfg = cfg();
+    let mut net = Net::with_members(&cfg, 3);
+    // A record of C's with the largest message id (forged, or a corrupt peer's), ordered by
+    // the sequencer A and held by B and C; then A crashes and one of them takes its role.
+    let info = net.m(B).info();
+    let seq = info.received_upto + 1;
+    let mut buf = vec![0u8; 65_536];
+    let mut w = MsgWriter::start(&mut buf, MsgKind::Order, 0, cfg.group, info.epoch, A).unwrap();
+    let r = OrderRecord {
+        seq,
+        sender: C,
+        msg_id: u64::MAX,
+        kind: RecordKind::Message,
+        payload: Some(b"x"),
+    };
+    assert!(w.u64(seq) && w.u64(seq) && w.u64(0) && w.order_record(&r));
+    let n = w.finish();
+    let order = buf[..n].to_vec();
+    let now = net.now;
+    for a in [B, C] {
+        assert_eq!(net.m(a).handle_message(now, &order), Ok(()));
+    }
+    net.crashed.push(A);
+    assert!(net.run_until(Duration::from_secs(5), |n| n.all_rebuilt(&[B, C])));
+    assert_eq!(
+        [B, C].iter().filter(|&&a| net.m(a).is_sequencer()).count(),
+        1
+    );
+}
