@@ -14,13 +14,23 @@
 //! started before their primary wait for it. A peer whose host reported its port
 //! unreachable (a process gone on a live host) needs only `unreachable_silence` of silence.
 //!
-//! The failure detector trusts time-outs: a primary cut off by a partition longer than
-//! `suspect_after` is taken for dead while it still runs, and the two sides diverge (mirror
-//! mode assumes crashes, not partitions; fencing it is open work).
+//! **Crashes or partitions.** Opened with [`Crmem::open`], the failure detector trusts
+//! time-outs: a primary cut off by a partition longer than `suspect_after` is taken for dead
+//! while it still runs, and it drops its backups as dead too: the two sides diverge. That
+//! mode assumes crashes (fail-stop processes on a network that does not split), the only
+//! choice with two nodes. Opened with [`Crmem::open_with_membership`] (three nodes or more),
+//! no time-out decides a failure of a node in the view: the database's txcast group does
+//! (the virtually synchronous stack, whose views need a majority of the previous view). A
+//! primary drops a backup, and the backups hand over to a successor, only when a view leaves
+//! that node out, so a primary cut off in a minority keeps waiting for its backups and
+//! acknowledges nothing more, while the majority's view makes a successor; once the
+//! partition heals, the group expels the old primary, which then refuses to serve
+//! ([`CrmemError::Expelled`]) until it is opened again to recover.
 
 pub use crate::disklog::DiskPosition;
 use crate::disklog::{self, DiskLog, Item};
 use crate::lock::LockMapping;
+use crate::membership::{self, Membership, MembershipConfig, MembershipError, Target};
 use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId, DISK};
 use crate::plumbing::{self, Flusher, Waits};
 use rustc_hash::FxHashSet;
@@ -120,6 +130,16 @@ pub enum CrmemError {
     CommitPending { seq: u64 },
     #[error("this node's id is not in the node list")]
     BadConfig,
+    #[error("membership: {0}")]
+    Membership(#[from] MembershipError),
+    /// A mirror's membership takes a majority of its nodes for every view: with two nodes,
+    /// either one's failure would stop the other.
+    #[error("a mirror with membership needs three nodes or more")]
+    MembershipNeedsThree,
+    /// The membership group left this node out (the others took it for dead): it serves no
+    /// more and must be opened again with `recover`.
+    #[error("this node was left out of the membership group")]
+    Expelled,
     /// The disk log could not be opened or read, or a write or sync failed (commits then
     /// wait for ever rather than complete without the disk).
     #[error("disk log: {0}")]
@@ -155,6 +175,16 @@ struct State {
     disk: Option<std::sync::mpsc::Sender<Item>>,
     /// Why the disk log stopped, if it did.
     disk_failed: Option<String>,
+    /// With membership: the group's view this node was last told (0: every node).
+    view: u64,
+    /// With membership: the nodes of that view. Only a view decides that one of them failed;
+    /// a node out of it (a restarted one not yet a member) is judged by silence.
+    in_view: Vec<bool>,
+    /// With membership: restarted since the last view that held it. A view that leaves it
+    /// out speaks of its previous process, already taken for dead by the restart.
+    restarted: Vec<bool>,
+    /// The membership group left this node out.
+    expelled: bool,
 }
 
 struct Shared {
@@ -181,6 +211,8 @@ pub struct CrmemModule {
     heartbeat: u64,
     suspect_after: u64,
     unreachable_silence: u64,
+    /// Failures of nodes in the view are decided by the membership group's views.
+    fenced: bool,
     beating: bool,
     /// When the heartbeat timer last fired.
     last_beat: Instant,
@@ -250,29 +282,65 @@ impl CrmemModule {
         }
     }
 
-    /// Peer `k` is dead: the primary stops waiting for it; a backup whose primary it was
-    /// hands over to the live node with the lowest id.
+    /// Peer `k` is dead: see [`take_down`].
     fn down(&self, st: &mut State, k: NodeId) {
-        if st.dead[k as usize] || st.dropped[k as usize] {
-            return;
+        take_down(st, self.me, self.nodes.len(), k);
+    }
+}
+
+/// Peer `k` is dead: the primary stops waiting for it; a backup whose primary it was hands
+/// over to the live node with the lowest id.
+fn take_down(st: &mut State, me: NodeId, n: usize, k: NodeId) {
+    if st.dead[k as usize] || st.dropped[k as usize] {
+        return;
+    }
+    tracing::warn!(node = me, peer = k, "crmem: peer taken for dead");
+    match st.node.role().clone() {
+        Role::Primary { .. } => {
+            // Not listened away: if it still runs it is told it was dropped (on_control)
+            // and recovers, rather than later take itself for the survivor.
+            st.dropped[k as usize] = true;
+            st.node.peer_down(k);
         }
-        tracing::warn!(node = self.me, peer = k, "crmem: peer taken for dead");
-        match st.node.role().clone() {
-            Role::Primary { .. } => {
-                // Not listened away: if it still runs it is told it was dropped (on_control)
-                // and recovers, rather than later take itself for the survivor.
-                st.dropped[k as usize] = true;
-                st.node.peer_down(k);
-            }
-            Role::Backup { primary: p } | Role::Recovering { from: p } if p == k => {
-                st.dead[k as usize] = true;
-                let live: Vec<NodeId> = (0..self.nodes.len() as NodeId)
-                    .filter(|&i| !st.dead[i as usize])
-                    .collect();
-                let successor = live.first().copied().unwrap_or(self.me);
-                st.node.primary_down(successor, &live);
-            }
-            _ => st.dead[k as usize] = true,
+        Role::Backup { primary: p } | Role::Recovering { from: p } if p == k => {
+            st.dead[k as usize] = true;
+            let live: Vec<NodeId> = (0..n as NodeId).filter(|&i| !st.dead[i as usize]).collect();
+            let successor = live.first().copied().unwrap_or(me);
+            st.node.primary_down(successor, &live);
+        }
+        _ => st.dead[k as usize] = true,
+    }
+}
+
+/// The group's view `view` holds `live`: every node out of it is dead (the primary's last,
+/// so that the successor is chosen among the view's nodes).
+fn tell_view(st: &mut State, me: NodeId, n: usize, view: u64, live: &[NodeId]) {
+    if view <= st.view {
+        return;
+    }
+    st.view = view;
+    if !live.contains(&me) {
+        st.expelled = true;
+        return;
+    }
+    let primary = match st.node.role() {
+        Role::Backup { primary: p } | Role::Recovering { from: p } => Some(*p),
+        Role::Primary { .. } => None,
+    };
+    let mut out: Vec<NodeId> = (0..n as NodeId)
+        .filter(|k| !live.contains(k) && *k != me)
+        .collect();
+    out.sort_by_key(|k| Some(*k) == primary);
+    for k in 0..n {
+        let held = live.contains(&(k as NodeId));
+        st.in_view[k] = held;
+        if held {
+            st.restarted[k] = false;
+        }
+    }
+    for k in out {
+        if !st.restarted[k as usize] {
+            take_down(st, me, n, k);
         }
     }
 }
@@ -355,7 +423,9 @@ impl Module for CrmemModule {
                     let _ = cx.send(self.nodes[k as usize], HEARTBEAT, &[]);
                     let silent = now.0.saturating_sub(st.last_heard[k as usize].0);
                     let primary = matches!(st.node.role(), Role::Primary { .. });
-                    let judged = primary || st.heard[k as usize];
+                    // With membership only a view fails a node of the view.
+                    let judged = (primary || st.heard[k as usize])
+                        && !(self.fenced && st.in_view[k as usize]);
                     let limit = match st.reported[k as usize] {
                         Some(_) => self.unreachable_silence.min(self.suspect_after),
                         None => self.suspect_after,
@@ -400,8 +470,15 @@ impl Module for CrmemModule {
         );
         let shared = self.shared.clone();
         let mut st = shared.lock();
-        if !st.dead[k as usize] {
+        // With membership a restarted backup is dropped at once (it holds nothing now and
+        // cannot take over), but a restarted primary is handed over only by the view that
+        // leaves its previous process out.
+        let primary = matches!(st.node.role(), Role::Primary { .. });
+        if !st.dead[k as usize] && (!self.fenced || primary) {
             self.down(&mut st, k);
+        }
+        if self.fenced && primary {
+            st.restarted[k as usize] = true;
         }
         // Its new incarnation recovers through a snapshot; listen to it again.
         st.dead[k as usize] = false;
@@ -414,6 +491,8 @@ impl Module for CrmemModule {
 
 /// A CRMem node: its module host, the module loaded on it, and the application's calls.
 pub struct Crmem {
+    /// Stopped first on drop (before the host): the thread tells the node through it.
+    membership: Option<Membership>,
     host: ModuleHost,
     shared: Arc<Shared>,
     module: ModuleId,
@@ -461,10 +540,104 @@ impl Crmem {
         self.host.drive()
     }
 
+    /// Opens the node with its failures decided by a txcast group (see [`crate::membership`]
+    /// and this module's documentation): three nodes or more, every one opened this way.
+    ///
+    /// - A fresh start (`cfg.recover` false) returns once every node is in the group.
+    /// - A node that dies, or is cut off in a minority, is left out by the majority's next
+    ///   view (the group's `silence_timeout`, or sooner once its host reports its port
+    ///   unreachable): the primary stops waiting for a backup left out; the backups of a
+    ///   primary left out hand over to the view's lowest node.
+    /// - A node the group leaves out while it runs (cut off, then healed) fails `begin` with
+    ///   [`CrmemError::Expelled`]; its commits in flight time out (nobody acknowledges them).
+    ///   It is opened again with `recover` from the primary of the others.
+    /// - A restarted node (`cfg.recover`) recovers through the snapshot of `cfg.primary`,
+    ///   waits `rejoin_delay` (so that the group has removed its previous process), joins,
+    ///   and returns once it is a member and its snapshot is in.
+    ///
+    /// The group port runs on `engine` if given, else on the process's embedded engine.
+    pub fn open_with_membership(
+        engine: Option<&Engine>,
+        cfg: CrmemConfig,
+        segments: &[(usize, LockMapping)],
+        members: MembershipConfig,
+    ) -> Result<Crmem, CrmemError> {
+        let n = cfg.nodes.len();
+        if cfg.me as usize >= n || cfg.primary as usize >= n {
+            return Err(CrmemError::BadConfig);
+        }
+        if members.ports.len() != n {
+            return Err(MembershipError::BadConfig.into());
+        }
+        if n < 3 {
+            return Err(CrmemError::MembershipNeedsThree);
+        }
+        let (me, recover) = (cfg.me, cfg.recover);
+        let started = std::time::Instant::now();
+        let host = plumbing::host_at(engine, cfg.nodes[me as usize], cfg.handlers)?;
+        let mut node = Crmem::with_fencing(host, cfg, segments, true)?;
+        if recover {
+            // Driven meanwhile: a polled host answers nothing unless driven.
+            let until = std::time::Instant::now() + members.rejoin_delay;
+            while std::time::Instant::now() < until {
+                node.idle();
+            }
+        }
+        let deadline = started + members.open_timeout;
+        let joined = membership::join(&members, me, recover, engine, deadline)?;
+        let told = MirrorTold {
+            host: node.host.clone(),
+            shared: node.shared.clone(),
+            module: node.module,
+            key: node.key,
+            me,
+            n,
+        };
+        node.membership = Some(Membership::start(joined, Arc::new(told)));
+        while matches!(node.role(), Role::Recovering { .. }) {
+            if node.expelled() {
+                return Err(CrmemError::Expelled);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(MembershipError::OpenTimeout.into());
+            }
+            node.idle();
+        }
+        Ok(node)
+    }
+
+    /// One turn of an opening node's wait: a drive (of a polled host), or a short sleep.
+    fn idle(&self) {
+        if self.drive() == 0 {
+            let polled = self.host.handlers() == Handlers::Polled;
+            std::thread::sleep(Duration::from_micros(if polled { 200 } else { 5000 }));
+        }
+    }
+
+    /// Whether the membership group left this node out (it serves no more).
+    pub fn expelled(&self) -> bool {
+        self.shared.lock().expelled
+    }
+
+    /// The membership group's view this node was last told (0 without membership, or
+    /// before the first change).
+    pub fn view(&self) -> u64 {
+        self.shared.lock().view
+    }
+
     fn on_host(
         host: ModuleHost,
         cfg: CrmemConfig,
         segments: &[(usize, LockMapping)],
+    ) -> Result<Crmem, CrmemError> {
+        Crmem::with_fencing(host, cfg, segments, false)
+    }
+
+    fn with_fencing(
+        host: ModuleHost,
+        cfg: CrmemConfig,
+        segments: &[(usize, LockMapping)],
+        fenced: bool,
     ) -> Result<Crmem, CrmemError> {
         let role = if cfg.recover {
             Role::Recovering { from: cfg.primary }
@@ -543,6 +716,10 @@ impl Crmem {
                 dropped: vec![false; n],
                 disk: None,
                 disk_failed: None,
+                view: 0,
+                in_view: vec![true; n],
+                restarted: vec![false; n],
+                expelled: false,
             }),
             flush: Flusher::new(),
             durable: plumbing::Durable::new(),
@@ -555,6 +732,7 @@ impl Crmem {
             heartbeat: cfg.heartbeat.as_nanos() as u64,
             suspect_after: cfg.suspect_after.as_nanos() as u64,
             unreachable_silence: cfg.unreachable_silence.as_nanos() as u64,
+            fenced,
             beating: false,
             last_beat: now,
         };
@@ -588,6 +766,7 @@ impl Crmem {
             }
         };
         let c = Crmem {
+            membership: None,
             host,
             shared,
             module: cfg.module,
@@ -634,7 +813,11 @@ impl Crmem {
     /// Starts a transaction whose locks must all come within `lock_timeout`.
     pub fn begin(&self, lock_timeout: Duration) -> Result<TxnId, CrmemError> {
         let deadline = Instant(self.host.now().0 + lock_timeout.as_nanos() as u64);
-        Ok(self.shared.lock().node.begin(deadline)?)
+        let mut st = self.shared.lock();
+        if st.expelled {
+            return Err(CrmemError::Expelled);
+        }
+        Ok(st.node.begin(deadline)?)
     }
 
     /// Declares a range (see [`Node::set_range`]); waits for its locks if another
@@ -777,8 +960,42 @@ impl Crmem {
     }
 }
 
+/// What the membership thread holds of a mirror node.
+struct MirrorTold {
+    host: ModuleHost,
+    shared: Arc<Shared>,
+    module: ModuleId,
+    key: u64,
+    me: NodeId,
+    n: usize,
+}
+
+impl Target for MirrorTold {
+    /// Every node stays in "the previous view" for [`membership::next_view`]: a mirror's
+    /// live set is the group's members as they are (a restarted node comes back through
+    /// the primary's snapshot, not through a view).
+    fn current(&self) -> Option<(u64, Vec<NodeId>)> {
+        let view = self.shared.lock().view;
+        Some((view, (0..self.n as NodeId).collect()))
+    }
+
+    fn tell(&self, view: u64, live: &[NodeId], _joining: Option<NodeId>) {
+        tell_view(&mut self.shared.lock(), self.me, self.n, view, live);
+        let _ = self
+            .shared
+            .flush
+            .post(&self.host, self.module, self.key, FLUSH);
+    }
+
+    fn expelled(&self) {
+        self.shared.lock().expelled = true;
+    }
+}
+
 impl Drop for Crmem {
     fn drop(&mut self) {
+        // The membership thread first: it tells the node through the host.
+        drop(self.membership.take());
         // The writer holds the host: it ends when its channel closes.
         let tx = self.shared.lock().disk.take();
         drop(tx);

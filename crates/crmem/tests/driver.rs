@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use txcast_crmem::{
     disk_position, Crmem, CrmemConfig, CrmemError, DiskPosition, Event, Handlers, LockMapping,
-    Mode, Role,
+    MembershipConfig, Mode, Role,
 };
 use txcast_proto::Address;
 
@@ -415,4 +415,129 @@ fn a_backup_started_before_its_primary_waits_for_it() {
     until("the backup's promotion", || {
         matches!(b.role(), Role::Primary { .. })
     });
+}
+
+/// Three sites on loopback for the membership tests.
+fn three(server: u16) -> Vec<Address> {
+    (0..3).map(|s| Address::new(0, s, 10, server)).collect()
+}
+
+/// Opens nodes `mes` of three with membership at once, each on an engine of its own (a
+/// fresh start returns once every node is in the group).
+fn open_fenced(
+    server: u16,
+    engines: &[txcast_port::Engine],
+    mes: &[u16],
+    recover_from: Option<u16>,
+) -> Vec<Crmem> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = mes
+            .iter()
+            .map(|&me| {
+                let engine = &engines[me as usize];
+                s.spawn(move || {
+                    let mut cfg = CrmemConfig::new(three(server), me);
+                    if let Some(p) = recover_from {
+                        cfg.primary = p;
+                        cfg.recover = true;
+                    }
+                    let members = MembershipConfig::new(&three(server));
+                    Crmem::open_with_membership(Some(engine), cfg, &segments(), members)
+                        .expect("open with membership")
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn engines(n: usize) -> Vec<txcast_port::Engine> {
+    (0..n)
+        .map(|_| txcast_port::Engine::start(txcast_port::EngineConfig::default()).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_mirror_with_membership_needs_three_nodes() {
+    let cfg = CrmemConfig::new(nodes(12), 0);
+    let members = MembershipConfig::new(&nodes(12));
+    let r = Crmem::open_with_membership(None, cfg, &segments(), members);
+    assert!(
+        matches!(r, Err(CrmemError::MembershipNeedsThree)),
+        "{:?}",
+        r.err()
+    );
+}
+
+/// With membership a backup silent past `suspect_after` but not left out by the group is
+/// waited for, not dropped: the commit completes once it answers, on every node.
+#[test]
+fn with_membership_silence_alone_drops_no_backup() {
+    use txcast_crmem::driver::CrmemModule;
+    let es = engines(3);
+    let c = open_fenced(13, &es, &[0, 1, 2], None);
+    assert_eq!(transfer(&c[0], 0, 1).unwrap(), 1);
+    std::thread::scope(|s| {
+        // Backup 1's engine (its module and its group port) held for 400 ms: longer than
+        // CRMem's 300 ms silence, shorter than the group's 500 ms.
+        let stall = s.spawn(|| {
+            c[1].host().with_module::<CrmemModule, _>(20, |_| {
+                std::thread::sleep(Duration::from_millis(400))
+            })
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        assert_eq!(transfer(&c[0], 100, 2).unwrap(), 2);
+        // It waited for the stalled backup rather than drop it.
+        assert!(
+            started.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            started.elapsed()
+        );
+        stall.join().unwrap();
+    });
+    assert!(!c[0]
+        .notices()
+        .iter()
+        .any(|e| matches!(e, Event::BackupLost(_))));
+    assert!(matches!(c[0].role(), Role::Primary { backups } if backups == [1, 2]));
+    assert!(!c[1].notices().contains(&Event::Recovered));
+    for k in 1..3 {
+        assert_eq!(c[k].snapshot_segment(0), c[0].snapshot_segment(0));
+    }
+    drop(c);
+    es.into_iter().for_each(|e| e.shutdown());
+}
+
+/// With membership the primary's death is decided by the group's view: the lowest node left
+/// takes over, the other follows it, commits go on, and the old primary's node recovers
+/// from the successor and joins again.
+#[test]
+fn with_membership_the_view_replaces_a_dead_primary_and_it_returns() {
+    let es = engines(3);
+    let mut c = open_fenced(14, &es, &[0, 1, 2], None);
+    assert_eq!(transfer(&c[0], 0, 1).unwrap(), 1);
+    let view = c[1].view();
+    drop(c.remove(0)); // node 0's process is gone: its module host and group port closed
+    until("the view without node 0", || c[0].view() > view);
+    let end = Instant::now() + 4 * SECOND;
+    while c[0].role() != (Role::Primary { backups: vec![2] }) {
+        assert!(
+            Instant::now() < end,
+            "node 1 not promoted: {:?}",
+            c[0].role()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(transfer(&c[0], 100, 2).unwrap(), 2);
+    assert_eq!(c[1].snapshot_segment(0), c[0].snapshot_segment(0));
+    assert_eq!(c[1].role(), Role::Backup { primary: 1 });
+    // Node 0 again, recovering from node 1.
+    let back = open_fenced(14, &es, &[0], Some(1)).remove(0);
+    assert_eq!(back.role(), Role::Backup { primary: 1 });
+    assert_eq!(transfer(&c[0], 200, 3).unwrap(), 3);
+    assert_eq!(back.snapshot_segment(0), c[0].snapshot_segment(0));
+    assert!(!back.expelled());
+    drop((c, back));
+    es.into_iter().for_each(|e| e.shutdown());
 }

@@ -17,7 +17,9 @@ use crate::raid_node::{catch_stop_signals, load_time, stop_signalled};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use txcast_crmem::{Crmem, CrmemConfig, CrmemError, Event, LockMapping, Mode, Role};
+use txcast_crmem::{
+    Crmem, CrmemConfig, CrmemError, Event, LockMapping, MembershipConfig, Mode, Role,
+};
 use txcast_port::{ClusterConfig as Naming, Engine, EngineConfig, EngineMode};
 use txcast_proto::rng::Rng;
 use txcast_proto::Address;
@@ -33,7 +35,11 @@ is primary then stops at the same time); a backup that finds its primary silent 
 again after a crash passes --recover and --primary P, P the node primary now: it takes a
 snapshot from P before it serves. At the end it prints its copy's counter, digest and
 balance sums (--json: one JSON line), exit 1 if the sums do not match its counter.
---chaos-log FILE: one line per acknowledged commit, for `txcast chaos crmem`.";
+--chaos-log FILE: one line per acknowledged commit, for `txcast chaos crmem`.
+--membership (3 nodes or more): failures are decided by the views of a txcast group, which
+need a majority, not by --suspect-ms: a primary cut off in a minority commits nothing more,
+the majority's view makes a successor, and once healed the cut-off node is expelled: it
+exits with status 3 and is started again with --recover.";
 
 /// The server type and number of a CRMem node's port (the node is site K).
 const SERVER_TYPE: u16 = 10;
@@ -85,6 +91,9 @@ pub struct CrmemArgs {
     /// A primary silent this long is taken over (10 to 60000)
     #[arg(long, value_name = "MS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub suspect_ms: u64,
+    /// Failures decided by a txcast group's majority views (partitions fenced; 3+ nodes)
+    #[arg(long)]
+    pub membership: bool,
     /// One line per acknowledged commit and role change, for `txcast chaos crmem`
     #[arg(long, value_name = "FILE")]
     pub chaos_log: Option<PathBuf>,
@@ -191,6 +200,10 @@ fn role_name(r: &Role) -> &'static str {
 /// `txcast crmem`.
 pub fn run(args: CrmemArgs) -> i32 {
     let n = args.nodes;
+    if args.membership && n < 3 {
+        let e = format!("--membership needs --nodes 3 or more (a majority of {n} is all of them)");
+        return crate::usage_error(&["crmem"], &e);
+    }
     if args.node >= n || args.primary >= n {
         let e = format!(
             "--node {} and --primary {}: nodes below --nodes {n}",
@@ -242,9 +255,12 @@ fn serve(args: &CrmemArgs) -> Result<i32, String> {
         }
         None => None,
     };
-    let c = match &engine {
-        Some(e) => Crmem::open_on(e, cfg, &segments()),
-        None => Crmem::open(cfg, &segments()),
+    let c = match (&engine, args.membership) {
+        (e, true) => {
+            Crmem::open_with_membership(e.as_ref(), cfg, &segments(), MembershipConfig::new(&nodes))
+        }
+        (Some(e), false) => Crmem::open_on(e, cfg, &segments()),
+        (None, false) => Crmem::open(cfg, &segments()),
     }
     .map_err(|e| e.to_string())?;
     catch_stop_signals();
@@ -260,6 +276,20 @@ fn serve(args: &CrmemArgs) -> Result<i32, String> {
     let (mut committed, mut failed) = (0u64, 0u64);
     let mut promoted_at: Option<Instant> = None;
     while !stop_signalled() {
+        if c.expelled() {
+            // Its copy may hold commits nobody acknowledged: it reports none, and is started
+            // again with --recover.
+            log.line(format_args!("R expelled"));
+            if !args.json {
+                println!("crmem node {me}: expelled by the membership group ({committed} commits acknowledged here, {failed} failed)");
+            } else {
+                println!(
+                    "{}",
+                    serde_json::json!({"node": me, "expelled": true, "committed": committed, "failed": failed})
+                );
+            }
+            return Ok(3);
+        }
         for e in c.notices() {
             match e {
                 Event::Promoted => {

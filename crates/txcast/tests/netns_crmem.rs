@@ -11,9 +11,17 @@
 //! acknowledged twice. Each run prints the commits acknowledged and the time from the kill
 //! to the next acknowledged commit.
 //!
-//! CI runs it once. `netns_crmem_repeated` (ignored; `TXCAST_CHAOS_RUNS`, default 10)
-//! repeats it for the p50/p99 of the recovery. Skipped, with one line, where namespaces
-//! cannot be made.
+//! `a_partitioned_primary_is_fenced_by_the_membership_group` runs the nodes with
+//! `--membership`: the primary's host is cut off from the two others for a while, then
+//! healed. The majority's view makes a backup the primary; the cut-off primary commits
+//! nothing more, is expelled once the partition heals (it exits with status 3) and is
+//! started again with `--recover`. The checker must find no acknowledged commit lost and
+//! none acknowledged twice (the two primaries' counters would overlap otherwise).
+//!
+//! CI runs each once. `netns_crmem_repeated` (ignored; `TXCAST_CHAOS_RUNS`, default 10;
+//! `TXCAST_CHAOS_MEMBERSHIP=1` for `--membership`) repeats the kill run for the p50/p99 of
+//! the recovery, `netns_crmem_partition_repeated` the partition run. Skipped, with one
+//! line, where namespaces cannot be made.
 
 mod netns;
 
@@ -43,8 +51,9 @@ fn number_after(text: &str, key: &str) -> Option<f64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-/// One run: the checker's summary and the recovery after the kill, in ms.
-fn run() -> Option<(String, f64)> {
+/// One run: the checker's summary and the recovery after the kill, in ms. With
+/// `membership`, the nodes run with `--membership`.
+fn run(membership: bool) -> Option<(String, f64)> {
     let started = Instant::now();
     let c = Cluster::new("netns_crmem", NODES)?;
     let bin = Path::new(env!("CARGO_BIN_EXE_txcast"));
@@ -76,6 +85,9 @@ fn run() -> Option<(String, f64)> {
         .collect();
         if let Some(p) = recover_from {
             a.extend(["--recover".into(), "--primary".into(), p.to_string()]);
+        }
+        if membership {
+            a.push("--membership".into());
         }
         a
     };
@@ -161,14 +173,157 @@ fn run() -> Option<(String, f64)> {
     Some((summary.to_string(), recovery))
 }
 
+/// The partition run: the checker's summary, and the time from the cut to the successor's
+/// first commit, in ms.
+fn run_partition() -> Option<(String, f64)> {
+    const CUT_AT: Duration = Duration::from_secs(3);
+    const CUT_FOR: Duration = Duration::from_secs(3);
+    const LOAD: Duration = Duration::from_secs(12);
+    let started = Instant::now();
+    let c = Cluster::new("netns_crmem_part", NODES)?;
+    let bin = Path::new(env!("CARGO_BIN_EXE_txcast"));
+    let config = c.path("cluster.toml");
+    std::fs::write(&config, c.cluster_toml()).unwrap();
+    for h in 0..NODES {
+        c.loss(h, LOSS_PER_MILLE).unwrap();
+    }
+    let until_ms = (unix_ns() / 1_000_000) + 2_000 + LOAD.as_millis() as u64;
+    let args = |node: usize, log: &str, recover_from: Option<usize>| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "crmem",
+            "--membership",
+            "--node",
+            &node.to_string(),
+            "--nodes",
+            &NODES.to_string(),
+            "--instance",
+            &INSTANCE.to_string(),
+            "--config",
+            &config.display().to_string(),
+            "--until",
+            &until_ms.to_string(),
+            "--chaos-log",
+            &c.path(log).display().to_string(),
+            "--json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(p) = recover_from {
+            a.extend(["--recover".into(), "--primary".into(), p.to_string()]);
+        }
+        a
+    };
+    let mut procs: Vec<_> = (1..NODES)
+        .map(|k| c.spawn(k, bin, &args(k, &format!("node-{k}.log"), None)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let primary = c.spawn(0, bin, &args(0, "node-0.log", None));
+    std::thread::sleep(Duration::from_millis(1_700) + CUT_AT);
+    let acked = |name: &str| {
+        std::fs::read_to_string(c.path(name))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some("A"))
+            .count()
+    };
+    assert!(
+        acked("node-0.log") > 100,
+        "node 0 did not commit before the cut"
+    );
+    let fault = unix_ns();
+    c.partition(0, &[1, 2]).unwrap();
+    for k in 1..NODES {
+        c.partition(k, &[0]).unwrap();
+    }
+    std::thread::sleep(CUT_FOR);
+    let successor = (1..NODES)
+        .find(|k| {
+            std::fs::read_to_string(c.path(&format!("node-{k}.log")))
+                .unwrap_or_default()
+                .contains(" R promoted")
+        })
+        .expect("the majority made no successor during the partition");
+    for h in 0..NODES {
+        c.heal(h).unwrap();
+    }
+    let healed = Instant::now();
+    // The old primary learns it was left out, and stops.
+    let out = primary
+        .wait_output(Duration::from_secs(20))
+        .expect("the cut-off primary did not stop after the heal");
+    let expelled_after = healed.elapsed();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let log0 = std::fs::read_to_string(c.path("node-0.log")).unwrap();
+    assert!(log0.contains(" R expelled"), "{log0}");
+    procs.push(c.spawn(0, bin, &args(0, "node-0b.log", Some(successor))));
+    let end = Duration::from_millis(until_ms.saturating_sub(unix_ns() / 1_000_000));
+    std::thread::sleep(end + Duration::from_millis(500));
+    for p in &procs {
+        p.term();
+    }
+    for p in procs {
+        let o = p.wait_output(Duration::from_secs(20)).unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "{:?}: {out}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains("\"conserved\":true"), "{out}");
+    }
+    let mut check = std::process::Command::new(bin);
+    check.args(["chaos", "crmem"]);
+    for log in ["node-0.log", "node-1.log", "node-2.log", "node-0b.log"] {
+        check.arg(c.path(log));
+    }
+    check.args(["--fault", &format!("{fault}:0")]);
+    let o = check.output().unwrap();
+    let report = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "the checker found violations:\n{report}"
+    );
+    assert!(report.contains("3 ended with their copy"), "{report}");
+    let recovery = number_after(&report, "committing again after")
+        .unwrap_or_else(|| panic!("no commit after the cut:\n{report}"));
+    let summary = report.lines().find(|l| l.contains("nodes,")).unwrap_or("");
+    say(&format!(
+        "netns_crmem partition: {summary}; node 0 cut off from 1 and 2 for {:.1} s; node {successor} committing after {recovery:.1} ms; \
+         node 0 expelled {:.0} ms after the heal, then recovered from node {successor}; {:.1} s in all",
+        CUT_FOR.as_secs_f64(),
+        expelled_after.as_secs_f64() * 1e3,
+        started.elapsed().as_secs_f64()
+    ));
+    Some((summary.to_string(), recovery))
+}
+
+#[test]
+fn a_partitioned_primary_is_fenced_by_the_membership_group() {
+    run_partition();
+}
+
 #[test]
 fn a_crmem_mirror_loses_no_acknowledged_commit_across_namespaces() {
-    run();
+    run(false);
 }
 
 #[test]
 #[ignore]
 fn netns_crmem_repeated() {
+    let membership = std::env::var("TXCAST_CHAOS_MEMBERSHIP").is_ok_and(|v| v == "1");
+    repeat("netns_crmem (kill -9)", || run(membership));
+}
+
+#[test]
+#[ignore]
+fn netns_crmem_partition_repeated() {
+    repeat("netns_crmem (partition)", run_partition);
+}
+
+/// Runs `run` `TXCAST_CHAOS_RUNS` times (default 10) and prints the recovery's p50 and p99.
+fn repeat(what: &str, run: impl Fn() -> Option<(String, f64)>) {
     let runs: usize = std::env::var("TXCAST_CHAOS_RUNS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -183,7 +338,7 @@ fn netns_crmem_repeated() {
     rec.sort_by(f64::total_cmp);
     let at = |p: f64| rec[((p * rec.len() as f64).ceil() as usize).clamp(1, rec.len()) - 1];
     say(&format!(
-        "netns_crmem: {runs} runs, committing again after the kill: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        "{what}: {runs} runs, committing again after the fault: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         at(0.5),
         at(0.99),
         rec[rec.len() - 1]
