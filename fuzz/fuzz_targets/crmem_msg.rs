@@ -53,6 +53,12 @@ fn encode(m: &Msg<'_>) -> Vec<u8> {
             &mut out,
         ),
         Msg::Dropped => msg::dropped(&mut out),
+        Msg::CatchUp {
+            nonce,
+            seq,
+            primary,
+        } => msg::catch_up(*nonce, *seq, *primary, &mut out),
+        Msg::Resume { nonce, from, to } => msg::resume(*nonce, *from, *to, &mut out),
     }
     out
 }

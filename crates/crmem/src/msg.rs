@@ -11,6 +11,11 @@
 //!   incarnation and retransmitted by the link to this one, are not taken for this one's).
 //! - `DROPPED`: the primary tells a backup it stopped counting on it (it took it for dead);
 //!   the backup recovers through a snapshot before it counts again.
+//! - `CATCH_UP`: a backup whose primary died asks the successor for the commits it lacks,
+//!   naming the request (a nonce, as `SNAP_REQ`), the last commit it holds and the primary
+//!   it followed.
+//! - `RESUME`: the successor's answer: undo the commits above `from` (the old primary's
+//!   that the successor never had), then apply the WRITE parts that follow up to `to`.
 //! - `SNAP`: a piece of one segment (`segment, offset, bytes`) for request `nonce`, flagged
 //!   last on the final piece of the final segment, with the commit sequence number the
 //!   snapshot covers.
@@ -24,6 +29,8 @@ pub const ACK: u8 = 2;
 pub const SNAP_REQ: u8 = 3;
 pub const SNAP: u8 = 4;
 pub const DROPPED: u8 = 5;
+pub const CATCH_UP: u8 = 6;
+pub const RESUME: u8 = 7;
 
 /// A WRITE part's fixed fields: magic, kind, seq, part, parts, ranges.
 pub const WRITE_HEADER: usize = 2 + 8 + 2 + 2 + 2;
@@ -47,16 +54,36 @@ pub enum MsgError {
     Trailing,
     #[error("part {part} of {parts}: not a valid part index")]
     Part { part: u16, parts: u16 },
+    #[error("resume from commit {from} to {to}: the first above the second")]
+    Order { from: u64, to: u64 },
 }
 
 /// A decoded message, borrowing the datagram.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Msg<'a> {
     Write(WritePart<'a>),
-    Ack { seq: u64 },
-    SnapReq { nonce: u64 },
+    Ack {
+        seq: u64,
+    },
+    SnapReq {
+        nonce: u64,
+    },
     Snap(SnapPiece<'a>),
     Dropped,
+    /// A backup whose primary (`primary`) died asks the successor for what it lacks: it
+    /// holds that primary's commits up to `seq`.
+    CatchUp {
+        nonce: u64,
+        seq: u64,
+        primary: u16,
+    },
+    /// The successor's answer: undo the commits above `from`, then apply the WRITE parts that
+    /// follow, up to `to`; a backup at `to` again.
+    Resume {
+        nonce: u64,
+        from: u64,
+        to: u64,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -148,6 +175,23 @@ impl<'a> Msg<'a> {
                 fixed(r)?;
                 Ok(Msg::Dropped)
             }
+            CATCH_UP => {
+                let (nonce, seq, primary) = (r.u64()?, r.u64()?, r.u16()?);
+                fixed(r)?;
+                Ok(Msg::CatchUp {
+                    nonce,
+                    seq,
+                    primary,
+                })
+            }
+            RESUME => {
+                let (nonce, from, to) = (r.u64()?, r.u64()?, r.u64()?);
+                fixed(r)?;
+                if from > to {
+                    return Err(MsgError::Order { from, to });
+                }
+                Ok(Msg::Resume { nonce, from, to })
+            }
             k => Err(MsgError::Kind(k)),
         }
     }
@@ -218,6 +262,26 @@ pub fn ack(seq: u64, out: &mut Vec<u8>) {
 pub fn dropped(out: &mut Vec<u8>) {
     out.clear();
     Writer::new(out).u8(MAGIC).u8(DROPPED);
+}
+
+pub fn catch_up(nonce: u64, seq: u64, primary: u16, out: &mut Vec<u8>) {
+    out.clear();
+    Writer::new(out)
+        .u8(MAGIC)
+        .u8(CATCH_UP)
+        .u64(nonce)
+        .u64(seq)
+        .u16(primary);
+}
+
+pub fn resume(nonce: u64, from: u64, to: u64, out: &mut Vec<u8>) {
+    out.clear();
+    Writer::new(out)
+        .u8(MAGIC)
+        .u8(RESUME)
+        .u64(nonce)
+        .u64(from)
+        .u64(to);
 }
 
 pub fn snap_req(nonce: u64, out: &mut Vec<u8>) {

@@ -18,6 +18,12 @@
 //! the log in order, and commits complete in log order, so it can never be durable while this
 //! one is lost. A read-only transaction completes behind the commits before it for the same
 //! reason.
+//!
+//! **Failover.** Every backup keeps its recent commits (a tail of twice the log budget,
+//! with the bytes each overwrote): when the primary dies the backups hold prefixes of its
+//! log that differ by at most the commits in flight, so a backup follows the successor by
+//! undoing the commits the successor lacks and applying those it lacks itself, without a
+//! snapshot of the segments (see [`Node::primary_down`]).
 
 use crate::lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
 use crate::msg::{self, Msg, WriteBuilder, RANGE_HEADER, WRITE_HEADER};
@@ -46,6 +52,8 @@ pub const MESSAGE_BYTES_MAX: usize = 1024;
 const PENDING_COST: usize = 64;
 /// A recovering node asks again when its snapshot makes no progress for this long.
 const SNAPSHOT_RETRY_NS: u64 = 200_000_000;
+/// CATCH_UP requests a backup keeps for a promotion of its own that has not happened yet.
+const EARLY_CATCH_UPS_MAX: usize = 16;
 
 /// A node's limits.
 #[derive(Clone, Debug)]
@@ -85,7 +93,8 @@ pub enum Role {
     Primary { backups: Vec<NodeId> },
     /// Holds a replica; applies the primary's commits.
     Backup { primary: NodeId },
-    /// Restarted: waits for a snapshot from `from` before it serves.
+    /// Restarted, dropped, or following a new primary: waits for a snapshot from `from`, or
+    /// catches up from it, before it serves.
     Recovering { from: NodeId },
 }
 
@@ -124,7 +133,7 @@ pub enum Event {
     Aborted(TxnId, AbortReason),
     /// This backup became the primary (its primary died).
     Promoted,
-    /// The snapshot came: this node is a backup now.
+    /// The snapshot came, or the catch-up ended: this node is a backup now.
     Recovered,
     /// A backup died; commits go on to the others (none left: the primary alone holds them).
     BackupLost(NodeId),
@@ -176,6 +185,13 @@ pub struct Counters {
     pub duplicates: u64,
     /// Commits that completed with fewer backups than configured.
     pub degraded: u64,
+    /// Times this backup followed a new primary by catching up from its tail (no snapshot).
+    pub caught_up: u64,
+    /// Snapshots this node sent (to restarted nodes, and to backups it could not catch up).
+    pub snapshots_sent: u64,
+    /// Commits a backup undid while catching up: its dead primary's, which the successor
+    /// never had (none of them acknowledged).
+    pub undone: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -198,6 +214,17 @@ struct Pending {
     txn: TxnId,
     bytes: usize,
     missing: Vec<NodeId>,
+}
+
+/// A recent commit as this node applied it (a backup: with the old bytes it overwrote) or
+/// shipped it (a primary whose backups catch up).
+struct TailEntry {
+    seq: u64,
+    /// Its WRITE parts as they travel.
+    parts: Vec<Vec<u8>>,
+    /// The ranges' bytes before it, to undo it (`None`: it cannot be undone here).
+    undo: Option<Vec<(SegmentId, u32, Vec<u8>)>>,
+    cost: usize,
 }
 
 /// A remote atomic write being received.
@@ -235,6 +262,26 @@ pub struct Node {
     snap_next: (SegmentId, u32),
     /// When the snapshot last made progress (`None`: not yet seen by a clock).
     snap_heard: Option<Instant>,
+    /// Recent commits, oldest first, consecutive: a backup keeps the last twice the log
+    /// budget (every commit another backup may lack, or hold alone, when the primary dies);
+    /// a new primary adds its own while backups catch up.
+    tail: VecDeque<TailEntry>,
+    tail_cost: usize,
+    /// The commit number at which this node became the primary, and the primary it followed
+    /// until then (`None`: the first primary, or restored from disk).
+    promoted_at: u64,
+    promoted_from: Option<NodeId>,
+    /// Backups of this new primary that have not caught up yet: its commits wait for them
+    /// but are not shipped to them until their CATCH_UP (or snapshot request) is answered.
+    syncing: Vec<NodeId>,
+    /// CATCH_UP requests that came while this node was still a backup: (from, nonce, seq,
+    /// primary), answered if it is promoted.
+    early: Vec<(NodeId, u64, u64, NodeId)>,
+    /// Recovering by catching up (CATCH_UP sent) rather than by a snapshot: the dead
+    /// primary this node followed.
+    catching: Option<NodeId>,
+    /// While catching up: the commit number the successor's RESUME said to reach.
+    resume_to: Option<u64>,
 }
 
 impl Node {
@@ -262,6 +309,14 @@ impl Node {
             snap_asked: 0,
             snap_next: (0, 0),
             snap_heard: None,
+            tail: VecDeque::new(),
+            tail_cost: 0,
+            promoted_at: 0,
+            promoted_from: None,
+            syncing: Vec::new(),
+            early: Vec::new(),
+            catching: None,
+            resume_to: None,
         };
         if let Role::Recovering { from } = n.role {
             n.ask_snapshot(from);
@@ -269,16 +324,50 @@ impl Node {
         n
     }
 
-    /// Becomes a node recovering from `from`, and asks it for a snapshot.
-    fn ask_snapshot(&mut self, from: NodeId) {
+    /// Becomes a node recovering from `from` under a new request nonce.
+    fn recover_from(&mut self, from: NodeId) {
         self.snap_asked += 1;
         self.snap_nonce = self.cfg.incarnation << 20 | (self.snap_asked & 0xF_FFFF);
         self.snap_next = (0, 0);
         self.snap_heard = None;
         self.role = Role::Recovering { from };
+        self.resume_to = None;
+    }
+
+    /// Becomes a node recovering from `from`, and asks it for a snapshot.
+    fn ask_snapshot(&mut self, from: NodeId) {
+        self.recover_from(from);
+        self.catching = None;
         let mut m = Vec::new();
         msg::snap_req(self.snap_nonce, &mut m);
         self.out.push_back((from, m));
+    }
+
+    /// Becomes a backup catching up from `from`, the successor of its dead primary `old`:
+    /// asks for the commits it lacks (see [`Node::primary_down`]).
+    fn ask_catch_up(&mut self, from: NodeId, old: NodeId) {
+        self.recover_from(from);
+        self.catching = Some(old);
+        let mut m = Vec::new();
+        msg::catch_up(self.snap_nonce, self.seq, old, &mut m);
+        self.out.push_back((from, m));
+    }
+
+    /// Keeps a commit at the tail's end, and drops the oldest beyond the budget.
+    fn keep(&mut self, e: TailEntry) {
+        self.tail_cost += e.cost;
+        self.tail.push_back(e);
+        while self.tail_cost > 2 * self.cfg.log_bytes {
+            let Some(old) = self.tail.pop_front() else {
+                break;
+            };
+            self.tail_cost -= old.cost;
+        }
+    }
+
+    fn clear_tail(&mut self) {
+        self.tail.clear();
+        self.tail_cost = 0;
     }
 
     pub fn role(&self) -> &Role {
@@ -531,8 +620,29 @@ impl Node {
         if self.cfg.disk_log {
             backups.push(DISK);
         }
-        if !writes.is_empty() && !backups.is_empty() {
-            self.ship(seq, &writes, parts as u16, room, &backups);
+        // Backups still catching up get this commit from the tail, after what they lack.
+        let recording = !self.syncing.is_empty();
+        if !writes.is_empty() && (!backups.is_empty() || recording) {
+            let to: Vec<NodeId> = if recording {
+                let syncing = &self.syncing;
+                backups
+                    .iter()
+                    .copied()
+                    .filter(|k| !syncing.contains(k))
+                    .collect()
+            } else {
+                backups.clone()
+            };
+            let kept = self.ship(seq, &writes, parts as u16, room, &to, recording);
+            if recording {
+                let cost = kept.iter().map(Vec::len).sum::<usize>().max(PENDING_COST);
+                self.keep(TailEntry {
+                    seq,
+                    parts: kept,
+                    undo: None,
+                    cost,
+                });
+            }
         }
         txmem::release(&mut self.segments, &t.held);
         self.log_used += bytes;
@@ -551,8 +661,18 @@ impl Node {
         Ok(seq)
     }
 
-    /// Sends commit `seq`'s write ranges to `backups` in `parts` WRITE messages.
-    fn ship(&mut self, seq: u64, writes: &[SetRange], parts: u16, room: usize, backups: &[NodeId]) {
+    /// Sends commit `seq`'s write ranges to `backups` in `parts` WRITE messages; returns
+    /// them too if `keep`.
+    fn ship(
+        &mut self,
+        seq: u64,
+        writes: &[SetRange],
+        parts: u16,
+        room: usize,
+        backups: &[NodeId],
+        keep: bool,
+    ) -> Vec<Vec<u8>> {
+        let mut kept = Vec::new();
         let mut part = 0u16;
         let mut m = Vec::with_capacity(self.cfg.message_bytes);
         let mut b = WriteBuilder::new(&mut m, seq, part, parts);
@@ -565,6 +685,9 @@ impl Node {
                     b.finish();
                     for &k in backups {
                         self.out.push_back((k, m.clone()));
+                    }
+                    if keep {
+                        kept.push(m.clone());
                     }
                     part += 1;
                     b = WriteBuilder::new(&mut m, seq, part, parts);
@@ -583,6 +706,10 @@ impl Node {
         for &k in backups {
             self.out.push_back((k, m.clone()));
         }
+        if keep {
+            kept.push(m);
+        }
+        kept
     }
 
     /// `from` holds every commit up to `seq` (acknowledgements are cumulative: a backup
@@ -624,6 +751,7 @@ impl Node {
         }
         self.seq = seq;
         self.durable = seq;
+        self.promoted_at = seq;
         true
     }
 
@@ -661,7 +789,12 @@ impl Node {
             match self.snap_heard {
                 None => self.snap_heard = Some(now),
                 Some(t) if now.0 >= t.0 + SNAPSHOT_RETRY_NS => {
-                    self.ask_snapshot(from);
+                    // A catch-up not answered yet (nothing undone) is asked again; one cut
+                    // short after its RESUME falls back to a snapshot.
+                    match (self.catching, self.resume_to) {
+                        (Some(old), None) => self.ask_catch_up(from, old),
+                        _ => self.ask_snapshot(from),
+                    }
                     self.snap_heard = Some(now);
                 }
                 _ => {}
@@ -718,13 +851,62 @@ impl Node {
             (Msg::Write(w), Role::Backup { primary }) if from == primary => {
                 self.on_write(from, w.seq, w.part, w.parts, bytes)
             }
-            (Msg::Ack { seq }, Role::Primary { .. }) if from != DISK => self.acked(from, seq),
-            (Msg::SnapReq { nonce }, Role::Primary { mut backups }) => {
-                self.send_snapshot(from, nonce);
-                if !backups.contains(&from) {
-                    backups.push(from);
+            (Msg::Write(w), Role::Recovering { from: src })
+                if from == src && self.resume_to.is_some() =>
+            {
+                // What the successor's RESUME announced, up to its commit `to`.
+                let before = self.seq;
+                self.on_write(from, w.seq, w.part, w.parts, bytes);
+                if self.seq != before {
+                    self.snap_heard = None;
                 }
-                self.role = Role::Primary { backups };
+                if self.resume_to == Some(self.seq) {
+                    self.caught_up(src);
+                }
+            }
+            (Msg::Ack { seq }, Role::Primary { .. }) if from != DISK => self.acked(from, seq),
+            (Msg::SnapReq { nonce }, Role::Primary { .. }) => {
+                self.send_snapshot(from, nonce);
+                self.synced(from);
+            }
+            (
+                Msg::CatchUp {
+                    nonce,
+                    seq,
+                    primary,
+                },
+                Role::Primary { .. },
+            ) => self.answer_catch_up(from, nonce, seq, primary),
+            (
+                Msg::CatchUp {
+                    nonce,
+                    seq,
+                    primary,
+                },
+                Role::Backup { .. },
+            ) => {
+                // The others took this node for the successor before it knew: answered if it
+                // is promoted (else the asker retries, or asks its snapshot elsewhere).
+                self.early.retain(|e| e.0 != from);
+                if self.early.len() < EARLY_CATCH_UPS_MAX {
+                    self.early.push((from, nonce, seq, primary));
+                }
+            }
+            (Msg::Resume { nonce, from: r, to }, Role::Recovering { from: src })
+                if from == src
+                    && self.catching.is_some()
+                    && nonce == self.snap_nonce
+                    && self.resume_to.is_none() =>
+            {
+                self.snap_heard = None;
+                if !self.rewind(r) {
+                    // Its tail does not reach back that far (or it cannot undo what it has).
+                    self.ask_snapshot(src);
+                } else if self.seq == to {
+                    self.caught_up(src);
+                } else {
+                    self.resume_to = Some(to);
+                }
             }
             (Msg::Dropped, Role::Backup { primary }) if from == primary => {
                 // The primary stopped counting on this replica (it took it for dead): it must
@@ -756,6 +938,9 @@ impl Node {
                     self.counters.refused += 1;
                     return;
                 }
+                // The memory is the snapshot's now: what the tail would undo is gone.
+                self.catching = None;
+                self.clear_tail();
                 if !empty {
                     let end = off + s.bytes.len() as u32;
                     self.snap_next = if end as usize == self.segments[seg as usize].mem.len() {
@@ -833,25 +1018,116 @@ impl Node {
             self.counters.refused += 1;
             return;
         }
+        // A backup keeps the commit and the bytes it overwrites (a disk replay does not).
+        let keep = from != DISK;
+        let mut undo = Vec::new();
         for m in &a.got {
             if let Ok(Msg::Write(w)) = Msg::parse(m) {
                 for r in w.ranges() {
                     let o = r.offset as usize;
-                    self.segments[r.segment as usize].mem[o..o + r.bytes.len()]
-                        .copy_from_slice(r.bytes);
+                    let dst = &mut self.segments[r.segment as usize].mem[o..o + r.bytes.len()];
+                    if keep {
+                        undo.push((r.segment, r.offset, dst.to_vec()));
+                    }
+                    dst.copy_from_slice(r.bytes);
                 }
             }
         }
         self.seq = seq;
         self.counters.applied += 1;
+        if keep {
+            let cost = (a.bytes + undo.iter().map(|u| u.2.len()).sum::<usize>()).max(PENDING_COST);
+            self.keep(TailEntry {
+                seq,
+                parts: a.got,
+                undo: Some(undo),
+                cost,
+            });
+        }
         msg::ack(seq, &mut self.buf);
         self.out.push_back((from, self.buf.clone()));
+    }
+
+    /// Undoes the tail's commits above `r`, newest first. False if the tail does not hold
+    /// them all, or holds one it cannot undo (the memory is then in between: the caller
+    /// takes a snapshot).
+    fn rewind(&mut self, r: u64) -> bool {
+        while self.seq > r {
+            let Some(e) = self.tail.pop_back() else {
+                return false;
+            };
+            self.tail_cost -= e.cost;
+            let Some(undo) = e.undo.filter(|_| e.seq == self.seq) else {
+                return false;
+            };
+            for (seg, off, old) in undo.iter().rev() {
+                let o = *off as usize;
+                self.segments[*seg as usize].mem[o..o + old.len()].copy_from_slice(old);
+            }
+            self.seq -= 1;
+            self.counters.undone += 1;
+        }
+        true
+    }
+
+    /// Caught up with the successor `src`: a backup of it again.
+    fn caught_up(&mut self, src: NodeId) {
+        self.counters.caught_up += 1;
+        self.role = Role::Backup { primary: src };
+        self.catching = None;
+        self.resume_to = None;
+        self.snap_heard = None;
+        self.events.push_back(Event::Recovered);
+        // The new primary's commits up to here wait for this.
+        msg::ack(self.seq, &mut self.buf);
+        self.out.push_back((src, self.buf.clone()));
+    }
+
+    /// Backup `k` has (or is sent) everything up to now: commits are shipped to it again.
+    fn synced(&mut self, k: NodeId) {
+        if let Role::Primary { backups } = &mut self.role {
+            if !backups.contains(&k) {
+                backups.push(k);
+            }
+        }
+        self.syncing.retain(|&b| b != k);
+        if self.syncing.is_empty() {
+            // Kept only for the backups catching up.
+            self.clear_tail();
+        }
+    }
+
+    /// Backup `from`, which held commits up to `seq` of `old` (the primary this node
+    /// followed until its promotion), asks for what it lacks. Both held a prefix of `old`'s
+    /// commits, so they agree up to the smaller of `seq` and this node's promotion point:
+    /// the backup undoes what it has above that (`old`'s commits this node never had, none
+    /// of them acknowledged) and applies this node's commits from there, from the tail. A
+    /// tail that does not reach back that far, or another history, takes a snapshot.
+    fn answer_catch_up(&mut self, from: NodeId, nonce: u64, seq: u64, old: NodeId) {
+        let r = seq.min(self.promoted_at);
+        let reaches = r == self.seq
+            || (self.tail.front().is_some_and(|e| e.seq <= r + 1)
+                && self.tail.back().is_some_and(|e| e.seq == self.seq));
+        if self.promoted_from == Some(old) && reaches {
+            let mut m = Vec::new();
+            msg::resume(nonce, r, self.seq, &mut m);
+            self.out.push_back((from, m));
+            for e in self.tail.iter().filter(|e| e.seq > r) {
+                for p in &e.parts {
+                    self.out.push_back((from, p.clone()));
+                }
+            }
+        } else {
+            self.send_snapshot(from, nonce);
+        }
+        self.synced(from);
     }
 
     /// Sends every segment to `to` as it would be with every open transaction rolled back,
     /// and the commit sequence number it covers. Commits after it follow on the same
     /// in-order channel.
     fn send_snapshot(&mut self, to: NodeId, nonce: u64) {
+        self.counters.snapshots_sent += 1;
         let piece = self
             .cfg
             .message_bytes
@@ -919,6 +1195,10 @@ impl Node {
             return;
         }
         backups.retain(|&b| b != k);
+        self.syncing.retain(|&b| b != k);
+        if self.syncing.is_empty() {
+            self.clear_tail();
+        }
         for p in self.pending.iter_mut() {
             if p.missing.contains(&k) {
                 p.missing.retain(|&b| b != k);
@@ -947,35 +1227,51 @@ impl Node {
 
     /// This backup's primary is dead and `successor` takes over (the backups agree on it,
     /// e.g. the lowest live node of the configuration). If that is this node it becomes the
-    /// primary; otherwise it takes a snapshot from the successor, whose log may hold a
-    /// prefix of the old primary's other than this node's. A commit whose last part never
+    /// primary; otherwise it catches up from the successor, whose log may hold a prefix of
+    /// the old primary's other than this node's: it sends CATCH_UP with its last commit;
+    /// the successor answers RESUME (undo the old primary's commits above the point where
+    /// the two agree, none of them acknowledged) and the commits it lacks from its tail, or
+    /// a snapshot when its tail does not reach back that far. A commit whose last part never
     /// came was never acknowledged: it is dropped.
     ///
     /// `live` are the other nodes believed alive: a new primary makes them its backups, so
-    /// its commits wait until they have rejoined (through a snapshot, acknowledged) rather
-    /// than complete on one replica. A node still recovering from the dead primary asks the
-    /// successor instead.
+    /// its commits wait until they have caught up (acknowledged) rather than complete on one
+    /// replica; it ships them nothing until then, and sends its own commits meanwhile after
+    /// what they lack. A node still recovering from the dead primary asks the successor for
+    /// a snapshot instead.
     pub fn primary_down(&mut self, successor: NodeId, live: &[NodeId]) {
-        match self.role {
-            Role::Backup { .. } => {}
+        let old = match self.role {
+            Role::Backup { primary } => primary,
             Role::Recovering { from } if from != successor && successor != self.cfg.node => {
                 self.ask_snapshot(successor);
                 return;
             }
             _ => return,
-        }
+        };
+        // A commit whose last part never came was never acknowledged.
         self.assembling = None;
         if successor == self.cfg.node {
             self.durable = self.seq;
-            let backups = live
+            let backups: Vec<NodeId> = live
                 .iter()
                 .copied()
                 .filter(|&k| k != self.cfg.node)
                 .collect();
+            self.promoted_at = self.seq;
+            self.promoted_from = Some(old);
+            self.syncing = backups.clone();
             self.role = Role::Primary { backups };
             self.events.push_back(Event::Promoted);
+            for (k, nonce, seq, p) in std::mem::take(&mut self.early) {
+                if self.syncing.contains(&k) {
+                    self.answer_catch_up(k, nonce, seq, p);
+                }
+            }
+            if self.syncing.is_empty() {
+                self.clear_tail();
+            }
         } else {
-            self.ask_snapshot(successor);
+            self.ask_catch_up(successor, old);
         }
     }
 }

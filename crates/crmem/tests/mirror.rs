@@ -282,7 +282,7 @@ fn a_lost_backup_lets_commits_complete_degraded() {
 }
 
 #[test]
-fn the_other_backups_follow_the_successor_through_a_snapshot() {
+fn the_other_backups_catch_up_with_the_successor_without_a_snapshot() {
     let mut c = cluster(2);
     let t1 = c[0].begin(FAR).unwrap();
     write(&mut c[0], t1, 0, &[1; 10]);
@@ -301,6 +301,9 @@ fn the_other_backups_follow_the_successor_through_a_snapshot() {
     assert_eq!(events(&mut c[2]), [Event::Recovered]);
     assert_eq!(c[2].seq(), 1);
     assert_eq!(c[2].segment(0), c[1].segment(0));
+    // From the successor's tail: commit 1 alone, no snapshot.
+    assert_eq!(c[2].counters().caught_up, 1);
+    assert_eq!(c[1].counters().snapshots_sent, 0);
     // Backup 2 serves the new primary from here on.
     let t = c[1].begin(FAR).unwrap();
     write(&mut c[1], t, 20, &[2; 10]);
@@ -308,6 +311,118 @@ fn the_other_backups_follow_the_successor_through_a_snapshot() {
     pump(&mut c, &[0]);
     assert_eq!(events(&mut c[1]), [Event::Committed(t)]);
     assert_eq!(c[2].segment(0), c[1].segment(0));
+}
+
+#[test]
+fn a_backup_undoes_the_dead_primarys_commits_the_successor_never_had() {
+    let mut c = cluster(2);
+    let t1 = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t1, 0, &[1; 10]);
+    c[0].commit(t1).unwrap();
+    pump(&mut c, &[]);
+    let t2 = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t2, 5, &[2; 30]);
+    c[0].commit(t2).unwrap();
+    // Commit 2 (never acknowledged) reaches backup 2 only; then the primary dies.
+    let msgs: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
+    for (k, m) in msgs.iter().filter(|(k, _)| *k == 2) {
+        c[*k as usize].handle_message(0, m);
+    }
+    assert_eq!((c[1].seq(), c[2].seq()), (1, 2));
+    c[1].primary_down(1, &[1, 2]);
+    c[2].primary_down(1, &[1, 2]);
+    pump(&mut c, &[0]);
+    assert_eq!(events(&mut c[1]), [Event::Promoted]);
+    assert_eq!(events(&mut c[2]), [Event::Recovered]);
+    assert_eq!(c[2].seq(), 1);
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+    assert_eq!(
+        &c[2].segment(0).unwrap()[..12],
+        &[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]
+    );
+    assert_eq!((c[2].counters().undone, c[2].counters().caught_up), (1, 1));
+    assert_eq!(c[1].counters().snapshots_sent, 0);
+    // The successor's own commit 2 is not the dead primary's.
+    let t = c[1].begin(FAR).unwrap();
+    write(&mut c[1], t, 100, &[3; 10]);
+    assert_eq!(c[1].commit(t), Ok(2));
+    pump(&mut c, &[0]);
+    assert_eq!(events(&mut c[1]), [Event::Committed(t)]);
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+}
+
+#[test]
+fn the_new_primarys_commits_wait_for_a_backup_catching_up_and_reach_it_in_order() {
+    let mut c = cluster(2);
+    let t1 = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t1, 0, &[1; 10]);
+    c[0].commit(t1).unwrap();
+    pump(&mut c, &[]);
+    // Node 1 takes over and commits twice before backup 2 knows the primary died.
+    c[1].primary_down(1, &[1, 2]);
+    let mut mine = Vec::new();
+    for (i, off) in [(2u8, 200u32), (3, 300)] {
+        let t = c[1].begin(FAR).unwrap();
+        write(&mut c[1], t, off, &[i; 10]);
+        c[1].commit(t).unwrap();
+        mine.push(t);
+    }
+    // Nothing is shipped to a backup that has not caught up, and nothing completes.
+    assert!(std::iter::from_fn(|| c[1].poll_transmit()).next().is_none());
+    assert_eq!(events(&mut c[1]), [Event::Promoted]);
+    c[2].primary_down(1, &[1, 2]);
+    pump(&mut c, &[0]);
+    assert_eq!(
+        events(&mut c[1]),
+        [Event::Committed(mine[0]), Event::Committed(mine[1])]
+    );
+    assert_eq!(c[2].seq(), 3);
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+    assert_eq!(c[1].counters().snapshots_sent, 0);
+}
+
+#[test]
+fn a_backup_the_tail_does_not_reach_takes_a_snapshot() {
+    // Backups keep a tail of twice their log budget: 300 bytes here, a few commits.
+    let small = |node| Config {
+        node,
+        log_bytes: 150,
+        ..Config::default()
+    };
+    let mut c = vec![Node::new(
+        cfg(0),
+        Role::Primary {
+            backups: vec![1, 2],
+        },
+    )];
+    c.push(Node::new(small(1), Role::Backup { primary: 0 }));
+    c.push(Node::new(small(2), Role::Backup { primary: 0 }));
+    for n in &mut c {
+        n.add_segment(4000, LockMapping::None).unwrap();
+    }
+    // Ten commits reach backup 1 only.
+    for i in 0..10u8 {
+        let t = c[0].begin(FAR).unwrap();
+        assert_eq!(
+            c[0].set_range(t, 0, 40 * i as u32, 40, Mode::Write),
+            Ok(Lock::Granted)
+        );
+        c[0].range_mut(t, 0, 40 * i as u32, 40).unwrap().fill(i + 1);
+        c[0].commit(t).unwrap();
+    }
+    let msgs: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
+    for (k, m) in msgs.iter().filter(|(k, _)| *k == 1) {
+        c[*k as usize].handle_message(0, m);
+    }
+    assert_eq!((c[1].seq(), c[2].seq()), (10, 0));
+    c[1].primary_down(1, &[1, 2]);
+    c[2].primary_down(1, &[1, 2]);
+    pump(&mut c, &[0]);
+    assert_eq!(c[2].role(), &Role::Backup { primary: 1 });
+    assert_eq!(c[2].seq(), 10);
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+    assert_eq!(c[1].counters().snapshots_sent, 1);
+    assert_eq!(c[2].counters().caught_up, 0);
 }
 
 #[test]
@@ -374,7 +489,18 @@ fn a_snapshot_request_refused_before_the_promotion_is_asked_again() {
     write(&mut c[0], t, 0, &[1; 10]);
     c[0].commit(t).unwrap();
     pump(&mut c, &[]);
-    // Backup 2 hears of the primary's death first: its request reaches 1, still a backup.
+    // Node 2 restarted and recovers from the primary, which dies; the request it sends the
+    // successor reaches 1 while 1 is still a backup.
+    c[2] = Node::new(cfg(2), Role::Recovering { from: 0 });
+    c[2].add_segment(
+        4000,
+        LockMapping::Records {
+            record_bytes: 100,
+            per_lock: 10,
+        },
+    )
+    .unwrap();
+    let _ = c[2].poll_transmit();
     c[2].primary_down(1, &[1, 2]);
     pump(&mut c, &[0]);
     assert_eq!(c[2].role(), &Role::Recovering { from: 1 });
@@ -388,6 +514,24 @@ fn a_snapshot_request_refused_before_the_promotion_is_asked_again() {
     let later = Instant(now.0 + 200_000_000);
     assert_eq!(c[2].poll_timeout(), Some(later));
     c[2].handle_timeout(later);
+    pump(&mut c, &[0]);
+    assert_eq!(c[2].role(), &Role::Backup { primary: 1 });
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+}
+
+#[test]
+fn a_catch_up_asked_before_the_promotion_is_answered_at_it() {
+    let mut c = cluster(2);
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 0, &[1; 10]);
+    c[0].commit(t).unwrap();
+    pump(&mut c, &[]);
+    // Backup 2 hears of the primary's death first: its request reaches 1, still a backup.
+    c[2].primary_down(1, &[1, 2]);
+    pump(&mut c, &[0]);
+    assert_eq!(c[2].role(), &Role::Recovering { from: 1 });
+    assert_eq!(c[1].counters().refused, 0);
+    c[1].primary_down(1, &[1, 2]);
     pump(&mut c, &[0]);
     assert_eq!(c[2].role(), &Role::Backup { primary: 1 });
     assert_eq!(c[2].segment(0), c[1].segment(0));

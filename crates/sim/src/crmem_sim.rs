@@ -1233,4 +1233,7 @@ pub(crate) fn add_counters(a: &mut Counters, b: &Counters) {
     a.refused += b.refused;
     a.duplicates += b.duplicates;
     a.degraded += b.degraded;
+    a.caught_up += b.caught_up;
+    a.snapshots_sent += b.snapshots_sent;
+    a.undone += b.undone;
 }

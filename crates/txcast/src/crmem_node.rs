@@ -335,6 +335,7 @@ fn serve(args: &CrmemArgs) -> Result<i32, String> {
         copy.counter, copy.digest
     ));
     let role = role_name(&c.role());
+    let counters = c.counters();
     if args.json {
         let line = serde_json::json!({
             "node": me,
@@ -351,6 +352,9 @@ fn serve(args: &CrmemArgs) -> Result<i32, String> {
             "failed": failed,
             "promoted": promoted_at.is_some(),
             "peer_unreachable": c.host().counters().peer_unreachable,
+            "caught_up": counters.caught_up,
+            "undone": counters.undone,
+            "snapshots_sent": counters.snapshots_sent,
         });
         println!("{line}");
     } else {

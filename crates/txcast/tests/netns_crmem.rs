@@ -138,11 +138,16 @@ fn run(membership: bool) -> Option<(String, f64)> {
             String::from_utf8_lossy(&o.stderr)
         );
         assert!(out.contains("\"conserved\":true"), "{out}");
-        if i + 1 == successor {
+        let field = |name: &str| number_after(&out.replace([',', ':'], " "), name);
+        if i + 1 == successor && !membership {
             // Its host answered the successor's heartbeats with "port unreachable" once the
             // primary's process was gone: it took over on that, not on the silence.
-            let n = number_after(&out.replace([',', ':'], " "), "\"peer_unreachable\"");
+            let n = field("\"peer_unreachable\"");
             assert!(n.is_some_and(|n| n >= 1.0), "{out}");
+        }
+        if i < 2 && i + 1 != successor {
+            // The other backup followed the successor from its tail, without a snapshot.
+            assert!(field("\"caught_up\"").is_some_and(|n| n >= 1.0), "{out}");
         }
     }
     let mut check = std::process::Command::new(bin);
