@@ -30,7 +30,7 @@
 pub use crate::disklog::DiskPosition;
 use crate::disklog::{self, DiskLog, Item};
 use crate::lock::LockMapping;
-use crate::membership::{self, Membership, MembershipConfig, MembershipError, Target};
+use crate::membership::{self, Hint, Membership, MembershipConfig, MembershipError, Target};
 use crate::node::{Config, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId, TxnId, DISK};
 use crate::plumbing::{self, Flusher, Waits};
 use rustc_hash::FxHashSet;
@@ -185,6 +185,8 @@ struct State {
     restarted: Vec<bool>,
     /// The membership group left this node out.
     expelled: bool,
+    /// With membership: passes a peer's unreachable report on to the group.
+    hint: Option<Hint>,
 }
 
 struct Shared {
@@ -456,7 +458,14 @@ impl Module for CrmemModule {
             peer = k,
             "crmem: peer's port reported unreachable"
         );
-        self.shared.lock().reported[k as usize] = Some(cx.now());
+        let hint = {
+            let mut st = self.shared.lock();
+            st.reported[k as usize] = Some(cx.now());
+            st.hint.clone()
+        };
+        if let Some(h) = hint {
+            h(k);
+        }
     }
 
     fn on_peer_restart(&mut self, cx: &mut Context<'_>, peer: Address, _incarnation: u64) {
@@ -585,6 +594,7 @@ impl Crmem {
         }
         let deadline = started + members.open_timeout;
         let joined = membership::join(&members, me, recover, engine, deadline)?;
+        node.shared.lock().hint = Some(joined.hinter());
         let told = MirrorTold {
             host: node.host.clone(),
             shared: node.shared.clone(),
@@ -720,6 +730,7 @@ impl Crmem {
                 in_view: vec![true; n],
                 restarted: vec![false; n],
                 expelled: false,
+                hint: None,
             }),
             flush: Flusher::new(),
             durable: plumbing::Durable::new(),

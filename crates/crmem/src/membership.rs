@@ -110,7 +110,7 @@ pub(crate) trait Target: Send + Sync + 'static {
 /// The group port and membership of one node, until the thread takes them.
 pub(crate) struct Joined {
     port: Port,
-    group: Group,
+    group: Arc<Group>,
     ids: Vec<Address>,
     /// Views received and not yet told (held while the node recovers).
     held: VecDeque<(u64, Vec<NodeId>)>,
@@ -171,7 +171,7 @@ pub(crate) fn join(
     };
     let joined = Joined {
         port,
-        group,
+        group: Arc::new(group),
         ids: cfg.ports.clone(),
         held: VecDeque::new(),
     };
@@ -199,7 +199,25 @@ pub(crate) fn join(
     }
 }
 
+/// Tells the group that a node's process is gone (see [`Joined::hinter`]).
+pub(crate) type Hint = Arc<dyn Fn(NodeId) + Send + Sync>;
+
 impl Joined {
+    /// A function that passes the node's word that node `k`'s process is gone (its module
+    /// host's port was reported unreachable) to the group, as a report about `k`'s group
+    /// port: the kernel rate-limits "port unreachable" per host, and the node's own traffic
+    /// to a dead peer often takes every report, leaving the group its whole silence.
+    pub(crate) fn hinter(&self) -> Hint {
+        // Weak: the membership thread owns the group, and drops it when it ends.
+        let group = Arc::downgrade(&self.group);
+        let ids = self.ids.clone();
+        Arc::new(move |k: NodeId| {
+            if let (Some(&a), Some(g)) = (ids.get(k as usize), group.upgrade()) {
+                g.member_unreachable(a);
+            }
+        })
+    }
+
     /// A view record's number and its members' node ids (sorted; unknown addresses left out).
     fn view_of(&self, what: &GroupRecord) -> Option<(u64, Vec<NodeId>)> {
         let GroupRecord::Rebuilt { epoch, members, .. } = what else {

@@ -610,6 +610,19 @@ impl Group {
     pub fn id(&self) -> GroupId {
         self.shared.id
     }
+
+    /// The application's word that `member`'s process is gone (another port of that process
+    /// was reported unreachable, say): taken as a "port unreachable" report of the member's
+    /// own port, so the member is suspected once silent for the stack's
+    /// `unreachable_silence`, unless heard from first. It is not authenticated, so it only
+    /// shortens the silence; an address that is not a member is ignored.
+    pub fn member_unreachable(&self, member: Address) {
+        let now = self.engine.now();
+        self.shared.lock().m.peer_unreachable(now, member);
+        self.shared
+            .dirty
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Drop for Group {

@@ -376,3 +376,56 @@ fn a_member_whose_port_is_gone_is_suspected_from_the_hosts_report() {
         }
     }
 }
+
+/// A member silent with its socket still open (its process stalled, or the host's reports
+/// rate-limited away) is suspected from the application's word through
+/// `Group::member_unreachable`, long before the silence timeout (120 s here).
+#[test]
+fn a_member_the_application_says_is_gone_is_suspected_without_its_silence() {
+    use txcast_port::{Engine, EngineConfig, EngineMode};
+    use txcast_proto::order::{OrderConfig, Protocol};
+    use txcast_proto::pack::PackMode;
+    let mut spec = OrderConfig::with(Protocol::Dynseq, PackMode::Off);
+    spec.vs.group = 13;
+    spec.vs.silence_timeout = Duration::from_secs(120);
+    // The victim's port runs only while a call of the application drives it.
+    let stalled = Engine::start(EngineConfig {
+        mode: EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let a_port = Port::open(addr(28, 0), PortConfig::default()).unwrap();
+    let b_port = Port::open(addr(28, 1), PortConfig::default()).unwrap();
+    let c_port = Port::open_on(&stalled, addr(28, 2), PortConfig::default()).unwrap();
+    let a = a_port.create_group(spec.clone()).unwrap();
+    let b = b_port
+        .join_group(spec.clone(), a_port.address(), WAIT)
+        .unwrap();
+    let c = c_port
+        .join_group(spec.clone(), a_port.address(), WAIT)
+        .unwrap();
+    let gone = c_port.address();
+    while a.info().members.len() < 3 || b.info().members.len() < 3 {
+        let _ = a.receive(Some(Duration::from_millis(20)));
+        let _ = b.receive(Some(Duration::from_millis(20)));
+    }
+    // Nobody drives the victim's engine from here on: it is silent, its socket open.
+    a.member_unreachable(Address::new(28, 9, 2, 0)); // not a member: ignored
+    a.member_unreachable(gone);
+    b.member_unreachable(gone);
+    for g in [&a, &b] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while g.info().members.contains(&gone) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{gone} still in {:?}",
+                g.info().members
+            );
+            let _ = g.receive(Some(Duration::from_millis(50)));
+        }
+    }
+    assert_eq!(a.info().members, vec![a_port.address(), b_port.address()]);
+    drop((a, b, c));
+    drop((a_port, b_port, c_port));
+    stalled.shutdown();
+}
