@@ -59,6 +59,7 @@ fn encode(m: &Msg<'_>) -> Vec<u8> {
             primary,
         } => msg::catch_up(*nonce, *seq, *primary, &mut out),
         Msg::Resume { nonce, from, to } => msg::resume(*nonce, *from, *to, &mut out),
+        Msg::Durable { seq } => msg::durable(*seq, &mut out),
     }
     out
 }

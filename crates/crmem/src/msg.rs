@@ -16,6 +16,8 @@
 //!   it followed.
 //! - `RESUME`: the successor's answer: undo the commits above `from` (the old primary's
 //!   that the successor never had), then apply the WRITE parts that follow up to `to`.
+//! - `DURABLE`: the primary tells its backups that every backup holds its commits up to
+//!   `seq` (now and then): they drop those from the tail they keep for a catch-up.
 //! - `SNAP`: a piece of one segment (`segment, offset, bytes`) for request `nonce`, flagged
 //!   last on the final piece of the final segment, with the commit sequence number the
 //!   snapshot covers.
@@ -31,6 +33,7 @@ pub const SNAP: u8 = 4;
 pub const DROPPED: u8 = 5;
 pub const CATCH_UP: u8 = 6;
 pub const RESUME: u8 = 7;
+pub const DURABLE: u8 = 8;
 
 /// A WRITE part's fixed fields: magic, kind, seq, part, parts, ranges.
 pub const WRITE_HEADER: usize = 2 + 8 + 2 + 2 + 2;
@@ -83,6 +86,11 @@ pub enum Msg<'a> {
         nonce: u64,
         from: u64,
         to: u64,
+    },
+    /// The primary's word that every backup holds its commits up to `seq`: a backup's tail
+    /// need not keep them.
+    Durable {
+        seq: u64,
     },
 }
 
@@ -184,6 +192,11 @@ impl<'a> Msg<'a> {
                     primary,
                 })
             }
+            DURABLE => {
+                let seq = r.u64()?;
+                fixed(r)?;
+                Ok(Msg::Durable { seq })
+            }
             RESUME => {
                 let (nonce, from, to) = (r.u64()?, r.u64()?, r.u64()?);
                 fixed(r)?;
@@ -272,6 +285,11 @@ pub fn catch_up(nonce: u64, seq: u64, primary: u16, out: &mut Vec<u8>) {
         .u64(nonce)
         .u64(seq)
         .u16(primary);
+}
+
+pub fn durable(seq: u64, out: &mut Vec<u8>) {
+    out.clear();
+    Writer::new(out).u8(MAGIC).u8(DURABLE).u64(seq);
 }
 
 pub fn resume(nonce: u64, from: u64, to: u64, out: &mut Vec<u8>) {

@@ -54,6 +54,11 @@ const PENDING_COST: usize = 64;
 const SNAPSHOT_RETRY_NS: u64 = 200_000_000;
 /// CATCH_UP requests a backup keeps for a promotion of its own that has not happened yet.
 const EARLY_CATCH_UPS_MAX: usize = 16;
+/// The primary tells its backups how far its commits are durable every this many commits
+/// (so their tails hold about this many more than the commits in flight).
+const DURABLE_EVERY: u64 = 16;
+/// Emptied undo buffers of commits dropped from the tail, kept for the next ones at most.
+const SPARE_UNDO: usize = 64;
 
 /// A node's limits.
 #[derive(Clone, Debug)]
@@ -222,8 +227,9 @@ struct TailEntry {
     seq: u64,
     /// Its WRITE parts as they travel.
     parts: Vec<Vec<u8>>,
-    /// The ranges' bytes before it, to undo it (`None`: it cannot be undone here).
-    undo: Option<Vec<(SegmentId, u32, Vec<u8>)>>,
+    /// The ranges it overwrote, `(segment, offset, len)`, and their bytes before it, one
+    /// after the other, to undo it (`None`: it cannot be undone here).
+    undo: Option<Undone>,
     cost: usize,
 }
 
@@ -282,7 +288,14 @@ pub struct Node {
     catching: Option<NodeId>,
     /// While catching up: the commit number the successor's RESUME said to reach.
     resume_to: Option<u64>,
+    /// A primary: the durable number last told to its backups.
+    durable_told: u64,
+    /// Undo buffers of commits dropped from the tail, emptied, for the next ones.
+    spare_undo: Vec<Undone>,
 }
+
+/// A commit's undo: the ranges it overwrote and their old bytes (see [`TailEntry`]).
+type Undone = (Vec<(SegmentId, u32, u32)>, Vec<u8>);
 
 impl Node {
     /// A node; `cfg.message_bytes` is kept within 64..=[`MESSAGE_BYTES_MAX`].
@@ -317,6 +330,8 @@ impl Node {
             early: Vec::new(),
             catching: None,
             resume_to: None,
+            durable_told: 0,
+            spare_undo: Vec::new(),
         };
         if let Role::Recovering { from } = n.role {
             n.ask_snapshot(from);
@@ -381,6 +396,13 @@ impl Node {
     /// The last commit sequence number given (primary) or applied (backup).
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// Commits kept for a backup's catch-up after a failover: at a backup, those its primary
+    /// has not yet told durable (in flight, and up to 16 more); at a new primary, while
+    /// backups catch up.
+    pub fn tail_commits(&self) -> usize {
+        self.tail.len()
     }
 
     /// Commits up to this number are complete (on every live backup), at the primary.
@@ -623,17 +645,17 @@ impl Node {
         // Backups still catching up get this commit from the tail, after what they lack.
         let recording = !self.syncing.is_empty();
         if !writes.is_empty() && (!backups.is_empty() || recording) {
-            let to: Vec<NodeId> = if recording {
+            let kept = if recording {
                 let syncing = &self.syncing;
-                backups
+                let to: Vec<NodeId> = backups
                     .iter()
                     .copied()
                     .filter(|k| !syncing.contains(k))
-                    .collect()
+                    .collect();
+                self.ship(seq, &writes, parts as u16, room, &to, true)
             } else {
-                backups.clone()
+                self.ship(seq, &writes, parts as u16, room, &backups, false)
             };
-            let kept = self.ship(seq, &writes, parts as u16, room, &to, recording);
             if recording {
                 let cost = kept.iter().map(Vec::len).sum::<usize>().max(PENDING_COST);
                 self.keep(TailEntry {
@@ -673,6 +695,13 @@ impl Node {
         keep: bool,
     ) -> Vec<Vec<u8>> {
         let mut kept = Vec::new();
+        if self.durable >= self.durable_told + DURABLE_EVERY {
+            self.durable_told = self.durable;
+            msg::durable(self.durable, &mut self.buf);
+            for &k in backups.iter().filter(|&&k| k != DISK) {
+                self.out.push_back((k, self.buf.clone()));
+            }
+        }
         let mut part = 0u16;
         let mut m = Vec::with_capacity(self.cfg.message_bytes);
         let mut b = WriteBuilder::new(&mut m, seq, part, parts);
@@ -865,6 +894,20 @@ impl Node {
                 }
             }
             (Msg::Ack { seq }, Role::Primary { .. }) if from != DISK => self.acked(from, seq),
+            (Msg::Durable { seq }, Role::Backup { primary }) if from == primary => {
+                // Every backup holds these: no catch-up needs them.
+                while self.tail.front().is_some_and(|e| e.seq <= seq) {
+                    let e = self.tail.pop_front().expect("front");
+                    self.tail_cost -= e.cost;
+                    if let Some((mut index, mut old)) = e.undo {
+                        if self.spare_undo.len() < SPARE_UNDO {
+                            index.clear();
+                            old.clear();
+                            self.spare_undo.push((index, old));
+                        }
+                    }
+                }
+            }
             (Msg::SnapReq { nonce }, Role::Primary { .. }) => {
                 self.send_snapshot(from, nonce);
                 self.synced(from);
@@ -1020,14 +1063,19 @@ impl Node {
         }
         // A backup keeps the commit and the bytes it overwrites (a disk replay does not).
         let keep = from != DISK;
-        let mut undo = Vec::new();
+        let (mut index, mut old) = if keep {
+            self.spare_undo.pop().unwrap_or_default()
+        } else {
+            Default::default()
+        };
         for m in &a.got {
             if let Ok(Msg::Write(w)) = Msg::parse(m) {
                 for r in w.ranges() {
                     let o = r.offset as usize;
                     let dst = &mut self.segments[r.segment as usize].mem[o..o + r.bytes.len()];
                     if keep {
-                        undo.push((r.segment, r.offset, dst.to_vec()));
+                        index.push((r.segment, r.offset, r.bytes.len() as u32));
+                        old.extend_from_slice(dst);
                     }
                     dst.copy_from_slice(r.bytes);
                 }
@@ -1036,11 +1084,11 @@ impl Node {
         self.seq = seq;
         self.counters.applied += 1;
         if keep {
-            let cost = (a.bytes + undo.iter().map(|u| u.2.len()).sum::<usize>()).max(PENDING_COST);
+            let cost = (a.bytes + old.len()).max(PENDING_COST);
             self.keep(TailEntry {
                 seq,
                 parts: a.got,
-                undo: Some(undo),
+                undo: Some((index, old)),
                 cost,
             });
         }
@@ -1057,12 +1105,14 @@ impl Node {
                 return false;
             };
             self.tail_cost -= e.cost;
-            let Some(undo) = e.undo.filter(|_| e.seq == self.seq) else {
+            let Some((index, old)) = e.undo.filter(|_| e.seq == self.seq) else {
                 return false;
             };
-            for (seg, off, old) in undo.iter().rev() {
-                let o = *off as usize;
-                self.segments[*seg as usize].mem[o..o + old.len()].copy_from_slice(old);
+            let mut end = old.len();
+            for &(seg, off, len) in index.iter().rev() {
+                let (o, n) = (off as usize, len as usize);
+                self.segments[seg as usize].mem[o..o + n].copy_from_slice(&old[end - n..end]);
+                end -= n;
             }
             self.seq -= 1;
             self.counters.undone += 1;

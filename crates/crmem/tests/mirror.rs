@@ -352,6 +352,35 @@ fn a_backup_undoes_the_dead_primarys_commits_the_successor_never_had() {
 }
 
 #[test]
+fn backups_keep_only_the_commits_not_yet_durable_and_still_catch_up() {
+    let mut c = cluster(2);
+    for i in 0..200u32 {
+        let t = c[0].begin(FAR).unwrap();
+        write(&mut c[0], t, (i % 390) * 10, &[i as u8; 10]);
+        c[0].commit(t).unwrap();
+        pump(&mut c, &[]);
+    }
+    // The primary told them durable every 16 commits: the rest is all they keep.
+    for b in &c[1..] {
+        assert!(b.tail_commits() <= 17, "{}", b.tail_commits());
+    }
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 0, &[9; 10]);
+    c[0].commit(t).unwrap();
+    let msgs: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
+    for (k, m) in msgs.iter().filter(|(k, _)| *k == 2) {
+        c[*k as usize].handle_message(0, m);
+    }
+    c[1].primary_down(1, &[1, 2]);
+    c[2].primary_down(1, &[1, 2]);
+    pump(&mut c, &[0]);
+    assert_eq!(c[2].role(), &Role::Backup { primary: 1 });
+    assert_eq!((c[2].counters().undone, c[2].counters().caught_up), (1, 1));
+    assert_eq!(c[1].counters().snapshots_sent, 0);
+    assert_eq!(c[2].segment(0), c[1].segment(0));
+}
+
+#[test]
 fn the_new_primarys_commits_wait_for_a_backup_catching_up_and_reach_it_in_order() {
     let mut c = cluster(2);
     let t1 = c[0].begin(FAR).unwrap();
