@@ -19,9 +19,10 @@
 //! one is lost. A read-only transaction completes behind the commits before it for the same
 //! reason.
 //!
-//! **Failover.** Every backup keeps its recent commits (a tail of twice the log budget,
-//! with the bytes each overwrote): when the primary dies the backups hold prefixes of its
-//! log that differ by at most the commits in flight, so a backup follows the successor by
+//! **Failover.** Every backup keeps the commits it applied that its primary has not yet
+//! told durable (DURABLE every 16 commits), with the bytes each overwrote: when the primary
+//! dies the backups hold prefixes of its log that differ by at most the commits in flight,
+//! so a backup follows the successor by
 //! undoing the commits the successor lacks and applying those it lacks itself, without a
 //! snapshot of the segments (see [`Node::primary_down`]).
 
@@ -268,9 +269,9 @@ pub struct Node {
     snap_next: (SegmentId, u32),
     /// When the snapshot last made progress (`None`: not yet seen by a clock).
     snap_heard: Option<Instant>,
-    /// Recent commits, oldest first, consecutive: a backup keeps the last twice the log
-    /// budget (every commit another backup may lack, or hold alone, when the primary dies);
-    /// a new primary adds its own while backups catch up.
+    /// Recent commits, oldest first, consecutive: a backup keeps those not yet told durable
+    /// (every commit another backup may lack, or hold alone, when the primary dies), at most
+    /// twice the log budget; a new primary adds its own while backups catch up.
     tail: VecDeque<TailEntry>,
     tail_cost: usize,
     /// The commit number at which this node became the primary, and the primary it followed
