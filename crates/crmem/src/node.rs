@@ -348,6 +348,8 @@ impl Node {
         self.snap_heard = None;
         self.role = Role::Recovering { from };
         self.resume_to = None;
+        // Requests held for a promotion of this node: another node is the successor.
+        self.early.clear();
     }
 
     /// Becomes a node recovering from `from`, and asks it for a snapshot.
