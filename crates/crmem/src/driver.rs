@@ -587,10 +587,7 @@ impl Crmem {
         let mut node = Crmem::with_fencing(host, cfg, segments, true)?;
         if recover {
             // Driven meanwhile: a polled host answers nothing unless driven.
-            let until = std::time::Instant::now() + members.rejoin_delay;
-            while std::time::Instant::now() < until {
-                node.idle();
-            }
+            plumbing::idle_until(&node.host, std::time::Instant::now() + members.rejoin_delay);
         }
         let deadline = started + members.open_timeout;
         let joined = membership::join(&members, me, recover, engine, deadline)?;
@@ -604,23 +601,11 @@ impl Crmem {
             n,
         };
         node.membership = Some(Membership::start(joined, Arc::new(told)));
-        while matches!(node.role(), Role::Recovering { .. }) {
-            if node.expelled() {
-                return Err(CrmemError::Expelled);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(MembershipError::OpenTimeout.into());
-            }
-            node.idle();
-        }
-        Ok(node)
-    }
-
-    /// One turn of an opening node's wait: a drive (of a polled host), or a short sleep.
-    fn idle(&self) {
-        if self.drive() == 0 {
-            let polled = self.host.handlers() == Handlers::Polled;
-            std::thread::sleep(Duration::from_micros(if polled { 200 } else { 5000 }));
+        let recovering = || matches!(node.role(), Role::Recovering { .. });
+        match plumbing::wait_recovered(&node.host, deadline, recovering, || node.expelled()) {
+            plumbing::Opened::Ready => Ok(node),
+            plumbing::Opened::Expelled => Err(CrmemError::Expelled),
+            plumbing::Opened::Timeout => Err(MembershipError::OpenTimeout.into()),
         }
     }
 

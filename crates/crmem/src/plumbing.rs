@@ -299,3 +299,46 @@ pub(crate) fn host_at(
     .map_err(ModuleHostError::Port)?;
     ModuleHost::serve_with(port, handlers).map_err(|(e, _)| e)
 }
+
+/// One turn of an opening node's wait: a drive (of a polled host: nobody else runs its
+/// handlers), then a short sleep if it found nothing to do.
+pub(crate) fn idle(host: &ModuleHost) {
+    if host.drive() == 0 {
+        let polled = host.handlers() == Handlers::Polled;
+        std::thread::sleep(Duration::from_micros(if polled { 200 } else { 5000 }));
+    }
+}
+
+/// Idles until `until` (a restarted node's wait before it joins its membership group).
+pub(crate) fn idle_until(host: &ModuleHost, until: std::time::Instant) {
+    while std::time::Instant::now() < until {
+        idle(host);
+    }
+}
+
+/// How an opening node's wait for its recovery ended.
+pub(crate) enum Opened {
+    Ready,
+    Expelled,
+    Timeout,
+}
+
+/// Idles while `recovering` (looked at every few milliseconds), until the node is expelled
+/// or `deadline` passes.
+pub(crate) fn wait_recovered(
+    host: &ModuleHost,
+    deadline: std::time::Instant,
+    recovering: impl Fn() -> bool,
+    expelled: impl Fn() -> bool,
+) -> Opened {
+    while recovering() {
+        if expelled() {
+            return Opened::Expelled;
+        }
+        if std::time::Instant::now() >= deadline {
+            return Opened::Timeout;
+        }
+        idle(host);
+    }
+    Opened::Ready
+}

@@ -332,10 +332,7 @@ impl SymCrmem {
         if recover {
             // Driven meanwhile: a polled host sends its greeting only when driven, and the
             // others must know this incarnation before they send it the snapshot.
-            let until = std::time::Instant::now() + members.rejoin_delay;
-            while std::time::Instant::now() < until {
-                node.idle();
-            }
+            plumbing::idle_until(&node.host, std::time::Instant::now() + members.rejoin_delay);
         }
         let deadline = started + members.open_timeout;
         let joined = membership::join(&members, me, recover, None, deadline)?;
@@ -346,28 +343,12 @@ impl SymCrmem {
             key: node.key,
         };
         node.membership = Some(Membership::start(joined, Arc::new(told)));
-        if recover {
-            // Opening only: the snapshot's end is looked for every few milliseconds (a
-            // polled host is driven meanwhile: nobody else runs its handlers).
-            while node.phase() == Phase::Recovering {
-                if node.expelled() {
-                    return Err(SymCrmemError::Expelled);
-                }
-                if std::time::Instant::now() >= deadline {
-                    return Err(MembershipError::OpenTimeout.into());
-                }
-                node.idle();
-            }
-        }
-        Ok(node)
-    }
-
-    /// One turn of an opening node's wait: a drive (of a polled host), then a short sleep if
-    /// it found nothing to do.
-    fn idle(&self) {
-        if self.drive() == 0 {
-            let polled = self.host.handlers() == Handlers::Polled;
-            std::thread::sleep(Duration::from_micros(if polled { 200 } else { 5000 }));
+        // Opening only: a restarted node returns once its snapshot is in.
+        let recovering = || recover && node.phase() == Phase::Recovering;
+        match plumbing::wait_recovered(&node.host, deadline, recovering, || node.expelled()) {
+            plumbing::Opened::Ready => Ok(node),
+            plumbing::Opened::Expelled => Err(SymCrmemError::Expelled),
+            plumbing::Opened::Timeout => Err(MembershipError::OpenTimeout.into()),
         }
     }
 

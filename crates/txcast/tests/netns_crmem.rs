@@ -51,19 +51,36 @@ fn number_after(text: &str, key: &str) -> Option<f64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-/// One run: the checker's summary and the recovery after the kill, in ms. With
-/// `membership`, the nodes run with `--membership`.
-fn run(membership: bool) -> Option<(String, f64)> {
-    let started = Instant::now();
-    let c = Cluster::new("netns_crmem", NODES)?;
-    let bin = Path::new(env!("CARGO_BIN_EXE_txcast"));
-    let config = c.path("cluster.toml");
-    std::fs::write(&config, c.cluster_toml()).unwrap();
-    for h in 0..NODES {
-        c.loss(h, LOSS_PER_MILLE).unwrap();
+/// A run's cluster (three namespace hosts, each losing `LOSS_PER_MILLE` both ways) and what
+/// its nodes are started with.
+struct Setup {
+    c: Cluster,
+    bin: &'static Path,
+    config: String,
+    until_ms: u64,
+    membership: bool,
+}
+
+impl Setup {
+    /// The cluster, and a load that ends `load` after a start `lead` from now.
+    fn new(test: &str, lead: Duration, load: Duration, membership: bool) -> Option<Setup> {
+        let c = Cluster::new(test, NODES)?;
+        let config = c.path("cluster.toml");
+        std::fs::write(&config, c.cluster_toml()).unwrap();
+        for h in 0..NODES {
+            c.loss(h, LOSS_PER_MILLE).unwrap();
+        }
+        Some(Setup {
+            bin: Path::new(env!("CARGO_BIN_EXE_txcast")),
+            config: config.display().to_string(),
+            until_ms: unix_ns() / 1_000_000 + (lead + load).as_millis() as u64,
+            membership,
+            c,
+        })
     }
-    let until_ms = (unix_ns() / 1_000_000) + 1_000 + LOAD.as_millis() as u64;
-    let args = |node: usize, log: &str, recover_from: Option<usize>| -> Vec<String> {
+
+    /// Starts node `node` on its host, logging to `log`; `recover_from`: after a crash.
+    fn spawn(&self, node: usize, log: &str, recover_from: Option<usize>) -> netns::Proc {
         let mut a: Vec<String> = [
             "crmem",
             "--node",
@@ -73,11 +90,11 @@ fn run(membership: bool) -> Option<(String, f64)> {
             "--instance",
             &INSTANCE.to_string(),
             "--config",
-            &config.display().to_string(),
+            &self.config,
             "--until",
-            &until_ms.to_string(),
+            &self.until_ms.to_string(),
             "--chaos-log",
-            &c.path(log).display().to_string(),
+            &self.c.path(log).display().to_string(),
             "--json",
         ]
         .iter()
@@ -86,58 +103,101 @@ fn run(membership: bool) -> Option<(String, f64)> {
         if let Some(p) = recover_from {
             a.extend(["--recover".into(), "--primary".into(), p.to_string()]);
         }
-        if membership {
+        if self.membership {
             a.push("--membership".into());
         }
-        a
-    };
-    // The backups first, so that the primary's first commits find them.
-    let mut procs: Vec<_> = (1..NODES)
-        .map(|k| c.spawn(k, bin, &args(k, &format!("node-{k}.log"), None)))
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let mut primary = c.spawn(0, bin, &args(0, "node-0.log", None));
+        self.c.spawn(node, self.bin, &a)
+    }
+
+    /// The backups, then 300 ms later the primary (so that its first commits find them).
+    fn start(&self) -> (Vec<netns::Proc>, netns::Proc) {
+        let backups = (1..NODES)
+            .map(|k| self.spawn(k, &format!("node-{k}.log"), None))
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        (backups, self.spawn(0, "node-0.log", None))
+    }
+
+    /// Waits for the load's end, stops `procs` with SIGTERM, and returns each one's report
+    /// (every one must have ended with money conserved).
+    fn finish(&self, procs: Vec<netns::Proc>) -> Vec<String> {
+        let end = Duration::from_millis(self.until_ms.saturating_sub(unix_ns() / 1_000_000));
+        std::thread::sleep(end + Duration::from_millis(500));
+        for p in &procs {
+            p.term();
+        }
+        procs
+            .into_iter()
+            .map(|p| {
+                let o = p.wait_output(Duration::from_secs(20)).unwrap();
+                let out = String::from_utf8_lossy(&o.stdout).to_string();
+                assert!(
+                    o.status.success(),
+                    "{:?}: {out}\n{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                assert!(out.contains("\"conserved\":true"), "{out}");
+                out
+            })
+            .collect()
+    }
+
+    /// `txcast chaos crmem` over the four logs with the fault at `fault` (node 0): its
+    /// report, which must find no violation and three copies.
+    fn check(&self, fault: u64) -> String {
+        let mut check = std::process::Command::new(self.bin);
+        check.args(["chaos", "crmem"]);
+        for log in ["node-0.log", "node-1.log", "node-2.log", "node-0b.log"] {
+            check.arg(self.c.path(log));
+        }
+        check.args(["--fault", &format!("{fault}:0")]);
+        let o = check.output().unwrap();
+        let report = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "the checker found violations:\n{report}"
+        );
+        assert!(report.contains("3 ended with their copy"), "{report}");
+        report
+    }
+
+    /// The backup whose log says it took over.
+    fn successor(&self) -> Option<usize> {
+        (1..NODES).find(|k| {
+            std::fs::read_to_string(self.c.path(&format!("node-{k}.log")))
+                .unwrap_or_default()
+                .contains(" R promoted")
+        })
+    }
+}
+
+/// One run: the checker's summary and the recovery after the kill, in ms. With
+/// `membership`, the nodes run with `--membership`.
+fn run(membership: bool) -> Option<(String, f64)> {
+    let started = Instant::now();
+    let s = Setup::new("netns_crmem", Duration::from_secs(1), LOAD, membership)?;
+    let (mut procs, mut primary) = s.start();
     std::thread::sleep(Duration::from_millis(700) + KILL_AT);
     let fault = unix_ns();
     primary.kill9();
     std::thread::sleep(DEAD_FOR);
-    // The backup that took over logged its promotion.
-    let successor = (1..NODES)
-        .find(|k| {
-            std::fs::read_to_string(c.path(&format!("node-{k}.log")))
-                .unwrap_or_default()
-                .contains(" R promoted")
-        })
-        .unwrap_or_else(|| {
-            let tail = |name: &str| {
-                let t = std::fs::read_to_string(c.path(name)).unwrap_or_default();
-                let n = t.lines().count();
-                let last: Vec<&str> = t.lines().rev().take(3).collect();
-                format!("{name}: {n} lines, last {last:?}")
-            };
-            panic!(
-                "no backup took over: {}; {}; {}",
-                tail("node-0.log"),
-                tail("node-1.log"),
-                tail("node-2.log")
-            )
-        });
-    procs.push(c.spawn(0, bin, &args(0, "node-0b.log", Some(successor))));
-    let end = Duration::from_millis(until_ms.saturating_sub(unix_ns() / 1_000_000));
-    std::thread::sleep(end + Duration::from_millis(500));
-    for p in &procs {
-        p.term();
-    }
-    for (i, p) in procs.into_iter().enumerate() {
-        let o = p.wait_output(Duration::from_secs(20)).unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).to_string();
-        assert!(
-            o.status.success(),
-            "{:?}: {out}\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(out.contains("\"conserved\":true"), "{out}");
+    let successor = s.successor().unwrap_or_else(|| {
+        let tail = |name: &str| {
+            let t = std::fs::read_to_string(s.c.path(name)).unwrap_or_default();
+            let n = t.lines().count();
+            let last: Vec<&str> = t.lines().rev().take(3).collect();
+            format!("{name}: {n} lines, last {last:?}")
+        };
+        panic!(
+            "no backup took over: {}; {}; {}",
+            tail("node-0.log"),
+            tail("node-1.log"),
+            tail("node-2.log")
+        )
+    });
+    procs.push(s.spawn(0, "node-0b.log", Some(successor)));
+    for (i, out) in s.finish(procs).iter().enumerate() {
         let field = |name: &str| number_after(&out.replace([',', ':'], " "), name);
         if i + 1 == successor && !membership {
             // Its host answered the successor's heartbeats with "port unreachable" once the
@@ -150,19 +210,7 @@ fn run(membership: bool) -> Option<(String, f64)> {
             assert!(field("\"caught_up\"").is_some_and(|n| n >= 1.0), "{out}");
         }
     }
-    let mut check = std::process::Command::new(bin);
-    check.args(["chaos", "crmem"]);
-    for log in ["node-0.log", "node-1.log", "node-2.log", "node-0b.log"] {
-        check.arg(c.path(log));
-    }
-    check.args(["--fault", &format!("{fault}:0")]);
-    let o = check.output().unwrap();
-    let report = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "the checker found violations:\n{report}"
-    );
-    assert!(report.contains("3 ended with their copy"), "{report}");
+    let report = s.check(fault);
     let acked = number_after(&report, "ended with their copy;").unwrap_or(0.0);
     assert!(acked > 100.0, "{report}");
     let recovery = number_after(&report, "committing again after")
@@ -185,48 +233,11 @@ fn run_partition() -> Option<(String, f64)> {
     const CUT_FOR: Duration = Duration::from_secs(3);
     const LOAD: Duration = Duration::from_secs(12);
     let started = Instant::now();
-    let c = Cluster::new("netns_crmem_part", NODES)?;
-    let bin = Path::new(env!("CARGO_BIN_EXE_txcast"));
-    let config = c.path("cluster.toml");
-    std::fs::write(&config, c.cluster_toml()).unwrap();
-    for h in 0..NODES {
-        c.loss(h, LOSS_PER_MILLE).unwrap();
-    }
-    let until_ms = (unix_ns() / 1_000_000) + 2_000 + LOAD.as_millis() as u64;
-    let args = |node: usize, log: &str, recover_from: Option<usize>| -> Vec<String> {
-        let mut a: Vec<String> = [
-            "crmem",
-            "--membership",
-            "--node",
-            &node.to_string(),
-            "--nodes",
-            &NODES.to_string(),
-            "--instance",
-            &INSTANCE.to_string(),
-            "--config",
-            &config.display().to_string(),
-            "--until",
-            &until_ms.to_string(),
-            "--chaos-log",
-            &c.path(log).display().to_string(),
-            "--json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        if let Some(p) = recover_from {
-            a.extend(["--recover".into(), "--primary".into(), p.to_string()]);
-        }
-        a
-    };
-    let mut procs: Vec<_> = (1..NODES)
-        .map(|k| c.spawn(k, bin, &args(k, &format!("node-{k}.log"), None)))
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let primary = c.spawn(0, bin, &args(0, "node-0.log", None));
+    let s = Setup::new("netns_crmem_part", Duration::from_secs(2), LOAD, true)?;
+    let (mut procs, primary) = s.start();
     std::thread::sleep(Duration::from_millis(1_700) + CUT_AT);
     let acked = |name: &str| {
-        std::fs::read_to_string(c.path(name))
+        std::fs::read_to_string(s.c.path(name))
             .unwrap_or_default()
             .lines()
             .filter(|l| l.split_whitespace().nth(1) == Some("A"))
@@ -237,20 +248,16 @@ fn run_partition() -> Option<(String, f64)> {
         "node 0 did not commit before the cut"
     );
     let fault = unix_ns();
-    c.partition(0, &[1, 2]).unwrap();
+    s.c.partition(0, &[1, 2]).unwrap();
     for k in 1..NODES {
-        c.partition(k, &[0]).unwrap();
+        s.c.partition(k, &[0]).unwrap();
     }
     std::thread::sleep(CUT_FOR);
-    let successor = (1..NODES)
-        .find(|k| {
-            std::fs::read_to_string(c.path(&format!("node-{k}.log")))
-                .unwrap_or_default()
-                .contains(" R promoted")
-        })
+    let successor = s
+        .successor()
         .expect("the majority made no successor during the partition");
     for h in 0..NODES {
-        c.heal(h).unwrap();
+        s.c.heal(h).unwrap();
     }
     let healed = Instant::now();
     // The old primary learns it was left out, and stops.
@@ -259,38 +266,11 @@ fn run_partition() -> Option<(String, f64)> {
         .expect("the cut-off primary did not stop after the heal");
     let expelled_after = healed.elapsed();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let log0 = std::fs::read_to_string(c.path("node-0.log")).unwrap();
+    let log0 = std::fs::read_to_string(s.c.path("node-0.log")).unwrap();
     assert!(log0.contains(" R expelled"), "{log0}");
-    procs.push(c.spawn(0, bin, &args(0, "node-0b.log", Some(successor))));
-    let end = Duration::from_millis(until_ms.saturating_sub(unix_ns() / 1_000_000));
-    std::thread::sleep(end + Duration::from_millis(500));
-    for p in &procs {
-        p.term();
-    }
-    for p in procs {
-        let o = p.wait_output(Duration::from_secs(20)).unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).to_string();
-        assert!(
-            o.status.success(),
-            "{:?}: {out}\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(out.contains("\"conserved\":true"), "{out}");
-    }
-    let mut check = std::process::Command::new(bin);
-    check.args(["chaos", "crmem"]);
-    for log in ["node-0.log", "node-1.log", "node-2.log", "node-0b.log"] {
-        check.arg(c.path(log));
-    }
-    check.args(["--fault", &format!("{fault}:0")]);
-    let o = check.output().unwrap();
-    let report = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "the checker found violations:\n{report}"
-    );
-    assert!(report.contains("3 ended with their copy"), "{report}");
+    procs.push(s.spawn(0, "node-0b.log", Some(successor)));
+    s.finish(procs);
+    let report = s.check(fault);
     let recovery = number_after(&report, "committing again after")
         .unwrap_or_else(|| panic!("no commit after the cut:\n{report}"));
     let summary = report.lines().find(|l| l.contains("nodes,")).unwrap_or("");
