@@ -350,6 +350,11 @@ impl Vs {
         if h.view != self.view || p.cut.len() != self.members.len() {
             return;
         }
+        if self.view.number == u64::MAX {
+            // The last view number has no successor to install: a member there stays put.
+            self.counters.dropped_bad += 1;
+            return;
+        }
         if !p.members.contains(&self.me) {
             // Left out: what this member delivered past the cut is its own.
             self.ms.remember_commit(self.view, ballot, p);
@@ -563,6 +568,10 @@ impl Vs {
 
     /// Every cast up to the cut is here: hand them up, then install the next view.
     fn apply_commit(&mut self, now: Instant, ballot: Ballot, p: Proposal, _from: Address) {
+        // `on_commit` refuses a commit of the last view number, so this is always there.
+        let Some(number) = self.view.number.checked_add(1) else {
+            return;
+        };
         for (r, &c) in p.cut.iter().enumerate() {
             let s = &mut self.streams[r];
             while s.delivered < c {
@@ -612,7 +621,7 @@ impl Vs {
             .filter(|a| p.members.contains(a))
             .collect();
         let id = ViewId {
-            number: old.number + 1,
+            number,
             coordinator: p.coordinator,
         };
         self.install(now, id, p.members, removed);
@@ -635,6 +644,7 @@ impl Vs {
             && self.fl.round.is_none()
             && self.coordinator() == Some(self.me)
             && matches!(self.state, VsState::Normal | VsState::Flushing)
+            && self.view.number < u64::MAX
         {
             self.start_flush(now);
         }
@@ -646,7 +656,7 @@ impl Vs {
             .promised
             .map_or(0, |b| b.number)
             .max(self.fl.accepted.as_ref().map_or(0, |(b, _)| b.number))
-            + 1;
+            .saturating_add(1);
         let ballot = Ballot {
             number,
             coordinator: self.me,

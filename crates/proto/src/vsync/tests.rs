@@ -627,3 +627,61 @@ fn a_commit_of_the_last_view_number_to_a_joiner_is_ignored() {
     assert_eq!(vs.state(), VsState::Normal);
     assert_eq!(vs.view().number, u64::MAX - 1);
 }
+
+/// A member at the last view number (`u64::MAX`) has no next view: a flush and commit there
+/// are refused and counted, and the member stays in its view (found by the `vsync` fuzz target
+/// with overflow checks: naming the next view overflowed).
+#[test]
+fn members_at_the_last_view_number_do_not_change_views() {
+    let now = Instant(1_000_000_000);
+    let mut vs = Vs::join(cfg(), addr(1), addr(0), now).unwrap();
+    let ballot = |number| Ballot {
+        number,
+        coordinator: addr(0),
+    };
+    let packet = |view: u64, m: msg::VsMsg<'_>| {
+        let h = msg::Header {
+            group: 1,
+            view: ViewId {
+                number: view,
+                coordinator: addr(0),
+            },
+            from: addr(0),
+        };
+        let mut b = vec![0u8; 4096];
+        let n = msg::write(&mut b, &h, &m).unwrap();
+        b.truncate(n);
+        b
+    };
+    let commit = |view: u64, b: u64| {
+        packet(
+            view,
+            msg::VsMsg::Commit {
+                ballot: ballot(b),
+                proposal: Proposal {
+                    coordinator: addr(0),
+                    members: vec![addr(0), addr(1)],
+                    cut: vec![0; if view == u64::MAX - 2 { 1 } else { 2 }],
+                },
+            },
+        )
+    };
+    // Joins into view MAX - 1 (the highest a joiner takes).
+    vs.handle_message(now, &commit(u64::MAX - 2, 1));
+    assert_eq!(vs.view().number, u64::MAX - 1);
+    // One flush and commit there: view MAX.
+    let change = |vs: &mut Vs, view: u64, b: u64| {
+        vs.handle_message(now, &packet(view, msg::VsMsg::Flush { ballot: ballot(b) }));
+        while vs.poll_upcall(|_| ()).is_some() {}
+        vs.flush_ready(now);
+        vs.handle_message(now, &commit(view, b));
+        while vs.poll_upcall(|_| ()).is_some() {}
+    };
+    change(&mut vs, u64::MAX - 1, 2);
+    assert_eq!(vs.view().number, u64::MAX);
+    let bad = vs.counters().dropped_bad;
+    change(&mut vs, u64::MAX, 3);
+    assert_eq!(vs.view().number, u64::MAX);
+    assert_eq!(vs.counters().dropped_bad, bad + 1);
+    assert_eq!(vs.state(), VsState::Flushing);
+}
