@@ -65,7 +65,7 @@ pub enum ReplayRefusal {
     /// A datagram naming another incarnation of this port (or none), or a multicast from a
     /// source this incarnation has no window for.
     Unconfirmed,
-    /// From an older incarnation of the source than its window's.
+    /// From an older incarnation of the source than the newest known.
     OldIncarnation,
     /// A number the window has seen.
     Duplicate,
@@ -354,10 +354,18 @@ impl ReplayGuard {
         let Some(n) = numbering else {
             return refuse(self, ReplayRefusal::Unnumbered, false);
         };
+        // The newest incarnation known of the source, from its window or from what `learn`
+        // kept: a window can be gone (dropped for room, or for the restart itself), and a
+        // packet of an older incarnation naming this one would otherwise make a new window.
+        let known = self
+            .windows
+            .get(&source)
+            .map(|w| w.incarnation)
+            .max(self.incarnation_of(source));
+        if known.is_some_and(|k| incarnation < k) {
+            return refuse(self, ReplayRefusal::OldIncarnation, false);
+        }
         match self.windows.get(&source) {
-            Some(w) if incarnation < w.incarnation => {
-                return refuse(self, ReplayRefusal::OldIncarnation, false);
-            }
             Some(w) if incarnation > w.incarnation => {
                 // The source restarted: its old window says nothing about the new one.
                 self.windows.remove(&source);
@@ -606,6 +614,24 @@ mod tests {
         let old = g.check(at(2), arrival(S_INC, n(101, ME), false, 1, false));
         assert_eq!(old.refused, Some(ReplayRefusal::OldIncarnation));
         assert_eq!(g.incarnation_of(src()), Some(S_INC + 1));
+    }
+
+    #[test]
+    fn an_old_incarnation_makes_no_window_once_the_source_restarted() {
+        let mut g = ReplayGuard::new(ME);
+        // The restarted source is heard before any packet of its old incarnation reaches a
+        // window: its old packets naming this port are replays, refused.
+        assert!(g.learn(src(), S_INC + 1));
+        let old = g.check(at(0), arrival(S_INC, n(100, ME), false, 1, false));
+        assert_eq!(old.refused, Some(ReplayRefusal::OldIncarnation));
+        assert_eq!(old.hello, None);
+        assert!(g.windows.is_empty());
+        // Its new incarnation is taken, and the old one stays refused with a window there.
+        let v = g.check(at(1), arrival(S_INC + 1, n(1, ME), false, 1, false));
+        assert_eq!(v, take());
+        let old = g.check(at(2), arrival(S_INC, n(101, ME), false, 1, false));
+        assert_eq!(old.refused, Some(ReplayRefusal::OldIncarnation));
+        assert_eq!(g.counters().old_incarnation, 2);
     }
 
     #[test]
