@@ -21,7 +21,7 @@ use txcast_crmem::msg::{
     self, Msg, SnapFields, WriteBuilder, MAGIC, RANGE_HEADER, SNAP_HEADER, WRITE_HEADER,
 };
 use txcast_crmem::symmetric::{
-    SymMsg, FLUSH, GRANT, LOCK, NODES_MAX, RELAY, RELEASE, SEQS, SWRITE,
+    Deps, SymMsg, FLUSH, GRANT, LOCK, NODES_MAX, RELAY, RELEASE, SEQS, SWRITE,
 };
 use txcast_crmem::LOCKS_PER_MESSAGE;
 
@@ -64,18 +64,39 @@ fn encode(m: &Msg<'_>) -> Vec<u8> {
     out
 }
 
+/// Dependencies as symmetric.rs lays them out: `count u8, (origin u16, seq u64)*`.
+fn deps_encode(deps: &Deps<'_>, out: &mut Vec<u8>) {
+    out.push(deps.len() as u8);
+    for (o, s) in deps.iter() {
+        out.extend_from_slice(&o.to_le_bytes());
+        out.extend_from_slice(&s.to_le_bytes());
+    }
+}
+
 /// A symmetric message written with the layouts of symmetric.rs's comments.
 fn sym_encode(m: &SymMsg<'_>) -> Vec<u8> {
     let mut out = vec![MAGIC];
     match m {
-        SymMsg::Write { durable, inner, .. } => {
+        SymMsg::Write {
+            durable,
+            deps,
+            inner,
+            ..
+        } => {
             out.push(SWRITE);
             out.extend_from_slice(&durable.to_le_bytes());
+            deps_encode(deps, &mut out);
             out.extend_from_slice(inner);
         }
-        SymMsg::Relay { origin, inner, .. } => {
+        SymMsg::Relay {
+            origin,
+            deps,
+            inner,
+            ..
+        } => {
             out.push(RELAY);
             out.extend_from_slice(&origin.to_le_bytes());
+            deps_encode(deps, &mut out);
             out.extend_from_slice(inner);
         }
         SymMsg::Lock {
@@ -99,14 +120,16 @@ fn sym_encode(m: &SymMsg<'_>) -> Vec<u8> {
             out.extend_from_slice(&((locks.len() / 4) as u16).to_le_bytes());
             out.extend_from_slice(locks);
         }
-        SymMsg::Grant { txn, req } => {
+        SymMsg::Grant { txn, req, deps } => {
             out.push(GRANT);
             out.extend_from_slice(&txn.to_le_bytes());
             out.extend_from_slice(&req.to_le_bytes());
+            deps_encode(deps, &mut out);
         }
-        SymMsg::Release { txn } => {
+        SymMsg::Release { txn, seq } => {
             out.push(RELEASE);
             out.extend_from_slice(&txn.to_le_bytes());
+            out.extend_from_slice(&seq.to_le_bytes());
         }
         SymMsg::Flush { view } => {
             out.push(FLUSH);
@@ -197,6 +220,7 @@ fn check_sym(data: &[u8]) {
             part,
             parts,
             inner,
+            deps,
             ..
         }
         | SymMsg::Relay {
@@ -204,13 +228,16 @@ fn check_sym(data: &[u8]) {
             part,
             parts,
             inner,
+            deps,
             ..
         } => {
-            let at = if matches!(m, SymMsg::Write { .. }) {
+            assert!(deps.len() <= NODES_MAX);
+            let head = if matches!(m, SymMsg::Write { .. }) {
                 10
             } else {
                 4
             };
+            let at = head + 1 + deps.len() * 10;
             assert_eq!(*inner, &data[at..]);
             let Ok(Msg::Write(w)) = Msg::parse(inner) else {
                 panic!("{m:?}: its inner part is no WRITE");
@@ -227,8 +254,12 @@ fn check_sym(data: &[u8]) {
             assert_eq!(data.len(), LOCK_HEADER + locks.len());
             flags = &[28];
         }
-        SymMsg::Grant { .. } => assert_eq!(data.len(), 2 + 8 + 4),
-        SymMsg::Release { .. } | SymMsg::Flush { .. } => assert_eq!(data.len(), 2 + 8),
+        SymMsg::Grant { deps, .. } => {
+            assert!(deps.len() <= NODES_MAX);
+            assert_eq!(data.len(), 2 + 8 + 4 + 1 + deps.len() * 10);
+        }
+        SymMsg::Release { .. } => assert_eq!(data.len(), 2 + 8 + 8),
+        SymMsg::Flush { .. } => assert_eq!(data.len(), 2 + 8),
         SymMsg::Seqs { seqs, .. } => {
             assert!(seqs.len() <= NODES_MAX);
             assert_eq!(data.len(), 2 + 8 + 2 + seqs.len() * 10);

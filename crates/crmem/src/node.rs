@@ -198,6 +198,11 @@ pub struct Counters {
     /// Commits a backup undid while catching up: its dead primary's, which the successor
     /// never had (none of them acknowledged).
     pub undone: u64,
+    /// Symmetric: transactions granted their locks before the commits written under them
+    /// were applied here, which waited for them.
+    pub apply_waits: u64,
+    /// Symmetric: commits that came whole before a commit they depend on, and waited.
+    pub commits_held: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

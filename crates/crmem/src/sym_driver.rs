@@ -541,7 +541,7 @@ impl SymCrmem {
     }
 
     /// Commits with no wait: the write set is on its way, the commit number returned at once;
-    /// the transaction's locks are released when every live node holds it, and it is
+    /// the transaction's locks are released at once, and it is
     /// durable when [`SymCrmem::durable`] reaches that number ([`SymCrmem::wait_durable`]).
     /// One thread may keep many in flight; they complete in order.
     pub fn commit_async(&self, txn: TxnId) -> Result<u64, SymCrmemError> {

@@ -15,11 +15,16 @@
 //! parts, applied only when the last has come, acknowledged); every node's commit log is thus
 //! replicated on all the others. All, not one: every replica must hold every write before a
 //! conflicting transaction elsewhere may read it, so the write set reaches every node anyway,
-//! and any survivor can then complete a dead node's log. The commit completes (in this node's
-//! log order) when every live node has acknowledged it; only then are its locks released,
-//! here and at the homes. A transaction granted a lock thus finds every write made under it
-//! in its own replica already (the writer's SWRITE reached it before the writer's RELEASE
-//! reached the home).
+//! and any survivor can then complete a dead node's log. The locks are released at commit,
+//! here and at the homes (a RELEASE naming the commit, behind its SWRITE on each channel);
+//! the commit completes (in this node's log order) when every live node has acknowledged it.
+//!
+//! **Dependencies.** A home keeps per origin the last commit whose locks it released
+//! (`released`) and names those in every GRANT; the grantee uses its locks only once it has
+//! applied them (`TxnState::WaitApply`), and its own commit carries what its grants named:
+//! a replica applies a commit only after those. Replicas thus apply conflicting writes in the
+//! order the locks were granted, and a transaction finds every write made under its locks in
+//! its own replica.
 //!
 //! **Replicated logs.** Each node keeps, per origin, the commits it applied that the origin
 //! has not yet declared complete everywhere (each SWRITE carries the origin's complete mark),
@@ -28,10 +33,11 @@
 //! **View changes** ([`SymNode::view_change`], told to every member with the same view, by
 //! the driver's membership or the application):
 //! open transactions are aborted ([`SymAbort::ViewChange`]); a dead node's locks at the homes
-//! are freed; each survivor relays to every other the dead node's commits it holds, so all
-//! reach the same prefix of the dead node's log; each then waits for its own commits to
-//! complete and sends FLUSH; when a node has every member's FLUSH, no commit is in flight and
-//! every lock is free, so the homes may move ([`SymEvent::HomeMoved`]) and it serves again
+//! are freed; each survivor relays to every other the dead node's commits it applied (with
+//! their dependencies, which it applied too), so all reach the same prefix of the dead node's
+//! log; each then waits for its own commits to complete and sends FLUSH; when a node has every
+//! member's FLUSH, no commit is in flight, every lock is free, and a dead node's commit still
+//! waiting for a dependency (which no survivor has) is dropped, so the homes may move ([`SymEvent::HomeMoved`]) and it serves again
 //! ([`SymEvent::Ready`]). A restarted node joins through a view change: when the barrier
 //! ends, the lowest surviving member sends it every segment and the commit number it covers
 //! per origin (SEQS, then SNAP pieces); commits that reach it first are held and applied
@@ -56,17 +62,20 @@ pub const NODES_MAX: usize = 64;
 /// What a commit costs the log at least (a read-only one, which ships nothing).
 const PENDING_COST: usize = 64;
 
-/// SWRITE: `durable u64` then a whole WRITE part (msg.rs): a part of the sender's commit.
+/// SWRITE: `durable u64`, deps, then a whole WRITE part (msg.rs): a part of the sender's
+/// commit. Deps (`count u8, (origin u16, seq u64)*`): the commits it must be applied after.
 pub const SWRITE: u8 = 16;
-/// RELAY: `origin u16` then a whole WRITE part: a dead origin's commit, passed on.
+/// RELAY: `origin u16`, deps, then a whole WRITE part: a dead origin's commit, passed on.
 pub const RELAY: u8 = 17;
 /// LOCK: `view u64, txn u64, req u32, part u16, parts u16, segment u16, write u8, count u16`,
 /// locks. A home takes requests of its own view only (a request of an earlier view, or to
 /// an earlier process of the home, was released with that view).
 pub const LOCK: u8 = 18;
-/// GRANT: `txn u64, req u32`.
+/// GRANT: `txn u64, req u32`, deps: the commits the grantee must have applied before it
+/// uses the locks.
 pub const GRANT: u8 = 19;
-/// RELEASE: `txn u64`: every lock the transaction holds or asked at this home.
+/// RELEASE: `txn u64, seq u64`: every lock the transaction holds or asked at this home; `seq`
+/// is its commit (0 when it wrote nothing).
 pub const RELEASE: u8 = 20;
 /// FLUSH: `view u64`: the sender's commits are complete and its relays sent.
 pub const FLUSH: u8 = 21;
@@ -74,12 +83,62 @@ pub const FLUSH: u8 = 21;
 pub const SEQS: u8 = 22;
 
 const LOCK_HEADER: usize = 2 + 8 + 8 + 4 + 2 + 2 + 2 + 1 + 2;
+/// One dependency on the wire: origin, seq.
+const DEP_BYTES: usize = 2 + 8;
+
+/// The commits a commit or a grant depends on, as they came (`(origin u16, seq u64)*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deps<'a>(&'a [u8]);
+
+impl<'a> Deps<'a> {
+    fn read(r: &mut Reader<'a>) -> Result<Deps<'a>, MsgError> {
+        let count = r.u8()? as usize;
+        if count > NODES_MAX {
+            return Err(MsgError::RangeTruncated);
+        }
+        Ok(Deps(r.take(count * DEP_BYTES)?))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, u64)> + 'a {
+        self.0.chunks_exact(DEP_BYTES).map(|c| {
+            let mut r = Reader::new(c);
+            (r.u16().unwrap_or(0), r.u64().unwrap_or(0))
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len() / DEP_BYTES
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+fn write_deps(w: &mut Writer<'_>, deps: &[(NodeId, u64)]) {
+    w.u8(deps.len() as u8);
+    for &(o, s) in deps {
+        w.u16(o).u64(s);
+    }
+}
+
+/// Merges `(origin, seq)` into `deps`, keeping the highest seq per origin.
+fn merge_dep(deps: &mut Vec<(NodeId, u64)>, (o, s): (NodeId, u64)) {
+    if s == 0 {
+        return;
+    }
+    match deps.iter_mut().find(|d| d.0 == o) {
+        Some(d) => d.1 = d.1.max(s),
+        None => deps.push((o, s)),
+    }
+}
 
 /// A symmetric message, decoded (borrowing the datagram). ACK and SNAP are msg.rs's.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SymMsg<'a> {
     Write {
         durable: u64,
+        deps: Deps<'a>,
         seq: u64,
         part: u16,
         parts: u16,
@@ -87,6 +146,7 @@ pub enum SymMsg<'a> {
     },
     Relay {
         origin: u16,
+        deps: Deps<'a>,
         seq: u64,
         part: u16,
         parts: u16,
@@ -105,9 +165,11 @@ pub enum SymMsg<'a> {
     Grant {
         txn: u64,
         req: u32,
+        deps: Deps<'a>,
     },
     Release {
         txn: u64,
+        seq: u64,
     },
     Flush {
         view: u64,
@@ -136,10 +198,12 @@ impl<'a> SymMsg<'a> {
         match r.u8()? {
             SWRITE => {
                 let durable = r.u64()?;
+                let deps = Deps::read(&mut r)?;
                 let inner = r.rest();
                 let (seq, part, parts) = inner_write(inner)?;
                 Ok(SymMsg::Write {
                     durable,
+                    deps,
                     seq,
                     part,
                     parts,
@@ -148,10 +212,12 @@ impl<'a> SymMsg<'a> {
             }
             RELAY => {
                 let origin = r.u16()?;
+                let deps = Deps::read(&mut r)?;
                 let inner = r.rest();
                 let (seq, part, parts) = inner_write(inner)?;
                 Ok(SymMsg::Relay {
                     origin,
+                    deps,
                     seq,
                     part,
                     parts,
@@ -184,13 +250,14 @@ impl<'a> SymMsg<'a> {
             }
             GRANT => {
                 let (txn, req) = (r.u64()?, r.u32()?);
-                r.finish().map_err(|_| MsgError::Short)?;
-                Ok(SymMsg::Grant { txn, req })
+                let deps = Deps::read(&mut r)?;
+                r.finish()?;
+                Ok(SymMsg::Grant { txn, req, deps })
             }
             RELEASE => {
-                let txn = r.u64()?;
+                let (txn, seq) = (r.u64()?, r.u64()?);
                 r.finish().map_err(|_| MsgError::Short)?;
-                Ok(SymMsg::Release { txn })
+                Ok(SymMsg::Release { txn, seq })
             }
             FLUSH => {
                 let view = r.u64()?;
@@ -244,13 +311,39 @@ fn lock_msg(
     }
 }
 
-fn small(kind: u8, a: u64, b: Option<u32>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(14);
+fn small(kind: u8, a: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(10);
+    Writer::new(&mut out).u8(MAGIC).u8(kind).u64(a);
+    out
+}
+
+fn release_msg(txn: u64, seq: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(18);
+    Writer::new(&mut out)
+        .u8(MAGIC)
+        .u8(RELEASE)
+        .u64(txn)
+        .u64(seq);
+    out
+}
+
+fn grant_msg(txn: u64, req: u32, deps: &[(NodeId, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(15 + DEP_BYTES * deps.len());
     let mut w = Writer::new(&mut out);
-    w.u8(MAGIC).u8(kind).u64(a);
-    if let Some(b) = b {
-        w.u32(b);
-    }
+    w.u8(MAGIC).u8(GRANT).u64(txn).u32(req);
+    write_deps(&mut w, deps);
+    out
+}
+
+/// SWRITE's head (`durable`) or RELAY's (`origin`), then the deps.
+fn head(wide: Option<u64>, origin: NodeId, deps: &[(NodeId, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + DEP_BYTES * deps.len());
+    let mut w = Writer::new(&mut out);
+    match wide {
+        Some(durable) => w.u64(durable),
+        None => w.u16(origin),
+    };
+    write_deps(&mut w, deps);
     out
 }
 
@@ -338,6 +431,8 @@ enum TxnState {
     WaitLocal,
     /// For the home's grant of request `req`.
     WaitHome(u32),
+    /// Granted its locks, for the commits written under them to be applied here.
+    WaitApply,
 }
 
 struct Txn {
@@ -351,6 +446,9 @@ struct Txn {
     /// Homes asked for locks (released there at the end).
     homes: Vec<NodeId>,
     req: u32,
+    /// The commits its grants named: applied here before it touches the ranges, and
+    /// before its own commit anywhere.
+    deps: Vec<(NodeId, u64)>,
 }
 
 struct Pending {
@@ -358,10 +456,6 @@ struct Pending {
     txn: TxnId,
     bytes: usize,
     missing: Vec<NodeId>,
-    held: Held,
-    homes: Vec<NodeId>,
-    /// Its ranges' vector, for reuse when it completes.
-    ranges: Vec<SetRange>,
 }
 
 /// A remote transaction's locks at this home.
@@ -382,13 +476,26 @@ struct Want {
     locks: Vec<LockId>,
 }
 
+/// A commit of an origin, whole: its number, WRITE parts, bytes and dependencies.
+struct Whole {
+    seq: u64,
+    parts: Vec<Vec<u8>>,
+    bytes: usize,
+    deps: Vec<(NodeId, u64)>,
+}
+
 /// An origin's commits as this replica has them.
 #[derive(Default)]
 struct Origin {
     applied: u64,
-    asm: Option<(u64, u16, Vec<Vec<u8>>, usize)>,
-    /// Applied commits the origin has not declared complete: (seq, WRITE parts).
-    tail: VecDeque<(u64, Vec<Vec<u8>>)>,
+    /// The last commit assembled (applied, or waiting in `blocked`).
+    received: u64,
+    asm: Option<(Whole, u16)>,
+    /// Whole commits waiting, in order, for the commits they depend on.
+    blocked: VecDeque<Whole>,
+    blocked_bytes: usize,
+    /// Applied commits the origin has not declared complete.
+    tail: VecDeque<Whole>,
     tail_bytes: usize,
 }
 
@@ -425,11 +532,15 @@ pub struct SymNode {
     log_used: usize,
     pending: VecDeque<Pending>,
     origins: Vec<Origin>,
+    /// As a home: per origin, the last commit whose locks were released here (the
+    /// dependency a grant names).
+    released: Vec<u64>,
     out: VecDeque<(NodeId, Vec<u8>)>,
     events: VecDeque<SymEvent>,
     counters: Counters,
     /// Lock ids of the range being mapped (kept to spare an allocation per range).
     scratch: Vec<LockId>,
+    scratch_deps: Vec<(NodeId, u64)>,
     /// The vectors of ended transactions, emptied, for the next ones (at most
     /// [`SPARE_TXNS`]): a transaction on the lock path allocates nothing else of its own.
     spare: Vec<TxnVecs>,
@@ -444,6 +555,7 @@ struct TxnVecs {
     ranges: Vec<SetRange>,
     held: Held,
     homes: Vec<NodeId>,
+    deps: Vec<(NodeId, u64)>,
 }
 
 impl SymNode {
@@ -487,10 +599,12 @@ impl SymNode {
             log_used: 0,
             pending: VecDeque::new(),
             origins: (0..n).map(|_| Origin::default()).collect(),
+            released: vec![0; n],
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
             scratch: Vec::new(),
+            scratch_deps: Vec::new(),
             spare: Vec::new(),
             cfg,
         }
@@ -586,6 +700,7 @@ impl SymNode {
                 held: v.held,
                 homes: v.homes,
                 req: 0,
+                deps: v.deps,
             },
         );
         self.counters.begun += 1;
@@ -640,10 +755,15 @@ impl SymNode {
             self.scratch = ids;
             return false;
         };
+        if home == self.cfg.node && new {
+            // Every write released here before must be in this replica first.
+            for (o, &sq) in self.released.iter().enumerate() {
+                merge_dep(&mut t.deps, (o as NodeId, sq));
+            }
+        }
         if home == self.cfg.node || !new {
             self.scratch = ids;
-            self.grant(txn);
-            return true;
+            return self.granted_if_applied(txn);
         }
         t.req += 1;
         t.state = TxnState::WaitHome(t.req);
@@ -672,17 +792,47 @@ impl SymNode {
     }
 
     /// Keeps an ended transaction's vectors, emptied, for the next ones.
-    fn recycle(&mut self, mut ranges: Vec<SetRange>, mut held: Held, mut homes: Vec<NodeId>) {
+    fn recycle(&mut self, t: Txn) {
         if self.spare.len() < SPARE_TXNS {
-            ranges.clear();
-            held.clear();
-            homes.clear();
-            self.spare.push(TxnVecs {
-                ranges,
-                held,
-                homes,
-            });
+            let mut v = TxnVecs {
+                ranges: t.ranges,
+                held: t.held,
+                homes: t.homes,
+                deps: t.deps,
+            };
+            v.ranges.clear();
+            v.held.clear();
+            v.homes.clear();
+            v.deps.clear();
+            self.spare.push(v);
         }
+    }
+
+    /// Whether this replica has applied every commit in `deps`.
+    fn applied_all(&self, deps: &[(NodeId, u64)]) -> bool {
+        deps.iter().all(|&(o, s)| {
+            if o == self.cfg.node {
+                s <= self.seq
+            } else {
+                self.origins.get(o as usize).is_some_and(|g| g.applied >= s)
+            }
+        })
+    }
+
+    /// `txn` holds its pending range's locks everywhere: granted now if the commits written
+    /// under them are here (true), else it waits for them.
+    fn granted_if_applied(&mut self, txn: TxnId) -> bool {
+        let t = &self.txns[&txn];
+        if self.applied_all(&t.deps) {
+            self.grant(txn);
+            return true;
+        }
+        let t = self.txns.get_mut(&txn).expect("checked");
+        if t.state != TxnState::WaitApply {
+            t.state = TxnState::WaitApply;
+            self.counters.apply_waits += 1;
+        }
+        false
     }
 
     /// `txn` holds its pending range's locks everywhere: the range is usable.
@@ -737,21 +887,22 @@ impl SymNode {
         Ok(())
     }
 
-    fn roll_back(&mut self, txn: TxnId, t: Txn) {
-        txmem::restore(&mut self.segments, t.undo);
-        self.release(txn, &t.held, &t.homes);
+    fn roll_back(&mut self, txn: TxnId, mut t: Txn) {
+        txmem::restore(&mut self.segments, std::mem::take(&mut t.undo));
+        self.release(txn, &t.held, &t.homes, 0);
         if t.state != TxnState::Active {
             self.waiting.retain(|&w| w != txn);
         }
         self.counters.aborted += 1;
-        self.recycle(t.ranges, t.held, t.homes);
+        self.recycle(t);
     }
 
-    fn release(&mut self, txn: TxnId, held: &Held, homes: &[NodeId]) {
+    /// Frees `txn`'s locks here and at its homes; `seq`: its commit, if it wrote.
+    fn release(&mut self, txn: TxnId, held: &Held, homes: &[NodeId], seq: u64) {
         txmem::release(&mut self.segments, held);
         for &h in homes {
             if h != self.cfg.node && self.live.contains(&h) {
-                self.out.push_back((h, small(RELEASE, txn, None)));
+                self.out.push_back((h, release_msg(txn, seq)));
             }
         }
     }
@@ -764,6 +915,13 @@ impl SymNode {
             match self.txns.get(&txn).map(|t| t.state) {
                 Some(TxnState::WaitLocal) => {
                     if self.proceed(txn) {
+                        self.waiting.remove(i);
+                        self.events.push_back(SymEvent::Granted(txn));
+                        continue;
+                    }
+                }
+                Some(TxnState::WaitApply) => {
+                    if self.granted_if_applied(txn) {
                         self.waiting.remove(i);
                         self.events.push_back(SymEvent::Granted(txn));
                         continue;
@@ -812,9 +970,20 @@ impl SymNode {
         {
             return false;
         }
-        let req = w.req;
+        let (req, from) = (w.req, rm.from);
         rm.want = None;
-        self.out.push_back((rm.from, small(GRANT, txn, Some(req))));
+        // The grantee uses the locks once it has every write released here before.
+        let mut deps = std::mem::take(&mut self.scratch_deps);
+        deps.clear();
+        deps.extend(
+            self.released
+                .iter()
+                .enumerate()
+                .filter(|&(o, &s)| s > 0 && o != from as usize)
+                .map(|(o, &s)| (o as NodeId, s)),
+        );
+        self.out.push_back((from, grant_msg(txn, req, &deps)));
+        self.scratch_deps = deps;
         true
     }
 
@@ -823,19 +992,25 @@ impl SymNode {
         self.durable
     }
 
-    /// Commits `txn`: ships its writes to every other live node; [`SymEvent::Committed`]
-    /// when all have acknowledged, and its locks are released then. Its commit number.
+    /// Commits `txn`: ships its writes to every other live node and releases its locks, here
+    /// and at its homes; [`SymEvent::Committed`] when every live node has acknowledged. Its
+    /// commit number.
     pub fn commit(&mut self, txn: TxnId) -> Result<u64, CrError> {
         let t = self.txns.get(&txn).ok_or(CrError::UnknownTxn)?;
         if t.state != TxnState::Active {
             return Err(CrError::NotActive);
         }
+        // SWRITE's envelope: magic, kind, durable, the deps.
+        let env = 2 + 8 + 1 + DEP_BYTES * t.deps.len();
+        if self.cfg.message_bytes < env + WRITE_HEADER + RANGE_HEADER + 1 {
+            return Err(CrError::TooLarge);
+        }
         let room = self
             .cfg
             .message_bytes
-            .saturating_sub(WRITE_HEADER + RANGE_HEADER + 10)
+            .saturating_sub(WRITE_HEADER + RANGE_HEADER + env)
             .max(1);
-        let mb = self.cfg.message_bytes - 10;
+        let mb = self.cfg.message_bytes - env;
         let writes = txmem::writes(&t.ranges);
         let (parts, bytes) = plan_lens(writes.iter().map(|r| r.len), room, mb);
         if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
@@ -856,9 +1031,21 @@ impl SymNode {
             self.seq
         } else {
             self.seq += 1;
-            self.ship(self.seq, &writes, parts as u16, room, mb, &others);
+            let h = head(Some(self.durable), 0, &t.deps);
+            self.ship(self.seq, &writes, (parts as u16, room, mb), &h, &others);
+            self.released[self.cfg.node as usize] = self.seq;
             self.seq
         };
+        // The writes are on their way to every replica (ahead of the RELEASE on each
+        // channel), and whoever takes the locks next waits until it has applied them: the
+        // locks go now, not when the commit is complete.
+        self.release(
+            txn,
+            &t.held,
+            &t.homes,
+            if writes.is_empty() { 0 } else { seq },
+        );
+        self.recycle(t);
         self.log_used += bytes;
         self.pending.push_back(Pending {
             seq,
@@ -869,11 +1056,9 @@ impl SymNode {
             } else {
                 others
             },
-            held: t.held,
-            homes: t.homes,
-            ranges: t.ranges,
         });
         self.complete();
+        self.grant_waiting();
         Ok(seq)
     }
 
@@ -881,18 +1066,16 @@ impl SymNode {
         &mut self,
         seq: u64,
         writes: &[SetRange],
-        parts: u16,
-        room: usize,
-        mb: usize,
+        (parts, room, mb): (u16, usize, usize),
+        head: &[u8],
         to: &[NodeId],
     ) {
-        let head = self.durable.to_le_bytes();
         let mut part = 0u16;
         let mut m = Vec::with_capacity(mb);
         let mut b = WriteBuilder::new(&mut m, seq, part, parts);
         let mut used = WRITE_HEADER;
         let send = |m: &Vec<u8>, out: &mut VecDeque<(NodeId, Vec<u8>)>| {
-            let e = envelope(SWRITE, &head, m);
+            let e = envelope(SWRITE, head, m);
             for &k in to {
                 out.push_back((k, e.clone()));
             }
@@ -918,22 +1101,14 @@ impl SymNode {
         send(&m, &mut self.out);
     }
 
-    /// Commits at the head of the log that every live node holds complete, in order; their
-    /// locks go.
+    /// Commits at the head of the log that every live node holds complete, in order.
     fn complete(&mut self) {
-        let mut any = false;
         while self.pending.front().is_some_and(|p| p.missing.is_empty()) {
             let p = self.pending.pop_front().expect("front");
             self.log_used -= p.bytes;
             self.durable = self.durable.max(p.seq);
-            self.release(p.txn, &p.held, &p.homes);
-            self.recycle(p.ranges, p.held, p.homes);
             self.counters.committed += 1;
             self.events.push_back(SymEvent::Committed(p.txn));
-            any = true;
-        }
-        if any {
-            self.grant_waiting();
         }
         self.maybe_flush();
     }
@@ -945,7 +1120,7 @@ impl SymNode {
         self.flushed = true;
         for &k in &self.live {
             if k != self.cfg.node && Some(k) != self.joining {
-                self.out.push_back((k, small(FLUSH, self.view, None)));
+                self.out.push_back((k, small(FLUSH, self.view)));
             }
         }
         self.maybe_ready();
@@ -954,6 +1129,19 @@ impl SymNode {
     fn maybe_ready(&mut self) {
         if self.phase != Phase::Changing || !self.flushed || !self.flush_wait.is_empty() {
             return;
+        }
+        // Every relay is in. A dead origin's commit still waiting depends on one no survivor
+        // has, so no survivor applied it, nor anything written after it: it goes, and the
+        // homes name no more of a dead (or rejoining) origin than is applied.
+        for (o, g) in self.origins.iter_mut().enumerate() {
+            if !self.live.contains(&(o as NodeId)) || Some(o as NodeId) == self.joining {
+                self.counters.refused += g.blocked.len() as u64;
+                g.blocked.clear();
+                g.blocked_bytes = 0;
+                g.received = g.applied;
+                g.asm = None;
+                self.released[o] = self.released[o].min(g.applied);
+            }
         }
         self.phase = Phase::Serving;
         if let Some(k) = self.joining.take() {
@@ -995,7 +1183,6 @@ impl SymNode {
                         self.counters.degraded += 1;
                     }
                 }
-                p.homes.retain(|&h| h != d);
             }
         }
         // Remote holders that are dead, or that rejoin as a new process, hold nothing now.
@@ -1046,10 +1233,10 @@ impl SymNode {
             let Some(o) = self.origins.get(d as usize) else {
                 continue;
             };
-            let head = d.to_le_bytes();
-            for (_, parts) in &o.tail {
-                for p in parts {
-                    let e = envelope(RELAY, &head, p);
+            for w in &o.tail {
+                let h = head(None, d, &w.deps);
+                for p in &w.parts {
+                    let e = envelope(RELAY, &h, p);
                     for &k in &members {
                         self.out.push_back((k, e.clone()));
                     }
@@ -1201,26 +1388,26 @@ impl SymNode {
         match m {
             SymMsg::Write {
                 durable,
+                deps,
                 seq,
                 part,
                 parts,
                 inner,
             } => {
-                let applied = self.on_write(from, seq, part, parts, inner)?;
+                let whole = self.on_write(from, seq, (part, parts), deps, inner)?;
                 let o = &mut self.origins[from as usize];
-                while o.tail.front().is_some_and(|(s, _)| *s <= durable) {
-                    let (_, p) = o.tail.pop_front().expect("front");
-                    o.tail_bytes -= p.iter().map(Vec::len).sum::<usize>();
+                while o.tail.front().is_some_and(|w| w.seq <= durable) {
+                    let w = o.tail.pop_front().expect("front");
+                    o.tail_bytes -= w.bytes;
                 }
-                if applied {
-                    let mut a = Vec::new();
-                    msg::ack(seq, &mut a);
-                    self.out.push_back((from, a));
+                if whole {
+                    self.apply_ready();
                 }
                 Some(())
             }
             SymMsg::Relay {
                 origin,
+                deps,
                 seq,
                 part,
                 parts,
@@ -1229,7 +1416,10 @@ impl SymNode {
                 if origin as usize >= self.n || self.live.contains(&origin) {
                     return None;
                 }
-                self.on_write(origin, seq, part, parts, inner).map(|_| ())
+                if self.on_write(origin, seq, (part, parts), deps, inner)? {
+                    self.apply_ready();
+                }
+                Some(())
             }
             SymMsg::Ack { seq } => {
                 for p in self.pending.iter_mut().take_while(|p| p.seq <= seq) {
@@ -1334,26 +1524,39 @@ impl SymNode {
                 }
                 Some(())
             }
-            SymMsg::Grant { txn, req } => {
-                if txn >> 48 != self.cfg.node as u64 {
+            SymMsg::Grant { txn, req, deps } => {
+                if txn >> 48 != self.cfg.node as u64
+                    || deps.iter().any(|(o, _)| o as usize >= self.n)
+                {
                     return None;
                 }
                 // A grant for a transaction aborted since is stale: its RELEASE follows it.
-                if self
+                let Some(t) = self
                     .txns
-                    .get(&txn)
-                    .is_some_and(|t| t.state == TxnState::WaitHome(req))
-                {
-                    self.grant(txn);
+                    .get_mut(&txn)
+                    .filter(|t| t.state == TxnState::WaitHome(req))
+                else {
+                    return Some(());
+                };
+                for d in deps.iter() {
+                    merge_dep(&mut t.deps, d);
+                }
+                if self.granted_if_applied(txn) {
                     self.waiting.retain(|&w| w != txn);
                     self.events.push_back(SymEvent::Granted(txn));
                 }
                 Some(())
             }
-            SymMsg::Release { txn } => {
+            SymMsg::Release { txn, seq } => {
                 if txn >> 48 != from as u64 {
                     return None;
                 }
+                // Its writes came ahead of this on the channel: they are assembled here.
+                if seq > self.origins[from as usize].received {
+                    return None;
+                }
+                let r = &mut self.released[from as usize];
+                *r = (*r).max(seq);
                 self.drop_remote(txn);
                 self.grant_waiting();
                 Some(())
@@ -1362,76 +1565,150 @@ impl SymNode {
         }
     }
 
-    /// A part of origin `o`'s commit `seq`: assembled, applied whole with the last part.
-    /// `Some(true)` when this part completed a commit, `Some(false)` when it waits for more
-    /// or was applied already, `None` when out of protocol.
+    /// A part of origin `o`'s commit `seq`, assembled: `Some(true)` when this part made the
+    /// commit whole (it waits in the origin's queue for [`SymNode::apply_ready`]),
+    /// `Some(false)` when it waits for more parts or was had already, `None` when out of
+    /// protocol.
     fn on_write(
         &mut self,
         o: NodeId,
         seq: u64,
-        part: u16,
-        parts: u16,
+        (part, parts): (u16, u16),
+        deps: Deps<'_>,
         inner: &[u8],
     ) -> Option<bool> {
         let log_bytes = self.cfg.log_bytes;
+        let (n, me, my_seq) = (self.n, self.cfg.node, self.seq);
         let org = &mut self.origins[o as usize];
-        if seq <= org.applied {
+        if seq <= org.received {
             self.counters.duplicates += 1;
             return Some(false);
         }
-        let fresh = part == 0 && seq == org.applied + 1;
+        let fresh = part == 0 && seq == org.received + 1;
         match &mut org.asm {
-            Some((s, ps, got, b)) if *s == seq && got.len() == part as usize && *ps == parts => {
-                *b += inner.len();
-                if *b > log_bytes {
+            Some((w, ps)) if w.seq == seq && w.parts.len() == part as usize && *ps == parts => {
+                w.bytes += inner.len();
+                if w.bytes > log_bytes {
                     org.asm = None;
                     return None;
                 }
-                got.push(inner.to_vec());
+                w.parts.push(inner.to_vec());
             }
-            _ if fresh => org.asm = Some((seq, parts, vec![inner.to_vec()], inner.len())),
+            _ if fresh => {
+                // A commit cannot depend on a later one of its own origin, nor on one of
+                // this node's it has not made.
+                let bad = |(d, s): (NodeId, u64)| {
+                    d as usize >= n || d == o && s >= seq || d == me && s > my_seq
+                };
+                if deps.iter().any(bad) {
+                    org.asm = None;
+                    return None;
+                }
+                let w = Whole {
+                    seq,
+                    parts: vec![inner.to_vec()],
+                    bytes: inner.len(),
+                    deps: deps.iter().filter(|&(d, _)| d != o).collect(),
+                };
+                org.asm = Some((w, parts));
+            }
             _ => {
                 org.asm = None;
                 return None;
             }
         }
-        if org.asm.as_ref().is_some_and(|a| a.2.len() < parts as usize) {
+        if org
+            .asm
+            .as_ref()
+            .is_some_and(|(w, ps)| w.parts.len() < *ps as usize)
+        {
             return Some(false);
         }
-        let (_, _, got, bytes) = org.asm.take().expect("set above");
+        let (w, _) = org.asm.take().expect("set above");
         let segs = &self.segments;
         let fits = |r: &msg::Range<'_>| {
             segs.get(r.segment as usize)
                 .is_some_and(|g| r.offset as usize + r.bytes.len() <= g.mem.len())
         };
-        let all_fit = got.iter().all(|m| match Msg::parse(m) {
+        let all_fit = w.parts.iter().all(|m| match Msg::parse(m) {
             Ok(Msg::Write(w)) => w.ranges().all(|r| fits(&r)),
             _ => false,
         });
         if !all_fit {
             return None;
         }
-        for m in &got {
-            if let Ok(Msg::Write(w)) = Msg::parse(m) {
-                for r in w.ranges() {
-                    let a = r.offset as usize;
-                    self.segments[r.segment as usize].mem[a..a + r.bytes.len()]
-                        .copy_from_slice(r.bytes);
+        let waits = !self.applied_all(&w.deps);
+        let org = &mut self.origins[o as usize];
+        // The origin's log bounds what it has in flight; past twice it (a broken origin) the
+        // commit is refused.
+        if org.blocked_bytes + w.bytes > 2 * log_bytes {
+            return None;
+        }
+        if waits || !org.blocked.is_empty() {
+            self.counters.commits_held += 1;
+        }
+        org.received = seq;
+        org.blocked_bytes += w.bytes;
+        org.blocked.push_back(w);
+        Some(true)
+    }
+
+    /// Applies every whole commit whose dependencies are here, each origin's in order, until
+    /// none is left that can go; acknowledges the live origins' and lets waiting
+    /// transactions whose grants named them use their locks.
+    fn apply_ready(&mut self) {
+        let log_bytes = self.cfg.log_bytes;
+        let mut any = false;
+        loop {
+            let mut progress = false;
+            for o in 0..self.n {
+                let mut last = None;
+                while let Some(w) = self.origins[o].blocked.front() {
+                    if !self.applied_all(&w.deps) {
+                        break;
+                    }
+                    let org = &mut self.origins[o];
+                    let w = org.blocked.pop_front().expect("front");
+                    org.blocked_bytes -= w.bytes;
+                    for m in &w.parts {
+                        if let Ok(Msg::Write(p)) = Msg::parse(m) {
+                            for r in p.ranges() {
+                                let a = r.offset as usize;
+                                self.segments[r.segment as usize].mem[a..a + r.bytes.len()]
+                                    .copy_from_slice(r.bytes);
+                            }
+                        }
+                    }
+                    let org = &mut self.origins[o];
+                    org.applied = w.seq;
+                    last = Some(w.seq);
+                    org.tail_bytes += w.bytes;
+                    org.tail.push_back(w);
+                    // Past twice the log (an origin that never declares its commits
+                    // complete) the oldest go.
+                    while org.tail_bytes > 2 * log_bytes {
+                        let old = org.tail.pop_front().expect("non-empty while over");
+                        org.tail_bytes -= old.bytes;
+                    }
+                    self.counters.applied += 1;
+                }
+                if let Some(seq) = last {
+                    progress = true;
+                    if self.live.contains(&(o as NodeId)) {
+                        let mut a = Vec::new();
+                        msg::ack(seq, &mut a);
+                        self.out.push_back((o as NodeId, a));
+                    }
                 }
             }
+            if !progress {
+                break;
+            }
+            any = true;
         }
-        let org = &mut self.origins[o as usize];
-        org.applied = seq;
-        org.tail.push_back((seq, got));
-        org.tail_bytes += bytes;
-        // The origin's log is bounded by the same size; past twice it (a broken origin
-        // that never declares its commits complete) the oldest go.
-        while org.tail_bytes > 2 * log_bytes {
-            let (_, p) = org.tail.pop_front().expect("non-empty while over");
-            org.tail_bytes -= p.iter().map(Vec::len).sum::<usize>();
+        if any {
+            self.grant_waiting();
         }
-        self.counters.applied += 1;
-        Some(true)
     }
 
     fn while_recovering(&mut self, from: NodeId, m: SymMsg<'_>, bytes: &[u8]) -> Option<()> {
@@ -1503,6 +1780,7 @@ impl SymNode {
         for &(k, s) in &rc.seqs {
             self.origins[k as usize] = Origin {
                 applied: s,
+                received: s,
                 ..Origin::default()
             };
         }
@@ -1528,6 +1806,9 @@ mod tests {
     struct Net {
         nodes: Vec<SymNode>,
         cut: Vec<(NodeId, NodeId)>,
+        /// Channels whose messages wait in `late` (in order) until `deliver_late`.
+        slow: Vec<(NodeId, NodeId)>,
+        late: Vec<(NodeId, NodeId, Vec<u8>)>,
         sent: Vec<(NodeId, NodeId, u8)>,
     }
 
@@ -1560,8 +1841,19 @@ mod tests {
             Net {
                 nodes,
                 cut: Vec::new(),
+                slow: Vec::new(),
+                late: Vec::new(),
                 sent: Vec::new(),
             }
+        }
+
+        /// Delivers what the slow channels held, in order, and opens them.
+        fn deliver_late(&mut self) {
+            self.slow.clear();
+            for (from, to, m) in std::mem::take(&mut self.late) {
+                self.nodes[to as usize].handle_message(from, &m);
+            }
+            self.pump();
         }
 
         fn pump(&mut self) {
@@ -1571,7 +1863,9 @@ mod tests {
                     while let Some((to, m)) = self.nodes[i].poll_transmit() {
                         any = true;
                         self.sent.push((i as NodeId, to, m[1]));
-                        if !self.cut.contains(&(i as NodeId, to)) {
+                        if self.slow.contains(&(i as NodeId, to)) {
+                            self.late.push((i as NodeId, to, m));
+                        } else if !self.cut.contains(&(i as NodeId, to)) {
                             self.nodes[to as usize].handle_message(i as NodeId, &m);
                         }
                     }
@@ -1636,7 +1930,7 @@ mod tests {
         net.pump();
         assert!(net.events(1).is_empty(), "b must wait for a");
         net.nodes[0].commit(a).unwrap();
-        // Granted only once a is complete on node 1, which then reads a's write.
+        // Granted once a has committed (its write applied on node 1, which reads it).
         net.pump();
         assert_eq!(net.events(1), [SymEvent::Granted(b)]);
         assert_eq!(net.nodes[1].range(b, 0, 0, 4).unwrap(), &[1; 4]);
@@ -1644,6 +1938,64 @@ mod tests {
         net.nodes[1].commit(b).unwrap();
         net.pump();
         assert_eq!(&net.nodes[0].segment(0).unwrap()[..4], &[2, 1, 1, 1]);
+    }
+
+    /// The home frees a lock when its writer commits; the next holder waits until the
+    /// write is applied in its own replica.
+    #[test]
+    fn a_lock_released_at_commit_is_used_once_its_write_is_here() {
+        let mut net = Net::new(3, &[0]);
+        net.slow.push((2, 1));
+        let a = net.write(2, 0, 0, 7);
+        net.pump();
+        // Node 0 (the home) has the write and the RELEASE; node 1 has neither.
+        assert_eq!(&net.nodes[0].segment(0).unwrap()[..4], &[7; 4]);
+        assert!(net.sent.contains(&(2, 0, RELEASE)));
+        let b = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(b, 0, 0, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert!(net.sent.contains(&(0, 1, GRANT)));
+        assert!(net.events(1).is_empty(), "granted before a's write is here");
+        assert_eq!(net.nodes[1].counters().apply_waits, 1);
+        assert_eq!(
+            net.nodes[1].range(b, 0, 0, 4),
+            Err(CrError::NotActive),
+            "the range is not usable yet"
+        );
+        net.deliver_late();
+        assert_eq!(net.events(1), [SymEvent::Granted(b)]);
+        assert_eq!(net.nodes[1].range(b, 0, 0, 4).unwrap(), &[7; 4]);
+        net.nodes[1].abort(b).unwrap();
+        net.pump();
+        assert!(net.events(2).contains(&SymEvent::Committed(a)));
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
+    }
+
+    /// A commit written under a lock another node's commit released waits, on a replica
+    /// that has not that commit yet, until it has: the writes apply in their order.
+    #[test]
+    fn a_commit_waits_for_the_commit_it_read_from() {
+        let mut net = Net::new(4, &[0]);
+        net.slow.push((2, 3));
+        let a = net.write(2, 0, 0, 7);
+        net.pump();
+        // Node 1 reads a's write at once (its grant names it, and it has it), and writes.
+        let b = net.write(1, 0, 0, 9);
+        net.pump();
+        // Node 3 has b's commit, not a's: it holds b's, and acknowledges neither.
+        assert_eq!(net.nodes[3].counters().commits_held, 1);
+        assert_eq!(&net.nodes[3].segment(0).unwrap()[..4], &[0; 4]);
+        assert!(!net.events(1).contains(&SymEvent::Committed(b)));
+        net.deliver_late();
+        for k in 0..4 {
+            assert_eq!(&net.nodes[k].segment(0).unwrap()[..4], &[9; 4], "node {k}");
+        }
+        assert!(net.events(2).contains(&SymEvent::Committed(a)));
+        assert!(net.events(1).contains(&SymEvent::Committed(b)));
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
     }
 
     #[test]
@@ -1700,15 +2052,15 @@ mod tests {
         while let Some((_, m)) = net.nodes[1].poll_transmit() {
             msgs.push(m);
         }
-        msgs.push(small(GRANT, t, Some(1)));
-        msgs.push(small(RELEASE, t, None));
-        msgs.push(small(FLUSH, 1, None));
+        msgs.push(grant_msg(t, 1, &[(0, 1)]));
+        msgs.push(release_msg(t, 0));
+        msgs.push(small(FLUSH, 1));
         let mut w = Vec::new();
         let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
         b.range(0, 0, b"abcd");
         b.finish();
-        msgs.push(envelope(SWRITE, &0u64.to_le_bytes(), &w));
-        msgs.push(envelope(RELAY, &1u16.to_le_bytes(), &w));
+        msgs.push(envelope(SWRITE, &head(Some(0), 0, &[(0, 0)]), &w));
+        msgs.push(envelope(RELAY, &head(None, 1, &[]), &w));
         let mut refused = 0;
         for m in &msgs {
             for n in 0..m.len() {
@@ -1732,7 +2084,7 @@ mod tests {
         let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
         b.range(0, 998, b"abcd");
         b.finish();
-        net.nodes[0].handle_message(1, &envelope(SWRITE, &0u64.to_le_bytes(), &w));
+        net.nodes[0].handle_message(1, &envelope(SWRITE, &head(Some(0), 0, &[]), &w));
         assert_eq!(net.nodes[0].counters().refused, refused + 5);
         assert_eq!(net.nodes[0].segment(0).unwrap()[998..], [0, 0]);
     }

@@ -1236,4 +1236,6 @@ pub(crate) fn add_counters(a: &mut Counters, b: &Counters) {
     a.caught_up += b.caught_up;
     a.snapshots_sent += b.snapshots_sent;
     a.undone += b.undone;
+    a.apply_waits += b.apply_waits;
+    a.commits_held += b.commits_held;
 }
