@@ -55,8 +55,13 @@ impl Outbox {
     /// Queues a NAK's answer, unless too many wait; at most `NAK_SPAN_MAX` casts.
     fn owe(&mut self, to: Address, rank: usize, from: u64, upto: u64, old: bool) {
         if self.resend.len() < CONTROL_QUEUE_MAX && from <= upto {
-            self.resend
-                .push_back((to, rank, from, upto.min(from + NAK_SPAN_MAX - 1), old));
+            self.resend.push_back((
+                to,
+                rank,
+                from,
+                upto.min(from.saturating_add(NAK_SPAN_MAX - 1)),
+                old,
+            ));
         }
     }
 }

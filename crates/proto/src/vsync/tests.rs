@@ -685,3 +685,34 @@ fn members_at_the_last_view_number_do_not_change_views() {
     assert_eq!(vs.counters().dropped_bad, bad + 1);
     assert_eq!(vs.state(), VsState::Flushing);
 }
+
+/// A NAK for casts at the end of the sequence space asks for nothing this member holds: it
+/// is answered with nothing (found by the `vsync` fuzz target with overflow checks: bounding
+/// the answer's span overflowed).
+#[test]
+fn a_nak_at_the_end_of_the_sequence_space_is_harmless() {
+    let mut net = Net::new(&cfg(), 2);
+    let view = net.vs(0).view();
+    let h = msg::Header {
+        group: 1,
+        view,
+        from: addr(1),
+    };
+    let mut b = vec![0u8; 4096];
+    let n = msg::write(
+        &mut b,
+        &h,
+        &msg::VsMsg::Nak {
+            stream: addr(0),
+            from: u64::MAX - 1,
+            to: u64::MAX,
+        },
+    )
+    .unwrap();
+    let now = net.now;
+    net.vs(0).handle_message(now, &b[..n]);
+    assert_eq!(net.vs(0).counters().naks_received, 1);
+    net.settle(10);
+    assert_eq!(net.vs(0).state(), VsState::Normal);
+    assert_eq!(net.vs(1).state(), VsState::Normal);
+}
