@@ -33,9 +33,9 @@
 //! **View changes** ([`SymNode::view_change`], told to every member with the same view, by
 //! the driver's membership or the application):
 //! open transactions are aborted ([`SymAbort::ViewChange`]); a dead node's locks at the homes
-//! are freed; each survivor relays to every other the dead node's commits it applied (with
-//! their dependencies, which it applied too), so all reach the same prefix of the dead node's
-//! log; each then waits for its own commits to complete and sends FLUSH; when a node has every
+//! are freed; each survivor relays to every other the dead node's commits it has whole
+//! (applied, or waiting for a dependency), with their dependencies, so all reach the same
+//! prefix of the dead node's log; each then waits for its own commits to complete and sends FLUSH; when a node has every
 //! member's FLUSH, no commit is in flight, every lock is free, and a dead node's commit still
 //! waiting for a dependency (which no survivor has) is dropped, so the homes may move ([`SymEvent::HomeMoved`]) and it serves again
 //! ([`SymEvent::Ready`]). A restarted node joins through a view change: when the barrier
@@ -1132,9 +1132,9 @@ impl SymNode {
         }
         // Every relay is in. A dead origin's commit still waiting depends on one no survivor
         // has, so no survivor applied it, nor anything written after it: it goes, and the
-        // homes name no more of a dead (or rejoining) origin than is applied.
+        // homes name no more of a dead origin than is applied.
         for (o, g) in self.origins.iter_mut().enumerate() {
-            if !self.live.contains(&(o as NodeId)) || Some(o as NodeId) == self.joining {
+            if !self.live.contains(&(o as NodeId)) {
                 self.counters.refused += g.blocked.len() as u64;
                 g.blocked.clear();
                 g.blocked_bytes = 0;
@@ -1202,6 +1202,8 @@ impl SymNode {
         if let Some(k) = joining {
             if let Some(o) = self.origins.get_mut(k as usize) {
                 *o = Origin::default();
+                // The new process numbers its commits from 1.
+                self.released[k as usize] = 0;
             }
         }
         let mut open: Vec<TxnId> = self.txns.keys().copied().collect();
@@ -1233,7 +1235,9 @@ impl SymNode {
             let Some(o) = self.origins.get(d as usize) else {
                 continue;
             };
-            for w in &o.tail {
+            // Applied, then whole and waiting: a survivor may apply what waits here only after
+            // these relays are sent, and another survivor may not have it.
+            for w in o.tail.iter().chain(&o.blocked) {
                 let h = head(None, d, &w.deps);
                 for p in &w.parts {
                     let e = envelope(RELAY, &h, p);

@@ -117,6 +117,11 @@ fn symmetric_regression_seeds() {
     // 4580 (4 nodes): a grant filed, then the transaction rolled back by a view change
     // before the client saw the grant; the client must wait for the abort.
     run_crmem(4580, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+    // 90014886 and 90016921 (3 nodes): a dead node's commit waiting for a dependency on one
+    // survivor when the survivors relayed, applied there afterwards, and missing on the other.
+    for seed in [90014886, 90016921] {
+        run_crmem(seed, &symmetric(3)).unwrap_or_else(|v| panic!("{v}"));
+    }
 }
 
 #[test]
