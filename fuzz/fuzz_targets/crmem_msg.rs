@@ -21,7 +21,7 @@ use txcast_crmem::msg::{
     self, Msg, SnapFields, WriteBuilder, MAGIC, RANGE_HEADER, SNAP_HEADER, WRITE_HEADER,
 };
 use txcast_crmem::symmetric::{
-    Deps, SymMsg, FLUSH, GRANT, LOCK, NODES_MAX, RELAY, RELEASE, SEQS, SWRITE,
+    Deps, SymMsg, FLUSH, GRANT, LOCK, NODES_MAX, RECOVER, RELAY, RELEASE, SEQS, SWRITE,
 };
 use txcast_crmem::LOCKS_PER_MESSAGE;
 
@@ -135,14 +135,23 @@ fn sym_encode(m: &SymMsg<'_>) -> Vec<u8> {
             out.push(FLUSH);
             out.extend_from_slice(&view.to_le_bytes());
         }
-        SymMsg::Seqs { view, seqs } => {
+        SymMsg::Seqs {
+            view,
+            incarnation,
+            seqs,
+        } => {
             out.push(SEQS);
             out.extend_from_slice(&view.to_le_bytes());
+            out.extend_from_slice(&incarnation.to_le_bytes());
             out.extend_from_slice(&(seqs.len() as u16).to_le_bytes());
             for (node, seq) in seqs {
                 out.extend_from_slice(&node.to_le_bytes());
                 out.extend_from_slice(&seq.to_le_bytes());
             }
+        }
+        SymMsg::Recover { incarnation } => {
+            out.push(RECOVER);
+            out.extend_from_slice(&incarnation.to_le_bytes());
         }
         SymMsg::Ack { seq } => {
             out.clear();
@@ -259,10 +268,10 @@ fn check_sym(data: &[u8]) {
             assert_eq!(data.len(), 2 + 8 + 4 + 1 + deps.len() * 10);
         }
         SymMsg::Release { .. } => assert_eq!(data.len(), 2 + 8 + 8),
-        SymMsg::Flush { .. } => assert_eq!(data.len(), 2 + 8),
+        SymMsg::Flush { .. } | SymMsg::Recover { .. } => assert_eq!(data.len(), 2 + 8),
         SymMsg::Seqs { seqs, .. } => {
             assert!(seqs.len() <= NODES_MAX);
-            assert_eq!(data.len(), 2 + 8 + 2 + seqs.len() * 10);
+            assert_eq!(data.len(), 2 + 8 + 8 + 2 + seqs.len() * 10);
         }
         SymMsg::Ack { seq } => assert_eq!(Msg::parse(data), Ok(Msg::Ack { seq: *seq })),
         SymMsg::Snap(s) => {

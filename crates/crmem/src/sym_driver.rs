@@ -481,11 +481,18 @@ impl SymCrmem {
         len: u32,
         mode: Mode,
     ) -> Result<(), SymCrmemError> {
-        let r = self
-            .shared
-            .lock()
-            .node
-            .set_range(txn, segment, offset, len, mode)?;
+        self.set_ranges(txn, &[(segment, offset, len, mode)])
+    }
+
+    /// Declares several ranges at once (`(segment, offset, len, mode)` each): their locks
+    /// here in order, every home asked without waiting for the others' grants, so one round
+    /// trip for all; returns when all are usable (`SymNode::set_ranges`).
+    pub fn set_ranges(
+        &self,
+        txn: TxnId,
+        ranges: &[(SegmentId, u32, u32, Mode)],
+    ) -> Result<(), SymCrmemError> {
+        let r = self.shared.lock().node.set_ranges(txn, ranges)?;
         if r == Lock::Granted {
             return Ok(());
         }

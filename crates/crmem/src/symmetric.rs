@@ -59,6 +59,10 @@ use txcast_proto::time::Instant;
 pub const LOCKS_PER_MESSAGE: usize = 39;
 /// Nodes of a symmetric database at most.
 pub const NODES_MAX: usize = 64;
+/// Ranges one [`SymNode::set_ranges`] declares at most.
+pub const RANGES_PER_CALL: usize = 64;
+/// Requests of one transaction a home keeps (assembling or waiting) at most.
+const REQUESTS_MAX: usize = RANGES_PER_CALL;
 /// What a commit costs the log at least (a read-only one, which ships nothing).
 const PENDING_COST: usize = 64;
 
@@ -79,8 +83,11 @@ pub const GRANT: u8 = 19;
 pub const RELEASE: u8 = 20;
 /// FLUSH: `view u64`: the sender's commits are complete and its relays sent.
 pub const FLUSH: u8 = 21;
-/// SEQS: `view u64, count u16, (node u16, seq u64)*`: the snapshot that follows covers these.
+/// SEQS: `view u64, incarnation u64, count u16, (node u16, seq u64)*`: the snapshot that
+/// follows, for the joining process of that incarnation, covers these.
 pub const SEQS: u8 = 22;
+/// RECOVER: `incarnation u64`: a restarted process, waiting for its snapshot, names itself.
+pub const RECOVER: u8 = 23;
 
 const LOCK_HEADER: usize = 2 + 8 + 8 + 4 + 2 + 2 + 2 + 1 + 2;
 /// One dependency on the wire: origin, seq.
@@ -176,7 +183,11 @@ pub enum SymMsg<'a> {
     },
     Seqs {
         view: u64,
+        incarnation: u64,
         seqs: Vec<(NodeId, u64)>,
+    },
+    Recover {
+        incarnation: u64,
     },
     Ack {
         seq: u64,
@@ -265,7 +276,7 @@ impl<'a> SymMsg<'a> {
                 Ok(SymMsg::Flush { view })
             }
             SEQS => {
-                let view = r.u64()?;
+                let (view, incarnation) = (r.u64()?, r.u64()?);
                 let count = r.u16()? as usize;
                 if count > NODES_MAX {
                     return Err(MsgError::RangeTruncated);
@@ -275,7 +286,16 @@ impl<'a> SymMsg<'a> {
                     seqs.push((r.u16()?, r.u64()?));
                 }
                 r.finish()?;
-                Ok(SymMsg::Seqs { view, seqs })
+                Ok(SymMsg::Seqs {
+                    view,
+                    incarnation,
+                    seqs,
+                })
+            }
+            RECOVER => {
+                let incarnation = r.u64()?;
+                r.finish().map_err(|_| MsgError::Short)?;
+                Ok(SymMsg::Recover { incarnation })
             }
             _ => match Msg::parse(b)? {
                 Msg::Ack { seq } => Ok(SymMsg::Ack { seq }),
@@ -429,8 +449,8 @@ enum TxnState {
     Active,
     /// For locks in this node's table.
     WaitLocal,
-    /// For the home's grant of request `req`.
-    WaitHome(u32),
+    /// For the homes' grants of its requests.
+    WaitHome,
     /// Granted its locks, for the commits written under them to be applied here.
     WaitApply,
 }
@@ -439,13 +459,18 @@ struct Txn {
     state: TxnState,
     deadline: Instant,
     ranges: Vec<SetRange>,
-    /// The range being taken, while waiting.
-    pend: Option<SetRange>,
+    /// Ranges declared, in order, whose local locks are not taken yet.
+    todo: Vec<SetRange>,
+    /// Ranges whose local locks are taken, usable once their homes' grants are in.
+    taken: Vec<SetRange>,
     undo: Undo,
     held: Held,
     /// Homes asked for locks (released there at the end).
     homes: Vec<NodeId>,
+    /// Requests sent to homes (numbered from 1), those not granted yet, and their home.
     req: u32,
+    asked: Vec<u32>,
+    asking: NodeId,
     /// The commits its grants named: applied here before it touches the ranges, and
     /// before its own commit anywhere.
     deps: Vec<(NodeId, u64)>,
@@ -463,8 +488,8 @@ struct Pending {
 struct Remote {
     from: NodeId,
     held: Held,
-    /// The request being assembled or waiting: (req, parts seen, parts, segment, write, locks).
-    want: Option<Want>,
+    /// Its requests being assembled (the last) or waiting, granted in order.
+    wants: VecDeque<Want>,
 }
 
 struct Want {
@@ -514,6 +539,10 @@ pub struct SymNode {
     live: Vec<NodeId>,
     view: u64,
     phase: Phase,
+    /// Per node, the highest incarnation a RECOVER named; the joining node a snapshot is
+    /// owed to in this view, and the incarnation it was sent to (0: none yet).
+    recovers: Vec<u64>,
+    owed: Option<(NodeId, u64)>,
     /// While changing: members whose FLUSH has not come, whether ours is sent, who joins.
     flush_wait: Vec<NodeId>,
     flushed: bool,
@@ -553,8 +582,11 @@ const SPARE_TXNS: usize = 64;
 #[derive(Default)]
 struct TxnVecs {
     ranges: Vec<SetRange>,
+    todo: Vec<SetRange>,
+    taken: Vec<SetRange>,
     held: Held,
     homes: Vec<NodeId>,
+    asked: Vec<u32>,
     deps: Vec<(NodeId, u64)>,
 }
 
@@ -600,7 +632,24 @@ impl SymNode {
             pending: VecDeque::new(),
             origins: (0..n).map(|_| Origin::default()).collect(),
             released: vec![0; n],
-            out: VecDeque::new(),
+            recovers: vec![0; n],
+            owed: None,
+            out: if recovering {
+                // Whoever sends the snapshot names this process: a snapshot of an earlier
+                // admission, sent to a previous process and delivered to this one, is not
+                // taken for its own.
+                let mut m = Vec::with_capacity(10);
+                Writer::new(&mut m)
+                    .u8(MAGIC)
+                    .u8(RECOVER)
+                    .u64(cfg.incarnation);
+                (0..n as NodeId)
+                    .filter(|&k| k != cfg.node)
+                    .map(|k| (k, m.clone()))
+                    .collect()
+            } else {
+                VecDeque::new()
+            },
             events: VecDeque::new(),
             counters: Counters::default(),
             scratch: Vec::new(),
@@ -695,11 +744,14 @@ impl SymNode {
                 state: TxnState::Active,
                 deadline,
                 ranges: v.ranges,
-                pend: None,
+                todo: v.todo,
+                taken: v.taken,
                 undo: Vec::new(),
                 held: v.held,
                 homes: v.homes,
                 req: 0,
+                asked: v.asked,
+                asking: 0,
                 deps: v.deps,
             },
         );
@@ -717,21 +769,52 @@ impl SymNode {
         len: u32,
         mode: Mode,
     ) -> Result<Lock, CrError> {
+        self.set_ranges(txn, &[(segment, offset, len, mode)])
+    }
+
+    /// Declares several ranges at once: their locks are taken here in order, and each home
+    /// is asked as soon as a range's local locks are held, without waiting for the grants of
+    /// the ranges before it (one round trip for all, where [`SymNode::set_range`] after
+    /// [`SymNode::set_range`] costs one each). [`Lock::Granted`] when every range is usable;
+    /// on [`Lock::Waiting`], one [`SymEvent::Granted`] says they all are. Every range is
+    /// checked before any lock is taken.
+    pub fn set_ranges(
+        &mut self,
+        txn: TxnId,
+        ranges: &[(SegmentId, u32, u32, Mode)],
+    ) -> Result<Lock, CrError> {
         let t = self.txns.get(&txn).ok_or(CrError::UnknownTxn)?;
         if t.state != TxnState::Active {
             return Err(CrError::NotActive);
         }
-        let g = self
-            .segments
-            .get(segment as usize)
-            .ok_or(CrError::UnknownSegment)?;
-        g.map_range(offset, len, &mut self.scratch)?;
-        self.txns.get_mut(&txn).expect("checked").pend = Some(SetRange {
-            segment,
-            offset,
-            len,
-            mode,
-        });
+        if ranges.is_empty() || ranges.len() > RANGES_PER_CALL {
+            return Err(CrError::TooManyLocks);
+        }
+        for &(segment, offset, len, _) in ranges {
+            let g = self
+                .segments
+                .get(segment as usize)
+                .ok_or(CrError::UnknownSegment)?;
+            g.map_range(offset, len, &mut self.scratch)?;
+        }
+        let homes: Vec<NodeId> = ranges
+            .iter()
+            .map(|&(segment, ..)| self.home_in(self.segments[segment as usize].home, &self.live))
+            .collect();
+        let t = self.txns.get_mut(&txn).expect("checked");
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        // Taken in one order every node uses (home, then segment and offset): two
+        // transactions that declare together never each hold what the other waits for.
+        order.sort_by_key(|&i| (homes[i], ranges[i].0, ranges[i].1));
+        t.todo.extend(order.into_iter().map(|i| {
+            let (segment, offset, len, mode) = ranges[i];
+            SetRange {
+                segment,
+                offset,
+                len,
+                mode,
+            }
+        }));
         if self.proceed(txn) {
             return Ok(Lock::Granted);
         }
@@ -740,55 +823,71 @@ impl SymNode {
         Ok(Lock::Waiting)
     }
 
-    /// Moves `txn`'s pending range on: local locks, then the home. True when granted.
+    /// Moves `txn`'s declared ranges on, in order: local locks, then the home's, the
+    /// requests to one home sent together; a range of another home waits until the first
+    /// home's grants are in (so locks are taken in the declared order). True when every
+    /// range is usable.
     fn proceed(&mut self, txn: TxnId) -> bool {
-        let r = self.txns[&txn].pend.expect("a range to take");
-        let home = self.home_in(self.segments[r.segment as usize].home, &self.live);
-        let t = self.txns.get_mut(&txn).expect("caller checked");
-        let g = &mut self.segments[r.segment as usize];
-        let mut ids = std::mem::take(&mut self.scratch);
-        ids.clear();
-        g.mapping.map(r.offset, r.len, &mut ids);
-        let write = r.mode == Mode::Write;
-        let Some(new) = take_into(&mut g.locks, txn, r.segment, &ids, write, &mut t.held) else {
-            t.state = TxnState::WaitLocal;
-            self.scratch = ids;
-            return false;
-        };
-        if home == self.cfg.node && new {
-            // Every write released here before must be in this replica first.
-            for (o, &sq) in self.released.iter().enumerate() {
-                merge_dep(&mut t.deps, (o as NodeId, sq));
-            }
-        }
-        if home == self.cfg.node || !new {
-            self.scratch = ids;
-            return self.granted_if_applied(txn);
-        }
-        t.req += 1;
-        t.state = TxnState::WaitHome(t.req);
-        if !t.homes.contains(&home) {
-            t.homes.push(home);
-        }
         let per = LOCKS_PER_MESSAGE
             .min((self.cfg.message_bytes - LOCK_HEADER) / 4)
             .max(1);
-        let parts = ids.len().div_ceil(per).max(1) as u16;
-        let req = t.req;
-        for (i, c) in ids.chunks(per).enumerate() {
-            let mut m = Vec::with_capacity(LOCK_HEADER + 4 * c.len());
-            lock_msg(
-                &mut m,
-                self.view,
-                (txn, req, i as u16, parts),
-                r.segment,
-                write,
-                c,
-            );
-            self.out.push_back((home, m));
+        let mut ids = std::mem::take(&mut self.scratch);
+        while let Some(&r) = self.txns[&txn].todo.first() {
+            let home = self.home_in(self.segments[r.segment as usize].home, &self.live);
+            let t = self.txns.get_mut(&txn).expect("caller checked");
+            if !t.asked.is_empty() && t.asking != home {
+                break;
+            }
+            let g = &mut self.segments[r.segment as usize];
+            ids.clear();
+            g.mapping.map(r.offset, r.len, &mut ids);
+            let write = r.mode == Mode::Write;
+            let Some(new) = take_into(&mut g.locks, txn, r.segment, &ids, write, &mut t.held)
+            else {
+                t.state = TxnState::WaitLocal;
+                self.scratch = ids;
+                return false;
+            };
+            t.todo.remove(0);
+            t.taken.push(r);
+            if !new {
+                continue;
+            }
+            if home == self.cfg.node {
+                // Every write released here before must be in this replica first.
+                for (o, &sq) in self.released.iter().enumerate() {
+                    merge_dep(&mut t.deps, (o as NodeId, sq));
+                }
+                continue;
+            }
+            t.req += 1;
+            t.asked.push(t.req);
+            t.asking = home;
+            if !t.homes.contains(&home) {
+                t.homes.push(home);
+            }
+            let parts = ids.len().div_ceil(per).max(1) as u16;
+            let req = t.req;
+            for (i, c) in ids.chunks(per).enumerate() {
+                let mut m = Vec::with_capacity(LOCK_HEADER + 4 * c.len());
+                lock_msg(
+                    &mut m,
+                    self.view,
+                    (txn, req, i as u16, parts),
+                    r.segment,
+                    write,
+                    c,
+                );
+                self.out.push_back((home, m));
+            }
         }
         self.scratch = ids;
-        false
+        let t = self.txns.get_mut(&txn).expect("caller checked");
+        if !t.asked.is_empty() {
+            t.state = TxnState::WaitHome;
+            return false;
+        }
+        self.granted_if_applied(txn)
     }
 
     /// Keeps an ended transaction's vectors, emptied, for the next ones.
@@ -796,11 +895,17 @@ impl SymNode {
         if self.spare.len() < SPARE_TXNS {
             let mut v = TxnVecs {
                 ranges: t.ranges,
+                todo: t.todo,
+                taken: t.taken,
                 held: t.held,
                 homes: t.homes,
+                asked: t.asked,
                 deps: t.deps,
             };
+            v.asked.clear();
             v.ranges.clear();
+            v.todo.clear();
+            v.taken.clear();
             v.held.clear();
             v.homes.clear();
             v.deps.clear();
@@ -835,15 +940,16 @@ impl SymNode {
         false
     }
 
-    /// `txn` holds its pending range's locks everywhere: the range is usable.
+    /// `txn` holds its declared ranges' locks everywhere: the ranges are usable.
     fn grant(&mut self, txn: TxnId) {
         let t = self.txns.get_mut(&txn).expect("caller checked");
-        let r = t.pend.take().expect("a range to grant");
         t.state = TxnState::Active;
-        if r.mode == Mode::Write {
-            t.undo.push(self.segments[r.segment as usize].image(&r));
+        for r in t.taken.drain(..) {
+            if r.mode == Mode::Write {
+                t.undo.push(self.segments[r.segment as usize].image(&r));
+            }
+            t.ranges.push(r);
         }
-        t.ranges.push(r);
     }
 
     fn covered(
@@ -949,13 +1055,23 @@ impl SymNode {
         }
     }
 
-    /// Grants remote `txn`'s assembled request if its locks are free here.
+    /// Grants remote `txn`'s assembled requests, in order, while their locks are free here;
+    /// false when one waits.
     fn try_remote(&mut self, txn: TxnId) -> bool {
-        let Some(rm) = self.remote.get_mut(&txn) else {
+        while self.grant_remote(txn) {}
+        let Some(rm) = self.remote.get(&txn) else {
             return true;
         };
-        let Some(w) = rm.want.as_ref().filter(|w| w.got == w.parts) else {
-            return true;
+        rm.wants.front().is_none_or(|w| w.got != w.parts)
+    }
+
+    /// Grants remote `txn`'s first request if it is assembled and its locks are free.
+    fn grant_remote(&mut self, txn: TxnId) -> bool {
+        let Some(rm) = self.remote.get_mut(&txn) else {
+            return false;
+        };
+        let Some(w) = rm.wants.front().filter(|w| w.got == w.parts) else {
+            return false;
         };
         let g = &mut self.segments[w.segment as usize];
         if take_into(
@@ -971,7 +1087,7 @@ impl SymNode {
             return false;
         }
         let (req, from) = (w.req, rm.from);
-        rm.want = None;
+        rm.wants.pop_front();
         // The grantee uses the locks once it has every write released here before.
         let mut deps = std::mem::take(&mut self.scratch_deps);
         deps.clear();
@@ -1147,7 +1263,13 @@ impl SymNode {
         if let Some(k) = self.joining.take() {
             let source = self.live.iter().copied().find(|&i| i != k);
             if source == Some(self.cfg.node) {
-                self.send_snapshot(k);
+                // For the process that said it recovers; if none has yet, or a newer one
+                // says so later, the snapshot goes then (`owed`).
+                let inc = self.recovers[k as usize];
+                if inc > 0 {
+                    self.send_snapshot(k, inc);
+                }
+                self.owed = Some((k, inc));
             }
         }
         self.events.push_back(SymEvent::Ready);
@@ -1168,6 +1290,7 @@ impl SymNode {
         live.sort_unstable();
         live.dedup();
         let old = std::mem::replace(&mut self.live, live);
+        self.owed = None;
         let dead: Vec<NodeId> = old
             .iter()
             .copied()
@@ -1270,10 +1393,11 @@ impl SymNode {
     }
 
     /// Sends every segment to `to` with the commit number it covers per origin.
-    fn send_snapshot(&mut self, to: NodeId) {
+    fn send_snapshot(&mut self, to: NodeId, incarnation: u64) {
+        self.counters.snapshots_sent += 1;
         let mut m = Vec::new();
         let mut w = Writer::new(&mut m);
-        w.u8(MAGIC).u8(SEQS).u64(self.view);
+        w.u8(MAGIC).u8(SEQS).u64(self.view).u64(incarnation);
         let seqs: Vec<(NodeId, u64)> = self
             .live
             .iter()
@@ -1383,6 +1507,21 @@ impl SymNode {
             return None;
         }
         let m = SymMsg::parse(bytes).ok()?;
+        if let SymMsg::Recover { incarnation } = m {
+            let r = &mut self.recovers[from as usize];
+            if incarnation <= *r {
+                return None;
+            }
+            *r = incarnation;
+            // A snapshot owed to `from` in this view went to an older process, or to none.
+            if let Some((k, sent)) = self.owed {
+                if k == from && sent < incarnation && self.phase == Phase::Serving {
+                    self.send_snapshot(k, incarnation);
+                    self.owed = Some((k, incarnation));
+                }
+            }
+            return Some(());
+        }
         if self.phase == Phase::Recovering {
             return self.while_recovering(from, m, bytes);
         }
@@ -1488,24 +1627,25 @@ impl SymNode {
                     );
                 }
                 let rm = self.remote.get_mut(&txn).expect("inserted");
-                match &mut rm.want {
-                    Some(w) if w.req == req && w.got == part && w.parts == parts => {
-                        if w.segment != segment
-                            || w.write != write
-                            || w.locks.len() + ids.len() > LOCKS_PER_RANGE_MAX
-                        {
-                            rm.want = None;
-                            if rm.held.is_empty() {
-                                self.drop_remote(txn);
-                            }
-                            return None;
-                        }
+                let assembling = rm.wants.back().is_some_and(|w| w.got < w.parts);
+                let room =
+                    rm.wants.len() < REQUESTS_MAX && rm.wants.back().is_none_or(|w| w.req < req);
+                match rm.wants.back_mut() {
+                    Some(w)
+                        if assembling
+                            && w.req == req
+                            && w.got == part
+                            && w.parts == parts
+                            && w.segment == segment
+                            && w.write == write
+                            && w.locks.len() + ids.len() <= LOCKS_PER_RANGE_MAX =>
+                    {
                         w.locks.extend(ids);
                         w.got += 1;
                     }
-                    // One request at a time: a transaction waits for its grant.
-                    None if part == 0 => {
-                        rm.want = Some(Want {
+                    // A new request, after the transaction's others (granted in order).
+                    _ if !assembling && part == 0 && room => {
+                        rm.wants.push_back(Want {
                             req,
                             got: 1,
                             parts,
@@ -1515,15 +1655,18 @@ impl SymNode {
                         });
                     }
                     _ => {
-                        rm.want = None;
+                        rm.wants.clear();
                         if rm.held.is_empty() {
                             self.drop_remote(txn);
                         }
                         return None;
                     }
                 }
-                let whole = rm.want.as_ref().is_some_and(|w| w.got == w.parts);
-                if whole && (self.phase != Phase::Serving || !self.try_remote(txn)) {
+                let whole = rm.wants.front().is_some_and(|w| w.got == w.parts);
+                if whole
+                    && (self.phase != Phase::Serving || !self.try_remote(txn))
+                    && !self.remote_waiting.contains(&txn)
+                {
                     self.remote_waiting.push_back(txn);
                 }
                 Some(())
@@ -1535,17 +1678,19 @@ impl SymNode {
                     return None;
                 }
                 // A grant for a transaction aborted since is stale: its RELEASE follows it.
-                let Some(t) = self
-                    .txns
-                    .get_mut(&txn)
-                    .filter(|t| t.state == TxnState::WaitHome(req))
-                else {
+                let Some(t) = self.txns.get_mut(&txn) else {
                     return Some(());
                 };
+                let i = t.asked.iter().position(|&a| a == req)?;
+                t.asked.swap_remove(i);
                 for d in deps.iter() {
                     merge_dep(&mut t.deps, d);
                 }
-                if self.granted_if_applied(txn) {
+                // Waits on: more grants, or local locks of a later range.
+                if t.state != TxnState::WaitHome || !t.asked.is_empty() {
+                    return Some(());
+                }
+                if self.proceed(txn) {
                     self.waiting.retain(|&w| w != txn);
                     self.events.push_back(SymEvent::Granted(txn));
                 }
@@ -1718,10 +1863,15 @@ impl SymNode {
     fn while_recovering(&mut self, from: NodeId, m: SymMsg<'_>, bytes: &[u8]) -> Option<()> {
         let rc = self.recovery.as_mut()?;
         match m {
-            SymMsg::Seqs { view, seqs } if rc.source.is_none() => {
-                if seqs
-                    .iter()
-                    .any(|&(k, _)| k as usize >= self.n || k == self.cfg.node)
+            SymMsg::Seqs {
+                view,
+                incarnation,
+                seqs,
+            } if rc.source.is_none() => {
+                if incarnation != self.cfg.incarnation
+                    || seqs
+                        .iter()
+                        .any(|&(k, _)| k as usize >= self.n || k == self.cfg.node)
                 {
                     return None;
                 }
@@ -2002,6 +2152,74 @@ mod tests {
         assert!(net.nodes.iter().all(|n| n.is_quiet()));
     }
 
+    /// `set_ranges` takes the ranges by home, asking each home once for all of its ranges,
+    /// and the transaction is granted once, when all are in; a local conflict holds the
+    /// ranges after it back.
+    #[test]
+    fn ranges_declared_together_ask_each_home_once() {
+        let mut net = Net::new(3, &[0, 0, 2, 1]);
+        let t = net.nodes[1].begin(FAR).unwrap();
+        let all = [
+            (0, 0, 4, Mode::Write),
+            (1, 10, 4, Mode::Write),
+            (2, 20, 4, Mode::Read),
+            (3, 30, 4, Mode::Write),
+        ];
+        assert_eq!(net.nodes[1].set_ranges(t, &all), Ok(Lock::Waiting));
+        let locks: Vec<NodeId> = net.nodes[1]
+            .out
+            .iter()
+            .filter(|(_, m)| m[1] == LOCK)
+            .map(|(to, _)| *to)
+            .collect();
+        // Home 0's two ranges first; node 1's own (segment 3) and node 2's once they are in.
+        assert_eq!(locks, [0, 0]);
+        net.pump();
+        let to_2 = net.sent.iter().filter(|s| (s.0, s.1, s.2) == (1, 2, LOCK));
+        assert_eq!(to_2.count(), 1);
+        assert_eq!(net.events(1), [SymEvent::Granted(t)]);
+        for &(s, off, len, mode) in &all {
+            assert!(net.nodes[1].range(t, s, off, len).is_ok());
+            assert_eq!(
+                net.nodes[1].range_mut(t, s, off, len).is_ok(),
+                mode == Mode::Write
+            );
+        }
+        net.nodes[1].range_mut(t, 3, 30, 4).unwrap().fill(5);
+        net.nodes[1].commit(t).unwrap();
+        net.pump();
+        assert_eq!(&net.nodes[2].segment(3).unwrap()[30..34], &[5; 4]);
+        assert_eq!(net.events(1), [SymEvent::Committed(t)]);
+
+        // Another transaction of node 1 holds segment 1's lock here: the first range's home
+        // is asked, the rest wait for the local lock.
+        let a = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(a, 1, 10, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert_eq!(net.events(1), [SymEvent::Granted(a)]);
+        let b = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(net.nodes[1].set_ranges(b, &all[..3]), Ok(Lock::Waiting));
+        net.pump();
+        assert!(net.events(1).is_empty());
+        assert_eq!(net.nodes[1].counters().refused, 0);
+        net.nodes[1].abort(a).unwrap();
+        net.pump();
+        assert_eq!(net.events(1), [SymEvent::Granted(b)]);
+        net.nodes[1].abort(b).unwrap();
+        net.pump();
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
+        // Nothing declared, or too much, is refused as such.
+        let c = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(net.nodes[1].set_ranges(c, &[]), Err(CrError::TooManyLocks));
+        assert_eq!(
+            net.nodes[1].set_ranges(c, &[(9, 0, 4, Mode::Read)]),
+            Err(CrError::UnknownSegment)
+        );
+    }
+
     #[test]
     fn a_remote_wait_past_its_deadline_aborts_and_frees_the_home() {
         let mut net = Net::new(2, &[0]);
@@ -2059,6 +2277,7 @@ mod tests {
         msgs.push(grant_msg(t, 1, &[(0, 1)]));
         msgs.push(release_msg(t, 0));
         msgs.push(small(FLUSH, 1));
+        msgs.push(small(RECOVER, 1));
         let mut w = Vec::new();
         let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
         b.range(0, 0, b"abcd");
@@ -2178,6 +2397,17 @@ mod tests {
         net.write(0, 1, 8, 5);
         net.pump();
         assert_eq!(net.nodes[1].begin(FAR), Err(CrError::NotServing));
+        // A snapshot of an earlier admission, for the previous process, is not this one's.
+        let mut stale = Vec::new();
+        Writer::new(&mut stale)
+            .u8(MAGIC)
+            .u8(SEQS)
+            .u64(1)
+            .u64(1)
+            .u16(0);
+        net.nodes[1].handle_message(0, &stale);
+        assert_eq!(net.nodes[1].counters().refused, 1);
+        assert_eq!(net.nodes[1].phase(), Phase::Recovering);
         net.nodes[0].view_change(2, &[0, 1], Some(1));
         // A commit of node 0 right after the barrier: it follows the snapshot to node 1.
         net.write(0, 0, 40, 6);

@@ -32,7 +32,7 @@ use crate::harness::{self, Run, Violation, World};
 use crate::net::FaultConfig;
 use crate::{Node as SimNodeTrait, NodeId};
 use txcast_crmem::{
-    Config, CrError, Lock, LockMapping, Phase, SegmentId, SymEvent, SymNode, TxnId,
+    Config, CrError, Lock, LockMapping, Mode, Phase, SegmentId, SymEvent, SymNode, TxnId,
 };
 use txcast_proto::link::LinkConfig;
 use txcast_proto::rng::Rng;
@@ -181,6 +181,31 @@ impl SymWorld {
                 );
             }
         };
+        // Half the transactions (by their id, so the seed's draws stay as they were) declare
+        // every range in one `set_ranges`; the rest take them one by one.
+        let batch = txn.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1;
+        if batch && matches!(cl.step, Step::Take(0)) && !cl.order.is_empty() {
+            let mode = if cl.audit { Mode::Read } else { Mode::Write };
+            let all: Vec<_> = cl.order.iter().map(|&(s, o, l)| (s, o, l, mode)).collect();
+            let got = self.nodes[k].cr.set_ranges(txn, &all);
+            trace(0, all[0].0, &got);
+            let last = cl.order.len() - 1;
+            return match got {
+                Ok(Lock::Granted) => {
+                    cl.step = Step::Take(last + 1);
+                    self.finish_txn(run, c, txn)
+                }
+                // Granted: the client goes on to its last range, held already.
+                Ok(Lock::Waiting) => {
+                    cl.step = Step::Wait(last);
+                    Ok(())
+                }
+                Err(CrError::UnknownTxn) => Ok(()),
+                Err(e) => Err(run.fail(format!(
+                    "set_ranges of client {c}'s transaction {txn} at node {k} refused: {e}"
+                ))),
+            };
+        }
         match cl.take_ranges(&mut self.nodes[k].cr, txn, &mut self.rng, run, trace) {
             Ok(true) => self.finish_txn(run, c, txn),
             Ok(false) => Ok(()),
@@ -197,6 +222,13 @@ impl SymWorld {
         let k = self.clients[c].node;
         let cr = &mut self.nodes[k].cr;
         let cl = &mut self.clients[c];
+        // Rolled back (a view change) after its last grant was filed: the Aborted event that
+        // follows resets the client.
+        if let Some(&(s, off, len)) = cl.order.first() {
+            if matches!(cr.range(txn, s, off, len), Err(CrError::UnknownTxn)) {
+                return Ok(());
+            }
+        }
         let worked = cl.work(cr, txn, run, &format!(" at node {k}"))?;
         if cl.audit {
             self.tally.audits += 1;

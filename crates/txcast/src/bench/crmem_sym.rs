@@ -103,15 +103,21 @@ fn tpcb(c: &SymCrmem, rng: &mut Rng) -> io::Result<bool> {
 fn tpcb_ending(c: &SymCrmem, rng: &mut Rng, in_flight: bool) -> io::Result<Option<u64>> {
     let x = Tpcb::draw(rng);
     let t = c.begin(WAIT).map_err(err)?;
-    for (s, off, len) in x.ranges([ACC, TEL, BR, HIST]) {
-        match c.set_range(t, s, off, len, Mode::Write) {
-            Ok(()) => {}
-            Err(SymCrmemError::LockTimeout) => return Ok(None),
-            Err(e) => {
-                let _ = c.abort(t);
-                return Err(err(e));
-            }
+    let ranges = x.ranges([ACC, TEL, BR, HIST]);
+    let declared: Vec<_> = ranges
+        .iter()
+        .map(|&(s, off, len)| (s, off, len, Mode::Write))
+        .collect();
+    // All four at once: each home is asked without waiting for the others' grants.
+    match c.set_ranges(t, &declared) {
+        Ok(()) => {}
+        Err(SymCrmemError::LockTimeout) => return Ok(None),
+        Err(e) => {
+            let _ = c.abort(t);
+            return Err(err(e));
         }
+    }
+    for (s, off, len) in ranges {
         c.write(t, s, off, len, |m| x.apply(s == HIST, m))
             .map_err(err)?;
     }
