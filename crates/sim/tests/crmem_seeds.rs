@@ -128,6 +128,9 @@ fn symmetric_regression_seeds() {
     // case; this seed's run changed with the fix). 1781 (4 nodes): a transaction rolled back
     // after its last grant was filed was worked on.
     run_crmem(1314, &symmetric(2)).unwrap_or_else(|v| panic!("{v}"));
+    // 90003749 (2 nodes): the checker's: a node's last commit died with it unacknowledged
+    // and no transaction read it after; no replica has it, as it may.
+    run_crmem(90003749, &symmetric(2)).unwrap_or_else(|v| panic!("{v}"));
     run_crmem(1781, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
 }
 
