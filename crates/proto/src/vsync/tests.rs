@@ -629,8 +629,8 @@ fn a_commit_of_the_last_view_number_to_a_joiner_is_ignored() {
 }
 
 /// A member at the last view number (`u64::MAX`) has no next view: a flush and commit there
-/// are refused and counted, and the member stays in its view (found by the `vsync` fuzz target
-/// with overflow checks: naming the next view overflowed).
+/// are refused and counted, and the member stays in its view (naming the next view must not
+/// overflow).
 #[test]
 fn members_at_the_last_view_number_do_not_change_views() {
     let now = Instant(1_000_000_000);
@@ -687,8 +687,7 @@ fn members_at_the_last_view_number_do_not_change_views() {
 }
 
 /// A NAK for casts at the end of the sequence space asks for nothing this member holds: it
-/// is answered with nothing (found by the `vsync` fuzz target with overflow checks: bounding
-/// the answer's span overflowed).
+/// is answered with nothing (bounding the answer's span must not overflow).
 #[test]
 fn a_nak_at_the_end_of_the_sequence_space_is_harmless() {
     let mut net = Net::new(&cfg(), 2);
