@@ -638,11 +638,7 @@ impl SymNode {
                 // Whoever sends the snapshot names this process: a snapshot of an earlier
                 // admission, sent to a previous process and delivered to this one, is not
                 // taken for its own.
-                let mut m = Vec::with_capacity(10);
-                Writer::new(&mut m)
-                    .u8(MAGIC)
-                    .u8(RECOVER)
-                    .u64(cfg.incarnation);
+                let m = small(RECOVER, cfg.incarnation);
                 (0..n as NodeId)
                     .filter(|&k| k != cfg.node)
                     .map(|k| (k, m.clone()))
