@@ -109,6 +109,14 @@ struct State {
     /// The membership group left this node out.
     expelled: bool,
     durable_waiters: plumbing::DurableWaiters,
+    /// Transactions declared with [`SymCrmem::ask_ranges`] whose locks have not all come:
+    /// their outcome goes to `asked_outcomes`, not to a waiting thread (at most `txns_max`).
+    asked: FxHashSet<TxnId>,
+    /// Outcomes of asked transactions not yet taken by [`SymCrmem::granted`]: at most one
+    /// per asked transaction.
+    asked_outcomes: VecDeque<(TxnId, SymEvent)>,
+    /// Threads parked in [`SymCrmem::granted`] (each at most once).
+    asked_waiters: Vec<std::thread::Thread>,
 }
 
 struct Shared {
@@ -139,6 +147,10 @@ impl SymModule {
         plumbing::send_queued(cx, &self.nodes, SYM_CONTROL, &mut st.outq, |_| false);
         while let Some(e) = st.node.poll_event() {
             match e {
+                SymEvent::Granted(t) | SymEvent::Aborted(t, _) if st.asked.remove(&t) => {
+                    st.asked_outcomes.push_back((t, e));
+                    st.asked_waiters.drain(..).for_each(|w| w.unpark());
+                }
                 SymEvent::Granted(t) | SymEvent::Committed(t) | SymEvent::Aborted(t, _) => {
                     if st.abandoned.remove(&t) {
                         continue;
@@ -377,6 +389,9 @@ impl SymCrmem {
                 view: 0,
                 expelled: false,
                 durable_waiters: plumbing::DurableWaiters::default(),
+                asked: FxHashSet::default(),
+                asked_outcomes: VecDeque::new(),
+                asked_waiters: Vec::new(),
             }),
             flush: Flusher::new(),
             durable: plumbing::Durable::new(),
@@ -505,6 +520,82 @@ impl SymCrmem {
         }
     }
 
+    /// Declares ranges as [`SymCrmem::set_ranges`] does, without waiting: `Ok(true)` when
+    /// they are all usable now, `Ok(false)` when a lock is waited for (here or at a home);
+    /// the transaction's outcome then comes from [`SymCrmem::granted`]. One thread can so
+    /// keep many transactions waiting for their locks at once, each costing the round trips
+    /// to its homes in latency but not in the thread's time.
+    pub fn ask_ranges(
+        &self,
+        txn: TxnId,
+        ranges: &[(SegmentId, u32, u32, Mode)],
+    ) -> Result<bool, SymCrmemError> {
+        {
+            let mut st = self.shared.lock();
+            if st.node.set_ranges(txn, ranges)? == Lock::Granted {
+                return Ok(true);
+            }
+            st.asked.insert(txn);
+        }
+        // The module sends the requests, arms the deadline, and files the outcome.
+        self.flush()?;
+        Ok(false)
+    }
+
+    /// Outcomes of transactions that [`SymCrmem::ask_ranges`] left waiting, oldest first, at
+    /// most `max`: `Ok(())` when the transaction's ranges are all usable,
+    /// [`SymCrmemError::LockTimeout`] or [`SymCrmemError::ViewChange`] when it was rolled
+    /// back instead. Waits up to `timeout` for the first (empty if none came).
+    pub fn granted(
+        &self,
+        max: usize,
+        timeout: Duration,
+    ) -> Vec<(TxnId, Result<(), SymCrmemError>)> {
+        let take = |st: &mut State| -> Vec<(TxnId, Result<(), SymCrmemError>)> {
+            let k = st.asked_outcomes.len().min(max);
+            st.asked_outcomes
+                .drain(..k)
+                .map(|(t, e)| match e {
+                    SymEvent::Granted(_) => (t, Ok(())),
+                    SymEvent::Aborted(_, SymAbort::ViewChange) => {
+                        (t, Err(SymCrmemError::ViewChange))
+                    }
+                    _ => (t, Err(SymCrmemError::LockTimeout)),
+                })
+                .collect()
+        };
+        if max == 0 {
+            return Vec::new();
+        }
+        if self.host.handlers() == Handlers::Polled {
+            let mut got = Vec::new();
+            plumbing::drive_until(&self.host, timeout, || {
+                got = take(&mut self.shared.lock());
+                !got.is_empty()
+            });
+            return got;
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            {
+                let mut st = self.shared.lock();
+                let me = std::thread::current();
+                st.asked_waiters.retain(|w| w.id() != me.id());
+                let got = take(&mut st);
+                if !got.is_empty() {
+                    return got;
+                }
+                if std::time::Instant::now() >= deadline {
+                    return got;
+                }
+                st.asked_waiters.push(me);
+            }
+            std::thread::park_timeout(
+                deadline.saturating_duration_since(std::time::Instant::now()),
+            );
+        }
+    }
+
     pub fn read<R>(
         &self,
         txn: TxnId,
@@ -530,7 +621,15 @@ impl SymCrmem {
     }
 
     pub fn abort(&self, txn: TxnId) -> Result<(), SymCrmemError> {
-        self.shared.lock().node.abort(txn)?;
+        {
+            let mut st = self.shared.lock();
+            st.node.abort(txn)?;
+            // Asked and rolled back by its owner: no outcome for `granted`.
+            st.asked.remove(&txn);
+            if !st.asked_outcomes.is_empty() {
+                st.asked_outcomes.retain(|&(t, _)| t != txn);
+            }
+        }
         self.flush()
     }
 

@@ -262,3 +262,71 @@ fn async_commits_complete_in_order_and_reach_the_other_node() {
         });
     }
 }
+
+/// One thread keeps many transactions waiting for remote locks (`ask_ranges`): their
+/// outcomes come from `granted` as the home grants them; one whose lock is held past its
+/// deadline comes back as a lock timeout, and one its owner rolled back comes back not at all.
+#[test]
+fn one_thread_keeps_many_transactions_waiting_for_remote_locks() {
+    for (server, handlers) in [(40, Handlers::Engine), (41, Handlers::Polled)] {
+        // Sixteen counters of 8 bytes, a lock each, all homed at node 0.
+        let seg = [(
+            128,
+            LockMapping::Uniform {
+                locks: 16,
+                granule: 8,
+            },
+            0,
+        )];
+        let a = open_with(server, 0, &seg, handlers);
+        let b = open_with(server, 1, &seg, handlers);
+        with_idle_drivers(&[&a, &b], || {
+            // Node 0 holds counter 15.
+            let held = a.begin(LONG).unwrap();
+            a.set_range(held, 0, 15 * 8, 8, Mode::Write).unwrap();
+            let mut asked = std::collections::HashMap::new();
+            for k in 0..15u32 {
+                let t = b.begin(LONG).unwrap();
+                let now = b.ask_ranges(t, &[(0, k * 8, 8, Mode::Write)]).unwrap();
+                assert!(
+                    !now,
+                    "a lock homed at the other node cannot be granted at once"
+                );
+                asked.insert(t, k);
+            }
+            let late = b.begin(Duration::from_millis(50)).unwrap();
+            assert!(!b.ask_ranges(late, &[(0, 15 * 8, 8, Mode::Write)]).unwrap());
+            let dropped = b.begin(LONG).unwrap();
+            assert!(!b
+                .ask_ranges(dropped, &[(0, 15 * 8, 8, Mode::Read)])
+                .unwrap());
+            b.abort(dropped).unwrap();
+            let (mut ok, mut timed_out, mut last) = (0, 0, 0);
+            let end = std::time::Instant::now() + LONG;
+            while ok + timed_out < 16 && std::time::Instant::now() < end {
+                for (t, r) in b.granted(4, LONG) {
+                    assert_ne!(t, dropped, "rolled back by its owner: no outcome");
+                    if t == late {
+                        assert!(matches!(r, Err(SymCrmemError::LockTimeout)), "{r:?}");
+                        timed_out += 1;
+                        continue;
+                    }
+                    r.unwrap();
+                    let k = asked.remove(&t).expect("asked once, answered once");
+                    b.write(t, 0, k * 8, 8, |m| add(m, k as i64 + 1)).unwrap();
+                    last = b.commit_async(t).unwrap();
+                    ok += 1;
+                }
+            }
+            assert_eq!((ok, timed_out), (15, 1));
+            assert!(b.granted(4, Duration::from_millis(20)).is_empty());
+            b.wait_durable(last, LONG).unwrap();
+            a.commit(held, LONG).unwrap();
+            let m = a.snapshot_segment(0).unwrap();
+            for k in 0..15 {
+                assert_eq!(i64_at(&m, k * 8), k as i64 + 1);
+            }
+            assert_eq!(b.counters().lock_timeouts, 1);
+        });
+    }
+}

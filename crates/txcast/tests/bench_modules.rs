@@ -200,3 +200,32 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
         assert!(number(l, "ratio_spin_p50") > 0.0, "{l}");
     }
 }
+
+/// The symmetric TpcB on two processes: threads each waiting, then one thread keeping
+/// transactions waiting on the other node's locks (`ask_ranges`) and commits in flight; both
+/// points commit transactions, and the replicas end with equal sums.
+#[test]
+fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replicas() {
+    let _turn = turn();
+    let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
+        .args(["bench", "crmem", "--config", "symmetric", "--nodes", "2"])
+        .args(["--parallel", "2", "--depths", "8", "--seconds", "1"])
+        .output()
+        .expect("run txcast bench crmem --config symmetric");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed:\n{stdout}\n{stderr}");
+    for label in ["2 threads", "8 in flight"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} point:\n{stdout}"));
+        let committed: u64 = line
+            .split_whitespace()
+            .last()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("no count: {line}"));
+        assert!(committed > 0, "{line}");
+    }
+    assert!(stdout.contains(": consistent"), "{stdout}");
+}

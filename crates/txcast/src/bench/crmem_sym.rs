@@ -9,9 +9,10 @@
 //! fewer cores than processes, they park rather than poll.
 //!
 //! Per point, every node runs `parallelism` application threads each waiting for its commit,
-//! or (`--depths`) one thread keeping `depth` commits in flight (`commit_async`, then
-//! `wait_durable` on the oldest), for the point's seconds; the figure is the sum of the
-//! nodes' commits over the time. At the end the accounts',
+//! or (`--depths`) one thread keeping up to `depth` transactions waiting for their locks
+//! (`ask_ranges`, whose outcomes `granted` returns as they come) and up to `depth` commits
+//! in flight (`commit_async`, then `wait_durable` on the oldest), for the point's seconds;
+//! the figure is the sum of the nodes' commits over the time. At the end the accounts',
 //! tellers' and branches' sums must agree, and be the same on every node.
 
 use super::crmem_common::{err, tpcb_segments, tpcb_sums, Tpcb};
@@ -21,7 +22,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use txcast_crmem::{LockMapping, Mode, SymCrmem, SymCrmemConfig, SymCrmemError};
+use txcast_crmem::{LockMapping, Mode, SymCrmem, SymCrmemConfig, SymCrmemError, TxnId};
 use txcast_port::{Engine, EngineConfig};
 use txcast_proto::rng::Rng;
 use txcast_proto::Address;
@@ -95,55 +96,84 @@ impl Point {
 
 /// One TpcB transaction; `Ok(false)` when a lock wait passed its deadline (aborted).
 fn tpcb(c: &SymCrmem, rng: &mut Rng) -> io::Result<bool> {
-    Ok(tpcb_ending(c, rng, false)?.is_some())
-}
-
-/// One TpcB transaction, committed and waited for, or (`in_flight`) committed with no wait;
-/// its commit number, `None` when a lock wait passed its deadline (aborted).
-fn tpcb_ending(c: &SymCrmem, rng: &mut Rng, in_flight: bool) -> io::Result<Option<u64>> {
     let x = Tpcb::draw(rng);
     let t = c.begin(WAIT).map_err(err)?;
-    let ranges = x.ranges([ACC, TEL, BR, HIST]);
-    let declared: Vec<_> = ranges
-        .iter()
-        .map(|&(s, off, len)| (s, off, len, Mode::Write))
-        .collect();
     // All four at once: each home is asked without waiting for the others' grants.
-    match c.set_ranges(t, &declared) {
+    match c.set_ranges(t, &declared(&x)) {
         Ok(()) => {}
-        Err(SymCrmemError::LockTimeout) => return Ok(None),
+        Err(SymCrmemError::LockTimeout) => return Ok(false),
         Err(e) => {
             let _ = c.abort(t);
             return Err(err(e));
         }
     }
-    for (s, off, len) in ranges {
+    apply(c, t, &x)?;
+    c.commit(t, WAIT).map_err(err)?;
+    Ok(true)
+}
+
+/// The four ranges of `x`, all for writing.
+fn declared(x: &Tpcb) -> Vec<(u16, u32, u32, Mode)> {
+    x.ranges([ACC, TEL, BR, HIST])
+        .iter()
+        .map(|&(s, off, len)| (s, off, len, Mode::Write))
+        .collect()
+}
+
+/// Writes `x` into its ranges, declared and usable in `t`.
+fn apply(c: &SymCrmem, t: TxnId, x: &Tpcb) -> io::Result<()> {
+    for (s, off, len) in x.ranges([ACC, TEL, BR, HIST]) {
         c.write(t, s, off, len, |m| x.apply(s == HIST, m))
             .map_err(err)?;
     }
-    let seq = if in_flight {
-        c.commit_async(t)
-    } else {
-        c.commit(t, WAIT)
-    };
-    Ok(Some(seq.map_err(err)?))
+    Ok(())
 }
 
-/// One thread keeping up to `depth` commits in flight on `c` for `seconds`: the
+/// One thread with up to `depth` transactions waiting for their locks
+/// (`ask_ranges`, outcomes from `granted`) and up to `depth` commits in flight
+/// (`commit_async`, then `wait_durable` on the oldest), on `c` for `seconds`: the
 /// transactions committed.
 fn pipelined(c: &SymCrmem, me: u16, depth: usize, seconds: f64) -> io::Result<u64> {
     let mut rng = Rng::new(((me as u64) << 32) | 0xd);
     let mut flight = std::collections::VecDeque::with_capacity(depth);
+    let mut asking: std::collections::HashMap<TxnId, Tpcb> =
+        std::collections::HashMap::with_capacity(depth);
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     let mut n = 0;
-    while Instant::now() < until {
+    // Commits `t`, whose ranges are usable, keeping at most `depth` in flight.
+    let mut finish = |t: TxnId, x: &Tpcb, flight: &mut std::collections::VecDeque<u64>| {
+        apply(c, t, x)?;
         if flight.len() >= depth {
             let oldest = flight.pop_front().expect("in flight");
             c.wait_durable(oldest, WAIT).map_err(err)?;
         }
-        if let Some(seq) = tpcb_ending(c, &mut rng, true)? {
-            flight.push_back(seq);
-            n += 1;
+        flight.push_back(c.commit_async(t).map_err(err)?);
+        n += 1;
+        io::Result::Ok(())
+    };
+    loop {
+        let running = Instant::now() < until;
+        while running && asking.len() < depth {
+            let x = Tpcb::draw(&mut rng);
+            let t = c.begin(WAIT).map_err(err)?;
+            if c.ask_ranges(t, &declared(&x)).map_err(err)? {
+                finish(t, &x, &mut flight)?;
+            } else {
+                asking.insert(t, x);
+            }
+        }
+        if asking.is_empty() {
+            break;
+        }
+        for (t, r) in c.granted(depth, WAIT) {
+            let Some(x) = asking.remove(&t) else {
+                continue;
+            };
+            match r {
+                Ok(()) => finish(t, &x, &mut flight)?,
+                Err(SymCrmemError::LockTimeout) => {}
+                Err(e) => return Err(err(e)),
+            }
         }
     }
     if let Some(&last) = flight.back() {
