@@ -201,31 +201,41 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
     }
 }
 
-/// The symmetric TpcB on two processes: threads each waiting, then one thread keeping
-/// transactions waiting on the other node's locks (`ask_ranges`) and commits in flight; both
-/// points commit transactions, and the replicas end with equal sums.
+/// The symmetric TpcB on two processes, on the engine modules and polled: threads each
+/// waiting, then one thread keeping transactions waiting on the other node's locks
+/// (`ask_ranges`) and commits in flight; every point commits transactions, and each pass's
+/// replicas end with equal sums.
 #[test]
 fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replicas() {
     let _turn = turn();
     let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
         .args(["bench", "crmem", "--config", "symmetric", "--nodes", "2"])
+        .args(["--handlers", "engine,polled"])
         .args(["--parallel", "2", "--depths", "8", "--seconds", "1"])
         .output()
         .expect("run txcast bench crmem --config symmetric");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "failed:\n{stdout}\n{stderr}");
-    for label in ["2 threads", "8 in flight"] {
-        let line = stdout
-            .lines()
-            .find(|l| l.trim_start().starts_with(label))
-            .unwrap_or_else(|| panic!("no {label} point:\n{stdout}"));
-        let committed: u64 = line
-            .split_whitespace()
-            .last()
-            .and_then(|x| x.parse().ok())
-            .unwrap_or_else(|| panic!("no count: {line}"));
-        assert!(committed > 0, "{line}");
+    let passes: Vec<&str> = stdout.split("tpcb, symmetric on 2 nodes").skip(1).collect();
+    assert_eq!(passes.len(), 2, "{stdout}");
+    for (pass, how) in passes
+        .iter()
+        .zip(["engine (CoProcessor)", "polled (CPU Polling)"])
+    {
+        assert!(pass.contains(how), "{pass}");
+        for label in ["2 threads", "8 in flight"] {
+            let line = pass
+                .lines()
+                .find(|l| l.trim_start().starts_with(label))
+                .unwrap_or_else(|| panic!("no {label} point:\n{pass}"));
+            let committed: u64 = line
+                .split_whitespace()
+                .last()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or_else(|| panic!("no count: {line}"));
+            assert!(committed > 0, "{line}");
+        }
+        assert!(pass.contains(": consistent"), "{pass}");
     }
-    assert!(stdout.contains(": consistent"), "{stdout}");
 }

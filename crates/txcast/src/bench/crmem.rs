@@ -100,10 +100,11 @@ pub struct Args {
     /// symmetric (TpcB on every node, one process each; sections other than tpcb ignored)
     #[arg(long, value_enum, default_value_t = Config::Mirror)]
     pub config: Config,
-    /// Where the remote operations run, one pass of the mirror sections per value: engine
-    /// (on the engine thread, the paper's CoProcessor), polled (the application's threads
-    /// poll: CPU Polling), interrupt (a thread woken per message: CPU Interrupt)
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Impl::Engine, Impl::Polled, Impl::Interrupt])]
+    /// Where the remote operations run, one pass per value: engine (on the engine thread,
+    /// the paper's CoProcessor), polled (the application's threads poll: CPU Polling),
+    /// interrupt (a thread woken per message: CPU Interrupt). Default: all three for the
+    /// mirror, engine for symmetric
+    #[arg(long, value_enum, value_delimiter = ',')]
     pub handlers: Vec<Impl>,
     /// A directory for the primary's disk log (group commit): commits then complete when
     /// the backup and the disk hold them. Emptied before each implementation's pass
@@ -139,7 +140,10 @@ fn plan(o: &Args) -> Result<Plan, String> {
         depths: usize_list_in("depths", &o.depths, 1..=4096)?,
         seconds,
         json: o.json,
-        handlers: o.handlers.clone(),
+        handlers: match o.handlers.as_slice() {
+            [] => vec![Impl::Engine, Impl::Polled, Impl::Interrupt],
+            h => h.to_vec(),
+        },
         disk: o.disk.clone(),
     })
 }
@@ -213,7 +217,11 @@ pub fn run(args: &Args) -> i32 {
             .map(|&p| Point::Threads(p))
             .chain(plan.depths.iter().map(|&d| Point::InFlight(d)))
             .collect();
-        return super::crmem_sym::run(&nodes, &points, plan.seconds);
+        let hows = match args.handlers.as_slice() {
+            [] => vec![Impl::Engine],
+            h => h.to_vec(),
+        };
+        return super::crmem_sym::run(&nodes, &hows, &points, plan.seconds);
     }
     match bench(&plan) {
         Ok(()) => 0,

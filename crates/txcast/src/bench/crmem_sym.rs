@@ -6,7 +6,10 @@
 //! ranges in a fixed order (no deadlock) and commits when every node holds it.
 //!
 //! Processes beyond the first two run their engine with no idle spin: on a machine with
-//! fewer cores than processes, they park rather than poll.
+//! fewer cores than processes, they park rather than poll. With `--handlers polled` every
+//! node's remote operations run on its own threads (*CPU Polling*): the application thread
+//! drives the node while it waits, and a second thread drives it, yielding when idle, while
+//! the application works (the other nodes' requests must be answered meanwhile).
 //!
 //! Per point, every node runs `parallelism` application threads each waiting for its commit,
 //! or (`--depths`) one thread keeping up to `depth` transactions waiting for their locks
@@ -15,7 +18,7 @@
 //! the figure is the sum of the nodes' commits over the time. At the end the accounts',
 //! tellers' and branches' sums must agree, and be the same on every node.
 
-use super::crmem_common::{err, tpcb_segments, tpcb_sums, Tpcb};
+use super::crmem_common::{err, tpcb_segments, tpcb_sums, Impl, Tpcb};
 use super::{spawn_child, wait_child, EXIT_FAILED};
 use crate::progress::Progress;
 use std::io;
@@ -50,9 +53,12 @@ fn segments(n: usize) -> Vec<(usize, LockMapping, u16)> {
         .collect()
 }
 
-fn open(n: usize, me: u16) -> io::Result<SymCrmem> {
-    let cfg = SymCrmemConfig::new(nodes(n), me);
-    if me < 2 {
+fn open(n: usize, me: u16, how: Impl) -> io::Result<SymCrmem> {
+    let cfg = SymCrmemConfig {
+        handlers: how.handlers(),
+        ..SymCrmemConfig::new(nodes(n), me)
+    };
+    if me < 2 || how != Impl::Engine {
         return SymCrmem::open(cfg, &segments(n)).map_err(err);
     }
     let engine = Engine::start(EngineConfig {
@@ -242,6 +248,28 @@ fn wait_for(path: &Path, until: Instant) -> io::Result<()> {
     Ok(())
 }
 
+/// Runs `work` with, for a polled node, a thread that drives it whenever it finds work
+/// (yielding the core when it finds none): a polled node's own threads drive it only while
+/// they wait, and it must answer the other nodes between and around its transactions too.
+fn served<R>(c: &SymCrmem, work: impl FnOnce() -> R) -> R {
+    if c.host().handlers() != txcast_crmem::Handlers::Polled {
+        return work();
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                if c.drive() == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let r = work();
+        stop.store(true, Ordering::Release);
+        r
+    })
+}
+
 /// The node's part of every point: wait for `go.<i>`, run, file `done.<i>.<me>`; then
 /// file the sums and wait for `exit`.
 fn node(c: &SymCrmem, dir: &Path, me: u16, points: &[Point], seconds: f64) -> io::Result<()> {
@@ -256,14 +284,15 @@ fn node(c: &SymCrmem, dir: &Path, me: u16, points: &[Point], seconds: f64) -> io
     Ok(())
 }
 
-/// `__bench-child crmem-sym <nodes> <me> <dir> <seconds> <point>...` (a point: `t<threads>`
-/// or `d<depth>`)
+/// `__bench-child crmem-sym <nodes> <me> <dir> <seconds> <engine|polled|interrupt>
+/// <point>...` (a point: `t<threads>` or `d<depth>`)
 pub fn child(args: &[String]) -> io::Result<()> {
-    let [n, me, dir, seconds, points @ ..] = args else {
+    let [n, me, dir, seconds, how, points @ ..] = args else {
         return Err(err(
-            "usage: crmem-sym <nodes> <me> <dir> <seconds> <point>...",
+            "usage: crmem-sym <nodes> <me> <dir> <seconds> <handlers> <point>...",
         ));
     };
+    let how = Impl::parse(how)?;
     let parse = |s: &String| s.parse::<usize>().map_err(err);
     let (n, me) = (parse(n)?, parse(me)? as u16);
     let seconds: f64 = seconds.parse().map_err(err)?;
@@ -271,30 +300,39 @@ pub fn child(args: &[String]) -> io::Result<()> {
         .iter()
         .map(|p| Point::parse(p))
         .collect::<io::Result<Vec<_>>>()?;
-    let c = open(n, me)?;
+    let c = open(n, me, how)?;
     let dir = PathBuf::from(dir);
-    node(&c, &dir, me, &points, seconds)?;
-    // Serves the others' locks and commits until the parent is done with every node.
-    wait_for(&dir.join("exit"), Instant::now() + PARTNER_LIFE)
+    served(&c, || {
+        node(&c, &dir, me, &points, seconds)?;
+        // Serves the others' locks and commits until the parent is done with every node.
+        wait_for(&dir.join("exit"), Instant::now() + PARTNER_LIFE)
+    })
 }
 
-/// Runs the symmetric TpcB on each node count; prints a table per count.
-pub fn run(node_counts: &[usize], points: &[Point], seconds: f64) -> i32 {
-    // One point per node count and point.
-    let progress = Progress::points("crmem", (node_counts.len() * points.len()) as u64);
-    for &n in node_counts {
-        let r = one(n, points, seconds, &progress);
-        if let Err(e) = r {
-            progress.finish();
-            eprintln!("txcast bench crmem --config symmetric: {n} nodes: {e}");
-            return EXIT_FAILED;
+/// Runs the symmetric TpcB on each node count with each placement of the handlers; prints a
+/// table per pass.
+pub fn run(node_counts: &[usize], hows: &[Impl], points: &[Point], seconds: f64) -> i32 {
+    // One point per pass and point.
+    let passes = (node_counts.len() * hows.len()) as u64;
+    let progress = Progress::points("crmem", passes * points.len() as u64);
+    for &how in hows {
+        for &n in node_counts {
+            let r = one(n, how, points, seconds, &progress);
+            if let Err(e) = r {
+                progress.finish();
+                eprintln!(
+                    "txcast bench crmem --config symmetric: {n} nodes, {}: {e}",
+                    how.name()
+                );
+                return EXIT_FAILED;
+            }
         }
     }
     progress.finish();
     0
 }
 
-fn one(n: usize, points: &[Point], seconds: f64, progress: &Progress) -> io::Result<()> {
+fn one(n: usize, how: Impl, points: &[Point], seconds: f64, progress: &Progress) -> io::Result<()> {
     let dir =
         std::env::temp_dir().join(format!("txcast-bench-crmem-sym-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -307,73 +345,16 @@ fn one(n: usize, points: &[Point], seconds: f64, progress: &Progress) -> io::Res
             me.to_string(),
             dir.to_string_lossy().into_owned(),
             seconds.to_string(),
+            how.name().to_string(),
         ];
         a.extend(points.iter().map(|p| p.arg()));
         children.push(spawn_child(&a)?);
     }
     let r = (|| -> io::Result<()> {
-        let c = open(n, 0)?;
-        progress.suspend(|| {
-            println!(
-                "tpcb, symmetric on {n} nodes (one process each), transactions per second of all nodes, {seconds} s a point"
-            );
-            println!("{:>14} {:>14} {:>12}", "point", "txn/s", "transactions");
-        });
-        let end = Instant::now() + PARTNER_LIFE;
-        // Every node up: a first transaction from here reaches every home.
-        let mut rng = Rng::new(99);
-        while !tpcb(&c, &mut rng)? {}
-        for (i, &p) in points.iter().enumerate() {
-            progress.note(&format!("symmetric {n} nodes, {}", p.label()));
-            std::fs::write(dir.join(format!("go.{i}")), b"")?;
-            let started = Instant::now();
-            let mut total = point(&c, 0, p, seconds)?;
-            for me in 1..n {
-                let f = dir.join(format!("done.{i}.{me}"));
-                wait_for(&f, end)?;
-                total += std::fs::read_to_string(&f)?
-                    .trim()
-                    .parse::<u64>()
-                    .map_err(err)?;
-            }
-            let elapsed = started.elapsed().as_secs_f64().max(seconds);
-            progress.suspend(|| {
-                println!(
-                    "{:>14} {:>14.0} {total:>12}",
-                    p.label(),
-                    total as f64 / elapsed
-                )
-            });
-            progress.advance();
-        }
-        std::fs::write(dir.join("stop"), b"")?;
-        let mine = sums(&c)?;
-        let mut ok = {
-            let v: Vec<i64> = mine.split(' ').filter_map(|x| x.parse().ok()).collect();
-            v.len() == 3 && v.iter().all(|&x| x == v[0])
-        };
-        let mut all = vec![mine.clone()];
-        for me in 1..n {
-            let f = dir.join(format!("sums.{me}"));
-            wait_for(&f, end)?;
-            let theirs = std::fs::read_to_string(&f)?;
-            ok &= theirs.trim() == mine;
-            all.push(theirs.trim().to_string());
-        }
-        progress.suspend(|| {
-            println!(
-                "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
-                all,
-                if ok { "consistent" } else { "INCONSISTENT" }
-            );
-            println!("counters (node 0): {:?}", c.counters());
-        });
-        std::fs::write(dir.join("exit"), b"")?;
-        if ok {
-            Ok(())
-        } else {
-            Err(err("TpcB sums differ"))
-        }
+        let c = open(n, 0, how)?;
+        served(&c, || {
+            run_points(&c, n, how, &dir, points, seconds, progress)
+        })
     })();
     let _ = std::fs::write(dir.join("exit"), b"");
     let mut r = r;
@@ -385,4 +366,80 @@ fn one(n: usize, points: &[Point], seconds: f64, progress: &Progress) -> io::Res
     }
     let _ = std::fs::remove_dir_all(&dir);
     r
+}
+
+/// Node 0's part of one pass: every point (the others told by files in `dir`), the
+/// replicas' sums compared at the end.
+fn run_points(
+    c: &SymCrmem,
+    n: usize,
+    how: Impl,
+    dir: &Path,
+    points: &[Point],
+    seconds: f64,
+    progress: &Progress,
+) -> io::Result<()> {
+    progress.suspend(|| {
+        println!(
+            "tpcb, symmetric on {n} nodes (one process each), remote operations: {} ({}), transactions per second of all nodes, {seconds} s a point",
+            how.name(),
+            how.paper()
+        );
+                println!("{:>14} {:>14} {:>12}", "point", "txn/s", "transactions");
+    });
+    let end = Instant::now() + PARTNER_LIFE;
+    // Every node up: a first transaction from here reaches every home.
+    let mut rng = Rng::new(99);
+    while !tpcb(c, &mut rng)? {}
+    for (i, &p) in points.iter().enumerate() {
+        progress.note(&format!("symmetric {n} nodes, {}", p.label()));
+        std::fs::write(dir.join(format!("go.{i}")), b"")?;
+        let started = Instant::now();
+        let mut total = point(c, 0, p, seconds)?;
+        for me in 1..n {
+            let f = dir.join(format!("done.{i}.{me}"));
+            wait_for(&f, end)?;
+            total += std::fs::read_to_string(&f)?
+                .trim()
+                .parse::<u64>()
+                .map_err(err)?;
+        }
+        let elapsed = started.elapsed().as_secs_f64().max(seconds);
+        progress.suspend(|| {
+            println!(
+                "{:>14} {:>14.0} {total:>12}",
+                p.label(),
+                total as f64 / elapsed
+            )
+        });
+        progress.advance();
+    }
+    std::fs::write(dir.join("stop"), b"")?;
+    let mine = sums(c)?;
+    let mut ok = {
+        let v: Vec<i64> = mine.split(' ').filter_map(|x| x.parse().ok()).collect();
+        v.len() == 3 && v.iter().all(|&x| x == v[0])
+    };
+    let mut all = vec![mine.clone()];
+    for me in 1..n {
+        let f = dir.join(format!("sums.{me}"));
+        wait_for(&f, end)?;
+        let theirs = std::fs::read_to_string(&f)?;
+        ok &= theirs.trim() == mine;
+        all.push(theirs.trim().to_string());
+    }
+    progress.suspend(|| {
+        println!(
+            "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
+            all,
+            if ok { "consistent" } else { "INCONSISTENT" }
+        );
+        println!("counters (node 0): {:?}", c.counters());
+    });
+    std::fs::write(dir.join("exit"), b"")?;
+    if ok {
+        Ok(())
+    } else {
+        Err(err("TpcB sums differ"))
+    }
 }
