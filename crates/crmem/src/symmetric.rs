@@ -16,8 +16,10 @@
 //! replicated on all the others. All, not one: every replica must hold every write before a
 //! conflicting transaction elsewhere may read it, so the write set reaches every node anyway,
 //! and any survivor can then complete a dead node's log. The locks are released at commit,
-//! here and at the homes (a RELEASE naming the commit, behind its SWRITE on each channel);
-//! the commit completes (in this node's log order) when every live node has acknowledged it.
+//! here and at the homes: every SWRITE names its transaction, and a home frees what it
+//! granted the transaction when the commit is whole there (a transaction that wrote nothing,
+//! or aborted, sends its homes a RELEASE instead); the commit completes (in this node's log
+//! order) when every live node has acknowledged it.
 //!
 //! **Dependencies.** A home keeps per origin the last commit whose locks it released
 //! (`released`) and names those in every GRANT; the grantee uses its locks only once it has
@@ -66,8 +68,9 @@ const REQUESTS_MAX: usize = RANGES_PER_CALL;
 /// What a commit costs the log at least (a read-only one, which ships nothing).
 const PENDING_COST: usize = 64;
 
-/// SWRITE: `durable u64`, deps, then a whole WRITE part (msg.rs): a part of the sender's
-/// commit. Deps (`count u8, (origin u16, seq u64)*`): the commits it must be applied after.
+/// SWRITE: `durable u64, txn u64`, deps, then a whole WRITE part (msg.rs): a part of the
+/// sender's commit of transaction `txn` (whose locks a home frees once the commit is whole
+/// there). Deps (`count u8, (origin u16, seq u64)*`): the commits it must be applied after.
 pub const SWRITE: u8 = 16;
 /// RELAY: `origin u16`, deps, then a whole WRITE part: a dead origin's commit, passed on.
 pub const RELAY: u8 = 17;
@@ -78,8 +81,9 @@ pub const LOCK: u8 = 18;
 /// GRANT: `txn u64, req u32`, deps: the commits the grantee must have applied before it
 /// uses the locks.
 pub const GRANT: u8 = 19;
-/// RELEASE: `txn u64, seq u64`: every lock the transaction holds or asked at this home; `seq`
-/// is its commit (0 when it wrote nothing).
+/// RELEASE: `txn u64, seq u64`: every lock the transaction holds or asked at this home, of a
+/// transaction that aborted or wrote nothing (a commit that wrote frees them by its SWRITE);
+/// `seq` is 0 then (a nonzero one, the commit's, is taken too).
 pub const RELEASE: u8 = 20;
 /// FLUSH: `view u64`: the sender's commits are complete and its relays sent.
 pub const FLUSH: u8 = 21;
@@ -145,6 +149,7 @@ fn merge_dep(deps: &mut Vec<(NodeId, u64)>, (o, s): (NodeId, u64)) {
 pub enum SymMsg<'a> {
     Write {
         durable: u64,
+        txn: u64,
         deps: Deps<'a>,
         seq: u64,
         part: u16,
@@ -208,12 +213,13 @@ impl<'a> SymMsg<'a> {
         };
         match r.u8()? {
             SWRITE => {
-                let durable = r.u64()?;
+                let (durable, txn) = (r.u64()?, r.u64()?);
                 let deps = Deps::read(&mut r)?;
                 let inner = r.rest();
                 let (seq, part, parts) = inner_write(inner)?;
                 Ok(SymMsg::Write {
                     durable,
+                    txn,
                     deps,
                     seq,
                     part,
@@ -355,12 +361,12 @@ fn grant_msg(txn: u64, req: u32, deps: &[(NodeId, u64)]) -> Vec<u8> {
     out
 }
 
-/// SWRITE's head (`durable`) or RELAY's (`origin`), then the deps.
-fn head(wide: Option<u64>, origin: NodeId, deps: &[(NodeId, u64)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9 + DEP_BYTES * deps.len());
+/// SWRITE's head (`durable`, `txn`) or RELAY's (`origin`), then the deps.
+fn head(wide: Option<(u64, TxnId)>, origin: NodeId, deps: &[(NodeId, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(17 + DEP_BYTES * deps.len());
     let mut w = Writer::new(&mut out);
     match wide {
-        Some(durable) => w.u64(durable),
+        Some((durable, txn)) => w.u64(durable).u64(txn),
         None => w.u16(origin),
     };
     write_deps(&mut w, deps);
@@ -1112,8 +1118,8 @@ impl SymNode {
         if t.state != TxnState::Active {
             return Err(CrError::NotActive);
         }
-        // SWRITE's envelope: magic, kind, durable, the deps.
-        let env = 2 + 8 + 1 + DEP_BYTES * t.deps.len();
+        // SWRITE's envelope: magic, kind, durable, txn, the deps.
+        let env = 2 + 8 + 8 + 1 + DEP_BYTES * t.deps.len();
         if self.cfg.message_bytes < env + WRITE_HEADER + RANGE_HEADER + 1 {
             return Err(CrError::TooLarge);
         }
@@ -1143,20 +1149,17 @@ impl SymNode {
             self.seq
         } else {
             self.seq += 1;
-            let h = head(Some(self.durable), 0, &t.deps);
+            let h = head(Some((self.durable, txn)), 0, &t.deps);
             self.ship(self.seq, &writes, (parts as u16, room, mb), &h, &others);
             self.released[self.cfg.node as usize] = self.seq;
             self.seq
         };
-        // The writes are on their way to every replica (ahead of the RELEASE on each
-        // channel), and whoever takes the locks next waits until it has applied them: the
-        // locks go now, not when the commit is complete.
-        self.release(
-            txn,
-            &t.held,
-            &t.homes,
-            if writes.is_empty() { 0 } else { seq },
-        );
+        // The writes are on their way to every replica, and whoever takes the locks next
+        // waits until it has applied them: the locks go now, not when the commit is
+        // complete. Each home frees them when the SWRITE is whole there; with nothing
+        // written, a RELEASE tells it.
+        let homes: &[NodeId] = if writes.is_empty() { &t.homes } else { &[] };
+        self.release(txn, &t.held, homes, 0);
         self.recycle(t);
         self.log_used += bytes;
         self.pending.push_back(Pending {
@@ -1527,13 +1530,25 @@ impl SymNode {
         match m {
             SymMsg::Write {
                 durable,
+                txn,
                 deps,
                 seq,
                 part,
                 parts,
                 inner,
             } => {
+                if txn >> 48 != from as u64 {
+                    return None;
+                }
                 let whole = self.on_write(from, seq, (part, parts), deps, inner)?;
+                if whole && self.remote.contains_key(&txn) {
+                    // The commit is here whole: what this home granted the transaction goes,
+                    // and whoever takes it next depends on the commit.
+                    let r = &mut self.released[from as usize];
+                    *r = (*r).max(seq);
+                    self.drop_remote(txn);
+                    self.grant_waiting();
+                }
                 let o = &mut self.origins[from as usize];
                 while o.tail.front().is_some_and(|w| w.seq <= durable) {
                     let w = o.tail.pop_front().expect("front");
@@ -2057,8 +2072,20 @@ mod tests {
                 "node {k}"
             );
         }
-        // The home asked once, released after the commit.
+        // The home asked once; the SWRITE freed what it granted, with no RELEASE.
         assert!(net.sent.contains(&(1, 0, LOCK)));
+        assert!(!net.sent.contains(&(1, 0, RELEASE)));
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
+        // A transaction that wrote nothing tells its home with a RELEASE.
+        let r = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(r, 0, 20, 4, Mode::Read),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert!(net.events(1).contains(&SymEvent::Granted(r)));
+        net.nodes[1].commit(r).unwrap();
+        net.pump();
         assert!(net.sent.contains(&(1, 0, RELEASE)));
         assert!(net.nodes.iter().all(|n| n.is_quiet()));
     }
@@ -2098,9 +2125,9 @@ mod tests {
         net.slow.push((2, 1));
         let a = net.write(2, 0, 0, 7);
         net.pump();
-        // Node 0 (the home) has the write and the RELEASE; node 1 has neither.
+        // Node 0 (the home) has the write, which freed the lock there; node 1 has not.
         assert_eq!(&net.nodes[0].segment(0).unwrap()[..4], &[7; 4]);
-        assert!(net.sent.contains(&(2, 0, RELEASE)));
+        assert!(net.nodes[0].is_quiet());
         let b = net.nodes[1].begin(FAR).unwrap();
         assert_eq!(
             net.nodes[1].set_range(b, 0, 0, 4, Mode::Write),
@@ -2278,7 +2305,11 @@ mod tests {
         let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
         b.range(0, 0, b"abcd");
         b.finish();
-        msgs.push(envelope(SWRITE, &head(Some(0), 0, &[(0, 0)]), &w));
+        msgs.push(envelope(
+            SWRITE,
+            &head(Some((0, 1 << 48)), 0, &[(0, 0)]),
+            &w,
+        ));
         msgs.push(envelope(RELAY, &head(None, 1, &[]), &w));
         let mut refused = 0;
         for m in &msgs {
@@ -2303,7 +2334,7 @@ mod tests {
         let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
         b.range(0, 998, b"abcd");
         b.finish();
-        net.nodes[0].handle_message(1, &envelope(SWRITE, &head(Some(0), 0, &[]), &w));
+        net.nodes[0].handle_message(1, &envelope(SWRITE, &head(Some((0, 1 << 48)), 0, &[]), &w));
         assert_eq!(net.nodes[0].counters().refused, refused + 5);
         assert_eq!(net.nodes[0].segment(0).unwrap()[998..], [0, 0]);
     }
