@@ -43,7 +43,10 @@
 //! ([`SymEvent::Ready`]). A restarted node joins through a view change: when the barrier
 //! ends, the lowest surviving member sends it every segment and the commit number it covers
 //! per origin (SEQS, then SNAP pieces); commits that reach it first are held and applied
-//! after. It serves once the snapshot is in ([`SymEvent::Recovered`]).
+//! after. It serves once the snapshot is in ([`SymEvent::Recovered`]). What its previous
+//! process sent and the link delivers late, after the view that admits the new process but
+//! before the new process's RECOVER (the first thing it sends each node), is refused: the
+//! new process numbers its commits from 1 again, and an old commit would pass for its own.
 
 use crate::lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
 use crate::msg::{self, Msg, MsgError, WriteBuilder, MAGIC, RANGE_HEADER, WRITE_HEADER};
@@ -549,6 +552,13 @@ pub struct SymNode {
     /// owed to in this view, and the incarnation it was sent to (0: none yet).
     recovers: Vec<u64>,
     owed: Option<(NodeId, u64)>,
+    /// Per node: whether the last message it sent here was a RECOVER (its stream is a new
+    /// process's, which sends nothing else before its snapshot), and whether what comes
+    /// from it now is an earlier process's than the one the view admitted (refused until
+    /// the new process's RECOVER, which the link delivers after the old process's last
+    /// message).
+    recover_last: Vec<bool>,
+    stale: Vec<bool>,
     /// While changing: members whose FLUSH has not come, whether ours is sent, who joins.
     flush_wait: Vec<NodeId>,
     flushed: bool,
@@ -639,6 +649,8 @@ impl SymNode {
             origins: (0..n).map(|_| Origin::default()).collect(),
             released: vec![0; n],
             recovers: vec![0; n],
+            recover_last: vec![false; n],
+            stale: vec![false; n],
             owed: None,
             out: if recovering {
                 // Whoever sends the snapshot names this process: a snapshot of an earlier
@@ -1326,6 +1338,11 @@ impl SymNode {
                 *o = Origin::default();
                 // The new process numbers its commits from 1.
                 self.released[k as usize] = 0;
+                // Until the new process's RECOVER, what comes from `k` is its previous
+                // process's (sent before it died, delivered late): a commit of it would be
+                // taken for the new process's commit of the same number, an ACK for the new
+                // process's.
+                self.stale[k as usize] = !self.recover_last[k as usize];
             }
         }
         let mut open: Vec<TxnId> = self.txns.keys().copied().collect();
@@ -1512,6 +1529,8 @@ impl SymNode {
                 return None;
             }
             *r = incarnation;
+            self.recover_last[from as usize] = true;
+            self.stale[from as usize] = false;
             // A snapshot owed to `from` in this view went to an older process, or to none.
             if let Some((k, sent)) = self.owed {
                 if k == from && sent < incarnation && self.phase == Phase::Serving {
@@ -1521,6 +1540,10 @@ impl SymNode {
             }
             return Some(());
         }
+        if self.stale[from as usize] {
+            return None;
+        }
+        self.recover_last[from as usize] = false;
         if self.phase == Phase::Recovering {
             return self.while_recovering(from, m, bytes);
         }
@@ -2388,6 +2411,70 @@ mod tests {
         net.write(1, 0, 0, 3);
         net.pump();
         assert_eq!(&net.nodes[0].segment(0).unwrap()[..4], &[3; 4]);
+    }
+
+    /// What a node's dead process sent, late on its link, reaches a survivor after the
+    /// view that admits the restarted process and before that process's RECOVER: it is the
+    /// old process's, and refused (taken, the old commit 1 would pass for the new process's
+    /// commit 1, which would then be dropped as had).
+    #[test]
+    fn a_dead_processs_late_commit_is_not_its_restarted_processs() {
+        let mut net = Net::new(3, &[0, 1]);
+        net.slow.push((1, 2));
+        net.write(1, 0, 0, 7);
+        net.pump();
+        // Node 1 dies with its commit late on the way to node 2; node 0 relays it.
+        for k in [0, 2] {
+            net.nodes[k].view_change(1, &[0, 2], None);
+        }
+        net.pump();
+        assert_eq!(net.nodes[2].applied(1), 1);
+        net.nodes[1] = SymNode::new(
+            Config {
+                node: 1,
+                incarnation: 2,
+                ..Config::default()
+            },
+            3,
+            true,
+        );
+        for h in [0, 1] {
+            net.nodes[1]
+                .add_segment(
+                    1000,
+                    LockMapping::Uniform {
+                        locks: 100,
+                        granule: 10,
+                    },
+                    h,
+                )
+                .unwrap();
+        }
+        // The new process's RECOVER waits while the old commit arrives.
+        let hello: Vec<_> = std::iter::from_fn(|| net.nodes[1].poll_transmit()).collect();
+        for k in [0, 2] {
+            net.nodes[k].view_change(2, &[0, 1, 2], Some(1));
+        }
+        let refused = net.nodes[2].counters().refused;
+        net.deliver_late();
+        assert_eq!(net.nodes[2].counters().refused, refused + 1);
+        assert_eq!(net.nodes[2].applied(1), 0);
+        for (to, m) in hello {
+            net.nodes[to as usize].handle_message(1, &m);
+        }
+        net.pump();
+        assert!(net.events(1).contains(&SymEvent::Recovered));
+        // The new process's commit 1 is applied everywhere.
+        net.write(1, 1, 0, 9);
+        net.pump();
+        assert_eq!(net.nodes[1].seq(), 1);
+        for k in 0..3 {
+            if k != 1 {
+                assert_eq!(net.nodes[k].applied(1), 1, "node {k}");
+            }
+            assert_eq!(&net.nodes[k].segment(1).unwrap()[..4], &[9; 4], "node {k}");
+            assert_eq!(net.nodes[k].segment(0), net.nodes[0].segment(0));
+        }
     }
 
     #[test]

@@ -132,6 +132,13 @@ fn symmetric_regression_seeds() {
     // and no transaction read it after; no replica has it, as it may.
     run_crmem(90003749, &symmetric(2)).unwrap_or_else(|v| panic!("{v}"));
     run_crmem(1781, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+    // 110014672 and 110012683 (4 nodes): commits and an ACK of a node's dead process, late
+    // on the link, reached a survivor after the view that admitted its restarted process
+    // (before that process's RECOVER) and were taken as the new process's commits 1 and 2:
+    // old writes applied, and the new process's own first commits then dropped as had.
+    for seed in [110014672, 110012683] {
+        run_crmem(seed, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+    }
 }
 
 #[test]
