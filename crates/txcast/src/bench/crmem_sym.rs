@@ -237,6 +237,15 @@ fn sums(c: &SymCrmem) -> io::Result<String> {
     Ok(format!("{a} {t} {b}"))
 }
 
+/// Writes `text` to `path` whole: written beside it, then renamed, so that a node that
+/// waits for `path` to exist never reads it half written.
+fn publish(path: &Path, text: &str) -> io::Result<()> {
+    let mut part = path.as_os_str().to_owned();
+    part.push(".part");
+    std::fs::write(&part, text)?;
+    std::fs::rename(&part, path)
+}
+
 /// Waits (parked in short sleeps) until `path` exists.
 fn wait_for(path: &Path, until: Instant) -> io::Result<()> {
     while !path.exists() {
@@ -277,10 +286,10 @@ fn node(c: &SymCrmem, dir: &Path, me: u16, points: &[Point], seconds: f64) -> io
     for (i, &p) in points.iter().enumerate() {
         wait_for(&dir.join(format!("go.{i}")), end)?;
         let n = point(c, me, p, seconds)?;
-        std::fs::write(dir.join(format!("done.{i}.{me}")), n.to_string())?;
+        publish(&dir.join(format!("done.{i}.{me}")), &n.to_string())?;
     }
     wait_for(&dir.join("stop"), end)?;
-    std::fs::write(dir.join(format!("sums.{me}")), sums(c)?)?;
+    publish(&dir.join(format!("sums.{me}")), &sums(c)?)?;
     Ok(())
 }
 
