@@ -2000,30 +2000,33 @@ mod tests {
         sent: Vec<(NodeId, NodeId, u8)>,
     }
 
+    /// Node `cfg.node` of `n`, with a segment homed at each of `homes` (a restarted process
+    /// when `recovering`).
+    fn test_node(cfg: Config, n: usize, recovering: bool, homes: &[NodeId]) -> SymNode {
+        let mut s = SymNode::new(cfg, n, recovering);
+        for &h in homes {
+            s.add_segment(
+                1000,
+                LockMapping::Uniform {
+                    locks: 100,
+                    granule: 10,
+                },
+                h,
+            )
+            .unwrap();
+        }
+        s
+    }
+
     impl Net {
         fn new(n: usize, homes: &[NodeId]) -> Net {
             let nodes = (0..n)
                 .map(|i| {
-                    let mut s = SymNode::new(
-                        Config {
-                            node: i as NodeId,
-                            ..Config::default()
-                        },
-                        n,
-                        false,
-                    );
-                    for &h in homes {
-                        s.add_segment(
-                            1000,
-                            LockMapping::Uniform {
-                                locks: 100,
-                                granule: 10,
-                            },
-                            h,
-                        )
-                        .unwrap();
-                    }
-                    s
+                    let cfg = Config {
+                        node: i as NodeId,
+                        ..Config::default()
+                    };
+                    test_node(cfg, n, false, homes)
                 })
                 .collect();
             Net {
@@ -2429,27 +2432,12 @@ mod tests {
         }
         net.pump();
         assert_eq!(net.nodes[2].applied(1), 1);
-        net.nodes[1] = SymNode::new(
-            Config {
-                node: 1,
-                incarnation: 2,
-                ..Config::default()
-            },
-            3,
-            true,
-        );
-        for h in [0, 1] {
-            net.nodes[1]
-                .add_segment(
-                    1000,
-                    LockMapping::Uniform {
-                        locks: 100,
-                        granule: 10,
-                    },
-                    h,
-                )
-                .unwrap();
-        }
+        let cfg = Config {
+            node: 1,
+            incarnation: 2,
+            ..Config::default()
+        };
+        net.nodes[1] = test_node(cfg, 3, true, &[0, 1]);
         // The new process's RECOVER waits while the old commit arrives.
         let hello: Vec<_> = std::iter::from_fn(|| net.nodes[1].poll_transmit()).collect();
         for k in [0, 2] {
@@ -2487,27 +2475,12 @@ mod tests {
             net.nodes[k].view_change(1, &[0], None);
         }
         net.pump();
-        net.nodes[1] = SymNode::new(
-            Config {
-                node: 1,
-                incarnation: 2,
-                ..Config::default()
-            },
-            2,
-            true,
-        );
-        for h in 0..2 {
-            net.nodes[1]
-                .add_segment(
-                    1000,
-                    LockMapping::Uniform {
-                        locks: 100,
-                        granule: 10,
-                    },
-                    h,
-                )
-                .unwrap();
-        }
+        let cfg = Config {
+            node: 1,
+            incarnation: 2,
+            ..Config::default()
+        };
+        net.nodes[1] = test_node(cfg, 2, true, &[0, 1]);
         net.write(0, 1, 8, 5);
         net.pump();
         assert_eq!(net.nodes[1].begin(FAR), Err(CrError::NotServing));
