@@ -264,6 +264,13 @@ fn served<R>(c: &SymCrmem, work: impl FnOnce() -> R) -> R {
     if c.host().handlers() != txcast_crmem::Handlers::Polled {
         return work();
     }
+    // Stops the driver however `work` ends (a panic too), or the scope would wait for it.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -273,9 +280,8 @@ fn served<R>(c: &SymCrmem, work: impl FnOnce() -> R) -> R {
                 }
             }
         });
-        let r = work();
-        stop.store(true, Ordering::Release);
-        r
+        let _stop = StopOnDrop(&stop);
+        work()
     })
 }
 
