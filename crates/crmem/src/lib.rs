@@ -27,7 +27,7 @@ pub use node::{
     AbortReason, Config, Counters, CrError, Event, Lock, Mode, Node, NodeId, Role, SegmentId,
     TxnId, MESSAGE_BYTES_MAX, SEGMENTS_MAX,
 };
-pub use sym_driver::{SymCrmem, SymCrmemConfig, SymCrmemError};
+pub use sym_driver::{with_idle_drivers, SymCrmem, SymCrmemConfig, SymCrmemError};
 pub use symmetric::{Phase, SymAbort, SymEvent, SymNode, LOCKS_PER_MESSAGE};
 /// Where the CRMem module runs (the paper's three implementations), a field of both configurations.
 pub use txcast_port::Handlers;

@@ -698,3 +698,34 @@ impl SymCrmem {
         Err(SymCrmemError::Timeout)
     }
 }
+
+/// Runs `work` with, for each polled node of `nodes`, a thread that drives it, yielding the
+/// core when it finds nothing, while `work` runs: a polled node's own threads drive it only
+/// while they wait, and it must answer the other nodes between and around its transactions
+/// too (nodes on the engine or an interrupt thread need none). The drivers stop however
+/// `work` ends, a panic included.
+pub fn with_idle_drivers<R>(nodes: &[&SymCrmem], work: impl FnOnce() -> R) -> R {
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for &c in nodes {
+            if c.host().handlers() == Handlers::Polled {
+                let stop = &stop;
+                s.spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                        if c.drive() == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        work()
+    })
+}

@@ -257,34 +257,6 @@ fn wait_for(path: &Path, until: Instant) -> io::Result<()> {
     Ok(())
 }
 
-/// Runs `work` with, for a polled node, a thread that drives it whenever it finds work
-/// (yielding the core when it finds none): a polled node's own threads drive it only while
-/// they wait, and it must answer the other nodes between and around its transactions too.
-fn served<R>(c: &SymCrmem, work: impl FnOnce() -> R) -> R {
-    if c.host().handlers() != txcast_crmem::Handlers::Polled {
-        return work();
-    }
-    // Stops the driver however `work` ends (a panic too), or the scope would wait for it.
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
-    }
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
-                if c.drive() == 0 {
-                    std::thread::yield_now();
-                }
-            }
-        });
-        let _stop = StopOnDrop(&stop);
-        work()
-    })
-}
-
 /// The node's part of every point: wait for `go.<i>`, run, file `done.<i>.<me>`; then
 /// file the sums and wait for `exit`.
 fn node(c: &SymCrmem, dir: &Path, me: u16, points: &[Point], seconds: f64) -> io::Result<()> {
@@ -317,7 +289,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
         .collect::<io::Result<Vec<_>>>()?;
     let c = open(n, me, how)?;
     let dir = PathBuf::from(dir);
-    served(&c, || {
+    txcast_crmem::with_idle_drivers(&[&c], || {
         node(&c, &dir, me, &points, seconds)?;
         // Serves the others' locks and commits until the parent is done with every node.
         wait_for(&dir.join("exit"), Instant::now() + PARTNER_LIFE)
@@ -367,7 +339,7 @@ fn one(n: usize, how: Impl, points: &[Point], seconds: f64, progress: &Progress)
     }
     let r = (|| -> io::Result<()> {
         let c = open(n, 0, how)?;
-        served(&c, || {
+        txcast_crmem::with_idle_drivers(&[&c], || {
             run_points(&c, n, how, &dir, points, seconds, progress)
         })
     })();
