@@ -1,6 +1,6 @@
 //! CRMem's messages between nodes: `msg::Msg::parse` (the mirror configuration's WRITE, ACK,
 //! SNAP_REQ, SNAP, DROPPED) and `symmetric::SymMsg::parse` (SWRITE, RELAY, LOCK, GRANT,
-//! RELEASE, FLUSH, SEQS, and ACK/SNAP) on arbitrary bytes, and a WRITE part built from the
+//! RELEASE, FLUSH, SEQS, RECOVER, RECALL, RETURN, and ACK/SNAP) on arbitrary bytes, and a WRITE part built from the
 //! same bytes read as fields.
 //!
 //! Properties checked besides "never panics":
@@ -21,7 +21,8 @@ use txcast_crmem::msg::{
     self, Msg, SnapFields, WriteBuilder, MAGIC, RANGE_HEADER, SNAP_HEADER, WRITE_HEADER,
 };
 use txcast_crmem::symmetric::{
-    Deps, SymMsg, FLUSH, GRANT, LOCK, NODES_MAX, RECOVER, RELAY, RELEASE, SEQS, SWRITE,
+    Deps, SymMsg, FLUSH, GRANT, LOCK, NODES_MAX, RECALL, RECOVER, RELAY, RELEASE, RETURN, SEQS,
+    SWRITE,
 };
 use txcast_crmem::LOCKS_PER_MESSAGE;
 
@@ -122,11 +123,43 @@ fn sym_encode(m: &SymMsg<'_>) -> Vec<u8> {
             out.extend_from_slice(&((locks.len() / 4) as u16).to_le_bytes());
             out.extend_from_slice(locks);
         }
-        SymMsg::Grant { txn, req, deps } => {
+        SymMsg::Grant {
+            txn,
+            req,
+            no,
+            deps,
+        } => {
             out.push(GRANT);
             out.extend_from_slice(&txn.to_le_bytes());
             out.extend_from_slice(&req.to_le_bytes());
+            out.extend_from_slice(&no.to_le_bytes());
             deps_encode(deps, &mut out);
+        }
+        SymMsg::Recall {
+            view,
+            segment,
+            locks,
+        } => {
+            out.push(RECALL);
+            out.extend_from_slice(&view.to_le_bytes());
+            out.extend_from_slice(&segment.to_le_bytes());
+            out.extend_from_slice(&((locks.len() / 4) as u16).to_le_bytes());
+            out.extend_from_slice(locks);
+        }
+        SymMsg::Return {
+            view,
+            seq,
+            got,
+            segment,
+            locks,
+        } => {
+            out.push(RETURN);
+            out.extend_from_slice(&view.to_le_bytes());
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.extend_from_slice(&got.to_le_bytes());
+            out.extend_from_slice(&segment.to_le_bytes());
+            out.extend_from_slice(&((locks.len() / 4) as u16).to_le_bytes());
+            out.extend_from_slice(locks);
         }
         SymMsg::Release { txn, seq } => {
             out.push(RELEASE);
@@ -267,7 +300,17 @@ fn check_sym(data: &[u8]) {
         }
         SymMsg::Grant { deps, .. } => {
             assert!(deps.len() <= NODES_MAX);
-            assert_eq!(data.len(), 2 + 8 + 4 + 1 + deps.len() * 10);
+            assert_eq!(data.len(), 2 + 8 + 4 + 8 + 1 + deps.len() * 10);
+        }
+        SymMsg::Recall { locks, .. } | SymMsg::Return { locks, .. } => {
+            let n = locks.len() / 4;
+            assert!(n >= 1 && n <= LOCKS_PER_MESSAGE && locks.len() % 4 == 0);
+            let head = if matches!(m, SymMsg::Return { .. }) {
+                2 + 8 + 8 + 8 + 2 + 2
+            } else {
+                2 + 8 + 2 + 2
+            };
+            assert_eq!(data.len(), head + locks.len());
         }
         SymMsg::Release { .. } => assert_eq!(data.len(), 2 + 8 + 8),
         SymMsg::Flush { .. } | SymMsg::Recover { .. } => assert_eq!(data.len(), 2 + 8),

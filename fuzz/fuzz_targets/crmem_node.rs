@@ -46,6 +46,7 @@ fn cfg(node: u16) -> Config {
         log_bytes: 64 << 10,
         message_bytes: 256,
         disk_log: false,
+        cache_locks: false,
     }
 }
 
@@ -56,7 +57,12 @@ fn mirror(node: u16, role: Role) -> Node {
 }
 
 fn symmetric(node: u16, recovering: bool) -> SymNode {
-    let mut n = SymNode::new(cfg(node), NODES as usize, recovering);
+    // Kept locks: the recall path runs too.
+    let cfg = Config {
+        cache_locks: true,
+        ..cfg(node)
+    };
+    let mut n = SymNode::new(cfg, NODES as usize, recovering);
     for home in 0..NODES {
         n.add_segment(SEGMENT_BYTES, mapping(), home)
             .expect("segment");

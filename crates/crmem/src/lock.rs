@@ -182,9 +182,12 @@ impl LockTable {
         };
     }
 
-    #[cfg(test)]
     pub fn state(&self, l: LockId) -> LockState {
         self.locks[l as usize]
+    }
+
+    pub fn is_free(&self, l: LockId) -> bool {
+        self.locks[l as usize] == LockState::Free
     }
 }
 

@@ -77,6 +77,9 @@ pub struct Config {
     /// A primary also logs every commit to disk ([`DISK`]): a commit completes when its
     /// backups hold it and the disk does.
     pub disk_log: bool,
+    /// Symmetric: a node keeps the locks a home granted it after its transactions end, for
+    /// its next transactions, until the home recalls them (the mirror ignores it).
+    pub cache_locks: bool,
 }
 
 impl Default for Config {
@@ -88,6 +91,7 @@ impl Default for Config {
             log_bytes: 4 << 20,
             message_bytes: MESSAGE_BYTES_MAX,
             disk_log: false,
+            cache_locks: false,
         }
     }
 }
@@ -203,6 +207,11 @@ pub struct Counters {
     pub apply_waits: u64,
     /// Symmetric: commits that came whole before a commit they depend on, and waited.
     pub commits_held: u64,
+    /// Symmetric: ranges of other homes whose locks this node held already (cached), for
+    /// which it asked no home.
+    pub cache_hits: u64,
+    /// Symmetric: locks this home recalled from the nodes holding them.
+    pub recalls: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

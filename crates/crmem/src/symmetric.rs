@@ -7,26 +7,42 @@
 //! in this node's lock table, then, when the home is another node, asks the home for them in
 //! one batched LOCK request (at most [`LOCKS_PER_MESSAGE`] locks a message; a larger set is cut
 //! into parts the home assembles and takes all or none). The home's table is shared by its
-//! own transactions and the remote holders. A wait, local or remote, past the transaction's
-//! deadline aborts it with [`SymAbort::LockTimeout`]; the home forgets the request when the
-//! RELEASE comes.
+//! own transactions and the other nodes: a home grants a request's locks to the requester's
+//! node, which holds them (in its `cache`) until it gives them back with a RETURN. A wait,
+//! local or remote, past the transaction's deadline aborts it with [`SymAbort::LockTimeout`];
+//! its requests not granted yet are withdrawn with a RELEASE.
+//!
+//! **Kept locks.** A node gives a lock back once none of its transactions holds it, at once
+//! by default; with [`Config::cache_locks`] it keeps it for its next transactions, which
+//! then take it with no message, until the home recalls it (RECALL: a transaction of the
+//! home or of another node waits for it). A recalled lock is taken by no new transaction
+//! of the node and goes back when the last holder there is done. A RETURN names the node's
+//! last commit (the next holder's dependency) and the last GRANT number the node had seen:
+//! the home frees only what grants up to that number gave, so a RETURN that crossed a
+//! later grant of the same lock frees nothing, and a RECALL of a lock the node does not
+//! hold (given back already, or granted to a transaction that ended before the grant came)
+//! is answered with a RETURN at once. Keeping locks saves the LOCK/GRANT round trip of a
+//! node that uses the same locks again, as when each node runs its own branches' TpcB
+//! transactions; when nodes take turns on the same locks, each turn costs a RECALL/RETURN
+//! round trip more, and the home's own transactions wait for it.
 //!
 //! **Commit.** The write set goes to every other live node as a remote atomic write (SWRITE
 //! parts, applied only when the last has come, acknowledged); every node's commit log is thus
 //! replicated on all the others. All, not one: every replica must hold every write before a
 //! conflicting transaction elsewhere may read it, so the write set reaches every node anyway,
 //! and any survivor can then complete a dead node's log. The locks are released at commit,
-//! here and at the homes: every SWRITE names its transaction, and a home frees what it
-//! granted the transaction when the commit is whole there (a transaction that wrote nothing,
-//! or aborted, sends its homes a RELEASE instead); the commit completes (in this node's log
-//! order) when every live node has acknowledged it.
+//! here, and the ones of other homes go back (or are kept) as above, the RETURN after the
+//! commit's SWRITE on the channel; the commit completes (in this node's log order) when
+//! every live node has acknowledged it.
 //!
-//! **Dependencies.** A home keeps per origin the last commit whose locks it released
-//! (`released`) and names those in every GRANT; the grantee uses its locks only once it has
-//! applied them (`TxnState::WaitApply`), and its own commit carries what its grants named:
-//! a replica applies a commit only after those. Replicas thus apply conflicting writes in the
-//! order the locks were granted, and a transaction finds every write made under its locks in
-//! its own replica.
+//! **Dependencies.** A home keeps per origin the last commit a RETURN named, and its own
+//! last commit (`released`), and names those in every GRANT; the grantee uses its locks only
+//! once it has applied them (`TxnState::WaitApply`), and its own commit carries what its
+//! grants named: a replica applies a commit only after those. A transaction that takes a
+//! kept lock depends on the highest commits any grant to its node named (`granted_deps`):
+//! the grant that brought the lock may have gone to a transaction that ended before it
+//! applied them. Replicas thus apply conflicting writes in the order the locks were granted,
+//! and a transaction finds every write made under its locks in its own replica.
 //!
 //! **Replicated logs.** Each node keeps, per origin, the commits it applied that the origin
 //! has not yet declared complete everywhere (each SWRITE carries the origin's complete mark),
@@ -34,8 +50,9 @@
 //!
 //! **View changes** ([`SymNode::view_change`], told to every member with the same view, by
 //! the driver's membership or the application):
-//! open transactions are aborted ([`SymAbort::ViewChange`]); a dead node's locks at the homes
-//! are freed; each survivor relays to every other the dead node's commits it has whole
+//! open transactions are aborted ([`SymAbort::ViewChange`]); every lock a node holds of
+//! another home is freed at the home and forgotten by the node (the commits made under them
+//! complete before the view serves); each survivor relays to every other the dead node's commits it has whole
 //! (applied, or waiting for a dependency), with their dependencies, so all reach the same
 //! prefix of the dead node's log; each then waits for its own commits to complete and sends FLUSH; when a node has every
 //! member's FLUSH, no commit is in flight, every lock is free, and a dead node's commit still
@@ -48,7 +65,7 @@
 //! before the new process's RECOVER (the first thing it sends each node), is refused: the
 //! new process numbers its commits from 1 again, and an old commit would pass for its own.
 
-use crate::lock::{LockId, LockMapping, LOCKS_PER_RANGE_MAX};
+use crate::lock::{LockId, LockMapping, LockState, LOCKS_PER_RANGE_MAX};
 use crate::msg::{self, Msg, MsgError, WriteBuilder, MAGIC, RANGE_HEADER, WRITE_HEADER};
 use crate::node::{
     plan_lens, Config, Counters, CrError, Lock, Mode, NodeId, SegmentId, TxnId, MESSAGE_BYTES_MAX,
@@ -72,8 +89,7 @@ const REQUESTS_MAX: usize = RANGES_PER_CALL;
 const PENDING_COST: usize = 64;
 
 /// SWRITE: `durable u64, txn u64`, deps, then a whole WRITE part (msg.rs): a part of the
-/// sender's commit of transaction `txn` (whose locks a home frees once the commit is whole
-/// there). Deps (`count u8, (origin u16, seq u64)*`): the commits it must be applied after.
+/// sender's commit of transaction `txn` (checked to be the sender's). Deps (`count u8, (origin u16, seq u64)*`): the commits it must be applied after.
 pub const SWRITE: u8 = 16;
 /// RELAY: `origin u16`, deps, then a whole WRITE part: a dead origin's commit, passed on.
 pub const RELAY: u8 = 17;
@@ -81,12 +97,12 @@ pub const RELAY: u8 = 17;
 /// locks. A home takes requests of its own view only (a request of an earlier view, or to
 /// an earlier process of the home, was released with that view).
 pub const LOCK: u8 = 18;
-/// GRANT: `txn u64, req u32`, deps: the commits the grantee must have applied before it
-/// uses the locks.
+/// GRANT: `txn u64, req u32, no u64`, deps: the request's locks are the receiver's; `no`
+/// numbers the grant (rising on the channel); deps, the commits the grantee must have
+/// applied before it uses the locks.
 pub const GRANT: u8 = 19;
-/// RELEASE: `txn u64, seq u64`: every lock the transaction holds or asked at this home, of a
-/// transaction that aborted or wrote nothing (a commit that wrote frees them by its SWRITE);
-/// `seq` is 0 then (a nonzero one, the commit's, is taken too).
+/// RELEASE: `txn u64, seq u64`: the transaction ended (aborted) with requests at this home
+/// not granted yet: the home forgets them. `seq` is 0.
 pub const RELEASE: u8 = 20;
 /// FLUSH: `view u64`: the sender's commits are complete and its relays sent.
 pub const FLUSH: u8 = 21;
@@ -95,8 +111,18 @@ pub const FLUSH: u8 = 21;
 pub const SEQS: u8 = 22;
 /// RECOVER: `incarnation u64`: a restarted process, waiting for its snapshot, names itself.
 pub const RECOVER: u8 = 23;
+/// RECALL: `view u64, segment u16, count u16`, locks: a home wants these locks of the
+/// receiver back (another transaction waits for them).
+pub const RECALL: u8 = 24;
+/// RETURN: `view u64, seq u64, got u64, segment u16, count u16`, locks: the sender holds
+/// these locks of the receiver's no more, as of the grants up to number `got` (a later
+/// grant, in flight, gives them again); `seq`, its last commit then, is what the next
+/// holder depends on.
+pub const RETURN: u8 = 25;
 
 const LOCK_HEADER: usize = 2 + 8 + 8 + 4 + 2 + 2 + 2 + 1 + 2;
+/// RETURN's header (RECALL's is 16 bytes shorter).
+const RETURN_HEADER: usize = 2 + 8 + 8 + 8 + 2 + 2;
 /// One dependency on the wire: origin, seq.
 const DEP_BYTES: usize = 2 + 8;
 
@@ -180,6 +206,7 @@ pub enum SymMsg<'a> {
     Grant {
         txn: u64,
         req: u32,
+        no: u64,
         deps: Deps<'a>,
     },
     Release {
@@ -196,6 +223,18 @@ pub enum SymMsg<'a> {
     },
     Recover {
         incarnation: u64,
+    },
+    Recall {
+        view: u64,
+        segment: u16,
+        locks: &'a [u8],
+    },
+    Return {
+        view: u64,
+        seq: u64,
+        got: u64,
+        segment: u16,
+        locks: &'a [u8],
     },
     Ack {
         seq: u64,
@@ -269,10 +308,10 @@ impl<'a> SymMsg<'a> {
                 })
             }
             GRANT => {
-                let (txn, req) = (r.u64()?, r.u32()?);
+                let (txn, req, no) = (r.u64()?, r.u32()?, r.u64()?);
                 let deps = Deps::read(&mut r)?;
                 r.finish()?;
-                Ok(SymMsg::Grant { txn, req, deps })
+                Ok(SymMsg::Grant { txn, req, no, deps })
             }
             RELEASE => {
                 let (txn, seq) = (r.u64()?, r.u64()?);
@@ -305,6 +344,36 @@ impl<'a> SymMsg<'a> {
                 let incarnation = r.u64()?;
                 r.finish().map_err(|_| MsgError::Short)?;
                 Ok(SymMsg::Recover { incarnation })
+            }
+            kind @ (RECALL | RETURN) => {
+                let view = r.u64()?;
+                let (seq, got) = if kind == RETURN {
+                    (r.u64()?, r.u64()?)
+                } else {
+                    (0, 0)
+                };
+                let segment = r.u16()?;
+                let count = r.u16()? as usize;
+                if count == 0 || count > LOCKS_PER_MESSAGE {
+                    return Err(MsgError::RangeTruncated);
+                }
+                let locks = r.take(count * 4)?;
+                r.finish()?;
+                Ok(if kind == RETURN {
+                    SymMsg::Return {
+                        view,
+                        seq,
+                        got,
+                        segment,
+                        locks,
+                    }
+                } else {
+                    SymMsg::Recall {
+                        view,
+                        segment,
+                        locks,
+                    }
+                })
             }
             _ => match Msg::parse(b)? {
                 Msg::Ack { seq } => Ok(SymMsg::Ack { seq }),
@@ -340,6 +409,41 @@ fn lock_msg(
     }
 }
 
+/// RECALL (`ret` None) or RETURN (`ret`: seq, got) messages for `locks` of `segment`, at
+/// most [`LOCKS_PER_MESSAGE`] (and what `message_bytes` holds) a message, to `to`.
+fn lock_list_msgs(
+    out: &mut VecDeque<(NodeId, Vec<u8>)>,
+    to: NodeId,
+    (view, ret, message_bytes): (u64, Option<(u64, u64)>, usize),
+    segment: SegmentId,
+    locks: &[LockId],
+) {
+    let per = LOCKS_PER_MESSAGE
+        .min(message_bytes.saturating_sub(RETURN_HEADER) / 4)
+        .max(1);
+    for c in locks.chunks(per) {
+        let mut m = Vec::with_capacity(RETURN_HEADER + 4 * c.len());
+        let mut w = Writer::new(&mut m);
+        w.u8(MAGIC)
+            .u8(if ret.is_some() { RETURN } else { RECALL })
+            .u64(view);
+        if let Some((seq, got)) = ret {
+            w.u64(seq).u64(got);
+        }
+        w.u16(segment).u16(c.len() as u16);
+        for &l in c {
+            w.u32(l);
+        }
+        out.push_back((to, m));
+    }
+}
+
+fn lock_ids(locks: &[u8]) -> impl Iterator<Item = LockId> + '_ {
+    locks
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+}
+
 fn small(kind: u8, a: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(10);
     Writer::new(&mut out).u8(MAGIC).u8(kind).u64(a);
@@ -356,10 +460,10 @@ fn release_msg(txn: u64, seq: u64) -> Vec<u8> {
     out
 }
 
-fn grant_msg(txn: u64, req: u32, deps: &[(NodeId, u64)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(15 + DEP_BYTES * deps.len());
+fn grant_msg(txn: u64, req: u32, no: u64, deps: &[(NodeId, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(23 + DEP_BYTES * deps.len());
     let mut w = Writer::new(&mut out);
-    w.u8(MAGIC).u8(GRANT).u64(txn).u32(req);
+    w.u8(MAGIC).u8(GRANT).u64(txn).u32(req).u64(no);
     write_deps(&mut w, deps);
     out
 }
@@ -474,12 +578,12 @@ struct Txn {
     taken: Vec<SetRange>,
     undo: Undo,
     held: Held,
-    /// Homes asked for locks (released there at the end).
-    homes: Vec<NodeId>,
     /// Requests sent to homes (numbered from 1), those not granted yet, and their home.
     req: u32,
     asked: Vec<u32>,
     asking: NodeId,
+    /// The locks of the requests not granted yet: (request, segment, lock, write).
+    asked_locks: Vec<(u32, SegmentId, LockId, bool)>,
     /// The commits its grants named: applied here before it touches the ranges, and
     /// before its own commit anywhere.
     deps: Vec<(NodeId, u64)>,
@@ -492,13 +596,35 @@ struct Pending {
     missing: Vec<NodeId>,
 }
 
-/// A remote transaction's locks at this home.
+/// A remote transaction's requests at this home: being assembled (the last) or waiting,
+/// granted in order. What it is granted, its node holds.
 #[derive(Default)]
 struct Remote {
     from: NodeId,
-    held: Held,
-    /// Its requests being assembled (the last) or waiting, granted in order.
     wants: VecDeque<Want>,
+}
+
+/// A lock of this home another node holds (its mode is the lock table's): the last GRANT
+/// that gave it (a RETURN covers the grants its sender had received), and whether it was
+/// recalled.
+#[derive(Clone, Copy)]
+struct Hold {
+    grant: u64,
+    recalled: bool,
+}
+
+/// A lock of another home this node holds: in which mode, and whether the home recalled it
+/// (it goes back when this node's transactions holding it are done).
+#[derive(Clone, Copy)]
+struct Cached {
+    write: bool,
+    recalled: bool,
+}
+
+/// The owner of the locks node `k` holds in a home's lock table: no transaction of the
+/// home's own has this id (theirs carry the home's number in the top bits).
+fn node_owner(k: NodeId) -> u64 {
+    (k as u64) << 48 | 0xFFFF_FFFF_FFFF
 }
 
 struct Want {
@@ -572,6 +698,20 @@ pub struct SymNode {
     waiting: VecDeque<TxnId>,
     remote: FxHashMap<TxnId, Remote>,
     remote_waiting: VecDeque<TxnId>,
+    /// As a home: its locks other nodes hold, by segment, lock and node; the number of the
+    /// last GRANT sent (numbered across all nodes, rising on every channel).
+    holds: FxHashMap<(SegmentId, LockId, NodeId), Hold>,
+    grants: u64,
+    /// Per home, the number of the last GRANT it sent here (a RETURN names it).
+    grant_seen: Vec<u64>,
+    /// The locks of other homes this node holds.
+    cache: FxHashMap<(SegmentId, LockId), Cached>,
+    /// Per origin, the highest commit a grant to this node named: a transaction using a lock
+    /// this node held before it began applies these first (the grant that brought the lock
+    /// may have gone to a transaction that aborted before it applied them).
+    granted_deps: Vec<u64>,
+    /// Locks to give back, by home and segment, gathered while locks are released.
+    returning: Vec<(NodeId, SegmentId, LockId)>,
     seq: u64,
     durable: u64,
     log_used: usize,
@@ -601,8 +741,8 @@ struct TxnVecs {
     todo: Vec<SetRange>,
     taken: Vec<SetRange>,
     held: Held,
-    homes: Vec<NodeId>,
     asked: Vec<u32>,
+    asked_locks: Vec<(u32, SegmentId, LockId, bool)>,
     deps: Vec<(NodeId, u64)>,
 }
 
@@ -642,6 +782,12 @@ impl SymNode {
             waiting: VecDeque::new(),
             remote: FxHashMap::default(),
             remote_waiting: VecDeque::new(),
+            holds: FxHashMap::default(),
+            grants: 0,
+            grant_seen: vec![0; n],
+            cache: FxHashMap::default(),
+            granted_deps: vec![0; n],
+            returning: Vec::new(),
             seq: 0,
             durable: 0,
             log_used: 0,
@@ -762,10 +908,10 @@ impl SymNode {
                 taken: v.taken,
                 undo: Vec::new(),
                 held: v.held,
-                homes: v.homes,
                 req: 0,
                 asked: v.asked,
                 asking: 0,
+                asked_locks: v.asked_locks,
                 deps: v.deps,
             },
         );
@@ -856,12 +1002,29 @@ impl SymNode {
             ids.clear();
             g.mapping.map(r.offset, r.len, &mut ids);
             let write = r.mode == Mode::Write;
-            let Some(new) = take_into(&mut g.locks, txn, r.segment, &ids, write, &mut t.held)
-            else {
+            // A lock its home recalled goes back once this node's holders are done: no new
+            // holder here takes it meanwhile (it asks the home again after).
+            let recalled = |l: &LockId| {
+                self.cache.get(&(r.segment, *l)).is_some_and(|c| c.recalled)
+                    && !t
+                        .held
+                        .iter()
+                        .any(|&(s, h, x)| s == r.segment && h == *l && (x || !write))
+            };
+            let taken = if home != self.cfg.node && ids.iter().any(recalled) {
+                None
+            } else {
+                take_into(&mut g.locks, txn, r.segment, &ids, write, &mut t.held)
+            };
+            let Some(new) = taken else {
                 t.state = TxnState::WaitLocal;
+                if home == self.cfg.node {
+                    self.recall_blockers(r.segment, &ids, write, None);
+                }
                 self.scratch = ids;
                 return false;
             };
+            let t = self.txns.get_mut(&txn).expect("caller checked");
             t.todo.remove(0);
             t.taken.push(r);
             if !new {
@@ -874,14 +1037,30 @@ impl SymNode {
                 }
                 continue;
             }
+            // What this node holds already needs no request; the writes made under it
+            // elsewhere before it came are those its grants named.
+            let before = ids.len();
+            ids.retain(|&l| {
+                self.cache
+                    .get(&(r.segment, l))
+                    .is_none_or(|c| write && !c.write)
+            });
+            if ids.len() < before {
+                for (o, &sq) in self.granted_deps.iter().enumerate() {
+                    merge_dep(&mut t.deps, (o as NodeId, sq));
+                }
+            }
+            if ids.is_empty() {
+                self.counters.cache_hits += 1;
+                continue;
+            }
             t.req += 1;
             t.asked.push(t.req);
             t.asking = home;
-            if !t.homes.contains(&home) {
-                t.homes.push(home);
-            }
-            let parts = ids.len().div_ceil(per).max(1) as u16;
             let req = t.req;
+            t.asked_locks
+                .extend(ids.iter().map(|&l| (req, r.segment, l, write)));
+            let parts = ids.len().div_ceil(per).max(1) as u16;
             for (i, c) in ids.chunks(per).enumerate() {
                 let mut m = Vec::with_capacity(LOCK_HEADER + 4 * c.len());
                 lock_msg(
@@ -912,16 +1091,16 @@ impl SymNode {
                 todo: t.todo,
                 taken: t.taken,
                 held: t.held,
-                homes: t.homes,
                 asked: t.asked,
+                asked_locks: t.asked_locks,
                 deps: t.deps,
             };
             v.asked.clear();
+            v.asked_locks.clear();
             v.ranges.clear();
             v.todo.clear();
             v.taken.clear();
             v.held.clear();
-            v.homes.clear();
             v.deps.clear();
             self.spare.push(v);
         }
@@ -1009,7 +1188,11 @@ impl SymNode {
 
     fn roll_back(&mut self, txn: TxnId, mut t: Txn) {
         txmem::restore(&mut self.segments, std::mem::take(&mut t.undo));
-        self.release(txn, &t.held, &t.homes, 0);
+        // Requests not granted yet are withdrawn; what was granted, this node holds.
+        if !t.asked.is_empty() && t.asking != self.cfg.node && self.live.contains(&t.asking) {
+            self.out.push_back((t.asking, release_msg(txn, 0)));
+        }
+        self.release(&t.held);
         if t.state != TxnState::Active {
             self.waiting.retain(|&w| w != txn);
         }
@@ -1017,14 +1200,105 @@ impl SymNode {
         self.recycle(t);
     }
 
-    /// Frees `txn`'s locks here and at its homes; `seq`: its commit, if it wrote.
-    fn release(&mut self, txn: TxnId, held: &Held, homes: &[NodeId], seq: u64) {
+    /// Frees a transaction's locks here. A lock of another home that no transaction here
+    /// holds now goes back to its home if the home recalled it, or if this node keeps no
+    /// locks ([`Config::cache_locks`]).
+    fn release(&mut self, held: &Held) {
         txmem::release(&mut self.segments, held);
-        for &h in homes {
-            if h != self.cfg.node && self.live.contains(&h) {
-                self.out.push_back((h, release_msg(txn, seq)));
+        for &(s, l, _) in held {
+            let Some(c) = self.cache.get(&(s, l)) else {
+                continue;
+            };
+            if (c.recalled || !self.cfg.cache_locks) && self.segments[s as usize].locks.is_free(l) {
+                self.cache.remove(&(s, l));
+                let home = self.home_in(self.segments[s as usize].home, &self.live);
+                self.returning.push((home, s, l));
             }
         }
+        self.send_returns();
+    }
+
+    /// Sends what `returning` gathered, one RETURN (or more) per home and segment, naming
+    /// this node's last commit: every write made here under those locks is in it or before.
+    fn send_returns(&mut self) {
+        if self.returning.is_empty() {
+            return;
+        }
+        let mut r = std::mem::take(&mut self.returning);
+        r.sort_unstable();
+        let mut ids = std::mem::take(&mut self.scratch);
+        for run in r.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            let (home, seg, _) = run[0];
+            if home == self.cfg.node || !self.live.contains(&home) {
+                continue;
+            }
+            ids.clear();
+            ids.extend(run.iter().map(|x| x.2));
+            let how = (
+                self.view,
+                Some((self.seq, self.grant_seen[home as usize])),
+                self.cfg.message_bytes,
+            );
+            lock_list_msgs(&mut self.out, home, how, seg, &ids);
+        }
+        self.scratch = ids;
+        r.clear();
+        self.returning = r;
+    }
+
+    /// As the home of `seg`: asks the nodes holding any of `ids` in a mode that keeps a
+    /// transaction (of node `asker`, or of this node) from taking them in mode `write` to
+    /// give them back, once each.
+    fn recall_blockers(
+        &mut self,
+        seg: SegmentId,
+        ids: &[LockId],
+        write: bool,
+        asker: Option<NodeId>,
+    ) {
+        let table = &self.segments[seg as usize].locks;
+        for &l in ids {
+            // A reader keeps out only a writer; a writer every other node.
+            let holders = match table.state(l) {
+                LockState::Exclusive(o) => {
+                    let k = (o >> 48) as NodeId;
+                    if o == node_owner(k) {
+                        k..k + 1
+                    } else {
+                        0..0
+                    }
+                }
+                LockState::Shared(_) if write => 0..self.n as NodeId,
+                _ => 0..0,
+            };
+            for k in holders.filter(|&k| Some(k) != asker) {
+                if let Some(h) = self.holds.get_mut(&(seg, l, k)) {
+                    if !h.recalled {
+                        h.recalled = true;
+                        self.returning.push((k, seg, l));
+                    }
+                }
+            }
+        }
+        if self.returning.is_empty() {
+            return;
+        }
+        let mut r = std::mem::take(&mut self.returning);
+        r.sort_unstable();
+        for run in r.chunk_by(|a, b| a.0 == b.0) {
+            let k = run[0].0;
+            let ids: Vec<LockId> = run.iter().map(|x| x.2).collect();
+            self.counters.recalls += ids.len() as u64;
+            lock_list_msgs(
+                &mut self.out,
+                k,
+                (self.view, None, self.cfg.message_bytes),
+                seg,
+                &ids,
+            );
+        }
+        r.clear();
+        self.returning = r;
     }
 
     /// Waiting transactions (local, then remote at this home) take what is free now.
@@ -1076,10 +1350,15 @@ impl SymNode {
         let Some(rm) = self.remote.get(&txn) else {
             return true;
         };
+        if rm.wants.is_empty() {
+            self.remote.remove(&txn);
+            return true;
+        }
         rm.wants.front().is_none_or(|w| w.got != w.parts)
     }
 
-    /// Grants remote `txn`'s first request if it is assembled and its locks are free.
+    /// Grants remote `txn`'s first request to its node if it is assembled and its locks are
+    /// free for that node here; recalls them from the nodes holding them if not.
     fn grant_remote(&mut self, txn: TxnId) -> bool {
         let Some(rm) = self.remote.get_mut(&txn) else {
             return false;
@@ -1087,20 +1366,40 @@ impl SymNode {
         let Some(w) = rm.wants.front().filter(|w| w.got == w.parts) else {
             return false;
         };
-        let g = &mut self.segments[w.segment as usize];
-        if take_into(
-            &mut g.locks,
-            txn,
-            w.segment,
-            &w.locks,
-            w.write,
-            &mut rm.held,
-        )
-        .is_none()
-        {
+        let (from, seg, write) = (rm.from, w.segment, w.write);
+        let table = &mut self.segments[seg as usize].locks;
+        let holds = &self.holds;
+        let mine = |l: LockId| holds.contains_key(&(seg, l, from));
+        let free = w.locks.iter().all(|&l| match table.state(l) {
+            LockState::Free => true,
+            LockState::Exclusive(o) => o == node_owner(from),
+            LockState::Shared(n) => !write || (n == 1 && mine(l)),
+        });
+        if !free {
+            let locks = std::mem::take(&mut rm.wants.front_mut().expect("front").locks);
+            self.recall_blockers(seg, &locks, write, Some(from));
+            if let Some(w) = self.remote.get_mut(&txn).and_then(|r| r.wants.front_mut()) {
+                w.locks = locks;
+            }
             return false;
         }
-        let (req, from) = (w.req, rm.from);
+        self.grants += 1;
+        let no = self.grants;
+        for &l in &w.locks {
+            let h = self.holds.entry((seg, l, from)).or_insert(Hold {
+                grant: no,
+                recalled: false,
+            });
+            let held = h.grant != no;
+            h.grant = no;
+            match table.state(l) {
+                LockState::Exclusive(_) => continue,
+                LockState::Shared(_) if held && !write => continue,
+                _ => {}
+            }
+            table.take(node_owner(from), l, write);
+        }
+        let req = w.req;
         rm.wants.pop_front();
         // The grantee uses the locks once it has every write released here before.
         let mut deps = std::mem::take(&mut self.scratch_deps);
@@ -1112,7 +1411,7 @@ impl SymNode {
                 .filter(|&(o, &s)| s > 0 && o != from as usize)
                 .map(|(o, &s)| (o as NodeId, s)),
         );
-        self.out.push_back((from, grant_msg(txn, req, &deps)));
+        self.out.push_back((from, grant_msg(txn, req, no, &deps)));
         self.scratch_deps = deps;
         true
     }
@@ -1168,10 +1467,8 @@ impl SymNode {
         };
         // The writes are on their way to every replica, and whoever takes the locks next
         // waits until it has applied them: the locks go now, not when the commit is
-        // complete. Each home frees them when the SWRITE is whole there; with nothing
-        // written, a RELEASE tells it.
-        let homes: &[NodeId] = if writes.is_empty() { &t.homes } else { &[] };
-        self.release(txn, &t.held, homes, 0);
+        // complete (to a home with the RETURN that names this commit).
+        self.release(&t.held);
         self.recycle(t);
         self.log_used += bytes;
         self.pending.push_back(Pending {
@@ -1319,7 +1616,17 @@ impl SymNode {
                 }
             }
         }
-        // Remote holders that are dead, or that rejoin as a new process, hold nothing now.
+        // Every lock held across nodes is free again (the homes may move; commits made under
+        // them complete before the view serves), and what this node held of other homes is
+        // theirs.
+        for (s, l, _) in std::mem::take(&mut self.holds).into_keys() {
+            let g = &mut self.segments[s as usize].locks;
+            let x = matches!(g.state(l), LockState::Exclusive(_));
+            g.release(l, x);
+        }
+        self.cache.clear();
+        self.granted_deps.fill(0);
+        // Requests of nodes that are dead, or that rejoin as a new process, go.
         let gone: Vec<TxnId> = {
             let mut v: Vec<TxnId> = self
                 .remote
@@ -1336,8 +1643,9 @@ impl SymNode {
         if let Some(k) = joining {
             if let Some(o) = self.origins.get_mut(k as usize) {
                 *o = Origin::default();
-                // The new process numbers its commits from 1.
+                // The new process numbers its commits and grants from 1.
                 self.released[k as usize] = 0;
+                self.grant_seen[k as usize] = 0;
                 // Until the new process's RECOVER, what comes from `k` is its previous
                 // process's (sent before it died, delivered late): a commit of it would be
                 // taken for the new process's commit of the same number, an ACK for the new
@@ -1399,12 +1707,36 @@ impl SymNode {
         self.complete();
     }
 
+    /// Forgets remote `txn`'s requests not granted yet.
     fn drop_remote(&mut self, txn: TxnId) {
-        if let Some(r) = self.remote.remove(&txn) {
-            for &(s, l, x) in &r.held {
-                self.segments[s as usize].locks.release(l, x);
-            }
+        if self.remote.remove(&txn).is_some() {
             self.remote_waiting.retain(|&w| w != txn);
+        }
+    }
+
+    /// Frees what node `k` holds of `ids` of `seg` here by the grants up to number `got`. A
+    /// lock a later grant gave it again stays its (and may be recalled again).
+    fn drop_holds(
+        &mut self,
+        k: NodeId,
+        seg: SegmentId,
+        ids: impl Iterator<Item = LockId>,
+        got: u64,
+    ) {
+        let Some(g) = self.segments.get_mut(seg as usize) else {
+            return;
+        };
+        for l in ids {
+            let Some(h) = self.holds.get_mut(&(seg, l, k)) else {
+                continue;
+            };
+            if h.grant > got {
+                h.recalled = false;
+                continue;
+            }
+            self.holds.remove(&(seg, l, k));
+            let x = matches!(g.locks.state(l), LockState::Exclusive(_));
+            g.locks.release(l, x);
         }
     }
 
@@ -1564,14 +1896,6 @@ impl SymNode {
                     return None;
                 }
                 let whole = self.on_write(from, seq, (part, parts), deps, inner)?;
-                if whole && self.remote.contains_key(&txn) {
-                    // The commit is here whole: what this home granted the transaction goes,
-                    // and whoever takes it next depends on the commit.
-                    let r = &mut self.released[from as usize];
-                    *r = (*r).max(seq);
-                    self.drop_remote(txn);
-                    self.grant_waiting();
-                }
                 let o = &mut self.origins[from as usize];
                 while o.tail.front().is_some_and(|w| w.seq <= durable) {
                     let w = o.tail.pop_front().expect("front");
@@ -1689,10 +2013,7 @@ impl SymNode {
                         });
                     }
                     _ => {
-                        rm.wants.clear();
-                        if rm.held.is_empty() {
-                            self.drop_remote(txn);
-                        }
+                        self.drop_remote(txn);
                         return None;
                     }
                 }
@@ -1705,12 +2026,16 @@ impl SymNode {
                 }
                 Some(())
             }
-            SymMsg::Grant { txn, req, deps } => {
+            SymMsg::Grant { txn, req, no, deps } => {
                 if txn >> 48 != self.cfg.node as u64
                     || deps.iter().any(|(o, _)| o as usize >= self.n)
                 {
                     return None;
                 }
+                // Counted even for a transaction gone: the home takes the locks for this
+                // node's until a RETURN names this grant or a later one.
+                let seen = &mut self.grant_seen[from as usize];
+                *seen = (*seen).max(no);
                 // A grant for a transaction aborted since is stale: its RELEASE follows it.
                 let Some(t) = self.txns.get_mut(&txn) else {
                     return Some(());
@@ -1719,7 +2044,20 @@ impl SymNode {
                 t.asked.swap_remove(i);
                 for d in deps.iter() {
                     merge_dep(&mut t.deps, d);
+                    let g = &mut self.granted_deps[d.0 as usize];
+                    *g = (*g).max(d.1);
                 }
+                // This node holds the locks now, beyond the transaction if it keeps them.
+                for &(_, s, l, w) in t.asked_locks.iter().filter(|a| a.0 == req) {
+                    self.cache
+                        .entry((s, l))
+                        .and_modify(|c| c.write |= w)
+                        .or_insert(Cached {
+                            write: w,
+                            recalled: false,
+                        });
+                }
+                t.asked_locks.retain(|a| a.0 != req);
                 // Waits on: more grants, or local locks of a later range.
                 if t.state != TxnState::WaitHome || !t.asked.is_empty() {
                     return Some(());
@@ -1731,16 +2069,64 @@ impl SymNode {
                 Some(())
             }
             SymMsg::Release { txn, seq } => {
-                if txn >> 48 != from as u64 {
+                if txn >> 48 != from as u64 || seq != 0 {
                     return None;
                 }
-                // Its writes came ahead of this on the channel: they are assembled here.
-                if seq > self.origins[from as usize].received {
+                self.drop_remote(txn);
+                Some(())
+            }
+            SymMsg::Recall {
+                view,
+                segment,
+                locks,
+            } => {
+                let g = self.segments.get(segment as usize)?;
+                if self.home_in(g.home, &self.live) != from
+                    || lock_ids(locks).any(|l| l as usize >= g.locks.len())
+                {
                     return None;
+                }
+                // A recall of an earlier view: the view change freed what it recalls.
+                if view != self.view {
+                    return Some(());
+                }
+                for l in lock_ids(locks) {
+                    if self.segments[segment as usize].locks.is_free(l)
+                        || !self.cache.contains_key(&(segment, l))
+                    {
+                        // Not in use here (or held for a transaction that ended before the
+                        // grant came): back at once.
+                        self.cache.remove(&(segment, l));
+                        self.returning.push((from, segment, l));
+                    } else if let Some(c) = self.cache.get_mut(&(segment, l)) {
+                        c.recalled = true;
+                    }
+                }
+                self.send_returns();
+                Some(())
+            }
+            SymMsg::Return {
+                view,
+                seq,
+                got,
+                segment,
+                locks,
+            } => {
+                let g = self.segments.get(segment as usize)?;
+                // The commits it names came ahead of it on the channel.
+                if lock_ids(locks).any(|l| l as usize >= g.locks.len())
+                    || seq > self.origins[from as usize].received
+                {
+                    return None;
+                }
+                // Of an earlier view: the view change freed those locks, and every commit
+                // made under them is on every replica.
+                if view != self.view {
+                    return Some(());
                 }
                 let r = &mut self.released[from as usize];
                 *r = (*r).max(seq);
-                self.drop_remote(txn);
+                self.drop_holds(from, segment, lock_ids(locks), got);
                 self.grant_waiting();
                 Some(())
             }
@@ -2020,10 +2406,16 @@ mod tests {
 
     impl Net {
         fn new(n: usize, homes: &[NodeId]) -> Net {
+            Net::with(n, homes, false)
+        }
+
+        /// `n` nodes that keep the locks their homes grant them (`cache`) or not.
+        fn with(n: usize, homes: &[NodeId], cache: bool) -> Net {
             let nodes = (0..n)
                 .map(|i| {
                     let cfg = Config {
                         node: i as NodeId,
+                        cache_locks: cache,
                         ..Config::default()
                     };
                     test_node(cfg, n, false, homes)
@@ -2086,7 +2478,7 @@ mod tests {
     }
 
     #[test]
-    fn remote_lock_commit_reaches_every_replica_and_releases_at_home() {
+    fn remote_lock_commit_reaches_every_replica_and_returns_the_lock_to_its_home() {
         let mut net = Net::new(3, &[0]);
         let t = net.write(1, 0, 20, 7);
         net.pump();
@@ -2098,11 +2490,15 @@ mod tests {
                 "node {k}"
             );
         }
-        // The home asked once; the SWRITE freed what it granted, with no RELEASE.
+        // The home asked once; the lock went back with a RETURN once the commit was made.
         assert!(net.sent.contains(&(1, 0, LOCK)));
+        assert!(net.sent.contains(&(1, 0, RETURN)));
         assert!(!net.sent.contains(&(1, 0, RELEASE)));
         assert!(net.nodes.iter().all(|n| n.is_quiet()));
-        // A transaction that wrote nothing tells its home with a RELEASE.
+        assert!(net.nodes[0].holds.is_empty());
+        assert_eq!(net.nodes[0].released[1], 1);
+        // A transaction that wrote nothing returns its locks the same way.
+        net.sent.clear();
         let r = net.nodes[1].begin(FAR).unwrap();
         assert_eq!(
             net.nodes[1].set_range(r, 0, 20, 4, Mode::Read),
@@ -2112,8 +2508,197 @@ mod tests {
         assert!(net.events(1).contains(&SymEvent::Granted(r)));
         net.nodes[1].commit(r).unwrap();
         net.pump();
-        assert!(net.sent.contains(&(1, 0, RELEASE)));
+        assert!(net.sent.contains(&(1, 0, RETURN)));
         assert!(net.nodes.iter().all(|n| n.is_quiet()));
+        assert!(net.nodes[0].holds.is_empty());
+    }
+
+    /// How many messages of `kind` node `from` sent `to`.
+    fn count(net: &Net, from: NodeId, to: NodeId, kind: u8) -> usize {
+        net.sent.iter().filter(|&&m| m == (from, to, kind)).count()
+    }
+
+    #[test]
+    fn a_kept_lock_serves_the_next_transactions_without_asking_the_home() {
+        let mut net = Net::with(3, &[0], true);
+        net.write(1, 0, 20, 7);
+        net.pump();
+        net.write(1, 0, 20, 8);
+        net.write(1, 0, 24, 9);
+        net.pump();
+        // Offsets 20 and 24 are under lock 2: asked once, never given back.
+        assert_eq!(count(&net, 1, 0, LOCK), 1);
+        assert_eq!(count(&net, 1, 0, RETURN), 0);
+        assert_eq!(net.nodes[1].counters().cache_hits, 2);
+        for k in 0..3 {
+            let m = &net.nodes[k].segment(0).unwrap()[20..28];
+            assert_eq!(m, &[8, 8, 8, 8, 9, 9, 9, 9], "node {k}");
+        }
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
+    }
+
+    #[test]
+    fn a_kept_lock_goes_back_when_another_node_or_the_home_wants_it() {
+        let mut net = Net::with(3, &[0], true);
+        net.write(1, 0, 20, 7);
+        net.pump();
+        // Node 1 holds lock 2 in a transaction when node 2 asks for it: the home recalls
+        // it, and node 1 gives it back once that transaction is committed.
+        let a = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(a, 0, 20, 4, Mode::Write),
+            Ok(Lock::Granted)
+        );
+        net.nodes[1].range_mut(a, 0, 20, 4).unwrap().fill(1);
+        let b = net.nodes[2].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[2].set_range(b, 0, 20, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert_eq!(count(&net, 0, 1, RECALL), 1);
+        assert_eq!(count(&net, 1, 0, RETURN), 0);
+        assert!(net.events(2).is_empty(), "b waits for a");
+        // A new transaction of node 1 waits behind the recall instead of taking the lock.
+        let c = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(c, 0, 20, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.nodes[1].commit(a).unwrap();
+        net.pump();
+        assert_eq!(count(&net, 1, 0, RETURN), 1);
+        assert!(net.events(2).contains(&SymEvent::Granted(b)));
+        // b reads what a wrote: node 1's commit was named by the grant.
+        assert_eq!(net.nodes[2].range(b, 0, 20, 4).unwrap(), &[1; 4]);
+        net.nodes[2].range_mut(b, 0, 20, 4).unwrap().fill(2);
+        net.nodes[2].commit(b).unwrap();
+        net.pump();
+        // Then node 1 asks again (c), and the home's own transaction after it.
+        assert!(net.events(1).contains(&SymEvent::Granted(c)));
+        assert_eq!(net.nodes[1].range(c, 0, 20, 4).unwrap(), &[2; 4]);
+        net.nodes[1].range_mut(c, 0, 20, 4).unwrap().fill(3);
+        net.nodes[1].commit(c).unwrap();
+        net.pump();
+        let d = net.write(0, 0, 20, 4);
+        net.pump();
+        assert!(net.events(0).contains(&SymEvent::Committed(d)));
+        for k in 0..3 {
+            assert_eq!(
+                &net.nodes[k].segment(0).unwrap()[20..24],
+                &[4; 4],
+                "node {k}"
+            );
+        }
+        assert!(net.nodes[0].counters().recalls >= 3);
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
+    }
+
+    #[test]
+    fn a_grant_that_came_after_its_transaction_aborted_is_given_back_when_recalled() {
+        let mut net = Net::with(3, &[0], true);
+        net.slow.push((0, 1));
+        let a = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(a, 0, 20, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        net.nodes[1].abort(a).unwrap();
+        net.pump();
+        // The GRANT comes for a transaction that is gone; the home counts node 1 a holder.
+        net.deliver_late();
+        assert!(net.nodes[1].cache.is_empty());
+        assert!(!net.nodes[0].holds.is_empty());
+        let t = net.write(2, 0, 20, 5);
+        net.pump();
+        assert!(net.events(2).contains(&SymEvent::Committed(t)));
+        assert_eq!(count(&net, 1, 0, RETURN), 1);
+        for k in 0..3 {
+            assert_eq!(
+                &net.nodes[k].segment(0).unwrap()[20..24],
+                &[5; 4],
+                "node {k}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_return_that_crossed_a_recall_does_not_free_the_lock_granted_again() {
+        let mut net = Net::new(2, &[0]);
+        let t1 = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(t1, 0, 20, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert!(net.events(1).contains(&SymEvent::Granted(t1)));
+        // The home's own transaction wants the lock: its RECALL is held on the way.
+        net.slow.push((0, 1));
+        let w = net.nodes[0].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[0].set_range(w, 0, 20, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        // Node 1 gives the lock back at its commit, asks it again for t2, and the home
+        // grants it once w is done; the grant waits behind the recall.
+        net.nodes[1].range_mut(t1, 0, 20, 4).unwrap().fill(1);
+        net.nodes[1].commit(t1).unwrap();
+        net.pump();
+        assert!(net.events(0).contains(&SymEvent::Granted(w)));
+        let t2 = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(t2, 0, 20, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        net.nodes[0].commit(w).unwrap();
+        net.pump();
+        // The recall reaches node 1 before the grant: it answers for the lock it gave back,
+        // and that answer must not free the lock granted since.
+        net.deliver_late();
+        assert!(net.events(1).contains(&SymEvent::Granted(t2)));
+        let x = net.nodes[0].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[0].set_range(x, 0, 20, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert!(
+            !net.events(0).contains(&SymEvent::Granted(x)),
+            "x must wait for t2"
+        );
+        net.nodes[1].range_mut(t2, 0, 20, 4).unwrap().fill(2);
+        net.nodes[1].commit(t2).unwrap();
+        net.pump();
+        assert!(net.events(0).contains(&SymEvent::Granted(x)));
+        assert_eq!(net.nodes[0].range(x, 0, 20, 4).unwrap(), &[2; 4]);
+    }
+
+    #[test]
+    fn a_view_change_frees_every_kept_lock() {
+        let mut net = Net::with(3, &[0], true);
+        net.write(1, 0, 20, 7);
+        net.pump();
+        assert!(!net.nodes[1].cache.is_empty());
+        for k in 0..3 {
+            net.nodes[k].view_change(1, &[0, 1, 2], None);
+        }
+        net.pump();
+        assert!(net.nodes[1].cache.is_empty());
+        assert!(net.nodes[0].holds.is_empty());
+        net.sent.clear();
+        net.write(2, 0, 20, 8);
+        net.pump();
+        assert_eq!(count(&net, 0, 1, RECALL), 0);
+        for k in 0..3 {
+            assert_eq!(
+                &net.nodes[k].segment(0).unwrap()[20..24],
+                &[8; 4],
+                "node {k}"
+            );
+        }
     }
 
     #[test]
@@ -2323,8 +2908,12 @@ mod tests {
         while let Some((_, m)) = net.nodes[1].poll_transmit() {
             msgs.push(m);
         }
-        msgs.push(grant_msg(t, 1, &[(0, 1)]));
+        msgs.push(grant_msg(t, 1, 1, &[(0, 1)]));
         msgs.push(release_msg(t, 0));
+        let mut lists = VecDeque::new();
+        lock_list_msgs(&mut lists, 0, (0, None, 1400), 0, &[1, 2]);
+        lock_list_msgs(&mut lists, 0, (0, Some((0, 0)), 1400), 0, &[1, 2]);
+        msgs.extend(lists.into_iter().map(|(_, m)| m));
         msgs.push(small(FLUSH, 1));
         msgs.push(small(RECOVER, 1));
         let mut w = Vec::new();
@@ -2361,7 +2950,16 @@ mod tests {
         b.range(0, 998, b"abcd");
         b.finish();
         net.nodes[0].handle_message(1, &envelope(SWRITE, &head(Some((0, 1 << 48)), 0, &[]), &w));
-        assert_eq!(net.nodes[0].counters().refused, refused + 5);
+        // A RETURN naming a commit not sent, a lock past the segment's; a RECALL from a
+        // node that is not the segment's home.
+        let mut l = VecDeque::new();
+        lock_list_msgs(&mut l, 0, (0, Some((5, 0)), 1400), 0, &[1]);
+        lock_list_msgs(&mut l, 0, (0, Some((0, 0)), 1400), 0, &[100]);
+        lock_list_msgs(&mut l, 0, (0, None, 1400), 0, &[1]);
+        for (_, m) in l {
+            net.nodes[0].handle_message(1, &m);
+        }
+        assert_eq!(net.nodes[0].counters().refused, refused + 8);
         assert_eq!(net.nodes[0].segment(0).unwrap()[998..], [0, 0]);
     }
 

@@ -4,7 +4,8 @@
 //! records it in the history ring, taking its locks in random order (local, then at the
 //! segment's home), one range at a time or (half the transactions, by id) all in one
 //! `set_ranges`; some abort on purpose, some audit the branches. The four segments have
-//! their homes spread over the nodes. A crash restarts a node as a new process: the world
+//! their homes spread over the nodes. In half the seeds (by the seed) the nodes keep the
+//! locks their homes grant them until recalled (`Config::cache_locks`). A crash restarts a node as a new process: the world
 //! plays the failure detector and tells the survivors of a view without it at once, then,
 //! when they all serve again, of a view with it back (the restarted node recovers from a
 //! survivor's snapshot). A crash while a view change is still open would be a second failure,
@@ -73,11 +74,13 @@ fn sym_node(
     cfg: &LinkConfig,
     incarnation: u64,
     recovering: bool,
+    cache_locks: bool,
 ) -> SimNode<SymNode> {
     let mut cr = SymNode::new(
         Config {
             node: id as u16,
             incarnation,
+            cache_locks,
             ..Config::default()
         },
         n,
@@ -104,6 +107,8 @@ struct SymWorld {
     rng: Rng,
     faults: FaultConfig,
     nodes: Vec<SimNode<SymNode>>,
+    /// The nodes keep the locks their homes grant them (half the seeds, by the seed).
+    cache_locks: bool,
     incarnation: Vec<u64>,
     view: u64,
     /// The live nodes of the current view.
@@ -130,9 +135,13 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
     } = seed_start(seed, opts, 4, |n| {
         format!(" --config symmetric --nodes {n}")
     });
+    let cache_locks = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1;
     let world = SymWorld {
         opts: opts.clone(),
-        nodes: (0..n).map(|i| sym_node(i, n, &cfg, 1, false)).collect(),
+        nodes: (0..n)
+            .map(|i| sym_node(i, n, &cfg, 1, false, cache_locks))
+            .collect(),
+        cache_locks,
         cfg,
         rng,
         faults,
@@ -381,7 +390,7 @@ impl World for SymWorld {
             cl.step = Step::Idle;
         }
         let n = self.n();
-        self.nodes[k] = sym_node(k, n, &self.cfg, self.incarnation[k], true);
+        self.nodes[k] = sym_node(k, n, &self.cfg, self.incarnation[k], true, self.cache_locks);
         self.join = Some(k);
         if run.trace > 0 {
             eprintln!("{:>10} crash of node {k}; view {}", run.ns(), self.view);

@@ -403,6 +403,7 @@ mod crmem {
             log_bytes: 64 << 10,
             message_bytes: 256,
             disk_log: false,
+            cache_locks: false,
         }
     }
 
@@ -467,8 +468,9 @@ mod crmem {
         out
     }
 
-    /// What symmetric node 1 hears from nodes 0 and 2 while it commits a transaction and
-    /// waits for node 0's locks (fuzz_targets/crmem_node.rs's serving node), and what it sends.
+    /// What symmetric node 1 hears from nodes 0 and 2 while it commits a transaction, waits
+    /// for node 0's locks, is asked for them back by node 0's own transaction and commits
+    /// (fuzz_targets/crmem_node.rs's serving node), and what it sends.
     /// Messages with the node that sent them.
     type Heard = Vec<(NodeId, Vec<u8>)>;
 
@@ -485,19 +487,29 @@ mod crmem {
             .set_range(t, 0, 128, 64, Mode::Write)
             .expect("asks");
         let (mut heard, mut sent) = (Vec::new(), Vec::new());
-        for _ in 0..10 {
-            for from in 0..3 {
-                while let Some((to, m)) = nodes[from].poll_transmit() {
-                    if to == 1 {
-                        heard.push((from as NodeId, m.clone()));
+        let mut pump = |nodes: &mut [SymNode; 3]| {
+            for _ in 0..10 {
+                for from in 0..3 {
+                    while let Some((to, m)) = nodes[from].poll_transmit() {
+                        if to == 1 {
+                            heard.push((from as NodeId, m.clone()));
+                        }
+                        if from == 1 {
+                            sent.push(m.clone());
+                        }
+                        nodes[to as usize].handle_message(from as NodeId, &m);
                     }
-                    if from == 1 {
-                        sent.push(m.clone());
-                    }
-                    nodes[to as usize].handle_message(from as NodeId, &m);
                 }
             }
-        }
+        };
+        pump(&mut nodes);
+        let w = nodes[0].begin(DEADLINE).expect("begin");
+        nodes[0]
+            .set_range(w, 0, 128, 64, Mode::Write)
+            .expect("recalls");
+        pump(&mut nodes);
+        nodes[1].commit(t).expect("commit");
+        pump(&mut nodes);
         (heard, sent)
     }
 
