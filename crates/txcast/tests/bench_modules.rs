@@ -207,29 +207,25 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
     }
 }
 
-/// The symmetric TpcB on two processes, on the engine modules and polled: threads each
-/// waiting, then one thread keeping transactions waiting on the other node's locks
-/// (`ask_ranges`) and commits in flight; every point commits transactions, and each pass's
-/// replicas end with equal sums.
-#[test]
-fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replicas() {
-    let _turn = turn();
+/// Runs `txcast bench crmem --config symmetric --nodes 2 --parallel 2 --depths 8 --seconds 1`
+/// with `args`, and checks each pass (in the order `passes` names them: the handlers' name and
+/// the affinity in its heading): both points commit transactions, the replicas end with equal
+/// sums.
+fn symmetric_passes(args: &[&str], passes: &[(&str, &str)]) {
     let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
         .args(["bench", "crmem", "--config", "symmetric", "--nodes", "2"])
-        .args(["--handlers", "engine,polled"])
+        .args(args)
         .args(["--parallel", "2", "--depths", "8", "--seconds", "1"])
         .output()
         .expect("run txcast bench crmem --config symmetric");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "failed:\n{stdout}\n{stderr}");
-    let passes: Vec<&str> = stdout.split("tpcb, symmetric on 2 nodes").skip(1).collect();
-    assert_eq!(passes.len(), 2, "{stdout}");
-    for (pass, how) in passes
-        .iter()
-        .zip(["engine (CoProcessor)", "polled (CPU Polling)"])
-    {
+    let ran: Vec<&str> = stdout.split("tpcb, symmetric on 2 nodes").skip(1).collect();
+    assert_eq!(ran.len(), passes.len(), "{stdout}");
+    for (pass, (how, affinity)) in ran.iter().zip(passes) {
         assert!(pass.contains(how), "{pass}");
+        assert!(pass.contains(&format!("affinity: {affinity},")), "{pass}");
         for label in ["2 threads", "8 in flight"] {
             let line = pass
                 .lines()
@@ -244,4 +240,34 @@ fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replica
         }
         assert!(pass.contains(": consistent"), "{pass}");
     }
+}
+
+/// The symmetric TpcB on two processes, on the engine modules and polled: threads each
+/// waiting, then one thread keeping transactions waiting on the other node's locks
+/// (`ask_ranges`) and commits in flight; every point commits transactions, and each pass's
+/// replicas end with equal sums. Without `--affinity`, one uniform pass per implementation.
+#[test]
+fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replicas() {
+    let _turn = turn();
+    symmetric_passes(
+        &["--handlers", "engine,polled"],
+        &[
+            ("engine (CoProcessor)", "uniform"),
+            ("polled (CPU Polling)", "uniform"),
+        ],
+    );
+}
+
+/// `--affinity uniform,branch`: a pass per affinity, each node running its own branches'
+/// transactions in the second; the replicas still agree.
+#[test]
+fn the_symmetric_crmem_benchmark_runs_a_pass_per_affinity() {
+    let _turn = turn();
+    symmetric_passes(
+        &["--handlers", "engine", "--affinity", "uniform,branch"],
+        &[
+            ("engine (CoProcessor)", "uniform"),
+            ("engine (CoProcessor)", "branch"),
+        ],
+    );
 }
