@@ -227,7 +227,14 @@ pub fn run(args: &Args) -> i32 {
             [] => vec![Impl::Engine],
             h => h.to_vec(),
         };
-        return super::crmem_sym::run(&nodes, &hows, &args.affinity, &points, plan.seconds);
+        return super::crmem_sym::run(
+            &nodes,
+            &hows,
+            &args.affinity,
+            &points,
+            plan.seconds,
+            plan.json,
+        );
     }
     match bench(&plan) {
         Ok(()) => 0,

@@ -17,6 +17,9 @@
 //! s % n == k. The homes stay per segment, so this changes which locks the nodes contend
 //! for, not where the locks are asked.
 //!
+//! With `--json`, a JSON row per point on stdout (naming the node count, the handlers and
+//! the affinity), the table on stderr.
+//!
 //! Per point, every node runs `parallelism` application threads each waiting for its commit,
 //! or (`--depths`) one thread keeping up to `depth` transactions waiting for their locks
 //! (`ask_ranges`, whose outcomes `granted` returns as they come) and up to `depth` commits
@@ -25,6 +28,7 @@
 //! tellers' and branches' sums must agree, and be the same on every node.
 
 use super::crmem_common::{err, tpcb_segments, tpcb_sums, Affinity, Impl, Tpcb};
+use super::stats::{bench_json, whole};
 use super::{spawn_child, wait_child, EXIT_FAILED};
 use crate::progress::Progress;
 use std::io;
@@ -318,22 +322,52 @@ pub fn child(args: &[String]) -> io::Result<()> {
     })
 }
 
+/// Where a pass's lines go: the table on stdout, or with `json` the JSON rows there (one per
+/// point) and the table on stderr.
+struct Out<'a> {
+    json: bool,
+    progress: &'a Progress,
+}
+
+impl Out<'_> {
+    fn table(&self, line: &str) {
+        self.progress.suspend(|| {
+            if self.json {
+                eprintln!("{line}")
+            } else {
+                println!("{line}")
+            }
+        });
+    }
+
+    fn row(&self, line: &str) {
+        if self.json {
+            self.progress.suspend(|| println!("{line}"));
+        }
+    }
+}
+
 /// Runs the symmetric TpcB on each node count with each placement of the handlers and each
-/// affinity; prints a table per pass.
+/// affinity; prints a table per pass (and with `json` a JSON row per point).
 pub fn run(
     node_counts: &[usize],
     hows: &[Impl],
     affinities: &[Affinity],
     points: &[Point],
     seconds: f64,
+    json: bool,
 ) -> i32 {
     // One point per pass and point.
     let passes = (node_counts.len() * hows.len() * affinities.len()) as u64;
     let progress = Progress::points("crmem", passes * points.len() as u64);
+    let out = Out {
+        json,
+        progress: &progress,
+    };
     for &how in hows {
         for &affinity in affinities {
             for &n in node_counts {
-                let r = one(n, how, affinity, points, seconds, &progress);
+                let r = one(n, how, affinity, points, seconds, &out);
                 if let Err(e) = r {
                     progress.finish();
                     eprintln!(
@@ -356,7 +390,7 @@ fn one(
     affinity: Affinity,
     points: &[Point],
     seconds: f64,
-    progress: &Progress,
+    out: &Out,
 ) -> io::Result<()> {
     let dir =
         std::env::temp_dir().join(format!("txcast-bench-crmem-sym-{}-{n}", std::process::id()));
@@ -380,7 +414,7 @@ fn one(
         let c = open(n, 0, how)?;
         txcast_crmem::with_idle_drivers(&[&c], || {
             let who = Who { me: 0, n, affinity };
-            run_points(&c, who, how, &dir, points, seconds, progress)
+            run_points(&c, who, how, &dir, points, seconds, out)
         })
     })();
     let _ = std::fs::write(dir.join("exit"), b"");
@@ -404,18 +438,20 @@ fn run_points(
     dir: &Path,
     points: &[Point],
     seconds: f64,
-    progress: &Progress,
+    out: &Out,
 ) -> io::Result<()> {
     let n = who.n;
-    progress.suspend(|| {
-        println!(
-            "tpcb, symmetric on {n} nodes (one process each), remote operations: {} ({}), affinity: {}, transactions per second of all nodes, {seconds} s a point",
-            how.name(),
-            how.paper(),
-            who.affinity.name()
-        );
-                println!("{:>14} {:>14} {:>12}", "point", "txn/s", "transactions");
-    });
+    let progress = out.progress;
+    out.table(&format!(
+        "tpcb, symmetric on {n} nodes (one process each), remote operations: {} ({}), affinity: {}, transactions per second of all nodes, {seconds} s a point",
+        how.name(),
+        how.paper(),
+        who.affinity.name()
+    ));
+    out.table(&format!(
+        "{:>14} {:>14} {:>12}",
+        "point", "txn/s", "transactions"
+    ));
     let end = Instant::now() + PARTNER_LIFE;
     // Every node up: a first transaction from here reaches every home.
     let mut rng = Rng::new(99);
@@ -434,12 +470,35 @@ fn run_points(
                 .map_err(err)?;
         }
         let elapsed = started.elapsed().as_secs_f64().max(seconds);
-        progress.suspend(|| {
-            println!(
-                "{:>14} {:>14.0} {total:>12}",
-                p.label(),
-                total as f64 / elapsed
-            )
+        let rate = total as f64 / elapsed;
+        out.table(&format!("{:>14} {rate:>14.0} {total:>12}", p.label()));
+        let (how, affinity) = (how.name(), who.affinity.name());
+        let txn_per_s = whole(rate);
+        out.row(&match p {
+            Point::Threads(p) => bench_json! {
+                bench: "crmem",
+                section: "tpcb",
+                config: "symmetric",
+                nodes: n,
+                handlers: how,
+                affinity: affinity,
+                mode: "threads",
+                parallel: p,
+                txn_per_s: txn_per_s,
+                transactions: total,
+            },
+            Point::InFlight(d) => bench_json! {
+                bench: "crmem",
+                section: "tpcb",
+                config: "symmetric",
+                nodes: n,
+                handlers: how,
+                affinity: affinity,
+                mode: "in-flight",
+                depth: d,
+                txn_per_s: txn_per_s,
+                transactions: total,
+            },
         });
         progress.advance();
     }
@@ -457,14 +516,12 @@ fn run_points(
         ok &= theirs.trim() == mine;
         all.push(theirs.trim().to_string());
     }
-    progress.suspend(|| {
-        println!(
-            "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
-            all,
-            if ok { "consistent" } else { "INCONSISTENT" }
-        );
-        println!("counters (node 0): {:?}", c.counters());
-    });
+    out.table(&format!(
+        "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
+        all,
+        if ok { "consistent" } else { "INCONSISTENT" }
+    ));
+    out.table(&format!("counters (node 0): {:?}", c.counters()));
     std::fs::write(dir.join("exit"), b"")?;
     if ok {
         Ok(())
