@@ -207,29 +207,28 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
     }
 }
 
-/// The symmetric TpcB on two processes, on the engine modules and polled: threads each
-/// waiting, then one thread keeping transactions waiting on the other node's locks
-/// (`ask_ranges`) and commits in flight; every point commits transactions, and each pass's
-/// replicas end with equal sums.
-#[test]
-fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replicas() {
-    let _turn = turn();
+/// Runs `txcast bench crmem --config symmetric --nodes 2 --parallel 2 --depths 8 --seconds 1`
+/// with `args`, and checks each pass of the table (in the order `passes` names them: the
+/// handlers' name and the affinity in its heading): both points commit transactions, the
+/// replicas end with equal sums. With `--json` among `args` the table is on stderr: the JSON
+/// lines of stdout are returned.
+fn symmetric_passes(args: &[&str], passes: &[(&str, &str)]) -> Vec<Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
         .args(["bench", "crmem", "--config", "symmetric", "--nodes", "2"])
-        .args(["--handlers", "engine,polled"])
+        .args(args)
         .args(["--parallel", "2", "--depths", "8", "--seconds", "1"])
         .output()
         .expect("run txcast bench crmem --config symmetric");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "failed:\n{stdout}\n{stderr}");
-    let passes: Vec<&str> = stdout.split("tpcb, symmetric on 2 nodes").skip(1).collect();
-    assert_eq!(passes.len(), 2, "{stdout}");
-    for (pass, how) in passes
-        .iter()
-        .zip(["engine (CoProcessor)", "polled (CPU Polling)"])
-    {
+    let json = args.contains(&"--json");
+    let table = if json { &stderr } else { &stdout };
+    let ran: Vec<&str> = table.split("tpcb, symmetric on 2 nodes").skip(1).collect();
+    assert_eq!(ran.len(), passes.len(), "{table}");
+    for (pass, (how, affinity)) in ran.iter().zip(passes) {
         assert!(pass.contains(how), "{pass}");
+        assert!(pass.contains(&format!("affinity: {affinity},")), "{pass}");
         for label in ["2 threads", "8 in flight"] {
             let line = pass
                 .lines()
@@ -243,5 +242,68 @@ fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replica
             assert!(committed > 0, "{line}");
         }
         assert!(pass.contains(": consistent"), "{pass}");
+    }
+    if !json {
+        return Vec::new();
+    }
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// The symmetric TpcB on two processes, on the engine modules and polled: threads each
+/// waiting, then one thread keeping transactions waiting on the other node's locks
+/// (`ask_ranges`) and commits in flight; every point commits transactions, and each pass's
+/// replicas end with equal sums. Without `--affinity`, one uniform pass per implementation.
+#[test]
+fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replicas() {
+    let _turn = turn();
+    let none = symmetric_passes(
+        &["--handlers", "engine,polled"],
+        &[
+            ("engine (CoProcessor)", "uniform"),
+            ("polled (CPU Polling)", "uniform"),
+        ],
+    );
+    assert!(none.is_empty());
+}
+
+/// `--affinity uniform,branch`: a pass per affinity, each node running its own branches'
+/// transactions in the second; the replicas still agree. With `--json`, a row per point
+/// naming its affinity.
+#[test]
+fn the_symmetric_crmem_benchmark_runs_a_pass_per_affinity() {
+    let _turn = turn();
+    let rows = symmetric_passes(
+        &[
+            "--handlers",
+            "engine",
+            "--affinity",
+            "uniform,branch",
+            "--json",
+        ],
+        &[
+            ("engine (CoProcessor)", "uniform"),
+            ("engine (CoProcessor)", "branch"),
+        ],
+    );
+    let named: Vec<(&Value, &Value)> = rows.iter().map(|l| (&l["affinity"], &l["mode"])).collect();
+    assert_eq!(
+        named,
+        [
+            (&Value::from("uniform"), &Value::from("threads")),
+            (&Value::from("uniform"), &Value::from("in-flight")),
+            (&Value::from("branch"), &Value::from("threads")),
+            (&Value::from("branch"), &Value::from("in-flight")),
+        ],
+        "{rows:?}"
+    );
+    for l in &rows {
+        assert_eq!(l["bench"], "crmem", "{l}");
+        assert_eq!(l["config"], "symmetric", "{l}");
+        assert_eq!(l["nodes"], 2, "{l}");
+        assert_eq!(l["handlers"], "engine", "{l}");
+        assert!(number(l, "transactions") > 0.0, "{l}");
     }
 }

@@ -21,7 +21,7 @@
 //!   At the end the accounts, tellers and branches must sum to the same total on both nodes.
 
 use super::crmem_common::{
-    self as common, add_i64, err, i64_at, serve_until, tpcb_segments, Impl, Tpcb,
+    self as common, add_i64, err, i64_at, serve_until, tpcb_segments, Affinity, Impl, Tpcb,
 };
 use super::stats::{bench_json, whole, Samples, Summary};
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
@@ -113,6 +113,12 @@ pub struct Args {
     /// Node counts of the symmetric configuration (2 to 8)
     #[arg(long, value_delimiter = ',', default_values_t = [2, 4], value_parser = parse_u64)]
     pub nodes: Vec<u64>,
+    /// Which transactions each node runs in the symmetric configuration, one pass per value:
+    /// uniform (teller, account and history slot drawn over all), branch (TPC-B's locality:
+    /// node k of n runs the branches b with b % n == k, the account in the teller's branch
+    /// 85 % of the time, the history slots s with s % n == k)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Affinity::Uniform])]
+    pub affinity: Vec<Affinity>,
 }
 
 /// A CRMem configuration (`--config`).
@@ -221,7 +227,14 @@ pub fn run(args: &Args) -> i32 {
             [] => vec![Impl::Engine],
             h => h.to_vec(),
         };
-        return super::crmem_sym::run(&nodes, &hows, &points, plan.seconds);
+        return super::crmem_sym::run(
+            &nodes,
+            &hows,
+            &args.affinity,
+            &points,
+            plan.seconds,
+            plan.json,
+        );
     }
     match bench(&plan) {
         Ok(()) => 0,

@@ -59,17 +59,78 @@ pub struct Tpcb {
     pub amount: i64,
 }
 
+/// Which transactions a node runs (`--affinity`): any (`Uniform`), or those of its own
+/// branches (`Branch`, TPC-B's locality).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Affinity {
+    /// Teller, account and history slot uniformly over all.
+    Uniform,
+    /// Node k of n: a teller of the branches b with b % n == k, the account in the teller's
+    /// branch 85 % of the time (else any), a history slot s with s % n == k.
+    Branch,
+}
+
+impl Affinity {
+    /// The name on the command line and in the JSON rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Affinity::Uniform => "uniform",
+            Affinity::Branch => "branch",
+        }
+    }
+
+    pub fn parse(s: &str) -> io::Result<Affinity> {
+        [Affinity::Uniform, Affinity::Branch]
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| err(format!("no affinity {s:?}")))
+    }
+}
+
+/// The accounts of branch `b` (ACCOUNTS / BRANCHES is not whole: some have one more).
+pub fn branch_accounts(b: u32) -> std::ops::Range<u32> {
+    b * ACCOUNTS / BRANCHES..(b + 1) * ACCOUNTS / BRANCHES
+}
+
 impl Tpcb {
+    /// A transaction drawn uniformly over all tellers, accounts and history slots.
     pub fn draw(rng: &mut Rng) -> Tpcb {
-        let account = rng.below(ACCOUNTS as u64) as u32;
-        let teller = rng.below(TELLERS as u64) as u32;
-        let branch = teller / (TELLERS / BRANCHES);
-        let slot = rng.below(HISTORY as u64) as u32;
+        Tpcb::draw_at(rng, Affinity::Uniform, 0, 1)
+    }
+
+    /// A transaction of node `node` of `nodes` under `affinity` (see [`Affinity`]).
+    pub fn draw_at(rng: &mut Rng, affinity: Affinity, node: u32, nodes: u32) -> Tpcb {
+        debug_assert!(node < nodes && nodes <= BRANCHES);
+        // One of the values v of 0..total with v % nodes == node, uniformly (there is one:
+        // node < nodes <= total).
+        let mine = |rng: &mut Rng, total: u32| {
+            let count = (total - node).div_ceil(nodes);
+            node + rng.below(count as u64) as u32 * nodes
+        };
+        let per_branch = TELLERS / BRANCHES;
+        let (account, teller, slot) = match affinity {
+            Affinity::Uniform => (
+                rng.below(ACCOUNTS as u64) as u32,
+                rng.below(TELLERS as u64) as u32,
+                rng.below(HISTORY as u64) as u32,
+            ),
+            Affinity::Branch => {
+                let branch = mine(rng, BRANCHES);
+                let teller = branch * per_branch + rng.below(per_branch as u64) as u32;
+                let account = if rng.below(100) < 85 {
+                    let r = branch_accounts(branch);
+                    r.start + rng.below(r.len() as u64) as u32
+                } else {
+                    rng.below(ACCOUNTS as u64) as u32
+                };
+                (account, teller, mine(rng, HISTORY))
+            }
+        };
         let amount = rng.below(2_000) as i64 - 1_000;
         Tpcb {
             account,
             teller,
-            branch,
+            branch: teller / per_branch,
             slot,
             amount,
         }
@@ -171,6 +232,66 @@ pub fn serve_until(
                     }
                 }
                 looked = Instant::now();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The uniform draw takes the account, the teller, the slot and the amount in this order
+    /// from the generator, on any node: the same transactions for the same seed as before
+    /// there were affinities.
+    #[test]
+    fn the_uniform_draw_takes_its_numbers_in_order() {
+        let (mut a, mut b) = (Rng::new(5), Rng::new(5));
+        for _ in 0..1_000 {
+            let x = Tpcb::draw_at(&mut a, Affinity::Uniform, 3, 4);
+            let account = b.below(ACCOUNTS as u64) as u32;
+            let teller = b.below(TELLERS as u64) as u32;
+            let slot = b.below(HISTORY as u64) as u32;
+            let amount = b.below(2_000) as i64 - 1_000;
+            assert_eq!(
+                (x.account, x.teller, x.branch, x.slot, x.amount),
+                (account, teller, teller / 8, slot, amount)
+            );
+        }
+    }
+
+    #[test]
+    fn the_branch_draw_keeps_to_the_nodes_branches_and_slots() {
+        let mut rng = Rng::new(20);
+        let draws = 20_000;
+        let mut home = 0;
+        let mut tellers = std::collections::BTreeSet::new();
+        for _ in 0..draws {
+            let x = Tpcb::draw_at(&mut rng, Affinity::Branch, 1, 4);
+            assert_eq!(x.branch % 4, 1, "teller {}", x.teller);
+            assert_eq!(x.branch, x.teller / (TELLERS / BRANCHES));
+            assert_eq!(x.slot % 4, 1, "slot {}", x.slot);
+            assert!(x.slot < HISTORY && x.account < ACCOUNTS);
+            if branch_accounts(x.branch).contains(&x.account) {
+                home += 1;
+            }
+            tellers.insert(x.teller);
+        }
+        // 85 % in the branch, and the uniform 15 % lands there 1/32 of the time.
+        let f = home as f64 / draws as f64;
+        assert!((0.82..=0.88).contains(&f), "{f}");
+        assert!(home < draws, "no account outside the teller's branch");
+        // Every teller of the node's 8 branches.
+        assert_eq!(tellers.len(), 8 * (TELLERS / BRANCHES) as usize);
+    }
+
+    #[test]
+    fn every_node_gets_a_slot_and_a_branch_however_many() {
+        let mut rng = Rng::new(1);
+        for nodes in 1..=8 {
+            for node in 0..nodes {
+                let x = Tpcb::draw_at(&mut rng, Affinity::Branch, node, nodes);
+                assert_eq!((x.branch % nodes, x.slot % nodes), (node, node));
             }
         }
     }

@@ -11,6 +11,15 @@
 //! drives the node while it waits, and a second thread drives it, yielding when idle, while
 //! the application works (the other nodes' requests must be answered meanwhile).
 //!
+//! With `--affinity branch` (one pass per value of `--affinity`), each node runs TPC-B's
+//! local transactions (crmem_common's `Tpcb::draw_at`): node k of n the branches b with
+//! b % n == k, the account mostly in the teller's branch, the history slots s with
+//! s % n == k. The homes stay per segment, so this changes which locks the nodes contend
+//! for, not where the locks are asked.
+//!
+//! With `--json`, a JSON row per point on stdout (naming the node count, the handlers and
+//! the affinity), the table on stderr.
+//!
 //! Per point, every node runs `parallelism` application threads each waiting for its commit,
 //! or (`--depths`) one thread keeping up to `depth` transactions waiting for their locks
 //! (`ask_ranges`, whose outcomes `granted` returns as they come) and up to `depth` commits
@@ -18,7 +27,8 @@
 //! the figure is the sum of the nodes' commits over the time. At the end the accounts',
 //! tellers' and branches' sums must agree, and be the same on every node.
 
-use super::crmem_common::{err, tpcb_segments, tpcb_sums, Impl, Tpcb};
+use super::crmem_common::{err, tpcb_segments, tpcb_sums, Affinity, Impl, Tpcb};
+use super::stats::{bench_json, whole};
 use super::{spawn_child, wait_child, EXIT_FAILED};
 use crate::progress::Progress;
 use std::io;
@@ -100,9 +110,23 @@ impl Point {
     }
 }
 
-/// One TpcB transaction; `Ok(false)` when a lock wait passed its deadline (aborted).
-fn tpcb(c: &SymCrmem, rng: &mut Rng) -> io::Result<bool> {
-    let x = Tpcb::draw(rng);
+/// Which node of how many this is, and which transactions it runs.
+#[derive(Clone, Copy, Debug)]
+struct Who {
+    me: u16,
+    n: usize,
+    affinity: Affinity,
+}
+
+impl Who {
+    fn draw(self, rng: &mut Rng) -> Tpcb {
+        Tpcb::draw_at(rng, self.affinity, self.me as u32, self.n as u32)
+    }
+}
+
+/// One TpcB transaction of `who`; `Ok(false)` when a lock wait passed its deadline (aborted).
+fn tpcb(c: &SymCrmem, who: Who, rng: &mut Rng) -> io::Result<bool> {
+    let x = who.draw(rng);
     let t = c.begin(WAIT).map_err(err)?;
     // All four at once: each home is asked without waiting for the others' grants.
     match c.set_ranges(t, &declared(&x)) {
@@ -139,8 +163,8 @@ fn apply(c: &SymCrmem, t: TxnId, x: &Tpcb) -> io::Result<()> {
 /// (`ask_ranges`, outcomes from `granted`) and up to `depth` commits in flight
 /// (`commit_async`, then `wait_durable` on the oldest), on `c` for `seconds`: the
 /// transactions committed.
-fn pipelined(c: &SymCrmem, me: u16, depth: usize, seconds: f64) -> io::Result<u64> {
-    let mut rng = Rng::new(((me as u64) << 32) | 0xd);
+fn pipelined(c: &SymCrmem, who: Who, depth: usize, seconds: f64) -> io::Result<u64> {
+    let mut rng = Rng::new(((who.me as u64) << 32) | 0xd);
     let mut flight = std::collections::VecDeque::with_capacity(depth);
     let mut asking: std::collections::HashMap<TxnId, Tpcb> =
         std::collections::HashMap::with_capacity(depth);
@@ -160,7 +184,7 @@ fn pipelined(c: &SymCrmem, me: u16, depth: usize, seconds: f64) -> io::Result<u6
     loop {
         let running = Instant::now() < until;
         while running && asking.len() < depth {
-            let x = Tpcb::draw(&mut rng);
+            let x = who.draw(&mut rng);
             let t = c.begin(WAIT).map_err(err)?;
             if c.ask_ranges(t, &declared(&x)).map_err(err)? {
                 finish(t, &x, &mut flight)?;
@@ -189,15 +213,15 @@ fn pipelined(c: &SymCrmem, me: u16, depth: usize, seconds: f64) -> io::Result<u6
 }
 
 /// Runs point `at` on `c` for `seconds`: the transactions committed.
-fn point(c: &SymCrmem, me: u16, at: Point, seconds: f64) -> io::Result<u64> {
+fn point(c: &SymCrmem, who: Who, at: Point, seconds: f64) -> io::Result<u64> {
     match at {
-        Point::Threads(p) => threads(c, me, p, seconds),
-        Point::InFlight(d) => pipelined(c, me, d, seconds),
+        Point::Threads(p) => threads(c, who, p, seconds),
+        Point::InFlight(d) => pipelined(c, who, d, seconds),
     }
 }
 
 /// Runs `p` threads of TpcB on `c` for `seconds`: the transactions committed.
-fn threads(c: &SymCrmem, me: u16, p: usize, seconds: f64) -> io::Result<u64> {
+fn threads(c: &SymCrmem, who: Who, p: usize, seconds: f64) -> io::Result<u64> {
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let failed: std::sync::Mutex<Option<io::Error>> = std::sync::Mutex::new(None);
@@ -205,9 +229,9 @@ fn threads(c: &SymCrmem, me: u16, p: usize, seconds: f64) -> io::Result<u64> {
         for k in 0..p {
             let (done, stop, failed) = (&done, &stop, &failed);
             s.spawn(move || {
-                let mut rng = Rng::new(((me as u64) << 32) | (k as u64 + 1));
+                let mut rng = Rng::new(((who.me as u64) << 32) | (k as u64 + 1));
                 while !stop.load(Ordering::Relaxed) {
-                    match tpcb(c, &mut rng) {
+                    match tpcb(c, who, &mut rng) {
                         Ok(true) => {
                             done.fetch_add(1, Ordering::Relaxed);
                         }
@@ -259,11 +283,12 @@ fn wait_for(path: &Path, until: Instant) -> io::Result<()> {
 
 /// The node's part of every point: wait for `go.<i>`, run, file `done.<i>.<me>`; then
 /// file the sums and wait for `exit`.
-fn node(c: &SymCrmem, dir: &Path, me: u16, points: &[Point], seconds: f64) -> io::Result<()> {
+fn node(c: &SymCrmem, dir: &Path, who: Who, points: &[Point], seconds: f64) -> io::Result<()> {
     let end = Instant::now() + PARTNER_LIFE;
+    let me = who.me;
     for (i, &p) in points.iter().enumerate() {
         wait_for(&dir.join(format!("go.{i}")), end)?;
-        let n = point(c, me, p, seconds)?;
+        let n = point(c, who, p, seconds)?;
         publish(&dir.join(format!("done.{i}.{me}")), &n.to_string())?;
     }
     wait_for(&dir.join("stop"), end)?;
@@ -272,14 +297,15 @@ fn node(c: &SymCrmem, dir: &Path, me: u16, points: &[Point], seconds: f64) -> io
 }
 
 /// `__bench-child crmem-sym <nodes> <me> <dir> <seconds> <engine|polled|interrupt>
-/// <point>...` (a point: `t<threads>` or `d<depth>`)
+/// <uniform|branch> <point>...` (a point: `t<threads>` or `d<depth>`)
 pub fn child(args: &[String]) -> io::Result<()> {
-    let [n, me, dir, seconds, how, points @ ..] = args else {
+    let [n, me, dir, seconds, how, affinity, points @ ..] = args else {
         return Err(err(
-            "usage: crmem-sym <nodes> <me> <dir> <seconds> <handlers> <point>...",
+            "usage: crmem-sym <nodes> <me> <dir> <seconds> <handlers> <affinity> <point>...",
         ));
     };
     let how = Impl::parse(how)?;
+    let affinity = Affinity::parse(affinity)?;
     let parse = |s: &String| s.parse::<usize>().map_err(err);
     let (n, me) = (parse(n)?, parse(me)? as u16);
     let seconds: f64 = seconds.parse().map_err(err)?;
@@ -290,28 +316,67 @@ pub fn child(args: &[String]) -> io::Result<()> {
     let c = open(n, me, how)?;
     let dir = PathBuf::from(dir);
     txcast_crmem::with_idle_drivers(&[&c], || {
-        node(&c, &dir, me, &points, seconds)?;
+        node(&c, &dir, Who { me, n, affinity }, &points, seconds)?;
         // Serves the others' locks and commits until the parent is done with every node.
         wait_for(&dir.join("exit"), Instant::now() + PARTNER_LIFE)
     })
 }
 
-/// Runs the symmetric TpcB on each node count with each placement of the handlers; prints a
-/// table per pass.
-pub fn run(node_counts: &[usize], hows: &[Impl], points: &[Point], seconds: f64) -> i32 {
+/// Where a pass's lines go: the table on stdout, or with `json` the JSON rows there (one per
+/// point) and the table on stderr.
+struct Out<'a> {
+    json: bool,
+    progress: &'a Progress,
+}
+
+impl Out<'_> {
+    fn table(&self, line: &str) {
+        self.progress.suspend(|| {
+            if self.json {
+                eprintln!("{line}")
+            } else {
+                println!("{line}")
+            }
+        });
+    }
+
+    fn row(&self, line: &str) {
+        if self.json {
+            self.progress.suspend(|| println!("{line}"));
+        }
+    }
+}
+
+/// Runs the symmetric TpcB on each node count with each placement of the handlers and each
+/// affinity; prints a table per pass (and with `json` a JSON row per point).
+pub fn run(
+    node_counts: &[usize],
+    hows: &[Impl],
+    affinities: &[Affinity],
+    points: &[Point],
+    seconds: f64,
+    json: bool,
+) -> i32 {
     // One point per pass and point.
-    let passes = (node_counts.len() * hows.len()) as u64;
+    let passes = (node_counts.len() * hows.len() * affinities.len()) as u64;
     let progress = Progress::points("crmem", passes * points.len() as u64);
+    let out = Out {
+        json,
+        progress: &progress,
+    };
     for &how in hows {
-        for &n in node_counts {
-            let r = one(n, how, points, seconds, &progress);
-            if let Err(e) = r {
-                progress.finish();
-                eprintln!(
-                    "txcast bench crmem --config symmetric: {n} nodes, {}: {e}",
-                    how.name()
-                );
-                return EXIT_FAILED;
+        for &affinity in affinities {
+            for &n in node_counts {
+                let r = one(n, how, affinity, points, seconds, &out);
+                if let Err(e) = r {
+                    progress.finish();
+                    eprintln!(
+                        "txcast bench crmem --config symmetric: {n} nodes, {}, {}: {e}",
+                        how.name(),
+                        affinity.name()
+                    );
+                    return EXIT_FAILED;
+                }
             }
         }
     }
@@ -319,7 +384,14 @@ pub fn run(node_counts: &[usize], hows: &[Impl], points: &[Point], seconds: f64)
     0
 }
 
-fn one(n: usize, how: Impl, points: &[Point], seconds: f64, progress: &Progress) -> io::Result<()> {
+fn one(
+    n: usize,
+    how: Impl,
+    affinity: Affinity,
+    points: &[Point],
+    seconds: f64,
+    out: &Out,
+) -> io::Result<()> {
     let dir =
         std::env::temp_dir().join(format!("txcast-bench-crmem-sym-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -333,6 +405,7 @@ fn one(n: usize, how: Impl, points: &[Point], seconds: f64, progress: &Progress)
             dir.to_string_lossy().into_owned(),
             seconds.to_string(),
             how.name().to_string(),
+            affinity.name().to_string(),
         ];
         a.extend(points.iter().map(|p| p.arg()));
         children.push(spawn_child(&a)?);
@@ -340,7 +413,8 @@ fn one(n: usize, how: Impl, points: &[Point], seconds: f64, progress: &Progress)
     let r = (|| -> io::Result<()> {
         let c = open(n, 0, how)?;
         txcast_crmem::with_idle_drivers(&[&c], || {
-            run_points(&c, n, how, &dir, points, seconds, progress)
+            let who = Who { me: 0, n, affinity };
+            run_points(&c, who, how, &dir, points, seconds, out)
         })
     })();
     let _ = std::fs::write(dir.join("exit"), b"");
@@ -359,30 +433,34 @@ fn one(n: usize, how: Impl, points: &[Point], seconds: f64, progress: &Progress)
 /// replicas' sums compared at the end.
 fn run_points(
     c: &SymCrmem,
-    n: usize,
+    who: Who,
     how: Impl,
     dir: &Path,
     points: &[Point],
     seconds: f64,
-    progress: &Progress,
+    out: &Out,
 ) -> io::Result<()> {
-    progress.suspend(|| {
-        println!(
-            "tpcb, symmetric on {n} nodes (one process each), remote operations: {} ({}), transactions per second of all nodes, {seconds} s a point",
-            how.name(),
-            how.paper()
-        );
-                println!("{:>14} {:>14} {:>12}", "point", "txn/s", "transactions");
-    });
+    let n = who.n;
+    let progress = out.progress;
+    out.table(&format!(
+        "tpcb, symmetric on {n} nodes (one process each), remote operations: {} ({}), affinity: {}, transactions per second of all nodes, {seconds} s a point",
+        how.name(),
+        how.paper(),
+        who.affinity.name()
+    ));
+    out.table(&format!(
+        "{:>14} {:>14} {:>12}",
+        "point", "txn/s", "transactions"
+    ));
     let end = Instant::now() + PARTNER_LIFE;
     // Every node up: a first transaction from here reaches every home.
     let mut rng = Rng::new(99);
-    while !tpcb(c, &mut rng)? {}
+    while !tpcb(c, who, &mut rng)? {}
     for (i, &p) in points.iter().enumerate() {
         progress.note(&format!("symmetric {n} nodes, {}", p.label()));
         std::fs::write(dir.join(format!("go.{i}")), b"")?;
         let started = Instant::now();
-        let mut total = point(c, 0, p, seconds)?;
+        let mut total = point(c, who, p, seconds)?;
         for me in 1..n {
             let f = dir.join(format!("done.{i}.{me}"));
             wait_for(&f, end)?;
@@ -392,12 +470,35 @@ fn run_points(
                 .map_err(err)?;
         }
         let elapsed = started.elapsed().as_secs_f64().max(seconds);
-        progress.suspend(|| {
-            println!(
-                "{:>14} {:>14.0} {total:>12}",
-                p.label(),
-                total as f64 / elapsed
-            )
+        let rate = total as f64 / elapsed;
+        out.table(&format!("{:>14} {rate:>14.0} {total:>12}", p.label()));
+        let (how, affinity) = (how.name(), who.affinity.name());
+        let txn_per_s = whole(rate);
+        out.row(&match p {
+            Point::Threads(p) => bench_json! {
+                bench: "crmem",
+                section: "tpcb",
+                config: "symmetric",
+                nodes: n,
+                handlers: how,
+                affinity: affinity,
+                mode: "threads",
+                parallel: p,
+                txn_per_s: txn_per_s,
+                transactions: total,
+            },
+            Point::InFlight(d) => bench_json! {
+                bench: "crmem",
+                section: "tpcb",
+                config: "symmetric",
+                nodes: n,
+                handlers: how,
+                affinity: affinity,
+                mode: "in-flight",
+                depth: d,
+                txn_per_s: txn_per_s,
+                transactions: total,
+            },
         });
         progress.advance();
     }
@@ -415,14 +516,12 @@ fn run_points(
         ok &= theirs.trim() == mine;
         all.push(theirs.trim().to_string());
     }
-    progress.suspend(|| {
-        println!(
-            "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
-            all,
-            if ok { "consistent" } else { "INCONSISTENT" }
-        );
-        println!("counters (node 0): {:?}", c.counters());
-    });
+    out.table(&format!(
+        "tpcb check: sums (accounts tellers branches) on each node {:?}: {}",
+        all,
+        if ok { "consistent" } else { "INCONSISTENT" }
+    ));
+    out.table(&format!("counters (node 0): {:?}", c.counters()));
     std::fs::write(dir.join("exit"), b"")?;
     if ok {
         Ok(())
