@@ -212,7 +212,7 @@ fn the_quick_benchmarks_print_one_json_object_a_line() {
 /// handlers' name and the affinity in its heading): both points commit transactions, the
 /// replicas end with equal sums. With `--json` among `args` the table is on stderr: the JSON
 /// lines of stdout are returned.
-fn symmetric_passes(args: &[&str], passes: &[(&str, &str)]) -> Vec<Value> {
+fn symmetric_passes(args: &[&str], passes: &[(&str, &str)]) -> (Vec<Value>, Vec<String>) {
     let out = Command::new(env!("CARGO_BIN_EXE_txcast"))
         .args(["bench", "crmem", "--config", "symmetric", "--nodes", "2"])
         .args(args)
@@ -243,13 +243,27 @@ fn symmetric_passes(args: &[&str], passes: &[(&str, &str)]) -> Vec<Value> {
         }
         assert!(pass.contains(": consistent"), "{pass}");
     }
+    let texts = ran.iter().map(|p| p.to_string()).collect();
     if !json {
-        return Vec::new();
+        return (Vec::new(), texts);
     }
-    stdout
+    let rows = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
+        .collect();
+    (rows, texts)
+}
+
+/// The `name: N` counter in a pass's counters line.
+fn counter(pass: &str, name: &str) -> u64 {
+    let at = pass
+        .find(&format!(" {name}: "))
+        .unwrap_or_else(|| panic!("no {name}:\n{pass}"));
+    pass[at + name.len() + 3..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|x| x.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} count:\n{pass}"))
 }
 
 /// The symmetric TpcB on two processes, on the engine modules and polled: threads each
@@ -259,7 +273,7 @@ fn symmetric_passes(args: &[&str], passes: &[(&str, &str)]) -> Vec<Value> {
 #[test]
 fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replicas() {
     let _turn = turn();
-    let none = symmetric_passes(
+    let (none, texts) = symmetric_passes(
         &["--handlers", "engine,polled"],
         &[
             ("engine (CoProcessor)", "uniform"),
@@ -267,20 +281,27 @@ fn the_symmetric_crmem_benchmark_runs_both_kinds_of_point_and_checks_the_replica
         ],
     );
     assert!(none.is_empty());
+    for t in &texts {
+        assert!(t.contains("locks: returned,"), "{t}");
+        assert_eq!(counter(t, "cache_hits"), 0, "{t}");
+    }
 }
 
-/// `--affinity uniform,branch`: a pass per affinity, each node running its own branches'
-/// transactions in the second; the replicas still agree. With `--json`, a row per point
-/// naming its affinity.
+/// `--affinity uniform,branch --lock-keeping kept`: a pass per affinity, each node running
+/// its own branches' transactions in the second, keeping the locks other homes granted it;
+/// the replicas still agree, and node 0 took kept locks. With `--json`, a row per point
+/// naming its affinity and lock keeping.
 #[test]
-fn the_symmetric_crmem_benchmark_runs_a_pass_per_affinity() {
+fn the_symmetric_crmem_benchmark_runs_a_pass_per_affinity_with_kept_locks() {
     let _turn = turn();
-    let rows = symmetric_passes(
+    let (rows, texts) = symmetric_passes(
         &[
             "--handlers",
             "engine",
             "--affinity",
             "uniform,branch",
+            "--lock-keeping",
+            "kept",
             "--json",
         ],
         &[
@@ -304,6 +325,12 @@ fn the_symmetric_crmem_benchmark_runs_a_pass_per_affinity() {
         assert_eq!(l["config"], "symmetric", "{l}");
         assert_eq!(l["nodes"], 2, "{l}");
         assert_eq!(l["handlers"], "engine", "{l}");
+        assert_eq!(l["locks"], "kept", "{l}");
         assert!(number(l, "transactions") > 0.0, "{l}");
+    }
+    // Node 0 took kept locks with no message; with its own branches, most of its ranges.
+    for t in &texts {
+        assert!(t.contains("locks: kept,"), "{t}");
+        assert!(counter(t, "cache_hits") > 0, "{t}");
     }
 }

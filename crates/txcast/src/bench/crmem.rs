@@ -23,6 +23,7 @@
 use super::crmem_common::{
     self as common, add_i64, err, i64_at, serve_until, tpcb_segments, Affinity, Impl, Tpcb,
 };
+use super::crmem_sym::Locks;
 use super::stats::{bench_json, whole, Samples, Summary};
 use super::{parse_u64, plan_or_exit, spawn_child, usize_list_in, EXIT_FAILED};
 use crate::progress::Progress;
@@ -119,6 +120,11 @@ pub struct Args {
     /// 85 % of the time, the history slots s with s % n == k)
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Affinity::Uniform])]
     pub affinity: Vec<Affinity>,
+    /// What a symmetric node does with the locks another home granted it once its
+    /// transactions are done, one pass per value: returned (given back at once), kept (kept
+    /// for its next transactions until the home recalls them)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Locks::Returned])]
+    pub lock_keeping: Vec<Locks>,
 }
 
 /// A CRMem configuration (`--config`).
@@ -230,7 +236,7 @@ pub fn run(args: &Args) -> i32 {
         return super::crmem_sym::run(
             &nodes,
             &hows,
-            &args.affinity,
+            (&args.affinity, &args.lock_keeping),
             &points,
             plan.seconds,
             plan.json,

@@ -17,8 +17,13 @@
 //! s % n == k. The homes stay per segment, so this changes which locks the nodes contend
 //! for, not where the locks are asked.
 //!
-//! With `--json`, a JSON row per point on stdout (naming the node count, the handlers and
-//! the affinity), the table on stderr.
+//! With `--lock-keeping kept` (one pass per value), every node keeps the locks other homes
+//! granted it until they are recalled (`Config::cache_locks`); with `returned`, the default,
+//! it gives them back after each transaction. Kept locks pay off with `--affinity branch`:
+//! a node's transactions then take mostly locks it holds already.
+//!
+//! With `--json`, a JSON row per point on stdout (naming the node count, the handlers, the
+//! affinity and the lock keeping), the table on stderr.
 //!
 //! Per point, every node runs `parallelism` application threads each waiting for its commit,
 //! or (`--depths`) one thread keeping up to `depth` transactions waiting for their locks
@@ -63,11 +68,37 @@ fn segments(n: usize) -> Vec<(usize, LockMapping, u16)> {
         .collect()
 }
 
-fn open(n: usize, me: u16, how: Impl) -> io::Result<SymCrmem> {
-    let cfg = SymCrmemConfig {
+/// What a node does with the locks other homes granted it once its transactions are done
+/// (`--lock-keeping`): gives them back at once, or keeps them until recalled
+/// (`Config::cache_locks`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Locks {
+    Returned,
+    Kept,
+}
+
+impl Locks {
+    pub fn name(self) -> &'static str {
+        match self {
+            Locks::Returned => "returned",
+            Locks::Kept => "kept",
+        }
+    }
+
+    fn parse(s: &str) -> io::Result<Locks> {
+        [Locks::Returned, Locks::Kept]
+            .into_iter()
+            .find(|l| l.name() == s)
+            .ok_or_else(|| err(format!("no lock policy {s:?}")))
+    }
+}
+
+fn open(n: usize, me: u16, how: Impl, locks: Locks) -> io::Result<SymCrmem> {
+    let mut cfg = SymCrmemConfig {
         handlers: how.handlers(),
         ..SymCrmemConfig::new(nodes(n), me)
     };
+    cfg.core.cache_locks = locks == Locks::Kept;
     if me < 2 || how != Impl::Engine {
         return SymCrmem::open(cfg, &segments(n)).map_err(err);
     }
@@ -297,14 +328,15 @@ fn node(c: &SymCrmem, dir: &Path, who: Who, points: &[Point], seconds: f64) -> i
 }
 
 /// `__bench-child crmem-sym <nodes> <me> <dir> <seconds> <engine|polled|interrupt>
-/// <uniform|branch> <point>...` (a point: `t<threads>` or `d<depth>`)
+/// <uniform|branch> <returned|kept> <point>...` (a point: `t<threads>` or `d<depth>`)
 pub fn child(args: &[String]) -> io::Result<()> {
-    let [n, me, dir, seconds, how, affinity, points @ ..] = args else {
+    let [n, me, dir, seconds, how, affinity, locks, points @ ..] = args else {
         return Err(err(
-            "usage: crmem-sym <nodes> <me> <dir> <seconds> <handlers> <affinity> <point>...",
+            "usage: crmem-sym <nodes> <me> <dir> <seconds> <handlers> <affinity> <locks> <point>...",
         ));
     };
     let how = Impl::parse(how)?;
+    let locks = Locks::parse(locks)?;
     let affinity = Affinity::parse(affinity)?;
     let parse = |s: &String| s.parse::<usize>().map_err(err);
     let (n, me) = (parse(n)?, parse(me)? as u16);
@@ -313,7 +345,7 @@ pub fn child(args: &[String]) -> io::Result<()> {
         .iter()
         .map(|p| Point::parse(p))
         .collect::<io::Result<Vec<_>>>()?;
-    let c = open(n, me, how)?;
+    let c = open(n, me, how, locks)?;
     let dir = PathBuf::from(dir);
     txcast_crmem::with_idle_drivers(&[&c], || {
         node(&c, &dir, Who { me, n, affinity }, &points, seconds)?;
@@ -347,18 +379,19 @@ impl Out<'_> {
     }
 }
 
-/// Runs the symmetric TpcB on each node count with each placement of the handlers and each
-/// affinity; prints a table per pass (and with `json` a JSON row per point).
+/// Runs the symmetric TpcB on each node count with each placement of the handlers, each
+/// affinity and each lock policy; prints a table per pass (and with `json` a JSON row per
+/// point).
 pub fn run(
     node_counts: &[usize],
     hows: &[Impl],
-    affinities: &[Affinity],
+    (affinities, lockss): (&[Affinity], &[Locks]),
     points: &[Point],
     seconds: f64,
     json: bool,
 ) -> i32 {
     // One point per pass and point.
-    let passes = (node_counts.len() * hows.len() * affinities.len()) as u64;
+    let passes = (node_counts.len() * hows.len() * affinities.len() * lockss.len()) as u64;
     let progress = Progress::points("crmem", passes * points.len() as u64);
     let out = Out {
         json,
@@ -366,16 +399,19 @@ pub fn run(
     };
     for &how in hows {
         for &affinity in affinities {
-            for &n in node_counts {
-                let r = one(n, how, affinity, points, seconds, &out);
-                if let Err(e) = r {
-                    progress.finish();
-                    eprintln!(
-                        "txcast bench crmem --config symmetric: {n} nodes, {}, {}: {e}",
-                        how.name(),
-                        affinity.name()
-                    );
-                    return EXIT_FAILED;
+            for &locks in lockss {
+                for &n in node_counts {
+                    let r = one(n, (how, affinity, locks), points, seconds, &out);
+                    if let Err(e) = r {
+                        progress.finish();
+                        eprintln!(
+                            "txcast bench crmem --config symmetric: {n} nodes, {}, {}, locks {}: {e}",
+                            how.name(),
+                            affinity.name(),
+                            locks.name()
+                        );
+                        return EXIT_FAILED;
+                    }
                 }
             }
         }
@@ -386,8 +422,7 @@ pub fn run(
 
 fn one(
     n: usize,
-    how: Impl,
-    affinity: Affinity,
+    (how, affinity, locks): (Impl, Affinity, Locks),
     points: &[Point],
     seconds: f64,
     out: &Out,
@@ -406,15 +441,16 @@ fn one(
             seconds.to_string(),
             how.name().to_string(),
             affinity.name().to_string(),
+            locks.name().to_string(),
         ];
         a.extend(points.iter().map(|p| p.arg()));
         children.push(spawn_child(&a)?);
     }
     let r = (|| -> io::Result<()> {
-        let c = open(n, 0, how)?;
+        let c = open(n, 0, how, locks)?;
         txcast_crmem::with_idle_drivers(&[&c], || {
             let who = Who { me: 0, n, affinity };
-            run_points(&c, who, how, &dir, points, seconds, out)
+            run_points(&c, who, (how, locks), &dir, points, seconds, out)
         })
     })();
     let _ = std::fs::write(dir.join("exit"), b"");
@@ -434,7 +470,7 @@ fn one(
 fn run_points(
     c: &SymCrmem,
     who: Who,
-    how: Impl,
+    (how, locks): (Impl, Locks),
     dir: &Path,
     points: &[Point],
     seconds: f64,
@@ -443,10 +479,11 @@ fn run_points(
     let n = who.n;
     let progress = out.progress;
     out.table(&format!(
-        "tpcb, symmetric on {n} nodes (one process each), remote operations: {} ({}), affinity: {}, transactions per second of all nodes, {seconds} s a point",
+        "tpcb, symmetric on {n} nodes (one process each), remote operations: {} ({}), affinity: {}, locks: {}, transactions per second of all nodes, {seconds} s a point",
         how.name(),
         how.paper(),
-        who.affinity.name()
+        who.affinity.name(),
+        locks.name()
     ));
     out.table(&format!(
         "{:>14} {:>14} {:>12}",
@@ -472,7 +509,7 @@ fn run_points(
         let elapsed = started.elapsed().as_secs_f64().max(seconds);
         let rate = total as f64 / elapsed;
         out.table(&format!("{:>14} {rate:>14.0} {total:>12}", p.label()));
-        let (how, affinity) = (how.name(), who.affinity.name());
+        let (how, affinity, locks) = (how.name(), who.affinity.name(), locks.name());
         let txn_per_s = whole(rate);
         out.row(&match p {
             Point::Threads(p) => bench_json! {
@@ -482,6 +519,7 @@ fn run_points(
                 nodes: n,
                 handlers: how,
                 affinity: affinity,
+                locks: locks,
                 mode: "threads",
                 parallel: p,
                 txn_per_s: txn_per_s,
@@ -494,6 +532,7 @@ fn run_points(
                 nodes: n,
                 handlers: how,
                 affinity: affinity,
+                locks: locks,
                 mode: "in-flight",
                 depth: d,
                 txn_per_s: txn_per_s,

@@ -76,7 +76,9 @@ pub enum Bench {
     /// symmetric, home in another process); mirror with one backup in another process: commit latency;
     /// synthetic and TpcB transactions per second by parallelism (Figures 7 and 8);
     /// `--config symmetric`: TpcB on 2 and 4 nodes, one process each, each node drawing over
-    /// all the rows or (`--affinity branch`) running its own branches' transactions
+    /// all the rows or (`--affinity branch`) running its own branches' transactions, giving
+    /// the locks of other homes back after each transaction or (`--lock-keeping kept`)
+    /// keeping them until recalled
     Crmem(crmem::Args),
     /// PostgreSQL's pgbench (TPC-B-like) on a throwaway cluster, fsync and synchronous
     /// commit on, optionally with a synchronous streaming standby; skipped without PostgreSQL
