@@ -1011,6 +1011,18 @@ impl SymNode {
                         .iter()
                         .any(|&(s, h, x)| s == r.segment && h == *l && (x || !write))
             };
+            // A kept lock is held at its home already: taken while a request for an earlier
+            // range waits there, it would be held out of the order every node takes locks
+            // in (and the home's transaction waiting for it may hold what that request
+            // waits for). The range waits for the grants first.
+            if home != self.cfg.node
+                && !t.asked.is_empty()
+                && ids
+                    .iter()
+                    .any(|l| self.cache.contains_key(&(r.segment, *l)))
+            {
+                break;
+            }
             let taken = if home != self.cfg.node && ids.iter().any(recalled) {
                 None
             } else {
@@ -2674,6 +2686,39 @@ mod tests {
         net.pump();
         assert!(net.events(0).contains(&SymEvent::Granted(x)));
         assert_eq!(net.nodes[0].range(x, 0, 20, 4).unwrap(), &[2; 4]);
+    }
+
+    #[test]
+    fn a_kept_lock_is_taken_in_order_behind_a_request_that_waits() {
+        // Segments 0 and 1 both homed at node 0; their lock 0 is taken before their lock 1
+        // by every node (segment order).
+        let mut net = Net::with(2, &[0, 0], true);
+        net.write(1, 1, 0, 1);
+        net.pump();
+        assert!(net.nodes[1].cache.contains_key(&(1, 0)));
+        // The home's transaction holds segment 0's lock; node 1's declares both ranges.
+        let x = net.nodes[0].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[0].set_range(x, 0, 0, 4, Mode::Write),
+            Ok(Lock::Granted)
+        );
+        let y = net.nodes[1].begin(FAR).unwrap();
+        let both = [(0, 0, 4, Mode::Write), (1, 0, 4, Mode::Write)];
+        assert_eq!(net.nodes[1].set_ranges(y, &both), Ok(Lock::Waiting));
+        net.pump();
+        // x now wants segment 1's lock, which node 1 keeps: y does not hold it while it
+        // waits for segment 0's, so it comes back and x goes on.
+        assert_eq!(
+            net.nodes[0].set_range(x, 1, 0, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert!(net.events(0).contains(&SymEvent::Granted(x)));
+        net.nodes[0].range_mut(x, 1, 0, 4).unwrap().fill(2);
+        net.nodes[0].commit(x).unwrap();
+        net.pump();
+        assert!(net.events(1).contains(&SymEvent::Granted(y)));
+        assert_eq!(net.nodes[1].range(y, 1, 0, 4).unwrap(), &[2; 4]);
     }
 
     #[test]
