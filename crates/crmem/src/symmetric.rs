@@ -848,6 +848,67 @@ impl SymNode {
         (self.pending.len(), self.txns.len(), self.remote.len())
     }
 
+    /// What waits here, for a stall report: each waiting transaction's state, the ranges it
+    /// has not got yet with their locks' state here, whether this node keeps them (write,
+    /// recalled); each remote transaction's first request; the locks of this home other
+    /// nodes hold (node, grant, recalled).
+    pub fn describe_waits(&self) -> String {
+        let mut out = Vec::new();
+        let mut ids = Vec::new();
+        for (txn, t) in self
+            .waiting
+            .iter()
+            .filter_map(|w| Some((w, self.txns.get(w)?)))
+        {
+            let ranges: Vec<String> = t
+                .todo
+                .iter()
+                .chain(&t.taken)
+                .map(|r| {
+                    let g = &self.segments[r.segment as usize];
+                    g.mapping.map(r.offset, r.len, &mut ids);
+                    let locks: Vec<String> = ids
+                        .iter()
+                        .map(|&l| {
+                            let kept = self
+                                .cache
+                                .get(&(r.segment, l))
+                                .map(|c| (c.write, c.recalled));
+                            format!("{l}:{:?}/{kept:?}", g.locks.state(l))
+                        })
+                        .collect();
+                    format!("s{}[{}]", r.segment, locks.join(" "))
+                })
+                .collect();
+            out.push(format!(
+                "txn {txn:x} {:?} asking {} {:?}: {}",
+                t.state,
+                t.asking,
+                t.asked,
+                ranges.join(" ")
+            ));
+        }
+        for txn in &self.remote_waiting {
+            if let Some(w) = self.remote.get(txn).and_then(|r| r.wants.front()) {
+                out.push(format!(
+                    "remote {txn:x} s{} {:?} write {}",
+                    w.segment, w.locks, w.write
+                ));
+            }
+        }
+        let mut holds: Vec<String> = self
+            .holds
+            .iter()
+            .filter(|(_, h)| h.recalled)
+            .map(|((s, l, k), h)| format!("s{s}:{l} by {k} (grant {})", h.grant))
+            .collect();
+        holds.sort();
+        if !holds.is_empty() {
+            out.push(format!("recalled {}", holds.join(", ")));
+        }
+        out.join("; ")
+    }
+
     /// Whether no commit is in flight and no lock held or asked here.
     pub fn is_quiet(&self) -> bool {
         self.pending.is_empty() && self.txns.is_empty() && self.remote.is_empty()
@@ -988,9 +1049,6 @@ impl SymNode {
     /// home's grants are in (so locks are taken in the declared order). True when every
     /// range is usable.
     fn proceed(&mut self, txn: TxnId) -> bool {
-        let per = LOCKS_PER_MESSAGE
-            .min((self.cfg.message_bytes - LOCK_HEADER) / 4)
-            .max(1);
         let mut ids = std::mem::take(&mut self.scratch);
         while let Some(&r) = self.txns[&txn].todo.first() {
             let home = self.home_in(self.segments[r.segment as usize].home, &self.live);
@@ -1051,40 +1109,22 @@ impl SymNode {
             }
             // What this node holds already needs no request; the writes made under it
             // elsewhere before it came are those its grants named.
-            let before = ids.len();
-            ids.retain(|&l| {
+            // A range some of whose locks it holds but not all asks for all of them: the
+            // ones it holds go back on a recall while the request waits (`in_use`), and
+            // come again with its grant.
+            let all_kept = ids.iter().all(|&l| {
                 self.cache
                     .get(&(r.segment, l))
-                    .is_none_or(|c| write && !c.write)
+                    .is_some_and(|c| c.write || !write)
             });
-            if ids.len() < before {
+            if all_kept {
                 for (o, &sq) in self.granted_deps.iter().enumerate() {
                     merge_dep(&mut t.deps, (o as NodeId, sq));
                 }
-            }
-            if ids.is_empty() {
                 self.counters.cache_hits += 1;
                 continue;
             }
-            t.req += 1;
-            t.asked.push(t.req);
-            t.asking = home;
-            let req = t.req;
-            t.asked_locks
-                .extend(ids.iter().map(|&l| (req, r.segment, l, write)));
-            let parts = ids.len().div_ceil(per).max(1) as u16;
-            for (i, c) in ids.chunks(per).enumerate() {
-                let mut m = Vec::with_capacity(LOCK_HEADER + 4 * c.len());
-                lock_msg(
-                    &mut m,
-                    self.view,
-                    (txn, req, i as u16, parts),
-                    r.segment,
-                    write,
-                    c,
-                );
-                self.out.push_back((home, m));
-            }
+            self.ask(txn, home, (r.segment, write), &ids);
         }
         self.scratch = ids;
         let t = self.txns.get_mut(&txn).expect("caller checked");
@@ -1093,6 +1133,58 @@ impl SymNode {
             return false;
         }
         self.granted_if_applied(txn)
+    }
+
+    /// Whether a transaction here holds lock `l` of `seg` and needs this node's hold of it:
+    /// it may use the lock (a usable range maps to it), or holds it for a range not usable
+    /// yet that it asked no home for. A transaction that asked its home for the lock (for
+    /// a range with another lock not held here, or to write what this node holds to read)
+    /// gets it back through that request's grant, and has not touched it: keeping it for
+    /// that one could hold it out of the order locks are taken in.
+    fn in_use(&self, seg: SegmentId, l: LockId) -> bool {
+        if self.segments[seg as usize].locks.is_free(l) {
+            return false;
+        }
+        let mapping = &self.segments[seg as usize].mapping;
+        let mut ids = Vec::new();
+        self.txns.values().any(|t| {
+            if !t.held.iter().any(|&(s, h, _)| s == seg && h == l) {
+                return false;
+            }
+            let asked = t.asked_locks.iter().any(|a| (a.1, a.2) == (seg, l));
+            !asked
+                || t.ranges.iter().filter(|r| r.segment == seg).any(|r| {
+                    mapping.map(r.offset, r.len, &mut ids);
+                    ids.contains(&l)
+                })
+        })
+    }
+
+    /// Asks `home` for locks `ids` of `seg` for `txn`: one request, in LOCK parts.
+    fn ask(&mut self, txn: TxnId, home: NodeId, (seg, write): (SegmentId, bool), ids: &[LockId]) {
+        let per = LOCKS_PER_MESSAGE
+            .min((self.cfg.message_bytes - LOCK_HEADER) / 4)
+            .max(1);
+        let t = self.txns.get_mut(&txn).expect("caller checked");
+        t.req += 1;
+        t.asked.push(t.req);
+        t.asking = home;
+        let req = t.req;
+        t.asked_locks
+            .extend(ids.iter().map(|&l| (req, seg, l, write)));
+        let parts = ids.len().div_ceil(per).max(1) as u16;
+        for (i, c) in ids.chunks(per).enumerate() {
+            let mut m = Vec::with_capacity(LOCK_HEADER + 4 * c.len());
+            lock_msg(
+                &mut m,
+                self.view,
+                (txn, req, i as u16, parts),
+                seg,
+                write,
+                c,
+            );
+            self.out.push_back((home, m));
+        }
     }
 
     /// Keeps an ended transaction's vectors, emptied, for the next ones.
@@ -1214,14 +1306,16 @@ impl SymNode {
 
     /// Frees a transaction's locks here. A lock of another home that no transaction here
     /// holds now goes back to its home if the home recalled it, or if this node keeps no
-    /// locks ([`Config::cache_locks`]).
+    /// locks ([`Config::cache_locks`]); a recalled one also when the transactions holding
+    /// it here wait for it from the home anyway (`in_use`).
     fn release(&mut self, held: &Held) {
         txmem::release(&mut self.segments, held);
         for &(s, l, _) in held {
-            let Some(c) = self.cache.get(&(s, l)) else {
+            let Some(&c) = self.cache.get(&(s, l)) else {
                 continue;
             };
-            if (c.recalled || !self.cfg.cache_locks) && self.segments[s as usize].locks.is_free(l) {
+            let free = self.segments[s as usize].locks.is_free(l);
+            if (!self.cfg.cache_locks && free) || (c.recalled && !self.in_use(s, l)) {
                 self.cache.remove(&(s, l));
                 let home = self.home_in(self.segments[s as usize].home, &self.live);
                 self.returning.push((home, s, l));
@@ -2103,15 +2197,17 @@ impl SymNode {
                     return Some(());
                 }
                 for l in lock_ids(locks) {
-                    if self.segments[segment as usize].locks.is_free(l)
-                        || !self.cache.contains_key(&(segment, l))
-                    {
-                        // Not in use here (or held for a transaction that ended before the
-                        // grant came): back at once.
+                    // Not held (given back already, or granted to a transaction that ended
+                    // before the grant came), or needed by no transaction here: back at once.
+                    let back = !self.cache.contains_key(&(segment, l)) || !self.in_use(segment, l);
+                    if !back {
+                        if let Some(c) = self.cache.get_mut(&(segment, l)) {
+                            c.recalled = true;
+                        }
+                    }
+                    if back {
                         self.cache.remove(&(segment, l));
                         self.returning.push((from, segment, l));
-                    } else if let Some(c) = self.cache.get_mut(&(segment, l)) {
-                        c.recalled = true;
                     }
                 }
                 self.send_returns();
@@ -2719,6 +2815,93 @@ mod tests {
         net.pump();
         assert!(net.events(1).contains(&SymEvent::Granted(y)));
         assert_eq!(net.nodes[1].range(y, 1, 0, 4).unwrap(), &[2; 4]);
+    }
+
+    #[test]
+    fn a_kept_lock_of_a_range_that_waits_for_another_goes_back_when_recalled() {
+        // Offsets 0 and 10 are under locks 0 and 1 of segment 0 (home 0).
+        let mut net = Net::with(3, &[0], true);
+        net.write(1, 0, 10, 1);
+        net.pump();
+        assert!(net.nodes[1].cache.contains_key(&(0, 1)));
+        // Node 2's w holds lock 0; node 1's t declares both locks: it keeps lock 1 and asks
+        // for both.
+        let w = net.nodes[2].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[2].set_range(w, 0, 0, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert!(net.events(2).contains(&SymEvent::Granted(w)));
+        let t = net.nodes[1].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[1].set_range(t, 0, 0, 20, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        // w wants lock 1 too: node 1 gives it back (t waits for it from the home anyway),
+        // so w goes on rather than both waiting for ever.
+        assert_eq!(
+            net.nodes[2].set_range(w, 0, 10, 4, Mode::Write),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        assert!(net.events(2).contains(&SymEvent::Granted(w)));
+        net.nodes[2].range_mut(w, 0, 10, 4).unwrap().fill(2);
+        net.nodes[2].commit(w).unwrap();
+        net.pump();
+        assert!(net.events(1).contains(&SymEvent::Granted(t)));
+        assert_eq!(net.nodes[1].range(t, 0, 10, 4).unwrap(), &[2; 4]);
+        net.nodes[1].commit(t).unwrap();
+        net.pump();
+        assert!(net.nodes.iter().all(|n| n.is_quiet()));
+    }
+
+    #[test]
+    fn two_nodes_keeping_a_lock_to_read_both_write_it_in_turn() {
+        let mut net = Net::with(3, &[0], true);
+        for k in [1, 2] {
+            let r = net.nodes[k].begin(FAR).unwrap();
+            assert_eq!(
+                net.nodes[k].set_range(r, 0, 20, 4, Mode::Read),
+                Ok(Lock::Waiting)
+            );
+            net.pump();
+            assert!(net.events(k).contains(&SymEvent::Granted(r)));
+            net.nodes[k].commit(r).unwrap();
+            net.pump();
+            assert!(net.nodes[k].cache.contains_key(&(0, 2)));
+        }
+        // Both now write it: each asks the home to write what it holds to read.
+        let (a, b) = (
+            net.nodes[1].begin(FAR).unwrap(),
+            net.nodes[2].begin(FAR).unwrap(),
+        );
+        for (k, t) in [(1, a), (2, b)] {
+            assert_eq!(
+                net.nodes[k].set_range(t, 0, 20, 4, Mode::Write),
+                Ok(Lock::Waiting)
+            );
+        }
+        net.pump();
+        let first = if net.events(1).contains(&SymEvent::Granted(a)) {
+            (1, a)
+        } else {
+            assert!(
+                net.events(2).contains(&SymEvent::Granted(b)),
+                "neither writes"
+            );
+            (2, b)
+        };
+        net.nodes[first.0]
+            .range_mut(first.1, 0, 20, 4)
+            .unwrap()
+            .fill(5);
+        net.nodes[first.0].commit(first.1).unwrap();
+        net.pump();
+        let (k, t) = if first.0 == 1 { (2, b) } else { (1, a) };
+        assert!(net.events(k).contains(&SymEvent::Granted(t)));
+        assert_eq!(net.nodes[k].range(t, 0, 20, 4).unwrap(), &[5; 4]);
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub struct CrmemSimOptions {
     /// Mirror only: the primary logs to a simulated disk (group commit), and every node
     /// may crash at once; the node whose disk reaches furthest restarts as primary from it.
     pub disk: bool,
+    /// Symmetric only: whether the nodes keep the locks their homes grant them
+    /// (`Config::cache_locks`); `None`, half the seeds (by the seed).
+    pub cache_locks: Option<bool>,
 }
 
 impl CrmemSimOptions {
@@ -74,6 +77,7 @@ impl Default for CrmemSimOptions {
             run: RunOptions::default(),
             symmetric: false,
             disk: false,
+            cache_locks: None,
         }
     }
 }

@@ -109,6 +109,10 @@ struct SymWorld {
     nodes: Vec<SimNode<SymNode>>,
     /// The nodes keep the locks their homes grant them (half the seeds, by the seed).
     cache_locks: bool,
+    /// A quarter of the seeds (by the seed): every transaction declares its ranges in one
+    /// `set_ranges` (locks taken in the order every node uses) and waits with no deadline in
+    /// the run, so a cycle of waits is a stall the harness reports.
+    long_waits: bool,
     incarnation: Vec<u64>,
     view: u64,
     /// The live nodes of the current view.
@@ -135,13 +139,18 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
     } = seed_start(seed, opts, 4, |n| {
         format!(" --config symmetric --nodes {n}")
     });
-    let cache_locks = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1;
+    let cache_locks = match opts.cache_locks {
+        Some(c) => c,
+        None => seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1,
+    };
+    let long_waits = seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62 == 0;
     let world = SymWorld {
         opts: opts.clone(),
         nodes: (0..n)
             .map(|i| sym_node(i, n, &cfg, 1, false, cache_locks))
             .collect(),
         cache_locks,
+        long_waits,
         cfg,
         rng,
         faults,
@@ -164,7 +173,10 @@ impl SymWorld {
     }
 
     fn start(&mut self, run: &mut Run, c: usize) -> Result<(), Violation> {
-        let deadline = Instant(run.ns() + 1_000_000 + self.rng.below(20_000_000));
+        let mut deadline = Instant(run.ns() + 1_000_000 + self.rng.below(20_000_000));
+        if self.long_waits {
+            deadline = Instant(run.ns() + 3_600_000_000_000);
+        }
         let k = self.clients[c].node;
         let txn = match self.nodes[k].cr.begin(deadline) {
             Ok(t) => t,
@@ -193,7 +205,7 @@ impl SymWorld {
         };
         // Half the transactions (by their id, so the seed's draws stay as they were) declare
         // every range in one `set_ranges`; the rest take them one by one.
-        let batch = txn.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1;
+        let batch = self.long_waits || txn.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1;
         if batch && matches!(cl.step, Step::Take(0)) && !cl.order.is_empty() {
             let mode = if cl.audit { Mode::Read } else { Mode::Write };
             let all: Vec<_> = cl.order.iter().map(|&(s, o, l)| (s, o, l, mode)).collect();
@@ -475,11 +487,12 @@ impl World for SymWorld {
             .iter()
             .map(|nd| {
                 format!(
-                    "{:?} live {:?} seq {} (pending, open, remote) {:?}",
+                    "{:?} live {:?} seq {} (pending, open, remote) {:?} waits: {}",
                     nd.cr.phase(),
                     nd.cr.live(),
                     nd.cr.seq(),
-                    nd.cr.open_counts()
+                    nd.cr.open_counts(),
+                    nd.cr.describe_waits()
                 )
             })
             .collect();

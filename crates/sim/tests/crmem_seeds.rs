@@ -87,6 +87,14 @@ fn symmetric(nodes: usize) -> CrmemSimOptions {
     }
 }
 
+/// `symmetric(nodes)` with the nodes keeping their locks (or not), whatever the seed says.
+fn keeping(nodes: usize, keep: bool) -> CrmemSimOptions {
+    CrmemSimOptions {
+        cache_locks: Some(keep),
+        ..symmetric(nodes)
+    }
+}
+
 #[test]
 fn symmetric_fixed_seeds_keep_every_acknowledged_commit_and_serialize() {
     let (mut views, mut timeouts, mut audits) = (0, 0, 0);
@@ -138,6 +146,31 @@ fn symmetric_regression_seeds() {
     // old writes applied, and the new process's own first commits then dropped as had.
     for seed in [110014672, 110012683] {
         run_crmem(seed, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+    }
+}
+
+#[test]
+fn symmetric_regression_seeds_with_and_without_kept_locks() {
+    // Seeds whose every transaction waits with no deadline in the run (a quarter, by the
+    // seed), so that a cycle of waits is a stall. 1454 (3 nodes), 1880 and 1741 (4 nodes):
+    // a node kept a lock of a range whose other lock it asked for, or two nodes kept a lock
+    // to read and both asked to write it; each kept its hold while its transaction waited
+    // for the other's.
+    for (seed, nodes) in [(1454, 3), (1880, 4), (1741, 4), (16, 2)] {
+        for keep in [false, true] {
+            run_crmem(seed, &keeping(nodes, keep)).unwrap_or_else(|v| panic!("keep {keep}: {v}"));
+        }
+    }
+    // The earlier regressions, with the locks kept and not.
+    for (seed, nodes) in [(19, 2), (25, 2), (22, 4), (4580, 4), (1314, 2), (1781, 4)] {
+        for keep in [false, true] {
+            run_crmem(seed, &keeping(nodes, keep)).unwrap_or_else(|v| panic!("keep {keep}: {v}"));
+        }
+    }
+    for seed in [90014886, 90016921] {
+        for keep in [false, true] {
+            run_crmem(seed, &keeping(3, keep)).unwrap_or_else(|v| panic!("keep {keep}: {v}"));
+        }
     }
 }
 
