@@ -27,10 +27,22 @@ fn open_with(
     segments: &[(usize, LockMapping, u16)],
     handlers: Handlers,
 ) -> SymCrmem {
-    let cfg = SymCrmemConfig {
+    open_keeping(server, me, segments, handlers, false)
+}
+
+/// A node that keeps the locks other homes grant it until they are recalled (`keep`).
+fn open_keeping(
+    server: u16,
+    me: u16,
+    segments: &[(usize, LockMapping, u16)],
+    handlers: Handlers,
+    keep: bool,
+) -> SymCrmem {
+    let mut cfg = SymCrmemConfig {
         handlers,
         ..SymCrmemConfig::new(nodes(server), me)
     };
+    cfg.core.cache_locks = keep;
     SymCrmem::open(cfg, segments).expect("open")
 }
 
@@ -60,20 +72,28 @@ fn increment(c: &SymCrmem) {
 
 #[test]
 fn conflicting_transactions_on_two_nodes_serialize_at_the_home() {
-    serialize_at_the_home(11, Handlers::Engine);
+    serialize_at_the_home(11, Handlers::Engine, false);
 }
 
 #[test]
 fn polled_nodes_serialize_at_the_home() {
-    serialize_at_the_home(14, Handlers::Polled);
+    serialize_at_the_home(14, Handlers::Polled, false);
 }
 
 #[test]
 fn interrupt_driven_nodes_serialize_at_the_home() {
-    serialize_at_the_home(15, Handlers::Interrupt);
+    serialize_at_the_home(15, Handlers::Interrupt, false);
 }
 
-fn serialize_at_the_home(server: u16, handlers: Handlers) {
+/// Node 1 keeps the counter's lock between its transactions; node 0, its home, recalls it
+/// for its own. No update is lost either way.
+#[test]
+fn nodes_keeping_the_lock_serialize_at_the_home() {
+    serialize_at_the_home(42, Handlers::Engine, true);
+    serialize_at_the_home(43, Handlers::Polled, true);
+}
+
+fn serialize_at_the_home(server: u16, handlers: Handlers, keep: bool) {
     // The counter's home is node 0: node 1's transactions take its lock there.
     let seg = [(
         100,
@@ -83,21 +103,32 @@ fn serialize_at_the_home(server: u16, handlers: Handlers) {
         },
         0,
     )];
-    let a = open_with(server, 0, &seg, handlers);
-    let b = open_with(server, 1, &seg, handlers);
+    let a = open_keeping(server, 0, &seg, handlers, keep);
+    let b = open_keeping(server, 1, &seg, handlers, keep);
     const EACH: i64 = 200;
     with_idle_drivers(&[&a, &b], || {
         std::thread::scope(|s| {
             for c in [&a, &b] {
                 s.spawn(move || (0..EACH).for_each(|_| increment(c)));
             }
-        })
+        });
+        // Then node 1 alone, and the home once more.
+        (0..5).for_each(|_| increment(&b));
+        increment(&a);
     });
     // A lost update (two transactions reading the same value) would leave less.
     for c in [&a, &b] {
-        assert_eq!(i64_at(&c.snapshot_segment(0).unwrap(), 0), 2 * EACH);
+        assert_eq!(i64_at(&c.snapshot_segment(0).unwrap(), 0), 2 * EACH + 6);
     }
     assert!(b.counters().lock_waits > 0 || a.counters().lock_waits > 0);
+    if keep {
+        // Node 1 asked once in its run alone and kept the lock for the rest; the home's
+        // last transaction recalled it.
+        assert!(b.counters().cache_hits >= 4, "{:?}", b.counters());
+        assert!(a.counters().recalls >= 1, "{:?}", a.counters());
+    } else {
+        assert_eq!(b.counters().cache_hits, 0, "{:?}", b.counters());
+    }
 }
 
 #[test]
@@ -130,16 +161,22 @@ fn a_remote_lock_wait_past_its_deadline_aborts_with_the_typed_error() {
 
 #[test]
 fn tpcb_on_both_nodes_keeps_the_invariant_on_both_replicas() {
-    tpcb_invariant(13, Handlers::Engine);
+    tpcb_invariant(13, Handlers::Engine, false);
 }
 
 #[test]
 fn tpcb_on_polled_and_interrupt_driven_nodes_keeps_the_invariant() {
-    tpcb_invariant(16, Handlers::Polled);
-    tpcb_invariant(17, Handlers::Interrupt);
+    tpcb_invariant(16, Handlers::Polled, false);
+    tpcb_invariant(17, Handlers::Interrupt, false);
 }
 
-fn tpcb_invariant(server: u16, handlers: Handlers) {
+#[test]
+fn tpcb_on_nodes_keeping_their_locks_keeps_the_invariant() {
+    tpcb_invariant(44, Handlers::Engine, true);
+    tpcb_invariant(45, Handlers::Polled, true);
+}
+
+fn tpcb_invariant(server: u16, handlers: Handlers, keep: bool) {
     const ACCOUNTS: usize = 1000;
     const TELLERS: usize = 64;
     const BRANCHES: usize = 8;
@@ -161,8 +198,8 @@ fn tpcb_invariant(server: u16, handlers: Handlers) {
             1,
         ),
     ];
-    let a = open_with(server, 0, &segs, handlers);
-    let b = open_with(server, 1, &segs, handlers);
+    let a = open_keeping(server, 0, &segs, handlers, keep);
+    let b = open_keeping(server, 1, &segs, handlers, keep);
     let run = |c: &SymCrmem, seed: u64| {
         let mut x = seed;
         let mut done = 0;
