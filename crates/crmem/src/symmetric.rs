@@ -2591,13 +2591,7 @@ mod tests {
         let t = net.write(1, 0, 20, 7);
         net.pump();
         assert!(net.events(1).contains(&SymEvent::Committed(t)));
-        for k in 0..3 {
-            assert_eq!(
-                &net.nodes[k].segment(0).unwrap()[20..24],
-                &[7; 4],
-                "node {k}"
-            );
-        }
+        assert_everywhere(&net, 0, 20, 7);
         // The home asked once; the lock went back with a RETURN once the commit was made.
         assert!(net.sent.contains(&(1, 0, LOCK)));
         assert!(net.sent.contains(&(1, 0, RETURN)));
@@ -2619,6 +2613,13 @@ mod tests {
         assert!(net.sent.contains(&(1, 0, RETURN)));
         assert!(net.nodes.iter().all(|n| n.is_quiet()));
         assert!(net.nodes[0].holds.is_empty());
+    }
+
+    /// Every node's replica holds `v` in the 4 bytes at `off` of segment `s`.
+    fn assert_everywhere(net: &Net, s: SegmentId, off: usize, v: u8) {
+        for (k, n) in net.nodes.iter().enumerate() {
+            assert_eq!(&n.segment(s).unwrap()[off..off + 4], &[v; 4], "node {k}");
+        }
     }
 
     /// How many messages of `kind` node `from` sent `to`.
@@ -2691,13 +2692,7 @@ mod tests {
         let d = net.write(0, 0, 20, 4);
         net.pump();
         assert!(net.events(0).contains(&SymEvent::Committed(d)));
-        for k in 0..3 {
-            assert_eq!(
-                &net.nodes[k].segment(0).unwrap()[20..24],
-                &[4; 4],
-                "node {k}"
-            );
-        }
+        assert_everywhere(&net, 0, 20, 4);
         assert!(net.nodes[0].counters().recalls >= 3);
         assert!(net.nodes.iter().all(|n| n.is_quiet()));
     }
@@ -2722,13 +2717,7 @@ mod tests {
         net.pump();
         assert!(net.events(2).contains(&SymEvent::Committed(t)));
         assert_eq!(count(&net, 1, 0, RETURN), 1);
-        for k in 0..3 {
-            assert_eq!(
-                &net.nodes[k].segment(0).unwrap()[20..24],
-                &[5; 4],
-                "node {k}"
-            );
-        }
+        assert_everywhere(&net, 0, 20, 5);
     }
 
     #[test]
@@ -2920,13 +2909,7 @@ mod tests {
         net.write(2, 0, 20, 8);
         net.pump();
         assert_eq!(count(&net, 0, 1, RECALL), 0);
-        for k in 0..3 {
-            assert_eq!(
-                &net.nodes[k].segment(0).unwrap()[20..24],
-                &[8; 4],
-                "node {k}"
-            );
-        }
+        assert_everywhere(&net, 0, 20, 8);
     }
 
     #[test]
