@@ -2602,17 +2602,28 @@ mod tests {
         // A transaction that wrote nothing returns its locks the same way.
         net.sent.clear();
         let r = net.nodes[1].begin(FAR).unwrap();
-        assert_eq!(
-            net.nodes[1].set_range(r, 0, 20, 4, Mode::Read),
-            Ok(Lock::Waiting)
-        );
-        net.pump();
-        assert!(net.events(1).contains(&SymEvent::Granted(r)));
+        assert!(waits_then_granted(&mut net, 1, r, (0, 20, 4, Mode::Read)));
         net.nodes[1].commit(r).unwrap();
         net.pump();
         assert!(net.sent.contains(&(1, 0, RETURN)));
         assert!(net.nodes.iter().all(|n| n.is_quiet()));
         assert!(net.nodes[0].holds.is_empty());
+    }
+
+    /// `t` on node `k` declares a range and waits for it; whether it is granted once every
+    /// message is delivered.
+    fn waits_then_granted(
+        net: &mut Net,
+        k: usize,
+        t: TxnId,
+        (s, off, len, mode): (SegmentId, u32, u32, Mode),
+    ) -> bool {
+        assert_eq!(
+            net.nodes[k].set_range(t, s, off, len, mode),
+            Ok(Lock::Waiting)
+        );
+        net.pump();
+        net.events(k).contains(&SymEvent::Granted(t))
     }
 
     /// Every node's replica holds `v` in the 4 bytes at `off` of segment `s`.
@@ -2724,12 +2735,7 @@ mod tests {
     fn a_return_that_crossed_a_recall_does_not_free_the_lock_granted_again() {
         let mut net = Net::new(2, &[0]);
         let t1 = net.nodes[1].begin(FAR).unwrap();
-        assert_eq!(
-            net.nodes[1].set_range(t1, 0, 20, 4, Mode::Write),
-            Ok(Lock::Waiting)
-        );
-        net.pump();
-        assert!(net.events(1).contains(&SymEvent::Granted(t1)));
+        assert!(waits_then_granted(&mut net, 1, t1, (0, 20, 4, Mode::Write)));
         // The home's own transaction wants the lock: its RECALL is held on the way.
         net.slow.push((0, 1));
         let w = net.nodes[0].begin(FAR).unwrap();
@@ -2793,12 +2799,7 @@ mod tests {
         net.pump();
         // x now wants segment 1's lock, which node 1 keeps: y does not hold it while it
         // waits for segment 0's, so it comes back and x goes on.
-        assert_eq!(
-            net.nodes[0].set_range(x, 1, 0, 4, Mode::Write),
-            Ok(Lock::Waiting)
-        );
-        net.pump();
-        assert!(net.events(0).contains(&SymEvent::Granted(x)));
+        assert!(waits_then_granted(&mut net, 0, x, (1, 0, 4, Mode::Write)));
         net.nodes[0].range_mut(x, 1, 0, 4).unwrap().fill(2);
         net.nodes[0].commit(x).unwrap();
         net.pump();
@@ -2816,12 +2817,7 @@ mod tests {
         // Node 2's w holds lock 0; node 1's t declares both locks: it keeps lock 1 and asks
         // for both.
         let w = net.nodes[2].begin(FAR).unwrap();
-        assert_eq!(
-            net.nodes[2].set_range(w, 0, 0, 4, Mode::Write),
-            Ok(Lock::Waiting)
-        );
-        net.pump();
-        assert!(net.events(2).contains(&SymEvent::Granted(w)));
+        assert!(waits_then_granted(&mut net, 2, w, (0, 0, 4, Mode::Write)));
         let t = net.nodes[1].begin(FAR).unwrap();
         assert_eq!(
             net.nodes[1].set_range(t, 0, 0, 20, Mode::Write),
@@ -2830,12 +2826,7 @@ mod tests {
         net.pump();
         // w wants lock 1 too: node 1 gives it back (t waits for it from the home anyway),
         // so w goes on rather than both waiting for ever.
-        assert_eq!(
-            net.nodes[2].set_range(w, 0, 10, 4, Mode::Write),
-            Ok(Lock::Waiting)
-        );
-        net.pump();
-        assert!(net.events(2).contains(&SymEvent::Granted(w)));
+        assert!(waits_then_granted(&mut net, 2, w, (0, 10, 4, Mode::Write)));
         net.nodes[2].range_mut(w, 0, 10, 4).unwrap().fill(2);
         net.nodes[2].commit(w).unwrap();
         net.pump();
