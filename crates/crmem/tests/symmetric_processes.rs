@@ -62,26 +62,28 @@ fn segments() -> Vec<(usize, LockMapping, u16)> {
     ]
 }
 
-fn open(server: u16, me: u16, recover: bool) -> SymCrmem {
-    open_with(server, me, recover, Handlers::Engine)
+fn open(server: u16, me: u16, recover: bool, keep: bool) -> SymCrmem {
+    open_with(server, me, recover, Handlers::Engine, keep)
 }
 
-fn open_with(server: u16, me: u16, recover: bool, handlers: Handlers) -> SymCrmem {
-    let cfg = SymCrmemConfig {
+/// `keep`: the node keeps the locks other homes grant it until they are recalled.
+fn open_with(server: u16, me: u16, recover: bool, handlers: Handlers, keep: bool) -> SymCrmem {
+    let mut cfg = SymCrmemConfig {
         recover,
         handlers,
         ..SymCrmemConfig::new(nodes(server), me)
     };
+    cfg.core.cache_locks = keep;
     let members = MembershipConfig::new(&nodes(server));
     SymCrmem::open_with_membership(cfg, &segments(), members).expect("open with membership")
 }
 
 /// Opens every node of `mes` at once (a fresh start returns once all are in the group).
-fn open_all(server: u16, mes: &[u16], handlers: Handlers) -> Vec<SymCrmem> {
+fn open_all(server: u16, mes: &[u16], handlers: Handlers, keep: bool) -> Vec<SymCrmem> {
     std::thread::scope(|s| {
         let hs: Vec<_> = mes
             .iter()
-            .map(|&me| s.spawn(move || open_with(server, me, false, handlers)))
+            .map(|&me| s.spawn(move || open_with(server, me, false, handlers, keep)))
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
@@ -274,7 +276,7 @@ fn run_all(nodes: &[SymCrmem], seed: u64, count: usize) {
 fn drop_and_return(server: u16, handlers: Handlers) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const EACH: usize = 60;
-    let mut all = open_all(server, &[0, 1, 2], handlers);
+    let mut all = open_all(server, &[0, 1, 2], handlers, false);
     run_all(&all, 1, EACH);
     let before = all[0].view();
     // Node 2's process is gone: its module host and group port close without a word.
@@ -300,7 +302,7 @@ fn drop_and_return(server: u16, handlers: Handlers) {
         );
         // Node 2 comes back: admitted by the next view, it serves once the snapshot is in.
         let t1 = Instant::now();
-        let back = open_with(server, 2, true, handlers);
+        let back = open_with(server, 2, true, handlers, false);
         eprintln!(
             "node 2 recovered {:?} after it was opened again",
             t1.elapsed()
@@ -338,15 +340,16 @@ fn drop_and_return(server: u16, handlers: Handlers) {
 #[test]
 #[ignore = "the child process of the kill -9 and SIGSTOP tests"]
 fn symmetric_node_child() {
-    let Some((server, me)) = std::env::var(CHILD).ok().and_then(|v| {
-        let (s, n) = v.split_once(',')?;
-        Some((s.parse::<u16>().ok()?, n.parse::<u16>().ok()?))
+    let Some((server, me, keep)) = std::env::var(CHILD).ok().and_then(|v| {
+        let mut f = v.split(',');
+        let (s, n, k) = (f.next()?, f.next()?, f.next()?);
+        Some((s.parse::<u16>().ok()?, n.parse::<u16>().ok()?, k == "keep"))
     }) else {
         return;
     };
     let mut recover = std::env::var_os(CHILD_RECOVER).is_some();
     let out = std::io::stdout();
-    let mut c = open(server, me, recover);
+    let mut c = open(server, me, recover, keep);
     let mut stdin = std::io::stdin().lines();
     loop {
         writeln!(out.lock(), "ready {:x}", sums(&c).digest).unwrap();
@@ -380,7 +383,7 @@ fn symmetric_node_child() {
         writeln!(out.lock(), "expelled").unwrap();
         drop(c);
         recover = true;
-        c = open(server, me, true);
+        c = open(server, me, true, keep);
     }
     writeln!(out.lock(), "done").unwrap();
     for line in stdin {
@@ -398,7 +401,7 @@ struct Node {
 }
 
 impl Node {
-    fn spawn(server: u16, me: u16, recover: bool) -> Node {
+    fn spawn(server: u16, me: u16, recover: bool, keep: bool) -> Node {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
             "--ignored",
@@ -406,7 +409,10 @@ impl Node {
             "symmetric_node_child",
             "--nocapture",
         ])
-        .env(CHILD, format!("{server},{me}"))
+        .env(
+            CHILD,
+            format!("{server},{me},{}", if keep { "keep" } else { "return" }),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
@@ -616,23 +622,30 @@ fn check_return(node: &mut Node, survivors: &[SymCrmem], ready: String, held: i6
 
 #[test]
 fn kill_9_of_a_node_loses_no_acknowledged_commit() {
-    kill_9(22, 2);
+    kill_9(22, 2, false);
+}
+
+/// The same with every node keeping the locks other homes granted it: the view change frees
+/// the dead node's, the survivors' are recalled as before.
+#[test]
+fn kill_9_of_a_node_keeping_locks_loses_no_acknowledged_commit() {
+    kill_9(27, 2, true);
 }
 
 /// Node 0 made the group and is the home of the accounts and the history total: both
 /// the group's and CRMem's roles move.
 #[test]
 fn kill_9_of_node_0_moves_its_homes_and_loses_no_acknowledged_commit() {
-    kill_9(23, 0);
+    kill_9(23, 0, false);
 }
 
 /// `victim` runs in a child process, killed with SIGKILL mid-load and restarted with
 /// `recover`; the two other nodes run in this process.
-fn kill_9(server: u16, victim: u16) {
+fn kill_9(server: u16, victim: u16, keep: bool) {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ids: Vec<u16> = (0..NODES as u16).filter(|&k| k != victim).collect();
-    let mut node = Node::spawn(server, victim, false);
-    let survivors = open_all(server, &ids, Handlers::Engine);
+    let mut node = Node::spawn(server, victim, false, keep);
+    let survivors = open_all(server, &ids, Handlers::Engine, keep);
     let mut acked = 0i64;
     node.line_with("ready", &mut acked);
     let load = Load::new();
@@ -653,8 +666,11 @@ fn kill_9(server: u16, victim: u16) {
     let held = a.counters[victim as usize];
     eprintln!("the killed node printed {acked} commits; the survivors hold {held}");
     assert_victims_commits(held, acked);
+    // Kept locks were taken, and recalled, on the survivors (none when they are returned).
+    let hits: u64 = survivors.iter().map(|c| c.counters().cache_hits).sum();
+    assert_eq!(hits > 0, keep, "{hits} ranges from kept locks");
     let t1 = Instant::now();
-    let mut node = Node::spawn(server, victim, true);
+    let mut node = Node::spawn(server, victim, true, keep);
     let ready = node.line_with("ready", &mut 0);
     eprintln!(
         "the restarted child recovered {:?} after it was started",
@@ -672,8 +688,8 @@ fn a_stopped_node_is_expelled_and_comes_back_with_recover() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (server, victim) = (25, 1);
     let ids: Vec<u16> = (0..NODES as u16).filter(|&k| k != victim).collect();
-    let mut node = Node::spawn(server, victim, false);
-    let survivors = open_all(server, &ids, Handlers::Engine);
+    let mut node = Node::spawn(server, victim, false, false);
+    let survivors = open_all(server, &ids, Handlers::Engine, false);
     let mut acked = 0i64;
     node.line_with("ready", &mut acked);
     let load = Load::new();
