@@ -161,10 +161,9 @@ fn sym_encode(m: &SymMsg<'_>) -> Vec<u8> {
             out.extend_from_slice(&((locks.len() / 4) as u16).to_le_bytes());
             out.extend_from_slice(locks);
         }
-        SymMsg::Release { txn, seq } => {
+        SymMsg::Release { txn } => {
             out.push(RELEASE);
             out.extend_from_slice(&txn.to_le_bytes());
-            out.extend_from_slice(&seq.to_le_bytes());
         }
         SymMsg::Flush { view } => {
             out.push(FLUSH);
@@ -312,8 +311,9 @@ fn check_sym(data: &[u8]) {
             };
             assert_eq!(data.len(), head + locks.len());
         }
-        SymMsg::Release { .. } => assert_eq!(data.len(), 2 + 8 + 8),
-        SymMsg::Flush { .. } | SymMsg::Recover { .. } => assert_eq!(data.len(), 2 + 8),
+        SymMsg::Release { .. } | SymMsg::Flush { .. } | SymMsg::Recover { .. } => {
+            assert_eq!(data.len(), 2 + 8)
+        }
         SymMsg::Seqs { seqs, .. } => {
             assert!(seqs.len() <= NODES_MAX);
             assert_eq!(data.len(), 2 + 8 + 8 + 2 + seqs.len() * 10);

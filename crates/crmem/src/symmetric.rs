@@ -101,8 +101,8 @@ pub const LOCK: u8 = 18;
 /// numbers the grant (rising on the channel); deps, the commits the grantee must have
 /// applied before it uses the locks.
 pub const GRANT: u8 = 19;
-/// RELEASE: `txn u64, seq u64`: the transaction ended (aborted) with requests at this home
-/// not granted yet: the home forgets them. `seq` is 0.
+/// RELEASE: `txn u64`: the transaction ended (aborted) with requests at this home not
+/// granted yet: the home forgets them.
 pub const RELEASE: u8 = 20;
 /// FLUSH: `view u64`: the sender's commits are complete and its relays sent.
 pub const FLUSH: u8 = 21;
@@ -211,7 +211,6 @@ pub enum SymMsg<'a> {
     },
     Release {
         txn: u64,
-        seq: u64,
     },
     Flush {
         view: u64,
@@ -314,9 +313,9 @@ impl<'a> SymMsg<'a> {
                 Ok(SymMsg::Grant { txn, req, no, deps })
             }
             RELEASE => {
-                let (txn, seq) = (r.u64()?, r.u64()?);
+                let txn = r.u64()?;
                 r.finish().map_err(|_| MsgError::Short)?;
-                Ok(SymMsg::Release { txn, seq })
+                Ok(SymMsg::Release { txn })
             }
             FLUSH => {
                 let view = r.u64()?;
@@ -447,16 +446,6 @@ fn lock_ids(locks: &[u8]) -> impl Iterator<Item = LockId> + '_ {
 fn small(kind: u8, a: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(10);
     Writer::new(&mut out).u8(MAGIC).u8(kind).u64(a);
-    out
-}
-
-fn release_msg(txn: u64, seq: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(18);
-    Writer::new(&mut out)
-        .u8(MAGIC)
-        .u8(RELEASE)
-        .u64(txn)
-        .u64(seq);
     out
 }
 
@@ -1294,7 +1283,7 @@ impl SymNode {
         txmem::restore(&mut self.segments, std::mem::take(&mut t.undo));
         // Requests not granted yet are withdrawn; what was granted, this node holds.
         if !t.asked.is_empty() && t.asking != self.cfg.node && self.live.contains(&t.asking) {
-            self.out.push_back((t.asking, release_msg(txn, 0)));
+            self.out.push_back((t.asking, small(RELEASE, txn)));
         }
         self.release(&t.held);
         if t.state != TxnState::Active {
@@ -2174,8 +2163,8 @@ impl SymNode {
                 }
                 Some(())
             }
-            SymMsg::Release { txn, seq } => {
-                if txn >> 48 != from as u64 || seq != 0 {
+            SymMsg::Release { txn } => {
+                if txn >> 48 != from as u64 {
                     return None;
                 }
                 self.drop_remote(txn);
@@ -3111,7 +3100,7 @@ mod tests {
             msgs.push(m);
         }
         msgs.push(grant_msg(t, 1, 1, &[(0, 1)]));
-        msgs.push(release_msg(t, 0));
+        msgs.push(small(RELEASE, t));
         let mut lists = VecDeque::new();
         lock_list_msgs(&mut lists, 0, (0, None, 1400), 0, &[1, 2]);
         lock_list_msgs(&mut lists, 0, (0, Some((0, 0)), 1400), 0, &[1, 2]);
