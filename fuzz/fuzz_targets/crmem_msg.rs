@@ -80,14 +80,12 @@ fn sym_encode(m: &SymMsg<'_>) -> Vec<u8> {
     match m {
         SymMsg::Write {
             durable,
-            txn,
             deps,
             inner,
             ..
         } => {
             out.push(SWRITE);
             out.extend_from_slice(&durable.to_le_bytes());
-            out.extend_from_slice(&txn.to_le_bytes());
             deps_encode(deps, &mut out);
             out.extend_from_slice(inner);
         }
@@ -276,7 +274,7 @@ fn check_sym(data: &[u8]) {
         } => {
             assert!(deps.len() <= NODES_MAX);
             let head = if matches!(m, SymMsg::Write { .. }) {
-                18
+                10
             } else {
                 4
             };

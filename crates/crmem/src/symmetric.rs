@@ -88,8 +88,9 @@ const REQUESTS_MAX: usize = RANGES_PER_CALL;
 /// What a commit costs the log at least (a read-only one, which ships nothing).
 const PENDING_COST: usize = 64;
 
-/// SWRITE: `durable u64, txn u64`, deps, then a whole WRITE part (msg.rs): a part of the
-/// sender's commit of transaction `txn` (checked to be the sender's). Deps (`count u8, (origin u16, seq u64)*`): the commits it must be applied after.
+/// SWRITE: `durable u64`, deps, then a whole WRITE part (msg.rs): a part of the sender's
+/// commit; `durable`, the sender's last commit every live node holds. Deps (`count u8,
+/// (origin u16, seq u64)*`): the commits it must be applied after.
 pub const SWRITE: u8 = 16;
 /// RELAY: `origin u16`, deps, then a whole WRITE part: a dead origin's commit, passed on.
 pub const RELAY: u8 = 17;
@@ -178,7 +179,6 @@ fn merge_dep(deps: &mut Vec<(NodeId, u64)>, (o, s): (NodeId, u64)) {
 pub enum SymMsg<'a> {
     Write {
         durable: u64,
-        txn: u64,
         deps: Deps<'a>,
         seq: u64,
         part: u16,
@@ -254,13 +254,12 @@ impl<'a> SymMsg<'a> {
         };
         match r.u8()? {
             SWRITE => {
-                let (durable, txn) = (r.u64()?, r.u64()?);
+                let durable = r.u64()?;
                 let deps = Deps::read(&mut r)?;
                 let inner = r.rest();
                 let (seq, part, parts) = inner_write(inner)?;
                 Ok(SymMsg::Write {
                     durable,
-                    txn,
                     deps,
                     seq,
                     part,
@@ -457,12 +456,12 @@ fn grant_msg(txn: u64, req: u32, no: u64, deps: &[(NodeId, u64)]) -> Vec<u8> {
     out
 }
 
-/// SWRITE's head (`durable`, `txn`) or RELAY's (`origin`), then the deps.
-fn head(wide: Option<(u64, TxnId)>, origin: NodeId, deps: &[(NodeId, u64)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(17 + DEP_BYTES * deps.len());
+/// SWRITE's head (`durable`) or RELAY's (`origin`), then the deps.
+fn head(durable: Option<u64>, origin: NodeId, deps: &[(NodeId, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + DEP_BYTES * deps.len());
     let mut w = Writer::new(&mut out);
-    match wide {
-        Some((durable, txn)) => w.u64(durable).u64(txn),
+    match durable {
+        Some(d) => w.u64(d),
         None => w.u16(origin),
     };
     write_deps(&mut w, deps);
@@ -1524,8 +1523,8 @@ impl SymNode {
         if t.state != TxnState::Active {
             return Err(CrError::NotActive);
         }
-        // SWRITE's envelope: magic, kind, durable, txn, the deps.
-        let env = 2 + 8 + 8 + 1 + DEP_BYTES * t.deps.len();
+        // SWRITE's envelope: magic, kind, durable, the deps.
+        let env = 2 + 8 + 1 + DEP_BYTES * t.deps.len();
         if self.cfg.message_bytes < env + WRITE_HEADER + RANGE_HEADER + 1 {
             return Err(CrError::TooLarge);
         }
@@ -1555,7 +1554,7 @@ impl SymNode {
             self.seq
         } else {
             self.seq += 1;
-            let h = head(Some((self.durable, txn)), 0, &t.deps);
+            let h = head(Some(self.durable), 0, &t.deps);
             self.ship(self.seq, &writes, (parts as u16, room, mb), &h, &others);
             self.released[self.cfg.node as usize] = self.seq;
             self.seq
@@ -1980,16 +1979,12 @@ impl SymNode {
         match m {
             SymMsg::Write {
                 durable,
-                txn,
                 deps,
                 seq,
                 part,
                 parts,
                 inner,
             } => {
-                if txn >> 48 != from as u64 {
-                    return None;
-                }
                 let whole = self.on_write(from, seq, (part, parts), deps, inner)?;
                 let o = &mut self.origins[from as usize];
                 while o.tail.front().is_some_and(|w| w.seq <= durable) {
@@ -3111,11 +3106,7 @@ mod tests {
         let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
         b.range(0, 0, b"abcd");
         b.finish();
-        msgs.push(envelope(
-            SWRITE,
-            &head(Some((0, 1 << 48)), 0, &[(0, 0)]),
-            &w,
-        ));
+        msgs.push(envelope(SWRITE, &head(Some(0), 0, &[(0, 0)]), &w));
         msgs.push(envelope(RELAY, &head(None, 1, &[]), &w));
         let mut refused = 0;
         for m in &msgs {
@@ -3140,7 +3131,7 @@ mod tests {
         let mut b = WriteBuilder::new(&mut w, 1, 0, 1);
         b.range(0, 998, b"abcd");
         b.finish();
-        net.nodes[0].handle_message(1, &envelope(SWRITE, &head(Some((0, 1 << 48)), 0, &[]), &w));
+        net.nodes[0].handle_message(1, &envelope(SWRITE, &head(Some(0), 0, &[]), &w));
         // A RETURN naming a commit not sent, a lock past the segment's; a RECALL from a
         // node that is not the segment's home.
         let mut l = VecDeque::new();
