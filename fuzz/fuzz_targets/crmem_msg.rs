@@ -13,10 +13,14 @@
 //!   `LOCKS_PER_MESSAGE` and `NODES_MAX`; written again with that layout it gives back the
 //!   bytes (the LOCK's `write` flag and SNAP's `last` flag normalized) and parses back equal;
 //! - a WRITE part built with `WriteBuilder` from fuzzer-chosen ranges parses back to exactly
-//!   those ranges.
+//!   those ranges;
+//! - an accepted BUNDLE's messages tile its body, none is a bundle, and bundling them again
+//!   (`bundle_queue`, one node) gives back the same bytes; fuzzer-cut messages bundled to two
+//!   nodes come back out in each node's order, every bundle within its bound.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::collections::VecDeque;
 use txcast_crmem::msg::{
     self, Msg, SnapFields, WriteBuilder, MAGIC, RANGE_HEADER, SNAP_HEADER, WRITE_HEADER,
 };
@@ -362,7 +366,58 @@ fn check_builder(data: &[u8]) {
     assert_eq!(got, want);
 }
 
+/// The bundle properties of the module comment.
+fn check_bundle(data: &[u8]) {
+    if let Some(Ok(b)) = msg::unbundle(data) {
+        let items: Vec<&[u8]> = b.collect();
+        let tiled: usize = items.iter().map(|m| 2 + m.len()).sum();
+        assert_eq!(msg::BUNDLE_HEADER + tiled, data.len());
+        assert!(items.iter().all(|m| m.len() >= 2 && msg::unbundle(m).is_none()));
+        if items.len() > 1 {
+            let mut out: VecDeque<(u16, Vec<u8>)> = items.iter().map(|m| (1, m.to_vec())).collect();
+            let mut ready = VecDeque::new();
+            msg::bundle_queue(&mut out, &mut ready, data.len(), None);
+            assert_eq!(ready.len(), 1);
+            assert_eq!(ready[0].1, data);
+        }
+    }
+    // Messages cut from the input at its bytes' values, for node 1 or 2 by their first byte.
+    let (max, rest) = match data.split_first() {
+        Some((&m, rest)) => (64 + m as usize * 4, rest),
+        None => return,
+    };
+    let mut out = VecDeque::new();
+    let mut r = rest;
+    while let Some((&len, tail)) = r.split_first() {
+        let (m, tail) = tail.split_at(tail.len().min(len as usize));
+        let to = 1 + u16::from(m.first().is_some_and(|b| b & 1 == 1));
+        // A node never queues a bundle of its own, nor less than a magic and a kind.
+        if m.len() >= 2 && m[1] != msg::BUNDLE {
+            out.push_back((to, m.to_vec()));
+        }
+        r = tail;
+    }
+    let want: Vec<_> = out.iter().cloned().collect();
+    let mut ready = VecDeque::new();
+    msg::bundle_queue(&mut out, &mut ready, max, None);
+    for k in [1u16, 2] {
+        let mut got = Vec::new();
+        for (_, m) in ready.iter().filter(|(to, _)| *to == k) {
+            match msg::unbundle(m) {
+                None => got.push(m.clone()),
+                Some(b) => {
+                    assert!(m.len() <= max);
+                    got.extend(b.expect("a bundle built here parses").map(<[u8]>::to_vec));
+                }
+            }
+        }
+        let sent: Vec<_> = want.iter().filter(|(to, _)| *to == k).map(|(_, m)| m.clone()).collect();
+        assert_eq!(got, sent);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
+    check_bundle(data);
     check_msg(data);
     check_sym(data);
     check_builder(data);

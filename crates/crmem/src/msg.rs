@@ -21,7 +21,13 @@
 //! - `SNAP`: a piece of one segment (`segment, offset, bytes`) for request `nonce`, flagged
 //!   last on the final piece of the final segment, with the commit sequence number the
 //!   snapshot covers.
+//! - `BUNDLE` (either configuration): several messages to one node in one control message,
+//!   each as `len u16, bytes`, handled in order as if each had come alone. A node bundles
+//!   what it queued for a peer between two drains (commits shipped while the engine was busy,
+//!   the acknowledgements of a bundle's commits); the module, link and packet costs are then
+//!   paid once a bundle instead of once a message.
 
+use std::collections::VecDeque;
 use thiserror::Error;
 use txcast_proto::codec::{CodecError, Reader, Writer};
 
@@ -34,6 +40,8 @@ pub const DROPPED: u8 = 5;
 pub const CATCH_UP: u8 = 6;
 pub const RESUME: u8 = 7;
 pub const DURABLE: u8 = 8;
+/// Outside both configurations' kinds (the mirror's 1..=8, the symmetric's 16..=25).
+pub const BUNDLE: u8 = 63;
 
 /// A WRITE part's fixed fields: magic, kind, seq, part, parts, ranges.
 pub const WRITE_HEADER: usize = 2 + 8 + 2 + 2 + 2;
@@ -41,6 +49,13 @@ pub const WRITE_HEADER: usize = 2 + 8 + 2 + 2 + 2;
 pub const RANGE_HEADER: usize = 2 + 4 + 4;
 /// A SNAP piece's fixed fields: magic, kind, last, nonce, seq, segment, offset.
 pub const SNAP_HEADER: usize = 2 + 1 + 8 + 8 + 2 + 4;
+/// A bundle's fixed fields: magic, kind.
+pub const BUNDLE_HEADER: usize = 2;
+/// The length before each message in a bundle.
+pub const BUNDLE_ITEM_HEADER: usize = 2;
+/// Bytes of a bundle at most by default: a module control message's body at most, as a
+/// WRITE part's.
+pub const BUNDLE_BYTES: usize = 1024;
 
 /// Why a message was refused.
 #[derive(Debug, Error, PartialEq, Eq, Clone, Copy)]
@@ -59,6 +74,8 @@ pub enum MsgError {
     Part { part: u16, parts: u16 },
     #[error("resume from commit {from} to {to}: the first above the second")]
     Order { from: u64, to: u64 },
+    #[error("a bundle is empty, runs past its end, or holds a bundle or a runt")]
+    Bundle,
 }
 
 /// A decoded message, borrowing the datagram.
@@ -207,6 +224,119 @@ impl<'a> Msg<'a> {
             }
             k => Err(MsgError::Kind(k)),
         }
+    }
+}
+
+/// The messages of a BUNDLE, in order (framing checked by [`unbundle`]).
+#[derive(Clone, Debug)]
+pub struct Bundle<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Bundle<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (len, rest) = self.rest.split_first_chunk::<BUNDLE_ITEM_HEADER>()?;
+        let len = u16::from_le_bytes(*len) as usize;
+        let (m, rest) = rest.split_at_checked(len)?;
+        self.rest = rest;
+        Some(m)
+    }
+}
+
+/// `None` if `b` is not a BUNDLE; else its messages, once the framing is checked whole
+/// (every length within the bundle, at least one message, each at least a magic and a kind,
+/// none of them a bundle), so that a broken bundle is refused before any of its messages is
+/// handled.
+pub fn unbundle(b: &[u8]) -> Option<Result<Bundle<'_>, MsgError>> {
+    if b.len() < BUNDLE_HEADER || b[0] != MAGIC || b[1] != BUNDLE {
+        return None;
+    }
+    let all = Bundle {
+        rest: &b[BUNDLE_HEADER..],
+    };
+    let (mut n, mut used) = (0usize, BUNDLE_HEADER);
+    for m in all.clone() {
+        if m.len() < 2 || m[1] == BUNDLE {
+            return Some(Err(MsgError::Bundle));
+        }
+        n += 1;
+        used += BUNDLE_ITEM_HEADER + m.len();
+    }
+    if n == 0 || used != b.len() {
+        return Some(Err(MsgError::Bundle));
+    }
+    Some(Ok(all))
+}
+
+/// Queues an ACK of `seq` for `to`, or raises the one queued last if it is an ACK for `to`
+/// (acknowledgements are cumulative: a bundle's commits get one).
+pub fn queue_ack(out: &mut VecDeque<(u16, Vec<u8>)>, to: u16, seq: u64) {
+    match out.back_mut() {
+        Some((k, m)) if *k == to && m.len() == 10 && m[0] == MAGIC && m[1] == ACK => {
+            m[2..].copy_from_slice(&seq.to_le_bytes())
+        }
+        _ => {
+            let mut m = Vec::with_capacity(10);
+            ack(seq, &mut m);
+            out.push_back((to, m));
+        }
+    }
+}
+
+/// Moves the messages queued in `out` to `ready`, those to one node in bundles of at most
+/// `max` bytes (a message alone stays as it is). Each node's messages keep their order;
+/// messages to `alone` (a pseudo-node that reads them one by one), and any too long to share
+/// a bundle, go as they are.
+pub fn bundle_queue(
+    out: &mut VecDeque<(u16, Vec<u8>)>,
+    ready: &mut VecDeque<(u16, Vec<u8>)>,
+    max: usize,
+    alone: Option<u16>,
+) {
+    // Per node with something open: its first message, and the bundle once a second came.
+    let mut open: Vec<(u16, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    let close = |ready: &mut VecDeque<(u16, Vec<u8>)>,
+                 (to, first, b): (u16, Vec<u8>, Option<Vec<u8>>)| {
+        ready.push_back((to, b.unwrap_or(first)));
+    };
+    for (to, m) in out.drain(..) {
+        let at = open.iter().position(|o| o.0 == to);
+        let item = BUNDLE_ITEM_HEADER + m.len();
+        if Some(to) == alone || BUNDLE_HEADER + item > max || m.len() > u16::MAX as usize {
+            if let Some(i) = at {
+                close(ready, open.swap_remove(i));
+            }
+            ready.push_back((to, m));
+            continue;
+        }
+        let Some(i) = at else {
+            open.push((to, m, None));
+            continue;
+        };
+        let o = &mut open[i];
+        let used = match &o.2 {
+            Some(b) => b.len(),
+            None => BUNDLE_HEADER + BUNDLE_ITEM_HEADER + o.1.len(),
+        };
+        if used + item > max {
+            let full = std::mem::replace(o, (to, m, None));
+            close(ready, full);
+            continue;
+        }
+        let b = o.2.get_or_insert_with(|| {
+            let mut b = Vec::with_capacity(max);
+            b.extend_from_slice(&[MAGIC, BUNDLE]);
+            b.extend_from_slice(&(o.1.len() as u16).to_le_bytes());
+            b.extend_from_slice(&o.1);
+            b
+        });
+        b.extend_from_slice(&(m.len() as u16).to_le_bytes());
+        b.extend_from_slice(&m);
+    }
+    for o in open {
+        close(ready, o);
     }
 }
 
@@ -401,5 +531,120 @@ mod tests {
         );
         snap_req(77, &mut out);
         assert_eq!(Msg::parse(&out), Ok(Msg::SnapReq { nonce: 77 }));
+    }
+
+    fn queued(items: &[(u16, &[u8])]) -> VecDeque<(u16, Vec<u8>)> {
+        items.iter().map(|&(k, m)| (k, m.to_vec())).collect()
+    }
+
+    /// `ready` unbundled again: each node's messages in the order they came out.
+    fn per_node(ready: &VecDeque<(u16, Vec<u8>)>, k: u16) -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        for (to, m) in ready.iter().filter(|(to, _)| *to == k) {
+            assert_eq!(*to, k);
+            match unbundle(m) {
+                None => v.push(m.clone()),
+                Some(b) => v.extend(b.expect("a bundle built here parses").map(<[u8]>::to_vec)),
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn bundles_keep_each_nodes_order_within_their_bound() {
+        let a = [MAGIC, ACK, 1, 0, 0, 0, 0, 0, 0, 0];
+        let long = [7u8; 46];
+        let mut out = queued(&[
+            (1, &a[..]),
+            (2, &[1, 2, 3]),
+            (1, &long),
+            (9, &[4, 4]),
+            (1, &[5]),
+            (2, &[6, 6]),
+            (9, &[8]),
+            (3, &[9]),
+        ]);
+        let mut ready = VecDeque::new();
+        bundle_queue(&mut out, &mut ready, 64, Some(9));
+        assert!(out.is_empty());
+        assert_eq!(
+            per_node(&ready, 1),
+            vec![a.to_vec(), long.to_vec(), vec![5]]
+        );
+        assert_eq!(per_node(&ready, 2), vec![vec![1, 2, 3], vec![6, 6]]);
+        assert_eq!(per_node(&ready, 3), vec![vec![9]]);
+        // Node 9's messages go alone, in order.
+        let nine: Vec<_> = ready.iter().filter(|(k, _)| *k == 9).collect();
+        assert_eq!(nine.len(), 2);
+        assert!(nine.iter().all(|(_, m)| unbundle(m).is_none()));
+        // Within the bound: node 1's three messages (10 + 46 + 1 bytes, 2 more each in a
+        // bundle of 2 + ...) do not fit 64 together; a message left alone stays as it was.
+        for (_, m) in &ready {
+            assert!(m.len() <= 64, "{}", m.len());
+        }
+        assert_eq!(ready.iter().filter(|(k, _)| *k == 1).count(), 2);
+        assert_eq!(ready.iter().find(|(k, _)| *k == 3).unwrap().1, vec![9]);
+        // A message too long to share a bundle goes alone, after what was queued before it.
+        let mut out = queued(&[(1, &[1]), (1, &[2; 61]), (1, &[3])]);
+        let mut ready = VecDeque::new();
+        bundle_queue(&mut out, &mut ready, 64, None);
+        let got: Vec<_> = ready.iter().map(|(_, m)| m.clone()).collect();
+        assert_eq!(got, vec![vec![1], vec![2; 61], vec![3]]);
+    }
+
+    #[test]
+    fn broken_bundles_are_refused_whole() {
+        let mut out = queued(&[
+            (1, &[MAGIC, ACK, 0, 0, 0, 0, 0, 0, 0, 0]),
+            (1, &[MAGIC, DROPPED]),
+        ]);
+        let mut ready = VecDeque::new();
+        bundle_queue(&mut out, &mut ready, 1024, None);
+        let b = ready.pop_front().unwrap().1;
+        assert_eq!(unbundle(&b).unwrap().unwrap().count(), 2);
+        // Cut anywhere inside an item, or with a byte more: refused.
+        for n in 2..b.len() {
+            if n == BUNDLE_HEADER + BUNDLE_ITEM_HEADER + 10 {
+                continue; // a whole first message: a valid bundle of one
+            }
+            assert_eq!(
+                unbundle(&b[..n]).unwrap().err(),
+                Some(MsgError::Bundle),
+                "{n}"
+            );
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(unbundle(&long).unwrap().err(), Some(MsgError::Bundle));
+        // Empty, or holding a bundle.
+        assert_eq!(
+            unbundle(&[MAGIC, BUNDLE]).unwrap().err(),
+            Some(MsgError::Bundle)
+        );
+        let mut nested = vec![MAGIC, BUNDLE];
+        nested.extend_from_slice(&(b.len() as u16).to_le_bytes());
+        nested.extend_from_slice(&b);
+        assert_eq!(unbundle(&nested).unwrap().err(), Some(MsgError::Bundle));
+        // A message shorter than a magic and a kind.
+        let runt = [MAGIC, BUNDLE, 1, 0, MAGIC, 2, 0, MAGIC, DROPPED];
+        assert_eq!(unbundle(&runt).unwrap().err(), Some(MsgError::Bundle));
+        // Not a bundle at all.
+        assert!(unbundle(&[MAGIC, ACK]).is_none());
+        assert!(unbundle(&[MAGIC]).is_none());
+    }
+
+    #[test]
+    fn an_ack_still_queued_is_raised_not_repeated() {
+        let mut out = VecDeque::new();
+        queue_ack(&mut out, 1, 5);
+        queue_ack(&mut out, 1, 6);
+        assert_eq!(out.len(), 1);
+        assert_eq!(Msg::parse(&out[0].1), Ok(Msg::Ack { seq: 6 }));
+        // Another node's, or another message in between: a new one.
+        queue_ack(&mut out, 2, 7);
+        out.push_back((1, vec![MAGIC, DROPPED]));
+        queue_ack(&mut out, 1, 8);
+        assert_eq!(out.len(), 4);
+        assert_eq!(Msg::parse(&out[3].1), Ok(Msg::Ack { seq: 8 }));
     }
 }

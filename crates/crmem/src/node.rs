@@ -80,6 +80,9 @@ pub struct Config {
     /// Symmetric: a node keeps the locks a home granted it after its transactions end, for
     /// its next transactions, until the home recalls them (the mirror ignores it).
     pub cache_locks: bool,
+    /// Messages queued for one node between two `poll_transmit` calls go in BUNDLEs of at
+    /// most this many bytes ([`msg::BUNDLE_BYTES`] by default; 0: each message alone).
+    pub bundle_bytes: usize,
 }
 
 impl Default for Config {
@@ -92,6 +95,7 @@ impl Default for Config {
             message_bytes: MESSAGE_BYTES_MAX,
             disk_log: false,
             cache_locks: false,
+            bundle_bytes: msg::BUNDLE_BYTES,
         }
     }
 }
@@ -272,6 +276,8 @@ pub struct Node {
     pending: VecDeque<Pending>,
     assembling: Option<Assembly>,
     out: VecDeque<(NodeId, Vec<u8>)>,
+    /// Bundled out of `out`, for `poll_transmit`.
+    ready: VecDeque<(NodeId, Vec<u8>)>,
     events: VecDeque<Event>,
     counters: Counters,
     scratch: Vec<LockId>,
@@ -313,9 +319,13 @@ pub struct Node {
 type Undone = (Vec<(SegmentId, u32, u32)>, Vec<u8>);
 
 impl Node {
-    /// A node; `cfg.message_bytes` is kept within 64..=[`MESSAGE_BYTES_MAX`].
+    /// A node; `cfg.message_bytes`, and `cfg.bundle_bytes` unless 0, are kept within
+    /// 64..=[`MESSAGE_BYTES_MAX`].
     pub fn new(mut cfg: Config, role: Role) -> Node {
         cfg.message_bytes = cfg.message_bytes.clamp(64, MESSAGE_BYTES_MAX);
+        if cfg.bundle_bytes != 0 {
+            cfg.bundle_bytes = cfg.bundle_bytes.clamp(64, MESSAGE_BYTES_MAX);
+        }
         let mut n = Node {
             cfg,
             role,
@@ -329,6 +339,7 @@ impl Node {
             pending: VecDeque::new(),
             assembling: None,
             out: VecDeque::new(),
+            ready: VecDeque::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
             scratch: Vec::new(),
@@ -880,15 +891,34 @@ impl Node {
     }
 
     pub fn poll_transmit(&mut self) -> Option<(NodeId, Vec<u8>)> {
-        self.out.pop_front()
+        if self.cfg.bundle_bytes == 0 {
+            return self.out.pop_front();
+        }
+        if self.ready.is_empty() {
+            msg::bundle_queue(
+                &mut self.out,
+                &mut self.ready,
+                self.cfg.bundle_bytes,
+                Some(DISK),
+            );
+        }
+        self.ready.pop_front()
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 
-    /// A message from node `from`.
+    /// A message from node `from` (a BUNDLE's messages in order).
     pub fn handle_message(&mut self, from: NodeId, bytes: &[u8]) {
+        match msg::unbundle(bytes) {
+            None => self.handle_one(from, bytes),
+            Some(Ok(all)) => all.for_each(|m| self.handle_one(from, m)),
+            Some(Err(_)) => self.counters.refused += 1,
+        }
+    }
+
+    fn handle_one(&mut self, from: NodeId, bytes: &[u8]) {
         let Ok(m) = Msg::parse(bytes) else {
             self.counters.refused += 1;
             return;
@@ -1109,8 +1139,7 @@ impl Node {
                 cost,
             });
         }
-        msg::ack(seq, &mut self.buf);
-        self.out.push_back((from, self.buf.clone()));
+        msg::queue_ack(&mut self.out, from, seq);
     }
 
     /// Undoes the tail's commits above `r`, newest first. False if the tail does not hold

@@ -709,6 +709,8 @@ pub struct SymNode {
     /// dependency a grant names).
     released: Vec<u64>,
     out: VecDeque<(NodeId, Vec<u8>)>,
+    /// Bundled out of `out`, for `poll_transmit`.
+    ready: VecDeque<(NodeId, Vec<u8>)>,
     events: VecDeque<SymEvent>,
     counters: Counters,
     /// Lock ids of the range being mapped (kept to spare an allocation per range).
@@ -739,6 +741,9 @@ impl SymNode {
     /// process, which waits for a snapshot before it serves.
     pub fn new(mut cfg: Config, nodes: usize, recovering: bool) -> SymNode {
         cfg.message_bytes = cfg.message_bytes.clamp(64, MESSAGE_BYTES_MAX);
+        if cfg.bundle_bytes != 0 {
+            cfg.bundle_bytes = cfg.bundle_bytes.clamp(64, MESSAGE_BYTES_MAX);
+        }
         let n = nodes.clamp(1, NODES_MAX);
         SymNode {
             n,
@@ -798,6 +803,7 @@ impl SymNode {
             } else {
                 VecDeque::new()
             },
+            ready: VecDeque::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
             scratch: Vec::new(),
@@ -1929,18 +1935,36 @@ impl SymNode {
     }
 
     pub fn poll_transmit(&mut self) -> Option<(NodeId, Vec<u8>)> {
-        self.out.pop_front()
+        if self.cfg.bundle_bytes == 0 {
+            return self.out.pop_front();
+        }
+        if self.ready.is_empty() {
+            msg::bundle_queue(&mut self.out, &mut self.ready, self.cfg.bundle_bytes, None);
+        }
+        self.ready.pop_front()
     }
 
     pub fn poll_event(&mut self) -> Option<SymEvent> {
         self.events.pop_front()
     }
 
-    /// A message from node `from`. What does not parse, or breaks the protocol, is refused
-    /// and counted.
+    /// A message from node `from` (a BUNDLE's messages in order). What does not parse, or
+    /// breaks the protocol, is refused and counted.
     pub fn handle_message(&mut self, from: NodeId, bytes: &[u8]) {
-        if self.handle(from, bytes).is_none() {
-            self.counters.refused += 1;
+        match msg::unbundle(bytes) {
+            None => {
+                if self.handle(from, bytes).is_none() {
+                    self.counters.refused += 1;
+                }
+            }
+            Some(Ok(all)) => {
+                for m in all {
+                    if self.handle(from, m).is_none() {
+                        self.counters.refused += 1;
+                    }
+                }
+            }
+            Some(Err(_)) => self.counters.refused += 1,
         }
     }
 
@@ -2356,9 +2380,7 @@ impl SymNode {
                 if let Some(seq) = last {
                     progress = true;
                     if self.live.contains(&(o as NodeId)) {
-                        let mut a = Vec::new();
-                        msg::ack(seq, &mut a);
-                        self.out.push_back((o as NodeId, a));
+                        msg::queue_ack(&mut self.out, o as NodeId, seq);
                     }
                 }
             }
@@ -2537,7 +2559,11 @@ mod tests {
                 for i in 0..self.nodes.len() {
                     while let Some((to, m)) = self.nodes[i].poll_transmit() {
                         any = true;
-                        self.sent.push((i as NodeId, to, m[1]));
+                        // The kinds of a bundle's messages, as if each had gone alone.
+                        match msg::unbundle(&m) {
+                            Some(Ok(b)) => self.sent.extend(b.map(|x| (i as NodeId, to, x[1]))),
+                            _ => self.sent.push((i as NodeId, to, m[1])),
+                        }
                         if self.slow.contains(&(i as NodeId, to)) {
                             self.late.push((i as NodeId, to, m));
                         } else if !self.cut.contains(&(i as NodeId, to)) {

@@ -18,14 +18,19 @@ fn cfg(node: NodeId) -> Config {
 /// A primary (node 0) with backups 1..=n, each with one 4,000-byte segment of 100-byte
 /// records, ten to a lock.
 fn cluster(backups: u16) -> Vec<Node> {
+    cluster_with(backups, |c| c)
+}
+
+/// [`cluster`] with each node's configuration changed by `f`.
+fn cluster_with(backups: u16, f: impl Fn(Config) -> Config) -> Vec<Node> {
     let mut v = vec![Node::new(
-        cfg(0),
+        f(cfg(0)),
         Role::Primary {
             backups: (1..=backups).collect(),
         },
     )];
     for k in 1..=backups {
-        v.push(Node::new(cfg(k), Role::Backup { primary: 0 }));
+        v.push(Node::new(f(cfg(k)), Role::Backup { primary: 0 }));
     }
     for n in &mut v {
         n.add_segment(
@@ -700,4 +705,90 @@ fn a_disk_logged_commit_waits_for_the_disk_and_the_log_replays() {
     want[..2000].copy_from_slice(&[9; 2000]);
     assert_eq!(p.segment(0).unwrap(), &want[..]);
     assert!(!r.replay(b"\xC7\x63"), "not a WRITE");
+}
+
+#[test]
+fn commits_queued_together_travel_in_one_bundle_and_get_one_acknowledgement() {
+    use txcast_crmem::msg::{self, Msg};
+    for bundle_bytes in [msg::BUNDLE_BYTES, 0] {
+        let mut c = cluster_with(2, |c| Config { bundle_bytes, ..c });
+        let mut txns = Vec::new();
+        for i in 0..5u8 {
+            let t = c[0].begin(FAR).unwrap();
+            write(&mut c[0], t, u32::from(i) * 100, &[i + 1; 30]);
+            c[0].commit(t).unwrap();
+            txns.push(t);
+        }
+        let sent: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
+        if bundle_bytes == 0 {
+            // Each WRITE alone, to each backup.
+            assert_eq!(sent.len(), 10);
+            assert!(sent.iter().all(|(_, m)| msg::unbundle(m).is_none()));
+        } else {
+            // One bundle a backup, its five WRITEs in commit order.
+            assert_eq!(sent.len(), 2);
+            for (_, m) in &sent {
+                let seqs: Vec<u64> = msg::unbundle(m)
+                    .expect("a bundle")
+                    .expect("well formed")
+                    .map(|w| match Msg::parse(w) {
+                        Ok(Msg::Write(w)) => w.seq,
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                assert_eq!(seqs, [1, 2, 3, 4, 5]);
+            }
+        }
+        for (to, m) in sent {
+            c[to as usize].handle_message(0, &m);
+        }
+        for k in 1..=2usize {
+            // However they came, the backup answers what it applied before it was polled
+            // with one cumulative ACK.
+            let acks: Vec<_> = std::iter::from_fn(|| c[k].poll_transmit()).collect();
+            assert_eq!(acks.len(), 1, "bundle_bytes {bundle_bytes}");
+            assert_eq!(Msg::parse(&acks[0].1), Ok(Msg::Ack { seq: 5 }));
+            for (_, a) in acks {
+                c[0].handle_message(k as NodeId, &a);
+            }
+            assert_eq!(c[k].segment(0), c[0].segment(0));
+            assert_eq!(c[k].seq(), 5);
+        }
+        let done: Vec<_> = events(&mut c[0]);
+        assert_eq!(
+            done,
+            txns.iter()
+                .map(|&t| Event::Committed(t))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn a_broken_bundle_is_refused_whole_and_counted() {
+    use txcast_crmem::msg;
+    let mut c = cluster(1);
+    for i in 0..2u8 {
+        let t = c[0].begin(FAR).unwrap();
+        write(&mut c[0], t, u32::from(i) * 100, &[9; 10]);
+        c[0].commit(t).unwrap();
+    }
+    let (_, b) = c[0].poll_transmit().unwrap();
+    assert!(msg::unbundle(&b).is_some());
+    // Its last item cut short: neither commit is applied, one refusal.
+    c[1].handle_message(0, &b[..b.len() - 1]);
+    assert_eq!(c[1].counters().refused, 1);
+    assert_eq!(c[1].seq(), 0);
+    assert!(c[1].segment(0).unwrap().iter().all(|&x| x == 0));
+    // A bundle inside a bundle: refused too.
+    let mut nested = vec![msg::MAGIC, msg::BUNDLE];
+    nested.extend_from_slice(&(b.len() as u16).to_le_bytes());
+    nested.extend_from_slice(&b);
+    c[1].handle_message(0, &nested);
+    assert_eq!(c[1].counters().refused, 2);
+    assert_eq!(c[1].seq(), 0);
+    // The whole bundle applies both.
+    c[1].handle_message(0, &b);
+    assert_eq!(c[1].seq(), 2);
+    assert_eq!(c[1].segment(0), c[0].segment(0));
 }

@@ -59,9 +59,22 @@ pub struct CrmemSimOptions {
     /// Symmetric only: whether the nodes keep the locks their homes grant them
     /// (`Config::cache_locks`); `None`, half the seeds (by the seed).
     pub cache_locks: Option<bool>,
+    /// Both: the nodes' `Config::bundle_bytes`; `None`, drawn by the seed (a quarter of the
+    /// seeds send each message alone, a quarter bundle in 96 bytes, half in the default).
+    pub bundle_bytes: Option<usize>,
 }
 
 impl CrmemSimOptions {
+    /// The nodes' bundle bound for `seed`.
+    pub(crate) fn bundle_bytes(&self, seed: u64) -> usize {
+        self.bundle_bytes
+            .unwrap_or(match seed.wrapping_mul(0xA24B_AED4_963E_E407) >> 62 {
+                0 => 0,
+                1 => 96,
+                _ => txcast_crmem::msg::BUNDLE_BYTES,
+            })
+    }
+
     /// A client's pause between transactions, drawn below this: its transactions spread
     /// over the safety phase, where the crashes are.
     pub(crate) fn think_ns(&self) -> u64 {
@@ -78,6 +91,7 @@ impl Default for CrmemSimOptions {
             symmetric: false,
             disk: false,
             cache_locks: None,
+            bundle_bytes: None,
         }
     }
 }
@@ -373,6 +387,7 @@ fn mirror_node(
     incarnation: u64,
     role: Role,
     disk_log: bool,
+    bundle_bytes: usize,
 ) -> SimNode<Node> {
     let mut cr = Node::new(
         Config {
@@ -385,6 +400,7 @@ fn mirror_node(
             } else {
                 Config::default().message_bytes
             },
+            bundle_bytes,
             ..Config::default()
         },
         role,
@@ -738,6 +754,8 @@ impl Tally {
 
 struct CrmemWorld {
     opts: CrmemSimOptions,
+    /// The nodes' `Config::bundle_bytes`, restarted ones' too.
+    bundle_bytes: usize,
     cfg: LinkConfig,
     rng: Rng,
     faults: FaultConfig,
@@ -782,6 +800,7 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
             String::new()
         }
     });
+    let bundle_bytes = opts.bundle_bytes(seed);
     let nodes = (0..n)
         .map(|i| {
             let role = if i == 0 {
@@ -791,7 +810,7 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
             } else {
                 Role::Backup { primary: 0 }
             };
-            mirror_node(i, n, &cfg, 1, role, opts.disk)
+            mirror_node(i, n, &cfg, 1, role, opts.disk, bundle_bytes)
         })
         .collect();
     // Drawn after everything else, so that the runs without a disk stay as they were.
@@ -814,6 +833,7 @@ pub fn run_crmem(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport, Vi
         total_crash_at,
         primary_logs: vec![None; n],
         total_crashes: 0,
+        bundle_bytes,
     };
     harness::run(world, plan)
 }
@@ -990,6 +1010,7 @@ impl CrmemWorld {
                 self.incarnation[k],
                 Role::Primary { backups },
                 true,
+                self.bundle_bytes,
             );
             let (term, seq) = match self.disks[k].restore_into(&mut nd.cr) {
                 Ok(pos) => pos,
@@ -1036,6 +1057,7 @@ impl CrmemWorld {
                 self.incarnation[k],
                 Role::Recovering { from: p as u16 },
                 true,
+                self.bundle_bytes,
             );
         }
         for cl in &mut self.clients {
@@ -1100,6 +1122,7 @@ impl World for CrmemWorld {
             self.incarnation[k],
             Role::Recovering { from },
             self.opts.disk,
+            self.bundle_bytes,
         );
 
         if run.trace > 0 {

@@ -74,13 +74,14 @@ fn sym_node(
     cfg: &LinkConfig,
     incarnation: u64,
     recovering: bool,
-    cache_locks: bool,
+    (cache_locks, bundle_bytes): (bool, usize),
 ) -> SimNode<SymNode> {
     let mut cr = SymNode::new(
         Config {
             node: id as u16,
             incarnation,
             cache_locks,
+            bundle_bytes,
             ..Config::default()
         },
         n,
@@ -109,6 +110,8 @@ struct SymWorld {
     nodes: Vec<SimNode<SymNode>>,
     /// The nodes keep the locks their homes grant them (half the seeds, by the seed).
     cache_locks: bool,
+    /// The nodes' `Config::bundle_bytes` (by the seed).
+    bundle_bytes: usize,
     /// A quarter of the seeds (by the seed): every transaction declares its ranges in one
     /// `set_ranges` (locks taken in the order every node uses) and waits with no deadline in
     /// the run, so a cycle of waits is a stall the harness reports.
@@ -144,12 +147,14 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
         None => seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1,
     };
     let long_waits = seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62 == 0;
+    let bundle_bytes = opts.bundle_bytes(seed);
     let world = SymWorld {
         opts: opts.clone(),
         nodes: (0..n)
-            .map(|i| sym_node(i, n, &cfg, 1, false, cache_locks))
+            .map(|i| sym_node(i, n, &cfg, 1, false, (cache_locks, bundle_bytes)))
             .collect(),
         cache_locks,
+        bundle_bytes,
         long_waits,
         cfg,
         rng,
@@ -402,7 +407,14 @@ impl World for SymWorld {
             cl.step = Step::Idle;
         }
         let n = self.n();
-        self.nodes[k] = sym_node(k, n, &self.cfg, self.incarnation[k], true, self.cache_locks);
+        self.nodes[k] = sym_node(
+            k,
+            n,
+            &self.cfg,
+            self.incarnation[k],
+            true,
+            (self.cache_locks, self.bundle_bytes),
+        );
         self.join = Some(k);
         if run.trace > 0 {
             eprintln!("{:>10} crash of node {k}; view {}", run.ns(), self.view);

@@ -29,7 +29,7 @@ fn regression_seeds() {
     // the link to the new one, was taken for its own: a replica of zeros and a tail.
     let opts = CrmemSimOptions::default();
     for seed in [1771, 1792] {
-        run_crmem(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
+        replay(seed, &opts);
     }
 }
 
@@ -39,6 +39,18 @@ fn a_seed_replays_exactly() {
     let a = run_crmem(11, &opts).unwrap_or_else(|v| panic!("{v}"));
     let b = run_crmem(11, &opts).unwrap_or_else(|v| panic!("{v}"));
     assert_eq!(a.digest, b.digest);
+}
+
+/// A regression seed as it was found (each message alone) and with the bundling its seed
+/// draws.
+fn replay(seed: u64, opts: &CrmemSimOptions) {
+    for bundle_bytes in [Some(0), None] {
+        let o = CrmemSimOptions {
+            bundle_bytes,
+            ..opts.clone()
+        };
+        run_crmem(seed, &o).unwrap_or_else(|v| panic!("bundles {bundle_bytes:?}: {v}"));
+    }
 }
 
 fn with_disk() -> CrmemSimOptions {
@@ -75,7 +87,7 @@ fn disk_regression_seeds() {
     // so no disk held the acknowledged commits.
     let opts = with_disk();
     for seed in [1904, 1906, 1919, 2110, 2726, 2996] {
-        run_crmem(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
+        replay(seed, &opts);
     }
 }
 
@@ -116,36 +128,36 @@ fn symmetric_fixed_seeds_keep_every_acknowledged_commit_and_serialize() {
 fn symmetric_regression_seeds() {
     // 19 (2 nodes): clients of a node in a view change retried at the same instant, and
     // virtual time crawled by a nanosecond a step.
-    run_crmem(19, &symmetric(2)).unwrap_or_else(|v| panic!("{v}"));
+    replay(19, &symmetric(2));
     // 25 (2 nodes): a lock request sent in an earlier view to a node's earlier process
     // reached its restarted one and held a lock for ever; 22 (4 nodes): a restarted home
     // took a RELEASE before the request it released, held until its snapshot.
-    run_crmem(25, &symmetric(2)).unwrap_or_else(|v| panic!("{v}"));
-    run_crmem(22, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+    replay(25, &symmetric(2));
+    replay(22, &symmetric(4));
     // 4580 (4 nodes): a grant filed, then the transaction rolled back by a view change
     // before the client saw the grant; the client must wait for the abort.
-    run_crmem(4580, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+    replay(4580, &symmetric(4));
     // 90014886 and 90016921 (3 nodes): a dead node's commit waiting for a dependency on one
     // survivor when the survivors relayed, applied there afterwards, and missing on the other.
     for seed in [90014886, 90016921] {
-        run_crmem(seed, &symmetric(3)).unwrap_or_else(|v| panic!("{v}"));
+        replay(seed, &symmetric(3));
     }
     // 1314 (2 nodes): a node restarted twice in quick succession took, in its second
     // process, the snapshot its first had been sent (retransmitted by the link), and served
     // an old view for good (the unit test `a_restarted_node_recovers_then_serves` holds that
     // case; this seed's run changed with the fix). 1781 (4 nodes): a transaction rolled back
     // after its last grant was filed was worked on.
-    run_crmem(1314, &symmetric(2)).unwrap_or_else(|v| panic!("{v}"));
+    replay(1314, &symmetric(2));
     // 90003749 (2 nodes): the checker's: a node's last commit died with it unacknowledged
     // and no transaction read it after; no replica has it, as it may.
-    run_crmem(90003749, &symmetric(2)).unwrap_or_else(|v| panic!("{v}"));
-    run_crmem(1781, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+    replay(90003749, &symmetric(2));
+    replay(1781, &symmetric(4));
     // 110014672 and 110012683 (4 nodes): commits and an ACK of a node's dead process, late
     // on the link, reached a survivor after the view that admitted its restarted process
     // (before that process's RECOVER) and were taken as the new process's commits 1 and 2:
     // old writes applied, and the new process's own first commits then dropped as had.
     for seed in [110014672, 110012683] {
-        run_crmem(seed, &symmetric(4)).unwrap_or_else(|v| panic!("{v}"));
+        replay(seed, &symmetric(4));
     }
 }
 
@@ -158,18 +170,18 @@ fn symmetric_regression_seeds_with_and_without_kept_locks() {
     // for the other's.
     for (seed, nodes) in [(1454, 3), (1880, 4), (1741, 4), (16, 2)] {
         for keep in [false, true] {
-            run_crmem(seed, &keeping(nodes, keep)).unwrap_or_else(|v| panic!("keep {keep}: {v}"));
+            replay(seed, &keeping(nodes, keep));
         }
     }
     // The earlier regressions, with the locks kept and not.
     for (seed, nodes) in [(19, 2), (25, 2), (22, 4), (4580, 4), (1314, 2), (1781, 4)] {
         for keep in [false, true] {
-            run_crmem(seed, &keeping(nodes, keep)).unwrap_or_else(|v| panic!("keep {keep}: {v}"));
+            replay(seed, &keeping(nodes, keep));
         }
     }
     for seed in [90014886, 90016921] {
         for keep in [false, true] {
-            run_crmem(seed, &keeping(3, keep)).unwrap_or_else(|v| panic!("keep {keep}: {v}"));
+            replay(seed, &keeping(3, keep));
         }
     }
 }
