@@ -47,6 +47,8 @@ fn cfg(node: u16) -> Config {
         message_bytes: 256,
         disk_log: false,
         cache_locks: false,
+        // Small bundles: what a node sends is bundled and split.
+        bundle_bytes: 128,
     }
 }
 

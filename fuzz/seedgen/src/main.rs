@@ -404,6 +404,7 @@ mod crmem {
             message_bytes: 256,
             disk_log: false,
             cache_locks: false,
+            bundle_bytes: 128,
         }
     }
 
