@@ -216,6 +216,9 @@ pub struct Counters {
     pub cache_hits: u64,
     /// Symmetric: locks this home recalled from the nodes holding them.
     pub recalls: u64,
+    /// BUNDLEs sent, and the messages they carried (`Config::bundle_bytes`).
+    pub bundles: u64,
+    pub bundled: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -895,12 +898,14 @@ impl Node {
             return self.out.pop_front();
         }
         if self.ready.is_empty() {
-            msg::bundle_queue(
+            let (b, m) = msg::bundle_queue(
                 &mut self.out,
                 &mut self.ready,
                 self.cfg.bundle_bytes,
                 Some(DISK),
             );
+            self.counters.bundles += b;
+            self.counters.bundled += m;
         }
         self.ready.pop_front()
     }

@@ -1939,7 +1939,10 @@ impl SymNode {
             return self.out.pop_front();
         }
         if self.ready.is_empty() {
-            msg::bundle_queue(&mut self.out, &mut self.ready, self.cfg.bundle_bytes, None);
+            let (b, m) =
+                msg::bundle_queue(&mut self.out, &mut self.ready, self.cfg.bundle_bytes, None);
+            self.counters.bundles += b;
+            self.counters.bundled += m;
         }
         self.ready.pop_front()
     }

@@ -60,19 +60,26 @@ pub struct CrmemSimOptions {
     /// (`Config::cache_locks`); `None`, half the seeds (by the seed).
     pub cache_locks: Option<bool>,
     /// Both: the nodes' `Config::bundle_bytes`; `None`, drawn by the seed (a quarter of the
-    /// seeds send each message alone, a quarter bundle in 96 bytes, half in the default).
+    /// seeds send each message alone, a quarter bundle in 256 bytes, half in the default,
+    /// the mirror's WRITE parts of 64 bytes in half of those: a commit in several parts,
+    /// bundled).
     pub bundle_bytes: Option<usize>,
 }
 
 impl CrmemSimOptions {
-    /// The nodes' bundle bound for `seed`.
-    pub(crate) fn bundle_bytes(&self, seed: u64) -> usize {
-        self.bundle_bytes
-            .unwrap_or(match seed.wrapping_mul(0xA24B_AED4_963E_E407) >> 62 {
-                0 => 0,
-                1 => 96,
-                _ => txcast_crmem::msg::BUNDLE_BYTES,
-            })
+    /// The nodes' bundle bound for `seed`, and the mirror's `message_bytes` (`None`: the
+    /// default).
+    pub(crate) fn bundle_bytes(&self, seed: u64) -> (usize, Option<usize>) {
+        let draw = seed.wrapping_mul(0xA24B_AED4_963E_E407) >> 62;
+        let bound = match draw {
+            0 => 0,
+            1 => 256,
+            _ => txcast_crmem::msg::BUNDLE_BYTES,
+        };
+        match self.bundle_bytes {
+            Some(b) => (b, None),
+            None => (bound, (draw == 2).then_some(64)),
+        }
     }
 
     /// A client's pause between transactions, drawn below this: its transactions spread
@@ -387,7 +394,7 @@ fn mirror_node(
     incarnation: u64,
     role: Role,
     disk_log: bool,
-    bundle_bytes: usize,
+    bundle: (usize, Option<usize>),
 ) -> SimNode<Node> {
     let mut cr = Node::new(
         Config {
@@ -398,9 +405,9 @@ fn mirror_node(
             message_bytes: if disk_log {
                 160
             } else {
-                Config::default().message_bytes
+                bundle.1.unwrap_or(Config::default().message_bytes)
             },
-            bundle_bytes,
+            bundle_bytes: bundle.0,
             ..Config::default()
         },
         role,
@@ -754,8 +761,8 @@ impl Tally {
 
 struct CrmemWorld {
     opts: CrmemSimOptions,
-    /// The nodes' `Config::bundle_bytes`, restarted ones' too.
-    bundle_bytes: usize,
+    /// The nodes' `Config::bundle_bytes` and `message_bytes`, restarted ones' too.
+    bundle_bytes: (usize, Option<usize>),
     cfg: LinkConfig,
     rng: Rng,
     faults: FaultConfig,
@@ -1265,4 +1272,8 @@ pub(crate) fn add_counters(a: &mut Counters, b: &Counters) {
     a.undone += b.undone;
     a.apply_waits += b.apply_waits;
     a.commits_held += b.commits_held;
+    a.cache_hits += b.cache_hits;
+    a.recalls += b.recalls;
+    a.bundles += b.bundles;
+    a.bundled += b.bundled;
 }

@@ -147,7 +147,7 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
         None => seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1,
     };
     let long_waits = seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62 == 0;
-    let bundle_bytes = opts.bundle_bytes(seed);
+    let bundle_bytes = opts.bundle_bytes(seed).0;
     let world = SymWorld {
         opts: opts.clone(),
         nodes: (0..n)

@@ -6,8 +6,10 @@ use txcast_sim::crmem_sim::{run_crmem, CrmemSimOptions};
 fn fixed_seeds_keep_every_acknowledged_commit_and_the_invariant() {
     let opts = CrmemSimOptions::default();
     let (mut failovers, mut restarts, mut timeouts, mut audits, mut aborted) = (0, 0, 0, 0, 0);
+    let mut bundling = 0;
     for seed in 0..300u64 {
         let r = run_crmem(seed, &opts).unwrap_or_else(|v| panic!("{v}"));
+        bundling += u64::from(r.nodes.bundles > 10);
         failovers += u64::from(r.failovers > 0);
         restarts += u64::from(r.restarts > r.failovers);
         timeouts += u64::from(r.timeouts > 0);
@@ -17,6 +19,7 @@ fn fixed_seeds_keep_every_acknowledged_commit_and_the_invariant() {
     assert!(failovers > 30, "{failovers} seeds with a failover");
     assert!(restarts > 30, "{restarts} seeds with a backup restarted");
     assert!(timeouts > 15, "{timeouts} seeds with a lock timeout");
+    assert!(bundling > 50, "{bundling} seeds sent bundles");
     assert!(
         audits > 1000 && aborted > 1000,
         "{audits} audits, {aborted} aborts"
@@ -109,17 +112,19 @@ fn keeping(nodes: usize, keep: bool) -> CrmemSimOptions {
 
 #[test]
 fn symmetric_fixed_seeds_keep_every_acknowledged_commit_and_serialize() {
-    let (mut views, mut timeouts, mut audits) = (0, 0, 0);
+    let (mut views, mut timeouts, mut audits, mut bundling) = (0, 0, 0, 0);
     for nodes in 2..=4 {
         let opts = symmetric(nodes);
         for seed in 0..30u64 {
             let r = run_crmem(seed, &opts).unwrap_or_else(|v| panic!("{nodes} nodes: {v}"));
+            bundling += u64::from(r.nodes.bundles > 10);
             views += u64::from(r.failovers > 0);
             timeouts += u64::from(r.timeouts > 0);
             audits += r.audits;
         }
     }
     assert!(views > 20, "{views} seeds with a view change");
+    assert!(bundling > 30, "{bundling} seeds sent bundles");
     assert!(timeouts > 10, "{timeouts} seeds with a lock timeout");
     assert!(audits > 300, "{audits} audits");
 }
