@@ -307,6 +307,11 @@ pub fn bundle_queue(
         bundle: Option<Vec<u8>>,
         count: u64,
     }
+    if out.len() < 2 {
+        // Nothing to share a bundle with (the usual case one commit at a time).
+        ready.extend(out.drain(..));
+        return (0, 0);
+    }
     let (mut bundles, mut bundled) = (0u64, 0u64);
     let mut close = |ready: &mut VecDeque<(u16, Vec<u8>)>, o: Open| {
         if o.count > 1 {
