@@ -198,3 +198,15 @@ fn symmetric_seed_replays_exactly() {
     let b = run_crmem(5, &opts).unwrap_or_else(|v| panic!("{v}"));
     assert_eq!(a.digest, b.digest);
 }
+
+#[test]
+fn a_long_partition_drops_its_packets_in_a_loop() {
+    // 340013462 (3 nodes): a partition dropped 46,609 packets, and the network's pop took
+    // each dropped one with a call deeper, past a sweep thread's stack.
+    std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(|| replay(340013462, &CrmemSimOptions::default()))
+        .expect("thread")
+        .join()
+        .expect("no overflow");
+}
