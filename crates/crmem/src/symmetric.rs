@@ -72,7 +72,7 @@ use crate::node::{
 };
 use crate::txmem::{self, take_into, Held, Segment, SetRange, Undo};
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use txcast_proto::codec::{Reader, Writer};
 use txcast_proto::time::Instant;
 
@@ -575,6 +575,8 @@ struct Txn {
     /// The commits its grants named: applied here before it touches the ranges, and
     /// before its own commit anywhere.
     deps: Vec<(NodeId, u64)>,
+    /// While it waits for a lock in this node's table: the lock whose release tries it again.
+    blocked_on: Option<(SegmentId, LockId)>,
 }
 
 struct Pending {
@@ -590,6 +592,16 @@ struct Pending {
 struct Remote {
     from: NodeId,
     wants: VecDeque<Want>,
+    /// While its first request waits: the lock whose release tries it again.
+    blocked_on: Option<(SegmentId, LockId)>,
+}
+
+/// What waits for a lock in this node's table: a transaction of this node, or (at its
+/// home) a remote transaction's first request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waiter {
+    Local(TxnId),
+    Remote(TxnId),
 }
 
 /// A lock of this home another node holds (its mode is the lock table's): the last GRANT
@@ -682,10 +694,20 @@ pub struct SymNode {
     segments: Vec<Homed>,
     txns: FxHashMap<TxnId, Txn>,
     next_txn: u64,
-    /// Transactions waiting, local or at a home, in arrival order.
-    waiting: VecDeque<TxnId>,
+    /// Transactions waiting, local or at a home, by deadline.
+    waiting: BTreeSet<(Instant, TxnId)>,
+    /// Those of them waiting for commits to be applied here.
+    apply_waiting: Vec<TxnId>,
+    /// Per lock of this node's table, what waits for it, in the order they came: each
+    /// waiter is filed under one lock that keeps it out, and tried again when that lock is
+    /// released (or its hold changes), not on every event.
+    lock_waiters: FxHashMap<(SegmentId, LockId), Vec<Waiter>>,
+    /// Locks with waiters released since the last [`SymNode::grant_waiting`].
+    woken: Vec<(SegmentId, LockId)>,
+    /// Every remote request waiting is tried at the next [`SymNode::grant_waiting`] (a view
+    /// change freed every lock other nodes held).
+    rescan: bool,
     remote: FxHashMap<TxnId, Remote>,
-    remote_waiting: VecDeque<TxnId>,
     /// As a home: its locks other nodes hold, by segment, lock and node; the number of the
     /// last GRANT sent (numbered across all nodes, rising on every channel).
     holds: FxHashMap<(SegmentId, LockId, NodeId), Hold>,
@@ -772,9 +794,12 @@ impl SymNode {
             segments: Vec::new(),
             txns: FxHashMap::default(),
             next_txn: 1,
-            waiting: VecDeque::new(),
+            waiting: BTreeSet::new(),
+            apply_waiting: Vec::new(),
+            lock_waiters: FxHashMap::default(),
+            woken: Vec::new(),
+            rescan: false,
             remote: FxHashMap::default(),
-            remote_waiting: VecDeque::new(),
             holds: FxHashMap::default(),
             grants: 0,
             grant_seen: vec![0; n],
@@ -852,7 +877,7 @@ impl SymNode {
         for (txn, t) in self
             .waiting
             .iter()
-            .filter_map(|w| Some((w, self.txns.get(w)?)))
+            .filter_map(|(_, w)| Some((w, self.txns.get(w)?)))
         {
             let ranges: Vec<String> = t
                 .todo
@@ -875,18 +900,21 @@ impl SymNode {
                 })
                 .collect();
             out.push(format!(
-                "txn {txn:x} {:?} asking {} {:?}: {}",
+                "txn {txn:x} {:?} asking {} {:?} blocked on {:?}: {}",
                 t.state,
                 t.asking,
                 t.asked,
+                t.blocked_on,
                 ranges.join(" ")
             ));
         }
-        for txn in &self.remote_waiting {
-            if let Some(w) = self.remote.get(txn).and_then(|r| r.wants.front()) {
+        let mut remote: Vec<_> = self.remote.iter().collect();
+        remote.sort_unstable_by_key(|(&txn, _)| txn);
+        for (txn, rm) in remote {
+            if let Some(w) = rm.wants.front().filter(|w| w.got == w.parts) {
                 out.push(format!(
-                    "remote {txn:x} s{} {:?} write {}",
-                    w.segment, w.locks, w.write
+                    "remote {txn:x} s{} {:?} write {} blocked on {:?}",
+                    w.segment, w.locks, w.write, rm.blocked_on
                 ));
             }
         }
@@ -968,6 +996,7 @@ impl SymNode {
                 asking: 0,
                 asked_locks: v.asked_locks,
                 deps: v.deps,
+                blocked_on: None,
             },
         );
         self.counters.begun += 1;
@@ -1033,7 +1062,8 @@ impl SymNode {
         if self.proceed(txn) {
             return Ok(Lock::Granted);
         }
-        self.waiting.push_back(txn);
+        let deadline = self.txns[&txn].deadline;
+        self.waiting.insert((deadline, txn));
         self.counters.lock_waits += 1;
         Ok(Lock::Waiting)
     }
@@ -1043,6 +1073,9 @@ impl SymNode {
     /// home's grants are in (so locks are taken in the declared order). True when every
     /// range is usable.
     fn proceed(&mut self, txn: TxnId) -> bool {
+        if let Some(k) = self.txns.get_mut(&txn).and_then(|t| t.blocked_on.take()) {
+            self.unfile(k, Waiter::Local(txn));
+        }
         let mut ids = std::mem::take(&mut self.scratch);
         while let Some(&r) = self.txns[&txn].todo.first() {
             let home = self.home_in(self.segments[r.segment as usize].home, &self.live);
@@ -1082,6 +1115,33 @@ impl SymNode {
             };
             let Some(new) = taken else {
                 t.state = TxnState::WaitLocal;
+                // Filed under a lock that keeps it out: tried again when that one changes.
+                // Held here by `txn` in exclusive mode (`Some(true)`) or shared.
+                let held = |x: LockId| {
+                    t.held
+                        .iter()
+                        .find(|&&(s, h, _)| s == r.segment && h == x)
+                        .map(|&(_, _, m)| m)
+                };
+                let blocker = ids
+                    .iter()
+                    .copied()
+                    .find(|&l| {
+                        let enough = held(l).is_some_and(|m| m || !write);
+                        let kept_out =
+                            self.cache.get(&(r.segment, l)).is_some_and(|c| c.recalled) && !enough;
+                        (home != self.cfg.node && kept_out)
+                            || !g
+                                .locks
+                                .can_take(txn, &[l], write, |x| held(x) == Some(false))
+                    })
+                    .or_else(|| ids.first().copied())
+                    .unwrap_or(0);
+                t.blocked_on = Some((r.segment, blocker));
+                self.lock_waiters
+                    .entry((r.segment, blocker))
+                    .or_default()
+                    .push(Waiter::Local(txn));
                 if home == self.cfg.node {
                     self.recall_blockers(r.segment, &ids, write, None);
                 }
@@ -1226,6 +1286,7 @@ impl SymNode {
         let t = self.txns.get_mut(&txn).expect("checked");
         if t.state != TxnState::WaitApply {
             t.state = TxnState::WaitApply;
+            self.apply_waiting.push(txn);
             self.counters.apply_waits += 1;
         }
         false
@@ -1290,9 +1351,15 @@ impl SymNode {
         if !t.asked.is_empty() && t.asking != self.cfg.node && self.live.contains(&t.asking) {
             self.out.push_back((t.asking, small(RELEASE, txn)));
         }
+        if let Some(k) = t.blocked_on.take() {
+            self.unfile(k, Waiter::Local(txn));
+        }
         self.release(&t.held);
         if t.state != TxnState::Active {
-            self.waiting.retain(|&w| w != txn);
+            self.waiting.remove(&(t.deadline, txn));
+            if t.state == TxnState::WaitApply {
+                self.apply_waiting.retain(|&w| w != txn);
+            }
         }
         self.counters.aborted += 1;
         self.recycle(t);
@@ -1305,6 +1372,7 @@ impl SymNode {
     fn release(&mut self, held: &Held) {
         txmem::release(&mut self.segments, held);
         for &(s, l, _) in held {
+            self.touch(s, l);
             let Some(&c) = self.cache.get(&(s, l)) else {
                 continue;
             };
@@ -1401,60 +1469,111 @@ impl SymNode {
         self.returning = r;
     }
 
-    /// Waiting transactions (local, then remote at this home) take what is free now.
-    fn grant_waiting(&mut self) {
-        let mut i = 0;
-        while i < self.waiting.len() {
-            let txn = self.waiting[i];
-            match self.txns.get(&txn).map(|t| t.state) {
-                Some(TxnState::WaitLocal) => {
-                    if self.proceed(txn) {
-                        self.waiting.remove(i);
-                        self.events.push_back(SymEvent::Granted(txn));
-                        continue;
-                    }
-                }
-                Some(TxnState::WaitApply) => {
-                    if self.granted_if_applied(txn) {
-                        self.waiting.remove(i);
-                        self.events.push_back(SymEvent::Granted(txn));
-                        continue;
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    self.waiting.remove(i);
-                    continue;
-                }
-            }
-            i += 1;
-        }
-        if self.phase != Phase::Serving {
-            return;
-        }
-        let mut i = 0;
-        while i < self.remote_waiting.len() {
-            let txn = self.remote_waiting[i];
-            if self.try_remote(txn) {
-                self.remote_waiting.remove(i);
-            } else {
-                i += 1;
+    /// Files `w` under lock `k`: tried again when `k` is released or its hold changes.
+    fn file(&mut self, k: (SegmentId, LockId), w: Waiter) {
+        self.lock_waiters.entry(k).or_default().push(w);
+    }
+
+    /// Takes `w` out of lock `k`'s waiters.
+    fn unfile(&mut self, k: (SegmentId, LockId), w: Waiter) {
+        if let Some(ws) = self.lock_waiters.get_mut(&k) {
+            ws.retain(|&x| x != w);
+            if ws.is_empty() {
+                self.lock_waiters.remove(&k);
             }
         }
     }
 
-    /// Grants remote `txn`'s assembled requests, in order, while their locks are free here;
-    /// false when one waits.
-    fn try_remote(&mut self, txn: TxnId) -> bool {
-        while self.grant_remote(txn) {}
-        let Some(rm) = self.remote.get(&txn) else {
-            return true;
-        };
-        if rm.wants.is_empty() {
-            self.remote.remove(&txn);
-            return true;
+    /// Lock `l` of `s` was released here, or its hold changed: what waits for it is tried
+    /// at the next [`SymNode::grant_waiting`].
+    fn touch(&mut self, s: SegmentId, l: LockId) {
+        if self.lock_waiters.contains_key(&(s, l)) {
+            self.woken.push((s, l));
         }
-        rm.wants.front().is_none_or(|w| w.got != w.parts)
+    }
+
+    /// Waiting transactions take what is free now: those waiting for commits to be applied
+    /// here, then (after a view change, every remote request) the waiters of the locks
+    /// released since the last call, each lock's in the order they came.
+    fn grant_waiting(&mut self) {
+        if !self.apply_waiting.is_empty() {
+            let mut list = std::mem::take(&mut self.apply_waiting);
+            list.retain(|&txn| {
+                let Some(t) = self.txns.get(&txn) else {
+                    return false;
+                };
+                if t.state != TxnState::WaitApply {
+                    return false;
+                }
+                if !self.applied_all(&t.deps) {
+                    return true;
+                }
+                self.waiting.remove(&(t.deadline, txn));
+                self.grant(txn);
+                self.events.push_back(SymEvent::Granted(txn));
+                false
+            });
+            list.append(&mut self.apply_waiting);
+            self.apply_waiting = list;
+        }
+        if self.phase != Phase::Serving {
+            // No transaction of this node is open; the remote requests wait for the view.
+            self.woken.clear();
+            return;
+        }
+        if std::mem::take(&mut self.rescan) {
+            let mut all: Vec<TxnId> = self.remote.keys().copied().collect();
+            all.sort_unstable();
+            for txn in all {
+                self.try_remote(txn);
+            }
+        }
+        let mut i = 0;
+        while i < self.woken.len() {
+            let k = self.woken[i];
+            i += 1;
+            let Some(ws) = self.lock_waiters.remove(&k) else {
+                continue;
+            };
+            for w in ws {
+                match w {
+                    Waiter::Local(txn) => {
+                        let Some(t) = self.txns.get_mut(&txn) else {
+                            continue;
+                        };
+                        if t.blocked_on != Some(k) || t.state != TxnState::WaitLocal {
+                            continue;
+                        }
+                        t.blocked_on = None;
+                        let deadline = t.deadline;
+                        if self.proceed(txn) {
+                            self.waiting.remove(&(deadline, txn));
+                            self.events.push_back(SymEvent::Granted(txn));
+                        }
+                    }
+                    Waiter::Remote(txn) => {
+                        let Some(rm) = self.remote.get_mut(&txn) else {
+                            continue;
+                        };
+                        if rm.blocked_on != Some(k) {
+                            continue;
+                        }
+                        rm.blocked_on = None;
+                        self.try_remote(txn);
+                    }
+                }
+            }
+        }
+        self.woken.clear();
+    }
+
+    /// Grants remote `txn`'s assembled requests, in order, while their locks are free here;
+    /// one that waits is filed under a lock that keeps it out.
+    fn try_remote(&mut self, txn: TxnId) {
+        while self.grant_remote(txn) {}
+        if self.remote.get(&txn).is_some_and(|rm| rm.wants.is_empty()) {
+            self.remote.remove(&txn);
+        }
     }
 
     /// Grants remote `txn`'s first request to its node if it is assembled and its locks are
@@ -1470,19 +1589,33 @@ impl SymNode {
         let table = &mut self.segments[seg as usize].locks;
         let holds = &self.holds;
         let mine = |l: LockId| holds.contains_key(&(seg, l, from));
-        let free = w.locks.iter().all(|&l| match table.state(l) {
-            LockState::Free => true,
-            LockState::Exclusive(o) => o == node_owner(from),
-            LockState::Shared(n) => !write || (n == 1 && mine(l)),
+        let blocker = w.locks.iter().copied().find(|&l| match table.state(l) {
+            LockState::Free => false,
+            LockState::Exclusive(o) => o != node_owner(from),
+            LockState::Shared(n) => write && !(n == 1 && mine(l)),
         });
-        if !free {
+        if let Some(b) = blocker {
+            let old = rm.blocked_on.replace((seg, b));
             let locks = std::mem::take(&mut rm.wants.front_mut().expect("front").locks);
             self.recall_blockers(seg, &locks, write, Some(from));
             if let Some(w) = self.remote.get_mut(&txn).and_then(|r| r.wants.front_mut()) {
                 w.locks = locks;
             }
+            // Filed once: a request still kept out by the same lock keeps its place.
+            if old != Some((seg, b)) {
+                if let Some(k) = old {
+                    self.unfile(k, Waiter::Remote(txn));
+                }
+                self.file((seg, b), Waiter::Remote(txn));
+            }
             return false;
         }
+        if let Some(k) = rm.blocked_on.take() {
+            self.unfile(k, Waiter::Remote(txn));
+        }
+        let table = &mut self.segments[seg as usize].locks;
+        let rm = self.remote.get_mut(&txn).expect("checked");
+        let w = rm.wants.front().expect("checked");
         self.grants += 1;
         let no = self.grants;
         for &l in &w.locks {
@@ -1762,6 +1895,10 @@ impl SymNode {
                 .push_back(SymEvent::Aborted(txn, SymAbort::ViewChange));
         }
         self.waiting.clear();
+        self.apply_waiting.clear();
+        // The locks other nodes held are free: the remote requests left are tried when the
+        // view serves.
+        self.rescan = true;
         for s in 0..self.segments.len() {
             let h = self.segments[s].home;
             let (was, now) = (self.home_in(h, &old), self.home_in(h, &self.live));
@@ -1809,8 +1946,8 @@ impl SymNode {
 
     /// Forgets remote `txn`'s requests not granted yet.
     fn drop_remote(&mut self, txn: TxnId) {
-        if self.remote.remove(&txn).is_some() {
-            self.remote_waiting.retain(|&w| w != txn);
+        if let Some(k) = self.remote.remove(&txn).and_then(|rm| rm.blocked_on) {
+            self.unfile(k, Waiter::Remote(txn));
         }
     }
 
@@ -1831,12 +1968,16 @@ impl SymNode {
                 continue;
             };
             if h.grant > got {
+                // Its waiters recall it again.
                 h.recalled = false;
-                continue;
+            } else {
+                self.holds.remove(&(seg, l, k));
+                let x = matches!(g.locks.state(l), LockState::Exclusive(_));
+                g.locks.release(l, x);
             }
-            self.holds.remove(&(seg, l, k));
-            let x = matches!(g.locks.state(l), LockState::Exclusive(_));
-            g.locks.release(l, x);
+            if self.lock_waiters.contains_key(&(seg, l)) {
+                self.woken.push((seg, l));
+            }
         }
     }
 
@@ -1911,8 +2052,8 @@ impl SymNode {
         let late: Vec<TxnId> = self
             .waiting
             .iter()
-            .copied()
-            .filter(|w| self.txns.get(w).is_some_and(|t| t.deadline <= now))
+            .take_while(|&&(d, _)| d <= now)
+            .map(|&(_, txn)| txn)
             .collect();
         for txn in late {
             let t = self
@@ -1928,10 +2069,7 @@ impl SymNode {
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.waiting
-            .iter()
-            .filter_map(|w| self.txns.get(w).map(|t| t.deadline))
-            .min()
+        self.waiting.first().map(|&(d, _)| d)
     }
 
     pub fn poll_transmit(&mut self) -> Option<(NodeId, Vec<u8>)> {
@@ -2134,12 +2272,10 @@ impl SymNode {
                         return None;
                     }
                 }
+                // While the view changes, every request is tried when it is over.
                 let whole = rm.wants.front().is_some_and(|w| w.got == w.parts);
-                if whole
-                    && (self.phase != Phase::Serving || !self.try_remote(txn))
-                    && !self.remote_waiting.contains(&txn)
-                {
-                    self.remote_waiting.push_back(txn);
+                if whole && self.phase == Phase::Serving {
+                    self.try_remote(txn);
                 }
                 Some(())
             }
@@ -2179,8 +2315,9 @@ impl SymNode {
                 if t.state != TxnState::WaitHome || !t.asked.is_empty() {
                     return Some(());
                 }
+                let deadline = t.deadline;
                 if self.proceed(txn) {
-                    self.waiting.retain(|&w| w != txn);
+                    self.waiting.remove(&(deadline, txn));
                     self.events.push_back(SymEvent::Granted(txn));
                 }
                 Some(())
@@ -2218,10 +2355,13 @@ impl SymNode {
                     }
                     if back {
                         self.cache.remove(&(segment, l));
+                        self.touch(segment, l);
                         self.returning.push((from, segment, l));
                     }
                 }
                 self.send_returns();
+                // A transaction here kept out of a recalled lock now asks its home for it.
+                self.grant_waiting();
                 Some(())
             }
             SymMsg::Return {
