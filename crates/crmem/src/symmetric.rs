@@ -3083,6 +3083,53 @@ mod tests {
         assert_eq!(&net.nodes[0].segment(0).unwrap()[..4], &[2, 1, 1, 1]);
     }
 
+    /// The transactions waiting for one lock, the home's own and other nodes', take it in
+    /// the order they asked, each reading what the one before it wrote.
+    #[test]
+    fn waiters_of_a_lock_take_it_in_the_order_they_came() {
+        let mut net = Net::new(3, &[0]);
+        let a = net.nodes[0].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[0].set_range(a, 0, 0, 4, Mode::Write),
+            Ok(Lock::Granted)
+        );
+        // b (home), r (node 1), c (home), s (node 2), in this order.
+        let mut order = vec![(0, a)];
+        for k in [0, 1, 0, 2] {
+            let t = net.nodes[k].begin(FAR).unwrap();
+            assert_eq!(
+                net.nodes[k].set_range(t, 0, 0, 4, Mode::Write),
+                Ok(Lock::Waiting)
+            );
+            net.pump();
+            order.push((k, t));
+        }
+        let mut granted = vec![a];
+        for (i, &(k, t)) in order.iter().enumerate() {
+            for m in 0..3 {
+                granted.extend(net.events(m).into_iter().filter_map(|e| match e {
+                    SymEvent::Granted(x) => Some(x),
+                    _ => None,
+                }));
+            }
+            let so_far: Vec<TxnId> = order[..=i].iter().map(|&(_, x)| x).collect();
+            assert_eq!(
+                granted,
+                so_far,
+                "granted once waiter {} ended",
+                i.max(1) - 1
+            );
+            assert_eq!(net.nodes[k].range(t, 0, 0, 4).unwrap(), &[i as u8; 4]);
+            net.nodes[k]
+                .range_mut(t, 0, 0, 4)
+                .unwrap()
+                .fill(i as u8 + 1);
+            net.nodes[k].commit(t).unwrap();
+            net.pump();
+        }
+        assert_everywhere(&net, 0, 0, order.len() as u8);
+    }
+
     /// The home frees a lock when its writer commits; the next holder waits until the
     /// write is applied in its own replica.
     #[test]
