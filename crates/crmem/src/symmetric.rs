@@ -10,7 +10,10 @@
 //! own transactions and the other nodes: a home grants a request's locks to the requester's
 //! node, which holds them (in its `cache`) until it gives them back with a RETURN. A wait,
 //! local or remote, past the transaction's deadline aborts it with [`SymAbort::LockTimeout`];
-//! its requests not granted yet are withdrawn with a RELEASE.
+//! its requests not granted yet are withdrawn with a RELEASE. A waiter (a transaction here,
+//! or a remote request at its home) is filed under one lock that keeps it out and tried
+//! again when that lock is released or its hold changes, the lock's waiters in the order
+//! they came.
 //!
 //! **Kept locks.** A node gives a lock back once none of its transactions holds it, at once
 //! by default; with [`Config::cache_locks`] it keeps it for its next transactions, which
