@@ -245,8 +245,10 @@ impl CrmemModule {
             }
             st.outq.push_back((to, m));
         }
-        let dead = &st.dead;
-        plumbing::send_queued(cx, &self.nodes, CONTROL, &mut st.outq, |k| dead[k as usize]);
+        let (dead, node) = (&st.dead, &st.node);
+        plumbing::send_queued(cx, &self.nodes, CONTROL, &mut st.outq, |k, m| {
+            dead[k as usize] || node.superseded(k, m)
+        });
         while let Some(e) = st.node.poll_event() {
             match e {
                 Event::Committed(t) if st.async_txns.remove(&t) => {}

@@ -292,6 +292,9 @@ pub struct Node {
     snap_next: (SegmentId, u32),
     /// When the snapshot last made progress (`None`: not yet seen by a clock).
     snap_heard: Option<Instant>,
+    /// Per node, the nonce of the last snapshot request answered: a piece of an earlier
+    /// snapshot still waiting to leave is dropped (the node takes only the latest).
+    snap_sent: FxHashMap<NodeId, u64>,
     /// Recent commits, oldest first, consecutive: a backup keeps those not yet told durable
     /// (every commit another backup may lack, or hold alone, when the primary dies), at most
     /// twice the log budget; a new primary adds its own while backups catch up.
@@ -351,6 +354,7 @@ impl Node {
             snap_asked: 0,
             snap_next: (0, 0),
             snap_heard: None,
+            snap_sent: FxHashMap::default(),
             tail: VecDeque::new(),
             tail_cost: 0,
             promoted_at: 0,
@@ -914,6 +918,19 @@ impl Node {
         self.events.pop_front()
     }
 
+    /// Whether `m`, taken from [`Node::poll_transmit`] for node `to` and not sent yet, is a
+    /// piece of a snapshot a later request of `to` superseded (its sender may drop it: `to`
+    /// refuses it).
+    pub fn superseded(&self, to: NodeId, m: &[u8]) -> bool {
+        if m.get(1) != Some(&msg::SNAP) {
+            return false;
+        }
+        match (Msg::parse(m), self.snap_sent.get(&to)) {
+            (Ok(Msg::Snap(s)), Some(&latest)) => s.nonce != latest,
+            _ => false,
+        }
+    }
+
     /// A message from node `from` (a BUNDLE's messages in order).
     pub fn handle_message(&mut self, from: NodeId, bytes: &[u8]) {
         match msg::unbundle(bytes) {
@@ -961,6 +978,13 @@ impl Node {
                 }
             }
             (Msg::SnapReq { nonce }, Role::Primary { .. }) => {
+                // Requests repeated while a partition lasted come together: the pieces of
+                // the earlier ones not sent yet go, and only the last is answered whole.
+                self.snap_sent.insert(from, nonce);
+                let earlier =
+                    |(k, m): &(NodeId, Vec<u8>)| *k == from && m.get(1) == Some(&msg::SNAP);
+                self.out.retain(|x| !earlier(x));
+                self.ready.retain(|x| !earlier(x));
                 self.send_snapshot(from, nonce);
                 self.synced(from);
             }

@@ -21,17 +21,17 @@ pub(crate) const TIMER_MORE: u64 = 3;
 pub(crate) const NOTICES_MAX: usize = 256;
 
 /// Sends `outq`'s messages as control messages of type `ty`, oldest first, as far as this
-/// handler may; those to a node `skip` names are dropped.
+/// handler may; those `skip` names (by node and bytes) are dropped.
 pub(crate) fn send_queued(
     cx: &mut Context<'_>,
     nodes: &[Address],
     ty: u16,
     outq: &mut VecDeque<(NodeId, Vec<u8>)>,
-    skip: impl Fn(NodeId) -> bool,
+    skip: impl Fn(NodeId, &[u8]) -> bool,
 ) {
     while let Some((to, m)) = outq.front() {
         let to = *to;
-        if skip(to) {
+        if skip(to, m) {
             outq.pop_front();
             continue;
         }

@@ -144,7 +144,7 @@ impl SymModule {
         while let Some(m) = st.node.poll_transmit() {
             st.outq.push_back(m);
         }
-        plumbing::send_queued(cx, &self.nodes, SYM_CONTROL, &mut st.outq, |_| false);
+        plumbing::send_queued(cx, &self.nodes, SYM_CONTROL, &mut st.outq, |_, _| false);
         while let Some(e) = st.node.poll_event() {
             match e {
                 SymEvent::Granted(t) | SymEvent::Aborted(t, _) if st.asked.remove(&t) => {

@@ -792,3 +792,70 @@ fn a_broken_bundle_is_refused_whole_and_counted() {
     assert_eq!(c[1].seq(), 2);
     assert_eq!(c[1].segment(0), c[0].segment(0));
 }
+
+/// A recovering backup's requests, repeated while nothing came, reach the primary together
+/// (as a link delivers what a partition held): the earlier snapshots' pieces not sent yet
+/// go, and the backup recovers from the last.
+#[test]
+fn repeated_snapshot_requests_are_answered_by_the_last_one_only() {
+    let mut c = cluster(1);
+    let t = c[0].begin(FAR).unwrap();
+    write(&mut c[0], t, 0, &[7; 3000]);
+    c[0].commit(t).unwrap();
+    pump(&mut c, &[]);
+    c[0].peer_down(1);
+    c[1] = Node::new(
+        Config {
+            node: 1,
+            incarnation: 2,
+            ..Config::default()
+        },
+        Role::Recovering { from: 0 },
+    );
+    c[1].add_segment(
+        4000,
+        LockMapping::Records {
+            record_bytes: 100,
+            per_lock: 10,
+        },
+    )
+    .unwrap();
+    let mut asks = vec![c[1].poll_transmit().unwrap().1];
+    let mut now = Instant(1_000);
+    c[1].handle_timeout(now);
+    for _ in 0..3 {
+        now = Instant(now.0 + 200_000_000);
+        c[1].handle_timeout(now);
+        asks.push(c[1].poll_transmit().expect("asked again").1);
+    }
+    assert!(c[1].poll_transmit().is_none());
+    // The first answered and its pieces taken out (a driver's queue holds them); the
+    // next two handled before anything is taken; then the last.
+    c[0].handle_message(1, &asks[0]);
+    let queued: Vec<Vec<u8>> = std::iter::from_fn(|| c[0].poll_transmit())
+        .map(|(_, m)| m)
+        .collect();
+    assert!(queued.len() >= 2, "a snapshot of several pieces");
+    assert!(queued.iter().all(|m| !c[0].superseded(1, m)));
+    c[0].handle_message(1, &asks[1]);
+    c[0].handle_message(1, &asks[2]);
+    assert!(queued.iter().all(|m| c[0].superseded(1, m)));
+    let second: Vec<Vec<u8>> = std::iter::from_fn(|| c[0].poll_transmit())
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(second.len(), queued.len(), "one snapshot, not two");
+    assert!(second.iter().all(|m| !c[0].superseded(1, m)));
+    // The backup takes the answer to its third request only if it is its latest: it is
+    // not (it asked a fourth time), so it refuses it and recovers from the fourth.
+    for m in &second {
+        c[1].handle_message(0, m);
+    }
+    assert_eq!(c[1].role(), &Role::Recovering { from: 0 });
+    c[0].handle_message(1, &asks[3]);
+    assert!(second.iter().all(|m| c[0].superseded(1, m)));
+    pump(&mut c, &[]);
+    assert_eq!(events(&mut c[1]), [Event::Recovered]);
+    assert_eq!(c[1].segment(0), c[0].segment(0));
+    assert_eq!(c[1].counters().refused, second.len() as u64);
+    assert!(!c[0].superseded(1, &asks[0]), "only snapshot pieces are");
+}
