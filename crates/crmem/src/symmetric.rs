@@ -934,9 +934,15 @@ impl SymNode {
         out.join("; ")
     }
 
-    /// Whether no commit is in flight and no lock held or asked here.
+    /// Whether no commit is in flight, no lock held or asked here, and nothing is left
+    /// filed as waiting.
     pub fn is_quiet(&self) -> bool {
-        self.pending.is_empty() && self.txns.is_empty() && self.remote.is_empty()
+        self.pending.is_empty()
+            && self.txns.is_empty()
+            && self.remote.is_empty()
+            && self.waiting.is_empty()
+            && self.apply_waiting.is_empty()
+            && self.lock_waiters.is_empty()
     }
 
     /// Adds a segment of `bytes` zeroed bytes, its lock mapping and its home node. Every
