@@ -72,7 +72,8 @@ pub struct Config {
     pub txns_max: usize,
     /// The commit log: bytes of write sets sent and not yet acknowledged by every backup.
     pub log_bytes: usize,
-    /// Bytes of one message at most (WRITE parts are cut to fit).
+    /// Bytes of one message at most (WRITE parts are cut to fit); 64 at least, and for a
+    /// symmetric node what an SWRITE part naming every node needs with room for writes.
     pub message_bytes: usize,
     /// A primary also logs every commit to disk ([`DISK`]): a commit completes when its
     /// backups hold it and the disk does.

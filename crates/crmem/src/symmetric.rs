@@ -129,6 +129,15 @@ const LOCK_HEADER: usize = 2 + 8 + 8 + 4 + 2 + 2 + 2 + 1 + 2;
 const RETURN_HEADER: usize = 2 + 8 + 8 + 8 + 2 + 2;
 /// One dependency on the wire: origin, seq.
 const DEP_BYTES: usize = 2 + 8;
+/// Write-set bytes an SWRITE part carries at least.
+const PART_BYTES_MIN: usize = 32;
+
+/// The smallest message a node of `n` takes for [`Config::message_bytes`]: an SWRITE part
+/// naming a dependency on every node still carries [`PART_BYTES_MIN`] bytes of its write set.
+fn message_bytes_min(n: usize) -> usize {
+    let envelope = 2 + 8 + 1 + DEP_BYTES * n;
+    (envelope + WRITE_HEADER + RANGE_HEADER + PART_BYTES_MIN).max(64)
+}
 
 /// The commits a commit or a grant depends on, as they came (`(origin u16, seq u64)*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -765,11 +774,13 @@ impl SymNode {
     /// Node `cfg.node` of `nodes` nodes (0..nodes), all live. `recovering`: a restarted
     /// process, which waits for a snapshot before it serves.
     pub fn new(mut cfg: Config, nodes: usize, recovering: bool) -> SymNode {
-        cfg.message_bytes = cfg.message_bytes.clamp(64, MESSAGE_BYTES_MAX);
+        let n = nodes.clamp(1, NODES_MAX);
+        cfg.message_bytes = cfg
+            .message_bytes
+            .clamp(message_bytes_min(n), MESSAGE_BYTES_MAX);
         if cfg.bundle_bytes != 0 {
             cfg.bundle_bytes = cfg.bundle_bytes.clamp(64, MESSAGE_BYTES_MAX);
         }
-        let n = nodes.clamp(1, NODES_MAX);
         SymNode {
             n,
             live: if recovering {
@@ -3090,6 +3101,47 @@ mod tests {
         net.nodes[1].commit(b).unwrap();
         net.pump();
         assert_eq!(&net.nodes[0].segment(0).unwrap()[..4], &[2, 1, 1, 1]);
+    }
+
+    /// With the smallest messages, a commit that names a dependency on every node still
+    /// ships (its write set in as many parts as it takes) and reaches every replica.
+    #[test]
+    fn small_messages_still_carry_a_commit_with_every_dependency() {
+        let n = 4;
+        let mut net = Net::new(n, &[0]);
+        for (i, node) in net.nodes.iter_mut().enumerate() {
+            let cfg = Config {
+                node: i as NodeId,
+                message_bytes: 64,
+                ..Config::default()
+            };
+            *node = test_node(cfg, n, false, &[0]);
+        }
+        // Every node writes under the home's locks in turn: the home's grants, and its
+        // own commits, then name all of them.
+        for k in [1, 2, 3, 0] {
+            net.write(k, 0, 0, k as u8 + 1);
+            net.pump();
+            for m in 0..n {
+                net.events(m);
+            }
+        }
+        let t = net.nodes[0].begin(FAR).unwrap();
+        assert_eq!(
+            net.nodes[0].set_range(t, 0, 0, 300, Mode::Write),
+            Ok(Lock::Granted)
+        );
+        assert!(
+            net.nodes[0].txns[&t].deps.len() >= 3,
+            "a dependency on every writer"
+        );
+        net.nodes[0].range_mut(t, 0, 0, 300).unwrap().fill(9);
+        net.nodes[0].commit(t).expect("fits in parts");
+        net.pump();
+        assert!(net.events(0).contains(&SymEvent::Committed(t)));
+        for (k, node) in net.nodes.iter().enumerate() {
+            assert_eq!(&node.segment(0).unwrap()[..300], &[9; 300], "node {k}");
+        }
     }
 
     /// The transactions waiting for one lock, the home's own and other nodes', take it in

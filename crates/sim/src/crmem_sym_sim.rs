@@ -74,7 +74,7 @@ fn sym_node(
     cfg: &LinkConfig,
     incarnation: u64,
     recovering: bool,
-    (cache_locks, bundle_bytes): (bool, usize),
+    (cache_locks, (bundle_bytes, message_bytes)): (bool, (usize, usize)),
 ) -> SimNode<SymNode> {
     let mut cr = SymNode::new(
         Config {
@@ -82,6 +82,7 @@ fn sym_node(
             incarnation,
             cache_locks,
             bundle_bytes,
+            message_bytes,
             ..Config::default()
         },
         n,
@@ -110,8 +111,9 @@ struct SymWorld {
     nodes: Vec<SimNode<SymNode>>,
     /// The nodes keep the locks their homes grant them (half the seeds, by the seed).
     cache_locks: bool,
-    /// The nodes' `Config::bundle_bytes` (by the seed).
-    bundle_bytes: usize,
+    /// The nodes' `Config::bundle_bytes` and `Config::message_bytes` (by the seed; the
+    /// message size drawn small, the nodes take their least, and commits go in parts).
+    sizes: (usize, usize),
     /// A quarter of the seeds (by the seed): every transaction declares its ranges in one
     /// `set_ranges` (locks taken in the order every node uses) and waits with no deadline in
     /// the run, so a cycle of waits is a stall the harness reports.
@@ -147,14 +149,18 @@ pub fn run_symmetric(seed: u64, opts: &CrmemSimOptions) -> Result<CrmemSimReport
         None => seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1,
     };
     let long_waits = seed.wrapping_mul(0xD1B5_4A32_D192_ED03) >> 62 == 0;
-    let bundle_bytes = opts.bundle_bytes(seed).0;
+    let (bundle_bytes, small) = opts.bundle_bytes(seed);
+    let sizes = (
+        bundle_bytes,
+        small.unwrap_or(Config::default().message_bytes),
+    );
     let world = SymWorld {
         opts: opts.clone(),
         nodes: (0..n)
-            .map(|i| sym_node(i, n, &cfg, 1, false, (cache_locks, bundle_bytes)))
+            .map(|i| sym_node(i, n, &cfg, 1, false, (cache_locks, sizes)))
             .collect(),
         cache_locks,
-        bundle_bytes,
+        sizes,
         long_waits,
         cfg,
         rng,
@@ -413,7 +419,7 @@ impl World for SymWorld {
             &self.cfg,
             self.incarnation[k],
             true,
-            (self.cache_locks, self.bundle_bytes),
+            (self.cache_locks, self.sizes),
         );
         self.join = Some(k);
         if run.trace > 0 {
