@@ -111,8 +111,17 @@ fn under_loss_lost_fragments_are_sent_again_not_whole_messages() {
 
 #[test]
 fn a_reassembly_whose_sender_vanished_is_freed() {
+    // One fragment in flight at a time, each acknowledged 50 ms after it came: the 1,049
+    // fragments would take about a minute, so the sender closes long before the message is
+    // whole (with the defaults, a fast machine carried it whole within the sender's wait).
     let cfg = LdgConfig {
         reassembly_timeout: Duration::from_millis(200),
+        ack_every: 1_000,
+        ack_delay: Duration::from_millis(50),
+        ..LdgConfig::default()
+    };
+    let send_cfg = LdgConfig {
+        window_fragments_max: 1,
         ..LdgConfig::default()
     };
     let to = addr(28, 1, 2);
@@ -120,7 +129,7 @@ fn a_reassembly_whose_sender_vanished_is_freed() {
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let sender = std::thread::spawn(move || {
-        let mut s = Ldg::open(addr(28, 0, 1), cfg).unwrap();
+        let mut s = Ldg::open(addr(28, 0, 1), send_cfg).unwrap();
         let id = s.send_async(to, message(8 << 20, 1), LONG).unwrap();
         // Part of it leaves; then the sender's port closes without a word.
         let _ = s.wait(id, Some(Duration::from_millis(5)));
@@ -140,6 +149,11 @@ fn a_reassembly_whose_sender_vanished_is_freed() {
     assert!(held >= 8 << 20, "a reassembly started");
     stop.store(true, Ordering::SeqCst);
     sender.join().unwrap();
+    assert_eq!(
+        r.counters().receiver.delivered,
+        0,
+        "the message is not whole"
+    );
     // Up to 25 reassembly timeouts of serving (a serve returns early when fragments still
     // in flight arrive, so count time, not calls).
     let until = std::time::Instant::now() + Duration::from_secs(5);
