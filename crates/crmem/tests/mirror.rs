@@ -45,6 +45,28 @@ fn cluster_with(backups: u16, f: impl Fn(Config) -> Config) -> Vec<Node> {
     v
 }
 
+/// Node `node`'s process of `incarnation`, restarted, recovering from node 0, with the
+/// cluster's segment.
+fn restarted(node: NodeId, incarnation: u64) -> Node {
+    let mut n = Node::new(
+        Config {
+            node,
+            incarnation,
+            ..Config::default()
+        },
+        Role::Recovering { from: 0 },
+    );
+    n.add_segment(
+        4000,
+        LockMapping::Records {
+            record_bytes: 100,
+            per_lock: 10,
+        },
+    )
+    .unwrap();
+    n
+}
+
 /// Delivers every message until none is left (nodes marked dead drop theirs).
 fn pump(nodes: &mut [Node], dead: &[NodeId]) {
     loop {
@@ -469,28 +491,12 @@ fn a_snapshot_for_another_request_is_not_taken() {
     // Backup 1 restarts twice; the snapshot sent to its first new incarnation reaches the
     // second (as a link retransmits to a peer that restarted).
     c[0].peer_down(1);
-    let mut first = Node::new(
-        Config {
-            node: 1,
-            incarnation: 2,
-            ..Config::default()
-        },
-        Role::Recovering { from: 0 },
-    );
-    first.add_segment(4000, LockMapping::None).unwrap();
+    let mut first = restarted(1, 2);
     let (_, req) = first.poll_transmit().unwrap();
     c[0].handle_message(1, &req);
     let stale: Vec<_> = std::iter::from_fn(|| c[0].poll_transmit()).collect();
     assert!(stale.len() >= 2);
-    c[1] = Node::new(
-        Config {
-            node: 1,
-            incarnation: 3,
-            ..Config::default()
-        },
-        Role::Recovering { from: 0 },
-    );
-    c[1].add_segment(4000, LockMapping::None).unwrap();
+    c[1] = restarted(1, 3);
     for (_, m) in &stale {
         c[1].handle_message(0, m);
     }
@@ -804,22 +810,7 @@ fn repeated_snapshot_requests_are_answered_by_the_last_one_only() {
     c[0].commit(t).unwrap();
     pump(&mut c, &[]);
     c[0].peer_down(1);
-    c[1] = Node::new(
-        Config {
-            node: 1,
-            incarnation: 2,
-            ..Config::default()
-        },
-        Role::Recovering { from: 0 },
-    );
-    c[1].add_segment(
-        4000,
-        LockMapping::Records {
-            record_bytes: 100,
-            per_lock: 10,
-        },
-    )
-    .unwrap();
+    c[1] = restarted(1, 2);
     let mut asks = vec![c[1].poll_transmit().unwrap().1];
     let mut now = Instant(1_000);
     c[1].handle_timeout(now);

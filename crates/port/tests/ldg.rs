@@ -113,7 +113,7 @@ fn under_loss_lost_fragments_are_sent_again_not_whole_messages() {
 fn a_reassembly_whose_sender_vanished_is_freed() {
     // One fragment in flight at a time, each acknowledged 50 ms after it came: the 1,049
     // fragments would take about a minute, so the sender closes long before the message is
-    // whole (with the defaults, a fast machine carried it whole within the sender's wait).
+    // whole (with the defaults a fast machine carries it whole within the sender's wait).
     let cfg = LdgConfig {
         reassembly_timeout: Duration::from_millis(200),
         ack_every: 1_000,
