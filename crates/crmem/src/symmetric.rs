@@ -1158,10 +1158,7 @@ impl SymNode {
                     .or_else(|| ids.first().copied())
                     .unwrap_or(0);
                 t.blocked_on = Some((r.segment, blocker));
-                self.lock_waiters
-                    .entry((r.segment, blocker))
-                    .or_default()
-                    .push(Waiter::Local(txn));
+                self.file((r.segment, blocker), Waiter::Local(txn));
                 if home == self.cfg.node {
                     self.recall_blockers(r.segment, &ids, write, None);
                 }
