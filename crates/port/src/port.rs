@@ -924,6 +924,13 @@ impl Port {
         self.take(buf)
     }
 
+    /// Takes the next message already in this port's ring, if any: the network is not read,
+    /// not even on an invoker engine (for a caller that runs the duty cycle itself).
+    #[inline]
+    pub(crate) fn try_take(&mut self, buf: &mut [u8]) -> Option<Received> {
+        self.take(buf)
+    }
+
     /// Zero-copy take of the next message already in this port's ring, if any (the network
     /// is not read): hands it in place to `f`.
     pub fn try_take_with<R>(

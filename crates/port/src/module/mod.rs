@@ -235,7 +235,10 @@ impl Core {
     }
 
     /// Takes the mailbox's instructions, the port's messages and the due timers in, and sends
-    /// what they caused; how much work it did.
+    /// what they caused; how much work it did. Only messages already in the port's ring are
+    /// taken: the network is read by the engine's duty cycle (on an invoker engine, the one
+    /// [`ModuleHost::drive`] runs), never from here, so a step that sends does not first pay
+    /// for a read that finds nothing.
     fn step(&mut self, port: &mut Port, now: Instant) -> usize {
         let mut work = 0;
         if self.mailbox.waiting.load(Ordering::Acquire) {
@@ -257,7 +260,7 @@ impl Core {
         }
         let mut buf = std::mem::take(&mut self.buf);
         for _ in 0..ENGINE_BATCH {
-            let Some(m) = port.try_recv(&mut buf) else {
+            let Some(m) = port.try_take(&mut buf) else {
                 break;
             };
             let _ = self.host.handle_message(now, m.source, &buf[..m.len]);
