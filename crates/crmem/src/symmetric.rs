@@ -1552,7 +1552,8 @@ impl SymNode {
             let Some(ws) = self.lock_waiters.remove(&k) else {
                 continue;
             };
-            for w in ws {
+            let mut ws = ws.into_iter();
+            while let Some(w) = ws.next() {
                 match w {
                     Waiter::Local(txn) => {
                         let Some(t) = self.txns.get_mut(&txn) else {
@@ -1579,9 +1580,30 @@ impl SymNode {
                         self.try_remote(txn);
                     }
                 }
+                if self.held_by_own_txn(k) {
+                    // Taken alone by a transaction of this node (the waiter just tried, or
+                    // one that came first): no later waiter gets it before that one ends,
+                    // whose end wakes the lock again. They keep their places, behind those
+                    // filed again in this pass (which came before them).
+                    let rest: Vec<Waiter> = ws.collect();
+                    if !rest.is_empty() {
+                        self.lock_waiters.entry(k).or_default().extend(rest);
+                    }
+                    break;
+                }
             }
         }
         self.woken.clear();
+    }
+
+    /// Whether lock `k` is held here in exclusive mode by a transaction of this node (its
+    /// id carries this node's number, as no other node's [`node_owner`] does), not by another
+    /// node, whose kept lock a waiter's retry would recall.
+    fn held_by_own_txn(&self, (s, l): (SegmentId, LockId)) -> bool {
+        matches!(
+            self.segments[s as usize].locks.state(l),
+            LockState::Exclusive(o) if o >> 48 == self.cfg.node as u64
+        )
     }
 
     /// Grants remote `txn`'s assembled requests, in order, while their locks are free here;
