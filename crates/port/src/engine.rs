@@ -355,6 +355,8 @@ pub(crate) struct Shared {
     pub endpoints: RwLock<Vec<Arc<Endpoint>>>,
     stop: AtomicBool,
     duty: Mutex<crate::mmsg::RecvBatch>,
+    /// Duty cycles run (each a read of the sockets).
+    cycles: AtomicU64,
     wake_fd: OwnedFd,
     /// An epoll set of every socket the engine reads. Sleepers poll this one descriptor rather
     /// than the sockets themselves: a poll(2) in progress pins the files it waits on, so a
@@ -445,6 +447,7 @@ impl Engine {
             origin: std::time::Instant::now(),
             endpoints: RwLock::new(Vec::new()),
             stop: AtomicBool::new(false),
+            cycles: AtomicU64::new(0),
             // Every datagram a port may be sent (up to a UDP datagram's 65,507 bytes: long
             // messages' fragments), whatever the link's packet size.
             duty: Mutex::new(crate::mmsg::RecvBatch::new(
@@ -909,6 +912,12 @@ impl Engine {
         self.shared.injected_losses.load(Ordering::Relaxed)
     }
 
+    /// Duty cycles run so far, by any thread (each reads every socket once): what a caller
+    /// that drives an invoker engine costs in reads.
+    pub fn duty_cycles(&self) -> u64 {
+        self.shared.cycles.load(Ordering::Relaxed)
+    }
+
     pub fn is_invoker(&self) -> bool {
         self.shared.cfg.mode == EngineMode::Invoker
     }
@@ -1017,6 +1026,7 @@ impl Engine {
         let Ok(mut batch) = self.shared.duty.try_lock() else {
             return 0;
         };
+        self.shared.cycles.fetch_add(1, Ordering::Relaxed);
         let eps = self.shared.endpoints.read().expect("engine lock");
         let mut work = self.run_fanout();
         // One reading of the clock serves the whole cycle: what arrives in it is stamped with

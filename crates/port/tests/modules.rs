@@ -312,6 +312,39 @@ fn an_invoker_engine_hosts_polled_modules_only() {
     assert_eq!(h.counters().controls_received, 100);
 }
 
+/// A drive of a polled host on an invoker engine reads the sockets once (one duty cycle),
+/// whether or not an instruction waits: the host's steps take only what is in the port's
+/// ring, so nothing reads the network between a message's handling and the sending of what
+/// it caused.
+#[test]
+fn a_drive_of_a_polled_host_reads_the_sockets_once() {
+    let e = Engine::start(EngineConfig {
+        mode: txcast_port::EngineMode::Invoker,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let p = Port::open_on(&e, addr(40, 3, 7, 0), PortConfig::default()).unwrap();
+    let h = ModuleHost::serve_with(p, Handlers::Polled)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    h.load(WHERE_ID, KEY, Where::default()).unwrap();
+    let before = e.duty_cycles();
+    h.drive();
+    assert_eq!(e.duty_cycles() - before, 1, "an idle drive");
+    let t = h.instruct(WHERE_ID, KEY, ASK, &[]).unwrap();
+    let before = e.duty_cycles();
+    h.drive();
+    assert_eq!(
+        e.duty_cycles() - before,
+        1,
+        "a drive with an instruction waiting"
+    );
+    assert!(
+        h.poll(t).unwrap().is_some(),
+        "the instruction ran in that drive"
+    );
+}
+
 /// Records the thread its handlers ran on.
 #[derive(Default)]
 struct Where {
