@@ -286,14 +286,20 @@ fn across_processes_a_restarted_peer_is_seen() {
     assert!(a.counters().peer_restarts >= 2);
 }
 
-#[test]
-fn an_invoker_engine_hosts_polled_modules_only() {
+/// An invoker engine (the application's threads run its duty cycles) and a port at `a` on it.
+fn invoker_port(a: Address) -> (Engine, Port) {
     let e = Engine::start(EngineConfig {
         mode: txcast_port::EngineMode::Invoker,
         ..EngineConfig::default()
     })
     .unwrap();
-    let p = Port::open_on(&e, addr(40, 0, 7, 0), PortConfig::default()).unwrap();
+    let p = Port::open_on(&e, a, PortConfig::default()).unwrap();
+    (e, p)
+}
+
+#[test]
+fn an_invoker_engine_hosts_polled_modules_only() {
+    let (_e, p) = invoker_port(addr(40, 0, 7, 0));
     let Err((ModuleHostError::NoEngineThread, p)) = ModuleHost::serve(p) else {
         panic!("an invoker engine took engine-run modules");
     };
@@ -318,12 +324,7 @@ fn an_invoker_engine_hosts_polled_modules_only() {
 /// it caused.
 #[test]
 fn a_drive_of_a_polled_host_reads_the_sockets_once() {
-    let e = Engine::start(EngineConfig {
-        mode: txcast_port::EngineMode::Invoker,
-        ..EngineConfig::default()
-    })
-    .unwrap();
-    let p = Port::open_on(&e, addr(40, 3, 7, 0), PortConfig::default()).unwrap();
+    let (e, p) = invoker_port(addr(40, 3, 7, 0));
     let h = ModuleHost::serve_with(p, Handlers::Polled)
         .map_err(|(e, _)| e)
         .unwrap();
