@@ -32,30 +32,11 @@ fn cluster_with(backups: u16, f: impl Fn(Config) -> Config) -> Vec<Node> {
     for k in 1..=backups {
         v.push(Node::new(f(cfg(k)), Role::Backup { primary: 0 }));
     }
-    for n in &mut v {
-        n.add_segment(
-            4000,
-            LockMapping::Records {
-                record_bytes: 100,
-                per_lock: 10,
-            },
-        )
-        .unwrap();
-    }
-    v
+    v.into_iter().map(with_segment).collect()
 }
 
-/// Node `node`'s process of `incarnation`, restarted, recovering from node 0, with the
-/// cluster's segment.
-fn restarted(node: NodeId, incarnation: u64) -> Node {
-    let mut n = Node::new(
-        Config {
-            node,
-            incarnation,
-            ..Config::default()
-        },
-        Role::Recovering { from: 0 },
-    );
+/// `n` with the cluster's segment: 4,000 bytes of 100-byte records, ten to a lock.
+fn with_segment(mut n: Node) -> Node {
     n.add_segment(
         4000,
         LockMapping::Records {
@@ -65,6 +46,19 @@ fn restarted(node: NodeId, incarnation: u64) -> Node {
     )
     .unwrap();
     n
+}
+
+/// Node `node`'s process of `incarnation`, restarted, recovering from node 0, with the
+/// cluster's segment.
+fn restarted(node: NodeId, incarnation: u64) -> Node {
+    with_segment(Node::new(
+        Config {
+            node,
+            incarnation,
+            ..Config::default()
+        },
+        Role::Recovering { from: 0 },
+    ))
 }
 
 /// Delivers every message until none is left (nodes marked dead drop theirs).
@@ -531,15 +525,7 @@ fn a_snapshot_request_refused_before_the_promotion_is_asked_again() {
     pump(&mut c, &[]);
     // Node 2 restarted and recovers from the primary, which dies; the request it sends the
     // successor reaches 1 while 1 is still a backup.
-    c[2] = Node::new(cfg(2), Role::Recovering { from: 0 });
-    c[2].add_segment(
-        4000,
-        LockMapping::Records {
-            record_bytes: 100,
-            per_lock: 10,
-        },
-    )
-    .unwrap();
+    c[2] = with_segment(Node::new(cfg(2), Role::Recovering { from: 0 }));
     let _ = c[2].poll_transmit();
     c[2].primary_down(1, &[1, 2]);
     pump(&mut c, &[0]);
