@@ -220,6 +220,10 @@ pub struct Counters {
     /// BUNDLEs sent, and the messages they carried (`Config::bundle_bytes`).
     pub bundles: u64,
     pub bundled: u64,
+    /// Bytes of the ranges committed transactions declared for writing, and of those the
+    /// bytes that had changed, which are all a commit ships (`txmem::changed`).
+    pub write_declared: u64,
+    pub write_shipped: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -656,7 +660,9 @@ impl Node {
             .message_bytes
             .saturating_sub(WRITE_HEADER + RANGE_HEADER)
             .max(1);
-        let writes = txmem::writes(&t.ranges);
+        // Only the bytes that changed travel (and take room in the log).
+        let declared = txmem::writes(&t.ranges);
+        let writes = txmem::changed(&self.segments, &declared, &t.undo);
         let (parts, bytes) = plan_parts(&writes, room, self.cfg.message_bytes);
         if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
             return Err(CrError::TooLarge);
@@ -668,6 +674,9 @@ impl Node {
             return Err(CrError::LogFull);
         }
         let t = self.txns.remove(&txn).expect("checked above");
+        let len = |w: &[SetRange]| w.iter().map(|r| r.len as u64).sum::<u64>();
+        self.counters.write_declared += len(&declared);
+        self.counters.write_shipped += len(&writes);
         let seq = if writes.is_empty() {
             self.seq
         } else {

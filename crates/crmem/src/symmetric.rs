@@ -1712,7 +1712,9 @@ impl SymNode {
             .saturating_sub(WRITE_HEADER + RANGE_HEADER + env)
             .max(1);
         let mb = self.cfg.message_bytes - env;
-        let writes = txmem::writes(&t.ranges);
+        // Only the bytes that changed travel (and take room in the log).
+        let declared = txmem::writes(&t.ranges);
+        let writes = txmem::changed(&self.segments, &declared, &t.undo);
         let (parts, bytes) = plan_lens(writes.iter().map(|r| r.len), room, mb);
         if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
             return Err(CrError::TooLarge);
@@ -1722,6 +1724,9 @@ impl SymNode {
             return Err(CrError::LogFull);
         }
         let t = self.txns.remove(&txn).expect("checked above");
+        let len = |w: &[SetRange]| w.iter().map(|r| r.len as u64).sum::<u64>();
+        self.counters.write_declared += len(&declared);
+        self.counters.write_shipped += len(&writes);
         let others: Vec<NodeId> = self
             .live
             .iter()

@@ -3,6 +3,7 @@
 //! images and its write set; the locks it holds.
 
 use crate::lock::{LockId, LockMapping, LockTable, LOCKS_PER_RANGE_MAX};
+use crate::msg::RANGE_HEADER;
 use crate::node::{CrError, Mode, SegmentId, SEGMENTS_MAX};
 use std::borrow::BorrowMut;
 
@@ -93,6 +94,60 @@ pub(crate) fn writes(ranges: &[SetRange]) -> Vec<SetRange> {
         .filter(|r| r.mode == Mode::Write)
         .copied()
         .collect()
+}
+
+/// The bytes a transaction changed, as ranges to ship: for each write range (in `writes`,
+/// whose undo images are `undo`, one each in the same order), the runs of bytes that differ
+/// from the image now, two runs at most a range header apart shipped as one. What is shipped
+/// is what a replica needs: it held the images' bytes already (replicas agree at transaction
+/// boundaries), and a byte written back to its old value needs nothing. A byte covered by
+/// several write ranges has its value before the transaction in the first one's image, so
+/// every byte that changed is in some run. Writes and images that do not pair up (not made
+/// by this crate) are shipped whole.
+pub(crate) fn changed<S: std::borrow::Borrow<Segment>>(
+    segments: &[S],
+    writes: &[SetRange],
+    undo: &Undo,
+) -> Vec<SetRange> {
+    let pairs = writes.len() == undo.len()
+        && writes.iter().zip(undo).all(|(r, (s, off, old))| {
+            r.segment == *s && r.offset == *off && r.len as usize == old.len()
+        });
+    if !pairs {
+        return writes.to_vec();
+    }
+    let mut out = Vec::with_capacity(writes.len());
+    for (r, (_, _, old)) in writes.iter().zip(undo) {
+        let a = r.offset as usize;
+        let now = &segments[r.segment as usize].borrow().mem[a..a + old.len()];
+        let mut run: Option<(usize, usize)> = None;
+        for (i, (x, y)) in now.iter().zip(old).enumerate() {
+            if x == y {
+                continue;
+            }
+            run = match run {
+                Some((start, end)) if i - end <= RANGE_HEADER => Some((start, i + 1)),
+                Some((start, end)) => {
+                    out.push(sub(r, start, end));
+                    Some((i, i + 1))
+                }
+                None => Some((i, i + 1)),
+            };
+        }
+        if let Some((start, end)) = run {
+            out.push(sub(r, start, end));
+        }
+    }
+    out
+}
+
+/// Bytes `start..end` of range `r`.
+fn sub(r: &SetRange, start: usize, end: usize) -> SetRange {
+    SetRange {
+        offset: r.offset + start as u32,
+        len: (end - start) as u32,
+        ..*r
+    }
 }
 
 /// Puts the undo images back, the last taken first.

@@ -172,7 +172,7 @@ fn async_commits(p: &Crmem, b: &Crmem) {
         let off = (i % 40) * 100;
         p.set_range(t, 0, off, 8, Mode::Write).unwrap();
         p.write(t, 0, off, 8, |m| {
-            m.copy_from_slice(&(i as u64).to_le_bytes())
+            m.copy_from_slice(&(i as u64 + 1).to_le_bytes())
         })
         .unwrap();
         let seq = p.commit_async(t).unwrap();
@@ -540,4 +540,49 @@ fn with_membership_the_view_replaces_a_dead_primary_and_it_returns() {
     assert!(!back.expelled());
     drop((c, back));
     es.into_iter().for_each(|e| e.shutdown());
+}
+
+#[test]
+fn a_commit_ships_only_the_bytes_that_changed() {
+    // A commit log too small for the whole segment: a write set of every declared byte
+    // would not fit in it.
+    let cfg = |me| {
+        let mut c = CrmemConfig::new(nodes(30), me);
+        c.core.log_bytes = 1024;
+        c
+    };
+    let p = Crmem::open(cfg(0), &segments()).unwrap();
+    let b = Crmem::open(cfg(1), &segments()).unwrap();
+    let whole = |c: &Crmem, f: &dyn Fn(&mut [u8])| -> Result<u64, CrmemError> {
+        let t = c.begin(SECOND)?;
+        c.set_range(t, 0, 0, 4000, Mode::Write)?;
+        c.write(t, 0, 0, 4000, |m| f(m))?;
+        c.commit(t, SECOND)
+    };
+    // Two runs of changed bytes far apart, in a range of 4,000 declared for writing.
+    let seq = whole(&p, &|m| {
+        m[10..18].copy_from_slice(&u64::MAX.to_le_bytes());
+        m[3990] = 9;
+    })
+    .unwrap();
+    assert_eq!(seq, 1);
+    assert_eq!(b.seq(), 1);
+    assert_eq!(b.snapshot_segment(0), p.snapshot_segment(0));
+    assert_eq!(b.snapshot_segment(0).unwrap()[3990], 9);
+    // The same bytes written back: nothing to ship, no new commit number.
+    let seq = whole(&p, &|m| m[3990] = 9).unwrap();
+    assert_eq!(seq, 1);
+    let c = p.counters();
+    assert_eq!((c.write_declared, c.write_shipped), (8000, 9));
+    // A change of most of the range does not fit; the transaction is still open, and its
+    // abort puts the old bytes back.
+    let t = p.begin(SECOND).unwrap();
+    p.set_range(t, 0, 0, 4000, Mode::Write).unwrap();
+    p.write(t, 0, 0, 4000, |m| m.fill(3)).unwrap();
+    assert!(matches!(
+        p.commit(t, SECOND),
+        Err(CrmemError::Core(txcast_crmem::CrError::TooLarge))
+    ));
+    p.abort(t).unwrap();
+    assert!(p.snapshot_segment(0) == b.snapshot_segment(0));
 }

@@ -280,7 +280,7 @@ fn async_commits_complete_in_order_and_reach_the_other_node() {
                 let t = b.begin(LONG).unwrap();
                 let off = (i % 50) as u32 * 8;
                 b.set_range(t, 0, off, 8, Mode::Write).unwrap();
-                b.write(t, 0, off, 8, |m| m.copy_from_slice(&i.to_le_bytes()))
+                b.write(t, 0, off, 8, |m| m.copy_from_slice(&(i + 1).to_le_bytes()))
                     .unwrap();
                 let seq = b.commit_async(t).unwrap();
                 assert_eq!(seq, last + 1);
@@ -291,7 +291,7 @@ fn async_commits_complete_in_order_and_reach_the_other_node() {
             // Durable means on the other node too.
             assert_eq!(a.snapshot_segment(0), b.snapshot_segment(0));
             let m = a.snapshot_segment(0).unwrap();
-            assert_eq!(i64_at(&m, 49 * 8), 299);
+            assert_eq!(i64_at(&m, 49 * 8), 300);
             assert!(matches!(
                 b.wait_durable(last + 1, Duration::from_millis(20)),
                 Err(SymCrmemError::Timeout)
@@ -366,4 +366,57 @@ fn one_thread_keeps_many_transactions_waiting_for_remote_locks() {
             assert_eq!(b.counters().lock_timeouts, 1);
         });
     }
+}
+
+#[test]
+fn a_commit_ships_only_the_bytes_that_changed_to_every_node() {
+    let seg = [(
+        4000,
+        LockMapping::Records {
+            record_bytes: 100,
+            per_lock: 10,
+        },
+        0,
+    )];
+    // A commit log too small for the whole segment.
+    let open_small = |me| {
+        let mut cfg = SymCrmemConfig::new(nodes(50), me);
+        cfg.core.log_bytes = 1024;
+        SymCrmem::open(cfg, &seg).expect("open")
+    };
+    let (a, b) = (open_small(0), open_small(1));
+    let whole = |c: &SymCrmem, f: &dyn Fn(&mut [u8])| -> Result<u64, SymCrmemError> {
+        let t = c.begin(LONG)?;
+        c.set_range(t, 0, 0, 4000, Mode::Write)?;
+        c.write(t, 0, 0, 4000, |m| f(m))?;
+        c.commit(t, LONG)
+    };
+    // From the node that is not the home: two runs of changed bytes far apart.
+    let seq = whole(&b, &|m| {
+        m[10..18].copy_from_slice(&(-7i64).to_le_bytes());
+        m[3990] = 9;
+    })
+    .unwrap();
+    assert_eq!(seq, 1);
+    assert_eq!(a.snapshot_segment(0), b.snapshot_segment(0));
+    assert_eq!(i64_at(&a.snapshot_segment(0).unwrap(), 10), -7);
+    // The same bytes written back: nothing to ship, no new commit number.
+    assert_eq!(whole(&b, &|m| m[3990] = 9).unwrap(), 1);
+    let c = b.counters();
+    assert_eq!((c.write_declared, c.write_shipped), (8000, 9));
+    // Then from the home, over what the other node wrote.
+    assert_eq!(whole(&a, &|m| m[11] = 1).unwrap(), 1);
+    assert_eq!(a.snapshot_segment(0), b.snapshot_segment(0));
+    assert_eq!(b.snapshot_segment(0).unwrap()[11], 1);
+    // A change of most of the range does not fit; the transaction is still open, and its
+    // abort puts the old bytes back.
+    let t = a.begin(LONG).unwrap();
+    a.set_range(t, 0, 0, 4000, Mode::Write).unwrap();
+    a.write(t, 0, 0, 4000, |m| m.fill(3)).unwrap();
+    assert!(matches!(
+        a.commit(t, LONG),
+        Err(SymCrmemError::Core(txcast_crmem::CrError::TooLarge))
+    ));
+    a.abort(t).unwrap();
+    assert!(a.snapshot_segment(0) == b.snapshot_segment(0));
 }
