@@ -661,8 +661,7 @@ impl Node {
             .saturating_sub(WRITE_HEADER + RANGE_HEADER)
             .max(1);
         // Only the bytes that changed travel (and take room in the log).
-        let declared = txmem::writes(&t.ranges);
-        let writes = txmem::changed(&self.segments, &declared, &t.undo);
+        let (writes, declared) = txmem::changed(&self.segments, &t.ranges, &t.undo);
         let (parts, bytes) = plan_parts(&writes, room, self.cfg.message_bytes);
         if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
             return Err(CrError::TooLarge);
@@ -674,9 +673,8 @@ impl Node {
             return Err(CrError::LogFull);
         }
         let t = self.txns.remove(&txn).expect("checked above");
-        let len = |w: &[SetRange]| w.iter().map(|r| r.len as u64).sum::<u64>();
-        self.counters.write_declared += len(&declared);
-        self.counters.write_shipped += len(&writes);
+        self.counters.write_declared += declared;
+        self.counters.write_shipped += writes.iter().map(|r| r.len as u64).sum::<u64>();
         let seq = if writes.is_empty() {
             self.seq
         } else {

@@ -1713,8 +1713,7 @@ impl SymNode {
             .max(1);
         let mb = self.cfg.message_bytes - env;
         // Only the bytes that changed travel (and take room in the log).
-        let declared = txmem::writes(&t.ranges);
-        let writes = txmem::changed(&self.segments, &declared, &t.undo);
+        let (writes, declared) = txmem::changed(&self.segments, &t.ranges, &t.undo);
         let (parts, bytes) = plan_lens(writes.iter().map(|r| r.len), room, mb);
         if bytes > self.cfg.log_bytes || parts > u16::MAX as usize {
             return Err(CrError::TooLarge);
@@ -1724,9 +1723,8 @@ impl SymNode {
             return Err(CrError::LogFull);
         }
         let t = self.txns.remove(&txn).expect("checked above");
-        let len = |w: &[SetRange]| w.iter().map(|r| r.len as u64).sum::<u64>();
-        self.counters.write_declared += len(&declared);
-        self.counters.write_shipped += len(&writes);
+        self.counters.write_declared += declared;
+        self.counters.write_shipped += writes.iter().map(|r| r.len as u64).sum::<u64>();
         let others: Vec<NodeId> = self
             .live
             .iter()

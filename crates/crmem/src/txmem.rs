@@ -100,33 +100,49 @@ pub(crate) fn writes(ranges: &[SetRange]) -> Vec<SetRange> {
         .collect()
 }
 
-/// The bytes a transaction changed, as ranges to ship: for each write range (in `writes`,
-/// whose undo images are `undo`, one each in the same order), the runs of bytes that differ
-/// from the image now, two runs at most [`RUN_GAP_MAX`] bytes apart shipped as one. What is
-/// shipped is what a replica needs: it held the images' bytes already (replicas agree at
-/// transaction boundaries), and a byte written back to its old value needs nothing. A byte covered by
-/// several write ranges has its value before the transaction in the first one's image, so
-/// every byte that changed is in some run. Writes and images that do not pair up (not made
-/// by this crate) are shipped whole.
+/// The bytes a transaction changed, as ranges to ship, and how many bytes its write ranges
+/// declared: for each range of `ranges` declared for writing (whose undo images are `undo`,
+/// one each in the same order), the runs of bytes that differ from the image now, two runs
+/// at most [`RUN_GAP_MAX`] bytes apart shipped as one. What is shipped is what a replica
+/// needs: it held the images' bytes already (replicas agree at transaction boundaries), and
+/// a byte written back to its old value needs nothing. A byte covered by several write
+/// ranges has its value before the transaction in the first one's image, so every byte that
+/// changed is in some run. Write ranges and images that do not pair up (not made by this
+/// crate) are shipped whole.
 pub(crate) fn changed<S: std::borrow::Borrow<Segment>>(
     segments: &[S],
-    writes: &[SetRange],
+    ranges: &[SetRange],
     undo: &Undo,
-) -> Vec<SetRange> {
-    let pairs = writes.len() == undo.len()
-        && writes.iter().zip(undo).all(|(r, (s, off, old))| {
-            r.segment == *s && r.offset == *off && r.len as usize == old.len()
-        });
-    if !pairs {
-        return writes.to_vec();
+) -> (Vec<SetRange>, u64) {
+    let mut out = Vec::with_capacity(undo.len());
+    let mut declared = 0u64;
+    let mut images = undo.iter();
+    for r in ranges.iter().filter(|r| r.mode == Mode::Write) {
+        declared += r.len as u64;
+        match images.next() {
+            Some((s, off, old))
+                if *s == r.segment && *off == r.offset && old.len() == r.len as usize =>
+            {
+                let a = r.offset as usize;
+                let now = &segments[r.segment as usize].borrow().mem[a..a + old.len()];
+                runs(now, old, |start, end| out.push(sub(r, start, end)));
+            }
+            _ => return (writes(ranges), ranges_len(ranges)),
+        }
     }
-    let mut out = Vec::with_capacity(writes.len());
-    for (r, (_, _, old)) in writes.iter().zip(undo) {
-        let a = r.offset as usize;
-        let now = &segments[r.segment as usize].borrow().mem[a..a + old.len()];
-        runs(now, old, |start, end| out.push(sub(r, start, end)));
+    if images.next().is_some() {
+        return (writes(ranges), declared);
     }
-    out
+    (out, declared)
+}
+
+/// The bytes of the ranges declared for writing.
+fn ranges_len(ranges: &[SetRange]) -> u64 {
+    ranges
+        .iter()
+        .filter(|r| r.mode == Mode::Write)
+        .map(|r| r.len as u64)
+        .sum()
 }
 
 /// The runs `start..end` of bytes where `now` and `old` (of one length) differ, two runs at
