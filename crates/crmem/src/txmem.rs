@@ -3,13 +3,13 @@
 //! images and its write set; the locks it holds.
 
 use crate::lock::{LockId, LockMapping, LockTable, LOCKS_PER_RANGE_MAX};
+use crate::node::{CrError, Mode, SegmentId, SEGMENTS_MAX};
+use std::borrow::BorrowMut;
 
 /// Two runs of changed bytes at most this many unchanged bytes apart ship as one range: a
 /// range costs its receiver more than its 10 header bytes (the synthetic benchmark's record,
 /// two changed fields 15 bytes apart, lost 10-14 % of its rate shipped as two ranges).
 pub(crate) const RUN_GAP_MAX: usize = 32;
-use crate::node::{CrError, Mode, SegmentId, SEGMENTS_MAX};
-use std::borrow::BorrowMut;
 
 pub(crate) struct Segment {
     pub(crate) mem: Vec<u8>,
@@ -114,6 +114,11 @@ pub(crate) fn changed<S: std::borrow::Borrow<Segment>>(
     ranges: &[SetRange],
     undo: &Undo,
 ) -> (Vec<SetRange>, u64) {
+    let whole = || {
+        let w = writes(ranges);
+        let declared = w.iter().map(|r| r.len as u64).sum();
+        (w, declared)
+    };
     let mut out = Vec::with_capacity(undo.len());
     let mut declared = 0u64;
     let mut images = undo.iter();
@@ -127,22 +132,13 @@ pub(crate) fn changed<S: std::borrow::Borrow<Segment>>(
                 let now = &segments[r.segment as usize].borrow().mem[a..a + old.len()];
                 runs(now, old, |start, end| out.push(sub(r, start, end)));
             }
-            _ => return (writes(ranges), ranges_len(ranges)),
+            _ => return whole(),
         }
     }
     if images.next().is_some() {
-        return (writes(ranges), declared);
+        return whole();
     }
     (out, declared)
-}
-
-/// The bytes of the ranges declared for writing.
-fn ranges_len(ranges: &[SetRange]) -> u64 {
-    ranges
-        .iter()
-        .filter(|r| r.mode == Mode::Write)
-        .map(|r| r.len as u64)
-        .sum()
 }
 
 /// The runs `start..end` of bytes where `now` and `old` (of one length) differ, two runs at
